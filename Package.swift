@@ -1,0 +1,98 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "shoal",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "Shoal", targets: ["ShoalNode"]),
+        .executable(name: "shoal", targets: ["shoal"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-protobuf.git", exact: "1.39.0"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", exact: "7.10.0"),
+        .package(url: "https://github.com/adam-fowler/compress-nio.git", exact: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", exact: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", exact: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", exact: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-crypto.git", exact: "3.12.3"),
+    ],
+    targets: [
+        .target(name: "ShoalCRDT", swiftSettings: swiftSettings),
+        .target(name: "ShoalQuery", dependencies: ["ShoalCRDT"], swiftSettings: swiftSettings),
+        .target(
+            name: "ShoalWire",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "CompressNIO", package: "compress-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ShoalStore",
+            dependencies: [
+                "ShoalCRDT", "ShoalQuery",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ShoalSync",
+            dependencies: [
+                "ShoalCRDT", "ShoalQuery", "ShoalStore", "ShoalWire",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ShoalNode",
+            dependencies: [
+                "ShoalCRDT", "ShoalQuery", "ShoalStore", "ShoalSync", "ShoalWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "shoal",
+            dependencies: [
+                "ShoalNode", "ShoalCRDT", "ShoalWire",
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ShoalTesting",
+            dependencies: ["ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(name: "ShoalCRDTTests", dependencies: ["ShoalCRDT"], swiftSettings: swiftSettings),
+        .testTarget(name: "ShoalQueryTests", dependencies: ["ShoalQuery", "ShoalCRDT"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "ShoalWireTests",
+            dependencies: ["ShoalWire", "ShoalTesting", .product(name: "NIOCore", package: "swift-nio")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalStore", "ShoalTesting"], swiftSettings: swiftSettings),
+        .testTarget(name: "ShoalSyncTests", dependencies: ["ShoalSync", "ShoalTesting", "ShoalWire"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "ShoalNodeTests",
+            dependencies: ["ShoalNode", "ShoalTesting", "shoal"],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

@@ -1,0 +1,302 @@
+/// Reading and writing `Value` as JSON text.
+///
+/// Shoal stores and sends field values as canonical JSON: object keys sorted,
+/// no insignificant white space, integers without a fraction. Two replicas that
+/// hold equal values therefore hold equal bytes, which is what lets tests compare
+/// stores byte for byte and lets the wire carry values without re-encoding them.
+public enum JSON {
+    /// What went wrong reading JSON text, and where (a byte offset, from 0).
+    public struct ParseError: Error, Sendable, Equatable, CustomStringConvertible {
+        public var offset: Int
+        public var message: String
+        public var description: String { "invalid JSON at byte \(offset): \(message)" }
+    }
+
+    /// The deepest nesting accepted, so hostile input cannot exhaust the stack.
+    public static let maximumDepth = 128
+
+    /// Parses one JSON value; anything but white space after it is an error.
+    public static func parse(_ text: String) throws(ParseError) -> Value {
+        var parser = Parser(bytes: Array(text.utf8))
+        return try parser.parseDocument()
+    }
+
+    /// Parses one JSON value from UTF-8 bytes.
+    public static func parse(bytes: some Collection<UInt8>) throws(ParseError) -> Value {
+        var parser = Parser(bytes: Array(bytes))
+        return try parser.parseDocument()
+    }
+
+    /// The canonical encoding of `value`.
+    public static func encode(_ value: Value) -> String {
+        var out = ""
+        write(value, to: &out)
+        return out
+    }
+
+    static func write(_ value: Value, to out: inout String) {
+        switch value {
+        case .null: out += "null"
+        case .bool(let b): out += b ? "true" : "false"
+        case .int(let i): out += String(i)
+        case .double(let d):
+            if d.isNaN || d.isInfinite {
+                out += "null"
+            } else {
+                out += "\(d)"
+            }
+        case .string(let s): writeString(s, to: &out)
+        case .array(let items):
+            out += "["
+            for (i, item) in items.enumerated() {
+                if i > 0 { out += "," }
+                write(item, to: &out)
+            }
+            out += "]"
+        case .object(let fields):
+            out += "{"
+            for (i, key) in fields.keys.sorted().enumerated() {
+                if i > 0 { out += "," }
+                writeString(key, to: &out)
+                out += ":"
+                write(fields[key]!, to: &out)
+            }
+            out += "}"
+        }
+    }
+
+    static func writeString(_ s: String, to out: inout String) {
+        out += "\""
+        for scalar in s.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case let c where c.value < 0x20:
+                let hex = String(c.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        out += "\""
+    }
+
+    struct Parser {
+        let bytes: [UInt8]
+        var index = 0
+        var depth = 0
+
+        init(bytes: [UInt8]) { self.bytes = bytes }
+
+        mutating func parseDocument() throws(ParseError) -> Value {
+            skipWhitespace()
+            let value = try parseValue()
+            skipWhitespace()
+            if index != bytes.count { throw error("unexpected text after the value") }
+            return value
+        }
+
+        func error(_ message: String) -> ParseError { ParseError(offset: index, message: message) }
+
+        mutating func skipWhitespace() {
+            while index < bytes.count, [0x20, 0x0A, 0x0D, 0x09].contains(bytes[index]) { index += 1 }
+        }
+
+        mutating func parseValue() throws(ParseError) -> Value {
+            guard index < bytes.count else { throw error("unexpected end of input") }
+            switch bytes[index] {
+            case UInt8(ascii: "{"): return try parseObject()
+            case UInt8(ascii: "["): return try parseArray()
+            case UInt8(ascii: "\""): return .string(try parseString())
+            case UInt8(ascii: "t"): try expectWord("true"); return .bool(true)
+            case UInt8(ascii: "f"): try expectWord("false"); return .bool(false)
+            case UInt8(ascii: "n"): try expectWord("null"); return .null
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try parseNumber()
+            default: throw error("unexpected character '\(Character(UnicodeScalar(bytes[index])))'")
+            }
+        }
+
+        mutating func expectWord(_ word: String) throws(ParseError) {
+            let w = Array(word.utf8)
+            guard index + w.count <= bytes.count, Array(bytes[index..<index + w.count]) == w else {
+                throw error("expected '\(word)'")
+            }
+            index += w.count
+        }
+
+        mutating func enter() throws(ParseError) {
+            depth += 1
+            if depth > JSON.maximumDepth { throw error("nesting deeper than \(JSON.maximumDepth) levels") }
+        }
+
+        mutating func parseObject() throws(ParseError) -> Value {
+            try enter()
+            index += 1
+            var fields: [String: Value] = [:]
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                depth -= 1
+                return .object(fields)
+            }
+            while true {
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a quoted key") }
+                let key = try parseString()
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+                index += 1
+                skipWhitespace()
+                fields[key] = try parseValue()
+                skipWhitespace()
+                guard index < bytes.count else { throw error("unexpected end of input in an object") }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                    continue
+                }
+                if bytes[index] == UInt8(ascii: "}") {
+                    index += 1
+                    depth -= 1
+                    return .object(fields)
+                }
+                throw error("expected ',' or '}'")
+            }
+        }
+
+        mutating func parseArray() throws(ParseError) -> Value {
+            try enter()
+            index += 1
+            var items: [Value] = []
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                depth -= 1
+                return .array(items)
+            }
+            while true {
+                skipWhitespace()
+                items.append(try parseValue())
+                skipWhitespace()
+                guard index < bytes.count else { throw error("unexpected end of input in an array") }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                    continue
+                }
+                if bytes[index] == UInt8(ascii: "]") {
+                    index += 1
+                    depth -= 1
+                    return .array(items)
+                }
+                throw error("expected ',' or ']'")
+            }
+        }
+
+        mutating func parseHex4() throws(ParseError) -> UInt32 {
+            guard index + 4 <= bytes.count else { throw error("truncated \\u escape") }
+            var v: UInt32 = 0
+            for _ in 0..<4 {
+                let c = bytes[index]
+                let d: UInt32
+                switch c {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): d = UInt32(c - UInt8(ascii: "0"))
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): d = UInt32(c - UInt8(ascii: "a") + 10)
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): d = UInt32(c - UInt8(ascii: "A") + 10)
+                default: throw error("bad hex digit in \\u escape")
+                }
+                v = v * 16 + d
+                index += 1
+            }
+            return v
+        }
+
+        mutating func parseString() throws(ParseError) -> String {
+            index += 1
+            var out: [UInt8] = []
+            while true {
+                guard index < bytes.count else { throw error("unterminated string") }
+                let c = bytes[index]
+                if c == UInt8(ascii: "\"") {
+                    index += 1
+                    break
+                }
+                if c < 0x20 { throw error("control character in a string") }
+                if c != UInt8(ascii: "\\") {
+                    out.append(c)
+                    index += 1
+                    continue
+                }
+                index += 1
+                guard index < bytes.count else { throw error("unterminated escape") }
+                let e = bytes[index]
+                index += 1
+                switch e {
+                case UInt8(ascii: "\""): out.append(UInt8(ascii: "\""))
+                case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\"))
+                case UInt8(ascii: "/"): out.append(UInt8(ascii: "/"))
+                case UInt8(ascii: "b"): out.append(0x08)
+                case UInt8(ascii: "f"): out.append(0x0C)
+                case UInt8(ascii: "n"): out.append(0x0A)
+                case UInt8(ascii: "r"): out.append(0x0D)
+                case UInt8(ascii: "t"): out.append(0x09)
+                case UInt8(ascii: "u"):
+                    var code = try parseHex4()
+                    if (0xD800...0xDBFF).contains(code) {
+                        guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"),
+                            bytes[index + 1] == UInt8(ascii: "u")
+                        else { throw error("unpaired surrogate") }
+                        index += 2
+                        let low = try parseHex4()
+                        guard (0xDC00...0xDFFF).contains(low) else { throw error("unpaired surrogate") }
+                        code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                    } else if (0xDC00...0xDFFF).contains(code) {
+                        throw error("unpaired surrogate")
+                    }
+                    guard let scalar = Unicode.Scalar(code) else { throw error("invalid code point") }
+                    out.append(contentsOf: Array(String(Character(scalar)).utf8))
+                default: throw error("unknown escape '\\\(Character(UnicodeScalar(e)))'")
+                }
+            }
+            guard let s = String(validating: out, as: UTF8.self) else { throw error("invalid UTF-8 in a string") }
+            return s
+        }
+
+        mutating func parseNumber() throws(ParseError) -> Value {
+            let start = index
+            var isInteger = true
+            if bytes[index] == UInt8(ascii: "-") { index += 1 }
+            func digits(_ p: inout Parser) -> Int {
+                var n = 0
+                while p.index < p.bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(p.bytes[p.index]) {
+                    p.index += 1
+                    n += 1
+                }
+                return n
+            }
+            if digits(&self) == 0 { throw error("expected digits") }
+            if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+                isInteger = false
+                index += 1
+                if digits(&self) == 0 { throw error("expected digits after '.'") }
+            }
+            if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+                isInteger = false
+                index += 1
+                if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
+                    index += 1
+                }
+                if digits(&self) == 0 { throw error("expected exponent digits") }
+            }
+            let text = String(decoding: bytes[start..<index], as: UTF8.self)
+            if isInteger, let i = Int64(text) { return .int(i) }
+            guard let d = Double(text) else { throw error("number out of range") }
+            return .double(d)
+        }
+    }
+}
+
+extension Value {
+    /// The canonical JSON text of this value.
+    public var canonicalJSON: String { JSON.encode(self) }
+}

@@ -1,0 +1,118 @@
+/// A JSON-like value: what a document field holds.
+///
+/// Objects keep their keys sorted, so that two replicas holding the same value
+/// encode it to the same bytes; equality and ordering are structural.
+public enum Value: Sendable, Hashable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case array([Value])
+    case object([String: Value])
+}
+
+extension Value {
+    /// The field names of an object, sorted; empty for every other value.
+    public var sortedKeys: [String] {
+        guard case .object(let fields) = self else { return [] }
+        return fields.keys.sorted()
+    }
+
+    /// The object's fields, or `nil` when this is not an object.
+    public var objectValue: [String: Value]? {
+        if case .object(let fields) = self { return fields }
+        return nil
+    }
+
+    /// The string, or `nil` when this is not a string.
+    public var stringValue: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+
+    /// A numeric view of ints and doubles, for comparisons and arithmetic.
+    public var numberValue: Double? {
+        switch self {
+        case .int(let i): return Double(i)
+        case .double(let d): return d
+        default: return nil
+        }
+    }
+
+    /// The member at `key` when this is an object.
+    public subscript(key: String) -> Value? {
+        guard case .object(let fields) = self else { return nil }
+        return fields[key]
+    }
+
+    /// A short name of the value's type, for error messages.
+    public var typeName: String {
+        switch self {
+        case .null: return "null"
+        case .bool: return "boolean"
+        case .int, .double: return "number"
+        case .string: return "string"
+        case .array: return "array"
+        case .object: return "object"
+        }
+    }
+}
+
+extension Value: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral,
+    ExpressibleByFloatLiteral, ExpressibleByNilLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(floatLiteral value: Double) { self = .double(value) }
+    public init(nilLiteral: ()) { self = .null }
+    public init(arrayLiteral elements: Value...) { self = .array(elements) }
+    public init(dictionaryLiteral elements: (String, Value)...) {
+        self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
+    }
+}
+
+extension Value: Comparable {
+    /// A total order used by ORDER BY and by merge tie-breaks on equal timestamps:
+    /// null < booleans < numbers < strings < arrays < objects.
+    public static func < (lhs: Value, rhs: Value) -> Bool {
+        compare(lhs, rhs) < 0
+    }
+
+    private var typeRank: Int {
+        switch self {
+        case .null: return 0
+        case .bool: return 1
+        case .int, .double: return 2
+        case .string: return 3
+        case .array: return 4
+        case .object: return 5
+        }
+    }
+
+    /// Three-way comparison in the total order described on `<`.
+    public static func compare(_ lhs: Value, _ rhs: Value) -> Int {
+        if lhs.typeRank != rhs.typeRank { return lhs.typeRank < rhs.typeRank ? -1 : 1 }
+        switch (lhs, rhs) {
+        case (.bool(let a), .bool(let b)):
+            return a == b ? 0 : (!a ? -1 : 1)
+        case (.int(let a), .int(let b)):
+            return a == b ? 0 : (a < b ? -1 : 1)
+        case (.string(let a), .string(let b)):
+            return a == b ? 0 : (a < b ? -1 : 1)
+        case (.array(let a), .array(let b)):
+            for (x, y) in zip(a, b) {
+                let c = compare(x, y)
+                if c != 0 { return c }
+            }
+            return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
+        case (.object, .object):
+            let a = lhs.canonicalJSON, b = rhs.canonicalJSON
+            return a == b ? 0 : (a < b ? -1 : 1)
+        default:
+            let a = lhs.numberValue ?? 0, b = rhs.numberValue ?? 0
+            return a == b ? 0 : (a < b ? -1 : 1)
+        }
+    }
+}

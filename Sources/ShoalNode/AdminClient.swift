@@ -1,0 +1,109 @@
+public import ShoalWire
+import ShoalCRDT
+import ShoalSync
+import NIOCore
+import NIOPosix
+
+/// A connection to a node's admin endpoint: what the CLI uses.
+///
+/// It speaks the peer protocol's handshake with role ADMIN (and the mesh key,
+/// when the node has one), then sends requests one at a time.
+public struct AdminClient: Sendable {
+    public var node: HostAndPort
+    public var meshKey: [UInt8]?
+    public var timeout: Duration
+
+    public init(node: HostAndPort, meshKey: [UInt8]? = nil, timeout: Duration = .seconds(30)) {
+        self.node = node
+        self.meshKey = meshKey
+        self.timeout = timeout
+    }
+
+    public func exec(_ statements: String, argumentsJSON: String = "") async throws(NodeError) -> Shoal_V1_ExecResponse {
+        var request = Shoal_V1_AdminRequest()
+        var exec = Shoal_V1_ExecRequest()
+        exec.statements = statements
+        exec.argumentsJson = argumentsJSON
+        request.exec = exec
+        guard case .exec(let response)? = try await send(request).response else {
+            throw NodeError(.protocolError, "the node answered exec with something else")
+        }
+        return response
+    }
+
+    public func status() async throws(NodeError) -> Shoal_V1_StatusResponse {
+        var request = Shoal_V1_AdminRequest()
+        request.status = Shoal_V1_StatusRequest()
+        guard case .status(let response)? = try await send(request).response else {
+            throw NodeError(.protocolError, "the node answered status with something else")
+        }
+        return response
+    }
+
+    func send(_ request: Shoal_V1_AdminRequest) async throws(NodeError) -> Shoal_V1_AdminResponse {
+        let response: Shoal_V1_AdminResponse
+        do {
+            response = try await withThrowingTaskGroup(of: Shoal_V1_AdminResponse.self) { group in
+                group.addTask { try await self.roundTrip(request) }
+                group.addTask {
+                    try await Task.sleep(for: timeout)
+                    throw NodeError(.connectionFailed, "no answer from \(node) within \(timeout)")
+                }
+                defer { group.cancelAll() }
+                return try await group.next()!
+            }
+        } catch let error as NodeError {
+            throw error
+        } catch let error as SyncError {
+            throw NodeError(.connectionFailed, "\(node) refused the connection: \(error.description)")
+        } catch {
+            throw NodeError(.connectionFailed, "cannot reach a Shoal node at \(node): \(error)")
+        }
+        if case .error(let error)? = response.response {
+            throw NodeError(.requestFailed, error.message)
+        }
+        return response
+    }
+
+    private func roundTrip(_ request: Shoal_V1_AdminRequest) async throws -> Shoal_V1_AdminResponse {
+        let group = MultiThreadedEventLoopGroup.singleton
+        let limits = WireLimits.default
+        let connection = try await ClientBootstrap(group: group)
+            .connectTimeout(.seconds(5))
+            .connect(host: node.host, port: node.port) { channel in
+                channel.eventLoop.makeCompletedFuture { try ShoalNode.wrap(channel, limits: limits) }
+            }
+        let codec = MessageCodec(limits: limits)
+        return try await connection.executeThenClose { inbound, outbound in
+            var iterator = inbound.makeAsyncIterator()
+            var handshake = HandshakeStateMachine(
+                configuration: .init(siteID: SiteID(0), nodeName: "shoal-cli", meshName: "", meshKey: meshKey, role: .admin))
+            var actions = handshake.start()
+            while !handshake.isEstablished {
+                for action in actions {
+                    switch action {
+                    case .send(let message): try await outbound.write(codec.encode(message))
+                    case .established: break
+                    case .fail(let error):
+                        if !error.fromPeer { try? await outbound.write(codec.encode(.fatal(error.code, error.message))) }
+                        throw error
+                    }
+                }
+                if handshake.isEstablished { break }
+                guard let frame = try await iterator.next() else {
+                    throw NodeError(.connectionFailed, "\(node) closed the connection during the handshake")
+                }
+                actions = handshake.receive(try codec.decode(frame))
+            }
+            try await outbound.write(codec.encode(.adminRequest(request)))
+            while let frame = try await iterator.next() {
+                switch try codec.decode(frame) {
+                case .adminResponse(let response): return response
+                case .error(let error): throw NodeError(.requestFailed, error.message)
+                default: continue
+                }
+            }
+            throw NodeError(.connectionFailed, "\(node) closed the connection before answering")
+        }
+    }
+}

@@ -1,0 +1,61 @@
+public import ShoalWire
+import Foundation
+
+/// Everything a node needs to start, as `shoal run` builds it from its flags.
+public struct NodeConfiguration: Sendable {
+    /// Where the SQLite database lives; created if missing.
+    public var dataDirectory: String
+    public var listen: HostAndPort
+    /// A readable name for status and logs; defaults to `shoal-` and the site ID's first digits.
+    public var name: String?
+    /// Addresses to dial and keep dialing.
+    public var peers: [HostAndPort]
+    /// SELECT queries this node syncs from its peers.
+    public var subscriptions: [String]
+    public var meshName: String
+    public var meshKey: [UInt8]?
+    /// LAN discovery of peers. Not available in this version: the flag is accepted and ignored.
+    public var discovery: Bool
+    public var limits: WireLimits
+    public var keepaliveInterval: Duration
+    public var idleTimeout: Duration
+
+    public init(
+        dataDirectory: String, listen: HostAndPort = HostAndPort(host: "0.0.0.0", port: HostAndPort.defaultPort),
+        name: String? = nil, peers: [HostAndPort] = [], subscriptions: [String] = [], meshName: String = "default",
+        meshKey: [UInt8]? = nil, discovery: Bool = true, limits: WireLimits = .default,
+        keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30)
+    ) {
+        self.dataDirectory = dataDirectory
+        self.listen = listen
+        self.name = name
+        self.peers = peers
+        self.subscriptions = subscriptions
+        self.meshName = meshName
+        self.meshKey = meshKey
+        self.discovery = discovery
+        self.limits = limits
+        self.keepaliveInterval = keepaliveInterval
+        self.idleTimeout = idleTimeout
+    }
+
+    /// The smallest mesh key accepted, in bytes.
+    public static let minimumMeshKeySize = 16
+
+    /// Reads a mesh key file: its bytes, with surrounding white space trimmed.
+    public static func readMeshKey(path: String) throws(NodeError) -> [UInt8] {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw NodeError(.invalidConfiguration, "cannot read the mesh key file \(path)")
+        }
+        var bytes = Array(data)
+        while let last = bytes.last, [0x20, 0x0A, 0x0D, 0x09].contains(last) { bytes.removeLast() }
+        while let first = bytes.first, [0x20, 0x0A, 0x0D, 0x09].contains(first) { bytes.removeFirst() }
+        guard bytes.count >= minimumMeshKeySize else {
+            throw NodeError(
+                .invalidConfiguration,
+                "the mesh key in \(path) is \(bytes.count) bytes; use at least \(minimumMeshKeySize) (for example: head -c 32 /dev/urandom | base64 > \(path))"
+            )
+        }
+        return bytes
+    }
+}

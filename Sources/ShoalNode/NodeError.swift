@@ -1,0 +1,20 @@
+/// What a node or an admin client refuses, in words an operator can act on.
+public struct NodeError: Error, Sendable, Hashable, CustomStringConvertible {
+    public enum Code: String, Sendable, Hashable {
+        case invalidConfiguration
+        case connectionFailed
+        /// The node answered the request with an error.
+        case requestFailed
+        case protocolError
+    }
+
+    public var code: Code
+    public var message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { message }
+}

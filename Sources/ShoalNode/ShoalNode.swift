@@ -1,0 +1,190 @@
+public import ShoalCRDT
+public import ShoalStore
+public import ShoalSync
+import ShoalWire
+public import Logging
+public import ServiceLifecycle
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// A Shoal node: an embedded store, a TCP listener, dialers for its peers, and
+/// the admin endpoint the CLI talks to — all on one port, one protocol.
+///
+/// Apps embed it (`ShoalNode(configuration:)`, then `run()` inside a task or a
+/// `ServiceGroup`) or use `store` directly; `shoal run` does the same.
+public final class ShoalNode: Service, Sendable {
+    public let configuration: NodeConfiguration
+    public let store: DocumentStore
+    public let sync: SyncEngine
+    let logger: Logger
+    let group: MultiThreadedEventLoopGroup
+    private let bound = Mutex<HostAndPort?>(nil)
+    private let readyWaiters = Mutex<[CheckedContinuation<HostAndPort, Never>]>([])
+
+    public init(configuration: NodeConfiguration, logger: Logger = Logger(label: "shoal")) throws {
+        self.configuration = configuration
+        self.logger = logger
+        let store = try DocumentStore(directory: configuration.dataDirectory, logger: logger)
+        self.store = store
+        let name = configuration.name ?? "shoal-\(String(store.siteID.description.prefix(6)))"
+        self.sync = SyncEngine(
+            store: store,
+            configuration: SyncConfiguration(
+                nodeName: name, meshName: configuration.meshName, meshKey: configuration.meshKey,
+                listenAddress: configuration.listen.description, limits: configuration.limits,
+                keepaliveInterval: configuration.keepaliveInterval, idleTimeout: configuration.idleTimeout),
+            logger: logger)
+        for query in configuration.subscriptions {
+            try sync.subscribe(query)
+        }
+        self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    }
+
+    public var name: String { sync.configuration.nodeName }
+    public var siteID: SiteID { store.siteID }
+
+    /// The address the listener is bound to (the real port when 0 was asked for).
+    public var listenAddress: HostAndPort? { bound.withLock { $0 } }
+
+    /// Waits until the listener accepts connections and returns its address.
+    public func ready() async -> HostAndPort {
+        await withCheckedContinuation { continuation in
+            let now: HostAndPort? = bound.withLock { address in
+                if address == nil { readyWaiters.withLock { $0.append(continuation) } }
+                return address
+            }
+            if let now { continuation.resume(returning: now) }
+        }
+    }
+
+    /// Serves until the task is cancelled or graceful shutdown begins.
+    public func run() async throws {
+        let result: Result<Void, any Error>
+        do {
+            try await cancelWhenGracefulShutdown {
+                try await self.serve()
+            }
+            result = .success(())
+        } catch {
+            result = .failure(error)
+        }
+        store.close()
+        try? await group.shutdownGracefully()
+        logger.info("stopped", metadata: ["shoal.site": "\(siteID)"])
+        if case .failure(let error) = result, !(error is CancellationError) { throw error }
+    }
+
+    private func serve() async throws {
+        let limits = configuration.limits
+        let server: NIOAsyncChannel<NIOAsyncChannel<Frame, Frame>, Never>
+        do {
+            server = try await ServerBootstrap(group: group)
+                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+                .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                .bind(host: configuration.listen.host, port: configuration.listen.port) { channel in
+                    channel.eventLoop.makeCompletedFuture { try Self.wrap(channel, limits: limits) }
+                }
+        } catch {
+            throw NodeError(.invalidConfiguration, "cannot listen on \(configuration.listen): \(error)")
+        }
+        let address = HostAndPort(
+            host: configuration.listen.host, port: server.channel.localAddress?.port ?? configuration.listen.port)
+        bound.withLock { $0 = address }
+        for waiter in readyWaiters.withLock({ w in defer { w.removeAll() }; return w }) { waiter.resume(returning: address) }
+        logger.info(
+            "ready to accept connections on \(address)",
+            metadata: ["shoal.site": "\(siteID)", "shoal.name": "\(name)", "shoal.mesh": "\(configuration.meshName)"])
+        if configuration.discovery {
+            logger.debug("LAN discovery is not available in this version; dialing --peer addresses only")
+        }
+        let admin = AdminService(node: self)
+        try await withThrowingDiscardingTaskGroup { group in
+            for peer in configuration.peers {
+                group.addTask { await self.dial(peer) }
+            }
+            try await server.executeThenClose { connections in
+                for try await connection in connections {
+                    group.addTask { await self.accept(connection, admin: admin) }
+                }
+            }
+        }
+    }
+
+    static func wrap(_ channel: any Channel, limits: WireLimits) throws -> NIOAsyncChannel<Frame, Frame> {
+        try channel.pipeline.syncOperations.addHandler(
+            ByteToMessageHandler(FrameByteDecoder(maximumFrameSize: limits.maximumFrameSize)))
+        try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(FrameByteEncoder()))
+        return try NIOAsyncChannel<Frame, Frame>(wrappingChannelSynchronously: channel)
+    }
+
+    private func accept(_ connection: NIOAsyncChannel<Frame, Frame>, admin: AdminService) async {
+        let remote = connection.channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" } ?? "unknown"
+        do {
+            try await connection.executeThenClose { inbound, outbound in
+                let transport = ChannelTransport(writer: outbound, channel: connection.channel)
+                try await sync.serve(
+                    inbound: inbound, transport: transport, direction: .inbound, remoteAddress: remote, admin: admin)
+            }
+        } catch {
+            logger.info("inbound session ended: \(error)", metadata: ["shoal.peer.address": "\(remote)"])
+        }
+    }
+
+    /// Keeps a session with `peer` open: dials, serves, and redials after a pause
+    /// that grows from 0.2 s to 5 s while attempts keep failing.
+    private func dial(_ peer: HostAndPort) async {
+        var backoff: Duration = .milliseconds(200)
+        var knownSite: SiteID?
+        let limits = configuration.limits
+        while !Task.isCancelled {
+            if let site = knownSite, sync.isConnected(to: site) {
+                // The peer is already connected through another connection (it dialed us).
+                sync.noteDialTarget(peer.description, state: "connected")
+                try? await Task.sleep(for: .seconds(1))
+                continue
+            }
+            sync.noteDialTarget(peer.description, state: "connecting")
+            do {
+                let connection = try await ClientBootstrap(group: group)
+                    .connectTimeout(.seconds(5))
+                    .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                    .connect(host: peer.host, port: peer.port) { channel in
+                        channel.eventLoop.makeCompletedFuture { try Self.wrap(channel, limits: limits) }
+                    }
+                let identity = try await connection.executeThenClose { inbound, outbound in
+                    let transport = ChannelTransport(writer: outbound, channel: connection.channel)
+                    return try await sync.serve(
+                        inbound: inbound, transport: transport, direction: .outbound, remoteAddress: peer.description)
+                }
+                if let identity {
+                    knownSite = identity.siteID
+                    backoff = .milliseconds(200)
+                }
+                sync.noteDialTarget(peer.description, state: "disconnected")
+            } catch let error as SyncError where error.code == .duplicateSession {
+                sync.noteDialTarget(peer.description, state: "disconnected", error: error.description)
+            } catch {
+                if Task.isCancelled { break }
+                logger.debug("dial \(peer) failed: \(error)")
+                sync.noteDialTarget(peer.description, state: "disconnected", error: "\(error)")
+            }
+            try? await Task.sleep(for: backoff)
+            backoff = min(backoff * 2, .seconds(5))
+        }
+    }
+}
+
+/// The sync layer's view of a NIO channel.
+struct ChannelTransport: SessionTransport {
+    let writer: NIOAsyncChannelOutboundWriter<Frame>
+    let channel: any Channel
+
+    func write(_ frame: Frame) async throws {
+        try await writer.write(frame)
+    }
+
+    func close() async {
+        try? await channel.close()
+    }
+}

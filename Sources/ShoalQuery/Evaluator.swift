@@ -1,0 +1,214 @@
+public import ShoalCRDT
+
+/// Evaluates expressions against a document.
+///
+/// `nil` stands for MISSING: a path the document does not have. MISSING propagates
+/// through arithmetic and function calls, makes every comparison false, and counts
+/// as false in AND, OR and NOT.
+public enum Evaluator {
+    /// The built-in functions and how many arguments each takes.
+    static let functionArity: [String: Int] = ["deserialize_json": 1]
+
+    /// The value of `e` for `document`, or `nil` when it is MISSING.
+    public static func evaluate(_ e: Expression, document: Value, arguments: [String: Value]) throws(QueryError) -> Value? {
+        func eval(_ e: Expression) throws(QueryError) -> Value? {
+            try evaluate(e, document: document, arguments: arguments)
+        }
+        switch e {
+        case .literal(let value):
+            return value
+        case .parameter(let name):
+            guard let value = arguments[name] else { throw QueryError("missing argument :\(name)") }
+            return value
+        case .path(let path):
+            var value: Value? = document
+            for key in path { value = value?[key] }
+            return value
+        case .object(let entries):
+            var fields: [String: Value] = [:]
+            for entry in entries { fields[entry.key] = try eval(entry.value) }
+            return .object(fields)
+        case .array(let items):
+            var values: [Value] = []
+            for item in items { values.append(try eval(item) ?? .null) }
+            return .array(values)
+        case .unary(.not, let operand):
+            return .bool(try eval(operand) != .bool(true))
+        case .unary(.negate, let operand):
+            switch try eval(operand) {
+            case nil: return nil
+            case .int(let i):
+                let (negated, overflow) = Int64(0).subtractingReportingOverflow(i)
+                if overflow { throw QueryError("integer overflow: -(\(i)) does not fit in 64 bits") }
+                return .int(negated)
+            case .double(let d): return .double(-d)
+            default: return .null
+            }
+        case .binary(.and, let l, let r):
+            guard try eval(l) == .bool(true) else { return .bool(false) }
+            return .bool(try eval(r) == .bool(true))
+        case .binary(.or, let l, let r):
+            if try eval(l) == .bool(true) { return .bool(true) }
+            return .bool(try eval(r) == .bool(true))
+        case .binary(let op, let l, let r):
+            let left = try eval(l), right = try eval(r)
+            switch op {
+            case .equal, .notEqual, .less, .lessOrEqual, .greater, .greaterOrEqual:
+                guard let left, let right else { return .bool(false) }
+                return .bool(compare(op, left, right))
+            default:
+                guard let left, let right else { return nil }
+                return try arithmetic(op, left, right)
+            }
+        case .function(let name, let args):
+            var values: [Value?] = []
+            for arg in args { values.append(try eval(arg)) }
+            return try call(name, values)
+        }
+    }
+
+    /// Whether `document` satisfies `predicate`: a missing predicate matches everything,
+    /// otherwise only `true` matches.
+    public static func matches(_ predicate: Expression?, document: Value, arguments: [String: Value]) throws(QueryError) -> Bool {
+        guard let predicate else { return true }
+        return try evaluate(predicate, document: document, arguments: arguments) == .bool(true)
+    }
+
+    /// The `_id` a predicate of the exact form `_id = constant` (either way round) selects,
+    /// so the document can be looked up by primary key; `nil` for any other predicate.
+    public static func constantIDEquality(_ predicate: Expression?, arguments: [String: Value]) -> Value? {
+        guard case .binary(.equal, let l, let r)? = predicate else { return nil }
+        func constant(_ e: Expression) -> Value? {
+            switch e {
+            case .literal(let value): value
+            case .parameter(let name): arguments[name]
+            default: nil
+            }
+        }
+        let id = Expression.path(["_id"])
+        if l == id { return constant(r) }
+        if r == id { return constant(l) }
+        return nil
+    }
+
+    /// Structural equality in which numbers compare by value, so `1 = 1.0`.
+    public static func equal(_ a: Value, _ b: Value) -> Bool {
+        switch (a, b) {
+        case (.array(let x), .array(let y)):
+            return x.count == y.count && zip(x, y).allSatisfy { equal($0, $1) }
+        case (.object(let x), .object(let y)):
+            return x.count == y.count && x.allSatisfy { key, value in y[key].map { equal(value, $0) } ?? false }
+        case (.int, .double), (.double, .int), (.double, .double):
+            return compareNumbers(a, b) == 0
+        default:
+            return a == b
+        }
+    }
+
+    // MARK: Comparison
+
+    static func compare(_ op: BinaryOperator, _ l: Value, _ r: Value) -> Bool {
+        let order: Int?
+        switch op {
+        case .equal: return equal(l, r)
+        case .notEqual: return !equal(l, r)
+        default:
+            switch (l, r) {
+            case (.string(let a), .string(let b)): order = a < b ? -1 : (a == b ? 0 : 1)
+            default: order = compareNumbers(l, r)
+            }
+        }
+        guard let order else { return false }
+        switch op {
+        case .less: return order < 0
+        case .lessOrEqual: return order <= 0
+        case .greater: return order > 0
+        default: return order >= 0
+        }
+    }
+
+    /// Exact three-way comparison of two numbers; `nil` when either is not a number or is NaN.
+    static func compareNumbers(_ l: Value, _ r: Value) -> Int? {
+        func sign<T: Comparable>(_ a: T, _ b: T) -> Int { a < b ? -1 : (a == b ? 0 : 1) }
+        /// Compares an integer with a double without rounding the integer to a double.
+        func mixed(_ i: Int64, _ d: Double) -> Int? {
+            if d.isNaN { return nil }
+            if d >= 0x1p63 { return -1 }
+            if d < -0x1p63 { return 1 }
+            let whole = d.rounded(.towardZero)
+            let c = sign(i, Int64(whole))
+            return c != 0 ? c : sign(0, d - whole)
+        }
+        switch (l, r) {
+        case (.int(let a), .int(let b)): return sign(a, b)
+        case (.int(let a), .double(let b)): return mixed(a, b)
+        case (.double(let a), .int(let b)): return mixed(b, a).map { -$0 }
+        case (.double(let a), .double(let b)): return a.isNaN || b.isNaN ? nil : sign(a, b)
+        default: return nil
+        }
+    }
+
+    // MARK: Arithmetic
+
+    static func arithmetic(_ op: BinaryOperator, _ l: Value, _ r: Value) throws(QueryError) -> Value {
+        switch (l, r) {
+        case (.int(let a), .int(let b)):
+            return try integerArithmetic(op, a, b)
+        case (.string(let a), .string(let b)) where op == .add:
+            return .string(a + b)
+        default:
+            guard let a = l.numberValue, let b = r.numberValue else { return .null }
+            let result: Double
+            switch op {
+            case .add: result = a + b
+            case .subtract: result = a - b
+            case .multiply: result = a * b
+            case .divide: result = b == 0 ? .nan : a / b
+            default: result = b == 0 ? .nan : a.truncatingRemainder(dividingBy: b)
+            }
+            return result.isFinite ? .double(result) : .null
+        }
+    }
+
+    static func integerArithmetic(_ op: BinaryOperator, _ a: Int64, _ b: Int64) throws(QueryError) -> Value {
+        let (result, overflow): (Int64, Bool)
+        switch op {
+        case .add: (result, overflow) = a.addingReportingOverflow(b)
+        case .subtract: (result, overflow) = a.subtractingReportingOverflow(b)
+        case .multiply: (result, overflow) = a.multipliedReportingOverflow(by: b)
+        case .divide:
+            if b == 0 { return .null }
+            if a.remainderReportingOverflow(dividingBy: b).partialValue != 0 { return .double(Double(a) / Double(b)) }
+            (result, overflow) = a.dividedReportingOverflow(by: b)
+        default:
+            if b == 0 { return .null }
+            // Int64.min % -1 overflows in hardware but is 0, which is what partialValue holds.
+            return .int(a.remainderReportingOverflow(dividingBy: b).partialValue)
+        }
+        if overflow {
+            throw QueryError("integer overflow: \(a) \(op.rawValue) \(b) does not fit in 64 bits")
+        }
+        return .int(result)
+    }
+
+    // MARK: Functions
+
+    static func call(_ name: String, _ args: [Value?]) throws(QueryError) -> Value? {
+        guard let arity = functionArity[name] else { throw QueryError("unknown function '\(name)'") }
+        guard args.count == arity else {
+            throw QueryError("\(name) takes \(arity) argument\(arity == 1 ? "" : "s"), but \(args.count) were given")
+        }
+        switch (name, args[0]) {
+        case (_, nil): return nil
+        case ("deserialize_json", .null): return .null
+        case ("deserialize_json", .string(let text)):
+            do {
+                return try JSON.parse(text)
+            } catch {
+                throw QueryError("deserialize_json: \(error)")
+            }
+        case (_, let value?):
+            throw QueryError("\(name) expects a string, got a \(value.typeName)")
+        }
+    }
+}

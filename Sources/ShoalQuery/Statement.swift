@@ -1,0 +1,183 @@
+public import ShoalCRDT
+
+/// A parsed DQL statement.
+public enum Statement: Sendable, Hashable {
+    case select(SelectStatement)
+    case insert(InsertStatement)
+    case update(UpdateStatement)
+
+    /// Whether the statement writes (and so needs a read-write transaction).
+    public var isMutation: Bool {
+        if case .select = self { return false }
+        return true
+    }
+
+    /// The collection the statement reads or writes.
+    public var collection: String {
+        switch self {
+        case .select(let s): return s.collection
+        case .insert(let s): return s.collection
+        case .update(let s): return s.collection
+        }
+    }
+}
+
+/// `SELECT projection FROM collection [WHERE e] [ORDER BY e [ASC|DESC], ...] [LIMIT n] [OFFSET n]`
+public struct SelectStatement: Sendable, Hashable {
+    public var collection: String
+    /// Empty means `*`.
+    public var projection: [Projection]
+    public var whereClause: Expression?
+    public var orderBy: [OrderTerm]
+    public var limit: Expression?
+    public var offset: Expression?
+
+    public init(
+        collection: String, projection: [Projection] = [], whereClause: Expression? = nil,
+        orderBy: [OrderTerm] = [], limit: Expression? = nil, offset: Expression? = nil
+    ) {
+        self.collection = collection
+        self.projection = projection
+        self.whereClause = whereClause
+        self.orderBy = orderBy
+        self.limit = limit
+        self.offset = offset
+    }
+}
+
+/// One item of a SELECT list: an expression and the name it is returned under.
+public struct Projection: Sendable, Hashable {
+    public var expression: Expression
+    /// The `AS` name, or the last path component for a bare path.
+    public var name: String
+
+    public init(expression: Expression, name: String) {
+        self.expression = expression
+        self.name = name
+    }
+}
+
+public struct OrderTerm: Sendable, Hashable {
+    public var expression: Expression
+    public var descending: Bool
+
+    public init(expression: Expression, descending: Bool) {
+        self.expression = expression
+        self.descending = descending
+    }
+}
+
+/// `INSERT INTO collection DOCUMENTS (e), (e) ... [ON ID CONFLICT policy]`
+public struct InsertStatement: Sendable, Hashable {
+    public var collection: String
+    /// Each expression evaluates to an object, or (a parameter) to an array of objects.
+    public var documents: [Expression]
+    public var conflict: ConflictPolicy
+
+    public init(collection: String, documents: [Expression], conflict: ConflictPolicy = .fail) {
+        self.collection = collection
+        self.documents = documents
+        self.conflict = conflict
+    }
+}
+
+/// What INSERT does when a document with the same `_id` exists.
+public enum ConflictPolicy: Sendable, Hashable {
+    /// The statement fails (the default).
+    case fail
+    case doNothing
+    /// Every given field is written.
+    case doUpdate
+    /// Only fields whose value differs from the stored one are written.
+    case doUpdateLocalDiff
+}
+
+/// `UPDATE collection SET path = e, ... [WHERE e]`
+public struct UpdateStatement: Sendable, Hashable {
+    public var collection: String
+    public var assignments: [Assignment]
+    public var whereClause: Expression?
+
+    public init(collection: String, assignments: [Assignment], whereClause: Expression? = nil) {
+        self.collection = collection
+        self.assignments = assignments
+        self.whereClause = whereClause
+    }
+}
+
+public struct Assignment: Sendable, Hashable {
+    /// The field path being set; `["a"]` for a top-level field.
+    public var path: [String]
+    public var value: Expression
+    /// Where the path starts in the query text, for errors found at execution.
+    public var position: SourcePosition
+
+    public init(path: [String], value: Expression, position: SourcePosition) {
+        self.path = path
+        self.value = value
+        self.position = position
+    }
+}
+
+/// An expression in a WHERE clause, a projection, a SET or a document literal.
+public indirect enum Expression: Sendable, Hashable {
+    case literal(Value)
+    /// `:name`, bound from the statement's arguments.
+    case parameter(String)
+    /// A field path: `title`, `a.b.c`, `_id`.
+    case path([String])
+    /// `{ "key": e, ... }` with keys in source order.
+    case object([ObjectEntry])
+    case array([Expression])
+    case unary(UnaryOperator, Expression)
+    case binary(BinaryOperator, Expression, Expression)
+    /// `name(args...)`: a built-in function, name lowercased.
+    case function(String, [Expression])
+}
+
+public struct ObjectEntry: Sendable, Hashable {
+    public var key: String
+    public var value: Expression
+
+    public init(key: String, value: Expression) {
+        self.key = key
+        self.value = value
+    }
+}
+
+public enum UnaryOperator: String, Sendable, Hashable {
+    case not = "NOT"
+    case negate = "-"
+}
+
+public enum BinaryOperator: String, Sendable, Hashable {
+    case equal = "="
+    case notEqual = "!="
+    case less = "<"
+    case lessOrEqual = "<="
+    case greater = ">"
+    case greaterOrEqual = ">="
+    case and = "AND"
+    case or = "OR"
+    case add = "+"
+    case subtract = "-"
+    case multiply = "*"
+    case divide = "/"
+    case remainder = "%"
+}
+
+/// A place in the query text: 1-based line and column (in characters), and the
+/// 0-based character offset.
+public struct SourcePosition: Sendable, Hashable, CustomStringConvertible {
+    public var offset: Int
+    public var line: Int
+    public var column: Int
+
+    public init(offset: Int, line: Int, column: Int) {
+        self.offset = offset
+        self.line = line
+        self.column = column
+    }
+
+    public var description: String { "line \(line), column \(column)" }
+}

@@ -1,0 +1,88 @@
+/// One lexical unit of DQL text, with the text as written and where it starts.
+public struct Token: Sendable, Hashable, CustomStringConvertible {
+    /// What kind of token this is, with its decoded value.
+    public enum Kind: Sendable, Hashable {
+        /// A name: bare (`title`, `_id`) or backtick-quoted (`` `odd name` ``), unquoted.
+        case identifier(String)
+        case keyword(Keyword)
+        /// A string literal, with its escapes resolved.
+        case string(String)
+        case integer(Int64)
+        case decimal(Double)
+        /// `:name`, without the colon.
+        case parameter(String)
+        case symbol(Symbol)
+        /// The end of the text.
+        case end
+    }
+
+    /// The words DQL gives a meaning to; matched case-insensitively.
+    public enum Keyword: String, Sendable, Hashable, CaseIterable {
+        case select = "SELECT", from = "FROM", `where` = "WHERE", and = "AND", or = "OR", not = "NOT"
+        case insert = "INSERT", into = "INTO", documents = "DOCUMENTS", values = "VALUES", on = "ON", id = "ID"
+        case conflict = "CONFLICT", fail = "FAIL", `do` = "DO", nothing = "NOTHING", update = "UPDATE"
+        case updateLocalDiff = "UPDATE_LOCAL_DIFF", set = "SET", order = "ORDER", by = "BY", asc = "ASC"
+        case desc = "DESC", limit = "LIMIT", offset = "OFFSET", `as` = "AS", `true` = "TRUE", `false` = "FALSE"
+        case null = "NULL"
+
+        /// Whether the word must be backtick-quoted to be used as a collection or top-level field
+        /// name. The others (ID, VALUES, DESC, ...) can never start an expression, so they are
+        /// read as names wherever a name or an expression is expected.
+        public var isReserved: Bool {
+            switch self {
+            case .id, .documents, .values, .conflict, .fail, .do, .nothing, .updateLocalDiff, .asc, .desc: false
+            default: true
+            }
+        }
+    }
+
+    /// Punctuation and operators.
+    public enum Symbol: String, Sendable, Hashable, CaseIterable {
+        case leftParen = "(", rightParen = ")", comma = ",", semicolon = ";", dot = "."
+        case leftBrace = "{", rightBrace = "}", leftBracket = "[", rightBracket = "]", colon = ":"
+        case star = "*", equal = "=", doubleEqual = "==", notEqual = "!=", lessGreater = "<>"
+        case less = "<", lessOrEqual = "<=", greater = ">", greaterOrEqual = ">="
+        case plus = "+", minus = "-", slash = "/", percent = "%"
+    }
+
+    public var kind: Kind
+    /// The token exactly as written in the query (quotes included); empty at the end.
+    public var text: String
+    /// Where the token starts.
+    public var position: SourcePosition
+
+    /// Creates a token.
+    public init(kind: Kind, text: String, position: SourcePosition) {
+        self.kind = kind
+        self.text = text
+        self.position = position
+    }
+
+    /// How error messages name the token: `'FORM'`, `string 'abc'`, `end of query`.
+    public var description: String {
+        let shown = text.count > 40 ? text.prefix(37) + "..." : Substring(text)
+        switch kind {
+        case .end: return "end of query"
+        case .string: return "string \(shown)"
+        default: return "'\(shown)'"
+        }
+    }
+
+    /// The keyword, when this token is one.
+    public var keyword: Keyword? {
+        if case .keyword(let k) = kind { return k }
+        return nil
+    }
+
+    /// The symbol, when this token is one.
+    public var symbol: Symbol? {
+        if case .symbol(let s) = kind { return s }
+        return nil
+    }
+
+    /// Whether this token is the given keyword.
+    public func `is`(_ keyword: Keyword) -> Bool { self.keyword == keyword }
+
+    /// Whether this token is the given symbol.
+    public func `is`(_ symbol: Symbol) -> Bool { self.symbol == symbol }
+}

@@ -1,0 +1,141 @@
+public import ShoalCRDT
+import ShoalQuery
+public import Logging
+import GRDB
+import Foundation
+
+/// A node's embedded database: documents in collections, every field a
+/// last-writer-wins register, and the change log that sync streams from.
+///
+/// One `DatabasePool` in WAL mode: one writer at a time, readers concurrent with
+/// it. Every invariant (a write, its change-log rows and the transaction counter;
+/// a received batch and the cursor that acknowledges it) holds inside one `write {}`.
+///
+/// Tables:
+/// - `field`: the current value and version of each (collection, document, field).
+/// - `document`: the materialized JSON body of each live document, for queries.
+/// - `change_log`: every delta this store committed, local or received, in commit
+///   order, under a local sequence number; sync reads it from a peer's cursor.
+/// - `peer_cursor`: per peer and subscription set, the highest sequence of that
+///   peer's change log durably applied here.
+public final class DocumentStore: Sendable {
+    public let siteID: SiteID
+    public let clock: HybridLogicalClock
+    let pool: DatabasePool
+    let feed = ChangeFeed()
+    let logger: Logger
+
+    /// Opens (creating if needed) the store in `directory`.
+    public init(directory: String, logger: Logger = Logger(label: "shoal.store")) throws(StoreError) {
+        self.logger = logger
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch {
+            throw StoreError(.database, "cannot create data directory \(directory): \(error.localizedDescription)")
+        }
+        let path = (directory as NSString).appendingPathComponent("shoal.sqlite")
+        var configuration = Configuration()
+        configuration.label = "shoal"
+        configuration.maximumReaderCount = 4
+        configuration.busyMode = .timeout(10)
+        do {
+            pool = try DatabasePool(path: path, configuration: configuration)
+            try Self.migrator.migrate(pool)
+            let (site, maxTimestamp) = try pool.write { db -> (SiteID, Int64) in
+                let site: SiteID
+                if let raw = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'site_id'") {
+                    site = SiteID(UInt64(bitPattern: raw))
+                } else {
+                    site = SiteID.random()
+                    try db.execute(
+                        sql: "INSERT INTO shoal_meta (key, value) VALUES ('site_id', ?)",
+                        arguments: [Int64(bitPattern: site.rawValue)])
+                }
+                let ts = try Int64.fetchOne(db, sql: "SELECT MAX(ts) FROM field") ?? 0
+                return (site, ts)
+            }
+            siteID = site
+            clock = HybridLogicalClock()
+            clock.observe(HybridTimestamp(rawValue: UInt64(bitPattern: maxTimestamp)))
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw StoreError(.database, "cannot open the database at \(path): \(error)")
+        }
+        logger.debug("store opened", metadata: ["shoal.store.path": "\(path)", "shoal.site": "\(siteID)"])
+    }
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE shoal_meta (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
+                    CREATE TABLE field (
+                        collection TEXT NOT NULL, doc_id TEXT NOT NULL, name TEXT NOT NULL,
+                        value TEXT NOT NULL, ts INTEGER NOT NULL, site INTEGER NOT NULL,
+                        PRIMARY KEY (collection, doc_id, name)) WITHOUT ROWID;
+                    CREATE TABLE document (
+                        collection TEXT NOT NULL, doc_id TEXT NOT NULL, body TEXT NOT NULL,
+                        PRIMARY KEY (collection, doc_id)) WITHOUT ROWID;
+                    CREATE TABLE change_log (
+                        seq INTEGER PRIMARY KEY, collection TEXT NOT NULL, doc_id TEXT NOT NULL,
+                        name TEXT NOT NULL, value TEXT NOT NULL, ts INTEGER NOT NULL,
+                        txn_site INTEGER NOT NULL, txn_seq INTEGER NOT NULL,
+                        txn_index INTEGER NOT NULL, txn_count INTEGER NOT NULL);
+                    CREATE TABLE peer_cursor (
+                        peer INTEGER NOT NULL, subscription_key TEXT NOT NULL, through INTEGER NOT NULL,
+                        PRIMARY KEY (peer, subscription_key)) WITHOUT ROWID;
+                    """)
+        }
+        return migrator
+    }
+
+    /// The highest change-log sequence committed so far.
+    public func lastSequence() async throws(StoreError) -> UInt64 {
+        try await read { db in UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0) }
+    }
+
+    /// The number of live documents in each collection, by name.
+    public func collectionCounts() async throws(StoreError) -> [(name: String, documents: Int)] {
+        try await read { db in
+            try Row.fetchAll(db, sql: "SELECT collection, COUNT(*) FROM document GROUP BY collection ORDER BY collection")
+                .map { (name: $0[0] as String, documents: $0[1] as Int) }
+        }
+    }
+
+    /// A stream that yields whenever the change log grows, with its new last sequence.
+    public func changeLogUpdates() -> AsyncStream<UInt64> { feed.updates() }
+
+    /// Ends every `changeLogUpdates()` stream; call when the node shuts down.
+    public func close() {
+        feed.finishAll()
+        try? pool.close()
+    }
+
+    func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(StoreError) -> T {
+        do {
+            return try await pool.read(body)
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw StoreError(.database, "database read failed: \(error)")
+        }
+    }
+
+    func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(StoreError) -> T {
+        do {
+            return try await pool.write(body)
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw StoreError(.database, "database write failed: \(error)")
+        }
+    }
+}
+
+/// How a document's `_id` becomes its key: the canonical JSON of the value, so
+/// string, number and object IDs never collide and compare byte for byte.
+public enum DocumentKey {
+    public static func make(_ id: Value) -> String { id.canonicalJSON }
+}

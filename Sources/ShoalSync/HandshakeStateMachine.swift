@@ -1,0 +1,214 @@
+public import ShoalCRDT
+public import ShoalWire
+import Crypto
+import Foundation
+
+/// Who the other side turned out to be, once the handshake succeeds.
+public struct PeerIdentity: Sendable, Hashable {
+    public var siteID: SiteID
+    public var name: String
+    public var role: Shoal_V1_Role
+    public var listenAddress: String
+    /// The protocol version both sides speak: the highest in both ranges.
+    public var version: UInt32
+}
+
+/// The opening of every connection, as a value type that returns what to do.
+///
+/// ```
+///   start ──send Hello──► awaitingHello ──recv Hello / send Proof──► awaitingProof
+///                                                                       │ recv Proof (valid)
+///                                                                       ▼
+///   failed ◄── any mismatch: send Error(fatal), close            established
+/// ```
+///
+/// Both sides run the same machine at once; neither waits for the other to speak
+/// first. The proof is `HMAC-SHA256(key, "shoal-proof-v1" || receiver nonce ||
+/// sender nonce || sender site ID)`, so it cannot be replayed on another
+/// connection (fresh nonces) or reflected back (it binds the sender's site ID).
+public struct HandshakeStateMachine: Sendable {
+    public struct Configuration: Sendable {
+        public var siteID: SiteID
+        public var nodeName: String
+        public var meshName: String
+        /// The shared mesh key; `nil` for an open mesh.
+        public var meshKey: [UInt8]?
+        public var role: Shoal_V1_Role
+        public var listenAddress: String
+        public var versions: ClosedRange<UInt32>
+
+        public init(
+            siteID: SiteID, nodeName: String, meshName: String, meshKey: [UInt8]?, role: Shoal_V1_Role = .peer,
+            listenAddress: String = "", versions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions
+        ) {
+            self.siteID = siteID
+            self.nodeName = nodeName
+            self.meshName = meshName
+            self.meshKey = meshKey
+            self.role = role
+            self.listenAddress = listenAddress
+            self.versions = versions
+        }
+    }
+
+    public enum Action: Sendable, Equatable {
+        case send(WireMessage)
+        /// The handshake is done; the session may start.
+        case established(PeerIdentity)
+        /// Send the error (unless it came from the peer), then close.
+        case fail(SyncError)
+    }
+
+    enum State: Sendable {
+        case idle
+        case awaitingHello
+        case awaitingProof(Shoal_V1_Hello)
+        case established
+        case failed
+    }
+
+    public static let supportedVersions: ClosedRange<UInt32> = 1...1
+    public static let nonceSize = 32
+    static let proofLabel = Array("shoal-proof-v1".utf8)
+
+    public let configuration: Configuration
+    let nonce: [UInt8]
+    var state: State = .idle
+
+    public init(configuration: Configuration, nonce: [UInt8]? = nil) {
+        self.configuration = configuration
+        if let nonce {
+            self.nonce = nonce
+        } else {
+            var g = SystemRandomNumberGenerator()
+            self.nonce = (0..<Self.nonceSize).map { _ in UInt8.random(in: 0...255, using: &g) }
+        }
+    }
+
+    public var isEstablished: Bool {
+        if case .established = state { return true }
+        return false
+    }
+
+    /// The Hello to send as soon as the connection opens.
+    public mutating func start() -> [Action] {
+        guard case .idle = state else { return [] }
+        state = .awaitingHello
+        var hello = Shoal_V1_Hello()
+        hello.minVersion = configuration.versions.lowerBound
+        hello.maxVersion = configuration.versions.upperBound
+        hello.siteID = configuration.siteID.rawValue
+        hello.nodeName = configuration.nodeName
+        hello.meshName = configuration.meshName
+        hello.nonce = Data(nonce)
+        hello.role = configuration.role
+        hello.listenAddress = configuration.listenAddress
+        return [.send(.hello(hello))]
+    }
+
+    /// Feeds one message received before the session was established.
+    public mutating func receive(_ message: WireMessage) -> [Action] {
+        switch (state, message) {
+        case (_, .error(let error)):
+            state = .failed
+            return [.fail(SyncError(error.code, error.message, fromPeer: true))]
+        case (.awaitingHello, .hello(let hello)):
+            return receiveHello(hello)
+        case (.awaitingProof(let hello), .proof(let proof)):
+            return receiveProof(proof, hello: hello)
+        case (.failed, _):
+            return []
+        default:
+            return fail(.protocolViolation, "unexpected \(message.type) frame during the handshake")
+        }
+    }
+
+    private mutating func fail(_ code: Shoal_V1_ErrorCode, _ message: String) -> [Action] {
+        state = .failed
+        return [.fail(SyncError(code, message))]
+    }
+
+    private mutating func receiveHello(_ hello: Shoal_V1_Hello) -> [Action] {
+        guard hello.minVersion <= hello.maxVersion else {
+            return fail(.protocolViolation, "Hello has an empty version range \(hello.minVersion)–\(hello.maxVersion)")
+        }
+        let low = max(hello.minVersion, configuration.versions.lowerBound)
+        let high = min(hello.maxVersion, configuration.versions.upperBound)
+        guard low <= high else {
+            return fail(
+                .unsupportedVersion,
+                "no common protocol version: the peer speaks \(hello.minVersion)–\(hello.maxVersion), this node speaks \(configuration.versions.lowerBound)–\(configuration.versions.upperBound)"
+            )
+        }
+        guard hello.nonce.count == Self.nonceSize else {
+            return fail(.protocolViolation, "Hello nonce is \(hello.nonce.count) bytes, expected \(Self.nonceSize)")
+        }
+        let peerIsAdmin = hello.role == .admin
+        let weAreAdmin = configuration.role == .admin
+        if peerIsAdmin && weAreAdmin {
+            return fail(.protocolViolation, "both sides are admin clients")
+        }
+        if !peerIsAdmin {
+            guard hello.siteID != 0 else { return fail(.protocolViolation, "Hello from a peer has site ID 0") }
+            if hello.siteID == configuration.siteID.rawValue {
+                return fail(.duplicateSession, "connected to itself (site \(configuration.siteID))")
+            }
+        }
+        // Admin clients may leave the mesh name empty; peers must agree on it.
+        if !(peerIsAdmin && hello.meshName.isEmpty) && !(weAreAdmin && configuration.meshName.isEmpty),
+            hello.meshName != configuration.meshName
+        {
+            return fail(
+                .meshMismatch,
+                "mesh name mismatch: the peer is in mesh '\(hello.meshName)', this node is in mesh '\(configuration.meshName)'"
+            )
+        }
+        state = .awaitingProof(hello)
+        var proof = Shoal_V1_Proof()
+        if let key = configuration.meshKey {
+            proof.mac = Data(
+                Self.mac(key: key, receiverNonce: Array(hello.nonce), senderNonce: nonce, sender: configuration.siteID))
+        }
+        return [.send(.proof(proof))]
+    }
+
+    private mutating func receiveProof(_ proof: Shoal_V1_Proof, hello: Shoal_V1_Hello) -> [Action] {
+        let peerSite = SiteID(hello.siteID)
+        switch (configuration.meshKey, proof.mac.isEmpty) {
+        case (nil, true):
+            break
+        case (nil, false):
+            return fail(.meshKeyMismatch, "mesh key mismatch: the peer proves a mesh key, but this node has none")
+        case (_?, true):
+            return fail(.meshKeyMismatch, "mesh key mismatch: this mesh requires a key and the peer sent no proof")
+        case (let key?, false):
+            let data = Self.proofInput(receiverNonce: nonce, senderNonce: Array(hello.nonce), sender: peerSite)
+            let valid = HMAC<SHA256>.isValidAuthenticationCode(
+                Array(proof.mac), authenticating: data, using: SymmetricKey(data: key))
+            guard valid else {
+                return fail(.meshKeyMismatch, "mesh key mismatch: the peer's proof does not match this node's mesh key")
+            }
+        }
+        state = .established
+        let identity = PeerIdentity(
+            siteID: peerSite, name: hello.nodeName, role: hello.role, listenAddress: hello.listenAddress,
+            version: min(hello.maxVersion, configuration.versions.upperBound))
+        return [.established(identity)]
+    }
+
+    static func proofInput(receiverNonce: [UInt8], senderNonce: [UInt8], sender: SiteID) -> [UInt8] {
+        var data = proofLabel
+        data += receiverNonce
+        data += senderNonce
+        withUnsafeBytes(of: sender.rawValue.bigEndian) { data += $0 }
+        return data
+    }
+
+    /// The proof a sender computes for a receiver's nonce.
+    public static func mac(key: [UInt8], receiverNonce: [UInt8], senderNonce: [UInt8], sender: SiteID) -> [UInt8] {
+        let code = HMAC<SHA256>.authenticationCode(
+            for: proofInput(receiverNonce: receiverNonce, senderNonce: senderNonce, sender: sender),
+            using: SymmetricKey(data: key))
+        return Array(code)
+    }
+}

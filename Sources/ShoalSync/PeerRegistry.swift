@@ -1,0 +1,109 @@
+public import ShoalCRDT
+import ShoalStore
+import Synchronization
+
+/// What status shows of one connection or dial target.
+public struct PeerSnapshot: Sendable, Hashable {
+    public var siteID: SiteID?
+    public var name: String
+    public var address: String
+    /// "connecting", "handshaking", "connected" or "disconnected".
+    public var state: String
+    public var direction: ConnectionDirection
+    public var rttMillis: Double?
+    public var bytesIn: UInt64
+    public var bytesOut: UInt64
+    public var lastError: String?
+    /// The queries this peer subscribed to on this node.
+    public var subscriptions: [SubscriptionSet.Entry]
+}
+
+/// Every live session and dial target of a node, for status and for
+/// choosing one session per peer pair.
+final class PeerRegistry: Sendable {
+    struct Record {
+        var snapshot: PeerSnapshot
+        var close: (@Sendable () async -> Void)?
+    }
+
+    private struct State {
+        var records: [Int: Record] = [:]
+        var dialTargets: [String: PeerSnapshot] = [:]
+        var nextID = 0
+    }
+
+    private let state = Mutex(State())
+
+    func open(direction: ConnectionDirection, address: String, close: @escaping @Sendable () async -> Void) -> Int {
+        state.withLock { s in
+            let id = s.nextID
+            s.nextID += 1
+            s.records[id] = Record(
+                snapshot: PeerSnapshot(
+                    siteID: nil, name: "", address: address, state: "handshaking", direction: direction,
+                    rttMillis: nil, bytesIn: 0, bytesOut: 0, lastError: nil, subscriptions: []),
+                close: close)
+            return id
+        }
+    }
+
+    func remove(_ id: Int) {
+        _ = state.withLock { $0.records.removeValue(forKey: id) }
+    }
+
+    func update(_ id: Int, _ body: (inout PeerSnapshot) -> Void) {
+        state.withLock { s in
+            if s.records[id] != nil { body(&s.records[id]!.snapshot) }
+        }
+    }
+
+    /// Marks `id` established with `site`. When another session with the same
+    /// site exists, the one dialed by the smaller site ID stays: returns whether
+    /// `id` is that one, and the closer of the session that must go, if it is not `id`.
+    func establish(_ id: Int, site: SiteID, localSite: SiteID) -> (keep: Bool, evict: (@Sendable () async -> Void)?) {
+        state.withLock { s in
+            guard var record = s.records[id] else { return (false, nil) }
+            func dialer(_ r: PeerSnapshot) -> SiteID { r.direction == .outbound ? localSite : site }
+            let rival = s.records.first { $0.key != id && $0.value.snapshot.siteID == site && $0.value.snapshot.state == "connected" }
+            if let rival {
+                let mine = dialer(record.snapshot), theirs = dialer(rival.value.snapshot)
+                let thisWins = mine < theirs || (mine == theirs && id < rival.key)
+                if !thisWins { return (false, nil) }
+                s.records[rival.key]?.snapshot.state = "disconnected"
+            }
+            record.snapshot.siteID = site
+            record.snapshot.state = "connected"
+            s.records[id] = record
+            return (true, rival?.value.close)
+        }
+    }
+
+    func isConnected(site: SiteID) -> Bool {
+        state.withLock { s in s.records.values.contains { $0.snapshot.siteID == site && $0.snapshot.state == "connected" } }
+    }
+
+    func setDialTarget(_ address: String, state newState: String, error: String? = nil) {
+        state.withLock { s in
+            var snapshot = s.dialTargets[address] ?? PeerSnapshot(
+                siteID: nil, name: "", address: address, state: newState, direction: .outbound, rttMillis: nil,
+                bytesIn: 0, bytesOut: 0, lastError: nil, subscriptions: [])
+            snapshot.state = newState
+            if let error { snapshot.lastError = error }
+            s.dialTargets[address] = snapshot
+        }
+    }
+
+    func removeDialTarget(_ address: String) {
+        _ = state.withLock { $0.dialTargets.removeValue(forKey: address) }
+    }
+
+    /// Live sessions, then dial targets with no live outbound session.
+    func snapshots() -> [PeerSnapshot] {
+        state.withLock { s in
+            let live = s.records.sorted { $0.key < $1.key }.map(\.value.snapshot)
+            let liveAddresses = Set(live.filter { $0.direction == .outbound }.map(\.address))
+            let idle = s.dialTargets.values.filter { !liveAddresses.contains($0.address) }.sorted { $0.address < $1.address }
+            return live + idle
+        }
+    }
+}

@@ -1,0 +1,382 @@
+import ShoalCRDT
+import ShoalStore
+import ShoalWire
+import Logging
+import NIOCore
+import Synchronization
+import Foundation
+
+/// One connection's life: handshake, then sync (or admin) until either side closes.
+///
+/// Concurrency, per sync session (one child task each, all ended together):
+/// - the parent reads inbound frames and acts on them in order;
+/// - `stream` sends the change log to the peer, batch by batch, as far as the
+///   peer's subscriptions and the in-flight window allow, then waits for a wake-up;
+/// - `forwardChanges` turns the store's change-log growth into wake-ups;
+/// - `keepalive` pings and closes a connection that has gone silent.
+struct PeerSession: Sendable {
+    let engine: SyncEngine
+    let recordID: Int
+    let transport: any SessionTransport
+    let direction: ConnectionDirection
+    let remoteAddress: String
+    let admin: (any AdminRequestHandler)?
+    let shared = SessionShared()
+
+    var codec: MessageCodec { MessageCodec(limits: engine.configuration.limits) }
+    var logger: Logger { engine.logger }
+
+    init(
+        engine: SyncEngine, recordID: Int, transport: any SessionTransport, direction: ConnectionDirection,
+        remoteAddress: String, admin: (any AdminRequestHandler)?
+    ) {
+        self.engine = engine
+        self.recordID = recordID
+        self.transport = transport
+        self.direction = direction
+        self.remoteAddress = remoteAddress
+        self.admin = admin
+    }
+
+    func send(_ message: WireMessage) async throws {
+        let frame = codec.encode(message)
+        engine.registry.update(recordID) { $0.bytesOut += UInt64(frame.wireSize) }
+        try await transport.write(frame)
+    }
+
+    /// Tells the peer why, then ends the session with that error.
+    func reject(_ error: SyncError) async -> SyncError {
+        if !error.fromPeer {
+            try? await send(.fatal(error.code, error.message))
+        }
+        engine.registry.update(recordID) { $0.lastError = error.description }
+        return error
+    }
+
+    func receive<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws -> WireMessage? where I.Element == Frame {
+        let frame: Frame?
+        do {
+            frame = try await iterator.next()
+        } catch let error as WireError {
+            throw await reject(SyncError(error.protocolCode, error.message))
+        }
+        guard let frame else { return nil }
+        shared.touch()
+        engine.registry.update(recordID) { $0.bytesIn += UInt64(frame.wireSize) }
+        do {
+            return try codec.decode(frame)
+        } catch {
+            throw await reject(SyncError(error.protocolCode, error.message))
+        }
+    }
+
+    func run<Inbound: AsyncSequence & Sendable>(inbound: Inbound) async throws -> PeerIdentity?
+    where Inbound.Element == Frame {
+        var iterator = inbound.makeAsyncIterator()
+        let configuration = engine.configuration
+        var handshake = HandshakeStateMachine(
+            configuration: .init(
+                siteID: engine.siteID, nodeName: configuration.nodeName, meshName: configuration.meshName,
+                meshKey: configuration.meshKey, role: .peer, listenAddress: configuration.listenAddress))
+        let identity: PeerIdentity? = try await withThrowingTaskGroup(of: Void.self) { group in
+            // The watchdog closes the connection if the handshake stalls, which ends the read below.
+            group.addTask { [transport] in
+                try await Task.sleep(for: configuration.handshakeTimeout)
+                await transport.close()
+            }
+            defer { group.cancelAll() }
+            var pending = handshake.start()
+            while true {
+                for action in pending {
+                    switch action {
+                    case .send(let message): try await send(message)
+                    case .established(let identity): return identity
+                    case .fail(let error): throw await reject(error)
+                    }
+                }
+                guard let message = try await receive(&iterator) else { return nil }
+                pending = handshake.receive(message)
+            }
+        }
+        guard let identity else {
+            logger.debug("connection closed during the handshake", metadata: ["shoal.peer.address": "\(remoteAddress)"])
+            return nil
+        }
+        engine.registry.update(recordID) {
+            $0.name = identity.name
+            $0.siteID = identity.siteID
+        }
+        if identity.role == .admin {
+            engine.registry.update(recordID) { $0.state = "admin" }
+            try await serveAdmin(&iterator)
+            return identity
+        }
+        let (keep, evict) = engine.registry.establish(recordID, site: identity.siteID, localSite: engine.siteID)
+        guard keep else {
+            throw await reject(
+                SyncError(.duplicateSession, "a session with site \(identity.siteID) already exists; keeping that one"))
+        }
+        if let evict { await evict() }
+        logger.info(
+            "peer connected",
+            metadata: [
+                "shoal.peer.site": "\(identity.siteID)", "shoal.peer.name": "\(identity.name)",
+                "shoal.peer.address": "\(remoteAddress)", "shoal.peer.direction": "\(direction.rawValue)",
+            ])
+        defer {
+            logger.info("peer disconnected", metadata: ["shoal.peer.site": "\(identity.siteID)"])
+        }
+        try await runSync(peer: identity, iterator: &iterator)
+        return identity
+    }
+
+    // MARK: Admin
+
+    func serveAdmin<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws where I.Element == Frame {
+        while let message = try await receive(&iterator) {
+            switch message {
+            case .adminRequest(let request):
+                guard let admin else {
+                    throw await reject(SyncError(.protocolViolation, "this endpoint does not take admin requests"))
+                }
+                try await send(.adminResponse(await admin.handle(request)))
+            case .ping(let ping):
+                try await send(.pong(ping))
+            case .error(let error):
+                throw SyncError(error.code, error.message, fromPeer: true)
+            default:
+                throw await reject(SyncError(.protocolViolation, "unexpected \(message.type) frame from an admin client"))
+            }
+        }
+    }
+
+    // MARK: Sync
+
+    func runSync<I: AsyncIteratorProtocol>(peer: PeerIdentity, iterator: inout I) async throws where I.Element == Frame {
+        let (wake, wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let mySubscriptions = engine.subscriptions
+        let myKey = mySubscriptions.key
+        let resumeAfter = try await engine.store.cursor(peer: peer.siteID, subscriptionKey: myKey)
+        var subscribe = Shoal_V1_Subscribe()
+        subscribe.resumeAfter = resumeAfter
+        subscribe.subscriptions = mySubscriptions.entries.map { entry in
+            var s = Shoal_V1_Subscription()
+            s.id = entry.id
+            s.query = entry.query
+            s.argumentsJson = entry.arguments.isEmpty ? "" : Value.object(entry.arguments).canonicalJSON
+            return s
+        }
+        try await send(.subscribe(subscribe))
+
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            defer {
+                wakeContinuation.finish()
+                group.cancelAll()
+            }
+            group.addTask { [engine] in
+                for await _ in engine.store.changeLogUpdates() { wakeContinuation.yield() }
+            }
+            group.addTask { try await stream(wake: wake) }
+            group.addTask { try await keepalive() }
+            while let message = try await receive(&iterator) {
+                switch message {
+                case .subscribe(let request):
+                    var set = SubscriptionSet()
+                    for s in request.subscriptions {
+                        do {
+                            let arguments: [String: Value]
+                            if s.argumentsJson.isEmpty {
+                                arguments = [:]
+                            } else if case .object(let object) = try JSON.parse(s.argumentsJson) {
+                                arguments = object
+                            } else {
+                                throw StoreError(.invalidQuery, "subscription arguments must be a JSON object")
+                            }
+                            try set.add(query: s.query, arguments: arguments)
+                        } catch {
+                            throw await reject(SyncError(.invalidQuery, "subscription '\(s.query)' rejected: \(error)"))
+                        }
+                    }
+                    shared.resubscribe(set, resumeAfter: request.resumeAfter)
+                    engine.registry.update(recordID) { $0.subscriptions = set.entries }
+                    wakeContinuation.yield()
+                case .deltaBatch(let batch):
+                    let transactions: [RemoteTransaction]
+                    do throws(SyncError) {
+                        transactions = try Self.transactions(from: batch)
+                    } catch {
+                        throw await reject(error)
+                    }
+                    do {
+                        let outcome = try await engine.store.applyRemote(
+                            transactions, from: peer.siteID, subscriptionKey: myKey, through: batch.throughSequence)
+                        if outcome.applied > 0 {
+                            logger.debug(
+                                "applied batch",
+                                metadata: [
+                                    "shoal.peer.site": "\(peer.siteID)", "shoal.sync.applied": "\(outcome.applied)",
+                                    "shoal.sync.through": "\(batch.throughSequence)",
+                                ])
+                        }
+                    } catch {
+                        throw await reject(SyncError(.executionFailed, "could not apply a batch: \(error)"))
+                    }
+                    var ack = Shoal_V1_Ack()
+                    ack.throughSequence = batch.throughSequence
+                    try await send(.ack(ack))
+                case .ack:
+                    shared.acknowledged()
+                    wakeContinuation.yield()
+                case .ping(let ping):
+                    try await send(.pong(ping))
+                case .pong(let pong):
+                    let micros = shared.micros() - pong.sentAtMicros
+                    engine.registry.update(recordID) { $0.rttMillis = Double(micros) / 1000 }
+                case .error(let error):
+                    throw SyncError(error.code, error.message, fromPeer: true)
+                case .hello, .proof, .adminRequest, .adminResponse:
+                    throw await reject(SyncError(.protocolViolation, "unexpected \(message.type) frame in an established session"))
+                }
+            }
+        }
+    }
+
+    /// Checks a received batch and turns it into store transactions.
+    static func transactions(from batch: Shoal_V1_DeltaBatch) throws(SyncError) -> [RemoteTransaction] {
+        try batch.transactions.map { t throws(SyncError) in
+            guard t.originSite != 0 else {
+                throw SyncError(.protocolViolation, "DeltaBatch: a transaction has origin site 0")
+            }
+            let id = TransactionID(origin: SiteID(t.originSite), sequence: t.originSequence)
+            let deltas = try t.deltas.map { d throws(SyncError) in
+                guard d.index < t.deltaCount else {
+                    throw SyncError(
+                        .protocolViolation,
+                        "DeltaBatch: transaction \(id) has delta index \(d.index) but only \(t.deltaCount) deltas")
+                }
+                guard let json = String(validating: d.valueJson, as: UTF8.self) else {
+                    throw SyncError(.protocolViolation, "DeltaBatch: transaction \(id) has a value that is not UTF-8")
+                }
+                return Delta(
+                    collection: d.collection, documentID: d.documentID, field: d.field, valueJSON: json,
+                    timestamp: HybridTimestamp(rawValue: d.timestamp), transaction: id, index: d.index,
+                    count: t.deltaCount)
+            }
+            return RemoteTransaction(id: id, count: t.deltaCount, deltas: deltas)
+        }
+    }
+
+    /// Groups log entries into the batch message, one group per run of a transaction.
+    static func batch(from page: ChangeLogPage) -> Shoal_V1_DeltaBatch {
+        var batch = Shoal_V1_DeltaBatch()
+        batch.throughSequence = page.through
+        for entry in page.entries {
+            let d = entry.delta
+            if batch.transactions.last?.originSite != d.transaction.origin.rawValue
+                || batch.transactions.last?.originSequence != d.transaction.sequence
+            {
+                var t = Shoal_V1_TransactionDeltas()
+                t.originSite = d.transaction.origin.rawValue
+                t.originSequence = d.transaction.sequence
+                t.deltaCount = d.count
+                batch.transactions.append(t)
+            }
+            var wire = Shoal_V1_Delta()
+            wire.collection = d.collection
+            wire.documentID = d.documentID
+            wire.field = d.field
+            wire.valueJson = Data(d.valueJSON.utf8)
+            wire.timestamp = d.timestamp.rawValue
+            wire.index = d.index
+            batch.transactions[batch.transactions.count - 1].deltas.append(wire)
+        }
+        return batch
+    }
+
+    func stream(wake: AsyncStream<Void>) async throws {
+        var wakeups = wake.makeAsyncIterator()
+        let configuration = engine.configuration
+        var generation = -1
+        var sentThrough: UInt64 = 0
+        while !Task.isCancelled {
+            let now = shared.snapshot()
+            if now.generation != generation {
+                generation = now.generation
+                sentThrough = now.resumeAfter
+            }
+            if let subscriptions = now.subscriptions, !subscriptions.isEmpty,
+                now.inFlight < configuration.maximumBatchesInFlight
+            {
+                let page = try await engine.store.changes(
+                    after: sentThrough, limit: configuration.batchSize, subscriptions: subscriptions)
+                if page.through > sentThrough {
+                    shared.sent()
+                    try await send(.deltaBatch(Self.batch(from: page)))
+                    sentThrough = page.through
+                    continue
+                }
+            }
+            guard await wakeups.next() != nil else { return }
+        }
+    }
+
+    func keepalive() async throws {
+        let configuration = engine.configuration
+        var nonce: UInt64 = 0
+        while true {
+            try await Task.sleep(for: configuration.keepaliveInterval)
+            if shared.idle(longerThan: configuration.idleTimeout) {
+                logger.warning(
+                    "closing a silent connection",
+                    metadata: ["shoal.peer.address": "\(remoteAddress)", "shoal.sync.idle": "\(configuration.idleTimeout)"])
+                engine.registry.update(recordID) { $0.lastError = "no frame for \(configuration.idleTimeout)" }
+                await transport.close()
+                return
+            }
+            nonce += 1
+            var ping = Shoal_V1_Ping()
+            ping.nonce = nonce
+            ping.sentAtMicros = shared.micros()
+            try await send(.ping(ping))
+        }
+    }
+}
+
+/// State the tasks of one session share, behind a lock.
+final class SessionShared: Sendable {
+    struct Snapshot {
+        var subscriptions: SubscriptionSet?
+        var resumeAfter: UInt64
+        var generation: Int
+        var inFlight: Int
+    }
+
+    private let state = Mutex(Snapshot(subscriptions: nil, resumeAfter: 0, generation: 0, inFlight: 0))
+    private let lastInbound = Mutex(ContinuousClock.now)
+    private let start = ContinuousClock.now
+
+    func snapshot() -> Snapshot { state.withLock { $0 } }
+
+    func resubscribe(_ set: SubscriptionSet, resumeAfter: UInt64) {
+        state.withLock { s in
+            s.subscriptions = set
+            s.resumeAfter = resumeAfter
+            s.generation += 1
+            s.inFlight = 0
+        }
+    }
+
+    func sent() { state.withLock { $0.inFlight += 1 } }
+    func acknowledged() { state.withLock { $0.inFlight = max(0, $0.inFlight - 1) } }
+
+    func touch() { lastInbound.withLock { $0 = .now } }
+
+    func idle(longerThan limit: Duration) -> Bool {
+        lastInbound.withLock { ContinuousClock.now - $0 > limit }
+    }
+
+    func micros() -> UInt64 {
+        let d = ContinuousClock.now - start
+        return UInt64(d.components.seconds) * 1_000_000 + UInt64(d.components.attoseconds / 1_000_000_000_000)
+    }
+}

@@ -1,0 +1,22 @@
+public import ShoalWire
+
+/// The outbound half of a connection, as the sync layer sees it.
+///
+/// `write` may be called from several tasks of one session at once; each frame
+/// goes out whole. `close` ends the connection in both directions, which ends the
+/// session's inbound sequence too: that is how timeouts interrupt a waiting read.
+public protocol SessionTransport: Sendable {
+    func write(_ frame: Frame) async throws
+    func close() async
+}
+
+/// Which side opened the connection.
+public enum ConnectionDirection: String, Sendable, Hashable {
+    case inbound
+    case outbound
+}
+
+/// Answers the CLI's admin requests; the node supplies it.
+public protocol AdminRequestHandler: Sendable {
+    func handle(_ request: Shoal_V1_AdminRequest) async -> Shoal_V1_AdminResponse
+}

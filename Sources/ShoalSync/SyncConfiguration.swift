@@ -1,0 +1,38 @@
+public import ShoalWire
+
+/// How a node syncs: its identity in the mesh, limits and timings.
+public struct SyncConfiguration: Sendable {
+    public var nodeName: String
+    public var meshName: String
+    public var meshKey: [UInt8]?
+    /// Where this node accepts connections, told to peers in Hello.
+    public var listenAddress: String
+    public var limits: WireLimits
+    /// How often an idle session sends a Ping.
+    public var keepaliveInterval: Duration
+    /// A session that receives nothing for this long is closed as dead.
+    public var idleTimeout: Duration
+    /// How long the handshake may take.
+    public var handshakeTimeout: Duration
+    /// Change-log rows read per delta batch (a batch never splits a transaction).
+    public var batchSize: Int
+    /// Batches sent and not yet acknowledged before the sender waits.
+    public var maximumBatchesInFlight: Int
+
+    public init(
+        nodeName: String, meshName: String = "default", meshKey: [UInt8]? = nil, listenAddress: String = "",
+        limits: WireLimits = .default, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
+        handshakeTimeout: Duration = .seconds(10), batchSize: Int = 512, maximumBatchesInFlight: Int = 4
+    ) {
+        self.nodeName = nodeName
+        self.meshName = meshName
+        self.meshKey = meshKey
+        self.listenAddress = listenAddress
+        self.limits = limits
+        self.keepaliveInterval = keepaliveInterval
+        self.idleTimeout = idleTimeout
+        self.handshakeTimeout = handshakeTimeout
+        self.batchSize = batchSize
+        self.maximumBatchesInFlight = maximumBatchesInFlight
+    }
+}

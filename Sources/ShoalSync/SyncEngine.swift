@@ -1,0 +1,69 @@
+public import ShoalCRDT
+public import ShoalStore
+public import ShoalWire
+public import Logging
+import Synchronization
+
+/// Runs a node's sessions: the handshake on every connection, then either the
+/// sync protocol (peers) or admin requests (the CLI).
+///
+/// The engine knows nothing of sockets: a connection is an inbound sequence of
+/// frames and a `SessionTransport`. The node hands it TCP connections; tests hand
+/// it in-memory pairs.
+public final class SyncEngine: Sendable {
+    public let store: DocumentStore
+    public let configuration: SyncConfiguration
+    let logger: Logger
+    let registry = PeerRegistry()
+    private let localSubscriptions = Mutex(SubscriptionSet())
+
+    public init(store: DocumentStore, configuration: SyncConfiguration, logger: Logger = Logger(label: "shoal.sync")) {
+        self.store = store
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    public var siteID: SiteID { store.siteID }
+
+    /// Adds a sync subscription: peers connected from now on stream what it matches.
+    @discardableResult
+    public func subscribe(_ query: String, arguments: [String: Value] = [:]) throws(StoreError) -> SubscriptionSet.Entry {
+        var set = localSubscriptions.withLock { $0 }
+        let entry = try set.add(query: query, arguments: arguments)
+        localSubscriptions.withLock { $0 = set }
+        return entry
+    }
+
+    /// This node's own subscriptions.
+    public var subscriptions: SubscriptionSet { localSubscriptions.withLock { $0 } }
+
+    /// Every session and dial target, for status.
+    public func peers() -> [PeerSnapshot] { registry.snapshots() }
+
+    /// Whether a session with `site` is established now.
+    public func isConnected(to site: SiteID) -> Bool { registry.isConnected(site: site) }
+
+    /// Records the state of an address the node dials, for status.
+    public func noteDialTarget(_ address: String, state: String, error: String? = nil) {
+        registry.setDialTarget(address, state: state, error: error)
+    }
+
+    public func forgetDialTarget(_ address: String) { registry.removeDialTarget(address) }
+
+    /// Runs one connection to its end: handshake, then the session.
+    ///
+    /// Returns the peer's identity when the session ended normally (the peer
+    /// closed); throws `SyncError` when either side rejected the other.
+    @discardableResult
+    public func serve<Inbound: AsyncSequence & Sendable>(
+        inbound: Inbound, transport: some SessionTransport, direction: ConnectionDirection, remoteAddress: String,
+        admin: (any AdminRequestHandler)? = nil
+    ) async throws -> PeerIdentity? where Inbound.Element == Frame {
+        let id = registry.open(direction: direction, address: remoteAddress, close: { await transport.close() })
+        defer { registry.remove(id) }
+        let session = PeerSession(
+            engine: self, recordID: id, transport: transport, direction: direction, remoteAddress: remoteAddress,
+            admin: admin)
+        return try await session.run(inbound: inbound)
+    }
+}

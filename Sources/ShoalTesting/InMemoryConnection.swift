@@ -1,0 +1,44 @@
+public import ShoalSync
+public import ShoalWire
+
+/// Two ends of an in-process connection that carries frames, for tests that run
+/// whole sessions without sockets.
+///
+/// Closing either end ends the inbound sequence of both, as a TCP close would.
+public struct InMemoryConnection: Sendable {
+    public struct End: Sendable {
+        public let inbound: AsyncStream<Frame>
+        public let transport: Transport
+    }
+
+    public final class Transport: SessionTransport {
+        let outgoing: AsyncStream<Frame>.Continuation
+        let incoming: AsyncStream<Frame>.Continuation
+
+        init(outgoing: AsyncStream<Frame>.Continuation, incoming: AsyncStream<Frame>.Continuation) {
+            self.outgoing = outgoing
+            self.incoming = incoming
+        }
+
+        public func write(_ frame: Frame) async throws {
+            if case .terminated = outgoing.yield(frame) {
+                throw CancellationError()
+            }
+        }
+
+        public func close() async {
+            outgoing.finish()
+            incoming.finish()
+        }
+    }
+
+    public let a: End
+    public let b: End
+
+    public init() {
+        let (toB, toBContinuation) = AsyncStream.makeStream(of: Frame.self)
+        let (toA, toAContinuation) = AsyncStream.makeStream(of: Frame.self)
+        a = End(inbound: toA, transport: Transport(outgoing: toBContinuation, incoming: toAContinuation))
+        b = End(inbound: toB, transport: Transport(outgoing: toAContinuation, incoming: toBContinuation))
+    }
+}

@@ -1,0 +1,82 @@
+public import NIOCore
+import CompressNIO
+import SwiftProtobuf
+
+/// Turns messages into frames and back, compressing large payloads.
+///
+/// Compression is per frame: a payload of at least `compressionThreshold` bytes
+/// is deflated (zlib) when that makes it smaller, and the compressed bit set. On
+/// receipt the inflated size is capped at `maximumInflatedSize`, so a small frame
+/// cannot expand into an unbounded allocation.
+public struct MessageCodec: Sendable {
+    public var limits: WireLimits
+
+    public init(limits: WireLimits = .default) {
+        self.limits = limits
+    }
+
+    public func encode(_ message: WireMessage, allocator: ByteBufferAllocator = ByteBufferAllocator()) -> Frame {
+        let bytes: [UInt8]
+        do {
+            switch message {
+            case .hello(let m): bytes = try m.serializedBytes()
+            case .proof(let m): bytes = try m.serializedBytes()
+            case .error(let m): bytes = try m.serializedBytes()
+            case .ping(let m), .pong(let m): bytes = try m.serializedBytes()
+            case .subscribe(let m): bytes = try m.serializedBytes()
+            case .deltaBatch(let m): bytes = try m.serializedBytes()
+            case .ack(let m): bytes = try m.serializedBytes()
+            case .adminRequest(let m): bytes = try m.serializedBytes()
+            case .adminResponse(let m): bytes = try m.serializedBytes()
+            }
+        } catch {
+            // Serialization fails only for messages missing required fields, which proto3 has none of.
+            preconditionFailure("protobuf serialization failed: \(error)")
+        }
+        var payload = allocator.buffer(bytes: bytes)
+        if bytes.count >= limits.compressionThreshold,
+            let compressed = try? payload.compress(with: .zlib(), allocator: allocator),
+            compressed.readableBytes < bytes.count
+        {
+            return Frame(type: message.type, flags: .compressed, payload: compressed)
+        }
+        payload = allocator.buffer(bytes: bytes)
+        return Frame(type: message.type, payload: payload)
+    }
+
+    /// Decodes a frame's payload as the message its type names.
+    public func decode(_ frame: Frame) throws(WireError) -> WireMessage {
+        guard let type = MessageType(rawValue: frame.type) else {
+            throw WireError(.unknownMessageType, "unknown message type 0x\(hex(frame.type))")
+        }
+        var payload = frame.payload
+        if frame.flags.contains(.compressed) {
+            do {
+                payload = try payload.decompress(with: .zlib(), maxSize: limits.maximumInflatedSize)
+            } catch let error as CompressNIOError where error == .bufferOverflow {
+                throw WireError(
+                    .decompressionFailed,
+                    "\(type) frame inflates beyond the limit of \(limits.maximumInflatedSize) bytes")
+            } catch {
+                throw WireError(.decompressionFailed, "\(type) frame: compressed payload is corrupt (\(error))")
+            }
+        }
+        let bytes = payload.readableBytesView
+        do {
+            switch type {
+            case .hello: return .hello(try Shoal_V1_Hello(serializedBytes: Array(bytes)))
+            case .proof: return .proof(try Shoal_V1_Proof(serializedBytes: Array(bytes)))
+            case .error: return .error(try Shoal_V1_Error(serializedBytes: Array(bytes)))
+            case .ping: return .ping(try Shoal_V1_Ping(serializedBytes: Array(bytes)))
+            case .pong: return .pong(try Shoal_V1_Ping(serializedBytes: Array(bytes)))
+            case .subscribe: return .subscribe(try Shoal_V1_Subscribe(serializedBytes: Array(bytes)))
+            case .deltaBatch: return .deltaBatch(try Shoal_V1_DeltaBatch(serializedBytes: Array(bytes)))
+            case .ack: return .ack(try Shoal_V1_Ack(serializedBytes: Array(bytes)))
+            case .adminRequest: return .adminRequest(try Shoal_V1_AdminRequest(serializedBytes: Array(bytes)))
+            case .adminResponse: return .adminResponse(try Shoal_V1_AdminResponse(serializedBytes: Array(bytes)))
+            }
+        } catch {
+            throw WireError(.malformedPayload, "\(type) frame: payload is not a valid \(type) message (\(error))")
+        }
+    }
+}

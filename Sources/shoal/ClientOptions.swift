@@ -1,0 +1,41 @@
+import ArgumentParser
+import ShoalNode
+import Foundation
+
+/// Flags every command that talks to a running node shares.
+struct ClientOptions: ParsableArguments {
+    @Option(name: .long, help: "The node to talk to, HOST:PORT.")
+    var node: String = "127.0.0.1:\(HostAndPort.defaultPort)"
+
+    @Option(name: .long, help: "A file holding the mesh key, when the node has one.")
+    var meshKeyFile: String?
+
+    @Option(name: .long, help: "Seconds to wait for the node's answer.")
+    var timeout: Int = 30
+
+    func validate() throws {
+        do {
+            _ = try HostAndPort(parsing: node)
+        } catch {
+            throw ValidationError("--node: \(error.message)")
+        }
+        if timeout <= 0 { throw ValidationError("--timeout must be a positive number of seconds") }
+    }
+
+    func client() throws -> AdminClient {
+        let address = try HostAndPort(parsing: node)
+        let key = try meshKeyFile.map { path throws(NodeError) in try NodeConfiguration.readMeshKey(path: path) }
+        return AdminClient(node: address, meshKey: key, timeout: .seconds(timeout))
+    }
+}
+
+/// Prints `message` to standard error and exits with status 1.
+func fail(_ message: String) -> ExitCode {
+    printError("shoal: \(message)")
+    return ExitCode.failure
+}
+
+func printError(_ message: String) {
+    FileHandle.standardError.write(Data((message + "\n").utf8))
+}
+

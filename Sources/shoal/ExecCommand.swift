@@ -1,0 +1,68 @@
+import ArgumentParser
+import ShoalCRDT
+import ShoalNode
+import ShoalWire
+
+struct ExecCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "exec",
+        abstract: "Run DQL statements on a node, as one transaction.",
+        discussion: """
+            Several statements separated by ';' run as one read-write transaction; the \
+            output is the result of the last one. Example:
+              shoal exec "INSERT INTO cars DOCUMENTS ({'_id': 'a', 'color': 'blue'})"
+              shoal exec --args '{"c": "blue"}' --json "SELECT * FROM cars WHERE color = :c"
+            """
+    )
+
+    @OptionGroup var client: ClientOptions
+
+    @Option(name: .long, help: "Named arguments as a JSON object, used as :name in the statements.")
+    var args: String?
+
+    @Flag(name: .long, help: "Print one JSON object: items, mutatedDocumentIDs, transactionID.")
+    var json = false
+
+    @Argument(help: "One or more DQL statements separated by ';'.")
+    var statements: String
+
+    func validate() throws {
+        if let args {
+            guard case .object? = try? JSON.parse(args) else {
+                throw ValidationError("--args must be a JSON object, like '{\"id\": \"a\"}'")
+            }
+        }
+    }
+
+    func run() async throws {
+        let response: ExecResult
+        do {
+            let r = try await client.client().exec(statements, argumentsJSON: args ?? "")
+            response = ExecResult(items: r.itemsJson, mutated: r.mutatedDocumentIds, transaction: r.transactionID)
+        } catch let error as NodeError {
+            throw fail(error.message)
+        }
+        if json {
+            print(response.json)
+            return
+        }
+        for item in response.items { print(item) }
+        if !response.transaction.isEmpty {
+            print("mutated \(response.mutated.count) document(s) in transaction \(response.transaction)")
+        } else if response.items.isEmpty {
+            print("(no documents)")
+        }
+    }
+}
+
+struct ExecResult {
+    var items: [String]
+    var mutated: [String]
+    var transaction: String
+
+    /// `{"items": [...], "mutatedDocumentIDs": [...], "transactionID": "..." | null}`
+    var json: String {
+        let transactionJSON = transaction.isEmpty ? "null" : Value.string(transaction).canonicalJSON
+        return "{\"items\":[\(items.joined(separator: ","))],\"mutatedDocumentIDs\":[\(mutated.joined(separator: ","))],\"transactionID\":\(transactionJSON)}"
+    }
+}
