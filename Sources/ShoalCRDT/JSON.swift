@@ -274,7 +274,12 @@ public enum JSON {
                 }
                 return n
             }
+            let integerStart = index
             if digits(&self) == 0 { throw error("expected digits") }
+            if index - integerStart > 1, bytes[integerStart] == UInt8(ascii: "0") {
+                index = integerStart + 1
+                throw error("a number may not start with 0")
+            }
             if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
                 isInteger = false
                 index += 1

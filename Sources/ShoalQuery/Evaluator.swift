@@ -10,7 +10,9 @@ public enum Evaluator {
     static let functionArity: [String: Int] = ["deserialize_json": 1]
 
     /// The value of `e` for `document`, or `nil` when it is MISSING.
-    public static func evaluate(_ e: Expression, document: Value, arguments: [String: Value]) throws(QueryError) -> Value? {
+    public static func evaluate(_ e: Expression, document: Value, arguments: [String: Value]) throws(QueryError)
+        -> Value?
+    {
         func eval(_ e: Expression) throws(QueryError) -> Value? {
             try evaluate(e, document: document, arguments: arguments)
         }
@@ -51,7 +53,8 @@ public enum Evaluator {
             if try eval(l) == .bool(true) { return .bool(true) }
             return .bool(try eval(r) == .bool(true))
         case .binary(let op, let l, let r):
-            let left = try eval(l), right = try eval(r)
+            let left = try eval(l)
+            let right = try eval(r)
             switch op {
             case .equal, .notEqual, .less, .lessOrEqual, .greater, .greaterOrEqual:
                 guard let left, let right else { return .bool(false) }
@@ -69,7 +72,9 @@ public enum Evaluator {
 
     /// Whether `document` satisfies `predicate`: a missing predicate matches everything,
     /// otherwise only `true` matches.
-    public static func matches(_ predicate: Expression?, document: Value, arguments: [String: Value]) throws(QueryError) -> Bool {
+    public static func matches(_ predicate: Expression?, document: Value, arguments: [String: Value]) throws(QueryError)
+        -> Bool
+    {
         guard let predicate else { return true }
         return try evaluate(predicate, document: document, arguments: arguments) == .bool(true)
     }

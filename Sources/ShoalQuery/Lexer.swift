@@ -115,13 +115,15 @@ public struct Lexer {
         if let c = peek(), Self.isNameContinuation(c) {
             _ = readWhile(Self.isNameContinuation)
             let word = String(chars[start.offset..<index])
-            throw error("invalid number '\(word)': names cannot start with a digit (quote them with backticks)", at: start)
+            throw error(
+                "invalid number '\(word)': names cannot start with a digit (quote them with backticks)", at: start)
         }
         let literal = String(chars[start.offset..<index])
         if isInteger {
             guard let value = Int64(literal) else {
                 throw error(
-                    "integer \(literal) does not fit in 64 bits (the largest is \(Int64.max)); write it with a decimal point for an approximate value",
+                    "integer \(literal) does not fit in 64 bits (the largest is \(Int64.max)); "
+                        + "write it with a decimal point for an approximate value",
                     at: start)
             }
             return .integer(value)
@@ -133,7 +135,9 @@ public struct Lexer {
     }
 
     /// A `'...'` string or `` `...` `` name, where a doubled quote stands for one.
-    private mutating func quoted(by quote: Character, what: String, from start: SourcePosition) throws(QueryError) -> String {
+    private mutating func quoted(by quote: Character, what: String, from start: SourcePosition) throws(QueryError)
+        -> String
+    {
         advance()
         var out = ""
         while true {
@@ -206,7 +210,8 @@ public struct Lexer {
         if (0xD800...0xDBFF).contains(code) {
             let low = position
             guard peek() == "\\", peek(1) == "u" else {
-                throw error("unpaired UTF-16 surrogate in \\u escape: follow it with a \\uDC00-\\uDFFF escape", at: escape)
+                throw error(
+                    "unpaired UTF-16 surrogate in \\u escape: follow it with a \\uDC00-\\uDFFF escape", at: escape)
             }
             advance()
             advance()

@@ -20,7 +20,8 @@ public enum Parser {
         let statements = try state.parseStatements()
         if statements.count > 1 {
             let second = statements[1].start
-            throw state.error("expected a single statement, found a second one starting with \(second)", at: second.position)
+            throw state.error(
+                "expected a single statement, found a second one starting with \(second)", at: second.position)
         }
         return statements[0].statement
     }
@@ -96,7 +97,8 @@ extension Parser {
 
         /// Whether `word` is within a small edit distance (with transpositions) of `keyword`.
         static func isTypo(_ word: String, of keyword: String) -> Bool {
-            let a = Array(word), b = Array(keyword)
+            let a = Array(word)
+            let b = Array(keyword)
             guard a != b, abs(a.count - b.count) <= 2 else { return false }
             var d = [[Int]](repeating: [Int](repeating: 0, count: b.count + 1), count: a.count + 1)
             for i in 0...a.count { d[i][0] = i }
@@ -139,7 +141,8 @@ extension Parser {
             case .insert: return .insert(try parseInsert())
             case .update: return .update(try parseUpdate())
             default:
-                throw unexpected("SELECT, INSERT or UPDATE at the start of a statement", suggesting: [.select, .insert, .update])
+                throw unexpected(
+                    "SELECT, INSERT or UPDATE at the start of a statement", suggesting: [.select, .insert, .update])
             }
         }
 
@@ -160,13 +163,15 @@ extension Parser {
                         name = "$\(projection.count + 1)"
                     }
                     if projection.contains(where: { $0.name == name }) {
-                        throw error("duplicate column name '\(name)': give one of the columns another name with AS", at: start)
+                        throw error(
+                            "duplicate column name '\(name)': give one of the columns another name with AS", at: start)
                     }
                     projection.append(Projection(expression: expression, name: name))
                 } while accept(.comma)
             }
             try expect(.from, "after the projection")
-            var select = SelectStatement(collection: try parseName("a collection name after FROM"), projection: projection)
+            var select = SelectStatement(
+                collection: try parseName("a collection name after FROM"), projection: projection)
             var last = -1
             if accept(.where) {
                 last = 0
@@ -207,7 +212,8 @@ extension Parser {
                 guard accept(.leftParen) else {
                     throw unexpected(
                         "'(' before the document",
-                        hint: current.is(.leftBrace) ? "wrap each document in parentheses, as in DOCUMENTS ({...})" : nil)
+                        hint: current.is(.leftBrace)
+                            ? "wrap each document in parentheses, as in DOCUMENTS ({...})" : nil)
                 }
                 documents.append(try parseExpression())
                 try expect(.rightParen, "to close the document opened at \(open.position)")
@@ -250,9 +256,12 @@ extension Parser {
                 if path[0] == "_id" {
                     throw error("cannot assign to '\(shown)': the _id of a document never changes", at: position)
                 }
-                if let other = update.assignments.first(where: { $0.path.starts(with: path) || path.starts(with: $0.path) }) {
+                if let other = update.assignments.first(where: {
+                    $0.path.starts(with: path) || path.starts(with: $0.path)
+                }) {
                     let otherShown = other.path.joined(separator: ".")
-                    throw error("the assignment to '\(shown)' overlaps the earlier one to '\(otherShown)'", at: position)
+                    throw error(
+                        "the assignment to '\(shown)' overlaps the earlier one to '\(otherShown)'", at: position)
                 }
                 try expect(.equal, "after the field path '\(shown)'")
                 update.assignments.append(Assignment(path: path, value: try parseExpression(), position: position))
@@ -267,11 +276,14 @@ extension Parser {
         }
 
         /// Checks the statement ends here, explaining misplaced or unknown clauses.
-        mutating func finish(_ clauses: [Keyword], last: Int, after start: String, also: [String] = []) throws(QueryError) {
+        mutating func finish(_ clauses: [Keyword], last: Int, after start: String, also: [String] = [])
+            throws(QueryError)
+        {
             if atEnd || current.is(.semicolon) { return }
             func name(_ k: Keyword) -> String { k == .order ? "ORDER BY" : k == .on ? "ON ID CONFLICT" : k.rawValue }
             if let k = current.keyword, let i = clauses.firstIndex(of: k), i <= last {
-                let message = i == last ? "\(name(k)) can appear only once" : "\(name(k)) must come before \(name(clauses[last]))"
+                let message =
+                    i == last ? "\(name(k)) can appear only once" : "\(name(k)) must come before \(name(clauses[last]))"
                 throw error(message, at: current.position)
             }
             let remaining = Array(clauses[(last + 1)...])
@@ -404,7 +416,8 @@ extension Parser {
             nesting += 1
             if nesting > Parser.maximumNesting {
                 throw error(
-                    "expression nested too deeply (more than \(Parser.maximumNesting) levels of brackets or prefix operators)",
+                    "expression nested too deeply "
+                        + "(more than \(Parser.maximumNesting) levels of brackets or prefix operators)",
                     at: current.position)
             }
         }
@@ -417,7 +430,8 @@ extension Parser {
         func node(_ e: Expression, height: Int, at token: Token) throws(QueryError) -> Node {
             if height > Parser.maximumHeight {
                 throw error(
-                    "expression too complex (more than \(Parser.maximumHeight) levels of operators): split it up or pass values as parameters",
+                    "expression too complex (more than \(Parser.maximumHeight) levels of operators): "
+                        + "split it up or pass values as parameters",
                     at: token.position)
             }
             return Node(expression: e, height: height)
@@ -453,7 +467,8 @@ extension Parser {
             case .symbol(.leftBracket):
                 advance()
                 let items = try parseList(until: .rightBracket, what: "array element")
-                return try node(.array(items.map(\.expression)), height: 1 + (items.map(\.height).max() ?? 0), at: token)
+                return try node(
+                    .array(items.map(\.expression)), height: 1 + (items.map(\.height).max() ?? 0), at: token)
             case .symbol(.colon):
                 throw unexpected("an expression", hint: "write a parameter as :name, with no space after the colon")
             default:
@@ -486,11 +501,13 @@ extension Parser {
             let arguments = try parseList(until: .rightParen, what: "function argument")
             guard let arity = Evaluator.functionArity[name] else {
                 let known = Evaluator.functionArity.keys.sorted().joined(separator: ", ")
-                throw error("unknown function '\(token.text)': the available functions are \(known)", at: token.position)
+                throw error(
+                    "unknown function '\(token.text)': the available functions are \(known)", at: token.position)
             }
             if arguments.count != arity {
                 let given = arguments.count == 1 ? "1 was" : "\(arguments.count) were"
-                throw error("\(name) takes \(arity) argument\(arity == 1 ? "" : "s"), but \(given) given", at: token.position)
+                throw error(
+                    "\(name) takes \(arity) argument\(arity == 1 ? "" : "s"), but \(given) given", at: token.position)
             }
             let height = 1 + (arguments.map(\.height).max() ?? 0)
             return try node(.function(name, arguments.map(\.expression)), height: height, at: token)

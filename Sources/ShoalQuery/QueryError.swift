@@ -30,7 +30,8 @@ public struct QueryError: Error, Sendable, Hashable, CustomStringConvertible {
         let line = lines[position.line - 1]
         // Keep tabs so the caret lines up however the terminal expands them.
         let width = max(0, position.column - 1)
-        let indent = line.prefix(width).map { $0 == "\t" ? "\t" : " " }.joined()
+        let indent =
+            line.prefix(width).map { $0 == "\t" ? "\t" : " " }.joined()
             + String(repeating: " ", count: max(0, width - line.count))
         return "\(description)\n\(line)\n\(indent)^"
     }

@@ -1,5 +1,5 @@
-import Testing
 import ShoalQuery
+import Testing
 
 /// The kinds of every token of `text`, without the final `.end`.
 private func kinds(_ text: String) throws -> [Token.Kind] {
@@ -82,7 +82,10 @@ private func pos(_ offset: Int, _ line: Int, _ column: Int) -> SourcePosition {
 
     @Test func parametersAndColons() throws {
         #expect(try kinds(":name :_x1 :select") == [.parameter("name"), .parameter("_x1"), .parameter("select")])
-        #expect(try kinds("{\"a\": 1}") == [.symbol(.leftBrace), .string("a"), .symbol(.colon), .integer(1), .symbol(.rightBrace)])
+        #expect(
+            try kinds("{\"a\": 1}") == [
+                .symbol(.leftBrace), .string("a"), .symbol(.colon), .integer(1), .symbol(.rightBrace),
+            ])
         #expect(try kinds("::p") == [.symbol(.colon), .parameter("p")])
     }
 
@@ -110,7 +113,10 @@ private func pos(_ offset: Int, _ line: Int, _ column: Int) -> SourcePosition {
     @Test func positionsCountCharactersAcrossLines() throws {
         // "é" and the emoji are one Character each; "\r\n" is a single Character too.
         let tokens = try Lexer.tokenize("é 'x😀' y\r\n  'a'\n\t:p")
-        #expect(tokens.map(\.kind) == [.identifier("é"), .string("x😀"), .identifier("y"), .string("a"), .parameter("p"), .end])
+        #expect(
+            tokens.map(\.kind) == [
+                .identifier("é"), .string("x😀"), .identifier("y"), .string("a"), .parameter("p"), .end,
+            ])
         #expect(
             tokens.map(\.position) == [
                 pos(0, 1, 1), pos(2, 1, 3), pos(7, 1, 8), pos(11, 2, 3), pos(16, 3, 2), pos(18, 3, 4),

@@ -1,0 +1,69 @@
+import ShoalCRDT
+import Synchronization
+import Testing
+
+@Suite struct RegisterTests {
+    static let a = SiteID(1), b = SiteID(2)
+
+    /// Merging any permutation of writes into a register ends at the same winner.
+    @Test func mergeIsOrderIndependent() {
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<500 {
+            let writes = (0..<6).map { _ in
+                RegisterVersion(
+                    timestamp: HybridTimestamp(milliseconds: UInt64.random(in: 1...4, using: &rng), counter: UInt16.random(in: 0...2, using: &rng)),
+                    site: SiteID(UInt64.random(in: 1...3, using: &rng)))
+            }
+            func merge(_ order: [RegisterVersion]) -> RegisterVersion? {
+                var current: RegisterVersion?
+                for w in order where Register.incomingWins(w, over: current) { current = w }
+                return current
+            }
+            let expected = merge(writes)
+            #expect(merge(writes.shuffled(using: &rng)) == expected)
+            #expect(merge(writes + writes.shuffled(using: &rng)) == expected, "duplicates change nothing")
+            #expect(expected == writes.max())
+        }
+    }
+
+    @Test func siteBreaksTimestampTies() {
+        let ts = HybridTimestamp(milliseconds: 10, counter: 0)
+        #expect(Register.incomingWins(RegisterVersion(timestamp: ts, site: Self.b), over: RegisterVersion(timestamp: ts, site: Self.a)))
+        #expect(!Register.incomingWins(RegisterVersion(timestamp: ts, site: Self.a), over: RegisterVersion(timestamp: ts, site: Self.b)))
+        #expect(!Register.incomingWins(RegisterVersion(timestamp: ts, site: Self.a), over: RegisterVersion(timestamp: ts, site: Self.a)), "idempotent")
+        #expect(Register.incomingWins(RegisterVersion(timestamp: ts, site: Self.a), over: nil))
+    }
+
+    @Test func clockIsMonotonicAndObservesRemoteTime() {
+        let wall = WallClock(1000)
+        let clock = HybridLogicalClock(wallClock: { wall.value })
+        let t1 = clock.tick()
+        let t2 = clock.tick()
+        #expect(t1 < t2)
+        #expect(t2.milliseconds == 1000 && t2.counter == 1)
+        clock.observe(HybridTimestamp(milliseconds: 5000, counter: 7))
+        let t3 = clock.tick()
+        #expect(t3 > HybridTimestamp(milliseconds: 5000, counter: 7))
+        wall.value = 900  // the wall clock stepping back never makes time run backwards
+        #expect(clock.tick() > t3)
+    }
+
+    @Test func identifiersRoundTripThroughText() {
+        let site = SiteID(0x00ab_cdef_0123_4567)
+        #expect(site.description == "00abcdef01234567")
+        #expect(SiteID(hex: site.description) == site)
+        let txn = TransactionID(origin: site, sequence: 42)
+        #expect(TransactionID(txn.description) == txn)
+        #expect(TransactionID("nonsense") == nil)
+        #expect(SiteID(hex: "xyz") == nil)
+    }
+}
+
+final class WallClock: Sendable {
+    private let state: Mutex<UInt64>
+    init(_ value: UInt64) { state = Mutex(value) }
+    var value: UInt64 {
+        get { state.withLock { $0 } }
+        set { state.withLock { $0 = newValue } }
+    }
+}

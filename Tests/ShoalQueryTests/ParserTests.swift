@@ -1,0 +1,374 @@
+import ShoalCRDT
+import ShoalQuery
+import Testing
+
+// Small builders so the expected ASTs below stay readable.
+private func path(_ components: String...) -> Expression { .path(components) }
+private func lit(_ value: Value) -> Expression { .literal(value) }
+private func param(_ name: String) -> Expression { .parameter(name) }
+private func bin(_ op: BinaryOperator, _ l: Expression, _ r: Expression) -> Expression { .binary(op, l, r) }
+private func not(_ e: Expression) -> Expression { .unary(.not, e) }
+private func pos(_ offset: Int, _ line: Int, _ column: Int) -> SourcePosition {
+    SourcePosition(offset: offset, line: line, column: column)
+}
+
+private func select(
+    _ collection: String, _ projection: [Projection] = [], where whereClause: Expression? = nil,
+    orderBy: [OrderTerm] = [], limit: Expression? = nil, offset: Expression? = nil
+) -> Statement {
+    .select(
+        SelectStatement(
+            collection: collection, projection: projection, whereClause: whereClause, orderBy: orderBy, limit: limit,
+            offset: offset))
+}
+
+/// The WHERE clause of `SELECT * FROM c WHERE <text>`.
+private func condition(_ text: String) throws -> Expression? {
+    guard case .select(let s) = try Parser.parseStatement("SELECT * FROM c WHERE " + text) else { return nil }
+    return s.whereClause
+}
+
+@Suite struct ParserTests {
+    static let validQueries: [(String, Statement)] = [
+        ("SELECT * FROM books", select("books")),
+        ("select * from books;", select("books")),
+        (
+            "SELECT title, author.name AS writer, _id FROM books",
+            select(
+                "books",
+                [
+                    Projection(expression: path("title"), name: "title"),
+                    Projection(expression: path("author", "name"), name: "writer"),
+                    Projection(expression: path("_id"), name: "_id"),
+                ])
+        ),
+        (
+            "SELECT 1 + 2, a, 'x', :p AS `the p` FROM c",
+            select(
+                "c",
+                [
+                    Projection(expression: bin(.add, lit(1), lit(2)), name: "$1"),
+                    Projection(expression: path("a"), name: "a"),
+                    Projection(expression: lit("x"), name: "$3"),
+                    Projection(expression: param("p"), name: "the p"),
+                ])
+        ),
+        (
+            "SELECT * FROM c WHERE a = 1 AND b != 'x' ORDER BY a DESC, b ASC, c LIMIT 10 OFFSET :skip",
+            select(
+                "c", where: bin(.and, bin(.equal, path("a"), lit(1)), bin(.notEqual, path("b"), lit("x"))),
+                orderBy: [
+                    OrderTerm(expression: path("a"), descending: true),
+                    OrderTerm(expression: path("b"), descending: false),
+                    OrderTerm(expression: path("c"), descending: false),
+                ],
+                limit: lit(10), offset: param("skip"))
+        ),
+        ("SELECT * FROM c OFFSET 5", select("c", offset: lit(5))),
+        (
+            "SELECT * FROM `odd coll` WHERE `odd field`.x <> 2",
+            select("odd coll", where: bin(.notEqual, path("odd field", "x"), lit(2)))
+        ),
+        ("SELECT * FROM c WHERE _id == :id", select("c", where: bin(.equal, path("_id"), param("id")))),
+        (
+            "SELECT * FROM c WHERE a.limit.Order = TRUE",
+            select("c", where: bin(.equal, path("a", "limit", "Order"), lit(true)))
+        ),
+        (
+            "SELECT id, values, desc FROM documents ORDER BY desc DESC",
+            select(
+                "documents",
+                [
+                    Projection(expression: path("id"), name: "id"),
+                    Projection(expression: path("values"), name: "values"),
+                    Projection(expression: path("desc"), name: "desc"),
+                ], orderBy: [OrderTerm(expression: path("desc"), descending: true)])
+        ),
+        (
+            "SELECT * FROM c WHERE NOT a = 1 OR b < -2.5 AND c >= -3",
+            select(
+                "c",
+                where: bin(
+                    .or, not(bin(.equal, path("a"), lit(1))),
+                    bin(.and, bin(.less, path("b"), lit(-2.5)), bin(.greaterOrEqual, path("c"), lit(-3)))))
+        ),
+        (
+            "SELECT * FROM c WHERE a + b * c - d / e % f > 0",
+            select(
+                "c",
+                where: bin(
+                    .greater,
+                    bin(
+                        .subtract, bin(.add, path("a"), bin(.multiply, path("b"), path("c"))),
+                        bin(.remainder, bin(.divide, path("d"), path("e")), path("f"))),
+                    lit(0)))
+        ),
+        (
+            "SELECT * FROM c WHERE (a + b) * c <= -x",
+            select(
+                "c",
+                where: bin(
+                    .lessOrEqual, bin(.multiply, bin(.add, path("a"), path("b")), path("c")), .unary(.negate, path("x"))
+                ))
+        ),
+        (
+            "SELECT * FROM c WHERE - - 5 = 5 AND -(a) < 0 AND NOT NOT b",
+            select(
+                "c",
+                where: bin(
+                    .and,
+                    bin(.and, bin(.equal, lit(5), lit(5)), bin(.less, .unary(.negate, path("a")), lit(0))),
+                    not(not(path("b")))))
+        ),
+        (
+            "SELECT * FROM c WHERE Deserialize_JSON(s) = {\"k\": [1, null, :p], k2: {}, 'k3': []}",
+            select(
+                "c",
+                where: bin(
+                    .equal, .function("deserialize_json", [path("s")]),
+                    .object([
+                        ObjectEntry(key: "k", value: .array([lit(1), lit(nil), param("p")])),
+                        ObjectEntry(key: "k2", value: .object([])),
+                        ObjectEntry(key: "k3", value: .array([])),
+                    ])))
+        ),
+        (
+            "SELECT * FROM c WHERE a = {done:true, n:null, v:x.y, select: :p, `odd key`: 1}",
+            select(
+                "c",
+                where: bin(
+                    .equal, path("a"),
+                    .object([
+                        ObjectEntry(key: "done", value: lit(true)),
+                        ObjectEntry(key: "n", value: lit(nil)),
+                        ObjectEntry(key: "v", value: path("x", "y")),
+                        ObjectEntry(key: "select", value: param("p")),
+                        ObjectEntry(key: "odd key", value: lit(1)),
+                    ])))
+        ),
+        (
+            "SELECT * FROM c WHERE s = 'it''s' OR s = \"line\\nbreak\" -- a comment",
+            select(
+                "c", where: bin(.or, bin(.equal, path("s"), lit("it's")), bin(.equal, path("s"), lit("line\nbreak"))))
+        ),
+        (
+            "INSERT INTO c DOCUMENTS ({_id: 1, 'name': 'x'})",
+            .insert(
+                InsertStatement(
+                    collection: "c",
+                    documents: [
+                        .object([ObjectEntry(key: "_id", value: lit(1)), ObjectEntry(key: "name", value: lit("x"))])
+                    ]))
+        ),
+        (
+            "insert into c values (:doc), ({a: [1, 2.5, -3]}) on id conflict do update_local_diff",
+            .insert(
+                InsertStatement(
+                    collection: "c",
+                    documents: [
+                        param("doc"), .object([ObjectEntry(key: "a", value: .array([lit(1), lit(2.5), lit(-3)]))]),
+                    ],
+                    conflict: .doUpdateLocalDiff))
+        ),
+        (
+            "UPDATE c SET a = 1, b.c.d = a + 1, `x y` = 'z' WHERE _id = 'k'",
+            .update(
+                UpdateStatement(
+                    collection: "c",
+                    assignments: [
+                        Assignment(path: ["a"], value: lit(1), position: pos(13, 1, 14)),
+                        Assignment(
+                            path: ["b", "c", "d"], value: bin(.add, path("a"), lit(1)), position: pos(20, 1, 21)),
+                        Assignment(path: ["x y"], value: lit("z"), position: pos(35, 1, 36)),
+                    ], whereClause: bin(.equal, path("_id"), lit("k"))))
+        ),
+        (
+            "UPDATE docs\nSET id = :v,\n    desc.limit = null",
+            .update(
+                UpdateStatement(
+                    collection: "docs",
+                    assignments: [
+                        Assignment(path: ["id"], value: param("v"), position: pos(16, 2, 5)),
+                        Assignment(path: ["desc", "limit"], value: lit(nil), position: pos(29, 3, 5)),
+                    ]))
+        ),
+    ]
+
+    @Test(arguments: validQueries)
+    func parsesValidQuery(text: String, expected: Statement) throws {
+        #expect(try Parser.parseStatement(text) == expected)
+    }
+
+    static let malformedQueries: [(String, Int, Int, String)] = [
+        ("SELECT title, author FORM books", 1, 22, "expected FROM after the projection, found 'FORM'"),
+        ("", 1, 1, "empty query"),
+        ("  -- only a comment\n", 1, 1, "empty query"),
+        (";", 1, 1, "expected SELECT, INSERT or UPDATE at the start of a statement, found ';'"),
+        ("SELCT * FROM c", 1, 1, "found 'SELCT'; did you mean SELECT?"),
+        ("SELECT FROM c", 1, 8, "expected * or a list of expressions after SELECT, found 'FROM'"),
+        ("SELECT * FROM", 1, 14, "unexpected end of query: expected a collection name after FROM"),
+        ("SELECT * FROM order", 1, 15, "quote it with backticks (`order`)"),
+        ("SELECT * FROM c WHRE a = 1", 1, 17, "found 'WHRE'; did you mean WHERE?"),
+        ("SELECT * FROM c WHERE", 1, 22, "unexpected end of query: expected an expression"),
+        ("SELECT * FROM c WHERE a = 1 b = 2", 1, 29, "after the WHERE clause, found 'b'"),
+        ("SELECT * FROM c LIMIT 1 WHERE a = 1", 1, 25, "WHERE must come before LIMIT"),
+        ("SELECT * FROM c LIMIT 1 LIMIT 2", 1, 25, "LIMIT can appear only once"),
+        ("SELECT * FROM c ORDER a", 1, 23, "expected BY after ORDER, found 'a'"),
+        ("SELECT * FROM c WHERE a = 'abc", 1, 27, "unterminated string literal"),
+        ("SELECT * FROM c WHERE a < b < c", 1, 29, "comparisons cannot be chained"),
+        ("SELECT * FROM c WHERE order = 1", 1, 23, "'order' is a reserved word"),
+        ("SELECT * FROM c WHERE foo(a) = 1", 1, 23, "unknown function 'foo'"),
+        ("SELECT * FROM c WHERE deserialize_json(a, b) = 1", 1, 23, "takes 1 argument, but 2 were given"),
+        ("SELECT * FROM c WHERE (a = 1", 1, 29, "expected ')' to close the '(' at line 1, column 23"),
+        ("SELECT a, b.a FROM c", 1, 11, "duplicate column name 'a'"),
+        ("SELECT a AS FROM c", 1, 13, "expected a column name after AS, found 'FROM'"),
+        ("SELECT * FROM c WHERE a = :", 1, 27, "write a parameter as :name"),
+        ("SELECT * FROM c WHERE a.5 = 1", 1, 25, "expected a field name after '.', found '5'"),
+        ("SELECT * FROM c WHERE a = [1, 2", 1, 32, "unexpected end of query: expected ']' or ','"),
+        ("SELECT *, a FROM c", 1, 9, "expected FROM after the projection, found ','"),
+        ("SELECT * FROM c WHERE a = 1 AND", 1, 32, "unexpected end of query: expected an expression"),
+        ("SELECT * FROM c;;", 1, 17, "at the start of a statement, found ';'"),
+        ("SELECT * FROM c\n\tWHERE x = )", 2, 12, "expected an expression, found ')'"),
+        ("SELECT * FROM c;\nSELECT * FROM d WHERE\n  a = `x", 3, 7, "unterminated quoted identifier"),
+        ("INSERT c DOCUMENTS (:d)", 1, 8, "expected INTO after INSERT, found 'c'"),
+        ("INSERT INTO c DOCUMENTS {a: 1}", 1, 25, "wrap each document in parentheses"),
+        (
+            "INSERT INTO c DOCUMENTS ({a: 1}) ON ID CONFLICT FOO", 1, 49,
+            "unknown conflict policy 'FOO': expected FAIL, DO NOTHING, DO UPDATE or DO UPDATE_LOCAL_DIFF"
+        ),
+        ("INSERT INTO c DOCUMENTS ({a: 1}) ON ID CONFLICT DO FOO", 1, 52, "unknown conflict policy 'DO FOO'"),
+        (
+            "INSERT INTO c DOCUMENTS ({a: 1}) ON ID CONFLICT", 1, 48,
+            "unexpected end of query: expected a conflict policy"
+        ),
+        ("INSERT INTO c DOCUMENTS (:d) ON CONFLICT FAIL", 1, 33, "expected ID after ON, found 'CONFLICT'"),
+        ("INSERT INTO c DOCUMNTS ({a: 1})", 1, 15, "did you mean DOCUMENTS?"),
+        ("INSERT INTO c DOCUMENTS ({a: 1, a: 2})", 1, 33, "duplicate key 'a' in object literal"),
+        ("INSERT INTO c DOCUMENTS ({a 1})", 1, 29, "expected ':' after the object key 'a', found '1'"),
+        ("INSERT INTO c DOCUMENTS ({a: 1)", 1, 31, "expected '}' or ',' after the object member, found ')'"),
+        ("INSERT INTO c DOCUMENTS ({1: 1})", 1, 27, "expected an object key (a name or a quoted string), found '1'"),
+        (
+            "INSERT INTO c DOCUMENTS ({a: 1}) ({b: 1})", 1, 34,
+            "expected ',', ON ID CONFLICT or the end of the statement"
+        ),
+        ("UPDATE c SET a = 1, a.b = 2", 1, 21, "the assignment to 'a.b' overlaps the earlier one to 'a'"),
+        ("UPDATE c SET _id = 1", 1, 14, "cannot assign to '_id'"),
+        ("UPDATE c SET a == 1", 1, 16, "expected '=' after the field path 'a', found '=='"),
+        ("UPDATE c SET a = 1 b = 2", 1, 20, "expected ',', WHERE or the end of the statement after the assignments"),
+        ("UPDATE c SET a = 1 WHERE b = 2 WHERE", 1, 32, "WHERE can appear only once"),
+        ("UPDATE c WHERE a = 1", 1, 10, "expected SET after the collection name, found 'WHERE'"),
+        ("SELECT * FROM c WHERE a = 99999999999999999999", 1, 27, "does not fit in 64 bits"),
+    ]
+
+    @Test(arguments: malformedQueries)
+    func rejectsMalformedQuery(text: String, line: Int, column: Int, message: String) throws {
+        let error = try #require(throws: QueryError.self) { try Parser.parse(text) }
+        #expect(error.position?.line == line)
+        #expect(error.position?.column == column)
+        #expect(error.message.contains(message), "\(error.message)")
+        #expect(error.query == text)
+    }
+
+    @Test(arguments: [
+        ("FAIL", ConflictPolicy.fail), ("DO NOTHING", .doNothing), ("do update", .doUpdate),
+        ("DO UPDATE_LOCAL_DIFF", .doUpdateLocalDiff), ("", .fail),
+    ])
+    func conflictPolicies(clause: String, policy: ConflictPolicy) throws {
+        let text = "INSERT INTO c DOCUMENTS (:a), (:b)" + (clause.isEmpty ? "" : " ON ID CONFLICT " + clause)
+        guard case .insert(let insert) = try Parser.parseStatement(text) else {
+            Issue.record("not an INSERT")
+            return
+        }
+        #expect(insert.conflict == policy)
+        #expect(insert.documents == [param("a"), param("b")])
+    }
+
+    @Test func parsesSeveralStatements() throws {
+        let statements = try Parser.parse("SELECT * FROM a; INSERT INTO b VALUES (:d);\nUPDATE c SET x = 1;")
+        #expect(statements.map(\.collection) == ["a", "b", "c"])
+        #expect(statements.map(\.isMutation) == [false, true, true])
+    }
+
+    @Test func parseStatementRejectsASecondStatement() throws {
+        #expect(try Parser.parseStatement("SELECT * FROM a;") == select("a"))
+        let error = try #require(throws: QueryError.self) {
+            try Parser.parseStatement("SELECT * FROM a;\n  SELECT * FROM b")
+        }
+        #expect(error.position == pos(19, 2, 3))
+        #expect(error.message == "expected a single statement, found a second one starting with 'SELECT'")
+    }
+
+    @Test(arguments: [
+        ("a OR b OR c", bin(.or, bin(.or, path("a"), path("b")), path("c"))),
+        ("a - b - c", bin(.subtract, bin(.subtract, path("a"), path("b")), path("c"))),
+        ("a / b * c", bin(.multiply, bin(.divide, path("a"), path("b")), path("c"))),
+        ("NOT a AND b", bin(.and, not(path("a")), path("b"))),
+        ("NOT (a AND b)", not(bin(.and, path("a"), path("b")))),
+        ("a = b OR c", bin(.or, bin(.equal, path("a"), path("b")), path("c"))),
+        ("-a * b", bin(.multiply, .unary(.negate, path("a")), path("b"))),
+        ("-2 * 3", bin(.multiply, lit(-2), lit(3))),
+        ("2 - -3", bin(.subtract, lit(2), lit(-3))),
+        ("-9223372036854775807", lit(-9_223_372_036_854_775_807)),
+        ("-(1.5)", lit(-1.5)),
+        ("a.b.c", path("a", "b", "c")),
+        ("x.from.true", path("x", "from", "true")),
+        ("[]", .array([])),
+        ("{}", .object([])),
+        ("f_id", path("f_id")),
+    ])
+    func expressions(text: String, expected: Expression) throws {
+        #expect(try condition(text) == expected)
+    }
+
+    @Test func descriptionAndCaretLine() throws {
+        let error = try #require(throws: QueryError.self) { try Parser.parse("SELECT title, author FORM books") }
+        #expect(error.description == "line 1, column 22: expected FROM after the projection, found 'FORM'")
+        #expect(
+            error.detailedDescription == """
+                line 1, column 22: expected FROM after the projection, found 'FORM'
+                SELECT title, author FORM books
+                                     ^
+                """)
+    }
+
+    @Test func caretLineShowsTheOffendingLineAndKeepsTabs() throws {
+        let error = try #require(throws: QueryError.self) { try Parser.parse("SELECT *\nFROM c\n\tWHERE a = = 1") }
+        #expect(error.position == pos(27, 3, 12))
+        #expect(
+            error.detailedDescription
+                == "line 3, column 12: expected an expression, found '='\n\tWHERE a = = 1\n\t          ^")
+    }
+
+    @Test func caretAtTheEndOfTheQuery() throws {
+        let error = try #require(throws: QueryError.self) { try Parser.parse("SELECT * FROM c WHERE") }
+        #expect(error.detailedDescription.hasSuffix("SELECT * FROM c WHERE\n                     ^"))
+    }
+
+    @Test func errorsWithoutAPositionAreJustTheMessage() {
+        let error = QueryError("missing argument :x")
+        #expect(error.description == "missing argument :x")
+        #expect(error.detailedDescription == "missing argument :x")
+    }
+
+    @Test func nestingIsLimited() throws {
+        let depth = Parser.maximumNesting - 1
+        let ok = String(repeating: "(", count: depth) + "a" + String(repeating: ")", count: depth)
+        #expect(try condition(ok) == path("a"))
+        let tooDeep = String(repeating: "(", count: 500) + "a" + String(repeating: ")", count: 500)
+        let error = try #require(throws: QueryError.self) { try condition(tooDeep) }
+        #expect(error.message.contains("nested too deeply"))
+        #expect(error.position?.column == 23 + Parser.maximumNesting)
+        #expect(throws: QueryError.self) { try condition(String(repeating: "NOT ", count: 200) + "a") }
+        #expect(throws: QueryError.self) { try condition(String(repeating: "[", count: 200)) }
+    }
+
+    @Test func treeHeightIsLimited() throws {
+        let terms = { (n: Int) in Array(repeating: "a", count: n).joined(separator: " OR ") }
+        guard case .binary(.or, _, _)? = try condition(terms(Parser.maximumHeight)) else {
+            Issue.record("expected an OR chain")
+            return
+        }
+        let error = try #require(throws: QueryError.self) { try condition(terms(100_000)) }
+        #expect(error.message.contains("expression too complex"))
+    }
+}

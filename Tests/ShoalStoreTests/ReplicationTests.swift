@@ -1,0 +1,111 @@
+import ShoalCRDT
+import ShoalStore
+import ShoalTesting
+import Testing
+
+/// Applying the same remote deltas in any order, duplicated, converges.
+@Suite struct ReplicationTests {
+    static func everything() throws -> SubscriptionSet {
+        var set = SubscriptionSet()
+        try set.add(query: "SELECT * FROM c")
+        return set
+    }
+
+    /// Deltas as a writer's change log holds them, one transaction each.
+    static func transactions(in store: DocumentStore) async throws -> [RemoteTransaction] {
+        let page = try await store.changes(after: 0, limit: 100_000, subscriptions: everything())
+        var out: [RemoteTransaction] = []
+        for entry in page.entries {
+            let d = entry.delta
+            if out.last?.id != d.transaction { out.append(RemoteTransaction(id: d.transaction, count: d.count, deltas: [])) }
+            out[out.count - 1].deltas.append(d)
+        }
+        return out
+    }
+
+    @Test func lastWriterWinsRegardlessOfDeliveryOrder() async throws {
+        let dirs = (0..<3).map { _ in TemporaryDirectory() }
+        defer { dirs.forEach { $0.remove() } }
+        let writers = try dirs.map { try DocumentStore(directory: $0.path) }
+        defer { writers.forEach { $0.close() } }
+        var rng = SystemRandomNumberGenerator()
+        // Concurrent writers edit overlapping fields of overlapping documents.
+        for round in 0..<8 {
+            for (w, store) in writers.enumerated() {
+                let doc = "d\(Int.random(in: 0..<4, using: &rng))"
+                _ = try await store.execute(
+                    "INSERT INTO c DOCUMENTS ({'_id': :id, 'f\(round % 3)': :v, 'w': :w}) ON ID CONFLICT DO UPDATE",
+                    arguments: ["id": .string(doc), "v": .int(Int64(round)), "w": .int(Int64(w))])
+            }
+        }
+        var all: [RemoteTransaction] = []
+        for w in writers { all += try await Self.transactions(in: w) }
+        #expect(all.count == 24)
+
+        var results: [[String]] = []
+        for trial in 0..<4 {
+            let dir = TemporaryDirectory()
+            defer { dir.remove() }
+            let replica = try DocumentStore(directory: dir.path)
+            defer { replica.close() }
+            var order = all.shuffled(using: &rng)
+            if trial % 2 == 1 { order += all.shuffled(using: &rng).prefix(10) }  // duplicates
+            // Delivered in batches of random size, each one SQLite transaction.
+            var i = 0
+            while i < order.count {
+                let n = Int.random(in: 1...5, using: &rng)
+                let batch = Array(order[i..<min(i + n, order.count)])
+                _ = try await replica.applyRemote(batch, from: SiteID(99), subscriptionKey: "k", through: UInt64(i + n))
+                i += n
+            }
+            let items = try await replica.execute("SELECT * FROM c ORDER BY _id").items.map(\.canonicalJSON)
+            results.append(items)
+        }
+        #expect(results[0].count == Set(results[0]).count && !results[0].isEmpty)
+        for r in results.dropFirst() { #expect(r == results[0]) }
+    }
+
+    @Test func appliedDeltasAreLoggedForRelayAndLosersAreNot() async throws {
+        let a = TemporaryDirectory(), b = TemporaryDirectory()
+        defer { a.remove(); b.remove() }
+        let writer = try DocumentStore(directory: a.path), relay = try DocumentStore(directory: b.path)
+        defer { writer.close(); relay.close() }
+        _ = try await writer.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'v': 1})")
+        let txns = try await Self.transactions(in: writer)
+        let first = try await relay.applyRemote(txns, from: writer.siteID, subscriptionKey: "k", through: 2)
+        #expect(first.applied == 2 && first.superseded == 0)
+        let again = try await relay.applyRemote(txns, from: writer.siteID, subscriptionKey: "k", through: 2)
+        #expect(again.applied == 0 && again.superseded == 2)
+        // The relay's log holds the writer's deltas under the writer's transaction ID.
+        let relayed = try await Self.transactions(in: relay)
+        #expect(relayed.map(\.id) == txns.map(\.id))
+        #expect(relayed[0].deltas.map(\.valueJSON) == txns[0].deltas.map(\.valueJSON))
+        #expect(try await relay.cursor(peer: writer.siteID, subscriptionKey: "k") == 2)
+        #expect(try await relay.cursor(peer: writer.siteID, subscriptionKey: "other") == 0)
+        // A write after the received one wins locally: the clock moved past it.
+        _ = try await relay.execute("UPDATE c SET v = 2 WHERE _id = 'x'")
+        #expect(try await relay.execute("SELECT * FROM c").items == [["_id": "x", "v": 2]])
+    }
+
+    @Test func changesAreFilteredBySubscriptionAndNeverSplitATransaction() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'k': 'red', 'x': 1, 'y': 2})")
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'b', 'k': 'blue'})")
+        _ = try await store.execute("INSERT INTO other DOCUMENTS ({'_id': 'a'})")
+        var red = SubscriptionSet()
+        try red.add(query: "SELECT * FROM c WHERE k = 'red'")
+        let page = try await store.changes(after: 0, limit: 2, subscriptions: red)
+        #expect(page.entries.count == 4, "the limit of 2 rows stretches to the whole first transaction")
+        #expect(Set(page.entries.map(\.delta.documentID)) == ["\"a\""])
+        #expect(page.through == 4)
+        let rest = try await store.changes(after: page.through, limit: 100, subscriptions: red)
+        #expect(rest.entries.isEmpty && rest.through == 7)
+        #expect(red.key != SubscriptionSet().key)
+        var invalid = SubscriptionSet()
+        #expect(throws: StoreError.self) { try invalid.add(query: "UPDATE c SET a = 1") }
+        #expect(throws: StoreError.self) { try invalid.add(query: "SELECT * FROM c LIMIT 3") }
+    }
+}

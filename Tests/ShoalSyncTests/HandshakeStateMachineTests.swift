@@ -1,0 +1,152 @@
+import ShoalCRDT
+import ShoalSync
+import ShoalWire
+import Testing
+
+@Suite struct HandshakeStateMachineTests {
+    static let key = Array("correct horse battery staple".utf8)
+
+    static func machine(
+        site: UInt64, mesh: String = "default", key: [UInt8]? = nil, role: Shoal_V1_Role = .peer,
+        versions: ClosedRange<UInt32> = 1...1
+    ) -> HandshakeStateMachine {
+        HandshakeStateMachine(
+            configuration: .init(
+                siteID: SiteID(site), nodeName: "n\(site)", meshName: mesh, meshKey: key, role: role, versions: versions))
+    }
+
+    /// Runs two machines against each other until neither has anything to send.
+    /// Returns what each side ended with: its peer's identity or its failure.
+    static func run(_ a: inout HandshakeStateMachine, _ b: inout HandshakeStateMachine)
+        -> (a: HandshakeStateMachine.Action?, b: HandshakeStateMachine.Action?)
+    {
+        var toB: [WireMessage] = [], toA: [WireMessage] = []
+        var endA: HandshakeStateMachine.Action?, endB: HandshakeStateMachine.Action?
+        func absorb(_ actions: [HandshakeStateMachine.Action], outbox: inout [WireMessage], end: inout HandshakeStateMachine.Action?) {
+            for action in actions {
+                switch action {
+                case .send(let m): outbox.append(m)
+                case .established: end = action
+                case .fail(let e):
+                    end = action
+                    if !e.fromPeer { outbox.append(.fatal(e.code, e.message)) }
+                }
+            }
+        }
+        absorb(a.start(), outbox: &toB, end: &endA)
+        absorb(b.start(), outbox: &toA, end: &endB)
+        while !toA.isEmpty || !toB.isEmpty {
+            if !toB.isEmpty, endB == nil { absorb(b.receive(toB.removeFirst()), outbox: &toA, end: &endB) } else if !toB.isEmpty { toB.removeFirst() }
+            if !toA.isEmpty, endA == nil { absorb(a.receive(toA.removeFirst()), outbox: &toB, end: &endA) } else if !toA.isEmpty { toA.removeFirst() }
+        }
+        return (endA, endB)
+    }
+
+    static func failure(_ action: HandshakeStateMachine.Action?) -> SyncError? {
+        if case .fail(let e)? = action { return e }
+        return nil
+    }
+
+    @Test(arguments: [nil, key] as [[UInt8]?])
+    func peersWithTheSameMeshAndKeyConnect(key: [UInt8]?) {
+        var a = Self.machine(site: 1, key: key), b = Self.machine(site: 2, key: key)
+        let (endA, endB) = Self.run(&a, &b)
+        guard case .established(let seenByA)? = endA, case .established(let seenByB)? = endB else {
+            Issue.record("expected both established, got \(String(describing: endA)) / \(String(describing: endB))")
+            return
+        }
+        #expect(seenByA.siteID == SiteID(2) && seenByA.name == "n2" && seenByA.version == 1)
+        #expect(seenByB.siteID == SiteID(1))
+        #expect(a.isEstablished && b.isEstablished)
+    }
+
+    @Test func aWrongMeshKeyIsRefusedOnBothSides() {
+        var a = Self.machine(site: 1, key: Self.key), b = Self.machine(site: 2, key: Array("another key entirely!".utf8))
+        let (endA, endB) = Self.run(&a, &b)
+        #expect(Self.failure(endA)?.code == .meshKeyMismatch)
+        #expect(Self.failure(endB)?.code == .meshKeyMismatch)
+        #expect(Self.failure(endA)?.message.contains("does not match") == true)
+    }
+
+    @Test func aKeyOnOneSideOnlyIsRefused() {
+        var a = Self.machine(site: 1, key: Self.key), b = Self.machine(site: 2, key: nil)
+        let (endA, endB) = Self.run(&a, &b)
+        #expect(Self.failure(endA)?.message == "mesh key mismatch: this mesh requires a key and the peer sent no proof")
+        #expect(Self.failure(endB)?.message == "mesh key mismatch: the peer proves a mesh key, but this node has none")
+    }
+
+    @Test func disjointVersionsAreRefused() {
+        var a = Self.machine(site: 1, versions: 1...1), b = Self.machine(site: 2, versions: 2...3)
+        let (endA, _) = Self.run(&a, &b)
+        let error = Self.failure(endA)
+        #expect(error?.code == .unsupportedVersion)
+        #expect(error?.message == "no common protocol version: the peer speaks 2–3, this node speaks 1–1")
+    }
+
+    @Test func overlappingVersionsAgreeOnTheHighestCommon() {
+        var a = Self.machine(site: 1, versions: 1...2), b = Self.machine(site: 2, versions: 1...3)
+        guard case .established(let identity)? = Self.run(&a, &b).a else {
+            Issue.record("expected established")
+            return
+        }
+        #expect(identity.version == 2)
+    }
+
+    @Test func differentMeshesAreRefused() {
+        var a = Self.machine(site: 1, mesh: "red"), b = Self.machine(site: 2, mesh: "blue")
+        let error = Self.failure(Self.run(&a, &b).a)
+        #expect(error?.code == .meshMismatch)
+        #expect(error?.message == "mesh name mismatch: the peer is in mesh 'blue', this node is in mesh 'red'")
+    }
+
+    @Test func anAdminClientNeedsNoMeshNameButDoesNeedTheKey() {
+        var node = Self.machine(site: 1, mesh: "red", key: Self.key)
+        var cli = Self.machine(site: 0, mesh: "", key: Self.key, role: .admin)
+        let ends = Self.run(&node, &cli)
+        guard case .established(let identity)? = ends.a else {
+            Issue.record("expected established, got \(String(describing: ends.a))")
+            return
+        }
+        #expect(identity.role == .admin)
+        var node2 = Self.machine(site: 1, mesh: "red", key: Self.key)
+        var keyless = Self.machine(site: 0, mesh: "", key: nil, role: .admin)
+        #expect(Self.failure(Self.run(&node2, &keyless).a)?.code == .meshKeyMismatch)
+    }
+
+    @Test func aNodeRefusesItself() {
+        var a = Self.machine(site: 7), b = Self.machine(site: 7)
+        #expect(Self.failure(Self.run(&a, &b).a)?.code == .duplicateSession)
+    }
+
+    @Test func framesOutOfOrderAreProtocolViolations() {
+        var a = Self.machine(site: 1)
+        _ = a.start()
+        let actions = a.receive(.ack(Shoal_V1_Ack()))
+        #expect(actions == [.fail(SyncError(.protocolViolation, "unexpected Ack frame during the handshake"))])
+        var b = Self.machine(site: 1)
+        _ = b.start()
+        #expect(Self.failure(b.receive(.proof(Shoal_V1_Proof())).first)?.code == .protocolViolation, "Proof before Hello")
+    }
+
+    @Test func aReplayedProofFromAnotherConnectionFails() {
+        // The proof binds both nonces: one computed for another connection's nonce is useless here.
+        var a = Self.machine(site: 1, key: Self.key)
+        guard case .send(.hello)? = a.start().first else {
+            Issue.record("expected a Hello")
+            return
+        }
+        var hello = Shoal_V1_Hello()
+        hello.minVersion = 1
+        hello.maxVersion = 1
+        hello.siteID = 2
+        hello.meshName = "default"
+        hello.nonce = .init(repeating: 9, count: 32)
+        _ = a.receive(.hello(hello))
+        var proof = Shoal_V1_Proof()
+        proof.mac = .init(
+            HandshakeStateMachine.mac(
+                key: Self.key, receiverNonce: [UInt8](repeating: 1, count: 32), senderNonce: [UInt8](repeating: 9, count: 32),
+                sender: SiteID(2)))
+        #expect(Self.failure(a.receive(.proof(proof)).first)?.code == .meshKeyMismatch)
+    }
+}
