@@ -88,7 +88,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalStore", "ShoalTesting"], swiftSettings: swiftSettings),
-        .testTarget(name: "ShoalSyncTests", dependencies: ["ShoalSync", "ShoalTesting", "ShoalWire"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "ShoalSyncTests",
+            dependencies: ["ShoalSync", "ShoalTesting", "ShoalWire", .product(name: "NIOCore", package: "swift-nio")],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "ShoalNodeTests",
             dependencies: ["ShoalNode", "ShoalTesting", "shoal"],

@@ -64,6 +64,14 @@ public final class SyncEngine: Sendable {
         let session = PeerSession(
             engine: self, recordID: id, transport: transport, direction: direction, remoteAddress: remoteAddress,
             admin: admin)
-        return try await session.run(inbound: inbound)
+        // The session owns the connection: whatever ends it, the connection closes.
+        do {
+            let identity = try await session.run(inbound: inbound)
+            await transport.close()
+            return identity
+        } catch {
+            await transport.close()
+            throw error
+        }
     }
 }

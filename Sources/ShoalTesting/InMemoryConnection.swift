@@ -14,13 +14,19 @@ public struct InMemoryConnection: Sendable {
     public final class Transport: SessionTransport {
         let outgoing: AsyncStream<Frame>.Continuation
         let incoming: AsyncStream<Frame>.Continuation
+        let observe: (@Sendable (Frame) -> Void)?
 
-        init(outgoing: AsyncStream<Frame>.Continuation, incoming: AsyncStream<Frame>.Continuation) {
+        init(
+            outgoing: AsyncStream<Frame>.Continuation, incoming: AsyncStream<Frame>.Continuation,
+            observe: (@Sendable (Frame) -> Void)?
+        ) {
             self.outgoing = outgoing
             self.incoming = incoming
+            self.observe = observe
         }
 
         public func write(_ frame: Frame) async throws {
+            observe?(frame)
             if case .terminated = outgoing.yield(frame) {
                 throw CancellationError()
             }
@@ -35,10 +41,11 @@ public struct InMemoryConnection: Sendable {
     public let a: End
     public let b: End
 
-    public init() {
+    /// - Parameter observeFromA: sees every frame end `a` writes, for tests that check what was sent.
+    public init(observeFromA: (@Sendable (Frame) -> Void)? = nil) {
         let (toB, toBContinuation) = AsyncStream.makeStream(of: Frame.self)
         let (toA, toAContinuation) = AsyncStream.makeStream(of: Frame.self)
-        a = End(inbound: toA, transport: Transport(outgoing: toBContinuation, incoming: toAContinuation))
-        b = End(inbound: toB, transport: Transport(outgoing: toAContinuation, incoming: toBContinuation))
+        a = End(inbound: toA, transport: Transport(outgoing: toBContinuation, incoming: toAContinuation, observe: observeFromA))
+        b = End(inbound: toB, transport: Transport(outgoing: toAContinuation, incoming: toBContinuation, observe: nil))
     }
 }

@@ -1,0 +1,71 @@
+public import ShoalStore
+public import ShoalSync
+import ShoalWire
+
+/// Nodes in one process, joined by in-memory connections.
+public enum InProcessMesh {
+    /// Connects `a` (dialing) to `b` (accepting), runs `body`, then closes the
+    /// connection and waits for both sessions to end.
+    public static func withLink<T: Sendable>(
+        _ a: SyncEngine, _ b: SyncEngine, connection: InMemoryConnection = InMemoryConnection(),
+        _ body: @Sendable () async throws -> T
+    ) async throws -> T {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                _ = try? await a.serve(
+                    inbound: connection.a.inbound, transport: connection.a.transport, direction: .outbound,
+                    remoteAddress: "memory:b")
+            }
+            group.addTask {
+                _ = try? await b.serve(
+                    inbound: connection.b.inbound, transport: connection.b.transport, direction: .inbound,
+                    remoteAddress: "memory:a")
+            }
+            let result: Result<T, any Error>
+            do {
+                result = .success(try await body())
+            } catch {
+                result = .failure(error)
+            }
+            await connection.a.transport.close()
+            group.cancelAll()
+            try await group.waitForAll()
+            return try result.get()
+        }
+    }
+
+    /// Polls `condition` until it holds or `timeout` passes; returns whether it held.
+    public static func eventually(
+        timeout: Duration = .seconds(15), _ condition: () async throws -> Bool
+    ) async rethrows -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if try await condition() { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return try await condition()
+    }
+}
+
+/// A store and a sync engine in a temporary directory: one in-process node.
+public final class TestNode: Sendable {
+    public let directory: TemporaryDirectory
+    public let store: DocumentStore
+    public let sync: SyncEngine
+
+    public init(name: String, subscriptions: [String] = [], meshKey: [UInt8]? = nil, directory: TemporaryDirectory? = nil) throws {
+        self.directory = directory ?? TemporaryDirectory(prefix: "shoal-\(name)")
+        store = try DocumentStore(directory: self.directory.path)
+        sync = SyncEngine(store: store, configuration: SyncConfiguration(nodeName: name, meshKey: meshKey, batchSize: 64))
+        for query in subscriptions { try sync.subscribe(query) }
+    }
+
+    /// Closes the store, keeping the directory (to reopen it as a restarted node).
+    public func stop() { store.close() }
+
+    /// Closes the store and removes the directory.
+    public func remove() {
+        store.close()
+        directory.remove()
+    }
+}

@@ -1,0 +1,169 @@
+import ShoalCRDT
+import ShoalStore
+import ShoalSync
+import ShoalTesting
+import ShoalWire
+import NIOCore
+import Synchronization
+import Testing
+
+/// Whole sessions between nodes in one process, over in-memory connections.
+@Suite struct InProcessSyncTests {
+    static func count(_ node: TestNode, _ query: String = "SELECT * FROM cars") async throws -> Int {
+        try await node.store.execute(query).items.count
+    }
+
+    @Test func twoNodesConverge() async throws {
+        let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"])
+        defer { a.remove(); b.remove() }
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'before', 'color': 'red'})")
+        _ = try await a.store.execute("INSERT INTO boats DOCUMENTS ({'_id': 'not-subscribed'})")
+        try await InProcessMesh.withLink(a.sync, b.sync) {
+            #expect(try await InProcessMesh.eventually { try await Self.count(b) == 1 })
+            for i in 0..<150 {
+                _ = try await a.store.execute("INSERT INTO cars DOCUMENTS (:d)", arguments: ["d": ["_id": .string("c\(i)"), "n": .int(Int64(i))]])
+            }
+            _ = try await a.store.execute("UPDATE cars SET color = 'blue' WHERE _id = 'before'")
+            #expect(try await InProcessMesh.eventually { try await Self.count(b, "SELECT * FROM cars WHERE color = 'blue'") == 1 })
+            #expect(try await Self.count(b) == 151)
+            #expect(try await b.store.execute("SELECT * FROM boats").items.isEmpty, "unsubscribed collections stay home")
+            let peers = b.sync.peers()
+            #expect(peers.count == 1 && peers[0].state == "connected" && peers[0].siteID == a.store.siteID)
+            #expect(peers[0].bytesIn > 0 && peers[0].bytesOut > 0)
+            let aPeers = a.sync.peers()
+            #expect(aPeers.first?.subscriptions.map(\.query) == ["SELECT * FROM cars"], "a knows what b asked for")
+        }
+        #expect(try await a.store.execute("SELECT * FROM cars ORDER BY _id").items == b.store.execute("SELECT * FROM cars ORDER BY _id").items)
+    }
+
+    @Test func concurrentWritersConvergeBothWays() async throws {
+        let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM docs"])
+        let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM docs"])
+        defer { a.remove(); b.remove() }
+        // Offline edits to the same document on both sides.
+        _ = try await a.store.execute("INSERT INTO docs DOCUMENTS ({'_id': 'x', 'title': 'from a', 'a': 1})")
+        _ = try await b.store.execute("INSERT INTO docs DOCUMENTS ({'_id': 'x', 'title': 'from b', 'b': 2})")
+        try await InProcessMesh.withLink(a.sync, b.sync) {
+            let converged = try await InProcessMesh.eventually {
+                let x = try await a.store.execute("SELECT * FROM docs").items
+                let y = try await b.store.execute("SELECT * FROM docs").items
+                return x == y && x.first?["a"] != nil && x.first?["b"] != nil
+            }
+            #expect(converged)
+        }
+        let doc = try #require(try await a.store.execute("SELECT * FROM docs").items.first)
+        #expect(doc["title"] == "from b", "b wrote later, so its title wins on both")
+    }
+
+    @Test func resumesAfterRestartWithoutResendingWhatWasAcknowledged() async throws {
+        let a = try TestNode(name: "a")
+        let bDirectory = TemporaryDirectory(prefix: "shoal-b")
+        defer { a.remove(); bDirectory.remove() }
+        for i in 0..<20 {
+            _ = try await a.store.execute("INSERT INTO cars DOCUMENTS (:d)", arguments: ["d": ["_id": .string("old\(i)")]])
+        }
+        var b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"], directory: bDirectory)
+        let first = b
+        try await InProcessMesh.withLink(a.sync, first.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(first) == 20 })
+            // Wait for the acknowledgement to land in b's cursor.
+            #expect(try await InProcessMesh.eventually {
+                try await first.store.cursor(peer: a.store.siteID, subscriptionKey: first.sync.subscriptions.key) == 20
+            })
+        }
+        b.stop()
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'new'})")
+        b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"], directory: bDirectory)
+        let second = b
+        defer { second.stop() }
+        let sentDocuments = Mutex<[String]>([])
+        let codec = MessageCodec()
+        let connection = InMemoryConnection(observeFromA: { frame in
+            if case .deltaBatch(let batch)? = try? codec.decode(frame) {
+                let ids = batch.transactions.flatMap { $0.deltas.map(\.documentID) }
+                sentDocuments.withLock { $0 += ids }
+            }
+        })
+        try await InProcessMesh.withLink(a.sync, second.sync, connection: connection) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(second) == 21 })
+        }
+        #expect(sentDocuments.withLock { $0 } == ["\"new\""], "only the write made while b was away is sent again")
+    }
+
+    @Test func changesRelayAcrossHops() async throws {
+        // a ← b ← c: c hears of a's writes only through b.
+        let a = try TestNode(name: "a")
+        let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"])
+        let c = try TestNode(name: "c", subscriptions: ["SELECT * FROM cars WHERE color = 'red'"])
+        defer { a.remove(); b.remove(); c.remove() }
+        try await InProcessMesh.withLink(b.sync, a.sync) {
+            try await InProcessMesh.withLink(c.sync, b.sync) {
+                _ = try await a.store.execute(
+                    "INSERT INTO cars DOCUMENTS ({'_id': 'r', 'color': 'red'}), ({'_id': 'g', 'color': 'green'})")
+                #expect(try await InProcessMesh.eventually { try await Self.count(c) == 1 })
+                #expect(try await c.store.execute("SELECT * FROM cars").items == [["_id": "r", "color": "red"]])
+                #expect(try await Self.count(b) == 2)
+            }
+        }
+    }
+
+    @Test func garbageEndsOnlyThatSession() async throws {
+        let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"])
+        defer { a.remove(); b.remove() }
+        try await InProcessMesh.withLink(a.sync, b.sync) {
+            // A second, hostile connection to a: a valid-looking frame of an unknown type.
+            let hostile = InMemoryConnection()
+            let received = Mutex<[WireMessage]>([])
+            let outcome = try await withThrowingTaskGroup(of: Result<PeerIdentity?, any Error>.self) { group in
+                group.addTask {
+                    await Result {
+                        try await a.sync.serve(
+                            inbound: hostile.b.inbound, transport: hostile.b.transport, direction: .inbound,
+                            remoteAddress: "memory:hostile")
+                    }
+                }
+                try await hostile.a.transport.write(Frame(type: 0x7E, payload: ByteBuffer()))
+                for await frame in hostile.a.inbound {
+                    if let m = try? MessageCodec().decode(frame) { received.withLock { $0.append(m) } }
+                }
+                return try await group.next()!
+            }
+            #expect((try? outcome.get()) == nil, "the hostile session ends in an error")
+            let messages = received.withLock { $0 }
+            guard case .error(let error)? = messages.last else {
+                Issue.record("expected an Error frame last, got \(messages)")
+                return
+            }
+            #expect(error.code == .malformedFrame && error.fatal)
+            #expect(error.message == "unknown message type 0x7e")
+            // The real peer is still served.
+            _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'after'})")
+            #expect(try await InProcessMesh.eventually { try await Self.count(b) == 1 })
+        }
+    }
+
+    @Test func aWrongMeshKeyNeverSyncs() async throws {
+        let a = try TestNode(name: "a", meshKey: Array("the right key, sixteen+".utf8))
+        let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"], meshKey: Array("a wrong key, sixteen+".utf8))
+        defer { a.remove(); b.remove() }
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'secret'})")
+        let connection = InMemoryConnection()
+        async let left = Result { try await a.sync.serve(inbound: connection.a.inbound, transport: connection.a.transport, direction: .outbound, remoteAddress: "m") }
+        async let right = Result { try await b.sync.serve(inbound: connection.b.inbound, transport: connection.b.transport, direction: .inbound, remoteAddress: "m") }
+        let (l, r) = await (left, right)
+        for result in [l, r] {
+            guard case .failure(let error as SyncError) = result else {
+                Issue.record("expected a SyncError, got \(result)")
+                continue
+            }
+            #expect(error.code == .meshKeyMismatch)
+        }
+        #expect(try await Self.count(b) == 0)
+    }
+}
+
+extension Result where Failure == any Error {
+    init(catching body: () async throws -> Success) async {
+        do { self = .success(try await body()) } catch { self = .failure(error) }
+    }
+}
