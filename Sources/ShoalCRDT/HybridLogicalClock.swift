@@ -4,15 +4,24 @@ import Synchronization
 /// timestamp it has seen, so a write that follows a received write always wins
 /// against it.
 ///
-/// Readings from a remote clock further ahead than `maximumDrift` are still
-/// observed (merges must not be refused) but the clock only moves its logical part.
+/// A remote timestamp more than `maximumDrift` ahead of this machine's wall clock
+/// is not adopted: the write it belongs to still merges (and may win), but this
+/// clock does not jump to a far future a faulty or hostile peer announced, so
+/// local time can never be pushed to overflow.
 public final class HybridLogicalClock: Sendable {
     private let state: Mutex<HybridTimestamp>
     private let now: @Sendable () -> UInt64
+    public let maximumDrift: UInt64
 
-    /// - Parameter wallClock: milliseconds since 1970; injectable for tests.
-    public init(wallClock: @escaping @Sendable () -> UInt64 = HybridLogicalClock.systemMilliseconds) {
+    /// - Parameters:
+    ///   - wallClock: milliseconds since 1970; injectable for tests.
+    ///   - maximumDrift: milliseconds a remote clock may run ahead and still be adopted (default 10 minutes).
+    public init(
+        wallClock: @escaping @Sendable () -> UInt64 = HybridLogicalClock.systemMilliseconds,
+        maximumDrift: UInt64 = 10 * 60 * 1000
+    ) {
         self.now = wallClock
+        self.maximumDrift = maximumDrift
         self.state = Mutex(.zero)
     }
 
@@ -37,11 +46,15 @@ public final class HybridLogicalClock: Sendable {
         }
     }
 
-    /// Moves the clock past a timestamp read from a peer or from disk.
-    public func observe(_ remote: HybridTimestamp) {
+    /// Moves the clock up to a timestamp read from a peer or from disk; returns
+    /// false when the timestamp is too far ahead to adopt.
+    @discardableResult
+    public func observe(_ remote: HybridTimestamp) -> Bool {
+        guard remote.milliseconds <= now() &+ maximumDrift else { return false }
         state.withLock { last in
             if remote > last { last = remote }
         }
+        return true
     }
 
     /// The latest timestamp issued or observed.

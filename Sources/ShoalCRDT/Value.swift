@@ -74,8 +74,7 @@ extension Value: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Expres
 }
 
 extension Value: Comparable {
-    /// A total order used by ORDER BY and by merge tie-breaks on equal timestamps:
-    /// null < booleans < numbers < strings < arrays < objects.
+    /// A total order used by ORDER BY: null < booleans < numbers < strings < arrays < objects.
     public static func < (lhs: Value, rhs: Value) -> Bool {
         compare(lhs, rhs) < 0
     }

@@ -163,6 +163,13 @@ public final class ShoalNode: Service, Sendable {
                 }
                 sync.noteDialTarget(peer.description, state: "disconnected")
             } catch let error as SyncError where error.code == .duplicateSession {
+                // Both ends agree which of two connections between them stays; this one lost.
+                knownSite = error.peer ?? knownSite
+                if error.peer == siteID {
+                    logger.warning("--peer \(peer) is this node itself; not dialing it again")
+                    sync.noteDialTarget(peer.description, state: "disconnected", error: "this node itself")
+                    return
+                }
                 sync.noteDialTarget(peer.description, state: "disconnected", error: error.description)
             } catch {
                 if Task.isCancelled { break }

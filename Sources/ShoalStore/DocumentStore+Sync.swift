@@ -1,6 +1,7 @@
 public import ShoalCRDT
 import ShoalQuery
 import GRDB
+import Logging
 
 /// A transaction received from a peer: its ID, its manifest size and the deltas
 /// the peer sent of it.
@@ -55,10 +56,17 @@ extension DocumentStore {
     ///
     /// Reads about `limit` rows, extended so the page never splits a transaction's
     /// contiguous run of rows, and keeps those whose document the subscriptions
-    /// match in its current state.
-    public func changes(after sequence: UInt64, limit: Int, subscriptions: SubscriptionSet) async throws(StoreError)
-        -> ChangeLogPage
-    {
+    /// match in its current state. Rows that `peer` itself originated are left out:
+    /// it holds its own writes.
+    ///
+    /// A write to a field that a subscription's WHERE reads may have just made the
+    /// document match, in which case the peer may never have received its other
+    /// fields. For such documents the page also carries every current field (each
+    /// with the version and transaction that wrote it); the receiver drops what it
+    /// already holds.
+    public func changes(
+        after sequence: UInt64, limit: Int, subscriptions: SubscriptionSet, excludingOrigin peer: SiteID? = nil
+    ) async throws(StoreError) -> ChangeLogPage {
         try await read { db in
             var rows = try Row.fetchAll(
                 db, sql: "\(Self.logColumns) WHERE seq > ? ORDER BY seq LIMIT ?",
@@ -71,12 +79,15 @@ extension DocumentStore {
                 rows += tail.prefix { ($0[6] as Int64) == site && ($0[7] as Int64) == seq }
             }
             guard let lastRow = rows.last else { return ChangeLogPage(entries: [], through: sequence) }
+            let excluded = peer.map { Int64(bitPattern: $0.rawValue) }
             var verdicts: [String: Bool] = [:]
             var entries: [ChangeLogEntry] = []
+            var backfill: [(collection: String, key: String)] = []
+            var backfilled: Set<String> = []
             let wanted = subscriptions.collections
             for row in rows {
                 let collection: String = row[1], key: String = row[2]
-                guard wanted.contains(collection) else { continue }
+                guard wanted.contains(collection), row[6] as Int64 != excluded else { continue }
                 let docKey = collection + "\u{0}" + key
                 let matched: Bool
                 if let known = verdicts[docKey] {
@@ -88,9 +99,35 @@ extension DocumentStore {
                     matched = try body.map { subscriptions.matches(collection: collection, document: try Self.parseBody($0)) } ?? false
                     verdicts[docKey] = matched
                 }
-                if matched { entries.append(Self.entry(row)) }
+                guard matched else { continue }
+                entries.append(Self.entry(row))
+                if subscriptions.matchMayDependOn(collection: collection, field: row[3]),
+                    backfilled.insert(docKey).inserted
+                {
+                    backfill.append((collection, key))
+                }
             }
-            return ChangeLogPage(entries: entries, through: UInt64(lastRow[0] as Int64))
+            let through = UInt64(lastRow[0] as Int64)
+            let sent = Set(entries.map { "\($0.delta.collection)\u{0}\($0.delta.documentID)\u{0}\($0.delta.field)\u{0}\($0.delta.timestamp.rawValue)" })
+            for doc in backfill {
+                let fields = try Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT name, value, ts, site, txn_seq, txn_index, txn_count FROM field
+                        WHERE collection = ? AND doc_id = ? ORDER BY site, txn_seq, txn_index
+                        """,
+                    arguments: [doc.collection, doc.key])
+                for f in fields where f[3] as Int64 != excluded {
+                    let delta = Delta(
+                        collection: doc.collection, documentID: doc.key, field: f[0], valueJSON: f[1],
+                        timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: f[2])),
+                        transaction: TransactionID(origin: SiteID(UInt64(bitPattern: f[3])), sequence: UInt64(f[4] as Int64)),
+                        index: UInt32(f[5] as Int64), count: UInt32(f[6] as Int64))
+                    let id = "\(delta.collection)\u{0}\(delta.documentID)\u{0}\(delta.field)\u{0}\(delta.timestamp.rawValue)"
+                    if !sent.contains(id) { entries.append(ChangeLogEntry(sequence: through, delta: delta)) }
+                }
+            }
+            return ChangeLogPage(entries: entries, through: through)
         }
     }
 
@@ -119,7 +156,6 @@ extension DocumentStore {
     ) async throws(StoreError) -> ApplyOutcome {
         for transaction in transactions {
             for delta in transaction.deltas {
-                clock.observe(delta.timestamp)
                 do {
                     _ = try JSON.parse(delta.valueJSON)
                 } catch {
@@ -127,6 +163,14 @@ extension DocumentStore {
                         .invalidDocument,
                         "transaction \(transaction.id) from \(peer): field \(delta.field) of \(delta.collection) \(delta.documentID) is not valid JSON (\(error))")
                 }
+            }
+        }
+        for transaction in transactions {
+            for delta in transaction.deltas where !clock.observe(delta.timestamp) {
+                logger.warning(
+                    "a remote write is timestamped far ahead of this clock; not adopting its time",
+                    metadata: ["shoal.peer.site": "\(peer)", "shoal.txn": "\(transaction.id)", "shoal.hlc": "\(delta.timestamp)"])
+                break
             }
         }
         let (outcome, lastSequence) = try await write { db -> (ApplyOutcome, UInt64?) in
@@ -153,6 +197,7 @@ extension DocumentStore {
                     let site = Int64(bitPattern: delta.site.rawValue)
                     try upsert.execute(arguments: [
                         delta.collection, delta.documentID, delta.field, delta.valueJSON, ts, site,
+                        Int64(transaction.id.sequence), Int64(delta.index), Int64(transaction.count),
                     ])
                     try append.execute(arguments: [
                         delta.collection, delta.documentID, delta.field, delta.valueJSON, ts, site,

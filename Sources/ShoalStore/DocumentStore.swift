@@ -12,7 +12,8 @@ import Foundation
 /// a received batch and the cursor that acknowledges it) holds inside one `write {}`.
 ///
 /// Tables:
-/// - `field`: the current value and version of each (collection, document, field).
+/// - `field`: the current value and version of each (collection, document, field),
+///   with the transaction that wrote it (its origin is `site`).
 /// - `document`: the materialized JSON body of each live document, for queries.
 /// - `change_log`: every delta this store committed, local or received, in commit
 ///   order, under a local sequence number; sync reads it from a peer's cursor.
@@ -74,6 +75,7 @@ public final class DocumentStore: Sendable {
                     CREATE TABLE field (
                         collection TEXT NOT NULL, doc_id TEXT NOT NULL, name TEXT NOT NULL,
                         value TEXT NOT NULL, ts INTEGER NOT NULL, site INTEGER NOT NULL,
+                        txn_seq INTEGER NOT NULL, txn_index INTEGER NOT NULL, txn_count INTEGER NOT NULL,
                         PRIMARY KEY (collection, doc_id, name)) WITHOUT ROWID;
                     CREATE TABLE document (
                         collection TEXT NOT NULL, doc_id TEXT NOT NULL, body TEXT NOT NULL,

@@ -13,14 +13,16 @@ struct LocalTransaction {
     let db: Database
     let site: SiteID
     let clock: HybridLogicalClock
+    /// This transaction's number, if it commits any write.
+    let sequence: Int64
     private var pending: [(collection: String, key: String, field: String, json: String, ts: HybridTimestamp)] = []
-    private var mutated: [Value] = []
-    private var mutatedKeys: Set<String> = []
 
     init(db: Database, site: SiteID, clock: HybridLogicalClock) throws {
         self.db = db
         self.site = site
         self.clock = clock
+        let previous = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'transaction_counter'") ?? 0
+        self.sequence = previous + 1
     }
 
     mutating func insert(_ insert: InsertStatement, arguments: [String: Value]) throws -> [Value] {
@@ -48,10 +50,8 @@ struct LocalTransaction {
                         "INSERT INTO \(insert.collection): a document must be a JSON object, got \(document.typeName)")
                 }
                 if fields["_id"] == nil || fields["_id"] == .null { fields["_id"] = .string(Self.randomID()) }
-                let id = fields["_id"]!
                 if let written = try insertOne(collection: insert.collection, fields: fields, conflict: insert.conflict) {
                     ids.append(written)
-                    _ = id
                 }
             }
         }
@@ -86,7 +86,6 @@ struct LocalTransaction {
             try writeField(collection: collection, key: key, field: name, value: fields[name]!)
         }
         try saveBody(collection: collection, key: key, body: .object(body))
-        noteMutated(id, key: key)
         return id
     }
 
@@ -118,9 +117,7 @@ struct LocalTransaction {
                 try writeField(collection: update.collection, key: key, field: top, value: body[top]!)
             }
             try saveBody(collection: update.collection, key: key, body: .object(body))
-            let id = body["_id"] ?? .null
-            noteMutated(id, key: key)
-            ids.append(id)
+            ids.append(body["_id"] ?? .null)
         }
         return ids
     }
@@ -133,15 +130,13 @@ struct LocalTransaction {
         return .object(object)
     }
 
-    private mutating func noteMutated(_ id: Value, key: String) {
-        if mutatedKeys.insert(key).inserted { mutated.append(id) }
-    }
-
     private mutating func writeField(collection: String, key: String, field: String, value: Value) throws {
         let ts = clock.tick()
         let json = value.canonicalJSON
+        // The transaction's size is unknown until it finishes; `finish()` fills in txn_count.
         try db.cachedStatement(sql: FieldSQL.upsert).execute(arguments: [
             collection, key, field, json, Int64(bitPattern: ts.rawValue), Int64(bitPattern: site.rawValue),
+            sequence, pending.count, 0,
         ])
         pending.append((collection, key, field, json, ts))
     }
@@ -161,17 +156,19 @@ struct LocalTransaction {
     /// Appends the transaction's deltas to the change log; `nil` when it wrote nothing.
     mutating func finish() throws -> (transaction: TransactionID, lastSequence: UInt64)? {
         guard !pending.isEmpty else { return nil }
-        let previous = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'transaction_counter'") ?? 0
-        let transaction = TransactionID(origin: site, sequence: UInt64(previous + 1))
+        let transaction = TransactionID(origin: site, sequence: UInt64(sequence))
         try db.execute(
             sql: "INSERT INTO shoal_meta (key, value) VALUES ('transaction_counter', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            arguments: [previous + 1])
+            arguments: [sequence])
         let insert = try db.cachedStatement(sql: FieldSQL.appendLog)
+        let count = try db.cachedStatement(
+            sql: "UPDATE field SET txn_count = ? WHERE collection = ? AND doc_id = ? AND name = ? AND site = ? AND txn_seq = ?")
         for (index, d) in pending.enumerated() {
             try insert.execute(arguments: [
                 d.collection, d.key, d.field, d.json, Int64(bitPattern: d.ts.rawValue),
-                Int64(bitPattern: site.rawValue), previous + 1, index, pending.count,
+                Int64(bitPattern: site.rawValue), sequence, index, pending.count,
             ])
+            try count.execute(arguments: [pending.count, d.collection, d.key, d.field, Int64(bitPattern: site.rawValue), sequence])
         }
         let last = UInt64(db.lastInsertedRowID)
         return (transaction, last)
@@ -188,8 +185,11 @@ struct LocalTransaction {
 /// SQL shared by local and remote writes, prepared once per connection.
 enum FieldSQL {
     static let upsert = """
-        INSERT INTO field (collection, doc_id, name, value, ts, site) VALUES (?, ?, ?, ?, ?, ?)
-        ON CONFLICT (collection, doc_id, name) DO UPDATE SET value = excluded.value, ts = excluded.ts, site = excluded.site
+        INSERT INTO field (collection, doc_id, name, value, ts, site, txn_seq, txn_index, txn_count)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (collection, doc_id, name) DO UPDATE SET value = excluded.value, ts = excluded.ts,
+            site = excluded.site, txn_seq = excluded.txn_seq, txn_index = excluded.txn_index,
+            txn_count = excluded.txn_count
         """
     static let saveBody = """
         INSERT INTO document (collection, doc_id, body) VALUES (?, ?, ?)

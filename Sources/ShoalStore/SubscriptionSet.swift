@@ -12,6 +12,26 @@ public struct SubscriptionSet: Sendable, Hashable {
         public var query: String
         public var arguments: [String: Value]
         public var statement: SelectStatement
+        /// The top-level fields the WHERE clause reads.
+        public var fieldsRead: Set<String> {
+            var fields: Set<String> = []
+            statement.whereClause.map { Self.collectFields($0, into: &fields) }
+            return fields
+        }
+
+        static func collectFields(_ e: Expression, into fields: inout Set<String>) {
+            switch e {
+            case .path(let p): if let first = p.first { fields.insert(first) }
+            case .literal, .parameter: break
+            case .object(let entries): entries.forEach { collectFields($0.value, into: &fields) }
+            case .array(let items): items.forEach { collectFields($0, into: &fields) }
+            case .unary(_, let x): collectFields(x, into: &fields)
+            case .binary(_, let l, let r):
+                collectFields(l, into: &fields)
+                collectFields(r, into: &fields)
+            case .function(_, let args): args.forEach { collectFields($0, into: &fields) }
+            }
+        }
     }
 
     public private(set) var entries: [Entry] = []
@@ -59,6 +79,12 @@ public struct SubscriptionSet: Sendable, Hashable {
             }
         }
         return false
+    }
+
+    /// Whether writing `field` of a document in `collection` can change whether
+    /// the subscriptions match it: true when a WHERE clause reads that field.
+    public func matchMayDependOn(collection: String, field: String) -> Bool {
+        entries.contains { $0.statement.collection == collection && $0.fieldsRead.contains(field) }
     }
 
     /// The collections any subscription names.

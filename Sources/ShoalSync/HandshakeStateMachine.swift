@@ -151,7 +151,13 @@ public struct HandshakeStateMachine: Sendable {
         if !peerIsAdmin {
             guard hello.siteID != 0 else { return fail(.protocolViolation, "Hello from a peer has site ID 0") }
             if hello.siteID == configuration.siteID.rawValue {
-                return fail(.duplicateSession, "connected to itself (site \(configuration.siteID))")
+                state = .failed
+                return [
+                    .fail(
+                        SyncError(
+                            .duplicateSession, "connected to itself (site \(configuration.siteID))",
+                            peer: configuration.siteID))
+                ]
             }
         }
         // Admin clients may leave the mesh name empty; peers must agree on it.

@@ -114,7 +114,9 @@ struct PeerSession: Sendable {
         let (keep, evict) = engine.registry.establish(recordID, site: identity.siteID, localSite: engine.siteID)
         guard keep else {
             throw await reject(
-                SyncError(.duplicateSession, "a session with site \(identity.siteID) already exists; keeping that one"))
+                SyncError(
+                    .duplicateSession, "a session with site \(identity.siteID) already exists; keeping that one",
+                    peer: identity.siteID))
         }
         if let evict { await evict() }
         logger.info(
@@ -132,14 +134,37 @@ struct PeerSession: Sendable {
 
     // MARK: Admin
 
+    /// Answers admin requests one at a time; an admin client that sends nothing
+    /// for the idle timeout (while no request is running) is disconnected.
     func serveAdmin<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws where I.Element == Frame {
+        let idleTimeout = engine.configuration.idleTimeout
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { [transport, shared] in
+                while true {
+                    try await Task.sleep(for: .seconds(1))
+                    if shared.idle(longerThan: idleTimeout) && !shared.isBusy {
+                        await transport.close()
+                        return
+                    }
+                }
+            }
+            defer { group.cancelAll() }
+            try await answerAdmin(&iterator)
+        }
+    }
+
+    private func answerAdmin<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws where I.Element == Frame {
         while let message = try await receive(&iterator) {
             switch message {
             case .adminRequest(let request):
                 guard let admin else {
                     throw await reject(SyncError(.protocolViolation, "this endpoint does not take admin requests"))
                 }
-                try await send(.adminResponse(await admin.handle(request)))
+                shared.setBusy(true)
+                let response = await admin.handle(request)
+                shared.setBusy(false)
+                shared.touch()
+                try await send(.adminResponse(response))
             case .ping(let ping):
                 try await send(.pong(ping))
             case .error(let error):
@@ -176,7 +201,7 @@ struct PeerSession: Sendable {
             group.addTask { [engine] in
                 for await _ in engine.store.changeLogUpdates() { wakeContinuation.yield() }
             }
-            group.addTask { try await stream(wake: wake) }
+            group.addTask { try await stream(wake: wake, peerSite: peer.siteID) }
             group.addTask { try await keepalive() }
             while let message = try await receive(&iterator) {
                 switch message {
@@ -224,14 +249,17 @@ struct PeerSession: Sendable {
                     var ack = Shoal_V1_Ack()
                     ack.throughSequence = batch.throughSequence
                     try await send(.ack(ack))
-                case .ack:
-                    shared.acknowledged()
+                case .ack(let ack):
+                    shared.acknowledged(through: ack.throughSequence)
                     wakeContinuation.yield()
                 case .ping(let ping):
                     try await send(.pong(ping))
                 case .pong(let pong):
-                    let micros = shared.micros() - pong.sentAtMicros
-                    engine.registry.update(recordID) { $0.rttMillis = Double(micros) / 1000 }
+                    // Only a Pong that echoes one of our Pings gives a round trip; ignore others.
+                    let now = shared.micros()
+                    if pong.sentAtMicros <= now, shared.expectsPong(pong.nonce) {
+                        engine.registry.update(recordID) { $0.rttMillis = Double(now - pong.sentAtMicros) / 1000 }
+                    }
                 case .error(let error):
                     throw SyncError(error.code, error.message, fromPeer: true)
                 case .hello, .proof, .adminRequest, .adminResponse:
@@ -293,7 +321,7 @@ struct PeerSession: Sendable {
         return batch
     }
 
-    func stream(wake: AsyncStream<Void>) async throws {
+    func stream(wake: AsyncStream<Void>, peerSite: SiteID) async throws {
         var wakeups = wake.makeAsyncIterator()
         let configuration = engine.configuration
         var generation = -1
@@ -305,12 +333,13 @@ struct PeerSession: Sendable {
                 sentThrough = now.resumeAfter
             }
             if let subscriptions = now.subscriptions, !subscriptions.isEmpty,
-                now.inFlight < configuration.maximumBatchesInFlight
+                now.unacknowledged.count < configuration.maximumBatchesInFlight
             {
                 let page = try await engine.store.changes(
-                    after: sentThrough, limit: configuration.batchSize, subscriptions: subscriptions)
+                    after: sentThrough, limit: configuration.batchSize, subscriptions: subscriptions,
+                    excludingOrigin: peerSite)
                 if page.through > sentThrough {
-                    shared.sent()
+                    guard shared.sent(through: page.through, generation: generation) else { continue }
                     try await send(.deltaBatch(Self.batch(from: page)))
                     sentThrough = page.through
                     continue
@@ -334,6 +363,7 @@ struct PeerSession: Sendable {
                 return
             }
             nonce += 1
+            shared.pinged(nonce)
             var ping = Shoal_V1_Ping()
             ping.nonce = nonce
             ping.sentAtMicros = shared.micros()
@@ -348,10 +378,11 @@ final class SessionShared: Sendable {
         var subscriptions: SubscriptionSet?
         var resumeAfter: UInt64
         var generation: Int
-        var inFlight: Int
+        /// `through_sequence` of each batch sent under this generation and not yet acknowledged.
+        var unacknowledged: [UInt64]
     }
 
-    private let state = Mutex(Snapshot(subscriptions: nil, resumeAfter: 0, generation: 0, inFlight: 0))
+    private let state = Mutex(Snapshot(subscriptions: nil, resumeAfter: 0, generation: 0, unacknowledged: []))
     private let lastInbound = Mutex(ContinuousClock.now)
     private let start = ContinuousClock.now
 
@@ -362,14 +393,34 @@ final class SessionShared: Sendable {
             s.subscriptions = set
             s.resumeAfter = resumeAfter
             s.generation += 1
-            s.inFlight = 0
+            s.unacknowledged = []
         }
     }
 
-    func sent() { state.withLock { $0.inFlight += 1 } }
-    func acknowledged() { state.withLock { $0.inFlight = max(0, $0.inFlight - 1) } }
+    /// Records a batch about to be sent; false when the peer resubscribed since
+    /// the batch was read, which makes it stale.
+    func sent(through: UInt64, generation: Int) -> Bool {
+        state.withLock { s in
+            guard s.generation == generation else { return false }
+            s.unacknowledged.append(through)
+            return true
+        }
+    }
+
+    /// An Ack covers every batch through its sequence.
+    func acknowledged(through: UInt64) {
+        state.withLock { $0.unacknowledged.removeAll { $0 <= through } }
+    }
 
     func touch() { lastInbound.withLock { $0 = .now } }
+
+    private let busy = Mutex(false)
+    func setBusy(_ value: Bool) { busy.withLock { $0 = value } }
+    var isBusy: Bool { busy.withLock { $0 } }
+
+    private let lastPing = Mutex<UInt64>(0)
+    func pinged(_ nonce: UInt64) { lastPing.withLock { $0 = nonce } }
+    func expectsPong(_ nonce: UInt64) -> Bool { lastPing.withLock { nonce != 0 && $0 == nonce } }
 
     func idle(longerThan limit: Duration) -> Bool {
         lastInbound.withLock { ContinuousClock.now - $0 > limit }

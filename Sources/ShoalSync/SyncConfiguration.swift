@@ -8,7 +8,7 @@ public struct SyncConfiguration: Sendable {
     /// Where this node accepts connections, told to peers in Hello.
     public var listenAddress: String
     public var limits: WireLimits
-    /// How often an idle session sends a Ping.
+    /// How often a session sends a Ping (which also measures the round trip).
     public var keepaliveInterval: Duration
     /// A session that receives nothing for this long is closed as dead.
     public var idleTimeout: Duration

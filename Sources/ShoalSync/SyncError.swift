@@ -1,3 +1,4 @@
+public import ShoalCRDT
 public import ShoalWire
 
 /// Why a session ended or a sync step failed, in words an operator can act on.
@@ -7,11 +8,14 @@ public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
     public var message: String
     /// True when the other side sent this error to us.
     public var fromPeer: Bool
+    /// The other side's site, when the handshake got far enough to learn it.
+    public var peer: SiteID?
 
-    public init(_ code: Shoal_V1_ErrorCode, _ message: String, fromPeer: Bool = false) {
+    public init(_ code: Shoal_V1_ErrorCode, _ message: String, fromPeer: Bool = false, peer: SiteID? = nil) {
         self.code = code
         self.message = message
         self.fromPeer = fromPeer
+        self.peer = peer
     }
 
     public var description: String {

@@ -48,6 +48,16 @@ import Testing
         #expect(clock.tick() > t3)
     }
 
+    @Test func farFutureTimestampsAreNotAdopted() {
+        let wall = WallClock(1000)
+        let clock = HybridLogicalClock(wallClock: { wall.value }, maximumDrift: 500)
+        #expect(clock.observe(HybridTimestamp(milliseconds: 1400, counter: 3)))
+        #expect(!clock.observe(HybridTimestamp(rawValue: .max)))
+        #expect(!clock.observe(HybridTimestamp(milliseconds: 1600, counter: 0)))
+        let t = clock.tick()
+        #expect(t == HybridTimestamp(milliseconds: 1400, counter: 4))
+    }
+
     @Test func identifiersRoundTripThroughText() {
         let site = SiteID(0x00ab_cdef_0123_4567)
         #expect(site.description == "00abcdef01234567")

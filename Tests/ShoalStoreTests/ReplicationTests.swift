@@ -108,4 +108,39 @@ import Testing
         #expect(throws: StoreError.self) { try invalid.add(query: "UPDATE c SET a = 1") }
         #expect(throws: StoreError.self) { try invalid.add(query: "SELECT * FROM c LIMIT 3") }
     }
+
+    /// A document that starts matching a filtered subscription arrives whole,
+    /// not as just the field that made it match.
+    @Test func aDocumentThatStartsMatchingIsSentWhole() async throws {
+        let a = TemporaryDirectory(), b = TemporaryDirectory()
+        defer { a.remove(); b.remove() }
+        let writer = try DocumentStore(directory: a.path), receiver = try DocumentStore(directory: b.path)
+        defer { writer.close(); receiver.close() }
+        _ = try await writer.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'color': 'red', 'size': 3})")
+        var green = SubscriptionSet()
+        try green.add(query: "SELECT * FROM c WHERE color = 'green'")
+        let before = try await writer.changes(after: 0, limit: 100, subscriptions: green)
+        #expect(before.entries.isEmpty)
+        _ = try await writer.execute("UPDATE c SET color = 'green' WHERE _id = 'x'")
+        let page = try await writer.changes(after: before.through, limit: 100, subscriptions: green)
+        #expect(Set(page.entries.map(\.delta.field)) == ["_id", "color", "size"])
+        var transactions: [RemoteTransaction] = []
+        for e in page.entries {
+            if transactions.last?.id != e.delta.transaction {
+                transactions.append(RemoteTransaction(id: e.delta.transaction, count: e.delta.count, deltas: []))
+            }
+            transactions[transactions.count - 1].deltas.append(e.delta)
+        }
+        #expect(transactions.map(\.id.sequence).sorted() == [1, 2], "each field keeps the transaction that wrote it")
+        #expect(transactions.first { $0.id.sequence == 1 }?.count == 3)
+        _ = try await receiver.applyRemote(transactions, from: writer.siteID, subscriptionKey: green.key, through: page.through)
+        #expect(try await receiver.execute("SELECT * FROM c").items == [["_id": "x", "color": "green", "size": 3]])
+        // A write to a field the WHERE does not read sends only itself.
+        _ = try await writer.execute("UPDATE c SET size = 4 WHERE _id = 'x'")
+        let next = try await writer.changes(after: page.through, limit: 100, subscriptions: green)
+        #expect(next.entries.map(\.delta.field) == ["size"])
+        // The peer's own writes are not echoed back to it.
+        let echo = try await writer.changes(after: 0, limit: 100, subscriptions: Self.everything(), excludingOrigin: writer.siteID)
+        #expect(echo.entries.isEmpty && echo.through == next.through)
+    }
 }

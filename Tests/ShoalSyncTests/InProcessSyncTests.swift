@@ -103,6 +103,10 @@ import Testing
                 #expect(try await InProcessMesh.eventually { try await Self.count(c) == 1 })
                 #expect(try await c.store.execute("SELECT * FROM cars").items == [["_id": "r", "color": "red"]])
                 #expect(try await Self.count(b) == 2)
+                // g turns red: c receives all of it, though it never had its other fields.
+                _ = try await a.store.execute("UPDATE cars SET color = 'red' WHERE _id = 'g'")
+                #expect(try await InProcessMesh.eventually { try await Self.count(c) == 2 })
+                #expect(try await c.store.execute("SELECT * FROM cars WHERE _id = 'g'").items == [["_id": "g", "color": "red"]])
             }
         }
     }
