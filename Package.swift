@@ -10,7 +10,7 @@ let package = Package(
     name: "shoal",
     platforms: [.macOS(.v15)],
     products: [
-        .library(name: "Shoal", targets: ["ShoalNode"]),
+        .library(name: "Shoal", targets: ["Shoal"]),
         .executable(name: "shoal", targets: ["shoal"]),
     ],
     dependencies: [
@@ -76,6 +76,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "Shoal",
+            dependencies: ["ShoalCRDT", "ShoalNode", "ShoalStore", "ShoalSync"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "ShoalTesting",
             dependencies: ["ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode"],
             swiftSettings: swiftSettings
@@ -95,7 +100,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ShoalNodeTests",
-            dependencies: ["ShoalNode", "ShoalTesting", "shoal"],
+            dependencies: ["Shoal", "ShoalNode", "ShoalTesting", "shoal"],
             swiftSettings: swiftSettings
         ),
     ]

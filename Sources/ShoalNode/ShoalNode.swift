@@ -139,8 +139,8 @@ public final class ShoalNode: Service, Sendable {
         let limits = configuration.limits
         while !Task.isCancelled {
             if let site = knownSite, sync.isConnected(to: site) {
-                // The peer is already connected through another connection (it dialed us).
-                sync.noteDialTarget(peer.description, state: "connected")
+                // The peer is already connected through its own dial to us; status shows that session.
+                sync.forgetDialTarget(peer.description)
                 try? await Task.sleep(for: .seconds(1))
                 continue
             }

@@ -1,0 +1,6 @@
+// `import Shoal` gives an app the whole public API: the node, its store and sync
+// engine, and the value types they speak in.
+@_exported import ShoalCRDT
+@_exported import ShoalNode
+@_exported import ShoalStore
+@_exported import ShoalSync

@@ -1,0 +1,35 @@
+import Shoal
+import ShoalTesting
+import Testing
+
+/// The README's embedding example, run: two nodes in one process over real TCP on 127.0.0.1.
+@Suite struct EmbeddingTests {
+    @Test func anAppEmbedsTwoNodesThatSync() async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-embed")
+        defer { dir.remove() }
+        let alpha = try ShoalNode(
+            configuration: NodeConfiguration(
+                dataDirectory: dir.path + "/alpha", listen: HostAndPort(host: "127.0.0.1", port: 0), name: "alpha",
+                discovery: false))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await alpha.run() }
+            let alphaAddress = await alpha.ready()
+            #expect(alphaAddress.port != 0)
+            let beta = try ShoalNode(
+                configuration: NodeConfiguration(
+                    dataDirectory: dir.path + "/beta", listen: HostAndPort(host: "127.0.0.1", port: 0), name: "beta",
+                    peers: [alphaAddress], subscriptions: ["SELECT * FROM cars"], discovery: false))
+            group.addTask { try await beta.run() }
+            _ = await beta.ready()
+
+            let result = try await alpha.store.execute(
+                "INSERT INTO cars DOCUMENTS (:car)", arguments: ["car": ["_id": "a", "color": "blue"]])
+            #expect(result.transactionID?.origin == alpha.siteID)
+            #expect(try await InProcessMesh.eventually {
+                try await beta.store.execute("SELECT * FROM cars").items == [["_id": "a", "color": "blue"]]
+            })
+            #expect(beta.sync.peers().contains { $0.siteID == alpha.siteID && $0.state == "connected" })
+            group.cancelAll()
+        }
+    }
+}

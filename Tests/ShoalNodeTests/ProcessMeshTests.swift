@@ -1,0 +1,139 @@
+import Foundation
+import ShoalTesting
+import Testing
+
+/// Real `shoal` processes on 127.0.0.1, driven through the CLI as a user would.
+@Suite(.serialized) struct ProcessMeshTests {
+    static func documents(_ node: NodeProcess, _ query: String = "SELECT * FROM cars") throws -> [[String: Any]] {
+        let output = try node.exec(query)
+        guard output.status == 0,
+            let object = try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any],
+            let items = object["items"] as? [[String: Any]]
+        else {
+            throw NodeProcessError(message: "exec failed (\(output.status)): \(output.stderr)")
+        }
+        return items
+    }
+
+    static func peers(_ node: NodeProcess) throws -> [[String: Any]] {
+        try node.status()["peers"] as? [[String: Any]] ?? []
+    }
+
+    @Test func twoNodesReplicateAndResumeAfterARestart() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a")
+        let bArguments = ["--peer", a.address, "--subscribe", "SELECT * FROM cars"]
+        var b: NodeProcess? = try NodeProcess(name: "beta", dataDirectory: dirs.path + "/b", extra: bArguments)
+
+        let insert = try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'one', 'color': 'blue'})")
+        #expect(insert.status == 0, "\(insert.stderr)")
+        let result = try JSONSerialization.jsonObject(with: Data(insert.stdout.utf8)) as? [String: Any]
+        #expect(result?["mutatedDocumentIDs"] as? [String] == ["one"])
+        #expect((result?["transactionID"] as? String)?.hasSuffix(":1") == true)
+        #expect(try eventually { try Self.documents(b!).count == 1 })
+        #expect(try Self.documents(b!).first?["color"] as? String == "blue")
+
+        // Each side shows the other as a connected peer.
+        let aStatus = try a.status(), bStatus = try b!.status()
+        let aSite = try #require(aStatus["siteID"] as? String), bSite = try #require(bStatus["siteID"] as? String)
+        #expect(try eventually {
+            try Self.peers(a).contains { $0["siteID"] as? String == bSite && $0["state"] as? String == "connected" }
+        })
+        let seenByB = try #require(try Self.peers(b!).first { $0["siteID"] as? String == aSite })
+        #expect(seenByB["state"] as? String == "connected" && seenByB["name"] as? String == "alpha")
+        #expect((seenByB["bytesIn"] as? Int ?? 0) > 0)
+        let subscriptions = aStatus["subscriptions"] as? [[String: Any]] ?? []
+        #expect(subscriptions.contains { $0["origin"] as? String == bSite && $0["query"] as? String == "SELECT * FROM cars" })
+        #expect((bStatus["collections"] as? [String: [String: Int]])?["cars"]?["documents"] == 1)
+
+        // Kill the receiver outright, write while it is down, start it again.
+        b!.crash()
+        b = nil
+        for i in 0..<5 {
+            #expect(try a.exec("INSERT INTO cars DOCUMENTS (:d)", args: "{\"d\": {\"_id\": \"while-down-\(i)\"}}").status == 0)
+        }
+        let restarted = try NodeProcess(name: "beta", dataDirectory: dirs.path + "/b", extra: bArguments)
+        #expect(try restarted.status()["siteID"] as? String == bSite, "the site ID survives a restart")
+        #expect(try eventually { try Self.documents(restarted).count == 6 })
+        #expect(try a.exec("UPDATE cars SET color = 'red' WHERE _id = 'one'").status == 0)
+        #expect(try eventually { try Self.documents(restarted, "SELECT * FROM cars WHERE color = 'red'").count == 1 })
+        let ids = try Self.documents(restarted).compactMap { $0["_id"] as? String }
+        #expect(ids.count == Set(ids).count && ids.count == 6, "no document is duplicated")
+        // Deltas: 2 for the first insert, 1 for each later one, 1 for the update; nothing applied twice.
+        #expect(try restarted.status()["changeLogSequence"] as? Int == 8)
+
+        #expect(restarted.interrupt() == 0, "SIGINT stops cleanly")
+        #expect(restarted.log().contains("stopped"))
+        #expect(a.interrupt() == 0)
+    }
+
+    @Test func garbageAndHugeFrameClaimsCloseOnlyThatConnection() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a")
+        let b = try NodeProcess(
+            name: "beta", dataDirectory: dirs.path + "/b", extra: ["--peer", a.address, "--subscribe", "SELECT * FROM cars"])
+        #expect(try eventually { try Self.peers(a).contains { $0["state"] as? String == "connected" } })
+
+        // Plain garbage: the node answers with an Error frame (type 0x03) and closes.
+        let garbage = try RawSocket.exchange(port: a.port, bytes: Array("GET / HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+        #expect(garbage.closedByNode)
+        #expect(RawSocket.frameTypes(garbage.reply) == [0x01, 0x03], "its Hello, then an Error")
+        #expect(String(decoding: garbage.reply, as: UTF8.self).contains("not a Shoal frame"))
+
+        // A header claiming a 4 GiB payload is refused after its 8 bytes.
+        let huge = try RawSocket.exchange(port: a.port, bytes: [0x53, 0x01, 0x00, 0x00, 0xFF, 0xFF, 0xFF, 0xFF])
+        #expect(huge.closedByNode)
+        #expect(RawSocket.frameTypes(huge.reply) == [0x01, 0x03])
+        #expect(String(decoding: huge.reply, as: UTF8.self).contains("announces 4294967295 payload bytes"))
+
+        // Truncated: a header and half a payload, then the client goes away.
+        _ = try? RawSocket.exchange(port: a.port, bytes: [0x53, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0x08], timeout: 1)
+
+        // The real peer is still served.
+        #expect(a.isRunning)
+        #expect(try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'after-garbage'})").status == 0)
+        #expect(try eventually { try Self.documents(b).count == 1 })
+    }
+
+    @Test func aWrongMeshKeyIsRefusedAndNothingSyncs() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let keyA = dirs.path + "/a.key", keyB = dirs.path + "/b.key"
+        try "alpha-secret-key-0123456789".write(toFile: keyA, atomically: true, encoding: .utf8)
+        try "another-secret-key-987654321".write(toFile: keyB, atomically: true, encoding: .utf8)
+        let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a", extra: ["--mesh-key-file", keyA])
+        #expect(try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'secret'})", extra: ["--mesh-key-file", keyA]).status == 0)
+        let b = try NodeProcess(
+            name: "beta", dataDirectory: dirs.path + "/b",
+            extra: ["--mesh-key-file", keyB, "--peer", a.address, "--subscribe", "SELECT * FROM cars"])
+        #expect(eventually(10) { b.log().contains("MESH_KEY_MISMATCH") || a.log().contains("MESH_KEY_MISMATCH") })
+        let bDocs = try ShoalBinary.run(["exec", "--node", b.address, "--mesh-key-file", keyB, "--json", "SELECT * FROM cars"])
+        #expect(bDocs.stdout.contains("\"items\":[]"))
+        // The CLI without the key is refused with a clear message.
+        let noKey = try a.exec("SELECT * FROM cars")
+        #expect(noKey.status != 0)
+        #expect(noKey.stderr.contains("mesh key mismatch"))
+        #expect(a.isRunning && b.isRunning)
+    }
+
+    @Test func badStatementsExitNonZeroWithThePosition() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a")
+        let bad = try a.exec("SELECT * FORM cars")
+        #expect(bad.status != 0)
+        #expect(bad.stderr.contains("line 1, column 10"), "\(bad.stderr)")
+        #expect(bad.stdout.isEmpty)
+        let conflict = try a.exec("INSERT INTO c DOCUMENTS ({'_id': 'x'}); INSERT INTO c DOCUMENTS ({'_id': 'x'})")
+        #expect(conflict.status != 0 && conflict.stderr.contains("already exists"))
+        #expect(try Self.documents(a, "SELECT * FROM c").isEmpty, "the failed transaction left nothing behind")
+        let badArgs = try ShoalBinary.run(["exec", "--node", a.address, "--args", "[1]", "SELECT * FROM c"])
+        #expect(badArgs.status != 0 && badArgs.stderr.contains("--args must be a JSON object"))
+        let nobody = try ShoalBinary.run(["status", "--node", "127.0.0.1:1"])
+        #expect(nobody.status != 0 && nobody.stderr.contains("cannot reach a Shoal node at 127.0.0.1:1"))
+        let human = try ShoalBinary.run(["status", "--node", a.address])
+        #expect(human.status == 0 && human.stdout.contains("Node alpha") && human.stdout.contains("Collections"))
+    }
+}

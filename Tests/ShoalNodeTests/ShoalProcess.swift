@@ -1,0 +1,205 @@
+import Foundation
+import ShoalTesting
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `shoal` executable built next to this test bundle (or `$SHOAL_BINARY`).
+enum ShoalBinary {
+    static var path: String {
+        if let explicit = ProcessInfo.processInfo.environment["SHOAL_BINARY"] { return explicit }
+        let me = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        return me.deletingLastPathComponent().appendingPathComponent("shoal").path
+    }
+
+    struct Output {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+    }
+
+    /// Runs `shoal ARGS...` to completion (30 s at most) and returns what it printed.
+    static func run(_ arguments: [String]) throws -> Output {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let deadline = Date().addingTimeInterval(30)
+        // Drain both pipes while waiting so a chatty child never blocks on a full pipe.
+        let outData = out.fileHandleForReading.readDataToEndOfFile()
+        let errData = err.fileHandleForReading.readDataToEndOfFile()
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        return Output(
+            status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
+            stderr: String(decoding: errData, as: UTF8.self))
+    }
+}
+
+/// A `shoal run` process on 127.0.0.1 with a port the kernel chose, always reaped.
+final class NodeProcess {
+    let name: String
+    let dataDirectory: String
+    let logPath: String
+    private let process = Process()
+    private(set) var address = ""
+
+    /// Starts `shoal run` and waits for its ready line.
+    init(name: String, dataDirectory: String, listenPort: Int = 0, extra: [String] = []) throws {
+        self.name = name
+        self.dataDirectory = dataDirectory
+        self.logPath = dataDirectory + ".\(UInt32.random(in: 0...UInt32.max)).log"
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        let logFile = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        process.executableURL = URL(fileURLWithPath: ShoalBinary.path)
+        process.arguments = [
+            "run", "--data", dataDirectory, "--listen", "127.0.0.1:\(listenPort)", "--name", name, "--no-discovery",
+        ] + extra
+        process.standardOutput = logFile
+        process.standardError = logFile
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if let line = self.log().split(separator: "\n").first(where: { $0.contains("ready to accept connections on ") }),
+                let range = line.range(of: "ready to accept connections on ")
+            {
+                address = String(line[range.upperBound...]).trimmingCharacters(in: .whitespaces)
+                return
+            }
+            if !process.isRunning { break }
+            usleep(20_000)
+        }
+        stop()
+        throw NodeProcessError(message: "\(name) did not become ready:\n\(self.log())")
+    }
+
+    var port: Int { Int(address.split(separator: ":").last ?? "") ?? 0 }
+    var isRunning: Bool { process.isRunning }
+
+    func log() -> String {
+        (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+    }
+
+    /// Sends SIGINT and waits for the exit status.
+    @discardableResult
+    func interrupt() -> Int32 {
+        guard process.isRunning else { return process.terminationStatus }
+        kill(process.processIdentifier, SIGINT)
+        return waitForExit()
+    }
+
+    /// Kills the process outright, as a crash would.
+    func crash() {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        _ = waitForExit()
+    }
+
+    func stop() {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGTERM)
+        _ = waitForExit()
+    }
+
+    private func waitForExit() -> Int32 {
+        let deadline = Date().addingTimeInterval(15)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+        }
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    /// `shoal exec --node THIS --json STATEMENTS`, parsed.
+    func exec(_ statements: String, args: String? = nil, extra: [String] = []) throws -> ShoalBinary.Output {
+        var arguments = ["exec", "--node", address, "--json"] + extra
+        if let args { arguments += ["--args", args] }
+        return try ShoalBinary.run(arguments + [statements])
+    }
+
+    func status() throws -> [String: Any] {
+        let output = try ShoalBinary.run(["status", "--node", address, "--json"])
+        guard output.status == 0,
+            let object = try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any]
+        else {
+            throw NodeProcessError(message: "status failed: \(output.stderr)\(output.stdout)")
+        }
+        return object
+    }
+
+    deinit {
+        stop()
+        try? FileManager.default.removeItem(atPath: logPath)
+    }
+}
+
+struct NodeProcessError: Error, CustomStringConvertible {
+    var message: String
+    var description: String { message }
+}
+
+/// Polls until `condition` holds or the time runs out.
+func eventually(_ seconds: Double = 20, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        usleep(100_000)
+    }
+    return try condition()
+}
+
+/// A plain TCP client for sending a node bytes no real peer would.
+enum RawSocket {
+    /// Connects to 127.0.0.1:`port`, sends `bytes`, and returns what the node sends
+    /// back until it closes the connection (or 10 s pass).
+    static func exchange(port: Int, bytes: [UInt8], timeout seconds: Int = 10) throws -> (reply: [UInt8], closedByNode: Bool) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw NodeProcessError(message: "socket() failed") }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { throw NodeProcessError(message: "connect to \(port) failed") }
+        var timeout = timeval(tv_sec: seconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        var reply: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n > 0 {
+                reply += buffer[0..<n]
+            } else {
+                return (reply, n == 0)
+            }
+        }
+    }
+
+    /// The type bytes of the whole frames in `bytes`.
+    static func frameTypes(_ bytes: [UInt8]) -> [UInt8] {
+        var types: [UInt8] = []
+        var i = 0
+        while i + 8 <= bytes.count {
+            let length = Int(bytes[i + 4]) << 24 | Int(bytes[i + 5]) << 16 | Int(bytes[i + 6]) << 8 | Int(bytes[i + 7])
+            guard i + 8 + length <= bytes.count else { break }
+            types.append(bytes[i + 1])
+            i += 8 + length
+        }
+        return types
+    }
+}
