@@ -40,11 +40,76 @@ public struct AdminClient: Sendable {
         return response
     }
 
+    /// Adds a saved subscription on the node.
+    public func subscribe(_ query: String, argumentsJSON: String = "") async throws(NodeError) -> Shoal_V1_SubscriptionStatus {
+        var request = Shoal_V1_AdminRequest()
+        var subscribe = Shoal_V1_SubscribeRequest()
+        subscribe.query = query
+        subscribe.argumentsJson = argumentsJSON
+        request.subscribe = subscribe
+        guard case .subscription(let response)? = try await send(request).response else {
+            throw NodeError(.protocolError, "the node answered subscribe with something else")
+        }
+        return response
+    }
+
+    /// Removes a saved subscription, by ID or exact query text.
+    public func unsubscribe(_ idOrQuery: String) async throws(NodeError) -> Shoal_V1_SubscriptionStatus {
+        var request = Shoal_V1_AdminRequest()
+        var unsubscribe = Shoal_V1_UnsubscribeRequest()
+        unsubscribe.idOrQuery = idOrQuery
+        request.unsubscribe = unsubscribe
+        guard case .subscription(let response)? = try await send(request).response else {
+            throw NodeError(.protocolError, "the node answered unsubscribe with something else")
+        }
+        return response
+    }
+
+    /// Streams the states of a query's result to `handler` until the task is
+    /// cancelled or the node goes away.
+    public func observe(
+        _ query: String, argumentsJSON: String = "", handler: @escaping @Sendable (Shoal_V1_Observation) -> Void
+    ) async throws(NodeError) {
+        var request = Shoal_V1_AdminRequest()
+        var observe = Shoal_V1_ObserveRequest()
+        observe.query = query
+        observe.argumentsJson = argumentsJSON
+        request.observe = observe
+        do {
+            _ = try await exchange(request) { response in
+                switch response.response {
+                case .observation(let observation)?:
+                    handler(observation)
+                    return false
+                case .error(let error)?:
+                    throw NodeError(.requestFailed, error.message)
+                default:
+                    throw NodeError(.protocolError, "the node answered observe with something else")
+                }
+            }
+            throw NodeError(.connectionFailed, "\(node) closed the connection")
+        } catch let error as NodeError {
+            throw error
+        } catch is CancellationError {
+            return
+        } catch let error as SyncError {
+            throw NodeError(.connectionFailed, "\(node) refused the connection: \(error.description)")
+        } catch {
+            if Task.isCancelled { return }
+            throw NodeError(.connectionFailed, "cannot reach a Shoal node at \(node): \(error)")
+        }
+    }
+
     func send(_ request: Shoal_V1_AdminRequest) async throws(NodeError) -> Shoal_V1_AdminResponse {
         let response: Shoal_V1_AdminResponse
         do {
             response = try await withThrowingTaskGroup(of: Shoal_V1_AdminResponse.self) { group in
-                group.addTask { try await self.roundTrip(request) }
+                group.addTask {
+                    guard let response = try await self.exchange(request, onResponse: { _ in true }) else {
+                        throw NodeError(.connectionFailed, "\(node) closed the connection before answering")
+                    }
+                    return response
+                }
                 group.addTask {
                     try await Task.sleep(for: timeout)
                     throw NodeError(.connectionFailed, "no answer from \(node) within \(timeout)")
@@ -65,7 +130,12 @@ public struct AdminClient: Sendable {
         return response
     }
 
-    private func roundTrip(_ request: Shoal_V1_AdminRequest) async throws -> Shoal_V1_AdminResponse {
+    /// Connects, shakes hands as an admin client, sends `request`, and hands each
+    /// response to `onResponse` until it returns true; returns that response, or
+    /// nil when the node closed first.
+    private func exchange(
+        _ request: Shoal_V1_AdminRequest, onResponse: (Shoal_V1_AdminResponse) async throws -> Bool
+    ) async throws -> Shoal_V1_AdminResponse? {
         let group = MultiThreadedEventLoopGroup.singleton
         let limits = WireLimits.default
         let connection = try await ClientBootstrap(group: group)
@@ -98,12 +168,13 @@ public struct AdminClient: Sendable {
             try await outbound.write(codec.encode(.adminRequest(request)))
             while let frame = try await iterator.next() {
                 switch try codec.decode(frame) {
-                case .adminResponse(let response): return response
+                case .adminResponse(let response) where response.requestID == request.requestID:
+                    if try await onResponse(response) { return response }
                 case .error(let error): throw NodeError(.requestFailed, error.message)
                 default: continue
                 }
             }
-            throw NodeError(.connectionFailed, "\(node) closed the connection before answering")
+            return nil
         }
     }
 }

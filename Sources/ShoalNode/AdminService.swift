@@ -3,31 +3,89 @@ import ShoalStore
 import ShoalSync
 import ShoalWire
 
-/// Answers the CLI: `exec` runs statements on the store, `status` describes the node.
+/// Answers the CLI: `exec` runs statements, `status` describes the node,
+/// `subscribe`/`unsubscribe` change its saved subscriptions, `observe` streams a query's result.
 struct AdminService: AdminRequestHandler {
     let node: ShoalNode
 
-    func handle(_ request: Shoal_V1_AdminRequest) async -> Shoal_V1_AdminResponse {
+    func handle(
+        _ request: Shoal_V1_AdminRequest, respond: @escaping @Sendable (Shoal_V1_AdminResponse) async throws -> Void
+    ) async throws {
         var response = Shoal_V1_AdminResponse()
         response.requestID = request.requestID
-        switch request.request {
-        case .exec(let exec)?:
-            do {
+        do throws(StoreError) {
+            switch request.request {
+            case .exec(let exec)?:
                 response.exec = try await execute(exec)
-            } catch {
-                response.error = Self.error(
-                    error.code == .invalidQuery ? .invalidQuery : .executionFailed, error.message)
-            }
-        case .status?:
-            do {
+            case .status?:
                 response.status = try await status()
-            } catch {
-                response.error = Self.error(.internal, error.message)
+            case .subscribe(let subscribe)?:
+                response.subscription = try await self.subscribe(subscribe)
+            case .unsubscribe(let unsubscribe)?:
+                response.subscription = try await self.unsubscribe(unsubscribe)
+            case .observe(let observe)?:
+                let observations = try node.store.observe(
+                    observe.query, arguments: try Self.arguments(observe.argumentsJson))
+                do {
+                    for try await observation in observations {
+                        var message = Shoal_V1_Observation()
+                        message.itemsJson = observation.items.map(\.canonicalJSON)
+                        message.transactionIds = observation.transactions.map(\.description)
+                        response.observation = message
+                        try await respond(response)
+                    }
+                } catch let error as StoreError {
+                    throw error
+                } catch {
+                    return  // the client went away
+                }
+                return
+            case nil:
+                response.error = Self.error(.protocolViolation, "empty admin request")
             }
-        case nil:
-            response.error = Self.error(.protocolViolation, "empty admin request")
+        } catch {
+            response.error = Self.error(error.code == .invalidQuery ? .invalidQuery : .executionFailed, error.message)
         }
-        return response
+        try await respond(response)
+    }
+
+    static func arguments(_ json: String) throws(StoreError) -> [String: Value] {
+        guard !json.isEmpty else { return [:] }
+        do {
+            guard case .object(let object) = try JSON.parse(json) else {
+                throw StoreError(.invalidQuery, "--args must be a JSON object, like {\"id\": \"a\"}")
+            }
+            return object
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw StoreError(.invalidQuery, "--args is not valid JSON: \(error)")
+        }
+    }
+
+    func subscribe(_ request: Shoal_V1_SubscribeRequest) async throws(StoreError) -> Shoal_V1_SubscriptionStatus {
+        let arguments = try Self.arguments(request.argumentsJson)
+        let entry = try node.sync.subscribe(request.query, arguments: arguments)
+        try await node.store.saveSubscription(SavedSubscription(id: entry.id, query: entry.query, arguments: arguments))
+        var status = Shoal_V1_SubscriptionStatus()
+        status.id = entry.id
+        status.query = entry.query
+        status.origin = "local"
+        return status
+    }
+
+    func unsubscribe(_ request: Shoal_V1_UnsubscribeRequest) async throws(StoreError) -> Shoal_V1_SubscriptionStatus {
+        guard let entry = node.sync.unsubscribe(request.idOrQuery) else {
+            throw StoreError(
+                .invalidQuery,
+                "no subscription has the ID or query '\(request.idOrQuery)' (shoal status lists them)")
+        }
+        try await node.store.removeSavedSubscription(id: entry.id)
+        var status = Shoal_V1_SubscriptionStatus()
+        status.id = entry.id
+        status.query = entry.query
+        status.origin = "local"
+        return status
     }
 
     static func error(_ code: Shoal_V1_ErrorCode, _ message: String) -> Shoal_V1_Error {
@@ -38,19 +96,7 @@ struct AdminService: AdminRequestHandler {
     }
 
     func execute(_ request: Shoal_V1_ExecRequest) async throws(StoreError) -> Shoal_V1_ExecResponse {
-        var arguments: [String: Value] = [:]
-        if !request.argumentsJson.isEmpty {
-            do {
-                guard case .object(let object) = try JSON.parse(request.argumentsJson) else {
-                    throw StoreError(.invalidQuery, "--args must be a JSON object, like {\"id\": \"a\"}")
-                }
-                arguments = object
-            } catch let error as StoreError {
-                throw error
-            } catch {
-                throw StoreError(.invalidQuery, "--args is not valid JSON: \(error)")
-            }
-        }
+        let arguments = try Self.arguments(request.argumentsJson)
         let result = try await node.store.execute(request.statements, arguments: arguments)
         var response = Shoal_V1_ExecResponse()
         response.itemsJson = result.items.map(\.canonicalJSON)

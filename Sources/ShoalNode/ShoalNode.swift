@@ -41,6 +41,14 @@ public final class ShoalNode: Service, Sendable {
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
     }
 
+    /// Re-adds the subscriptions saved by `shoal subscribe` on earlier runs.
+    private func restoreSavedSubscriptions() async throws {
+        for saved in try await store.savedSubscriptions() {
+            try sync.subscribe(saved.query, arguments: saved.arguments)
+        }
+    }
+
+
     public var name: String { sync.configuration.nodeName }
     public var siteID: SiteID { store.siteID }
 
@@ -76,6 +84,7 @@ public final class ShoalNode: Service, Sendable {
     }
 
     private func serve() async throws {
+        try await restoreSavedSubscriptions()
         let limits = configuration.limits
         let server: NIOAsyncChannel<NIOAsyncChannel<Frame, Frame>, Never>
         do {

@@ -52,6 +52,28 @@ public enum Evaluator {
         case .binary(.or, let l, let r):
             if try eval(l) == .bool(true) { return .bool(true) }
             return .bool(try eval(r) == .bool(true))
+        case .binary(let op, let l, .array(let items)) where op == .in || op == .notIn:
+            // A written list: MISSING items are skipped rather than read as null.
+            let left = try eval(l)
+            var values: [Value] = []
+            for item in items {
+                if let value = try eval(item) { values.append(value) }
+            }
+            return membership(op, left, values)
+        case .binary(let op, let l, let r) where op == .in || op == .notIn:
+            let left = try eval(l)
+            let right = try eval(r)
+            guard case .array(let values)? = right else {
+                let what = if case .parameter(let name) = r { ":\(name)" } else { "the right side" }
+                let found = right.map { "a \($0.typeName)" } ?? "missing"
+                throw QueryError("IN needs a list, but \(what) is \(found): pass an array")
+            }
+            return membership(op, left, values)
+        case .binary(let op, let l, let r) where op == .like || op == .notLike:
+            let left = try eval(l)
+            let right = try eval(r)
+            guard case .string(let text)? = left, case .string(let pattern)? = right else { return .bool(false) }
+            return .bool(matchLike(text, pattern: pattern) == (op == .like))
         case .binary(let op, let l, let r):
             let left = try eval(l)
             let right = try eval(r)
@@ -63,11 +85,112 @@ public enum Evaluator {
                 guard let left, let right else { return nil }
                 return try arithmetic(op, left, right)
             }
+        case .unary(.isNull, let operand):
+            return .bool(try eval(operand) == .null)
+        case .unary(.isNotNull, let operand):
+            let value = try eval(operand)
+            return .bool(value != nil && value != .null)
+        case .unary(.isMissing, let operand):
+            return .bool(try eval(operand) == nil)
+        case .unary(.isNotMissing, let operand):
+            return .bool(try eval(operand) != nil)
+        case .index(let base, let key):
+            let container = try eval(base)
+            switch (container, try eval(key)) {
+            case (.object(let fields)?, .string(let name)?):
+                return fields[name]
+            case (.array(let items)?, let position?):
+                let i: Int
+                switch position {
+                case .int(let n): i = Int(n)
+                case .double(let d) where d.rounded(.towardZero) == d && abs(d) < 0x1p53: i = Int(d)
+                default: return nil
+                }
+                let resolved = i < 0 ? items.count + i : i
+                return items.indices.contains(resolved) ? items[resolved] : nil
+            default:
+                return nil
+            }
+        case .countAll:
+            throw QueryError(
+                "COUNT(*) is only allowed as a projection: it counts the matching documents, "
+                    + "as in SELECT COUNT(*) FROM c")
         case .function(let name, let args):
             var values: [Value?] = []
             for arg in args { values.append(try eval(arg)) }
             return try call(name, values)
         }
+    }
+
+    /// `left IN values` or `left NOT IN values`, by structural equality; false for both when `left` is MISSING.
+    static func membership(_ op: BinaryOperator, _ left: Value?, _ values: [Value]) -> Value {
+        guard let left else { return .bool(false) }
+        let found = values.contains { equal(left, $0) }
+        return .bool(found == (op == .in))
+    }
+
+    /// Whether `text` matches the SQL LIKE `pattern`, case-sensitively and over Characters:
+    /// `%` matches any run of characters (including none), `_` exactly one, and `\` makes
+    /// the character after it literal (a `\` at the very end matches a backslash).
+    ///
+    /// Runs in O(text × pattern) at worst: on a mismatch it only ever backtracks to the most
+    /// recent `%`, which is enough because an earlier `%` can never need to absorb more.
+    public static func matchLike(_ text: String, pattern: String) -> Bool {
+        enum Element: Equatable {
+            case character(Character)
+            case one
+            case any
+        }
+        var elements: [Element] = []
+        var escaped = false
+        for c in pattern {
+            if escaped {
+                elements.append(.character(c))
+                escaped = false
+            } else if c == "\\" {
+                escaped = true
+            } else if c == "%" {
+                if elements.last != .any { elements.append(.any) }
+            } else if c == "_" {
+                elements.append(.one)
+            } else {
+                elements.append(.character(c))
+            }
+        }
+        if escaped { elements.append(.character("\\")) }
+
+        let chars = Array(text)
+        var t = 0
+        var p = 0
+        // The element after the last `%` seen, and the text position that `%` is tried up to.
+        var star: (element: Int, text: Int)?
+        while t < chars.count {
+            if p < elements.count {
+                switch elements[p] {
+                case .any:
+                    p += 1
+                    star = (p, t)
+                    continue
+                case .one:
+                    t += 1
+                    p += 1
+                    continue
+                case .character(let c) where c == chars[t]:
+                    t += 1
+                    p += 1
+                    continue
+                case .character:
+                    break
+                }
+            }
+            // Mismatch (or pattern used up): let the last `%` absorb one more character.
+            guard let s = star else { return false }
+            star = (s.element, s.text + 1)
+            p = s.element
+            t = s.text + 1
+        }
+        while p < elements.count, elements[p] == .any { p += 1 }
+        return p == elements.count
     }
 
     /// Whether `document` satisfies `predicate`: a missing predicate matches everything,

@@ -37,6 +37,10 @@ extension Parser {
         var tokens: [Token]
         var index = 0
         var nesting = 0
+        /// Whether `COUNT(*)` may be read: only while reading an item of a SELECT list.
+        var countAllAllowed = false
+        /// Where the first `COUNT(*)` of the current SELECT item is.
+        var countAllPosition: SourcePosition?
 
         init(_ text: String) throws(QueryError) {
             self.text = text
@@ -83,7 +87,10 @@ extension Parser {
 
         /// "expected X, found 'y'" at the current token, or "unexpected end of query: expected X".
         func unexpected(_ expected: String, suggesting keywords: [Keyword] = [], hint: String? = nil) -> QueryError {
-            if atEnd { return error("unexpected end of query: expected \(expected)", at: current.position) }
+            if atEnd {
+                let note = hint.map { "; \($0)" } ?? ""
+                return error("unexpected end of query: expected \(expected)\(note)", at: current.position)
+            }
             var message = "expected \(expected), found \(current)"
             if let hint {
                 message += "; \(hint)"
@@ -140,9 +147,12 @@ extension Parser {
             case .select: return .select(try parseSelect())
             case .insert: return .insert(try parseInsert())
             case .update: return .update(try parseUpdate())
+            case .delete: return .delete(try parseDelete())
+            case .evict: return .evict(try parseDelete())
             default:
                 throw unexpected(
-                    "SELECT, INSERT or UPDATE at the start of a statement", suggesting: [.select, .insert, .update])
+                    "SELECT, INSERT, UPDATE, DELETE or EVICT at the start of a statement",
+                    suggesting: [.select, .insert, .update, .delete, .evict])
             }
         }
 
@@ -151,9 +161,11 @@ extension Parser {
             var projection: [Projection] = []
             if !accept(.star) {
                 if current.is(.from) { throw unexpected("* or a list of expressions after SELECT") }
+                var counts = false
+                var others = false
                 repeat {
                     let start = current.position
-                    let expression = try parseExpression()
+                    let expression = try parseProjectionItem()
                     let name: String
                     if accept(.as) {
                         name = try parseName("a column name after AS")
@@ -166,59 +178,107 @@ extension Parser {
                         throw error(
                             "duplicate column name '\(name)': give one of the columns another name with AS", at: start)
                     }
+                    if expression == .countAll { counts = true } else { others = true }
+                    if counts && others {
+                        throw error(
+                            "COUNT(*) cannot be combined with other columns: it returns a single row "
+                                + "with the number of matching documents",
+                            at: start)
+                    }
                     projection.append(Projection(expression: expression, name: name))
                 } while accept(.comma)
             }
             try expect(.from, "after the projection")
-            var select = SelectStatement(
-                collection: try parseName("a collection name after FROM"), projection: projection)
+            let (collection, types) = try parseCollection(after: "FROM")
+            var select = SelectStatement(collection: collection, projection: projection, declaredTypes: types)
             var last = -1
+            let clauses: [Keyword] = [.where, .order, .limit, .offset]
+            try parseFilterClauses(
+                base: 0, last: &last, where: &select.whereClause, orderBy: &select.orderBy, limit: &select.limit,
+                offset: &select.offset)
+            try finish(clauses, last: last, after: Self.context(clauses, last: last, otherwise: "the collection name"))
+            return select
+        }
+
+        /// One item of a SELECT list, where (and only where) a whole `COUNT(*)` is allowed.
+        mutating func parseProjectionItem() throws(QueryError) -> Expression {
+            countAllAllowed = true
+            countAllPosition = nil
+            defer { countAllAllowed = false }
+            let expression = try parseExpression()
+            if expression != .countAll, let position = countAllPosition {
+                throw error(
+                    "COUNT(*) must be a whole item of the SELECT list, not part of an expression, "
+                        + "as in SELECT COUNT(*) FROM c",
+                    at: position)
+            }
+            return expression
+        }
+
+        /// The optional `WHERE`, `ORDER BY`, `LIMIT` and `OFFSET` clauses, in that order; `last` becomes
+        /// `base` plus the index of the last one present.
+        mutating func parseFilterClauses(
+            base: Int, last: inout Int, where whereClause: inout Expression?, orderBy: inout [OrderTerm],
+            limit: inout Expression?, offset: inout Expression?
+        ) throws(QueryError) {
             if accept(.where) {
-                last = 0
-                select.whereClause = try parseExpression()
+                last = base
+                whereClause = try parseExpression()
             }
             if accept(.order) {
-                last = 1
+                last = base + 1
                 try expect(.by, "after ORDER")
                 repeat {
                     let expression = try parseExpression()
                     let descending = accept(.desc)
                     if !descending { _ = accept(.asc) }
-                    select.orderBy.append(OrderTerm(expression: expression, descending: descending))
+                    orderBy.append(OrderTerm(expression: expression, descending: descending))
                 } while accept(.comma)
             }
             if accept(.limit) {
-                last = 2
-                select.limit = try parseExpression()
+                last = base + 2
+                limit = try parseExpression()
             }
             if accept(.offset) {
-                last = 3
-                select.offset = try parseExpression()
+                last = base + 3
+                offset = try parseExpression()
             }
-            try finish([.where, .order, .limit, .offset], last: last, after: "the collection name")
-            return select
         }
 
         mutating func parseInsert() throws(QueryError) -> InsertStatement {
             advance()
             try expect(.into, "after INSERT")
-            let collection = try parseName("a collection name after INTO")
+            let (collection, types) = try parseCollection(after: "INTO")
+            let initial = accept(.initial)
             guard accept(.documents) || accept(.values) else {
-                throw unexpected("DOCUMENTS or VALUES after the collection name", suggesting: [.documents, .values])
+                if initial {
+                    throw unexpected("DOCUMENTS or VALUES after INITIAL", suggesting: [.documents, .values])
+                }
+                throw unexpected(
+                    "DOCUMENTS, VALUES or INITIAL DOCUMENTS after the collection name",
+                    suggesting: [.documents, .values, .initial])
             }
             var documents: [Expression] = []
             repeat {
                 let open = current
                 guard accept(.leftParen) else {
-                    throw unexpected(
-                        "'(' before the document",
-                        hint: current.is(.leftBrace)
-                            ? "wrap each document in parentheses, as in DOCUMENTS ({...})" : nil)
+                    let hint =
+                        current.is(.leftBrace)
+                        ? "wrap each document in parentheses, as in DOCUMENTS ({...})"
+                        : current.is(.initial) ? "INITIAL comes before DOCUMENTS, as in INITIAL DOCUMENTS (...)" : nil
+                    throw unexpected("'(' before the document", hint: hint)
                 }
                 documents.append(try parseExpression())
                 try expect(.rightParen, "to close the document opened at \(open.position)")
             } while accept(.comma)
-            var insert = InsertStatement(collection: collection, documents: documents)
+            var insert = InsertStatement(
+                collection: collection, documents: documents, initial: initial, declaredTypes: types)
+            if initial, current.is(.on) {
+                throw error(
+                    "ON ID CONFLICT cannot be used with INITIAL DOCUMENTS: initial documents never replace "
+                        + "existing ones, they merge with them as defaults; remove the ON ID CONFLICT clause",
+                    at: current.position)
+            }
             var last = -1
             if accept(.on) {
                 last = 0
@@ -226,7 +286,8 @@ extension Parser {
                 try expect(.conflict, "after ON ID")
                 insert.conflict = try parseConflictPolicy()
             }
-            try finish([.on], last: last, after: "the documents", also: ["','"])
+            let clauses: [Keyword] = initial ? [] : [.on]
+            try finish(clauses, last: last, after: "the documents", also: last < 0 ? ["','"] : [])
             return insert
         }
 
@@ -244,52 +305,241 @@ extension Parser {
             throw error("unknown conflict policy '\(current.text)': expected \(policies)", at: current.position)
         }
 
+        /// What an UPDATE does to a field, for messages about overlapping targets.
+        enum Change: Equatable {
+            case counter, assignment, unset
+
+            /// How messages name a change of this kind, and the preposition before its path.
+            var noun: (String, String) {
+                switch self {
+                case .counter: ("counter operation", "on")
+                case .assignment: ("assignment", "to")
+                case .unset: ("UNSET", "of")
+                }
+            }
+
+            /// Why `_id` cannot be the target.
+            func idMessage(_ shown: String) -> String {
+                let verb =
+                    switch self {
+                    case .counter: "apply a counter operation to"
+                    case .assignment: "assign to"
+                    case .unset: "unset"
+                    }
+                return "cannot \(verb) '\(shown)': the _id of a document never changes"
+            }
+        }
+
         mutating func parseUpdate() throws(QueryError) -> UpdateStatement {
             advance()
-            var update = UpdateStatement(collection: try parseName("a collection name after UPDATE"), assignments: [])
-            try expect(.set, "after the collection name")
-            repeat {
-                let position = current.position
-                var path = [try parseName("a field name to assign")]
-                while accept(.dot) { path.append(try parseName("a field name after '.'", allowReserved: true)) }
-                let shown = path.joined(separator: ".")
-                if path[0] == "_id" {
-                    throw error("cannot assign to '\(shown)': the _id of a document never changes", at: position)
-                }
-                if let other = update.assignments.first(where: {
-                    $0.path.starts(with: path) || path.starts(with: $0.path)
-                }) {
-                    let otherShown = other.path.joined(separator: ".")
-                    throw error(
-                        "the assignment to '\(shown)' overlaps the earlier one to '\(otherShown)'", at: position)
-                }
-                try expect(.equal, "after the field path '\(shown)'")
-                update.assignments.append(Assignment(path: path, value: try parseExpression(), position: position))
-            } while accept(.comma)
-            var last = -1
-            if accept(.where) {
-                last = 0
-                update.whereClause = try parseExpression()
+            let (collection, types) = try parseCollection(after: "UPDATE")
+            var update = UpdateStatement(collection: collection, assignments: [], declaredTypes: types)
+            guard current.is(.apply) || current.is(.set) || current.is(.unset) else {
+                throw unexpected("APPLY, SET or UNSET after the collection name", suggesting: [.apply, .set, .unset])
             }
-            try finish([.where], last: last, after: "the assignments", also: ["','"])
+            var targets: [(FieldPath, Change)] = []
+            var last = -1
+            if accept(.apply) {
+                last = 0
+                repeat {
+                    let target = try parseTarget("a counter field name after APPLY", .counter, targets: targets)
+                    targets.append((target, .counter))
+                    let shown = target.path.joined(separator: ".")
+                    let kind: CounterOperation.Kind
+                    if current.is(.increment) || current.is(.pnIncrement) {
+                        let word = advance().text
+                        try expect(.by, "after \(word)")
+                        kind = .increment(try parseExpression())
+                    } else if accept(.restart) {
+                        if accept(.with) {
+                            kind = .restart(try parseExpression())
+                        } else {
+                            kind = .restart(nil)
+                        }
+                    } else {
+                        throw unexpected(
+                            "INCREMENT BY, PN_INCREMENT BY or RESTART after the counter field '\(shown)'",
+                            suggesting: [.increment, .pnIncrement, .restart],
+                            hint: current.is(.equal)
+                                ? "assign values with SET \(shown) = ..., or reset a counter with APPLY \(shown) "
+                                    + "RESTART WITH ..." : nil)
+                    }
+                    update.counterOperations.append(
+                        CounterOperation(path: target.path, kind: kind, position: target.position))
+                } while accept(.comma)
+            }
+            if accept(.set) {
+                last = 1
+                repeat {
+                    let target = try parseTarget("a field name to assign", .assignment, targets: targets)
+                    targets.append((target, .assignment))
+                    try expect(.equal, "after the field path '\(target.path.joined(separator: "."))'")
+                    update.assignments.append(
+                        Assignment(path: target.path, value: try parseExpression(), position: target.position))
+                } while accept(.comma)
+            }
+            if accept(.unset) {
+                last = 2
+                repeat {
+                    let target = try parseTarget("a field name to unset", .unset, targets: targets)
+                    targets.append((target, .unset))
+                    update.unsets.append(target)
+                } while accept(.comma)
+            }
+            try parseFilterClauses(
+                base: 3, last: &last, where: &update.whereClause, orderBy: &update.orderBy, limit: &update.limit,
+                offset: &update.offset)
+            let clauses: [Keyword] = [.apply, .set, .unset, .where, .order, .limit, .offset]
+            let context =
+                switch last {
+                case 0: "the counter operations"
+                case 1: "the assignments"
+                case 2: "the fields to unset"
+                default: Self.context(clauses, last: last, otherwise: "the collection name")
+                }
+            try finish(clauses, last: last, after: context, also: last < 3 ? ["','"] : [])
             return update
         }
 
-        /// Checks the statement ends here, explaining misplaced or unknown clauses.
-        mutating func finish(_ clauses: [Keyword], last: Int, after start: String, also: [String] = [])
+        /// The field path an UPDATE changes, checked against `_id` and the earlier targets.
+        mutating func parseTarget(_ expected: String, _ change: Change, targets: [(FieldPath, Change)])
+            throws(QueryError) -> FieldPath
+        {
+            let position = current.position
+            var path = [try parseName(expected)]
+            while accept(.dot) { path.append(try parseName("a field name after '.'", allowReserved: true)) }
+            let shown = path.joined(separator: ".")
+            if current.is(.leftBracket) {
+                throw error(
+                    "brackets cannot be used in the fields an UPDATE changes: "
+                        + "name nested fields with dots, as in \(shown).key",
+                    at: current.position)
+            }
+            if path[0] == "_id" { throw error(change.idMessage(shown), at: position) }
+            if let (other, otherChange) = targets.first(where: {
+                $0.0.path.starts(with: path) || path.starts(with: $0.0.path)
+            }) {
+                let (noun, preposition) = change.noun
+                let (otherNoun, otherPreposition) = otherChange.noun
+                let otherShown = other.path.joined(separator: ".")
+                let earlier = otherChange == change ? "one" : "\(otherNoun)"
+                throw error(
+                    "the \(noun) \(preposition) '\(shown)' overlaps the earlier \(earlier) \(otherPreposition) "
+                        + "'\(otherShown)'; an UPDATE may change a field, or anything inside it, only once",
+                    at: position)
+            }
+            return FieldPath(path: path, position: position)
+        }
+
+        mutating func parseDelete() throws(QueryError) -> DeleteStatement {
+            let verb = advance().keyword?.rawValue ?? "DELETE"
+            guard accept(.from) else {
+                throw unexpected(
+                    "FROM after \(verb)", suggesting: [.from],
+                    hint: current.is(.star)
+                        ? "\(verb) works on whole documents: write \(verb) FROM c WHERE ..." : nil)
+            }
+            let (collection, types) = try parseCollection(after: "FROM")
+            var statement = DeleteStatement(collection: collection, declaredTypes: types)
+            var last = -1
+            if accept(.where) {
+                last = 0
+                statement.whereClause = try parseExpression()
+            }
+            try finish([.where], last: last, after: last < 0 ? "the collection name" : "the WHERE clause")
+            return statement
+        }
+
+        /// A collection name, or a `COLLECTION name (field TYPE, ...)` declaring field types, after `keyword`.
+        mutating func parseCollection(after keyword: String) throws(QueryError)
+            -> (name: String, types: [String: FieldType])
+        {
+            guard current.is(.collection) else {
+                return (try parseName("a collection name after \(keyword)"), [:])
+            }
+            let word = advance()
+            switch current.kind {
+            case .identifier: break
+            case .keyword(let k) where !k.isReserved: break
+            case .keyword where next.is(.leftParen):
+                throw unexpected("a collection name after COLLECTION", hint: Self.reservedHint(current))
+            default:
+                throw unexpected(
+                    "a collection name after COLLECTION",
+                    hint: "to use a collection named '\(word.text)', quote it with backticks (`\(word.text)`)")
+            }
+            let name = try parseName("a collection name after COLLECTION")
+            guard accept(.leftParen) else {
+                throw unexpected(
+                    "'(' after COLLECTION \(name)",
+                    hint: "declare the field types in parentheses, as in COLLECTION \(name) (f MAP, n COUNTER)")
+            }
+            let typeNames = Self.list(Self.fieldTypes.map(\.rawValue))
+            var types: [String: FieldType] = [:]
+            repeat {
+                let fieldToken = current
+                let field = try parseName("a field name to declare in COLLECTION \(name)")
+                if types[field] != nil {
+                    throw error(
+                        "field '\(field)' is declared twice in COLLECTION \(name): give each field one type",
+                        at: fieldToken.position)
+                }
+                let typeToken = current
+                let word: String
+                switch typeToken.kind {
+                case .identifier(let name): word = name
+                case .keyword: word = typeToken.text
+                default:
+                    throw unexpected(
+                        "a field type (\(typeNames)) after the field name '\(field)'",
+                        hint: typeToken.is(.dot) ? "only top-level fields can be declared" : nil)
+                }
+                guard let type = FieldType(rawValue: word.uppercased()) else {
+                    var message = "unknown field type '\(word)' for '\(field)': the field types are \(typeNames)"
+                    if let guess = Self.fieldTypes.first(where: { Self.isTypo(word.uppercased(), of: $0.rawValue) }) {
+                        message += "; did you mean \(guess.rawValue)?"
+                    }
+                    throw error(message, at: typeToken.position)
+                }
+                advance()
+                types[field] = type
+            } while accept(.comma)
+            try expect(.rightParen, "or ',' after the field types of COLLECTION \(name)")
+            return (name, types)
+        }
+
+        /// The field types a COLLECTION clause may declare, in the order messages list them.
+        static let fieldTypes: [FieldType] = [.register, .map, .counter, .attachment]
+
+        /// Checks the statement ends here, explaining misplaced or unknown clauses. `clauses` are
+        /// the statement's optional clauses in order, `last` the index of the last one read (-1 for
+        /// none), `context` what was read last and `also` what else may follow it.
+        mutating func finish(_ clauses: [Keyword], last: Int, after context: String, also: [String] = [])
             throws(QueryError)
         {
             if atEnd || current.is(.semicolon) { return }
-            func name(_ k: Keyword) -> String { k == .order ? "ORDER BY" : k == .on ? "ON ID CONFLICT" : k.rawValue }
             if let k = current.keyword, let i = clauses.firstIndex(of: k), i <= last {
-                let message =
-                    i == last ? "\(name(k)) can appear only once" : "\(name(k)) must come before \(name(clauses[last]))"
+                var message =
+                    i == last
+                    ? "\(Self.clauseName(k)) can appear only once"
+                    : "\(Self.clauseName(k)) must come before \(Self.clauseName(clauses[last]))"
+                if i == last, [.apply, .set, .unset].contains(k) {
+                    message += ": list all its items after one \(k.rawValue), separated by ','"
+                }
                 throw error(message, at: current.position)
             }
             let remaining = Array(clauses[(last + 1)...])
-            let expected = (last < 0 ? also : []) + remaining.map(name) + ["the end of the statement"]
-            let context = last < 0 ? start : "the \(name(clauses[last])) clause"
+            let expected = also + remaining.map(Self.clauseName) + ["the end of the statement"]
             throw unexpected("\(Self.list(expected)) after \(context)", suggesting: remaining)
+        }
+
+        static func clauseName(_ k: Keyword) -> String {
+            k == .order ? "ORDER BY" : k == .on ? "ON ID CONFLICT" : k.rawValue
+        }
+
+        /// "the WHERE clause" for the last clause read, or `otherwise` when none was.
+        static func context(_ clauses: [Keyword], last: Int, otherwise: String) -> String {
+            last < 0 ? otherwise : "the \(clauseName(clauses[last])) clause"
         }
 
         /// A collection, field or column name: an identifier, a backtick-quoted name or an
@@ -345,16 +595,86 @@ extension Parser {
             return try node(.unary(.not, operand.expression), height: operand.height + 1, at: op)
         }
 
+        /// An additive expression, optionally followed by one comparison: `a < b`, `a IS [NOT] NULL`,
+        /// `a IS [NOT] MISSING`, `a [NOT] IN list` or `a [NOT] LIKE pattern`.
         mutating func parseComparison() throws(QueryError) -> Node {
             let left = try parseAdditive()
-            guard let op = comparison(current) else { return left }
-            let token = advance()
-            let right = try parseAdditive()
-            if comparison(current) != nil {
+            guard let result = try parseComparisonOperator(after: left) else { return left }
+            if atComparisonOperator {
                 throw error(
-                    "comparisons cannot be chained: combine them with AND, as in a < b AND b < c", at: current.position)
+                    "comparisons cannot be chained: combine them with AND, as in a < b AND b < c, "
+                        + "or group them with parentheses",
+                    at: current.position)
             }
-            return try combine(op, left, right, at: token)
+            return result
+        }
+
+        /// Whether the current token starts a comparison operator.
+        var atComparisonOperator: Bool {
+            comparison(current) != nil || current.is(.is) || current.is(.in) || current.is(.like)
+                || (current.is(.not) && (next.is(.in) || next.is(.like)))
+        }
+
+        /// The comparison of `left` with what follows, or `nil` when no comparison operator follows.
+        mutating func parseComparisonOperator(after left: Node) throws(QueryError) -> Node? {
+            if let op = comparison(current) {
+                let token = advance()
+                return try combine(op, left, try parseAdditive(), at: token)
+            }
+            if current.is(.is) {
+                let token = advance()
+                let negated = accept(.not)
+                let op: UnaryOperator
+                if accept(.null) {
+                    op = negated ? .isNotNull : .isNull
+                } else if accept(.missing) {
+                    op = negated ? .isNotMissing : .isMissing
+                } else {
+                    let isWord: Bool
+                    switch current.kind {
+                    case .identifier, .keyword: isWord = true
+                    default: isWord = false
+                    }
+                    throw unexpected(
+                        "NULL or MISSING after \(negated ? "IS NOT" : "IS")", suggesting: [.null, .missing],
+                        hint: isWord || atEnd ? nil : "IS only tests for NULL or MISSING: compare values with = or !=")
+                }
+                return try node(.unary(op, left.expression), height: left.height + 1, at: token)
+            }
+            let token = current
+            var negated = false
+            if current.is(.not) {
+                advance()
+                guard current.is(.in) || current.is(.like) else {
+                    throw unexpected(
+                        "IN or LIKE after NOT", suggesting: [.in, .like],
+                        hint: "to negate a condition, put NOT in front of it, as in NOT a = 1")
+                }
+                negated = true
+            }
+            if accept(.in) {
+                let right = try parseInList(after: negated ? "NOT IN" : "IN")
+                return try combine(negated ? .notIn : .in, left, right, at: token)
+            }
+            if accept(.like) {
+                let patternToken = current
+                let right = try parseAdditive()
+                if case .literal(let pattern) = right.expression {
+                    guard case .string(let text) = pattern else {
+                        throw error(
+                            "LIKE needs a string pattern, as in a LIKE 'abc%', found \(patternToken)",
+                            at: patternToken.position)
+                    }
+                    if text.reversed().prefix(while: { $0 == "\\" }).count % 2 == 1 {
+                        throw error(
+                            "the LIKE pattern ends with a lone '\\', which escapes nothing: "
+                                + "write '\\\\' to match a backslash",
+                            at: patternToken.position)
+                    }
+                }
+                return try combine(negated ? .notLike : .like, left, right, at: token)
+            }
+            return nil
         }
 
         func comparison(_ token: Token) -> BinaryOperator? {
@@ -366,6 +686,25 @@ extension Parser {
             case .greater: .greater
             case .greaterOrEqual: .greaterOrEqual
             default: nil
+            }
+        }
+
+        /// The right side of IN: `(a, b, ...)` or `[a, b, ...]` as an array, or a parameter.
+        mutating func parseInList(after word: String) throws(QueryError) -> Node {
+            let open = current
+            switch open.kind {
+            case .parameter(let name):
+                advance()
+                return Node(expression: .parameter(name), height: 1)
+            case .symbol(.leftParen), .symbol(.leftBracket):
+                try enter()
+                defer { nesting -= 1 }
+                advance()
+                let items = try parseList(until: open.is(.leftParen) ? .rightParen : .rightBracket, what: "list item")
+                return try node(
+                    .array(items.map(\.expression)), height: 1 + (items.map(\.height).max() ?? 0), at: open)
+            default:
+                throw unexpected("a list after \(word): (a, b, ...), [a, b, ...] or a :parameter")
             }
         }
 
@@ -437,7 +776,34 @@ extension Parser {
             return Node(expression: e, height: height)
         }
 
+        /// A primary expression with its postfix `[key]` accesses.
         mutating func parsePrimary() throws(QueryError) -> Node {
+            var result = try parseAtom()
+            var chained = false
+            while true {
+                if current.is(.leftBracket) {
+                    let open = advance()
+                    if current.is(.rightBracket) {
+                        throw unexpected("a key or an index between '[' and ']', as in a['key'] or a[0]")
+                    }
+                    let key = try parseOr()
+                    try expect(.rightBracket, "to close the '[' at \(open.position)")
+                    result = try node(
+                        .index(result.expression, key.expression), height: max(result.height, key.height) + 1,
+                        at: open)
+                    chained = true
+                } else if chained, current.is(.dot) {
+                    let dot = advance()
+                    let name = try parseName("a field name after '.'", allowReserved: true)
+                    result = try node(
+                        .index(result.expression, .literal(.string(name))), height: result.height + 1, at: dot)
+                } else {
+                    return result
+                }
+            }
+        }
+
+        mutating func parseAtom() throws(QueryError) -> Node {
             let token = current
             let leaf: Expression
             switch token.kind {
@@ -452,10 +818,12 @@ extension Parser {
             case .identifier(let name):
                 advance()
                 return Node(expression: try parsePath(from: name), height: 1)
+            case .keyword(.count) where next.is(.leftParen):
+                return try parseCountAll()
             case .keyword(let k) where !k.isReserved:
                 advance()
                 return Node(expression: try parsePath(from: token.text), height: 1)
-            case .keyword where next.is(.dot) || comparison(next) != nil:
+            case .keyword where next.is(.dot) || next.is(.leftBracket) || comparison(next) != nil:
                 throw unexpected("an expression", hint: Self.reservedHint(token))
             case .symbol(.leftParen):
                 advance()
@@ -476,6 +844,23 @@ extension Parser {
             }
             advance()
             return Node(expression: leaf, height: 1)
+        }
+
+        /// `COUNT(*)`, allowed only as a whole item of a SELECT list.
+        mutating func parseCountAll() throws(QueryError) -> Node {
+            let count = advance()
+            advance()
+            guard accept(.star) else {
+                throw unexpected("'*' in COUNT(*)", hint: "COUNT counts the matching documents and takes only *")
+            }
+            try expect(.rightParen, "to close COUNT(*)")
+            guard countAllAllowed else {
+                throw error(
+                    "COUNT(*) is only allowed as a whole item of the SELECT list, as in SELECT COUNT(*) FROM c",
+                    at: count.position)
+            }
+            if countAllPosition == nil { countAllPosition = count.position }
+            return Node(expression: .countAll, height: 1)
         }
 
         mutating func parsePath(from first: String) throws(QueryError) -> Expression {

@@ -5,6 +5,10 @@ public enum Statement: Sendable, Hashable {
     case select(SelectStatement)
     case insert(InsertStatement)
     case update(UpdateStatement)
+    /// `DELETE FROM c [WHERE e]`: replicated tombstones.
+    case delete(DeleteStatement)
+    /// `EVICT FROM c [WHERE e]`: removes local copies only.
+    case evict(DeleteStatement)
 
     /// Whether the statement writes (and so needs a read-write transaction).
     public var isMutation: Bool {
@@ -18,7 +22,39 @@ public enum Statement: Sendable, Hashable {
         case .select(let s): return s.collection
         case .insert(let s): return s.collection
         case .update(let s): return s.collection
+        case .delete(let s), .evict(let s): return s.collection
         }
+    }
+
+    /// Field types the statement declares with `COLLECTION c (f MAP, n COUNTER, ...)`.
+    public var declaredTypes: [String: FieldType] {
+        switch self {
+        case .select(let s): return s.declaredTypes
+        case .insert(let s): return s.declaredTypes
+        case .update(let s): return s.declaredTypes
+        case .delete(let s), .evict(let s): return s.declaredTypes
+        }
+    }
+}
+
+/// The CRDT a field is, when a statement declares it.
+public enum FieldType: String, Sendable, Hashable {
+    case register = "REGISTER"
+    case map = "MAP"
+    case counter = "COUNTER"
+    case attachment = "ATTACHMENT"
+}
+
+/// `DELETE FROM c [WHERE e]` and `EVICT FROM c [WHERE e]`.
+public struct DeleteStatement: Sendable, Hashable {
+    public var collection: String
+    public var whereClause: Expression?
+    public var declaredTypes: [String: FieldType]
+
+    public init(collection: String, whereClause: Expression? = nil, declaredTypes: [String: FieldType] = [:]) {
+        self.collection = collection
+        self.whereClause = whereClause
+        self.declaredTypes = declaredTypes
     }
 }
 
@@ -31,10 +67,12 @@ public struct SelectStatement: Sendable, Hashable {
     public var orderBy: [OrderTerm]
     public var limit: Expression?
     public var offset: Expression?
+    public var declaredTypes: [String: FieldType]
 
     public init(
         collection: String, projection: [Projection] = [], whereClause: Expression? = nil,
-        orderBy: [OrderTerm] = [], limit: Expression? = nil, offset: Expression? = nil
+        orderBy: [OrderTerm] = [], limit: Expression? = nil, offset: Expression? = nil,
+        declaredTypes: [String: FieldType] = [:]
     ) {
         self.collection = collection
         self.projection = projection
@@ -42,6 +80,7 @@ public struct SelectStatement: Sendable, Hashable {
         self.orderBy = orderBy
         self.limit = limit
         self.offset = offset
+        self.declaredTypes = declaredTypes
     }
 }
 
@@ -73,11 +112,20 @@ public struct InsertStatement: Sendable, Hashable {
     /// Each expression evaluates to an object, or (a parameter) to an array of objects.
     public var documents: [Expression]
     public var conflict: ConflictPolicy
+    /// `INSERT INTO c INITIAL DOCUMENTS (...)`: defaults "at time zero" that every
+    /// peer may insert, that merge as one and never override a real write.
+    public var initial: Bool
+    public var declaredTypes: [String: FieldType]
 
-    public init(collection: String, documents: [Expression], conflict: ConflictPolicy = .fail) {
+    public init(
+        collection: String, documents: [Expression], conflict: ConflictPolicy = .fail, initial: Bool = false,
+        declaredTypes: [String: FieldType] = [:]
+    ) {
         self.collection = collection
         self.documents = documents
         self.conflict = conflict
+        self.initial = initial
+        self.declaredTypes = declaredTypes
     }
 }
 
@@ -92,16 +140,65 @@ public enum ConflictPolicy: Sendable, Hashable {
     case doUpdateLocalDiff
 }
 
-/// `UPDATE collection SET path = e, ... [WHERE e]`
+/// `UPDATE collection [APPLY ...] [SET path = e, ...] [UNSET path, ...] [WHERE e] [ORDER BY ...] [LIMIT n] [OFFSET n]`
 public struct UpdateStatement: Sendable, Hashable {
     public var collection: String
     public var assignments: [Assignment]
     public var whereClause: Expression?
+    /// `APPLY f INCREMENT BY n, g PN_INCREMENT BY n, h RESTART [WITH v]`
+    public var counterOperations: [CounterOperation]
+    /// `UNSET a, b.c`
+    public var unsets: [FieldPath]
+    public var orderBy: [OrderTerm]
+    public var limit: Expression?
+    public var offset: Expression?
+    public var declaredTypes: [String: FieldType]
 
-    public init(collection: String, assignments: [Assignment], whereClause: Expression? = nil) {
+    public init(
+        collection: String, assignments: [Assignment], whereClause: Expression? = nil,
+        counterOperations: [CounterOperation] = [], unsets: [FieldPath] = [], orderBy: [OrderTerm] = [],
+        limit: Expression? = nil, offset: Expression? = nil, declaredTypes: [String: FieldType] = [:]
+    ) {
         self.collection = collection
         self.assignments = assignments
         self.whereClause = whereClause
+        self.counterOperations = counterOperations
+        self.unsets = unsets
+        self.orderBy = orderBy
+        self.limit = limit
+        self.offset = offset
+        self.declaredTypes = declaredTypes
+    }
+}
+
+/// A field path as written in a statement, with where it starts.
+public struct FieldPath: Sendable, Hashable {
+    public var path: [String]
+    public var position: SourcePosition
+
+    public init(path: [String], position: SourcePosition) {
+        self.path = path
+        self.position = position
+    }
+}
+
+/// One `APPLY` item on a counter field.
+public struct CounterOperation: Sendable, Hashable {
+    public enum Kind: Sendable, Hashable {
+        /// `INCREMENT BY e` (and its synonym `PN_INCREMENT BY e`); e may be negative.
+        case increment(Expression)
+        /// `RESTART [WITH e]`: reset to e (0 when absent), last-writer-wins against increments.
+        case restart(Expression?)
+    }
+
+    public var path: [String]
+    public var kind: Kind
+    public var position: SourcePosition
+
+    public init(path: [String], kind: Kind, position: SourcePosition) {
+        self.path = path
+        self.kind = kind
+        self.position = position
     }
 }
 
@@ -133,6 +230,10 @@ public indirect enum Expression: Sendable, Hashable {
     case binary(BinaryOperator, Expression, Expression)
     /// `name(args...)`: a built-in function, name lowercased.
     case function(String, [Expression])
+    /// `base[key]`: an object member by string or an array element by integer.
+    case index(Expression, Expression)
+    /// `COUNT(*)` in a projection: the number of matching documents.
+    case countAll
 }
 
 public struct ObjectEntry: Sendable, Hashable {
@@ -148,6 +249,12 @@ public struct ObjectEntry: Sendable, Hashable {
 public enum UnaryOperator: String, Sendable, Hashable {
     case not = "NOT"
     case negate = "-"
+    /// Postfix `IS NULL` (true only for a present null), `IS NOT NULL`.
+    case isNull = "IS NULL"
+    case isNotNull = "IS NOT NULL"
+    /// Postfix `IS MISSING` (the path does not exist), `IS NOT MISSING`.
+    case isMissing = "IS MISSING"
+    case isNotMissing = "IS NOT MISSING"
 }
 
 public enum BinaryOperator: String, Sendable, Hashable {
@@ -164,6 +271,12 @@ public enum BinaryOperator: String, Sendable, Hashable {
     case multiply = "*"
     case divide = "/"
     case remainder = "%"
+    /// `e IN (a, b, ...)` / `e IN :array`; the right side is an array expression.
+    case `in` = "IN"
+    case notIn = "NOT IN"
+    /// SQL `LIKE` with `%` and `_` wildcards, case-sensitive.
+    case like = "LIKE"
+    case notLike = "NOT LIKE"
 }
 
 /// A place in the query text: 1-based line and column (in characters), and the

@@ -47,13 +47,40 @@ public struct Token: Sendable, Hashable, CustomStringConvertible {
         case `true` = "TRUE"
         case `false` = "FALSE"
         case null = "NULL"
+        case delete = "DELETE"
+        case evict = "EVICT"
+        case apply = "APPLY"
+        case increment = "INCREMENT"
+        case pnIncrement = "PN_INCREMENT"
+        case restart = "RESTART"
+        case with = "WITH"
+        case unset = "UNSET"
+        case initial = "INITIAL"
+        case collection = "COLLECTION"
+        case `is` = "IS"
+        case missing = "MISSING"
+        case `in` = "IN"
+        case like = "LIKE"
+        case count = "COUNT"
+        case map = "MAP"
+        case counter = "COUNTER"
+        case attachment = "ATTACHMENT"
+        case register = "REGISTER"
 
         /// Whether the word must be backtick-quoted to be used as a collection or top-level field
-        /// name. The others (ID, VALUES, DESC, ...) can never start an expression, so they are
-        /// read as names wherever a name or an expression is expected.
+        /// name. Statement and clause openers and operators are reserved. The others (ID, VALUES,
+        /// DESC, MISSING, COUNT, MAP, ...) only mean something right after a particular keyword or
+        /// before a '(', so they are read as names wherever a name or an expression is expected.
+        ///
+        /// COLLECTION is unreserved, so `SELECT collection FROM c` works, but where a collection
+        /// name stands (after FROM, INTO and UPDATE) it always starts a `COLLECTION c (...)`
+        /// declaration, so a collection named "collection" must be quoted there.
         public var isReserved: Bool {
             switch self {
-            case .id, .documents, .values, .conflict, .fail, .do, .nothing, .updateLocalDiff, .asc, .desc: false
+            case .id, .documents, .values, .conflict, .fail, .do, .nothing, .updateLocalDiff, .asc, .desc,
+                .increment, .pnIncrement, .restart, .with, .initial, .collection, .missing, .count, .map, .counter,
+                .attachment, .register:
+                false
             default: true
             }
         }

@@ -1,35 +1,49 @@
 import Synchronization
 
-/// Tells waiting sync sessions that the change log grew.
+/// Fans one producer's events out to any number of async listeners.
 ///
-/// Each listener gets an `AsyncStream` that holds only the newest sequence, so a
-/// slow listener never queues notifications: it wakes, reads the log from its own
-/// cursor, and waits again.
-final class ChangeFeed: Sendable {
+/// Each listener gets its own `AsyncStream` with the buffering policy the feed
+/// was made with: `.bufferingNewest(1)` for "something changed, look again"
+/// signals, `.unbounded` when every event matters.
+public final class ChangeFeed<Element: Sendable>: Sendable {
     private struct State {
-        var latest: UInt64 = 0
-        var listeners: [Int: AsyncStream<UInt64>.Continuation] = [:]
+        var latest: Element?
+        var listeners: [Int: AsyncStream<Element>.Continuation] = [:]
         var nextID = 0
+        var finished = false
     }
 
     private let state = Mutex(State())
+    private let policy: AsyncStream<Element>.Continuation.BufferingPolicy
+    private let replayLatest: Bool
 
-    func publish(_ sequence: UInt64) {
-        let listeners = state.withLock { s -> [AsyncStream<UInt64>.Continuation] in
-            s.latest = max(s.latest, sequence)
-            return Array(s.listeners.values)
-        }
-        for l in listeners { l.yield(sequence) }
+    /// - Parameter replayLatest: a new listener first receives the last event published.
+    public init(bufferingPolicy: AsyncStream<Element>.Continuation.BufferingPolicy, replayLatest: Bool) {
+        self.policy = bufferingPolicy
+        self.replayLatest = replayLatest
     }
 
-    func updates() -> AsyncStream<UInt64> {
-        let (stream, continuation) = AsyncStream.makeStream(of: UInt64.self, bufferingPolicy: .bufferingNewest(1))
-        let id = state.withLock { s in
+    public func publish(_ element: Element) {
+        let listeners = state.withLock { s -> [AsyncStream<Element>.Continuation] in
+            s.latest = element
+            return Array(s.listeners.values)
+        }
+        for l in listeners { l.yield(element) }
+    }
+
+    public func updates() -> AsyncStream<Element> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: policy)
+        let id: Int? = state.withLock { s in
+            guard !s.finished else { return nil }
             let id = s.nextID
             s.nextID += 1
             s.listeners[id] = continuation
-            if s.latest > 0 { continuation.yield(s.latest) }
+            if replayLatest, let latest = s.latest { continuation.yield(latest) }
             return id
+        }
+        guard let id else {
+            continuation.finish()
+            return stream
         }
         continuation.onTermination = { [weak self] _ in
             _ = self?.state.withLock { $0.listeners.removeValue(forKey: id) }
@@ -37,9 +51,12 @@ final class ChangeFeed: Sendable {
         return stream
     }
 
-    func finishAll() {
+    public func finishAll() {
         let listeners = state.withLock { s in
-            defer { s.listeners.removeAll() }
+            defer {
+                s.listeners.removeAll()
+                s.finished = true
+            }
             return Array(s.listeners.values)
         }
         for l in listeners { l.finish() }

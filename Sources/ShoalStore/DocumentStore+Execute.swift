@@ -33,7 +33,7 @@ extension DocumentStore {
         }
         let site = siteID
         let clock = clock
-        let (result, lastSequence) = try await write { db -> (QueryResult, UInt64?) in
+        let (result, lastSequence, evicted) = try await write { db -> (QueryResult, UInt64?, Bool) in
             var transaction = try LocalTransaction(db: db, site: site, clock: clock)
             var last = QueryResult()
             for statement in statements {
@@ -44,39 +44,45 @@ extension DocumentStore {
                     last = QueryResult(mutatedDocumentIDs: try transaction.insert(insert, arguments: arguments))
                 case .update(let update):
                     last = QueryResult(mutatedDocumentIDs: try transaction.update(update, arguments: arguments))
+                case .delete(let delete):
+                    last = QueryResult(mutatedDocumentIDs: try transaction.delete(delete, arguments: arguments))
+                case .evict(let evict):
+                    last = QueryResult(mutatedDocumentIDs: try transaction.evict(evict, arguments: arguments))
                 }
             }
             let committed = try transaction.finish()
             last.transactionID = committed?.transaction
-            return (last, committed?.lastSequence)
+            var seen: Set<Value> = []
+            last.mutatedDocumentIDs = last.mutatedDocumentIDs.filter { seen.insert($0).inserted }
+            return (last, committed?.lastSequence, transaction.evicted)
         }
         if let lastSequence { feed.publish(lastSequence) }
+        if evicted { resets.publish(1) }
+        if lastSequence != nil || evicted {
+            let written = Set(statements.filter(\.isMutation).map(\.collection))
+            commits.publish(
+                Commit(transactions: result.transactionID.map { [$0] } ?? [], collections: written, sequence: lastSequence ?? 0))
+        }
         return result
     }
 
     static func select(_ select: SelectStatement, arguments: [String: Value], db: Database) throws -> [Value] {
-        var documents = try matchingDocuments(
-            collection: select.collection, predicate: select.whereClause, arguments: arguments, db: db
+        if let (field, type) = select.declaredTypes.first(where: { $0.value != .register }) {
+            throw StoreError(
+                .invalidQuery,
+                "\(select.collection): field \(field) is declared \(type.rawValue); this version stores every field as a REGISTER")
+        }
+        let isCount = select.projection.count == 1 && select.projection[0].expression == .countAll
+        let documents = try matchingDocuments(
+            collection: select.collection, predicate: select.whereClause,
+            orderBy: isCount ? [] : select.orderBy, limit: isCount ? nil : select.limit,
+            offset: isCount ? nil : select.offset, arguments: arguments, db: db
         ).map(\.body)
+        if isCount {
+            return [.object([select.projection[0].name: .int(Int64(documents.count))])]
+        }
+        guard !select.projection.isEmpty else { return documents }
         do {
-            if !select.orderBy.isEmpty {
-                let keyed = try documents.map { doc throws(QueryError) in
-                    (doc, try select.orderBy.map { term throws(QueryError) in
-                        try Evaluator.evaluate(term.expression, document: doc, arguments: arguments) ?? .null
-                    })
-                }
-                documents = keyed.sorted { a, b in
-                    for (i, term) in select.orderBy.enumerated() {
-                        let c = Value.compare(a.1[i], b.1[i])
-                        if c != 0 { return term.descending ? c > 0 : c < 0 }
-                    }
-                    return false
-                }.map(\.0)
-            }
-            let offset = try count(select.offset, arguments: arguments, clause: "OFFSET") ?? 0
-            let limit = try count(select.limit, arguments: arguments, clause: "LIMIT")
-            documents = Array(documents.dropFirst(offset).prefix(limit ?? Int.max))
-            guard !select.projection.isEmpty else { return documents }
             return try documents.map { doc throws(QueryError) in
                 var out: [String: Value] = [:]
                 for item in select.projection {
@@ -101,31 +107,51 @@ extension DocumentStore {
     }
 
     /// The live documents of `collection` that satisfy `predicate`, looked up by
-    /// key when the predicate is `_id = constant`.
+    /// key when the predicate is `_id = constant`, then ordered and cut to
+    /// `offset` and `limit`.
     static func matchingDocuments(
-        collection: String, predicate: Expression?, arguments: [String: Value], db: Database
+        collection: String, predicate: Expression?, orderBy: [OrderTerm] = [], limit: Expression? = nil,
+        offset: Expression? = nil, arguments: [String: Value], db: Database
     ) throws -> [(key: String, body: Value)] {
         let rows: [Row]
         if let id = Evaluator.constantIDEquality(predicate, arguments: arguments) {
             rows = try Row.fetchAll(
-                db, sql: "SELECT doc_id, body FROM document WHERE collection = ? AND doc_id = ?",
+                db, sql: "SELECT doc_id, body FROM document WHERE collection = ? AND doc_id = ? AND deleted = 0",
                 arguments: [collection, DocumentKey.make(id)])
         } else {
             rows = try Row.fetchAll(
-                db, sql: "SELECT doc_id, body FROM document WHERE collection = ? ORDER BY doc_id",
+                db, sql: "SELECT doc_id, body FROM document WHERE collection = ? AND deleted = 0 ORDER BY doc_id",
                 arguments: [collection])
         }
         var out: [(key: String, body: Value)] = []
         out.reserveCapacity(rows.count)
-        for row in rows {
-            let body = try parseBody(row[1])
-            do {
+        var bodies: [(key: String, body: Value)] = []
+        for row in rows { bodies.append((row[0], try parseBody(row[1]))) }
+        do throws(QueryError) {
+            for (key, body) in bodies {
                 if try Evaluator.matches(predicate, document: body, arguments: arguments) {
-                    out.append((row[0], body))
+                    out.append((key, body))
                 }
-            } catch {
-                throw StoreError(error)
             }
+            if !orderBy.isEmpty {
+                let keyed = try out.map { doc throws(QueryError) in
+                    (doc, try orderBy.map { term throws(QueryError) in
+                        try Evaluator.evaluate(term.expression, document: doc.body, arguments: arguments) ?? .null
+                    })
+                }
+                out = keyed.sorted { a, b in
+                    for (i, term) in orderBy.enumerated() {
+                        let c = Value.compare(a.1[i], b.1[i])
+                        if c != 0 { return term.descending ? c > 0 : c < 0 }
+                    }
+                    return false
+                }.map(\.0)
+            }
+            let skip = try count(offset, arguments: arguments, clause: "OFFSET") ?? 0
+            let take = try count(limit, arguments: arguments, clause: "LIMIT")
+            if skip > 0 || take != nil { out = Array(out.dropFirst(skip).prefix(take ?? Int.max)) }
+        } catch {
+            throw StoreError(error)
         }
         return out
     }

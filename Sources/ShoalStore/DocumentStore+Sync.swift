@@ -144,7 +144,8 @@ extension DocumentStore {
     }
 
     /// Applies transactions received from `peer` in one SQLite transaction and
-    /// records `through` as that peer's cursor under `subscriptionKey`.
+    /// records `through` as that peer's cursor under `subscriptionKey` (nil: the
+    /// batch was read under a superseded subscription set; record nothing).
     ///
     /// Each delta merges last-writer-wins; a delta that wins is written, its
     /// document re-materialized, and appended to this store's change log (keeping
@@ -152,12 +153,13 @@ extension DocumentStore {
     /// value that beat it is already in the log. Nothing is acknowledged unless all
     /// of it commits.
     public func applyRemote(
-        _ transactions: [RemoteTransaction], from peer: SiteID, subscriptionKey: String, through: UInt64
+        _ transactions: [RemoteTransaction], from peer: SiteID, subscriptionKey: String?, through: UInt64
     ) async throws(StoreError) -> ApplyOutcome {
         for transaction in transactions {
             for delta in transaction.deltas {
                 do {
-                    _ = try JSON.parse(delta.valueJSON)
+                    // An empty value is a register removed by UNSET.
+                    if delta.valueJSON != DocumentBody.removedValue { _ = try JSON.parse(delta.valueJSON) }
                 } catch {
                     throw StoreError(
                         .invalidDocument,
@@ -166,14 +168,15 @@ extension DocumentStore {
             }
         }
         for transaction in transactions {
-            for delta in transaction.deltas where !clock.observe(delta.timestamp) {
+            var warned = false
+            for delta in transaction.deltas where !clock.observe(delta.timestamp) && !warned {
+                warned = true
                 logger.warning(
                     "a remote write is timestamped far ahead of this clock; not adopting its time",
                     metadata: ["shoal.peer.site": "\(peer)", "shoal.txn": "\(transaction.id)", "shoal.hlc": "\(delta.timestamp)"])
-                break
             }
         }
-        let (outcome, lastSequence) = try await write { db -> (ApplyOutcome, UInt64?) in
+        let (outcome, lastSequence, commit) = try await write { db -> (ApplyOutcome, UInt64?, Commit) in
             var outcome = ApplyOutcome(applied: 0, superseded: 0, changedDocuments: 0)
             var dirty: [String: (collection: String, key: String)] = [:]
             let current = try db.cachedStatement(
@@ -181,7 +184,10 @@ extension DocumentStore {
             let upsert = try db.cachedStatement(sql: FieldSQL.upsert)
             let append = try db.cachedStatement(sql: FieldSQL.appendLog)
             var lastSequence: UInt64?
+            var commit = Commit(transactions: [], collections: [], sequence: 0)
             for transaction in transactions {
+                var appliedAny = false
+                defer { if appliedAny { commit.transactions.append(transaction.id) } }
                 for delta in transaction.deltas {
                     let row = try Row.fetchOne(current, arguments: [delta.collection, delta.documentID, delta.field])
                     let existing = row.map {
@@ -205,28 +211,31 @@ extension DocumentStore {
                     ])
                     lastSequence = UInt64(db.lastInsertedRowID)
                     outcome.applied += 1
+                    appliedAny = true
+                    commit.collections.insert(delta.collection)
                     dirty[delta.collection + "\u{0}" + delta.documentID] = (delta.collection, delta.documentID)
                 }
             }
-            let fields = try db.cachedStatement(sql: "SELECT name, value FROM field WHERE collection = ? AND doc_id = ?")
-            let save = try db.cachedStatement(sql: FieldSQL.saveBody)
             for (_, doc) in dirty {
-                var body: [String: Value] = [:]
-                for row in try Row.fetchAll(fields, arguments: [doc.collection, doc.key]) {
-                    body[row[0]] = try Self.parseBody(row[1])
-                }
-                try save.execute(arguments: [doc.collection, doc.key, Value.object(body).canonicalJSON])
+                try DocumentBody.materialize(db: db, collection: doc.collection, key: doc.key)
             }
             outcome.changedDocuments = dirty.count
-            try db.execute(
+            if let subscriptionKey {
+                try db.execute(
                 sql: """
                     INSERT INTO peer_cursor (peer, subscription_key, through) VALUES (?, ?, ?)
                     ON CONFLICT (peer, subscription_key) DO UPDATE SET through = MAX(through, excluded.through)
                     """,
                 arguments: [Int64(bitPattern: peer.rawValue), subscriptionKey, Int64(through)])
-            return (outcome, lastSequence)
+            }
+            return (outcome, lastSequence, commit)
         }
-        if let lastSequence { feed.publish(lastSequence) }
+        if let lastSequence {
+            feed.publish(lastSequence)
+            var commit = commit
+            commit.sequence = lastSequence
+            commits.publish(commit)
+        }
         return outcome
     }
 }

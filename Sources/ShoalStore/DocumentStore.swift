@@ -23,7 +23,11 @@ public final class DocumentStore: Sendable {
     public let siteID: SiteID
     public let clock: HybridLogicalClock
     let pool: DatabasePool
-    let feed = ChangeFeed()
+    let feed = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: true)
+    /// Fires when EVICT restarted every peer cursor.
+    let resets = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
+    /// Every commit that wrote something: for observers.
+    let commits = ChangeFeed<Commit>(bufferingPolicy: .unbounded, replayLatest: false)
     let logger: Logger
 
     /// Opens (creating if needed) the store in `directory`.
@@ -90,6 +94,15 @@ public final class DocumentStore: Sendable {
                         PRIMARY KEY (peer, subscription_key)) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v2-tombstones") { db in
+            // A deleted document keeps its last body (deleted = 1) so sync can route its tombstone.
+            try db.execute(sql: "ALTER TABLE document ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0")
+        }
+        migrator.registerMigration("v3-subscriptions") { db in
+            // Persistent sync subscriptions added at run time (`shoal subscribe`).
+            try db.execute(
+                sql: "CREATE TABLE subscription (id TEXT PRIMARY KEY NOT NULL, query TEXT NOT NULL, arguments TEXT NOT NULL)")
+        }
         return migrator
     }
 
@@ -101,7 +114,7 @@ public final class DocumentStore: Sendable {
     /// The number of live documents in each collection, by name.
     public func collectionCounts() async throws(StoreError) -> [(name: String, documents: Int)] {
         try await read { db in
-            try Row.fetchAll(db, sql: "SELECT collection, COUNT(*) FROM document GROUP BY collection ORDER BY collection")
+            try Row.fetchAll(db, sql: "SELECT collection, COUNT(*) FROM document WHERE deleted = 0 GROUP BY collection ORDER BY collection")
                 .map { (name: $0[0] as String, documents: $0[1] as Int) }
         }
     }
@@ -109,9 +122,15 @@ public final class DocumentStore: Sendable {
     /// A stream that yields whenever the change log grows, with its new last sequence.
     public func changeLogUpdates() -> AsyncStream<UInt64> { feed.updates() }
 
+    /// A stream that yields when EVICT removed local data, so sessions should
+    /// resubscribe from their (restarted) cursors and refill what subscriptions match.
+    public func cursorResets() -> AsyncStream<UInt64> { resets.updates() }
+
     /// Ends every `changeLogUpdates()` stream; call when the node shuts down.
     public func close() {
         feed.finishAll()
+        resets.finishAll()
+        commits.finishAll()
         try? pool.close()
     }
 

@@ -4,11 +4,12 @@ import GRDB
 
 /// The writes of one local read-write transaction, inside one GRDB `write {}`.
 ///
-/// Each field write takes a fresh HLC timestamp, updates the `field` row and the
-/// document body at once (so later statements in the transaction see it), and is
-/// remembered as a delta. `finish()` numbers the deltas, appends them to the change
-/// log under this transaction's ID and bumps the transaction counter, all before
-/// the SQLite transaction commits.
+/// Each field write takes a fresh HLC timestamp (INITIAL DOCUMENTS take time
+/// zero), updates the `field` row, and is remembered as a delta; the document's
+/// body is re-materialized after each statement touches it, so later statements
+/// in the transaction see it. `finish()` numbers the deltas, appends them to the
+/// change log under this transaction's ID and bumps the transaction counter, all
+/// before the SQLite transaction commits.
 struct LocalTransaction {
     let db: Database
     let site: SiteID
@@ -16,6 +17,8 @@ struct LocalTransaction {
     /// This transaction's number, if it commits any write.
     let sequence: Int64
     private var pending: [(collection: String, key: String, field: String, json: String, ts: HybridTimestamp)] = []
+    /// Set when EVICT removed local data: peers must resend what subscriptions still match.
+    private(set) var evicted = false
 
     init(db: Database, site: SiteID, clock: HybridLogicalClock) throws {
         self.db = db
@@ -25,15 +28,27 @@ struct LocalTransaction {
         self.sequence = previous + 1
     }
 
+    static func evaluate(_ expression: Expression, document: Value, arguments: [String: Value]) throws -> Value? {
+        do {
+            return try Evaluator.evaluate(expression, document: document, arguments: arguments)
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    static func checkTypes(_ declared: [String: FieldType], collection: String) throws {
+        if let (field, type) = declared.first(where: { $0.value != .register }) {
+            throw StoreError(
+                .invalidQuery,
+                "\(collection): field \(field) is declared \(type.rawValue); this version stores every field as a REGISTER")
+        }
+    }
+
     mutating func insert(_ insert: InsertStatement, arguments: [String: Value]) throws -> [Value] {
+        try Self.checkTypes(insert.declaredTypes, collection: insert.collection)
         var ids: [Value] = []
         for expression in insert.documents {
-            let value: Value?
-            do {
-                value = try Evaluator.evaluate(expression, document: .object([:]), arguments: arguments)
-            } catch {
-                throw StoreError(error)
-            }
+            let value = try Self.evaluate(expression, document: .object([:]), arguments: arguments)
             let documents: [Value]
             switch value {
             case .object?: documents = [value!]
@@ -49,8 +64,18 @@ struct LocalTransaction {
                         .invalidDocument,
                         "INSERT INTO \(insert.collection): a document must be a JSON object, got \(document.typeName)")
                 }
-                if fields["_id"] == nil || fields["_id"] == .null { fields["_id"] = .string(Self.randomID()) }
-                if let written = try insertOne(collection: insert.collection, fields: fields, conflict: insert.conflict) {
+                for name in fields.keys { try DocumentBody.checkWritable(name, collection: insert.collection) }
+                if fields["_id"] == nil || fields["_id"] == .null {
+                    guard !insert.initial else {
+                        throw StoreError(
+                            .invalidDocument,
+                            "INSERT INTO \(insert.collection) INITIAL DOCUMENTS: every initial document needs an _id, so that all peers insert the same one")
+                    }
+                    fields["_id"] = .string(Self.randomID())
+                }
+                if let written = try insertOne(
+                    collection: insert.collection, fields: fields, conflict: insert.conflict, initial: insert.initial)
+                {
                     ids.append(written)
                 }
             }
@@ -58,15 +83,20 @@ struct LocalTransaction {
         return ids
     }
 
-    private mutating func insertOne(collection: String, fields: [String: Value], conflict: ConflictPolicy) throws -> Value? {
+    private mutating func insertOne(
+        collection: String, fields: [String: Value], conflict: ConflictPolicy, initial: Bool
+    ) throws -> Value? {
         let id = fields["_id"]!
         let key = DocumentKey.make(id)
         let existing = try loadBody(collection: collection, key: key)
-        var body = existing?.objectValue ?? [:]
-        var toWrite: [String]
-        if existing == nil {
-            toWrite = fields.keys.sorted()
-        } else {
+        let toWrite: [String]
+        if initial {
+            // Defaults at time zero: they never override a write, real or initial, already here.
+            let written = Set(try String.fetchAll(
+                db, sql: "SELECT name FROM field WHERE collection = ? AND doc_id = ?", arguments: [collection, key]))
+            toWrite = fields.keys.filter { !written.contains($0) }.sorted()
+            if toWrite.isEmpty { return nil }
+        } else if let existing {
             switch conflict {
             case .fail:
                 throw StoreError(
@@ -77,49 +107,89 @@ struct LocalTransaction {
             case .doUpdate:
                 toWrite = fields.keys.filter { $0 != "_id" }.sorted()
             case .doUpdateLocalDiff:
-                toWrite = fields.keys.filter { $0 != "_id" && body[$0] != fields[$0] }.sorted()
+                toWrite = fields.keys.filter { $0 != "_id" && existing[$0] != fields[$0] }.sorted()
                 if toWrite.isEmpty { return nil }
             }
+        } else {
+            toWrite = fields.keys.sorted()
         }
         for name in toWrite {
-            body[name] = fields[name]!
-            try writeField(collection: collection, key: key, field: name, value: fields[name]!)
+            try writeField(collection: collection, key: key, field: name, json: fields[name]!.canonicalJSON, initial: initial)
         }
-        try saveBody(collection: collection, key: key, body: .object(body))
+        try DocumentBody.materialize(db: db, collection: collection, key: key)
         return id
     }
 
     mutating func update(_ update: UpdateStatement, arguments: [String: Value]) throws -> [Value] {
-        for assignment in update.assignments where assignment.path.first == "_id" {
+        try Self.checkTypes(update.declaredTypes, collection: update.collection)
+        if let operation = update.counterOperations.first {
             throw StoreError(
                 QueryError(
-                    "UPDATE cannot change _id: a document's identity is fixed once inserted",
-                    position: assignment.position, query: nil))
+                    "APPLY needs a COUNTER field, and this version stores every field as a REGISTER; use SET \(operation.path.joined(separator: ".")) = \(operation.path.joined(separator: ".")) + n",
+                    position: operation.position))
+        }
+        for target in update.assignments.map(\.path) + update.unsets.map(\.path) {
+            try DocumentBody.checkWritable(target[0], collection: update.collection)
         }
         let matches = try DocumentStore.matchingDocuments(
-            collection: update.collection, predicate: update.whereClause, arguments: arguments, db: db)
+            collection: update.collection, predicate: update.whereClause, orderBy: update.orderBy,
+            limit: update.limit, offset: update.offset, arguments: arguments, db: db)
         var ids: [Value] = []
         for (key, original) in matches {
             guard case .object(var body) = original else { continue }
             var changedTop: [String] = []
             for assignment in update.assignments {
-                let value: Value
-                do {
-                    value = try Evaluator.evaluate(assignment.value, document: original, arguments: arguments) ?? .null
-                } catch {
-                    throw StoreError(error)
-                }
+                let value = try Self.evaluate(assignment.value, document: original, arguments: arguments) ?? .null
                 let top = assignment.path[0]
                 body[top] = Self.setting(body[top], path: assignment.path.dropFirst(), to: value)
                 if !changedTop.contains(top) { changedTop.append(top) }
             }
-            for top in changedTop {
-                try writeField(collection: update.collection, key: key, field: top, value: body[top]!)
+            for unset in update.unsets {
+                let top = unset.path[0]
+                if unset.path.count == 1 {
+                    body[top] = nil
+                } else if let current = body[top] {
+                    body[top] = Self.removing(current, path: unset.path.dropFirst())
+                }
+                if !changedTop.contains(top) { changedTop.append(top) }
             }
-            try saveBody(collection: update.collection, key: key, body: .object(body))
+            for top in changedTop {
+                try writeField(
+                    collection: update.collection, key: key, field: top,
+                    json: body[top]?.canonicalJSON ?? DocumentBody.removedValue, initial: false)
+            }
+            try DocumentBody.materialize(db: db, collection: update.collection, key: key)
             ids.append(body["_id"] ?? .null)
         }
         return ids
+    }
+
+    /// DELETE: a replicated tombstone per matching document.
+    mutating func delete(_ delete: DeleteStatement, arguments: [String: Value]) throws -> [Value] {
+        let matches = try DocumentStore.matchingDocuments(
+            collection: delete.collection, predicate: delete.whereClause, arguments: arguments, db: db)
+        for (key, _) in matches {
+            try writeField(
+                collection: delete.collection, key: key, field: DocumentBody.tombstoneField, json: "true", initial: false)
+            try DocumentBody.materialize(db: db, collection: delete.collection, key: key)
+        }
+        return matches.map { $0.body["_id"] ?? .null }
+    }
+
+    /// EVICT: forgets local copies without telling anyone. The change log keeps
+    /// what it relayed; peer cursors restart so subscriptions refill what they match.
+    mutating func evict(_ evict: DeleteStatement, arguments: [String: Value]) throws -> [Value] {
+        let matches = try DocumentStore.matchingDocuments(
+            collection: evict.collection, predicate: evict.whereClause, arguments: arguments, db: db)
+        for (key, _) in matches {
+            try db.execute(sql: "DELETE FROM field WHERE collection = ? AND doc_id = ?", arguments: [evict.collection, key])
+            try db.execute(sql: "DELETE FROM document WHERE collection = ? AND doc_id = ?", arguments: [evict.collection, key])
+        }
+        if !matches.isEmpty {
+            try db.execute(sql: "DELETE FROM peer_cursor")
+            evicted = true
+        }
+        return matches.map { $0.body["_id"] ?? .null }
     }
 
     /// `base` with the value at `path` replaced, creating objects along the way.
@@ -130,9 +200,31 @@ struct LocalTransaction {
         return .object(object)
     }
 
-    private mutating func writeField(collection: String, key: String, field: String, value: Value) throws {
-        let ts = clock.tick()
-        let json = value.canonicalJSON
+    /// `base` without the member at `path` (unchanged when the path is absent).
+    static func removing(_ base: Value, path: ArraySlice<String>) -> Value {
+        guard let first = path.first, var object = base.objectValue, let child = object[first] else { return base }
+        if path.count == 1 {
+            object.removeValue(forKey: first)
+        } else {
+            object[first] = removing(child, path: path.dropFirst())
+        }
+        return .object(object)
+    }
+
+    private mutating func writeField(collection: String, key: String, field: String, json: String, initial: Bool) throws {
+        var ts = HybridTimestamp.zero
+        if !initial {
+            ts = clock.tick()
+            // A write must supersede what it overwrites, even a value from a clock
+            // running far ahead that this clock declined to adopt.
+            if let current = try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT ts FROM field WHERE collection = ? AND doc_id = ? AND name = ?"),
+                arguments: [collection, key, field]),
+                UInt64(bitPattern: current) >= ts.rawValue
+            {
+                ts = HybridTimestamp(rawValue: UInt64(bitPattern: current) + 1)
+            }
+        }
         // The transaction's size is unknown until it finishes; `finish()` fills in txn_count.
         try db.cachedStatement(sql: FieldSQL.upsert).execute(arguments: [
             collection, key, field, json, Int64(bitPattern: ts.rawValue), Int64(bitPattern: site.rawValue),
@@ -141,16 +233,13 @@ struct LocalTransaction {
         pending.append((collection, key, field, json, ts))
     }
 
-    private func loadBody(collection: String, key: String) throws -> Value? {
+    private func loadBody(collection: String, key: String) throws -> [String: Value]? {
         guard
             let text = try String.fetchOne(
-                db, sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ?", arguments: [collection, key])
+                db, sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ? AND deleted = 0",
+                arguments: [collection, key])
         else { return nil }
-        return try DocumentStore.parseBody(text)
-    }
-
-    private func saveBody(collection: String, key: String, body: Value) throws {
-        try db.cachedStatement(sql: FieldSQL.saveBody).execute(arguments: [collection, key, body.canonicalJSON])
+        return try DocumentStore.parseBody(text).objectValue
     }
 
     /// Appends the transaction's deltas to the change log; `nil` when it wrote nothing.
@@ -192,8 +281,8 @@ enum FieldSQL {
             txn_count = excluded.txn_count
         """
     static let saveBody = """
-        INSERT INTO document (collection, doc_id, body) VALUES (?, ?, ?)
-        ON CONFLICT (collection, doc_id) DO UPDATE SET body = excluded.body
+        INSERT INTO document (collection, doc_id, body, deleted) VALUES (?, ?, ?, 0)
+        ON CONFLICT (collection, doc_id) DO UPDATE SET body = excluded.body, deleted = 0
         """
     static let appendLog = """
         INSERT INTO change_log (collection, doc_id, name, value, ts, txn_site, txn_seq, txn_index, txn_count)

@@ -30,6 +30,10 @@ public struct SubscriptionSet: Sendable, Hashable {
                 collectFields(l, into: &fields)
                 collectFields(r, into: &fields)
             case .function(_, let args): args.forEach { collectFields($0, into: &fields) }
+            case .index(let base, let key):
+                collectFields(base, into: &fields)
+                collectFields(key, into: &fields)
+            case .countAll: break
             }
         }
     }
@@ -62,6 +66,13 @@ public struct SubscriptionSet: Sendable, Hashable {
             entries.sort { $0.id < $1.id }
         }
         return entry
+    }
+
+    /// Removes the subscription with this ID, or with exactly this query text.
+    @discardableResult
+    public mutating func remove(idOrQuery: String) -> Entry? {
+        guard let index = entries.firstIndex(where: { $0.id == idOrQuery || $0.query == idOrQuery }) else { return nil }
+        return entries.remove(at: index)
     }
 
     public var isEmpty: Bool { entries.isEmpty }

@@ -134,8 +134,9 @@ struct PeerSession: Sendable {
 
     // MARK: Admin
 
-    /// Answers admin requests one at a time; an admin client that sends nothing
-    /// for the idle timeout (while no request is running) is disconnected.
+    /// Answers admin requests in order; an observe request runs alongside, until
+    /// the client closes. An admin client that sends nothing for the idle timeout
+    /// (while no request is running) is disconnected.
     func serveAdmin<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws where I.Element == Frame {
         let idleTimeout = engine.configuration.idleTimeout
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -149,28 +150,31 @@ struct PeerSession: Sendable {
                 }
             }
             defer { group.cancelAll() }
-            try await answerAdmin(&iterator)
-        }
-    }
-
-    private func answerAdmin<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws where I.Element == Frame {
-        while let message = try await receive(&iterator) {
-            switch message {
-            case .adminRequest(let request):
-                guard let admin else {
-                    throw await reject(SyncError(.protocolViolation, "this endpoint does not take admin requests"))
+            while let message = try await receive(&iterator) {
+                switch message {
+                case .adminRequest(let request):
+                    guard let admin else {
+                        throw await reject(SyncError(.protocolViolation, "this endpoint does not take admin requests"))
+                    }
+                    let respond: @Sendable (Shoal_V1_AdminResponse) async throws -> Void = { response in
+                        try await send(.adminResponse(response))
+                    }
+                    if case .observe? = request.request {
+                        shared.setBusy(true)  // an observing client may stay silent for as long as it likes
+                        group.addTask { try await admin.handle(request, respond: respond) }
+                    } else {
+                        shared.setBusy(true)
+                        try await admin.handle(request, respond: respond)
+                        shared.setBusy(false)
+                        shared.touch()
+                    }
+                case .ping(let ping):
+                    try await send(.pong(ping))
+                case .error(let error):
+                    throw SyncError(error.code, error.message, fromPeer: true)
+                default:
+                    throw await reject(SyncError(.protocolViolation, "unexpected \(message.type) frame from an admin client"))
                 }
-                shared.setBusy(true)
-                let response = await admin.handle(request)
-                shared.setBusy(false)
-                shared.touch()
-                try await send(.adminResponse(response))
-            case .ping(let ping):
-                try await send(.pong(ping))
-            case .error(let error):
-                throw SyncError(error.code, error.message, fromPeer: true)
-            default:
-                throw await reject(SyncError(.protocolViolation, "unexpected \(message.type) frame from an admin client"))
             }
         }
     }
@@ -179,19 +183,10 @@ struct PeerSession: Sendable {
 
     func runSync<I: AsyncIteratorProtocol>(peer: PeerIdentity, iterator: inout I) async throws where I.Element == Frame {
         let (wake, wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        let mySubscriptions = engine.subscriptions
-        let myKey = mySubscriptions.key
-        let resumeAfter = try await engine.store.cursor(peer: peer.siteID, subscriptionKey: myKey)
-        var subscribe = Shoal_V1_Subscribe()
-        subscribe.resumeAfter = resumeAfter
-        subscribe.subscriptions = mySubscriptions.entries.map { entry in
-            var s = Shoal_V1_Subscription()
-            s.id = entry.id
-            s.query = entry.query
-            s.argumentsJson = entry.arguments.isEmpty ? "" : Value.object(entry.arguments).canonicalJSON
-            return s
-        }
-        try await send(.subscribe(subscribe))
+        // Listen for changes before the first Subscribe, so none falls in between.
+        let subscriptionChanges = engine.subscriptionChanges.updates()
+        let cursorResets = engine.store.cursorResets()
+        try await sendSubscribe(peer: peer)
 
         try await withThrowingTaskGroup(of: Void.self) { group in
             defer {
@@ -201,11 +196,19 @@ struct PeerSession: Sendable {
             group.addTask { [engine] in
                 for await _ in engine.store.changeLogUpdates() { wakeContinuation.yield() }
             }
+            group.addTask {
+                for await _ in subscriptionChanges { try await sendSubscribe(peer: peer) }
+            }
+            group.addTask {
+                for await _ in cursorResets { try await sendSubscribe(peer: peer) }
+            }
             group.addTask { try await stream(wake: wake, peerSite: peer.siteID) }
             group.addTask { try await keepalive() }
             while let message = try await receive(&iterator) {
                 switch message {
                 case .subscribe(let request):
+                    // Subscribes may cross on the wire: only a newer one replaces the current.
+                    guard shared.acceptsSubscribe(generation: request.generation) else { continue }
                     var set = SubscriptionSet()
                     for s in request.subscriptions {
                         do {
@@ -222,7 +225,7 @@ struct PeerSession: Sendable {
                             throw await reject(SyncError(.invalidQuery, "subscription '\(s.query)' rejected: \(error)"))
                         }
                     }
-                    shared.resubscribe(set, resumeAfter: request.resumeAfter)
+                    shared.resubscribe(set, resumeAfter: request.resumeAfter, generation: request.generation)
                     engine.registry.update(recordID) { $0.subscriptions = set.entries }
                     wakeContinuation.yield()
                 case .deltaBatch(let batch):
@@ -234,7 +237,9 @@ struct PeerSession: Sendable {
                     }
                     do {
                         let outcome = try await engine.store.applyRemote(
-                            transactions, from: peer.siteID, subscriptionKey: myKey, through: batch.throughSequence)
+                            transactions, from: peer.siteID,
+                            subscriptionKey: shared.subscriptionKey(forGeneration: batch.subscribeGeneration),
+                            through: batch.throughSequence)
                         if outcome.applied > 0 {
                             logger.debug(
                                 "applied batch",
@@ -267,6 +272,24 @@ struct PeerSession: Sendable {
                 }
             }
         }
+    }
+
+    /// Tells the peer what this node wants now, under a new generation, resuming
+    /// from the cursor stored for that exact set.
+    func sendSubscribe(peer: PeerIdentity) async throws {
+        let subscriptions = engine.subscriptions
+        let resumeAfter = try await engine.store.cursor(peer: peer.siteID, subscriptionKey: subscriptions.key)
+        var subscribe = Shoal_V1_Subscribe()
+        subscribe.resumeAfter = resumeAfter
+        subscribe.generation = shared.nextOwnGeneration(key: subscriptions.key)
+        subscribe.subscriptions = subscriptions.entries.map { entry in
+            var s = Shoal_V1_Subscription()
+            s.id = entry.id
+            s.query = entry.query
+            s.argumentsJson = entry.arguments.isEmpty ? "" : Value.object(entry.arguments).canonicalJSON
+            return s
+        }
+        try await send(.subscribe(subscribe))
     }
 
     /// Checks a received batch and turns it into store transactions.
@@ -340,7 +363,9 @@ struct PeerSession: Sendable {
                     excludingOrigin: peerSite)
                 if page.through > sentThrough {
                     guard shared.sent(through: page.through, generation: generation) else { continue }
-                    try await send(.deltaBatch(Self.batch(from: page)))
+                    var batch = Self.batch(from: page)
+                    batch.subscribeGeneration = now.peerGeneration
+                    try await send(.deltaBatch(batch))
                     sentThrough = page.through
                     continue
                 }
@@ -377,21 +402,47 @@ final class SessionShared: Sendable {
     struct Snapshot {
         var subscriptions: SubscriptionSet?
         var resumeAfter: UInt64
+        /// Counts Subscribes accepted from the peer (a local notion).
         var generation: Int
+        /// The generation number the peer gave its current Subscribe; batches echo it.
+        var peerGeneration: UInt64
         /// `through_sequence` of each batch sent under this generation and not yet acknowledged.
         var unacknowledged: [UInt64]
     }
 
-    private let state = Mutex(Snapshot(subscriptions: nil, resumeAfter: 0, generation: 0, unacknowledged: []))
+    private let state = Mutex(
+        Snapshot(subscriptions: nil, resumeAfter: 0, generation: 0, peerGeneration: 0, unacknowledged: []))
+
+    /// This side's own Subscribes: the latest generation sent and its subscription key.
+    private let own = Mutex<(generation: UInt64, key: String)>((0, ""))
+
+    func nextOwnGeneration(key: String) -> UInt64 {
+        own.withLock { o in
+            o.generation += 1
+            o.key = key
+            return o.generation
+        }
+    }
+
+    /// The key to record a batch's cursor under: only batches read under our
+    /// latest Subscribe advance the resume point.
+    func subscriptionKey(forGeneration generation: UInt64) -> String? {
+        own.withLock { $0.generation == generation ? $0.key : nil }
+    }
+
+    func acceptsSubscribe(generation: UInt64) -> Bool {
+        state.withLock { generation == 0 || generation > $0.peerGeneration }
+    }
     private let lastInbound = Mutex(ContinuousClock.now)
     private let start = ContinuousClock.now
 
     func snapshot() -> Snapshot { state.withLock { $0 } }
 
-    func resubscribe(_ set: SubscriptionSet, resumeAfter: UInt64) {
+    func resubscribe(_ set: SubscriptionSet, resumeAfter: UInt64, generation: UInt64) {
         state.withLock { s in
             s.subscriptions = set
             s.resumeAfter = resumeAfter
+            s.peerGeneration = generation
             s.generation += 1
             s.unacknowledged = []
         }

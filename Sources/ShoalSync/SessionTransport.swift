@@ -17,6 +17,12 @@ public enum ConnectionDirection: String, Sendable, Hashable {
 }
 
 /// Answers the CLI's admin requests; the node supplies it.
+///
+/// Most requests get one response; an observe request gets a stream of them, so
+/// the handler calls `respond` as often as it has something to say and returns
+/// when it is done (or throws when the client has gone).
 public protocol AdminRequestHandler: Sendable {
-    func handle(_ request: Shoal_V1_AdminRequest) async -> Shoal_V1_AdminResponse
+    func handle(
+        _ request: Shoal_V1_AdminRequest, respond: @escaping @Sendable (Shoal_V1_AdminResponse) async throws -> Void
+    ) async throws
 }

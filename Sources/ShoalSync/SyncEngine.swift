@@ -16,6 +16,7 @@ public final class SyncEngine: Sendable {
     let logger: Logger
     let registry = PeerRegistry()
     private let localSubscriptions = Mutex(SubscriptionSet())
+    let subscriptionChanges = ChangeFeed<Int>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
 
     public init(store: DocumentStore, configuration: SyncConfiguration, logger: Logger = Logger(label: "shoal.sync")) {
         self.store = store
@@ -25,13 +26,24 @@ public final class SyncEngine: Sendable {
 
     public var siteID: SiteID { store.siteID }
 
-    /// Adds a sync subscription: peers connected from now on stream what it matches.
+    /// Adds a sync subscription. Connected peers are told at once and send what
+    /// it matches, including documents they wrote before it existed.
     @discardableResult
     public func subscribe(_ query: String, arguments: [String: Value] = [:]) throws(StoreError) -> SubscriptionSet.Entry {
         var set = localSubscriptions.withLock { $0 }
+        let before = set.key
         let entry = try set.add(query: query, arguments: arguments)
         localSubscriptions.withLock { $0 = set }
+        if set.key != before { subscriptionChanges.publish(set.entries.count) }
         return entry
+    }
+
+    /// Removes a subscription by ID or exact query text; peers are told at once.
+    @discardableResult
+    public func unsubscribe(_ idOrQuery: String) -> SubscriptionSet.Entry? {
+        let removed = localSubscriptions.withLock { $0.remove(idOrQuery: idOrQuery) }
+        if removed != nil { subscriptionChanges.publish(0) }
+        return removed
     }
 
     /// This node's own subscriptions.

@@ -11,6 +11,9 @@ struct ShoalCommand: AsyncParsableCommand {
             replicate the documents their --subscribe queries match.
             """,
         version: "0.1.0",
-        subcommands: [RunCommand.self, ExecCommand.self, StatusCommand.self]
+        subcommands: [
+            RunCommand.self, ExecCommand.self, StatusCommand.self, ObserveCommand.self, SubscribeCommand.self,
+            UnsubscribeCommand.self,
+        ]
     )
 }

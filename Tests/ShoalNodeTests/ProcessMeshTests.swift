@@ -137,3 +137,81 @@ import Testing
         #expect(human.status == 0 && human.stdout.contains("Node alpha") && human.stdout.contains("Collections"))
     }
 }
+
+extension ProcessMeshTests {
+    @Test func subscribeAndObserveOnARunningNode() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a")
+        var b: NodeProcess? = try NodeProcess(name: "beta", dataDirectory: dirs.path + "/b", extra: ["--peer", a.address])
+        #expect(try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'early', 'color': 'red'})").status == 0)
+
+        // beta starts with no subscription; one added at run time fetches what alpha already has.
+        let added = try ShoalBinary.run(["subscribe", "--node", b!.address, "--json", "SELECT * FROM cars"])
+        #expect(added.status == 0, "\(added.stderr)")
+        let id = try #require((try JSONSerialization.jsonObject(with: Data(added.stdout.utf8)) as? [String: Any])?["id"] as? String)
+        #expect(try eventually { try Self.documents(b!).count == 1 })
+
+        // observe streams one JSON line per change.
+        let observer = Process()
+        observer.executableURL = URL(fileURLWithPath: ShoalBinary.path)
+        observer.arguments = ["observe", "--node", b!.address, "--json", "SELECT * FROM cars ORDER BY _id"]
+        let pipe = Pipe()
+        observer.standardOutput = pipe
+        observer.standardError = FileHandle.nullDevice
+        try observer.run()
+        defer {
+            if observer.isRunning { observer.terminate() }
+            observer.waitUntilExit()
+        }
+        let lines = LineCollector(pipe.fileHandleForReading)
+        #expect(eventually { lines.lines.count >= 1 })
+        let write = try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'late', 'color': 'blue'})")
+        let transaction = try #require(
+            (try JSONSerialization.jsonObject(with: Data(write.stdout.utf8)) as? [String: Any])?["transactionID"] as? String)
+        #expect(eventually { lines.lines.count >= 2 })
+        let second = try #require(lines.lines.dropFirst().first)
+        let observed = try #require(try JSONSerialization.jsonObject(with: Data(second.utf8)) as? [String: Any])
+        #expect((observed["items"] as? [[String: Any]])?.count == 2)
+        #expect(observed["transactionIDs"] as? [String] == [transaction], "the remote transaction that changed the result")
+
+        // The subscription survives a restart of beta.
+        b!.stop()
+        b = nil
+        let restarted = try NodeProcess(name: "beta", dataDirectory: dirs.path + "/b", extra: ["--peer", a.address])
+        let subscriptions = try restarted.status()["subscriptions"] as? [[String: Any]] ?? []
+        #expect(subscriptions.contains { $0["id"] as? String == id && $0["origin"] as? String == "local" })
+        let removed = try ShoalBinary.run(["unsubscribe", "--node", restarted.address, id])
+        #expect(removed.status == 0 && removed.stdout.contains("unsubscribed \(id)"))
+        let missing = try ShoalBinary.run(["unsubscribe", "--node", restarted.address, id])
+        #expect(missing.status != 0 && missing.stderr.contains("no subscription"))
+    }
+}
+
+/// Collects a child's output lines as they arrive.
+final class LineCollector: @unchecked Sendable {
+    // `buffer` and `collected` are touched only under `lock`.
+    private let lock = NSLock()
+    private var buffer = ""
+    private var collected: [String] = []
+
+    init(_ handle: FileHandle) {
+        handle.readabilityHandler = { [weak self] h in
+            let data = h.availableData
+            guard let self, !data.isEmpty else { return }
+            self.lock.lock()
+            self.buffer += String(decoding: data, as: UTF8.self)
+            while let newline = self.buffer.firstIndex(of: "\n") {
+                self.collected.append(String(self.buffer[..<newline]))
+                self.buffer = String(self.buffer[self.buffer.index(after: newline)...])
+            }
+            self.lock.unlock()
+        }
+    }
+
+    var lines: [String] {
+        lock.lock()
+        defer { lock.unlock() }
+        return collected
+    }
+}

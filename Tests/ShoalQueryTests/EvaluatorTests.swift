@@ -6,7 +6,10 @@ private let document: Value = [
     "_id": "b1", "title": "Dune", "year": 1965, "rating": 4.5, "done": true, "tags": ["sf", "classic"],
     "author": ["name": "Herbert", "born": 1920, "address": ["city": "Tacoma"]], "nothing": nil,
 ]
-private let arguments: [String: Value] = ["year": 1965, "title": "Dune", "obj": ["k": 1]]
+private let arguments: [String: Value] = [
+    "year": 1965, "title": "Dune", "obj": ["k": 1], "years": [1965, 2000], "empty": [], "key": "name", "i": 1,
+    "prefix": "Du%",
+]
 
 /// Parses `text` as an expression (the WHERE clause of a SELECT).
 private func expression(_ text: String) throws -> Expression {
@@ -179,6 +182,147 @@ private func eval(_ text: String) throws -> Value? {
         #expect(!Evaluator.equal(.double(.nan), .double(.nan)))
         #expect(!Evaluator.equal(.string("1"), .int(1)))
         #expect(!Evaluator.equal(["a": 1], ["b": 1]))
+    }
+
+    @Test(arguments: [
+        ("nothing IS NULL", true), ("missing IS NULL", false), ("title IS NULL", false), ("NULL IS NULL", true),
+        ("nothing IS NOT NULL", false), ("missing IS NOT NULL", false), ("title IS NOT NULL", true),
+        ("missing IS MISSING", true), ("author.missing IS MISSING", true), ("nothing IS MISSING", false),
+        ("title IS MISSING", false), ("title IS NOT MISSING", true), ("nothing IS NOT MISSING", true),
+        ("missing IS NOT MISSING", false), ("NOT missing IS MISSING", false), ("tags[5] IS MISSING", true),
+        ("missing + 1 IS MISSING", true), ("nothing + 1 IS NULL", true),
+    ])
+    func isNullAndIsMissing(text: String, expected: Bool) throws {
+        #expect(try eval(text) == .bool(expected))
+    }
+
+    @Test(arguments: [
+        ("year IN (1964, 1965)", true), ("year IN [1965.0]", true), ("1965.0 IN (year)", true),
+        ("year IN (1, 2)", false), ("year NOT IN (1, 2)", true), ("year NOT IN (1965)", false),
+        ("year IN ('1965')", false), ("title IN ('dune', 'DUNE')", false), ("title IN ('x', title)", true),
+        ("missing IN (1)", false), ("missing NOT IN (1)", false), ("missing IN (NULL)", false),
+        ("missing NOT IN ()", false), ("nothing IN (NULL)", true), ("nothing IN (missing)", false),
+        ("nothing NOT IN (missing)", true), ("NULL IN (1, NULL)", true), ("1 IN ()", false), ("1 NOT IN ()", true),
+        ("tags IN [['sf', 'classic']]", true), ("tags IN ['sf', 'classic']", false),
+        ("author.address IN [{city: 'Tacoma'}]", true), ("{a: [1.0]} IN ({a: [1]})", true),
+        ("year IN :years", true), ("2000 IN :years", true), ("2001 IN :years", false), ("year NOT IN :years", false),
+        ("year IN :empty", false), ("year NOT IN :empty", true), ("year IN (:years)", false), (":years IN (:years)", true),
+    ])
+    func membership(text: String, expected: Bool) throws {
+        #expect(try eval(text) == .bool(expected))
+    }
+
+    @Test(arguments: ["year IN :year", "year NOT IN :title", "year IN :obj", "missing IN :year"])
+    func inNeedsAList(text: String) throws {
+        let error = try #require(throws: QueryError.self) { try eval(text) }
+        #expect(error.message.hasPrefix("IN needs a list"))
+        #expect(error.message.contains("pass an array"))
+    }
+
+    @Test func inNeedsAListNamesTheParameterAndType() throws {
+        let error = try #require(throws: QueryError.self) { try eval("1 IN :title") }
+        #expect(error.message == "IN needs a list, but :title is a string: pass an array")
+        let built = Expression.binary(.in, .literal(1), .path(["title"]))
+        let other = try #require(throws: QueryError.self) {
+            try Evaluator.evaluate(built, document: document, arguments: [:])
+        }
+        #expect(other.message == "IN needs a list, but the right side is a string: pass an array")
+        #expect(throws: QueryError.self) { try eval("1 IN :undefined") }
+    }
+
+    @Test(arguments: [
+        ("title LIKE 'Du%'", true), ("title LIKE 'du%'", false), ("title LIKE '_une'", true), ("title LIKE '%n%'", true),
+        ("title LIKE 'D_n'", false), ("title LIKE 'Dune'", true), ("title LIKE '%'", true), ("title NOT LIKE 'X%'", true),
+        ("title NOT LIKE '%e'", false), ("title LIKE :prefix", true), ("title LIKE :title", true),
+        ("author.name LIKE '%ber%'", true), ("title LIKE 'Du' + '%'", true), ("year LIKE '19%'", false),
+        ("year NOT LIKE '19%'", false), ("missing LIKE '%'", false), ("missing NOT LIKE 'x'", false),
+        ("nothing LIKE '%'", false), ("tags LIKE '%'", false), ("title LIKE :year", false),
+        ("title NOT LIKE :year", false),
+    ])
+    func like(text: String, expected: Bool) throws {
+        #expect(try eval(text) == .bool(expected))
+    }
+
+    @Test(arguments: [
+        ("", "", true), ("", "%", true), ("", "%%", true), ("", "_", false), ("a", "", false), ("abc", "abc", true),
+        ("abc", "ab", false), ("ab", "abc", false), ("abc", "a%", true), ("abc", "%c", true), ("abc", "%b%", true),
+        ("abc", "%d%", false), ("abc", "a_c", true), ("abc", "a__c", false), ("abc", "___", true), ("abc", "__", false),
+        ("abc", "%%%", true), ("abc", "ABC", false), ("ABC", "a%", false), ("100%", "100\\%", true),
+        ("1000", "100\\%", false), ("a_b", "a\\_b", true), ("axb", "a\\_b", false), ("a%b", "a\\%b", true),
+        ("a\\b", "a\\\\b", true), ("ab\\", "ab\\", true), ("\\", "\\", true), ("xy", "%\\y", true),
+        ("a.b", "a.b", true), ("axb", "a.b", false), ("a*b", "a*b", true), ("aab", "a*b", false), ("[ab]", "[ab]", true),
+        ("a", "[ab]", false), ("mississippi", "mis%is%pi", true), ("mississippi", "%ppi_", false),
+        ("mississippi", "%s_s%", true), ("mississippi", "m%ss%ss%p", false), ("abcabc", "%abc", true),
+        ("abcab", "%abc", false), ("aaa", "a%a%a", true), ("aaa", "a%a%a%a", false), ("é", "_", true),
+        ("e\u{301}", "é", true), ("👍🏽x", "_x", true), ("👍🏽x", "__x", false), ("line\nbreak", "line_break", true),
+    ])
+    func matchLike(text: String, pattern: String, expected: Bool) {
+        #expect(Evaluator.matchLike(text, pattern: pattern) == expected)
+    }
+
+    @Test func likeNeverBacktracksExponentially() {
+        let text = String(repeating: "a", count: 20_000)
+        let clock = ContinuousClock()
+        let elapsed = clock.measure {
+            // A backtracking matcher tries every way of splitting the text among the %s.
+            #expect(!Evaluator.matchLike(text, pattern: String(repeating: "%a", count: 500) + "b"))
+            #expect(!Evaluator.matchLike(text, pattern: String(repeating: "%a", count: 500) + "%b"))
+            #expect(Evaluator.matchLike(text + "b", pattern: String(repeating: "%a", count: 500) + "%b"))
+            #expect(!Evaluator.matchLike(text, pattern: String(repeating: "%_", count: 500) + "%ab%"))
+            // The worst case for this matcher is text × pattern, still far from exponential.
+            #expect(!Evaluator.matchLike(text, pattern: "%" + String(repeating: "a", count: 50) + "b"))
+        }
+        #expect(elapsed < .seconds(5), "took \(elapsed)")
+    }
+
+    @Test func likeThroughAQueryStaysFast() throws {
+        let long: Value = ["s": .string(String(repeating: "ab", count: 5_000))]
+        let e = try expression("s LIKE :p")
+        let clock = ContinuousClock()
+        let elapsed = try clock.measure {
+            let result = try Evaluator.evaluate(
+                e, document: long, arguments: ["p": .string(String(repeating: "%a", count: 300) + "%c")])
+            #expect(result == false)
+        }
+        #expect(elapsed < .seconds(5), "took \(elapsed)")
+    }
+
+    @Test(arguments: [
+        ("tags[0]", Value?.some("sf")), ("tags[1]", "classic"), ("tags[-1]", "classic"), ("tags[-2]", "sf"),
+        ("tags[2]", nil), ("tags[-3]", nil), ("tags[9223372036854775807]", nil), ("tags[-9223372036854775807]", nil),
+        ("tags['0']", nil), ("tags[0.0]", "sf"), ("tags[0.5]", nil), ("tags[NULL]", nil), ("tags[TRUE]", nil),
+        ("author['name']", "Herbert"), ("author['address']['city']", "Tacoma"), ("author.address['city']", "Tacoma"),
+        ("author['address'].city", "Tacoma"), ("author['missing']", nil), ("author[0]", nil), ("title[0]", nil),
+        ("year['a']", nil), ("missing[0]", nil), ("missing['a']", nil), ("nothing['a']", nil), ("author[missing]", nil),
+        ("author[:key]", "Herbert"), ("tags[:i]", "classic"), ("tags[year - 1965]", "sf"),
+        ("author['na' + 'me']", "Herbert"), ("[10, 20, 30][1]", 20), ("{a: 1}['a']", 1), (":years[-1]", 2000),
+        (":obj['k']", 1), ("deserialize_json('[1, [2, 3]]')[1][0]", 2), ("tags[0] = 'sf'", true),
+        ("author['address'] = {city: 'Tacoma'}", true),
+    ])
+    func index(text: String, expected: Value?) throws {
+        #expect(try eval(text) == expected)
+    }
+
+    @Test func indexOnBuiltExpressions() throws {
+        let e = Expression.index(.path(["author"]), .literal("born"))
+        #expect(try Evaluator.evaluate(e, document: document, arguments: [:]) == 1920)
+        let nested = Expression.index(.literal([["a": [1, 2]]]), .literal(0))
+        #expect(try Evaluator.evaluate(.index(nested, .literal("a")), document: document, arguments: [:]) == [1, 2])
+        #expect(try Evaluator.evaluate(.index(.literal(.null), .literal(0)), document: document, arguments: [:]) == nil)
+    }
+
+    @Test func countAllIsOnlyAProjection() throws {
+        let error = try #require(throws: QueryError.self) {
+            try Evaluator.evaluate(.countAll, document: document, arguments: [:])
+        }
+        #expect(error.message.hasPrefix("COUNT(*) is only allowed as a projection"))
+        #expect(error.position == nil)
+    }
+
+    @Test func constantIDEqualityIgnoresTheNewOperators() throws {
+        for predicate in ["_id IN ('b1')", "_id LIKE 'b1'", "_id IS NOT NULL", "_id[0] = 'b1'"] {
+            #expect(Evaluator.constantIDEquality(try expression(predicate), arguments: arguments) == nil)
+        }
     }
 
     @Test func deepestAcceptedExpressionEvaluates() throws {

@@ -22,6 +22,15 @@ private func select(
             offset: offset))
 }
 
+private func index(_ base: Expression, _ key: Expression) -> Expression { .index(base, key) }
+private func unary(_ op: UnaryOperator, _ e: Expression) -> Expression { .unary(op, e) }
+private func field(_ path: [String], _ position: SourcePosition) -> FieldPath {
+    FieldPath(path: path, position: position)
+}
+private func counter(_ path: [String], _ kind: CounterOperation.Kind, _ position: SourcePosition) -> CounterOperation {
+    CounterOperation(path: path, kind: kind, position: position)
+}
+
 /// The WHERE clause of `SELECT * FROM c WHERE <text>`.
 private func condition(_ text: String) throws -> Expression? {
     guard case .select(let s) = try Parser.parseStatement("SELECT * FROM c WHERE " + text) else { return nil }
@@ -192,6 +201,121 @@ private func condition(_ text: String) throws -> Expression? {
                         Assignment(path: ["desc", "limit"], value: lit(nil), position: pos(29, 3, 5)),
                     ]))
         ),
+        // DELETE and EVICT.
+        ("DELETE FROM c", .delete(DeleteStatement(collection: "c"))),
+        (
+            "delete from `odd coll` where a = 1;",
+            .delete(DeleteStatement(collection: "odd coll", whereClause: bin(.equal, path("a"), lit(1))))
+        ),
+        (
+            "EVICT FROM c WHERE _id IN (:a, :b)",
+            .evict(DeleteStatement(collection: "c", whereClause: bin(.in, path("_id"), .array([param("a"), param("b")]))))
+        ),
+        (
+            "EVICT FROM COLLECTION c (n COUNTER) WHERE n > 1",
+            .evict(
+                DeleteStatement(
+                    collection: "c", whereClause: bin(.greater, path("n"), lit(1)), declaredTypes: ["n": .counter]))
+        ),
+        ("DELETE FROM `collection`", .delete(DeleteStatement(collection: "collection"))),
+        // UPDATE with every clause.
+        (
+            "UPDATE c APPLY n INCREMENT BY 1, m PN_INCREMENT BY -2, r RESTART, s.t RESTART WITH 5 SET a = 1 "
+                + "UNSET b, c.d WHERE x = 1 ORDER BY y DESC LIMIT 10 OFFSET 2",
+            .update(
+                UpdateStatement(
+                    collection: "c", assignments: [Assignment(path: ["a"], value: lit(1), position: pos(89, 1, 90))],
+                    whereClause: bin(.equal, path("x"), lit(1)),
+                    counterOperations: [
+                        counter(["n"], .increment(lit(1)), pos(15, 1, 16)),
+                        counter(["m"], .increment(lit(-2)), pos(33, 1, 34)),
+                        counter(["r"], .restart(nil), pos(55, 1, 56)),
+                        counter(["s", "t"], .restart(lit(5)), pos(66, 1, 67)),
+                    ],
+                    unsets: [field(["b"], pos(101, 1, 102)), field(["c", "d"], pos(104, 1, 105))],
+                    orderBy: [OrderTerm(expression: path("y"), descending: true)], limit: lit(10), offset: lit(2)))
+        ),
+        (
+            "update c unset a.b",
+            .update(UpdateStatement(collection: "c", assignments: [], unsets: [field(["a", "b"], pos(15, 1, 16))]))
+        ),
+        (
+            "UPDATE c\nAPPLY hits increment by :k\nWHERE _id = :id LIMIT 1",
+            .update(
+                UpdateStatement(
+                    collection: "c", assignments: [], whereClause: bin(.equal, path("_id"), param("id")),
+                    counterOperations: [counter(["hits"], .increment(param("k")), pos(15, 2, 7))], limit: lit(1)))
+        ),
+        (
+            "UPDATE COLLECTION c (n COUNTER, f MAP) APPLY n RESTART WITH 0 SET f.x = 1, g = 2 UNSET h ORDER BY g",
+            .update(
+                UpdateStatement(
+                    collection: "c",
+                    assignments: [
+                        Assignment(path: ["f", "x"], value: lit(1), position: pos(66, 1, 67)),
+                        Assignment(path: ["g"], value: lit(2), position: pos(75, 1, 76)),
+                    ], counterOperations: [counter(["n"], .restart(lit(0)), pos(45, 1, 46))],
+                    unsets: [field(["h"], pos(87, 1, 88))], orderBy: [OrderTerm(expression: path("g"), descending: false)],
+                    declaredTypes: ["n": .counter, "f": .map]))
+        ),
+        (
+            "UPDATE c SET a.apply = 1 UNSET a.unset, `apply`",
+            .update(
+                UpdateStatement(
+                    collection: "c", assignments: [Assignment(path: ["a", "apply"], value: lit(1), position: pos(13, 1, 14))],
+                    unsets: [field(["a", "unset"], pos(31, 1, 32)), field(["apply"], pos(40, 1, 41))]))
+        ),
+        // INSERT ... INITIAL and COLLECTION declarations.
+        (
+            "INSERT INTO c INITIAL DOCUMENTS ({_id: 1})",
+            .insert(
+                InsertStatement(
+                    collection: "c", documents: [.object([ObjectEntry(key: "_id", value: lit(1))])], initial: true))
+        ),
+        (
+            "insert into collection c (f MAP, n Counter, photo ATTACHMENT, r register) initial values (:d), (:e)",
+            .insert(
+                InsertStatement(
+                    collection: "c", documents: [param("d"), param("e")], initial: true,
+                    declaredTypes: ["f": .map, "n": .counter, "photo": .attachment, "r": .register]))
+        ),
+        (
+            "INSERT INTO COLLECTION initial (`x y` MAP) DOCUMENTS (:d) ON ID CONFLICT DO NOTHING",
+            .insert(
+                InsertStatement(
+                    collection: "initial", documents: [param("d")], conflict: .doNothing,
+                    declaredTypes: ["x y": .map]))
+        ),
+        (
+            "SELECT * FROM COLLECTION c (map MAP, counter COUNTER) WHERE map.counter = counter",
+            .select(
+                SelectStatement(
+                    collection: "c", whereClause: bin(.equal, path("map", "counter"), path("counter")),
+                    declaredTypes: ["map": .map, "counter": .counter]))
+        ),
+        // COUNT(*), brackets and the new unreserved words as names.
+        (
+            "SELECT COUNT(*) FROM c WHERE a IS NOT NULL",
+            select("c", [Projection(expression: .countAll, name: "$1")], where: unary(.isNotNull, path("a")))
+        ),
+        ("SELECT count(*) AS n FROM c", select("c", [Projection(expression: .countAll, name: "n")])),
+        (
+            "SELECT a['k'], b[0] AS first, count FROM c",
+            select(
+                "c",
+                [
+                    Projection(expression: index(path("a"), lit("k")), name: "$1"),
+                    Projection(expression: index(path("b"), lit(0)), name: "first"),
+                    Projection(expression: path("count"), name: "count"),
+                ])
+        ),
+        (
+            "SELECT missing, map, initial, restart, with, collection FROM c WHERE register.pn_increment IS MISSING",
+            select(
+                "c", ["missing", "map", "initial", "restart", "with", "collection"].map {
+                    Projection(expression: path($0), name: $0)
+                }, where: unary(.isMissing, path("register", "pn_increment")))
+        ),
     ]
 
     @Test(arguments: validQueries)
@@ -203,7 +327,7 @@ private func condition(_ text: String) throws -> Expression? {
         ("SELECT title, author FORM books", 1, 22, "expected FROM after the projection, found 'FORM'"),
         ("", 1, 1, "empty query"),
         ("  -- only a comment\n", 1, 1, "empty query"),
-        (";", 1, 1, "expected SELECT, INSERT or UPDATE at the start of a statement, found ';'"),
+        (";", 1, 1, "expected SELECT, INSERT, UPDATE, DELETE or EVICT at the start of a statement, found ';'"),
         ("SELCT * FROM c", 1, 1, "found 'SELCT'; did you mean SELECT?"),
         ("SELECT FROM c", 1, 8, "expected * or a list of expressions after SELECT, found 'FROM'"),
         ("SELECT * FROM", 1, 14, "unexpected end of query: expected a collection name after FROM"),
@@ -254,10 +378,90 @@ private func condition(_ text: String) throws -> Expression? {
         ("UPDATE c SET a = 1, a.b = 2", 1, 21, "the assignment to 'a.b' overlaps the earlier one to 'a'"),
         ("UPDATE c SET _id = 1", 1, 14, "cannot assign to '_id'"),
         ("UPDATE c SET a == 1", 1, 16, "expected '=' after the field path 'a', found '=='"),
-        ("UPDATE c SET a = 1 b = 2", 1, 20, "expected ',', WHERE or the end of the statement after the assignments"),
+        (
+            "UPDATE c SET a = 1 b = 2", 1, 20,
+            "expected ',', UNSET, WHERE, ORDER BY, LIMIT, OFFSET or the end of the statement after the assignments"
+        ),
         ("UPDATE c SET a = 1 WHERE b = 2 WHERE", 1, 32, "WHERE can appear only once"),
-        ("UPDATE c WHERE a = 1", 1, 10, "expected SET after the collection name, found 'WHERE'"),
+        ("UPDATE c WHERE a = 1", 1, 10, "expected APPLY, SET or UNSET after the collection name, found 'WHERE'"),
         ("SELECT * FROM c WHERE a = 99999999999999999999", 1, 27, "does not fit in 64 bits"),
+        // DELETE and EVICT.
+        ("DELETE c", 1, 8, "expected FROM after DELETE, found 'c'"),
+        ("DELETE * FROM c", 1, 8, "DELETE works on whole documents: write DELETE FROM c WHERE ..."),
+        ("EVICT FROM c LIMIT 1", 1, 14, "expected WHERE or the end of the statement after the collection name"),
+        ("DELETE FROM c WHERE a = 1 WHERE b = 2", 1, 27, "WHERE can appear only once"),
+        ("DELETE FROM", 1, 12, "unexpected end of query: expected a collection name after FROM"),
+        ("EVICT FORM c", 1, 7, "found 'FORM'; did you mean FROM?"),
+        // UPDATE.
+        ("UPDATE c", 1, 9, "unexpected end of query: expected APPLY, SET or UNSET after the collection name"),
+        ("UPDATE c APPLY n = 1", 1, 18, "found '='; assign values with SET n = ..."),
+        ("UPDATE c APPLY n INCREMENT 1", 1, 28, "expected BY after INCREMENT, found '1'"),
+        ("UPDATE c APPLY n INCREMNT BY 1", 1, 18, "found 'INCREMNT'; did you mean INCREMENT?"),
+        ("UPDATE c APPLY n RESTART SET n = 1", 1, 30, "the assignment to 'n' overlaps the earlier counter operation on 'n'"),
+        ("UPDATE c SET a.b = 1 UNSET a", 1, 28, "the UNSET of 'a' overlaps the earlier assignment to 'a.b'"),
+        ("UPDATE c UNSET a, a", 1, 19, "the UNSET of 'a' overlaps the earlier one of 'a'"),
+        ("UPDATE c APPLY n.x RESTART, n INCREMENT BY 1", 1, 29, "overlaps the earlier one on 'n.x'"),
+        ("UPDATE c UNSET a SET b = 1", 1, 18, "SET must come before UNSET"),
+        ("UPDATE c SET a = 1 SET b = 2", 1, 20, "SET can appear only once: list all its items after one SET"),
+        ("UPDATE c SET a = 1 WHERE b = 2 UNSET c", 1, 32, "UNSET must come before WHERE"),
+        ("UPDATE c UNSET a LIMIT 1 ORDER BY b", 1, 26, "ORDER BY must come before LIMIT"),
+        ("UPDATE c UNSET _id", 1, 16, "cannot unset '_id'"),
+        ("UPDATE c APPLY _id.n INCREMENT BY 1", 1, 16, "cannot apply a counter operation to '_id.n'"),
+        ("UPDATE c SET tags[0] = 'x'", 1, 18, "brackets cannot be used in the fields an UPDATE changes"),
+        ("UPDATE c APPLY n RESTART WITH", 1, 30, "unexpected end of query: expected an expression"),
+        ("UPDATE c APPLY n RESTART x", 1, 26, "expected ',', SET, UNSET, WHERE, ORDER BY, LIMIT, OFFSET or the end"),
+        ("UPDATE c UNSET a = 1", 1, 18, "or the end of the statement after the fields to unset, found '='"),
+        ("UPDATE COLLECTION c (n COUNTER)", 1, 32, "unexpected end of query: expected APPLY, SET or UNSET"),
+        // INSERT ... INITIAL.
+        (
+            "INSERT INTO c INITIAL DOCUMENTS ({a: 1}) ON ID CONFLICT DO NOTHING", 1, 42,
+            "ON ID CONFLICT cannot be used with INITIAL DOCUMENTS"
+        ),
+        ("INSERT INTO c INITIAL ({a: 1})", 1, 23, "expected DOCUMENTS or VALUES after INITIAL, found '('"),
+        ("INSERT INTO c INITIAL DOCUMENTS (:d) (:e)", 1, 38, "expected ',' or the end of the statement after the"),
+        ("INSERT INTO c DOCUMENTS INITIAL (:d)", 1, 25, "INITIAL comes before DOCUMENTS"),
+        // COLLECTION declarations.
+        (
+            "SELECT * FROM COLLECTION c (f STRING)", 1, 31,
+            "unknown field type 'STRING' for 'f': the field types are REGISTER, MAP, COUNTER or ATTACHMENT"
+        ),
+        ("SELECT * FROM COLLECTION c (f COUNTR)", 1, 31, "did you mean COUNTER?"),
+        ("SELECT * FROM COLLECTION c (f MAP, g COUNTER, f REGISTER)", 1, 47, "field 'f' is declared twice"),
+        ("SELECT * FROM collection", 1, 25, "quote it with backticks (`collection`)"),
+        ("SELECT * FROM collection WHERE a = 1", 1, 26, "expected a collection name after COLLECTION, found 'WHERE'"),
+        ("SELECT * FROM COLLECTION c WHERE a = 1", 1, 28, "expected '(' after COLLECTION c, found 'WHERE'"),
+        ("SELECT * FROM COLLECTION c (f)", 1, 30, "expected a field type (REGISTER, MAP, COUNTER or ATTACHMENT)"),
+        ("SELECT * FROM COLLECTION c (f MAP g COUNTER)", 1, 35, "expected ')' or ',' after the field types"),
+        ("SELECT * FROM COLLECTION c ()", 1, 29, "expected a field name to declare in COLLECTION c, found ')'"),
+        ("SELECT * FROM COLLECTION c (a.b MAP)", 1, 30, "only top-level fields can be declared"),
+        ("DELETE FROM COLLECTION order (f MAP)", 1, 24, "'order' is a reserved word"),
+        ("UPDATE COLLECTION c (n COUNTER", 1, 31, "unexpected end of query: expected ')' or ','"),
+        // IS, IN, LIKE.
+        ("SELECT * FROM c WHERE a IS 5", 1, 28, "expected NULL or MISSING after IS, found '5'; IS only tests"),
+        ("SELECT * FROM c WHERE a IS NUL", 1, 28, "found 'NUL'; did you mean NULL?"),
+        ("SELECT * FROM c WHERE a IS NOT", 1, 31, "unexpected end of query: expected NULL or MISSING after IS NOT"),
+        ("SELECT * FROM c WHERE a IS NULL IS NULL", 1, 33, "comparisons cannot be chained"),
+        ("SELECT * FROM c WHERE a = 1 IN (1)", 1, 29, "comparisons cannot be chained"),
+        ("SELECT * FROM c WHERE a IN (1, 2) = TRUE", 1, 35, "comparisons cannot be chained"),
+        ("SELECT * FROM c WHERE a IN b", 1, 28, "expected a list after IN: (a, b, ...), [a, b, ...] or a :parameter"),
+        ("SELECT * FROM c WHERE a NOT IN (1, 2", 1, 37, "unexpected end of query: expected ')' or ',' after the list"),
+        ("SELECT * FROM c WHERE a NOT = 1", 1, 29, "expected IN or LIKE after NOT, found '='"),
+        ("SELECT * FROM c WHERE a LIKE 5", 1, 30, "LIKE needs a string pattern"),
+        ("SELECT * FROM c WHERE a LIKE 'abc\\'", 1, 30, "the LIKE pattern ends with a lone '\\'"),
+        ("SELECT *\nFROM c\nWHERE a.b[1] NOT LIKE", 3, 22, "unexpected end of query: expected an expression"),
+        ("SELECT * FROM c WHERE in = 1", 1, 23, "'in' is a reserved word"),
+        // Brackets.
+        ("SELECT * FROM c WHERE a[] = 1", 1, 25, "expected a key or an index between '[' and ']'"),
+        ("SELECT * FROM c WHERE a[0 = 1", 1, 30, "expected ']' to close the '[' at line 1, column 24"),
+        ("SELECT * FROM c WHERE a[0].5 = 1", 1, 28, "expected a field name after '.', found '5'"),
+        // COUNT(*).
+        ("SELECT * FROM c WHERE COUNT(*) > 1", 1, 23, "COUNT(*) is only allowed as a whole item of the SELECT list"),
+        ("SELECT * FROM c ORDER BY COUNT(*)", 1, 26, "COUNT(*) is only allowed as a whole item of the SELECT list"),
+        ("SELECT COUNT(*) + 1 FROM c", 1, 8, "COUNT(*) must be a whole item of the SELECT list"),
+        ("SELECT [1, COUNT(*)] FROM c", 1, 12, "COUNT(*) must be a whole item of the SELECT list"),
+        ("SELECT COUNT(a) FROM c", 1, 14, "expected '*' in COUNT(*), found 'a'"),
+        ("SELECT a, COUNT(*) FROM c", 1, 11, "COUNT(*) cannot be combined with other columns"),
+        ("SELECT COUNT(*), a FROM c", 1, 18, "COUNT(*) cannot be combined with other columns"),
     ]
 
     @Test(arguments: malformedQueries)
@@ -289,6 +493,26 @@ private func condition(_ text: String) throws -> Expression? {
         #expect(statements.map(\.isMutation) == [false, true, true])
     }
 
+    @Test func deleteAndEvictAreMutationsWithDeclaredTypes() throws {
+        let statements = try Parser.parse(
+            "DELETE FROM a; EVICT FROM COLLECTION b (p ATTACHMENT); SELECT * FROM COLLECTION c (n COUNTER)")
+        #expect(statements.map(\.collection) == ["a", "b", "c"])
+        #expect(statements.map(\.isMutation) == [true, true, false])
+        #expect(statements.map(\.declaredTypes) == [[:], ["p": .attachment], ["n": .counter]])
+    }
+
+    @Test func bracketNestingIsLimited() throws {
+        let deep = "a" + String(repeating: "[a", count: 500) + String(repeating: "]", count: 500)
+        let error = try #require(throws: QueryError.self) { try condition(deep) }
+        #expect(error.message.contains("nested too deeply"))
+        let inLists = String(repeating: "a IN (", count: 500) + "1" + String(repeating: ")", count: 500)
+        let inError = try #require(throws: QueryError.self) { try condition(inLists) }
+        #expect(inError.message.contains("nested too deeply"))
+        let chain = "a" + String(repeating: "[0]", count: 1000)
+        let chainError = try #require(throws: QueryError.self) { try condition(chain) }
+        #expect(chainError.message.contains("expression too complex"))
+    }
+
     @Test func parseStatementRejectsASecondStatement() throws {
         #expect(try Parser.parseStatement("SELECT * FROM a;") == select("a"))
         let error = try #require(throws: QueryError.self) {
@@ -315,6 +539,43 @@ private func condition(_ text: String) throws -> Expression? {
         ("[]", .array([])),
         ("{}", .object([])),
         ("f_id", path("f_id")),
+        // IS [NOT] NULL / MISSING.
+        ("a IS NULL", unary(.isNull, path("a"))),
+        ("a.b is not null", unary(.isNotNull, path("a", "b"))),
+        ("missing IS MISSING", unary(.isMissing, path("missing"))),
+        ("a IS NOT MISSING", unary(.isNotMissing, path("a"))),
+        ("NOT a IS NULL", not(unary(.isNull, path("a")))),
+        ("a + 1 IS NULL", unary(.isNull, bin(.add, path("a"), lit(1)))),
+        ("a IS NULL AND b IS MISSING", bin(.and, unary(.isNull, path("a")), unary(.isMissing, path("b")))),
+        // [NOT] IN.
+        ("a IN (1, 'x', :p)", bin(.in, path("a"), .array([lit(1), lit("x"), param("p")]))),
+        ("a NOT IN [1, 2]", bin(.notIn, path("a"), .array([lit(1), lit(2)]))),
+        ("a IN :list", bin(.in, path("a"), param("list"))),
+        ("a not in :list", bin(.notIn, path("a"), param("list"))),
+        ("a IN ()", bin(.in, path("a"), .array([]))),
+        ("a IN (b + 1)", bin(.in, path("a"), .array([bin(.add, path("b"), lit(1))]))),
+        ("a + 1 IN (2)", bin(.in, bin(.add, path("a"), lit(1)), .array([lit(2)]))),
+        ("NOT a IN (1)", not(bin(.in, path("a"), .array([lit(1)])))),
+        ("a IN (1) OR b", bin(.or, bin(.in, path("a"), .array([lit(1)])), path("b"))),
+        // [NOT] LIKE.
+        ("a LIKE 'x%'", bin(.like, path("a"), lit("x%"))),
+        ("a NOT LIKE :p", bin(.notLike, path("a"), param("p"))),
+        ("a LIKE 'x' + '%'", bin(.like, path("a"), bin(.add, lit("x"), lit("%")))),
+        ("a LIKE 'a\\\\'", bin(.like, path("a"), lit("a\\\\"))),
+        // Bracket access.
+        ("a['key']", index(path("a"), lit("key"))),
+        ("a[0]", index(path("a"), lit(0))),
+        ("a[-1]", index(path("a"), lit(-1))),
+        ("a.b[1].c", index(index(path("a", "b"), lit(1)), lit("c"))),
+        ("a[:i]", index(path("a"), param("i"))),
+        ("a[0][1]", index(index(path("a"), lit(0)), lit(1))),
+        ("a['x'].from.c", index(index(index(path("a"), lit("x")), lit("from")), lit("c"))),
+        ("a[b[0] + 1]", index(path("a"), bin(.add, index(path("b"), lit(0)), lit(1)))),
+        (":p[0]", index(param("p"), lit(0))),
+        ("(a)[0]", index(path("a"), lit(0))),
+        ("[1, 2][0] = a", bin(.equal, index(.array([lit(1), lit(2)]), lit(0)), path("a"))),
+        ("a[0] IN (1)", bin(.in, index(path("a"), lit(0)), .array([lit(1)]))),
+        ("count = 1", bin(.equal, path("count"), lit(1))),
     ])
     func expressions(text: String, expected: Expression) throws {
         #expect(try condition(text) == expected)

@@ -166,6 +166,55 @@ import Testing
     }
 }
 
+extension InProcessSyncTests {
+    @Test func subscriptionsChangeWhileConnected() async throws {
+        let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars WHERE color = 'red'"])
+        defer { a.remove(); b.remove() }
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'r', 'color': 'red'}), ({'_id': 'g', 'color': 'green'})")
+        _ = try await a.store.execute("INSERT INTO boats DOCUMENTS ({'_id': 'boat'})")
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(b) == 1 })
+            // Widening fetches what the wider query covers, including older writes.
+            try b.sync.subscribe("SELECT * FROM cars")
+            try b.sync.subscribe("SELECT * FROM boats")
+            #expect(try await InProcessMesh.eventually {
+                let cars = try await Self.count(b), boats = try await Self.count(b, "SELECT * FROM boats")
+                return cars == 2 && boats == 1
+            })
+            // Evicting local copies: subscriptions still match them, so peers send them again.
+            _ = try await b.store.execute("EVICT FROM cars WHERE color = 'green'")
+            #expect(try await Self.count(b) == 1)
+            #expect(try await InProcessMesh.eventually { try await Self.count(b) == 2 })
+            // After unsubscribing, new writes no longer arrive.
+            #expect(b.sync.unsubscribe("SELECT * FROM boats") != nil)
+            _ = try await a.store.execute("INSERT INTO boats DOCUMENTS ({'_id': 'late'}); INSERT INTO cars DOCUMENTS ({'_id': 'marker'})")
+            #expect(try await InProcessMesh.eventually { try await Self.count(b) == 3 })
+            #expect(try await Self.count(b, "SELECT * FROM boats") == 1)
+        }
+    }
+
+    @Test func deletesReplicateAndObserversSeeRemoteTransactions() async throws {
+        let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"])
+        defer { a.remove(); b.remove() }
+        let seen = Mutex<[Observation]>([])
+        let observer = try b.store.registerObserver("SELECT * FROM cars") { observation in
+            seen.withLock { $0.append(observation) }
+        }
+        defer { observer.cancel() }
+        #expect(try await InProcessMesh.eventually { seen.withLock { $0.count } == 1 }, "the current (empty) result first")
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            let insert = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'x'}), ({'_id': 'y'})")
+            #expect(try await InProcessMesh.eventually { try await Self.count(b) == 2 })
+            let delete = try await a.store.execute("DELETE FROM cars WHERE _id = 'x'")
+            #expect(try await InProcessMesh.eventually { try await Self.count(b) == 1 })
+            #expect(try await InProcessMesh.eventually { seen.withLock { $0.count } >= 3 })
+            let transactions = seen.withLock { $0.flatMap(\.transactions) }
+            #expect(transactions == [insert.transactionID!, delete.transactionID!], "each remote transaction once")
+            #expect(seen.withLock { $0.last?.items } == [["_id": "y"]])
+        }
+    }
+}
+
 extension Result where Failure == any Error {
     init(catching body: () async throws -> Success) async {
         do { self = .success(try await body()) } catch { self = .failure(error) }

@@ -233,6 +233,9 @@ public nonisolated struct Shoal_V1_Subscribe: Sendable {
   /// sender has durably applied under this same set of subscriptions (0: from the start).
   public var resumeAfter: UInt64 = 0
 
+  /// Numbers the Subscribes of one session, from 1, increasing; DeltaBatch echoes it.
+  public var generation: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -269,6 +272,10 @@ public nonisolated struct Shoal_V1_DeltaBatch: Sendable {
   /// The highest change-log sequence this batch covers. The receiver acknowledges it
   /// after commit and resumes after it next time.
   public var throughSequence: UInt64 = 0
+
+  /// The generation of the Subscribe this batch was read under. A receiver records
+  /// through_sequence as its resume point only when this is its latest Subscribe.
+  public var subscribeGeneration: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -359,13 +366,85 @@ public nonisolated struct Shoal_V1_AdminRequest: Sendable {
     set {request = .status(newValue)}
   }
 
+  public var subscribe: Shoal_V1_SubscribeRequest {
+    get {
+      if case .subscribe(let v)? = request {return v}
+      return Shoal_V1_SubscribeRequest()
+    }
+    set {request = .subscribe(newValue)}
+  }
+
+  public var unsubscribe: Shoal_V1_UnsubscribeRequest {
+    get {
+      if case .unsubscribe(let v)? = request {return v}
+      return Shoal_V1_UnsubscribeRequest()
+    }
+    set {request = .unsubscribe(newValue)}
+  }
+
+  public var observe: Shoal_V1_ObserveRequest {
+    get {
+      if case .observe(let v)? = request {return v}
+      return Shoal_V1_ObserveRequest()
+    }
+    set {request = .observe(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Request: Equatable, Sendable {
     case exec(Shoal_V1_ExecRequest)
     case status(Shoal_V1_StatusRequest)
+    case subscribe(Shoal_V1_SubscribeRequest)
+    case unsubscribe(Shoal_V1_UnsubscribeRequest)
+    case observe(Shoal_V1_ObserveRequest)
 
   }
+
+  public init() {}
+}
+
+/// Adds a persistent sync subscription to the node (kept across restarts).
+public nonisolated struct Shoal_V1_SubscribeRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var query: String = String()
+
+  /// Named arguments as a JSON object ("" for none).
+  public var argumentsJson: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Removes a persistent subscription, named by its ID or its exact query text.
+public nonisolated struct Shoal_V1_UnsubscribeRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var idOrQuery: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Streams the result of a SELECT: one AdminResponse (observation) now and one
+/// after every commit that changes it, until the client closes the connection.
+public nonisolated struct Shoal_V1_ObserveRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var query: String = String()
+
+  public var argumentsJson: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
@@ -430,14 +509,48 @@ public nonisolated struct Shoal_V1_AdminResponse: Sendable {
     set {response = .error(newValue)}
   }
 
+  public var subscription: Shoal_V1_SubscriptionStatus {
+    get {
+      if case .subscription(let v)? = response {return v}
+      return Shoal_V1_SubscriptionStatus()
+    }
+    set {response = .subscription(newValue)}
+  }
+
+  public var observation: Shoal_V1_Observation {
+    get {
+      if case .observation(let v)? = response {return v}
+      return Shoal_V1_Observation()
+    }
+    set {response = .observation(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Response: Equatable, Sendable {
     case exec(Shoal_V1_ExecResponse)
     case status(Shoal_V1_StatusResponse)
     case error(Shoal_V1_Error)
+    case subscription(Shoal_V1_SubscriptionStatus)
+    case observation(Shoal_V1_Observation)
 
   }
+
+  public init() {}
+}
+
+/// One state of an observed query's result.
+public nonisolated struct Shoal_V1_Observation: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var itemsJson: [String] = []
+
+  /// The transactions whose commit produced this state ("SITE:SEQUENCE"); empty for the first.
+  public var transactionIds: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
@@ -729,7 +842,7 @@ nonisolated extension Shoal_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Subscribe"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subscriptions\0\u{3}resume_after\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subscriptions\0\u{3}resume_after\0\u{1}generation\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -739,6 +852,7 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
       switch fieldNumber {
       case 1: try { try decoder.decodeRepeatedMessageField(value: &self.subscriptions) }()
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.resumeAfter) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.generation) }()
       default: break
       }
     }
@@ -751,12 +865,16 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
     if self.resumeAfter != 0 {
       try visitor.visitSingularUInt64Field(value: self.resumeAfter, fieldNumber: 2)
     }
+    if self.generation != 0 {
+      try visitor.visitSingularUInt64Field(value: self.generation, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Shoal_V1_Subscribe, rhs: Shoal_V1_Subscribe) -> Bool {
     if lhs.subscriptions != rhs.subscriptions {return false}
     if lhs.resumeAfter != rhs.resumeAfter {return false}
+    if lhs.generation != rhs.generation {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -804,7 +922,7 @@ nonisolated extension Shoal_V1_Subscription: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Shoal_V1_DeltaBatch: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".DeltaBatch"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}transactions\0\u{3}through_sequence\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}transactions\0\u{3}through_sequence\0\u{3}subscribe_generation\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -814,6 +932,7 @@ nonisolated extension Shoal_V1_DeltaBatch: SwiftProtobuf.Message, SwiftProtobuf.
       switch fieldNumber {
       case 1: try { try decoder.decodeRepeatedMessageField(value: &self.transactions) }()
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.throughSequence) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.subscribeGeneration) }()
       default: break
       }
     }
@@ -826,12 +945,16 @@ nonisolated extension Shoal_V1_DeltaBatch: SwiftProtobuf.Message, SwiftProtobuf.
     if self.throughSequence != 0 {
       try visitor.visitSingularUInt64Field(value: self.throughSequence, fieldNumber: 2)
     }
+    if self.subscribeGeneration != 0 {
+      try visitor.visitSingularUInt64Field(value: self.subscribeGeneration, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Shoal_V1_DeltaBatch, rhs: Shoal_V1_DeltaBatch) -> Bool {
     if lhs.transactions != rhs.transactions {return false}
     if lhs.throughSequence != rhs.throughSequence {return false}
+    if lhs.subscribeGeneration != rhs.subscribeGeneration {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -969,7 +1092,7 @@ nonisolated extension Shoal_V1_Ack: SwiftProtobuf.Message, SwiftProtobuf._Messag
 
 nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AdminRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}subscribe\0\u{1}unsubscribe\0\u{1}observe\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1004,6 +1127,45 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
           self.request = .status(v)
         }
       }()
+      case 4: try {
+        var v: Shoal_V1_SubscribeRequest?
+        var hadOneofValue = false
+        if let current = self.request {
+          hadOneofValue = true
+          if case .subscribe(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.request = .subscribe(v)
+        }
+      }()
+      case 5: try {
+        var v: Shoal_V1_UnsubscribeRequest?
+        var hadOneofValue = false
+        if let current = self.request {
+          hadOneofValue = true
+          if case .unsubscribe(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.request = .unsubscribe(v)
+        }
+      }()
+      case 6: try {
+        var v: Shoal_V1_ObserveRequest?
+        var hadOneofValue = false
+        if let current = self.request {
+          hadOneofValue = true
+          if case .observe(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.request = .observe(v)
+        }
+      }()
       default: break
       }
     }
@@ -1026,6 +1188,18 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
       guard case .status(let v)? = self.request else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
     }()
+    case .subscribe?: try {
+      guard case .subscribe(let v)? = self.request else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    }()
+    case .unsubscribe?: try {
+      guard case .unsubscribe(let v)? = self.request else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
+    case .observe?: try {
+      guard case .observe(let v)? = self.request else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -1034,6 +1208,106 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
   public static func ==(lhs: Shoal_V1_AdminRequest, rhs: Shoal_V1_AdminRequest) -> Bool {
     if lhs.requestID != rhs.requestID {return false}
     if lhs.request != rhs.request {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_SubscribeRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SubscribeRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}query\0\u{3}arguments_json\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.query) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.argumentsJson) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.query.isEmpty {
+      try visitor.visitSingularStringField(value: self.query, fieldNumber: 1)
+    }
+    if !self.argumentsJson.isEmpty {
+      try visitor.visitSingularStringField(value: self.argumentsJson, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_SubscribeRequest, rhs: Shoal_V1_SubscribeRequest) -> Bool {
+    if lhs.query != rhs.query {return false}
+    if lhs.argumentsJson != rhs.argumentsJson {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_UnsubscribeRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".UnsubscribeRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}id_or_query\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.idOrQuery) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.idOrQuery.isEmpty {
+      try visitor.visitSingularStringField(value: self.idOrQuery, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_UnsubscribeRequest, rhs: Shoal_V1_UnsubscribeRequest) -> Bool {
+    if lhs.idOrQuery != rhs.idOrQuery {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_ObserveRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ObserveRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}query\0\u{3}arguments_json\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.query) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.argumentsJson) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.query.isEmpty {
+      try visitor.visitSingularStringField(value: self.query, fieldNumber: 1)
+    }
+    if !self.argumentsJson.isEmpty {
+      try visitor.visitSingularStringField(value: self.argumentsJson, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_ObserveRequest, rhs: Shoal_V1_ObserveRequest) -> Bool {
+    if lhs.query != rhs.query {return false}
+    if lhs.argumentsJson != rhs.argumentsJson {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1095,7 +1369,7 @@ nonisolated extension Shoal_V1_StatusRequest: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AdminResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}error\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}error\0\u{1}subscription\0\u{1}observation\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1143,6 +1417,32 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
           self.response = .error(v)
         }
       }()
+      case 5: try {
+        var v: Shoal_V1_SubscriptionStatus?
+        var hadOneofValue = false
+        if let current = self.response {
+          hadOneofValue = true
+          if case .subscription(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.response = .subscription(v)
+        }
+      }()
+      case 6: try {
+        var v: Shoal_V1_Observation?
+        var hadOneofValue = false
+        if let current = self.response {
+          hadOneofValue = true
+          if case .observation(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.response = .observation(v)
+        }
+      }()
       default: break
       }
     }
@@ -1169,6 +1469,14 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
       guard case .error(let v)? = self.response else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
     }()
+    case .subscription?: try {
+      guard case .subscription(let v)? = self.response else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
+    case .observation?: try {
+      guard case .observation(let v)? = self.response else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -1177,6 +1485,41 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
   public static func ==(lhs: Shoal_V1_AdminResponse, rhs: Shoal_V1_AdminResponse) -> Bool {
     if lhs.requestID != rhs.requestID {return false}
     if lhs.response != rhs.response {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_Observation: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Observation"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}items_json\0\u{3}transaction_ids\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.itemsJson) }()
+      case 2: try { try decoder.decodeRepeatedStringField(value: &self.transactionIds) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.itemsJson.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.itemsJson, fieldNumber: 1)
+    }
+    if !self.transactionIds.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.transactionIds, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_Observation, rhs: Shoal_V1_Observation) -> Bool {
+    if lhs.itemsJson != rhs.itemsJson {return false}
+    if lhs.transactionIds != rhs.transactionIds {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -1,0 +1,120 @@
+public import ShoalCRDT
+import ShoalQuery
+import Synchronization
+import GRDB
+
+/// A commit that changed documents: what observers wake up for.
+public struct Commit: Sendable, Equatable {
+    /// The transactions the commit applied (one local, or several received in one batch).
+    public var transactions: [TransactionID]
+    public var collections: Set<String>
+    /// The change-log sequence after the commit (0 for EVICT, which logs nothing).
+    public var sequence: UInt64
+}
+
+/// One state of an observed query's result.
+public struct Observation: Sendable, Equatable {
+    public var items: [Value]
+    /// The transactions whose commit produced this state; empty for the first state.
+    public var transactions: [TransactionID]
+}
+
+extension DocumentStore {
+    /// A SELECT's result and the change-log sequence it reflects, read in one snapshot.
+    func snapshot(_ select: SelectStatement, arguments: [String: Value]) async throws(StoreError) -> ([Value], UInt64) {
+        try await read { db in
+            let items = try Self.select(select, arguments: arguments, db: db)
+            let sequence = UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0)
+            return (items, sequence)
+        }
+    }
+
+    /// The result of a SELECT now, then again after every commit, local or
+    /// received, that changes it — once per commit, with its transaction IDs.
+    ///
+    /// The sequence does its work in the task that iterates it and ends when the
+    /// store closes.
+    public func observe(_ query: String, arguments: [String: Value] = [:]) throws(StoreError) -> ObservationSequence {
+        let statement: ShoalQuery.Statement
+        do {
+            statement = try Parser.parseStatement(query)
+        } catch {
+            throw StoreError(error)
+        }
+        guard case .select(let select) = statement else {
+            throw StoreError(.invalidQuery, "only a SELECT can be observed: \(query)")
+        }
+        // Listen before the first read, so no commit falls between the two.
+        return ObservationSequence(store: self, select: select, arguments: arguments, commits: commits.updates())
+    }
+
+    /// Calls `handler` with each new state of the query's result (see `observe`),
+    /// until the returned observer is cancelled.
+    public func registerObserver(
+        _ query: String, arguments: [String: Value] = [:], handler: @escaping @Sendable (Observation) -> Void
+    ) throws(StoreError) -> StoreObserver {
+        let sequence = try observe(query, arguments: arguments)
+        // The one task the store starts: a handler API needs someone to iterate for it.
+        let task = Task {
+            do {
+                for try await observation in sequence { handler(observation) }
+            } catch {}
+        }
+        return StoreObserver(task: task)
+    }
+}
+
+/// A registered observer; it stops when cancelled or when the store closes.
+public final class StoreObserver: Sendable {
+    let task: Task<Void, Never>
+    init(task: Task<Void, Never>) { self.task = task }
+    public func cancel() { task.cancel() }
+    deinit { task.cancel() }
+}
+
+/// The states of an observed query; see `DocumentStore.observe`.
+public struct ObservationSequence: AsyncSequence, Sendable {
+    public typealias Element = Observation
+    let store: DocumentStore
+    let select: SelectStatement
+    let arguments: [String: Value]
+    let commits: AsyncStream<Commit>
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let store: DocumentStore
+        let select: SelectStatement
+        let arguments: [String: Value]
+        var commits: AsyncStream<Commit>.AsyncIterator
+        var last: [Value]?
+
+        public mutating func next() async throws -> Observation? {
+            guard var previous = last else {
+                let (items, _) = try await store.snapshot(select, arguments: arguments)
+                last = items
+                return Observation(items: items, transactions: [])
+            }
+            while let commit = await commits.next() {
+                guard commit.collections.contains(select.collection) else { continue }
+                // The result is read after the fact, so it may already include later
+                // commits: credit every commit the snapshot contains, none twice.
+                let (items, snapshotSequence) = try await store.snapshot(select, arguments: arguments)
+                var transactions = commit.transactions
+                var latest = commit.sequence
+                while latest < snapshotSequence, let more = await commits.next() {
+                    latest = Swift.max(latest, more.sequence)
+                    if more.collections.contains(select.collection) { transactions += more.transactions }
+                }
+                if items != previous {
+                    last = items
+                    return Observation(items: items, transactions: transactions)
+                }
+                previous = items
+            }
+            return nil
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(store: store, select: select, arguments: arguments, commits: commits.makeAsyncIterator(), last: nil)
+    }
+}

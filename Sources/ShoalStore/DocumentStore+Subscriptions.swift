@@ -1,0 +1,44 @@
+public import ShoalCRDT
+import GRDB
+
+/// A subscription saved in the store, re-added every time the node starts.
+public struct SavedSubscription: Sendable, Equatable {
+    public var id: String
+    public var query: String
+    public var arguments: [String: Value]
+
+    public init(id: String, query: String, arguments: [String: Value]) {
+        self.id = id
+        self.query = query
+        self.arguments = arguments
+    }
+}
+
+extension DocumentStore {
+    /// The subscriptions added at run time and not removed since.
+    public func savedSubscriptions() async throws(StoreError) -> [SavedSubscription] {
+        try await read { db in
+            try Row.fetchAll(db, sql: "SELECT id, query, arguments FROM subscription ORDER BY id").map { row in
+                let arguments = try Self.parseBody(row[2]).objectValue ?? [:]
+                return SavedSubscription(id: row[0], query: row[1], arguments: arguments)
+            }
+        }
+    }
+
+    public func saveSubscription(_ subscription: SavedSubscription) async throws(StoreError) {
+        try await write { db in
+            try db.execute(
+                sql: "INSERT INTO subscription (id, query, arguments) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                arguments: [subscription.id, subscription.query, Value.object(subscription.arguments).canonicalJSON])
+        }
+    }
+
+    /// Removes a saved subscription; returns whether there was one.
+    @discardableResult
+    public func removeSavedSubscription(id: String) async throws(StoreError) -> Bool {
+        try await write { db in
+            try db.execute(sql: "DELETE FROM subscription WHERE id = ?", arguments: [id])
+            return db.changesCount > 0
+        }
+    }
+}

@@ -1,0 +1,45 @@
+import ArgumentParser
+import Foundation
+import ShoalNode
+import ShoalWire
+
+struct ObserveCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "observe",
+        abstract: "Print a query's result now and again after every change, until interrupted.",
+        discussion: """
+            With --json each state is one line: {"items": [...], "transactionIDs": [...]}, \
+            where transactionIDs names the commits that produced it (empty for the first line).
+            """
+    )
+
+    @OptionGroup var client: ClientOptions
+
+    @Option(name: .long, help: "Named arguments of the query, as a JSON object.")
+    var args: String?
+
+    @Flag(name: .long, help: "One JSON object per line.")
+    var json = false
+
+    @Argument(help: "A SELECT query.")
+    var query: String
+
+    func run() async throws {
+        let json = json
+        do {
+            try await client.client().observe(query, argumentsJSON: args ?? "") { observation in
+                if json {
+                    let ids = observation.transactionIds.map { "\"\($0)\"" }.joined(separator: ",")
+                    print("{\"items\":[\(observation.itemsJson.joined(separator: ","))],\"transactionIDs\":[\(ids)]}")
+                } else {
+                    let cause = observation.transactionIds.isEmpty ? "now" : observation.transactionIds.joined(separator: ", ")
+                    print("-- \(observation.itemsJson.count) document(s) (\(cause))")
+                    for item in observation.itemsJson { print(item) }
+                }
+                fflush(nil)
+            }
+        } catch let error as NodeError {
+            throw fail(error.message)
+        }
+    }
+}

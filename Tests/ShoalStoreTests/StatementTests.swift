@@ -1,0 +1,141 @@
+import ShoalCRDT
+import ShoalStore
+import ShoalTesting
+import Testing
+
+/// DELETE, EVICT, UNSET, INITIAL DOCUMENTS, COUNT(*) and UPDATE's ORDER BY/LIMIT.
+@Suite struct StatementTests {
+    static func withStore(_ body: (DocumentStore) async throws -> Void) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        try await body(store)
+    }
+
+    @Test func deleteHidesAndALaterWriteRevives() async throws {
+        try await Self.withStore { store in
+            _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'v': 1}), ({'_id': 'b', 'v': 2})")
+            let deleted = try await store.execute("DELETE FROM c WHERE v = 1")
+            #expect(deleted.mutatedDocumentIDs == ["a"] && deleted.transactionID != nil)
+            #expect(try await store.execute("SELECT * FROM c").items == [["_id": "b", "v": 2]])
+            #expect(try await store.collectionCounts().first?.documents == 1)
+            #expect(try await store.execute("UPDATE c SET v = 9 WHERE _id = 'a'").mutatedDocumentIDs.isEmpty)
+            // Inserting the same _id again starts a fresh document: old fields stay buried.
+            _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'w': 3})")
+            #expect(try await store.execute("SELECT * FROM c WHERE _id = 'a'").items == [["_id": "a", "w": 3]])
+        }
+    }
+
+    @Test func tombstonesReplicateAndMergeByTime() async throws {
+        let a = TemporaryDirectory(), b = TemporaryDirectory()
+        defer { a.remove(); b.remove() }
+        let writer = try DocumentStore(directory: a.path), replica = try DocumentStore(directory: b.path)
+        defer { writer.close(); replica.close() }
+        var all = SubscriptionSet()
+        try all.add(query: "SELECT * FROM c")
+        _ = try await writer.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'v': 1})")
+        _ = try await writer.execute("DELETE FROM c WHERE _id = 'x'")
+        let page = try await writer.changes(after: 0, limit: 100, subscriptions: all)
+        #expect(page.entries.map(\.delta.field).contains("_deleted"), "the tombstone is routed by the last body")
+        var transactions: [RemoteTransaction] = []
+        for e in page.entries {
+            if transactions.last?.id != e.delta.transaction {
+                transactions.append(RemoteTransaction(id: e.delta.transaction, count: e.delta.count, deltas: []))
+            }
+            transactions[transactions.count - 1].deltas.append(e.delta)
+        }
+        // Delivered newest first: the insert arrives after its own deletion and stays buried.
+        _ = try await replica.applyRemote(transactions.reversed(), from: writer.siteID, subscriptionKey: "k", through: page.through)
+        #expect(try await replica.execute("SELECT * FROM c").items.isEmpty)
+    }
+
+    @Test func evictForgetsLocallyWithoutWritingAnything() async throws {
+        try await Self.withStore { store in
+            _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a'}), ({'_id': 'b'})")
+            let before = try await store.lastSequence()
+            let evicted = try await store.execute("EVICT FROM c WHERE _id = 'a'")
+            #expect(evicted.mutatedDocumentIDs == ["a"] && evicted.transactionID == nil)
+            #expect(try await store.lastSequence() == before, "nothing is logged, nothing replicates")
+            #expect(try await store.execute("SELECT * FROM c").items == [["_id": "b"]])
+        }
+    }
+
+    @Test func unsetRemovesFieldsAndNestedMembers() async throws {
+        try await Self.withStore { store in
+            _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'x': 1, 'o': {'p': 1, 'q': 2}})")
+            _ = try await store.execute("UPDATE c SET y = 2 UNSET x, o.p WHERE _id = 'a'")
+            #expect(try await store.execute("SELECT * FROM c").items == [["_id": "a", "y": 2, "o": ["q": 2]]])
+            #expect(try await store.execute("SELECT * FROM c WHERE x IS MISSING").items.count == 1)
+        }
+    }
+
+    @Test func initialDocumentsNeverOverrideWrites() async throws {
+        try await Self.withStore { store in
+            _ = try await store.execute("INSERT INTO settings INITIAL DOCUMENTS ({'_id': 'app', 'theme': 'light', 'size': 1})")
+            _ = try await store.execute("UPDATE settings SET theme = 'dark' WHERE _id = 'app'")
+            // Inserting the defaults again (every peer does at start-up) changes nothing.
+            let again = try await store.execute("INSERT INTO settings INITIAL DOCUMENTS ({'_id': 'app', 'theme': 'light', 'size': 1})")
+            #expect(again.transactionID == nil)
+            #expect(try await store.execute("SELECT * FROM settings").items == [["_id": "app", "theme": "dark", "size": 1]])
+        }
+        let a = TemporaryDirectory(), b = TemporaryDirectory()
+        defer { a.remove(); b.remove() }
+        let one = try DocumentStore(directory: a.path), two = try DocumentStore(directory: b.path)
+        defer { one.close(); two.close() }
+        var all = SubscriptionSet()
+        try all.add(query: "SELECT * FROM settings")
+        _ = try await one.execute("INSERT INTO settings INITIAL DOCUMENTS ({'_id': 'app', 'theme': 'light'})")
+        _ = try await two.execute("INSERT INTO settings INITIAL DOCUMENTS ({'_id': 'app', 'theme': 'light'})")
+        _ = try await two.execute("UPDATE settings SET theme = 'blue' WHERE _id = 'app'")
+        for (from, to) in [(one, two), (two, one)] {
+            let page = try await from.changes(after: 0, limit: 100, subscriptions: all)
+            let txns = Dictionary(grouping: page.entries.map(\.delta), by: \.transaction).map {
+                RemoteTransaction(id: $0.key, count: $0.value[0].count, deltas: $0.value)
+            }
+            _ = try await to.applyRemote(txns, from: from.siteID, subscriptionKey: "k", through: page.through)
+        }
+        let x = try await one.execute("SELECT * FROM settings").items, y = try await two.execute("SELECT * FROM settings").items
+        #expect(x == y && x == [["_id": "app", "theme": "blue"]], "both peers' defaults merged as one; the real write won")
+    }
+
+    @Test func countAndOrderedLimitedUpdates() async throws {
+        try await Self.withStore { store in
+            _ = try await store.execute("INSERT INTO q DOCUMENTS (:docs)", arguments: [
+                "docs": [["_id": "a", "n": 3], ["_id": "b", "n": 1], ["_id": "c", "n": 2]]
+            ])
+            #expect(try await store.execute("SELECT COUNT(*) AS n FROM q WHERE n > 1").items == [["n": 2]])
+            let updated = try await store.execute("UPDATE q SET top = true ORDER BY n DESC LIMIT 2")
+            #expect(updated.mutatedDocumentIDs == ["a", "c"])
+            #expect(try await store.execute("SELECT _id FROM q WHERE top = true ORDER BY _id").items == [["_id": "a"], ["_id": "c"]])
+            #expect(try await store.execute("SELECT * FROM q WHERE _id IN ('a', 'b') AND _id LIKE 'a%'").items.count == 1)
+        }
+    }
+
+    @Test func reservedAndUnsupportedFieldsAreRefusedClearly() async throws {
+        try await Self.withStore { store in
+            await #expect {
+                try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', '_secret': 1})")
+            } throws: { ($0 as? StoreError)?.message.contains("reserved") == true }
+            await #expect {
+                try await store.execute("UPDATE c APPLY n INCREMENT BY 1")
+            } throws: { ($0 as? StoreError)?.message.contains("COUNTER") == true }
+        }
+    }
+
+    @Test func observersSeeEveryChangeOnceWithItsTransaction() async throws {
+        try await Self.withStore { store in
+            let observations = try store.observe("SELECT * FROM c WHERE v > 1 ORDER BY _id")
+            var iterator = observations.makeAsyncIterator()
+            #expect(try await iterator.next()?.items == [])
+            _ = try await store.execute("INSERT INTO other DOCUMENTS ({'_id': 'z'})")  // another collection: no wake-up
+            _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'v': 1})")  // result unchanged
+            let commit = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'b', 'v': 2}); UPDATE c SET v = 5 WHERE _id = 'a'")
+            let next = try #require(try await iterator.next())
+            #expect(next.items == [["_id": "a", "v": 5], ["_id": "b", "v": 2]])
+            // The state is read after the fact, so it credits every commit to `c` it reflects, once.
+            #expect(next.transactions.last == commit.transactionID, "one notification for the whole transaction")
+            #expect(next.transactions.count <= 2 && Set(next.transactions).count == next.transactions.count)
+        }
+    }
+}
