@@ -107,7 +107,9 @@ public enum Evaluator {
                 default: return nil
                 }
                 let resolved = i < 0 ? items.count + i : i
-                return items.indices.contains(resolved) ? items[resolved] : nil
+                // Not a ternary: Value is ExpressibleByNilLiteral, so `nil` there would be .null.
+                guard items.indices.contains(resolved) else { return nil }
+                return items[resolved]
             default:
                 return nil
             }

@@ -161,8 +161,6 @@ extension Parser {
             var projection: [Projection] = []
             if !accept(.star) {
                 if current.is(.from) { throw unexpected("* or a list of expressions after SELECT") }
-                var counts = false
-                var others = false
                 repeat {
                     let start = current.position
                     let expression = try parseProjectionItem()
@@ -178,8 +176,7 @@ extension Parser {
                         throw error(
                             "duplicate column name '\(name)': give one of the columns another name with AS", at: start)
                     }
-                    if expression == .countAll { counts = true } else { others = true }
-                    if counts && others {
+                    if !projection.isEmpty, expression == .countAll || projection[0].expression == .countAll {
                         throw error(
                             "COUNT(*) cannot be combined with other columns: it returns a single row "
                                 + "with the number of matching documents",

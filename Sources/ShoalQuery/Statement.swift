@@ -87,7 +87,8 @@ public struct SelectStatement: Sendable, Hashable {
 /// One item of a SELECT list: an expression and the name it is returned under.
 public struct Projection: Sendable, Hashable {
     public var expression: Expression
-    /// The `AS` name, or the last path component for a bare path.
+    /// The `AS` name, or the last path component for a bare path, or else `$n` for the
+    /// n-th item (1-based), `COUNT(*)` included. A `COUNT(*)` item is always the only one.
     public var name: String
 
     public init(expression: Expression, name: String) {

@@ -24,13 +24,23 @@ enum DocumentBody {
             arguments: [collection, key])
         let tombstone = rows.first { ($0[0] as String) == tombstoneField }.map { UInt64(bitPattern: $0[2]) }
         var body: [String: Value] = [:]
+        var bases: [String: UInt64] = [:]
+        var contributions: [String: [Counter.Contribution]] = [:]
         var anyLive = false
         for row in rows {
             let name: String = row[0], value: String = row[1]
             guard name != tombstoneField else { continue }
             if let tombstone, UInt64(bitPattern: row[2]) <= tombstone { continue }
             anyLive = true
+            if let counter = Counter.counterName(ofContribution: name) {
+                if let c = try Counter.Contribution(DocumentStore.parseBody(value)) { contributions[counter, default: []].append(c) }
+                continue
+            }
+            bases[name] = UInt64(bitPattern: row[2])
             if value != removedValue { body[name] = try DocumentStore.parseBody(value) }
+        }
+        for (name, parts) in contributions {
+            body[name] = Counter.value(base: body[name], baseTimestamp: bases[name] ?? 0, contributions: parts)
         }
         guard anyLive else {
             if tombstone != nil {
@@ -50,6 +60,9 @@ enum DocumentBody {
 
     /// Whether a user may write this top-level field name.
     static func checkWritable(_ name: String, collection: String) throws {
+        if name.contains(Counter.separator) {
+            throw StoreError(.invalidDocument, "\(collection): field names may not contain the character U+001F")
+        }
         if name.hasPrefix("_") && name != "_id" {
             throw StoreError(
                 .invalidDocument,

@@ -37,7 +37,7 @@ struct LocalTransaction {
     }
 
     static func checkTypes(_ declared: [String: FieldType], collection: String) throws {
-        if let (field, type) = declared.first(where: { $0.value != .register }) {
+        if let (field, type) = declared.first(where: { $0.value != .register && $0.value != .counter }) {
             throw StoreError(
                 .invalidQuery,
                 "\(collection): field \(field) is declared \(type.rawValue); this version stores every field as a REGISTER")
@@ -122,11 +122,14 @@ struct LocalTransaction {
 
     mutating func update(_ update: UpdateStatement, arguments: [String: Value]) throws -> [Value] {
         try Self.checkTypes(update.declaredTypes, collection: update.collection)
-        if let operation = update.counterOperations.first {
+        for operation in update.counterOperations where operation.path.count != 1 {
             throw StoreError(
                 QueryError(
-                    "APPLY needs a COUNTER field, and this version stores every field as a REGISTER; use SET \(operation.path.joined(separator: ".")) = \(operation.path.joined(separator: ".")) + n",
+                    "APPLY works on top-level COUNTER fields; \(operation.path.joined(separator: ".")) is nested",
                     position: operation.position))
+        }
+        for operation in update.counterOperations {
+            try DocumentBody.checkWritable(operation.path[0], collection: update.collection)
         }
         for target in update.assignments.map(\.path) + update.unsets.map(\.path) {
             try DocumentBody.checkWritable(target[0], collection: update.collection)
@@ -137,6 +140,9 @@ struct LocalTransaction {
         var ids: [Value] = []
         for (key, original) in matches {
             guard case .object(var body) = original else { continue }
+            for operation in update.counterOperations {
+                try apply(operation, collection: update.collection, key: key, document: original, arguments: arguments)
+            }
             var changedTop: [String] = []
             for assignment in update.assignments {
                 let value = try Self.evaluate(assignment.value, document: original, arguments: arguments) ?? .null
@@ -162,6 +168,42 @@ struct LocalTransaction {
             ids.append(body["_id"] ?? .null)
         }
         return ids
+    }
+
+    /// APPLY on a PN counter: INCREMENT adds to this site's contribution under the
+    /// counter's current base; RESTART [WITH v] writes a new base, which starts a
+    /// new epoch (see `Counter`).
+    private mutating func apply(
+        _ operation: CounterOperation, collection: String, key: String, document: Value, arguments: [String: Value]
+    ) throws {
+        let field = operation.path[0]
+        switch operation.kind {
+        case .restart(let expression):
+            let value = try expression.map { try Self.evaluate($0, document: document, arguments: arguments) } ?? .int(0)
+            guard let value, value.numberValue != nil else {
+                throw StoreError(QueryError("RESTART WITH needs a number", position: operation.position))
+            }
+            try writeField(collection: collection, key: key, field: field, json: value.canonicalJSON, initial: false)
+        case .increment(let expression):
+            let amount = try Self.evaluate(expression, document: document, arguments: arguments)
+            guard let amount, amount.numberValue != nil else {
+                throw StoreError(
+                    QueryError(
+                        "INCREMENT BY needs a number, got \(amount?.typeName ?? "nothing")", position: operation.position))
+            }
+            let base = try Row.fetchOne(
+                db, sql: "SELECT ts FROM field WHERE collection = ? AND doc_id = ? AND name = ?",
+                arguments: [collection, key, field])
+            let epoch = base.map { UInt64(bitPattern: $0[0] as Int64) } ?? 0
+            let name = Counter.contributionField(field, site: site)
+            let mine = try String.fetchOne(
+                db, sql: "SELECT value FROM field WHERE collection = ? AND doc_id = ? AND name = ?",
+                arguments: [collection, key, name]
+            ).flatMap { try? JSON.parse($0) }.flatMap(Counter.Contribution.init)
+            var contribution = mine?.epoch == epoch ? mine! : Counter.Contribution(epoch: epoch, up: .int(0), down: .int(0))
+            contribution.add(amount)
+            try writeField(collection: collection, key: key, field: name, json: contribution.value.canonicalJSON, initial: false)
+        }
     }
 
     /// DELETE: a replicated tombstone per matching document.

@@ -215,3 +215,29 @@ final class LineCollector: @unchecked Sendable {
         return collected
     }
 }
+
+extension ProcessMeshTests {
+    @Test func countersIncrementedOfflineConvergeToTheSum() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let subscribe = ["--subscribe", "SELECT * FROM counters"]
+        let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a", extra: subscribe)
+        var b: NodeProcess? = try NodeProcess(name: "beta", dataDirectory: dirs.path + "/b", extra: subscribe)
+        // Apart: both create the same counter (no initial value needed) and count.
+        for _ in 0..<3 {
+            #expect(try a.exec("INSERT INTO counters DOCUMENTS ({'_id': 'hits'}) ON ID CONFLICT DO NOTHING; UPDATE counters APPLY n INCREMENT BY 2 WHERE _id = 'hits'").status == 0)
+        }
+        for by in [5, -1] {
+            let r = try b!.exec("INSERT INTO counters DOCUMENTS ({'_id': 'hits'}) ON ID CONFLICT DO NOTHING; UPDATE counters APPLY n PN_INCREMENT BY :by WHERE _id = 'hits'", args: "{\"by\": \(by)}")
+            #expect(r.status == 0, "\(r.stderr)")
+        }
+        #expect(try Self.documents(a, "SELECT n FROM counters").first?["n"] as? Int == 6)
+        #expect(try Self.documents(b!, "SELECT n FROM counters").first?["n"] as? Int == 4)
+        // Together: beta restarts with alpha as its peer; both end at 6 + 4.
+        b!.stop()
+        b = nil
+        let joined = try NodeProcess(name: "beta", dataDirectory: dirs.path + "/b", extra: subscribe + ["--peer", a.address])
+        #expect(try eventually { try Self.documents(a, "SELECT n FROM counters").first?["n"] as? Int == 10 })
+        #expect(try eventually { try Self.documents(joined, "SELECT n FROM counters").first?["n"] as? Int == 10 })
+    }
+}

@@ -209,7 +209,8 @@ private func condition(_ text: String) throws -> Expression? {
         ),
         (
             "EVICT FROM c WHERE _id IN (:a, :b)",
-            .evict(DeleteStatement(collection: "c", whereClause: bin(.in, path("_id"), .array([param("a"), param("b")]))))
+            .evict(
+                DeleteStatement(collection: "c", whereClause: bin(.in, path("_id"), .array([param("a"), param("b")]))))
         ),
         (
             "EVICT FROM COLLECTION c (n COUNTER) WHERE n > 1",
@@ -255,14 +256,16 @@ private func condition(_ text: String) throws -> Expression? {
                         Assignment(path: ["f", "x"], value: lit(1), position: pos(66, 1, 67)),
                         Assignment(path: ["g"], value: lit(2), position: pos(75, 1, 76)),
                     ], counterOperations: [counter(["n"], .restart(lit(0)), pos(45, 1, 46))],
-                    unsets: [field(["h"], pos(87, 1, 88))], orderBy: [OrderTerm(expression: path("g"), descending: false)],
+                    unsets: [field(["h"], pos(87, 1, 88))],
+                    orderBy: [OrderTerm(expression: path("g"), descending: false)],
                     declaredTypes: ["n": .counter, "f": .map]))
         ),
         (
             "UPDATE c SET a.apply = 1 UNSET a.unset, `apply`",
             .update(
                 UpdateStatement(
-                    collection: "c", assignments: [Assignment(path: ["a", "apply"], value: lit(1), position: pos(13, 1, 14))],
+                    collection: "c",
+                    assignments: [Assignment(path: ["a", "apply"], value: lit(1), position: pos(13, 1, 14))],
                     unsets: [field(["a", "unset"], pos(31, 1, 32)), field(["apply"], pos(40, 1, 41))]))
         ),
         // INSERT ... INITIAL and COLLECTION declarations.
@@ -312,7 +315,8 @@ private func condition(_ text: String) throws -> Expression? {
         (
             "SELECT missing, map, initial, restart, with, collection FROM c WHERE register.pn_increment IS MISSING",
             select(
-                "c", ["missing", "map", "initial", "restart", "with", "collection"].map {
+                "c",
+                ["missing", "map", "initial", "restart", "with", "collection"].map {
                     Projection(expression: path($0), name: $0)
                 }, where: unary(.isMissing, path("register", "pn_increment")))
         ),
@@ -397,7 +401,10 @@ private func condition(_ text: String) throws -> Expression? {
         ("UPDATE c APPLY n = 1", 1, 18, "found '='; assign values with SET n = ..."),
         ("UPDATE c APPLY n INCREMENT 1", 1, 28, "expected BY after INCREMENT, found '1'"),
         ("UPDATE c APPLY n INCREMNT BY 1", 1, 18, "found 'INCREMNT'; did you mean INCREMENT?"),
-        ("UPDATE c APPLY n RESTART SET n = 1", 1, 30, "the assignment to 'n' overlaps the earlier counter operation on 'n'"),
+        (
+            "UPDATE c APPLY n RESTART SET n = 1", 1, 30,
+            "the assignment to 'n' overlaps the earlier counter operation on 'n'"
+        ),
         ("UPDATE c SET a.b = 1 UNSET a", 1, 28, "the UNSET of 'a' overlaps the earlier assignment to 'a.b'"),
         ("UPDATE c UNSET a, a", 1, 19, "the UNSET of 'a' overlaps the earlier one of 'a'"),
         ("UPDATE c APPLY n.x RESTART, n INCREMENT BY 1", 1, 29, "overlaps the earlier one on 'n.x'"),
@@ -462,6 +469,7 @@ private func condition(_ text: String) throws -> Expression? {
         ("SELECT COUNT(a) FROM c", 1, 14, "expected '*' in COUNT(*), found 'a'"),
         ("SELECT a, COUNT(*) FROM c", 1, 11, "COUNT(*) cannot be combined with other columns"),
         ("SELECT COUNT(*), a FROM c", 1, 18, "COUNT(*) cannot be combined with other columns"),
+        ("SELECT COUNT(*), COUNT(*) AS n FROM c", 1, 18, "COUNT(*) cannot be combined with other columns"),
     ]
 
     @Test(arguments: malformedQueries)

@@ -182,11 +182,14 @@ extension InProcessSyncTests {
                 return cars == 2 && boats == 1
             })
             // Evicting local copies: subscriptions still match them, so peers send them again.
-            _ = try await b.store.execute("EVICT FROM cars WHERE color = 'green'")
-            #expect(try await Self.count(b) == 1)
+            let evicted = try await b.store.execute("EVICT FROM cars WHERE color = 'green'")
+            #expect(evicted.mutatedDocumentIDs == ["g"])
             #expect(try await InProcessMesh.eventually { try await Self.count(b) == 2 })
             // After unsubscribing, new writes no longer arrive.
             #expect(b.sync.unsubscribe("SELECT * FROM boats") != nil)
+            #expect(try await InProcessMesh.eventually {
+                a.sync.peers().first?.subscriptions.contains { $0.query.contains("boats") } == false
+            })
             _ = try await a.store.execute("INSERT INTO boats DOCUMENTS ({'_id': 'late'}); INSERT INTO cars DOCUMENTS ({'_id': 'marker'})")
             #expect(try await InProcessMesh.eventually { try await Self.count(b) == 3 })
             #expect(try await Self.count(b, "SELECT * FROM boats") == 1)
