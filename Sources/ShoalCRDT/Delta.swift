@@ -57,7 +57,21 @@ public struct RegisterVersion: Sendable, Hashable, Comparable {
 }
 
 /// Last-writer-wins merge of one register.
+///
+/// A removal of a map entry carries the version of the value it removed (it is
+/// an observed remove), so it ties with that value and wins the tie; a value
+/// written concurrently, which the remover did not see, has another version and
+/// is judged against the removal by version alone. That makes MAP add-wins.
 public enum Register {
+    /// Whether an incoming write replaces the current one, when either may be a removal.
+    public static func incomingWins(
+        _ incoming: RegisterVersion, removes incomingRemoves: Bool, over current: RegisterVersion?, removed currentRemoved: Bool
+    ) -> Bool {
+        guard let current else { return true }
+        if incoming == current { return incomingRemoves && !currentRemoved }
+        return incoming > current
+    }
+
     /// Whether an incoming write replaces the current one. `current == nil`
     /// means the field was never written here.
     public static func incomingWins(_ incoming: RegisterVersion, over current: RegisterVersion?) -> Bool {

@@ -10,6 +10,11 @@ public enum JSON {
         public var offset: Int
         public var message: String
         public var description: String { "invalid JSON at byte \(offset): \(message)" }
+
+        public init(offset: Int, message: String) {
+            self.offset = offset
+            self.message = message
+        }
     }
 
     /// The deepest nesting accepted, so hostile input cannot exhaust the stack.

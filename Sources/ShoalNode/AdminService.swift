@@ -65,8 +65,11 @@ struct AdminService: AdminRequestHandler {
 
     func subscribe(_ request: Shoal_V1_SubscribeRequest) async throws(StoreError) -> Shoal_V1_SubscriptionStatus {
         let arguments = try Self.arguments(request.argumentsJson)
+        // Check, save, then go live: a subscription that runs is one that survives a restart.
+        var check = SubscriptionSet()
+        let parsed = try check.add(query: request.query, arguments: arguments)
+        try await node.store.saveSubscription(SavedSubscription(id: parsed.id, query: parsed.query, arguments: arguments))
         let entry = try node.sync.subscribe(request.query, arguments: arguments)
-        try await node.store.saveSubscription(SavedSubscription(id: entry.id, query: entry.query, arguments: arguments))
         var status = Shoal_V1_SubscriptionStatus()
         status.id = entry.id
         status.query = entry.query
@@ -76,6 +79,13 @@ struct AdminService: AdminRequestHandler {
 
     func unsubscribe(_ request: Shoal_V1_UnsubscribeRequest) async throws(StoreError) -> Shoal_V1_SubscriptionStatus {
         guard let entry = node.sync.unsubscribe(request.idOrQuery) else {
+            // A saved subscription that no longer parses is not live, but can still be removed.
+            if try await node.store.removeSavedSubscription(id: request.idOrQuery) {
+                var status = Shoal_V1_SubscriptionStatus()
+                status.id = request.idOrQuery
+                status.origin = "local"
+                return status
+            }
             throw StoreError(
                 .invalidQuery,
                 "no subscription has the ID or query '\(request.idOrQuery)' (shoal status lists them)")

@@ -44,7 +44,13 @@ public final class ShoalNode: Service, Sendable {
     /// Re-adds the subscriptions saved by `shoal subscribe` on earlier runs.
     private func restoreSavedSubscriptions() async throws {
         for saved in try await store.savedSubscriptions() {
-            try sync.subscribe(saved.query, arguments: saved.arguments)
+            do {
+                try sync.subscribe(saved.query, arguments: saved.arguments)
+            } catch {
+                logger.warning(
+                    "a saved subscription no longer parses; skipping it (remove it with shoal unsubscribe \(saved.id))",
+                    metadata: ["shoal.subscription": "\(saved.query)", "shoal.error": "\(error)"])
+            }
         }
     }
 

@@ -14,18 +14,37 @@ import GRDB
 enum DocumentBody {
     static let tombstoneField = "_deleted"
     static let removedValue = ""
+    /// `~SITE`: a map entry removed by someone who saw the value written at (timestamp, SITE).
+    static let observedRemovalPrefix = "~"
+    /// Separates the path components of a map entry's field name: `m\u{1E}a\u{1E}b` is `m.a.b`.
+    static let pathSeparator: Character = "\u{1E}"
+
+    static func isRemoval(_ value: String) -> Bool {
+        value == removedValue || value.hasPrefix(observedRemovalPrefix)
+    }
+
+    /// The version a received delta gives its field: its own, or for an observed
+    /// removal the version it removed.
+    static func version(of delta: Delta) -> RegisterVersion {
+        if delta.valueJSON.hasPrefix(observedRemovalPrefix), let site = SiteID(hex: delta.valueJSON.dropFirst()) {
+            return RegisterVersion(timestamp: delta.timestamp, site: site)
+        }
+        return delta.version
+    }
 
     /// Recomputes the body of one document; returns it, or nil when the document
     /// is deleted or has no live field.
     @discardableResult
     static func materialize(db: Database, collection: String, key: String) throws -> Value? {
         let rows = try Row.fetchAll(
-            db, sql: "SELECT name, value, ts FROM field WHERE collection = ? AND doc_id = ?",
+            db, sql: "SELECT name, value, ts, site FROM field WHERE collection = ? AND doc_id = ?",
             arguments: [collection, key])
         let tombstone = rows.first { ($0[0] as String) == tombstoneField }.map { UInt64(bitPattern: $0[2]) }
         var body: [String: Value] = [:]
         var bases: [String: UInt64] = [:]
+        var registerVersions: [String: RegisterVersion] = [:]
         var contributions: [String: [Counter.Contribution]] = [:]
+        var entries: [String: [(path: [String], value: Value, version: RegisterVersion)]] = [:]
         var anyLive = false
         for row in rows {
             let name: String = row[0], value: String = row[1]
@@ -36,8 +55,29 @@ enum DocumentBody {
                 if let c = try Counter.Contribution(DocumentStore.parseBody(value)) { contributions[counter, default: []].append(c) }
                 continue
             }
+            let version = RegisterVersion(
+                timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row[2])), site: SiteID(UInt64(bitPattern: row[3])))
+            if name.contains(pathSeparator) {
+                guard !isRemoval(value) else { continue }
+                let path = name.split(separator: pathSeparator, omittingEmptySubsequences: false).map(String.init)
+                entries[path[0], default: []].append((Array(path.dropFirst()), try DocumentStore.parseBody(value), version))
+                continue
+            }
             bases[name] = UInt64(bitPattern: row[2])
-            if value != removedValue { body[name] = try DocumentStore.parseBody(value) }
+            if !isRemoval(value) {
+                body[name] = try DocumentStore.parseBody(value)
+                registerVersions[name] = version
+            }
+        }
+        // A field that is both a register and a map shows whichever was written last.
+        for (name, list) in entries {
+            let newest = list.map(\.version).max()!
+            if let register = registerVersions[name], register > newest { continue }
+            var map: Value = .object([:])
+            for entry in list.sorted(by: { $0.version < $1.version }) {
+                map = LocalTransaction.setting(map, path: entry.path[...], to: entry.value)
+            }
+            body[name] = map
         }
         for (name, parts) in contributions {
             body[name] = Counter.value(base: body[name], baseTimestamp: bases[name] ?? 0, contributions: parts)

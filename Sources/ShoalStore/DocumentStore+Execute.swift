@@ -67,11 +67,7 @@ extension DocumentStore {
     }
 
     static func select(_ select: SelectStatement, arguments: [String: Value], db: Database) throws -> [Value] {
-        if let (field, type) = select.declaredTypes.first(where: { $0.value != .register }) {
-            throw StoreError(
-                .invalidQuery,
-                "\(select.collection): field \(field) is declared \(type.rawValue); this version stores every field as a REGISTER")
-        }
+        try LocalTransaction.checkTypes(select.declaredTypes, collection: select.collection)
         let isCount = select.projection.count == 1 && select.projection[0].expression == .countAll
         let documents = try matchingDocuments(
             collection: select.collection, predicate: select.whereClause,

@@ -113,7 +113,7 @@ extension DocumentStore {
                 let fields = try Row.fetchAll(
                     db,
                     sql: """
-                        SELECT name, value, ts, site, txn_seq, txn_index, txn_count FROM field
+                        SELECT name, value, ts, COALESCE(txn_site, site), txn_seq, txn_index, txn_count FROM field
                         WHERE collection = ? AND doc_id = ? ORDER BY site, txn_seq, txn_index
                         """,
                     arguments: [doc.collection, doc.key])
@@ -158,8 +158,14 @@ extension DocumentStore {
         for transaction in transactions {
             for delta in transaction.deltas {
                 do {
-                    // An empty value is a register removed by UNSET.
-                    if delta.valueJSON != DocumentBody.removedValue { _ = try JSON.parse(delta.valueJSON) }
+                    // An empty value is a register removed by UNSET; "~SITE" an observed map removal.
+                    if delta.valueJSON.hasPrefix(DocumentBody.observedRemovalPrefix) {
+                        guard SiteID(hex: delta.valueJSON.dropFirst()) != nil else {
+                            throw JSON.ParseError(offset: 1, message: "an observed removal must name a site in hex")
+                        }
+                    } else if delta.valueJSON != DocumentBody.removedValue {
+                        _ = try JSON.parse(delta.valueJSON)
+                    }
                 } catch {
                     throw StoreError(
                         .invalidDocument,
@@ -180,7 +186,7 @@ extension DocumentStore {
             var outcome = ApplyOutcome(applied: 0, superseded: 0, changedDocuments: 0)
             var dirty: [String: (collection: String, key: String)] = [:]
             let current = try db.cachedStatement(
-                sql: "SELECT ts, site FROM field WHERE collection = ? AND doc_id = ? AND name = ?")
+                sql: "SELECT ts, site, value FROM field WHERE collection = ? AND doc_id = ? AND name = ?")
             let upsert = try db.cachedStatement(sql: FieldSQL.upsert)
             let append = try db.cachedStatement(sql: FieldSQL.appendLog)
             var lastSequence: UInt64?
@@ -195,15 +201,21 @@ extension DocumentStore {
                             timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: $0[0])),
                             site: SiteID(UInt64(bitPattern: $0[1])))
                     }
-                    guard Register.incomingWins(delta.version, over: existing) else {
+                    let version = DocumentBody.version(of: delta)
+                    guard
+                        Register.incomingWins(
+                            version, removes: DocumentBody.isRemoval(delta.valueJSON), over: existing,
+                            removed: row.map { DocumentBody.isRemoval($0[2]) } ?? false)
+                    else {
                         outcome.superseded += 1
                         continue
                     }
                     let ts = Int64(bitPattern: delta.timestamp.rawValue)
                     let site = Int64(bitPattern: delta.site.rawValue)
                     try upsert.execute(arguments: [
-                        delta.collection, delta.documentID, delta.field, delta.valueJSON, ts, site,
-                        Int64(transaction.id.sequence), Int64(delta.index), Int64(transaction.count),
+                        delta.collection, delta.documentID, delta.field, delta.valueJSON, ts,
+                        Int64(bitPattern: version.site.rawValue), Int64(transaction.id.sequence), Int64(delta.index),
+                        Int64(transaction.count), site,
                     ])
                     try append.execute(arguments: [
                         delta.collection, delta.documentID, delta.field, delta.valueJSON, ts, site,

@@ -103,6 +103,11 @@ public final class DocumentStore: Sendable {
             try db.execute(
                 sql: "CREATE TABLE subscription (id TEXT PRIMARY KEY NOT NULL, query TEXT NOT NULL, arguments TEXT NOT NULL)")
         }
+        migrator.registerMigration("v4-observed-removals") { db in
+            // A map entry's removal carries the version it removed, whose site is not the
+            // remover's: the writing transaction's origin gets its own column (NULL: same as site).
+            try db.execute(sql: "ALTER TABLE field ADD COLUMN txn_site INTEGER")
+        }
         return migrator
     }
 

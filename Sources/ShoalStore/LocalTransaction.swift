@@ -37,10 +37,10 @@ struct LocalTransaction {
     }
 
     static func checkTypes(_ declared: [String: FieldType], collection: String) throws {
-        if let (field, type) = declared.first(where: { $0.value != .register && $0.value != .counter }) {
+        if let (field, type) = declared.first(where: { $0.value == .attachment }) {
             throw StoreError(
                 .invalidQuery,
-                "\(collection): field \(field) is declared \(type.rawValue); this version stores every field as a REGISTER")
+                "\(collection): field \(field) is declared \(type.rawValue); attachments are not available in this version")
         }
     }
 
@@ -74,7 +74,8 @@ struct LocalTransaction {
                     fields["_id"] = .string(Self.randomID())
                 }
                 if let written = try insertOne(
-                    collection: insert.collection, fields: fields, conflict: insert.conflict, initial: insert.initial)
+                    collection: insert.collection, fields: fields, conflict: insert.conflict, initial: insert.initial,
+                    declared: insert.declaredTypes)
                 {
                     ids.append(written)
                 }
@@ -84,7 +85,8 @@ struct LocalTransaction {
     }
 
     private mutating func insertOne(
-        collection: String, fields: [String: Value], conflict: ConflictPolicy, initial: Bool
+        collection: String, fields: [String: Value], conflict: ConflictPolicy, initial: Bool,
+        declared: [String: FieldType]
     ) throws -> Value? {
         let id = fields["_id"]!
         let key = DocumentKey.make(id)
@@ -114,7 +116,11 @@ struct LocalTransaction {
             toWrite = fields.keys.sorted()
         }
         for name in toWrite {
-            try writeField(collection: collection, key: key, field: name, json: fields[name]!.canonicalJSON, initial: initial)
+            if !initial, try isMap(collection: collection, key: key, field: name, declared: declared) {
+                try writeMap(collection: collection, key: key, path: [name], value: fields[name]!)
+            } else {
+                try writeField(collection: collection, key: key, field: name, json: fields[name]!.canonicalJSON, initial: initial)
+            }
         }
         try DocumentBody.materialize(db: db, collection: collection, key: key)
         return id
@@ -147,11 +153,27 @@ struct LocalTransaction {
             for assignment in update.assignments {
                 let value = try Self.evaluate(assignment.value, document: original, arguments: arguments) ?? .null
                 let top = assignment.path[0]
+                // A dot path into a map, or into nothing yet, writes map entries; a whole
+                // value on a map replaces its entries. A register holding an object stays one.
+                let map = try isMap(collection: update.collection, key: key, field: top, declared: update.declaredTypes)
+                if map || (assignment.path.count > 1 && body[top] == nil) {
+                    if assignment.path.count == 1 && value.objectValue == nil {
+                        // A plain value replaces the map: its entries go, the register takes over.
+                        try writeMap(collection: update.collection, key: key, path: assignment.path, value: nil)
+                    } else {
+                        try writeMap(collection: update.collection, key: key, path: assignment.path, value: value)
+                        continue
+                    }
+                }
                 body[top] = Self.setting(body[top], path: assignment.path.dropFirst(), to: value)
                 if !changedTop.contains(top) { changedTop.append(top) }
             }
             for unset in update.unsets {
                 let top = unset.path[0]
+                if try isMap(collection: update.collection, key: key, field: top, declared: [:]) {
+                    try writeMap(collection: update.collection, key: key, path: unset.path, value: nil)
+                    if unset.path.count > 1 { continue }
+                }
                 if unset.path.count == 1 {
                     body[top] = nil
                 } else if let current = body[top] {
@@ -203,6 +225,61 @@ struct LocalTransaction {
             var contribution = mine?.epoch == epoch ? mine! : Counter.Contribution(epoch: epoch, up: .int(0), down: .int(0))
             contribution.add(amount)
             try writeField(collection: collection, key: key, field: name, json: contribution.value.canonicalJSON, initial: false)
+        }
+    }
+
+    /// Whether `field` is a MAP in this document: declared so, or already holding map entries.
+    private func isMap(collection: String, key: String, field: String, declared: [String: FieldType]) throws -> Bool {
+        if declared[field] == .map { return true }
+        return try !liveEntries(collection: collection, key: key, prefix: field).isEmpty
+    }
+
+    /// The live map entries at `prefix` and below, with their versions.
+    private func liveEntries(collection: String, key: String, prefix: String) throws -> [(name: String, version: RegisterVersion)] {
+        let below = prefix + String(DocumentBody.pathSeparator)
+        let end = prefix + String(Counter.separator)  // U+001F sorts right after U+001E
+        // The entry at `prefix` itself counts only below the top level: there it is the register.
+        let exact = prefix.contains(DocumentBody.pathSeparator) ? prefix : below
+        return try Row.fetchAll(
+            db,
+            sql: """
+                SELECT name, ts, site, value FROM field WHERE collection = ? AND doc_id = ?
+                AND (name = ? OR (name >= ? AND name < ?))
+                """,
+            arguments: [collection, key, exact, below, end]
+        ).filter { !DocumentBody.isRemoval($0[3]) }.map { row in
+            (row[0], RegisterVersion(timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row[1])), site: SiteID(UInt64(bitPattern: row[2]))))
+        }
+    }
+
+    /// Replaces the map subtree at `path` with `value` (nil: removes it). Entries the
+    /// new value does not rewrite get observed removals, so entries added
+    /// concurrently elsewhere survive (add-wins).
+    private mutating func writeMap(collection: String, key: String, path: [String], value: Value?) throws {
+        let prefix = path.joined(separator: String(DocumentBody.pathSeparator))
+        var leaves: [String: Value] = [:]
+        func flatten(_ v: Value, _ name: String) {
+            if case .object(let members) = v, !members.isEmpty {
+                for (k, child) in members { flatten(child, name + String(DocumentBody.pathSeparator) + k) }
+            } else {
+                leaves[name] = v
+            }
+        }
+        if let value { flatten(value, prefix) }
+        for name in leaves.keys {
+            for component in name.split(separator: DocumentBody.pathSeparator, omittingEmptySubsequences: false)
+            where component.contains(Counter.separator) || component.contains(DocumentBody.pathSeparator) {
+                throw StoreError(.invalidDocument, "\(collection): map keys may not contain U+001E or U+001F")
+            }
+        }
+        let existing = try liveEntries(collection: collection, key: key, prefix: prefix)
+        for entry in existing where leaves[entry.name] == nil {
+            try store(
+                collection: collection, key: key, field: entry.name,
+                json: DocumentBody.observedRemovalPrefix + entry.version.site.description, version: entry.version)
+        }
+        for (name, leaf) in leaves.sorted(by: { $0.key < $1.key }) {
+            try writeField(collection: collection, key: key, field: name, json: leaf.canonicalJSON, initial: false)
         }
     }
 
@@ -267,12 +344,18 @@ struct LocalTransaction {
                 ts = HybridTimestamp(rawValue: UInt64(bitPattern: current) + 1)
             }
         }
+        try store(collection: collection, key: key, field: field, json: json, version: RegisterVersion(timestamp: ts, site: site))
+    }
+
+    /// Writes a field row with an explicit version (an observed removal reuses the
+    /// version it removes) and remembers the delta.
+    private mutating func store(collection: String, key: String, field: String, json: String, version: RegisterVersion) throws {
         // The transaction's size is unknown until it finishes; `finish()` fills in txn_count.
         try db.cachedStatement(sql: FieldSQL.upsert).execute(arguments: [
-            collection, key, field, json, Int64(bitPattern: ts.rawValue), Int64(bitPattern: site.rawValue),
-            sequence, pending.count, 0,
+            collection, key, field, json, Int64(bitPattern: version.timestamp.rawValue),
+            Int64(bitPattern: version.site.rawValue), sequence, pending.count, 0, Int64(bitPattern: site.rawValue),
         ])
-        pending.append((collection, key, field, json, ts))
+        pending.append((collection, key, field, json, version.timestamp))
     }
 
     private func loadBody(collection: String, key: String) throws -> [String: Value]? {
@@ -293,7 +376,7 @@ struct LocalTransaction {
             arguments: [sequence])
         let insert = try db.cachedStatement(sql: FieldSQL.appendLog)
         let count = try db.cachedStatement(
-            sql: "UPDATE field SET txn_count = ? WHERE collection = ? AND doc_id = ? AND name = ? AND site = ? AND txn_seq = ?")
+            sql: "UPDATE field SET txn_count = ? WHERE collection = ? AND doc_id = ? AND name = ? AND txn_site = ? AND txn_seq = ?")
         for (index, d) in pending.enumerated() {
             try insert.execute(arguments: [
                 d.collection, d.key, d.field, d.json, Int64(bitPattern: d.ts.rawValue),
@@ -316,11 +399,11 @@ struct LocalTransaction {
 /// SQL shared by local and remote writes, prepared once per connection.
 enum FieldSQL {
     static let upsert = """
-        INSERT INTO field (collection, doc_id, name, value, ts, site, txn_seq, txn_index, txn_count)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+        INSERT INTO field (collection, doc_id, name, value, ts, site, txn_seq, txn_index, txn_count, txn_site)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
         ON CONFLICT (collection, doc_id, name) DO UPDATE SET value = excluded.value, ts = excluded.ts,
             site = excluded.site, txn_seq = excluded.txn_seq, txn_index = excluded.txn_index,
-            txn_count = excluded.txn_count
+            txn_count = excluded.txn_count, txn_site = excluded.txn_site
         """
     static let saveBody = """
         INSERT INTO document (collection, doc_id, body, deleted) VALUES (?, ?, ?, 0)

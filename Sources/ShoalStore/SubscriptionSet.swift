@@ -95,7 +95,8 @@ public struct SubscriptionSet: Sendable, Hashable {
     /// Whether writing `field` of a document in `collection` can change whether
     /// the subscriptions match it: true when a WHERE clause reads that field.
     public func matchMayDependOn(collection: String, field: String) -> Bool {
-        let name = Counter.counterName(ofContribution: field) ?? field
+        let name = (Counter.counterName(ofContribution: field) ?? field)
+            .split(separator: DocumentBody.pathSeparator, maxSplits: 1).first.map(String.init) ?? field
         return entries.contains { $0.statement.collection == collection && $0.fieldsRead.contains(name) }
     }
 

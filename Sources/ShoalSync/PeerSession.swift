@@ -160,12 +160,15 @@ struct PeerSession: Sendable {
                         try await send(.adminResponse(response))
                     }
                     if case .observe? = request.request {
-                        shared.setBusy(true)  // an observing client may stay silent for as long as it likes
-                        group.addTask { try await admin.handle(request, respond: respond) }
+                        shared.beginWork()  // an observing client may stay silent for as long as it likes
+                        group.addTask { [shared] in
+                            defer { shared.endWork() }
+                            try await admin.handle(request, respond: respond)
+                        }
                     } else {
-                        shared.setBusy(true)
+                        shared.beginWork()
+                        defer { shared.endWork() }
                         try await admin.handle(request, respond: respond)
-                        shared.setBusy(false)
                         shared.touch()
                     }
                 case .ping(let ping):
@@ -200,7 +203,8 @@ struct PeerSession: Sendable {
                 for await _ in subscriptionChanges { try await sendSubscribe(peer: peer) }
             }
             group.addTask {
-                for await _ in cursorResets { try await sendSubscribe(peer: peer) }
+                // After EVICT, ask for everything again, whatever a racing batch recorded.
+                for await _ in cursorResets { try await sendSubscribe(peer: peer, fromStart: true) }
             }
             group.addTask { try await stream(wake: wake, peerSite: peer.siteID) }
             group.addTask { try await keepalive() }
@@ -276,12 +280,14 @@ struct PeerSession: Sendable {
 
     /// Tells the peer what this node wants now, under a new generation, resuming
     /// from the cursor stored for that exact set.
-    func sendSubscribe(peer: PeerIdentity) async throws {
-        let subscriptions = engine.subscriptions
-        let resumeAfter = try await engine.store.cursor(peer: peer.siteID, subscriptionKey: subscriptions.key)
-        var subscribe = Shoal_V1_Subscribe()
-        subscribe.resumeAfter = resumeAfter
-        subscribe.generation = shared.nextOwnGeneration(key: subscriptions.key)
+    func sendSubscribe(peer: PeerIdentity, fromStart: Bool = false) async throws {
+        // One Subscribe at a time, so the highest generation always carries the newest set.
+        try await shared.subscribing.run {
+            let subscriptions = engine.subscriptions
+            let resumeAfter = fromStart ? 0 : try await engine.store.cursor(peer: peer.siteID, subscriptionKey: subscriptions.key)
+            var subscribe = Shoal_V1_Subscribe()
+            subscribe.resumeAfter = resumeAfter
+            subscribe.generation = shared.nextOwnGeneration(key: subscriptions.key)
         subscribe.subscriptions = subscriptions.entries.map { entry in
             var s = Shoal_V1_Subscription()
             s.id = entry.id
@@ -289,7 +295,8 @@ struct PeerSession: Sendable {
             s.argumentsJson = entry.arguments.isEmpty ? "" : Value.object(entry.arguments).canonicalJSON
             return s
         }
-        try await send(.subscribe(subscribe))
+            try await send(.subscribe(subscribe))
+        }
     }
 
     /// Checks a received batch and turns it into store transactions.
@@ -360,7 +367,7 @@ struct PeerSession: Sendable {
             {
                 let page = try await engine.store.changes(
                     after: sentThrough, limit: configuration.batchSize, subscriptions: subscriptions,
-                    excludingOrigin: peerSite)
+                    excludingOrigin: now.resumeAfter > 0 ? peerSite : nil)
                 if page.through > sentThrough {
                     guard shared.sent(through: page.through, generation: generation) else { continue }
                     var batch = Self.batch(from: page)
@@ -465,9 +472,12 @@ final class SessionShared: Sendable {
 
     func touch() { lastInbound.withLock { $0 = .now } }
 
-    private let busy = Mutex(false)
-    func setBusy(_ value: Bool) { busy.withLock { $0 = value } }
-    var isBusy: Bool { busy.withLock { $0 } }
+    private let busyCount = Mutex(0)
+    let subscribing = SerialGate()
+    /// Requests running now; an admin session is idle only when there are none.
+    func beginWork() { busyCount.withLock { $0 += 1 } }
+    func endWork() { busyCount.withLock { $0 -= 1 } }
+    var isBusy: Bool { busyCount.withLock { $0 > 0 } }
 
     private let lastPing = Mutex<UInt64>(0)
     func pinged(_ nonce: UInt64) { lastPing.withLock { $0 = nonce } }
@@ -480,5 +490,35 @@ final class SessionShared: Sendable {
     func micros() -> UInt64 {
         let d = ContinuousClock.now - start
         return UInt64(d.components.seconds) * 1_000_000 + UInt64(d.components.attoseconds / 1_000_000_000_000)
+    }
+}
+
+/// Runs async bodies one at a time, in arrival order.
+final class SerialGate: Sendable {
+    private let state = Mutex<(busy: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+
+    func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let proceed = state.withLock { s -> Bool in
+                if s.busy {
+                    s.waiters.append(continuation)
+                    return false
+                }
+                s.busy = true
+                return true
+            }
+            if proceed { continuation.resume() }
+        }
+        defer {
+            let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
+                if s.waiters.isEmpty {
+                    s.busy = false
+                    return nil
+                }
+                return s.waiters.removeFirst()
+            }
+            next?.resume()
+        }
+        return try await body()
     }
 }

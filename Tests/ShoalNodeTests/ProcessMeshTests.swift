@@ -239,5 +239,20 @@ extension ProcessMeshTests {
         let joined = try NodeProcess(name: "beta", dataDirectory: dirs.path + "/b", extra: subscribe + ["--peer", a.address])
         #expect(try eventually { try Self.documents(a, "SELECT n FROM counters").first?["n"] as? Int == 10 })
         #expect(try eventually { try Self.documents(joined, "SELECT n FROM counters").first?["n"] as? Int == 10 })
+
+        // A map edited on both sides while apart keeps both peers' fields.
+        joined.stop()
+        let apart = try NodeProcess(name: "beta", dataDirectory: dirs.path + "/b", extra: subscribe)
+        #expect(try a.exec("UPDATE counters SET props.alpha = 'a' WHERE _id = 'hits'").status == 0)
+        #expect(try apart.exec("UPDATE counters SET props.beta = 'b', props.shared.depth = 2 WHERE _id = 'hits'").status == 0)
+        apart.stop()
+        let rejoined = try NodeProcess(name: "beta", dataDirectory: dirs.path + "/b", extra: subscribe + ["--peer", a.address])
+        for node in [a, rejoined] {
+            #expect(try eventually {
+                let props = try Self.documents(node, "SELECT props FROM counters").first?["props"] as? [String: Any]
+                return props?["alpha"] as? String == "a" && props?["beta"] as? String == "b"
+                    && (props?["shared"] as? [String: Any])?["depth"] as? Int == 2
+            })
+        }
     }
 }

@@ -37,7 +37,14 @@ import Testing
     static func randomOperation(_ rng: inout SplitMix, collection c: String) -> (String, [String: Value]) {
         let id = Value.string("d\(Int.random(in: 0..<3, using: &rng))")
         let field = "f\(Int.random(in: 0..<3, using: &rng))"
-        switch Int.random(in: 0..<8, using: &rng) {
+        let key = "k\(Int.random(in: 0..<2, using: &rng))"
+        switch Int.random(in: 0..<11, using: &rng) {
+        case 8:
+            return ("UPDATE \(c) SET m.\(key) = :v WHERE _id = :id", ["id": id, "v": randomValue(&rng)])
+        case 9:
+            return ("UPDATE \(c) UNSET m.\(key) WHERE _id = :id", ["id": id])
+        case 10:
+            return ("UPDATE \(c) UNSET m WHERE _id = :id", ["id": id])
         case 0, 1:
             return ("INSERT INTO \(c) DOCUMENTS (:d) ON ID CONFLICT DO UPDATE", ["d": .object(["_id": id, field: randomValue(&rng)])])
         case 2:

@@ -118,8 +118,8 @@ import Testing
                 try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', '_secret': 1})")
             } throws: { ($0 as? StoreError)?.message.contains("reserved") == true }
             await #expect {
-                try await store.execute("SELECT * FROM COLLECTION c (m MAP)")
-            } throws: { ($0 as? StoreError)?.message.contains("declared MAP") == true }
+                try await store.execute("SELECT * FROM COLLECTION c (photo ATTACHMENT)")
+            } throws: { ($0 as? StoreError)?.message.contains("declared ATTACHMENT") == true }
             await #expect {
                 try await store.execute("UPDATE COLLECTION c (n COUNTER) APPLY a.b INCREMENT BY 1")
             } throws: { ($0 as? StoreError)?.message.contains("nested") == true }
