@@ -114,6 +114,13 @@ extension DocumentStore {
             rows = try Row.fetchAll(
                 db, sql: "SELECT doc_id, body FROM document WHERE collection = ? AND doc_id = ? AND deleted = 0",
                 arguments: [collection, DocumentKey.make(id)])
+        } else if let filter = SQLFilter.make(predicate, arguments: arguments) {
+            // SQLite narrows the candidates with JSON functions; Swift then applies the
+            // exact DQL semantics to what is left.
+            rows = try Row.fetchAll(
+                db,
+                sql: "SELECT doc_id, body FROM document WHERE collection = ? AND deleted = 0 AND \(filter.sql) ORDER BY doc_id",
+                arguments: StatementArguments([collection] as [any DatabaseValueConvertible] + filter.arguments))
         } else {
             rows = try Row.fetchAll(
                 db, sql: "SELECT doc_id, body FROM document WHERE collection = ? AND deleted = 0 ORDER BY doc_id",

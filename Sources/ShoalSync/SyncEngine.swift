@@ -46,6 +46,12 @@ public final class SyncEngine: Sendable {
         return removed
     }
 
+    /// Adds a subscription and returns a handle whose `cancel()` removes it again.
+    public func registerSubscription(_ query: String, arguments: [String: Value] = [:]) throws(StoreError) -> SyncSubscription {
+        let entry = try subscribe(query, arguments: arguments)
+        return SyncSubscription(engine: self, entry: entry)
+    }
+
     /// This node's own subscriptions.
     public var subscriptions: SubscriptionSet { localSubscriptions.withLock { $0 } }
 
@@ -85,5 +91,19 @@ public final class SyncEngine: Sendable {
             await transport.close()
             throw error
         }
+    }
+}
+
+/// A subscription registered through `SyncEngine.registerSubscription`.
+public struct SyncSubscription: Sendable {
+    let engine: SyncEngine
+    public let entry: SubscriptionSet.Entry
+
+    public var id: String { entry.id }
+    public var query: String { entry.query }
+
+    /// Stops syncing what only this subscription asked for (data already received stays).
+    public func cancel() {
+        engine.unsubscribe(entry.id)
     }
 }

@@ -1,5 +1,6 @@
 import Shoal
 import ShoalTesting
+import Synchronization
 import Testing
 
 /// The README's embedding example, run: two nodes in one process over real TCP on 127.0.0.1.
@@ -29,6 +30,18 @@ import Testing
                 try await beta.store.execute("SELECT * FROM cars").items == [["_id": "a", "color": "blue"]]
             })
             #expect(beta.sync.peers().contains { $0.siteID == alpha.siteID && $0.state == "connected" })
+
+            // The embedded API: a subscription registered at run time, and an observer.
+            let boats = try beta.sync.registerSubscription("SELECT * FROM boats WHERE size > :min", arguments: ["min": 2])
+            let seen = Mutex<[Observation]>([])
+            let observer = try beta.store.registerObserver("SELECT * FROM boats") { o in seen.withLock { $0.append(o) } }
+            defer { observer.cancel() }
+            #expect(try await InProcessMesh.eventually { seen.withLock { $0.count } == 1 }, "the current result first")
+            let write = try await alpha.store.execute("INSERT INTO boats DOCUMENTS ({'_id': 'big', 'size': 9}), ({'_id': 'small', 'size': 1})")
+            #expect(try await InProcessMesh.eventually { seen.withLock { $0.last?.items.count } == 1 })
+            #expect(seen.withLock { $0.last?.transactions } == [write.transactionID!])
+            boats.cancel()
+            #expect(!beta.sync.subscriptions.entries.contains { $0.id == boats.id })
             group.cancelAll()
         }
     }

@@ -1,0 +1,60 @@
+import ShoalCRDT
+import ShoalQuery
+@testable import ShoalStore
+import ShoalTesting
+import Testing
+
+/// The SQLite pre-filter must never drop a document the DQL predicate matches.
+@Suite struct SQLFilterTests {
+    static let documents: [Value] = [
+        ["_id": "a", "n": 1, "s": "x", "o": ["k": 2]],
+        ["_id": "b", "n": 1.0, "s": "y", "o": ["k": "2"]],
+        ["_id": "c", "n": true, "s": "e\u{301}", "o": ["k": [2]]],
+        ["_id": "d", "n": "1", "s": "é", "o": 2],
+        ["_id": "e", "n": 5, "s": nil],
+        ["_id": "f", "s": "X", "o": ["k": 2.5]],
+        ["_id": "g", "n": -3, "s": "[1]", "o": ["k": nil]],
+    ]
+
+    static let predicates = [
+        "n = 1", "1 = n", "n = '1'", "n < 2", "n >= 1", "2 > n", "n > -10", "s = 'x'", "s = 'é'", "s = 'e\u{301}'",
+        "s IN ('x', 'y', 'z')", "n IN (1, 5)", "o.k = 2", "o.k >= 2", "o.k = '2'", "n = 1 AND s = 'x'",
+        "n = 1 OR s = 'X'", "n = 1 OR s LIKE 'X%'", "NOT n = 1", "n != 1", "s IS NULL", "o.k IS MISSING",
+        "n = :one", "s = :x", "n < :two AND o.k = 2", "s = '[1]'", "n = true",
+    ]
+
+    @Test(arguments: predicates)
+    func preFilterKeepsEveryMatch(predicate: String) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        _ = try await store.execute("INSERT INTO c DOCUMENTS (:docs)", arguments: ["docs": .array(Self.documents)])
+        let arguments: [String: Value] = ["one": 1, "two": 2, "x": "x"]
+        let statement = try Parser.parseStatement("SELECT * FROM c WHERE \(predicate)")
+        guard case .select(let select) = statement else { return }
+        var expected: [Value] = []
+        for doc in Self.documents where try Evaluator.matches(select.whereClause, document: doc, arguments: arguments) {
+            expected.append(doc["_id"]!)
+        }
+        let got = try await store.execute("SELECT _id FROM c WHERE \(predicate) ORDER BY _id", arguments: arguments)
+            .items.compactMap { $0["_id"] }
+        #expect(got == expected.sorted(), "\(predicate)")
+    }
+
+    @Test func translatesWhatSQLiteCanCheck() {
+        func sql(_ predicate: String) -> String? {
+            guard case .select(let s)? = try? Parser.parseStatement("SELECT * FROM c WHERE \(predicate)") else { return nil }
+            return SQLFilter.make(s.whereClause, arguments: ["p": 3])?.sql
+        }
+        #expect(sql("a = 1") == "json_extract(body, ?) = ?")
+        #expect(sql("3 < a.b") == "json_extract(body, ?) > ?")
+        #expect(sql("a = :p AND b LIKE 'x%'") == "json_extract(body, ?) = ?", "the LIKE side stays in Swift")
+        #expect(sql("a IN ('x', 2)") == "json_extract(body, ?) IN (?, ?)")
+        #expect(sql("a = 1 OR b = 2") == "(json_extract(body, ?) = ? OR json_extract(body, ?) = ?)")
+        #expect(sql("a = 1 OR b LIKE 'x'") == nil)
+        #expect(sql("a < 'x'") == nil, "string order is Swift's")
+        #expect(sql("a = 'é'") == nil, "non-ASCII strings are compared by canonical equivalence in Swift")
+        #expect(sql("NOT a = 1") == nil)
+    }
+}
