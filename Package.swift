@@ -80,6 +80,11 @@ let package = Package(
             dependencies: ["ShoalCRDT", "ShoalNode", "ShoalStore", "ShoalSync"],
             swiftSettings: swiftSettings
         ),
+        .executableTarget(
+            name: "shoal-bench",
+            dependencies: ["ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalTesting"],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "ShoalTesting",
             dependencies: ["ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode"],

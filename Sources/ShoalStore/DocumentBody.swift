@@ -50,7 +50,8 @@ enum DocumentBody {
             let name: String = row[0], value: String = row[1]
             guard name != tombstoneField else { continue }
             if let tombstone, UInt64(bitPattern: row[2]) <= tombstone { continue }
-            anyLive = true
+            // Only a write revives a deleted document; a removal does not.
+            if !isRemoval(value) { anyLive = true }
             if let counter = Counter.counterName(ofContribution: name) {
                 if let c = try Counter.Contribution(DocumentStore.parseBody(value)) { contributions[counter, default: []].append(c) }
                 continue
@@ -80,7 +81,10 @@ enum DocumentBody {
             body[name] = map
         }
         for (name, parts) in contributions {
-            body[name] = Counter.value(base: body[name], baseTimestamp: bases[name] ?? 0, contributions: parts)
+            // Without a visible base the counter counts from the tombstone (or from time zero).
+            let epoch = bases[name] ?? tombstone ?? 0
+            guard body[name] != nil || parts.contains(where: { $0.epoch == epoch }) else { continue }
+            body[name] = Counter.value(base: body[name], baseTimestamp: epoch, contributions: parts)
         }
         guard anyLive else {
             if tombstone != nil {
@@ -100,8 +104,8 @@ enum DocumentBody {
 
     /// Whether a user may write this top-level field name.
     static func checkWritable(_ name: String, collection: String) throws {
-        if name.contains(Counter.separator) {
-            throw StoreError(.invalidDocument, "\(collection): field names may not contain the character U+001F")
+        if name.contains(Counter.separator) || name.contains(pathSeparator) {
+            throw StoreError(.invalidDocument, "\(collection): field names may not contain the characters U+001E or U+001F")
         }
         if name.hasPrefix("_") && name != "_id" {
             throw StoreError(

@@ -202,11 +202,18 @@ extension DocumentStore {
                             site: SiteID(UInt64(bitPattern: $0[1])))
                     }
                     let version = DocumentBody.version(of: delta)
-                    guard
-                        Register.incomingWins(
-                            version, removes: DocumentBody.isRemoval(delta.valueJSON), over: existing,
-                            removed: row.map { DocumentBody.isRemoval($0[2]) } ?? false)
-                    else {
+                    let currentValue: String? = row?[2]
+                    var wins = Register.incomingWins(
+                        version, removes: DocumentBody.isRemoval(delta.valueJSON), over: existing,
+                        removed: currentValue.map(DocumentBody.isRemoval) ?? false)
+                    // Equal versions with different values come only from INITIAL DOCUMENTS
+                    // (time zero, same site, rewritten after EVICT): the larger bytes win everywhere.
+                    if !wins, version == existing, let currentValue, currentValue != delta.valueJSON,
+                        !DocumentBody.isRemoval(currentValue), !DocumentBody.isRemoval(delta.valueJSON)
+                    {
+                        wins = Array(delta.valueJSON.utf8).lexicographicallyPrecedes(Array(currentValue.utf8)) == false
+                    }
+                    guard wins else {
                         outcome.superseded += 1
                         continue
                     }

@@ -213,15 +213,18 @@ struct LocalTransaction {
                     QueryError(
                         "INCREMENT BY needs a number, got \(amount?.typeName ?? "nothing")", position: operation.position))
             }
-            let base = try Row.fetchOne(
-                db, sql: "SELECT ts FROM field WHERE collection = ? AND doc_id = ? AND name = ?",
-                arguments: [collection, key, field])
-            let epoch = base.map { UInt64(bitPattern: $0[0] as Int64) } ?? 0
+            // What a DELETE buried does not count: without a visible base, the epoch is the tombstone's time.
+            let tombstone = try timestamp(collection: collection, key: key, field: DocumentBody.tombstoneField) ?? 0
+            let baseTimestamp = try timestamp(collection: collection, key: key, field: field).flatMap { $0 > tombstone ? $0 : nil }
+            let epoch = baseTimestamp ?? tombstone
             let name = Counter.contributionField(field, site: site)
-            let mine = try String.fetchOne(
-                db, sql: "SELECT value FROM field WHERE collection = ? AND doc_id = ? AND name = ?",
+            let mine = try Row.fetchOne(
+                db, sql: "SELECT value, ts FROM field WHERE collection = ? AND doc_id = ? AND name = ?",
                 arguments: [collection, key, name]
-            ).flatMap { try? JSON.parse($0) }.flatMap(Counter.Contribution.init)
+            ).flatMap { row -> Counter.Contribution? in
+                guard UInt64(bitPattern: row[1] as Int64) > tombstone else { return nil }
+                return (try? JSON.parse(row[0] as String)).flatMap(Counter.Contribution.init)
+            }
             var contribution = mine?.epoch == epoch ? mine! : Counter.Contribution(epoch: epoch, up: .int(0), down: .int(0))
             contribution.add(amount)
             try writeField(collection: collection, key: key, field: name, json: contribution.value.canonicalJSON, initial: false)
@@ -283,6 +286,13 @@ struct LocalTransaction {
         }
     }
 
+    private func timestamp(collection: String, key: String, field: String) throws -> UInt64? {
+        try Int64.fetchOne(
+            db, sql: "SELECT ts FROM field WHERE collection = ? AND doc_id = ? AND name = ?",
+            arguments: [collection, key, field]
+        ).map { UInt64(bitPattern: $0) }
+    }
+
     /// DELETE: a replicated tombstone per matching document.
     mutating func delete(_ delete: DeleteStatement, arguments: [String: Value]) throws -> [Value] {
         let matches = try DocumentStore.matchingDocuments(
@@ -341,6 +351,11 @@ struct LocalTransaction {
                 arguments: [collection, key, field]),
                 UInt64(bitPattern: current) >= ts.rawValue
             {
+                guard UInt64(bitPattern: current) < UInt64.max else {
+                    throw StoreError(
+                        .invalidDocument,
+                        "\(collection): field \(field) of \(key) carries the largest possible timestamp (a peer's clock is broken); it cannot be overwritten")
+                }
                 ts = HybridTimestamp(rawValue: UInt64(bitPattern: current) + 1)
             }
         }

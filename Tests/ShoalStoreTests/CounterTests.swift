@@ -71,4 +71,20 @@ import Testing
             try await one.execute("UPDATE c APPLY n INCREMENT BY 'x' WHERE _id = 'k'")
         } throws: { ($0 as? StoreError)?.message.contains("needs a number") == true }
     }
+
+    @Test func aDeletedCounterStartsAgainFromZero() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'k'}); UPDATE c APPLY n INCREMENT BY 5 WHERE _id = 'k'")
+        _ = try await store.execute("UPDATE c APPLY n RESTART WITH 50 WHERE _id = 'k'")
+        _ = try await store.execute("DELETE FROM c WHERE _id = 'k'")
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'k'}); UPDATE c APPLY n INCREMENT BY 1 WHERE _id = 'k'")
+        #expect(try await Self.value(store) == 1)
+        _ = try await store.execute("UPDATE c UNSET n WHERE _id = 'k'")
+        #expect(try await store.execute("SELECT * FROM c WHERE _id = 'k'").items == [["_id": "k"]], "an unset counter is missing, not 0")
+        _ = try await store.execute("UPDATE c APPLY n INCREMENT BY 2 WHERE _id = 'k'")
+        #expect(try await Self.value(store) == 2)
+    }
 }

@@ -117,6 +117,9 @@ import Testing
             await #expect {
                 try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', '_secret': 1})")
             } throws: { ($0 as? StoreError)?.message.contains("reserved") == true }
+            await #expect(throws: StoreError.self) {
+                try await store.execute("INSERT INTO c DOCUMENTS (:d)", arguments: ["d": ["_id": "z", "a\u{1E}b": 1]])
+            }
             await #expect {
                 try await store.execute("SELECT * FROM COLLECTION c (photo ATTACHMENT)")
             } throws: { ($0 as? StoreError)?.message.contains("declared ATTACHMENT") == true }
