@@ -1,8 +1,10 @@
 public import ShoalWire
 import ShoalCRDT
 import ShoalSync
+import ShoalStore
 import NIOCore
 import NIOPosix
+import Foundation
 
 /// A connection to a node's admin endpoint: what the CLI uses.
 ///
@@ -63,6 +65,53 @@ public struct AdminClient: Sendable {
             throw NodeError(.protocolError, "the node answered unsubscribe with something else")
         }
         return response
+    }
+
+    /// The ID an attachment of these bytes has: their SHA-256 in hex.
+    public static func attachmentHash(of bytes: [UInt8]) -> String { AttachmentToken.hash(of: bytes) }
+
+    /// Stores bytes on the node as an attachment; returns the token as canonical JSON.
+    public func putAttachment(_ data: [UInt8], metadataJSON: String = "") async throws(NodeError) -> String {
+        var request = Shoal_V1_AdminRequest()
+        var put = Shoal_V1_AttachmentPutRequest()
+        put.data = Data(data)
+        put.metadataJson = metadataJSON
+        request.attachmentPut = put
+        guard case .attachment(let token)? = try await send(request).response else {
+            throw NodeError(.protocolError, "the node answered attachment put with something else")
+        }
+        return token.tokenJson
+    }
+
+    /// Fetches an attachment through the node (which asks its peers when it does
+    /// not hold it), handing each chunk to `handler` in order.
+    public func getAttachment(
+        hash: String, handler: @escaping @Sendable (Shoal_V1_AttachmentChunk) throws -> Void
+    ) async throws(NodeError) {
+        var request = Shoal_V1_AdminRequest()
+        var get = Shoal_V1_AttachmentGetRequest()
+        get.hash = hash
+        request.attachmentGet = get
+        do {
+            let last = try await exchange(request) { response in
+                switch response.response {
+                case .chunk(let chunk)?:
+                    try handler(chunk)
+                    return chunk.offset + UInt64(chunk.data.count) >= chunk.totalLength
+                case .error(let error)?:
+                    throw NodeError(.requestFailed, error.message)
+                default:
+                    throw NodeError(.protocolError, "the node answered attachment get with something else")
+                }
+            }
+            if last == nil { throw NodeError(.connectionFailed, "\(node) closed the connection before the whole attachment arrived") }
+        } catch let error as NodeError {
+            throw error
+        } catch let error as SyncError {
+            throw NodeError(.connectionFailed, "\(node) refused the connection: \(error.description)")
+        } catch {
+            throw NodeError(.connectionFailed, "attachment get from \(node) failed: \(error)")
+        }
     }
 
     /// Streams the states of a query's result to `handler` until the task is

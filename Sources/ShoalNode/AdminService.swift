@@ -2,6 +2,7 @@ import ShoalCRDT
 import ShoalStore
 import ShoalSync
 import ShoalWire
+import Foundation
 
 /// Answers the CLI: `exec` runs statements, `status` describes the node,
 /// `subscribe`/`unsubscribe` change its saved subscriptions, `observe` streams a query's result.
@@ -39,6 +40,37 @@ struct AdminService: AdminRequestHandler {
                 } catch {
                     return  // the client went away
                 }
+                return
+            case .attachmentPut(let put)?:
+                let token = try await node.store.putAttachment(Array(put.data), metadata: try Self.arguments(put.metadataJson))
+                var message = Shoal_V1_AttachmentToken()
+                message.tokenJson = token.value.canonicalJSON
+                response.attachment = message
+            case .attachmentGet(let get)?:
+                guard AttachmentToken(.string(get.hash)) != nil else {
+                    throw StoreError(.invalidQuery, "'\(get.hash)' is not an attachment ID (64 hex digits, from the token's \"attachment\")")
+                }
+                let total = try await node.sync.fetchAttachment(hash: get.hash)
+                var offset = 0
+                repeat {
+                    guard let part = try await node.store.attachmentChunk(
+                        hash: get.hash, offset: offset, maximum: Int(SyncEngine.attachmentChunkSize))
+                    else { break }
+                    var chunk = Shoal_V1_AttachmentChunk()
+                    chunk.requestID = request.requestID
+                    chunk.hash = get.hash
+                    chunk.found = true
+                    chunk.offset = UInt64(offset)
+                    chunk.totalLength = UInt64(total)
+                    chunk.data = Data(part.bytes)
+                    response.chunk = chunk
+                    offset += part.bytes.count
+                    do {
+                        try await respond(response)
+                    } catch {
+                        return  // the client went away
+                    }
+                } while offset < total
                 return
             case nil:
                 response.error = Self.error(.protocolViolation, "empty admin request")

@@ -67,7 +67,6 @@ extension DocumentStore {
     }
 
     static func select(_ select: SelectStatement, arguments: [String: Value], db: Database) throws -> [Value] {
-        try LocalTransaction.checkTypes(select.declaredTypes, collection: select.collection)
         let isCount = select.projection.count == 1 && select.projection[0].expression == .countAll
         let documents = try matchingDocuments(
             collection: select.collection, predicate: select.whereClause,

@@ -108,6 +108,11 @@ public final class DocumentStore: Sendable {
             // remover's: the writing transaction's origin gets its own column (NULL: same as site).
             try db.execute(sql: "ALTER TABLE field ADD COLUMN txn_site INTEGER")
         }
+        migrator.registerMigration("v5-attachments") { db in
+            // Attachment bytes by SHA-256; documents hold tokens that name them.
+            try db.execute(
+                sql: "CREATE TABLE attachment (hash TEXT PRIMARY KEY NOT NULL, length INTEGER NOT NULL, data BLOB NOT NULL) WITHOUT ROWID")
+        }
         return migrator
     }
 

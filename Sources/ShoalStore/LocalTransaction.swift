@@ -36,16 +36,17 @@ struct LocalTransaction {
         }
     }
 
-    static func checkTypes(_ declared: [String: FieldType], collection: String) throws {
-        if let (field, type) = declared.first(where: { $0.value == .attachment }) {
+    /// An ATTACHMENT field holds a token (or takes a bare attachment ID, turned into one).
+    static func attachmentValue(_ value: Value, field: String, collection: String) throws -> Value {
+        guard let token = AttachmentToken(value) else {
             throw StoreError(
-                .invalidQuery,
-                "\(collection): field \(field) is declared \(type.rawValue); attachments are not available in this version")
+                .invalidDocument,
+                "\(collection): field \(field) is an ATTACHMENT; give it the token `shoal attachment put` printed")
         }
+        return token.value
     }
 
     mutating func insert(_ insert: InsertStatement, arguments: [String: Value]) throws -> [Value] {
-        try Self.checkTypes(insert.declaredTypes, collection: insert.collection)
         var ids: [Value] = []
         for expression in insert.documents {
             let value = try Self.evaluate(expression, document: .object([:]), arguments: arguments)
@@ -65,6 +66,11 @@ struct LocalTransaction {
                         "INSERT INTO \(insert.collection): a document must be a JSON object, got \(document.typeName)")
                 }
                 for name in fields.keys { try DocumentBody.checkWritable(name, collection: insert.collection) }
+                for (name, type) in insert.declaredTypes where type == .attachment {
+                    if let value = fields[name] {
+                        fields[name] = try Self.attachmentValue(value, field: name, collection: insert.collection)
+                    }
+                }
                 if fields["_id"] == nil || fields["_id"] == .null {
                     guard !insert.initial else {
                         throw StoreError(
@@ -127,7 +133,6 @@ struct LocalTransaction {
     }
 
     mutating func update(_ update: UpdateStatement, arguments: [String: Value]) throws -> [Value] {
-        try Self.checkTypes(update.declaredTypes, collection: update.collection)
         for operation in update.counterOperations where operation.path.count != 1 {
             throw StoreError(
                 QueryError(
@@ -151,8 +156,11 @@ struct LocalTransaction {
             }
             var changedTop: [String] = []
             for assignment in update.assignments {
-                let value = try Self.evaluate(assignment.value, document: original, arguments: arguments) ?? .null
+                var value = try Self.evaluate(assignment.value, document: original, arguments: arguments) ?? .null
                 let top = assignment.path[0]
+                if update.declaredTypes[top] == .attachment, assignment.path.count == 1 {
+                    value = try Self.attachmentValue(value, field: top, collection: update.collection)
+                }
                 // A dot path into a map, or into nothing yet, writes map entries; a whole
                 // value on a map replaces its entries. A register holding an object stays one.
                 let map = try isMap(collection: update.collection, key: key, field: top, declared: update.declaredTypes)

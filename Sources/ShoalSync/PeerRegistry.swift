@@ -1,5 +1,6 @@
 public import ShoalCRDT
 import ShoalStore
+import ShoalWire
 import Synchronization
 
 /// What status shows of one connection or dial target.
@@ -24,6 +25,8 @@ final class PeerRegistry: Sendable {
     struct Record {
         var snapshot: PeerSnapshot
         var close: (@Sendable () async -> Void)?
+        /// Sends on an established sync session (for requests such as attachment fetches).
+        var send: (@Sendable (WireMessage) async throws -> Void)?
     }
 
     private struct State {
@@ -44,6 +47,20 @@ final class PeerRegistry: Sendable {
                     rttMillis: nil, bytesIn: 0, bytesOut: 0, lastError: nil, subscriptions: []),
                 close: close)
             return id
+        }
+    }
+
+    func setSender(_ id: Int, _ send: @escaping @Sendable (WireMessage) async throws -> Void) {
+        state.withLock { $0.records[id]?.send = send }
+    }
+
+    /// The senders of every connected sync session, with the peer's site.
+    func connectedSenders() -> [(site: SiteID, send: @Sendable (WireMessage) async throws -> Void)] {
+        state.withLock { s in
+            s.records.values.compactMap { r in
+                guard r.snapshot.state == "connected", let site = r.snapshot.siteID, let send = r.send else { return nil }
+                return (site, send)
+            }
         }
     }
 

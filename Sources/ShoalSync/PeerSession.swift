@@ -119,6 +119,7 @@ struct PeerSession: Sendable {
                     peer: identity.siteID))
         }
         if let evict { await evict() }
+        engine.registry.setSender(recordID) { message in try await send(message) }
         logger.info(
             "peer connected",
             metadata: [
@@ -269,6 +270,20 @@ struct PeerSession: Sendable {
                     if pong.sentAtMicros <= now, shared.expectsPong(pong.nonce) {
                         engine.registry.update(recordID) { $0.rttMillis = Double(now - pong.sentAtMicros) / 1000 }
                     }
+                case .attachmentRequest(let request):
+                    var chunk = Shoal_V1_AttachmentChunk()
+                    chunk.requestID = request.requestID
+                    chunk.hash = request.hash
+                    let limit = Int(min(request.maxLength, SyncEngine.attachmentChunkSize))
+                    if let held = try await engine.store.attachmentChunk(hash: request.hash, offset: Int(request.offset), maximum: limit) {
+                        chunk.found = true
+                        chunk.offset = request.offset
+                        chunk.totalLength = UInt64(held.total)
+                        chunk.data = Data(held.bytes)
+                    }
+                    try await send(.attachmentChunk(chunk))
+                case .attachmentChunk(let chunk):
+                    engine.deliver(chunk)
                 case .error(let error):
                     throw SyncError(error.code, error.message, fromPeer: true)
                 case .hello, .proof, .adminRequest, .adminResponse:

@@ -17,6 +17,7 @@ public final class SyncEngine: Sendable {
     let registry = PeerRegistry()
     private let localSubscriptions = Mutex(SubscriptionSet())
     let subscriptionChanges = ChangeFeed<Int>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
+    let attachmentRequests = Mutex(AttachmentRequests())
 
     public init(store: DocumentStore, configuration: SyncConfiguration, logger: Logger = Logger(label: "shoal.sync")) {
         self.store = store

@@ -64,6 +64,8 @@ public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible 
     case subscribe = 0x06
     case deltaBatch = 0x07
     case ack = 0x08
+    case attachmentRequest = 0x09
+    case attachmentChunk = 0x0A
     case adminRequest = 0x10
     case adminResponse = 0x11
 
@@ -77,6 +79,8 @@ public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible 
         case .subscribe: return "Subscribe"
         case .deltaBatch: return "DeltaBatch"
         case .ack: return "Ack"
+        case .attachmentRequest: return "AttachmentRequest"
+        case .attachmentChunk: return "AttachmentChunk"
         case .adminRequest: return "AdminRequest"
         case .adminResponse: return "AdminResponse"
         }

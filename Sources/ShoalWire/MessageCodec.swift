@@ -26,6 +26,8 @@ public struct MessageCodec: Sendable {
             case .subscribe(let m): bytes = try m.serializedBytes()
             case .deltaBatch(let m): bytes = try m.serializedBytes()
             case .ack(let m): bytes = try m.serializedBytes()
+            case .attachmentRequest(let m): bytes = try m.serializedBytes()
+            case .attachmentChunk(let m): bytes = try m.serializedBytes()
             case .adminRequest(let m): bytes = try m.serializedBytes()
             case .adminResponse(let m): bytes = try m.serializedBytes()
             }
@@ -72,6 +74,8 @@ public struct MessageCodec: Sendable {
             case .subscribe: return .subscribe(try Shoal_V1_Subscribe(serializedBytes: Array(bytes)))
             case .deltaBatch: return .deltaBatch(try Shoal_V1_DeltaBatch(serializedBytes: Array(bytes)))
             case .ack: return .ack(try Shoal_V1_Ack(serializedBytes: Array(bytes)))
+            case .attachmentRequest: return .attachmentRequest(try Shoal_V1_AttachmentRequest(serializedBytes: Array(bytes)))
+            case .attachmentChunk: return .attachmentChunk(try Shoal_V1_AttachmentChunk(serializedBytes: Array(bytes)))
             case .adminRequest: return .adminRequest(try Shoal_V1_AdminRequest(serializedBytes: Array(bytes)))
             case .adminResponse: return .adminResponse(try Shoal_V1_AdminResponse(serializedBytes: Array(bytes)))
             }

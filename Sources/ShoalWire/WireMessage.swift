@@ -8,6 +8,8 @@ public enum WireMessage: Sendable, Equatable {
     case subscribe(Shoal_V1_Subscribe)
     case deltaBatch(Shoal_V1_DeltaBatch)
     case ack(Shoal_V1_Ack)
+    case attachmentRequest(Shoal_V1_AttachmentRequest)
+    case attachmentChunk(Shoal_V1_AttachmentChunk)
     case adminRequest(Shoal_V1_AdminRequest)
     case adminResponse(Shoal_V1_AdminResponse)
 
@@ -21,6 +23,8 @@ public enum WireMessage: Sendable, Equatable {
         case .subscribe: return .subscribe
         case .deltaBatch: return .deltaBatch
         case .ack: return .ack
+        case .attachmentRequest: return .attachmentRequest
+        case .attachmentChunk: return .attachmentChunk
         case .adminRequest: return .adminRequest
         case .adminResponse: return .adminResponse
         }

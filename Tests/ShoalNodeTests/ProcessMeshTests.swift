@@ -256,3 +256,32 @@ extension ProcessMeshTests {
         }
     }
 }
+
+extension ProcessMeshTests {
+    @Test func attachmentsPutOnOneNodeAreFetchedThroughAnother() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a")
+        let b = try NodeProcess(
+            name: "beta", dataDirectory: dirs.path + "/b", extra: ["--peer", a.address, "--subscribe", "SELECT * FROM cars"])
+        let source = dirs.path + "/photo.bin"
+        let bytes = Data((0..<1_300_000).map { UInt8(truncatingIfNeeded: $0 * 7) })
+        #expect(FileManager.default.createFile(atPath: source, contents: bytes))
+        let put = try ShoalBinary.run(["attachment", "put", "--node", a.address, source])
+        #expect(put.status == 0, "\(put.stderr)")
+        let token = put.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let id = try #require((try JSONSerialization.jsonObject(with: Data(token.utf8)) as? [String: Any])?["attachment"] as? String)
+        #expect(try a.exec(
+            "INSERT INTO COLLECTION cars (photo ATTACHMENT) DOCUMENTS ({'_id': 'a', 'photo': :t})", args: "{\"t\": \(token)}").status == 0)
+        #expect(try eventually { try Self.documents(b).first?["photo"] != nil })
+
+        let target = dirs.path + "/fetched.bin"
+        let get = try ShoalBinary.run(["attachment", "get", "--node", b.address, id, target])
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(get.stderr.contains("received 1048576 of 1300000 bytes"), "progress is shown")
+        #expect(FileManager.default.contents(atPath: target) == bytes)
+        let missing = try ShoalBinary.run(["attachment", "get", "--node", b.address, String(repeating: "a", count: 64), target + "2"])
+        #expect(missing.status != 0 && missing.stderr.contains("could send it"))
+        #expect(!FileManager.default.fileExists(atPath: target + "2"))
+    }
+}

@@ -121,8 +121,8 @@ import Testing
                 try await store.execute("INSERT INTO c DOCUMENTS (:d)", arguments: ["d": ["_id": "z", "a\u{1E}b": 1]])
             }
             await #expect {
-                try await store.execute("SELECT * FROM COLLECTION c (photo ATTACHMENT)")
-            } throws: { ($0 as? StoreError)?.message.contains("declared ATTACHMENT") == true }
+                try await store.execute("INSERT INTO COLLECTION c (photo ATTACHMENT) DOCUMENTS ({'_id': 'p', 'photo': 'not a token'})")
+            } throws: { ($0 as? StoreError)?.message.contains("is an ATTACHMENT") == true }
             await #expect {
                 try await store.execute("UPDATE COLLECTION c (n COUNTER) APPLY a.b INCREMENT BY 1")
             } throws: { ($0 as? StoreError)?.message.contains("nested") == true }

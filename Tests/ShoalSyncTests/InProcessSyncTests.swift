@@ -218,6 +218,30 @@ extension InProcessSyncTests {
     }
 }
 
+extension InProcessSyncTests {
+    @Test func attachmentsAreFetchedFromPeersInChunks() async throws {
+        let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM photos"])
+        defer { a.remove(); b.remove() }
+        let bytes = (0..<(2_500_000)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 7) }
+        let token = try await a.store.putAttachment(bytes, metadata: ["name": "big.bin"])
+        _ = try await a.store.execute(
+            "INSERT INTO COLLECTION photos (file ATTACHMENT) DOCUMENTS ({'_id': 'p', 'file': :t})", arguments: ["t": token.value])
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(b, "SELECT * FROM photos") == 1 })
+            #expect(try await b.store.attachmentLength(hash: token.hash) == nil, "bytes travel only when asked for")
+            let steps = Mutex<[Int]>([])
+            let length = try await b.sync.fetchAttachment(hash: token.hash) { done, _ in steps.withLock { $0.append(done) } }
+            #expect(length == bytes.count)
+            #expect(steps.withLock { $0 } == [1 << 20, 2 << 20, bytes.count], "three 1 MiB chunks")
+            let stored = try #require(try await b.store.attachmentChunk(hash: token.hash, offset: 0, maximum: .max))
+            #expect(stored.bytes == bytes)
+            await #expect(throws: StoreError.self) {
+                try await b.sync.fetchAttachment(hash: String(repeating: "0", count: 64), timeout: .seconds(2))
+            }
+        }
+    }
+}
+
 extension Result where Failure == any Error {
     init(catching body: () async throws -> Success) async {
         do { self = .success(try await body()) } catch { self = .failure(error) }

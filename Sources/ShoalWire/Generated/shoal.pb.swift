@@ -340,6 +340,51 @@ public nonisolated struct Shoal_V1_Ack: Sendable {
   public init() {}
 }
 
+/// Type 0x09. Asks a peer for part of an attachment's bytes, by content hash.
+public nonisolated struct Shoal_V1_AttachmentRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: UInt64 = 0
+
+  /// SHA-256 of the attachment's bytes, 64 lowercase hex digits.
+  public var hash: String = String()
+
+  public var offset: UInt64 = 0
+
+  /// At most this many bytes are returned (the answering side may send fewer).
+  public var maxLength: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Type 0x0A. The answer to an AttachmentRequest (also streamed to admin clients).
+public nonisolated struct Shoal_V1_AttachmentChunk: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: UInt64 = 0
+
+  public var hash: String = String()
+
+  /// False when the sender does not hold the attachment; then nothing else is set.
+  public var found: Bool = false
+
+  public var offset: UInt64 = 0
+
+  public var totalLength: UInt64 = 0
+
+  public var data: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 /// Type 0x10. An admin client (the CLI) asks the node something.
 public nonisolated struct Shoal_V1_AdminRequest: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -390,6 +435,22 @@ public nonisolated struct Shoal_V1_AdminRequest: Sendable {
     set {request = .observe(newValue)}
   }
 
+  public var attachmentPut: Shoal_V1_AttachmentPutRequest {
+    get {
+      if case .attachmentPut(let v)? = request {return v}
+      return Shoal_V1_AttachmentPutRequest()
+    }
+    set {request = .attachmentPut(newValue)}
+  }
+
+  public var attachmentGet: Shoal_V1_AttachmentGetRequest {
+    get {
+      if case .attachmentGet(let v)? = request {return v}
+      return Shoal_V1_AttachmentGetRequest()
+    }
+    set {request = .attachmentGet(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Request: Equatable, Sendable {
@@ -398,8 +459,53 @@ public nonisolated struct Shoal_V1_AdminRequest: Sendable {
     case subscribe(Shoal_V1_SubscribeRequest)
     case unsubscribe(Shoal_V1_UnsubscribeRequest)
     case observe(Shoal_V1_ObserveRequest)
+    case attachmentPut(Shoal_V1_AttachmentPutRequest)
+    case attachmentGet(Shoal_V1_AttachmentGetRequest)
 
   }
+
+  public init() {}
+}
+
+/// Stores bytes as an attachment; answered with an AttachmentToken.
+public nonisolated struct Shoal_V1_AttachmentPutRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var data: Data = Data()
+
+  /// Metadata kept in the token, a JSON object ("" for none).
+  public var metadataJson: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Streams an attachment's bytes as AttachmentChunk responses, fetching them from
+/// connected peers first when the node does not hold them.
+public nonisolated struct Shoal_V1_AttachmentGetRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var hash: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Shoal_V1_AttachmentToken: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The token as canonical JSON: {"attachment": HASH, "length": N, "metadata": {...}}.
+  public var tokenJson: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
@@ -525,6 +631,22 @@ public nonisolated struct Shoal_V1_AdminResponse: Sendable {
     set {response = .observation(newValue)}
   }
 
+  public var attachment: Shoal_V1_AttachmentToken {
+    get {
+      if case .attachment(let v)? = response {return v}
+      return Shoal_V1_AttachmentToken()
+    }
+    set {response = .attachment(newValue)}
+  }
+
+  public var chunk: Shoal_V1_AttachmentChunk {
+    get {
+      if case .chunk(let v)? = response {return v}
+      return Shoal_V1_AttachmentChunk()
+    }
+    set {response = .chunk(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Response: Equatable, Sendable {
@@ -533,6 +655,8 @@ public nonisolated struct Shoal_V1_AdminResponse: Sendable {
     case error(Shoal_V1_Error)
     case subscription(Shoal_V1_SubscriptionStatus)
     case observation(Shoal_V1_Observation)
+    case attachment(Shoal_V1_AttachmentToken)
+    case chunk(Shoal_V1_AttachmentChunk)
 
   }
 
@@ -1090,9 +1214,109 @@ nonisolated extension Shoal_V1_Ack: SwiftProtobuf.Message, SwiftProtobuf._Messag
   }
 }
 
+nonisolated extension Shoal_V1_AttachmentRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AttachmentRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hash\0\u{1}offset\0\u{3}max_length\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.hash) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.maxLength) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.requestID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.requestID, fieldNumber: 1)
+    }
+    if !self.hash.isEmpty {
+      try visitor.visitSingularStringField(value: self.hash, fieldNumber: 2)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 3)
+    }
+    if self.maxLength != 0 {
+      try visitor.visitSingularUInt32Field(value: self.maxLength, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_AttachmentRequest, rhs: Shoal_V1_AttachmentRequest) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.hash != rhs.hash {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.maxLength != rhs.maxLength {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_AttachmentChunk: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AttachmentChunk"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hash\0\u{1}found\0\u{1}offset\0\u{3}total_length\0\u{1}data\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.hash) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.found) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.totalLength) }()
+      case 6: try { try decoder.decodeSingularBytesField(value: &self.data) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.requestID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.requestID, fieldNumber: 1)
+    }
+    if !self.hash.isEmpty {
+      try visitor.visitSingularStringField(value: self.hash, fieldNumber: 2)
+    }
+    if self.found != false {
+      try visitor.visitSingularBoolField(value: self.found, fieldNumber: 3)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 4)
+    }
+    if self.totalLength != 0 {
+      try visitor.visitSingularUInt64Field(value: self.totalLength, fieldNumber: 5)
+    }
+    if !self.data.isEmpty {
+      try visitor.visitSingularBytesField(value: self.data, fieldNumber: 6)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_AttachmentChunk, rhs: Shoal_V1_AttachmentChunk) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.hash != rhs.hash {return false}
+    if lhs.found != rhs.found {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.totalLength != rhs.totalLength {return false}
+    if lhs.data != rhs.data {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AdminRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}subscribe\0\u{1}unsubscribe\0\u{1}observe\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}subscribe\0\u{1}unsubscribe\0\u{1}observe\0\u{3}attachment_put\0\u{3}attachment_get\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1166,6 +1390,32 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
           self.request = .observe(v)
         }
       }()
+      case 7: try {
+        var v: Shoal_V1_AttachmentPutRequest?
+        var hadOneofValue = false
+        if let current = self.request {
+          hadOneofValue = true
+          if case .attachmentPut(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.request = .attachmentPut(v)
+        }
+      }()
+      case 8: try {
+        var v: Shoal_V1_AttachmentGetRequest?
+        var hadOneofValue = false
+        if let current = self.request {
+          hadOneofValue = true
+          if case .attachmentGet(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.request = .attachmentGet(v)
+        }
+      }()
       default: break
       }
     }
@@ -1200,6 +1450,14 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
       guard case .observe(let v)? = self.request else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
     }()
+    case .attachmentPut?: try {
+      guard case .attachmentPut(let v)? = self.request else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    }()
+    case .attachmentGet?: try {
+      guard case .attachmentGet(let v)? = self.request else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -1208,6 +1466,101 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
   public static func ==(lhs: Shoal_V1_AdminRequest, rhs: Shoal_V1_AdminRequest) -> Bool {
     if lhs.requestID != rhs.requestID {return false}
     if lhs.request != rhs.request {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_AttachmentPutRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AttachmentPutRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}data\0\u{3}metadata_json\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.data) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.metadataJson) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.data.isEmpty {
+      try visitor.visitSingularBytesField(value: self.data, fieldNumber: 1)
+    }
+    if !self.metadataJson.isEmpty {
+      try visitor.visitSingularStringField(value: self.metadataJson, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_AttachmentPutRequest, rhs: Shoal_V1_AttachmentPutRequest) -> Bool {
+    if lhs.data != rhs.data {return false}
+    if lhs.metadataJson != rhs.metadataJson {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_AttachmentGetRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AttachmentGetRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hash\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.hash) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.hash.isEmpty {
+      try visitor.visitSingularStringField(value: self.hash, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_AttachmentGetRequest, rhs: Shoal_V1_AttachmentGetRequest) -> Bool {
+    if lhs.hash != rhs.hash {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_AttachmentToken: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AttachmentToken"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}token_json\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.tokenJson) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.tokenJson.isEmpty {
+      try visitor.visitSingularStringField(value: self.tokenJson, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_AttachmentToken, rhs: Shoal_V1_AttachmentToken) -> Bool {
+    if lhs.tokenJson != rhs.tokenJson {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1369,7 +1722,7 @@ nonisolated extension Shoal_V1_StatusRequest: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AdminResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}error\0\u{1}subscription\0\u{1}observation\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}error\0\u{1}subscription\0\u{1}observation\0\u{1}attachment\0\u{1}chunk\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1443,6 +1796,32 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
           self.response = .observation(v)
         }
       }()
+      case 7: try {
+        var v: Shoal_V1_AttachmentToken?
+        var hadOneofValue = false
+        if let current = self.response {
+          hadOneofValue = true
+          if case .attachment(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.response = .attachment(v)
+        }
+      }()
+      case 8: try {
+        var v: Shoal_V1_AttachmentChunk?
+        var hadOneofValue = false
+        if let current = self.response {
+          hadOneofValue = true
+          if case .chunk(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.response = .chunk(v)
+        }
+      }()
       default: break
       }
     }
@@ -1476,6 +1855,14 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
     case .observation?: try {
       guard case .observation(let v)? = self.response else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    }()
+    case .attachment?: try {
+      guard case .attachment(let v)? = self.response else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    }()
+    case .chunk?: try {
+      guard case .chunk(let v)? = self.response else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
     }()
     case nil: break
     }
