@@ -29,6 +29,18 @@ public struct ChangeLogPage: Sendable, Equatable {
     public var entries: [ChangeLogEntry]
     /// The last sequence examined, matched or not: the peer may resume after it.
     public var through: UInt64
+
+    /// The entries grouped into transactions, one group per run of a transaction,
+    /// as a receiver's `applyRemote` takes them.
+    public var transactions: [RemoteTransaction] {
+        var out: [RemoteTransaction] = []
+        for entry in entries {
+            let d = entry.delta
+            if out.last?.id != d.transaction { out.append(RemoteTransaction(id: d.transaction, count: d.count, deltas: [])) }
+            out[out.count - 1].deltas.append(d)
+        }
+        return out
+    }
 }
 
 /// What applying a received batch did.

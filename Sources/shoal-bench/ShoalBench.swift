@@ -60,13 +60,7 @@ struct ShoalBench {
         while true {
             let page = try await writer.changes(after: cursor, limit: 512, subscriptions: all)
             guard page.through > cursor else { break }
-            var txns: [RemoteTransaction] = []
-            for e in page.entries {
-                if txns.last?.id != e.delta.transaction {
-                    txns.append(RemoteTransaction(id: e.delta.transaction, count: e.delta.count, deltas: []))
-                }
-                txns[txns.count - 1].deltas.append(e.delta)
-            }
+            let txns = page.transactions
             _ = try await receiver.applyRemote(txns, from: writer.siteID, subscriptionKey: all.key, through: page.through)
             cursor = page.through
         }

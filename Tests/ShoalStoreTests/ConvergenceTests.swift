@@ -88,13 +88,7 @@ import Testing
             var local: [[RemoteTransaction]] = []
             for (i, r) in group.enumerated() {
                 let page = try await r.changes(after: starts[i], limit: 100_000, subscriptions: subscription)
-                var txns: [RemoteTransaction] = []
-                for e in page.entries {
-                    if txns.last?.id != e.delta.transaction {
-                        txns.append(RemoteTransaction(id: e.delta.transaction, count: e.delta.count, deltas: []))
-                    }
-                    txns[txns.count - 1].deltas.append(e.delta)
-                }
+                let txns = page.transactions
                 local.append(txns)
             }
             for (i, r) in group.enumerated() {

@@ -10,13 +10,7 @@ import Testing
         var all = SubscriptionSet()
         try all.add(query: "SELECT * FROM \(collection)")
         let page = try await from.changes(after: 0, limit: 10_000, subscriptions: all)
-        var txns: [RemoteTransaction] = []
-        for e in page.entries {
-            if txns.last?.id != e.delta.transaction {
-                txns.append(RemoteTransaction(id: e.delta.transaction, count: e.delta.count, deltas: []))
-            }
-            txns[txns.count - 1].deltas.append(e.delta)
-        }
+        let txns = page.transactions
         _ = try await to.applyRemote(txns, from: from.siteID, subscriptionKey: nil, through: page.through)
     }
 

@@ -14,12 +14,7 @@ import Testing
     /// Deltas as a writer's change log holds them, one transaction each.
     static func transactions(in store: DocumentStore) async throws -> [RemoteTransaction] {
         let page = try await store.changes(after: 0, limit: 100_000, subscriptions: everything())
-        var out: [RemoteTransaction] = []
-        for entry in page.entries {
-            let d = entry.delta
-            if out.last?.id != d.transaction { out.append(RemoteTransaction(id: d.transaction, count: d.count, deltas: [])) }
-            out[out.count - 1].deltas.append(d)
-        }
+        let out = page.transactions
         return out
     }
 
@@ -124,13 +119,7 @@ import Testing
         _ = try await writer.execute("UPDATE c SET color = 'green' WHERE _id = 'x'")
         let page = try await writer.changes(after: before.through, limit: 100, subscriptions: green)
         #expect(Set(page.entries.map(\.delta.field)) == ["_id", "color", "size"])
-        var transactions: [RemoteTransaction] = []
-        for e in page.entries {
-            if transactions.last?.id != e.delta.transaction {
-                transactions.append(RemoteTransaction(id: e.delta.transaction, count: e.delta.count, deltas: []))
-            }
-            transactions[transactions.count - 1].deltas.append(e.delta)
-        }
+        let transactions = page.transactions
         #expect(transactions.map(\.id.sequence).sorted() == [1, 2], "each field keeps the transaction that wrote it")
         #expect(transactions.first { $0.id.sequence == 1 }?.count == 3)
         _ = try await receiver.applyRemote(transactions, from: writer.siteID, subscriptionKey: green.key, through: page.through)

@@ -38,13 +38,7 @@ import Testing
         _ = try await writer.execute("DELETE FROM c WHERE _id = 'x'")
         let page = try await writer.changes(after: 0, limit: 100, subscriptions: all)
         #expect(page.entries.map(\.delta.field).contains("_deleted"), "the tombstone is routed by the last body")
-        var transactions: [RemoteTransaction] = []
-        for e in page.entries {
-            if transactions.last?.id != e.delta.transaction {
-                transactions.append(RemoteTransaction(id: e.delta.transaction, count: e.delta.count, deltas: []))
-            }
-            transactions[transactions.count - 1].deltas.append(e.delta)
-        }
+        let transactions = page.transactions
         // Delivered newest first: the insert arrives after its own deletion and stays buried.
         _ = try await replica.applyRemote(transactions.reversed(), from: writer.siteID, subscriptionKey: "k", through: page.through)
         #expect(try await replica.execute("SELECT * FROM c").items.isEmpty)
