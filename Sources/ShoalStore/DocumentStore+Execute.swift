@@ -1,6 +1,7 @@
 public import ShoalCRDT
 public import ShoalQuery
 import GRDB
+import Synchronization
 
 extension DocumentStore {
     /// Parses and runs one or more `;`-separated DQL statements as one transaction.
@@ -22,6 +23,7 @@ extension DocumentStore {
     public func execute(_ statements: [ShoalQuery.Statement], arguments: [String: Value] = [:]) async throws(StoreError)
         -> QueryResult
     {
+        try await ensureIndexes(for: statements, arguments: arguments)
         guard statements.contains(where: { $0.isMutation }) else {
             return try await read { db in
                 var result = QueryResult()
@@ -65,6 +67,50 @@ extension DocumentStore {
         }
         return result
     }
+
+    /// Creates, once, an expression index for each JSON path a query's pre-filter
+    /// reads, up to `maximumAutomaticIndexes`; later queries on the same path use it.
+    func ensureIndexes(for statements: [ShoalQuery.Statement], arguments: [String: Value]) async throws(StoreError) {
+        var paths: [String] = []
+        for statement in statements {
+            let predicate: Expression?
+            switch statement {
+            case .select(let s): predicate = s.whereClause
+            case .update(let s): predicate = s.whereClause
+            case .delete(let s), .evict(let s): predicate = s.whereClause
+            case .insert: predicate = nil
+            }
+            paths += SQLFilter.make(predicate, arguments: arguments)?.paths ?? []
+        }
+        let missing = indexedPaths.withLock { known -> [String] in
+            let fresh = Set(paths).subtracting(known).sorted()
+            let room = max(0, Self.maximumAutomaticIndexes - known.count)
+            let chosen = Array(fresh.prefix(room))
+            known.formUnion(chosen)
+            return chosen
+        }
+        guard !missing.isEmpty else { return }
+        try await write { db in
+            for path in missing { try db.execute(sql: SQLFilter.indexStatement(path)) }
+            // Statistics let the planner prefer the new index over the primary key.
+            try db.execute(sql: "ANALYZE document")
+        }
+    }
+
+    /// SQLite's plan for the candidate query of a SELECT's WHERE (for tests and diagnostics).
+    func candidatePlan(_ query: String, arguments: [String: Value] = [:]) async throws(StoreError) -> String {
+        guard case .select(let select)? = try? Parser.parseStatement(query),
+            let filter = SQLFilter.make(select.whereClause, arguments: arguments)
+        else { return "" }
+        let sql = "EXPLAIN QUERY PLAN SELECT doc_id, body FROM document WHERE collection = ? AND deleted = 0 AND \(filter.sql)"
+        let arguments = StatementArguments(([select.collection] + filter.arguments).map { $0 as (any DatabaseValueConvertible)? })
+        return try await read { db in
+            try Row.fetchAll(db, sql: sql, arguments: arguments).map { $0["detail"] as String? ?? "" }.joined(separator: "\n")
+        }
+    }
+
+    /// How many JSON-path indexes the store creates by itself (each costs space and write time).
+    public static let maximumAutomaticIndexes = 32
 
     static func select(_ select: SelectStatement, arguments: [String: Value], db: Database) throws -> [Value] {
         let isCount = select.projection.count == 1 && select.projection[0].expression == .countAll

@@ -2,6 +2,7 @@ public import ShoalCRDT
 import ShoalQuery
 public import Logging
 import GRDB
+import Synchronization
 import Foundation
 
 /// A node's embedded database: documents in collections, every field a
@@ -23,6 +24,8 @@ public final class DocumentStore: Sendable {
     public let siteID: SiteID
     public let clock: HybridLogicalClock
     let pool: DatabasePool
+    /// JSON paths with an expression index (created on first use, remembered across restarts).
+    let indexedPaths = Mutex<Set<String>>([])
     let feed = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: true)
     /// Fires when EVICT restarted every peer cursor.
     let resets = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
@@ -60,6 +63,17 @@ public final class DocumentStore: Sendable {
                 return (site, ts)
             }
             siteID = site
+            let existing = try pool.read { db in
+                try String.fetchAll(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'index' AND name LIKE 'document_by_%'")
+            }
+            indexedPaths.withLock { paths in
+                for sql in existing {
+                    // Recover the path from "... json_extract(body, '$."a"'))".
+                    if let start = sql.range(of: "json_extract(body, '"), let end = sql.range(of: "'))", options: .backwards) {
+                        paths.insert(String(sql[start.upperBound..<end.lowerBound]).replacingOccurrences(of: "''", with: "'"))
+                    }
+                }
+            }
             clock = HybridLogicalClock()
             clock.observe(HybridTimestamp(rawValue: UInt64(bitPattern: maxTimestamp)))
         } catch let error as StoreError {

@@ -17,6 +17,19 @@ import GRDB
 struct SQLFilter {
     var sql: String
     var arguments: [any DatabaseValueConvertible]
+    /// The JSON paths the filter reads, each an index candidate.
+    var paths: [String]
+
+    /// The expression SQLite indexes and matches: the path is inlined (not bound)
+    /// so that the planner can use an index on exactly this expression.
+    static func extract(_ path: String) -> String {
+        "json_extract(body, '\(path.replacing("'", with: "''"))')"
+    }
+
+    /// `CREATE INDEX` for one path: by collection, then the extracted value.
+    static func indexStatement(_ path: String) -> String {
+        "CREATE INDEX IF NOT EXISTS \"document_by_\(SubscriptionSet.hash(path))\" ON document (collection, \(extract(path)))"
+    }
 
     static func make(_ predicate: Expression?, arguments: [String: Value]) -> SQLFilter? {
         guard let predicate else { return nil }
@@ -27,21 +40,22 @@ struct SQLFilter {
         switch e {
         case .binary(.and, let l, let r):
             switch (translate(l, arguments), translate(r, arguments)) {
-            case (let a?, let b?): return SQLFilter(sql: "(\(a.sql) AND \(b.sql))", arguments: a.arguments + b.arguments)
+            case (let a?, let b?):
+                return SQLFilter(sql: "(\(a.sql) AND \(b.sql))", arguments: a.arguments + b.arguments, paths: a.paths + b.paths)
             case (let a?, nil): return a
             case (nil, let b?): return b
             case (nil, nil): return nil
             }
         case .binary(.or, let l, let r):
             guard let a = translate(l, arguments), let b = translate(r, arguments) else { return nil }
-            return SQLFilter(sql: "(\(a.sql) OR \(b.sql))", arguments: a.arguments + b.arguments)
+            return SQLFilter(sql: "(\(a.sql) OR \(b.sql))", arguments: a.arguments + b.arguments, paths: a.paths + b.paths)
         case .binary(let op, let l, let r) where comparison(op) != nil:
             let strings = op == .equal
             if case .path(let p) = l, let path = jsonPath(p), let v = scalar(r, arguments, strings: strings) {
-                return SQLFilter(sql: "json_extract(body, ?) \(comparison(op)!) ?", arguments: [path, v])
+                return SQLFilter(sql: "\(extract(path)) \(comparison(op)!) ?", arguments: [v], paths: [path])
             }
             if case .path(let p) = r, let path = jsonPath(p), let v = scalar(l, arguments, strings: strings) {
-                return SQLFilter(sql: "json_extract(body, ?) \(comparison(flipped(op))!) ?", arguments: [path, v])
+                return SQLFilter(sql: "\(extract(path)) \(comparison(flipped(op))!) ?", arguments: [v], paths: [path])
             }
             return nil
         case .binary(.in, .path(let p), .array(let items)):
@@ -52,7 +66,7 @@ struct SQLFilter {
                 values.append(v)
             }
             let marks = Array(repeating: "?", count: values.count).joined(separator: ", ")
-            return SQLFilter(sql: "json_extract(body, ?) IN (\(marks))", arguments: [path] + values)
+            return SQLFilter(sql: "\(extract(path)) IN (\(marks))", arguments: values, paths: [path])
         default:
             return nil
         }

@@ -29,8 +29,12 @@ extension SyncEngine {
                 let total = Int(chunk.totalLength)
                 progress(bytes.count, total)
                 if bytes.count >= total {
-                    try await store.storeAttachment(bytes, hash: hash)
-                    return total
+                    do {
+                        try await store.storeAttachment(bytes, hash: hash)
+                        return total
+                    } catch {
+                        break  // this peer sent bytes that do not match the hash: try the next one
+                    }
                 }
                 if chunk.data.isEmpty { break }
             }

@@ -2,6 +2,7 @@ import ShoalCRDT
 import ShoalQuery
 @testable import ShoalStore
 import ShoalTesting
+import Synchronization
 import Testing
 
 /// The SQLite pre-filter must never drop a document the DQL predicate matches.
@@ -47,14 +48,32 @@ import Testing
             guard case .select(let s)? = try? Parser.parseStatement("SELECT * FROM c WHERE \(predicate)") else { return nil }
             return SQLFilter.make(s.whereClause, arguments: ["p": 3])?.sql
         }
-        #expect(sql("a = 1") == "json_extract(body, ?) = ?")
-        #expect(sql("3 < a.b") == "json_extract(body, ?) > ?")
-        #expect(sql("a = :p AND b LIKE 'x%'") == "json_extract(body, ?) = ?", "the LIKE side stays in Swift")
-        #expect(sql("a IN ('x', 2)") == "json_extract(body, ?) IN (?, ?)")
-        #expect(sql("a = 1 OR b = 2") == "(json_extract(body, ?) = ? OR json_extract(body, ?) = ?)")
+        #expect(sql("a = 1") == #"json_extract(body, '$."a"') = ?"#)
+        #expect(sql("3 < a.b") == #"json_extract(body, '$."a"."b"') > ?"#)
+        #expect(sql("a = :p AND b LIKE 'x%'") == #"json_extract(body, '$."a"') = ?"#, "the LIKE side stays in Swift")
+        #expect(sql("a IN ('x', 2)") == #"json_extract(body, '$."a"') IN (?, ?)"#)
+        #expect(sql("a = 1 OR b = 2") == #"(json_extract(body, '$."a"') = ? OR json_extract(body, '$."b"') = ?)"#)
+        #expect(sql("`it's` = 1") == #"json_extract(body, '$."it''s"') = ?"#, "quotes in names are escaped")
         #expect(sql("a = 1 OR b LIKE 'x'") == nil)
         #expect(sql("a < 'x'") == nil, "string order is Swift's")
         #expect(sql("a = 'é'") == nil, "non-ASCII strings are compared by canonical equivalence in Swift")
         #expect(sql("NOT a = 1") == nil)
+    }
+
+    @Test func queriedPathsGetAnIndexThatSQLiteUses() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'n': 1, 'o': {'k': 'x'}})")
+        let many: [Value] = (2..<300).map { ["_id": .string("d\($0)"), "n": .int(Int64($0))] }
+        _ = try await store.execute("INSERT INTO c DOCUMENTS (:many)", arguments: ["many": .array(many)])
+        #expect(try await store.execute("SELECT * FROM c WHERE n = 1 AND o.k = 'x'").items.count == 1)
+        let plan = try await store.candidatePlan("SELECT * FROM c WHERE n = 1")
+        #expect(plan.contains("document_by_"), "plan: \(plan)")
+        store.close()
+        // The indexes are remembered across a restart (and not created twice).
+        let reopened = try DocumentStore(directory: dir.path)
+        defer { reopened.close() }
+        #expect(reopened.indexedPaths.withLock { $0 } == ["$.\"n\"", "$.\"o\".\"k\""])
     }
 }
