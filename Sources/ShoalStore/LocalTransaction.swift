@@ -240,9 +240,25 @@ struct LocalTransaction {
     }
 
     /// Whether `field` is a MAP in this document: declared so, or already holding map entries.
+    /// Whether `field` is a MAP in this document: declared so, or holding live map
+    /// entries newer than any live register value (the side that won a type conflict).
     private func isMap(collection: String, key: String, field: String, declared: [String: FieldType]) throws -> Bool {
         if declared[field] == .map { return true }
-        return try !liveEntries(collection: collection, key: key, prefix: field).isEmpty
+        let entries = try liveEntries(collection: collection, key: key, prefix: field)
+        guard let newest = entries.map(\.version).max() else { return false }
+        guard let register = try liveRow(collection: collection, key: key, name: field) else { return true }
+        return newest > register
+    }
+
+    /// The version of a row that holds a value (not a removal), if any.
+    private func liveRow(collection: String, key: String, name: String) throws -> RegisterVersion? {
+        guard
+            let row = try Row.fetchOne(
+                db, sql: "SELECT ts, site, value FROM field WHERE collection = ? AND doc_id = ? AND name = ?",
+                arguments: [collection, key, name]),
+            !DocumentBody.isRemoval(row[2])
+        else { return nil }
+        return RegisterVersion(timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row[0])), site: SiteID(UInt64(bitPattern: row[1])))
     }
 
     /// The live map entries at `prefix` and below, with their versions.
@@ -283,7 +299,15 @@ struct LocalTransaction {
                 throw StoreError(.invalidDocument, "\(collection): map keys may not contain U+001E or U+001F")
             }
         }
-        let existing = try liveEntries(collection: collection, key: key, prefix: prefix)
+        var existing = try liveEntries(collection: collection, key: key, prefix: prefix)
+        // Values at the ancestors of `path` (a scalar entry `m.a` under a new `m.a.b`, or a
+        // register `m`) are replaced too, so they cannot reappear when the new entry goes.
+        for depth in 1..<max(1, path.count) {
+            let ancestor = path[0..<depth].joined(separator: String(DocumentBody.pathSeparator))
+            if let version = try liveRow(collection: collection, key: key, name: ancestor) {
+                existing.append((ancestor, version))
+            }
+        }
         for entry in existing where leaves[entry.name] == nil {
             try store(
                 collection: collection, key: key, field: entry.name,
