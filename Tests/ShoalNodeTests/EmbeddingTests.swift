@@ -36,9 +36,9 @@ import Testing
             let seen = Mutex<[Observation]>([])
             let observer = try beta.store.registerObserver("SELECT * FROM boats") { o in seen.withLock { $0.append(o) } }
             defer { observer.cancel() }
-            #expect(try await InProcessMesh.eventually { seen.withLock { $0.count } == 1 }, "the current result first")
+            #expect(await InProcessMesh.eventually { seen.withLock { $0.count } == 1 }, "the current result first")
             let write = try await alpha.store.execute("INSERT INTO boats DOCUMENTS ({'_id': 'big', 'size': 9}), ({'_id': 'small', 'size': 1})")
-            #expect(try await InProcessMesh.eventually { seen.withLock { $0.last?.items.count } == 1 })
+            #expect(await InProcessMesh.eventually { seen.withLock { $0.last?.items.count } == 1 })
             #expect(seen.withLock { $0.last?.transactions } == [write.transactionID!])
             boats.cancel()
             #expect(!beta.sync.subscriptions.entries.contains { $0.id == boats.id })

@@ -187,7 +187,7 @@ extension InProcessSyncTests {
             #expect(try await InProcessMesh.eventually { try await Self.count(b) == 2 })
             // After unsubscribing, new writes no longer arrive.
             #expect(b.sync.unsubscribe("SELECT * FROM boats") != nil)
-            #expect(try await InProcessMesh.eventually {
+            #expect(await InProcessMesh.eventually {
                 a.sync.peers().first?.subscriptions.contains { $0.query.contains("boats") } == false
             })
             _ = try await a.store.execute("INSERT INTO boats DOCUMENTS ({'_id': 'late'}); INSERT INTO cars DOCUMENTS ({'_id': 'marker'})")
@@ -204,13 +204,13 @@ extension InProcessSyncTests {
             seen.withLock { $0.append(observation) }
         }
         defer { observer.cancel() }
-        #expect(try await InProcessMesh.eventually { seen.withLock { $0.count } == 1 }, "the current (empty) result first")
+        #expect(await InProcessMesh.eventually { seen.withLock { $0.count } == 1 }, "the current (empty) result first")
         try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
             let insert = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'x'}), ({'_id': 'y'})")
             #expect(try await InProcessMesh.eventually { try await Self.count(b) == 2 })
             let delete = try await a.store.execute("DELETE FROM cars WHERE _id = 'x'")
             #expect(try await InProcessMesh.eventually { try await Self.count(b) == 1 })
-            #expect(try await InProcessMesh.eventually { seen.withLock { $0.count } >= 3 })
+            #expect(await InProcessMesh.eventually { seen.withLock { $0.count } >= 3 })
             let transactions = seen.withLock { $0.flatMap(\.transactions) }
             #expect(transactions == [insert.transactionID!, delete.transactionID!], "each remote transaction once")
             #expect(seen.withLock { $0.last?.items } == [["_id": "y"]])
