@@ -97,7 +97,7 @@ public struct AdminClient: Sendable {
                 switch response.response {
                 case .chunk(let chunk)?:
                     try handler(chunk)
-                    return chunk.offset + UInt64(chunk.data.count) >= chunk.totalLength
+                    return chunk.offset &+ UInt64(chunk.data.count) >= chunk.totalLength
                 case .error(let error)?:
                     throw NodeError(.requestFailed, error.message)
                 default:

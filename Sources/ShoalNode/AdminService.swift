@@ -50,12 +50,15 @@ struct AdminService: AdminRequestHandler {
                 guard AttachmentToken(.string(get.hash)) != nil else {
                     throw StoreError(.invalidQuery, "'\(get.hash)' is not an attachment ID (64 hex digits, from the token's \"attachment\")")
                 }
-                let total = try await node.sync.fetchAttachment(hash: get.hash)
+                _ = try await node.sync.fetchAttachment(hash: get.hash)
                 var offset = 0
+                var total = 0
                 repeat {
                     guard let part = try await node.store.attachmentChunk(
-                        hash: get.hash, offset: offset, maximum: Int(SyncEngine.attachmentChunkSize))
+                        hash: get.hash, offset: offset, maximum: Int(SyncEngine.attachmentChunkSize)),
+                        !part.bytes.isEmpty || part.total == 0
                     else { break }
+                    total = part.total
                     var chunk = Shoal_V1_AttachmentChunk()
                     chunk.requestID = request.requestID
                     chunk.hash = get.hash

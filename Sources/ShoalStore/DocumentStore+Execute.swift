@@ -2,6 +2,7 @@ public import ShoalCRDT
 public import ShoalQuery
 import GRDB
 import Synchronization
+import Logging
 
 extension DocumentStore {
     /// Parses and runs one or more `;`-separated DQL statements as one transaction.
@@ -85,15 +86,19 @@ extension DocumentStore {
         let missing = indexedPaths.withLock { known -> [String] in
             let fresh = Set(paths).subtracting(known).sorted()
             let room = max(0, Self.maximumAutomaticIndexes - known.count)
-            let chosen = Array(fresh.prefix(room))
-            known.formUnion(chosen)
-            return chosen
+            return Array(fresh.prefix(room))
         }
         guard !missing.isEmpty else { return }
-        try await write { db in
-            for path in missing { try db.execute(sql: SQLFilter.indexStatement(path)) }
-            // Statistics let the planner prefer the new index over the primary key.
-            try db.execute(sql: "ANALYZE document")
+        // Best effort: a query never fails because an index could not be made.
+        do {
+            try await write { db in
+                for path in missing { try db.execute(sql: SQLFilter.indexStatement(path)) }
+                // Statistics let the planner prefer the new index over the primary key.
+                try db.execute(sql: "ANALYZE document")
+            }
+            indexedPaths.withLock { $0.formUnion(missing) }
+        } catch {
+            logger.warning("could not create an index for a queried path", metadata: ["shoal.error": "\(error)"])
         }
     }
 

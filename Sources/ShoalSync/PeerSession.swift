@@ -275,7 +275,9 @@ struct PeerSession: Sendable {
                     chunk.requestID = request.requestID
                     chunk.hash = request.hash
                     let limit = Int(min(request.maxLength, SyncEngine.attachmentChunkSize))
-                    if let held = try await engine.store.attachmentChunk(hash: request.hash, offset: Int(request.offset), maximum: limit) {
+                    if let offset = Int(exactly: request.offset),
+                        let held = try await engine.store.attachmentChunk(hash: request.hash, offset: offset, maximum: limit)
+                    {
                         chunk.found = true
                         chunk.offset = request.offset
                         chunk.totalLength = UInt64(held.total)

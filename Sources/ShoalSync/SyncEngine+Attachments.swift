@@ -6,6 +6,9 @@ import Synchronization
 extension SyncEngine {
     /// The most bytes one AttachmentChunk carries (1 MiB).
     public static let attachmentChunkSize: UInt32 = 1 << 20
+    /// The largest attachment a node fetches from a peer (256 MiB): a peer's claim
+    /// of a larger total ends that peer's attempt.
+    public static let maximumAttachmentSize = 256 << 20
 
     /// Makes sure the attachment is held locally, fetching it chunk by chunk from
     /// connected peers when it is not. `progress` sees (bytes so far, total).
@@ -21,12 +24,16 @@ extension SyncEngine {
         for peer in registry.connectedSenders() {
             tried.append(peer.site.description)
             var bytes: [UInt8] = []
+            var expected: Int?
             while true {
                 guard let chunk = await requestChunk(hash: hash, offset: bytes.count, send: peer.send, timeout: timeout),
-                    chunk.found, chunk.offset == UInt64(bytes.count)
-                else { break }
+                    chunk.found, chunk.offset == UInt64(bytes.count),
+                    chunk.data.count <= Int(Self.attachmentChunkSize),
+                    let total = Int(exactly: chunk.totalLength), total <= Self.maximumAttachmentSize,
+                    expected == nil || expected == total, bytes.count + chunk.data.count <= total
+                else { break }  // a peer that does not hold it, or answers out of line: try the next
+                expected = total
                 bytes += chunk.data
-                let total = Int(chunk.totalLength)
                 progress(bytes.count, total)
                 if bytes.count >= total {
                     do {

@@ -5,6 +5,7 @@ import ShoalTesting
 import ShoalWire
 import NIOCore
 import Synchronization
+import Foundation
 import Testing
 
 /// Whole sessions between nodes in one process, over in-memory connections.
@@ -239,6 +240,53 @@ extension InProcessSyncTests {
                 try await b.sync.fetchAttachment(hash: String(repeating: "0", count: 64), timeout: .seconds(2))
             }
         }
+    }
+}
+
+extension InProcessSyncTests {
+    /// A peer that speaks the protocol but asks for absurd attachment offsets gets
+    /// a "not found" answer; the node keeps serving.
+    @Test func hostileAttachmentRequestsAreAnsweredNotFatal() async throws {
+        let a = try TestNode(name: "a")
+        defer { a.remove() }
+        let token = try await a.store.putAttachment(Array("hello".utf8))
+        let connection = InMemoryConnection()
+        let codec = MessageCodec()
+        let answers = try await withThrowingTaskGroup(of: [Shoal_V1_AttachmentChunk].self) { group in
+            group.addTask {
+                _ = try? await a.sync.serve(
+                    inbound: connection.b.inbound, transport: connection.b.transport, direction: .inbound, remoteAddress: "m")
+                return []
+            }
+            // The hostile side: a real handshake, then requests no honest peer sends.
+            var handshake = HandshakeStateMachine(
+                configuration: .init(siteID: SiteID(42), nodeName: "hostile", meshName: "default", meshKey: nil))
+            var inbound = connection.a.inbound.makeAsyncIterator()
+            for case .send(let m) in handshake.start() { try await connection.a.transport.write(codec.encode(m)) }
+            while !handshake.isEstablished, let frame = await inbound.next() {
+                for case .send(let m) in handshake.receive(try codec.decode(frame)) {
+                    try await connection.a.transport.write(codec.encode(m))
+                }
+            }
+            for (id, offset) in [(1, UInt64.max), (2, UInt64(1) << 63), (3, 2)] as [(UInt64, UInt64)] {
+                var request = Shoal_V1_AttachmentRequest()
+                request.requestID = id
+                request.hash = token.hash
+                request.offset = offset
+                request.maxLength = .max
+                try await connection.a.transport.write(codec.encode(.attachmentRequest(request)))
+            }
+            var chunks: [Shoal_V1_AttachmentChunk] = []
+            while chunks.count < 3, let frame = await inbound.next() {
+                if case .attachmentChunk(let c) = try codec.decode(frame) { chunks.append(c) }
+            }
+            await connection.a.transport.close()
+            group.cancelAll()
+            return chunks
+        }
+        #expect(answers.map(\.found) == [false, false, true])
+        #expect(answers.last?.data == Data("llo".utf8))
+        #expect(try await a.store.attachmentLength(hash: token.hash) == 5, "the node is still serving")
     }
 }
 
