@@ -133,6 +133,37 @@ struct AdminService: AdminRequestHandler {
         return status
     }
 
+    func transactionStatus() -> Shoal_V1_TransactionStatus {
+        let pipeline = node.sync.pipeline.status
+        let limits = node.sync.pipeline.configuration.coverage
+        let now = Date().timeIntervalSince1970 * 1000
+        func pending(_ p: InboundPipeline.Status.Pending) -> Shoal_V1_PendingTransaction {
+            var t = Shoal_V1_PendingTransaction()
+            t.id = p.id.description
+            t.originSite = p.id.origin.rawValue
+            t.haveDocuments = UInt64(p.haveDocuments)
+            t.needDocuments = UInt64(p.needDocuments)
+            t.ageSeconds = max(0, (now - Double(p.firstSeen)) / 1000)
+            t.askedPeers = p.askedPeers.map(\.description)
+            t.reason = p.reason
+            t.missingCollections = p.missingCollections
+            return t
+        }
+        var t = Shoal_V1_TransactionStatus()
+        t.committedLocal = node.store.committedLocalTransactions
+        t.appliedRemote = pipeline.appliedRemote
+        t.waitingForCoverage = UInt64(pipeline.waiting.count)
+        t.appliedPartial = UInt64(pipeline.partial.count)
+        t.completedLater = pipeline.completedLater
+        t.waiting = pipeline.waiting.map(pending)
+        t.partial = pipeline.partial.map(pending)
+        t.bufferedBytes = UInt64(pipeline.bufferedBytes)
+        t.bufferedBytesLimit = UInt64(limits.maximumBytes)
+        t.bufferedTransactionsLimit = UInt64(limits.maximumTransactions)
+        t.overflows = pipeline.overflows
+        return t
+    }
+
     static func error(_ code: Shoal_V1_ErrorCode, _ message: String) -> Shoal_V1_Error {
         var e = Shoal_V1_Error()
         e.code = code
@@ -184,6 +215,7 @@ struct AdminService: AdminRequestHandler {
             }
         }
         status.subscriptions = subscriptions
+        status.transactions = transactionStatus()
         status.collections = try await node.store.collectionCounts().map { c in
             var s = Shoal_V1_CollectionStatus()
             s.name = c.name

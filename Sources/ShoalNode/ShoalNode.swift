@@ -115,6 +115,7 @@ public final class ShoalNode: Service, Sendable {
         }
         let admin = AdminService(node: self)
         try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { await self.sync.run() }
             for peer in configuration.peers {
                 group.addTask { await self.dial(peer) }
             }

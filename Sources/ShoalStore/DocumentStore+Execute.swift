@@ -59,8 +59,14 @@ extension DocumentStore {
             last.mutatedDocumentIDs = last.mutatedDocumentIDs.filter { seen.insert($0).inserted }
             return (last, committed?.lastSequence, transaction.evicted)
         }
-        if let lastSequence { feed.publish(lastSequence) }
-        if evicted { resets.publish(1) }
+        if let lastSequence {
+            localCommits.withLock { $0 += 1 }
+            feed.publish(lastSequence)
+        }
+        if evicted {
+            evictions.withLock { $0 = true }
+            resets.publish(1)
+        }
         if lastSequence != nil || evicted {
             let written = Set(statements.filter(\.isMutation).map(\.collection))
             commits.publish(

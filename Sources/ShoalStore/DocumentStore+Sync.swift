@@ -3,54 +3,65 @@ import ShoalQuery
 import GRDB
 import Logging
 
-/// A transaction received from a peer: its ID, its manifest size and the deltas
-/// the peer sent of it.
-public struct RemoteTransaction: Sendable, Equatable {
-    public var id: TransactionID
-    public var count: UInt32
-    public var deltas: [Delta]
-
-    public init(id: TransactionID, count: UInt32, deltas: [Delta]) {
-        self.id = id
-        self.count = count
-        self.deltas = deltas
-    }
-}
-
-/// One row of the change log: a delta and the local sequence it was committed under.
-public struct ChangeLogEntry: Sendable, Equatable {
-    public var sequence: UInt64
-    public var delta: Delta
-}
-
-/// A page of the change log read for one peer.
+/// A page of the change log read for one peer: pieces of the transactions in it
+/// that the peer's subscriptions want, in log order.
 public struct ChangeLogPage: Sendable, Equatable {
-    /// The entries the peer's subscriptions match, in log order.
-    public var entries: [ChangeLogEntry]
+    public var pieces: [TransactionPiece]
     /// The last sequence examined, matched or not: the peer may resume after it.
     public var through: UInt64
 
-    /// The entries grouped into transactions, one group per run of a transaction,
-    /// as a receiver's `applyRemote` takes them.
-    public var transactions: [RemoteTransaction] {
-        var out: [RemoteTransaction] = []
-        for entry in entries {
-            let d = entry.delta
-            if out.last?.id != d.transaction { out.append(RemoteTransaction(id: d.transaction, count: d.count, deltas: [])) }
-            out[out.count - 1].deltas.append(d)
-        }
-        return out
+    public init(pieces: [TransactionPiece], through: UInt64) {
+        self.pieces = pieces
+        self.through = through
+    }
+
+    /// Every delta of the page, in order.
+    public var deltas: [Delta] { pieces.flatMap(\.deltas) }
+}
+
+/// One row of `change_log`, decoded once.
+struct LogRow {
+    var sequence: UInt64
+    var delta: Delta
+    /// How many deltas its transaction wrote to its document.
+    var documentDeltas: UInt32
+
+    static let select =
+        "SELECT seq, collection, doc_id, name, value, ts, txn_site, txn_seq, txn_index, txn_count, doc_deltas FROM change_log"
+
+    init(_ row: Row) {
+        sequence = UInt64(row[0] as Int64)
+        delta = Delta(
+            collection: row[1], documentID: row[2], field: row[3], valueJSON: row[4],
+            timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row[5])),
+            transaction: TransactionID(origin: SiteID(UInt64(bitPattern: row[6])), sequence: UInt64(row[7] as Int64)),
+            index: UInt32(row[8] as Int64), count: UInt32(row[9] as Int64))
+        documentDeltas = UInt32(row[10] as Int64)
     }
 }
 
-/// What applying a received batch did.
-public struct ApplyOutcome: Sendable, Equatable {
-    /// Deltas that won and were written (and logged for relay).
-    public var applied: Int
-    /// Deltas already superseded here (duplicates and older writes).
-    public var superseded: Int
-    /// The documents whose body changed.
-    public var changedDocuments: Int
+/// A transaction's row in table `txn`.
+struct StoredTransaction {
+    var deltaCount: UInt32
+    var documentCount: UInt32
+    var collections: [CollectionCount]
+    var state: TransactionRecord.State
+    /// Verdicts on the documents this node does not hold.
+    var rest: [Verdict]
+    var reports: [SiteID: TransactionRecord.Report]
+    var firstSeen: UInt64
+
+    static func fetch(_ db: Database, _ id: TransactionID) throws -> StoredTransaction? {
+        let statement = try db.cachedStatement(
+            sql: "SELECT delta_count, document_count, collections, state, rest, reports, first_seen FROM txn WHERE origin = ? AND seq = ?")
+        guard let row = try Row.fetchOne(statement, arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)])
+        else { return nil }
+        return StoredTransaction(
+            deltaCount: UInt32(row[0] as Int64), documentCount: UInt32(row[1] as Int64),
+            collections: CollectionCount.decode(row[2]) ?? [], state: TransactionRecord.State(rawValue: row[3]) ?? .applied,
+            rest: Verdict.decode(row[4]), reports: TransactionRecord.Report.decode(row[5]),
+            firstSeen: UInt64(row[6] as Int64))
+    }
 }
 
 extension DocumentStore {
@@ -66,207 +77,204 @@ extension DocumentStore {
 
     /// Reads the change log after `sequence` for a peer with `subscriptions`.
     ///
-    /// Reads about `limit` rows, extended so the page never splits a transaction's
-    /// contiguous run of rows, and keeps those whose document the subscriptions
-    /// match in its current state. Rows that `peer` itself originated are left out:
-    /// it holds its own writes.
-    ///
-    /// A write to a field that a subscription's WHERE reads may have just made the
-    /// document match, in which case the peer may never have received its other
-    /// fields. For such documents the page also carries every current field (each
-    /// with the version and transaction that wrote it); the receiver drops what it
-    /// already holds.
+    /// Reads at most `limit` rows and about `byteLimit` bytes of values (at least one
+    /// row), and turns them into pieces of their transactions:
+    /// - a piece carries the deltas of documents whose **current** body the
+    ///   subscriptions match; rows of transactions that `peer` originated are left out
+    ///   (it holds its own writes);
+    /// - a piece is the transaction's last when the transaction's run of rows ends in
+    ///   this page (`resuming`: the page follows a resume point, so a run it starts in
+    ///   the middle of counts as continuing); the last piece carries a verdict for each collection of the
+    ///   manifest (`lastPieceVerdicts`). A transaction in `continuing` (one that
+    ///   earlier pages sent part of) gets its last piece even when it carries no delta;
+    ///   any other transaction with nothing to send is left out;
+    /// - when a sent delta writes a field that a subscription's WHERE reads, the
+    ///   document may have just started to match: the piece also carries the
+    ///   document's other current fields as context.
     public func changes(
-        after sequence: UInt64, limit: Int, subscriptions: SubscriptionSet, excludingOrigin peer: SiteID? = nil
+        after sequence: UInt64, limit: Int, byteLimit: Int = 4 << 20, subscriptions: SubscriptionSet,
+        excludingOrigin peer: SiteID? = nil, continuing: Set<TransactionID> = [], resuming: Bool = false
     ) async throws(StoreError) -> ChangeLogPage {
-        try await read { db in
+        let evicted = evictedSomething
+        return try await read { db in
+            var rows: [LogRow] = []
+            var bytes = 0
+            var next: LogRow?
+            let cursor = try Row.fetchCursor(
+                db.cachedStatement(sql: "\(LogRow.select) WHERE seq > ? ORDER BY seq LIMIT ?"),
+                arguments: [Int64(sequence), limit + 1])
+            while let row = try cursor.next() {
+                let decoded = LogRow(row)
+                if rows.count == limit || (!rows.isEmpty && bytes + decoded.delta.valueJSON.utf8.count > byteLimit) {
+                    next = decoded
+                    break
+                }
+                bytes += decoded.delta.valueJSON.utf8.count
+                rows.append(decoded)
+            }
+            guard let lastRow = rows.last else { return ChangeLogPage(pieces: [], through: sequence) }
+            var continuing = continuing
+            if resuming, sequence > 0,
+                let before = try Row.fetchOne(
+                    db.cachedStatement(sql: "SELECT txn_site, txn_seq FROM change_log WHERE seq = ?"), arguments: [Int64(sequence)]),
+                rows[0].delta.transaction == TransactionID(origin: SiteID(UInt64(bitPattern: before[0])), sequence: UInt64(before[1] as Int64))
+            {
+                // Resuming inside a transaction's run: its earlier pieces went out before.
+                continuing.insert(rows[0].delta.transaction)
+            }
+            var reader = PieceReader(db: db, subscriptions: subscriptions, excluded: peer, evicted: evicted)
+            var pieces: [TransactionPiece] = []
+            var start = 0
+            while start < rows.count {
+                let id = rows[start].delta.transaction
+                var end = start
+                while end < rows.count, rows[end].delta.transaction == id { end += 1 }
+                let isLast = end < rows.count || next?.delta.transaction != id
+                if let piece = try reader.piece(id, rows: rows[start..<end], isLast: isLast, continuing: continuing.contains(id)) {
+                    pieces.append(piece)
+                }
+                start = end
+            }
+            return ChangeLogPage(pieces: pieces, through: lastRow.sequence)
+        }
+    }
+
+    /// Every piece this node holds of one transaction, for a peer with
+    /// `subscriptions` that asked for it: what `changes` would have sent of it,
+    /// restricted to `collections` (all when empty), cut into pieces of about
+    /// `byteLimit` bytes. Empty when the transaction is not applied here.
+    public func transactionPieces(
+        _ id: TransactionID, subscriptions: SubscriptionSet, collections: Set<String> = [], byteLimit: Int = 4 << 20
+    ) async throws(StoreError) -> [TransactionPiece] {
+        let evicted = evictedSomething
+        return try await read { db in
+            guard let stored = try StoredTransaction.fetch(db, id), stored.state != .waiting else { return [] }
             var rows = try Row.fetchAll(
-                db, sql: "\(Self.logColumns) WHERE seq > ? ORDER BY seq LIMIT ?",
-                arguments: [Int64(sequence), limit])
-            if rows.count == limit, let last = rows.last {
-                let tail = try Row.fetchAll(
-                    db, sql: "\(Self.logColumns) WHERE seq > ? ORDER BY seq LIMIT 10000",
-                    arguments: [last[0] as Int64])
-                let site: Int64 = last[6], seq: Int64 = last[7]
-                rows += tail.prefix { ($0[6] as Int64) == site && ($0[7] as Int64) == seq }
-            }
-            guard let lastRow = rows.last else { return ChangeLogPage(entries: [], through: sequence) }
-            let excluded = peer.map { Int64(bitPattern: $0.rawValue) }
-            var verdicts: [String: Bool] = [:]
-            var entries: [ChangeLogEntry] = []
-            var backfill: [(collection: String, key: String)] = []
-            var backfilled: Set<String> = []
-            let wanted = subscriptions.collections
-            for row in rows {
-                let collection: String = row[1], key: String = row[2]
-                guard wanted.contains(collection), row[6] as Int64 != excluded else { continue }
-                let docKey = collection + "\u{0}" + key
-                let matched: Bool
-                if let known = verdicts[docKey] {
-                    matched = known
-                } else {
-                    let body = try String.fetchOne(
-                        db, sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ?",
-                        arguments: [collection, key])
-                    matched = try body.map { subscriptions.matches(collection: collection, document: try Self.parseBody($0)) } ?? false
-                    verdicts[docKey] = matched
+                db.cachedStatement(sql: "\(LogRow.select) WHERE txn_site = ? AND txn_seq = ? ORDER BY txn_index"),
+                arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]
+            ).map(LogRow.init)
+            if !collections.isEmpty { rows = rows.filter { collections.contains($0.delta.collection) } }
+            var reader = PieceReader(db: db, subscriptions: subscriptions, excluded: nil, evicted: evicted, context: false)
+            var pieces: [TransactionPiece] = []
+            var start = 0
+            repeat {
+                var end = start
+                var bytes = 0
+                while end < rows.count, end == start || bytes + rows[end].delta.valueJSON.utf8.count <= byteLimit {
+                    bytes += rows[end].delta.valueJSON.utf8.count
+                    end += 1
                 }
-                guard matched else { continue }
-                entries.append(Self.entry(row))
-                if subscriptions.matchMayDependOn(collection: collection, field: row[3]),
-                    backfilled.insert(docKey).inserted
-                {
-                    backfill.append((collection, key))
+                if let piece = try reader.piece(id, rows: rows[start..<end], isLast: end == rows.count, continuing: true) {
+                    pieces.append(piece)
+                }
+                start = end
+            } while start < rows.count
+            return pieces
+        }
+    }
+}
+
+/// Builds the pieces of one page for one peer, remembering per document whether
+/// the subscriptions match it.
+struct PieceReader {
+    let db: Database
+    let subscriptions: SubscriptionSet
+    let excluded: Int64?
+    /// Whether documents may be missing their body (EVICT ran at some point).
+    let evicted: Bool
+    let context: Bool
+    var matches: [DocumentRef: Bool] = [:]
+
+    init(db: Database, subscriptions: SubscriptionSet, excluded: SiteID?, evicted: Bool, context: Bool = true) {
+        self.db = db
+        self.subscriptions = subscriptions
+        self.excluded = excluded.map { Int64(bitPattern: $0.rawValue) }
+        self.evicted = evicted
+        self.context = context
+    }
+
+    mutating func matches(_ document: DocumentRef) throws -> Bool {
+        if let known = matches[document] { return known }
+        let body = try String.fetchOne(
+            db.cachedStatement(sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ?"),
+            arguments: [document.collection, document.id])
+        let matched = try body.map { subscriptions.matches(collection: document.collection, document: try DocumentStore.parseBody($0)) } ?? false
+        matches[document] = matched
+        return matched
+    }
+
+    mutating func piece(
+        _ id: TransactionID, rows: ArraySlice<LogRow>, isLast: Bool, continuing: Bool
+    ) throws -> TransactionPiece? {
+        if let excluded, Int64(bitPattern: id.origin.rawValue) == excluded { return nil }
+        let wanted = subscriptions.collections
+        var deltas: [Delta] = []
+        var counts: [DocumentRef: UInt32] = [:]
+        var withContext: [DocumentRef] = []
+        for row in rows where wanted.contains(row.delta.collection) {
+            let document = DocumentRef(collection: row.delta.collection, id: row.delta.documentID)
+            guard try matches(document) else { continue }
+            deltas.append(row.delta)
+            counts[document] = row.documentDeltas
+            if context, subscriptions.matchMayDependOn(collection: document.collection, field: row.delta.field),
+                !withContext.contains(document)
+            {
+                withContext.append(document)
+            }
+        }
+        guard !deltas.isEmpty || (isLast && continuing) else { return nil }
+        let stored = try StoredTransaction.fetch(db, id)
+        let first = rows.first!.delta
+        var piece = TransactionPiece(
+            id: id, deltaCount: stored?.deltaCount ?? first.count,
+            documentCount: stored?.documentCount ?? UInt32(Set(rows.map { DocumentRef(collection: $0.delta.collection, id: $0.delta.documentID) }).count),
+            collections: stored?.collections ?? CollectionCount.manifest(of: rows.map { (collection: $0.delta.collection, document: $0.delta.documentID) }),
+            deltas: deltas, documentDeltaCounts: counts, isLast: isLast)
+        if isLast { piece.verdicts = try lastPieceVerdicts(id, piece.collections, rest: stored?.rest ?? []) }
+        let sent = Set(deltas.map { "\($0.documentID)\u{0}\($0.field)\u{0}\($0.timestamp.rawValue)" })
+        for document in withContext {
+            let fields = try Row.fetchAll(
+                db.cachedStatement(
+                    sql: "SELECT name, value, ts, COALESCE(txn_site, site), txn_seq FROM field WHERE collection = ? AND doc_id = ? ORDER BY name"),
+                arguments: [document.collection, document.id])
+            for f in fields where f[3] as Int64 != excluded {
+                let field = ContextField(
+                    document: document, field: f[0], valueJSON: f[1], timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: f[2])),
+                    transaction: TransactionID(origin: SiteID(UInt64(bitPattern: f[3])), sequence: UInt64(f[4] as Int64)))
+                if field.transaction != id, !sent.contains("\(document.id)\u{0}\(field.field)\u{0}\(field.timestamp.rawValue)") {
+                    piece.context.append(field)
                 }
             }
-            let through = UInt64(lastRow[0] as Int64)
-            let sent = Set(entries.map { "\($0.delta.collection)\u{0}\($0.delta.documentID)\u{0}\($0.delta.field)\u{0}\($0.delta.timestamp.rawValue)" })
-            for doc in backfill {
-                let fields = try Row.fetchAll(
+        }
+        return piece
+    }
+
+    /// For each collection of the manifest: what this node holds and withholds does
+    /// not match the peer's subscriptions (`notCovered` by them); what it does not
+    /// hold is what its own sources said (`rest`); and a held document whose body
+    /// EVICT removed cannot be judged (`unknown`).
+    func lastPieceVerdicts(_ id: TransactionID, _ collections: [CollectionCount], rest: [Verdict]) throws -> [Verdict] {
+        var unjudged: Set<String> = []
+        if evicted {
+            unjudged = Set(
+                try String.fetchAll(
                     db,
                     sql: """
-                        SELECT name, value, ts, COALESCE(txn_site, site), txn_seq, txn_index, txn_count FROM field
-                        WHERE collection = ? AND doc_id = ? ORDER BY site, txn_seq, txn_index
+                        SELECT DISTINCT l.collection FROM change_log l LEFT JOIN document d
+                        ON d.collection = l.collection AND d.doc_id = l.doc_id
+                        WHERE l.txn_site = ? AND l.txn_seq = ? AND d.doc_id IS NULL
                         """,
-                    arguments: [doc.collection, doc.key])
-                for f in fields where f[3] as Int64 != excluded {
-                    let delta = Delta(
-                        collection: doc.collection, documentID: doc.key, field: f[0], valueJSON: f[1],
-                        timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: f[2])),
-                        transaction: TransactionID(origin: SiteID(UInt64(bitPattern: f[3])), sequence: UInt64(f[4] as Int64)),
-                        index: UInt32(f[5] as Int64), count: UInt32(f[6] as Int64))
-                    let id = "\(delta.collection)\u{0}\(delta.documentID)\u{0}\(delta.field)\u{0}\(delta.timestamp.rawValue)"
-                    if !sent.contains(id) { entries.append(ChangeLogEntry(sequence: through, delta: delta)) }
-                }
-            }
-            return ChangeLogPage(entries: entries, through: through)
+                    arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]))
         }
-    }
-
-    static let logColumns =
-        "SELECT seq, collection, doc_id, name, value, ts, txn_site, txn_seq, txn_index, txn_count FROM change_log"
-
-    static func entry(_ row: Row) -> ChangeLogEntry {
-        let delta = Delta(
-            collection: row[1], documentID: row[2], field: row[3], valueJSON: row[4],
-            timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row[5])),
-            transaction: TransactionID(origin: SiteID(UInt64(bitPattern: row[6])), sequence: UInt64(row[7] as Int64)),
-            index: UInt32(row[8] as Int64), count: UInt32(row[9] as Int64))
-        return ChangeLogEntry(sequence: UInt64(row[0] as Int64), delta: delta)
-    }
-
-    /// Applies transactions received from `peer` in one SQLite transaction and
-    /// records `through` as that peer's cursor under `subscriptionKey` (nil: the
-    /// batch was read under a superseded subscription set; record nothing).
-    ///
-    /// Each delta merges last-writer-wins; a delta that wins is written, its
-    /// document re-materialized, and appended to this store's change log (keeping
-    /// its transaction ID) so it relays onward. A delta that loses is dropped: the
-    /// value that beat it is already in the log. Nothing is acknowledged unless all
-    /// of it commits.
-    public func applyRemote(
-        _ transactions: [RemoteTransaction], from peer: SiteID, subscriptionKey: String?, through: UInt64
-    ) async throws(StoreError) -> ApplyOutcome {
-        for transaction in transactions {
-            for delta in transaction.deltas {
-                do {
-                    // An empty value is a register removed by UNSET; "~SITE" an observed map removal.
-                    if delta.valueJSON.hasPrefix(DocumentBody.observedRemovalPrefix) {
-                        guard SiteID(hex: delta.valueJSON.dropFirst()) != nil else {
-                            throw JSON.ParseError(offset: 1, message: "an observed removal must name a site in hex")
-                        }
-                    } else if delta.valueJSON != DocumentBody.removedValue {
-                        _ = try JSON.parse(delta.valueJSON)
-                    }
-                } catch {
-                    throw StoreError(
-                        .invalidDocument,
-                        "transaction \(transaction.id) from \(peer): field \(delta.field) of \(delta.collection) \(delta.documentID) is not valid JSON (\(error))")
-                }
+        let filter = subscriptions.filter
+        var verdicts: [Verdict] = []
+        for count in collections {
+            verdicts.append(Verdict(collection: count.collection, coverage: .notCovered(filter)))
+            if unjudged.contains(count.collection) { verdicts.append(Verdict(collection: count.collection, coverage: .unknown)) }
+            for verdict in rest where verdict.collection == count.collection && !verdicts.contains(verdict) {
+                verdicts.append(verdict)
             }
         }
-        for transaction in transactions {
-            var warned = false
-            for delta in transaction.deltas where !clock.observe(delta.timestamp) && !warned {
-                warned = true
-                logger.warning(
-                    "a remote write is timestamped far ahead of this clock; not adopting its time",
-                    metadata: ["shoal.peer.site": "\(peer)", "shoal.txn": "\(transaction.id)", "shoal.hlc": "\(delta.timestamp)"])
-            }
-        }
-        let (outcome, lastSequence, commit) = try await write { db -> (ApplyOutcome, UInt64?, Commit) in
-            var outcome = ApplyOutcome(applied: 0, superseded: 0, changedDocuments: 0)
-            var dirty: [String: (collection: String, key: String)] = [:]
-            let current = try db.cachedStatement(
-                sql: "SELECT ts, site, value FROM field WHERE collection = ? AND doc_id = ? AND name = ?")
-            let upsert = try db.cachedStatement(sql: FieldSQL.upsert)
-            let append = try db.cachedStatement(sql: FieldSQL.appendLog)
-            var lastSequence: UInt64?
-            var commit = Commit(transactions: [], collections: [], sequence: 0)
-            for transaction in transactions {
-                var appliedAny = false
-                defer { if appliedAny { commit.transactions.append(transaction.id) } }
-                for delta in transaction.deltas {
-                    let row = try Row.fetchOne(current, arguments: [delta.collection, delta.documentID, delta.field])
-                    let existing = row.map {
-                        RegisterVersion(
-                            timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: $0[0])),
-                            site: SiteID(UInt64(bitPattern: $0[1])))
-                    }
-                    let version = DocumentBody.version(of: delta)
-                    let currentValue: String? = row?[2]
-                    var wins = Register.incomingWins(
-                        version, removes: DocumentBody.isRemoval(delta.valueJSON), over: existing,
-                        removed: currentValue.map(DocumentBody.isRemoval) ?? false)
-                    // Equal versions with different values come only from INITIAL DOCUMENTS
-                    // (time zero, same site, rewritten after EVICT): the larger bytes win everywhere.
-                    if !wins, version == existing, let currentValue, currentValue != delta.valueJSON,
-                        !DocumentBody.isRemoval(currentValue), !DocumentBody.isRemoval(delta.valueJSON)
-                    {
-                        wins = Array(delta.valueJSON.utf8).lexicographicallyPrecedes(Array(currentValue.utf8)) == false
-                    }
-                    guard wins else {
-                        outcome.superseded += 1
-                        continue
-                    }
-                    let ts = Int64(bitPattern: delta.timestamp.rawValue)
-                    let site = Int64(bitPattern: delta.site.rawValue)
-                    try upsert.execute(arguments: [
-                        delta.collection, delta.documentID, delta.field, delta.valueJSON, ts,
-                        Int64(bitPattern: version.site.rawValue), Int64(transaction.id.sequence), Int64(delta.index),
-                        Int64(transaction.count), site,
-                    ])
-                    try append.execute(arguments: [
-                        delta.collection, delta.documentID, delta.field, delta.valueJSON, ts, site,
-                        Int64(transaction.id.sequence), Int64(delta.index), Int64(transaction.count),
-                    ])
-                    lastSequence = UInt64(db.lastInsertedRowID)
-                    outcome.applied += 1
-                    appliedAny = true
-                    commit.collections.insert(delta.collection)
-                    dirty[delta.collection + "\u{0}" + delta.documentID] = (delta.collection, delta.documentID)
-                }
-            }
-            for (_, doc) in dirty {
-                try DocumentBody.materialize(db: db, collection: doc.collection, key: doc.key)
-            }
-            outcome.changedDocuments = dirty.count
-            if let subscriptionKey {
-                try db.execute(
-                sql: """
-                    INSERT INTO peer_cursor (peer, subscription_key, through) VALUES (?, ?, ?)
-                    ON CONFLICT (peer, subscription_key) DO UPDATE SET through = MAX(through, excluded.through)
-                    """,
-                arguments: [Int64(bitPattern: peer.rawValue), subscriptionKey, Int64(through)])
-            }
-            return (outcome, lastSequence, commit)
-        }
-        if let lastSequence {
-            feed.publish(lastSequence)
-            var commit = commit
-            commit.sequence = lastSequence
-            commits.publish(commit)
-        }
-        return outcome
+        return verdicts
     }
 }

@@ -32,6 +32,15 @@ public final class DocumentStore: Sendable {
     /// Every commit that wrote something: for observers.
     let commits = ChangeFeed<Commit>(bufferingPolicy: .unbounded, replayLatest: false)
     let logger: Logger
+    /// Whether EVICT ever removed documents here (then a logged document may lack a body).
+    let evictions = Mutex(false)
+    /// Local read-write transactions committed since the store opened.
+    let localCommits = Mutex<UInt64>(0)
+
+    var evictedSomething: Bool { evictions.withLock { $0 } }
+
+    /// Local read-write transactions committed since the store opened.
+    public var committedLocalTransactions: UInt64 { localCommits.withLock { $0 } }
 
     /// Opens (creating if needed) the store in `directory`.
     public init(directory: String, logger: Logger = Logger(label: "shoal.store")) throws(StoreError) {
@@ -62,6 +71,10 @@ public final class DocumentStore: Sendable {
                 let ts = try Int64.fetchOne(db, sql: "SELECT MAX(ts) FROM field") ?? 0
                 return (site, ts)
             }
+            let evicted = try pool.read { db in
+                try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'evicted'") != nil
+            }
+            evictions.withLock { $0 = evicted }
             siteID = site
             let existing = try pool.read { db in
                 try String.fetchAll(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'index' AND name LIKE 'document_by_%'")
@@ -126,6 +139,64 @@ public final class DocumentStore: Sendable {
             // Attachment bytes by SHA-256; documents hold tokens that name them.
             try db.execute(
                 sql: "CREATE TABLE attachment (hash TEXT PRIMARY KEY NOT NULL, length INTEGER NOT NULL, data BLOB NOT NULL) WITHOUT ROWID")
+        }
+        migrator.registerMigration("v6-transactions") { db in
+            // Every piece of a transaction is logged once (also one that lost LWW, so a
+            // relay can pass the whole transaction on); each log row knows how many
+            // deltas its transaction wrote to its document; table txn keeps each
+            // transaction's manifest, state and what peers said of it; txn_piece and
+            // txn_context are the durable buffer of transactions waiting for coverage.
+            try db.execute(
+                sql: """
+                    ALTER TABLE change_log ADD COLUMN doc_deltas INTEGER NOT NULL DEFAULT 0;
+                    DELETE FROM change_log WHERE seq NOT IN (
+                        SELECT MIN(seq) FROM change_log GROUP BY txn_site, txn_seq, txn_index);
+                    CREATE UNIQUE INDEX change_log_by_transaction ON change_log (txn_site, txn_seq, txn_index);
+                    UPDATE change_log SET doc_deltas = (
+                        SELECT COUNT(*) FROM change_log c WHERE c.txn_site = change_log.txn_site
+                        AND c.txn_seq = change_log.txn_seq AND c.collection = change_log.collection
+                        AND c.doc_id = change_log.doc_id);
+                    CREATE TABLE txn (
+                        origin INTEGER NOT NULL, seq INTEGER NOT NULL,
+                        delta_count INTEGER NOT NULL, document_count INTEGER NOT NULL,
+                        collections TEXT NOT NULL, state INTEGER NOT NULL,
+                        rest TEXT NOT NULL DEFAULT '', reports TEXT NOT NULL DEFAULT '',
+                        first_seen INTEGER NOT NULL DEFAULT 0,
+                        PRIMARY KEY (origin, seq)) WITHOUT ROWID;
+                    CREATE INDEX txn_by_state ON txn (state) WHERE state != 1;
+                    CREATE TABLE txn_piece (
+                        origin INTEGER NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL,
+                        collection TEXT NOT NULL, doc_id TEXT NOT NULL, doc_deltas INTEGER NOT NULL,
+                        name TEXT NOT NULL, value TEXT NOT NULL, ts INTEGER NOT NULL,
+                        PRIMARY KEY (origin, seq, idx)) WITHOUT ROWID;
+                    CREATE TABLE txn_context (
+                        origin INTEGER NOT NULL, seq INTEGER NOT NULL,
+                        collection TEXT NOT NULL, doc_id TEXT NOT NULL, name TEXT NOT NULL,
+                        value TEXT NOT NULL, ts INTEGER NOT NULL, src_origin INTEGER NOT NULL, src_seq INTEGER NOT NULL,
+                        PRIMARY KEY (origin, seq, collection, doc_id, name)) WITHOUT ROWID;
+                    """)
+            // Transactions logged before: their manifest is what the log holds of them.
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT txn_site, txn_seq, MAX(txn_count), collection, doc_id, COUNT(*) FROM change_log GROUP BY txn_site, txn_seq, collection, doc_id ORDER BY txn_site, txn_seq")
+            var index = 0
+            while index < rows.count {
+                let site: Int64 = rows[index][0], seq: Int64 = rows[index][1]
+                var end = index
+                var deltas: Int64 = 0
+                while end < rows.count, rows[end][0] as Int64 == site, rows[end][1] as Int64 == seq {
+                    deltas = max(deltas, rows[end][2] as Int64)
+                    end += 1
+                }
+                let part = rows[index..<end]
+                let manifest = CollectionCount.manifest(
+                    of: part.flatMap { row in
+                        Array(repeating: (collection: row[3] as String, document: row[4] as String), count: Int(row[5] as Int64))
+                    })
+                try db.execute(
+                    sql: "INSERT INTO txn (origin, seq, delta_count, document_count, collections, state) VALUES (?, ?, ?, ?, ?, 1)",
+                    arguments: [site, seq, deltas, part.count, CollectionCount.encode(manifest)])
+                index = end
+            }
         }
         return migrator
     }

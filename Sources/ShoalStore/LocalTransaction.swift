@@ -348,6 +348,8 @@ struct LocalTransaction {
         }
         if !matches.isEmpty {
             try db.execute(sql: "DELETE FROM peer_cursor")
+            // From now on a logged document may have no body: relaying must say so (`unknown`).
+            try db.execute(sql: "INSERT OR REPLACE INTO shoal_meta (key, value) VALUES ('evicted', 1)")
             evicted = true
         }
         return matches.map { $0.body["_id"] ?? .null }
@@ -414,13 +416,16 @@ struct LocalTransaction {
         return try DocumentStore.parseBody(text).objectValue
     }
 
-    /// Appends the transaction's deltas to the change log; `nil` when it wrote nothing.
+    /// Appends the transaction's deltas to the change log and records its manifest;
+    /// `nil` when it wrote nothing.
     mutating func finish() throws -> (transaction: TransactionID, lastSequence: UInt64)? {
         guard !pending.isEmpty else { return nil }
         let transaction = TransactionID(origin: site, sequence: UInt64(sequence))
         try db.execute(
             sql: "INSERT INTO shoal_meta (key, value) VALUES ('transaction_counter', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             arguments: [sequence])
+        var perDocument: [DocumentRef: Int] = [:]
+        for d in pending { perDocument[DocumentRef(collection: d.collection, id: d.key), default: 0] += 1 }
         let insert = try db.cachedStatement(sql: FieldSQL.appendLog)
         let count = try db.cachedStatement(
             sql: "UPDATE field SET txn_count = ? WHERE collection = ? AND doc_id = ? AND name = ? AND txn_site = ? AND txn_seq = ?")
@@ -428,10 +433,16 @@ struct LocalTransaction {
             try insert.execute(arguments: [
                 d.collection, d.key, d.field, d.json, Int64(bitPattern: d.ts.rawValue),
                 Int64(bitPattern: site.rawValue), sequence, index, pending.count,
+                perDocument[DocumentRef(collection: d.collection, id: d.key)]!,
             ])
             try count.execute(arguments: [pending.count, d.collection, d.key, d.field, Int64(bitPattern: site.rawValue), sequence])
         }
         let last = UInt64(db.lastInsertedRowID)
+        let manifest = CollectionCount.manifest(of: pending.map { (collection: $0.collection, document: $0.key) })
+        try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [
+            Int64(bitPattern: site.rawValue), sequence, pending.count, perDocument.count,
+            CollectionCount.encode(manifest), TransactionRecord.State.applied.rawValue, "", "", 0,
+        ])
         return (transaction, last)
     }
 
@@ -456,8 +467,16 @@ enum FieldSQL {
         INSERT INTO document (collection, doc_id, body, deleted) VALUES (?, ?, ?, 0)
         ON CONFLICT (collection, doc_id) DO UPDATE SET body = excluded.body, deleted = 0
         """
+    /// Logs a delta once: a piece of a transaction already logged is skipped.
     static let appendLog = """
-        INSERT INTO change_log (collection, doc_id, name, value, ts, txn_site, txn_seq, txn_index, txn_count)
+        INSERT OR IGNORE INTO change_log (collection, doc_id, name, value, ts, txn_site, txn_seq, txn_index, txn_count, doc_deltas)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        """
+    static let insertTransaction = """
+        INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, rest = excluded.rest,
+            reports = excluded.reports, delta_count = excluded.delta_count,
+            document_count = excluded.document_count, collections = excluded.collections
         """
 }

@@ -108,12 +108,71 @@ public struct SubscriptionSet: Sendable, Hashable {
     }
 
     /// FNV-1a, 64 bits, as 16 hex digits: stable across runs and platforms.
-    static func hash(_ text: String) -> String {
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in text.utf8 {
-            h ^= UInt64(byte)
-            h = h &* 0x0000_0100_0000_01b3
+    static func hash(_ text: String) -> String { StableHash.fnv1a(text) }
+}
+
+extension SubscriptionSet {
+    /// The set as plain data, as a `NOT_COVERED` verdict names it.
+    public var filter: SubscriptionFilter {
+        SubscriptionFilter(
+            entries.map { .init(query: $0.query, argumentsJSON: $0.arguments.isEmpty ? "" : Value.object($0.arguments).canonicalJSON) })
+    }
+
+    /// Parses a filter received from a peer.
+    public init(_ filter: SubscriptionFilter) throws(StoreError) {
+        self.init()
+        for entry in filter.entries {
+            var arguments: [String: Value] = [:]
+            if !entry.argumentsJSON.isEmpty {
+                guard case .object(let object)? = try? JSON.parse(entry.argumentsJSON) else {
+                    throw StoreError(.invalidQuery, "subscription arguments must be a JSON object: \(entry.argumentsJSON)")
+                }
+                arguments = object
+            }
+            try add(query: entry.query, arguments: arguments)
         }
-        return SiteID(h).description
+    }
+
+    /// Whether every document of `collection` that this set matches is also matched
+    /// by `other`, as far as can be told from the queries alone.
+    ///
+    /// It is a proof, never a guess: true when this set has no query on the
+    /// collection, or when each of its queries on it is implied by one of `other`'s:
+    /// a query without WHERE, or one whose WHERE conjuncts (its top-level `AND`
+    /// terms, parameters replaced by their values) are all among this query's.
+    /// So `region = 'eu' AND kind = 'x'` is narrower than `region = 'eu'`, and
+    /// `region = :r` with r = "eu" is the same as `region = 'eu'`. Anything else
+    /// (`OR`, ranges that happen to nest) is not claimed.
+    public func isProvablyNarrower(than other: SubscriptionSet, on collection: String) -> Bool {
+        let mine = entries.filter { $0.statement.collection == collection }
+        let theirs = other.entries.filter { $0.statement.collection == collection }.map { entry in
+            entry.statement.whereClause.map { Self.conjuncts(Self.resolve($0, entry.arguments)) }
+        }
+        return mine.allSatisfy { entry in
+            let needed = entry.statement.whereClause.map { Set(Self.conjuncts(Self.resolve($0, entry.arguments))) } ?? []
+            return theirs.contains { conjuncts in
+                guard let conjuncts else { return true }
+                return conjuncts.allSatisfy(needed.contains)
+            }
+        }
+    }
+
+    static func conjuncts(_ e: Expression) -> [Expression] {
+        if case .binary(.and, let l, let r) = e { return conjuncts(l) + conjuncts(r) }
+        return [e]
+    }
+
+    /// `e` with every parameter replaced by its value (a missing one stays a parameter).
+    static func resolve(_ e: Expression, _ arguments: [String: Value]) -> Expression {
+        switch e {
+        case .parameter(let name): return arguments[name].map(Expression.literal) ?? e
+        case .literal, .path, .countAll: return e
+        case .object(let entries): return .object(entries.map { ObjectEntry(key: $0.key, value: resolve($0.value, arguments)) })
+        case .array(let items): return .array(items.map { resolve($0, arguments) })
+        case .unary(let op, let x): return .unary(op, resolve(x, arguments))
+        case .binary(let op, let l, let r): return .binary(op, resolve(l, arguments), resolve(r, arguments))
+        case .function(let name, let args): return .function(name, args.map { resolve($0, arguments) })
+        case .index(let base, let key): return .index(resolve(base, arguments), resolve(key, arguments))
+        }
     }
 }

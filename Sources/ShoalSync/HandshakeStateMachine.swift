@@ -67,7 +67,11 @@ public struct HandshakeStateMachine: Sendable {
         case failed
     }
 
-    public static let supportedVersions: ClosedRange<UInt32> = 1...1
+    /// Version 2 added transaction manifests and coverage (PROTOCOL.md §13); admin
+    /// sessions work at version 1 too, peer sessions need version 2.
+    public static let supportedVersions: ClosedRange<UInt32> = 1...2
+    /// The lowest version two peers sync at.
+    public static let minimumPeerVersion: UInt32 = 2
     public static let nonceSize = 32
     static let proofLabel = Array("shoal-proof-v1".utf8)
 
@@ -138,6 +142,12 @@ public struct HandshakeStateMachine: Sendable {
             return fail(
                 .unsupportedVersion,
                 "no common protocol version: the peer speaks \(hello.minVersion)–\(hello.maxVersion), this node speaks \(configuration.versions.lowerBound)–\(configuration.versions.upperBound)"
+            )
+        }
+        if hello.role != .admin, configuration.role != .admin, high < Self.minimumPeerVersion {
+            return fail(
+                .unsupportedVersion,
+                "peers sync at protocol version \(Self.minimumPeerVersion) or later (transaction manifests); the peer speaks \(hello.minVersion)–\(hello.maxVersion)"
             )
         }
         guard hello.nonce.count == Self.nonceSize else {

@@ -8,12 +8,13 @@ import Foundation
 
 /// One connection's life: handshake, then sync (or admin) until either side closes.
 ///
-/// Concurrency, per sync session (one child task each, all ended together):
-/// - the parent reads inbound frames and acts on them in order;
-/// - `stream` sends the change log to the peer, batch by batch, as far as the
-///   peer's subscriptions and the in-flight window allow, then waits for a wake-up;
-/// - `forwardChanges` turns the store's change-log growth into wake-ups;
-/// - `keepalive` pings and closes a connection that has gone silent.
+/// Every decision of a sync session is `SessionStateMachine`'s; this type only
+/// carries its actions out. Per sync session (child tasks ended together):
+/// - the parent reads inbound frames and turns each into an event;
+/// - a ticker, the change log's growth and this node's subscription changes become events too;
+/// - one loop feeds the events to the machine, in order, and performs its actions
+///   (send a frame, read a page of the log, hand a batch to the inbound pipeline,
+///   answer a request), feeding their results back.
 struct PeerSession: Sendable {
     let engine: SyncEngine
     let recordID: Int
@@ -185,357 +186,205 @@ struct PeerSession: Sendable {
 
     // MARK: Sync
 
+    /// The child tasks of a sync session: only the loop ends the session.
+    enum SessionChild { case loop, other }
+
+    /// What the session's event loop reacts to.
+    enum Input: Sendable {
+        case event(SessionStateMachine.Event)
+        /// The inbound stream ended (the peer closed, or a read failed).
+        case inboundEnded
+        /// The store closed.
+        case stopped
+    }
+
+    /// Drives the session's state machine: the parent task reads frames, child tasks
+    /// turn timers and local changes into events, and one loop feeds every event to
+    /// the machine and carries out its actions in order.
     func runSync<I: AsyncIteratorProtocol>(peer: PeerIdentity, iterator: inout I) async throws where I.Element == Frame {
-        let (wake, wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        // Listen for changes before the first Subscribe, so none falls in between.
+        let (inputs, input) = AsyncStream.makeStream(of: Input.self)
+        let configuration = engine.configuration
+        // Listen before the first Subscribe, so no change falls in between.
         let subscriptionChanges = engine.subscriptionChanges.updates()
         let cursorResets = engine.store.cursorResets()
-        try await sendSubscribe(peer: peer)
+        let logUpdates = engine.store.changeLogUpdates()
+        input.yield(.event(.ownSubscriptionsChanged(engine.subscriptions, fromStart: false)))
+        engine.pipeline.peerConnected(peer.siteID)
 
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            defer {
-                wakeContinuation.finish()
-                group.cancelAll()
+        var readError: (any Error)?
+        try await withThrowingTaskGroup(of: SessionChild.self) { group in
+            group.addTask {
+                try await eventLoop(inputs, input: input, peer: peer)
+                return .loop
+            }
+            group.addTask {
+                while true {
+                    try await Task.sleep(for: min(configuration.keepaliveInterval, .seconds(1)))
+                    input.yield(.event(.tick))
+                }
+            }
+            group.addTask {
+                for await sequence in logUpdates { input.yield(.event(.logAdvanced(sequence))) }
+                input.yield(.stopped)
+                return .other
             }
             group.addTask { [engine] in
-                for await _ in engine.store.changeLogUpdates() { wakeContinuation.yield() }
+                for await _ in subscriptionChanges {
+                    input.yield(.event(.ownSubscriptionsChanged(engine.subscriptions, fromStart: false)))
+                }
+                return .other
             }
-            group.addTask {
-                for await _ in subscriptionChanges { try await sendSubscribe(peer: peer) }
-            }
-            group.addTask {
+            group.addTask { [engine] in
                 // After EVICT, ask for everything again, whatever a racing batch recorded.
-                for await _ in cursorResets { try await sendSubscribe(peer: peer, fromStart: true) }
+                for await _ in cursorResets { input.yield(.event(.ownSubscriptionsChanged(engine.subscriptions, fromStart: true))) }
+                return .other
             }
-            group.addTask { try await stream(wake: wake, peerSite: peer.siteID) }
-            group.addTask { try await keepalive() }
-            while let message = try await receive(&iterator) {
-                switch message {
-                case .subscribe(let request):
-                    // Subscribes may cross on the wire: only a newer one replaces the current.
-                    guard shared.acceptsSubscribe(generation: request.generation) else { continue }
-                    var set = SubscriptionSet()
-                    for s in request.subscriptions {
-                        do {
-                            let arguments: [String: Value]
-                            if s.argumentsJson.isEmpty {
-                                arguments = [:]
-                            } else if case .object(let object) = try JSON.parse(s.argumentsJson) {
-                                arguments = object
-                            } else {
-                                throw StoreError(.invalidQuery, "subscription arguments must be a JSON object")
-                            }
-                            try set.add(query: s.query, arguments: arguments)
-                        } catch {
-                            throw await reject(SyncError(.invalidQuery, "subscription '\(s.query)' rejected: \(error)"))
-                        }
-                    }
-                    shared.resubscribe(set, resumeAfter: request.resumeAfter, generation: request.generation)
-                    engine.registry.update(recordID) { $0.subscriptions = set.entries }
-                    wakeContinuation.yield()
-                case .deltaBatch(let batch):
-                    let transactions: [RemoteTransaction]
-                    do throws(SyncError) {
-                        transactions = try Self.transactions(from: batch)
-                    } catch {
-                        throw await reject(error)
-                    }
-                    do {
-                        let outcome = try await engine.store.applyRemote(
-                            transactions, from: peer.siteID,
-                            subscriptionKey: shared.subscriptionKey(forGeneration: batch.subscribeGeneration),
-                            through: batch.throughSequence)
-                        if outcome.applied > 0 {
-                            logger.debug(
-                                "applied batch",
-                                metadata: [
-                                    "shoal.peer.site": "\(peer.siteID)", "shoal.sync.applied": "\(outcome.applied)",
-                                    "shoal.sync.through": "\(batch.throughSequence)",
-                                ])
-                        }
-                    } catch {
-                        throw await reject(SyncError(.executionFailed, "could not apply a batch: \(error)"))
-                    }
-                    var ack = Shoal_V1_Ack()
-                    ack.throughSequence = batch.throughSequence
-                    try await send(.ack(ack))
-                case .ack(let ack):
-                    shared.acknowledged(through: ack.throughSequence)
-                    wakeContinuation.yield()
-                case .ping(let ping):
-                    try await send(.pong(ping))
-                case .pong(let pong):
-                    // Only a Pong that echoes one of our Pings gives a round trip; ignore others.
-                    let now = shared.micros()
-                    if pong.sentAtMicros <= now, shared.expectsPong(pong.nonce) {
-                        engine.registry.update(recordID) { $0.rttMillis = Double(now - pong.sentAtMicros) / 1000 }
-                    }
-                case .attachmentRequest(let request):
-                    var chunk = Shoal_V1_AttachmentChunk()
-                    chunk.requestID = request.requestID
-                    chunk.hash = request.hash
-                    let limit = Int(min(request.maxLength, SyncEngine.attachmentChunkSize))
-                    if let offset = Int(exactly: request.offset),
-                        let held = try await engine.store.attachmentChunk(hash: request.hash, offset: offset, maximum: limit)
-                    {
-                        chunk.found = true
-                        chunk.offset = request.offset
-                        chunk.totalLength = UInt64(held.total)
-                        chunk.data = Data(held.bytes)
-                    }
-                    try await send(.attachmentChunk(chunk))
-                case .attachmentChunk(let chunk):
-                    engine.deliver(chunk)
-                case .error(let error):
-                    throw SyncError(error.code, error.message, fromPeer: true)
-                case .hello, .proof, .adminRequest, .adminResponse:
-                    throw await reject(SyncError(.protocolViolation, "unexpected \(message.type) frame in an established session"))
-                }
+            do {
+                while let message = try await receive(&iterator) { input.yield(.event(.received(message))) }
+            } catch {
+                readError = error
             }
+            input.yield(.inboundEnded)
+            while let child = try await group.next() {
+                if child == .loop { break }
+            }
+            group.cancelAll()
         }
+        if let readError { throw readError }
     }
 
-    /// Tells the peer what this node wants now, under a new generation, resuming
-    /// from the cursor stored for that exact set.
-    func sendSubscribe(peer: PeerIdentity, fromStart: Bool = false) async throws {
-        // One Subscribe at a time, so the highest generation always carries the newest set.
-        try await shared.subscribing.run {
-            let subscriptions = engine.subscriptions
-            let resumeAfter = fromStart ? 0 : try await engine.store.cursor(peer: peer.siteID, subscriptionKey: subscriptions.key)
-            var subscribe = Shoal_V1_Subscribe()
-            subscribe.resumeAfter = resumeAfter
-            subscribe.generation = shared.nextOwnGeneration(key: subscriptions.key)
-        subscribe.subscriptions = subscriptions.entries.map { entry in
-            var s = Shoal_V1_Subscription()
-            s.id = entry.id
-            s.query = entry.query
-            s.argumentsJson = entry.arguments.isEmpty ? "" : Value.object(entry.arguments).canonicalJSON
-            return s
-        }
-            try await send(.subscribe(subscribe))
-        }
-    }
-
-    /// Checks a received batch and turns it into store transactions.
-    static func transactions(from batch: Shoal_V1_DeltaBatch) throws(SyncError) -> [RemoteTransaction] {
-        try batch.transactions.map { t throws(SyncError) in
-            guard t.originSite != 0 else {
-                throw SyncError(.protocolViolation, "DeltaBatch: a transaction has origin site 0")
-            }
-            let id = TransactionID(origin: SiteID(t.originSite), sequence: t.originSequence)
-            let deltas = try t.deltas.map { d throws(SyncError) in
-                guard d.index < t.deltaCount else {
-                    throw SyncError(
-                        .protocolViolation,
-                        "DeltaBatch: transaction \(id) has delta index \(d.index) but only \(t.deltaCount) deltas")
-                }
-                guard let json = String(validating: d.valueJson, as: UTF8.self) else {
-                    throw SyncError(.protocolViolation, "DeltaBatch: transaction \(id) has a value that is not UTF-8")
-                }
-                return Delta(
-                    collection: d.collection, documentID: d.documentID, field: d.field, valueJSON: json,
-                    timestamp: HybridTimestamp(rawValue: d.timestamp), transaction: id, index: d.index,
-                    count: t.deltaCount)
-            }
-            return RemoteTransaction(id: id, count: t.deltaCount, deltas: deltas)
-        }
-    }
-
-    /// Groups log entries into the batch message, one group per run of a transaction.
-    static func batch(from page: ChangeLogPage) -> Shoal_V1_DeltaBatch {
-        var batch = Shoal_V1_DeltaBatch()
-        batch.throughSequence = page.through
-        for entry in page.entries {
-            let d = entry.delta
-            if batch.transactions.last?.originSite != d.transaction.origin.rawValue
-                || batch.transactions.last?.originSequence != d.transaction.sequence
-            {
-                var t = Shoal_V1_TransactionDeltas()
-                t.originSite = d.transaction.origin.rawValue
-                t.originSequence = d.transaction.sequence
-                t.deltaCount = d.count
-                batch.transactions.append(t)
-            }
-            var wire = Shoal_V1_Delta()
-            wire.collection = d.collection
-            wire.documentID = d.documentID
-            wire.field = d.field
-            wire.valueJson = Data(d.valueJSON.utf8)
-            wire.timestamp = d.timestamp.rawValue
-            wire.index = d.index
-            batch.transactions[batch.transactions.count - 1].deltas.append(wire)
-        }
-        return batch
-    }
-
-    func stream(wake: AsyncStream<Void>, peerSite: SiteID) async throws {
-        var wakeups = wake.makeAsyncIterator()
+    private func eventLoop(_ inputs: AsyncStream<Input>, input: AsyncStream<Input>.Continuation, peer: PeerIdentity) async throws {
         let configuration = engine.configuration
-        var generation = -1
-        var sentThrough: UInt64 = 0
-        while !Task.isCancelled {
-            let now = shared.snapshot()
-            if now.generation != generation {
-                generation = now.generation
-                sentThrough = now.resumeAfter
+        let start = ContinuousClock.now
+        func now() -> UInt64 { SessionStateMachine.micros(ContinuousClock.now - start) }
+        var machine = SessionStateMachine(
+            configuration: .init(
+                peer: peer.siteID, keepaliveInterval: configuration.keepaliveInterval, idleTimeout: configuration.idleTimeout,
+                batchSize: configuration.batchSize, batchBytes: configuration.batchBytes,
+                maximumBatchesInFlight: configuration.maximumBatchesInFlight),
+            now: now())
+        for await next in inputs {
+            let event: SessionStateMachine.Event
+            switch next {
+            case .event(let e): event = e
+            case .inboundEnded, .stopped: return
             }
-            if let subscriptions = now.subscriptions, !subscriptions.isEmpty,
-                now.unacknowledged.count < configuration.maximumBatchesInFlight
-            {
-                let page = try await engine.store.changes(
-                    after: sentThrough, limit: configuration.batchSize, subscriptions: subscriptions,
-                    excludingOrigin: now.resumeAfter > 0 ? peerSite : nil)
-                if page.through > sentThrough {
-                    guard shared.sent(through: page.through, generation: generation) else { continue }
-                    var batch = Self.batch(from: page)
-                    batch.subscribeGeneration = now.peerGeneration
-                    try await send(.deltaBatch(batch))
-                    sentThrough = page.through
-                    continue
+            var pending = machine.handle(event, now: now())[...]
+            while let action = pending.popFirst() {
+                for followUp in try await perform(action, peer: peer, input: input) {
+                    pending += machine.handle(followUp, now: now())
                 }
             }
-            guard await wakeups.next() != nil else { return }
         }
     }
 
-    func keepalive() async throws {
-        let configuration = engine.configuration
-        var nonce: UInt64 = 0
-        while true {
-            try await Task.sleep(for: configuration.keepaliveInterval)
-            if shared.idle(longerThan: configuration.idleTimeout) {
+    /// Carries out one action; returns the events its result produces.
+    private func perform(
+        _ action: SessionStateMachine.Action, peer: PeerIdentity, input: AsyncStream<Input>.Continuation
+    ) async throws -> [SessionStateMachine.Event] {
+        switch action {
+        case .send(let message):
+            try await send(message)
+        case .readCursor(let set, let fromStart):
+            let cursor = fromStart ? 0 : try await engine.store.cursor(peer: peer.siteID, subscriptionKey: set.key)
+            return [.cursorRead(set, resumeAfter: cursor)]
+        case .readPage(let request):
+            let page = try await engine.store.changes(
+                after: request.after, limit: request.limit, byteLimit: request.byteLimit,
+                subscriptions: request.subscriptions, excludingOrigin: request.excludingOrigin,
+                continuing: request.continuing, resuming: request.resuming)
+            return [.pageRead(page, ticket: request.ticket)]
+        case .submit(let batch):
+            engine.pipeline.enqueue(
+                InboundPipeline.Item(
+                    source: peer.siteID, pieces: batch.pieces, cursor: batch.cursorKey.map { ($0, batch.through) },
+                    done: { result in
+                        switch result {
+                        case .success: input.yield(.event(.batchDurable))
+                        case .failure(let error): input.yield(.event(.batchFailed(error.message)))
+                        }
+                    }))
+        case .deliver(let pieces):
+            engine.pipeline.enqueue(InboundPipeline.Item(source: peer.siteID, pieces: pieces))
+        case .answerTransactionRequest(let request, let subscriptions):
+            try await answer(request, subscriptions: subscriptions)
+        case .answerAttachmentRequest(let request):
+            var chunk = Shoal_V1_AttachmentChunk()
+            chunk.requestID = request.requestID
+            chunk.hash = request.hash
+            let limit = Int(min(request.maxLength, SyncEngine.attachmentChunkSize))
+            if let offset = Int(exactly: request.offset),
+                let held = try await engine.store.attachmentChunk(hash: request.hash, offset: offset, maximum: limit)
+            {
+                chunk.found = true
+                chunk.offset = request.offset
+                chunk.totalLength = UInt64(held.total)
+                chunk.data = Data(held.bytes)
+            }
+            try await send(.attachmentChunk(chunk))
+        case .deliverAttachmentChunk(let chunk):
+            engine.deliver(chunk)
+        case .peerSubscribed(let set):
+            engine.registry.update(recordID) { $0.subscriptions = set.entries }
+        case .measuredRoundTrip(let micros):
+            engine.registry.update(recordID) { $0.rttMillis = Double(micros) / 1000 }
+        case .close(let error):
+            guard let error else {
                 logger.warning(
                     "closing a silent connection",
-                    metadata: ["shoal.peer.address": "\(remoteAddress)", "shoal.sync.idle": "\(configuration.idleTimeout)"])
-                engine.registry.update(recordID) { $0.lastError = "no frame for \(configuration.idleTimeout)" }
+                    metadata: ["shoal.peer.address": "\(remoteAddress)", "shoal.sync.idle": "\(engine.configuration.idleTimeout)"])
+                engine.registry.update(recordID) { $0.lastError = "no frame for \(engine.configuration.idleTimeout)" }
                 await transport.close()
-                return
+                return []
             }
-            nonce += 1
-            shared.pinged(nonce)
-            var ping = Shoal_V1_Ping()
-            ping.nonce = nonce
-            ping.sentAtMicros = shared.micros()
-            try await send(.ping(ping))
+            if !error.fromPeer {
+                logger.warning(
+                    "closing a session: \(error.message)",
+                    metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
+            }
+            let rejected = await reject(error)
+            await transport.close()
+            throw rejected
+        }
+        return []
+    }
+
+    /// Answers a TransactionRequest with what this node holds of the transaction,
+    /// as it would stream it to this peer, in one or more frames.
+    private func answer(_ request: Shoal_V1_TransactionRequest, subscriptions: SubscriptionSet) async throws {
+        let id = TransactionID(origin: SiteID(request.originSite), sequence: request.originSequence)
+        let pieces = try await engine.store.transactionPieces(
+            id, subscriptions: subscriptions, collections: Set(request.collections),
+            byteLimit: engine.configuration.batchBytes)
+        var answer = Shoal_V1_TransactionPieces()
+        answer.requestID = request.requestID
+        guard !pieces.isEmpty else {
+            try await send(.transactionPieces(answer))
+            return
+        }
+        for piece in pieces {
+            let (wire, filters) = PieceCodec.encode([piece], receiver: subscriptions.filter)
+            answer.found = true
+            answer.piece = wire[0]
+            answer.filters = filters
+            try await send(.transactionPieces(answer))
         }
     }
 }
 
-/// State the tasks of one session share, behind a lock.
+/// State the tasks of an admin session share, behind a lock.
 final class SessionShared: Sendable {
-    struct Snapshot {
-        var subscriptions: SubscriptionSet?
-        var resumeAfter: UInt64
-        /// Counts Subscribes accepted from the peer (a local notion).
-        var generation: Int
-        /// The generation number the peer gave its current Subscribe; batches echo it.
-        var peerGeneration: UInt64
-        /// `through_sequence` of each batch sent under this generation and not yet acknowledged.
-        var unacknowledged: [UInt64]
-    }
-
-    private let state = Mutex(
-        Snapshot(subscriptions: nil, resumeAfter: 0, generation: 0, peerGeneration: 0, unacknowledged: []))
-
-    /// This side's own Subscribes: the latest generation sent and its subscription key.
-    private let own = Mutex<(generation: UInt64, key: String)>((0, ""))
-
-    func nextOwnGeneration(key: String) -> UInt64 {
-        own.withLock { o in
-            o.generation += 1
-            o.key = key
-            return o.generation
-        }
-    }
-
-    /// The key to record a batch's cursor under: only batches read under our
-    /// latest Subscribe advance the resume point.
-    func subscriptionKey(forGeneration generation: UInt64) -> String? {
-        own.withLock { $0.generation == generation ? $0.key : nil }
-    }
-
-    func acceptsSubscribe(generation: UInt64) -> Bool {
-        state.withLock { generation == 0 || generation > $0.peerGeneration }
-    }
     private let lastInbound = Mutex(ContinuousClock.now)
-    private let start = ContinuousClock.now
-
-    func snapshot() -> Snapshot { state.withLock { $0 } }
-
-    func resubscribe(_ set: SubscriptionSet, resumeAfter: UInt64, generation: UInt64) {
-        state.withLock { s in
-            s.subscriptions = set
-            s.resumeAfter = resumeAfter
-            s.peerGeneration = generation
-            s.generation += 1
-            s.unacknowledged = []
-        }
-    }
-
-    /// Records a batch about to be sent; false when the peer resubscribed since
-    /// the batch was read, which makes it stale.
-    func sent(through: UInt64, generation: Int) -> Bool {
-        state.withLock { s in
-            guard s.generation == generation else { return false }
-            s.unacknowledged.append(through)
-            return true
-        }
-    }
-
-    /// An Ack covers every batch through its sequence.
-    func acknowledged(through: UInt64) {
-        state.withLock { $0.unacknowledged.removeAll { $0 <= through } }
-    }
+    private let busyCount = Mutex(0)
 
     func touch() { lastInbound.withLock { $0 = .now } }
 
-    private let busyCount = Mutex(0)
-    let subscribing = SerialGate()
     /// Requests running now; an admin session is idle only when there are none.
     func beginWork() { busyCount.withLock { $0 += 1 } }
     func endWork() { busyCount.withLock { $0 -= 1 } }
     var isBusy: Bool { busyCount.withLock { $0 > 0 } }
 
-    private let lastPing = Mutex<UInt64>(0)
-    func pinged(_ nonce: UInt64) { lastPing.withLock { $0 = nonce } }
-    func expectsPong(_ nonce: UInt64) -> Bool { lastPing.withLock { nonce != 0 && $0 == nonce } }
-
     func idle(longerThan limit: Duration) -> Bool {
         lastInbound.withLock { ContinuousClock.now - $0 > limit }
-    }
-
-    func micros() -> UInt64 {
-        let d = ContinuousClock.now - start
-        return UInt64(d.components.seconds) * 1_000_000 + UInt64(d.components.attoseconds / 1_000_000_000_000)
-    }
-}
-
-/// Runs async bodies one at a time, in arrival order.
-final class SerialGate: Sendable {
-    private let state = Mutex<(busy: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-
-    func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let proceed = state.withLock { s -> Bool in
-                if s.busy {
-                    s.waiters.append(continuation)
-                    return false
-                }
-                s.busy = true
-                return true
-            }
-            if proceed { continuation.resume() }
-        }
-        defer {
-            let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
-                if s.waiters.isEmpty {
-                    s.busy = false
-                    return nil
-                }
-                return s.waiters.removeFirst()
-            }
-            next?.resume()
-        }
-        return try await body()
     }
 }

@@ -14,15 +14,20 @@ public struct SyncConfiguration: Sendable {
     public var idleTimeout: Duration
     /// How long the handshake may take.
     public var handshakeTimeout: Duration
-    /// Change-log rows read per delta batch (a batch never splits a transaction).
+    /// Change-log rows read per delta batch at most.
     public var batchSize: Int
+    /// Bytes of values read per delta batch at most (a batch holds at least one delta).
+    public var batchBytes: Int
     /// Batches sent and not yet acknowledged before the sender waits.
     public var maximumBatchesInFlight: Int
+    /// How remote transactions are put together and committed.
+    public var inbound: InboundPipeline.Configuration
 
     public init(
         nodeName: String, meshName: String = "default", meshKey: [UInt8]? = nil, listenAddress: String = "",
         limits: WireLimits = .default, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
-        handshakeTimeout: Duration = .seconds(10), batchSize: Int = 512, maximumBatchesInFlight: Int = 4
+        handshakeTimeout: Duration = .seconds(10), batchSize: Int = 512, batchBytes: Int = 4 << 20,
+        maximumBatchesInFlight: Int = 4, inbound: InboundPipeline.Configuration = .init()
     ) {
         self.nodeName = nodeName
         self.meshName = meshName
@@ -33,6 +38,8 @@ public struct SyncConfiguration: Sendable {
         self.idleTimeout = idleTimeout
         self.handshakeTimeout = handshakeTimeout
         self.batchSize = batchSize
+        self.batchBytes = batchBytes
         self.maximumBatchesInFlight = maximumBatchesInFlight
+        self.inbound = inbound
     }
 }

@@ -18,11 +18,46 @@ public final class SyncEngine: Sendable {
     private let localSubscriptions = Mutex(SubscriptionSet())
     let subscriptionChanges = ChangeFeed<Int>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
     let attachmentRequests = Mutex(AttachmentRequests())
+    /// Everything received goes through here to the store.
+    public let pipeline: InboundPipeline
+    private let requestIDs = Mutex<UInt64>(0)
 
     public init(store: DocumentStore, configuration: SyncConfiguration, logger: Logger = Logger(label: "shoal.sync")) {
         self.store = store
         self.configuration = configuration
         self.logger = logger
+        self.pipeline = InboundPipeline(store: store, configuration: configuration.inbound, logger: logger)
+    }
+
+    /// Runs the node's inbound pipeline (applying what sessions receive, timing out
+    /// transactions that wait for coverage) until the task is cancelled. A node runs
+    /// it for as long as it serves; sessions hand it their batches and wait for it.
+    /// Calls beside one that runs already wait to take over when it ends.
+    public func run() async {
+        await pipeline.run(engine: self)
+    }
+
+    /// Sends a TransactionRequest to the connected peers the question is for;
+    /// returns the peers asked.
+    func ask(_ question: InboundPipeline.Question) async -> [SiteID] {
+        var request = Shoal_V1_TransactionRequest()
+        request.originSite = question.id.origin.rawValue
+        request.originSequence = question.id.sequence
+        request.collections = question.collections
+        var asked: [SiteID] = []
+        for (site, send) in registry.connectedSenders() where question.asks(site) {
+            request.requestID = requestIDs.withLock { id in
+                id += 1
+                return id
+            }
+            do {
+                try await send(.transactionRequest(request))
+                asked.append(site)
+            } catch {
+                logger.debug("could not ask a peer for a transaction", metadata: ["shoal.peer.site": "\(site)", "shoal.txn": "\(question.id)"])
+            }
+        }
+        return asked
     }
 
     public var siteID: SiteID { store.siteID }

@@ -5,12 +5,16 @@ import ShoalWire
 /// Nodes in one process, joined by in-memory connections.
 public enum InProcessMesh {
     /// Connects `a` (dialing) to `b` (accepting), runs `body`, then closes the
-    /// connection and waits for both sessions to end.
+    /// connection and waits for both sessions to end. Both engines' inbound
+    /// pipelines run meanwhile (`SyncEngine.run`; a nested link on the same engine
+    /// shares the one running).
     public static func withLink<T: Sendable>(
         _ a: SyncEngine, _ b: SyncEngine, connection: InMemoryConnection = InMemoryConnection(),
         _ body: @Sendable () async throws -> T
     ) async throws -> T {
         try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await a.run() }
+            group.addTask { await b.run() }
             group.addTask {
                 _ = try? await a.serve(
                     inbound: connection.a.inbound, transport: connection.a.transport, direction: .outbound,

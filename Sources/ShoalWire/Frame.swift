@@ -54,7 +54,8 @@ public struct Frame: Sendable, Hashable {
     }
 }
 
-/// The message types of protocol version 1, carried in the header's type byte.
+/// The message types of the protocol, carried in the header's type byte.
+/// `transactionRequest` and `transactionPieces` exist from version 2 on.
 public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
     case hello = 0x01
     case proof = 0x02
@@ -66,6 +67,8 @@ public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible 
     case ack = 0x08
     case attachmentRequest = 0x09
     case attachmentChunk = 0x0A
+    case transactionRequest = 0x0B
+    case transactionPieces = 0x0C
     case adminRequest = 0x10
     case adminResponse = 0x11
 
@@ -81,6 +84,8 @@ public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible 
         case .ack: return "Ack"
         case .attachmentRequest: return "AttachmentRequest"
         case .attachmentChunk: return "AttachmentChunk"
+        case .transactionRequest: return "TransactionRequest"
+        case .transactionPieces: return "TransactionPieces"
         case .adminRequest: return "AdminRequest"
         case .adminResponse: return "AdminResponse"
         }

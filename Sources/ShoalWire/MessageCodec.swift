@@ -28,6 +28,8 @@ public struct MessageCodec: Sendable {
             case .ack(let m): bytes = try m.serializedBytes()
             case .attachmentRequest(let m): bytes = try m.serializedBytes()
             case .attachmentChunk(let m): bytes = try m.serializedBytes()
+            case .transactionRequest(let m): bytes = try m.serializedBytes()
+            case .transactionPieces(let m): bytes = try m.serializedBytes()
             case .adminRequest(let m): bytes = try m.serializedBytes()
             case .adminResponse(let m): bytes = try m.serializedBytes()
             }
@@ -76,6 +78,8 @@ public struct MessageCodec: Sendable {
             case .ack: return .ack(try Shoal_V1_Ack(serializedBytes: Array(bytes)))
             case .attachmentRequest: return .attachmentRequest(try Shoal_V1_AttachmentRequest(serializedBytes: Array(bytes)))
             case .attachmentChunk: return .attachmentChunk(try Shoal_V1_AttachmentChunk(serializedBytes: Array(bytes)))
+            case .transactionRequest: return .transactionRequest(try Shoal_V1_TransactionRequest(serializedBytes: Array(bytes)))
+            case .transactionPieces: return .transactionPieces(try Shoal_V1_TransactionPieces(serializedBytes: Array(bytes)))
             case .adminRequest: return .adminRequest(try Shoal_V1_AdminRequest(serializedBytes: Array(bytes)))
             case .adminResponse: return .adminResponse(try Shoal_V1_AdminResponse(serializedBytes: Array(bytes)))
             }

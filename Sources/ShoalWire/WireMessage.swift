@@ -10,6 +10,8 @@ public enum WireMessage: Sendable, Equatable {
     case ack(Shoal_V1_Ack)
     case attachmentRequest(Shoal_V1_AttachmentRequest)
     case attachmentChunk(Shoal_V1_AttachmentChunk)
+    case transactionRequest(Shoal_V1_TransactionRequest)
+    case transactionPieces(Shoal_V1_TransactionPieces)
     case adminRequest(Shoal_V1_AdminRequest)
     case adminResponse(Shoal_V1_AdminResponse)
 
@@ -25,6 +27,8 @@ public enum WireMessage: Sendable, Equatable {
         case .ack: return .ack
         case .attachmentRequest: return .attachmentRequest
         case .attachmentChunk: return .attachmentChunk
+        case .transactionRequest: return .transactionRequest
+        case .transactionPieces: return .transactionPieces
         case .adminRequest: return .adminRequest
         case .adminResponse: return .adminResponse
         }

@@ -60,8 +60,7 @@ struct ShoalBench {
         while true {
             let page = try await writer.changes(after: cursor, limit: 512, subscriptions: all)
             guard page.through > cursor else { break }
-            let txns = page.transactions
-            _ = try await receiver.applyRemote(txns, from: writer.siteID, subscriptionKey: all.key, through: page.through)
+            _ = try await receiver.applyRemote(page.pieces, from: writer.siteID, subscriptionKey: all.key, through: page.through)
             cursor = page.through
         }
         report("read change log + apply remote, 512-row pages", count: count, since: begin)

@@ -48,8 +48,34 @@ struct StatusCommand: AsyncParsableCommand {
                 }),
             "subscriptions": .array(
                 s.subscriptions.map { .object(["id": .string($0.id), "query": .string($0.query), "origin": .string($0.origin)]) }),
+            "transactions": transactions(s.transactions),
             "collections": .object(
                 Dictionary(uniqueKeysWithValues: s.collections.map { ($0.name, Value.object(["documents": .int(Int64($0.documents))])) })),
+        ])
+    }
+
+    static func pending(_ p: Shoal_V1_PendingTransaction) -> Value {
+        .object([
+            "id": .string(p.id), "origin": site(p.originSite), "haveDocuments": .int(Int64(p.haveDocuments)),
+            "needDocuments": .int(Int64(p.needDocuments)), "ageSeconds": .double((p.ageSeconds * 10).rounded() / 10),
+            "askedPeers": .array(p.askedPeers.map(Value.string)), "reason": .string(p.reason),
+            "missingCollections": .array(p.missingCollections.map(Value.string)),
+        ])
+    }
+
+    static func transactions(_ t: Shoal_V1_TransactionStatus) -> Value {
+        .object([
+            "committedLocal": .int(Int64(t.committedLocal)),
+            "appliedRemote": .int(Int64(t.appliedRemote)),
+            "waitingForCoverage": .int(Int64(t.waitingForCoverage)),
+            "appliedPartial": .int(Int64(t.appliedPartial)),
+            "completedLater": .int(Int64(t.completedLater)),
+            "waiting": .array(t.waiting.map(pending)),
+            "partial": .array(t.partial.map(pending)),
+            "bufferedBytes": .int(Int64(t.bufferedBytes)),
+            "bufferedBytesLimit": .int(Int64(t.bufferedBytesLimit)),
+            "bufferedTransactionsLimit": .int(Int64(t.bufferedTransactionsLimit)),
+            "overflows": .int(Int64(t.overflows)),
         ])
     }
 
@@ -64,6 +90,21 @@ struct StatusCommand: AsyncParsableCommand {
             })
         out += "\nSubscriptions\n"
         out += render(["ID", "ORIGIN", "QUERY"], s.subscriptions.map { [$0.id, $0.origin, $0.query] })
+        let t = s.transactions
+        out += "\nTransactions\n"
+        out += "  committed here \(t.committedLocal), applied from peers \(t.appliedRemote), waiting for coverage \(t.waitingForCoverage), applied in part \(t.appliedPartial), completed later \(t.completedLater)\n"
+        if t.overflows > 0 {
+            out += "  the buffer went over its limits \(t.overflows) time(s) (\(bytes(t.bufferedBytesLimit)), \(t.bufferedTransactionsLimit) transactions): see the log\n"
+        }
+        let held = t.waiting.map { ("waiting", $0) } + t.partial.map { ("partial", $0) }
+        if !held.isEmpty {
+            out += render(
+                ["ID", "STATE", "HAVE/NEED", "AGE s", "WHY", "MISSING", "ASKED"],
+                held.map { state, p in
+                    [p.id, state, "\(p.haveDocuments)/\(p.needDocuments)", String(Int(p.ageSeconds)), p.reason,
+                     p.missingCollections.joined(separator: ","), p.askedPeers.isEmpty ? "-" : p.askedPeers.joined(separator: ",")]
+                })
+        }
         out += "\nCollections\n"
         out += render(["NAME", "DOCUMENTS"], s.collections.map { [$0.name, String($0.documents)] })
         return out

@@ -85,11 +85,10 @@ import Testing
             }
             var subscription = SubscriptionSet()
             try subscription.add(query: "SELECT * FROM \(collection)")
-            var local: [[RemoteTransaction]] = []
+            var local: [[TransactionPiece]] = []
             for (i, r) in group.enumerated() {
                 let page = try await r.changes(after: starts[i], limit: 100_000, subscriptions: subscription)
-                let txns = page.transactions
-                local.append(txns)
+                local.append(page.pieces)
             }
             for (i, r) in group.enumerated() {
                 var incoming = local.enumerated().filter { $0.offset != i }.flatMap(\.element)

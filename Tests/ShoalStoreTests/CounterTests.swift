@@ -10,8 +10,7 @@ import Testing
         var all = SubscriptionSet()
         try all.add(query: "SELECT * FROM \(collection)")
         let page = try await from.changes(after: 0, limit: 10_000, subscriptions: all)
-        let txns = page.transactions
-        _ = try await to.applyRemote(txns, from: from.siteID, subscriptionKey: nil, through: page.through)
+        _ = try await to.applyRemote(page.pieces, from: from.siteID, subscriptionKey: nil, through: page.through)
     }
 
     static func value(_ store: DocumentStore) async throws -> Value? {

@@ -11,11 +11,9 @@ import Testing
         return set
     }
 
-    /// Deltas as a writer's change log holds them, one transaction each.
-    static func transactions(in store: DocumentStore) async throws -> [RemoteTransaction] {
-        let page = try await store.changes(after: 0, limit: 100_000, subscriptions: everything())
-        let out = page.transactions
-        return out
+    /// Deltas as a writer's change log holds them, one piece per transaction.
+    static func transactions(in store: DocumentStore) async throws -> [TransactionPiece] {
+        try await store.changes(after: 0, limit: 100_000, subscriptions: everything()).pieces
     }
 
     @Test func lastWriterWinsRegardlessOfDeliveryOrder() async throws {
@@ -33,7 +31,7 @@ import Testing
                     arguments: ["id": .string(doc), "v": .int(Int64(round)), "w": .int(Int64(w))])
             }
         }
-        var all: [RemoteTransaction] = []
+        var all: [TransactionPiece] = []
         for w in writers { all += try await Self.transactions(in: w) }
         #expect(all.count == 24)
 
@@ -60,44 +58,67 @@ import Testing
         for r in results.dropFirst() { #expect(r == results[0]) }
     }
 
-    @Test func appliedDeltasAreLoggedForRelayAndLosersAreNot() async throws {
+    @Test func everyPieceIsLoggedOnceForRelayWinnerOrNot() async throws {
         let a = TemporaryDirectory(), b = TemporaryDirectory()
         defer { a.remove(); b.remove() }
         let writer = try DocumentStore(directory: a.path), relay = try DocumentStore(directory: b.path)
         defer { writer.close(); relay.close() }
         _ = try await writer.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'v': 1})")
+        _ = try await writer.execute("UPDATE c SET v = 2 WHERE _id = 'x'")
         let txns = try await Self.transactions(in: writer)
-        let first = try await relay.applyRemote(txns, from: writer.siteID, subscriptionKey: "k", through: 2)
-        #expect(first.applied == 2 && first.superseded == 0)
-        let again = try await relay.applyRemote(txns, from: writer.siteID, subscriptionKey: "k", through: 2)
-        #expect(again.applied == 0 && again.superseded == 2)
-        // The relay's log holds the writer's deltas under the writer's transaction ID.
+        #expect(txns.map(\.id.sequence) == [1, 2] && txns.allSatisfy(\.isLast))
+        // The later write arrives first; the earlier one loses LWW but is still logged, once.
+        let first = try await relay.applyRemote([txns[1]], from: writer.siteID, subscriptionKey: "k", through: 3)
+        #expect(first.logged == 1 && first.won == 1)
+        let second = try await relay.applyRemote([txns[0]], from: writer.siteID, subscriptionKey: "k", through: 3)
+        #expect(second.logged == 2 && second.won == 1, "_id wins, v = 1 loses to v = 2 but is logged")
+        let again = try await relay.applyRemote(txns, from: writer.siteID, subscriptionKey: "k", through: 3)
+        #expect(again.logged == 0 && again.won == 0, "a piece already held is skipped")
+        #expect(try await relay.execute("SELECT * FROM c").items == [["_id": "x", "v": 2]])
+        // The relay's log holds the writer's deltas under the writer's transaction IDs, whole.
         let relayed = try await Self.transactions(in: relay)
-        #expect(relayed.map(\.id) == txns.map(\.id))
-        #expect(relayed[0].deltas.map(\.valueJSON) == txns[0].deltas.map(\.valueJSON))
-        #expect(try await relay.cursor(peer: writer.siteID, subscriptionKey: "k") == 2)
+        #expect(Set(relayed.map(\.id)) == Set(txns.map(\.id)))
+        #expect(relayed.first { $0.id == txns[0].id }?.deltas.map(\.valueJSON).sorted() == txns[0].deltas.map(\.valueJSON).sorted())
+        #expect(try await relay.cursor(peer: writer.siteID, subscriptionKey: "k") == 3)
         #expect(try await relay.cursor(peer: writer.siteID, subscriptionKey: "other") == 0)
         // A write after the received one wins locally: the clock moved past it.
-        _ = try await relay.execute("UPDATE c SET v = 2 WHERE _id = 'x'")
-        #expect(try await relay.execute("SELECT * FROM c").items == [["_id": "x", "v": 2]])
+        _ = try await relay.execute("UPDATE c SET v = 3 WHERE _id = 'x'")
+        #expect(try await relay.execute("SELECT * FROM c").items == [["_id": "x", "v": 3]])
     }
 
-    @Test func changesAreFilteredBySubscriptionAndNeverSplitATransaction() async throws {
+    @Test func pagesSplitLargeTransactionsIntoPiecesWithAManifest() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         let store = try DocumentStore(directory: dir.path)
         defer { store.close() }
-        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'k': 'red', 'x': 1, 'y': 2})")
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'k': 'red', 'x': 1, 'y': 2}), ({'_id': 'z', 'k': 'blue'})")
         _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'b', 'k': 'blue'})")
         _ = try await store.execute("INSERT INTO other DOCUMENTS ({'_id': 'a'})")
         var red = SubscriptionSet()
         try red.add(query: "SELECT * FROM c WHERE k = 'red'")
         let page = try await store.changes(after: 0, limit: 2, subscriptions: red)
-        #expect(page.entries.count == 4, "the limit of 2 rows stretches to the whole first transaction")
-        #expect(Set(page.entries.map(\.delta.documentID)) == ["\"a\""])
-        #expect(page.through == 4)
-        let rest = try await store.changes(after: page.through, limit: 100, subscriptions: red)
-        #expect(rest.entries.isEmpty && rest.through == 7)
+        #expect(page.through == 2, "a page holds at most the limit")
+        let first = try #require(page.pieces.first)
+        #expect(page.pieces.count == 1 && !first.isLast && first.deltas.count == 2)
+        #expect(first.deltaCount == 6 && first.documentCount == 2)
+        #expect(first.collections == [CollectionCount(collection: "c", documents: 2, deltas: 6)])
+        #expect(first.documentDeltaCounts == [DocumentRef(collection: "c", id: "\"a\""): 4])
+        #expect(first.verdicts.isEmpty, "verdicts come with the last piece")
+        var continuing: Set<TransactionID> = [first.id]
+        var through = page.through
+        var pieces = page.pieces
+        while true {
+            let next = try await store.changes(after: through, limit: 2, subscriptions: red, continuing: continuing)
+            guard next.through > through else { break }
+            for piece in next.pieces { if piece.isLast { continuing.remove(piece.id) } else { continuing.insert(piece.id) } }
+            pieces += next.pieces
+            through = next.through
+        }
+        #expect(through == 9)
+        #expect(pieces.map(\.id.sequence) == [1, 1, 1], "b and the other collection are not sent; the last piece of 1 is")
+        #expect(pieces.last?.isLast == true && pieces.last?.deltas.isEmpty == true, "z does not match: nothing to send with it")
+        #expect(pieces.flatMap(\.deltas).map(\.documentID) == Array(repeating: "\"a\"", count: 4))
+        #expect(pieces.last?.verdicts == [Verdict(collection: "c", coverage: .notCovered(red.filter))])
         #expect(red.key != SubscriptionSet().key)
         var invalid = SubscriptionSet()
         #expect(throws: StoreError.self) { try invalid.add(query: "UPDATE c SET a = 1") }
@@ -115,21 +136,21 @@ import Testing
         var green = SubscriptionSet()
         try green.add(query: "SELECT * FROM c WHERE color = 'green'")
         let before = try await writer.changes(after: 0, limit: 100, subscriptions: green)
-        #expect(before.entries.isEmpty)
+        #expect(before.pieces.isEmpty)
         _ = try await writer.execute("UPDATE c SET color = 'green' WHERE _id = 'x'")
         let page = try await writer.changes(after: before.through, limit: 100, subscriptions: green)
-        #expect(Set(page.entries.map(\.delta.field)) == ["_id", "color", "size"])
-        let transactions = page.transactions
-        #expect(transactions.map(\.id.sequence).sorted() == [1, 2], "each field keeps the transaction that wrote it")
-        #expect(transactions.first { $0.id.sequence == 1 }?.count == 3)
-        _ = try await receiver.applyRemote(transactions, from: writer.siteID, subscriptionKey: green.key, through: page.through)
+        let piece = try #require(page.pieces.first)
+        #expect(page.pieces.count == 1 && piece.deltas.map(\.field) == ["color"])
+        #expect(Set(piece.context.map(\.field)) == ["_id", "size"], "the rest of the document comes as context")
+        #expect(Set(piece.context.map(\.transaction.sequence)) == [1], "each field keeps the transaction that wrote it")
+        _ = try await receiver.applyRemote(page.pieces, from: writer.siteID, subscriptionKey: green.key, through: page.through)
         #expect(try await receiver.execute("SELECT * FROM c").items == [["_id": "x", "color": "green", "size": 3]])
         // A write to a field the WHERE does not read sends only itself.
         _ = try await writer.execute("UPDATE c SET size = 4 WHERE _id = 'x'")
         let next = try await writer.changes(after: page.through, limit: 100, subscriptions: green)
-        #expect(next.entries.map(\.delta.field) == ["size"])
+        #expect(next.deltas.map(\.field) == ["size"] && next.pieces[0].context.isEmpty)
         // The peer's own writes are not echoed back to it.
         let echo = try await writer.changes(after: 0, limit: 100, subscriptions: Self.everything(), excludingOrigin: writer.siteID)
-        #expect(echo.entries.isEmpty && echo.through == next.through)
+        #expect(echo.pieces.isEmpty && echo.through == next.through)
     }
 }

@@ -8,7 +8,7 @@ import Testing
 
     static func machine(
         site: UInt64, mesh: String = "default", key: [UInt8]? = nil, role: Shoal_V1_Role = .peer,
-        versions: ClosedRange<UInt32> = 1...1
+        versions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions
     ) -> HandshakeStateMachine {
         HandshakeStateMachine(
             configuration: .init(
@@ -55,7 +55,7 @@ import Testing
             Issue.record("expected both established, got \(String(describing: endA)) / \(String(describing: endB))")
             return
         }
-        #expect(seenByA.siteID == SiteID(2) && seenByA.name == "n2" && seenByA.version == 1)
+        #expect(seenByA.siteID == SiteID(2) && seenByA.name == "n2" && seenByA.version == 2)
         #expect(seenByB.siteID == SiteID(1))
         #expect(a.isEstablished && b.isEstablished)
     }
@@ -90,6 +90,23 @@ import Testing
             return
         }
         #expect(identity.version == 2)
+    }
+
+    /// Peers sync at version 2 (manifests); an admin client may still speak version 1.
+    @Test func aVersionOnePeerIsRefusedButAVersionOneAdminIsServed() {
+        var a = Self.machine(site: 1), old = Self.machine(site: 2, versions: 1...1)
+        let (endA, endOld) = Self.run(&a, &old)
+        #expect(Self.failure(endA)?.code == .unsupportedVersion)
+        #expect(
+            Self.failure(endA)?.message
+                == "peers sync at protocol version 2 or later (transaction manifests); the peer speaks 1–1")
+        #expect(Self.failure(endOld) != nil, "the old side is told, and never reaches a session")
+        var node = Self.machine(site: 1), admin = Self.machine(site: 0, mesh: "", role: .admin, versions: 1...1)
+        guard case .established(let client)? = Self.run(&node, &admin).a else {
+            Issue.record("expected the admin client to be served")
+            return
+        }
+        #expect(client.role == .admin && client.version == 1)
     }
 
     @Test func differentMeshesAreRefused() {
@@ -137,7 +154,7 @@ import Testing
         }
         var hello = Shoal_V1_Hello()
         hello.minVersion = 1
-        hello.maxVersion = 1
+        hello.maxVersion = 2
         hello.siteID = 2
         hello.meshName = "default"
         hello.nonce = .init(repeating: 9, count: 32)

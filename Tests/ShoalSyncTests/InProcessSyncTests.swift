@@ -81,7 +81,7 @@ import Testing
         let codec = MessageCodec()
         let connection = InMemoryConnection(observeFromA: { frame in
             if case .deltaBatch(let batch)? = try? codec.decode(frame) {
-                let ids = batch.transactions.flatMap { $0.deltas.map(\.documentID) }
+                let ids = batch.pieces.flatMap { $0.documents.map(\.documentID) }
                 sentDocuments.withLock { $0 += ids }
             }
         })

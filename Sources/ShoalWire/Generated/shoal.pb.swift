@@ -139,6 +139,54 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
 
 }
 
+public nonisolated enum Shoal_V1_Coverage: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+
+  /// The documents the sender holds and does not send do not match the filter's subscriptions.
+  case notCovered // = 1
+
+  /// Some deltas the sender no longer holds: later transactions (superseded_by) overwrote them.
+  case superseded // = 2
+
+  /// The sender never held some of the collection's documents of this transaction.
+  case unknown // = 3
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .notCovered
+    case 2: self = .superseded
+    case 3: self = .unknown
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .notCovered: return 1
+    case .superseded: return 2
+    case .unknown: return 3
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Shoal_V1_Coverage] = [
+    .unspecified,
+    .notCovered,
+    .superseded,
+    .unknown,
+  ]
+
+}
+
 /// Type 0x01. The first frame each side sends on a new connection.
 public nonisolated struct Shoal_V1_Hello: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -260,13 +308,15 @@ public nonisolated struct Shoal_V1_Subscription: Sendable {
   public init() {}
 }
 
-/// Type 0x07. Deltas the receiver's subscriptions match, grouped by transaction,
-/// in the sender's change-log order.
+/// Type 0x07. One page of the sender's change log, filtered for the receiver's
+/// subscriptions, as pieces of transactions in log order.
 public nonisolated struct Shoal_V1_DeltaBatch: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
+  /// Version 1 only: flat deltas without manifests. Version 2 senders leave it
+  /// empty, and a version 2 receiver refuses a batch that has any.
   public var transactions: [Shoal_V1_TransactionDeltas] = []
 
   /// The highest change-log sequence this batch covers. The receiver acknowledges it
@@ -277,11 +327,19 @@ public nonisolated struct Shoal_V1_DeltaBatch: Sendable {
   /// through_sequence as its resume point only when this is its latest Subscribe.
   public var subscribeGeneration: UInt64 = 0
 
+  /// Version 2: pieces of transactions, in the sender's log order.
+  public var pieces: [Shoal_V1_TransactionPiece] = []
+
+  /// Subscription sets named by NOT_COVERED verdicts in this batch: verdict filter k
+  /// (k >= 1) is filters[k - 1].
+  public var filters: [Shoal_V1_SubscriptionFilter] = []
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
 
+/// Version 1's transaction group (DeltaBatch.transactions); not sent in version 2.
 public nonisolated struct Shoal_V1_TransactionDeltas: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -291,7 +349,6 @@ public nonisolated struct Shoal_V1_TransactionDeltas: Sendable {
 
   public var originSequence: UInt64 = 0
 
-  /// How many deltas the transaction wrote in all (its manifest size).
   public var deltaCount: UInt32 = 0
 
   public var deltas: [Shoal_V1_Delta] = []
@@ -301,6 +358,7 @@ public nonisolated struct Shoal_V1_TransactionDeltas: Sendable {
   public init() {}
 }
 
+/// Version 1's delta (TransactionDeltas.deltas); not sent in version 2.
 public nonisolated struct Shoal_V1_Delta: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -312,14 +370,197 @@ public nonisolated struct Shoal_V1_Delta: Sendable {
 
   public var field: String = String()
 
-  /// The field's value as canonical JSON (UTF-8).
   public var valueJson: Data = Data()
 
-  /// Hybrid logical clock: milliseconds << 16 | counter.
   public var timestamp: UInt64 = 0
 
-  /// Position of this delta in its transaction, from 0.
   public var index: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Version 2: the part of one transaction that one frame carries, with the
+/// transaction's manifest and, in its last piece, the sender's verdicts on the
+/// documents it does not send. A transaction may span many pieces and frames.
+public nonisolated struct Shoal_V1_TransactionPiece: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var originSite: UInt64 = 0
+
+  public var originSequence: UInt64 = 0
+
+  /// The whole transaction: how many deltas and how many documents it wrote.
+  public var deltaCount: UInt32 = 0
+
+  public var documentCount: UInt32 = 0
+
+  /// The manifest by collection: documents and deltas the transaction wrote in
+  /// each collection. Every piece carries the whole list.
+  public var collections: [Shoal_V1_CollectionCount] = []
+
+  /// Documents this piece carries, each with some or all of its deltas.
+  public var documents: [Shoal_V1_DocumentDeltas] = []
+
+  /// Only in the last piece: for each collection of the manifest, what the sender
+  /// says of the documents it does not send.
+  public var verdicts: [Shoal_V1_Verdict] = []
+
+  /// The sender has sent every piece of this transaction it is going to send in
+  /// this stream (this one included).
+  public var last: Bool = false
+
+  /// FieldDelta.timestamp_offset is relative to this.
+  public var baseTimestamp: UInt64 = 0
+
+  /// Current fields of documents that this transaction may have made match the
+  /// receiver's subscriptions, applied together with the transaction.
+  public var context: [Shoal_V1_ContextDocument] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Shoal_V1_CollectionCount: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var collection: String = String()
+
+  public var documents: UInt32 = 0
+
+  public var deltas: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Shoal_V1_DocumentDeltas: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var collection: String = String()
+
+  /// Canonical JSON of the document's _id.
+  public var documentID: String = String()
+
+  /// How many deltas the transaction wrote to this document in all.
+  public var deltaCount: UInt32 = 0
+
+  public var deltas: [Shoal_V1_FieldDelta] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Shoal_V1_FieldDelta: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var field: String = String()
+
+  /// The field's value as canonical JSON (UTF-8); empty for a removed register,
+  /// "~SITE" for an observed map-entry removal.
+  public var valueJson: Data = Data()
+
+  /// Hybrid logical clock timestamp = base_timestamp + timestamp_offset (modulo 2^64).
+  public var timestampOffset: Int64 = 0
+
+  /// Position of this delta in its transaction, from 0, unique within it.
+  public var index: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Shoal_V1_Verdict: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var collection: String = String()
+
+  public var coverage: Shoal_V1_Coverage = .unspecified
+
+  /// NOT_COVERED: 0 = the receiver's own subscriptions (those of the Subscribe the
+  /// batch answers, or of the session for a TransactionPieces); k >= 1 = filters[k - 1].
+  public var filter: UInt32 = 0
+
+  /// SUPERSEDED: the transactions whose writes replaced the missing deltas.
+  public var supersededBy: [Shoal_V1_TransactionRef] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Shoal_V1_TransactionRef: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var originSite: UInt64 = 0
+
+  public var originSequence: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Shoal_V1_SubscriptionFilter: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var subscriptions: [Shoal_V1_Subscription] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Shoal_V1_ContextDocument: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var collection: String = String()
+
+  public var documentID: String = String()
+
+  public var fields: [Shoal_V1_ContextField] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Shoal_V1_ContextField: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var field: String = String()
+
+  public var valueJson: Data = Data()
+
+  public var timestamp: UInt64 = 0
+
+  /// The transaction that wrote the field's current value.
+  public var originSite: UInt64 = 0
+
+  public var originSequence: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -383,6 +624,57 @@ public nonisolated struct Shoal_V1_AttachmentChunk: Sendable {
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+}
+
+/// Type 0x0B. Asks a peer for the pieces of a transaction that the sender is
+/// missing under its own subscriptions.
+public nonisolated struct Shoal_V1_TransactionRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: UInt64 = 0
+
+  public var originSite: UInt64 = 0
+
+  public var originSequence: UInt64 = 0
+
+  /// The collections where documents are missing; empty means every collection.
+  public var collections: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Type 0x0C. The answer to a TransactionRequest, one or more frames with the same
+/// request_id; the last frame's piece has last = true (or found is false).
+public nonisolated struct Shoal_V1_TransactionPieces: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: UInt64 = 0
+
+  /// False when the sender knows nothing of the transaction (then nothing else is set).
+  public var found: Bool = false
+
+  public var piece: Shoal_V1_TransactionPiece {
+    get {_piece ?? Shoal_V1_TransactionPiece()}
+    set {_piece = newValue}
+  }
+  /// Returns true if `piece` has been explicitly set.
+  public var hasPiece: Bool {self._piece != nil}
+  /// Clears the value of `piece`. Subsequent reads from it will return its default value.
+  public mutating func clearPiece() {self._piece = nil}
+
+  public var filters: [Shoal_V1_SubscriptionFilter] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _piece: Shoal_V1_TransactionPiece? = nil
 }
 
 /// Type 0x10. An admin client (the CLI) asks the node something.
@@ -697,26 +989,133 @@ public nonisolated struct Shoal_V1_ExecResponse: Sendable {
   public init() {}
 }
 
-public nonisolated struct Shoal_V1_StatusResponse: Sendable {
+public nonisolated struct Shoal_V1_StatusResponse: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var siteID: UInt64 = 0
+  public var siteID: UInt64 {
+    get {_storage._siteID}
+    set {_uniqueStorage()._siteID = newValue}
+  }
 
-  public var name: String = String()
+  public var name: String {
+    get {_storage._name}
+    set {_uniqueStorage()._name = newValue}
+  }
 
-  public var listen: String = String()
+  public var listen: String {
+    get {_storage._listen}
+    set {_uniqueStorage()._listen = newValue}
+  }
 
-  public var meshName: String = String()
+  public var meshName: String {
+    get {_storage._meshName}
+    set {_uniqueStorage()._meshName = newValue}
+  }
 
-  public var peers: [Shoal_V1_PeerStatus] = []
+  public var peers: [Shoal_V1_PeerStatus] {
+    get {_storage._peers}
+    set {_uniqueStorage()._peers = newValue}
+  }
 
-  public var subscriptions: [Shoal_V1_SubscriptionStatus] = []
+  public var subscriptions: [Shoal_V1_SubscriptionStatus] {
+    get {_storage._subscriptions}
+    set {_uniqueStorage()._subscriptions = newValue}
+  }
 
-  public var collections: [Shoal_V1_CollectionStatus] = []
+  public var collections: [Shoal_V1_CollectionStatus] {
+    get {_storage._collections}
+    set {_uniqueStorage()._collections = newValue}
+  }
 
-  public var changeLogSequence: UInt64 = 0
+  public var changeLogSequence: UInt64 {
+    get {_storage._changeLogSequence}
+    set {_uniqueStorage()._changeLogSequence = newValue}
+  }
+
+  public var transactions: Shoal_V1_TransactionStatus {
+    get {_storage._transactions ?? Shoal_V1_TransactionStatus()}
+    set {_uniqueStorage()._transactions = newValue}
+  }
+  /// Returns true if `transactions` has been explicitly set.
+  public var hasTransactions: Bool {_storage._transactions != nil}
+  /// Clears the value of `transactions`. Subsequent reads from it will return its default value.
+  public mutating func clearTransactions() {_uniqueStorage()._transactions = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// What the node knows of transactions: counters since it started, and the remote
+/// transactions it holds back or applied only in part.
+public nonisolated struct Shoal_V1_TransactionStatus: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Local read-write transactions committed, and remote ones applied whole.
+  public var committedLocal: UInt64 = 0
+
+  public var appliedRemote: UInt64 = 0
+
+  /// Remote transactions waiting now for pieces that its subscriptions cover.
+  public var waitingForCoverage: UInt64 = 0
+
+  /// Remote transactions applied without some covered pieces, not yet completed.
+  public var appliedPartial: UInt64 = 0
+
+  /// Partial transactions completed later (since the node started).
+  public var completedLater: UInt64 = 0
+
+  public var waiting: [Shoal_V1_PendingTransaction] = []
+
+  public var partial: [Shoal_V1_PendingTransaction] = []
+
+  /// Bytes of deltas held in the durable buffer, and its limits.
+  public var bufferedBytes: UInt64 = 0
+
+  public var bufferedBytesLimit: UInt64 = 0
+
+  public var bufferedTransactionsLimit: UInt64 = 0
+
+  /// Times the buffer went over a limit and the oldest waiting transaction was applied in part.
+  public var overflows: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Shoal_V1_PendingTransaction: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// "SITE:SEQUENCE".
+  public var id: String = String()
+
+  public var originSite: UInt64 = 0
+
+  /// Documents of covered collections held, and needed, for the transaction to be whole.
+  public var haveDocuments: UInt64 = 0
+
+  public var needDocuments: UInt64 = 0
+
+  public var ageSeconds: Double = 0
+
+  /// Peers asked for the missing pieces (site IDs, 16 hex digits).
+  public var askedPeers: [String] = []
+
+  /// Why it waits: "coverage" (pieces missing), or "order" (an earlier transaction of
+  /// the same origin touching the same documents waits).
+  public var reason: String = String()
+
+  /// The collections with documents missing.
+  public var missingCollections: [String] = []
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -792,6 +1191,10 @@ nonisolated extension Shoal_V1_Role: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Shoal_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_PROTOCOL_VIOLATION\0\u{1}ERROR_CODE_UNSUPPORTED_VERSION\0\u{1}ERROR_CODE_MESH_MISMATCH\0\u{1}ERROR_CODE_MESH_KEY_MISMATCH\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_INVALID_QUERY\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_DUPLICATE_SESSION\0\u{1}ERROR_CODE_EXECUTION_FAILED\0")
+}
+
+nonisolated extension Shoal_V1_Coverage: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0COVERAGE_UNSPECIFIED\0\u{1}COVERAGE_NOT_COVERED\0\u{1}COVERAGE_SUPERSEDED\0\u{1}COVERAGE_UNKNOWN\0")
 }
 
 nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -1046,7 +1449,7 @@ nonisolated extension Shoal_V1_Subscription: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Shoal_V1_DeltaBatch: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".DeltaBatch"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}transactions\0\u{3}through_sequence\0\u{3}subscribe_generation\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}transactions\0\u{3}through_sequence\0\u{3}subscribe_generation\0\u{1}pieces\0\u{1}filters\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1057,6 +1460,8 @@ nonisolated extension Shoal_V1_DeltaBatch: SwiftProtobuf.Message, SwiftProtobuf.
       case 1: try { try decoder.decodeRepeatedMessageField(value: &self.transactions) }()
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.throughSequence) }()
       case 3: try { try decoder.decodeSingularUInt64Field(value: &self.subscribeGeneration) }()
+      case 4: try { try decoder.decodeRepeatedMessageField(value: &self.pieces) }()
+      case 5: try { try decoder.decodeRepeatedMessageField(value: &self.filters) }()
       default: break
       }
     }
@@ -1072,6 +1477,12 @@ nonisolated extension Shoal_V1_DeltaBatch: SwiftProtobuf.Message, SwiftProtobuf.
     if self.subscribeGeneration != 0 {
       try visitor.visitSingularUInt64Field(value: self.subscribeGeneration, fieldNumber: 3)
     }
+    if !self.pieces.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.pieces, fieldNumber: 4)
+    }
+    if !self.filters.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.filters, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1079,6 +1490,8 @@ nonisolated extension Shoal_V1_DeltaBatch: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.transactions != rhs.transactions {return false}
     if lhs.throughSequence != rhs.throughSequence {return false}
     if lhs.subscribeGeneration != rhs.subscribeGeneration {return false}
+    if lhs.pieces != rhs.pieces {return false}
+    if lhs.filters != rhs.filters {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1179,6 +1592,411 @@ nonisolated extension Shoal_V1_Delta: SwiftProtobuf.Message, SwiftProtobuf._Mess
     if lhs.valueJson != rhs.valueJson {return false}
     if lhs.timestamp != rhs.timestamp {return false}
     if lhs.index != rhs.index {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_TransactionPiece: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".TransactionPiece"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}origin_site\0\u{3}origin_sequence\0\u{3}delta_count\0\u{3}document_count\0\u{1}collections\0\u{1}documents\0\u{1}verdicts\0\u{1}last\0\u{3}base_timestamp\0\u{1}context\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularFixed64Field(value: &self.originSite) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.originSequence) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.deltaCount) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.documentCount) }()
+      case 5: try { try decoder.decodeRepeatedMessageField(value: &self.collections) }()
+      case 6: try { try decoder.decodeRepeatedMessageField(value: &self.documents) }()
+      case 7: try { try decoder.decodeRepeatedMessageField(value: &self.verdicts) }()
+      case 8: try { try decoder.decodeSingularBoolField(value: &self.last) }()
+      case 9: try { try decoder.decodeSingularFixed64Field(value: &self.baseTimestamp) }()
+      case 10: try { try decoder.decodeRepeatedMessageField(value: &self.context) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.originSite != 0 {
+      try visitor.visitSingularFixed64Field(value: self.originSite, fieldNumber: 1)
+    }
+    if self.originSequence != 0 {
+      try visitor.visitSingularUInt64Field(value: self.originSequence, fieldNumber: 2)
+    }
+    if self.deltaCount != 0 {
+      try visitor.visitSingularUInt32Field(value: self.deltaCount, fieldNumber: 3)
+    }
+    if self.documentCount != 0 {
+      try visitor.visitSingularUInt32Field(value: self.documentCount, fieldNumber: 4)
+    }
+    if !self.collections.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.collections, fieldNumber: 5)
+    }
+    if !self.documents.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.documents, fieldNumber: 6)
+    }
+    if !self.verdicts.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.verdicts, fieldNumber: 7)
+    }
+    if self.last != false {
+      try visitor.visitSingularBoolField(value: self.last, fieldNumber: 8)
+    }
+    if self.baseTimestamp != 0 {
+      try visitor.visitSingularFixed64Field(value: self.baseTimestamp, fieldNumber: 9)
+    }
+    if !self.context.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.context, fieldNumber: 10)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_TransactionPiece, rhs: Shoal_V1_TransactionPiece) -> Bool {
+    if lhs.originSite != rhs.originSite {return false}
+    if lhs.originSequence != rhs.originSequence {return false}
+    if lhs.deltaCount != rhs.deltaCount {return false}
+    if lhs.documentCount != rhs.documentCount {return false}
+    if lhs.collections != rhs.collections {return false}
+    if lhs.documents != rhs.documents {return false}
+    if lhs.verdicts != rhs.verdicts {return false}
+    if lhs.last != rhs.last {return false}
+    if lhs.baseTimestamp != rhs.baseTimestamp {return false}
+    if lhs.context != rhs.context {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_CollectionCount: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".CollectionCount"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}collection\0\u{1}documents\0\u{1}deltas\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.collection) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.documents) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.deltas) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.collection.isEmpty {
+      try visitor.visitSingularStringField(value: self.collection, fieldNumber: 1)
+    }
+    if self.documents != 0 {
+      try visitor.visitSingularUInt32Field(value: self.documents, fieldNumber: 2)
+    }
+    if self.deltas != 0 {
+      try visitor.visitSingularUInt32Field(value: self.deltas, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_CollectionCount, rhs: Shoal_V1_CollectionCount) -> Bool {
+    if lhs.collection != rhs.collection {return false}
+    if lhs.documents != rhs.documents {return false}
+    if lhs.deltas != rhs.deltas {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_DocumentDeltas: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DocumentDeltas"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}collection\0\u{3}document_id\0\u{3}delta_count\0\u{1}deltas\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.collection) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.documentID) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.deltaCount) }()
+      case 4: try { try decoder.decodeRepeatedMessageField(value: &self.deltas) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.collection.isEmpty {
+      try visitor.visitSingularStringField(value: self.collection, fieldNumber: 1)
+    }
+    if !self.documentID.isEmpty {
+      try visitor.visitSingularStringField(value: self.documentID, fieldNumber: 2)
+    }
+    if self.deltaCount != 0 {
+      try visitor.visitSingularUInt32Field(value: self.deltaCount, fieldNumber: 3)
+    }
+    if !self.deltas.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.deltas, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_DocumentDeltas, rhs: Shoal_V1_DocumentDeltas) -> Bool {
+    if lhs.collection != rhs.collection {return false}
+    if lhs.documentID != rhs.documentID {return false}
+    if lhs.deltaCount != rhs.deltaCount {return false}
+    if lhs.deltas != rhs.deltas {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_FieldDelta: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".FieldDelta"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}field\0\u{3}value_json\0\u{3}timestamp_offset\0\u{1}index\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.field) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.valueJson) }()
+      case 3: try { try decoder.decodeSingularSInt64Field(value: &self.timestampOffset) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.index) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.field.isEmpty {
+      try visitor.visitSingularStringField(value: self.field, fieldNumber: 1)
+    }
+    if !self.valueJson.isEmpty {
+      try visitor.visitSingularBytesField(value: self.valueJson, fieldNumber: 2)
+    }
+    if self.timestampOffset != 0 {
+      try visitor.visitSingularSInt64Field(value: self.timestampOffset, fieldNumber: 3)
+    }
+    if self.index != 0 {
+      try visitor.visitSingularUInt32Field(value: self.index, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_FieldDelta, rhs: Shoal_V1_FieldDelta) -> Bool {
+    if lhs.field != rhs.field {return false}
+    if lhs.valueJson != rhs.valueJson {return false}
+    if lhs.timestampOffset != rhs.timestampOffset {return false}
+    if lhs.index != rhs.index {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_Verdict: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Verdict"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}collection\0\u{1}coverage\0\u{1}filter\0\u{3}superseded_by\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.collection) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.coverage) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.filter) }()
+      case 4: try { try decoder.decodeRepeatedMessageField(value: &self.supersededBy) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.collection.isEmpty {
+      try visitor.visitSingularStringField(value: self.collection, fieldNumber: 1)
+    }
+    if self.coverage != .unspecified {
+      try visitor.visitSingularEnumField(value: self.coverage, fieldNumber: 2)
+    }
+    if self.filter != 0 {
+      try visitor.visitSingularUInt32Field(value: self.filter, fieldNumber: 3)
+    }
+    if !self.supersededBy.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.supersededBy, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_Verdict, rhs: Shoal_V1_Verdict) -> Bool {
+    if lhs.collection != rhs.collection {return false}
+    if lhs.coverage != rhs.coverage {return false}
+    if lhs.filter != rhs.filter {return false}
+    if lhs.supersededBy != rhs.supersededBy {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_TransactionRef: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".TransactionRef"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}origin_site\0\u{3}origin_sequence\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularFixed64Field(value: &self.originSite) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.originSequence) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.originSite != 0 {
+      try visitor.visitSingularFixed64Field(value: self.originSite, fieldNumber: 1)
+    }
+    if self.originSequence != 0 {
+      try visitor.visitSingularUInt64Field(value: self.originSequence, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_TransactionRef, rhs: Shoal_V1_TransactionRef) -> Bool {
+    if lhs.originSite != rhs.originSite {return false}
+    if lhs.originSequence != rhs.originSequence {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_SubscriptionFilter: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SubscriptionFilter"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subscriptions\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.subscriptions) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.subscriptions.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.subscriptions, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_SubscriptionFilter, rhs: Shoal_V1_SubscriptionFilter) -> Bool {
+    if lhs.subscriptions != rhs.subscriptions {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_ContextDocument: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ContextDocument"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}collection\0\u{3}document_id\0\u{1}fields\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.collection) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.documentID) }()
+      case 3: try { try decoder.decodeRepeatedMessageField(value: &self.fields) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.collection.isEmpty {
+      try visitor.visitSingularStringField(value: self.collection, fieldNumber: 1)
+    }
+    if !self.documentID.isEmpty {
+      try visitor.visitSingularStringField(value: self.documentID, fieldNumber: 2)
+    }
+    if !self.fields.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.fields, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_ContextDocument, rhs: Shoal_V1_ContextDocument) -> Bool {
+    if lhs.collection != rhs.collection {return false}
+    if lhs.documentID != rhs.documentID {return false}
+    if lhs.fields != rhs.fields {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_ContextField: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ContextField"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}field\0\u{3}value_json\0\u{1}timestamp\0\u{3}origin_site\0\u{3}origin_sequence\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.field) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.valueJson) }()
+      case 3: try { try decoder.decodeSingularFixed64Field(value: &self.timestamp) }()
+      case 4: try { try decoder.decodeSingularFixed64Field(value: &self.originSite) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.originSequence) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.field.isEmpty {
+      try visitor.visitSingularStringField(value: self.field, fieldNumber: 1)
+    }
+    if !self.valueJson.isEmpty {
+      try visitor.visitSingularBytesField(value: self.valueJson, fieldNumber: 2)
+    }
+    if self.timestamp != 0 {
+      try visitor.visitSingularFixed64Field(value: self.timestamp, fieldNumber: 3)
+    }
+    if self.originSite != 0 {
+      try visitor.visitSingularFixed64Field(value: self.originSite, fieldNumber: 4)
+    }
+    if self.originSequence != 0 {
+      try visitor.visitSingularUInt64Field(value: self.originSequence, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_ContextField, rhs: Shoal_V1_ContextField) -> Bool {
+    if lhs.field != rhs.field {return false}
+    if lhs.valueJson != rhs.valueJson {return false}
+    if lhs.timestamp != rhs.timestamp {return false}
+    if lhs.originSite != rhs.originSite {return false}
+    if lhs.originSequence != rhs.originSequence {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1309,6 +2127,100 @@ nonisolated extension Shoal_V1_AttachmentChunk: SwiftProtobuf.Message, SwiftProt
     if lhs.offset != rhs.offset {return false}
     if lhs.totalLength != rhs.totalLength {return false}
     if lhs.data != rhs.data {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_TransactionRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".TransactionRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{3}origin_site\0\u{3}origin_sequence\0\u{1}collections\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularFixed64Field(value: &self.originSite) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.originSequence) }()
+      case 4: try { try decoder.decodeRepeatedStringField(value: &self.collections) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.requestID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.requestID, fieldNumber: 1)
+    }
+    if self.originSite != 0 {
+      try visitor.visitSingularFixed64Field(value: self.originSite, fieldNumber: 2)
+    }
+    if self.originSequence != 0 {
+      try visitor.visitSingularUInt64Field(value: self.originSequence, fieldNumber: 3)
+    }
+    if !self.collections.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.collections, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_TransactionRequest, rhs: Shoal_V1_TransactionRequest) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.originSite != rhs.originSite {return false}
+    if lhs.originSequence != rhs.originSequence {return false}
+    if lhs.collections != rhs.collections {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_TransactionPieces: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".TransactionPieces"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}found\0\u{1}piece\0\u{1}filters\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.found) }()
+      case 3: try { try decoder.decodeSingularMessageField(value: &self._piece) }()
+      case 4: try { try decoder.decodeRepeatedMessageField(value: &self.filters) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if self.requestID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.requestID, fieldNumber: 1)
+    }
+    if self.found != false {
+      try visitor.visitSingularBoolField(value: self.found, fieldNumber: 2)
+    }
+    try { if let v = self._piece {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    } }()
+    if !self.filters.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.filters, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_TransactionPieces, rhs: Shoal_V1_TransactionPieces) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.found != rhs.found {return false}
+    if lhs._piece != rhs._piece {return false}
+    if lhs.filters != rhs.filters {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1954,7 +2866,133 @@ nonisolated extension Shoal_V1_ExecResponse: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatusResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}listen\0\u{3}mesh_name\0\u{1}peers\0\u{1}subscriptions\0\u{1}collections\0\u{3}change_log_sequence\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}listen\0\u{3}mesh_name\0\u{1}peers\0\u{1}subscriptions\0\u{1}collections\0\u{3}change_log_sequence\0\u{1}transactions\0")
+
+  fileprivate class _StorageClass {
+    var _siteID: UInt64 = 0
+    var _name: String = String()
+    var _listen: String = String()
+    var _meshName: String = String()
+    var _peers: [Shoal_V1_PeerStatus] = []
+    var _subscriptions: [Shoal_V1_SubscriptionStatus] = []
+    var _collections: [Shoal_V1_CollectionStatus] = []
+    var _changeLogSequence: UInt64 = 0
+    var _transactions: Shoal_V1_TransactionStatus? = nil
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _siteID = source._siteID
+      _name = source._name
+      _listen = source._listen
+      _meshName = source._meshName
+      _peers = source._peers
+      _subscriptions = source._subscriptions
+      _collections = source._collections
+      _changeLogSequence = source._changeLogSequence
+      _transactions = source._transactions
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularFixed64Field(value: &_storage._siteID) }()
+        case 2: try { try decoder.decodeSingularStringField(value: &_storage._name) }()
+        case 3: try { try decoder.decodeSingularStringField(value: &_storage._listen) }()
+        case 4: try { try decoder.decodeSingularStringField(value: &_storage._meshName) }()
+        case 5: try { try decoder.decodeRepeatedMessageField(value: &_storage._peers) }()
+        case 6: try { try decoder.decodeRepeatedMessageField(value: &_storage._subscriptions) }()
+        case 7: try { try decoder.decodeRepeatedMessageField(value: &_storage._collections) }()
+        case 8: try { try decoder.decodeSingularUInt64Field(value: &_storage._changeLogSequence) }()
+        case 9: try { try decoder.decodeSingularMessageField(value: &_storage._transactions) }()
+        default: break
+        }
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if _storage._siteID != 0 {
+        try visitor.visitSingularFixed64Field(value: _storage._siteID, fieldNumber: 1)
+      }
+      if !_storage._name.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._name, fieldNumber: 2)
+      }
+      if !_storage._listen.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._listen, fieldNumber: 3)
+      }
+      if !_storage._meshName.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._meshName, fieldNumber: 4)
+      }
+      if !_storage._peers.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._peers, fieldNumber: 5)
+      }
+      if !_storage._subscriptions.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._subscriptions, fieldNumber: 6)
+      }
+      if !_storage._collections.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._collections, fieldNumber: 7)
+      }
+      if _storage._changeLogSequence != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._changeLogSequence, fieldNumber: 8)
+      }
+      try { if let v = _storage._transactions {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+      } }()
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_StatusResponse, rhs: Shoal_V1_StatusResponse) -> Bool {
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._siteID != rhs_storage._siteID {return false}
+        if _storage._name != rhs_storage._name {return false}
+        if _storage._listen != rhs_storage._listen {return false}
+        if _storage._meshName != rhs_storage._meshName {return false}
+        if _storage._peers != rhs_storage._peers {return false}
+        if _storage._subscriptions != rhs_storage._subscriptions {return false}
+        if _storage._collections != rhs_storage._collections {return false}
+        if _storage._changeLogSequence != rhs_storage._changeLogSequence {return false}
+        if _storage._transactions != rhs_storage._transactions {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_TransactionStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".TransactionStatus"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}committed_local\0\u{3}applied_remote\0\u{3}waiting_for_coverage\0\u{3}applied_partial\0\u{3}completed_later\0\u{1}waiting\0\u{1}partial\0\u{3}buffered_bytes\0\u{3}buffered_bytes_limit\0\u{3}buffered_transactions_limit\0\u{1}overflows\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1962,56 +3000,136 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
       // allocates stack space for every case branch when no optimizations are
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
-      case 1: try { try decoder.decodeSingularFixed64Field(value: &self.siteID) }()
-      case 2: try { try decoder.decodeSingularStringField(value: &self.name) }()
-      case 3: try { try decoder.decodeSingularStringField(value: &self.listen) }()
-      case 4: try { try decoder.decodeSingularStringField(value: &self.meshName) }()
-      case 5: try { try decoder.decodeRepeatedMessageField(value: &self.peers) }()
-      case 6: try { try decoder.decodeRepeatedMessageField(value: &self.subscriptions) }()
-      case 7: try { try decoder.decodeRepeatedMessageField(value: &self.collections) }()
-      case 8: try { try decoder.decodeSingularUInt64Field(value: &self.changeLogSequence) }()
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.committedLocal) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.appliedRemote) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.waitingForCoverage) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.appliedPartial) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.completedLater) }()
+      case 6: try { try decoder.decodeRepeatedMessageField(value: &self.waiting) }()
+      case 7: try { try decoder.decodeRepeatedMessageField(value: &self.partial) }()
+      case 8: try { try decoder.decodeSingularUInt64Field(value: &self.bufferedBytes) }()
+      case 9: try { try decoder.decodeSingularUInt64Field(value: &self.bufferedBytesLimit) }()
+      case 10: try { try decoder.decodeSingularUInt64Field(value: &self.bufferedTransactionsLimit) }()
+      case 11: try { try decoder.decodeSingularUInt64Field(value: &self.overflows) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if self.siteID != 0 {
-      try visitor.visitSingularFixed64Field(value: self.siteID, fieldNumber: 1)
+    if self.committedLocal != 0 {
+      try visitor.visitSingularUInt64Field(value: self.committedLocal, fieldNumber: 1)
     }
-    if !self.name.isEmpty {
-      try visitor.visitSingularStringField(value: self.name, fieldNumber: 2)
+    if self.appliedRemote != 0 {
+      try visitor.visitSingularUInt64Field(value: self.appliedRemote, fieldNumber: 2)
     }
-    if !self.listen.isEmpty {
-      try visitor.visitSingularStringField(value: self.listen, fieldNumber: 3)
+    if self.waitingForCoverage != 0 {
+      try visitor.visitSingularUInt64Field(value: self.waitingForCoverage, fieldNumber: 3)
     }
-    if !self.meshName.isEmpty {
-      try visitor.visitSingularStringField(value: self.meshName, fieldNumber: 4)
+    if self.appliedPartial != 0 {
+      try visitor.visitSingularUInt64Field(value: self.appliedPartial, fieldNumber: 4)
     }
-    if !self.peers.isEmpty {
-      try visitor.visitRepeatedMessageField(value: self.peers, fieldNumber: 5)
+    if self.completedLater != 0 {
+      try visitor.visitSingularUInt64Field(value: self.completedLater, fieldNumber: 5)
     }
-    if !self.subscriptions.isEmpty {
-      try visitor.visitRepeatedMessageField(value: self.subscriptions, fieldNumber: 6)
+    if !self.waiting.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.waiting, fieldNumber: 6)
     }
-    if !self.collections.isEmpty {
-      try visitor.visitRepeatedMessageField(value: self.collections, fieldNumber: 7)
+    if !self.partial.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.partial, fieldNumber: 7)
     }
-    if self.changeLogSequence != 0 {
-      try visitor.visitSingularUInt64Field(value: self.changeLogSequence, fieldNumber: 8)
+    if self.bufferedBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.bufferedBytes, fieldNumber: 8)
+    }
+    if self.bufferedBytesLimit != 0 {
+      try visitor.visitSingularUInt64Field(value: self.bufferedBytesLimit, fieldNumber: 9)
+    }
+    if self.bufferedTransactionsLimit != 0 {
+      try visitor.visitSingularUInt64Field(value: self.bufferedTransactionsLimit, fieldNumber: 10)
+    }
+    if self.overflows != 0 {
+      try visitor.visitSingularUInt64Field(value: self.overflows, fieldNumber: 11)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  public static func ==(lhs: Shoal_V1_StatusResponse, rhs: Shoal_V1_StatusResponse) -> Bool {
-    if lhs.siteID != rhs.siteID {return false}
-    if lhs.name != rhs.name {return false}
-    if lhs.listen != rhs.listen {return false}
-    if lhs.meshName != rhs.meshName {return false}
-    if lhs.peers != rhs.peers {return false}
-    if lhs.subscriptions != rhs.subscriptions {return false}
-    if lhs.collections != rhs.collections {return false}
-    if lhs.changeLogSequence != rhs.changeLogSequence {return false}
+  public static func ==(lhs: Shoal_V1_TransactionStatus, rhs: Shoal_V1_TransactionStatus) -> Bool {
+    if lhs.committedLocal != rhs.committedLocal {return false}
+    if lhs.appliedRemote != rhs.appliedRemote {return false}
+    if lhs.waitingForCoverage != rhs.waitingForCoverage {return false}
+    if lhs.appliedPartial != rhs.appliedPartial {return false}
+    if lhs.completedLater != rhs.completedLater {return false}
+    if lhs.waiting != rhs.waiting {return false}
+    if lhs.partial != rhs.partial {return false}
+    if lhs.bufferedBytes != rhs.bufferedBytes {return false}
+    if lhs.bufferedBytesLimit != rhs.bufferedBytesLimit {return false}
+    if lhs.bufferedTransactionsLimit != rhs.bufferedTransactionsLimit {return false}
+    if lhs.overflows != rhs.overflows {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_PendingTransaction: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PendingTransaction"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}origin_site\0\u{3}have_documents\0\u{3}need_documents\0\u{3}age_seconds\0\u{3}asked_peers\0\u{1}reason\0\u{3}missing_collections\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.id) }()
+      case 2: try { try decoder.decodeSingularFixed64Field(value: &self.originSite) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.haveDocuments) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.needDocuments) }()
+      case 5: try { try decoder.decodeSingularDoubleField(value: &self.ageSeconds) }()
+      case 6: try { try decoder.decodeRepeatedStringField(value: &self.askedPeers) }()
+      case 7: try { try decoder.decodeSingularStringField(value: &self.reason) }()
+      case 8: try { try decoder.decodeRepeatedStringField(value: &self.missingCollections) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.id.isEmpty {
+      try visitor.visitSingularStringField(value: self.id, fieldNumber: 1)
+    }
+    if self.originSite != 0 {
+      try visitor.visitSingularFixed64Field(value: self.originSite, fieldNumber: 2)
+    }
+    if self.haveDocuments != 0 {
+      try visitor.visitSingularUInt64Field(value: self.haveDocuments, fieldNumber: 3)
+    }
+    if self.needDocuments != 0 {
+      try visitor.visitSingularUInt64Field(value: self.needDocuments, fieldNumber: 4)
+    }
+    if self.ageSeconds.bitPattern != 0 {
+      try visitor.visitSingularDoubleField(value: self.ageSeconds, fieldNumber: 5)
+    }
+    if !self.askedPeers.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.askedPeers, fieldNumber: 6)
+    }
+    if !self.reason.isEmpty {
+      try visitor.visitSingularStringField(value: self.reason, fieldNumber: 7)
+    }
+    if !self.missingCollections.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.missingCollections, fieldNumber: 8)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_PendingTransaction, rhs: Shoal_V1_PendingTransaction) -> Bool {
+    if lhs.id != rhs.id {return false}
+    if lhs.originSite != rhs.originSite {return false}
+    if lhs.haveDocuments != rhs.haveDocuments {return false}
+    if lhs.needDocuments != rhs.needDocuments {return false}
+    if lhs.ageSeconds != rhs.ageSeconds {return false}
+    if lhs.askedPeers != rhs.askedPeers {return false}
+    if lhs.reason != rhs.reason {return false}
+    if lhs.missingCollections != rhs.missingCollections {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

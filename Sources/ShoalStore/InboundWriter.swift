@@ -1,0 +1,296 @@
+public import ShoalCRDT
+import GRDB
+import Foundation
+
+/// What applying remote transactions did in one commit.
+public struct ApplyOutcome: Sendable, Equatable {
+    /// Deltas logged for the first time here (winners and losers of LWW alike).
+    public var logged: Int = 0
+    /// Deltas that won LWW and changed a field.
+    public var won: Int = 0
+    /// Documents whose body changed.
+    public var changedDocuments: Int = 0
+
+    public init() {}
+}
+
+/// The store operations of the inbound pipeline, run inside one write transaction
+/// (`DocumentStore.writeInbound`): the durable buffer of waiting transactions, the
+/// apply of whole (or partial) ones, and peer cursors. Every call is part of the
+/// same SQLite transaction, so a crash keeps all of a commit or none of it.
+public struct InboundWriter {
+    let db: Database
+    let store: DocumentStore
+    var commit = Commit(transactions: [], collections: [], sequence: 0)
+    var lastSequence: UInt64?
+    public private(set) var outcome = ApplyOutcome()
+
+    init(db: Database, store: DocumentStore) {
+        self.db = db
+        self.store = store
+    }
+
+    /// The state of a transaction this node has a record of, if any.
+    public func state(of id: TransactionID) throws -> TransactionRecord.State? {
+        try Int.fetchOne(
+            db.cachedStatement(sql: "SELECT state FROM txn WHERE origin = ? AND seq = ?"),
+            arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]
+        ).flatMap(TransactionRecord.State.init(rawValue:))
+    }
+
+    /// Keeps a waiting or partial transaction's header and reports durable.
+    public func save(_ record: TransactionRecord) throws {
+        try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [
+            Int64(bitPattern: record.id.origin.rawValue), Int64(record.id.sequence), Int64(record.deltaCount),
+            Int64(record.documentCount), CollectionCount.encode(record.collections), record.state.rawValue,
+            "", TransactionRecord.Report.encode(record.reports), Int64(bitPattern: record.firstSeen),
+        ])
+        try db.cachedStatement(sql: "UPDATE txn SET first_seen = ? WHERE origin = ? AND seq = ?").execute(arguments: [
+            Int64(bitPattern: record.firstSeen), Int64(bitPattern: record.id.origin.rawValue), Int64(record.id.sequence),
+        ])
+    }
+
+    /// Puts the deltas of a waiting transaction in the durable buffer.
+    public func buffer(_ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID) throws {
+        let origin = Int64(bitPattern: id.origin.rawValue), seq = Int64(id.sequence)
+        let insert = try db.cachedStatement(
+            sql: """
+                INSERT OR IGNORE INTO txn_piece (origin, seq, idx, collection, doc_id, doc_deltas, name, value, ts)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+        for d in deltas {
+            let count = documentDeltaCounts[DocumentRef(collection: d.collection, id: d.documentID)] ?? 1
+            try insert.execute(arguments: [
+                origin, seq, Int64(d.index), d.collection, d.documentID, Int64(count), d.field, d.valueJSON,
+                Int64(bitPattern: d.timestamp.rawValue),
+            ])
+        }
+        let insertContext = try db.cachedStatement(
+            sql: """
+                INSERT OR REPLACE INTO txn_context (origin, seq, collection, doc_id, name, value, ts, src_origin, src_seq)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+        for f in context {
+            try insertContext.execute(arguments: [
+                origin, seq, f.document.collection, f.document.id, f.field, f.valueJSON,
+                Int64(bitPattern: f.timestamp.rawValue), Int64(bitPattern: f.transaction.origin.rawValue),
+                Int64(f.transaction.sequence),
+            ])
+        }
+    }
+
+    /// Applies a transaction's deltas: those given and, with `buffered`, those in
+    /// the durable buffer (which it then clears), plus context fields; records its
+    /// state and the verdicts on what this node does not hold (`rest`), which it
+    /// passes on when it relays the transaction. With `state` and `rest` nil (a late
+    /// piece of a transaction applied before), its record is left as it is.
+    ///
+    /// Each delta is logged once (a piece already logged is not logged again) and
+    /// merged last-writer-wins; the bodies of the documents it changed are rebuilt once.
+    public mutating func apply(
+        _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
+        context: [ContextField] = [], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
+    ) throws {
+        let id = record.id
+        let origin = Int64(bitPattern: id.origin.rawValue), seq = Int64(id.sequence)
+        var all = deltas
+        var counts = documentDeltaCounts
+        var contextFields = context
+        if buffered {
+            for row in try Row.fetchAll(
+                db.cachedStatement(
+                    sql: "SELECT idx, collection, doc_id, doc_deltas, name, value, ts FROM txn_piece WHERE origin = ? AND seq = ? ORDER BY idx"),
+                arguments: [origin, seq])
+            {
+                let document = DocumentRef(collection: row[1], id: row[2])
+                counts[document] = UInt32(row[3] as Int64)
+                all.append(
+                    Delta(
+                        collection: document.collection, documentID: document.id, field: row[4], valueJSON: row[5],
+                        timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row[6])), transaction: id,
+                        index: UInt32(row[0] as Int64), count: record.deltaCount))
+            }
+            for row in try Row.fetchAll(
+                db.cachedStatement(
+                    sql: "SELECT collection, doc_id, name, value, ts, src_origin, src_seq FROM txn_context WHERE origin = ? AND seq = ?"),
+                arguments: [origin, seq])
+            {
+                contextFields.append(
+                    ContextField(
+                        document: DocumentRef(collection: row[0], id: row[1]), field: row[2], valueJSON: row[3],
+                        timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row[4])),
+                        transaction: TransactionID(origin: SiteID(UInt64(bitPattern: row[5])), sequence: UInt64(row[6] as Int64))))
+            }
+            try db.cachedStatement(sql: "DELETE FROM txn_piece WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
+            try db.cachedStatement(sql: "DELETE FROM txn_context WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
+        }
+        all.sort { $0.index < $1.index }
+        var dirty: [DocumentRef] = []
+        var dirtySet: Set<DocumentRef> = []
+        let append = try db.cachedStatement(sql: FieldSQL.appendLog)
+        for delta in all {
+            let document = DocumentRef(collection: delta.collection, id: delta.documentID)
+            try append.execute(arguments: [
+                delta.collection, delta.documentID, delta.field, delta.valueJSON, Int64(bitPattern: delta.timestamp.rawValue),
+                origin, seq, Int64(delta.index), Int64(record.deltaCount), Int64(counts[document] ?? 1),
+            ])
+            if db.changesCount > 0 {
+                lastSequence = UInt64(db.lastInsertedRowID)
+                outcome.logged += 1
+            }
+            // Merged even when logged before: EVICT keeps the log but not the fields, and a
+            // refill must bring them back. A duplicate simply loses LWW (equal version).
+            if try merge(delta, index: delta.index, count: record.deltaCount), dirtySet.insert(document).inserted {
+                dirty.append(document)
+            }
+        }
+        for field in contextFields {
+            if try merge(field.delta, index: 0, count: 0), dirtySet.insert(field.document).inserted { dirty.append(field.document) }
+        }
+        for document in dirty {
+            try DocumentBody.materialize(db: db, collection: document.collection, key: document.id)
+            commit.collections.insert(document.collection)
+        }
+        outcome.changedDocuments += dirty.count
+        if let state, let rest {
+            try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [
+                origin, seq, Int64(record.deltaCount), Int64(record.documentCount), CollectionCount.encode(record.collections),
+                state.rawValue, Verdict.encode(rest), state == .applied ? "" : TransactionRecord.Report.encode(record.reports),
+                Int64(bitPattern: record.firstSeen),
+            ])
+        }
+        if (state != nil || !dirty.isEmpty), !commit.transactions.contains(id) { commit.transactions.append(id) }
+    }
+
+    /// Marks a partial transaction whole, with nothing left to apply.
+    public mutating func markApplied(_ id: TransactionID) throws {
+        try db.cachedStatement(sql: "UPDATE txn SET state = ?, rest = '', reports = '' WHERE origin = ? AND seq = ?").execute(
+            arguments: [TransactionRecord.State.applied.rawValue, Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)])
+        commit.transactions.append(id)
+    }
+
+    /// Merges one delta last-writer-wins into `field`; true when it won.
+    private mutating func merge(_ delta: Delta, index: UInt32, count: UInt32) throws -> Bool {
+        let row = try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT ts, site, value FROM field WHERE collection = ? AND doc_id = ? AND name = ?"),
+            arguments: [delta.collection, delta.documentID, delta.field])
+        let existing = row.map {
+            RegisterVersion(timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: $0[0])), site: SiteID(UInt64(bitPattern: $0[1])))
+        }
+        let version = DocumentBody.version(of: delta)
+        let currentValue: String? = row?[2]
+        var wins = Register.incomingWins(
+            version, removes: DocumentBody.isRemoval(delta.valueJSON), over: existing,
+            removed: currentValue.map(DocumentBody.isRemoval) ?? false)
+        // Equal versions with different values come only from INITIAL DOCUMENTS
+        // (time zero, same site, rewritten after EVICT): the larger bytes win everywhere.
+        if !wins, version == existing, let currentValue, currentValue != delta.valueJSON,
+            !DocumentBody.isRemoval(currentValue), !DocumentBody.isRemoval(delta.valueJSON)
+        {
+            wins = !Array(delta.valueJSON.utf8).lexicographicallyPrecedes(Array(currentValue.utf8))
+        }
+        guard wins else { return false }
+        try db.cachedStatement(sql: FieldSQL.upsert).execute(arguments: [
+            delta.collection, delta.documentID, delta.field, delta.valueJSON, Int64(bitPattern: delta.timestamp.rawValue),
+            Int64(bitPattern: version.site.rawValue), Int64(delta.transaction.sequence), Int64(index), Int64(count),
+            Int64(bitPattern: delta.transaction.origin.rawValue),
+        ])
+        outcome.won += 1
+        return true
+    }
+
+    /// Records `through` as the resume point for `peer`'s log under `subscriptionKey`.
+    public func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64) throws {
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO peer_cursor (peer, subscription_key, through) VALUES (?, ?, ?)
+                ON CONFLICT (peer, subscription_key) DO UPDATE SET through = MAX(through, excluded.through)
+                """
+        ).execute(arguments: [Int64(bitPattern: peer.rawValue), subscriptionKey, Int64(through)])
+    }
+
+    /// Reads back a partial transaction's record: its header and reports from `txn`,
+    /// what is held of it from the change log.
+    public func loadRecord(_ id: TransactionID) throws -> TransactionRecord? {
+        guard let stored = try StoredTransaction.fetch(db, id), stored.state != .applied else { return nil }
+        return try DocumentStore.record(db, id, stored)
+    }
+}
+
+extension DocumentStore {
+    /// Runs `body` in one write transaction, then tells observers and sessions what
+    /// it applied. Returns what `body` returned and what was applied.
+    public func writeInbound<T: Sendable>(
+        _ body: @escaping @Sendable (inout InboundWriter) throws -> T
+    ) async throws(StoreError) -> (T, ApplyOutcome) {
+        let (result, outcome, commit, last) = try await write { db in
+            var writer = InboundWriter(db: db, store: self)
+            let result = try body(&writer)
+            return (result, writer.outcome, writer.commit, writer.lastSequence)
+        }
+        if let last { feed.publish(last) }
+        if !commit.transactions.isEmpty {
+            var commit = commit
+            commit.sequence = last ?? 0
+            commits.publish(commit)
+        }
+        return (result, outcome)
+    }
+
+    /// Every waiting and partial transaction, as records: what the pipeline starts from.
+    public func transactionRecords() async throws(StoreError) -> [TransactionRecord] {
+        try await read { db in
+            let keys = try Row.fetchAll(db, sql: "SELECT origin, seq FROM txn WHERE state != 1").map {
+                TransactionID(origin: SiteID(UInt64(bitPattern: $0[0])), sequence: UInt64($0[1] as Int64))
+            }
+            return try keys.compactMap { id in
+                try StoredTransaction.fetch(db, id).map { try Self.record(db, id, $0) }
+            }
+        }
+    }
+
+    static func record(_ db: Database, _ id: TransactionID, _ stored: StoredTransaction) throws -> TransactionRecord {
+        var record = TransactionRecord(
+            id: id, deltaCount: stored.deltaCount, documentCount: stored.documentCount, collections: stored.collections,
+            state: stored.state, firstSeen: stored.firstSeen, reports: stored.reports)
+        let columns = stored.state == .waiting ? "collection, doc_id, doc_deltas, idx, length(value) FROM txn_piece WHERE origin = ? AND seq = ?"
+            : "collection, doc_id, doc_deltas, txn_index, length(value) FROM change_log WHERE txn_site = ? AND txn_seq = ?"
+        for row in try Row.fetchAll(db, sql: "SELECT \(columns)", arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]) {
+            let document = DocumentRef(collection: row[0], id: row[1])
+            var progress = record.documents[document] ?? .init(expected: UInt32(row[2] as Int64))
+            progress.received.insert(UInt32(row[3] as Int64))
+            record.documents[document] = progress
+            if stored.state == .waiting { record.bufferedBytes += (row[4] as Int64? ).map(Int.init) ?? 0 }
+        }
+        return record
+    }
+}
+
+extension DocumentStore {
+    /// Applies pieces received from `peer` at once, each as a whole transaction, in
+    /// one commit, and records `through` as that peer's cursor under
+    /// `subscriptionKey` (nil: record nothing). This is what the inbound pipeline
+    /// does with a transaction once it is whole; tools and tests that hold whole
+    /// transactions use it directly.
+    @discardableResult
+    public func applyRemote(
+        _ pieces: [TransactionPiece], from peer: SiteID, subscriptionKey: String? = nil, through: UInt64 = 0
+    ) async throws(StoreError) -> ApplyOutcome {
+        for piece in pieces {
+            for delta in piece.deltas { clock.observe(delta.timestamp) }
+        }
+        let now = UInt64(Date().timeIntervalSince1970 * 1000)
+        let ((), outcome) = try await writeInbound { writer in
+            for piece in pieces {
+                let record = TransactionRecord(
+                    id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,
+                    collections: piece.collections, state: .applied, firstSeen: now)
+                try writer.apply(
+                    record, deltas: piece.deltas, documentDeltaCounts: piece.documentDeltaCounts, context: piece.context,
+                    buffered: false, state: .applied, rest: [])
+            }
+            if let subscriptionKey { try writer.recordCursor(peer: peer, subscriptionKey: subscriptionKey, through: through) }
+        }
+        return outcome
+    }
+}

@@ -1,0 +1,430 @@
+public import ShoalCRDT
+public import ShoalStore
+import Logging
+import Synchronization
+import Foundation
+
+/// One node's inbound pipeline: every session hands it the pieces it receives, it
+/// puts transactions together (`CoverageAssembler`), and it commits as many whole
+/// transactions as are ready, with the pieces of waiting ones, in one SQLite
+/// transaction. Each session learns when its batch is durable and only then
+/// acknowledges it.
+///
+/// ```
+///  session ─┐                         ┌─► apply whole transactions (many per commit)
+///  session ─┼─► queue ─► assembler ───┼─► buffer waiting pieces (durable)
+///  session ─┘   (FIFO)   (decides)    ├─► record each batch's cursor
+///                                     └─► after commit: Ack per batch, ask peers
+/// ```
+///
+/// The pipeline's work runs in `run()`, which `SyncEngine.run()` calls: one loop per
+/// node. A commit takes every item queued (up to `maximumCommitDeltas` deltas), so
+/// batches that arrive while one commit runs go together into the next.
+public final class InboundPipeline: Sendable {
+    public struct Configuration: Sendable, Hashable {
+        public var coverage: CoverageAssembler.Configuration
+        /// Deltas one commit takes at most (an item is never split).
+        public var maximumCommitDeltas: Int
+        /// How often timeouts are checked.
+        public var tickInterval: Duration
+
+        public init(
+            coverage: CoverageAssembler.Configuration = .init(), maximumCommitDeltas: Int = 20_000,
+            tickInterval: Duration = .seconds(1)
+        ) {
+            self.coverage = coverage
+            self.maximumCommitDeltas = maximumCommitDeltas
+            self.tickInterval = tickInterval
+        }
+    }
+
+    /// Something a session received: pieces from `source`, and where to record how far
+    /// its log has been applied.
+    public struct Item: Sendable {
+        public var source: SiteID
+        public var pieces: [TransactionPiece]
+        public var cursor: (key: String, through: UInt64)?
+        /// Called once the item is durable (or failed to be).
+        public var done: (@Sendable (Result<Void, StoreError>) -> Void)?
+
+        public init(
+            source: SiteID, pieces: [TransactionPiece], cursor: (key: String, through: UInt64)? = nil,
+            done: (@Sendable (Result<Void, StoreError>) -> Void)? = nil
+        ) {
+            self.source = source
+            self.pieces = pieces
+            self.cursor = cursor
+            self.done = done
+        }
+    }
+
+    /// Counters and the transactions held back, for status.
+    public struct Status: Sendable, Hashable {
+        public struct Pending: Sendable, Hashable {
+            public var id: TransactionID
+            public var haveDocuments: Int
+            public var needDocuments: Int
+            public var firstSeen: UInt64
+            public var askedPeers: [SiteID]
+            /// "coverage" or "order".
+            public var reason: String
+            public var missingCollections: [String]
+        }
+
+        public var appliedRemote: UInt64 = 0
+        public var completedLater: UInt64 = 0
+        public var overflows: UInt64 = 0
+        public var waiting: [Pending] = []
+        public var partial: [Pending] = []
+        public var bufferedBytes: Int = 0
+    }
+
+    /// A request to send: ask peers for `id`'s pieces in `collections`.
+    struct Question: Sendable {
+        var id: TransactionID
+        var collections: [String]
+        /// Only these peers; or, when nil, every connected peer but `except`.
+        var only: Set<SiteID>?
+        var except: Set<SiteID> = []
+
+        func asks(_ site: SiteID) -> Bool { only.map { $0.contains(site) } ?? !except.contains(site) }
+    }
+
+    private struct State {
+        var queue: [Item] = []
+        var newPeers: [SiteID] = []
+        var waiter: CheckedContinuation<Void, Never>?
+        var assembler: CoverageAssembler?
+        var running = false
+        var status = Status()
+    }
+
+    public let configuration: Configuration
+    let store: DocumentStore
+    let logger: Logger
+    private let state = Mutex(State())
+
+    init(store: DocumentStore, configuration: Configuration, logger: Logger) {
+        self.store = store
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    public var status: Status { state.withLock { $0.status } }
+
+    /// Queues an item; `item.done` is called once it is durable.
+    public func enqueue(_ item: Item) {
+        let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            s.queue.append(item)
+            defer { s.waiter = nil }
+            return s.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// A peer connected: it will be asked about transactions stuck or partial here.
+    func peerConnected(_ site: SiteID) {
+        let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            s.newPeers.append(site)
+            defer { s.waiter = nil }
+            return s.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Runs the pipeline until the task is cancelled. Only one `run` works at a time;
+    /// another waits to take over when the working one ends.
+    func run(engine: SyncEngine) async {
+        while !Task.isCancelled {
+            let claimed = state.withLock { s -> Bool in
+                if s.running { return false }
+                s.running = true
+                return true
+            }
+            guard claimed else {
+                try? await Task.sleep(for: .milliseconds(50))
+                continue
+            }
+            await work(engine: engine)
+            state.withLock { $0.running = false }
+        }
+    }
+
+    private func work(engine: SyncEngine) async {
+        var assembler: CoverageAssembler
+        if let loaded = state.withLock({ $0.assembler }) {
+            assembler = loaded
+        } else {
+            do {
+                assembler = CoverageAssembler(configuration: configuration.coverage, records: try await store.transactionRecords())
+            } catch {
+                logger.error("cannot read the transactions waiting for coverage; retrying", metadata: ["shoal.error": "\(error)"])
+                try? await Task.sleep(for: .seconds(1))
+                return
+            }
+        }
+        var nextTick = ContinuousClock.now + configuration.tickInterval
+        while !Task.isCancelled {
+            let (items, peers) = await take(until: nextTick)
+            if Task.isCancelled {
+                requeue(items)
+                break
+            }
+            if ContinuousClock.now >= nextTick { nextTick = ContinuousClock.now + configuration.tickInterval }
+            let subscriptions = engine.subscriptions
+            do {
+                let (result, outcome) = try await commit(items, assembler: assembler, subscriptions: subscriptions)
+                assembler = result.assembler
+                publish(assembler, result.counters, subscriptions: subscriptions)
+                for item in items { item.done?(.success(())) }
+                if outcome.logged > 0 || !result.applied.isEmpty {
+                    logger.debug(
+                        "applied remote transactions",
+                        metadata: ["shoal.sync.transactions": "\(result.applied.count)", "shoal.sync.deltas": "\(outcome.logged)"])
+                }
+                for (reason, ids) in result.partial {
+                    for id in ids {
+                        logger.warning(
+                            "applied a remote transaction in part: some pieces its subscriptions cover are missing",
+                            metadata: ["shoal.txn": "\(id)", "shoal.txn.reason": "\(reason)"])
+                    }
+                }
+                var questions = result.questions
+                for peer in peers {
+                    for (id, collections) in assembler.questions(for: peer) {
+                        questions.append(Question(id: id, collections: collections, only: [peer]))
+                    }
+                }
+                for question in questions {
+                    let asked = await engine.ask(question)
+                    assembler.noteAsked(question.id, peers: asked)
+                }
+                if !questions.isEmpty { publish(assembler, nil, subscriptions: subscriptions) }
+            } catch {
+                if Task.isCancelled {
+                    requeue(items)
+                    break
+                }
+                logger.error("could not commit received transactions", metadata: ["shoal.error": "\(error)"])
+                for item in items { item.done?(.failure(error)) }
+                // What is durable is the truth: start again from it.
+                state.withLock { $0.assembler = nil }
+                return
+            }
+        }
+        state.withLock { $0.assembler = assembler }
+    }
+
+    /// Waits for queued items (or new peers, or the next tick) and takes a commit's worth.
+    private func take(until deadline: ContinuousClock.Instant) async -> ([Item], [SiteID]) {
+        while true {
+            let taken = state.withLock { s -> ([Item], [SiteID])? in
+                guard !s.queue.isEmpty || !s.newPeers.isEmpty || ContinuousClock.now >= deadline else { return nil }
+                var count = 0
+                var end = 0
+                while end < s.queue.count, end == 0 || count + s.queue[end].pieces.reduce(0, { $0 + $1.deltas.count }) <= configuration.maximumCommitDeltas {
+                    count += s.queue[end].pieces.reduce(0) { $0 + $1.deltas.count }
+                    end += 1
+                }
+                let items = Array(s.queue[..<end])
+                s.queue.removeFirst(end)
+                defer { s.newPeers = [] }
+                return (items, s.newPeers)
+            }
+            if let taken { return taken }
+            if Task.isCancelled { return ([], []) }
+            // Sleep until woken by an item, or the deadline.
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await self.waitForWork() }
+                group.addTask { try? await Task.sleep(until: deadline, clock: .continuous) }
+                await group.next()
+                group.cancelAll()
+            }
+        }
+    }
+
+    /// Returns when an item or a new peer is queued, or the task is cancelled.
+    private func waitForWork() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let ready = state.withLock { s -> Bool in
+                    if !s.queue.isEmpty || !s.newPeers.isEmpty || Task.isCancelled { return true }
+                    s.waiter = c
+                    return false
+                }
+                if ready { c.resume() }
+            }
+        } onCancel: {
+            let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+                defer { s.waiter = nil }
+                return s.waiter
+            }
+            waiter?.resume()
+        }
+    }
+
+    private func requeue(_ items: [Item]) {
+        state.withLock { $0.queue.insert(contentsOf: items, at: 0) }
+    }
+
+    struct Counters: Sendable {
+        var applied = 0
+        var completed = 0
+        var overflows = 0
+    }
+
+    struct CommitResult: Sendable {
+        var assembler: CoverageAssembler
+        var applied: [TransactionID] = []
+        var partial: [(CoverageAssembler.PartialReason, [TransactionID])] = []
+        var questions: [Question] = []
+        var counters = Counters()
+    }
+
+    /// One SQLite transaction: every item's pieces, the decisions they allow, and the cursors.
+    private func commit(
+        _ items: [Item], assembler start: CoverageAssembler, subscriptions: SubscriptionSet
+    ) async throws(StoreError) -> (CommitResult, ApplyOutcome) {
+        let now = UInt64(Date().timeIntervalSince1970 * 1000)
+        for item in items {
+            for piece in item.pieces {
+                var warned = false
+                for delta in piece.deltas where !store.clock.observe(delta.timestamp) && !warned {
+                    warned = true
+                    logger.warning(
+                        "a remote write is timestamped far ahead of this clock; not adopting its time",
+                        metadata: ["shoal.peer.site": "\(item.source)", "shoal.txn": "\(piece.id)", "shoal.hlc": "\(delta.timestamp)"])
+                }
+            }
+        }
+        return try await store.writeInbound { writer in
+            var result = CommitResult(assembler: start)
+            var a = start
+            // What this commit received of each waiting transaction, not yet in the buffer.
+            var fresh: [TransactionID: (deltas: [Delta], counts: [DocumentRef: UInt32], context: [ContextField])] = [:]
+            var alreadyBuffered: Set<TransactionID> = []
+            var touched: Set<TransactionID> = []
+            for item in items {
+                for piece in item.pieces {
+                    if a.records[piece.id] == nil {
+                        switch try writer.state(of: piece.id) {
+                        case .applied?:
+                            // A late piece of a transaction applied whole (a wider subscription, another path).
+                            var record = TransactionRecord(
+                                id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,
+                                collections: piece.collections, state: .applied, firstSeen: now)
+                            record.documents = [:]
+                            try writer.apply(
+                                record, deltas: piece.deltas, documentDeltaCounts: piece.documentDeltaCounts,
+                                context: piece.context, buffered: false, state: nil, rest: nil)
+                            continue
+                        case .partial?, .waiting?:
+                            if let record = try writer.loadRecord(piece.id) {
+                                a.adopt(record)
+                                if record.state == .waiting { alreadyBuffered.insert(piece.id) }
+                            }
+                        case nil:
+                            break
+                        }
+                    } else if a.records[piece.id]!.state == .waiting, fresh[piece.id] == nil {
+                        alreadyBuffered.insert(piece.id)
+                    }
+                    let new = a.add(piece, from: item.source, now: now)
+                    touched.insert(piece.id)
+                    let record = a.records[piece.id]!
+                    if record.state == .partial {
+                        try writer.apply(
+                            record, deltas: new, documentDeltaCounts: piece.documentDeltaCounts, context: piece.context,
+                            buffered: false, state: .partial, rest: a.rest(of: piece.id, subscriptions: subscriptions))
+                    } else {
+                        fresh[piece.id, default: ([], [:], [])].deltas += new
+                        fresh[piece.id]!.counts.merge(piece.documentDeltaCounts) { max($0, $1) }
+                        fresh[piece.id]!.context += piece.context
+                    }
+                }
+            }
+            let decisions = a.decide(subscriptions: subscriptions, now: now) { id in
+                ((try? writer.state(of: id)) ?? nil).map { $0 != .waiting } ?? false
+            }
+            for decision in decisions {
+                switch decision {
+                case .apply(let ids):
+                    for id in ids {
+                        let record = a.records[id]!
+                        let received = fresh.removeValue(forKey: id)
+                        try writer.apply(
+                            record, deltas: received?.deltas ?? [], documentDeltaCounts: received?.counts ?? [:],
+                            context: received?.context ?? [], buffered: alreadyBuffered.contains(id), state: .applied,
+                            rest: a.rest(of: id, subscriptions: subscriptions))
+                        a.remove(id)
+                        result.applied.append(id)
+                        result.counters.applied += 1
+                    }
+                case .applyPartially(let id, let reason):
+                    let record = a.records[id]!
+                    let received = fresh.removeValue(forKey: id)
+                    try writer.apply(
+                        record, deltas: received?.deltas ?? [], documentDeltaCounts: received?.counts ?? [:],
+                        context: received?.context ?? [], buffered: alreadyBuffered.contains(id) || record.bufferedBytes > 0,
+                        state: .partial, rest: a.rest(of: id, subscriptions: subscriptions))
+                    a.releaseBuffer(id)
+                    result.partial.append((reason, [id]))
+                    if reason == .overflow { result.counters.overflows += 1 }
+                case .completed(let id):
+                    try writer.markApplied(id)
+                    a.remove(id)
+                    result.applied.append(id)
+                    result.counters.completed += 1
+                case .ask(let id, let collections):
+                    let reporters = Set(a.records[id]?.reports.filter(\.value.isLast).keys.map { $0 } ?? [])
+                    // Those that sent their last piece already said what they hold.
+                    result.questions.append(Question(id: id, collections: collections, only: nil, except: reporters))
+                }
+            }
+            for (id, received) in fresh {
+                guard let record = a.records[id], record.state == .waiting else { continue }
+                try writer.buffer(received.deltas, documentDeltaCounts: received.counts, context: received.context, of: id)
+            }
+            for id in touched {
+                guard let record = a.records[id], record.state != .applied else { continue }
+                try writer.save(record)
+            }
+            for item in items {
+                if let cursor = item.cursor {
+                    try writer.recordCursor(peer: item.source, subscriptionKey: cursor.key, through: cursor.through)
+                }
+            }
+            result.assembler = a
+            return result
+        }
+    }
+
+    private func publish(_ assembler: CoverageAssembler, _ counters: Counters?, subscriptions: SubscriptionSet) {
+        let covered = subscriptions.collections
+        func pending(_ record: TransactionRecord) -> Status.Pending {
+            let need = record.collections.filter { covered.contains($0.collection) }.reduce(0) { $0 + Int($1.documents) }
+            let have = record.documents.count { covered.contains($0.key.collection) && $0.value.isComplete }
+            var reason = "coverage"
+            var missing: [String] = []
+            switch assembler.waits[record.id] {
+            case .order?: reason = "order"
+            case .coverage(let m)?: missing = m
+            case nil: missing = record.collections.map(\.collection).filter { covered.contains($0) }
+            }
+            return Status.Pending(
+                id: record.id, haveDocuments: have, needDocuments: need, firstSeen: record.firstSeen,
+                askedPeers: (assembler.asked[record.id] ?? []).sorted(), reason: reason, missingCollections: missing)
+        }
+        let records = assembler.records.values.sorted { ($0.firstSeen, $0.id) < ($1.firstSeen, $1.id) }
+        state.withLock { s in
+            if let counters {
+                s.status.appliedRemote += UInt64(counters.applied)
+                s.status.completedLater += UInt64(counters.completed)
+                s.status.overflows += UInt64(counters.overflows)
+            }
+            s.status.waiting = records.filter { $0.state == .waiting }.map(pending)
+            s.status.partial = records.filter { $0.state == .partial }.map(pending)
+            s.status.bufferedBytes = assembler.bufferedBytes
+        }
+    }
+}

@@ -1,0 +1,244 @@
+public import ShoalCRDT
+public import ShoalWire
+import Foundation
+
+/// Turns transaction pieces into their wire form and back, checking what a peer
+/// sent (PROTOCOL.md §8.5).
+public enum PieceCodec {
+    /// The wire form of `pieces` for a receiver whose subscriptions are `receiver`:
+    /// a `NOT_COVERED` verdict naming exactly them uses filter 0, any other filter
+    /// goes into the returned table.
+    public static func encode(
+        _ pieces: [TransactionPiece], receiver: SubscriptionFilter
+    ) -> (pieces: [Shoal_V1_TransactionPiece], filters: [Shoal_V1_SubscriptionFilter]) {
+        var filters: [SubscriptionFilter] = []
+        let wire = pieces.map { piece in
+            var w = Shoal_V1_TransactionPiece()
+            w.originSite = piece.id.origin.rawValue
+            w.originSequence = piece.id.sequence
+            w.deltaCount = piece.deltaCount
+            w.documentCount = piece.documentCount
+            w.collections = piece.collections.map { c in
+                var m = Shoal_V1_CollectionCount()
+                m.collection = c.collection
+                m.documents = c.documents
+                m.deltas = c.deltas
+                return m
+            }
+            let base = piece.deltas.map(\.timestamp.rawValue).min() ?? 0
+            w.baseTimestamp = base
+            var documentIndex: [DocumentRef: Int] = [:]
+            for delta in piece.deltas {
+                let ref = DocumentRef(collection: delta.collection, id: delta.documentID)
+                let position: Int
+                if let known = documentIndex[ref] {
+                    position = known
+                } else {
+                    var d = Shoal_V1_DocumentDeltas()
+                    d.collection = ref.collection
+                    d.documentID = ref.id
+                    d.deltaCount = piece.documentDeltaCounts[ref] ?? 1
+                    w.documents.append(d)
+                    position = w.documents.count - 1
+                    documentIndex[ref] = position
+                }
+                var f = Shoal_V1_FieldDelta()
+                f.field = delta.field
+                f.valueJson = Data(delta.valueJSON.utf8)
+                f.timestampOffset = Int64(bitPattern: delta.timestamp.rawValue &- base)
+                f.index = delta.index
+                w.documents[position].deltas.append(f)
+            }
+            w.last = piece.isLast
+            w.verdicts = piece.verdicts.map { verdict in
+                var v = Shoal_V1_Verdict()
+                v.collection = verdict.collection
+                switch verdict.coverage {
+                case .notCovered(let filter):
+                    v.coverage = .notCovered
+                    if filter != receiver {
+                        if let k = filters.firstIndex(of: filter) {
+                            v.filter = UInt32(k + 1)
+                        } else {
+                            filters.append(filter)
+                            v.filter = UInt32(filters.count)
+                        }
+                    }
+                case .superseded(let ids):
+                    v.coverage = .superseded
+                    v.supersededBy = ids.map { id in
+                        var r = Shoal_V1_TransactionRef()
+                        r.originSite = id.origin.rawValue
+                        r.originSequence = id.sequence
+                        return r
+                    }
+                case .unknown:
+                    v.coverage = .unknown
+                }
+                return v
+            }
+            var contextIndex: [DocumentRef: Int] = [:]
+            for field in piece.context {
+                if contextIndex[field.document] == nil {
+                    var c = Shoal_V1_ContextDocument()
+                    c.collection = field.document.collection
+                    c.documentID = field.document.id
+                    w.context.append(c)
+                    contextIndex[field.document] = w.context.count - 1
+                }
+                var f = Shoal_V1_ContextField()
+                f.field = field.field
+                f.valueJson = Data(field.valueJSON.utf8)
+                f.timestamp = field.timestamp.rawValue
+                f.originSite = field.transaction.origin.rawValue
+                f.originSequence = field.transaction.sequence
+                w.context[contextIndex[field.document]!].fields.append(f)
+            }
+            return w
+        }
+        return (
+            wire,
+            filters.map { filter in
+                var f = Shoal_V1_SubscriptionFilter()
+                f.subscriptions = filter.entries.map { entry in
+                    var s = Shoal_V1_Subscription()
+                    s.id = StableHash.fnv1a(entry.query + "\u{0}" + (entry.argumentsJSON.isEmpty ? "{}" : entry.argumentsJSON))
+                    s.query = entry.query
+                    s.argumentsJson = entry.argumentsJSON
+                    return s
+                }
+                return f
+            }
+        )
+    }
+
+    /// Checks and decodes pieces received from a peer.
+    ///
+    /// - Parameters:
+    ///   - receiver: this node's subscriptions that the pieces answer: what filter 0 names.
+    ///   - collections: the collections this node asked for; a document or context
+    ///     field of another collection is a protocol violation.
+    public static func decode(
+        _ pieces: [Shoal_V1_TransactionPiece], filters: [Shoal_V1_SubscriptionFilter], receiver: SubscriptionFilter,
+        collections: Set<String>, what: String = "DeltaBatch"
+    ) throws(SyncError) -> [TransactionPiece] {
+        let table = filters.map { f in
+            SubscriptionFilter(f.subscriptions.map { .init(query: $0.query, argumentsJSON: $0.argumentsJson) })
+        }
+        return try pieces.map { w throws(SyncError) in
+            guard w.originSite != 0 else {
+                throw SyncError(.protocolViolation, "\(what): a transaction has origin site 0")
+            }
+            let id = TransactionID(origin: SiteID(w.originSite), sequence: w.originSequence)
+            guard w.deltaCount > 0, w.documentCount > 0, w.documentCount <= w.deltaCount else {
+                throw SyncError(
+                    .protocolViolation,
+                    "\(what): transaction \(id) claims \(w.deltaCount) deltas in \(w.documentCount) documents")
+            }
+            var manifestDocuments: UInt64 = 0
+            for c in w.collections { manifestDocuments += UInt64(c.documents) }
+            guard manifestDocuments == UInt64(w.documentCount) else {
+                throw SyncError(
+                    .protocolViolation,
+                    "\(what): transaction \(id)'s manifest lists \(manifestDocuments) documents by collection but \(w.documentCount) in all")
+            }
+            var deltas: [Delta] = []
+            var counts: [DocumentRef: UInt32] = [:]
+            for d in w.documents {
+                guard collections.contains(d.collection) else {
+                    throw SyncError(
+                        .protocolViolation,
+                        "\(what): transaction \(id) carries collection '\(d.collection)', which this node did not subscribe to")
+                }
+                guard d.deltaCount > 0, d.deltaCount <= w.deltaCount else {
+                    throw SyncError(
+                        .protocolViolation, "\(what): transaction \(id) gives document \(d.documentID) \(d.deltaCount) deltas")
+                }
+                let ref = DocumentRef(collection: d.collection, id: d.documentID)
+                counts[ref] = d.deltaCount
+                for f in d.deltas {
+                    guard f.index < w.deltaCount else {
+                        throw SyncError(
+                            .protocolViolation,
+                            "\(what): transaction \(id) has delta index \(f.index) but only \(w.deltaCount) deltas")
+                    }
+                    let json = try value(f.valueJson, what: what, id: id, field: f.field)
+                    deltas.append(
+                        Delta(
+                            collection: d.collection, documentID: d.documentID, field: f.field, valueJSON: json,
+                            timestamp: HybridTimestamp(rawValue: w.baseTimestamp &+ UInt64(bitPattern: f.timestampOffset)),
+                            transaction: id, index: f.index, count: w.deltaCount))
+                }
+            }
+            let verdicts = try w.verdicts.map { v throws(SyncError) -> Verdict in
+                switch v.coverage {
+                case .notCovered:
+                    let filter: SubscriptionFilter
+                    if v.filter == 0 {
+                        filter = receiver
+                    } else if Int(v.filter) <= table.count {
+                        filter = table[Int(v.filter) - 1]
+                    } else {
+                        throw SyncError(
+                            .protocolViolation, "\(what): transaction \(id) names filter \(v.filter) of \(table.count)")
+                    }
+                    return Verdict(collection: v.collection, coverage: .notCovered(filter))
+                case .superseded:
+                    return Verdict(
+                        collection: v.collection,
+                        coverage: .superseded(
+                            v.supersededBy.map { TransactionID(origin: SiteID($0.originSite), sequence: $0.originSequence) }))
+                case .unknown:
+                    return Verdict(collection: v.collection, coverage: .unknown)
+                case .unspecified, .UNRECOGNIZED:
+                    throw SyncError(.protocolViolation, "\(what): transaction \(id) has a verdict without coverage")
+                }
+            }
+            var context: [ContextField] = []
+            for c in w.context {
+                guard collections.contains(c.collection) else {
+                    throw SyncError(
+                        .protocolViolation,
+                        "\(what): transaction \(id) carries context of collection '\(c.collection)', which this node did not subscribe to")
+                }
+                for f in c.fields {
+                    guard f.originSite != 0 else {
+                        throw SyncError(.protocolViolation, "\(what): a context field has origin site 0")
+                    }
+                    context.append(
+                        ContextField(
+                            document: DocumentRef(collection: c.collection, id: c.documentID), field: f.field,
+                            valueJSON: try value(f.valueJson, what: what, id: id, field: f.field),
+                            timestamp: HybridTimestamp(rawValue: f.timestamp),
+                            transaction: TransactionID(origin: SiteID(f.originSite), sequence: f.originSequence)))
+                }
+            }
+            return TransactionPiece(
+                id: id, deltaCount: w.deltaCount, documentCount: w.documentCount,
+                collections: w.collections.map { CollectionCount(collection: $0.collection, documents: $0.documents, deltas: $0.deltas) },
+                deltas: deltas, documentDeltaCounts: counts, verdicts: verdicts, isLast: w.last, context: context)
+        }
+    }
+
+    /// A value as text: UTF-8, and JSON, empty (a removed register) or `~` and a
+    /// site in hex (an observed map-entry removal).
+    static func value(_ bytes: Data, what: String, id: TransactionID, field: String) throws(SyncError) -> String {
+        guard let json = String(validating: bytes, as: UTF8.self) else {
+            throw SyncError(.protocolViolation, "\(what): transaction \(id) has a value that is not UTF-8")
+        }
+        if json.isEmpty { return json }
+        if json.hasPrefix("~") {
+            guard SiteID(hex: json.dropFirst()) != nil else {
+                throw SyncError(
+                    .executionFailed, "\(what): transaction \(id): field \(field) is an observed removal without a site in hex")
+            }
+            return json
+        }
+        do {
+            _ = try JSON.parse(json)
+        } catch {
+            throw SyncError(.executionFailed, "\(what): transaction \(id): field \(field) is not valid JSON (\(error))")
+        }
+        return json
+    }
+}

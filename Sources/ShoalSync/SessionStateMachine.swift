@@ -1,0 +1,358 @@
+public import ShoalCRDT
+public import ShoalStore
+public import ShoalWire
+
+/// A sync session after the handshake, as a value type: it takes events (a frame
+/// received, a page of the log read, a commit done, a timer) and returns what to
+/// do. `PeerSession` carries the actions out and feeds back their results.
+///
+/// ```
+///            ┌──────────── subscriber (what this node asks for) ─────────────┐
+///  own set ──► readCursor ──cursorRead──► send Subscribe(gen n)              │
+///  DeltaBatch(gen ≤ n) ──check──► submit to the pipeline ──durable──► send Ack (in order)
+///            └────────────────────────────────────────────────────────────────┘
+///            ┌──────────── publisher (what the peer asks for) ───────────────┐
+///  Subscribe(newer gen) ──► restart from resume_after, drop in-flight pages  │
+///  log grew / Ack / pageRead ──► readPage while < window unacknowledged      │
+///  pageRead(current gen, moved on) ──► send DeltaBatch                       │
+///  Ack(through of a batch sent) ──► free the window        other Ack ──► close
+///            └────────────────────────────────────────────────────────────────┘
+///  tick ──► Ping every keepaliveInterval; nothing received for idleTimeout ──► close
+///  Error received ──► close (no reply)     a frame out of place ──► Error, close
+/// ```
+///
+/// Times are microseconds on the session's own monotonic clock.
+public struct SessionStateMachine: Sendable {
+    public struct Configuration: Sendable, Hashable {
+        public var peer: SiteID
+        public var keepaliveInterval: Duration
+        public var idleTimeout: Duration
+        /// Log rows read per page.
+        public var batchSize: Int
+        /// Bytes of values read per page (at least one row).
+        public var batchBytes: Int
+        /// Batches sent and not acknowledged before the publisher waits.
+        public var maximumBatchesInFlight: Int
+        /// Batches received and not yet durable before the peer is cut off.
+        public var maximumBatchesPending: Int
+
+        public init(
+            peer: SiteID, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
+            batchSize: Int = 512, batchBytes: Int = 4 << 20, maximumBatchesInFlight: Int = 4, maximumBatchesPending: Int = 64
+        ) {
+            self.peer = peer
+            self.keepaliveInterval = keepaliveInterval
+            self.idleTimeout = idleTimeout
+            self.batchSize = batchSize
+            self.batchBytes = batchBytes
+            self.maximumBatchesInFlight = maximumBatchesInFlight
+            self.maximumBatchesPending = maximumBatchesPending
+        }
+    }
+
+    public enum Event: Sendable {
+        case received(WireMessage)
+        case tick
+        /// The local change log's last sequence is now this.
+        case logAdvanced(UInt64)
+        /// This node's subscriptions changed (`fromStart`: after EVICT, ask for everything again).
+        case ownSubscriptionsChanged(SubscriptionSet, fromStart: Bool)
+        /// The cursor this node holds for `subscriptions` on this peer's log.
+        case cursorRead(SubscriptionSet, resumeAfter: UInt64)
+        case pageRead(ChangeLogPage, ticket: Int)
+        /// The oldest submitted batch is durable (committed or buffered).
+        case batchDurable
+        case batchFailed(String)
+    }
+
+    /// What the publisher asks of the store: a page of the log for the peer.
+    public struct PageRequest: Sendable, Hashable {
+        public var after: UInt64
+        public var limit: Int
+        public var byteLimit: Int
+        public var subscriptions: SubscriptionSet
+        public var excludingOrigin: SiteID?
+        public var continuing: Set<TransactionID>
+        /// The first page after a Subscribe: it may start inside a transaction sent before.
+        public var resuming: Bool
+        public var ticket: Int
+    }
+
+    /// What the subscriber hands to the inbound pipeline.
+    public struct InboundBatch: Sendable, Hashable {
+        public var pieces: [TransactionPiece]
+        /// Where to record `through` for this peer: the key of the subscription set the
+        /// batch answers, when it answers this node's latest Subscribe.
+        public var cursorKey: String?
+        public var through: UInt64
+    }
+
+    public enum Action: Sendable {
+        case send(WireMessage)
+        case readCursor(SubscriptionSet, fromStart: Bool)
+        case readPage(PageRequest)
+        case submit(InboundBatch)
+        /// Pieces answering this node's TransactionRequest: to the pipeline, no cursor.
+        case deliver([TransactionPiece])
+        case answerTransactionRequest(Shoal_V1_TransactionRequest, SubscriptionSet)
+        case answerAttachmentRequest(Shoal_V1_AttachmentRequest)
+        case deliverAttachmentChunk(Shoal_V1_AttachmentChunk)
+        /// The peer's subscriptions, for status.
+        case peerSubscribed(SubscriptionSet)
+        case measuredRoundTrip(micros: UInt64)
+        /// Send the error unless it came from the peer (or is nil: a silent close), then close.
+        case close(SyncError?)
+    }
+
+    public let configuration: Configuration
+
+    // Subscriber side.
+    private var ownGeneration: UInt64 = 0
+    private var ownSets: [UInt64: (set: SubscriptionSet, key: String)] = [:]
+    private var cursorReadPending = false
+    private var resubscribe: (SubscriptionSet, fromStart: Bool)?
+    private var pendingDurable: [UInt64] = []
+
+    // Publisher side.
+    private var peerSet: SubscriptionSet?
+    private var peerFilter = SubscriptionFilter([])
+    private var peerGeneration: UInt64 = 0
+    private var generation = 0
+    private var sentThrough: UInt64 = 0
+    private var resumeAfter: UInt64 = 0
+    private var firstPage = true
+    private var logEnd: UInt64 = 0
+    private var pageTicket = 0
+    private var pageInFlight: Int?
+    private var continuing: Set<TransactionID> = []
+    /// `through_sequence` of each batch sent and not acknowledged: the current
+    /// generation's first, then those of earlier generations.
+    private var unacknowledged: [UInt64] = []
+    private var earlierUnacknowledged: [UInt64] = []
+
+    // Keepalive.
+    private var lastInbound: UInt64 = 0
+    private var nextPing: UInt64
+    private var pingNonce: UInt64 = 0
+    private var closed = false
+
+    public init(configuration: Configuration, now: UInt64 = 0) {
+        self.configuration = configuration
+        self.lastInbound = now
+        self.nextPing = now &+ Self.micros(configuration.keepaliveInterval)
+    }
+
+    public var isClosed: Bool { closed }
+    /// Batches sent under the current Subscribe and not acknowledged.
+    public var inFlight: Int { unacknowledged.count }
+    /// This node's latest Subscribe generation.
+    public var latestGeneration: UInt64 { ownGeneration }
+
+    static func micros(_ d: Duration) -> UInt64 {
+        UInt64(d.components.seconds) * 1_000_000 + UInt64(d.components.attoseconds / 1_000_000_000_000)
+    }
+
+    public mutating func handle(_ event: Event, now: UInt64) -> [Action] {
+        guard !closed else { return [] }
+        switch event {
+        case .received(let message):
+            lastInbound = now
+            return received(message, now: now)
+        case .tick:
+            if now > lastInbound, now - lastInbound > Self.micros(configuration.idleTimeout) {
+                return close(nil)
+            }
+            guard now >= nextPing else { return [] }
+            nextPing = now &+ Self.micros(configuration.keepaliveInterval)
+            pingNonce += 1
+            var ping = Shoal_V1_Ping()
+            ping.nonce = pingNonce
+            ping.sentAtMicros = now
+            return [.send(.ping(ping))]
+        case .logAdvanced(let sequence):
+            logEnd = max(logEnd, sequence)
+            return readIfPossible()
+        case .ownSubscriptionsChanged(let set, let fromStart):
+            if cursorReadPending {
+                // One Subscribe at a time: the highest generation always carries the newest set.
+                let fromStart = fromStart || (resubscribe?.fromStart ?? false)
+                resubscribe = (set, fromStart)
+                return []
+            }
+            cursorReadPending = true
+            return [.readCursor(set, fromStart: fromStart)]
+        case .cursorRead(let set, let resumeAfter):
+            cursorReadPending = false
+            ownGeneration += 1
+            ownSets[ownGeneration] = (set, set.key)
+            var subscribe = Shoal_V1_Subscribe()
+            subscribe.resumeAfter = resumeAfter
+            subscribe.generation = ownGeneration
+            subscribe.subscriptions = set.entries.map { entry in
+                var s = Shoal_V1_Subscription()
+                s.id = entry.id
+                s.query = entry.query
+                s.argumentsJson = entry.arguments.isEmpty ? "" : Value.object(entry.arguments).canonicalJSON
+                return s
+            }
+            var actions: [Action] = [.send(.subscribe(subscribe))]
+            if let (next, fromStart) = resubscribe {
+                resubscribe = nil
+                cursorReadPending = true
+                actions.append(.readCursor(next, fromStart: fromStart))
+            }
+            return actions
+        case .pageRead(let page, let ticket):
+            guard ticket == pageInFlight else { return readIfPossible() }  // read under an older Subscribe
+            pageInFlight = nil
+            firstPage = false
+            guard page.through > sentThrough else { return readIfPossible() }
+            sentThrough = page.through
+            for piece in page.pieces {
+                if piece.isLast { continuing.remove(piece.id) } else { continuing.insert(piece.id) }
+            }
+            // A page with nothing for the peer is worth a frame only to move its cursor at the end.
+            if page.pieces.isEmpty, sentThrough < logEnd { return readIfPossible() }
+            let (pieces, filters) = PieceCodec.encode(page.pieces, receiver: peerFilter)
+            var batch = Shoal_V1_DeltaBatch()
+            batch.pieces = pieces
+            batch.filters = filters
+            batch.throughSequence = page.through
+            batch.subscribeGeneration = peerGeneration
+            unacknowledged.append(page.through)
+            return [.send(.deltaBatch(batch))] + readIfPossible()
+        case .batchDurable:
+            guard !pendingDurable.isEmpty else { return [] }
+            var ack = Shoal_V1_Ack()
+            ack.throughSequence = pendingDurable.removeFirst()
+            return [.send(.ack(ack))]
+        case .batchFailed(let message):
+            return close(SyncError(.executionFailed, "could not apply a batch: \(message)"))
+        }
+    }
+
+    private mutating func close(_ error: SyncError?) -> [Action] {
+        closed = true
+        return [.close(error)]
+    }
+
+    private mutating func received(_ message: WireMessage, now: UInt64) -> [Action] {
+        switch message {
+        case .subscribe(let request):
+            // Subscribes may cross on the wire: only a newer one replaces the current.
+            guard request.generation == 0 || request.generation > peerGeneration else { return [] }
+            var set = SubscriptionSet()
+            for s in request.subscriptions {
+                do {
+                    let arguments: [String: Value]
+                    if s.argumentsJson.isEmpty {
+                        arguments = [:]
+                    } else if case .object(let object) = try JSON.parse(s.argumentsJson) {
+                        arguments = object
+                    } else {
+                        throw StoreError(.invalidQuery, "subscription arguments must be a JSON object")
+                    }
+                    try set.add(query: s.query, arguments: arguments)
+                } catch {
+                    return close(SyncError(.invalidQuery, "subscription '\(s.query)' rejected: \(error)"))
+                }
+            }
+            peerSet = set
+            peerFilter = set.filter
+            peerGeneration = request.generation
+            generation += 1
+            resumeAfter = request.resumeAfter
+            sentThrough = request.resumeAfter
+            firstPage = true
+            continuing = []
+            // Late Acks for batches of earlier Subscribes are still valid (and still expected).
+            earlierUnacknowledged = Array((earlierUnacknowledged + unacknowledged).suffix(256))
+            unacknowledged = []
+            pageInFlight = nil
+            return [.peerSubscribed(set)] + readIfPossible()
+        case .deltaBatch(let batch):
+            guard batch.transactions.isEmpty else {
+                return close(SyncError(.protocolViolation, "DeltaBatch: version 1 transactions in a version 2 session"))
+            }
+            guard batch.subscribeGeneration <= ownGeneration else {
+                return close(
+                    SyncError(
+                        .protocolViolation,
+                        "DeltaBatch answers Subscribe generation \(batch.subscribeGeneration), but the latest sent is \(ownGeneration)"))
+            }
+            guard pendingDurable.count < configuration.maximumBatchesPending else {
+                return close(
+                    SyncError(
+                        .protocolViolation,
+                        "more than \(configuration.maximumBatchesPending) DeltaBatches sent without waiting for an Ack"))
+            }
+            let answered = batch.subscribeGeneration == 0 ? ownSets[ownGeneration] : ownSets[batch.subscribeGeneration]
+            let own = answered?.set ?? SubscriptionSet()
+            let pieces: [TransactionPiece]
+            do throws(SyncError) {
+                pieces = try PieceCodec.decode(
+                    batch.pieces, filters: batch.filters, receiver: own.filter, collections: own.collections)
+            } catch {
+                return close(error)
+            }
+            let key = batch.subscribeGeneration == ownGeneration && ownGeneration > 0 ? answered?.key : nil
+            pendingDurable.append(batch.throughSequence)
+            return [.submit(InboundBatch(pieces: pieces, cursorKey: key, through: batch.throughSequence))]
+        case .ack(let ack):
+            if let i = unacknowledged.firstIndex(of: ack.throughSequence) {
+                unacknowledged.removeSubrange(...i)
+            } else if let i = earlierUnacknowledged.firstIndex(of: ack.throughSequence) {
+                earlierUnacknowledged.removeSubrange(...i)
+            } else {
+                return close(
+                    SyncError(
+                        .protocolViolation, "Ack for sequence \(ack.throughSequence), which no unacknowledged DeltaBatch carries"))
+            }
+            return readIfPossible()
+        case .ping(let ping):
+            return [.send(.pong(ping))]
+        case .pong(let pong):
+            // Only a Pong that echoes our latest Ping gives a round trip; ignore others.
+            guard pong.nonce != 0, pong.nonce == pingNonce, pong.sentAtMicros <= now else { return [] }
+            return [.measuredRoundTrip(micros: now - pong.sentAtMicros)]
+        case .attachmentRequest(let request):
+            return [.answerAttachmentRequest(request)]
+        case .attachmentChunk(let chunk):
+            return [.deliverAttachmentChunk(chunk)]
+        case .transactionRequest(let request):
+            return [.answerTransactionRequest(request, peerSet ?? SubscriptionSet())]
+        case .transactionPieces(let answer):
+            guard answer.found, answer.hasPiece else { return [] }
+            let own = ownSets[ownGeneration]?.set ?? SubscriptionSet()
+            do throws(SyncError) {
+                let pieces = try PieceCodec.decode(
+                    [answer.piece], filters: answer.filters, receiver: own.filter, collections: own.collections,
+                    what: "TransactionPieces")
+                return [.deliver(pieces)]
+            } catch {
+                return close(error)
+            }
+        case .error(let error):
+            return close(SyncError(error.code, error.message, fromPeer: true))
+        case .hello, .proof, .adminRequest, .adminResponse:
+            return close(SyncError(.protocolViolation, "unexpected \(message.type) frame in an established session"))
+        }
+    }
+
+    /// Reads the next page when the peer wants something, the window has room, no
+    /// page is being read, and the log has rows not yet sent.
+    private mutating func readIfPossible() -> [Action] {
+        guard let peerSet, !peerSet.isEmpty, pageInFlight == nil,
+            unacknowledged.count < configuration.maximumBatchesInFlight, logEnd > sentThrough
+        else { return [] }
+        pageTicket += 1
+        pageInFlight = pageTicket
+        return [
+            .readPage(
+                PageRequest(
+                    after: sentThrough, limit: configuration.batchSize, byteLimit: configuration.batchBytes,
+                    subscriptions: peerSet, excludingOrigin: resumeAfter > 0 ? configuration.peer : nil,
+                    continuing: continuing, resuming: firstPage && resumeAfter > 0, ticket: pageTicket))
+        ]
+    }
+}

@@ -1,0 +1,334 @@
+import ShoalCRDT
+import ShoalStore
+import ShoalSync
+import ShoalWire
+import Testing
+
+/// The sync session state machine with no transport: events in, actions out.
+@Suite struct SessionStateMachineTests {
+    static let peer = SiteID(0xB)
+    static let origin = SiteID(0xA)
+
+    static func machine(window: Int = 2) -> SessionStateMachine {
+        SessionStateMachine(
+            configuration: .init(
+                peer: peer, keepaliveInterval: .seconds(5), idleTimeout: .seconds(30), batchSize: 100,
+                maximumBatchesInFlight: window, maximumBatchesPending: 3))
+    }
+
+    static func set(_ queries: String...) -> SubscriptionSet {
+        var s = SubscriptionSet()
+        for q in queries { try! s.add(query: q) }
+        return s
+    }
+
+    static let cars = set("SELECT * FROM cars")
+
+    static func subscribe(_ set: SubscriptionSet, generation: UInt64, resumeAfter: UInt64 = 0) -> WireMessage {
+        var s = Shoal_V1_Subscribe()
+        s.generation = generation
+        s.resumeAfter = resumeAfter
+        s.subscriptions = set.entries.map { e in
+            var w = Shoal_V1_Subscription()
+            w.query = e.query
+            return w
+        }
+        return .subscribe(s)
+    }
+
+    static func piece(_ seq: UInt64, collection: String = "cars") -> TransactionPiece {
+        let id = TransactionID(origin: origin, sequence: seq)
+        return TransactionPiece(
+            id: id, deltaCount: 1, documentCount: 1, collections: [CollectionCount(collection: collection, documents: 1, deltas: 1)],
+            deltas: [
+                Delta(
+                    collection: collection, documentID: "\"d\(seq)\"", field: "f", valueJSON: "1",
+                    timestamp: HybridTimestamp(rawValue: seq), transaction: id, index: 0, count: 1)
+            ], documentDeltaCounts: [DocumentRef(collection: collection, id: "\"d\(seq)\""): 1], isLast: true)
+    }
+
+    static func batch(_ pieces: [TransactionPiece], through: UInt64, generation: UInt64, for receiver: SubscriptionSet = cars)
+        -> WireMessage
+    {
+        let (wire, filters) = PieceCodec.encode(pieces, receiver: receiver.filter)
+        var b = Shoal_V1_DeltaBatch()
+        b.pieces = wire
+        b.filters = filters
+        b.throughSequence = through
+        b.subscribeGeneration = generation
+        return .deltaBatch(b)
+    }
+
+    static func ack(_ through: UInt64) -> WireMessage {
+        var a = Shoal_V1_Ack()
+        a.throughSequence = through
+        return .ack(a)
+    }
+
+    static func sent(_ actions: [SessionStateMachine.Action]) -> [WireMessage] {
+        actions.compactMap { if case .send(let m) = $0 { return m } else { return nil } }
+    }
+
+    static func closed(_ actions: [SessionStateMachine.Action]) -> SyncError?? {
+        for case .close(let e) in actions { return .some(e) }
+        return nil
+    }
+
+    static func pageRequest(_ actions: [SessionStateMachine.Action]) -> SessionStateMachine.PageRequest? {
+        for case .readPage(let r) in actions { return r }
+        return nil
+    }
+
+    // MARK: Subscriber
+
+    @Test func subscribesOneAtATimeWithRisingGenerations() {
+        var m = Self.machine()
+        let first = m.handle(.ownSubscriptionsChanged(Self.cars, fromStart: false), now: 0)
+        guard case .readCursor(let set, false)? = first.first else {
+            Issue.record("expected a cursor read, got \(first)")
+            return
+        }
+        #expect(set == Self.cars)
+        // Another change while the cursor is read: it waits its turn, and carries "from start" along.
+        let wider = Self.set("SELECT * FROM cars", "SELECT * FROM boats")
+        #expect(m.handle(.ownSubscriptionsChanged(wider, fromStart: true), now: 1).isEmpty)
+        let actions = m.handle(.cursorRead(Self.cars, resumeAfter: 7), now: 2)
+        guard case .send(.subscribe(let s))? = actions.first, case .readCursor(let next, true)? = actions.last else {
+            Issue.record("expected Subscribe then the next cursor read, got \(actions)")
+            return
+        }
+        #expect(s.generation == 1 && s.resumeAfter == 7 && s.subscriptions.map(\.query) == ["SELECT * FROM cars"])
+        #expect(next == wider)
+        guard case .send(.subscribe(let s2))? = m.handle(.cursorRead(wider, resumeAfter: 0), now: 3).first else {
+            Issue.record("expected the second Subscribe")
+            return
+        }
+        #expect(s2.generation == 2 && s2.subscriptions.count == 2)
+        #expect(m.latestGeneration == 2)
+    }
+
+    @Test func batchesAreSubmittedAndAcknowledgedInOrderOnceDurable() {
+        var m = Self.machine()
+        _ = m.handle(.ownSubscriptionsChanged(Self.cars, fromStart: false), now: 0)
+        _ = m.handle(.cursorRead(Self.cars, resumeAfter: 0), now: 0)
+        let one = m.handle(.received(Self.batch([Self.piece(1)], through: 10, generation: 1)), now: 1)
+        guard case .submit(let b1)? = one.first else {
+            Issue.record("expected a submit, got \(one)")
+            return
+        }
+        #expect(b1.cursorKey == Self.cars.key && b1.through == 10 && b1.pieces == [Self.piece(1)])
+        let two = m.handle(.received(Self.batch([], through: 20, generation: 1)), now: 2)
+        guard case .submit(let b2)? = two.first else {
+            Issue.record("expected a submit")
+            return
+        }
+        #expect(b2.pieces.isEmpty && b2.through == 20)
+        // Nothing is acknowledged before it is durable, then each in order.
+        #expect(Self.sent(m.handle(.batchDurable, now: 3)) == [Self.ack(10)])
+        #expect(Self.sent(m.handle(.batchDurable, now: 4)) == [Self.ack(20)])
+        #expect(m.handle(.batchDurable, now: 5).isEmpty, "a spurious completion acknowledges nothing")
+    }
+
+    @Test func aBatchOfAnEarlierSubscribeRecordsNoCursor() {
+        var m = Self.machine()
+        _ = m.handle(.cursorRead(Self.cars, resumeAfter: 0), now: 0)
+        let wider = Self.set("SELECT * FROM cars", "SELECT * FROM boats")
+        _ = m.handle(.cursorRead(wider, resumeAfter: 0), now: 0)
+        let old = m.handle(.received(Self.batch([Self.piece(1)], through: 5, generation: 1)), now: 1)
+        guard case .submit(let b)? = old.first else {
+            Issue.record("expected a submit")
+            return
+        }
+        #expect(b.cursorKey == nil, "applied, but not filed under the new set's cursor")
+        // Boats were not part of generation 1: a batch of it carrying boats breaks the protocol.
+        let wrong = m.handle(.received(Self.batch([Self.piece(2, collection: "boats")], through: 6, generation: 1)), now: 2)
+        #expect(Self.closed(wrong)??.code == .protocolViolation)
+    }
+
+    @Test func brokenBatchesCloseTheSession() {
+        func fresh() -> SessionStateMachine {
+            var m = Self.machine()
+            _ = m.handle(.cursorRead(Self.cars, resumeAfter: 0), now: 0)
+            return m
+        }
+        var m = fresh()
+        let future = m.handle(.received(Self.batch([], through: 1, generation: 2)), now: 1)
+        #expect(Self.closed(future)??.message == "DeltaBatch answers Subscribe generation 2, but the latest sent is 1")
+        m = fresh()
+        let boats = m.handle(.received(Self.batch([Self.piece(1, collection: "boats")], through: 1, generation: 1)), now: 1)
+        #expect(
+            Self.closed(boats)??.message
+                == "DeltaBatch: transaction 000000000000000a:1 carries collection 'boats', which this node did not subscribe to")
+        m = fresh()
+        var v1 = Shoal_V1_DeltaBatch()
+        v1.transactions = [Shoal_V1_TransactionDeltas()]
+        #expect(Self.closed(m.handle(.received(.deltaBatch(v1)), now: 1))??.code == .protocolViolation)
+        m = fresh()
+        var bad = Self.piece(1)
+        bad.deltas[0].valueJSON = "{not json"
+        #expect(Self.closed(m.handle(.received(Self.batch([bad], through: 1, generation: 1)), now: 1))??.code == .executionFailed)
+        // A peer that floods batches without waiting for Acks is cut off.
+        m = fresh()
+        for i in 1...3 { _ = m.handle(.received(Self.batch([], through: UInt64(i), generation: 1)), now: 1) }
+        let flood = m.handle(.received(Self.batch([], through: 4, generation: 1)), now: 1)
+        #expect(Self.closed(flood)??.message == "more than 3 DeltaBatches sent without waiting for an Ack")
+        #expect(m.isClosed && m.handle(.tick, now: 99_000_000).isEmpty, "a closed machine does nothing more")
+    }
+
+    // MARK: Publisher
+
+    @Test func thePublisherReadsPagesWithinTheWindow() {
+        var m = Self.machine(window: 2)
+        #expect(m.handle(.logAdvanced(50), now: 0).isEmpty, "nothing asked for yet")
+        let subscribed = m.handle(.received(Self.subscribe(Self.cars, generation: 1)), now: 1)
+        guard case .peerSubscribed(let set)? = subscribed.first, let r1 = Self.pageRequest(subscribed) else {
+            Issue.record("expected peerSubscribed and a page read, got \(subscribed)")
+            return
+        }
+        #expect(set == Self.cars && r1.after == 0 && r1.excludingOrigin == nil && !r1.resuming)
+        #expect(Self.pageRequest(m.handle(.logAdvanced(60), now: 2)) == nil, "one page read at a time")
+        let page1 = ChangeLogPage(pieces: [Self.piece(1)], through: 20)
+        let after1 = m.handle(.pageRead(page1, ticket: r1.ticket), now: 3)
+        guard case .send(.deltaBatch(let b1))? = after1.first, let r2 = Self.pageRequest(after1) else {
+            Issue.record("expected a batch and the next read, got \(after1)")
+            return
+        }
+        #expect(b1.throughSequence == 20 && b1.subscribeGeneration == 1 && b1.pieces.count == 1 && r2.after == 20)
+        let after2 = m.handle(.pageRead(ChangeLogPage(pieces: [Self.piece(2)], through: 40), ticket: r2.ticket), now: 4)
+        #expect(Self.sent(after2).count == 1 && Self.pageRequest(after2) == nil, "the window of 2 is full")
+        #expect(m.inFlight == 2)
+        let acked = m.handle(.received(Self.ack(20)), now: 5)
+        #expect(Self.pageRequest(acked)?.after == 40)
+        // An Ack for a batch never sent breaks the protocol.
+        let bogus = m.handle(.received(Self.ack(33)), now: 6)
+        #expect(Self.closed(bogus)??.message == "Ack for sequence 33, which no unacknowledged DeltaBatch carries")
+    }
+
+    @Test func aNewerSubscribeRestartsAndDropsPagesReadBefore() {
+        var m = Self.machine(window: 4)
+        _ = m.handle(.logAdvanced(100), now: 0)
+        let r1 = Self.pageRequest(m.handle(.received(Self.subscribe(Self.cars, generation: 1)), now: 0))!
+        let first = m.handle(.pageRead(ChangeLogPage(pieces: [Self.piece(1)], through: 30), ticket: r1.ticket), now: 1)
+        let r2 = Self.pageRequest(first)!
+        // A crossing, older Subscribe is ignored; a newer one restarts from its resume point.
+        #expect(m.handle(.received(Self.subscribe(Self.cars, generation: 1)), now: 2).isEmpty)
+        let wider = Self.set("SELECT * FROM cars", "SELECT * FROM boats")
+        let restarted = m.handle(.received(Self.subscribe(wider, generation: 2, resumeAfter: 10)), now: 3)
+        let r3 = Self.pageRequest(restarted)!
+        #expect(r3.after == 10 && r3.subscriptions == wider && r3.excludingOrigin == Self.peer && r3.resuming)
+        // The page read under generation 1 is dropped.
+        #expect(m.handle(.pageRead(ChangeLogPage(pieces: [Self.piece(2)], through: 60), ticket: r2.ticket), now: 4).isEmpty)
+        let sent = m.handle(.pageRead(ChangeLogPage(pieces: [], through: 100), ticket: r3.ticket), now: 5)
+        guard case .send(.deltaBatch(let b))? = sent.first else {
+            Issue.record("expected a batch, got \(sent)")
+            return
+        }
+        #expect(b.subscribeGeneration == 2 && b.throughSequence == 100 && b.pieces.isEmpty, "an empty batch still moves the cursor")
+        // A late Ack for the generation-1 batch is still valid.
+        #expect(Self.closed(m.handle(.received(Self.ack(30)), now: 6)) == nil)
+        #expect(Self.closed(m.handle(.received(Self.ack(100)), now: 7)) == nil)
+    }
+
+    @Test func piecesThatContinueAcrossPagesAreRemembered() {
+        var m = Self.machine(window: 4)
+        _ = m.handle(.logAdvanced(100), now: 0)
+        let r1 = Self.pageRequest(m.handle(.received(Self.subscribe(Self.cars, generation: 1)), now: 0))!
+        var open = Self.piece(1)
+        open.isLast = false
+        let r2 = Self.pageRequest(m.handle(.pageRead(ChangeLogPage(pieces: [open], through: 50), ticket: r1.ticket), now: 1))!
+        #expect(r2.continuing == [open.id])
+        let r3 = Self.pageRequest(m.handle(.pageRead(ChangeLogPage(pieces: [Self.piece(1)], through: 60), ticket: r2.ticket), now: 2))!
+        #expect(r3.continuing.isEmpty)
+        // A page with nothing for the peer, before the end of the log, is not worth a frame.
+        let skipped = m.handle(.pageRead(ChangeLogPage(pieces: [], through: 80), ticket: r3.ticket), now: 3)
+        #expect(Self.sent(skipped).isEmpty && Self.pageRequest(skipped)?.after == 80)
+    }
+
+    @Test func aBadSubscribeIsRefused() {
+        var m = Self.machine()
+        var s = Shoal_V1_Subscribe()
+        var sub = Shoal_V1_Subscription()
+        sub.query = "DELETE FROM cars"
+        s.subscriptions = [sub]
+        s.generation = 1
+        #expect(Self.closed(m.handle(.received(.subscribe(s)), now: 0))??.code == .invalidQuery)
+    }
+
+    // MARK: Keepalive and the rest
+
+    @Test func keepalivePingsAndClosesASilentPeer() {
+        var m = Self.machine()
+        #expect(m.handle(.tick, now: 1_000_000).isEmpty)
+        guard case .send(.ping(let ping))? = m.handle(.tick, now: 5_000_000).first else {
+            Issue.record("expected a Ping after 5 s")
+            return
+        }
+        #expect(ping.nonce == 1 && ping.sentAtMicros == 5_000_000)
+        var stray = ping
+        stray.nonce = 9
+        #expect(m.handle(.received(.pong(stray)), now: 5_100_000).isEmpty, "a Pong that echoes no Ping of ours is ignored")
+        var future = ping
+        future.sentAtMicros = 9_000_000
+        #expect(m.handle(.received(.pong(future)), now: 5_100_000).isEmpty, "nor one from the future")
+        guard case .measuredRoundTrip(let rtt)? = m.handle(.received(.pong(ping)), now: 5_250_000).first else {
+            Issue.record("expected a round trip")
+            return
+        }
+        #expect(rtt == 250_000)
+        var theirs = Shoal_V1_Ping()
+        theirs.nonce = 4
+        #expect(Self.sent(m.handle(.received(.ping(theirs)), now: 6_000_000)) == [.pong(theirs)])
+        // Last frame at 6 s: at 36 s it has been 30 s, not more; at 36.1 s the session closes, silently.
+        _ = m.handle(.tick, now: 10_000_000)
+        #expect(Self.closed(m.handle(.tick, now: 36_000_000)) == nil)
+        #expect(Self.closed(m.handle(.tick, now: 36_100_000)) == .some(nil))
+    }
+
+    @Test func framesOutOfPlaceAndErrors() {
+        var m = Self.machine()
+        #expect(Self.closed(m.handle(.received(.hello(Shoal_V1_Hello())), now: 0))??.message == "unexpected Hello frame in an established session")
+        m = Self.machine()
+        let error = m.handle(.received(.fatal(.shuttingDown, "bye")), now: 0)
+        #expect(Self.closed(error)??.fromPeer == true)
+        m = Self.machine()
+        var request = Shoal_V1_TransactionRequest()
+        request.originSite = 0xA
+        request.originSequence = 3
+        _ = m.handle(.received(Self.subscribe(Self.cars, generation: 1)), now: 0)
+        guard case .answerTransactionRequest(let r, let set)? = m.handle(.received(.transactionRequest(request)), now: 1).first else {
+            Issue.record("expected an answer")
+            return
+        }
+        #expect(r == request && set == Self.cars, "answered for what the peer subscribed to")
+        _ = m.handle(.cursorRead(Self.cars, resumeAfter: 0), now: 2)
+        var pieces = Shoal_V1_TransactionPieces()
+        pieces.found = true
+        pieces.piece = PieceCodec.encode([Self.piece(3)], receiver: Self.cars.filter).pieces[0]
+        guard case .deliver(let delivered)? = m.handle(.received(.transactionPieces(pieces)), now: 3).first else {
+            Issue.record("expected the pieces to go to the pipeline")
+            return
+        }
+        #expect(delivered == [Self.piece(3)])
+    }
+
+    @Test func piecesRoundTripTheWireFormWithFilters() throws {
+        let eu = Self.set("SELECT * FROM cars WHERE region = 'eu'")
+        var piece = Self.piece(4)
+        piece.verdicts = [
+            Verdict(collection: "cars", coverage: .notCovered(Self.cars.filter)),
+            Verdict(collection: "cars", coverage: .notCovered(eu.filter)),
+            Verdict(collection: "cars", coverage: .superseded([TransactionID(origin: Self.origin, sequence: 9)])),
+            Verdict(collection: "cars", coverage: .unknown),
+        ]
+        piece.context = [
+            ContextField(
+                document: DocumentRef(collection: "cars", id: "\"d4\""), field: "g", valueJSON: "\"x\"",
+                timestamp: HybridTimestamp(rawValue: 2), transaction: TransactionID(origin: Self.origin, sequence: 1))
+        ]
+        let (wire, filters) = PieceCodec.encode([piece], receiver: Self.cars.filter)
+        #expect(wire[0].verdicts.map(\.filter) == [0, 1, 0, 0], "the receiver's own set is filter 0")
+        #expect(filters.count == 1)
+        let back = try PieceCodec.decode(wire, filters: filters, receiver: Self.cars.filter, collections: ["cars"])
+        #expect(back == [piece])
+    }
+}
