@@ -302,7 +302,8 @@ public final class InboundPipeline: Sendable {
             var a = start
             // What this commit received of each waiting transaction, not yet in the buffer.
             var fresh: [TransactionID: (deltas: [Delta], counts: [DocumentRef: UInt32], context: [ContextField])] = [:]
-            var alreadyBuffered: Set<TransactionID> = []
+            // Transactions first heard of in this commit: nothing of them is in the buffer yet.
+            var created: Set<TransactionID> = []
             var touched: Set<TransactionID> = []
             for item in items {
                 for piece in item.pieces {
@@ -319,15 +320,10 @@ public final class InboundPipeline: Sendable {
                                 context: piece.context, buffered: false, state: nil, rest: nil)
                             continue
                         case .partial?, .waiting?:
-                            if let record = try writer.loadRecord(piece.id) {
-                                a.adopt(record)
-                                if record.state == .waiting { alreadyBuffered.insert(piece.id) }
-                            }
+                            if let record = try writer.loadRecord(piece.id) { a.adopt(record) }
                         case nil:
-                            break
+                            created.insert(piece.id)
                         }
-                    } else if a.records[piece.id]!.state == .waiting, fresh[piece.id] == nil {
-                        alreadyBuffered.insert(piece.id)
                     }
                     let new = a.add(piece, from: item.source, now: now)
                     touched.insert(piece.id)
@@ -354,7 +350,7 @@ public final class InboundPipeline: Sendable {
                         let received = fresh.removeValue(forKey: id)
                         try writer.apply(
                             record, deltas: received?.deltas ?? [], documentDeltaCounts: received?.counts ?? [:],
-                            context: received?.context ?? [], buffered: alreadyBuffered.contains(id), state: .applied,
+                            context: received?.context ?? [], buffered: !created.contains(id), state: .applied,
                             rest: a.rest(of: id, subscriptions: subscriptions))
                         a.remove(id)
                         result.applied.append(id)
@@ -365,7 +361,7 @@ public final class InboundPipeline: Sendable {
                     let received = fresh.removeValue(forKey: id)
                     try writer.apply(
                         record, deltas: received?.deltas ?? [], documentDeltaCounts: received?.counts ?? [:],
-                        context: received?.context ?? [], buffered: alreadyBuffered.contains(id) || record.bufferedBytes > 0,
+                        context: received?.context ?? [], buffered: !created.contains(id),
                         state: .partial, rest: a.rest(of: id, subscriptions: subscriptions))
                     a.releaseBuffer(id)
                     result.partial.append((reason, [id]))

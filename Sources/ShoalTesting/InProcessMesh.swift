@@ -57,10 +57,16 @@ public final class TestNode: Sendable {
     public let store: DocumentStore
     public let sync: SyncEngine
 
-    public init(name: String, subscriptions: [String] = [], meshKey: [UInt8]? = nil, directory: TemporaryDirectory? = nil) throws {
+    /// - Parameter configure: changes the sync configuration (batch sizes, coverage waits) before the engine starts.
+    public init(
+        name: String, subscriptions: [String] = [], meshKey: [UInt8]? = nil, directory: TemporaryDirectory? = nil,
+        configure: (inout SyncConfiguration) -> Void = { _ in }
+    ) throws {
         self.directory = directory ?? TemporaryDirectory(prefix: "shoal-\(name)")
         store = try DocumentStore(directory: self.directory.path)
-        sync = SyncEngine(store: store, configuration: SyncConfiguration(nodeName: name, meshKey: meshKey, batchSize: 64))
+        var configuration = SyncConfiguration(nodeName: name, meshKey: meshKey, batchSize: 64)
+        configure(&configuration)
+        sync = SyncEngine(store: store, configuration: configuration)
         for query in subscriptions { try sync.subscribe(query) }
     }
 
