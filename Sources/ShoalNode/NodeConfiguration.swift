@@ -19,12 +19,21 @@ public struct NodeConfiguration: Sendable {
     public var limits: WireLimits
     public var keepaliveInterval: Duration
     public var idleTimeout: Duration
+    /// How long a remote transaction waits for pieces its subscriptions cover
+    /// before what arrived is applied and reported as partial.
+    public var coverageWait: Duration
+    /// Remote transactions, and bytes of them, held back at most; over either, the
+    /// oldest waiting one is applied in part (and reported).
+    public var maximumWaitingTransactions: Int
+    public var maximumWaitingBytes: Int
 
     public init(
         dataDirectory: String, listen: HostAndPort = HostAndPort(host: "0.0.0.0", port: HostAndPort.defaultPort),
         name: String? = nil, peers: [HostAndPort] = [], subscriptions: [String] = [], meshName: String = "default",
         meshKey: [UInt8]? = nil, discovery: Bool = true, limits: WireLimits = .default,
-        keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30)
+        keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
+        coverageWait: Duration = .seconds(30), maximumWaitingTransactions: Int = 10_000,
+        maximumWaitingBytes: Int = 256 << 20
     ) {
         self.dataDirectory = dataDirectory
         self.listen = listen
@@ -37,6 +46,9 @@ public struct NodeConfiguration: Sendable {
         self.limits = limits
         self.keepaliveInterval = keepaliveInterval
         self.idleTimeout = idleTimeout
+        self.coverageWait = coverageWait
+        self.maximumWaitingTransactions = maximumWaitingTransactions
+        self.maximumWaitingBytes = maximumWaitingBytes
     }
 
     /// The smallest mesh key accepted, in bytes.

@@ -33,7 +33,11 @@ public final class ShoalNode: Service, Sendable {
             configuration: SyncConfiguration(
                 nodeName: name, meshName: configuration.meshName, meshKey: configuration.meshKey,
                 listenAddress: configuration.listen.description, limits: configuration.limits,
-                keepaliveInterval: configuration.keepaliveInterval, idleTimeout: configuration.idleTimeout),
+                keepaliveInterval: configuration.keepaliveInterval, idleTimeout: configuration.idleTimeout,
+                inbound: InboundPipeline.Configuration(
+                    coverage: .init(
+                        maximumWait: configuration.coverageWait, maximumTransactions: configuration.maximumWaitingTransactions,
+                        maximumBytes: configuration.maximumWaitingBytes))),
             logger: logger)
         for query in configuration.subscriptions {
             try sync.subscribe(query)

@@ -41,12 +41,28 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .long, help: "The largest frame accepted, in bytes.")
     var maxFrameSize: Int = 16 << 20
 
+    @Option(
+        name: .long,
+        help: "Seconds a remote transaction waits for pieces its subscriptions cover before what arrived is applied (and reported as partial).")
+    var coverageWait: Double = 30
+
+    @Option(name: .long, help: "Remote transactions held back at most; over it the oldest is applied in part.")
+    var maxWaitingTransactions: Int = 10_000
+
+    @Option(name: .long, help: "Bytes of remote transactions held back at most; over it the oldest is applied in part.")
+    var maxWaitingBytes: Int = 256 << 20
+
     func validate() throws {
         if Logger.Level(rawValue: logLevel) == nil {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
         if maxFrameSize < 1024 { throw ValidationError("--max-frame-size must be at least 1024 bytes") }
         if mesh.isEmpty { throw ValidationError("--mesh must not be empty") }
+        if !(coverageWait >= 0 && coverageWait <= 86_400) {
+            throw ValidationError("--coverage-wait must be between 0 and 86400 seconds")
+        }
+        if maxWaitingTransactions < 1 { throw ValidationError("--max-waiting-transactions must be at least 1") }
+        if maxWaitingBytes < 1 << 20 { throw ValidationError("--max-waiting-bytes must be at least 1048576 (1 MiB)") }
     }
 
     func run() async throws {
@@ -68,7 +84,9 @@ struct RunCommand: AsyncParsableCommand {
                 meshName: mesh,
                 meshKey: try meshKeyFile.map { path throws(NodeError) in try NodeConfiguration.readMeshKey(path: path) },
                 discovery: !noDiscovery,
-                limits: .init(maximumFrameSize: maxFrameSize, maximumInflatedSize: maxFrameSize)
+                limits: .init(maximumFrameSize: maxFrameSize, maximumInflatedSize: maxFrameSize),
+                coverageWait: .milliseconds(Int64(coverageWait * 1000)), maximumWaitingTransactions: maxWaitingTransactions,
+                maximumWaitingBytes: maxWaitingBytes
             )
         } catch {
             throw fail(error.message)
