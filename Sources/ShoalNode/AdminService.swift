@@ -88,13 +88,13 @@ struct AdminService: AdminRequestHandler {
         guard !json.isEmpty else { return [:] }
         do {
             guard case .object(let object) = try JSON.parse(json) else {
-                throw StoreError(.invalidQuery, "--args must be a JSON object, like {\"id\": \"a\"}")
+                throw StoreError(.invalidQuery, "arguments must be a JSON object, like {\"id\": \"a\"}")
             }
             return object
         } catch let error as StoreError {
             throw error
         } catch {
-            throw StoreError(.invalidQuery, "--args is not valid JSON: \(error)")
+            throw StoreError(.invalidQuery, "arguments are not valid JSON: \(error)")
         }
     }
 

@@ -101,6 +101,8 @@ public final class ShoalNode: Service, Sendable {
             server = try await ServerBootstrap(group: group)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
                 .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                // A peer that stops sending mid-frame can still be told why (PROTOCOL.md §2.1).
+                .childChannelOption(.allowRemoteHalfClosure, value: true)
                 .bind(host: configuration.listen.host, port: configuration.listen.port) { channel in
                     channel.eventLoop.makeCompletedFuture { try Self.wrap(channel, limits: limits) }
                 }
@@ -169,6 +171,7 @@ public final class ShoalNode: Service, Sendable {
                 let connection = try await ClientBootstrap(group: group)
                     .connectTimeout(.seconds(5))
                     .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                    .channelOption(.allowRemoteHalfClosure, value: true)
                     .connect(host: peer.host, port: peer.port) { channel in
                         channel.eventLoop.makeCompletedFuture { try Self.wrap(channel, limits: limits) }
                     }

@@ -88,8 +88,13 @@ import Testing
         #expect(RawSocket.frameTypes(huge.reply) == [0x01, 0x03])
         #expect(String(decoding: huge.reply, as: UTF8.self).contains("announces 4294967295 payload bytes"))
 
-        // Truncated: a header and half a payload, then the client goes away.
-        _ = try? RawSocket.exchange(port: a.port, bytes: [0x53, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0x08], timeout: 1)
+        // Truncated: a header and a byte of its 64-byte payload, then the client stops
+        // sending: the node says why before it closes.
+        let truncated = try RawSocket.exchange(
+            port: a.port, bytes: [0x53, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0x08], finish: true)
+        #expect(truncated.closedByNode)
+        #expect(RawSocket.frameTypes(truncated.reply) == [0x01, 0x03])
+        #expect(String(decoding: truncated.reply, as: UTF8.self).contains("connection ended inside a frame"))
 
         // The real peer is still served.
         #expect(a.isRunning)

@@ -161,9 +161,12 @@ func eventually(_ seconds: Double = 20, _ condition: () throws -> Bool) rethrows
 
 /// A plain TCP client for sending a node bytes no real peer would.
 enum RawSocket {
-    /// Connects to 127.0.0.1:`port`, sends `bytes`, and returns what the node sends
-    /// back until it closes the connection (or 10 s pass).
-    static func exchange(port: Int, bytes: [UInt8], timeout seconds: Int = 10) throws -> (reply: [UInt8], closedByNode: Bool) {
+    /// Connects to 127.0.0.1:`port`, sends `bytes` (then, with `finish`, shuts down
+    /// its sending side), and returns what the node sends back until it closes the
+    /// connection (or 10 s pass).
+    static func exchange(
+        port: Int, bytes: [UInt8], timeout seconds: Int = 10, finish: Bool = false
+    ) throws -> (reply: [UInt8], closedByNode: Bool) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw NodeProcessError(message: "socket() failed") }
         defer { close(fd) }
@@ -178,6 +181,7 @@ enum RawSocket {
         var timeout = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        if finish { shutdown(fd, Int32(SHUT_WR)) }
         var reply: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {

@@ -166,4 +166,15 @@ import Testing
                 sender: SiteID(2)))
         #expect(Self.failure(a.receive(.proof(proof)).first)?.code == .meshKeyMismatch)
     }
+
+    /// PROTOCOL.md §15.3, worked out: the MAC a sender computes.
+    @Test func theWorkedProofExampleMatchesTheSpec() {
+        let mac = HandshakeStateMachine.mac(
+            key: Self.key, receiverNonce: [UInt8](repeating: 1, count: 32), senderNonce: [UInt8](repeating: 9, count: 32),
+            sender: SiteID(2))
+        #expect(mac == [
+            0x52, 0xee, 0x5f, 0xb2, 0xb5, 0x78, 0xd9, 0x01, 0x2d, 0xd0, 0x48, 0xef, 0x65, 0xb7, 0x68, 0x9d,
+            0x0c, 0xf4, 0x56, 0x73, 0x4f, 0x46, 0x66, 0x81, 0x0f, 0x74, 0x1e, 0x1f, 0xbd, 0x62, 0xe5, 0x5b,
+        ])
+    }
 }

@@ -7,24 +7,37 @@ import Testing
 @Suite struct MessageCodecTests {
     let codec = MessageCodec()
 
+    /// A version 2 DeltaBatch: one transaction setting "color" to "blue" on `deltas` cars.
     static func batch(deltas: Int) -> Shoal_V1_DeltaBatch {
         var batch = Shoal_V1_DeltaBatch()
-        var t = Shoal_V1_TransactionDeltas()
+        var t = Shoal_V1_TransactionPiece()
         t.originSite = 0x1122_3344_5566_7788
         t.originSequence = 9
         t.deltaCount = UInt32(deltas)
+        t.documentCount = UInt32(deltas)
+        var count = Shoal_V1_CollectionCount()
+        count.collection = "cars"
+        count.documents = UInt32(deltas)
+        count.deltas = UInt32(deltas)
+        t.collections = [count]
+        t.baseTimestamp = UInt64(1_700_000_000_000) << 16
         for i in 0..<deltas {
-            var d = Shoal_V1_Delta()
+            var d = Shoal_V1_DocumentDeltas()
             d.collection = "cars"
             d.documentID = "\"car-\(i)\""
-            d.field = "color"
-            d.valueJson = Data("\"blue\"".utf8)
-            d.timestamp = UInt64(1_700_000_000_000) << 16 | UInt64(i)
-            d.index = UInt32(i)
-            t.deltas.append(d)
+            d.deltaCount = 1
+            var f = Shoal_V1_FieldDelta()
+            f.field = "color"
+            f.valueJson = Data("\"blue\"".utf8)
+            f.timestampOffset = Int64(i)
+            f.index = UInt32(i)
+            d.deltas = [f]
+            t.documents.append(d)
         }
-        batch.transactions = [t]
+        t.last = true
+        batch.pieces = [t]
         batch.throughSequence = UInt64(deltas)
+        batch.subscribeGeneration = 1
         return batch
     }
 
