@@ -38,15 +38,19 @@ public struct InboundWriter {
         ).flatMap(TransactionRecord.State.init(rawValue:))
     }
 
-    /// Keeps a waiting or partial transaction's header and reports durable.
+    /// Keeps a waiting or partial transaction's header, state and reports durable
+    /// (its `rest`, recorded when it was applied in part, stays as it is).
     public func save(_ record: TransactionRecord) throws {
-        try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen)
+                VALUES (?, ?, ?, ?, ?, ?, '', ?, ?)
+                ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, reports = excluded.reports
+                """
+        ).execute(arguments: [
             Int64(bitPattern: record.id.origin.rawValue), Int64(record.id.sequence), Int64(record.deltaCount),
             Int64(record.documentCount), CollectionCount.encode(record.collections), record.state.rawValue,
-            "", TransactionRecord.Report.encode(record.reports), Int64(bitPattern: record.firstSeen),
-        ])
-        try db.cachedStatement(sql: "UPDATE txn SET first_seen = ? WHERE origin = ? AND seq = ?").execute(arguments: [
-            Int64(bitPattern: record.firstSeen), Int64(bitPattern: record.id.origin.rawValue), Int64(record.id.sequence),
+            TransactionRecord.Report.encode(record.reports), Int64(bitPattern: record.firstSeen),
         ])
     }
 
@@ -162,11 +166,15 @@ public struct InboundWriter {
         if (state != nil || !dirty.isEmpty), !commit.transactions.contains(id) { commit.transactions.append(id) }
     }
 
-    /// Marks a partial transaction whole, with nothing left to apply.
-    public mutating func markApplied(_ id: TransactionID) throws {
-        try db.cachedStatement(sql: "UPDATE txn SET state = ?, rest = '', reports = '' WHERE origin = ? AND seq = ?").execute(
-            arguments: [TransactionRecord.State.applied.rawValue, Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)])
-        commit.transactions.append(id)
+    /// Marks a partial transaction whole, with nothing left to apply, and what this
+    /// node now says of the documents it does not hold.
+    public mutating func markApplied(_ id: TransactionID, rest: [Verdict]) throws {
+        try db.cachedStatement(sql: "UPDATE txn SET state = ?, rest = ?, reports = '' WHERE origin = ? AND seq = ?").execute(
+            arguments: [
+                TransactionRecord.State.applied.rawValue, Verdict.encode(rest), Int64(bitPattern: id.origin.rawValue),
+                Int64(id.sequence),
+            ])
+        if !commit.transactions.contains(id) { commit.transactions.append(id) }
     }
 
     /// Merges one delta last-writer-wins into `field`; true when it won.

@@ -367,7 +367,7 @@ public final class InboundPipeline: Sendable {
                     result.partial.append((reason, [id]))
                     if reason == .overflow { result.counters.overflows += 1 }
                 case .completed(let id):
-                    try writer.markApplied(id)
+                    try writer.markApplied(id, rest: a.rest(of: id, subscriptions: subscriptions))
                     a.remove(id)
                     result.applied.append(id)
                     result.counters.completed += 1

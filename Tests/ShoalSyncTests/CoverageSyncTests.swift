@@ -107,6 +107,26 @@ import Testing
         #expect(try await Self.balances(c).values.reduce(0, +) == 1000)
     }
 
+    /// Widening a subscription fetches at once what the wider query covers,
+    /// including the parts of transactions applied before that the narrower one
+    /// left out.
+    @Test func wideningASubscriptionCompletesEarlierTransactions() async throws {
+        let a = try TestNode(name: "a")
+        let b = try TestNode(name: "b", subscriptions: [Self.eu])
+        defer { a.remove(); b.remove() }
+        try await Self.open(a)
+        let crossing = try await Self.transfer(a, from: "acct-0", to: "acct-9", amount: 40)
+        try await InProcessMesh.withLink(b.sync, a.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.balances(b)["acct-0"] == 60 })
+            #expect(try await Self.balances(b)["acct-9"] == nil, "us accounts are not b's")
+            #expect(b.sync.pipeline.status.partial.isEmpty, "whole for what b wants")
+            try b.sync.subscribe(Self.all)
+            #expect(try await InProcessMesh.eventually { try await Self.balances(b) == Self.balances(a) })
+            #expect(try await Self.balances(b)["acct-9"] == 140, "the us half of \(crossing) came too")
+            #expect(b.sync.pipeline.status.waiting.isEmpty && b.sync.pipeline.status.partial.isEmpty)
+        }
+    }
+
     /// A transaction of many frames is applied at once: a reader never sees part of
     /// it, and an observer fires once, with its ID.
     @Test func aTransactionOfManyFramesAppliesAtOnce() async throws {
