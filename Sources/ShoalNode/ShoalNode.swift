@@ -72,7 +72,8 @@ public final class ShoalNode: Service, Sendable {
         }
     }
 
-    /// Serves until the task is cancelled or graceful shutdown begins.
+    /// Serves until the task is cancelled or graceful shutdown begins, then waits
+    /// for the store's running transactions and closes it.
     public func run() async throws {
         let result: Result<Void, any Error>
         do {
@@ -83,7 +84,7 @@ public final class ShoalNode: Service, Sendable {
         } catch {
             result = .failure(error)
         }
-        store.close()
+        await store.shutdown()
         try? await group.shutdownGracefully()
         logger.info("stopped", metadata: ["shoal.site": "\(siteID)"])
         if case .failure(let error) = result, !(error is CancellationError) { throw error }

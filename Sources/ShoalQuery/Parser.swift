@@ -25,6 +25,19 @@ public enum Parser {
         }
         return statements[0].statement
     }
+
+    /// The statements of `text`, each with its own text and where it starts.
+    public static func parseStatements(_ text: String) throws(QueryError) -> [ParsedStatement] {
+        var state = try State(text)
+        let statements = try state.parseStatements()
+        let characters = Array(text)
+        return statements.map { parsed in
+            let start = parsed.start.position.offset
+            return ParsedStatement(
+                statement: parsed.statement, text: String(characters[start..<max(start, parsed.end)]),
+                position: parsed.start.position)
+        }
+    }
 }
 
 extension Parser {
@@ -132,12 +145,15 @@ extension Parser {
 
         // MARK: Statements
 
-        mutating func parseStatements() throws(QueryError) -> [(statement: Statement, start: Token)] {
+        /// Each statement with its first token and the character offset just past its last one.
+        mutating func parseStatements() throws(QueryError) -> [(statement: Statement, start: Token, end: Int)] {
             if atEnd { throw error("empty query", at: SourcePosition(offset: 0, line: 1, column: 1)) }
-            var statements: [(statement: Statement, start: Token)] = []
+            var statements: [(statement: Statement, start: Token, end: Int)] = []
             repeat {
                 let start = current
-                statements.append((try parseStatement(), start))
+                let statement = try parseStatement()
+                let last = tokens[max(0, index - 1)]
+                statements.append((statement, start, last.position.offset + last.text.count))
             } while accept(.semicolon) && !atEnd
             return statements
         }

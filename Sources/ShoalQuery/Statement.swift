@@ -37,6 +37,21 @@ public enum Statement: Sendable, Hashable {
     }
 }
 
+/// A statement together with the text it was parsed from and where that text starts,
+/// so that an error found when it runs can name it.
+public struct ParsedStatement: Sendable, Hashable {
+    public var statement: Statement
+    /// The statement as written, without the `;` that ends it.
+    public var text: String
+    public var position: SourcePosition
+
+    public init(statement: Statement, text: String, position: SourcePosition) {
+        self.statement = statement
+        self.text = text
+        self.position = position
+    }
+}
+
 /// The CRDT a field is, when a statement declares it.
 public enum FieldType: String, Sendable, Hashable {
     case register = "REGISTER"

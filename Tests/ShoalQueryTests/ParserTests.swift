@@ -495,6 +495,14 @@ private func condition(_ text: String) throws -> Expression? {
         #expect(insert.documents == [param("a"), param("b")])
     }
 
+    @Test func parseStatementsKeepsEachStatementsText() throws {
+        let text = "SELECT * FROM a;\n  INSERT INTO c DOCUMENTS ({'a': ';'}) ;UPDATE c SET a = 1 -- done\n"
+        let parsed = try Parser.parseStatements(text)
+        #expect(parsed.map(\.text) == ["SELECT * FROM a", "INSERT INTO c DOCUMENTS ({'a': ';'})", "UPDATE c SET a = 1"])
+        #expect(parsed.map(\.position) == [pos(0, 1, 1), pos(19, 2, 3), pos(57, 2, 41)])
+        #expect(parsed.map(\.statement) == (try Parser.parse(text)))
+    }
+
     @Test func parsesSeveralStatements() throws {
         let statements = try Parser.parse("SELECT * FROM a; INSERT INTO b VALUES (:d);\nUPDATE c SET x = 1;")
         #expect(statements.map(\.collection) == ["a", "b", "c"])
