@@ -96,6 +96,8 @@ extension DocumentStore {
             switch statement {
             case .select(let select):
                 last = QueryResult(items: try Self.select(select, arguments: arguments, db: db))
+            case .system(let system):
+                last = QueryResult(items: try applySystem(system, arguments: arguments))
             case .insert(let insert):
                 last = QueryResult(mutatedDocumentIDs: try local!.insert(insert, arguments: arguments))
             case .update(let update):
@@ -105,11 +107,22 @@ extension DocumentStore {
             case .evict(let evict):
                 last = QueryResult(mutatedDocumentIDs: try local!.evict(evict, arguments: arguments))
             }
-            if statement.isMutation { written.insert(statement.collection) }
+            if statement.isMutation, let collection = statement.targetCollection { written.insert(collection) }
         }
         var seen: Set<Value> = []
         last.mutatedDocumentIDs = last.mutatedDocumentIDs.filter { seen.insert($0).inserted }
         return (last, written)
+    }
+
+    /// `ALTER SYSTEM SET` or `SHOW` on this store's parameters: in memory, at once.
+    func applySystem(_ statement: SystemStatement, arguments: [String: Value]) throws(StoreError) -> [Value] {
+        do throws(QueryError) {
+            return try parameters.withLock { parameters throws(QueryError) in
+                try parameters.apply(statement, arguments: arguments)
+            }
+        } catch {
+            throw StoreError(error)
+        }
     }
 
     /// The JSON paths the statements' pre-filters read that have no index yet (nor in
@@ -124,7 +137,7 @@ extension DocumentStore {
             case .select(let s): predicate = s.whereClause
             case .update(let s): predicate = s.whereClause
             case .delete(let s), .evict(let s): predicate = s.whereClause
-            case .insert: predicate = nil
+            case .insert, .system: predicate = nil
             }
             paths += SQLFilter.make(predicate, arguments: arguments)?.paths ?? []
         }

@@ -41,7 +41,7 @@ extension DocumentStore {
     /// Reading beside it (`execute` with SELECTs, read-only transactions) is allowed
     /// and sees the last committed state, not `tx`'s writes.
     ///
-    /// - Parameter hint: free text naming the work, shown in messages about the transaction.
+    /// - Parameter hint: free text naming the work, shown in the long-transaction log.
     @discardableResult
     nonisolated(nonsending) public func transaction(
         hint: String? = nil, isReadOnly: Bool = false, _ body: (Transaction) async throws -> TransactionCompletion
@@ -117,8 +117,63 @@ extension DocumentStore {
     /// The transactions running now, oldest first (for status and tests).
     public var runningTransactions: [TransactionInfo] { running.running }
 
+    /// The store's run-time parameters (`ALTER SYSTEM SET` changes them).
+    public var systemParameters: SystemParameters { parameters.withLock { $0 } }
+
+    /// Logs the transactions that stay open too long, until the task is cancelled
+    /// or the store closes. `ShoalNode.run` runs it; an app that uses a
+    /// `DocumentStore` on its own runs it in a task of its own.
+    ///
+    /// A transaction still open `transaction_duration_before_logging_ms` after it
+    /// started is logged at `notice`, then again every `transaction_trace_interval_ms`:
+    /// the second time at `warning`, from the third on at `error`. Each line names the
+    /// transaction's ID and hint, whether it is read-only, and how long it has been
+    /// open. The monitor wakes when the next report is due, and at least once a
+    /// second so that new parameter values apply (at most every 10 ms).
+    public func monitorTransactions() async {
+        let clock = ContinuousClock()
+        while !running.isClosed {
+            let parameters = systemParameters
+            let threshold = Duration.milliseconds(parameters.transactionDurationBeforeLoggingMilliseconds)
+            let interval = Duration.milliseconds(parameters.transactionTraceIntervalMilliseconds)
+            let now = clock.now
+            let (due, next) = running.reports(at: now, threshold: threshold, interval: interval)
+            for report in due { log(report) }
+            // Not more often than every 10 ms, however small the parameters.
+            let wake = max(min(next ?? now + threshold, now + .seconds(1)), now + .milliseconds(10))
+            do {
+                try await Task.sleep(until: wake, clock: clock)
+            } catch {
+                return
+            }
+        }
+    }
+
+    private func log(_ report: TransactionRegistry.Report) {
+        let level: Logger.Level =
+            switch report.number {
+            case 1: .notice
+            case 2: .warning
+            default: .error
+            }
+        let milliseconds = Int64(report.elapsed / .milliseconds(1))
+        let seconds = Double(milliseconds / 100) / 10
+        let hint = report.info.hint.map { "hint '\($0)'" } ?? "no hint"
+        logger.log(
+            level: level,
+            "\(report.info.isReadOnly ? "read-only" : "read-write") transaction \(report.info.id) (\(hint)) has been open for \(seconds) s",
+            metadata: [
+                "shoal.txn.id": "\(report.info.id)",
+                "shoal.txn.hint": "\(report.info.hint ?? "")",
+                "shoal.txn.read_only": "\(report.info.isReadOnly)",
+                "shoal.txn.open_ms": "\(milliseconds)",
+                "shoal.txn.report": "\(report.number)",
+            ])
+    }
+
     /// Refuses new transactions and writes, waits for the running ones to finish
-    /// (however long they take), lets the writes already queued go, then closes the store. Work nested in a
+    /// (however long they take; they are logged as long transactions meanwhile),
+    /// lets the writes already queued go, then closes the store. Work nested in a
     /// running transaction is still admitted.
     ///
     /// Called inside one of this store's transactions, it cannot wait for that one:

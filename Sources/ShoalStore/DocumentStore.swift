@@ -37,12 +37,20 @@ public final class DocumentStore: Sendable {
     let logger: Logger
     /// The one writer, taken by every write in order of arrival.
     let gate = WriteGate()
-    /// The transactions running now: what shutdown waits for.
+    /// The transactions running now: for the long-transaction log and for shutdown.
     let running = TransactionRegistry()
+    /// `ALTER SYSTEM SET` changes these; they live as long as this object.
+    let parameters: Mutex<SystemParameters>
 
     /// Opens (creating if needed) the store in `directory`.
-    public init(directory: String, logger: Logger = Logger(label: "shoal.store")) throws(StoreError) {
+    ///
+    /// - Parameter parameters: the run-time parameters to start from (`ALTER SYSTEM SET`
+    ///   changes them until the store closes; see `SystemParameters`).
+    public init(
+        directory: String, logger: Logger = Logger(label: "shoal.store"), parameters: SystemParameters = SystemParameters()
+    ) throws(StoreError) {
         self.logger = logger
+        self.parameters = Mutex(parameters)
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {

@@ -12,9 +12,9 @@ public enum TransactionCompletion: Sendable, Hashable {
 /// Who a transaction is: its unique ID, the hint it was given, and its kind.
 public struct TransactionInfo: Sendable, Hashable {
     /// Unique among every transaction of every store: 128 random bits as 32 hex digits.
-    /// It names the transaction in messages; the ID it commits under is a `TransactionID`.
+    /// It names the transaction in logs; the ID it commits under is a `TransactionID`.
     public var id: String
-    /// Free text from whoever started the transaction ("nightly import"), shown in messages.
+    /// Free text from whoever started the transaction ("nightly import"), shown in logs.
     public var hint: String?
     public var isReadOnly: Bool
 
@@ -300,6 +300,9 @@ extension ShoalQuery.Statement {
         case .update(let s): "UPDATE \(s.collection)"
         case .delete(let s): "DELETE FROM \(s.collection)"
         case .evict(let s): "EVICT FROM \(s.collection)"
+        case .system(.set(let setting)): "ALTER SYSTEM SET \(setting.name)"
+        case .system(.show(let name, _)): "SHOW \(name)"
+        case .system(.showAll): "SHOW ALL"
         }
     }
 }

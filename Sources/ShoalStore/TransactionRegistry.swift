@@ -1,13 +1,25 @@
 import Synchronization
 
-/// The transactions running in one store: what shutdown waits for.
+/// The transactions running in one store: what the long-transaction log reports,
+/// and what shutdown waits for.
 ///
 /// Registering and unregistering are one lock each, so every transaction, the
-/// implicit one of a one-document `execute` included, can afford it.
+/// implicit one of a one-document `execute` included, can afford it. Nothing here
+/// runs on its own: `DocumentStore.monitorTransactions()` asks for the reports due.
 final class TransactionRegistry: Sendable {
     struct Entry: Sendable {
         let info: TransactionInfo
         let start: ContinuousClock.Instant
+        /// How many times it has been reported as long, and when last.
+        var reports = 0
+        var lastReport: ContinuousClock.Instant?
+    }
+
+    /// A transaction open for longer than the threshold, reported for the `number`-th time.
+    struct Report: Sendable {
+        let info: TransactionInfo
+        let elapsed: Duration
+        let number: Int
     }
 
     private struct State {
@@ -76,6 +88,34 @@ final class TransactionRegistry: Sendable {
                 return false
             }
             if idle { continuation.resume() }
+        }
+    }
+
+    /// The transactions due a report at `now`, and when the next one will be due.
+    ///
+    /// A transaction is due its first report `threshold` after it started, then one
+    /// `interval` after the previous report. A late check makes one report, never a
+    /// burst, so the reports of a transaction are numbered 1, 2, 3, … without gaps
+    /// (and its levels rise one step at a time).
+    func reports(at now: ContinuousClock.Instant, threshold: Duration, interval: Duration)
+        -> (due: [Report], next: ContinuousClock.Instant?)
+    {
+        state.withLock { s in
+            var due: [Report] = []
+            var next: ContinuousClock.Instant?
+            for (token, entry) in s.entries {
+                var entry = entry
+                var dueAt = entry.lastReport.map { $0 + interval } ?? entry.start + threshold
+                if now >= dueAt {
+                    entry.reports += 1
+                    entry.lastReport = now
+                    s.entries[token] = entry
+                    due.append(Report(info: entry.info, elapsed: now - entry.start, number: entry.reports))
+                    dueAt = now + interval
+                }
+                next = next.map { min($0, dueAt) } ?? dueAt
+            }
+            return (due.sorted { $0.elapsed > $1.elapsed }, next)
         }
     }
 }

@@ -1,3 +1,4 @@
+import Logging
 import ShoalCRDT
 import ShoalQuery
 @testable import ShoalStore
@@ -13,11 +14,50 @@ final class EventLog: Sendable {
     var all: [String] { lines.withLock { $0 } }
 }
 
+/// Log records kept in memory by `CapturingLogHandler`.
+final class LogRecords: Sendable {
+    struct Record: Sendable {
+        var level: Logger.Level
+        var message: String
+        var metadata: [String: String]
+    }
+
+    private let records = Mutex<[Record]>([])
+
+    func append(_ record: Record) { records.withLock { $0.append(record) } }
+
+    /// The long-transaction reports about the transaction with this ID, in order.
+    func reports(about id: String) -> [Record] {
+        records.withLock { $0.filter { $0.metadata["shoal.txn.id"] == id } }
+    }
+}
+
+struct CapturingLogHandler: LogHandler {
+    let records: LogRecords
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+    var metadataProvider: Logger.MetadataProvider?
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        let merged = metadata.merging(event.metadata ?? [:]) { $1 }
+        records.append(
+            LogRecords.Record(
+                level: event.level, message: event.message.description, metadata: merged.mapValues { "\($0)" }))
+    }
+}
+
 @Suite struct TransactionTests {
-    static func withStore<T>(_ body: (DocumentStore) async throws -> T) async throws -> T {
+    static func withStore<T>(
+        logger: Logger = Logger(label: "shoal.test"), _ body: (DocumentStore) async throws -> T
+    ) async throws -> T {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
-        let store = try DocumentStore(directory: dir.path)
+        let store = try DocumentStore(directory: dir.path, logger: logger)
         defer { store.close() }
         return try await body(store)
     }
@@ -453,7 +493,106 @@ final class EventLog: Sendable {
         }
     }
 
-    // MARK: Shutdown
+    // MARK: Long transactions, parameters, shutdown
+
+    @Test func longTransactionsAreLoggedWithTheirHintAtRisingLevels() async throws {
+        let records = LogRecords()
+        let logger = Logger(label: "shoal.test") { _ in CapturingLogHandler(records: records) }
+        try await Self.withStore(logger: logger) { store in
+            _ = try await store.execute(
+                "ALTER SYSTEM SET transaction_duration_before_logging_ms = 40; ALTER SYSTEM SET transaction_trace_interval_ms = 40")
+            let quick = try await store.transaction(hint: "quick") { tx in tx.info.id }
+            let slow = try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { await store.monitorTransactions() }
+                defer { group.cancelAll() }
+                return try await store.transaction(hint: "slow import") { tx in
+                    _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'a'})")
+                    // Stay open until the third report.
+                    #expect(await InProcessMesh.eventually { records.reports(about: tx.info.id).count >= 3 })
+                    return tx.info.id
+                }
+            }
+            let reports = records.reports(about: slow)
+            #expect(reports.prefix(3).map(\.level) == [.notice, .warning, .error])
+            for report in reports {
+                #expect(report.message.hasPrefix("read-write transaction \(slow) (hint 'slow import') has been open for "))
+                #expect(report.metadata["shoal.txn.hint"] == "slow import")
+                #expect(report.metadata["shoal.txn.read_only"] == "false")
+            }
+            #expect(reports.map(\.metadata["shoal.txn.report"]).prefix(3) == ["1", "2", "3"])
+            #expect(records.reports(about: quick).isEmpty, "a transaction that ended in time is never logged")
+        }
+    }
+
+    @Test func systemParametersAreShownAndChangedPerStore() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        let defaults: [Value] = [
+            ["name": "transaction_duration_before_logging_ms", "value": 10_000],
+            ["name": "transaction_trace_interval_ms", "value": 5_000],
+        ]
+        #expect(try await store.execute("SHOW ALL").items == defaults)
+        let set = try await store.execute(
+            "ALTER SYSTEM SET TRANSACTION_TRACE_INTERVAL_MS = :ms", arguments: ["ms": 250])
+        #expect(set.items == [["name": "transaction_trace_interval_ms", "value": 250]], "names ignore case")
+        #expect(set.transactionID == nil, "ALTER SYSTEM writes no document")
+        #expect(try await store.execute("SHOW transaction_trace_interval_ms").items == [["name": "transaction_trace_interval_ms", "value": 250]])
+        #expect(store.systemParameters.transactionTraceIntervalMilliseconds == 250)
+        // In a read-only transaction too, and a rollback does not undo it.
+        _ = try await store.transaction(isReadOnly: true) { tx in
+            _ = try await tx.execute("ALTER SYSTEM SET transaction_duration_before_logging_ms = 60000")
+            return .rollback
+        }
+        #expect(store.systemParameters.transactionDurationBeforeLoggingMilliseconds == 60_000)
+
+        // Another store keeps its own, and a reopened store starts from its initial values again.
+        let otherDir = TemporaryDirectory()
+        defer { otherDir.remove() }
+        let other = try DocumentStore(
+            directory: otherDir.path, parameters: SystemParameters(transactionTraceIntervalMilliseconds: 1_000))
+        defer { other.close() }
+        #expect(try await other.execute("SHOW ALL").items.last == ["name": "transaction_trace_interval_ms", "value": 1_000])
+        store.close()
+        let reopened = try DocumentStore(directory: dir.path)
+        defer { reopened.close() }
+        #expect(try await reopened.execute("SHOW ALL").items == defaults)
+    }
+
+    static let known =
+        "the parameters are transaction_duration_before_logging_ms (a whole number of milliseconds, at least 1) "
+        + "and transaction_trace_interval_ms (a whole number of milliseconds, at least 1)"
+
+    @Test(arguments: [
+        ("ALTER SYSTEM SET transaction_timeout_ms = 5", 18, "unknown system parameter 'transaction_timeout_ms': \(known)"),
+        ("SHOW nope", 6, "unknown system parameter 'nope': \(known)"),
+        (
+            "ALTER SYSTEM SET transaction_trace_interval_ms = 'fast'", 50,
+            "transaction_trace_interval_ms takes a whole number of milliseconds, at least 1, got string \"fast\"; \(known)"
+        ),
+        (
+            "ALTER SYSTEM SET transaction_trace_interval_ms = 0", 50,
+            "transaction_trace_interval_ms takes a whole number of milliseconds, at least 1, got number 0; \(known)"
+        ),
+        (
+            "SHOW ALL;\nALTER SYSTEM SET transaction_duration_before_logging_ms = 2.5", 59,
+            "transaction_duration_before_logging_ms takes a whole number of milliseconds, at least 1, got number 2.5; \(known)"
+        ),
+        (
+            "ALTER SYSTEM SET transaction_trace_interval_ms = TRUE", 50,
+            "transaction_trace_interval_ms takes a whole number of milliseconds, at least 1, got boolean true; \(known)"
+        ),
+    ])
+    func systemParameterErrorsNameTheKnownParameters(text: String, column: Int, message: String) async throws {
+        try await Self.withStore { store in
+            let error = try await #require(throws: StoreError.self) { try await store.execute(text) }
+            #expect(error.code == .invalidQuery)
+            #expect(error.queryError?.message == message)
+            #expect(error.queryError?.position?.column == column)
+            #expect(error.message.contains("column \(column): \(message)\n"), "the message shows the line: \(error.message)")
+            #expect(store.systemParameters == SystemParameters(), "nothing changed")
+        }
+    }
 
     @Test func shutdownWaitsForTheRunningTransactionThenCloses() async throws {
         let dir = TemporaryDirectory()
