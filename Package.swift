@@ -110,7 +110,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ShoalNodeTests",
-            dependencies: ["Shoal", "ShoalNode", "ShoalTesting", "shoal"],
+            dependencies: ["Shoal", "ShoalNode", "ShoalTesting", "ShoalWire", "shoal"],
             swiftSettings: swiftSettings
         ),
     ]
