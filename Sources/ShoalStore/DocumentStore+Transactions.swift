@@ -114,8 +114,8 @@ extension DocumentStore {
         }
     }
 
-    /// The transactions running now, oldest first (for status and tests).
-    public var runningTransactions: [TransactionInfo] { running.running }
+    /// The transactions running now, oldest first (for diagnostics and tests).
+    public var runningTransactions: [TransactionInfo] { running.transactions }
 
     /// The store's run-time parameters (`ALTER SYSTEM SET` changes them).
     public var systemParameters: SystemParameters { parameters.withLock { $0 } }
@@ -244,8 +244,9 @@ extension DocumentStore {
         if let lastSequence { feed.publish(lastSequence) }
         if evicted { resets.publish(1) }
         if lastSequence != nil || evicted {
-            commits.publish(
-                Commit(transactions: transaction.map { [$0] } ?? [], collections: collections, sequence: lastSequence ?? 0))
+            let commit = Commit(
+                transactions: transaction.map { [$0] } ?? [], collections: collections, sequence: lastSequence ?? 0)
+            commits.publish(commit)
         }
     }
 }

@@ -47,7 +47,8 @@ public final class DocumentStore: Sendable {
     /// - Parameter parameters: the run-time parameters to start from (`ALTER SYSTEM SET`
     ///   changes them until the store closes; see `SystemParameters`).
     public init(
-        directory: String, logger: Logger = Logger(label: "shoal.store"), parameters: SystemParameters = SystemParameters()
+        directory: String, logger: Logger = Logger(label: "shoal.store"),
+        parameters: SystemParameters = SystemParameters()
     ) throws(StoreError) {
         self.logger = logger
         self.parameters = Mutex(parameters)

@@ -427,9 +427,11 @@ struct LocalTransaction {
         // The transaction's size is unknown until it finishes; `finish()` fills in txn_count.
         try db.cachedStatement(sql: FieldSQL.upsert).execute(arguments: [
             collection, key, field, json, Int64(bitPattern: version.timestamp.rawValue),
-            Int64(bitPattern: version.site.rawValue), sequence, progress.pending.count, 0, Int64(bitPattern: site.rawValue),
+            Int64(bitPattern: version.site.rawValue), sequence, progress.pending.count, 0,
+            Int64(bitPattern: site.rawValue),
         ])
-        progress.pending.append(PendingDelta(collection: collection, key: key, field: field, json: json, ts: version.timestamp))
+        progress.pending.append(
+            PendingDelta(collection: collection, key: key, field: field, json: json, ts: version.timestamp))
     }
 
     private func loadBody(collection: String, key: String) throws -> [String: Value]? {

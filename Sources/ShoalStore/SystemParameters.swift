@@ -17,7 +17,9 @@ public struct SystemParameters: Sendable, Hashable {
     /// `transaction_trace_interval_ms`, default 5 000.
     public var transactionTraceIntervalMilliseconds: Int64
 
-    public init(transactionDurationBeforeLoggingMilliseconds: Int64 = 10_000, transactionTraceIntervalMilliseconds: Int64 = 5_000) {
+    public init(
+        transactionDurationBeforeLoggingMilliseconds: Int64 = 10_000, transactionTraceIntervalMilliseconds: Int64 = 5_000
+    ) {
         self.transactionDurationBeforeLoggingMilliseconds = transactionDurationBeforeLoggingMilliseconds
         self.transactionTraceIntervalMilliseconds = transactionTraceIntervalMilliseconds
     }

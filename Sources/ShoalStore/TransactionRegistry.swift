@@ -76,7 +76,9 @@ final class TransactionRegistry: Sendable {
     var isClosed: Bool { state.withLock { $0.closed } }
 
     /// The transactions running now.
-    var running: [TransactionInfo] { state.withLock { $0.entries.values.sorted { $0.start < $1.start }.map(\.info) } }
+    var transactions: [TransactionInfo] {
+        state.withLock { $0.entries.values.sorted { $0.start < $1.start }.map(\.info) }
+    }
 
     /// Returns once no transaction is running but those with an ID in `besides` (at
     /// once if none is).
