@@ -98,7 +98,11 @@ let package = Package(
             dependencies: ["ShoalWire", "ShoalTesting", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: swiftSettings
         ),
-        .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalStore", "ShoalTesting"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "ShoalStoreTests",
+            dependencies: ["ShoalStore", "ShoalTesting", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "ShoalSyncTests",
             dependencies: ["ShoalSync", "ShoalTesting", "ShoalWire", .product(name: "NIOCore", package: "swift-nio")],

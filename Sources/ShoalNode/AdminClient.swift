@@ -21,11 +21,17 @@ public struct AdminClient: Sendable {
         self.timeout = timeout
     }
 
-    public func exec(_ statements: String, argumentsJSON: String = "") async throws(NodeError) -> Shoal_V1_ExecResponse {
+    /// Runs statements on the node in one transaction, read-only if asked, named by
+    /// `hint` in the node's log should it stay open long.
+    public func exec(
+        _ statements: String, argumentsJSON: String = "", hint: String? = nil, readOnly: Bool = false
+    ) async throws(NodeError) -> Shoal_V1_ExecResponse {
         var request = Shoal_V1_AdminRequest()
         var exec = Shoal_V1_ExecRequest()
         exec.statements = statements
         exec.argumentsJson = argumentsJSON
+        exec.hint = hint ?? ""
+        exec.readOnly = readOnly
         request.exec = exec
         guard case .exec(let response)? = try await send(request).response else {
             throw NodeError(.protocolError, "the node answered exec with something else")

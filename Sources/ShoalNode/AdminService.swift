@@ -1,4 +1,5 @@
 import ShoalCRDT
+import ShoalQuery
 import ShoalStore
 import ShoalSync
 import ShoalWire
@@ -171,13 +172,33 @@ struct AdminService: AdminRequestHandler {
         return e
     }
 
+    /// Runs the statements in one transaction with the request's hint: read-only when
+    /// the request asks for it, and also when no statement writes (a read need not
+    /// wait for the writer).
     func execute(_ request: Shoal_V1_ExecRequest) async throws(StoreError) -> Shoal_V1_ExecResponse {
         let arguments = try Self.arguments(request.argumentsJson)
-        let result = try await node.store.execute(request.statements, arguments: arguments)
+        let writes: Bool
+        do throws(QueryError) {
+            writes = try Parser.parse(request.statements).contains(where: \.isMutation)
+        } catch {
+            throw StoreError(error)
+        }
+        let (result, transaction): (QueryResult, Transaction)
+        do {
+            (result, transaction) = try await node.store.transaction(
+                hint: request.hint.isEmpty ? nil : request.hint, isReadOnly: request.readOnly || !writes
+            ) { tx in
+                (try await tx.execute(request.statements, arguments: arguments), tx)
+            }
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw StoreError(.database, "exec failed: \(error)")
+        }
         var response = Shoal_V1_ExecResponse()
         response.itemsJson = result.items.map(\.canonicalJSON)
         response.mutatedDocumentIds = result.mutatedDocumentIDs.map(\.canonicalJSON)
-        response.transactionID = result.transactionID?.description ?? ""
+        response.transactionID = transaction.transactionID?.description ?? ""
         return response
     }
 

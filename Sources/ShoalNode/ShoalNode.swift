@@ -76,18 +76,27 @@ public final class ShoalNode: Service, Sendable {
         }
     }
 
-    /// Serves until the task is cancelled or graceful shutdown begins.
+    /// Serves until the task is cancelled or graceful shutdown begins, then waits
+    /// for the store's running transactions and closes it.
+    ///
+    /// The store's long-transaction monitor runs alongside for the whole time,
+    /// shutdown included, so a transaction that holds shutdown up is logged.
     public func run() async throws {
-        let result: Result<Void, any Error>
-        do {
-            try await cancelWhenGracefulShutdown {
-                try await self.serve()
+        let result = await withTaskGroup(of: Void.self) { monitor -> Result<Void, any Error> in
+            monitor.addTask { await self.store.monitorTransactions() }
+            let result: Result<Void, any Error>
+            do {
+                try await cancelWhenGracefulShutdown {
+                    try await self.serve()
+                }
+                result = .success(())
+            } catch {
+                result = .failure(error)
             }
-            result = .success(())
-        } catch {
-            result = .failure(error)
+            await store.shutdown()
+            monitor.cancelAll()
+            return result
         }
-        store.close()
         try? await group.shutdownGracefully()
         logger.info("stopped", metadata: ["shoal.site": "\(siteID)"])
         if case .failure(let error) = result, !(error is CancellationError) { throw error }

@@ -25,6 +25,19 @@ public enum Parser {
         }
         return statements[0].statement
     }
+
+    /// The statements of `text`, each with its own text and where it starts.
+    public static func parseStatements(_ text: String) throws(QueryError) -> [ParsedStatement] {
+        var state = try State(text)
+        let statements = try state.parseStatements()
+        let characters = Array(text)
+        return statements.map { parsed in
+            let start = parsed.start.position.offset
+            return ParsedStatement(
+                statement: parsed.statement, text: String(characters[start..<max(start, parsed.end)]),
+                position: parsed.start.position)
+        }
+    }
 }
 
 extension Parser {
@@ -132,12 +145,15 @@ extension Parser {
 
         // MARK: Statements
 
-        mutating func parseStatements() throws(QueryError) -> [(statement: Statement, start: Token)] {
+        /// Each statement with its first token and the character offset just past its last one.
+        mutating func parseStatements() throws(QueryError) -> [(statement: Statement, start: Token, end: Int)] {
             if atEnd { throw error("empty query", at: SourcePosition(offset: 0, line: 1, column: 1)) }
-            var statements: [(statement: Statement, start: Token)] = []
+            var statements: [(statement: Statement, start: Token, end: Int)] = []
             repeat {
                 let start = current
-                statements.append((try parseStatement(), start))
+                let statement = try parseStatement()
+                let last = tokens[max(0, index - 1)]
+                statements.append((statement, start, last.position.offset + last.text.count))
             } while accept(.semicolon) && !atEnd
             return statements
         }
@@ -149,11 +165,76 @@ extension Parser {
             case .update: return .update(try parseUpdate())
             case .delete: return .delete(try parseDelete())
             case .evict: return .evict(try parseDelete())
+            case .alter: return .system(try parseAlterSystem())
+            case .show: return .system(try parseShow())
             default:
                 throw unexpected(
-                    "SELECT, INSERT, UPDATE, DELETE or EVICT at the start of a statement",
-                    suggesting: [.select, .insert, .update, .delete, .evict])
+                    "SELECT, INSERT, UPDATE, DELETE, EVICT, ALTER SYSTEM or SHOW at the start of a statement",
+                    suggesting: [.select, .insert, .update, .delete, .evict, .alter, .show])
             }
+        }
+
+        /// `ALTER SYSTEM SET name = value`, where the value is a literal or a `:parameter`.
+        mutating func parseAlterSystem() throws(QueryError) -> SystemStatement {
+            advance()
+            try expect(.system, "after ALTER")
+            guard accept(.set) else { throw unexpected("SET after ALTER SYSTEM", suggesting: [.set]) }
+            let nameToken = current
+            let name = try parseName("a system parameter name after ALTER SYSTEM SET")
+            guard accept(.equal) else {
+                throw unexpected(
+                    "'=' after the parameter name '\(name)'",
+                    hint: current.is(.doubleEqual) ? "set a parameter with a single '='" : nil)
+            }
+            let valueToken = current
+            let value = try parseSystemValue()
+            try finish([], last: -1, after: "the value of \(name)")
+            return .set(
+                SystemSetting(
+                    name: name, value: value, namePosition: nameToken.position, valuePosition: valueToken.position))
+        }
+
+        /// The value of `ALTER SYSTEM SET`: a number (maybe negative), a string, TRUE, FALSE or a `:parameter`.
+        mutating func parseSystemValue() throws(QueryError) -> Expression {
+            let expected = "a value after '=': a number, a string, TRUE, FALSE or a :parameter"
+            if current.is(.minus) {
+                let minus = advance()
+                switch current.kind {
+                case .integer(let i):
+                    advance()
+                    return .literal(.int(-i))
+                case .decimal(let d):
+                    advance()
+                    return .literal(.double(-d))
+                default:
+                    throw error("expected a number after '-', found \(current)", at: minus.position)
+                }
+            }
+            let value: Expression
+            switch current.kind {
+            case .integer(let i): value = .literal(.int(i))
+            case .decimal(let d): value = .literal(.double(d))
+            case .string(let s): value = .literal(.string(s))
+            case .keyword(.true): value = .literal(.bool(true))
+            case .keyword(.false): value = .literal(.bool(false))
+            case .parameter(let name): value = .parameter(name)
+            default: throw unexpected(expected)
+            }
+            advance()
+            return value
+        }
+
+        /// `SHOW name` or `SHOW ALL`.
+        mutating func parseShow() throws(QueryError) -> SystemStatement {
+            advance()
+            if accept(.all) {
+                try finish([], last: -1, after: "SHOW ALL")
+                return .showAll
+            }
+            let token = current
+            let name = try parseName("a system parameter name or ALL after SHOW")
+            try finish([], last: -1, after: "the parameter name '\(name)'")
+            return .show(name: name, position: token.position)
         }
 
         mutating func parseSelect() throws(QueryError) -> SelectStatement {

@@ -9,22 +9,35 @@ public enum Statement: Sendable, Hashable {
     case delete(DeleteStatement)
     /// `EVICT FROM c [WHERE e]`: removes local copies only.
     case evict(DeleteStatement)
+    /// `ALTER SYSTEM SET name = value`, `SHOW name`, `SHOW ALL`: the store's run-time
+    /// parameters. It names no collection.
+    case system(SystemStatement)
 
-    /// Whether the statement writes (and so needs a read-write transaction).
+    /// Whether the statement writes documents (and so needs a read-write transaction).
+    ///
+    /// A system statement is not a mutation: `ALTER SYSTEM SET` changes parameters the
+    /// store keeps in memory, not its data.
     public var isMutation: Bool {
-        if case .select = self { return false }
-        return true
+        switch self {
+        case .select, .system: return false
+        case .insert, .update, .delete, .evict: return true
+        }
     }
 
-    /// The collection the statement reads or writes.
-    public var collection: String {
+    /// The collection the statement reads or writes, or `nil` for a system statement.
+    public var targetCollection: String? {
         switch self {
         case .select(let s): return s.collection
         case .insert(let s): return s.collection
         case .update(let s): return s.collection
         case .delete(let s), .evict(let s): return s.collection
+        case .system: return nil
         }
     }
+
+    /// The collection the statement reads or writes; `""` for a system statement, which
+    /// names none (`targetCollection` is `nil` for it).
+    public var collection: String { targetCollection ?? "" }
 
     /// Field types the statement declares with `COLLECTION c (f MAP, n COUNTER, ...)`.
     public var declaredTypes: [String: FieldType] {
@@ -33,7 +46,50 @@ public enum Statement: Sendable, Hashable {
         case .insert(let s): return s.declaredTypes
         case .update(let s): return s.declaredTypes
         case .delete(let s), .evict(let s): return s.declaredTypes
+        case .system: return [:]
         }
+    }
+}
+
+/// A statement about the store's run-time parameters rather than its documents.
+public enum SystemStatement: Sendable, Hashable {
+    /// `ALTER SYSTEM SET name = value`
+    case set(SystemSetting)
+    /// `SHOW name`: one parameter, named as written, with where the name starts.
+    case show(name: String, position: SourcePosition)
+    /// `SHOW ALL`: every parameter.
+    case showAll
+}
+
+/// `ALTER SYSTEM SET name = value`, with where the name and the value start, so that the
+/// store can point at an unknown name or a value of the wrong type.
+public struct SystemSetting: Sendable, Hashable {
+    public var name: String
+    /// A literal (a negative number included) or a `:parameter`.
+    public var value: Expression
+    public var namePosition: SourcePosition
+    public var valuePosition: SourcePosition
+
+    public init(name: String, value: Expression, namePosition: SourcePosition, valuePosition: SourcePosition) {
+        self.name = name
+        self.value = value
+        self.namePosition = namePosition
+        self.valuePosition = valuePosition
+    }
+}
+
+/// A statement together with the text it was parsed from and where that text starts,
+/// so that an error found when it runs can name it.
+public struct ParsedStatement: Sendable, Hashable {
+    public var statement: Statement
+    /// The statement as written, without the `;` that ends it.
+    public var text: String
+    public var position: SourcePosition
+
+    public init(statement: Statement, text: String, position: SourcePosition) {
+        self.statement = statement
+        self.text = text
+        self.position = position
     }
 }
 

@@ -66,6 +66,10 @@ public struct Token: Sendable, Hashable, CustomStringConvertible {
         case counter = "COUNTER"
         case attachment = "ATTACHMENT"
         case register = "REGISTER"
+        case alter = "ALTER"
+        case system = "SYSTEM"
+        case show = "SHOW"
+        case all = "ALL"
 
         /// Whether the word must be backtick-quoted to be used as a collection or top-level field
         /// name. Statement and clause openers and operators are reserved. The others (ID, VALUES,
@@ -75,11 +79,15 @@ public struct Token: Sendable, Hashable, CustomStringConvertible {
         /// COLLECTION is unreserved, so `SELECT collection FROM c` works, but where a collection
         /// name stands (after FROM, INTO and UPDATE) it always starts a `COLLECTION c (...)`
         /// declaration, so a collection named "collection" must be quoted there.
+        ///
+        /// ALTER, SYSTEM, SHOW and ALL (the system statements) are unreserved too, so that names
+        /// written before those statements existed keep working: ALTER and SHOW only mean something
+        /// at the start of a statement, where no name can stand.
         public var isReserved: Bool {
             switch self {
             case .id, .documents, .values, .conflict, .fail, .do, .nothing, .updateLocalDiff, .asc, .desc,
                 .increment, .pnIncrement, .restart, .with, .initial, .collection, .missing, .count, .map, .counter,
-                .attachment, .register:
+                .attachment, .register, .alter, .system, .show, .all:
                 false
             default: true
             }

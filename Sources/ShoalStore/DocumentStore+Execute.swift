@@ -7,9 +7,9 @@ import Logging
 extension DocumentStore {
     /// Parses and runs one or more `;`-separated DQL statements as one transaction.
     ///
-    /// Statements that only read run on a reader, concurrently with other work;
-    /// as soon as one writes, all run in one serialized read-write transaction that
-    /// commits or rolls back whole.
+    /// Statements that only read run on a reader, on one snapshot, concurrently with
+    /// other work; as soon as one writes, all run in one read-write transaction (an
+    /// implicit `transaction`, without a hint) that commits or rolls back whole.
     public func execute(_ text: String, arguments: [String: Value] = [:]) async throws(StoreError) -> QueryResult {
         let statements: [ShoalQuery.Statement]
         do throws(QueryError) {
@@ -17,67 +17,119 @@ extension DocumentStore {
         } catch {
             throw StoreError(error)
         }
-        return try await execute(statements, arguments: arguments)
+        do {
+            return try await execute(statements, arguments: arguments)
+        } catch {
+            throw error.locating(in: text)
+        }
     }
 
     /// Runs parsed statements as one transaction; the result is the last statement's.
+    ///
+    /// This is `transaction` made cheap for the common case: a read is one snapshot
+    /// read, and a write takes the gate and runs in one database access from
+    /// `BEGIN IMMEDIATE` to `COMMIT` (no SAVEPOINT: any failure rolls back the whole).
     public func execute(_ statements: [ShoalQuery.Statement], arguments: [String: Value] = [:]) async throws(StoreError)
         -> QueryResult
     {
-        try await ensureIndexes(for: statements, arguments: arguments)
-        guard statements.contains(where: { $0.isMutation }) else {
+        let mutates = statements.contains(where: \.isMutation)
+        let info = TransactionInfo(id: LocalTransaction.randomID(), hint: nil, isReadOnly: !mutates)
+        let marks = OpenTransactions.marks
+        let nested = marks.contains { $0.store == ObjectIdentifier(self) }
+        if mutates { try refuseWriteBesideOpenTransaction(marks) }
+        guard let token = running.register(info, nested: nested) else { throw Self.shuttingDown }
+        defer { running.unregister(token) }
+        guard mutates else {
+            await createIndexesIfWriterIsFree(for: statements, arguments: arguments)
             return try await read { db in
-                var result = QueryResult()
-                for case .select(let select) in statements {
-                    result = QueryResult(items: try Self.select(select, arguments: arguments, db: db))
-                }
-                return result
+                var none: LocalTransaction?
+                return try self.run(statements, arguments: arguments, db: db, local: &none).result
             }
         }
+        try await acquireGate(nested: nested)
+        defer { gate.release() }
+        let missing = missingIndexPaths(for: statements, arguments: arguments)
         let site = siteID
         let clock = clock
-        let (result, lastSequence, evicted) = try await write { db -> (QueryResult, UInt64?, Bool) in
-            var transaction = try LocalTransaction(db: db, site: site, clock: clock)
-            var last = QueryResult()
-            for statement in statements {
-                switch statement {
-                case .select(let select):
-                    last = QueryResult(items: try Self.select(select, arguments: arguments, db: db))
-                case .insert(let insert):
-                    last = QueryResult(mutatedDocumentIDs: try transaction.insert(insert, arguments: arguments))
-                case .update(let update):
-                    last = QueryResult(mutatedDocumentIDs: try transaction.update(update, arguments: arguments))
-                case .delete(let delete):
-                    last = QueryResult(mutatedDocumentIDs: try transaction.delete(delete, arguments: arguments))
-                case .evict(let evict):
-                    last = QueryResult(mutatedDocumentIDs: try transaction.evict(evict, arguments: arguments))
+        let outcome: (result: QueryResult, lastSequence: UInt64?, evicted: Bool, written: Set<String>, indexes: [String])
+        do {
+            outcome = try await pool.writeWithoutTransaction { db in
+                try Self.beginImmediate(db)
+                do {
+                    var local: LocalTransaction? = LocalTransaction(
+                        db: db, site: site, clock: clock, progress: try LocalTransaction.begin(db: db))
+                    let indexes = self.createIndexes(missing, db: db)
+                    var (result, written) = try self.run(statements, arguments: arguments, db: db, local: &local)
+                    let committed = try local?.finish()
+                    try db.execute(sql: "COMMIT")
+                    result.transactionID = committed?.transaction
+                    return (result, committed?.lastSequence, local?.evicted ?? false, written, indexes)
+                } catch {
+                    // Fails too when the task was cancelled; rollBackOpenTransaction below covers that.
+                    try? db.execute(sql: "ROLLBACK")
+                    throw error
                 }
             }
-            let committed = try transaction.finish()
-            last.transactionID = committed?.transaction
-            var seen: Set<Value> = []
-            last.mutatedDocumentIDs = last.mutatedDocumentIDs.filter { seen.insert($0).inserted }
-            return (last, committed?.lastSequence, transaction.evicted)
+        } catch {
+            rollBackOpenTransaction()
+            throw StoreError.wrapping(error, "database write")
         }
-        if let lastSequence {
-            localCommits.withLock { $0 += 1 }
-            feed.publish(lastSequence)
-        }
-        if evicted {
-            evictions.withLock { $0 = true }
-            resets.publish(1)
-        }
-        if lastSequence != nil || evicted {
-            let written = Set(statements.filter(\.isMutation).map(\.collection))
-            commits.publish(
-                Commit(transactions: result.transactionID.map { [$0] } ?? [], collections: written, sequence: lastSequence ?? 0))
-        }
-        return result
+        indexedPaths.withLock { $0.formUnion(outcome.indexes) }
+        publish(
+            transaction: outcome.result.transactionID, lastSequence: outcome.lastSequence, evicted: outcome.evicted,
+            collections: outcome.written)
+        return outcome.result
     }
 
-    /// Creates, once, an expression index for each JSON path a query's pre-filter
-    /// reads, up to `maximumAutomaticIndexes`; later queries on the same path use it.
-    func ensureIndexes(for statements: [ShoalQuery.Statement], arguments: [String: Value]) async throws(StoreError) {
+    /// Runs statements on `db`, writing through `local` (nil in a read-only
+    /// transaction, whose caller has refused every mutation already). Returns the
+    /// last statement's result and the collections the mutations named.
+    func run(
+        _ statements: [ShoalQuery.Statement], arguments: [String: Value], db: Database, local: inout LocalTransaction?
+    ) throws -> (result: QueryResult, written: Set<String>) {
+        var last = QueryResult()
+        var written: Set<String> = []
+        for statement in statements {
+            if statement.isMutation, local == nil {
+                throw StoreError(.readOnly, "\(statement.summary) writes, but this transaction is read-only")
+            }
+            switch statement {
+            case .select(let select):
+                last = QueryResult(items: try Self.select(select, arguments: arguments, db: db))
+            case .system(let system):
+                last = QueryResult(items: try applySystem(system, arguments: arguments))
+            case .insert(let insert):
+                last = QueryResult(mutatedDocumentIDs: try local!.insert(insert, arguments: arguments))
+            case .update(let update):
+                last = QueryResult(mutatedDocumentIDs: try local!.update(update, arguments: arguments))
+            case .delete(let delete):
+                last = QueryResult(mutatedDocumentIDs: try local!.delete(delete, arguments: arguments))
+            case .evict(let evict):
+                last = QueryResult(mutatedDocumentIDs: try local!.evict(evict, arguments: arguments))
+            }
+            if statement.isMutation, let collection = statement.targetCollection { written.insert(collection) }
+        }
+        var seen: Set<Value> = []
+        last.mutatedDocumentIDs = last.mutatedDocumentIDs.filter { seen.insert($0).inserted }
+        return (last, written)
+    }
+
+    /// `ALTER SYSTEM SET` or `SHOW` on this store's parameters: in memory, at once.
+    func applySystem(_ statement: SystemStatement, arguments: [String: Value]) throws(StoreError) -> [Value] {
+        do throws(QueryError) {
+            return try parameters.withLock { parameters throws(QueryError) in
+                try parameters.apply(statement, arguments: arguments)
+            }
+        } catch {
+            throw StoreError(error)
+        }
+    }
+
+    /// The JSON paths the statements' pre-filters read that have no index yet (nor in
+    /// `besides`, the ones a running transaction created), up to `maximumAutomaticIndexes`.
+    func missingIndexPaths(
+        for statements: [ShoalQuery.Statement], arguments: [String: Value], besides: Set<String> = []
+    ) -> [String] {
         var paths: [String] = []
         for statement in statements {
             let predicate: Expression?
@@ -85,24 +137,52 @@ extension DocumentStore {
             case .select(let s): predicate = s.whereClause
             case .update(let s): predicate = s.whereClause
             case .delete(let s), .evict(let s): predicate = s.whereClause
-            case .insert: predicate = nil
+            case .insert, .system: predicate = nil
             }
             paths += SQLFilter.make(predicate, arguments: arguments)?.paths ?? []
         }
-        let missing = indexedPaths.withLock { known -> [String] in
-            let fresh = Set(paths).subtracting(known).sorted()
-            let room = max(0, Self.maximumAutomaticIndexes - known.count)
+        guard !paths.isEmpty else { return [] }
+        return indexedPaths.withLock { known -> [String] in
+            let fresh = Set(paths).subtracting(known).subtracting(besides).sorted()
+            let room = max(0, Self.maximumAutomaticIndexes - known.count - besides.count)
             return Array(fresh.prefix(room))
         }
-        guard !missing.isEmpty else { return }
-        // Best effort: a query never fails because an index could not be made.
+    }
+
+    /// Creates an expression index for each path inside the open SQLite transaction,
+    /// then refreshes the statistics so the planner prefers them to the primary key.
+    /// Best effort: a query never fails because an index could not be made. Returns
+    /// the paths indexed; they count as known once the transaction commits.
+    func createIndexes(_ paths: [String], db: Database) -> [String] {
+        guard !paths.isEmpty else { return [] }
         do {
-            try await write { db in
-                for path in missing { try db.execute(sql: SQLFilter.indexStatement(path)) }
-                // Statistics let the planner prefer the new index over the primary key.
+            try db.execute(sql: "SAVEPOINT shoal_index")
+            do {
+                for path in paths { try db.execute(sql: SQLFilter.indexStatement(path)) }
                 try db.execute(sql: "ANALYZE document")
+                try db.execute(sql: "RELEASE SAVEPOINT shoal_index")
+                return paths
+            } catch {
+                try? db.execute(sql: "ROLLBACK TO SAVEPOINT shoal_index")
+                try? db.execute(sql: "RELEASE SAVEPOINT shoal_index")
+                throw error
             }
-            indexedPaths.withLock { $0.formUnion(missing) }
+        } catch {
+            logger.warning("could not create an index for a queried path", metadata: ["shoal.error": "\(error)"])
+            return []
+        }
+    }
+
+    /// For reads: creates the missing indexes in a write of their own, but only if
+    /// the writer is free this instant. A read never waits for a writer to make one;
+    /// a later query on the same path will.
+    func createIndexesIfWriterIsFree(for statements: [ShoalQuery.Statement], arguments: [String: Value]) async {
+        let missing = missingIndexPaths(for: statements, arguments: arguments)
+        guard !missing.isEmpty, gate.tryAcquire() else { return }
+        defer { gate.release() }
+        do {
+            let created = try await pool.write { db in self.createIndexes(missing, db: db) }
+            indexedPaths.withLock { $0.formUnion(created) }
         } catch {
             logger.warning("could not create an index for a queried path", metadata: ["shoal.error": "\(error)"])
         }

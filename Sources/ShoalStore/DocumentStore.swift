@@ -10,7 +10,10 @@ import Foundation
 ///
 /// One `DatabasePool` in WAL mode: one writer at a time, readers concurrent with
 /// it. Every invariant (a write, its change-log rows and the transaction counter;
-/// a received batch and the cursor that acknowledges it) holds inside one `write {}`.
+/// a received batch and the cursor that acknowledges it) holds inside one SQLite
+/// transaction. Every write takes the `WriteGate` first, in order of arrival: a
+/// read-write `Transaction` holds it from `BEGIN IMMEDIATE` to `COMMIT` across
+/// awaits, and `write(_:)` for one `write {}`.
 ///
 /// Tables:
 /// - `field`: the current value and version of each (collection, document, field),
@@ -41,10 +44,23 @@ public final class DocumentStore: Sendable {
 
     /// Local read-write transactions committed since the store opened.
     public var committedLocalTransactions: UInt64 { localCommits.withLock { $0 } }
+    /// The one writer, taken by every write in order of arrival.
+    let gate = WriteGate()
+    /// The transactions running now: for the long-transaction log and for shutdown.
+    let running = TransactionRegistry()
+    /// `ALTER SYSTEM SET` changes these; they live as long as this object.
+    let parameters: Mutex<SystemParameters>
 
     /// Opens (creating if needed) the store in `directory`.
-    public init(directory: String, logger: Logger = Logger(label: "shoal.store")) throws(StoreError) {
+    ///
+    /// - Parameter parameters: the run-time parameters to start from (`ALTER SYSTEM SET`
+    ///   changes them until the store closes; see `SystemParameters`).
+    public init(
+        directory: String, logger: Logger = Logger(label: "shoal.store"),
+        parameters: SystemParameters = SystemParameters()
+    ) throws(StoreError) {
         self.logger = logger
+        self.parameters = Mutex(parameters)
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
@@ -55,6 +71,9 @@ public final class DocumentStore: Sendable {
         configuration.label = "shoal"
         configuration.maximumReaderCount = 4
         configuration.busyMode = .timeout(10)
+        // A read-write Transaction keeps its SQLite transaction open across several
+        // database accesses (BEGIN IMMEDIATE in one, COMMIT in a later one).
+        configuration.allowsUnsafeTransactions = true
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
             try Self.migrator.migrate(pool)
@@ -221,8 +240,12 @@ public final class DocumentStore: Sendable {
     /// resubscribe from their (restarted) cursors and refill what subscriptions match.
     public func cursorResets() -> AsyncStream<UInt64> { resets.updates() }
 
-    /// Ends every `changeLogUpdates()` stream; call when the node shuts down.
+    /// Closes the store now, whatever is running, and ends every `changeLogUpdates()`
+    /// stream. `shutdown()` waits for running transactions first; this is for tests
+    /// and for callers that know nothing runs.
     public func close() {
+        running.close(completely: true)
+        gate.close(admittingNested: false)
         feed.finishAll()
         resets.finishAll()
         commits.finishAll()
@@ -232,20 +255,27 @@ public final class DocumentStore: Sendable {
     func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(StoreError) -> T {
         do {
             return try await pool.read(body)
-        } catch let error as StoreError {
-            throw error
         } catch {
-            throw StoreError(.database, "database read failed: \(error)")
+            throw StoreError.wrapping(error, "database read")
         }
     }
 
+    /// Runs `body` in one SQLite transaction of its own, holding the write gate: the
+    /// way every write other than a `Transaction`'s reaches the database (received
+    /// deltas, attachments, saved subscriptions).
+    ///
+    /// It waits in line behind a running read-write transaction, and throws
+    /// `StoreError.Code.nestedTransaction` at once when called from inside one of this
+    /// store's (it would wait for itself).
     func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(StoreError) -> T {
+        let marks = OpenTransactions.marks
+        try refuseWriteBesideOpenTransaction(marks)
+        try await acquireGate(nested: marks.contains { $0.store == ObjectIdentifier(self) })
+        defer { gate.release() }
         do {
             return try await pool.write(body)
-        } catch let error as StoreError {
-            throw error
         } catch {
-            throw StoreError(.database, "database write failed: \(error)")
+            throw StoreError.wrapping(error, "database write")
         }
     }
 }

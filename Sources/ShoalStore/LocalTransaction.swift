@@ -2,7 +2,7 @@ import ShoalCRDT
 import ShoalQuery
 import GRDB
 
-/// The writes of one local read-write transaction, inside one GRDB `write {}`.
+/// The writes of one local read-write transaction, inside its open SQLite transaction.
 ///
 /// Each field write takes a fresh HLC timestamp (INITIAL DOCUMENTS take time
 /// zero), updates the `field` row, and is remembered as a delta; the document's
@@ -10,22 +10,49 @@ import GRDB
 /// in the transaction see it. `finish()` numbers the deltas, appends them to the
 /// change log under this transaction's ID and bumps the transaction counter, all
 /// before the SQLite transaction commits.
+///
+/// A `Transaction` spans several database accesses (one per `execute`), and a
+/// `Database` may not outlive its access, so what the transaction has written so
+/// far lives in `progress`, a value carried from one access to the next: a
+/// `LocalTransaction` is made again around it for each access.
 struct LocalTransaction {
+    /// What a transaction has written so far, between its database accesses.
+    struct Progress: Sendable {
+        /// This transaction's number, if it commits any write.
+        let sequence: Int64
+        var pending: [PendingDelta] = []
+        /// Set when EVICT removed local data: peers must resend what subscriptions still match.
+        var evicted = false
+    }
+
+    /// A delta written but not yet in the change log.
+    struct PendingDelta: Sendable {
+        var collection: String
+        var key: String
+        var field: String
+        var json: String
+        var ts: HybridTimestamp
+    }
+
     let db: Database
     let site: SiteID
     let clock: HybridLogicalClock
-    /// This transaction's number, if it commits any write.
-    let sequence: Int64
-    private var pending: [(collection: String, key: String, field: String, json: String, ts: HybridTimestamp)] = []
-    /// Set when EVICT removed local data: peers must resend what subscriptions still match.
-    private(set) var evicted = false
+    private(set) var progress: Progress
 
-    init(db: Database, site: SiteID, clock: HybridLogicalClock) throws {
+    var sequence: Int64 { progress.sequence }
+    var evicted: Bool { progress.evicted }
+
+    init(db: Database, site: SiteID, clock: HybridLogicalClock, progress: Progress) {
         self.db = db
         self.site = site
         self.clock = clock
+        self.progress = progress
+    }
+
+    /// The progress of a transaction that starts now: numbered after the last one committed.
+    static func begin(db: Database) throws -> Progress {
         let previous = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'transaction_counter'") ?? 0
-        self.sequence = previous + 1
+        return Progress(sequence: previous + 1)
     }
 
     static func evaluate(_ expression: Expression, document: Value, arguments: [String: Value]) throws -> Value? {
@@ -350,7 +377,7 @@ struct LocalTransaction {
             try db.execute(sql: "DELETE FROM peer_cursor")
             // From now on a logged document may have no body: relaying must say so (`unknown`).
             try db.execute(sql: "INSERT OR REPLACE INTO shoal_meta (key, value) VALUES ('evicted', 1)")
-            evicted = true
+            progress.evicted = true
         }
         return matches.map { $0.body["_id"] ?? .null }
     }
@@ -402,9 +429,11 @@ struct LocalTransaction {
         // The transaction's size is unknown until it finishes; `finish()` fills in txn_count.
         try db.cachedStatement(sql: FieldSQL.upsert).execute(arguments: [
             collection, key, field, json, Int64(bitPattern: version.timestamp.rawValue),
-            Int64(bitPattern: version.site.rawValue), sequence, pending.count, 0, Int64(bitPattern: site.rawValue),
+            Int64(bitPattern: version.site.rawValue), sequence, progress.pending.count, 0,
+            Int64(bitPattern: site.rawValue),
         ])
-        pending.append((collection, key, field, json, version.timestamp))
+        progress.pending.append(
+            PendingDelta(collection: collection, key: key, field: field, json: json, ts: version.timestamp))
     }
 
     private func loadBody(collection: String, key: String) throws -> [String: Value]? {
@@ -418,7 +447,8 @@ struct LocalTransaction {
 
     /// Appends the transaction's deltas to the change log and records its manifest;
     /// `nil` when it wrote nothing.
-    mutating func finish() throws -> (transaction: TransactionID, lastSequence: UInt64)? {
+    func finish() throws -> (transaction: TransactionID, lastSequence: UInt64)? {
+        let pending = progress.pending
         guard !pending.isEmpty else { return nil }
         let transaction = TransactionID(origin: site, sequence: UInt64(sequence))
         try db.execute(

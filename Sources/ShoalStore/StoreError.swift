@@ -11,6 +11,16 @@ public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
         case invalidDocument
         /// The database could not be opened, read or written.
         case database
+        /// A read-only transaction met a statement that writes; nothing of it ran.
+        case readOnly
+        /// A write was started beside a read-write transaction open in the same task
+        /// (a nested transaction, or a store write outside the open `Transaction`),
+        /// which could only wait for itself.
+        case nestedTransaction
+        /// The store is shutting down or closed, or the transaction has already finished.
+        case closed
+        /// The task was cancelled; what it had begun was rolled back.
+        case cancelled
     }
 
     public var code: Code
@@ -23,9 +33,20 @@ public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
         self.queryError = queryError
     }
 
-    init(_ error: QueryError) {
+    /// A query error as an `invalidQuery` store error, its message showing the offending line.
+    public init(_ error: QueryError) {
         self.init(.invalidQuery, error.detailedDescription, queryError: error)
     }
 
     public var description: String { message }
+
+    /// `error` as a store error: store errors as they are, cancellation as `.cancelled`,
+    /// anything else (a GRDB error) as `.database`, saying what was being done.
+    static func wrapping(_ error: any Error, _ doing: String) -> StoreError {
+        switch error {
+        case let error as StoreError: error
+        case is CancellationError: StoreError(.cancelled, "cancelled while \(doing)")
+        default: StoreError(.database, "\(doing) failed: \(error)")
+        }
+    }
 }

@@ -8,10 +8,13 @@ struct ExecCommand: AsyncParsableCommand {
         commandName: "exec",
         abstract: "Run DQL statements on a node, as one transaction.",
         discussion: """
-            Several statements separated by ';' run as one read-write transaction; the \
-            output is the result of the last one. Example:
+            Several statements separated by ';' run as one transaction; the output is \
+            the result of the last one. A transaction that writes holds the node's \
+            writer until it commits; one that only reads (or runs with --read-only) \
+            reads one snapshot, beside the writer. Example:
               shoal exec "INSERT INTO cars DOCUMENTS ({'_id': 'a', 'color': 'blue'})"
               shoal exec --args '{"c": "blue"}' --json "SELECT * FROM cars WHERE color = :c"
+              shoal exec --read-only --hint "nightly report" "SELECT COUNT(*) FROM cars"
             """
     )
 
@@ -22,6 +25,12 @@ struct ExecCommand: AsyncParsableCommand {
 
     @Flag(name: .long, help: "Print one JSON object: items, mutatedDocumentIDs, transactionID.")
     var json = false
+
+    @Option(name: .long, help: "Text naming the transaction in the node's log, should it stay open long.")
+    var hint: String?
+
+    @Flag(name: .long, help: "Run in a read-only transaction: a statement that writes fails and nothing runs.")
+    var readOnly = false
 
     @Argument(help: "One or more DQL statements separated by ';'.")
     var statements: String
@@ -37,7 +46,7 @@ struct ExecCommand: AsyncParsableCommand {
     func run() async throws {
         let response: ExecResult
         do {
-            let r = try await client.client().exec(statements, argumentsJSON: args ?? "")
+            let r = try await client.client().exec(statements, argumentsJSON: args ?? "", hint: hint, readOnly: readOnly)
             response = ExecResult(items: r.itemsJson, mutated: r.mutatedDocumentIds, transaction: r.transactionID)
         } catch let error as NodeError {
             throw fail(error.message)

@@ -1,5 +1,6 @@
 import Shoal
 import ShoalTesting
+import ShoalWire
 import Synchronization
 import Testing
 
@@ -42,6 +43,45 @@ import Testing
             #expect(seen.withLock { $0.last?.transactions } == [write.transactionID!])
             boats.cancel()
             #expect(!beta.sync.subscriptions.entries.contains { $0.id == boats.id })
+            group.cancelAll()
+        }
+    }
+
+    /// `exec` requests run as transactions: with the hint they carry, behind the
+    /// writer an app holds, and read-only when asked.
+    @Test func execRequestsRunAsTransactionsWithTheirHint() async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-embed")
+        defer { dir.remove() }
+        let node = try ShoalNode(
+            configuration: NodeConfiguration(
+                dataDirectory: dir.path, listen: HostAndPort(host: "127.0.0.1", port: 0), name: "solo", discovery: false))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await node.run() }
+            let client = AdminClient(node: await node.ready(), meshKey: nil, timeout: .seconds(30))
+            let appInside = Latch()
+            group.addTask {
+                try await node.store.transaction(hint: "app") { tx in
+                    _ = try await tx.execute("INSERT INTO cars DOCUMENTS ({'_id': 'a'})")
+                    appInside.open()
+                    // Commit only once the CLI's request is waiting, hint and all.
+                    #expect(await InProcessMesh.eventually {
+                        node.store.runningTransactions.contains { $0.hint == "from the CLI" && !$0.isReadOnly }
+                    })
+                    return .commit
+                }
+            }
+            try await appInside.wait()
+            let update = try await client.exec("UPDATE cars SET color = 'red'", hint: "from the CLI")
+            #expect(update.mutatedDocumentIds == ["\"a\""], "it ran after the app's transaction committed")
+            #expect(update.transactionID == "\(node.siteID):2")
+
+            let refused = await #expect(throws: NodeError.self) {
+                try await client.exec("SELECT * FROM cars; DELETE FROM cars", hint: "report", readOnly: true)
+            }
+            #expect(refused?.message.contains("DELETE FROM cars writes, but transaction") == true, "\(refused?.message ?? "")")
+            #expect(refused?.message.contains("(hint 'report') is read-only") == true)
+            let read = try await client.exec("SELECT color FROM cars", readOnly: true)
+            #expect(read.itemsJson == [#"{"color":"red"}"#] && read.transactionID.isEmpty)
             group.cancelAll()
         }
     }

@@ -290,3 +290,41 @@ extension ProcessMeshTests {
         #expect(!FileManager.default.fileExists(atPath: target + "2"))
     }
 }
+
+extension ProcessMeshTests {
+    @Test func execTakesAHintAndRunsReadOnlyWhenAsked() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a")
+        #expect(try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'one', 'color': 'blue'})").status == 0)
+
+        let read = try a.exec("SELECT * FROM cars", extra: ["--read-only", "--hint", "nightly report"])
+        #expect(read.status == 0, "\(read.stderr)")
+        let readResult = try JSONSerialization.jsonObject(with: Data(read.stdout.utf8)) as? [String: Any]
+        #expect((readResult?["items"] as? [[String: Any]])?.first?["color"] as? String == "blue")
+        #expect(readResult?["transactionID"] is NSNull)
+
+        // A statement that writes fails the whole request: exit status 1, the store's message, nothing written.
+        let refused = try a.exec(
+            "SELECT * FROM cars; UPDATE cars SET color = 'red'", extra: ["--read-only", "--hint", "nightly report"])
+        #expect(refused.status == 1)
+        #expect(refused.stdout.isEmpty)
+        #expect(refused.stderr.contains("UPDATE cars SET color = 'red' writes, but transaction"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("(hint 'nightly report') is read-only; nothing ran"))
+        #expect(try Self.documents(a).first?["color"] as? String == "blue")
+
+        // With a hint alone, a write commits as usual.
+        let write = try a.exec("UPDATE cars SET color = 'red'", extra: ["--hint", "repaint"])
+        #expect(write.status == 0, "\(write.stderr)")
+        let writeResult = try JSONSerialization.jsonObject(with: Data(write.stdout.utf8)) as? [String: Any]
+        #expect((writeResult?["transactionID"] as? String)?.hasSuffix(":2") == true)
+
+        // System parameters through the CLI.
+        let show = try a.exec("ALTER SYSTEM SET transaction_trace_interval_ms = 250; SHOW ALL")
+        #expect(show.status == 0, "\(show.stderr)")
+        #expect(show.stdout.contains(#"{"name":"transaction_trace_interval_ms","value":250}"#), "\(show.stdout)")
+        let unknown = try a.exec("SHOW transaction_timeout")
+        #expect(unknown.status == 1 && unknown.stderr.contains("unknown system parameter 'transaction_timeout'"))
+        #expect(a.interrupt() == 0)
+    }
+}

@@ -331,7 +331,10 @@ private func condition(_ text: String) throws -> Expression? {
         ("SELECT title, author FORM books", 1, 22, "expected FROM after the projection, found 'FORM'"),
         ("", 1, 1, "empty query"),
         ("  -- only a comment\n", 1, 1, "empty query"),
-        (";", 1, 1, "expected SELECT, INSERT, UPDATE, DELETE or EVICT at the start of a statement, found ';'"),
+        (
+            ";", 1, 1,
+            "expected SELECT, INSERT, UPDATE, DELETE, EVICT, ALTER SYSTEM or SHOW at the start of a statement, found ';'"
+        ),
         ("SELCT * FROM c", 1, 1, "found 'SELCT'; did you mean SELECT?"),
         ("SELECT FROM c", 1, 8, "expected * or a list of expressions after SELECT, found 'FROM'"),
         ("SELECT * FROM", 1, 14, "unexpected end of query: expected a collection name after FROM"),
@@ -470,6 +473,24 @@ private func condition(_ text: String) throws -> Expression? {
         ("SELECT a, COUNT(*) FROM c", 1, 11, "COUNT(*) cannot be combined with other columns"),
         ("SELECT COUNT(*), a FROM c", 1, 18, "COUNT(*) cannot be combined with other columns"),
         ("SELECT COUNT(*), COUNT(*) AS n FROM c", 1, 18, "COUNT(*) cannot be combined with other columns"),
+        // ALTER SYSTEM and SHOW.
+        ("ALTR SYSTEM SET x = 1", 1, 1, "found 'ALTR'; did you mean ALTER?"),
+        ("SHWO ALL", 1, 1, "found 'SHWO'; did you mean SHOW?"),
+        ("ALTER SET x = 1", 1, 7, "expected SYSTEM after ALTER, found 'SET'"),
+        ("ALTER SYSTEM x = 1", 1, 14, "expected SET after ALTER SYSTEM, found 'x'"),
+        ("ALTER SYSTEM STE x = 1", 1, 14, "found 'STE'; did you mean SET?"),
+        ("ALTER SYSTEM SET = 1", 1, 18, "expected a system parameter name after ALTER SYSTEM SET, found '='"),
+        ("ALTER SYSTEM SET x 1", 1, 20, "expected '=' after the parameter name 'x', found '1'"),
+        ("ALTER SYSTEM SET x == 1", 1, 20, "found '=='; set a parameter with a single '='"),
+        ("ALTER SYSTEM SET x =", 1, 21, "unexpected end of query: expected a value after '=': a number, a string"),
+        ("ALTER SYSTEM SET x = a", 1, 22, "expected a value after '=': a number, a string, TRUE, FALSE or a :parameter, found 'a'"),
+        ("ALTER SYSTEM SET x = -'a'", 1, 22, "expected a number after '-', found string 'a'"),
+        ("ALTER SYSTEM SET x = 1 + 1", 1, 24, "expected the end of the statement after the value of x, found '+'"),
+        ("ALTER SYSTEM", 1, 13, "unexpected end of query: expected SET after ALTER SYSTEM"),
+        ("SHOW", 1, 5, "unexpected end of query: expected a system parameter name or ALL after SHOW"),
+        ("SHOW ALL x", 1, 10, "expected the end of the statement after SHOW ALL, found 'x'"),
+        ("SHOW a b", 1, 8, "expected the end of the statement after the parameter name 'a', found 'b'"),
+        ("SHOW where", 1, 6, "'where' is a reserved word"),
     ]
 
     @Test(arguments: malformedQueries)
@@ -493,6 +514,72 @@ private func condition(_ text: String) throws -> Expression? {
         }
         #expect(insert.conflict == policy)
         #expect(insert.documents == [param("a"), param("b")])
+    }
+
+    static let systemStatements: [(String, SystemStatement)] = [
+        (
+            "ALTER SYSTEM SET transaction_trace_interval_ms = 250",
+            .set(
+                SystemSetting(
+                    name: "transaction_trace_interval_ms", value: lit(250), namePosition: pos(17, 1, 18),
+                    valuePosition: pos(49, 1, 50)))
+        ),
+        (
+            "alter system set x = 'text';",
+            .set(SystemSetting(name: "x", value: lit("text"), namePosition: pos(17, 1, 18), valuePosition: pos(21, 1, 22)))
+        ),
+        (
+            "ALTER SYSTEM SET x = -5",
+            .set(SystemSetting(name: "x", value: lit(-5), namePosition: pos(17, 1, 18), valuePosition: pos(21, 1, 22)))
+        ),
+        (
+            "ALTER SYSTEM SET y = 2.5",
+            .set(SystemSetting(name: "y", value: lit(2.5), namePosition: pos(17, 1, 18), valuePosition: pos(21, 1, 22)))
+        ),
+        (
+            "ALTER SYSTEM SET x = :v",
+            .set(SystemSetting(name: "x", value: param("v"), namePosition: pos(17, 1, 18), valuePosition: pos(21, 1, 22)))
+        ),
+        (
+            "ALTER SYSTEM SET x = TRUE",
+            .set(SystemSetting(name: "x", value: lit(true), namePosition: pos(17, 1, 18), valuePosition: pos(21, 1, 22)))
+        ),
+        ("SHOW transaction_trace_interval_ms", .show(name: "transaction_trace_interval_ms", position: pos(5, 1, 6))),
+        ("show  X", .show(name: "X", position: pos(6, 1, 7))),
+        ("SHOW ALL", .showAll),
+        ("show all;", .showAll),
+    ]
+
+    @Test(arguments: systemStatements)
+    func parsesSystemStatements(text: String, expected: SystemStatement) throws {
+        let statement = try Parser.parseStatement(text)
+        #expect(statement == .system(expected))
+        #expect(statement.targetCollection == nil, "a system statement names no collection")
+        #expect(statement.collection == "")
+        #expect(!statement.isMutation, "ALTER SYSTEM changes parameters, not documents")
+        #expect(statement.declaredTypes.isEmpty)
+    }
+
+    @Test(arguments: [
+        "SELECT alter, system, show, all FROM c WHERE all = 1",
+        "INSERT INTO show DOCUMENTS ({system: 1})",
+        "UPDATE alter SET all = 1",
+    ])
+    func systemWordsStayUsableAsNames(text: String) throws {
+        let statement = try Parser.parseStatement(text)
+        #expect(statement.targetCollection != nil)
+        if case .select(let select) = statement {
+            #expect(select.projection.map(\.name) == ["alter", "system", "show", "all"])
+        }
+    }
+
+    @Test func parseStatementsKeepsEachStatementsText() throws {
+        let text = "SHOW ALL;\n  INSERT INTO c DOCUMENTS ({'a': ';'}) ;UPDATE c SET a = 1 -- done\n"
+        let parsed = try Parser.parseStatements(text)
+        #expect(parsed.map(\.text) == ["SHOW ALL", "INSERT INTO c DOCUMENTS ({'a': ';'})", "UPDATE c SET a = 1"])
+        #expect(parsed.map(\.position) == [pos(0, 1, 1), pos(12, 2, 3), pos(50, 2, 41)])
+        #expect(parsed.map(\.statement) == (try Parser.parse(text)))
+        #expect(parsed.map(\.statement.targetCollection) == [nil, "c", "c"])
     }
 
     @Test func parsesSeveralStatements() throws {

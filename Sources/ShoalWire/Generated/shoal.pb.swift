@@ -858,6 +858,14 @@ public nonisolated struct Shoal_V1_ExecRequest: Sendable {
   /// Named arguments as a JSON object ("" for none).
   public var argumentsJson: String = String()
 
+  /// Free text naming the transaction in the node's log when it stays open long
+  /// ("" for none). It changes nothing else.
+  public var hint: String = String()
+
+  /// Run the statements in a read-only transaction: on one snapshot, concurrently
+  /// with writers; a statement that writes fails the request and nothing runs.
+  public var readOnly: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2580,7 +2588,7 @@ nonisolated extension Shoal_V1_ObserveRequest: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Shoal_V1_ExecRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ExecRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}statements\0\u{3}arguments_json\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}statements\0\u{3}arguments_json\0\u{1}hint\0\u{3}read_only\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2590,6 +2598,8 @@ nonisolated extension Shoal_V1_ExecRequest: SwiftProtobuf.Message, SwiftProtobuf
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.statements) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.argumentsJson) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.hint) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.readOnly) }()
       default: break
       }
     }
@@ -2602,12 +2612,20 @@ nonisolated extension Shoal_V1_ExecRequest: SwiftProtobuf.Message, SwiftProtobuf
     if !self.argumentsJson.isEmpty {
       try visitor.visitSingularStringField(value: self.argumentsJson, fieldNumber: 2)
     }
+    if !self.hint.isEmpty {
+      try visitor.visitSingularStringField(value: self.hint, fieldNumber: 3)
+    }
+    if self.readOnly != false {
+      try visitor.visitSingularBoolField(value: self.readOnly, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Shoal_V1_ExecRequest, rhs: Shoal_V1_ExecRequest) -> Bool {
     if lhs.statements != rhs.statements {return false}
     if lhs.argumentsJson != rhs.argumentsJson {return false}
+    if lhs.hint != rhs.hint {return false}
+    if lhs.readOnly != rhs.readOnly {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -1,0 +1,258 @@
+import ShoalCRDT
+import ShoalQuery
+import GRDB
+import Logging
+import Synchronization
+
+/// The transactions open in the current task, across stores, innermost last.
+///
+/// A read-write transaction holds its store's write gate while its body runs; a
+/// write of the same store started in the same task (or a child task, which
+/// inherits this) would wait for that gate forever. Marking the open transactions
+/// here lets the store refuse such a write at once, with a message, instead.
+enum OpenTransactions {
+    struct Mark: Sendable {
+        let store: ObjectIdentifier
+        let info: TransactionInfo
+    }
+
+    @TaskLocal static var marks: [Mark] = []
+}
+
+extension DocumentStore {
+    /// Runs `body` in a transaction and commits or rolls back as it returns.
+    ///
+    /// - A read-write transaction (the default) is serializable: it holds the store's
+    ///   writer from before `body` runs until it commits, so its reads and writes see
+    ///   no other writer's. Others wait for it, in order of arrival. If it wrote,
+    ///   it commits under one `TransactionID`, observers hear of it once, and peers
+    ///   receive it; `.rollback` undoes it and tells nobody.
+    /// - A read-only transaction (`isReadOnly`) reads one snapshot of the database
+    ///   for its whole life, concurrently with the writer and other readers. A
+    ///   statement that writes throws `StoreError.Code.readOnly`.
+    ///
+    /// If `body` throws, the transaction rolls back and the error is rethrown. An
+    /// error thrown by `tx.execute` and caught in `body` undoes that call only.
+    ///
+    /// Inside a read-write transaction, write through `tx`: starting another
+    /// read-write transaction or calling a store mutation (`execute` with a write,
+    /// `putAttachment`, ...) from the same task or its child tasks throws
+    /// `StoreError.Code.nestedTransaction` at once (it could only wait for itself).
+    /// Reading beside it (`execute` with SELECTs, read-only transactions) is allowed
+    /// and sees the last committed state, not `tx`'s writes.
+    ///
+    /// - Parameter hint: free text naming the work, shown in the long-transaction log.
+    @discardableResult
+    nonisolated(nonsending) public func transaction(
+        hint: String? = nil, isReadOnly: Bool = false, _ body: (Transaction) async throws -> TransactionCompletion
+    ) async throws -> TransactionResult {
+        let (completion, transaction) = try await runTransaction(hint: hint, isReadOnly: isReadOnly) { tx in
+            let completion = try await body(tx)
+            return (completion, completion)
+        }
+        return TransactionResult(
+            info: transaction.info, completion: completion, transactionID: transaction.transactionID)
+    }
+
+    /// Runs `body` in a transaction (see the other `transaction`) that commits when
+    /// `body` returns and rolls back when it throws; returns what `body` returned.
+    /// The committed `TransactionID` is `tx.transactionID` once this returns.
+    nonisolated(nonsending) public func transaction<T>(
+        hint: String? = nil, isReadOnly: Bool = false, _ body: (Transaction) async throws -> T
+    ) async throws -> T {
+        try await runTransaction(hint: hint, isReadOnly: isReadOnly) { tx in (try await body(tx), .commit) }.0
+    }
+
+    nonisolated(nonsending) func runTransaction<T>(
+        hint: String?, isReadOnly: Bool, _ body: (Transaction) async throws -> (T, TransactionCompletion)
+    ) async throws -> (T, Transaction) {
+        let info = TransactionInfo(id: LocalTransaction.randomID(), hint: hint, isReadOnly: isReadOnly)
+        let marks = OpenTransactions.marks
+        let nested = marks.contains { $0.store == ObjectIdentifier(self) }
+        if !isReadOnly { try refuseWriteBesideOpenTransaction(marks) }
+        guard let token = running.register(info, nested: nested) else { throw Self.shuttingDown }
+        defer { running.unregister(token) }
+        let inside = marks + [OpenTransactions.Mark(store: ObjectIdentifier(self), info: info)]
+
+        if isReadOnly {
+            let snapshot: DatabaseSnapshot
+            do {
+                snapshot = try pool.makeSnapshot()
+            } catch {
+                throw StoreError.wrapping(error, "taking a snapshot for a read-only transaction")
+            }
+            let transaction = Transaction(info: info, store: self, snapshot: snapshot)
+            do {
+                let (value, completion) = try await OpenTransactions.$marks.withValue(inside) {
+                    try await body(transaction)
+                }
+                transaction.endReading(completion)
+                return (value, transaction)
+            } catch {
+                transaction.endReading(.rollback)
+                throw error
+            }
+        }
+
+        try await acquireGate(nested: nested)
+        defer { gate.release() }
+        let transaction = Transaction(info: info, store: self, snapshot: nil)
+        do {
+            try await transaction.begin()
+            let (value, completion) = try await OpenTransactions.$marks.withValue(inside) {
+                try await body(transaction)
+            }
+            switch completion {
+            case .commit: try await transaction.commit()
+            case .rollback: transaction.rollBack()
+            }
+            return (value, transaction)
+        } catch {
+            // Before the gate is released (the deferred release runs after this).
+            transaction.rollBack()
+            throw error
+        }
+    }
+
+    /// The transactions running now, oldest first (for diagnostics and tests).
+    public var runningTransactions: [TransactionInfo] { running.transactions }
+
+    /// The store's run-time parameters (`ALTER SYSTEM SET` changes them).
+    public var systemParameters: SystemParameters { parameters.withLock { $0 } }
+
+    /// Logs the transactions that stay open too long, until the task is cancelled
+    /// or the store closes. `ShoalNode.run` runs it; an app that uses a
+    /// `DocumentStore` on its own runs it in a task of its own.
+    ///
+    /// A transaction still open `transaction_duration_before_logging_ms` after it
+    /// started is logged at `notice`, then again every `transaction_trace_interval_ms`:
+    /// the second time at `warning`, from the third on at `error`. Each line names the
+    /// transaction's ID and hint, whether it is read-only, and how long it has been
+    /// open. The monitor wakes when the next report is due, and at least once a
+    /// second so that new parameter values apply (at most every 10 ms).
+    public func monitorTransactions() async {
+        let clock = ContinuousClock()
+        while !running.isClosed {
+            let parameters = systemParameters
+            let threshold = Duration.milliseconds(parameters.transactionDurationBeforeLoggingMilliseconds)
+            let interval = Duration.milliseconds(parameters.transactionTraceIntervalMilliseconds)
+            let now = clock.now
+            let (due, next) = running.reports(at: now, threshold: threshold, interval: interval)
+            for report in due { log(report) }
+            // Not more often than every 10 ms, however small the parameters.
+            let wake = max(min(next ?? now + threshold, now + .seconds(1)), now + .milliseconds(10))
+            do {
+                try await Task.sleep(until: wake, clock: clock)
+            } catch {
+                return
+            }
+        }
+    }
+
+    private func log(_ report: TransactionRegistry.Report) {
+        let level: Logger.Level =
+            switch report.number {
+            case 1: .notice
+            case 2: .warning
+            default: .error
+            }
+        let milliseconds = Int64(report.elapsed / .milliseconds(1))
+        let seconds = Double(milliseconds / 100) / 10
+        let hint = report.info.hint.map { "hint '\($0)'" } ?? "no hint"
+        logger.log(
+            level: level,
+            "\(report.info.isReadOnly ? "read-only" : "read-write") transaction \(report.info.id) (\(hint)) has been open for \(seconds) s",
+            metadata: [
+                "shoal.txn.id": "\(report.info.id)",
+                "shoal.txn.hint": "\(report.info.hint ?? "")",
+                "shoal.txn.read_only": "\(report.info.isReadOnly)",
+                "shoal.txn.open_ms": "\(milliseconds)",
+                "shoal.txn.report": "\(report.number)",
+            ])
+    }
+
+    /// Refuses new transactions and writes, waits for the running ones to finish
+    /// (however long they take; they are logged as long transactions meanwhile),
+    /// lets the writes already queued go, then closes the store. Work nested in a
+    /// running transaction is still admitted.
+    ///
+    /// Called inside one of this store's transactions, it cannot wait for that one:
+    /// it waits for the others, closes, and that transaction then fails to commit.
+    public func shutdown() async {
+        running.close(completely: false)
+        gate.close(admittingNested: true)
+        let own = OpenTransactions.marks.filter { $0.store == ObjectIdentifier(self) }
+        if !own.isEmpty {
+            logger.error(
+                "shutdown() was called inside a transaction of this store; it closes without waiting for that transaction",
+                metadata: ["shoal.txn.id": "\(own.map(\.info.id).joined(separator: ","))"])
+        }
+        await running.waitUntilIdle(besides: Set(own.map(\.info.id)))
+        let holdsGate = own.contains { !$0.info.isReadOnly }
+        // The writes queued before shutdown began (sync, attachments) go first.
+        var acquired = false
+        if !holdsGate { acquired = (try? await gate.acquire(nested: true, cancellable: false)) != nil }
+        close()
+        if acquired { gate.release() }
+    }
+
+    static let shuttingDown = StoreError(
+        .closed, "the store is shutting down or closed: it accepts no new transactions or writes")
+
+    /// Throws when a read-write transaction of this store is open in this task: a write
+    /// here would wait for the gate that transaction holds.
+    func refuseWriteBesideOpenTransaction(_ marks: [OpenTransactions.Mark]) throws(StoreError) {
+        guard let open = marks.last(where: { $0.store == ObjectIdentifier(self) && !$0.info.isReadOnly }) else { return }
+        throw StoreError(
+            .nestedTransaction,
+            "a read-write transaction (\(open.info.described)) is open in this task; use its Transaction to write, or finish it first")
+    }
+
+    /// Waits for the write gate; a refusal or cancellation becomes a store error.
+    func acquireGate(nested: Bool) async throws(StoreError) {
+        do {
+            try await gate.acquire(nested: nested)
+        } catch is WriteGate.Refusal {
+            throw Self.shuttingDown
+        } catch {
+            throw StoreError(.cancelled, "cancelled while waiting for the store's writer")
+        }
+    }
+
+    /// `BEGIN IMMEDIATE`: takes SQLite's write lock now, so nothing can fail for
+    /// want of it later in the transaction.
+    static func beginImmediate(_ db: Database) throws {
+        try db.execute(sql: "BEGIN IMMEDIATE")
+    }
+
+    /// Rolls back the writer's open SQLite transaction, if any, without suspending:
+    /// the synchronous access does not watch for cancellation, so a cancelled task
+    /// still leaves no transaction open. Call it holding the gate.
+    func rollBackOpenTransaction() {
+        do {
+            try pool.writeWithoutTransaction { db in
+                if db.isInsideTransaction { try db.execute(sql: "ROLLBACK") }
+            }
+        } catch {
+            logger.error("could not roll back a transaction", metadata: ["shoal.error": "\(error)"])
+        }
+    }
+
+    /// Tells the change feed, the cursor-reset feed and observers about a commit.
+    /// Called before the gate is released, so commits are published in commit order.
+    func publish(transaction: TransactionID?, lastSequence: UInt64?, evicted: Bool, collections: Set<String>) {
+        if let lastSequence {
+            localCommits.withLock { $0 += 1 }
+            feed.publish(lastSequence)
+        }
+        if evicted {
+            evictions.withLock { $0 = true }
+            resets.publish(1)
+        }
+        if lastSequence != nil || evicted {
+            let commit = Commit(
+                transactions: transaction.map { [$0] } ?? [], collections: collections, sequence: lastSequence ?? 0)
+            commits.publish(commit)
+        }
+    }
+}

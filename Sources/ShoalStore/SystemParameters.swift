@@ -1,0 +1,83 @@
+import ShoalCRDT
+import ShoalQuery
+
+/// The store's run-time parameters: what `ALTER SYSTEM SET` changes and `SHOW` reads.
+///
+/// They live in memory, one set per `DocumentStore`: a change lasts until the store
+/// closes and is not saved in the database, so every opening starts from the values
+/// given to `DocumentStore.init` (the defaults below unless an embedding app chose
+/// others). `ALTER SYSTEM SET` takes effect at once, inside a transaction too, and a
+/// rollback does not undo it.
+public struct SystemParameters: Sendable, Hashable {
+    /// How long a transaction may stay open before it is logged (`notice`), in
+    /// milliseconds: `transaction_duration_before_logging_ms`, default 10 000.
+    public var transactionDurationBeforeLoggingMilliseconds: Int64
+    /// How often a transaction still open is logged again after that (`warning` the
+    /// second time, `error` from the third), in milliseconds:
+    /// `transaction_trace_interval_ms`, default 5 000.
+    public var transactionTraceIntervalMilliseconds: Int64
+
+    public init(
+        transactionDurationBeforeLoggingMilliseconds: Int64 = 10_000, transactionTraceIntervalMilliseconds: Int64 = 5_000
+    ) {
+        self.transactionDurationBeforeLoggingMilliseconds = transactionDurationBeforeLoggingMilliseconds
+        self.transactionTraceIntervalMilliseconds = transactionTraceIntervalMilliseconds
+    }
+
+    /// One parameter: its DQL name, what it takes, and where it lives in the struct.
+    struct Definition: Sendable {
+        let name: String
+        /// What the value must be, for error messages.
+        let takes: String
+        let keyPath: any WritableKeyPath<SystemParameters, Int64> & Sendable
+    }
+
+    /// Every parameter, in name order (the order `SHOW ALL` lists them in).
+    static let definitions: [Definition] = [
+        Definition(
+            name: "transaction_duration_before_logging_ms", takes: "a whole number of milliseconds, at least 1",
+            keyPath: \.transactionDurationBeforeLoggingMilliseconds),
+        Definition(
+            name: "transaction_trace_interval_ms", takes: "a whole number of milliseconds, at least 1",
+            keyPath: \.transactionTraceIntervalMilliseconds),
+    ]
+
+    /// "a (what it takes) and b (what it takes)", for messages.
+    static var known: String {
+        let items = definitions.map { "\($0.name) (\($0.takes))" }
+        return items.dropLast().joined(separator: ", ") + (items.count > 1 ? " and " : "") + (items.last ?? "")
+    }
+
+    static func definition(named name: String, at position: SourcePosition) throws(QueryError) -> Definition {
+        guard let definition = definitions.first(where: { $0.name == name.lowercased() }) else {
+            throw QueryError("unknown system parameter '\(name)': the parameters are \(known)", position: position)
+        }
+        return definition
+    }
+
+    /// `[{"name": ..., "value": ...}]` for one parameter.
+    func row(_ definition: Definition) -> Value {
+        ["name": .string(definition.name), "value": .int(self[keyPath: definition.keyPath])]
+    }
+
+    /// Runs `ALTER SYSTEM SET` or `SHOW` on these parameters and returns the result rows.
+    mutating func apply(_ statement: SystemStatement, arguments: [String: Value]) throws(QueryError) -> [Value] {
+        switch statement {
+        case .showAll:
+            return Self.definitions.map(row)
+        case .show(let name, let position):
+            return [row(try Self.definition(named: name, at: position))]
+        case .set(let setting):
+            let definition = try Self.definition(named: setting.name, at: setting.namePosition)
+            let value = try Evaluator.evaluate(setting.value, document: .object([:]), arguments: arguments)
+            guard case .int(let number)? = value, number >= 1 else {
+                let shown = value.map { "\($0.typeName) \($0.canonicalJSON)" } ?? "nothing"
+                throw QueryError(
+                    "\(definition.name) takes \(definition.takes), got \(shown); the parameters are \(Self.known)",
+                    position: setting.valuePosition)
+            }
+            self[keyPath: definition.keyPath] = number
+            return [row(definition)]
+        }
+    }
+}

@@ -1,0 +1,318 @@
+public import ShoalCRDT
+public import ShoalQuery
+import GRDB
+import Synchronization
+
+/// What a transaction's body asks for when it returns.
+public enum TransactionCompletion: Sendable, Hashable {
+    case commit
+    case rollback
+}
+
+/// Who a transaction is: its unique ID, the hint it was given, and its kind.
+public struct TransactionInfo: Sendable, Hashable {
+    /// Unique among every transaction of every store: 128 random bits as 32 hex digits.
+    /// It names the transaction in logs; the ID it commits under is a `TransactionID`.
+    public var id: String
+    /// Free text from whoever started the transaction ("nightly import"), shown in logs.
+    public var hint: String?
+    public var isReadOnly: Bool
+
+    public init(id: String, hint: String?, isReadOnly: Bool) {
+        self.id = id
+        self.hint = hint
+        self.isReadOnly = isReadOnly
+    }
+
+    /// "hint 'x', ID 1f…" or "no hint, ID 1f…", for messages.
+    var described: String {
+        (hint.map { "hint '\($0)'" } ?? "no hint") + ", ID \(id)"
+    }
+}
+
+/// How a transaction ended.
+public struct TransactionResult: Sendable, Hashable {
+    public var info: TransactionInfo
+    /// What the body returned (a body that throws has no result: the error is rethrown).
+    public var completion: TransactionCompletion
+    /// The ID the transaction committed under: nil after a rollback, for a read-only
+    /// transaction, and when it wrote nothing.
+    public var transactionID: TransactionID?
+
+    public init(info: TransactionInfo, completion: TransactionCompletion, transactionID: TransactionID?) {
+        self.info = info
+        self.completion = completion
+        self.transactionID = transactionID
+    }
+}
+
+/// An open transaction of a `DocumentStore`, handed to the body of `store.transaction`.
+///
+/// A read-write transaction holds the store's writer (an SQLite transaction begun
+/// with `BEGIN IMMEDIATE`) from before the body runs until it commits or rolls back,
+/// so it is serializable: nothing else writes in between. Every `execute` adds to
+/// the same local transaction, which gets one `TransactionID` at commit, with all
+/// of its deltas under that ID. A statement that fails undoes only its own
+/// `execute` call (each runs in a SAVEPOINT): a body that catches the error may go
+/// on and commit the rest. Only if the database itself abandoned the transaction
+/// (an I/O error, or a cancelled task interrupting a statement) can it no longer
+/// commit.
+///
+/// A read-only transaction reads one snapshot of the database, taken when it
+/// starts, for its whole life, concurrently with the writer and with other
+/// readers; a statement that writes is refused.
+///
+/// `execute` may be called from child tasks of the body (calls run one at a time,
+/// in the order they reach the writer); calling it after the transaction ended
+/// throws `StoreError.Code.closed`.
+public final class Transaction: Sendable {
+    public let info: TransactionInfo
+    let store: DocumentStore
+
+    enum Phase: Sendable {
+        case open
+        /// The database rolled the SQLite transaction back, or could not undo a statement.
+        case aborted(StoreError)
+        case committed
+        case rolledBack
+    }
+
+    struct State: Sendable {
+        var phase = Phase.open
+        /// A read-write transaction's writes so far (nil until `begin`).
+        var progress: LocalTransaction.Progress?
+        /// A read-only transaction's snapshot, released when it ends.
+        var snapshot: DatabaseSnapshot?
+        /// The collections that statements which completed wrote.
+        var written: Set<String> = []
+        /// Indexes created inside the transaction: the store knows of them once it commits.
+        var newIndexes: Set<String> = []
+        var transactionID: TransactionID?
+    }
+
+    let state: Mutex<State>
+
+    init(info: TransactionInfo, store: DocumentStore, snapshot: DatabaseSnapshot?) {
+        self.info = info
+        self.store = store
+        self.state = Mutex(State(snapshot: snapshot))
+    }
+
+    /// The ID this transaction committed under; nil until it commits, and nil for a
+    /// read-only transaction or one that wrote nothing.
+    public var transactionID: TransactionID? { state.withLock { $0.transactionID } }
+
+    /// Parses and runs one or more `;`-separated DQL statements in this transaction;
+    /// the result is the last statement's.
+    ///
+    /// Results carry no `transactionID`: the transaction has none before it commits
+    /// (see `transactionID` and `TransactionResult`).
+    public func execute(_ dql: String, arguments: [String: Value] = [:]) async throws(StoreError) -> QueryResult {
+        let parsed: [ParsedStatement]
+        do throws(QueryError) {
+            parsed = try Parser.parseStatements(dql)
+        } catch {
+            throw StoreError(error)
+        }
+        do {
+            return try await run(parsed.map(\.statement), sources: parsed, arguments: arguments)
+        } catch {
+            throw error.locating(in: dql)
+        }
+    }
+
+    /// Runs parsed statements in this transaction; the result is the last statement's.
+    public func execute(_ statements: [ShoalQuery.Statement], arguments: [String: Value] = [:]) async throws(StoreError)
+        -> QueryResult
+    {
+        try await run(statements, sources: nil, arguments: arguments)
+    }
+
+    func run(_ statements: [ShoalQuery.Statement], sources: [ParsedStatement]?, arguments: [String: Value])
+        async throws(StoreError) -> QueryResult
+    {
+        if info.isReadOnly {
+            try refuseMutations(statements, sources: sources)
+            let snapshot = try state.withLock { s throws(StoreError) -> DatabaseSnapshot in
+                guard case .open = s.phase, let snapshot = s.snapshot else { throw unusable(s.phase) }
+                return snapshot
+            }
+            await store.createIndexesIfWriterIsFree(for: statements, arguments: arguments)
+            do {
+                return try await snapshot.read { [store] db in
+                    var none: LocalTransaction?
+                    return try store.run(statements, arguments: arguments, db: db, local: &none).result
+                }
+            } catch {
+                throw StoreError.wrapping(error, "reading in transaction \(info.id)")
+            }
+        }
+        let missing = store.missingIndexPaths(
+            for: statements, arguments: arguments, besides: state.withLock { $0.newIndexes })
+        do {
+            // The writer's queue runs one access at a time, so the progress read at the
+            // start of this access is still current when it is stored back at its end.
+            return try await store.pool.writeWithoutTransaction { [store] db in
+                let progress = try self.state.withLock { s throws(StoreError) -> LocalTransaction.Progress in
+                    guard case .open = s.phase, let progress = s.progress else { throw self.unusable(s.phase) }
+                    return progress
+                }
+                try db.execute(sql: "SAVEPOINT shoal_execute")
+                var local: LocalTransaction? = LocalTransaction(
+                    db: db, site: store.siteID, clock: store.clock, progress: progress)
+                do {
+                    let created = store.createIndexes(missing, db: db)
+                    let (result, written) = try store.run(statements, arguments: arguments, db: db, local: &local)
+                    try db.execute(sql: "RELEASE SAVEPOINT shoal_execute")
+                    self.state.withLock { s in
+                        s.progress = local?.progress
+                        s.written.formUnion(written)
+                        s.newIndexes.formUnion(created)
+                    }
+                    return result
+                } catch {
+                    self.undoStatements(db, after: error)
+                    throw error
+                }
+            }
+        } catch {
+            throw StoreError.wrapping(error, "running a statement in transaction \(info.id)")
+        }
+    }
+
+    /// Undoes what the failed `execute` did, and only that; if the database already
+    /// abandoned the whole transaction (or refuses to undo), the transaction is aborted.
+    private func undoStatements(_ db: Database, after error: any Error) {
+        do {
+            try db.execute(sql: "ROLLBACK TO SAVEPOINT shoal_execute")
+            try db.execute(sql: "RELEASE SAVEPOINT shoal_execute")
+            if db.isInsideTransaction { return }
+        } catch {}
+        let reason = StoreError.wrapping(error, "running a statement")
+        state.withLock { s in
+            if case .open = s.phase { s.phase = .aborted(reason) }
+        }
+    }
+
+    /// A read-only transaction refuses the whole request when any statement writes,
+    /// naming the first that does.
+    private func refuseMutations(_ statements: [ShoalQuery.Statement], sources: [ParsedStatement]?) throws(StoreError) {
+        guard let index = statements.firstIndex(where: \.isMutation) else { return }
+        let source = sources.map { $0[index] }
+        let named = source?.text ?? statements[index].summary
+        let message =
+            "\(named) writes, but transaction \(info.id)\(info.hint.map { " (hint '\($0)')" } ?? "") is read-only; "
+            + "nothing ran: run it in a read-write transaction"
+        guard let source else { throw StoreError(.readOnly, message) }
+        let error = QueryError(message, position: source.position)
+        throw StoreError(.readOnly, error.description, queryError: error)
+    }
+
+    /// Why this transaction takes no more statements.
+    private func unusable(_ phase: Phase) -> StoreError {
+        switch phase {
+        case .open:
+            return StoreError(.closed, "transaction \(info.id) has no database access (it never began)")
+        case .aborted(let reason):
+            return StoreError(
+                reason.code,
+                "transaction \(info.id) was abandoned by the database after an error and can only roll back: \(reason.message)")
+        case .committed:
+            return StoreError(
+                .closed, "transaction \(info.id) has already \(info.isReadOnly ? "ended" : "committed"): start a new one")
+        case .rolledBack:
+            return StoreError(
+                .closed, "transaction \(info.id) has already \(info.isReadOnly ? "ended" : "rolled back"): start a new one")
+        }
+    }
+
+    /// `BEGIN IMMEDIATE`, and the number the transaction will commit under.
+    func begin() async throws(StoreError) {
+        do {
+            let progress = try await store.pool.writeWithoutTransaction { db in
+                try DocumentStore.beginImmediate(db)
+                return try LocalTransaction.begin(db: db)
+            }
+            state.withLock { $0.progress = progress }
+        } catch {
+            // BEGIN may have run before the access failed.
+            store.rollBackOpenTransaction()
+            throw StoreError.wrapping(error, "beginning a read-write transaction")
+        }
+    }
+
+    /// Logs the deltas under one transaction ID, commits, and tells observers.
+    func commit() async throws(StoreError) {
+        let (progress, written, newIndexes) = try state.withLock { s throws(StoreError) in
+            guard case .open = s.phase, let progress = s.progress else { throw unusable(s.phase) }
+            return (progress, s.written, s.newIndexes)
+        }
+        let committed: (transaction: TransactionID, lastSequence: UInt64)?
+        do {
+            committed = try await store.pool.writeWithoutTransaction { [store] db in
+                let local = LocalTransaction(db: db, site: store.siteID, clock: store.clock, progress: progress)
+                let committed = try local.finish()
+                try db.execute(sql: "COMMIT")
+                return committed
+            }
+        } catch {
+            throw StoreError.wrapping(error, "committing transaction \(info.id)")
+        }
+        state.withLock { s in
+            s.phase = .committed
+            s.transactionID = committed?.transaction
+        }
+        store.indexedPaths.withLock { $0.formUnion(newIndexes) }
+        store.publish(
+            transaction: committed?.transaction, lastSequence: committed?.lastSequence, evicted: progress.evicted,
+            collections: written)
+    }
+
+    /// Rolls back whatever is still open. Never suspends, so a cancelled task cannot skip it.
+    func rollBack() {
+        let wasWriting = state.withLock { s -> Bool in
+            s.snapshot = nil
+            switch s.phase {
+            case .committed, .rolledBack: return false
+            case .open, .aborted:
+                s.phase = .rolledBack
+                return s.progress != nil
+            }
+        }
+        if wasWriting { store.rollBackOpenTransaction() }
+    }
+
+    /// Ends a read-only transaction: its snapshot is released.
+    func endReading(_ completion: TransactionCompletion) {
+        state.withLock { s in
+            s.snapshot = nil
+            s.phase = completion == .commit ? .committed : .rolledBack
+        }
+    }
+}
+
+extension ShoalQuery.Statement {
+    /// How messages name a statement when its text is not known: "INSERT INTO cars".
+    var summary: String {
+        switch self {
+        case .select(let s): "SELECT FROM \(s.collection)"
+        case .insert(let s): "INSERT INTO \(s.collection)"
+        case .update(let s): "UPDATE \(s.collection)"
+        case .delete(let s): "DELETE FROM \(s.collection)"
+        case .evict(let s): "EVICT FROM \(s.collection)"
+        case .system(.set(let setting)): "ALTER SYSTEM SET \(setting.name)"
+        case .system(.show(let name, _)): "SHOW \(name)"
+        case .system(.showAll): "SHOW ALL"
+        }
+    }
+}
+
+extension StoreError {
+    /// The error with the query text attached to its position, so its message shows
+    /// the offending line with a caret under the mistake.
+    func locating(in text: String) -> StoreError {
+        guard var query = queryError, query.position != nil, query.query == nil else { return self }
+        query.query = text
+        return StoreError(code, query.detailedDescription, queryError: query)
+    }
+}
