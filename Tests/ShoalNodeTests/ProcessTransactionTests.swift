@@ -18,9 +18,11 @@ import Testing
         try await client.exec(query).itemsJson.map { try JSON.parse($0) }
     }
 
+    /// The balances, read in one read-only transaction (one snapshot).
     static func balances(_ client: AdminClient, _ query: String = "SELECT * FROM accounts") async throws -> [String: Int64] {
         var out: [String: Int64] = [:]
-        for item in try await items(client, query) {
+        let read = try await client.exec(query, hint: "sum the balances", readOnly: true).itemsJson.map { try JSON.parse($0) }
+        for item in read {
             if case .string(let id)? = item["_id"], case .int(let b)? = item["balance"] { out[id] = b }
         }
         return out
