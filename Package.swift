@@ -83,7 +83,11 @@ let package = Package(
         ),
         .executableTarget(
             name: "shoal-bench",
-            dependencies: ["ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalTesting"],
+            dependencies: [
+                "ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalNode", "ShoalWire", "ShoalTesting",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(

@@ -191,6 +191,12 @@ public struct AdminClient: Sendable {
     private func exchange(
         _ request: Shoal_V1_AdminRequest, onResponse: (Shoal_V1_AdminResponse) async throws -> Bool
     ) async throws -> Shoal_V1_AdminResponse? {
+        try await withSession { session in try await session.exchange(request, onResponse: onResponse) }
+    }
+
+    /// Opens one admin connection and keeps it for as long as `body` runs, so that many
+    /// requests (answered in order) pay for one connection and one handshake.
+    public func withSession<T>(_ body: (AdminSession) async throws -> T) async throws -> T {
         let group = MultiThreadedEventLoopGroup.singleton
         let limits = WireLimits.default
         let connection = try await ClientBootstrap(group: group)
@@ -220,16 +226,89 @@ public struct AdminClient: Sendable {
                 }
                 actions = handshake.receive(try codec.decode(frame))
             }
-            try await outbound.write(codec.encode(.adminRequest(request)))
-            while let frame = try await iterator.next() {
-                switch try codec.decode(frame) {
-                case .adminResponse(let response) where response.requestID == request.requestID:
-                    if try await onResponse(response) { return response }
-                case .error(let error): throw NodeError(.requestFailed, error.message)
-                default: continue
-                }
-            }
-            return nil
+            return try await body(AdminSession(node: node, iterator: iterator, outbound: outbound, codec: codec))
         }
+    }
+}
+
+/// An admin connection after its handshake (`AdminClient.withSession`): requests go
+/// out one after the other and each waits for its answer. Used by the task that
+/// opened it, for as long as the `withSession` body runs.
+public final class AdminSession {
+    let node: HostAndPort
+    var iterator: NIOAsyncChannelInboundStream<Frame>.AsyncIterator
+    let outbound: NIOAsyncChannelOutboundWriter<Frame>
+    let codec: MessageCodec
+    private var nextID: UInt64 = 1
+
+    init(
+        node: HostAndPort, iterator: NIOAsyncChannelInboundStream<Frame>.AsyncIterator,
+        outbound: NIOAsyncChannelOutboundWriter<Frame>, codec: MessageCodec
+    ) {
+        self.node = node
+        self.iterator = iterator
+        self.outbound = outbound
+        self.codec = codec
+    }
+
+    /// Runs statements in one transaction, as `AdminClient.exec` does.
+    public func exec(
+        _ statements: String, argumentsJSON: String = "", hint: String? = nil, readOnly: Bool = false
+    ) async throws(NodeError) -> Shoal_V1_ExecResponse {
+        var request = Shoal_V1_AdminRequest()
+        var exec = Shoal_V1_ExecRequest()
+        exec.statements = statements
+        exec.argumentsJson = argumentsJSON
+        exec.hint = hint ?? ""
+        exec.readOnly = readOnly
+        request.exec = exec
+        guard case .exec(let response)? = try await answer(request).response else {
+            throw NodeError(.protocolError, "the node answered exec with something else")
+        }
+        return response
+    }
+
+    public func status() async throws(NodeError) -> Shoal_V1_StatusResponse {
+        var request = Shoal_V1_AdminRequest()
+        request.status = Shoal_V1_StatusRequest()
+        guard case .status(let response)? = try await answer(request).response else {
+            throw NodeError(.protocolError, "the node answered status with something else")
+        }
+        return response
+    }
+
+    /// Sends a one-response request under the next request ID and returns its answer.
+    private func answer(_ request: Shoal_V1_AdminRequest) async throws(NodeError) -> Shoal_V1_AdminResponse {
+        var request = request
+        request.requestID = nextID
+        nextID += 1
+        let response: Shoal_V1_AdminResponse?
+        do {
+            response = try await exchange(request) { _ in true }
+        } catch let error as NodeError {
+            throw error
+        } catch {
+            throw NodeError(.connectionFailed, "the connection to \(node) failed: \(error)")
+        }
+        guard let response else { throw NodeError(.connectionFailed, "\(node) closed the connection before answering") }
+        if case .error(let error)? = response.response { throw NodeError(.requestFailed, error.message) }
+        return response
+    }
+
+    /// Sends `request` and hands each response with its ID to `onResponse` until it
+    /// returns true; returns that response, or nil when the node closed first.
+    func exchange(
+        _ request: Shoal_V1_AdminRequest, onResponse: (Shoal_V1_AdminResponse) async throws -> Bool
+    ) async throws -> Shoal_V1_AdminResponse? {
+        try await outbound.write(codec.encode(.adminRequest(request)))
+        while let frame = try await iterator.next() {
+            switch try codec.decode(frame) {
+            case .adminResponse(let response) where response.requestID == request.requestID:
+                if try await onResponse(response) { return response }
+            case .error(let error): throw NodeError(.requestFailed, error.message)
+            default: continue
+            }
+        }
+        return nil
     }
 }

@@ -1,84 +1,106 @@
+import ArgumentParser
 import Foundation
-import ShoalCRDT
-import ShoalStore
-import ShoalSync
-import ShoalTesting
 
-/// Prints throughput figures for the store and for sync between two in-process
-/// nodes. Run a release build for meaningful numbers:
+/// Shoal side by side with SQLite's limit and a real peer, through real processes.
 ///
-///     swift run -c release shoal-bench [documents]
+///     swift build -c release && .build/release/shoal-bench [--quick] [--json]
+///
+/// See Benchmarks/README.md for what each figure means and how to read it.
 @main
-struct ShoalBench {
-    static func main() async throws {
-        let count = CommandLine.arguments.dropFirst().first.flatMap(Int.init) ?? 20_000
-        print("shoal-bench: \(count) documents per figure")
-        try await measureLocalWrites(count: count, perTransaction: 1)
-        try await measureLocalWrites(count: count, perTransaction: 100)
-        try await measureRemoteApply(count: count)
-        try await measureSync(count: count)
+struct ShoalBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "shoal-bench",
+        abstract: "Measure Shoal against SQLite's own limit and against a Yjs peer, through real processes on 127.0.0.1.")
+
+    @Flag(name: .long, help: "A shorter suite (10,000 documents, fewer samples): under a minute.")
+    var quick = false
+
+    @Flag(name: .long, help: "Print the figures as one JSON object instead of a table.")
+    var json = false
+
+    @Option(name: .long, help: "Documents written for replication (default 100,000; 10,000 with --quick).")
+    var documents: Int?
+
+    @Option(name: .long, help: "Latency samples (default 1,000; 200 with --quick).")
+    var samples: Int?
+
+    @Option(name: .long, help: "The Yjs peer script, run with python3 (default Benchmarks/peers/yjs_bench.py).")
+    var peerScript = "Benchmarks/peers/yjs_bench.py"
+
+    @Flag(name: .long, help: "Skip the Yjs peer.")
+    var noPeer = false
+
+    func validate() throws {
+        if let documents, documents < 100 || documents % 100 != 0 {
+            throw ValidationError("--documents must be a multiple of 100, at least 100")
+        }
+        if let samples, samples < 10 { throw ValidationError("--samples must be at least 10") }
     }
 
-    static func report(_ label: String, count: Int, since start: ContinuousClock.Instant) {
-        let seconds = Double((ContinuousClock.now - start).components.attoseconds) / 1e18
-            + Double((ContinuousClock.now - start).components.seconds)
-        let rate = Double(count) / seconds
-        let padded = label.padding(toLength: 48, withPad: " ", startingAt: 0)
-        print(padded + String(format: "%9.0f docs/s  (%.2f s)", rate, seconds))
+    func run() async throws {
+        let plan = Plan(
+            documents: documents ?? (quick ? 10_000 : 100_000), singleWrites: quick ? 1_000 : 5_000,
+            samples: samples ?? (quick ? 200 : 1_000))
+        var report = Report(plan: plan)
+        let progress = Progress(enabled: !json)
+        progress.say("shoal-bench: \(plan.documents) documents of 5 fields, in transactions of 100; \(plan.samples) latency samples")
+
+        progress.say("1/4 raw SQLite through GRDB (Shoal's schema)")
+        report.sqlite = try RawSQLite.measure(plan: plan)
+        progress.say("2/4 local writes through the Shoal API")
+        report.local = try await LocalWrites.measure(plan: plan)
+        progress.say("3/4 shoal processes A, B (dialing A) and C (dialing B) on 127.0.0.1")
+        let cluster = try await Replication.measure(plan: plan, progress: progress)
+        report.replication = cluster.replication
+        report.latencyIdle = cluster.latencyIdle
+        report.latencyUnderLoad = cluster.latencyUnderLoad
+        report.wire = cluster.wire
+        report.resources = cluster.resources
+        report.initialSync = cluster.initialSync
+        if !noPeer {
+            progress.say("4/4 the same writes through pycrdt-websocket")
+            report.peer = PeerRun.measure(script: peerScript, updates: plan.documents)
+        }
+        print(json ? report.json : report.table)
+    }
+}
+
+/// How much each measurement does.
+struct Plan: Sendable {
+    var documents: Int
+    /// Documents written one per transaction (commits dominate: fewer are enough).
+    var singleWrites: Int
+    var samples: Int
+}
+
+/// Progress lines on stderr, so stdout holds only the result.
+struct Progress: Sendable {
+    var enabled: Bool
+    func say(_ line: String) {
+        guard enabled else { return }
+        FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+}
+
+/// The documents every measurement writes: 5 fields, the same on every run.
+enum Workload {
+    static func document(_ n: Int) -> [String: Any] {
+        ["_id": "d\(n)", "title": "document \(n)", "n": n, "color": ["red", "green", "blue"][n % 3], "size": n % 7, "ok": n % 2 == 0]
     }
 
-    static func measureLocalWrites(count: Int, perTransaction: Int) async throws {
-        let dir = TemporaryDirectory(prefix: "shoal-bench")
-        defer { dir.remove() }
-        let store = try DocumentStore(directory: dir.path)
-        defer { store.close() }
-        let start = ContinuousClock.now
-        var i = 0
-        while i < count {
-            let batch = (i..<min(i + perTransaction, count)).map { n -> Value in
-                ["_id": .string("d\(n)"), "title": .string("document \(n)"), "n": .int(Int64(n))]
-            }
-            _ = try await store.execute("INSERT INTO docs DOCUMENTS (:batch)", arguments: ["batch": .array(batch)])
-            i += perTransaction
-        }
-        report("local INSERT, \(perTransaction) per transaction", count: count, since: start)
+    /// Documents `range` as the canonical JSON array an INSERT's `:docs` argument takes.
+    static func json(_ range: Range<Int>) -> String {
+        "[" + range.map { n in
+            "{\"_id\":\"d\(n)\",\"color\":\"\(["red", "green", "blue"][n % 3])\",\"n\":\(n),\"ok\":\(n % 2 == 0),\"size\":\(n % 7),\"title\":\"document \(n)\"}"
+        }.joined(separator: ",") + "]"
     }
 
-    static func measureRemoteApply(count: Int) async throws {
-        let a = TemporaryDirectory(prefix: "shoal-bench"), b = TemporaryDirectory(prefix: "shoal-bench")
-        defer { a.remove(); b.remove() }
-        let writer = try DocumentStore(directory: a.path), receiver = try DocumentStore(directory: b.path)
-        defer { writer.close(); receiver.close() }
-        for start in stride(from: 0, to: count, by: 100) {
-            let batch = (start..<min(start + 100, count)).map { n -> Value in ["_id": .string("d\(n)"), "n": .int(Int64(n))] }
-            _ = try await writer.execute("INSERT INTO docs DOCUMENTS (:batch)", arguments: ["batch": .array(batch)])
-        }
-        var all = SubscriptionSet()
-        try all.add(query: "SELECT * FROM docs")
-        let begin = ContinuousClock.now
-        var cursor: UInt64 = 0
-        while true {
-            let page = try await writer.changes(after: cursor, limit: 512, subscriptions: all)
-            guard page.through > cursor else { break }
-            _ = try await receiver.applyRemote(page.pieces, from: writer.siteID, subscriptionKey: all.key, through: page.through)
-            cursor = page.through
-        }
-        report("read change log + apply remote, 512-row pages", count: count, since: begin)
+    /// The bytes of `count` documents as plain JSON, the wire's yardstick.
+    static func plainJSONBytes(_ count: Int) -> Int {
+        (0..<count).reduce(0) { $0 + json($1..<($1 + 1)).utf8.count - 2 }
     }
+}
 
-    static func measureSync(count: Int) async throws {
-        let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM docs"])
-        defer { a.remove(); b.remove() }
-        for start in stride(from: 0, to: count, by: 100) {
-            let batch = (start..<min(start + 100, count)).map { n -> Value in ["_id": .string("d\(n)"), "n": .int(Int64(n))] }
-            _ = try await a.store.execute("INSERT INTO docs DOCUMENTS (:batch)", arguments: ["batch": .array(batch)])
-        }
-        let begin = ContinuousClock.now
-        try await InProcessMesh.withLink(a.sync, b.sync) {
-            _ = try await InProcessMesh.eventually(timeout: .seconds(600)) {
-                try await b.store.collectionCounts().first?.documents == count
-            }
-        }
-        report("sync between two nodes (in-memory transport)", count: count, since: begin)
-    }
+func seconds(_ d: Duration) -> Double {
+    Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
 }

@@ -1,27 +1,26 @@
 import Foundation
-import ShoalTesting
-import Testing
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// The `shoal` executable built next to this test bundle (or `$SHOAL_BINARY`).
-enum ShoalBinary {
-    static var path: String {
+/// The `shoal` executable built next to the running program (a test bundle, or
+/// `shoal-bench`), or `$SHOAL_BINARY`.
+public enum ShoalBinary {
+    public static var path: String {
         if let explicit = ProcessInfo.processInfo.environment["SHOAL_BINARY"] { return explicit }
         let me = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         return me.deletingLastPathComponent().appendingPathComponent("shoal").path
     }
 
-    struct Output {
-        var status: Int32
-        var stdout: String
-        var stderr: String
+    public struct Output: Sendable {
+        public var status: Int32
+        public var stdout: String
+        public var stderr: String
     }
 
     /// Runs `shoal ARGS...` to completion (30 s at most) and returns what it printed.
-    static func run(_ arguments: [String]) throws -> Output {
+    public static func run(_ arguments: [String]) throws -> Output {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
@@ -46,15 +45,15 @@ enum ShoalBinary {
 }
 
 /// A `shoal run` process on 127.0.0.1 with a port the kernel chose, always reaped.
-final class NodeProcess {
-    let name: String
-    let dataDirectory: String
-    let logPath: String
+public final class NodeProcess {
+    public let name: String
+    public let dataDirectory: String
+    public let logPath: String
     private let process = Process()
-    private(set) var address = ""
+    public private(set) var address = ""
 
     /// Starts `shoal run` and waits for its ready line.
-    init(name: String, dataDirectory: String, listenPort: Int = 0, extra: [String] = []) throws {
+    public init(name: String, dataDirectory: String, listenPort: Int = 0, extra: [String] = []) throws {
         self.name = name
         self.dataDirectory = dataDirectory
         self.logPath = dataDirectory + ".\(UInt32.random(in: 0...UInt32.max)).log"
@@ -83,29 +82,51 @@ final class NodeProcess {
         throw NodeProcessError(message: "\(name) did not become ready:\n\(self.log())")
     }
 
-    var port: Int { Int(address.split(separator: ":").last ?? "") ?? 0 }
-    var isRunning: Bool { process.isRunning }
+    /// The process ID, while it runs.
+    public var processIdentifier: Int32 { process.processIdentifier }
 
-    func log() -> String {
+    /// Peak resident memory (VmHWM) in bytes, from /proc; nil once it has exited.
+    public var peakResidentBytes: Int? {
+        guard let text = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8),
+            let line = text.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") })
+        else { return nil }
+        return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "").map { $0 * 1024 }
+    }
+
+    /// CPU seconds used so far (user + system), from /proc; nil once it has exited.
+    public var cpuSeconds: Double? {
+        guard let text = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8),
+            let end = text.lastIndex(of: ")")
+        else { return nil }
+        // Fields after the command name: state is field 3; utime and stime are fields 14 and 15.
+        let fields = text[text.index(after: end)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    public var port: Int { Int(address.split(separator: ":").last ?? "") ?? 0 }
+    public var isRunning: Bool { process.isRunning }
+
+    public func log() -> String {
         (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
     }
 
     /// Sends SIGINT and waits for the exit status.
     @discardableResult
-    func interrupt() -> Int32 {
+    public func interrupt() -> Int32 {
         guard process.isRunning else { return process.terminationStatus }
         kill(process.processIdentifier, SIGINT)
         return waitForExit()
     }
 
     /// Kills the process outright, as a crash would.
-    func crash() {
+    public func crash() {
         guard process.isRunning else { return }
         kill(process.processIdentifier, SIGKILL)
         _ = waitForExit()
     }
 
-    func stop() {
+    public func stop() {
         guard process.isRunning else { return }
         kill(process.processIdentifier, SIGTERM)
         _ = waitForExit()
@@ -122,13 +143,13 @@ final class NodeProcess {
     }
 
     /// `shoal exec --node THIS --json STATEMENTS`, parsed.
-    func exec(_ statements: String, args: String? = nil, extra: [String] = []) throws -> ShoalBinary.Output {
+    public func exec(_ statements: String, args: String? = nil, extra: [String] = []) throws -> ShoalBinary.Output {
         var arguments = ["exec", "--node", address, "--json"] + extra
         if let args { arguments += ["--args", args] }
         return try ShoalBinary.run(arguments + [statements])
     }
 
-    func status() throws -> [String: Any] {
+    public func status() throws -> [String: Any] {
         let output = try ShoalBinary.run(["status", "--node", address, "--json"])
         guard output.status == 0,
             let object = try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any]
@@ -144,13 +165,14 @@ final class NodeProcess {
     }
 }
 
-struct NodeProcessError: Error, CustomStringConvertible {
-    var message: String
-    var description: String { message }
+public struct NodeProcessError: Error, CustomStringConvertible {
+    public var message: String
+    public var description: String { message }
+    public init(message: String) { self.message = message }
 }
 
 /// Polls until `condition` holds or the time runs out.
-func eventually(_ seconds: Double = 20, _ condition: () throws -> Bool) rethrows -> Bool {
+public func eventually(_ seconds: Double = 20, _ condition: () throws -> Bool) rethrows -> Bool {
     let deadline = Date().addingTimeInterval(seconds)
     while Date() < deadline {
         if try condition() { return true }
@@ -160,11 +182,11 @@ func eventually(_ seconds: Double = 20, _ condition: () throws -> Bool) rethrows
 }
 
 /// A plain TCP client for sending a node bytes no real peer would.
-enum RawSocket {
+public enum RawSocket {
     /// Connects to 127.0.0.1:`port`, sends `bytes` (then, with `finish`, shuts down
     /// its sending side), and returns what the node sends back until it closes the
     /// connection (or 10 s pass).
-    static func exchange(
+    public static func exchange(
         port: Int, bytes: [UInt8], timeout seconds: Int = 10, finish: Bool = false
     ) throws -> (reply: [UInt8], closedByNode: Bool) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -195,7 +217,7 @@ enum RawSocket {
     }
 
     /// The type bytes of the whole frames in `bytes`.
-    static func frameTypes(_ bytes: [UInt8]) -> [UInt8] {
+    public static func frameTypes(_ bytes: [UInt8]) -> [UInt8] {
         var types: [UInt8] = []
         var i = 0
         while i + 8 <= bytes.count {

@@ -1,0 +1,57 @@
+import Foundation
+import ShoalCRDT
+import ShoalNode
+import ShoalWire
+
+/// From a one-document transaction sent to A until an observer on B sees it: the
+/// probe document's `n` is set to the sample's number, and the sample ends when B's
+/// observation of the probe shows that number.
+enum Latency {
+    struct Figure: Sendable {
+        var label: String
+        var samples: Int
+        var p50: Double
+        var p99: Double
+        var max: Double
+    }
+
+    static func measure(
+        writer: AdminClient, observer: AdminClient, samples: Int, label: String, stop: Shared<Bool>? = nil
+    ) async throws -> Figure {
+        let base = Int.random(in: 1_000_000...1_000_000_000)
+        let (seen, continuation) = AsyncStream.makeStream(of: (Int64, ContinuousClock.Instant).self)
+        var latencies: [Double] = []
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try await observer.observe("SELECT n FROM probe WHERE _id = 'p'") { observation in
+                    let now = ContinuousClock.now
+                    if let item = observation.itemsJson.first, case .int(let n)? = (try? JSON.parse(item))?["n"] {
+                        continuation.yield((n, now))
+                    }
+                }
+            }
+            defer { group.cancelAll() }
+            var arrivals = seen.makeAsyncIterator()
+            try await writer.withSession { session in
+                _ = try await session.exec("INSERT INTO probe DOCUMENTS ({'_id': 'p', 'n': :n}) ON ID CONFLICT DO UPDATE", argumentsJSON: "{\"n\":\(base)}")
+                while let (n, _) = await arrivals.next(), n != Int64(base) {}
+                for i in 1...samples {
+                    if stop?.withLock({ $0 }) == true { break }
+                    let value = Int64(base + i)
+                    let start = ContinuousClock.now
+                    _ = try await session.exec("UPDATE probe SET n = :n WHERE _id = 'p'", argumentsJSON: "{\"n\":\(value)}")
+                    while let (n, at) = await arrivals.next() {
+                        if n == value {
+                            latencies.append(seconds(at - start) * 1000)
+                            break
+                        }
+                    }
+                }
+            }
+        }
+        latencies.sort()
+        guard !latencies.isEmpty else { return Figure(label: label, samples: 0, p50: 0, p99: 0, max: 0) }
+        func percentile(_ p: Double) -> Double { latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
+        return Figure(label: label, samples: latencies.count, p50: percentile(0.5), p99: percentile(0.99), max: latencies.last!)
+    }
+}

@@ -1,0 +1,40 @@
+import Foundation
+
+/// The same replication workload through pycrdt-websocket (Yjs over websockets),
+/// run by `Benchmarks/peers/yjs_bench.py` in the same run, on the same machine.
+enum PeerRun {
+    struct Figure: Sendable {
+        var updates: Int
+        var oneHopSeconds: Double
+        var twoHopSeconds: Double
+    }
+
+    /// The peer's figures, or why there are none (python3 or pycrdt missing, say).
+    static func measure(script: String, updates: Int) -> Result<Figure, BenchError> {
+        guard FileManager.default.fileExists(atPath: script) else {
+            return .failure(BenchError("\(script) not found (run shoal-bench from the repository's root, or pass --peer-script)"))
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script, "--updates", "\(updates)"]
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        do {
+            try process.run()
+        } catch {
+            return .failure(BenchError("cannot run python3: \(error)"))
+        }
+        let output = out.fileHandleForReading.readDataToEndOfFile()
+        let errors = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        guard process.terminationStatus == 0,
+            let object = try? JSONSerialization.jsonObject(with: output) as? [String: Any],
+            let oneHop = object["oneHopSeconds"] as? Double, let twoHops = object["twoHopSeconds"] as? Double
+        else {
+            let hint = errors.contains("No module named") ? " (pip install -r Benchmarks/peers/requirements.txt)" : ""
+            return .failure(BenchError("the Yjs peer failed\(hint): \(errors.split(separator: "\n").last ?? "")"))
+        }
+        return .success(Figure(updates: updates, oneHopSeconds: oneHop, twoHopSeconds: twoHops))
+    }
+}
