@@ -129,8 +129,17 @@ public struct InboundWriter {
             try db.cachedStatement(sql: "DELETE FROM txn_context WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
         }
         all.sort { $0.index < $1.index }
-        var dirty: [DocumentRef] = []
-        var dirtySet: Set<DocumentRef> = []
+        // Each document's registers are loaded once, merged in memory, and what won is saved.
+        var documents: [DocumentRef: DocumentRegisters] = [:]
+        var won: [DocumentRef: [String: (state: RegisterState, index: UInt32)]] = [:]
+        var order: [DocumentRef] = []
+        func registers(_ document: DocumentRef) throws -> DocumentRegisters {
+            if let known = documents[document] { return known }
+            let loaded = try RegisterRows.load(db, collection: document.collection, key: document.id)
+            documents[document] = loaded
+            order.append(document)
+            return loaded
+        }
         let append = try db.cachedStatement(sql: FieldSQL.appendLog)
         for delta in all {
             let document = DocumentRef(collection: delta.collection, id: delta.documentID)
@@ -144,17 +153,30 @@ public struct InboundWriter {
             }
             // Merged even when logged before: EVICT keeps the log but not the fields, and a
             // refill must bring them back. A duplicate simply loses LWW (equal version).
-            if try merge(delta, index: delta.index, count: record.deltaCount), dirtySet.insert(document).inserted {
-                dirty.append(document)
+            var current = try registers(document)
+            if current.merge(delta.field, RegisterState(delta: delta)) {
+                won[document, default: [:]][delta.field] = (current[delta.field]!, delta.index)
             }
+            documents[document] = current
         }
         for field in contextFields {
-            if try merge(field.delta, index: 0, count: 0), dirtySet.insert(field.document).inserted { dirty.append(field.document) }
+            var current = try registers(field.document)
+            if current.merge(field.field, RegisterState(delta: field.delta)) {
+                won[field.document, default: [:]][field.field] = (current[field.field]!, 0)
+            }
+            documents[field.document] = current
         }
-        for document in dirty {
-            try DocumentBody.materialize(db: db, collection: document.collection, key: document.id)
+        for document in order {
+            guard let winners = won[document] else { continue }
+            for (name, write) in winners {
+                try RegisterRows.save(
+                    db, collection: document.collection, key: document.id, name: name, state: write.state, index: Int(write.index))
+            }
+            outcome.won += winners.count
+            try RegisterRows.saveBody(db, collection: document.collection, key: document.id, documents[document]!)
             commit.collections.insert(document.collection)
         }
+        let dirty = order.filter { won[$0] != nil }
         outcome.changedDocuments += dirty.count
         if let state, let rest {
             try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [
@@ -175,36 +197,6 @@ public struct InboundWriter {
                 Int64(id.sequence),
             ])
         if !commit.transactions.contains(id) { commit.transactions.append(id) }
-    }
-
-    /// Merges one delta last-writer-wins into `field`; true when it won.
-    private mutating func merge(_ delta: Delta, index: UInt32, count: UInt32) throws -> Bool {
-        let row = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT ts, site, value FROM field WHERE collection = ? AND doc_id = ? AND name = ?"),
-            arguments: [delta.collection, delta.documentID, delta.field])
-        let existing = row.map {
-            RegisterVersion(timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: $0[0])), site: SiteID(UInt64(bitPattern: $0[1])))
-        }
-        let version = DocumentBody.version(of: delta)
-        let currentValue: String? = row?[2]
-        var wins = Register.incomingWins(
-            version, removes: DocumentBody.isRemoval(delta.valueJSON), over: existing,
-            removed: currentValue.map(DocumentBody.isRemoval) ?? false)
-        // Equal versions with different values come only from INITIAL DOCUMENTS
-        // (time zero, same site, rewritten after EVICT): the larger bytes win everywhere.
-        if !wins, version == existing, let currentValue, currentValue != delta.valueJSON,
-            !DocumentBody.isRemoval(currentValue), !DocumentBody.isRemoval(delta.valueJSON)
-        {
-            wins = !Array(delta.valueJSON.utf8).lexicographicallyPrecedes(Array(currentValue.utf8))
-        }
-        guard wins else { return false }
-        try db.cachedStatement(sql: FieldSQL.upsert).execute(arguments: [
-            delta.collection, delta.documentID, delta.field, delta.valueJSON, Int64(bitPattern: delta.timestamp.rawValue),
-            Int64(bitPattern: version.site.rawValue), Int64(delta.transaction.sequence), Int64(index), Int64(count),
-            Int64(bitPattern: delta.transaction.origin.rawValue),
-        ])
-        outcome.won += 1
-        return true
     }
 
     /// Records `through` as the resume point for `peer`'s log under `subscriptionKey`.

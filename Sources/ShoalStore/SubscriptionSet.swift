@@ -96,7 +96,7 @@ public struct SubscriptionSet: Sendable, Hashable {
     /// the subscriptions match it: true when a WHERE clause reads that field.
     public func matchMayDependOn(collection: String, field: String) -> Bool {
         let name = (Counter.counterName(ofContribution: field) ?? field)
-            .split(separator: DocumentBody.pathSeparator, maxSplits: 1).first.map(String.init) ?? field
+            .split(separator: RegisterName.pathSeparator, maxSplits: 1).first.map(String.init) ?? field
         return entries.contains { $0.statement.collection == collection && $0.fieldsRead.contains(name) }
     }
 

@@ -1,5 +1,3 @@
-import ShoalCRDT
-
 /// The PN counter as Shoal stores it: a base register plus one contribution
 /// register per site.
 ///
@@ -14,39 +12,39 @@ import ShoalCRDT
 /// current base (`e` equal to the base's timestamp): a RESTART, or a SET, wins
 /// over increments made concurrently with it, and increments made after a site
 /// saw the restart count again from zero. Without a base the counter starts at 0.
-enum Counter {
-    static let separator: Character = "\u{1F}"
+public enum Counter {
+    public static let separator: Character = "\u{1F}"
 
-    static func contributionField(_ field: String, site: SiteID) -> String {
+    public static func contributionField(_ field: String, site: SiteID) -> String {
         "\(field)\(separator)\(site)"
     }
 
-    static func counterName(ofContribution name: String) -> String? {
+    public static func counterName(ofContribution name: String) -> String? {
         guard let index = name.firstIndex(of: separator) else { return nil }
         return String(name[..<index])
     }
 
-    struct Contribution: Equatable {
-        var epoch: UInt64
-        var up: Value
-        var down: Value
+    public struct Contribution: Sendable, Equatable {
+        public var epoch: UInt64
+        public var up: Value
+        public var down: Value
 
-        init(epoch: UInt64, up: Value, down: Value) {
+        public init(epoch: UInt64, up: Value, down: Value) {
             self.epoch = epoch
             self.up = up
             self.down = down
         }
 
-        init?(_ value: Value) {
+        public init?(_ value: Value) {
             guard case .int(let e)? = value["e"], let up = value["p"], let down = value["m"],
                 up.numberValue != nil, down.numberValue != nil
             else { return nil }
             self.init(epoch: UInt64(bitPattern: e), up: up, down: down)
         }
 
-        var value: Value { .object(["e": .int(Int64(bitPattern: epoch)), "p": up, "m": down]) }
+        public var value: Value { .object(["e": .int(Int64(bitPattern: epoch)), "p": up, "m": down]) }
 
-        mutating func add(_ amount: Value) {
+        public mutating func add(_ amount: Value) {
             if (amount.numberValue ?? 0) >= 0 {
                 up = Counter.sum(up, amount)
             } else {
@@ -55,7 +53,7 @@ enum Counter {
         }
     }
 
-    static func value(base: Value?, baseTimestamp: UInt64, contributions: [Contribution]) -> Value {
+    public static func value(base: Value?, baseTimestamp: UInt64, contributions: [Contribution]) -> Value {
         var total = base ?? .int(0)
         // A base that is not a number (a register was SET to text) shows as it is.
         guard total.numberValue != nil else { return total }
@@ -66,7 +64,7 @@ enum Counter {
     }
 
     /// Integer addition while it fits, floating point otherwise.
-    static func sum(_ a: Value, _ b: Value) -> Value {
+    public static func sum(_ a: Value, _ b: Value) -> Value {
         if case .int(let x) = a, case .int(let y) = b {
             let (s, overflow) = x.addingReportingOverflow(y)
             if !overflow { return .int(s) }
@@ -74,7 +72,7 @@ enum Counter {
         return .double((a.numberValue ?? 0) + (b.numberValue ?? 0))
     }
 
-    static func negate(_ a: Value) -> Value {
+    public static func negate(_ a: Value) -> Value {
         if case .int(let x) = a, x != .min { return .int(-x) }
         return .double(-(a.numberValue ?? 0))
     }

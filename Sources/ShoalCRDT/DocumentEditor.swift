@@ -1,0 +1,198 @@
+/// What a statement declares a field to be (`COLLECTION c (f MAP, …)`), as far as
+/// the write rules care.
+public enum FieldKind: Sendable, Hashable {
+    case register, map, counter, attachment
+}
+
+/// A change a counter operation makes (`APPLY f INCREMENT BY n`, `RESTART WITH v`).
+public enum CounterChange: Sendable, Hashable {
+    case increment(Value)
+    case restart(Value)
+}
+
+/// A local write the rules refuse.
+public struct EditError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// The local write rules of one document: turns what statements ask (insert these
+/// fields, set this path, unset that one, increment a counter, delete) into register
+/// writes, each stamped by the clock, against the document's registers.
+///
+/// Pure apart from the clock: the store loads the registers, runs an edit, saves the
+/// registers in `written` and the body the registers now materialize to.
+public struct DocumentEditor {
+    public let site: SiteID
+    public let clock: HybridLogicalClock
+    public let transaction: TransactionID
+    public private(set) var registers: DocumentRegisters
+    /// Every register write, in order: the transaction's deltas for this document.
+    public private(set) var written: [(name: String, state: RegisterState)] = []
+
+    public init(registers: DocumentRegisters, site: SiteID, clock: HybridLogicalClock, transaction: TransactionID) {
+        self.registers = registers
+        self.site = site
+        self.clock = clock
+        self.transaction = transaction
+    }
+
+    /// INSERT: writes `names` of `fields` (the caller chose which, by conflict policy).
+    /// INITIAL DOCUMENTS write plain registers at time zero, and only names the
+    /// document holds no register of, so they never override any write.
+    public mutating func insert(_ fields: [String: Value], names: [String], initial: Bool, kinds: [String: FieldKind]) throws(EditError) {
+        for name in names {
+            guard let value = fields[name] else { continue }
+            if initial {
+                guard registers[name] == nil else { continue }
+                try writeField(name, value: value, initial: true)
+            } else if registers.isMap(name, declared: kinds[name] == .map) {
+                try writeMap([name], value: value)
+            } else {
+                try writeField(name, value: value, initial: false)
+            }
+        }
+    }
+
+    /// UPDATE of one document: counter operations, then assignments and UNSETs, as the
+    /// statement lists them, with values already evaluated against `original`.
+    ///
+    /// A dot path into a map, or into a field the document does not have, writes map
+    /// entries; a whole object on a map replaces its entries; a plain value replaces
+    /// the map with the register. A register holding an object stays one: `SET a.b`
+    /// and `UNSET a.b` rewrite the whole of `a`.
+    public mutating func update(
+        counters: [(field: String, change: CounterChange)], assignments: [(path: [String], value: Value)],
+        unsets: [[String]], kinds: [String: FieldKind], original: [String: Value]
+    ) throws(EditError) {
+        for (field, change) in counters {
+            switch change {
+            case .restart(let value): try writeField(field, value: value, initial: false)
+            case .increment(let amount): try increment(field, by: amount)
+            }
+        }
+        var body = original
+        var changed: [String] = []
+        for (path, value) in assignments {
+            let top = path[0]
+            if registers.isMap(top, declared: kinds[top] == .map) || (path.count > 1 && body[top] == nil) {
+                if path.count == 1 && value.objectValue == nil {
+                    try writeMap(path, value: nil)
+                } else {
+                    try writeMap(path, value: value)
+                    continue
+                }
+            }
+            body[top] = DocumentRegisters.setting(body[top], path: path.dropFirst(), to: value)
+            if !changed.contains(top) { changed.append(top) }
+        }
+        for path in unsets {
+            let top = path[0]
+            if registers.isMap(top, declared: false) {
+                try writeMap(path, value: nil)
+                if path.count > 1 { continue }
+            }
+            if path.count == 1 {
+                body[top] = nil
+            } else if let current = body[top] {
+                body[top] = DocumentRegisters.removing(current, path: path.dropFirst())
+            }
+            if !changed.contains(top) { changed.append(top) }
+        }
+        for top in changed {
+            if let value = body[top] {
+                try writeField(top, value: value, initial: false)
+            } else {
+                try writeField(top, json: RegisterName.removedValue, parsed: nil, initial: false)
+            }
+        }
+    }
+
+    /// DELETE: the tombstone, which hides every register written before it.
+    public mutating func delete() throws(EditError) {
+        try writeField(RegisterName.tombstone, value: .bool(true), initial: false)
+    }
+
+    /// INCREMENT adds to this site's contribution under the counter's current base
+    /// (its epoch): a base, or else the tombstone, or else time zero. A contribution
+    /// under another epoch, or buried by a DELETE, starts again from zero.
+    mutating func increment(_ field: String, by amount: Value) throws(EditError) {
+        let tombstone = registers.timestamp(RegisterName.tombstone)?.rawValue ?? 0
+        let base = registers.timestamp(field)?.rawValue
+        let epoch = base.flatMap { $0 > tombstone ? $0 : nil } ?? tombstone
+        let name = Counter.contributionField(field, site: site)
+        let mine = registers[name].flatMap { state -> Counter.Contribution? in
+            guard state.version.timestamp.rawValue > tombstone else { return nil }
+            return (try? state.value()).flatMap(Counter.Contribution.init)
+        }
+        var contribution = mine?.epoch == epoch ? mine! : Counter.Contribution(epoch: epoch, up: .int(0), down: .int(0))
+        contribution.add(amount)
+        try writeField(name, value: contribution.value, initial: false)
+    }
+
+    /// Replaces the map subtree at `path` with `value` (nil: removes it). Entries the
+    /// new value does not rewrite get observed removals, so entries added concurrently
+    /// elsewhere survive (add-wins); values at the ancestors of `path` (a scalar entry
+    /// `m.a` under a new `m.a.b`, or a register `m`) are replaced too, so they cannot
+    /// reappear when the new entry goes.
+    public mutating func writeMap(_ path: [String], value: Value?) throws(EditError) {
+        let prefix = RegisterName.entry(path)
+        var leaves: [String: Value] = [:]
+        func flatten(_ v: Value, _ name: String) {
+            if case .object(let members) = v, !members.isEmpty {
+                for (k, child) in members { flatten(child, name + String(RegisterName.pathSeparator) + k) }
+            } else {
+                leaves[name] = v
+            }
+        }
+        if let value { flatten(value, prefix) }
+        for name in leaves.keys {
+            for component in name.split(separator: RegisterName.pathSeparator, omittingEmptySubsequences: false)
+            where component.contains(Counter.separator) || component.contains(RegisterName.pathSeparator) {
+                throw EditError("map keys may not contain U+001E or U+001F")
+            }
+        }
+        var existing = registers.liveEntries(under: prefix)
+        for depth in 1..<max(1, path.count) {
+            let ancestor = RegisterName.entry(Array(path[0..<depth]))
+            if let version = registers.liveVersion(ancestor) { existing.append((ancestor, version)) }
+        }
+        for entry in existing where leaves[entry.name] == nil {
+            store(
+                entry.name,
+                RegisterState(
+                    json: RegisterName.observedRemovalPrefix + entry.version.site.description, version: entry.version,
+                    transaction: transaction))
+        }
+        for (name, leaf) in leaves.sorted(by: { $0.key < $1.key }) {
+            try writeField(name, value: leaf, initial: false)
+        }
+    }
+
+    mutating func writeField(_ name: String, value: Value, initial: Bool) throws(EditError) {
+        try writeField(name, json: value.canonicalJSON, parsed: value, initial: initial)
+    }
+
+    /// A register write with a fresh timestamp: one that supersedes the value it
+    /// overwrites even when that value came from a clock running far ahead, which this
+    /// clock declined to adopt. INITIAL DOCUMENTS write at time zero.
+    mutating func writeField(_ name: String, json: String, parsed: Value?, initial: Bool) throws(EditError) {
+        var ts = HybridTimestamp.zero
+        if !initial {
+            ts = clock.tick()
+            if let current = registers.timestamp(name), current >= ts {
+                guard current.rawValue < UInt64.max else {
+                    throw EditError(
+                        "field \(name) carries the largest possible timestamp (a peer's clock is broken); it cannot be overwritten")
+                }
+                ts = HybridTimestamp(rawValue: current.rawValue + 1)
+            }
+        }
+        store(name, RegisterState(json: json, version: RegisterVersion(timestamp: ts, site: site), transaction: transaction, parsed: parsed))
+    }
+
+    private mutating func store(_ name: String, _ state: RegisterState) {
+        registers.set(name, state)
+        written.append((name, state))
+    }
+}

@@ -1,0 +1,235 @@
+/// How register names and values encode the field kinds (see DATA_MODEL.md).
+///
+/// ```
+///   f            a top-level field: a REGISTER, an ATTACHMENT token, or a counter's base
+///   f␞k␞k2       a MAP entry at path f.k.k2           (␞ = U+001E)
+///   f␟<site>     a counter contribution of that site  (␟ = U+001F)
+///   _deleted     the tombstone DELETE writes
+/// ```
+/// A value is canonical JSON, or `""` for a register removed by UNSET, or `~SITE` for
+/// an observed removal of a map entry (its version is the removed value's).
+public enum RegisterName {
+    public static let tombstone = "_deleted"
+    public static let pathSeparator: Character = "\u{1E}"
+    public static let removedValue = ""
+    public static let observedRemovalPrefix = "~"
+
+    /// Whether a stored value is a removal (UNSET's empty value or an observed removal).
+    public static func isRemoval(_ json: String) -> Bool {
+        json.isEmpty || json.hasPrefix(observedRemovalPrefix)
+    }
+
+    /// The top-level field a register belongs to.
+    public static func field(of name: String) -> Substring {
+        name.prefix { $0 != pathSeparator && $0 != Counter.separator }
+    }
+
+    /// The name of the map entry at `path` (its first component is the field).
+    public static func entry(_ path: [String]) -> String { path.joined(separator: String(pathSeparator)) }
+}
+
+/// One register as stored: its value, its version, and the transaction that wrote it.
+public struct RegisterState: Sendable, Hashable {
+    /// Canonical JSON, or a removal (`RegisterName.isRemoval`).
+    public var json: String
+    /// What wins LWW: (timestamp, site); an observed removal carries the version it removed.
+    public var version: RegisterVersion
+    public var transaction: TransactionID
+    /// The value `json` holds, when known already (nil for removals and until parsed).
+    public var parsed: Value?
+
+    public init(json: String, version: RegisterVersion, transaction: TransactionID, parsed: Value? = nil) {
+        self.json = json
+        self.version = version
+        self.transaction = transaction
+        self.parsed = parsed
+    }
+
+    public var isRemoval: Bool { RegisterName.isRemoval(json) }
+
+    /// The state a received delta would give its register: its version is (timestamp,
+    /// origin site), or for an observed removal (timestamp, the removed value's site).
+    public init(delta: Delta, parsed: Value? = nil) {
+        var site = delta.site
+        if delta.valueJSON.hasPrefix(RegisterName.observedRemovalPrefix),
+            let removed = SiteID(hex: delta.valueJSON.dropFirst())
+        {
+            site = removed
+        }
+        self.init(
+            json: delta.valueJSON, version: RegisterVersion(timestamp: delta.timestamp, site: site),
+            transaction: delta.transaction, parsed: parsed)
+    }
+
+    /// The value, parsing `json` if it was not known yet.
+    func value() throws(JSON.ParseError) -> Value {
+        if let parsed { return parsed }
+        return try JSON.parse(json)
+    }
+}
+
+/// The registers of one document and the rules that merge them and build its body.
+///
+/// Pure: no I/O. The store loads a document's registers, lets this type merge received
+/// deltas or plan local writes (`DocumentEditor`), saves what changed, and saves the
+/// body `materialize` returns.
+public struct DocumentRegisters: Sendable, Hashable {
+    public private(set) var registers: [String: RegisterState]
+
+    public init(_ registers: [String: RegisterState] = [:]) {
+        self.registers = registers
+    }
+
+    public subscript(name: String) -> RegisterState? { registers[name] }
+    public var isEmpty: Bool { registers.isEmpty }
+
+    /// Sets a register as a local write does: unconditionally.
+    public mutating func set(_ name: String, _ state: RegisterState) {
+        registers[name] = state
+    }
+
+    /// Forgets every register (EVICT).
+    public mutating func removeAll() { registers = [:] }
+
+    /// Merges a received register last-writer-wins; true when it replaced the stored one.
+    ///
+    /// Higher version wins; at equal versions a removal beats a value (an observed
+    /// removal of exactly the value stored), and two different values (INITIAL
+    /// DOCUMENTS rewritten after EVICT, at time zero), or two different removals,
+    /// converge on the larger bytes.
+    @discardableResult
+    public mutating func merge(_ name: String, _ incoming: RegisterState) -> Bool {
+        guard let current = registers[name] else {
+            registers[name] = incoming
+            return true
+        }
+        var wins = Register.incomingWins(
+            incoming.version, removes: incoming.isRemoval, over: current.version, removed: current.isRemoval)
+        // Two values (or two removals) at one version: the larger bytes, so that the
+        // state is ordered by (version, is a removal, bytes) and merging keeps the maximum.
+        if !wins, incoming.version == current.version, incoming.isRemoval == current.isRemoval, incoming.json != current.json {
+            wins = !Array(incoming.json.utf8).lexicographicallyPrecedes(Array(current.json.utf8))
+        }
+        if wins { registers[name] = incoming }
+        return wins
+    }
+
+    // MARK: Reading
+
+    /// The timestamp of a register, removals included.
+    public func timestamp(_ name: String) -> HybridTimestamp? { registers[name]?.version.timestamp }
+
+    /// The version of a register that holds a value (not a removal).
+    public func liveVersion(_ name: String) -> RegisterVersion? {
+        guard let r = registers[name], !r.isRemoval else { return nil }
+        return r.version
+    }
+
+    /// The live map entries at `prefix` and below. The entry at `prefix` itself counts
+    /// only below the top level: at the top level it is the field's register.
+    public func liveEntries(under prefix: String) -> [(name: String, version: RegisterVersion)] {
+        let below = prefix + String(RegisterName.pathSeparator)
+        let exact = prefix.contains(RegisterName.pathSeparator) ? prefix : nil
+        return registers.compactMap { name, state in
+            guard !state.isRemoval, name == exact || name.hasPrefix(below) else { return nil }
+            return (name, state.version)
+        }.sorted { $0.name < $1.name }
+    }
+
+    /// Whether `field` is a MAP in this document: declared so, or holding live entries
+    /// newer than any live register value (the side that won a type conflict).
+    public func isMap(_ field: String, declared: Bool) -> Bool {
+        if declared { return true }
+        guard let newest = liveEntries(under: field).map(\.version).max() else { return false }
+        guard let register = liveVersion(field) else { return true }
+        return newest > register
+    }
+
+    // MARK: The body
+
+    public enum Body: Sendable, Hashable {
+        /// The document, as queries see it.
+        case live(Value)
+        /// A tombstone hides every value: the document is deleted.
+        case deleted
+        /// No live register and no tombstone.
+        case absent
+    }
+
+    /// Builds the document's body from its registers.
+    ///
+    /// Every register written at or before the tombstone is hidden; removals show
+    /// nothing (and do not revive a deleted document); map entries are laid onto `{}`
+    /// in version order, and a field that is both a register and a map shows whichever
+    /// was written last; a counter shows its base plus the contributions of its epoch;
+    /// `_id`, when no live `_id` register is visible, is the document key parsed back.
+    public func materialize(key: String) throws(JSON.ParseError) -> Body {
+        let tombstone = registers[RegisterName.tombstone].map { $0.version.timestamp.rawValue }
+        var body: [String: Value] = [:]
+        var bases: [String: UInt64] = [:]
+        var registerVersions: [String: RegisterVersion] = [:]
+        var contributions: [String: [Counter.Contribution]] = [:]
+        var entries: [String: [(path: [String], value: Value, version: RegisterVersion)]] = [:]
+        var anyLive = false
+        for (name, state) in registers {
+            guard name != RegisterName.tombstone else { continue }
+            let ts = state.version.timestamp.rawValue
+            if let tombstone, ts <= tombstone { continue }
+            // Only a write revives a deleted document; a removal does not.
+            if !state.isRemoval { anyLive = true }
+            if let counter = Counter.counterName(ofContribution: name) {
+                if !state.isRemoval, let c = Counter.Contribution(try state.value()) { contributions[counter, default: []].append(c) }
+                continue
+            }
+            if name.contains(RegisterName.pathSeparator) {
+                guard !state.isRemoval else { continue }
+                let path = name.split(separator: RegisterName.pathSeparator, omittingEmptySubsequences: false).map(String.init)
+                entries[path[0], default: []].append((Array(path.dropFirst()), try state.value(), state.version))
+                continue
+            }
+            bases[name] = ts
+            if !state.isRemoval {
+                body[name] = try state.value()
+                registerVersions[name] = state.version
+            }
+        }
+        for (name, list) in entries {
+            let newest = list.map(\.version).max()!
+            if let register = registerVersions[name], register > newest { continue }
+            var map: Value = .object([:])
+            for entry in list.sorted(by: { $0.version < $1.version }) {
+                map = Self.setting(map, path: entry.path[...], to: entry.value)
+            }
+            body[name] = map
+        }
+        for (name, parts) in contributions {
+            // Without a visible base the counter counts from the tombstone (or from time zero).
+            let epoch = bases[name] ?? tombstone ?? 0
+            guard body[name] != nil || parts.contains(where: { $0.epoch == epoch }) else { continue }
+            body[name] = Counter.value(base: body[name], baseTimestamp: epoch, contributions: parts)
+        }
+        guard anyLive else { return tombstone != nil ? .deleted : .absent }
+        // A field written after a delete revives the document; its identity comes from the key.
+        if body["_id"] == nil { body["_id"] = try JSON.parse(key) }
+        return .live(.object(body))
+    }
+
+    /// `base` with the value at `path` replaced, creating objects along the way.
+    public static func setting(_ base: Value?, path: ArraySlice<String>, to value: Value) -> Value {
+        guard let first = path.first else { return value }
+        var object = base?.objectValue ?? [:]
+        object[first] = setting(object[first], path: path.dropFirst(), to: value)
+        return .object(object)
+    }
+
+    /// `base` without the member at `path` (unchanged when the path is absent).
+    public static func removing(_ base: Value, path: ArraySlice<String>) -> Value {
+        guard let first = path.first, var object = base.objectValue, let child = object[first] else { return base }
+        if path.count == 1 {
+            object.removeValue(forKey: first)
+        } else {
+            object[first] = removing(child, path: path.dropFirst())
+        }
+        return .object(object)
+    }
+}

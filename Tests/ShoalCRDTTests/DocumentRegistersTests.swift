@@ -1,0 +1,181 @@
+import Foundation
+import ShoalCRDT
+import Testing
+
+/// The merge rules and materialization alone: no store, no SQL. Random local edits on
+/// 3-5 replicas of one document, every replica's register writes delivered to every
+/// other in random order with duplicates; all must end with the same registers and
+/// the same body. `SHOAL_REGISTERS_SEED` replays a run.
+@Suite struct DocumentRegistersTests {
+    struct SplitMix: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+
+    static func randomValue(_ rng: inout SplitMix) -> Value {
+        switch Int.random(in: 0..<6, using: &rng) {
+        case 0: return .int(Int64.random(in: -3...3, using: &rng))
+        case 1: return .string(["a", "b", "c"].randomElement(using: &rng)!)
+        case 2: return .bool(Bool.random(using: &rng))
+        case 3: return .null
+        case 4: return .array([.int(Int64.random(in: 0...2, using: &rng))])
+        default: return .object(["k": .int(Int64.random(in: 0...2, using: &rng))])
+        }
+    }
+
+    /// One replica: its registers, its clock (a wall clock that moves only when told,
+    /// sometimes far ahead of the others), and what it wrote.
+    struct Replica {
+        var registers = DocumentRegisters()
+        let site: SiteID
+        let clock: HybridLogicalClock
+        var sequence: UInt64 = 0
+        var written: [(name: String, state: RegisterState)] = []
+    }
+
+    static func edit(_ replica: inout Replica, _ rng: inout SplitMix) {
+        replica.sequence += 1
+        var editor = DocumentEditor(
+            registers: replica.registers, site: replica.site, clock: replica.clock,
+            transaction: TransactionID(origin: replica.site, sequence: replica.sequence))
+        let field = "f\(Int.random(in: 0..<3, using: &rng))"
+        let key = "k\(Int.random(in: 0..<2, using: &rng))"
+        var original: [String: Value] = [:]
+        if case .live(.object(let body))? = try? replica.registers.materialize(key: "\"d\"") { original = body }
+        do {
+            switch Int.random(in: 0..<10, using: &rng) {
+            case 0, 1:
+                let fields: [String: Value] = ["_id": "d", field: randomValue(&rng)]
+                try editor.insert(fields, names: fields.keys.sorted(), initial: false, kinds: [:])
+            case 2:
+                try editor.update(counters: [], assignments: [([field], randomValue(&rng))], unsets: [], kinds: [:], original: original)
+            case 3:
+                try editor.update(counters: [], assignments: [], unsets: [[field]], kinds: [:], original: original)
+            case 4:
+                try editor.delete()
+            case 5:
+                try editor.update(
+                    counters: [("n", .increment(.int(Int64.random(in: -2...3, using: &rng))))], assignments: [], unsets: [],
+                    kinds: [:], original: original)
+            case 6:
+                try editor.update(counters: [], assignments: [(["m", key], randomValue(&rng))], unsets: [], kinds: [:], original: original)
+            case 7:
+                try editor.update(counters: [], assignments: [], unsets: [["m", key]], kinds: [:], original: original)
+            case 8:
+                try editor.update(counters: [("n", .restart(.int(Int64.random(in: 0...5, using: &rng))))], assignments: [], unsets: [], kinds: [:], original: original)
+            default:
+                let fields: [String: Value] = ["_id": "d", "init": randomValue(&rng)]
+                try editor.insert(fields, names: fields.keys.sorted(), initial: true, kinds: [:])
+            }
+        } catch {
+            Issue.record("a random edit failed: \(error)")
+        }
+        replica.registers = editor.registers
+        replica.written += editor.written
+    }
+
+    @Test func randomHistoriesConvergeWithoutAStore() {
+        let seed = UInt64(ProcessInfo.processInfo.environment["SHOAL_REGISTERS_SEED"] ?? "") ?? UInt64.random(in: 0...UInt64.max)
+        var rng = SplitMix(state: seed)
+        var failures = 0
+        for n in 0..<3_000 where failures == 0 {
+            let count = Int.random(in: 3...5, using: &rng)
+            var replicas = (0..<count).map { i -> Replica in
+                // Wall clocks differ, some by hours; each clock only moves when an edit ticks it.
+                let skew = UInt64.random(in: 0...3, using: &rng) == 0 ? UInt64.random(in: 0...7_200_000, using: &rng) : 0
+                let wall = 1_700_000_000_000 + skew + UInt64(i)
+                return Replica(site: SiteID(UInt64(i + 1) << 8 | UInt64(n % 256)), clock: HybridLogicalClock(wallClock: { wall }))
+            }
+            for _ in 0..<Int.random(in: 2...8, using: &rng) {
+                let i = Int.random(in: 0..<count, using: &rng)
+                Self.edit(&replicas[i], &rng)
+                // Sometimes a replica hears another's writes before writing again.
+                if Bool.random(using: &rng) {
+                    let j = Int.random(in: 0..<count, using: &rng)
+                    for (name, state) in replicas[j].written { replicas[i].registers.merge(name, state) }
+                }
+            }
+            let everything = replicas.flatMap(\.written)
+            var bodies: [String] = []
+            for i in replicas.indices {
+                var incoming = everything + everything.filter { _ in Bool.random(using: &rng) }
+                incoming.shuffle(using: &rng)
+                for (name, state) in incoming { replicas[i].registers.merge(name, state) }
+                let body = try? replicas[i].registers.materialize(key: "\"d\"")
+                bodies.append("\(String(describing: body.map(Self.describe)))")
+            }
+            if Set(bodies).count != 1 || Set(replicas.map(\.registers)).count != 1 {
+                failures += 1
+                Issue.record("case \(n) (seed \(seed)) diverged:\n\(bodies.joined(separator: "\n"))")
+            }
+        }
+        #expect(failures == 0, "seed \(seed)")
+    }
+
+    static func describe(_ body: DocumentRegisters.Body) -> String {
+        switch body {
+        case .live(let value): return value.canonicalJSON
+        case .deleted: return "deleted"
+        case .absent: return "absent"
+        }
+    }
+
+    /// Merge is a join: commutative, associative, idempotent, for every pair of the
+    /// interesting register states (values, removals, observed removals, equal versions).
+    @Test func mergeIsAJoin() {
+        let a = SiteID(1), b = SiteID(2)
+        func state(_ json: String, _ ts: UInt64, _ site: SiteID) -> RegisterState {
+            RegisterState(
+                json: json, version: RegisterVersion(timestamp: HybridTimestamp(rawValue: ts), site: site),
+                transaction: TransactionID(origin: site, sequence: ts))
+        }
+        let states = [
+            state("1", 5, a), state("2", 5, a), state("1", 5, b), state("", 5, a), state("~0000000000000001", 5, a),
+            state("3", 6, a), state("", 6, b), state("\"x\"", 0, a), state("\"y\"", 0, a),
+        ]
+        for x in states {
+            for y in states {
+                var xy = DocumentRegisters(), yx = DocumentRegisters()
+                xy.merge("f", x)
+                xy.merge("f", y)
+                yx.merge("f", y)
+                yx.merge("f", x)
+                #expect(xy == yx, "\(x.json)@\(x.version.timestamp) and \(y.json)@\(y.version.timestamp)")
+                var twice = xy
+                twice.merge("f", y)
+                #expect(twice == xy)
+                for z in states {
+                    var left = xy, right = DocumentRegisters()
+                    left.merge("f", z)
+                    right.merge("f", y)
+                    right.merge("f", z)
+                    right.merge("f", x)
+                    #expect(left == right)
+                }
+            }
+        }
+    }
+
+    @Test func materializeShowsMapsCountersAndTombstones() throws {
+        let site = SiteID(7)
+        var editor = DocumentEditor(
+            registers: DocumentRegisters(), site: site, clock: HybridLogicalClock(wallClock: { 1_000 }),
+            transaction: TransactionID(origin: site, sequence: 1))
+        try editor.insert(["_id": "d", "title": "x", "m": ["a": 1, "b": ["c": 2]]], names: ["_id", "m", "title"], initial: false, kinds: ["m": .map])
+        try editor.update(counters: [("n", .increment(5)), ("n", .increment(-2))], assignments: [], unsets: [], kinds: [:], original: [:])
+        #expect(try editor.registers.materialize(key: "\"d\"") == .live(["_id": "d", "title": "x", "m": ["a": 1, "b": ["c": 2]], "n": 3]))
+        #expect(editor.registers["m\u{1E}b\u{1E}c"]?.json == "2", "a map is one register per leaf")
+        try editor.update(counters: [], assignments: [], unsets: [["m", "a"]], kinds: [:], original: [:])
+        #expect(editor.registers["m\u{1E}a"]?.json == "~0000000000000007", "an observed removal names the value's site")
+        try editor.delete()
+        #expect(try editor.registers.materialize(key: "\"d\"") == .deleted)
+        try editor.insert(["_id": "d", "after": true], names: ["_id", "after"], initial: false, kinds: [:])
+        #expect(try editor.registers.materialize(key: "\"d\"") == .live(["_id": "d", "after": true]), "only what came after the delete")
+    }
+}
