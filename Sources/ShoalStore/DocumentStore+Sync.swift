@@ -77,7 +77,8 @@ extension DocumentStore {
 
     /// Reads the change log after `sequence` for a peer with `subscriptions`.
     ///
-    /// Reads at most `limit` rows and about `byteLimit` bytes of values (at least one
+    /// Reads about `limit` rows (more, up to 4 times as many, to finish the transaction
+    /// the limit falls in) and at most about `byteLimit` bytes of values (at least one
     /// row), and turns them into pieces of their transactions:
     /// - a piece carries the deltas of documents whose **current** body the
     ///   subscriptions match; rows of transactions that `peer` originated are left out
@@ -100,12 +101,17 @@ extension DocumentStore {
             var rows: [LogRow] = []
             var bytes = 0
             var next: LogRow?
+            // A page may run past `limit` rows (up to 4 times as many) to finish the
+            // transaction it is in, so that ordinary transactions travel whole; past
+            // that, or past the byte budget, it ends inside the transaction.
+            let stretch = limit * 4
             let cursor = try Row.fetchCursor(
                 db.cachedStatement(sql: "\(LogRow.select) WHERE seq > ? ORDER BY seq LIMIT ?"),
-                arguments: [Int64(sequence), limit + 1])
+                arguments: [Int64(sequence), stretch + 1])
             while let row = try cursor.next() {
                 let decoded = LogRow(row)
-                if rows.count == limit || (!rows.isEmpty && bytes + decoded.delta.valueJSON.utf8.count > byteLimit) {
+                let full = rows.count >= limit && decoded.delta.transaction != rows.last?.delta.transaction
+                if full || rows.count == stretch || (!rows.isEmpty && bytes + decoded.delta.valueJSON.utf8.count > byteLimit) {
                     next = decoded
                     break
                 }
@@ -195,10 +201,18 @@ struct PieceReader {
 
     mutating func matches(_ document: DocumentRef) throws -> Bool {
         if let known = matches[document] { return known }
-        let body = try String.fetchOne(
-            db.cachedStatement(sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ?"),
-            arguments: [document.collection, document.id])
-        let matched = try body.map { subscriptions.matches(collection: document.collection, document: try DocumentStore.parseBody($0)) } ?? false
+        let matched: Bool
+        if subscriptions.takesWholeCollection(document.collection) {
+            // No WHERE to evaluate: a body is enough, and it need not be parsed.
+            matched = try Bool.fetchOne(
+                db.cachedStatement(sql: "SELECT 1 FROM document WHERE collection = ? AND doc_id = ?"),
+                arguments: [document.collection, document.id]) ?? false
+        } else {
+            let body = try String.fetchOne(
+                db.cachedStatement(sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ?"),
+                arguments: [document.collection, document.id])
+            matched = try body.map { subscriptions.matches(collection: document.collection, document: try DocumentStore.parseBody($0)) } ?? false
+        }
         matches[document] = matched
         return matched
     }

@@ -92,6 +92,11 @@ public struct SubscriptionSet: Sendable, Hashable {
         return false
     }
 
+    /// Whether some subscription takes every document of `collection` (it has no WHERE).
+    public func takesWholeCollection(_ collection: String) -> Bool {
+        entries.contains { $0.statement.collection == collection && $0.statement.whereClause == nil }
+    }
+
     /// Whether writing `field` of a document in `collection` can change whether
     /// the subscriptions match it: true when a WHERE clause reads that field.
     public func matchMayDependOn(collection: String, field: String) -> Bool {

@@ -30,6 +30,9 @@ struct ShoalBench: AsyncParsableCommand {
     @Flag(name: .long, help: "Skip the Yjs peer.")
     var noPeer = false
 
+    @Option(name: .long, help: "Run only this workload in this process, for a profiler: local or sync.")
+    var inProcess: String?
+
     func validate() throws {
         if let documents, documents < 100 || documents % 100 != 0 {
             throw ValidationError("--documents must be a multiple of 100, at least 100")
@@ -38,6 +41,14 @@ struct ShoalBench: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if let inProcess {
+            guard let workload = InProcess(rawValue: inProcess) else {
+                throw ValidationError("--in-process takes \(InProcess.allCases.map(\.rawValue).joined(separator: " or "))")
+            }
+            let count = documents ?? (quick ? 10_000 : 100_000)
+            print(String(format: "%@: %.0f documents/s (%d documents)", inProcess, try await workload.run(documents: count), count))
+            return
+        }
         let plan = Plan(
             documents: documents ?? (quick ? 10_000 : 100_000), singleWrites: quick ? 1_000 : 5_000,
             samples: samples ?? (quick ? 200 : 1_000))

@@ -1,0 +1,39 @@
+import Foundation
+import ShoalCRDT
+import ShoalStore
+import ShoalSync
+import ShoalTesting
+
+/// Single workloads in one process, for profilers (`valgrind --tool=callgrind`,
+/// `perf record`): no child processes, nothing else running.
+enum InProcess: String, CaseIterable, Sendable {
+    /// Local writes through the API, 100 per transaction.
+    case local
+    /// Two in-process nodes over an in-memory connection: the writer's log read as
+    /// pages of pieces, encoded, decoded, put together and applied by the receiver.
+    case sync
+
+    func run(documents: Int) async throws -> Double {
+        switch self {
+        case .local:
+            return try await LocalWrites.run(documents: documents, perTransaction: 100).documentsPerSecond
+        case .sync:
+            let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM docs"])
+            defer { a.remove(); b.remove() }
+            var first = 0
+            while first < documents {
+                _ = try await a.store.execute(
+                    "INSERT INTO docs DOCUMENTS (:docs)", arguments: ["docs": try JSON.parse(Workload.json(first..<(first + 100)))])
+                first += 100
+            }
+            let start = ContinuousClock.now
+            try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+                let arrived = try await InProcessMesh.eventually(timeout: .seconds(3600)) {
+                    try await b.store.collectionCounts().first?.documents == documents
+                }
+                if !arrived { throw BenchError("the documents did not arrive") }
+            }
+            return Double(documents) / seconds(ContinuousClock.now - start)
+        }
+    }
+}
