@@ -40,6 +40,7 @@ let package = Package(
             dependencies: [
                 "ShoalCRDT", "ShoalQuery",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -47,6 +47,17 @@ public struct RegisterState: Sendable, Hashable {
 
     public var isRemoval: Bool { RegisterName.isRemoval(json) }
 
+    /// Equal when what is stored is equal: `parsed` is a cache of `json`.
+    public static func == (a: RegisterState, b: RegisterState) -> Bool {
+        a.json == b.json && a.version == b.version && a.transaction == b.transaction
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(json)
+        hasher.combine(version)
+        hasher.combine(transaction)
+    }
+
     /// The state a received delta would give its register: its version is (timestamp,
     /// origin site), or for an observed removal (timestamp, the removed value's site).
     public init(delta: Delta, parsed: Value? = nil) {
@@ -94,9 +105,9 @@ public struct DocumentRegisters: Sendable, Hashable {
     /// Merges a received register last-writer-wins; true when it replaced the stored one.
     ///
     /// Higher version wins; at equal versions a removal beats a value (an observed
-    /// removal of exactly the value stored), and two different values (INITIAL
+    /// removal of exactly the value stored), two different values (INITIAL
     /// DOCUMENTS rewritten after EVICT, at time zero), or two different removals,
-    /// converge on the larger bytes.
+    /// converge on the larger bytes, and equal ones on the later transaction ID.
     @discardableResult
     public mutating func merge(_ name: String, _ incoming: RegisterState) -> Bool {
         guard let current = registers[name] else {
@@ -107,8 +118,15 @@ public struct DocumentRegisters: Sendable, Hashable {
             incoming.version, removes: incoming.isRemoval, over: current.version, removed: current.isRemoval)
         // Two values (or two removals) at one version: the larger bytes, so that the
         // state is ordered by (version, is a removal, bytes) and merging keeps the maximum.
-        if !wins, incoming.version == current.version, incoming.isRemoval == current.isRemoval, incoming.json != current.json {
-            wins = !Array(incoming.json.utf8).lexicographicallyPrecedes(Array(current.json.utf8))
+        if !wins, incoming.version == current.version, incoming.isRemoval == current.isRemoval {
+            if incoming.json != current.json {
+                wins = !Array(incoming.json.utf8).lexicographicallyPrecedes(Array(current.json.utf8))
+            } else {
+                // Two replicas removing the same value write equal removals from
+                // different transactions: keep the later ID, so that every replica
+                // records the same writer.
+                wins = incoming.transaction > current.transaction
+            }
         }
         if wins { registers[name] = incoming }
         return wins

@@ -201,6 +201,8 @@ public struct AdminClient: Sendable {
         let limits = WireLimits.default
         let connection = try await ClientBootstrap(group: group)
             .connectTimeout(.seconds(5))
+            // Requests are small and each waits for its answer: never hold one back.
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .connect(host: node.host, port: node.port) { channel in
                 channel.eventLoop.makeCompletedFuture { try ShoalNode.wrap(channel, limits: limits) }
             }

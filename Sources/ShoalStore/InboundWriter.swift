@@ -140,13 +140,20 @@ public struct InboundWriter {
             order.append(document)
             return loaded
         }
-        let append = try db.cachedStatement(sql: FieldSQL.appendLog)
+        var append = try HotStatement(db, sql: FieldSQL.appendLog)
         for delta in all {
             let document = DocumentRef(collection: delta.collection, id: delta.documentID)
-            try append.execute(arguments: [
-                delta.collection, delta.documentID, delta.field, delta.valueJSON, Int64(bitPattern: delta.timestamp.rawValue),
-                origin, seq, Int64(delta.index), Int64(record.deltaCount), Int64(counts[document] ?? 1),
-            ])
+            append.bind(delta.collection)
+            append.bind(delta.documentID)
+            append.bind(delta.field)
+            append.bind(delta.valueJSON)
+            append.bind(delta.timestamp.rawValue)
+            append.bind(origin)
+            append.bind(seq)
+            append.bind(Int64(delta.index))
+            append.bind(Int64(record.deltaCount))
+            append.bind(Int64(counts[document] ?? 1))
+            try append.run()
             if db.changesCount > 0 {
                 lastSequence = UInt64(db.lastInsertedRowID)
                 outcome.logged += 1

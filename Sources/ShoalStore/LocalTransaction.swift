@@ -124,10 +124,11 @@ struct LocalTransaction {
     ) throws -> Value? {
         let id = fields["_id"]!
         let key = DocumentKey.make(id)
+        let registers = try RegisterRows.load(db, collection: collection, key: key)
         let names: [String]
         if initial {
             names = fields.keys.sorted()
-        } else if let existing = try loadBody(collection: collection, key: key) {
+        } else if !registers.isEmpty, let existing = try loadBody(collection: collection, key: key) {
             switch conflict {
             case .fail:
                 throw StoreError(
@@ -145,7 +146,7 @@ struct LocalTransaction {
             names = fields.keys.sorted()
         }
         let kinds = Self.kinds(declared)
-        let wrote = try edit(collection: collection, key: key) { editor throws(EditError) in
+        let wrote = try edit(collection: collection, key: key, registers: registers) { editor throws(EditError) in
             try editor.insert(fields, names: names, initial: initial, kinds: kinds)
         }
         return wrote || !initial ? id : nil
@@ -225,10 +226,11 @@ struct LocalTransaction {
     /// whether anything was written.
     @discardableResult
     private mutating func edit(
-        collection: String, key: String, _ body: (inout DocumentEditor) throws(EditError) -> Void
+        collection: String, key: String, registers: DocumentRegisters? = nil,
+        _ body: (inout DocumentEditor) throws(EditError) -> Void
     ) throws -> Bool {
         var editor = DocumentEditor(
-            registers: try RegisterRows.load(db, collection: collection, key: key), site: site, clock: clock,
+            registers: try registers ?? RegisterRows.load(db, collection: collection, key: key), site: site, clock: clock,
             transaction: TransactionID(origin: site, sequence: UInt64(sequence)))
         do {
             try body(&editor)
@@ -298,13 +300,19 @@ struct LocalTransaction {
         ).execute(arguments: [sequence])
         var perDocument: [DocumentRef: Int] = [:]
         for d in pending { perDocument[DocumentRef(collection: d.collection, id: d.key), default: 0] += 1 }
-        let insert = try db.cachedStatement(sql: FieldSQL.appendLog)
+        var insert = try HotStatement(db, sql: FieldSQL.appendLog)
         for (index, d) in pending.enumerated() {
-            try insert.execute(arguments: [
-                d.collection, d.key, d.field, d.json, Int64(bitPattern: d.ts.rawValue),
-                Int64(bitPattern: site.rawValue), sequence, index, pending.count,
-                perDocument[DocumentRef(collection: d.collection, id: d.key)]!,
-            ])
+            insert.bind(d.collection)
+            insert.bind(d.key)
+            insert.bind(d.field)
+            insert.bind(d.json)
+            insert.bind(d.ts.rawValue)
+            insert.bind(site.rawValue)
+            insert.bind(sequence)
+            insert.bind(index)
+            insert.bind(pending.count)
+            insert.bind(perDocument[DocumentRef(collection: d.collection, id: d.key)]!)
+            try insert.run()
         }
         let last = UInt64(db.lastInsertedRowID)
         let manifest = CollectionCount.manifest(of: pending.map { (collection: $0.collection, document: $0.key) })

@@ -2,20 +2,29 @@ import ShoalCRDT
 import GRDB
 
 /// One row of `field`: a register of a document, decoded once.
-struct FieldRecord: FetchableRecord {
+struct FieldRecord {
     var name: String
     var state: RegisterState
 
-    /// The columns `init(row:)` reads, in its order (a removal's origin site is
-    /// `txn_site`; NULL there, from before `v4-observed-removals`, means `site`).
+    /// The columns a `FieldRecord` is read from, in the order `Column` numbers them (a
+    /// removal's origin site is `txn_site`; NULL there, from before
+    /// `v4-observed-removals`, means `site`).
     static let columns = "name, value, ts, site, COALESCE(txn_site, site), txn_seq"
 
-    init(row: Row) {
-        name = row[0]
+    enum Column: Int32 {
+        case name, value, timestamp, site, transactionSite, transactionSequence
+    }
+
+    init(_ row: HotStatement.Row) {
+        name = row.text(Column.name.rawValue)
         state = RegisterState(
-            json: row[1],
-            version: RegisterVersion(timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row[2])), site: SiteID(UInt64(bitPattern: row[3]))),
-            transaction: TransactionID(origin: SiteID(UInt64(bitPattern: row[4])), sequence: UInt64(row[5] as Int64)))
+            json: row.text(Column.value.rawValue),
+            version: RegisterVersion(
+                timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row.int64(Column.timestamp.rawValue))),
+                site: SiteID(UInt64(bitPattern: row.int64(Column.site.rawValue)))),
+            transaction: TransactionID(
+                origin: SiteID(UInt64(bitPattern: row.int64(Column.transactionSite.rawValue))),
+                sequence: UInt64(bitPattern: row.int64(Column.transactionSequence.rawValue))))
     }
 }
 
@@ -38,18 +47,29 @@ enum RegisterRows {
     /// Every register of one document.
     static func load(_ db: Database, collection: String, key: String) throws -> DocumentRegisters {
         var registers: [String: RegisterState] = [:]
-        let cursor = try FieldRecord.fetchCursor(db.cachedStatement(sql: load), arguments: [collection, key])
-        while let record = try cursor.next() { registers[record.name] = record.state }
+        var statement = try HotStatement(db, sql: load)
+        statement.bind(collection)
+        statement.bind(key)
+        try statement.query { row in
+            let record = FieldRecord(row)
+            registers[record.name] = record.state
+        }
         return DocumentRegisters(registers)
     }
 
     /// Writes one register (`index`: its delta's position in the writing transaction).
     static func save(_ db: Database, collection: String, key: String, name: String, state: RegisterState, index: Int) throws {
-        try db.cachedStatement(sql: upsert).execute(arguments: [
-            collection, key, name, state.json, Int64(bitPattern: state.version.timestamp.rawValue),
-            Int64(bitPattern: state.version.site.rawValue), Int64(state.transaction.sequence), index,
-            Int64(bitPattern: state.transaction.origin.rawValue),
-        ])
+        var statement = try HotStatement(db, sql: upsert)
+        statement.bind(collection)
+        statement.bind(key)
+        statement.bind(name)
+        statement.bind(state.json)
+        statement.bind(state.version.timestamp.rawValue)
+        statement.bind(state.version.site.rawValue)
+        statement.bind(state.transaction.sequence)
+        statement.bind(index)
+        statement.bind(state.transaction.origin.rawValue)
+        try statement.run()
     }
 
     /// Saves what the registers materialize to: the body of a live document; a deleted
@@ -65,7 +85,11 @@ enum RegisterRows {
         }
         switch body {
         case .live(let value):
-            try db.cachedStatement(sql: saveBody).execute(arguments: [collection, key, value.canonicalJSON])
+            var statement = try HotStatement(db, sql: saveBody)
+            statement.bind(collection)
+            statement.bind(key)
+            statement.bind(value.canonicalJSON)
+            try statement.run()
             return value
         case .deleted:
             try db.cachedStatement(sql: "UPDATE document SET deleted = 1 WHERE collection = ? AND doc_id = ?")
