@@ -18,7 +18,7 @@ public struct ApplyOutcome: Sendable, Equatable {
 /// (`DocumentStore.writeInbound`): the durable buffer of waiting transactions, the
 /// apply of whole (or partial) ones, and peer cursors. Every call is part of the
 /// same SQLite transaction, so a crash keeps all of a commit or none of it.
-public struct InboundWriter {
+public final class InboundWriter: InboundWriting {
     let db: Database
     let store: DocumentStore
     var commit = Commit(transactions: [], collections: [], sequence: 0)
@@ -91,7 +91,7 @@ public struct InboundWriter {
     ///
     /// Each delta is logged once (a piece already logged is not logged again) and
     /// merged last-writer-wins; the bodies of the documents it changed are rebuilt once.
-    public mutating func apply(
+    public func apply(
         _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
         context: [ContextField] = [], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
     ) throws {
@@ -197,7 +197,7 @@ public struct InboundWriter {
 
     /// Marks a partial transaction whole, with nothing left to apply, and what this
     /// node now says of the documents it does not hold.
-    public mutating func markApplied(_ id: TransactionID, rest: [Verdict]) throws {
+    public func markApplied(_ id: TransactionID, rest: [Verdict]) throws {
         try db.cachedStatement(sql: "UPDATE txn SET state = ?, rest = ?, reports = '' WHERE origin = ? AND seq = ?").execute(
             arguments: [
                 TransactionRecord.State.applied.rawValue, Verdict.encode(rest), Int64(bitPattern: id.origin.rawValue),
@@ -228,11 +228,11 @@ extension DocumentStore {
     /// Runs `body` in one write transaction, then tells observers and sessions what
     /// it applied. Returns what `body` returned and what was applied.
     public func writeInbound<T: Sendable>(
-        _ body: @escaping @Sendable (inout InboundWriter) throws -> T
+        _ body: @escaping @Sendable (any InboundWriting) throws -> T
     ) async throws(StoreError) -> (T, ApplyOutcome) {
         let (result, outcome, commit, last) = try await write { db in
-            var writer = InboundWriter(db: db, store: self)
-            let result = try body(&writer)
+            let writer = InboundWriter(db: db, store: self)
+            let result = try body(writer)
             return (result, writer.outcome, writer.commit, writer.lastSequence)
         }
         if let last { feed.publish(last) }

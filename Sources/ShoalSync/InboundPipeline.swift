@@ -100,11 +100,11 @@ public final class InboundPipeline: Sendable {
     }
 
     public let configuration: Configuration
-    let store: DocumentStore
+    let store: any SyncStore
     let logger: Logger
     private let state = Mutex(State())
 
-    init(store: DocumentStore, configuration: Configuration, logger: Logger) {
+    init(store: any SyncStore, configuration: Configuration, logger: Logger) {
         self.store = store
         self.configuration = configuration
         self.logger = logger

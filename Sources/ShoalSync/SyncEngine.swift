@@ -11,7 +11,7 @@ import Synchronization
 /// frames and a `SessionTransport`. The node hands it TCP connections; tests hand
 /// it in-memory pairs.
 public final class SyncEngine: Sendable {
-    public let store: DocumentStore
+    public let store: any SyncStore
     public let configuration: SyncConfiguration
     let logger: Logger
     let registry = PeerRegistry()
@@ -22,7 +22,7 @@ public final class SyncEngine: Sendable {
     public let pipeline: InboundPipeline
     private let requestIDs = Mutex<UInt64>(0)
 
-    public init(store: DocumentStore, configuration: SyncConfiguration, logger: Logger = Logger(label: "shoal.sync")) {
+    public init(store: any SyncStore, configuration: SyncConfiguration, logger: Logger = Logger(label: "shoal.sync")) {
         self.store = store
         self.configuration = configuration
         self.logger = logger

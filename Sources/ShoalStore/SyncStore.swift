@@ -1,0 +1,78 @@
+public import ShoalCRDT
+
+/// What sync does with a store, and nothing more: ShoalSync reaches the store only
+/// through this protocol, so that another store (another engine, a test double) can
+/// sit under the same sessions and inbound pipeline. `DocumentStore` is the one in use.
+///
+/// Outbound, a session reads the change log after a peer's cursor as pieces of
+/// transactions (`changes`), answers questions about one transaction
+/// (`transactionPieces`), and wakes when the log grows or cursors restart.
+/// Inbound, the pipeline starts from the transactions left waiting or partial
+/// (`transactionRecords`) and does each commit in one write transaction
+/// (`writeInbound`) through an `InboundWriting`.
+public protocol SyncStore: AnyObject, Sendable {
+    /// This node's site.
+    var siteID: SiteID { get }
+    /// The clock remote timestamps are observed on.
+    var clock: HybridLogicalClock { get }
+
+    // MARK: Outbound
+
+    /// Where `peer`'s stream under `subscriptionKey` resumes in this node's log.
+    func cursor(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> UInt64
+    /// The next page of the change log after `sequence`, as pieces for `subscriptions`.
+    func changes(
+        after sequence: UInt64, limit: Int, byteLimit: Int, subscriptions: SubscriptionSet,
+        excludingOrigin peer: SiteID?, continuing: Set<TransactionID>, resuming: Bool
+    ) async throws(StoreError) -> ChangeLogPage
+    /// The pieces of one logged transaction, for a peer that asks about it.
+    func transactionPieces(
+        _ id: TransactionID, subscriptions: SubscriptionSet, collections: Set<String>, byteLimit: Int
+    ) async throws(StoreError) -> [TransactionPiece]
+    /// The change log's last sequence, each time it grows.
+    func changeLogUpdates() -> AsyncStream<UInt64>
+    /// A signal each time EVICT restarts every peer cursor.
+    func cursorResets() -> AsyncStream<UInt64>
+
+    // MARK: Inbound
+
+    /// Every waiting and partial transaction: what the inbound pipeline starts from.
+    func transactionRecords() async throws(StoreError) -> [TransactionRecord]
+    /// Runs `body` in one write transaction; returns what it returned and what was applied.
+    func writeInbound<T: Sendable>(
+        _ body: @escaping @Sendable (any InboundWriting) throws -> T
+    ) async throws(StoreError) -> (T, ApplyOutcome)
+
+    // MARK: Attachments
+
+    func attachmentLength(hash: String) async throws(StoreError) -> Int?
+    func storeAttachment(_ bytes: [UInt8], hash: String) async throws(StoreError)
+    func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(StoreError) -> (total: Int, bytes: [UInt8])?
+}
+
+/// The store operations of one inbound commit, all inside the same write transaction:
+/// the durable buffer of waiting transactions, the apply of whole or partial ones,
+/// and peer cursors.
+public protocol InboundWriting: AnyObject {
+    /// What the calls so far applied.
+    var outcome: ApplyOutcome { get }
+    /// The state of a transaction this node has a record of, if any.
+    func state(of id: TransactionID) throws -> TransactionRecord.State?
+    /// Records a waiting transaction: its header and reports.
+    func save(_ record: TransactionRecord) throws
+    /// Keeps pieces of a waiting transaction in the durable buffer.
+    func buffer(_ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID) throws
+    /// Applies a transaction (with what the buffer holds of it when `buffered`).
+    func apply(
+        _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
+        context: [ContextField], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
+    ) throws
+    /// Marks a partial transaction whole.
+    func markApplied(_ id: TransactionID, rest: [Verdict]) throws
+    /// Records `through` as the resume point for `peer`'s log under `subscriptionKey`.
+    func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64) throws
+    /// Reads back a waiting or partial transaction's record.
+    func loadRecord(_ id: TransactionID) throws -> TransactionRecord?
+}
+
+extension DocumentStore: SyncStore {}
