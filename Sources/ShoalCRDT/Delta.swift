@@ -16,10 +16,14 @@ public struct Delta: Sendable, Hashable {
     public var index: UInt32
     /// How many deltas the transaction wrote in all.
     public var count: UInt32
+    /// The value `valueJSON` holds, when whoever made this delta parsed it already (a
+    /// receiver checking it): the applier then does not parse it again. Not part of
+    /// equality.
+    public var parsed: Value?
 
     public init(
         collection: String, documentID: String, field: String, valueJSON: String,
-        timestamp: HybridTimestamp, transaction: TransactionID, index: UInt32, count: UInt32
+        timestamp: HybridTimestamp, transaction: TransactionID, index: UInt32, count: UInt32, parsed: Value? = nil
     ) {
         self.collection = collection
         self.documentID = documentID
@@ -29,6 +33,22 @@ public struct Delta: Sendable, Hashable {
         self.transaction = transaction
         self.index = index
         self.count = count
+        self.parsed = parsed
+    }
+
+    public static func == (a: Delta, b: Delta) -> Bool {
+        a.collection == b.collection && a.documentID == b.documentID && a.field == b.field && a.valueJSON == b.valueJSON
+            && a.timestamp == b.timestamp && a.transaction == b.transaction && a.index == b.index && a.count == b.count
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(collection)
+        hasher.combine(documentID)
+        hasher.combine(field)
+        hasher.combine(valueJSON)
+        hasher.combine(timestamp)
+        hasher.combine(transaction)
+        hasher.combine(index)
     }
 
     /// The writer of this delta, which breaks timestamp ties.

@@ -191,7 +191,12 @@ public struct AdminClient: Sendable {
     private func exchange(
         _ request: Shoal_V1_AdminRequest, onResponse: (Shoal_V1_AdminResponse) async throws -> Bool
     ) async throws -> Shoal_V1_AdminResponse? {
-        try await withSession { session in try await session.exchange(request, onResponse: onResponse) }
+        // Encoded (and compressed) before connecting: a large request could otherwise
+        // keep the connection silent past the node's idle timeout.
+        let frame = try MessageCodec(limits: .default).encode(.adminRequest(request))
+        return try await withSession { session in
+            try await session.exchange(frame, id: request.requestID, onResponse: onResponse)
+        }
     }
 
     /// Opens one admin connection and keeps it for as long as `body` runs, so that many
@@ -302,10 +307,17 @@ public final class AdminSession {
     func exchange(
         _ request: Shoal_V1_AdminRequest, onResponse: (Shoal_V1_AdminResponse) async throws -> Bool
     ) async throws -> Shoal_V1_AdminResponse? {
-        try await outbound.write(codec.encode(.adminRequest(request)))
+        try await exchange(codec.encode(.adminRequest(request)), id: request.requestID, onResponse: onResponse)
+    }
+
+    /// `exchange` with the request already encoded.
+    func exchange(
+        _ request: Frame, id: UInt64, onResponse: (Shoal_V1_AdminResponse) async throws -> Bool
+    ) async throws -> Shoal_V1_AdminResponse? {
+        try await outbound.write(request)
         while let frame = try await iterator.next() {
             switch try codec.decode(frame) {
-            case .adminResponse(let response) where response.requestID == request.requestID:
+            case .adminResponse(let response) where response.requestID == id:
                 if try await onResponse(response) { return response }
             case .error(let error): throw NodeError(.requestFailed, error.message)
             default: continue

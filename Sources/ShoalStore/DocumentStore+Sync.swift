@@ -26,17 +26,27 @@ struct LogRow {
     /// How many deltas its transaction wrote to its document.
     var documentDeltas: UInt32
 
+    /// The columns a `LogRow` is read from, in the order `Column` numbers them.
     static let select =
         "SELECT seq, collection, doc_id, name, value, ts, txn_site, txn_seq, txn_index, txn_count, doc_deltas FROM change_log"
 
-    init(_ row: Row) {
-        sequence = UInt64(row[0] as Int64)
+    enum Column: Int32 {
+        case sequence, collection, documentID, name, value, timestamp, transactionSite, transactionSequence, index, count
+        case documentDeltas
+    }
+
+    init(_ row: HotStatement.Row) {
+        func integer(_ column: Column) -> Int64 { row.int64(column.rawValue) }
+        sequence = UInt64(bitPattern: integer(.sequence))
         delta = Delta(
-            collection: row[1], documentID: row[2], field: row[3], valueJSON: row[4],
-            timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row[5])),
-            transaction: TransactionID(origin: SiteID(UInt64(bitPattern: row[6])), sequence: UInt64(row[7] as Int64)),
-            index: UInt32(row[8] as Int64), count: UInt32(row[9] as Int64))
-        documentDeltas = UInt32(row[10] as Int64)
+            collection: row.text(Column.collection.rawValue), documentID: row.text(Column.documentID.rawValue),
+            field: row.text(Column.name.rawValue), valueJSON: row.text(Column.value.rawValue),
+            timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: integer(.timestamp))),
+            transaction: TransactionID(
+                origin: SiteID(UInt64(bitPattern: integer(.transactionSite))),
+                sequence: UInt64(bitPattern: integer(.transactionSequence))),
+            index: UInt32(truncatingIfNeeded: integer(.index)), count: UInt32(truncatingIfNeeded: integer(.count)))
+        documentDeltas = UInt32(truncatingIfNeeded: integer(.documentDeltas))
     }
 }
 
@@ -105,18 +115,19 @@ extension DocumentStore {
             // transaction it is in, so that ordinary transactions travel whole; past
             // that, or past the byte budget, it ends inside the transaction.
             let stretch = limit * 4
-            let cursor = try Row.fetchCursor(
-                db.cachedStatement(sql: "\(LogRow.select) WHERE seq > ? ORDER BY seq LIMIT ?"),
-                arguments: [Int64(sequence), stretch + 1])
-            while let row = try cursor.next() {
+            var statement = try HotStatement(db, sql: "\(LogRow.select) WHERE seq > ? ORDER BY seq LIMIT ?")
+            statement.bind(sequence)
+            statement.bind(stretch + 1)
+            try statement.query { row in
                 let decoded = LogRow(row)
                 let full = rows.count >= limit && decoded.delta.transaction != rows.last?.delta.transaction
                 if full || rows.count == stretch || (!rows.isEmpty && bytes + decoded.delta.valueJSON.utf8.count > byteLimit) {
                     next = decoded
-                    break
+                    return false
                 }
                 bytes += decoded.delta.valueJSON.utf8.count
                 rows.append(decoded)
+                return true
             }
             guard let lastRow = rows.last else { return ChangeLogPage(pieces: [], through: sequence) }
             var continuing = continuing
@@ -155,10 +166,14 @@ extension DocumentStore {
         let evicted = evictedSomething
         return try await read { db in
             guard let stored = try StoredTransaction.fetch(db, id), stored.state != .waiting else { return [] }
-            var rows = try Row.fetchAll(
-                db.cachedStatement(sql: "\(LogRow.select) WHERE txn_site = ? AND txn_seq = ? ORDER BY txn_index"),
-                arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]
-            ).map(LogRow.init)
+            var rows: [LogRow] = []
+            var statement = try HotStatement(db, sql: "\(LogRow.select) WHERE txn_site = ? AND txn_seq = ? ORDER BY txn_index")
+            statement.bind(id.origin.rawValue)
+            statement.bind(id.sequence)
+            try statement.query { row in
+                rows.append(LogRow(row))
+                return true
+            }
             if !collections.isEmpty { rows = rows.filter { collections.contains($0.delta.collection) } }
             var reader = PieceReader(db: db, subscriptions: subscriptions, excluded: nil, evicted: evicted, context: false)
             var pieces: [TransactionPiece] = []

@@ -52,14 +52,15 @@ struct HotStatement {
         guard code == SQLITE_DONE else { throw error(code) }
     }
 
-    /// Runs a query, handing each row's statement to `row`, and makes it ready to bind again.
-    mutating func query(_ row: (Row) throws -> Void) throws {
+    /// Runs a query, handing each row to `row` until it returns false or the rows
+    /// end, and makes the statement ready to bind again.
+    mutating func query(_ row: (Row) throws -> Bool) throws {
         defer { reset() }
         while true {
             let code = sqlite3_step(handle)
             if code == SQLITE_DONE { return }
             guard code == SQLITE_ROW else { throw error(code) }
-            try row(Row(handle))
+            guard try row(Row(handle)) else { return }
         }
     }
 

@@ -161,14 +161,14 @@ public final class InboundWriter: InboundWriting {
             // Merged even when logged before: EVICT keeps the log but not the fields, and a
             // refill must bring them back. A duplicate simply loses LWW (equal version).
             var current = try registers(document)
-            if current.merge(delta.field, RegisterState(delta: delta)) {
+            if current.merge(delta.field, RegisterState(delta: delta, parsed: delta.parsed)) {
                 won[document, default: [:]][delta.field] = (current[delta.field]!, delta.index)
             }
             documents[document] = current
         }
         for field in contextFields {
             var current = try registers(field.document)
-            if current.merge(field.field, RegisterState(delta: field.delta)) {
+            if current.merge(field.field, RegisterState(delta: field.delta, parsed: field.delta.parsed)) {
                 won[field.document, default: [:]][field.field] = (current[field.field]!, 0)
             }
             documents[field.document] = current

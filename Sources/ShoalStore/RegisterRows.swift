@@ -53,6 +53,7 @@ enum RegisterRows {
         try statement.query { row in
             let record = FieldRecord(row)
             registers[record.name] = record.state
+            return true
         }
         return DocumentRegisters(registers)
     }

@@ -162,12 +162,12 @@ public enum PieceCodec {
                             .protocolViolation,
                             "\(what): transaction \(id) has delta index \(f.index) but only \(w.deltaCount) deltas")
                     }
-                    let json = try value(f.valueJson, what: what, id: id, field: f.field)
+                    let (json, parsed) = try value(f.valueJson, what: what, id: id, field: f.field)
                     deltas.append(
                         Delta(
                             collection: d.collection, documentID: d.documentID, field: f.field, valueJSON: json,
                             timestamp: HybridTimestamp(rawValue: w.baseTimestamp &+ UInt64(bitPattern: f.timestampOffset)),
-                            transaction: id, index: f.index, count: w.deltaCount))
+                            transaction: id, index: f.index, count: w.deltaCount, parsed: parsed))
                 }
             }
             let verdicts = try w.verdicts.map { v throws(SyncError) -> Verdict in
@@ -208,7 +208,7 @@ public enum PieceCodec {
                     context.append(
                         ContextField(
                             document: DocumentRef(collection: c.collection, id: c.documentID), field: f.field,
-                            valueJSON: try value(f.valueJson, what: what, id: id, field: f.field),
+                            valueJSON: try value(f.valueJson, what: what, id: id, field: f.field).0,
                             timestamp: HybridTimestamp(rawValue: f.timestamp),
                             transaction: TransactionID(origin: SiteID(f.originSite), sequence: f.originSequence)))
                 }
@@ -222,23 +222,23 @@ public enum PieceCodec {
 
     /// A value as text: UTF-8, and JSON, empty (a removed register) or `~` and a
     /// site in hex (an observed map-entry removal).
-    static func value(_ bytes: Data, what: String, id: TransactionID, field: String) throws(SyncError) -> String {
+    /// A received value, checked: its text, and what it parses to (nil for a removal).
+    static func value(_ bytes: Data, what: String, id: TransactionID, field: String) throws(SyncError) -> (String, Value?) {
         guard let json = String(validating: bytes, as: UTF8.self) else {
             throw SyncError(.protocolViolation, "\(what): transaction \(id) has a value that is not UTF-8")
         }
-        if json.isEmpty { return json }
+        if json.isEmpty { return (json, nil) }
         if json.hasPrefix("~") {
             guard SiteID(hex: json.dropFirst()) != nil else {
                 throw SyncError(
                     .executionFailed, "\(what): transaction \(id): field \(field) is an observed removal without a site in hex")
             }
-            return json
+            return (json, nil)
         }
         do {
-            _ = try JSON.parse(json)
+            return (json, try JSON.parse(json))
         } catch {
             throw SyncError(.executionFailed, "\(what): transaction \(id): field \(field) is not valid JSON (\(error))")
         }
-        return json
     }
 }

@@ -10,20 +10,20 @@ enum PeerRun {
     }
 
     /// The peer's figures, or why there are none (python3 or pycrdt missing, say).
-    static func measure(script: String, updates: Int) -> Result<Figure, BenchError> {
+    static func measure(script: String, python: String, updates: Int) -> Result<Figure, BenchError> {
         guard FileManager.default.fileExists(atPath: script) else {
             return .failure(BenchError("\(script) not found (run shoal-bench from the repository's root, or pass --peer-script)"))
         }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script, "--updates", "\(updates)"]
+        process.arguments = [python, script, "--updates", "\(updates)"]
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err
         do {
             try process.run()
         } catch {
-            return .failure(BenchError("cannot run python3: \(error)"))
+            return .failure(BenchError("cannot run \(python): \(error)"))
         }
         let output = out.fileHandleForReading.readDataToEndOfFile()
         let errors = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)

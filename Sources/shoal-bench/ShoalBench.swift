@@ -27,6 +27,9 @@ struct ShoalBench: AsyncParsableCommand {
     @Option(name: .long, help: "The Yjs peer script, run with python3 (default Benchmarks/peers/yjs_bench.py).")
     var peerScript = "Benchmarks/peers/yjs_bench.py"
 
+    @Option(name: .long, help: "The Python that runs the peer script (default $SHOAL_BENCH_PYTHON, else python3).")
+    var python = ProcessInfo.processInfo.environment["SHOAL_BENCH_PYTHON"] ?? "python3"
+
     @Flag(name: .long, help: "Skip the Yjs peer.")
     var noPeer = false
 
@@ -70,7 +73,7 @@ struct ShoalBench: AsyncParsableCommand {
         report.initialSync = cluster.initialSync
         if !noPeer {
             progress.say("4/4 the same writes through pycrdt-websocket")
-            report.peer = PeerRun.measure(script: peerScript, updates: plan.documents)
+            report.peer = PeerRun.measure(script: peerScript, python: python, updates: plan.documents)
         }
         print(json ? report.json : report.table)
     }
