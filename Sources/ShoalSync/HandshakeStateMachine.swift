@@ -115,7 +115,7 @@ public struct HandshakeStateMachine: Sendable {
         switch (state, message) {
         case (_, .error(let error)):
             state = .failed
-            return [.fail(SyncError(error.code, error.message, fromPeer: true))]
+            return [.fail(SyncError(received: error))]
         case (.awaitingHello, .hello(let hello)):
             return receiveHello(hello)
         case (.awaitingProof(let hello), .proof(let proof)):
@@ -127,7 +127,7 @@ public struct HandshakeStateMachine: Sendable {
         }
     }
 
-    private mutating func fail(_ code: Shoal_V1_ErrorCode, _ message: String) -> [Action] {
+    private mutating func fail(_ code: SyncError.Code, _ message: String) -> [Action] {
         state = .failed
         return [.fail(SyncError(code, message))]
     }

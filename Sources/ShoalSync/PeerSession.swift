@@ -48,7 +48,7 @@ struct PeerSession: Sendable {
     /// Tells the peer why, then ends the session with that error.
     func reject(_ error: SyncError) async -> SyncError {
         if !error.fromPeer {
-            try? await send(.fatal(error.code, error.message))
+            try? await send(error.frame)
         }
         engine.registry.update(recordID) { $0.lastError = error.description }
         return error
@@ -59,7 +59,7 @@ struct PeerSession: Sendable {
         do {
             frame = try await iterator.next()
         } catch let error as WireError {
-            throw await reject(SyncError(error.protocolCode, error.message))
+            throw await reject(SyncError(error))
         }
         guard let frame else { return nil }
         shared.touch()
@@ -67,7 +67,7 @@ struct PeerSession: Sendable {
         do {
             return try codec.decode(frame)
         } catch {
-            throw await reject(SyncError(error.protocolCode, error.message))
+            throw await reject(SyncError(error))
         }
     }
 
@@ -154,14 +154,20 @@ struct PeerSession: Sendable {
             defer { group.cancelAll() }
             while let message = try await receive(&iterator) {
                 switch message {
-                case .adminRequest(let request):
+                case .adminRequest(let wire):
                     guard let admin else {
                         throw await reject(SyncError(.protocolViolation, "this endpoint does not take admin requests"))
                     }
-                    let respond: @Sendable (Shoal_V1_AdminResponse) async throws -> Void = { response in
-                        try await send(.adminResponse(response))
+                    let requestID = wire.requestID
+                    let respond: @Sendable (AdminResponse) async throws -> Void = { response in
+                        try await send(.adminResponse(response.wire(requestID: requestID)))
                     }
-                    if case .observe? = request.request {
+                    guard let request = AdminRequest(wire: wire) else {
+                        try await respond(.failure(.protocolViolation, "empty admin request"))
+                        shared.touch()
+                        continue
+                    }
+                    if case .observe = request {
                         shared.beginWork()  // an observing client may stay silent for as long as it likes
                         group.addTask { [shared] in
                             defer { shared.endWork() }
@@ -176,7 +182,7 @@ struct PeerSession: Sendable {
                 case .ping(let ping):
                     try await send(.pong(ping))
                 case .error(let error):
-                    throw SyncError(error.code, error.message, fromPeer: true)
+                    throw SyncError(received: error)
                 default:
                     throw await reject(SyncError(.protocolViolation, "unexpected \(message.type) frame from an admin client"))
                 }

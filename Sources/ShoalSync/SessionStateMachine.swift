@@ -333,7 +333,7 @@ public struct SessionStateMachine: Sendable {
                 return close(error)
             }
         case .error(let error):
-            return close(SyncError(error.code, error.message, fromPeer: true))
+            return close(SyncError(received: error))
         case .hello, .proof, .adminRequest, .adminResponse:
             return close(SyncError(.protocolViolation, "unexpected \(message.type) frame in an established session"))
         }

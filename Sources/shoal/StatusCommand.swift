@@ -1,7 +1,7 @@
 import ArgumentParser
 import ShoalCRDT
 import ShoalNode
-import ShoalWire
+import ShoalSync
 
 struct StatusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -15,7 +15,7 @@ struct StatusCommand: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        let status: Shoal_V1_StatusResponse
+        let status: NodeStatus
         do {
             status = try await client.client().status()
         } catch let error as NodeError {
@@ -28,9 +28,9 @@ struct StatusCommand: AsyncParsableCommand {
         }
     }
 
-    static func site(_ raw: UInt64) -> Value { raw == 0 ? .null : .string(SiteID(raw).description) }
+    static func site(_ site: SiteID?) -> Value { site.map { .string($0.description) } ?? .null }
 
-    static func json(_ s: Shoal_V1_StatusResponse) -> Value {
+    static func json(_ s: NodeStatus) -> Value {
         .object([
             "siteID": site(s.siteID),
             "name": .string(s.name),
@@ -42,7 +42,7 @@ struct StatusCommand: AsyncParsableCommand {
                     .object([
                         "siteID": site(p.siteID), "name": .string(p.name), "address": .string(p.address),
                         "state": .string(p.state), "direction": .string(p.direction),
-                        "rttMillis": p.rttMillis > 0 ? .double((p.rttMillis * 1000).rounded() / 1000) : .null,
+                        "rttMillis": p.rttMillis.map { .double(($0 * 1000).rounded() / 1000) } ?? .null,
                         "bytesIn": .int(Int64(p.bytesIn)), "bytesOut": .int(Int64(p.bytesOut)),
                     ])
                 }),
@@ -54,16 +54,16 @@ struct StatusCommand: AsyncParsableCommand {
         ])
     }
 
-    static func pending(_ p: Shoal_V1_PendingTransaction) -> Value {
+    static func pending(_ p: NodeStatus.Pending) -> Value {
         .object([
-            "id": .string(p.id), "origin": site(p.originSite), "haveDocuments": .int(Int64(p.haveDocuments)),
+            "id": .string(p.id), "origin": site(p.origin), "haveDocuments": .int(Int64(p.haveDocuments)),
             "needDocuments": .int(Int64(p.needDocuments)), "ageSeconds": .double((p.ageSeconds * 10).rounded() / 10),
             "askedPeers": .array(p.askedPeers.map(Value.string)), "reason": .string(p.reason),
             "missingCollections": .array(p.missingCollections.map(Value.string)),
         ])
     }
 
-    static func transactions(_ t: Shoal_V1_TransactionStatus) -> Value {
+    static func transactions(_ t: NodeStatus.Transactions) -> Value {
         .object([
             "committedLocal": .int(Int64(t.committedLocal)),
             "appliedRemote": .int(Int64(t.appliedRemote)),
@@ -79,14 +79,14 @@ struct StatusCommand: AsyncParsableCommand {
         ])
     }
 
-    static func table(_ s: Shoal_V1_StatusResponse) -> String {
-        var out = "Node \(s.name)  site \(SiteID(s.siteID))  listening on \(s.listen)  mesh \(s.meshName)  log at \(s.changeLogSequence)\n"
+    static func table(_ s: NodeStatus) -> String {
+        var out = "Node \(s.name)  site \(s.siteID)  listening on \(s.listen)  mesh \(s.meshName)  log at \(s.changeLogSequence)\n"
         out += "\nPeers\n"
         out += render(
             ["SITE", "NAME", "ADDRESS", "DIRECTION", "STATE", "RTT ms", "IN", "OUT"],
             s.peers.map { p in
-                [p.siteID == 0 ? "-" : SiteID(p.siteID).description, p.name.isEmpty ? "-" : p.name, p.address, p.direction,
-                 p.state, p.rttMillis > 0 ? String(format2(p.rttMillis)) : "-", bytes(p.bytesIn), bytes(p.bytesOut)]
+                [p.siteID?.description ?? "-", p.name.isEmpty ? "-" : p.name, p.address, p.direction,
+                 p.state, p.rttMillis.map(format2) ?? "-", bytes(p.bytesIn), bytes(p.bytesOut)]
             })
         out += "\nSubscriptions\n"
         out += render(["ID", "ORIGIN", "QUERY"], s.subscriptions.map { [$0.id, $0.origin, $0.query] })

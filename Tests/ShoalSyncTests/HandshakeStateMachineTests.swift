@@ -29,7 +29,7 @@ import Testing
                 case .established: end = action
                 case .fail(let e):
                     end = action
-                    if !e.fromPeer { outbox.append(.fatal(e.code, e.message)) }
+                    if !e.fromPeer { outbox.append(e.frame) }
                 }
             }
         }
