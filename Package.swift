@@ -97,7 +97,7 @@ let package = Package(
         .testTarget(name: "ShoalQueryTests", dependencies: ["ShoalQuery", "ShoalCRDT"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ShoalWireTests",
-            dependencies: ["ShoalWire", "ShoalTesting", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: ["ShoalWire", "ShoalSync", "ShoalTesting", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -4,9 +4,10 @@
 # Node i (1..N) is node-i, listens on 127.0.0.1:$((SHOAL_BASE_PORT + i)) (7470 + i by
 # default) and keeps its data in $SHOAL_DEMO_DATA/node-i (a new temporary directory
 # unless SHOAL_DEMO_DATA is set). Each node reads a config file written there,
-# shoal.toml, and dials node-1, so the mesh is joined whatever else is on the LAN
-# (discovery is off: see deploy/netns-mesh.sh for that). Every node subscribes to
-# SHOAL_SUBSCRIBE ("SELECT * FROM cars" by default).
+# shoal.toml. The nodes find each other by LAN discovery on the loopback interface
+# only (discovery-interface = "lo": multicast TTL 0, nothing leaves the machine), and
+# each also dials node-1 as a static peer. Every node subscribes to SHOAL_SUBSCRIBE
+# ("SELECT * FROM cars" by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${1:-3}
@@ -34,7 +35,7 @@ for i in $(seq 1 "$count"); do
     echo "name = \"node-$i\""
     echo "listen = \"127.0.0.1:$((base + i))\""
     echo "mesh = \"local-mesh\""
-    echo "discovery = false"
+    echo "discovery-interface = \"lo\""
     echo "subscribe = [\"${query//\"/\\\"}\"]"
     if [ "$i" -gt 1 ]; then echo "peer = [\"127.0.0.1:$((base + 1))\"]"; fi
   } > "$dir/shoal.toml"

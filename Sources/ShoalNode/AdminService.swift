@@ -3,6 +3,7 @@ import ShoalQuery
 import ShoalStore
 import ShoalSync
 import Foundation
+import Synchronization
 
 /// Answers the CLI: `exec` runs statements, `status` describes the node,
 /// `subscribe`/`unsubscribe` change its saved subscriptions, `observe` streams a query's result.
@@ -158,6 +159,12 @@ struct AdminService: AdminRequestHandler {
             transactionID: transaction.transactionID?.description)
     }
 
+    /// Whether LAN discovery hears `site` (so a session it dialed to us was found that way too).
+    func heard(_ site: SiteID?) -> Bool {
+        guard let site, let discovery = node.discovery else { return false }
+        return discovery.table.withLock { $0.entries[site] != nil }
+    }
+
     func status() async throws(StoreError) -> NodeStatus {
         var status = NodeStatus(
             siteID: node.siteID, name: node.name,
@@ -170,7 +177,7 @@ struct AdminService: AdminRequestHandler {
                     NodeStatus.Peer(
                         siteID: peer.siteID, name: peer.name, address: peer.address, state: peer.state,
                         direction: peer.direction.rawValue, rttMillis: peer.rttMillis, bytesIn: peer.bytesIn,
-                        bytesOut: peer.bytesOut))
+                        bytesOut: peer.bytesOut, discovered: peer.discovered || heard(peer.siteID)))
             }
             for entry in peer.subscriptions {
                 status.subscriptions.append(

@@ -47,6 +47,7 @@ public struct NodeSettings: Sendable, Hashable {
         Key(name: "mesh", kind: .string, summary: "the mesh name; peers must use the same one (default \"default\")"),
         Key(name: "mesh-key-file", kind: .string, summary: "a file holding the mesh key (at least 16 bytes)"),
         Key(name: "discovery", kind: .boolean, summary: "find peers of the same mesh on the LAN (default true)"),
+        Key(name: "discovery-interface", kind: .string, summary: "the interface discovery uses, NAME or IPV4 (default: every multicast-capable one)"),
         Key(name: "log-level", kind: .string, summary: "trace, debug, info, notice, warning, error or critical (default info)"),
         Key(name: "max-frame-size", kind: .integer, summary: "the largest frame accepted, in bytes (default 16777216)"),
         Key(name: "coverage-wait", kind: .seconds, summary: "seconds a remote transaction waits for pieces its subscriptions cover (default 30)"),
@@ -280,7 +281,7 @@ public struct NodeSettings: Sendable, Hashable {
         if case .boolean(let b)? = values["discovery"] { discovery = b }
         return NodeConfiguration(
             dataDirectory: data, listen: listen, name: string("name"), peers: peers, subscriptions: strings("subscribe"),
-            meshName: mesh, meshKey: meshKey, discovery: discovery,
+            meshName: mesh, meshKey: meshKey, discovery: discovery, discoveryInterface: string("discovery-interface"),
             limits: WireLimits(maximumFrameSize: frame, maximumInflatedSize: frame),
             coverageWait: .milliseconds(Int64(wait * 1000)), maximumWaitingTransactions: waitingTransactions,
             maximumWaitingBytes: waitingBytes)

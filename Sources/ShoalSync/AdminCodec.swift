@@ -147,7 +147,7 @@ extension NodeStatus {
                 Peer(
                     siteID: p.siteID == 0 ? nil : SiteID(p.siteID), name: p.name, address: p.address, state: p.state,
                     direction: p.direction, rttMillis: p.rttMillis > 0 ? p.rttMillis : nil, bytesIn: p.bytesIn,
-                    bytesOut: p.bytesOut)
+                    bytesOut: p.bytesOut, discovered: p.discovered)
             },
             subscriptions: s.subscriptions.map(SubscriptionInfo.init(wire:)),
             collections: s.collections.map { Collection(name: $0.name, documents: $0.documents) },
@@ -171,6 +171,7 @@ extension NodeStatus {
             p.bytesIn = peer.bytesIn
             p.bytesOut = peer.bytesOut
             p.direction = peer.direction
+            p.discovered = peer.discovered
             return p
         }
         s.subscriptions = subscriptions.map(\.wire)

@@ -131,11 +131,14 @@ public struct NodeStatus: Sendable, Hashable {
         public var rttMillis: Double?
         public var bytesIn: UInt64
         public var bytesOut: UInt64
+        /// Found by LAN discovery.
+        public var discovered: Bool
 
         public init(
             siteID: SiteID?, name: String, address: String, state: String, direction: String, rttMillis: Double?,
-            bytesIn: UInt64, bytesOut: UInt64
+            bytesIn: UInt64, bytesOut: UInt64, discovered: Bool = false
         ) {
+            self.discovered = discovered
             self.siteID = siteID
             self.name = name
             self.address = address

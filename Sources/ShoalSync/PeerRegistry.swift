@@ -11,6 +11,8 @@ public struct PeerSnapshot: Sendable, Hashable {
     /// "connecting", "handshaking", "connected" or "disconnected".
     public var state: String
     public var direction: ConnectionDirection
+    /// Found by LAN discovery, rather than a `--peer` address or an inbound connection.
+    public var discovered: Bool = false
     public var rttMillis: Double?
     public var bytesIn: UInt64
     public var bytesOut: UInt64
@@ -37,14 +39,16 @@ final class PeerRegistry: Sendable {
 
     private let state = Mutex(State())
 
-    func open(direction: ConnectionDirection, address: String, close: @escaping @Sendable () async -> Void) -> Int {
+    func open(
+        direction: ConnectionDirection, address: String, discovered: Bool = false, close: @escaping @Sendable () async -> Void
+    ) -> Int {
         state.withLock { s in
             let id = s.nextID
             s.nextID += 1
             s.records[id] = Record(
                 snapshot: PeerSnapshot(
                     siteID: nil, name: "", address: address, state: "handshaking", direction: direction,
-                    rttMillis: nil, bytesIn: 0, bytesOut: 0, lastError: nil, subscriptions: []),
+                    discovered: discovered, rttMillis: nil, bytesIn: 0, bytesOut: 0, lastError: nil, subscriptions: []),
                 close: close)
             return id
         }
@@ -99,12 +103,13 @@ final class PeerRegistry: Sendable {
         state.withLock { s in s.records.values.contains { $0.snapshot.siteID == site && $0.snapshot.state == "connected" } }
     }
 
-    func setDialTarget(_ address: String, state newState: String, error: String? = nil) {
+    func setDialTarget(_ address: String, state newState: String, error: String? = nil, discovered: Bool = false) {
         state.withLock { s in
             var snapshot = s.dialTargets[address] ?? PeerSnapshot(
-                siteID: nil, name: "", address: address, state: newState, direction: .outbound, rttMillis: nil,
-                bytesIn: 0, bytesOut: 0, lastError: nil, subscriptions: [])
+                siteID: nil, name: "", address: address, state: newState, direction: .outbound, discovered: discovered,
+                rttMillis: nil, bytesIn: 0, bytesOut: 0, lastError: nil, subscriptions: [])
             snapshot.state = newState
+            snapshot.discovered = discovered
             if let error { snapshot.lastError = error }
             s.dialTargets[address] = snapshot
         }

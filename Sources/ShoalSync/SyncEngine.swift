@@ -98,8 +98,8 @@ public final class SyncEngine: Sendable {
     public func isConnected(to site: SiteID) -> Bool { registry.isConnected(site: site) }
 
     /// Records the state of an address the node dials, for status.
-    public func noteDialTarget(_ address: String, state: String, error: String? = nil) {
-        registry.setDialTarget(address, state: state, error: error)
+    public func noteDialTarget(_ address: String, state: String, error: String? = nil, discovered: Bool = false) {
+        registry.setDialTarget(address, state: state, error: error, discovered: discovered)
     }
 
     public func forgetDialTarget(_ address: String) { registry.removeDialTarget(address) }
@@ -111,9 +111,10 @@ public final class SyncEngine: Sendable {
     @discardableResult
     public func serve<Inbound: AsyncSequence & Sendable>(
         inbound: Inbound, transport: some SessionTransport, direction: ConnectionDirection, remoteAddress: String,
-        admin: (any AdminRequestHandler)? = nil
+        admin: (any AdminRequestHandler)? = nil, discovered: Bool = false
     ) async throws -> PeerIdentity? where Inbound.Element == Frame {
-        let id = registry.open(direction: direction, address: remoteAddress, close: { await transport.close() })
+        let id = registry.open(
+            direction: direction, address: remoteAddress, discovered: discovered, close: { await transport.close() })
         defer { registry.remove(id) }
         let session = PeerSession(
             engine: self, recordID: id, transport: transport, direction: direction, remoteAddress: remoteAddress,

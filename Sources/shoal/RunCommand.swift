@@ -43,6 +43,11 @@ struct RunCommand: AsyncParsableCommand {
     @Flag(inversion: .prefixedNo, help: "Look for peers of the same mesh on the LAN (default: on).")
     var discovery: Bool?
 
+    @Option(
+        name: .long,
+        help: "The interface LAN discovery announces and listens on, by name (lo, eth0) or IPv4 address (default: every multicast-capable one).")
+    var discoveryInterface: String?
+
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error or critical (default: info).")
     var logLevel: String?
 
@@ -71,6 +76,7 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("mesh", mesh.map { .string($0) })
         s.setFlag("mesh-key-file", meshKeyFile.map { .string($0) })
         s.setFlag("discovery", discovery.map { .boolean($0) })
+        s.setFlag("discovery-interface", discoveryInterface.map { .string($0) })
         s.setFlag("log-level", logLevel.map { .string($0) })
         s.setFlag("max-frame-size", maxFrameSize.map { .integer($0) })
         s.setFlag("coverage-wait", coverageWait.map { .seconds($0) })

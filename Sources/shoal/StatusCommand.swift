@@ -44,6 +44,7 @@ struct StatusCommand: AsyncParsableCommand {
                         "state": .string(p.state), "direction": .string(p.direction),
                         "rttMillis": p.rttMillis.map { .double(($0 * 1000).rounded() / 1000) } ?? .null,
                         "bytesIn": .int(Int64(p.bytesIn)), "bytesOut": .int(Int64(p.bytesOut)),
+                        "discovered": .bool(p.discovered),
                     ])
                 }),
             "subscriptions": .array(
@@ -83,9 +84,10 @@ struct StatusCommand: AsyncParsableCommand {
         var out = "Node \(s.name)  site \(s.siteID)  listening on \(s.listen)  mesh \(s.meshName)  log at \(s.changeLogSequence)\n"
         out += "\nPeers\n"
         out += render(
-            ["SITE", "NAME", "ADDRESS", "DIRECTION", "STATE", "RTT ms", "IN", "OUT"],
+            ["SITE", "NAME", "ADDRESS", "FOUND BY", "DIRECTION", "STATE", "RTT ms", "IN", "OUT"],
             s.peers.map { p in
-                [p.siteID?.description ?? "-", p.name.isEmpty ? "-" : p.name, p.address, p.direction,
+                [p.siteID?.description ?? "-", p.name.isEmpty ? "-" : p.name, p.address,
+                 p.discovered ? "discovery" : p.direction == "outbound" ? "static" : "-", p.direction,
                  p.state, p.rttMillis.map(format2) ?? "-", bytes(p.bytesIn), bytes(p.bytesOut)]
             })
         out += "\nSubscriptions\n"

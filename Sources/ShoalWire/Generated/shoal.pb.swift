@@ -1153,6 +1153,9 @@ public nonisolated struct Shoal_V1_PeerStatus: Sendable {
   /// "inbound" or "outbound".
   public var direction: String = String()
 
+  /// Found by LAN discovery (section 16), rather than a --peer address or an inbound connection.
+  public var discovered: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1183,6 +1186,36 @@ public nonisolated struct Shoal_V1_CollectionStatus: Sendable {
   public var name: String = String()
 
   public var documents: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Not a frame: the payload of a LAN discovery datagram (UDP multicast, PROTOCOL.md
+/// section 16), after its 6-byte header and before its MAC.
+public nonisolated struct Shoal_V1_Announcement: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The mesh the sender belongs to; receivers of another mesh ignore it.
+  public var meshName: String = String()
+
+  public var siteID: UInt64 = 0
+
+  public var nodeName: String = String()
+
+  /// Where the sender accepts connections, "host:port", on the network the datagram was sent to.
+  public var listenAddresses: [String] = []
+
+  /// The protocol versions the sender speaks, inclusive (as in Hello).
+  public var minVersion: UInt32 = 0
+
+  public var maxVersion: UInt32 = 0
+
+  /// Counts 1, 2, 3, ... per start of the sender, so receivers can tell a restart.
+  public var sequence: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -3155,7 +3188,7 @@ nonisolated extension Shoal_V1_PendingTransaction: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PeerStatus"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}address\0\u{1}state\0\u{3}rtt_millis\0\u{3}bytes_in\0\u{3}bytes_out\0\u{1}direction\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}address\0\u{1}state\0\u{3}rtt_millis\0\u{3}bytes_in\0\u{3}bytes_out\0\u{1}direction\0\u{1}discovered\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3171,6 +3204,7 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.bytesIn) }()
       case 7: try { try decoder.decodeSingularUInt64Field(value: &self.bytesOut) }()
       case 8: try { try decoder.decodeSingularStringField(value: &self.direction) }()
+      case 9: try { try decoder.decodeSingularBoolField(value: &self.discovered) }()
       default: break
       }
     }
@@ -3201,6 +3235,9 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
     if !self.direction.isEmpty {
       try visitor.visitSingularStringField(value: self.direction, fieldNumber: 8)
     }
+    if self.discovered != false {
+      try visitor.visitSingularBoolField(value: self.discovered, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3213,6 +3250,7 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.bytesIn != rhs.bytesIn {return false}
     if lhs.bytesOut != rhs.bytesOut {return false}
     if lhs.direction != rhs.direction {return false}
+    if lhs.discovered != rhs.discovered {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3288,6 +3326,66 @@ nonisolated extension Shoal_V1_CollectionStatus: SwiftProtobuf.Message, SwiftPro
   public static func ==(lhs: Shoal_V1_CollectionStatus, rhs: Shoal_V1_CollectionStatus) -> Bool {
     if lhs.name != rhs.name {return false}
     if lhs.documents != rhs.documents {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_Announcement: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Announcement"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}mesh_name\0\u{3}site_id\0\u{3}node_name\0\u{3}listen_addresses\0\u{3}min_version\0\u{3}max_version\0\u{1}sequence\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.meshName) }()
+      case 2: try { try decoder.decodeSingularFixed64Field(value: &self.siteID) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.nodeName) }()
+      case 4: try { try decoder.decodeRepeatedStringField(value: &self.listenAddresses) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.minVersion) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.maxVersion) }()
+      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.sequence) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.meshName.isEmpty {
+      try visitor.visitSingularStringField(value: self.meshName, fieldNumber: 1)
+    }
+    if self.siteID != 0 {
+      try visitor.visitSingularFixed64Field(value: self.siteID, fieldNumber: 2)
+    }
+    if !self.nodeName.isEmpty {
+      try visitor.visitSingularStringField(value: self.nodeName, fieldNumber: 3)
+    }
+    if !self.listenAddresses.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.listenAddresses, fieldNumber: 4)
+    }
+    if self.minVersion != 0 {
+      try visitor.visitSingularUInt32Field(value: self.minVersion, fieldNumber: 5)
+    }
+    if self.maxVersion != 0 {
+      try visitor.visitSingularUInt32Field(value: self.maxVersion, fieldNumber: 6)
+    }
+    if self.sequence != 0 {
+      try visitor.visitSingularUInt64Field(value: self.sequence, fieldNumber: 7)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_Announcement, rhs: Shoal_V1_Announcement) -> Bool {
+    if lhs.meshName != rhs.meshName {return false}
+    if lhs.siteID != rhs.siteID {return false}
+    if lhs.nodeName != rhs.nodeName {return false}
+    if lhs.listenAddresses != rhs.listenAddresses {return false}
+    if lhs.minVersion != rhs.minVersion {return false}
+    if lhs.maxVersion != rhs.maxVersion {return false}
+    if lhs.sequence != rhs.sequence {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
