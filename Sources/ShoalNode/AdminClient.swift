@@ -33,8 +33,9 @@ public struct AdminClient: Sendable {
         return result
     }
 
-    public func status() async throws(NodeError) -> NodeStatus {
-        guard case .status(let status) = try await send(.status) else {
+    /// The node's status; with `digests`, each collection's digest too (it reads every document).
+    public func status(digests: Bool = false) async throws(NodeError) -> NodeStatus {
+        guard case .status(let status) = try await send(.status(digests: digests)) else {
             throw NodeError(.protocolError, "the node answered status with something else")
         }
         return status

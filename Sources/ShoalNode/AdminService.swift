@@ -16,8 +16,8 @@ struct AdminService: AdminRequestHandler {
             switch request {
             case .exec(let statements, let argumentsJSON, let hint, let readOnly):
                 response = .exec(try await execute(statements, argumentsJSON: argumentsJSON, hint: hint, readOnly: readOnly))
-            case .status:
-                response = .status(try await status())
+            case .status(let digests):
+                response = .status(try await status(digests: digests))
             case .subscribe(let query, let argumentsJSON):
                 response = .subscription(try await subscribe(query, argumentsJSON: argumentsJSON))
             case .unsubscribe(let idOrQuery):
@@ -165,7 +165,15 @@ struct AdminService: AdminRequestHandler {
         return discovery.table.withLock { $0.entries[site] != nil }
     }
 
-    func status() async throws(StoreError) -> NodeStatus {
+    /// A collection's digest (DATA_MODEL.md §17): SHA-256 of its live documents'
+    /// canonical JSON, sorted, each followed by a newline.
+    func digest(of collection: String) async throws(StoreError) -> String? {
+        guard !collection.contains("`") else { return nil }
+        let bodies = try await node.store.execute("SELECT * FROM `\(collection)`").items.map(\.canonicalJSON).sorted()
+        return AttachmentToken.hash(of: Array(bodies.map { $0 + "\n" }.joined().utf8))
+    }
+
+    func status(digests: Bool = false) async throws(StoreError) -> NodeStatus {
         var status = NodeStatus(
             siteID: node.siteID, name: node.name,
             listen: node.listenAddress?.description ?? node.configuration.listen.description,
@@ -178,6 +186,14 @@ struct AdminService: AdminRequestHandler {
                         siteID: peer.siteID, name: peer.name, address: peer.address, state: peer.state,
                         direction: peer.direction.rawValue, rttMillis: peer.rttMillis, bytesIn: peer.bytesIn,
                         bytesOut: peer.bytesOut, discovered: peer.discovered || heard(peer.siteID)))
+                status.peers[status.peers.count - 1].deltasIn = peer.deltasIn
+                status.peers[status.peers.count - 1].deltasOut = peer.deltasOut
+                status.peers[status.peers.count - 1].lagDeltas = peer.lagDeltas
+                status.peers[status.peers.count - 1].listenAddress = peer.listenAddress ?? (peer.direction == .outbound ? peer.address : nil)
+                status.peers[status.peers.count - 1].lastSeenMillisAgo = peer.lastHeard.map { since in
+                    let elapsed = ContinuousClock.now - since
+                    return elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+                }
             }
             for entry in peer.subscriptions {
                 status.subscriptions.append(
@@ -185,8 +201,11 @@ struct AdminService: AdminRequestHandler {
             }
         }
         status.transactions = transactionStatus()
-        status.collections = try await node.store.collectionCounts().map {
-            NodeStatus.Collection(name: $0.name, documents: UInt64($0.documents))
+        for collection in try await node.store.collectionCounts() {
+            status.collections.append(
+                NodeStatus.Collection(
+                    name: collection.name, documents: UInt64(collection.documents),
+                    digest: digests ? try await digest(of: collection.name) : nil))
         }
         return status
     }

@@ -48,6 +48,7 @@ public struct NodeSettings: Sendable, Hashable {
         Key(name: "mesh-key-file", kind: .string, summary: "a file holding the mesh key (at least 16 bytes)"),
         Key(name: "discovery", kind: .boolean, summary: "find peers of the same mesh on the LAN (default true)"),
         Key(name: "discovery-interface", kind: .string, summary: "the interface discovery uses, NAME or IPV4 (default: every multicast-capable one)"),
+        Key(name: "relay", kind: .boolean, summary: "carry changes for neighbours' subscriptions this node's own do not cover (default true)"),
         Key(name: "log-level", kind: .string, summary: "trace, debug, info, notice, warning, error or critical (default info)"),
         Key(name: "max-frame-size", kind: .integer, summary: "the largest frame accepted, in bytes (default 16777216)"),
         Key(name: "coverage-wait", kind: .seconds, summary: "seconds a remote transaction waits for pieces its subscriptions cover (default 30)"),
@@ -277,11 +278,13 @@ public struct NodeSettings: Sendable, Hashable {
         if waitingTransactions < 1 { throw invalid("max-waiting-transactions", "must be at least 1") }
         let waitingBytes = integer("max-waiting-bytes") ?? 256 << 20
         if waitingBytes < 1 << 20 { throw invalid("max-waiting-bytes", "must be at least 1048576 (1 MiB)") }
+        var relay = true
+        if case .boolean(let b)? = values["relay"] { relay = b }
         var discovery = true
         if case .boolean(let b)? = values["discovery"] { discovery = b }
         return NodeConfiguration(
             dataDirectory: data, listen: listen, name: string("name"), peers: peers, subscriptions: strings("subscribe"),
-            meshName: mesh, meshKey: meshKey, discovery: discovery, discoveryInterface: string("discovery-interface"),
+            meshName: mesh, meshKey: meshKey, discovery: discovery, discoveryInterface: string("discovery-interface"), relay: relay,
             limits: WireLimits(maximumFrameSize: frame, maximumInflatedSize: frame),
             coverageWait: .milliseconds(Int64(wait * 1000)), maximumWaitingTransactions: waitingTransactions,
             maximumWaitingBytes: waitingBytes)

@@ -39,7 +39,8 @@ public final class ShoalNode: Service, Sendable {
                 inbound: InboundPipeline.Configuration(
                     coverage: .init(
                         maximumWait: configuration.coverageWait, maximumTransactions: configuration.maximumWaitingTransactions,
-                        maximumBytes: configuration.maximumWaitingBytes))),
+                        maximumBytes: configuration.maximumWaitingBytes)),
+                relayForNeighbours: configuration.relay),
             logger: logger)
         for query in configuration.subscriptions {
             try sync.subscribe(query)
@@ -126,6 +127,7 @@ public final class ShoalNode: Service, Sendable {
         let address = HostAndPort(
             host: configuration.listen.host, port: server.channel.localAddress?.port ?? configuration.listen.port)
         bound.withLock { $0 = address }
+        sync.listenAddress = address.description
         for waiter in readyWaiters.withLock({ w in defer { w.removeAll() }; return w }) { waiter.resume(returning: address) }
         logger.info(
             "ready to accept connections on \(address)",

@@ -11,7 +11,7 @@ extension AdminRequest {
         switch wire.request {
         case .exec(let e)?:
             self = .exec(statements: e.statements, argumentsJSON: e.argumentsJson, hint: e.hint.isEmpty ? nil : e.hint, readOnly: e.readOnly)
-        case .status?: self = .status
+        case .status(let s)?: self = .status(digests: s.digests)
         case .subscribe(let s)?: self = .subscribe(query: s.query, argumentsJSON: s.argumentsJson)
         case .unsubscribe(let u)?: self = .unsubscribe(idOrQuery: u.idOrQuery)
         case .observe(let o)?: self = .observe(query: o.query, argumentsJSON: o.argumentsJson)
@@ -32,8 +32,10 @@ extension AdminRequest {
             e.hint = hint ?? ""
             e.readOnly = readOnly
             request.exec = e
-        case .status:
-            request.status = Shoal_V1_StatusRequest()
+        case .status(let digests):
+            var s = Shoal_V1_StatusRequest()
+            s.digests = digests
+            request.status = s
         case .subscribe(let query, let argumentsJSON):
             var s = Shoal_V1_SubscribeRequest()
             s.query = query
@@ -144,13 +146,19 @@ extension NodeStatus {
             siteID: SiteID(s.siteID), name: s.name, listen: s.listen, meshName: s.meshName,
             changeLogSequence: s.changeLogSequence,
             peers: s.peers.map { p in
-                Peer(
+                var peer = Peer(
                     siteID: p.siteID == 0 ? nil : SiteID(p.siteID), name: p.name, address: p.address, state: p.state,
                     direction: p.direction, rttMillis: p.rttMillis > 0 ? p.rttMillis : nil, bytesIn: p.bytesIn,
                     bytesOut: p.bytesOut, discovered: p.discovered)
+                peer.deltasIn = p.deltasIn
+                peer.deltasOut = p.deltasOut
+                peer.lagDeltas = p.state == "connected" ? p.lagDeltas : nil
+                peer.lastSeenMillisAgo = p.lastSeenMillisAgo >= 0 ? p.lastSeenMillisAgo : nil
+                peer.listenAddress = p.listenAddress.isEmpty ? nil : p.listenAddress
+                return peer
             },
             subscriptions: s.subscriptions.map(SubscriptionInfo.init(wire:)),
-            collections: s.collections.map { Collection(name: $0.name, documents: $0.documents) },
+            collections: s.collections.map { Collection(name: $0.name, documents: $0.documents, digest: $0.digest.isEmpty ? nil : $0.digest) },
             transactions: Transactions(wire: s.transactions))
     }
 
@@ -172,6 +180,11 @@ extension NodeStatus {
             p.bytesOut = peer.bytesOut
             p.direction = peer.direction
             p.discovered = peer.discovered
+            p.deltasIn = peer.deltasIn
+            p.deltasOut = peer.deltasOut
+            p.lagDeltas = peer.lagDeltas ?? 0
+            p.lastSeenMillisAgo = peer.lastSeenMillisAgo ?? -1
+            p.listenAddress = peer.listenAddress ?? ""
             return p
         }
         s.subscriptions = subscriptions.map(\.wire)
@@ -179,6 +192,7 @@ extension NodeStatus {
             var w = Shoal_V1_CollectionStatus()
             w.name = c.name
             w.documents = c.documents
+            w.digest = c.digest ?? ""
             return w
         }
         s.transactions = transactions.wire

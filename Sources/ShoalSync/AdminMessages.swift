@@ -6,7 +6,8 @@ public import ShoalCRDT
 public enum AdminRequest: Sendable, Hashable {
     /// Runs statements in one transaction (read-only when asked, or when none writes).
     case exec(statements: String, argumentsJSON: String, hint: String?, readOnly: Bool)
-    case status
+    /// With `digests`, each collection's digest too (it reads every document).
+    case status(digests: Bool)
     case subscribe(query: String, argumentsJSON: String)
     case unsubscribe(idOrQuery: String)
     /// A stream of `observation`s until the client closes.
@@ -133,6 +134,15 @@ public struct NodeStatus: Sendable, Hashable {
         public var bytesOut: UInt64
         /// Found by LAN discovery.
         public var discovered: Bool
+        /// Deltas received from and sent to this peer's site since this node started.
+        public var deltasIn: UInt64 = 0
+        public var deltasOut: UInt64 = 0
+        /// Rows of this node's change log the peer has not acknowledged (nil: not a sync session).
+        public var lagDeltas: UInt64?
+        /// Milliseconds since its last frame (nil: none came).
+        public var lastSeenMillisAgo: Int64?
+        /// Where it accepts connections, as far as the node can tell.
+        public var listenAddress: String?
 
         public init(
             siteID: SiteID?, name: String, address: String, state: String, direction: String, rttMillis: Double?,
@@ -153,10 +163,13 @@ public struct NodeStatus: Sendable, Hashable {
     public struct Collection: Sendable, Hashable {
         public var name: String
         public var documents: UInt64
+        /// SHA-256 of the collection's contents (DATA_MODEL.md §17), when asked for.
+        public var digest: String?
 
-        public init(name: String, documents: UInt64) {
+        public init(name: String, documents: UInt64, digest: String? = nil) {
             self.name = name
             self.documents = documents
+            self.digest = digest
         }
     }
 

@@ -48,6 +48,11 @@ struct RunCommand: AsyncParsableCommand {
         help: "The interface LAN discovery announces and listens on, by name (lo, eth0) or IPv4 address (default: every multicast-capable one).")
     var discoveryInterface: String?
 
+    @Flag(
+        inversion: .prefixedNo,
+        help: "Carry changes for neighbours' subscriptions that this node's own do not cover (default: on).")
+    var relay: Bool?
+
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error or critical (default: info).")
     var logLevel: String?
 
@@ -77,6 +82,7 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("mesh-key-file", meshKeyFile.map { .string($0) })
         s.setFlag("discovery", discovery.map { .boolean($0) })
         s.setFlag("discovery-interface", discoveryInterface.map { .string($0) })
+        s.setFlag("relay", relay.map { .boolean($0) })
         s.setFlag("log-level", logLevel.map { .string($0) })
         s.setFlag("max-frame-size", maxFrameSize.map { .integer($0) })
         s.setFlag("coverage-wait", coverageWait.map { .seconds($0) })

@@ -17,6 +17,7 @@ struct NodeSettingsTests {
         mesh-key-file = "mesh.key"
         discovery = false
         discovery-interface = "lo"
+        relay = false
         log-level = "debug"
         max-frame-size = 65536
         coverage-wait = 2.5
@@ -37,12 +38,12 @@ struct NodeSettingsTests {
         #expect(configuration.peers.map(\.port) == [7472, 7473])
         #expect(configuration.subscriptions == ["SELECT * FROM cars"], "one string is a list of one")
         #expect(configuration.meshName == "home")
-        #expect(configuration.discovery == false && configuration.discoveryInterface == "lo")
+        #expect(configuration.discovery == false && configuration.discoveryInterface == "lo" && !configuration.relay)
         #expect(configuration.limits.maximumFrameSize == 65536 && configuration.limits.maximumInflatedSize == 65536)
         #expect(configuration.coverageWait == .milliseconds(2500))
         #expect(configuration.maximumWaitingTransactions == 50 && configuration.maximumWaitingBytes == 2 << 20)
         #expect(try settings.logLevel() == "debug")
-        #expect(settings.origin(of: "max-frame-size") == dir.path + "/shoal.toml:12 (max-frame-size)")
+        #expect(settings.origin(of: "max-frame-size") == dir.path + "/shoal.toml:13 (max-frame-size)")
         // Every key appears in the file above, so a key added without a test shows here.
         #expect(Set(NodeSettings.keys.map(\.name)) == Set(Self.file.split(separator: "\n").compactMap { line in
             line.hasPrefix("#") ? nil : line.split(separator: " ").first.map(String.init)

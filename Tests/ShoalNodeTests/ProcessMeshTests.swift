@@ -45,7 +45,7 @@ import Testing
         #expect((seenByB["bytesIn"] as? Int ?? 0) > 0)
         let subscriptions = aStatus["subscriptions"] as? [[String: Any]] ?? []
         #expect(subscriptions.contains { $0["origin"] as? String == bSite && $0["query"] as? String == "SELECT * FROM cars" })
-        #expect((bStatus["collections"] as? [String: [String: Int]])?["cars"]?["documents"] == 1)
+        #expect((bStatus["collections"] as? [String: [String: Any]])?["cars"]?["documents"] as? Int == 1)
 
         // Kill the receiver outright, write while it is down, start it again.
         b!.crash()

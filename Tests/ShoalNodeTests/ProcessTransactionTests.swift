@@ -136,7 +136,7 @@ import Testing
         let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a")
         let b = try NodeProcess(
             name: "beta", dataDirectory: dirs.path + "/b",
-            extra: ["--peer", a.address, "--subscribe", "SELECT * FROM accounts WHERE region = 'eu'"])
+            extra: ["--peer", a.address, "--subscribe", "SELECT * FROM accounts WHERE region = 'eu'", "--no-relay"])
         let cArguments = ["--peer", b.address, "--subscribe", "SELECT * FROM accounts", "--coverage-wait", "2"]
         var c: NodeProcess? = try NodeProcess(name: "gamma", dataDirectory: dirs.path + "/c", extra: cArguments)
         let toA = try Self.client(a)
