@@ -41,6 +41,27 @@ import Testing
         #expect(node.interrupt() == 0)
     }
 
+    /// `status --watch` redraws in place (home the cursor, clear the screen) until interrupted.
+    @Test func statusWatchRedrawsInPlace() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-watch")
+        defer { dirs.remove() }
+        let node = try NodeProcess(name: "watched", dataDirectory: dirs.path + "/n")
+        let watcher = Process()
+        watcher.executableURL = URL(fileURLWithPath: ShoalBinary.path)
+        watcher.arguments = ["status", "--node", node.address, "--watch", "0.2"]
+        let out = Pipe()
+        watcher.standardOutput = out
+        watcher.standardError = FileHandle.nullDevice
+        try watcher.run()
+        Thread.sleep(forTimeInterval: 1.5)
+        watcher.interrupt()
+        watcher.waitUntilExit()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let frames = text.components(separatedBy: "\u{1B}[H\u{1B}[2J").filter { !$0.isEmpty }
+        #expect(frames.count >= 3, "\(frames.count) redraws: \(text)")
+        #expect(frames.allSatisfy { $0.contains("Node watched") })
+    }
+
     @Test func aBadFileStopsTheNodeNamingTheLineAndKey() throws {
         let dirs = TemporaryDirectory(prefix: "shoal-config")
         defer { dirs.remove() }

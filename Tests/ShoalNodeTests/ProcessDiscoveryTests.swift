@@ -62,7 +62,12 @@ import Testing
         #expect(try Self.connected(otherMesh, key: key).isEmpty)
         #expect(a.log().contains("refusing a peer heard on the LAN: announcement of mesh '\(mesh)-other'"), "\(a.log())")
         #expect(a.log().contains("signed with another mesh key"), "\(a.log())")
-        for node in [a, b, wrongKey, otherMesh] { #expect(node.interrupt() == 0) }
+        // B leaves: A's dialer for it ends once B is no longer heard (5 s), and B leaves A's status.
+        #expect(b.interrupt() == 0)
+        #expect(eventually(15) { a.log().contains("no longer dialing a peer that left the LAN") }, "\(a.log())")
+        let left = try Self.status(a, key: key)["peers"] as? [[String: Any]] ?? []
+        #expect(left.isEmpty, "A still shows \(left)")
+        for node in [a, wrongKey, otherMesh] { #expect(node.interrupt() == 0) }
     }
 
     @Test func twoNodesDialingEachOtherEndWithOneConnection() throws {
