@@ -99,7 +99,7 @@ final class LANDiscovery: Sendable {
     /// Announces and listens until the task is cancelled; calls `dial` once for each
     /// new site heard, in a child task that it ends when discovery stops.
     func run(
-        group: any EventLoopGroup, announcement: @escaping @Sendable (Interface, UInt64) -> Announcement, key: [UInt8]?,
+        group: any EventLoopGroup, announcement: @escaping @Sendable (Interface, UInt64) -> Announcement?, key: [UInt8]?,
         meshName: String, logger: Logger, dial: @escaping @Sendable (SiteID, String) async -> Void
     ) async throws {
         typealias Datagrams = NIOAsyncChannel<AddressedEnvelope<ByteBuffer>, AddressedEnvelope<ByteBuffer>>
@@ -144,7 +144,7 @@ final class LANDiscovery: Sendable {
                     while !Task.isCancelled {
                         sequence += 1
                         for (interface, sender) in senders {
-                            let bytes = announcement(interface, sequence).encode(key: key)
+                            guard let bytes = announcement(interface, sequence)?.encode(key: key) else { continue }
                             let envelope = AddressedEnvelope(remoteAddress: groupAddress, data: ByteBuffer(bytes: bytes))
                             do {
                                 try await sender.writeAndFlush(envelope)
@@ -191,7 +191,9 @@ final class LANDiscovery: Sendable {
 
     /// Logs each source and reason once: a LAN may hold other meshes for good.
     private func refused(source: String, reason: Announcement.Refusal, logger: Logger) {
-        guard refusalsLogged.withLock({ $0.insert("\(source) \(reason)").inserted }) else { return }
+        // At most 1000 distinct lines, so a LAN full of made-up sites cannot grow the set.
+        let new = refusalsLogged.withLock { logged in logged.count < 1000 && logged.insert("\(source) \(reason)").inserted }
+        guard new else { return }
         switch reason {
         case .malformed:
             logger.debug("ignoring a datagram that is not a Shoal announcement", metadata: ["shoal.peer.address": "\(source)", "shoal.reason": "\(reason)"])

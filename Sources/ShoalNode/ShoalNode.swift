@@ -175,10 +175,17 @@ public final class ShoalNode: Service, Sendable {
     private func discover(with discovery: LANDiscovery, listening: HostAndPort) async {
         let wildcard = ["0.0.0.0", "::", ""].contains(listening.host)
         let mesh = configuration.meshName, site = siteID, name = self.name
+        let silent = discovery.interfaces.filter { !wildcard && $0.host != listening.host }
+        if !silent.isEmpty {
+            // Nobody there could connect to the listen address: listen, but do not announce.
+            logger.notice(
+                "listening on \(listening.host) only: discovery does not announce this node on \(silent.map(\.name).joined(separator: ", ")), and still dials the nodes it hears there")
+        }
         do {
             try await discovery.run(
                 group: group,
                 announcement: { interface, sequence in
+                    guard wildcard || interface.host == listening.host else { return nil }
                     let host = wildcard ? interface.host : listening.host
                     return Announcement(
                         meshName: mesh, siteID: site, nodeName: name,
