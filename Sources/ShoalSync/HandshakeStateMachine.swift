@@ -117,13 +117,23 @@ public struct HandshakeStateMachine: Sendable {
             state = .failed
             return [.fail(SyncError(received: error))]
         case (.awaitingHello, .hello(let hello)):
-            return receiveHello(hello)
+            return Self.naming(receiveHello(hello), site: hello.siteID)
         case (.awaitingProof(let hello), .proof(let proof)):
-            return receiveProof(proof, hello: hello)
+            return Self.naming(receiveProof(proof, hello: hello), site: hello.siteID)
         case (.failed, _):
             return []
         default:
             return fail(.protocolViolation, "unexpected \(message.type) frame during the handshake")
+        }
+    }
+
+    /// A failure after the peer's Hello names the peer's site, for the log.
+    private static func naming(_ actions: [Action], site: UInt64) -> [Action] {
+        guard site != 0 else { return actions }
+        return actions.map { action in
+            guard case .fail(var error) = action, error.peer == nil else { return action }
+            error.peer = SiteID(site)
+            return .fail(error)
         }
     }
 

@@ -50,6 +50,26 @@ struct NodeSettingsTests {
         }))
     }
 
+    /// deploy/shoal.example.toml parses, and shows every key (most commented out, with their defaults).
+    @Test func theExampleFileShowsEveryKey() throws {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("deploy/shoal.example.toml").path
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        let settings = try NodeSettings.parse(text, file: path)
+        #expect(settings["data"] == .string("/var/lib/shoal"))
+        for key in NodeSettings.keys {
+            let shown = text.split(separator: "\n").contains { line in
+                line.hasPrefix("\(key.name) = ") || line.hasPrefix("# \(key.name) = ")
+            }
+            #expect(shown, "\(key.name) is missing from deploy/shoal.example.toml")
+        }
+        // Uncommenting every example line still gives a valid file.
+        let all = text.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            NodeSettings.keys.contains { line.hasPrefix("# \($0.name) = ") } ? String(line.dropFirst(2)) : String(line)
+        }
+        #expect(throws: Never.self) { try NodeSettings.parse(all.joined(separator: "\n"), file: path) }
+    }
+
     @Test func flagsOverrideTheFile() throws {
         let file = try NodeSettings.parse(Self.file.replacingOccurrences(of: "mesh-key-file = \"mesh.key\"\n", with: ""), file: "shoal.toml")
         var flags = NodeSettings()
