@@ -41,6 +41,29 @@ import Testing
         }
     }
 
+    /// A relay does not stream back what it just received: in A – B – C, A's writes
+    /// cross each link once, toward C, and nothing of them returns.
+    @Test func nothingComesBackToWhereItCameFrom() async throws {
+        let a = try TestNode(name: "a", subscriptions: [Self.cars])
+        let b = try TestNode(name: "b", subscriptions: [Self.cars])
+        let c = try TestNode(name: "c", subscriptions: [Self.cars])
+        defer { a.remove(); b.remove(); c.remove() }
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
+                for i in 0..<20 {
+                    _ = try await a.store.execute("INSERT INTO cars DOCUMENTS (:d)", arguments: ["d": ["_id": .string("car-\(i)"), "n": .int(Int64(i))]])
+                }
+                #expect(try await InProcessMesh.eventually { try await Self.count(c, Self.cars) == 20 })
+                // Two deltas per car (_id and n). Let any echo arrive before counting.
+                try await Task.sleep(for: .milliseconds(500))
+                let aSeesB = try #require(a.sync.peers().first { $0.siteID == b.sync.siteID })
+                let bSeesC = try #require(b.sync.peers().first { $0.siteID == c.sync.siteID })
+                #expect(aSeesB.deltasOut == 40 && aSeesB.deltasIn == 0, "A -> B: \(aSeesB.deltasOut), back: \(aSeesB.deltasIn)")
+                #expect(bSeesC.deltasOut == 40 && bSeesC.deltasIn == 0, "B -> C: \(bSeesC.deltasOut), back: \(bSeesC.deltasIn)")
+            }
+        }
+    }
+
     /// With relaying off, B is a narrow relay: C hears nothing of A's cars.
     @Test func aNodeThatDoesNotRelayCarriesOnlyItsOwn() async throws {
         let a = try TestNode(name: "a", subscriptions: [Self.cars])
