@@ -9,6 +9,7 @@ public import ShoalWire
 /// ```
 ///            ┌──────────── subscriber (what this node asks for) ─────────────┐
 ///  own set ──► readCursor ──cursorRead──► send Subscribe(gen n)              │
+///  own set equal to the last one sent (a neighbour's interest changed) ──► nothing
 ///  DeltaBatch(gen ≤ n) ──check──► submit to the pipeline ──durable──► send Ack (in order)
 ///            └────────────────────────────────────────────────────────────────┘
 ///            ┌──────────── publisher (what the peer asks for) ───────────────┐
