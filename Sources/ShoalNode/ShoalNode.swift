@@ -313,8 +313,9 @@ public final class ShoalNode: Service, Sendable {
             sync.noteDialTarget(peer.description, state: "disconnected", error: error.description, discovered: discovered)
             return .refused(error.peer)
         } catch let error as SyncError {
-            logger.notice(
-                "refused by a peer: \(error)", metadata: ["shoal.peer.address": "\(peer)", "shoal.peer.site": "\(error.peer.map { "\($0)" } ?? "-")"])
+            // The session logged the refusal with the peer's site; this is the dialer's view.
+            logger.debug(
+                "dial \(peer) ended: \(error)", metadata: ["shoal.peer.address": "\(peer)", "shoal.peer.site": "\(error.peer.map { "\($0)" } ?? "-")"])
             sync.noteDialTarget(peer.description, state: "disconnected", error: error.description, discovered: discovered)
             return .refused(error.peer)
         } catch {
