@@ -53,7 +53,8 @@ import Testing
         watcher.standardOutput = out
         watcher.standardError = FileHandle.nullDevice
         try watcher.run()
-        Thread.sleep(forTimeInterval: 1.5)
+        // Long enough for three redraws even on a loaded machine (each is a new connection).
+        Thread.sleep(forTimeInterval: 4)
         watcher.interrupt()
         watcher.waitUntilExit()
         let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
