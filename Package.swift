@@ -22,6 +22,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", exact: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", exact: "2.13.0"),
         .package(url: "https://github.com/apple/swift-crypto.git", exact: "3.12.3"),
+        .package(url: "https://github.com/LebJe/TOMLKit.git", exact: "0.6.0"),
     ],
     targets: [
         .target(name: "ShoalCRDT", swiftSettings: swiftSettings),
@@ -63,13 +64,14 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "TOMLKit", package: "TOMLKit"),
             ],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
             name: "shoal",
             dependencies: [
-                "ShoalNode", "ShoalCRDT", "ShoalWire",
+                "ShoalNode", "ShoalCRDT", "ShoalSync",
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -100,7 +102,7 @@ let package = Package(
         .testTarget(name: "ShoalQueryTests", dependencies: ["ShoalQuery", "ShoalCRDT"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ShoalWireTests",
-            dependencies: ["ShoalWire", "ShoalTesting", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: ["ShoalWire", "ShoalSync", "ShoalTesting", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,6 +1,6 @@
-public import ShoalWire
+import ShoalWire
 import ShoalCRDT
-import ShoalSync
+public import ShoalSync
 import ShoalStore
 import NIOCore
 import NIOPosix
@@ -25,52 +25,36 @@ public struct AdminClient: Sendable {
     /// `hint` in the node's log should it stay open long.
     public func exec(
         _ statements: String, argumentsJSON: String = "", hint: String? = nil, readOnly: Bool = false
-    ) async throws(NodeError) -> Shoal_V1_ExecResponse {
-        var request = Shoal_V1_AdminRequest()
-        var exec = Shoal_V1_ExecRequest()
-        exec.statements = statements
-        exec.argumentsJson = argumentsJSON
-        exec.hint = hint ?? ""
-        exec.readOnly = readOnly
-        request.exec = exec
-        guard case .exec(let response)? = try await send(request).response else {
+    ) async throws(NodeError) -> ExecResult {
+        let request = AdminRequest.exec(statements: statements, argumentsJSON: argumentsJSON, hint: hint, readOnly: readOnly)
+        guard case .exec(let result) = try await send(request) else {
             throw NodeError(.protocolError, "the node answered exec with something else")
         }
-        return response
+        return result
     }
 
-    public func status() async throws(NodeError) -> Shoal_V1_StatusResponse {
-        var request = Shoal_V1_AdminRequest()
-        request.status = Shoal_V1_StatusRequest()
-        guard case .status(let response)? = try await send(request).response else {
+    /// The node's status; with `digests`, each collection's digest too (it reads every document).
+    public func status(digests: Bool = false) async throws(NodeError) -> NodeStatus {
+        guard case .status(let status) = try await send(.status(digests: digests)) else {
             throw NodeError(.protocolError, "the node answered status with something else")
         }
-        return response
+        return status
     }
 
     /// Adds a saved subscription on the node.
-    public func subscribe(_ query: String, argumentsJSON: String = "") async throws(NodeError) -> Shoal_V1_SubscriptionStatus {
-        var request = Shoal_V1_AdminRequest()
-        var subscribe = Shoal_V1_SubscribeRequest()
-        subscribe.query = query
-        subscribe.argumentsJson = argumentsJSON
-        request.subscribe = subscribe
-        guard case .subscription(let response)? = try await send(request).response else {
+    public func subscribe(_ query: String, argumentsJSON: String = "") async throws(NodeError) -> SubscriptionInfo {
+        guard case .subscription(let info) = try await send(.subscribe(query: query, argumentsJSON: argumentsJSON)) else {
             throw NodeError(.protocolError, "the node answered subscribe with something else")
         }
-        return response
+        return info
     }
 
     /// Removes a saved subscription, by ID or exact query text.
-    public func unsubscribe(_ idOrQuery: String) async throws(NodeError) -> Shoal_V1_SubscriptionStatus {
-        var request = Shoal_V1_AdminRequest()
-        var unsubscribe = Shoal_V1_UnsubscribeRequest()
-        unsubscribe.idOrQuery = idOrQuery
-        request.unsubscribe = unsubscribe
-        guard case .subscription(let response)? = try await send(request).response else {
+    public func unsubscribe(_ idOrQuery: String) async throws(NodeError) -> SubscriptionInfo {
+        guard case .subscription(let info) = try await send(.unsubscribe(idOrQuery: idOrQuery)) else {
             throw NodeError(.protocolError, "the node answered unsubscribe with something else")
         }
-        return response
+        return info
     }
 
     /// The ID an attachment of these bytes has: their SHA-256 in hex.
@@ -78,34 +62,25 @@ public struct AdminClient: Sendable {
 
     /// Stores bytes on the node as an attachment; returns the token as canonical JSON.
     public func putAttachment(_ data: [UInt8], metadataJSON: String = "") async throws(NodeError) -> String {
-        var request = Shoal_V1_AdminRequest()
-        var put = Shoal_V1_AttachmentPutRequest()
-        put.data = Data(data)
-        put.metadataJson = metadataJSON
-        request.attachmentPut = put
-        guard case .attachment(let token)? = try await send(request).response else {
+        guard case .attachment(let token) = try await send(.attachmentPut(data: data, metadataJSON: metadataJSON)) else {
             throw NodeError(.protocolError, "the node answered attachment put with something else")
         }
-        return token.tokenJson
+        return token
     }
 
     /// Fetches an attachment through the node (which asks its peers when it does
-    /// not hold it), handing each chunk to `handler` in order.
+    /// not hold it), handing each part to `handler` in order.
     public func getAttachment(
-        hash: String, handler: @escaping @Sendable (Shoal_V1_AttachmentChunk) throws -> Void
+        hash: String, handler: @escaping @Sendable (AttachmentPart) throws -> Void
     ) async throws(NodeError) {
-        var request = Shoal_V1_AdminRequest()
-        var get = Shoal_V1_AttachmentGetRequest()
-        get.hash = hash
-        request.attachmentGet = get
         do {
-            let last = try await exchange(request) { response in
-                switch response.response {
-                case .chunk(let chunk)?:
-                    try handler(chunk)
-                    return chunk.offset &+ UInt64(chunk.data.count) >= chunk.totalLength
-                case .error(let error)?:
-                    throw NodeError(.requestFailed, error.message)
+            let last = try await exchange(.attachmentGet(hash: hash)) { response in
+                switch response {
+                case .chunk(let part):
+                    try handler(part)
+                    return part.isLast
+                case .failure(_, let message):
+                    throw NodeError(.requestFailed, message)
                 default:
                     throw NodeError(.protocolError, "the node answered attachment get with something else")
                 }
@@ -123,21 +98,16 @@ public struct AdminClient: Sendable {
     /// Streams the states of a query's result to `handler` until the task is
     /// cancelled or the node goes away.
     public func observe(
-        _ query: String, argumentsJSON: String = "", handler: @escaping @Sendable (Shoal_V1_Observation) -> Void
+        _ query: String, argumentsJSON: String = "", handler: @escaping @Sendable (ObservationUpdate) -> Void
     ) async throws(NodeError) {
-        var request = Shoal_V1_AdminRequest()
-        var observe = Shoal_V1_ObserveRequest()
-        observe.query = query
-        observe.argumentsJson = argumentsJSON
-        request.observe = observe
         do {
-            _ = try await exchange(request) { response in
-                switch response.response {
-                case .observation(let observation)?:
+            _ = try await exchange(.observe(query: query, argumentsJSON: argumentsJSON)) { response in
+                switch response {
+                case .observation(let observation):
                     handler(observation)
                     return false
-                case .error(let error)?:
-                    throw NodeError(.requestFailed, error.message)
+                case .failure(_, let message):
+                    throw NodeError(.requestFailed, message)
                 default:
                     throw NodeError(.protocolError, "the node answered observe with something else")
                 }
@@ -155,10 +125,10 @@ public struct AdminClient: Sendable {
         }
     }
 
-    func send(_ request: Shoal_V1_AdminRequest) async throws(NodeError) -> Shoal_V1_AdminResponse {
-        let response: Shoal_V1_AdminResponse
+    func send(_ request: AdminRequest) async throws(NodeError) -> AdminResponse {
+        let response: AdminResponse
         do {
-            response = try await withThrowingTaskGroup(of: Shoal_V1_AdminResponse.self) { group in
+            response = try await withThrowingTaskGroup(of: AdminResponse.self) { group in
                 group.addTask {
                     guard let response = try await self.exchange(request, onResponse: { _ in true }) else {
                         throw NodeError(.connectionFailed, "\(node) closed the connection before answering")
@@ -179,8 +149,8 @@ public struct AdminClient: Sendable {
         } catch {
             throw NodeError(.connectionFailed, "cannot reach a Shoal node at \(node): \(error)")
         }
-        if case .error(let error)? = response.response {
-            throw NodeError(.requestFailed, error.message)
+        if case .failure(_, let message) = response {
+            throw NodeError(.requestFailed, message)
         }
         return response
     }
@@ -189,13 +159,13 @@ public struct AdminClient: Sendable {
     /// response to `onResponse` until it returns true; returns that response, or
     /// nil when the node closed first.
     private func exchange(
-        _ request: Shoal_V1_AdminRequest, onResponse: (Shoal_V1_AdminResponse) async throws -> Bool
-    ) async throws -> Shoal_V1_AdminResponse? {
+        _ request: AdminRequest, onResponse: (AdminResponse) async throws -> Bool
+    ) async throws -> AdminResponse? {
         // Encoded (and compressed) before connecting: a large request could otherwise
         // keep the connection silent past the node's idle timeout.
-        let frame = try MessageCodec(limits: .default).encode(.adminRequest(request))
+        let frame = try MessageCodec(limits: .default).encode(.adminRequest(request.wire()))
         return try await withSession { session in
-            try await session.exchange(frame, id: request.requestID, onResponse: onResponse)
+            try await session.exchange(frame, id: 0, onResponse: onResponse)
         }
     }
 
@@ -223,7 +193,7 @@ public struct AdminClient: Sendable {
                     case .send(let message): try await outbound.write(codec.encode(message))
                     case .established: break
                     case .fail(let error):
-                        if !error.fromPeer { try? await outbound.write(codec.encode(.fatal(error.code, error.message))) }
+                        if !error.fromPeer { try? await outbound.write(codec.encode(error.frame)) }
                         throw error
                     }
                 }
@@ -261,63 +231,52 @@ public final class AdminSession {
     /// Runs statements in one transaction, as `AdminClient.exec` does.
     public func exec(
         _ statements: String, argumentsJSON: String = "", hint: String? = nil, readOnly: Bool = false
-    ) async throws(NodeError) -> Shoal_V1_ExecResponse {
-        var request = Shoal_V1_AdminRequest()
-        var exec = Shoal_V1_ExecRequest()
-        exec.statements = statements
-        exec.argumentsJson = argumentsJSON
-        exec.hint = hint ?? ""
-        exec.readOnly = readOnly
-        request.exec = exec
-        guard case .exec(let response)? = try await answer(request).response else {
+    ) async throws(NodeError) -> ExecResult {
+        let request = AdminRequest.exec(statements: statements, argumentsJSON: argumentsJSON, hint: hint, readOnly: readOnly)
+        guard case .exec(let result) = try await answer(request) else {
             throw NodeError(.protocolError, "the node answered exec with something else")
         }
-        return response
+        return result
     }
 
-    public func status() async throws(NodeError) -> Shoal_V1_StatusResponse {
-        var request = Shoal_V1_AdminRequest()
-        request.status = Shoal_V1_StatusRequest()
-        guard case .status(let response)? = try await answer(request).response else {
+    /// The node's status, as `AdminClient.status` gives it.
+    public func status(digests: Bool = false) async throws(NodeError) -> NodeStatus {
+        guard case .status(let status) = try await answer(.status(digests: digests)) else {
             throw NodeError(.protocolError, "the node answered status with something else")
         }
-        return response
+        return status
     }
 
     /// Sends a one-response request under the next request ID and returns its answer.
-    private func answer(_ request: Shoal_V1_AdminRequest) async throws(NodeError) -> Shoal_V1_AdminResponse {
-        var request = request
-        request.requestID = nextID
+    private func answer(_ request: AdminRequest) async throws(NodeError) -> AdminResponse {
+        let id = nextID
         nextID += 1
-        let response: Shoal_V1_AdminResponse?
+        let response: AdminResponse?
         do {
-            response = try await exchange(request) { _ in true }
+            response = try await exchange(codec.encode(.adminRequest(request.wire(requestID: id))), id: id) { _ in true }
         } catch let error as NodeError {
             throw error
         } catch {
             throw NodeError(.connectionFailed, "the connection to \(node) failed: \(error)")
         }
         guard let response else { throw NodeError(.connectionFailed, "\(node) closed the connection before answering") }
-        if case .error(let error)? = response.response { throw NodeError(.requestFailed, error.message) }
+        if case .failure(_, let message) = response { throw NodeError(.requestFailed, message) }
         return response
     }
 
-    /// Sends `request` and hands each response with its ID to `onResponse` until it
-    /// returns true; returns that response, or nil when the node closed first.
+    /// Sends an encoded request and hands each response to it (by request ID) to
+    /// `onResponse` until it returns true; returns that response, or nil when the
+    /// node closed first.
     func exchange(
-        _ request: Shoal_V1_AdminRequest, onResponse: (Shoal_V1_AdminResponse) async throws -> Bool
-    ) async throws -> Shoal_V1_AdminResponse? {
-        try await exchange(codec.encode(.adminRequest(request)), id: request.requestID, onResponse: onResponse)
-    }
-
-    /// `exchange` with the request already encoded.
-    func exchange(
-        _ request: Frame, id: UInt64, onResponse: (Shoal_V1_AdminResponse) async throws -> Bool
-    ) async throws -> Shoal_V1_AdminResponse? {
+        _ request: Frame, id: UInt64, onResponse: (AdminResponse) async throws -> Bool
+    ) async throws -> AdminResponse? {
         try await outbound.write(request)
         while let frame = try await iterator.next() {
             switch try codec.decode(frame) {
-            case .adminResponse(let response) where response.requestID == id:
+            case .adminResponse(let wire) where wire.requestID == id:
+                guard let response = AdminResponse(wire: wire) else {
+                    throw NodeError(.protocolError, "\(node) sent an empty admin response")
+                }
                 if try await onResponse(response) { return response }
             case .error(let error): throw NodeError(.requestFailed, error.message)
             default: continue

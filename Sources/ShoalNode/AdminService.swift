@@ -2,39 +2,35 @@ import ShoalCRDT
 import ShoalQuery
 import ShoalStore
 import ShoalSync
-import ShoalWire
 import Foundation
+import Synchronization
 
 /// Answers the CLI: `exec` runs statements, `status` describes the node,
 /// `subscribe`/`unsubscribe` change its saved subscriptions, `observe` streams a query's result.
 struct AdminService: AdminRequestHandler {
     let node: ShoalNode
 
-    func handle(
-        _ request: Shoal_V1_AdminRequest, respond: @escaping @Sendable (Shoal_V1_AdminResponse) async throws -> Void
-    ) async throws {
-        var response = Shoal_V1_AdminResponse()
-        response.requestID = request.requestID
+    func handle(_ request: AdminRequest, respond: @escaping @Sendable (AdminResponse) async throws -> Void) async throws {
+        let response: AdminResponse
         do throws(StoreError) {
-            switch request.request {
-            case .exec(let exec)?:
-                response.exec = try await execute(exec)
-            case .status?:
-                response.status = try await status()
-            case .subscribe(let subscribe)?:
-                response.subscription = try await self.subscribe(subscribe)
-            case .unsubscribe(let unsubscribe)?:
-                response.subscription = try await self.unsubscribe(unsubscribe)
-            case .observe(let observe)?:
-                let observations = try node.store.observe(
-                    observe.query, arguments: try Self.arguments(observe.argumentsJson))
+            switch request {
+            case .exec(let statements, let argumentsJSON, let hint, let readOnly):
+                response = .exec(try await execute(statements, argumentsJSON: argumentsJSON, hint: hint, readOnly: readOnly))
+            case .status(let digests):
+                response = .status(try await status(digests: digests))
+            case .subscribe(let query, let argumentsJSON):
+                response = .subscription(try await subscribe(query, argumentsJSON: argumentsJSON))
+            case .unsubscribe(let idOrQuery):
+                response = .subscription(try await unsubscribe(idOrQuery))
+            case .observe(let query, let argumentsJSON):
+                let observations = try node.store.observe(query, arguments: try Self.arguments(argumentsJSON))
                 do {
                     for try await observation in observations {
-                        var message = Shoal_V1_Observation()
-                        message.itemsJson = observation.items.map(\.canonicalJSON)
-                        message.transactionIds = observation.transactions.map(\.description)
-                        response.observation = message
-                        try await respond(response)
+                        try await respond(
+                            .observation(
+                                ObservationUpdate(
+                                    itemsJSON: observation.items.map(\.canonicalJSON),
+                                    transactionIDs: observation.transactions.map(\.description))))
                     }
                 } catch let error as StoreError {
                     throw error
@@ -42,45 +38,34 @@ struct AdminService: AdminRequestHandler {
                     return  // the client went away
                 }
                 return
-            case .attachmentPut(let put)?:
-                let token = try await node.store.putAttachment(Array(put.data), metadata: try Self.arguments(put.metadataJson))
-                var message = Shoal_V1_AttachmentToken()
-                message.tokenJson = token.value.canonicalJSON
-                response.attachment = message
-            case .attachmentGet(let get)?:
-                guard AttachmentToken(.string(get.hash)) != nil else {
-                    throw StoreError(.invalidQuery, "'\(get.hash)' is not an attachment ID (64 hex digits, from the token's \"attachment\")")
+            case .attachmentPut(let data, let metadataJSON):
+                let token = try await node.store.putAttachment(data, metadata: try Self.arguments(metadataJSON))
+                response = .attachment(tokenJSON: token.value.canonicalJSON)
+            case .attachmentGet(let hash):
+                guard AttachmentToken(.string(hash)) != nil else {
+                    throw StoreError(.invalidQuery, "'\(hash)' is not an attachment ID (64 hex digits, from the token's \"attachment\")")
                 }
-                _ = try await node.sync.fetchAttachment(hash: get.hash)
+                _ = try await node.sync.fetchAttachment(hash: hash)
                 var offset = 0
                 var total = 0
                 repeat {
                     guard let part = try await node.store.attachmentChunk(
-                        hash: get.hash, offset: offset, maximum: Int(SyncEngine.attachmentChunkSize)),
+                        hash: hash, offset: offset, maximum: Int(SyncEngine.attachmentChunkSize)),
                         !part.bytes.isEmpty || part.total == 0
                     else { break }
                     total = part.total
-                    var chunk = Shoal_V1_AttachmentChunk()
-                    chunk.requestID = request.requestID
-                    chunk.hash = get.hash
-                    chunk.found = true
-                    chunk.offset = UInt64(offset)
-                    chunk.totalLength = UInt64(total)
-                    chunk.data = Data(part.bytes)
-                    response.chunk = chunk
+                    let chunk = AttachmentPart(hash: hash, offset: UInt64(offset), totalLength: UInt64(total), data: part.bytes)
                     offset += part.bytes.count
                     do {
-                        try await respond(response)
+                        try await respond(.chunk(chunk))
                     } catch {
                         return  // the client went away
                     }
                 } while offset < total
                 return
-            case nil:
-                response.error = Self.error(.protocolViolation, "empty admin request")
             }
         } catch {
-            response.error = Self.error(error.code == .invalidQuery ? .invalidQuery : .executionFailed, error.message)
+            response = .failure(error.code == .invalidQuery ? .invalidQuery : .executionFailed, error.message)
         }
         try await respond(response)
     }
@@ -99,58 +84,41 @@ struct AdminService: AdminRequestHandler {
         }
     }
 
-    func subscribe(_ request: Shoal_V1_SubscribeRequest) async throws(StoreError) -> Shoal_V1_SubscriptionStatus {
-        let arguments = try Self.arguments(request.argumentsJson)
+    func subscribe(_ query: String, argumentsJSON: String) async throws(StoreError) -> SubscriptionInfo {
+        let arguments = try Self.arguments(argumentsJSON)
         // Check, save, then go live: a subscription that runs is one that survives a restart.
         var check = SubscriptionSet()
-        let parsed = try check.add(query: request.query, arguments: arguments)
+        let parsed = try check.add(query: query, arguments: arguments)
         try await node.store.saveSubscription(SavedSubscription(id: parsed.id, query: parsed.query, arguments: arguments))
-        let entry = try node.sync.subscribe(request.query, arguments: arguments)
-        var status = Shoal_V1_SubscriptionStatus()
-        status.id = entry.id
-        status.query = entry.query
-        status.origin = "local"
-        return status
+        let entry = try node.sync.subscribe(query, arguments: arguments)
+        return SubscriptionInfo(id: entry.id, query: entry.query, origin: "local")
     }
 
-    func unsubscribe(_ request: Shoal_V1_UnsubscribeRequest) async throws(StoreError) -> Shoal_V1_SubscriptionStatus {
-        guard let entry = node.sync.unsubscribe(request.idOrQuery) else {
+    func unsubscribe(_ idOrQuery: String) async throws(StoreError) -> SubscriptionInfo {
+        guard let entry = node.sync.unsubscribe(idOrQuery) else {
             // A saved subscription that no longer parses is not live, but can still be removed.
-            if try await node.store.removeSavedSubscription(id: request.idOrQuery) {
-                var status = Shoal_V1_SubscriptionStatus()
-                status.id = request.idOrQuery
-                status.origin = "local"
-                return status
+            if try await node.store.removeSavedSubscription(id: idOrQuery) {
+                return SubscriptionInfo(id: idOrQuery, query: "", origin: "local")
             }
             throw StoreError(
                 .invalidQuery,
-                "no subscription has the ID or query '\(request.idOrQuery)' (shoal status lists them)")
+                "no subscription has the ID or query '\(idOrQuery)' (shoal status lists them)")
         }
         try await node.store.removeSavedSubscription(id: entry.id)
-        var status = Shoal_V1_SubscriptionStatus()
-        status.id = entry.id
-        status.query = entry.query
-        status.origin = "local"
-        return status
+        return SubscriptionInfo(id: entry.id, query: entry.query, origin: "local")
     }
 
-    func transactionStatus() -> Shoal_V1_TransactionStatus {
+    func transactionStatus() -> NodeStatus.Transactions {
         let pipeline = node.sync.pipeline.status
         let limits = node.sync.pipeline.configuration.coverage
         let now = Date().timeIntervalSince1970 * 1000
-        func pending(_ p: InboundPipeline.Status.Pending) -> Shoal_V1_PendingTransaction {
-            var t = Shoal_V1_PendingTransaction()
-            t.id = p.id.description
-            t.originSite = p.id.origin.rawValue
-            t.haveDocuments = UInt64(p.haveDocuments)
-            t.needDocuments = UInt64(p.needDocuments)
-            t.ageSeconds = max(0, (now - Double(p.firstSeen)) / 1000)
-            t.askedPeers = p.askedPeers.map(\.description)
-            t.reason = p.reason
-            t.missingCollections = p.missingCollections
-            return t
+        func pending(_ p: InboundPipeline.Status.Pending) -> NodeStatus.Pending {
+            NodeStatus.Pending(
+                id: p.id.description, origin: p.id.origin, haveDocuments: UInt64(p.haveDocuments),
+                needDocuments: UInt64(p.needDocuments), ageSeconds: max(0, (now - Double(p.firstSeen)) / 1000),
+                askedPeers: p.askedPeers.map(\.description), reason: p.reason, missingCollections: p.missingCollections)
         }
-        var t = Shoal_V1_TransactionStatus()
+        var t = NodeStatus.Transactions()
         t.committedLocal = node.store.committedLocalTransactions
         t.appliedRemote = pipeline.appliedRemote
         t.waitingForCoverage = UInt64(pipeline.waiting.count)
@@ -165,83 +133,79 @@ struct AdminService: AdminRequestHandler {
         return t
     }
 
-    static func error(_ code: Shoal_V1_ErrorCode, _ message: String) -> Shoal_V1_Error {
-        var e = Shoal_V1_Error()
-        e.code = code
-        e.message = message
-        return e
-    }
-
     /// Runs the statements in one transaction with the request's hint: read-only when
     /// the request asks for it, and also when no statement writes (a read need not
     /// wait for the writer).
-    func execute(_ request: Shoal_V1_ExecRequest) async throws(StoreError) -> Shoal_V1_ExecResponse {
-        let arguments = try Self.arguments(request.argumentsJson)
+    func execute(_ statements: String, argumentsJSON: String, hint: String?, readOnly: Bool) async throws(StoreError) -> ExecResult {
+        let arguments = try Self.arguments(argumentsJSON)
         let writes: Bool
         do throws(QueryError) {
-            writes = try Parser.parse(request.statements).contains(where: \.isMutation)
+            writes = try Parser.parse(statements).contains(where: \.isMutation)
         } catch {
             throw StoreError(error)
         }
         let (result, transaction): (QueryResult, Transaction)
         do {
-            (result, transaction) = try await node.store.transaction(
-                hint: request.hint.isEmpty ? nil : request.hint, isReadOnly: request.readOnly || !writes
-            ) { tx in
-                (try await tx.execute(request.statements, arguments: arguments), tx)
+            (result, transaction) = try await node.store.transaction(hint: hint, isReadOnly: readOnly || !writes) { tx in
+                (try await tx.execute(statements, arguments: arguments), tx)
             }
         } catch let error as StoreError {
             throw error
         } catch {
             throw StoreError(.database, "exec failed: \(error)")
         }
-        var response = Shoal_V1_ExecResponse()
-        response.itemsJson = result.items.map(\.canonicalJSON)
-        response.mutatedDocumentIds = result.mutatedDocumentIDs.map(\.canonicalJSON)
-        response.transactionID = transaction.transactionID?.description ?? ""
-        return response
+        return ExecResult(
+            itemsJSON: result.items.map(\.canonicalJSON), mutatedDocumentIDs: result.mutatedDocumentIDs.map(\.canonicalJSON),
+            transactionID: transaction.transactionID?.description)
     }
 
-    func status() async throws(StoreError) -> Shoal_V1_StatusResponse {
-        var status = Shoal_V1_StatusResponse()
-        status.siteID = node.siteID.rawValue
-        status.name = node.name
-        status.listen = node.listenAddress?.description ?? node.configuration.listen.description
-        status.meshName = node.configuration.meshName
-        status.changeLogSequence = try await node.store.lastSequence()
-        var subscriptions: [Shoal_V1_SubscriptionStatus] = node.sync.subscriptions.entries.map { entry in
-            var s = Shoal_V1_SubscriptionStatus()
-            s.id = entry.id
-            s.query = entry.query
-            s.origin = "local"
-            return s
-        }
+    /// Whether LAN discovery hears `site` (so a session it dialed to us was found that way too).
+    func heard(_ site: SiteID?) -> Bool {
+        guard let site, let discovery = node.discovery else { return false }
+        return discovery.table.withLock { $0.entries[site] != nil }
+    }
+
+    /// A collection's digest (DATA_MODEL.md §17): SHA-256 of its live documents'
+    /// canonical JSON, sorted, each followed by a newline.
+    func digest(of collection: String) async throws(StoreError) -> String? {
+        guard !collection.contains("`") else { return nil }
+        let bodies = try await node.store.execute("SELECT * FROM `\(collection)`").items.map(\.canonicalJSON).sorted()
+        return AttachmentToken.hash(of: Array(bodies.map { $0 + "\n" }.joined().utf8))
+    }
+
+    func status(digests: Bool = false) async throws(StoreError) -> NodeStatus {
+        var status = NodeStatus(
+            siteID: node.siteID, name: node.name,
+            listen: node.listenAddress?.description ?? node.configuration.listen.description,
+            meshName: node.configuration.meshName, changeLogSequence: try await node.store.lastSequence())
+        status.subscriptions = node.sync.subscriptions.entries.map { SubscriptionInfo(id: $0.id, query: $0.query, origin: "local") }
         for peer in node.sync.peers() {
-            var p = Shoal_V1_PeerStatus()
-            p.siteID = peer.siteID?.rawValue ?? 0
-            p.name = peer.name
-            p.address = peer.address
-            p.state = peer.state
-            p.rttMillis = peer.rttMillis ?? 0
-            p.bytesIn = peer.bytesIn
-            p.bytesOut = peer.bytesOut
-            p.direction = peer.direction.rawValue
-            if peer.state != "admin" { status.peers.append(p) }
+            if peer.state != "admin" {
+                status.peers.append(
+                    NodeStatus.Peer(
+                        siteID: peer.siteID, name: peer.name, address: peer.address, state: peer.state,
+                        direction: peer.direction.rawValue, rttMillis: peer.rttMillis, bytesIn: peer.bytesIn,
+                        bytesOut: peer.bytesOut, discovered: peer.discovered || heard(peer.siteID)))
+                status.peers[status.peers.count - 1].deltasIn = peer.deltasIn
+                status.peers[status.peers.count - 1].deltasOut = peer.deltasOut
+                status.peers[status.peers.count - 1].lagDeltas = peer.lagDeltas
+                status.peers[status.peers.count - 1].listenAddress = peer.listenAddress ?? (peer.direction == .outbound ? peer.address : nil)
+                status.peers[status.peers.count - 1].lastSeenMillisAgo = peer.lastHeard.map { since in
+                    let elapsed = ContinuousClock.now - since
+                    return elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+                }
+            }
             for entry in peer.subscriptions {
-                var s = Shoal_V1_SubscriptionStatus()
-                s.id = entry.id
-                s.query = entry.query
-                s.origin = peer.siteID?.description ?? peer.address
-                subscriptions.append(s)
+                status.subscriptions.append(
+                    SubscriptionInfo(id: entry.id, query: entry.query, origin: peer.siteID?.description ?? peer.address))
             }
         }
-        status.subscriptions = subscriptions
         status.transactions = transactionStatus()
-        status.collections = try await node.store.collectionCounts().map { c in
-            var s = Shoal_V1_CollectionStatus()
-            s.name = c.name
-            s.documents = UInt64(c.documents)
-            return s
+        for collection in try await node.store.collectionCounts() {
+            status.collections.append(
+                NodeStatus.Collection(
+                    name: collection.name, documents: UInt64(collection.documents),
+                    digest: digests ? try await digest(of: collection.name) : nil))
         }
         return status
     }

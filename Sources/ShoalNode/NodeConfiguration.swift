@@ -14,8 +14,14 @@ public struct NodeConfiguration: Sendable {
     public var subscriptions: [String]
     public var meshName: String
     public var meshKey: [UInt8]?
-    /// LAN discovery of peers. Not available in this version: the flag is accepted and ignored.
+    /// LAN discovery of peers over UDP multicast (PROTOCOL.md §16).
     public var discovery: Bool
+    /// The interface discovery announces and listens on, by name (`lo`, `eth0`) or
+    /// IPv4 address; nil: every multicast-capable interface with an IPv4 address.
+    public var discoveryInterface: String?
+    /// Whether this node carries changes for its neighbours' subscriptions that its
+    /// own do not cover (ARCHITECTURE.md, "Relaying for neighbours").
+    public var relay: Bool
     public var limits: WireLimits
     public var keepaliveInterval: Duration
     public var idleTimeout: Duration
@@ -30,7 +36,7 @@ public struct NodeConfiguration: Sendable {
     public init(
         dataDirectory: String, listen: HostAndPort = HostAndPort(host: "0.0.0.0", port: HostAndPort.defaultPort),
         name: String? = nil, peers: [HostAndPort] = [], subscriptions: [String] = [], meshName: String = "default",
-        meshKey: [UInt8]? = nil, discovery: Bool = true, limits: WireLimits = .default,
+        meshKey: [UInt8]? = nil, discovery: Bool = true, discoveryInterface: String? = nil, relay: Bool = true, limits: WireLimits = .default,
         keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
         coverageWait: Duration = .seconds(30), maximumWaitingTransactions: Int = 10_000,
         maximumWaitingBytes: Int = 256 << 20
@@ -43,6 +49,8 @@ public struct NodeConfiguration: Sendable {
         self.meshName = meshName
         self.meshKey = meshKey
         self.discovery = discovery
+        self.discoveryInterface = discoveryInterface
+        self.relay = relay
         self.limits = limits
         self.keepaliveInterval = keepaliveInterval
         self.idleTimeout = idleTimeout

@@ -19,6 +19,8 @@ public final class ShoalNode: Service, Sendable {
     public let sync: SyncEngine
     let logger: Logger
     let group: MultiThreadedEventLoopGroup
+    /// LAN discovery, unless it is off.
+    let discovery: LANDiscovery?
     private let bound = Mutex<HostAndPort?>(nil)
     private let readyWaiters = Mutex<[CheckedContinuation<HostAndPort, Never>]>([])
 
@@ -37,11 +39,15 @@ public final class ShoalNode: Service, Sendable {
                 inbound: InboundPipeline.Configuration(
                     coverage: .init(
                         maximumWait: configuration.coverageWait, maximumTransactions: configuration.maximumWaitingTransactions,
-                        maximumBytes: configuration.maximumWaitingBytes))),
+                        maximumBytes: configuration.maximumWaitingBytes)),
+                relayForNeighbours: configuration.relay),
             logger: logger)
         for query in configuration.subscriptions {
             try sync.subscribe(query)
         }
+        self.discovery = configuration.discovery
+            ? LANDiscovery(interfaces: try LANDiscovery.interfaces(configuration.discoveryInterface), ownSite: store.siteID)
+            : nil
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
     }
 
@@ -121,18 +127,19 @@ public final class ShoalNode: Service, Sendable {
         let address = HostAndPort(
             host: configuration.listen.host, port: server.channel.localAddress?.port ?? configuration.listen.port)
         bound.withLock { $0 = address }
+        sync.listenAddress = address.description
         for waiter in readyWaiters.withLock({ w in defer { w.removeAll() }; return w }) { waiter.resume(returning: address) }
         logger.info(
             "ready to accept connections on \(address)",
             metadata: ["shoal.site": "\(siteID)", "shoal.name": "\(name)", "shoal.mesh": "\(configuration.meshName)"])
-        if configuration.discovery {
-            logger.debug("LAN discovery is not available in this version; dialing --peer addresses only")
-        }
         let admin = AdminService(node: self)
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await self.sync.run() }
             for peer in configuration.peers {
                 group.addTask { await self.dial(peer) }
+            }
+            if let discovery {
+                group.addTask { await self.discover(with: discovery, listening: address) }
             }
             try await server.executeThenClose { connections in
                 for try await connection in connections {
@@ -162,12 +169,47 @@ public final class ShoalNode: Service, Sendable {
         }
     }
 
+    /// Runs LAN discovery until the node stops: announces `listening` and dials
+    /// the nodes of this mesh it hears. A failure to start it is logged, and the
+    /// node goes on with its `--peer` addresses.
+    private func discover(with discovery: LANDiscovery, listening: HostAndPort) async {
+        let wildcard = ["0.0.0.0", "::", ""].contains(listening.host)
+        let mesh = configuration.meshName, site = siteID, name = self.name
+        let silent = discovery.interfaces.filter { !wildcard && $0.host != listening.host }
+        if !silent.isEmpty {
+            // Nobody there could connect to the listen address: listen, but do not announce.
+            logger.notice(
+                "listening on \(listening.host) only: discovery does not announce this node on \(silent.map(\.name).joined(separator: ", ")), and still dials the nodes it hears there")
+        }
+        do {
+            try await discovery.run(
+                group: group,
+                announcement: { interface, sequence in
+                    guard wildcard || interface.host == listening.host else { return nil }
+                    let host = wildcard ? interface.host : listening.host
+                    return Announcement(
+                        meshName: mesh, siteID: site, nodeName: name,
+                        listenAddresses: [HostAndPort(host: host, port: listening.port).description], sequence: sequence)
+                },
+                key: configuration.meshKey, meshName: mesh, logger: logger,
+                dial: { site, _ in await self.dial(discovered: site, by: discovery) })
+        } catch {
+            if Task.isCancelled { return }
+            logger.error("LAN discovery stopped: \(error); dialing --peer addresses only")
+        }
+    }
+
+    /// The pause before the next attempt: `backoff`, less up to half of it at
+    /// random, so nodes that lost each other at once do not redial in step.
+    static func jittered(_ backoff: Duration) -> Duration {
+        backoff * (0.5 + Double.random(in: 0...0.5))
+    }
+
     /// Keeps a session with `peer` open: dials, serves, and redials after a pause
-    /// that grows from 0.2 s to 5 s while attempts keep failing.
+    /// that grows from 0.2 s to 5 s (with jitter) while attempts keep failing.
     private func dial(_ peer: HostAndPort) async {
         var backoff: Duration = .milliseconds(200)
         var knownSite: SiteID?
-        let limits = configuration.limits
         while !Task.isCancelled {
             if let site = knownSite, sync.isConnected(to: site) {
                 // The peer is already connected through its own dial to us; status shows that session.
@@ -175,41 +217,111 @@ public final class ShoalNode: Service, Sendable {
                 try? await Task.sleep(for: .seconds(1))
                 continue
             }
-            sync.noteDialTarget(peer.description, state: "connecting")
-            do {
-                let connection = try await ClientBootstrap(group: group)
-                    .connectTimeout(.seconds(5))
-                    .channelOption(.socketOption(.tcp_nodelay), value: 1)
-                    .channelOption(.allowRemoteHalfClosure, value: true)
-                    .connect(host: peer.host, port: peer.port) { channel in
-                        channel.eventLoop.makeCompletedFuture { try Self.wrap(channel, limits: limits) }
-                    }
-                let identity = try await connection.executeThenClose { inbound, outbound in
-                    let transport = ChannelTransport(writer: outbound, channel: connection.channel)
-                    return try await sync.serve(
-                        inbound: inbound, transport: transport, direction: .outbound, remoteAddress: peer.description)
-                }
-                if let identity {
-                    knownSite = identity.siteID
-                    backoff = .milliseconds(200)
-                }
-                sync.noteDialTarget(peer.description, state: "disconnected")
-            } catch let error as SyncError where error.code == .duplicateSession {
-                // Both ends agree which of two connections between them stays; this one lost.
-                knownSite = error.peer ?? knownSite
-                if error.peer == siteID {
-                    logger.warning("--peer \(peer) is this node itself; not dialing it again")
-                    sync.noteDialTarget(peer.description, state: "disconnected", error: "this node itself")
-                    return
-                }
-                sync.noteDialTarget(peer.description, state: "disconnected", error: error.description)
-            } catch {
-                if Task.isCancelled { break }
-                logger.debug("dial \(peer) failed: \(error)")
-                sync.noteDialTarget(peer.description, state: "disconnected", error: "\(error)")
+            switch await connect(peer, discovered: false) {
+            case .served(let site):
+                knownSite = site ?? knownSite
+                if site != nil { backoff = .milliseconds(200) }
+            case .refused(let site):
+                knownSite = site ?? knownSite
+            case .itself:
+                logger.warning("--peer \(peer) is this node itself; not dialing it again")
+                return
+            case .failed:
+                break
             }
-            try? await Task.sleep(for: backoff)
+            try? await Task.sleep(for: Self.jittered(backoff))
             backoff = min(backoff * 2, .seconds(5))
+        }
+    }
+
+    /// Keeps a session with a site heard on the LAN while it is heard: dials the
+    /// address it announces (when `DiscoveryTable.shouldDial` says so), and stops
+    /// once it is no longer heard and no session with it is up.
+    private func dial(discovered site: SiteID, by discovery: LANDiscovery) async {
+        var backoff: Duration = .milliseconds(200)
+        var lastAddress: String?
+        defer { if let lastAddress { sync.forgetDialTarget(lastAddress) } }
+        while !Task.isCancelled {
+            let (fresh, should, address) = discovery.table.withLock { table in
+                (table.isFresh(site, at: .now), table.shouldDial(site, at: .now), table.entries[site]?.address)
+            }
+            if sync.isConnected(to: site) {
+                if let lastAddress { sync.forgetDialTarget(lastAddress) }
+                backoff = .milliseconds(200)
+                try? await Task.sleep(for: .seconds(1))
+                continue
+            }
+            guard fresh, let address, let target = try? HostAndPort(parsing: address) else {
+                logger.info("no longer dialing a peer that left the LAN", metadata: ["shoal.peer.site": "\(site)"])
+                return
+            }
+            if let lastAddress, lastAddress != address { sync.forgetDialTarget(lastAddress) }
+            lastAddress = address
+            guard should else {
+                // The other node has the smaller site ID and dials first; give it the grace period.
+                sync.noteDialTarget(address, state: "waiting", discovered: true)
+                try? await Task.sleep(for: .milliseconds(250))
+                continue
+            }
+            switch await connect(target, discovered: true) {
+            case .served(let peer) where peer != nil: backoff = .milliseconds(200)
+            case .itself: return
+            default: break
+            }
+            try? await Task.sleep(for: Self.jittered(backoff))
+            backoff = min(backoff * 2, .seconds(5))
+        }
+    }
+
+    enum DialOutcome {
+        /// A session ran and ended (with the peer's site when the handshake finished).
+        case served(SiteID?)
+        /// The peer or this node refused the session (a duplicate of one that is up, with its site).
+        case refused(SiteID?)
+        /// The address is this node.
+        case itself
+        /// No connection.
+        case failed
+    }
+
+    /// One dial: connects, serves the session to its end, and records the outcome for status.
+    private func connect(_ peer: HostAndPort, discovered: Bool) async -> DialOutcome {
+        let limits = configuration.limits
+        sync.noteDialTarget(peer.description, state: "connecting", discovered: discovered)
+        do {
+            let connection = try await ClientBootstrap(group: group)
+                .connectTimeout(.seconds(5))
+                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                .channelOption(.allowRemoteHalfClosure, value: true)
+                .connect(host: peer.host, port: peer.port) { channel in
+                    channel.eventLoop.makeCompletedFuture { try Self.wrap(channel, limits: limits) }
+                }
+            let identity = try await connection.executeThenClose { inbound, outbound in
+                let transport = ChannelTransport(writer: outbound, channel: connection.channel)
+                return try await sync.serve(
+                    inbound: inbound, transport: transport, direction: .outbound, remoteAddress: peer.description,
+                    discovered: discovered)
+            }
+            sync.noteDialTarget(peer.description, state: "disconnected", discovered: discovered)
+            return .served(identity?.siteID)
+        } catch let error as SyncError where error.code == .duplicateSession {
+            // Both ends agree which of two connections between them stays; this one lost.
+            if error.peer == siteID {
+                sync.noteDialTarget(peer.description, state: "disconnected", error: "this node itself", discovered: discovered)
+                return .itself
+            }
+            sync.noteDialTarget(peer.description, state: "disconnected", error: error.description, discovered: discovered)
+            return .refused(error.peer)
+        } catch let error as SyncError {
+            // The session logged the refusal with the peer's site; this is the dialer's view.
+            logger.debug(
+                "dial \(peer) ended: \(error)", metadata: ["shoal.peer.address": "\(peer)", "shoal.peer.site": "\(error.peer.map { "\($0)" } ?? "-")"])
+            sync.noteDialTarget(peer.description, state: "disconnected", error: error.description, discovered: discovered)
+            return .refused(error.peer)
+        } catch {
+            if !Task.isCancelled { logger.debug("dial \(peer) failed: \(error)") }
+            sync.noteDialTarget(peer.description, state: "disconnected", error: "\(error)", discovered: discovered)
+            return .failed
         }
     }
 }

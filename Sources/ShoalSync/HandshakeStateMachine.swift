@@ -115,11 +115,11 @@ public struct HandshakeStateMachine: Sendable {
         switch (state, message) {
         case (_, .error(let error)):
             state = .failed
-            return [.fail(SyncError(error.code, error.message, fromPeer: true))]
+            return [.fail(SyncError(received: error))]
         case (.awaitingHello, .hello(let hello)):
-            return receiveHello(hello)
+            return Self.naming(receiveHello(hello), site: hello.siteID)
         case (.awaitingProof(let hello), .proof(let proof)):
-            return receiveProof(proof, hello: hello)
+            return Self.naming(receiveProof(proof, hello: hello), site: hello.siteID)
         case (.failed, _):
             return []
         default:
@@ -127,7 +127,17 @@ public struct HandshakeStateMachine: Sendable {
         }
     }
 
-    private mutating func fail(_ code: Shoal_V1_ErrorCode, _ message: String) -> [Action] {
+    /// A failure after the peer's Hello names the peer's site, for the log.
+    private static func naming(_ actions: [Action], site: UInt64) -> [Action] {
+        guard site != 0 else { return actions }
+        return actions.map { action in
+            guard case .fail(var error) = action, error.peer == nil else { return action }
+            error.peer = SiteID(site)
+            return .fail(error)
+        }
+    }
+
+    private mutating func fail(_ code: SyncError.Code, _ message: String) -> [Action] {
         state = .failed
         return [.fail(SyncError(code, message))]
     }

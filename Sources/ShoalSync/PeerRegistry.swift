@@ -11,9 +11,21 @@ public struct PeerSnapshot: Sendable, Hashable {
     /// "connecting", "handshaking", "connected" or "disconnected".
     public var state: String
     public var direction: ConnectionDirection
+    /// Found by LAN discovery, rather than a `--peer` address or an inbound connection.
+    public var discovered: Bool = false
     public var rttMillis: Double?
     public var bytesIn: UInt64
     public var bytesOut: UInt64
+    /// Deltas received from and sent to this peer's site since this node started,
+    /// over every session with it (filled in by `snapshots()`).
+    public var deltasIn: UInt64 = 0
+    public var deltasOut: UInt64 = 0
+    /// Rows of this node's change log after the last one the peer acknowledged.
+    public var lagDeltas: UInt64?
+    /// When the last frame from the peer arrived.
+    public var lastHeard: ContinuousClock.Instant?
+    /// Where the peer accepts connections, as far as this node can tell.
+    public var listenAddress: String?
     public var lastError: String?
     /// The queries this peer subscribed to on this node.
     public var subscriptions: [SubscriptionSet.Entry]
@@ -31,20 +43,24 @@ final class PeerRegistry: Sendable {
 
     private struct State {
         var records: [Int: Record] = [:]
+        /// Deltas in and out per peer site, since this node started.
+        var deltas: [SiteID: (in: UInt64, out: UInt64)] = [:]
         var dialTargets: [String: PeerSnapshot] = [:]
         var nextID = 0
     }
 
     private let state = Mutex(State())
 
-    func open(direction: ConnectionDirection, address: String, close: @escaping @Sendable () async -> Void) -> Int {
+    func open(
+        direction: ConnectionDirection, address: String, discovered: Bool = false, close: @escaping @Sendable () async -> Void
+    ) -> Int {
         state.withLock { s in
             let id = s.nextID
             s.nextID += 1
             s.records[id] = Record(
                 snapshot: PeerSnapshot(
                     siteID: nil, name: "", address: address, state: "handshaking", direction: direction,
-                    rttMillis: nil, bytesIn: 0, bytesOut: 0, lastError: nil, subscriptions: []),
+                    discovered: discovered, rttMillis: nil, bytesIn: 0, bytesOut: 0, lastError: nil, subscriptions: []),
                 close: close)
             return id
         }
@@ -95,16 +111,28 @@ final class PeerRegistry: Sendable {
         }
     }
 
+    /// Counts deltas received (`in`) or sent on session `id`, for its peer's site.
+    func countDeltas(_ id: Int, in received: UInt64 = 0, out sent: UInt64 = 0) {
+        state.withLock { s in
+            guard let site = s.records[id]?.snapshot.siteID else { return }
+            var totals = s.deltas[site] ?? (0, 0)
+            totals.in += received
+            totals.out += sent
+            s.deltas[site] = totals
+        }
+    }
+
     func isConnected(site: SiteID) -> Bool {
         state.withLock { s in s.records.values.contains { $0.snapshot.siteID == site && $0.snapshot.state == "connected" } }
     }
 
-    func setDialTarget(_ address: String, state newState: String, error: String? = nil) {
+    func setDialTarget(_ address: String, state newState: String, error: String? = nil, discovered: Bool = false) {
         state.withLock { s in
             var snapshot = s.dialTargets[address] ?? PeerSnapshot(
-                siteID: nil, name: "", address: address, state: newState, direction: .outbound, rttMillis: nil,
-                bytesIn: 0, bytesOut: 0, lastError: nil, subscriptions: [])
+                siteID: nil, name: "", address: address, state: newState, direction: .outbound, discovered: discovered,
+                rttMillis: nil, bytesIn: 0, bytesOut: 0, lastError: nil, subscriptions: [])
             snapshot.state = newState
+            snapshot.discovered = discovered
             if let error { snapshot.lastError = error }
             s.dialTargets[address] = snapshot
         }
@@ -117,7 +145,14 @@ final class PeerRegistry: Sendable {
     /// Live sessions, then dial targets with no live outbound session.
     func snapshots() -> [PeerSnapshot] {
         state.withLock { s in
-            let live = s.records.sorted { $0.key < $1.key }.map(\.value.snapshot)
+            let live = s.records.sorted { $0.key < $1.key }.map { record in
+                var snapshot = record.value.snapshot
+                if let site = snapshot.siteID, let totals = s.deltas[site] {
+                    snapshot.deltasIn = totals.in
+                    snapshot.deltasOut = totals.out
+                }
+                return snapshot
+            }
             let liveAddresses = Set(live.filter { $0.direction == .outbound }.map(\.address))
             let idle = s.dialTargets.values.filter { !liveAddresses.contains($0.address) }.sorted { $0.address < $1.address }
             return live + idle

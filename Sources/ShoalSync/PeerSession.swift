@@ -42,13 +42,14 @@ struct PeerSession: Sendable {
     func send(_ message: WireMessage) async throws {
         let frame = codec.encode(message)
         engine.registry.update(recordID) { $0.bytesOut += UInt64(frame.wireSize) }
+        if let deltas = Self.deltaCount(message) { engine.registry.countDeltas(recordID, out: deltas) }
         try await transport.write(frame)
     }
 
     /// Tells the peer why, then ends the session with that error.
     func reject(_ error: SyncError) async -> SyncError {
         if !error.fromPeer {
-            try? await send(.fatal(error.code, error.message))
+            try? await send(error.frame)
         }
         engine.registry.update(recordID) { $0.lastError = error.description }
         return error
@@ -59,15 +60,44 @@ struct PeerSession: Sendable {
         do {
             frame = try await iterator.next()
         } catch let error as WireError {
-            throw await reject(SyncError(error.protocolCode, error.message))
+            throw await reject(SyncError(error))
         }
         guard let frame else { return nil }
         shared.touch()
-        engine.registry.update(recordID) { $0.bytesIn += UInt64(frame.wireSize) }
+        engine.registry.update(recordID) {
+            $0.bytesIn += UInt64(frame.wireSize)
+            $0.lastHeard = .now
+        }
+        let message: WireMessage
         do {
-            return try codec.decode(frame)
+            message = try codec.decode(frame)
         } catch {
-            throw await reject(SyncError(error.protocolCode, error.message))
+            throw await reject(SyncError(error))
+        }
+        if let deltas = Self.deltaCount(message) { engine.registry.countDeltas(recordID, in: deltas) }
+        return message
+    }
+
+    /// Where the peer can be reached: the address this node dialed, or the one its
+    /// Hello announced, with the host it connected from when it announced a wildcard.
+    static func dialable(_ announced: String, remote: String, direction: ConnectionDirection) -> String? {
+        if direction == .outbound { return remote }
+        guard let colon = announced.lastIndex(of: ":"), let port = Int(announced[announced.index(after: colon)...]), port > 0
+        else { return nil }
+        let host = String(announced[..<colon])
+        guard ["0.0.0.0", "[::]", "::", ""].contains(host), let remoteColon = remote.lastIndex(of: ":") else { return announced }
+        return "\(remote[..<remoteColon]):\(port)"
+    }
+
+    /// The deltas a frame carries, for the per-link counts in status.
+    static func deltaCount(_ message: WireMessage) -> UInt64? {
+        func count(_ pieces: [Shoal_V1_TransactionPiece]) -> UInt64 {
+            pieces.reduce(0) { sum, piece in sum + piece.documents.reduce(0) { $0 + UInt64($1.deltas.count) } }
+        }
+        switch message {
+        case .deltaBatch(let batch): return count(batch.pieces)
+        case .transactionPieces(let answer): return answer.hasPiece ? count([answer.piece]) : nil
+        default: return nil
         }
     }
 
@@ -78,7 +108,7 @@ struct PeerSession: Sendable {
         var handshake = HandshakeStateMachine(
             configuration: .init(
                 siteID: engine.siteID, nodeName: configuration.nodeName, meshName: configuration.meshName,
-                meshKey: configuration.meshKey, role: .peer, listenAddress: configuration.listenAddress))
+                meshKey: configuration.meshKey, role: .peer, listenAddress: engine.listenAddress))
         let identity: PeerIdentity? = try await withThrowingTaskGroup(of: Void.self) { group in
             // The watchdog closes the connection if the handshake stalls, which ends the read below.
             group.addTask { [transport] in
@@ -92,7 +122,14 @@ struct PeerSession: Sendable {
                     switch action {
                     case .send(let message): try await send(message)
                     case .established(let identity): return identity
-                    case .fail(let error): throw await reject(error)
+                    case .fail(let error):
+                        logger.notice(
+                            error.fromPeer ? "refused by a peer: \(error.message)" : "refusing a peer: \(error.message)",
+                            metadata: [
+                                "shoal.peer.address": "\(remoteAddress)", "shoal.peer.site": "\(error.peer.map { "\($0)" } ?? "-")",
+                                "shoal.error.code": "\(error.code.name)",
+                            ])
+                        throw await reject(error)
                     }
                 }
                 guard let message = try await receive(&iterator) else { return nil }
@@ -103,8 +140,10 @@ struct PeerSession: Sendable {
             logger.debug("connection closed during the handshake", metadata: ["shoal.peer.address": "\(remoteAddress)"])
             return nil
         }
+
         engine.registry.update(recordID) {
             $0.name = identity.name
+            $0.listenAddress = Self.dialable(identity.listenAddress, remote: remoteAddress, direction: direction)
             $0.siteID = identity.siteID
         }
         if identity.role == .admin {
@@ -128,7 +167,9 @@ struct PeerSession: Sendable {
                 "shoal.peer.address": "\(remoteAddress)", "shoal.peer.direction": "\(direction.rawValue)",
             ])
         defer {
-            logger.info("peer disconnected", metadata: ["shoal.peer.site": "\(identity.siteID)"])
+            logger.info(
+                "peer disconnected",
+                metadata: ["shoal.peer.site": "\(identity.siteID)", "shoal.peer.address": "\(remoteAddress)"])
         }
         try await runSync(peer: identity, iterator: &iterator)
         return identity
@@ -154,14 +195,20 @@ struct PeerSession: Sendable {
             defer { group.cancelAll() }
             while let message = try await receive(&iterator) {
                 switch message {
-                case .adminRequest(let request):
+                case .adminRequest(let wire):
                     guard let admin else {
                         throw await reject(SyncError(.protocolViolation, "this endpoint does not take admin requests"))
                     }
-                    let respond: @Sendable (Shoal_V1_AdminResponse) async throws -> Void = { response in
-                        try await send(.adminResponse(response))
+                    let requestID = wire.requestID
+                    let respond: @Sendable (AdminResponse) async throws -> Void = { response in
+                        try await send(.adminResponse(response.wire(requestID: requestID)))
                     }
-                    if case .observe? = request.request {
+                    guard let request = AdminRequest(wire: wire) else {
+                        try await respond(.failure(.protocolViolation, "empty admin request"))
+                        shared.touch()
+                        continue
+                    }
+                    if case .observe = request {
                         shared.beginWork()  // an observing client may stay silent for as long as it likes
                         group.addTask { [shared] in
                             defer { shared.endWork() }
@@ -176,7 +223,7 @@ struct PeerSession: Sendable {
                 case .ping(let ping):
                     try await send(.pong(ping))
                 case .error(let error):
-                    throw SyncError(error.code, error.message, fromPeer: true)
+                    throw SyncError(received: error)
                 default:
                     throw await reject(SyncError(.protocolViolation, "unexpected \(message.type) frame from an admin client"))
                 }
@@ -208,7 +255,7 @@ struct PeerSession: Sendable {
         let subscriptionChanges = engine.subscriptionChanges.updates()
         let cursorResets = engine.store.cursorResets()
         let logUpdates = engine.store.changeLogUpdates()
-        input.yield(.event(.ownSubscriptionsChanged(engine.subscriptions, fromStart: false)))
+        input.yield(.event(.ownSubscriptionsChanged(engine.upstreamSubscriptions(for: peer.siteID), fromStart: false)))
         engine.pipeline.peerConnected(peer.siteID)
 
         var readError: (any Error)?
@@ -230,13 +277,15 @@ struct PeerSession: Sendable {
             }
             group.addTask { [engine] in
                 for await _ in subscriptionChanges {
-                    input.yield(.event(.ownSubscriptionsChanged(engine.subscriptions, fromStart: false)))
+                    input.yield(.event(.ownSubscriptionsChanged(engine.upstreamSubscriptions(for: peer.siteID), fromStart: false)))
                 }
                 return .other
             }
             group.addTask { [engine] in
                 // After EVICT, ask for everything again, whatever a racing batch recorded.
-                for await _ in cursorResets { input.yield(.event(.ownSubscriptionsChanged(engine.subscriptions, fromStart: true))) }
+                for await _ in cursorResets {
+                    input.yield(.event(.ownSubscriptionsChanged(engine.upstreamSubscriptions(for: peer.siteID), fromStart: true)))
+                }
                 return .other
             }
             do {
@@ -275,6 +324,8 @@ struct PeerSession: Sendable {
                     pending += machine.handle(followUp, now: now())
                 }
             }
+            let lag = machine.lag
+            engine.registry.update(recordID) { $0.lagDeltas = lag }
         }
     }
 
@@ -287,14 +338,26 @@ struct PeerSession: Sendable {
             try await send(message)
         case .readCursor(let set, let fromStart):
             let cursor = fromStart ? 0 : try await engine.store.cursor(peer: peer.siteID, subscriptionKey: set.key)
+            logger.info(
+                cursor > 0 ? "resuming sync after the peer's sequence \(cursor)" : "syncing from the start of the peer's log",
+                metadata: [
+                    "shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)",
+                    "shoal.sync.subscriptions": "\(set.entries.count)",
+                ])
             return [.cursorRead(set, resumeAfter: cursor)]
         case .readPage(let request):
-            let page = try await engine.store.changes(
+            var page = try await engine.store.changes(
                 after: request.after, limit: request.limit, byteLimit: request.byteLimit,
                 subscriptions: request.subscriptions, excludingOrigin: request.excludingOrigin,
                 continuing: request.continuing, resuming: request.resuming)
+            // Not back to the peer every row of it came from (DeliveryLedger).
+            let echoes = engine.deliveries.withLock { ledger in
+                Set(page.pieces.map(\.id).filter { ledger.soleSource(of: $0) == peer.siteID })
+            }
+            if !echoes.isEmpty { page.pieces.removeAll { echoes.contains($0.id) } }
             return [.pageRead(page, ticket: request.ticket)]
         case .submit(let batch):
+            engine.noteDelivered(batch.pieces, by: peer.siteID)
             engine.pipeline.enqueue(
                 InboundPipeline.Item(
                     source: peer.siteID, pieces: batch.pieces, cursor: batch.cursorKey.map { ($0, batch.through) },
@@ -305,6 +368,7 @@ struct PeerSession: Sendable {
                         }
                     }))
         case .deliver(let pieces):
+            engine.noteDelivered(pieces, by: peer.siteID)
             engine.pipeline.enqueue(InboundPipeline.Item(source: peer.siteID, pieces: pieces))
         case .answerTransactionRequest(let request, let subscriptions):
             try await answer(request, subscriptions: subscriptions)
@@ -326,6 +390,7 @@ struct PeerSession: Sendable {
             engine.deliver(chunk)
         case .peerSubscribed(let set):
             engine.registry.update(recordID) { $0.subscriptions = set.entries }
+            engine.noteInterest(of: peer.siteID, set)
         case .measuredRoundTrip(let micros):
             engine.registry.update(recordID) { $0.rttMillis = Double(micros) / 1000 }
         case .close(let error):

@@ -9,6 +9,7 @@ public import ShoalWire
 /// ```
 ///            ┌──────────── subscriber (what this node asks for) ─────────────┐
 ///  own set ──► readCursor ──cursorRead──► send Subscribe(gen n)              │
+///  own set equal to the last one sent (a neighbour's interest changed) ──► nothing
 ///  DeltaBatch(gen ≤ n) ──check──► submit to the pipeline ──durable──► send Ack (in order)
 ///            └────────────────────────────────────────────────────────────────┘
 ///            ┌──────────── publisher (what the peer asks for) ───────────────┐
@@ -129,6 +130,8 @@ public struct SessionStateMachine: Sendable {
     /// generation's first, then those of earlier generations.
     private var unacknowledged: [UInt64] = []
     private var earlierUnacknowledged: [UInt64] = []
+    /// The highest sequence the peer acknowledged, or that needed no batch.
+    private var acknowledged: UInt64 = 0
 
     // Keepalive.
     private var lastInbound: UInt64 = 0
@@ -147,6 +150,13 @@ public struct SessionStateMachine: Sendable {
     public var inFlight: Int { unacknowledged.count }
     /// This node's latest Subscribe generation.
     public var latestGeneration: UInt64 { ownGeneration }
+    /// Rows of the local log after the last one the peer acknowledged under its
+    /// current Subscribe (or that the publisher passed over with nothing for it):
+    /// how far behind the peer is, at most. 0 when it asks for nothing.
+    public var lag: UInt64 {
+        guard let peerSet, !peerSet.isEmpty else { return 0 }
+        return logEnd > acknowledged ? logEnd - acknowledged : 0
+    }
 
     static func micros(_ d: Duration) -> UInt64 {
         UInt64(d.components.seconds) * 1_000_000 + UInt64(d.components.attoseconds / 1_000_000_000_000)
@@ -179,6 +189,8 @@ public struct SessionStateMachine: Sendable {
                 resubscribe = (set, fromStart)
                 return []
             }
+            // A change elsewhere (a neighbour's interest) may leave this peer's set as it was.
+            if !fromStart, let latest = ownSets[ownGeneration], latest.key == set.key { return [] }
             cursorReadPending = true
             return [.readCursor(set, fromStart: fromStart)]
         case .cursorRead(let set, let resumeAfter):
@@ -198,8 +210,10 @@ public struct SessionStateMachine: Sendable {
             var actions: [Action] = [.send(.subscribe(subscribe))]
             if let (next, fromStart) = resubscribe {
                 resubscribe = nil
-                cursorReadPending = true
-                actions.append(.readCursor(next, fromStart: fromStart))
+                if fromStart || next.key != set.key {
+                    cursorReadPending = true
+                    actions.append(.readCursor(next, fromStart: fromStart))
+                }
             }
             return actions
         case .pageRead(let page, let ticket):
@@ -212,7 +226,10 @@ public struct SessionStateMachine: Sendable {
                 if piece.isLast { continuing.remove(piece.id) } else { continuing.insert(piece.id) }
             }
             // A page with nothing for the peer is worth a frame only to move its cursor at the end.
-            if page.pieces.isEmpty, sentThrough < logEnd { return readIfPossible() }
+            if page.pieces.isEmpty, sentThrough < logEnd {
+                if unacknowledged.isEmpty { acknowledged = max(acknowledged, sentThrough) }
+                return readIfPossible()
+            }
             let (pieces, filters) = PieceCodec.encode(page.pieces, receiver: peerFilter)
             var batch = Shoal_V1_DeltaBatch()
             batch.pieces = pieces
@@ -263,6 +280,7 @@ public struct SessionStateMachine: Sendable {
             generation += 1
             resumeAfter = request.resumeAfter
             sentThrough = request.resumeAfter
+            acknowledged = request.resumeAfter
             firstPage = true
             continuing = []
             // Late Acks for batches of earlier Subscribes are still valid (and still expected).
@@ -301,6 +319,7 @@ public struct SessionStateMachine: Sendable {
         case .ack(let ack):
             if let i = unacknowledged.firstIndex(of: ack.throughSequence) {
                 unacknowledged.removeSubrange(...i)
+                acknowledged = max(acknowledged, ack.throughSequence)
             } else if let i = earlierUnacknowledged.firstIndex(of: ack.throughSequence) {
                 earlierUnacknowledged.removeSubrange(...i)
             } else {
@@ -333,7 +352,7 @@ public struct SessionStateMachine: Sendable {
                 return close(error)
             }
         case .error(let error):
-            return close(SyncError(error.code, error.message, fromPeer: true))
+            return close(SyncError(received: error))
         case .hello, .proof, .adminRequest, .adminResponse:
             return close(SyncError(.protocolViolation, "unexpected \(message.type) frame in an established session"))
         }

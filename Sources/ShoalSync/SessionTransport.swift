@@ -22,7 +22,5 @@ public enum ConnectionDirection: String, Sendable, Hashable {
 /// the handler calls `respond` as often as it has something to say and returns
 /// when it is done (or throws when the client has gone).
 public protocol AdminRequestHandler: Sendable {
-    func handle(
-        _ request: Shoal_V1_AdminRequest, respond: @escaping @Sendable (Shoal_V1_AdminResponse) async throws -> Void
-    ) async throws
+    func handle(_ request: AdminRequest, respond: @escaping @Sendable (AdminResponse) async throws -> Void) async throws
 }

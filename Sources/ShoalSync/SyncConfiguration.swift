@@ -22,13 +22,17 @@ public struct SyncConfiguration: Sendable {
     public var maximumBatchesInFlight: Int
     /// How remote transactions are put together and committed.
     public var inbound: InboundPipeline.Configuration
+    /// Whether this node also asks its peers for what its other neighbours asked it
+    /// for, so changes cross it for them (`SyncEngine.upstreamSubscriptions(for:)`).
+    public var relayForNeighbours: Bool
 
     public init(
         nodeName: String, meshName: String = "default", meshKey: [UInt8]? = nil, listenAddress: String = "",
         limits: WireLimits = .default, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
         handshakeTimeout: Duration = .seconds(10), batchSize: Int = 512, batchBytes: Int = 4 << 20,
-        maximumBatchesInFlight: Int = 4, inbound: InboundPipeline.Configuration = .init()
+        maximumBatchesInFlight: Int = 4, inbound: InboundPipeline.Configuration = .init(), relayForNeighbours: Bool = true
     ) {
+        self.relayForNeighbours = relayForNeighbours
         self.nodeName = nodeName
         self.meshName = meshName
         self.meshKey = meshKey

@@ -16,6 +16,12 @@ public final class SyncEngine: Sendable {
     let logger: Logger
     let registry = PeerRegistry()
     private let localSubscriptions = Mutex(SubscriptionSet())
+    /// What each neighbour has asked this node for, by site: the union of every
+    /// Subscribe it sent while this process ran (see `upstreamSubscriptions(for:)`).
+    private let neighbourInterest = Mutex<[SiteID: SubscriptionSet]>([:])
+    /// Which peer delivered each remote transaction, so none is echoed back to its only source.
+    let deliveries = Mutex(DeliveryLedger())
+    private let advertisedListen: Mutex<String>
     let subscriptionChanges = ChangeFeed<Int>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
     let attachmentRequests = Mutex(AttachmentRequests())
     /// Everything received goes through here to the store.
@@ -27,6 +33,14 @@ public final class SyncEngine: Sendable {
         self.configuration = configuration
         self.logger = logger
         self.pipeline = InboundPipeline(store: store, configuration: configuration.inbound, logger: logger)
+        self.advertisedListen = Mutex(configuration.listenAddress)
+    }
+
+    /// Where this node accepts connections, as Hello tells peers: the configured
+    /// address until the node has bound its listener, then the bound one.
+    public var listenAddress: String {
+        get { advertisedListen.withLock { $0 } }
+        set { advertisedListen.withLock { $0 = newValue } }
     }
 
     /// Runs the node's inbound pipeline (applying what sessions receive, timing out
@@ -91,6 +105,54 @@ public final class SyncEngine: Sendable {
     /// This node's own subscriptions.
     public var subscriptions: SubscriptionSet { localSubscriptions.withLock { $0 } }
 
+    /// What this node asks `peer` for: its own subscriptions and those its other
+    /// neighbours asked it for, so that it carries changes for a neighbour whose
+    /// subscriptions its own do not cover (A and C subscribed to cars sync through a
+    /// B subscribed to boats). Neighbours ask the same of theirs, so interest spreads
+    /// along every path of the mesh; it never goes back to the peer it came from.
+    public func upstreamSubscriptions(for peer: SiteID) -> SubscriptionSet {
+        var set = subscriptions
+        guard configuration.relayForNeighbours else { return set }
+        let others = neighbourInterest.withLock { $0.filter { $0.key != peer }.map(\.value) }
+        for theirs in others {
+            for entry in theirs.entries { _ = try? set.add(query: entry.query, arguments: entry.arguments) }
+        }
+        return set
+    }
+
+    /// Everything this node carries, for itself and for its neighbours: what decides
+    /// whether a remote transaction is whole here (PROTOCOL.md §8.8).
+    public var carriedSubscriptions: SubscriptionSet {
+        var set = subscriptions
+        for theirs in neighbourInterest.withLock({ Array($0.values) }) {
+            for entry in theirs.entries { _ = try? set.add(query: entry.query, arguments: entry.arguments) }
+        }
+        return set
+    }
+
+    /// Records which peer delivered the deltas of these pieces.
+    func noteDelivered(_ pieces: [TransactionPiece], by site: SiteID) {
+        deliveries.withLock { ledger in
+            for piece in pieces where !piece.deltas.isEmpty { ledger.record(piece.id, from: site) }
+        }
+    }
+
+    /// Records what `site` asked for. Interest only grows while the process runs: a
+    /// neighbour that narrows its set, or leaves, keeps being served what it asked for
+    /// before, so the sets this node sends upstream (and the cursors keyed by them)
+    /// stay the same across its neighbours' reconnects. Sessions resubscribe when a set
+    /// they send upstream grows.
+    func noteInterest(of site: SiteID, _ set: SubscriptionSet) {
+        let grew = neighbourInterest.withLock { interest -> Bool in
+            var known = interest[site] ?? SubscriptionSet()
+            let before = known.key
+            for entry in set.entries { _ = try? known.add(query: entry.query, arguments: entry.arguments) }
+            interest[site] = known
+            return known.key != before
+        }
+        if grew { subscriptionChanges.publish(0) }
+    }
+
     /// Every session and dial target, for status.
     public func peers() -> [PeerSnapshot] { registry.snapshots() }
 
@@ -98,8 +160,8 @@ public final class SyncEngine: Sendable {
     public func isConnected(to site: SiteID) -> Bool { registry.isConnected(site: site) }
 
     /// Records the state of an address the node dials, for status.
-    public func noteDialTarget(_ address: String, state: String, error: String? = nil) {
-        registry.setDialTarget(address, state: state, error: error)
+    public func noteDialTarget(_ address: String, state: String, error: String? = nil, discovered: Bool = false) {
+        registry.setDialTarget(address, state: state, error: error, discovered: discovered)
     }
 
     public func forgetDialTarget(_ address: String) { registry.removeDialTarget(address) }
@@ -111,9 +173,10 @@ public final class SyncEngine: Sendable {
     @discardableResult
     public func serve<Inbound: AsyncSequence & Sendable>(
         inbound: Inbound, transport: some SessionTransport, direction: ConnectionDirection, remoteAddress: String,
-        admin: (any AdminRequestHandler)? = nil
+        admin: (any AdminRequestHandler)? = nil, discovered: Bool = false
     ) async throws -> PeerIdentity? where Inbound.Element == Frame {
-        let id = registry.open(direction: direction, address: remoteAddress, close: { await transport.close() })
+        let id = registry.open(
+            direction: direction, address: remoteAddress, discovered: discovered, close: { await transport.close() })
         defer { registry.remove(id) }
         let session = PeerSession(
             engine: self, recordID: id, transport: transport, direction: direction, remoteAddress: remoteAddress,

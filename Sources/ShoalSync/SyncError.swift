@@ -1,17 +1,35 @@
 public import ShoalCRDT
-public import ShoalWire
+import ShoalWire
 
 /// Why a session ended or a sync step failed, in words an operator can act on.
 public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The protocol's error codes (PROTOCOL.md §11), as Shoal names them.
+    public enum Code: Sendable, Hashable {
+        case unspecified
+        case protocolViolation
+        case unsupportedVersion
+        case meshMismatch
+        case meshKeyMismatch
+        case frameTooLarge
+        case malformedFrame
+        case invalidQuery
+        case `internal`
+        case shuttingDown
+        case duplicateSession
+        case executionFailed
+        /// A code this version does not know, by its number.
+        case unrecognized(Int)
+    }
+
     /// The protocol error code the peer is (or was) told.
-    public var code: Shoal_V1_ErrorCode
+    public var code: Code
     public var message: String
     /// True when the other side sent this error to us.
     public var fromPeer: Bool
     /// The other side's site, when the handshake got far enough to learn it.
     public var peer: SiteID?
 
-    public init(_ code: Shoal_V1_ErrorCode, _ message: String, fromPeer: Bool = false, peer: SiteID? = nil) {
+    public init(_ code: Code, _ message: String, fromPeer: Bool = false, peer: SiteID? = nil) {
         self.code = code
         self.message = message
         self.fromPeer = fromPeer
@@ -23,7 +41,7 @@ public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 }
 
-extension Shoal_V1_ErrorCode {
+extension SyncError.Code {
     /// The code's name as PROTOCOL.md spells it.
     public var name: String {
         switch self {
@@ -39,7 +57,58 @@ extension Shoal_V1_ErrorCode {
         case .shuttingDown: return "SHUTTING_DOWN"
         case .duplicateSession: return "DUPLICATE_SESSION"
         case .executionFailed: return "EXECUTION_FAILED"
-        case .UNRECOGNIZED(let n): return "UNRECOGNIZED(\(n))"
+        case .unrecognized(let n): return "UNRECOGNIZED(\(n))"
         }
     }
+
+    package init(wire: Shoal_V1_ErrorCode) {
+        switch wire {
+        case .unspecified: self = .unspecified
+        case .protocolViolation: self = .protocolViolation
+        case .unsupportedVersion: self = .unsupportedVersion
+        case .meshMismatch: self = .meshMismatch
+        case .meshKeyMismatch: self = .meshKeyMismatch
+        case .frameTooLarge: self = .frameTooLarge
+        case .malformedFrame: self = .malformedFrame
+        case .invalidQuery: self = .invalidQuery
+        case .internal: self = .internal
+        case .shuttingDown: self = .shuttingDown
+        case .duplicateSession: self = .duplicateSession
+        case .executionFailed: self = .executionFailed
+        case .UNRECOGNIZED(let n): self = .unrecognized(n)
+        }
+    }
+
+    package var wire: Shoal_V1_ErrorCode {
+        switch self {
+        case .unspecified: return .unspecified
+        case .protocolViolation: return .protocolViolation
+        case .unsupportedVersion: return .unsupportedVersion
+        case .meshMismatch: return .meshMismatch
+        case .meshKeyMismatch: return .meshKeyMismatch
+        case .frameTooLarge: return .frameTooLarge
+        case .malformedFrame: return .malformedFrame
+        case .invalidQuery: return .invalidQuery
+        case .internal: return .internal
+        case .shuttingDown: return .shuttingDown
+        case .duplicateSession: return .duplicateSession
+        case .executionFailed: return .executionFailed
+        case .unrecognized(let n): return .UNRECOGNIZED(n)
+        }
+    }
+}
+
+extension SyncError {
+    /// An error the other side sent in an Error frame.
+    package init(received error: Shoal_V1_Error) {
+        self.init(Code(wire: error.code), error.message, fromPeer: true)
+    }
+
+    /// What the wire layer refused, as the peer is told.
+    package init(_ error: WireError) {
+        self.init(Code(wire: error.protocolCode), error.message)
+    }
+
+    /// The Error frame that tells the other side.
+    package var frame: WireMessage { .fatal(code.wire, message) }
 }

@@ -53,14 +53,14 @@ public final class NodeProcess {
     public private(set) var address = ""
 
     /// Starts `shoal run` and waits for its ready line.
-    public init(name: String, dataDirectory: String, listenPort: Int = 0, extra: [String] = []) throws {
+    public init(name: String, dataDirectory: String, listenPort: Int = 0, extra: [String] = [], plain: Bool = false) throws {
         self.name = name
         self.dataDirectory = dataDirectory
         self.logPath = dataDirectory + ".\(UInt32.random(in: 0...UInt32.max)).log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let logFile = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         process.executableURL = URL(fileURLWithPath: ShoalBinary.path)
-        process.arguments = [
+        process.arguments = plain ? ["run"] + extra : [
             "run", "--data", dataDirectory, "--listen", "127.0.0.1:\(listenPort)", "--name", name, "--no-discovery",
         ] + extra
         process.standardOutput = logFile
@@ -227,5 +227,12 @@ public enum RawSocket {
             i += 8 + length
         }
         return types
+    }
+}
+
+extension NodeProcess {
+    /// Starts `shoal run ARGUMENTS` as they are (no --data, --listen or --name added).
+    public convenience init(name: String, dataDirectory: String, arguments: [String]) throws {
+        try self.init(name: name, dataDirectory: dataDirectory, listenPort: 0, extra: arguments, plain: true)
     }
 }

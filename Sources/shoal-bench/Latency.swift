@@ -1,6 +1,7 @@
 import Foundation
 import ShoalCRDT
 import ShoalNode
+import ShoalSync
 import ShoalWire
 
 /// From a one-document transaction sent to A until an observer on B sees it: the
@@ -25,7 +26,7 @@ enum Latency {
             group.addTask {
                 try await observer.observe("SELECT n FROM probe WHERE _id = 'p'") { observation in
                     let now = ContinuousClock.now
-                    if let item = observation.itemsJson.first, case .int(let n)? = (try? JSON.parse(item))?["n"] {
+                    if let item = observation.itemsJSON.first, case .int(let n)? = (try? JSON.parse(item))?["n"] {
                         continuation.yield((n, now))
                     }
                 }

@@ -1,6 +1,7 @@
 import Foundation
 import ShoalCRDT
 import ShoalNode
+import ShoalSync
 import ShoalTesting
 import ShoalWire
 import Synchronization
@@ -130,7 +131,7 @@ enum Replication {
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 try await node.observe("SELECT _id FROM docs WHERE _id = :id", argumentsJSON: "{\"id\":\"\(id)\"}") { observation in
-                    if !observation.itemsJson.isEmpty { continuation.yield(seconds(ContinuousClock.now - start)) }
+                    if !observation.itemsJSON.isEmpty { continuation.yield(seconds(ContinuousClock.now - start)) }
                 }
             }
             defer { group.cancelAll() }

@@ -3,7 +3,7 @@ import Foundation
 import Synchronization
 import ShoalCRDT
 import ShoalNode
-import ShoalWire
+import ShoalSync
 
 struct AttachmentCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -111,7 +111,7 @@ struct AttachmentTokenID {
 /// Collects chunks as they arrive (the handler runs on the client's task).
 final class ChunkSink: Sendable {
     private let state = Mutex<[UInt8]>([])
-    func append(_ data: Data) { state.withLock { $0 += data } }
+    func append(_ data: [UInt8]) { state.withLock { $0 += data } }
     var count: Int { state.withLock { $0.count } }
     var bytes: [UInt8] { state.withLock { $0 } }
 }

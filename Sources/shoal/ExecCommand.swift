@@ -1,7 +1,7 @@
 import ArgumentParser
 import ShoalCRDT
 import ShoalNode
-import ShoalWire
+import ShoalSync
 
 struct ExecCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -46,8 +46,7 @@ struct ExecCommand: AsyncParsableCommand {
     func run() async throws {
         let response: ExecResult
         do {
-            let r = try await client.client().exec(statements, argumentsJSON: args ?? "", hint: hint, readOnly: readOnly)
-            response = ExecResult(items: r.itemsJson, mutated: r.mutatedDocumentIds, transaction: r.transactionID)
+            response = try await client.client().exec(statements, argumentsJSON: args ?? "", hint: hint, readOnly: readOnly)
         } catch let error as NodeError {
             throw fail(error.message)
         }
@@ -55,23 +54,19 @@ struct ExecCommand: AsyncParsableCommand {
             print(response.json)
             return
         }
-        for item in response.items { print(item) }
-        if !response.transaction.isEmpty {
-            print("mutated \(response.mutated.count) document(s) in transaction \(response.transaction)")
-        } else if response.items.isEmpty {
+        for item in response.itemsJSON { print(item) }
+        if let transaction = response.transactionID {
+            print("mutated \(response.mutatedDocumentIDs.count) document(s) in transaction \(transaction)")
+        } else if response.itemsJSON.isEmpty {
             print("(no documents)")
         }
     }
 }
 
-struct ExecResult {
-    var items: [String]
-    var mutated: [String]
-    var transaction: String
-
+extension ExecResult {
     /// `{"items": [...], "mutatedDocumentIDs": [...], "transactionID": "..." | null}`
     var json: String {
-        let transactionJSON = transaction.isEmpty ? "null" : Value.string(transaction).canonicalJSON
-        return "{\"items\":[\(items.joined(separator: ","))],\"mutatedDocumentIDs\":[\(mutated.joined(separator: ","))],\"transactionID\":\(transactionJSON)}"
+        let transactionJSON = transactionID.map { Value.string($0).canonicalJSON } ?? "null"
+        return "{\"items\":[\(itemsJSON.joined(separator: ","))],\"mutatedDocumentIDs\":[\(mutatedDocumentIDs.joined(separator: ","))],\"transactionID\":\(transactionJSON)}"
     }
 }

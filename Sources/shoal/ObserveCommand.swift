@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
 import ShoalNode
-import ShoalWire
+import ShoalSync
 
 struct ObserveCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -29,12 +29,12 @@ struct ObserveCommand: AsyncParsableCommand {
         do {
             try await client.client().observe(query, argumentsJSON: args ?? "") { observation in
                 if json {
-                    let ids = observation.transactionIds.map { "\"\($0)\"" }.joined(separator: ",")
-                    print("{\"items\":[\(observation.itemsJson.joined(separator: ","))],\"transactionIDs\":[\(ids)]}")
+                    let ids = observation.transactionIDs.map { "\"\($0)\"" }.joined(separator: ",")
+                    print("{\"items\":[\(observation.itemsJSON.joined(separator: ","))],\"transactionIDs\":[\(ids)]}")
                 } else {
-                    let cause = observation.transactionIds.isEmpty ? "now" : observation.transactionIds.joined(separator: ", ")
-                    print("-- \(observation.itemsJson.count) document(s) (\(cause))")
-                    for item in observation.itemsJson { print(item) }
+                    let cause = observation.transactionIDs.isEmpty ? "now" : observation.transactionIDs.joined(separator: ", ")
+                    print("-- \(observation.itemsJSON.count) document(s) (\(cause))")
+                    for item in observation.itemsJSON { print(item) }
                 }
                 fflush(nil)
             }

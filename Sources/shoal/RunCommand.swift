@@ -3,19 +3,27 @@ import Logging
 import ServiceLifecycle
 import UnixSignals
 import ShoalNode
-import ShoalWire
 
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "run",
-        abstract: "Start a node and serve until SIGINT or SIGTERM."
+        abstract: "Start a node and serve until SIGINT or SIGTERM.",
+        discussion: """
+            Every flag is also a key of the TOML file --config reads, under the same \
+            name without the dashes (max-frame-size = 1048576, peer = ["10.0.0.2:7470"]); \
+            a flag given on the command line wins over the file. \
+            deploy/shoal.example.toml lists them all.
+            """
     )
 
-    @Option(name: .long, help: "Directory for the node's database (created if missing).")
-    var data: String
+    @Option(name: .long, help: "A TOML file of settings; flags given here override it.")
+    var config: String?
 
-    @Option(name: .long, help: "Address to accept peers and the CLI on, HOST:PORT (port 0: any free port).")
-    var listen: String = "0.0.0.0:\(HostAndPort.defaultPort)"
+    @Option(name: .long, help: "Directory for the node's database (created if missing).")
+    var data: String?
+
+    @Option(name: .long, help: "Address to accept peers and the CLI on, HOST:PORT (default 0.0.0.0:7470; port 0: any free port).")
+    var listen: String?
 
     @Option(name: .long, help: "A readable name for this node (default: shoal- and its site ID's first digits).")
     var name: String?
@@ -26,71 +34,80 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .long, help: "A sync subscription: a SELECT query of what to replicate from peers. Repeatable.")
     var subscribe: [String] = []
 
-    @Option(name: .long, help: "The mesh name; peers must use the same one.")
-    var mesh: String = "default"
+    @Option(name: .long, help: "The mesh name; peers must use the same one (default: default).")
+    var mesh: String?
 
     @Option(name: .long, help: "A file holding the mesh key (at least 16 bytes); peers must hold the same key.")
     var meshKeyFile: String?
 
-    @Flag(name: .long, help: "Do not look for peers on the LAN.")
-    var noDiscovery = false
-
-    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error or critical.")
-    var logLevel: String = "info"
-
-    @Option(name: .long, help: "The largest frame accepted, in bytes.")
-    var maxFrameSize: Int = 16 << 20
+    @Flag(inversion: .prefixedNo, help: "Look for peers of the same mesh on the LAN (default: on).")
+    var discovery: Bool?
 
     @Option(
         name: .long,
-        help: "Seconds a remote transaction waits for pieces its subscriptions cover before what arrived is applied (and reported as partial).")
-    var coverageWait: Double = 30
+        help: "The interface LAN discovery announces and listens on, by name (lo, eth0) or IPv4 address (default: every multicast-capable one).")
+    var discoveryInterface: String?
 
-    @Option(name: .long, help: "Remote transactions held back at most; over it the oldest is applied in part.")
-    var maxWaitingTransactions: Int = 10_000
+    @Flag(
+        inversion: .prefixedNo,
+        help: "Carry changes for neighbours' subscriptions that this node's own do not cover (default: on).")
+    var relay: Bool?
 
-    @Option(name: .long, help: "Bytes of remote transactions held back at most; over it the oldest is applied in part.")
-    var maxWaitingBytes: Int = 256 << 20
+    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error or critical (default: info).")
+    var logLevel: String?
 
-    func validate() throws {
-        if Logger.Level(rawValue: logLevel) == nil {
-            throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
-        }
-        if maxFrameSize < 1024 { throw ValidationError("--max-frame-size must be at least 1024 bytes") }
-        if mesh.isEmpty { throw ValidationError("--mesh must not be empty") }
-        if !(coverageWait >= 0 && coverageWait <= 86_400) {
-            throw ValidationError("--coverage-wait must be between 0 and 86400 seconds")
-        }
-        if maxWaitingTransactions < 1 { throw ValidationError("--max-waiting-transactions must be at least 1") }
-        if maxWaitingBytes < 1 << 20 { throw ValidationError("--max-waiting-bytes must be at least 1048576 (1 MiB)") }
+    @Option(name: .long, help: "The largest frame accepted, in bytes (default: 16777216).")
+    var maxFrameSize: Int?
+
+    @Option(
+        name: .long,
+        help: "Seconds a remote transaction waits for pieces its subscriptions cover before what arrived is applied (and reported as partial) (default: 30).")
+    var coverageWait: Double?
+
+    @Option(name: .long, help: "Remote transactions held back at most; over it the oldest is applied in part (default: 10000).")
+    var maxWaitingTransactions: Int?
+
+    @Option(name: .long, help: "Bytes of remote transactions held back at most; over it the oldest is applied in part (default: 268435456).")
+    var maxWaitingBytes: Int?
+
+    /// The flags given, as settings.
+    var flags: NodeSettings {
+        var s = NodeSettings()
+        s.setFlag("data", data.map { .string($0) })
+        s.setFlag("listen", listen.map { .string($0) })
+        s.setFlag("name", name.map { .string($0) })
+        s.setFlag("peer", peer.isEmpty ? nil : .strings(peer))
+        s.setFlag("subscribe", subscribe.isEmpty ? nil : .strings(subscribe))
+        s.setFlag("mesh", mesh.map { .string($0) })
+        s.setFlag("mesh-key-file", meshKeyFile.map { .string($0) })
+        s.setFlag("discovery", discovery.map { .boolean($0) })
+        s.setFlag("discovery-interface", discoveryInterface.map { .string($0) })
+        s.setFlag("relay", relay.map { .boolean($0) })
+        s.setFlag("log-level", logLevel.map { .string($0) })
+        s.setFlag("max-frame-size", maxFrameSize.map { .integer($0) })
+        s.setFlag("coverage-wait", coverageWait.map { .seconds($0) })
+        s.setFlag("max-waiting-transactions", maxWaitingTransactions.map { .integer($0) })
+        s.setFlag("max-waiting-bytes", maxWaitingBytes.map { .integer($0) })
+        return s
     }
 
     func run() async throws {
-        let level = Logger.Level(rawValue: logLevel)!
+        let settings: NodeSettings
+        let configuration: NodeConfiguration
+        let level: Logger.Level
+        do throws(NodeError) {
+            settings = try flags.overriding(config.map { path throws(NodeError) in try NodeSettings.load(file: path) } ?? NodeSettings())
+            configuration = try settings.configuration()
+            level = Logger.Level(rawValue: try settings.logLevel())!
+        } catch {
+            throw fail(error.message)
+        }
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
             return handler
         }
         let logger = Logger(label: "shoal")
-        let configuration: NodeConfiguration
-        do {
-            configuration = NodeConfiguration(
-                dataDirectory: data,
-                listen: try HostAndPort(parsing: listen),
-                name: name,
-                peers: try peer.map { text throws(NodeError) in try HostAndPort(parsing: text) },
-                subscriptions: subscribe,
-                meshName: mesh,
-                meshKey: try meshKeyFile.map { path throws(NodeError) in try NodeConfiguration.readMeshKey(path: path) },
-                discovery: !noDiscovery,
-                limits: .init(maximumFrameSize: maxFrameSize, maximumInflatedSize: maxFrameSize),
-                coverageWait: .milliseconds(Int64(coverageWait * 1000)), maximumWaitingTransactions: maxWaitingTransactions,
-                maximumWaitingBytes: maxWaitingBytes
-            )
-        } catch {
-            throw fail(error.message)
-        }
         let node: ShoalNode
         do {
             node = try ShoalNode(configuration: configuration, logger: logger)

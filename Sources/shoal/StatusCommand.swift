@@ -1,7 +1,8 @@
 import ArgumentParser
+import Foundation
 import ShoalCRDT
 import ShoalNode
-import ShoalWire
+import ShoalSync
 
 struct StatusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -11,26 +12,45 @@ struct StatusCommand: AsyncParsableCommand {
 
     @OptionGroup var client: ClientOptions
 
-    @Flag(name: .long, help: "Print one JSON object, for scripts.")
+    @Flag(name: .long, help: "Print one JSON object, for scripts (with a digest of each collection).")
     var json = false
 
+    @Option(name: .long, help: "Refresh every SECONDS in place until interrupted.")
+    var watch: Double?
+
+    func validate() throws {
+        if let watch, !(watch > 0) { throw ValidationError("--watch takes a positive number of seconds") }
+    }
+
     func run() async throws {
-        let status: Shoal_V1_StatusResponse
+        let client: AdminClient
         do {
-            status = try await client.client().status()
+            client = try self.client.client()
         } catch let error as NodeError {
             throw fail(error.message)
         }
-        if json {
-            print(Self.json(status).canonicalJSON)
-        } else {
-            print(Self.table(status))
-        }
+        repeat {
+            let status: NodeStatus
+            do {
+                status = try await client.status(digests: json)
+            } catch {
+                throw fail(error.message)
+            }
+            let text = json ? Self.json(status).canonicalJSON : Self.table(status)
+            if watch != nil {
+                // Home the cursor and clear the screen, then draw: a refresh in place.
+                print("\u{1B}[H\u{1B}[2J" + text)
+            } else {
+                print(text)
+            }
+            fflush(nil)
+            if let watch { try await Task.sleep(for: .milliseconds(Int(watch * 1000))) }
+        } while watch != nil
     }
 
-    static func site(_ raw: UInt64) -> Value { raw == 0 ? .null : .string(SiteID(raw).description) }
+    static func site(_ site: SiteID?) -> Value { site.map { .string($0.description) } ?? .null }
 
-    static func json(_ s: Shoal_V1_StatusResponse) -> Value {
+    static func json(_ s: NodeStatus) -> Value {
         .object([
             "siteID": site(s.siteID),
             "name": .string(s.name),
@@ -42,28 +62,35 @@ struct StatusCommand: AsyncParsableCommand {
                     .object([
                         "siteID": site(p.siteID), "name": .string(p.name), "address": .string(p.address),
                         "state": .string(p.state), "direction": .string(p.direction),
-                        "rttMillis": p.rttMillis > 0 ? .double((p.rttMillis * 1000).rounded() / 1000) : .null,
+                        "rttMillis": p.rttMillis.map { .double(($0 * 1000).rounded() / 1000) } ?? .null,
                         "bytesIn": .int(Int64(p.bytesIn)), "bytesOut": .int(Int64(p.bytesOut)),
+                        "discovered": .bool(p.discovered),
+                        "deltasIn": .int(Int64(p.deltasIn)), "deltasOut": .int(Int64(p.deltasOut)),
+                        "lagDeltas": p.lagDeltas.map { .int(Int64($0)) } ?? .null,
+                        "lastSeenMillisAgo": p.lastSeenMillisAgo.map { .int($0) } ?? .null,
                     ])
                 }),
             "subscriptions": .array(
                 s.subscriptions.map { .object(["id": .string($0.id), "query": .string($0.query), "origin": .string($0.origin)]) }),
             "transactions": transactions(s.transactions),
             "collections": .object(
-                Dictionary(uniqueKeysWithValues: s.collections.map { ($0.name, Value.object(["documents": .int(Int64($0.documents))])) })),
+                Dictionary(
+                    uniqueKeysWithValues: s.collections.map { c in
+                        (c.name, Value.object(["documents": .int(Int64(c.documents)), "digest": c.digest.map(Value.string) ?? .null]))
+                    })),
         ])
     }
 
-    static func pending(_ p: Shoal_V1_PendingTransaction) -> Value {
+    static func pending(_ p: NodeStatus.Pending) -> Value {
         .object([
-            "id": .string(p.id), "origin": site(p.originSite), "haveDocuments": .int(Int64(p.haveDocuments)),
+            "id": .string(p.id), "origin": site(p.origin), "haveDocuments": .int(Int64(p.haveDocuments)),
             "needDocuments": .int(Int64(p.needDocuments)), "ageSeconds": .double((p.ageSeconds * 10).rounded() / 10),
             "askedPeers": .array(p.askedPeers.map(Value.string)), "reason": .string(p.reason),
             "missingCollections": .array(p.missingCollections.map(Value.string)),
         ])
     }
 
-    static func transactions(_ t: Shoal_V1_TransactionStatus) -> Value {
+    static func transactions(_ t: NodeStatus.Transactions) -> Value {
         .object([
             "committedLocal": .int(Int64(t.committedLocal)),
             "appliedRemote": .int(Int64(t.appliedRemote)),
@@ -79,14 +106,17 @@ struct StatusCommand: AsyncParsableCommand {
         ])
     }
 
-    static func table(_ s: Shoal_V1_StatusResponse) -> String {
-        var out = "Node \(s.name)  site \(SiteID(s.siteID))  listening on \(s.listen)  mesh \(s.meshName)  log at \(s.changeLogSequence)\n"
+    static func table(_ s: NodeStatus) -> String {
+        var out = "Node \(s.name)  site \(s.siteID)  listening on \(s.listen)  mesh \(s.meshName)  log at \(s.changeLogSequence)\n"
         out += "\nPeers\n"
         out += render(
-            ["SITE", "NAME", "ADDRESS", "DIRECTION", "STATE", "RTT ms", "IN", "OUT"],
+            ["SITE", "NAME", "ADDRESS", "FOUND BY", "DIRECTION", "STATE", "RTT ms", "BYTES IN/OUT", "DELTAS IN/OUT", "LAG", "HEARD"],
             s.peers.map { p in
-                [p.siteID == 0 ? "-" : SiteID(p.siteID).description, p.name.isEmpty ? "-" : p.name, p.address, p.direction,
-                 p.state, p.rttMillis > 0 ? String(format2(p.rttMillis)) : "-", bytes(p.bytesIn), bytes(p.bytesOut)]
+                [p.siteID?.description ?? "-", p.name.isEmpty ? "-" : p.name, p.address,
+                 p.discovered ? "discovery" : p.direction == "outbound" ? "static" : "-", p.direction,
+                 p.state, p.rttMillis.map(format2) ?? "-", "\(bytes(p.bytesIn)) / \(bytes(p.bytesOut))",
+                 "\(p.deltasIn) / \(p.deltasOut)", p.lagDeltas.map(String.init) ?? "-",
+                 p.lastSeenMillisAgo.map { $0 < 1000 ? "\($0) ms ago" : "\($0 / 1000) s ago" } ?? "-"]
             })
         out += "\nSubscriptions\n"
         out += render(["ID", "ORIGIN", "QUERY"], s.subscriptions.map { [$0.id, $0.origin, $0.query] })

@@ -1,7 +1,7 @@
 import ArgumentParser
 import ShoalCRDT
 import ShoalNode
-import ShoalWire
+import ShoalSync
 
 struct SubscribeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -26,7 +26,7 @@ struct SubscribeCommand: AsyncParsableCommand {
     var query: String
 
     func run() async throws {
-        let status: Shoal_V1_SubscriptionStatus
+        let status: SubscriptionInfo
         do {
             status = try await client.client().subscribe(query, argumentsJSON: args ?? "")
         } catch let error as NodeError {
@@ -51,7 +51,7 @@ struct UnsubscribeCommand: AsyncParsableCommand {
     var subscription: String
 
     func run() async throws {
-        let status: Shoal_V1_SubscriptionStatus
+        let status: SubscriptionInfo
         do {
             status = try await client.client().unsubscribe(subscription)
         } catch let error as NodeError {
@@ -61,6 +61,6 @@ struct UnsubscribeCommand: AsyncParsableCommand {
     }
 }
 
-func subscriptionJSON(_ s: Shoal_V1_SubscriptionStatus) -> String {
+func subscriptionJSON(_ s: SubscriptionInfo) -> String {
     Value.object(["id": .string(s.id), "query": .string(s.query), "origin": .string(s.origin)]).canonicalJSON
 }

@@ -72,7 +72,7 @@ import Testing
             }
             try await appInside.wait()
             let update = try await client.exec("UPDATE cars SET color = 'red'", hint: "from the CLI")
-            #expect(update.mutatedDocumentIds == ["\"a\""], "it ran after the app's transaction committed")
+            #expect(update.mutatedDocumentIDs == ["\"a\""], "it ran after the app's transaction committed")
             #expect(update.transactionID == "\(node.siteID):2")
 
             let refused = await #expect(throws: NodeError.self) {
@@ -81,7 +81,7 @@ import Testing
             #expect(refused?.message.contains("DELETE FROM cars writes, but transaction") == true, "\(refused?.message ?? "")")
             #expect(refused?.message.contains("(hint 'report') is read-only") == true)
             let read = try await client.exec("SELECT color FROM cars", readOnly: true)
-            #expect(read.itemsJson == [#"{"color":"red"}"#] && read.transactionID.isEmpty)
+            #expect(read.itemsJSON == [#"{"color":"red"}"#] && read.transactionID == nil)
             group.cancelAll()
         }
     }

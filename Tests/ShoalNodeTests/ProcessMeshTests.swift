@@ -45,7 +45,7 @@ import Testing
         #expect((seenByB["bytesIn"] as? Int ?? 0) > 0)
         let subscriptions = aStatus["subscriptions"] as? [[String: Any]] ?? []
         #expect(subscriptions.contains { $0["origin"] as? String == bSite && $0["query"] as? String == "SELECT * FROM cars" })
-        #expect((bStatus["collections"] as? [String: [String: Int]])?["cars"]?["documents"] == 1)
+        #expect((bStatus["collections"] as? [String: [String: Any]])?["cars"]?["documents"] as? Int == 1)
 
         // Kill the receiver outright, write while it is down, start it again.
         b!.crash()
@@ -114,6 +114,13 @@ import Testing
             name: "beta", dataDirectory: dirs.path + "/b",
             extra: ["--mesh-key-file", keyB, "--peer", a.address, "--subscribe", "SELECT * FROM cars"])
         #expect(eventually(10) { b.log().contains("MESH_KEY_MISMATCH") || a.log().contains("MESH_KEY_MISMATCH") })
+        // A logs the refusal with B's site ID and address.
+        let bStatus = try ShoalBinary.run(["status", "--node", b.address, "--mesh-key-file", keyB, "--json"])
+        let bSite = try #require(
+            (try JSONSerialization.jsonObject(with: Data(bStatus.stdout.utf8)) as? [String: Any])?["siteID"] as? String)
+        #expect(eventually(10) {
+            a.log().split(separator: "\n").contains { $0.contains("refusing a peer") && $0.contains("shoal.peer.site=\(bSite)") && $0.contains("shoal.peer.address=127.0.0.1:") }
+        }, "\(a.log())")
         let bDocs = try ShoalBinary.run(["exec", "--node", b.address, "--mesh-key-file", keyB, "--json", "SELECT * FROM cars"])
         #expect(bDocs.stdout.contains("\"items\":[]"))
         // The CLI without the key is refused with a clear message.

@@ -29,7 +29,7 @@ import Testing
                 case .established: end = action
                 case .fail(let e):
                     end = action
-                    if !e.fromPeer { outbox.append(.fatal(e.code, e.message)) }
+                    if !e.fromPeer { outbox.append(e.frame) }
                 }
             }
         }
@@ -114,6 +114,7 @@ import Testing
         let error = Self.failure(Self.run(&a, &b).a)
         #expect(error?.code == .meshMismatch)
         #expect(error?.message == "mesh name mismatch: the peer is in mesh 'blue', this node is in mesh 'red'")
+        #expect(error?.peer == SiteID(2), "a refusal after the Hello names the peer, for the log")
     }
 
     @Test func anAdminClientNeedsNoMeshNameButDoesNeedTheKey() {

@@ -107,6 +107,30 @@ import Testing
         #expect(m.latestGeneration == 2)
     }
 
+    /// A neighbour's interest changes what a node asks of some peers only: a set equal
+    /// to the one last sent sends nothing, so cursors and streams stay where they are.
+    @Test func anUnchangedSetSendsNoSubscribe() {
+        var m = Self.machine()
+        _ = m.handle(.ownSubscriptionsChanged(Self.cars, fromStart: false), now: 0)
+        _ = m.handle(.cursorRead(Self.cars, resumeAfter: 3), now: 0)
+        #expect(m.handle(.ownSubscriptionsChanged(Self.cars, fromStart: false), now: 1).isEmpty)
+        #expect(m.latestGeneration == 1)
+        // The same set queued behind a cursor read of itself is dropped too.
+        let wider = Self.set("SELECT * FROM cars", "SELECT * FROM boats")
+        guard case .readCursor? = m.handle(.ownSubscriptionsChanged(wider, fromStart: false), now: 2).first else {
+            Issue.record("a wider set reads its cursor")
+            return
+        }
+        #expect(m.handle(.ownSubscriptionsChanged(wider, fromStart: false), now: 2).isEmpty)
+        let sent = m.handle(.cursorRead(wider, resumeAfter: 0), now: 3)
+        #expect(sent.count == 1 && Self.sent(sent).count == 1, "one Subscribe, no second cursor read: \(sent)")
+        // After EVICT the same set is asked for again from the start.
+        guard case .readCursor(_, true)? = m.handle(.ownSubscriptionsChanged(wider, fromStart: true), now: 4).first else {
+            Issue.record("EVICT resubscribes whatever the set")
+            return
+        }
+    }
+
     @Test func batchesAreSubmittedAndAcknowledgedInOrderOnceDurable() {
         var m = Self.machine()
         _ = m.handle(.ownSubscriptionsChanged(Self.cars, fromStart: false), now: 0)

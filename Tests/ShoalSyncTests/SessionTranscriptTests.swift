@@ -160,7 +160,7 @@ import Testing
                 case .readPage(let r): pendingPage = r
                 case .readCursor(let s, _): pendingCursor = s
                 case .close(let e):
-                    if let e, !e.fromPeer { outbound.append(.fatal(e.code, e.message)) }
+                    if let e, !e.fromPeer { outbound.append(e.frame) }
                     closed = true
                 default: break
                 }

@@ -282,6 +282,17 @@ import CompressNIO
             Vector(
                 file: "admin-request-status.hex", comment: "AdminRequest (type 0x10): request_id 1, status {}.",
                 message: .adminRequest(statusRequest)),
+            Vector(
+                file: "admin-request-status-digests.hex",
+                comment: "AdminRequest (type 0x10): request_id 2, status {digests: true} (PROTOCOL.md section 10).",
+                message: .adminRequest({
+                    var r = Shoal_V1_AdminRequest()
+                    r.requestID = 2
+                    var s = Shoal_V1_StatusRequest()
+                    s.digests = true
+                    r.status = s
+                    return r
+                }())),
         ]
     }()
 

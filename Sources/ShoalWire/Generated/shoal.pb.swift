@@ -876,6 +876,9 @@ public nonisolated struct Shoal_V1_StatusRequest: Sendable {
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
+  /// Also compute each collection's digest (it reads every document).
+  public var digests: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1153,6 +1156,26 @@ public nonisolated struct Shoal_V1_PeerStatus: Sendable {
   /// "inbound" or "outbound".
   public var direction: String = String()
 
+  /// Found by LAN discovery (section 16), rather than a --peer address or an inbound connection.
+  public var discovered: Bool = false
+
+  /// Deltas received from and sent to this peer's site since this node started, over
+  /// every session with it.
+  public var deltasIn: UInt64 = 0
+
+  public var deltasOut: UInt64 = 0
+
+  /// Rows of this node's change log after the last one the peer acknowledged (or skipped):
+  /// how far behind it is, at most.
+  public var lagDeltas: UInt64 = 0
+
+  /// Milliseconds since the last frame from this peer; -1 when none came.
+  public var lastSeenMillisAgo: Int64 = 0
+
+  /// Where the peer accepts connections ("host:port"), as far as the node can tell
+  /// (the address it dialed, or the Hello's listen_address); empty when unknown.
+  public var listenAddress: String = String()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1183,6 +1206,40 @@ public nonisolated struct Shoal_V1_CollectionStatus: Sendable {
   public var name: String = String()
 
   public var documents: UInt64 = 0
+
+  /// SHA-256 of the collection's contents (DATA_MODEL.md section 17), 64 hex digits;
+  /// empty unless the request asked for digests.
+  public var digest: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Not a frame: the payload of a LAN discovery datagram (UDP multicast, PROTOCOL.md
+/// section 16), after its 6-byte header and before its MAC.
+public nonisolated struct Shoal_V1_Announcement: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The mesh the sender belongs to; receivers of another mesh ignore it.
+  public var meshName: String = String()
+
+  public var siteID: UInt64 = 0
+
+  public var nodeName: String = String()
+
+  /// Where the sender accepts connections, "host:port", on the network the datagram was sent to.
+  public var listenAddresses: [String] = []
+
+  /// The protocol versions the sender speaks, inclusive (as in Hello).
+  public var minVersion: UInt32 = 0
+
+  public var maxVersion: UInt32 = 0
+
+  /// Counts 1, 2, 3, ... per start of the sender, so receivers can tell a restart.
+  public var sequence: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -2633,18 +2690,29 @@ nonisolated extension Shoal_V1_ExecRequest: SwiftProtobuf.Message, SwiftProtobuf
 
 nonisolated extension Shoal_V1_StatusRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatusRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}digests\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    // Load everything into unknown fields
-    while try decoder.nextFieldNumber() != nil {}
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBoolField(value: &self.digests) }()
+      default: break
+      }
+    }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.digests != false {
+      try visitor.visitSingularBoolField(value: self.digests, fieldNumber: 1)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Shoal_V1_StatusRequest, rhs: Shoal_V1_StatusRequest) -> Bool {
+    if lhs.digests != rhs.digests {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3155,7 +3223,7 @@ nonisolated extension Shoal_V1_PendingTransaction: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PeerStatus"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}address\0\u{1}state\0\u{3}rtt_millis\0\u{3}bytes_in\0\u{3}bytes_out\0\u{1}direction\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}address\0\u{1}state\0\u{3}rtt_millis\0\u{3}bytes_in\0\u{3}bytes_out\0\u{1}direction\0\u{1}discovered\0\u{3}deltas_in\0\u{3}deltas_out\0\u{3}lag_deltas\0\u{3}last_seen_millis_ago\0\u{3}listen_address\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3171,6 +3239,12 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.bytesIn) }()
       case 7: try { try decoder.decodeSingularUInt64Field(value: &self.bytesOut) }()
       case 8: try { try decoder.decodeSingularStringField(value: &self.direction) }()
+      case 9: try { try decoder.decodeSingularBoolField(value: &self.discovered) }()
+      case 10: try { try decoder.decodeSingularUInt64Field(value: &self.deltasIn) }()
+      case 11: try { try decoder.decodeSingularUInt64Field(value: &self.deltasOut) }()
+      case 12: try { try decoder.decodeSingularUInt64Field(value: &self.lagDeltas) }()
+      case 13: try { try decoder.decodeSingularInt64Field(value: &self.lastSeenMillisAgo) }()
+      case 14: try { try decoder.decodeSingularStringField(value: &self.listenAddress) }()
       default: break
       }
     }
@@ -3201,6 +3275,24 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
     if !self.direction.isEmpty {
       try visitor.visitSingularStringField(value: self.direction, fieldNumber: 8)
     }
+    if self.discovered != false {
+      try visitor.visitSingularBoolField(value: self.discovered, fieldNumber: 9)
+    }
+    if self.deltasIn != 0 {
+      try visitor.visitSingularUInt64Field(value: self.deltasIn, fieldNumber: 10)
+    }
+    if self.deltasOut != 0 {
+      try visitor.visitSingularUInt64Field(value: self.deltasOut, fieldNumber: 11)
+    }
+    if self.lagDeltas != 0 {
+      try visitor.visitSingularUInt64Field(value: self.lagDeltas, fieldNumber: 12)
+    }
+    if self.lastSeenMillisAgo != 0 {
+      try visitor.visitSingularInt64Field(value: self.lastSeenMillisAgo, fieldNumber: 13)
+    }
+    if !self.listenAddress.isEmpty {
+      try visitor.visitSingularStringField(value: self.listenAddress, fieldNumber: 14)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3213,6 +3305,12 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.bytesIn != rhs.bytesIn {return false}
     if lhs.bytesOut != rhs.bytesOut {return false}
     if lhs.direction != rhs.direction {return false}
+    if lhs.discovered != rhs.discovered {return false}
+    if lhs.deltasIn != rhs.deltasIn {return false}
+    if lhs.deltasOut != rhs.deltasOut {return false}
+    if lhs.lagDeltas != rhs.lagDeltas {return false}
+    if lhs.lastSeenMillisAgo != rhs.lastSeenMillisAgo {return false}
+    if lhs.listenAddress != rhs.listenAddress {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3260,7 +3358,7 @@ nonisolated extension Shoal_V1_SubscriptionStatus: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Shoal_V1_CollectionStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".CollectionStatus"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0\u{1}documents\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0\u{1}documents\0\u{1}digest\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3270,6 +3368,7 @@ nonisolated extension Shoal_V1_CollectionStatus: SwiftProtobuf.Message, SwiftPro
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.name) }()
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.documents) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.digest) }()
       default: break
       }
     }
@@ -3282,12 +3381,76 @@ nonisolated extension Shoal_V1_CollectionStatus: SwiftProtobuf.Message, SwiftPro
     if self.documents != 0 {
       try visitor.visitSingularUInt64Field(value: self.documents, fieldNumber: 2)
     }
+    if !self.digest.isEmpty {
+      try visitor.visitSingularStringField(value: self.digest, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Shoal_V1_CollectionStatus, rhs: Shoal_V1_CollectionStatus) -> Bool {
     if lhs.name != rhs.name {return false}
     if lhs.documents != rhs.documents {return false}
+    if lhs.digest != rhs.digest {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_Announcement: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Announcement"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}mesh_name\0\u{3}site_id\0\u{3}node_name\0\u{3}listen_addresses\0\u{3}min_version\0\u{3}max_version\0\u{1}sequence\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.meshName) }()
+      case 2: try { try decoder.decodeSingularFixed64Field(value: &self.siteID) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.nodeName) }()
+      case 4: try { try decoder.decodeRepeatedStringField(value: &self.listenAddresses) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.minVersion) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.maxVersion) }()
+      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.sequence) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.meshName.isEmpty {
+      try visitor.visitSingularStringField(value: self.meshName, fieldNumber: 1)
+    }
+    if self.siteID != 0 {
+      try visitor.visitSingularFixed64Field(value: self.siteID, fieldNumber: 2)
+    }
+    if !self.nodeName.isEmpty {
+      try visitor.visitSingularStringField(value: self.nodeName, fieldNumber: 3)
+    }
+    if !self.listenAddresses.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.listenAddresses, fieldNumber: 4)
+    }
+    if self.minVersion != 0 {
+      try visitor.visitSingularUInt32Field(value: self.minVersion, fieldNumber: 5)
+    }
+    if self.maxVersion != 0 {
+      try visitor.visitSingularUInt32Field(value: self.maxVersion, fieldNumber: 6)
+    }
+    if self.sequence != 0 {
+      try visitor.visitSingularUInt64Field(value: self.sequence, fieldNumber: 7)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_Announcement, rhs: Shoal_V1_Announcement) -> Bool {
+    if lhs.meshName != rhs.meshName {return false}
+    if lhs.siteID != rhs.siteID {return false}
+    if lhs.nodeName != rhs.nodeName {return false}
+    if lhs.listenAddresses != rhs.listenAddresses {return false}
+    if lhs.minVersion != rhs.minVersion {return false}
+    if lhs.maxVersion != rhs.maxVersion {return false}
+    if lhs.sequence != rhs.sequence {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

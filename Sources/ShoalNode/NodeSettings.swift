@@ -1,0 +1,292 @@
+import Foundation
+import ShoalStore
+import ShoalWire
+import TOMLKit
+
+/// What `shoal run` is told, from its flags and a config file, before it becomes
+/// a `NodeConfiguration`.
+///
+/// Every flag of `shoal run` is a key here under the same name (`--max-frame-size`
+/// is `max-frame-size`), so a config file can say anything the command line can.
+/// Each value remembers where it came from, so a bad one is reported with its flag,
+/// or with the file, line and key that set it.
+public struct NodeSettings: Sendable, Hashable {
+    /// The shape of a key's value.
+    public enum Kind: Sendable, Hashable {
+        case string
+        /// A list of strings; a flag repeated, a TOML array of strings.
+        case strings
+        case boolean
+        case integer
+        /// A number of seconds, integer or not.
+        case seconds
+    }
+
+    /// One setting a node takes.
+    public struct Key: Sendable, Hashable {
+        public var name: String
+        public var kind: Kind
+        public var summary: String
+    }
+
+    public enum Value: Sendable, Hashable {
+        case string(String)
+        case strings([String])
+        case boolean(Bool)
+        case integer(Int)
+        case seconds(Double)
+    }
+
+    /// Every key, in the order the example file and `--help` list them.
+    public static let keys: [Key] = [
+        Key(name: "data", kind: .string, summary: "directory for the node's database (created if missing); required"),
+        Key(name: "listen", kind: .string, summary: "HOST:PORT to accept peers and the CLI on (default 0.0.0.0:7470; port 0 picks one)"),
+        Key(name: "name", kind: .string, summary: "a readable name (default shoal- and the site ID's first digits)"),
+        Key(name: "peer", kind: .strings, summary: "peers to dial and keep dialing, HOST:PORT"),
+        Key(name: "subscribe", kind: .strings, summary: "sync subscriptions, SELECT * FROM c [WHERE ...]"),
+        Key(name: "mesh", kind: .string, summary: "the mesh name; peers must use the same one (default \"default\")"),
+        Key(name: "mesh-key-file", kind: .string, summary: "a file holding the mesh key (at least 16 bytes)"),
+        Key(name: "discovery", kind: .boolean, summary: "find peers of the same mesh on the LAN (default true)"),
+        Key(name: "discovery-interface", kind: .string, summary: "the interface discovery uses, NAME or IPV4 (default: every multicast-capable one)"),
+        Key(name: "relay", kind: .boolean, summary: "carry changes for neighbours' subscriptions this node's own do not cover (default true)"),
+        Key(name: "log-level", kind: .string, summary: "trace, debug, info, notice, warning, error or critical (default info)"),
+        Key(name: "max-frame-size", kind: .integer, summary: "the largest frame accepted, in bytes (default 16777216)"),
+        Key(name: "coverage-wait", kind: .seconds, summary: "seconds a remote transaction waits for pieces its subscriptions cover (default 30)"),
+        Key(name: "max-waiting-transactions", kind: .integer, summary: "remote transactions held back at most (default 10000)"),
+        Key(name: "max-waiting-bytes", kind: .integer, summary: "bytes of remote transactions held back at most (default 268435456)"),
+    ]
+
+    public static func key(_ name: String) -> Key? { keys.first { $0.name == name } }
+
+    private var values: [String: Value] = [:]
+    private var origins: [String: String] = [:]
+
+    public init() {}
+
+    public subscript(name: String) -> Value? { values[name] }
+
+    /// Where the value of `name` came from: `--name`, or `FILE:LINE (name)`.
+    public func origin(of name: String) -> String? { origins[name] }
+
+    /// Sets a value; `origin` says where it came from, for error messages.
+    public mutating func set(_ name: String, _ value: Value, origin: String) {
+        precondition(Self.key(name) != nil, "\(name) is not a setting")
+        values[name] = value
+        origins[name] = origin
+    }
+
+    /// Sets a value given on the command line as `--name`.
+    public mutating func setFlag(_ name: String, _ value: Value?) {
+        guard let value else { return }
+        set(name, value, origin: "--\(name)")
+    }
+
+    /// These settings, with `base`'s for the keys these do not set: flags over a file.
+    public func overriding(_ base: NodeSettings) -> NodeSettings {
+        var merged = base
+        for (name, value) in values { merged.set(name, value, origin: origins[name] ?? name) }
+        return merged
+    }
+
+    // MARK: Reading a file
+
+    /// Reads a TOML file whose top-level keys are the settings.
+    ///
+    /// Relative paths in it (`data`, `mesh-key-file`) are taken from the file's
+    /// directory, so a file and its data can move together. A syntax error, an unknown
+    /// key or a value of the wrong type is reported with the file, the line and the key.
+    public static func load(file path: String) throws(NodeError) -> NodeSettings {
+        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
+            throw NodeError(.invalidConfiguration, "cannot read the config file \(path)")
+        }
+        return try parse(text, file: path)
+    }
+
+    /// Parses config text; `file` names it in errors and anchors relative paths.
+    public static func parse(_ text: String, file: String) throws(NodeError) -> NodeSettings {
+        let table: TOMLTable
+        do {
+            table = try TOMLTable(string: text)
+        } catch let error as TOMLParseError {
+            throw NodeError(
+                .invalidConfiguration,
+                "\(file):\(error.source.begin.line):\(error.source.begin.column): \(error.description)")
+        } catch {
+            throw NodeError(.invalidConfiguration, "\(file): \(error)")
+        }
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        /// The line that assigns `name`, for messages (TOML puts each key on its own line).
+        func line(of name: String) -> Int {
+            for (i, line) in lines.enumerated() {
+                var rest = line.drop { $0 == " " || $0 == "\t" }
+                for quote in ["\"", "'"] where rest.hasPrefix(quote) { rest = rest.dropFirst() }
+                if rest.hasPrefix("[\(name)]") || rest.hasPrefix("[[\(name)]]") { return i + 1 }
+                guard rest.hasPrefix(name) else { continue }
+                let after = rest.dropFirst(name.count).drop { $0 == " " || $0 == "\t" || $0 == "\"" || $0 == "'" }
+                if after.hasPrefix("=") { return i + 1 }
+            }
+            return 1
+        }
+        let directory = (file as NSString).deletingLastPathComponent
+        var settings = NodeSettings()
+        for name in table.keys {
+            let origin = "\(file):\(line(of: name)) (\(name))"
+            guard let key = Self.key(name) else {
+                let known = keys.map(\.name)
+                let hint = known.first { $0.replacingOccurrences(of: "_", with: "-") == name.replacingOccurrences(of: "_", with: "-") }
+                    ?? known.min { distance($0, name) < distance($1, name) }.flatMap { distance($0, name) <= 3 ? $0 : nil }
+                throw NodeError(
+                    .invalidConfiguration,
+                    "\(origin): unknown key '\(name)'\(hint.map { " (did you mean '\($0)'?)" } ?? ""); the keys are the flags of shoal run: \(known.joined(separator: ", "))")
+            }
+            guard let raw = table[name] else { continue }
+            func wrongType(_ expected: String) -> NodeError {
+                let found = raw.type.description
+                let article = "aeiou".contains(found.first ?? "x") ? "an" : "a"
+                return NodeError(.invalidConfiguration, "\(origin): '\(name)' must be \(expected), not \(article) \(found)")
+            }
+            var value: Value
+            switch key.kind {
+            case .string:
+                guard let s = raw.string else { throw wrongType("a string") }
+                value = .string(s)
+            case .strings:
+                if let s = raw.string {
+                    value = .strings([s])
+                } else if let array = raw.array {
+                    var items: [String] = []
+                    for item in array {
+                        guard let s = item.string else { throw wrongType("an array of strings") }
+                        items.append(s)
+                    }
+                    value = .strings(items)
+                } else {
+                    throw wrongType("an array of strings")
+                }
+            case .boolean:
+                guard let b = raw.bool else { throw wrongType("true or false") }
+                value = .boolean(b)
+            case .integer:
+                guard let n = raw.int else { throw wrongType("an integer") }
+                value = .integer(n)
+            case .seconds:
+                if let n = raw.int {
+                    value = .seconds(Double(n))
+                } else if let d = raw.double {
+                    value = .seconds(d)
+                } else {
+                    throw wrongType("a number of seconds")
+                }
+            }
+            if name == "data" || name == "mesh-key-file", case .string(let p) = value, !p.hasPrefix("/"), !directory.isEmpty {
+                value = .string((directory as NSString).appendingPathComponent(p))
+            }
+            settings.set(name, value, origin: origin)
+        }
+        return settings
+    }
+
+    /// Edit distance, for suggesting the key that was meant.
+    private static func distance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        var row = Array(0...b.count)
+        for i in 1...max(a.count, 1) where !a.isEmpty {
+            var previous = row[0]
+            row[0] = i
+            for j in 1...max(b.count, 1) where !b.isEmpty {
+                let old = row[j]
+                row[j] = min(row[j] + 1, row[j - 1] + 1, previous + (a[i - 1] == b[j - 1] ? 0 : 1))
+                previous = old
+            }
+        }
+        return row[b.count]
+    }
+
+    // MARK: Typed values
+
+    private func string(_ name: String) -> String? {
+        if case .string(let s)? = values[name] { return s }
+        return nil
+    }
+
+    private func strings(_ name: String) -> [String] {
+        if case .strings(let s)? = values[name] { return s }
+        return []
+    }
+
+    private func integer(_ name: String) -> Int? {
+        if case .integer(let n)? = values[name] { return n }
+        return nil
+    }
+
+    private func invalid(_ name: String, _ problem: String) -> NodeError {
+        NodeError(.invalidConfiguration, "\(origins[name] ?? "--\(name)"): \(problem)")
+    }
+
+    /// The log level (`info` unless set); the executable bootstraps logging with it.
+    public func logLevel() throws(NodeError) -> String {
+        let level = string("log-level") ?? "info"
+        guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(level) else {
+            throw invalid("log-level", "'\(level)' is not one of trace, debug, info, notice, warning, error, critical")
+        }
+        return level
+    }
+
+    /// The node configuration these settings describe, with the defaults for what they leave out.
+    public func configuration() throws(NodeError) -> NodeConfiguration {
+        guard let data = string("data"), !data.isEmpty else {
+            throw NodeError(.invalidConfiguration, "no data directory: give --data DIR, or data = \"DIR\" in the config file")
+        }
+        let listen: HostAndPort
+        do {
+            listen = try HostAndPort(parsing: string("listen") ?? "0.0.0.0:\(HostAndPort.defaultPort)")
+        } catch {
+            throw invalid("listen", error.message)
+        }
+        var peers: [HostAndPort] = []
+        for text in strings("peer") {
+            do {
+                peers.append(try HostAndPort(parsing: text))
+            } catch {
+                throw invalid("peer", error.message)
+            }
+        }
+        var check = SubscriptionSet()
+        for query in strings("subscribe") {
+            do {
+                try check.add(query: query)
+            } catch {
+                throw invalid("subscribe", "'\(query)': \(error.message)")
+            }
+        }
+        let mesh = string("mesh") ?? "default"
+        if mesh.isEmpty { throw invalid("mesh", "the mesh name must not be empty") }
+        var meshKey: [UInt8]?
+        if let path = string("mesh-key-file") {
+            do {
+                meshKey = try NodeConfiguration.readMeshKey(path: path)
+            } catch {
+                throw invalid("mesh-key-file", error.message)
+            }
+        }
+        let frame = integer("max-frame-size") ?? WireLimits.default.maximumFrameSize
+        if frame < 1024 { throw invalid("max-frame-size", "must be at least 1024 bytes") }
+        var wait = 30.0
+        if case .seconds(let s)? = values["coverage-wait"] { wait = s }
+        if !(wait >= 0 && wait <= 86_400) { throw invalid("coverage-wait", "must be between 0 and 86400 seconds") }
+        let waitingTransactions = integer("max-waiting-transactions") ?? 10_000
+        if waitingTransactions < 1 { throw invalid("max-waiting-transactions", "must be at least 1") }
+        let waitingBytes = integer("max-waiting-bytes") ?? 256 << 20
+        if waitingBytes < 1 << 20 { throw invalid("max-waiting-bytes", "must be at least 1048576 (1 MiB)") }
+        var relay = true
+        if case .boolean(let b)? = values["relay"] { relay = b }
+        var discovery = true
+        if case .boolean(let b)? = values["discovery"] { discovery = b }
+        return NodeConfiguration(
+            dataDirectory: data, listen: listen, name: string("name"), peers: peers, subscriptions: strings("subscribe"),
+            meshName: mesh, meshKey: meshKey, discovery: discovery, discoveryInterface: string("discovery-interface"), relay: relay,
+            limits: WireLimits(maximumFrameSize: frame, maximumInflatedSize: frame),
+            coverageWait: .milliseconds(Int64(wait * 1000)), maximumWaitingTransactions: waitingTransactions,
+            maximumWaitingBytes: waitingBytes)
+    }
+}

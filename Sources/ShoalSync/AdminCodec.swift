@@ -1,0 +1,255 @@
+import ShoalCRDT
+public import ShoalWire
+import Foundation
+
+// Admin requests and responses to and from their wire form (PROTOCOL.md §10).
+// Only ShoalSync and ShoalNode see the generated messages; the CLI sees Shoal's types.
+
+extension AdminRequest {
+    /// The request a wire message carries, or nil when it carries none.
+    package init?(wire: Shoal_V1_AdminRequest) {
+        switch wire.request {
+        case .exec(let e)?:
+            self = .exec(statements: e.statements, argumentsJSON: e.argumentsJson, hint: e.hint.isEmpty ? nil : e.hint, readOnly: e.readOnly)
+        case .status(let s)?: self = .status(digests: s.digests)
+        case .subscribe(let s)?: self = .subscribe(query: s.query, argumentsJSON: s.argumentsJson)
+        case .unsubscribe(let u)?: self = .unsubscribe(idOrQuery: u.idOrQuery)
+        case .observe(let o)?: self = .observe(query: o.query, argumentsJSON: o.argumentsJson)
+        case .attachmentPut(let p)?: self = .attachmentPut(data: Array(p.data), metadataJSON: p.metadataJson)
+        case .attachmentGet(let g)?: self = .attachmentGet(hash: g.hash)
+        case nil: return nil
+        }
+    }
+
+    package func wire(requestID: UInt64 = 0) -> Shoal_V1_AdminRequest {
+        var request = Shoal_V1_AdminRequest()
+        request.requestID = requestID
+        switch self {
+        case .exec(let statements, let argumentsJSON, let hint, let readOnly):
+            var e = Shoal_V1_ExecRequest()
+            e.statements = statements
+            e.argumentsJson = argumentsJSON
+            e.hint = hint ?? ""
+            e.readOnly = readOnly
+            request.exec = e
+        case .status(let digests):
+            var s = Shoal_V1_StatusRequest()
+            s.digests = digests
+            request.status = s
+        case .subscribe(let query, let argumentsJSON):
+            var s = Shoal_V1_SubscribeRequest()
+            s.query = query
+            s.argumentsJson = argumentsJSON
+            request.subscribe = s
+        case .unsubscribe(let idOrQuery):
+            var u = Shoal_V1_UnsubscribeRequest()
+            u.idOrQuery = idOrQuery
+            request.unsubscribe = u
+        case .observe(let query, let argumentsJSON):
+            var o = Shoal_V1_ObserveRequest()
+            o.query = query
+            o.argumentsJson = argumentsJSON
+            request.observe = o
+        case .attachmentPut(let data, let metadataJSON):
+            var p = Shoal_V1_AttachmentPutRequest()
+            p.data = Data(data)
+            p.metadataJson = metadataJSON
+            request.attachmentPut = p
+        case .attachmentGet(let hash):
+            var g = Shoal_V1_AttachmentGetRequest()
+            g.hash = hash
+            request.attachmentGet = g
+        }
+        return request
+    }
+}
+
+extension AdminResponse {
+    /// The response a wire message carries, or nil when it carries none.
+    package init?(wire: Shoal_V1_AdminResponse) {
+        switch wire.response {
+        case .exec(let e)?:
+            self = .exec(
+                ExecResult(
+                    itemsJSON: e.itemsJson, mutatedDocumentIDs: e.mutatedDocumentIds,
+                    transactionID: e.transactionID.isEmpty ? nil : e.transactionID))
+        case .status(let s)?: self = .status(NodeStatus(wire: s))
+        case .error(let e)?: self = .failure(SyncError.Code(wire: e.code), e.message)
+        case .subscription(let s)?: self = .subscription(SubscriptionInfo(wire: s))
+        case .observation(let o)?: self = .observation(ObservationUpdate(itemsJSON: o.itemsJson, transactionIDs: o.transactionIds))
+        case .attachment(let a)?: self = .attachment(tokenJSON: a.tokenJson)
+        case .chunk(let c)?:
+            self = .chunk(AttachmentPart(hash: c.hash, offset: c.offset, totalLength: c.totalLength, data: Array(c.data)))
+        case nil: return nil
+        }
+    }
+
+    package func wire(requestID: UInt64) -> Shoal_V1_AdminResponse {
+        var response = Shoal_V1_AdminResponse()
+        response.requestID = requestID
+        switch self {
+        case .exec(let result):
+            var e = Shoal_V1_ExecResponse()
+            e.itemsJson = result.itemsJSON
+            e.mutatedDocumentIds = result.mutatedDocumentIDs
+            e.transactionID = result.transactionID ?? ""
+            response.exec = e
+        case .status(let status):
+            response.status = status.wire
+        case .subscription(let info):
+            response.subscription = info.wire
+        case .observation(let update):
+            var o = Shoal_V1_Observation()
+            o.itemsJson = update.itemsJSON
+            o.transactionIds = update.transactionIDs
+            response.observation = o
+        case .attachment(let tokenJSON):
+            var a = Shoal_V1_AttachmentToken()
+            a.tokenJson = tokenJSON
+            response.attachment = a
+        case .chunk(let part):
+            var c = Shoal_V1_AttachmentChunk()
+            c.requestID = requestID
+            c.hash = part.hash
+            c.found = true
+            c.offset = part.offset
+            c.totalLength = part.totalLength
+            c.data = Data(part.data)
+            response.chunk = c
+        case .failure(let code, let message):
+            var e = Shoal_V1_Error()
+            e.code = code.wire
+            e.message = message
+            response.error = e
+        }
+        return response
+    }
+}
+
+extension SubscriptionInfo {
+    init(wire: Shoal_V1_SubscriptionStatus) {
+        self.init(id: wire.id, query: wire.query, origin: wire.origin)
+    }
+
+    var wire: Shoal_V1_SubscriptionStatus {
+        var s = Shoal_V1_SubscriptionStatus()
+        s.id = id
+        s.query = query
+        s.origin = origin
+        return s
+    }
+}
+
+extension NodeStatus {
+    init(wire s: Shoal_V1_StatusResponse) {
+        self.init(
+            siteID: SiteID(s.siteID), name: s.name, listen: s.listen, meshName: s.meshName,
+            changeLogSequence: s.changeLogSequence,
+            peers: s.peers.map { p in
+                var peer = Peer(
+                    siteID: p.siteID == 0 ? nil : SiteID(p.siteID), name: p.name, address: p.address, state: p.state,
+                    direction: p.direction, rttMillis: p.rttMillis > 0 ? p.rttMillis : nil, bytesIn: p.bytesIn,
+                    bytesOut: p.bytesOut, discovered: p.discovered)
+                peer.deltasIn = p.deltasIn
+                peer.deltasOut = p.deltasOut
+                peer.lagDeltas = p.state == "connected" ? p.lagDeltas : nil
+                peer.lastSeenMillisAgo = p.lastSeenMillisAgo >= 0 ? p.lastSeenMillisAgo : nil
+                peer.listenAddress = p.listenAddress.isEmpty ? nil : p.listenAddress
+                return peer
+            },
+            subscriptions: s.subscriptions.map(SubscriptionInfo.init(wire:)),
+            collections: s.collections.map { Collection(name: $0.name, documents: $0.documents, digest: $0.digest.isEmpty ? nil : $0.digest) },
+            transactions: Transactions(wire: s.transactions))
+    }
+
+    var wire: Shoal_V1_StatusResponse {
+        var s = Shoal_V1_StatusResponse()
+        s.siteID = siteID.rawValue
+        s.name = name
+        s.listen = listen
+        s.meshName = meshName
+        s.changeLogSequence = changeLogSequence
+        s.peers = peers.map { peer in
+            var p = Shoal_V1_PeerStatus()
+            p.siteID = peer.siteID?.rawValue ?? 0
+            p.name = peer.name
+            p.address = peer.address
+            p.state = peer.state
+            p.rttMillis = peer.rttMillis ?? 0
+            p.bytesIn = peer.bytesIn
+            p.bytesOut = peer.bytesOut
+            p.direction = peer.direction
+            p.discovered = peer.discovered
+            p.deltasIn = peer.deltasIn
+            p.deltasOut = peer.deltasOut
+            p.lagDeltas = peer.lagDeltas ?? 0
+            p.lastSeenMillisAgo = peer.lastSeenMillisAgo ?? -1
+            p.listenAddress = peer.listenAddress ?? ""
+            return p
+        }
+        s.subscriptions = subscriptions.map(\.wire)
+        s.collections = collections.map { c in
+            var w = Shoal_V1_CollectionStatus()
+            w.name = c.name
+            w.documents = c.documents
+            w.digest = c.digest ?? ""
+            return w
+        }
+        s.transactions = transactions.wire
+        return s
+    }
+}
+
+extension NodeStatus.Transactions {
+    init(wire t: Shoal_V1_TransactionStatus) {
+        self.init()
+        committedLocal = t.committedLocal
+        appliedRemote = t.appliedRemote
+        waitingForCoverage = t.waitingForCoverage
+        appliedPartial = t.appliedPartial
+        completedLater = t.completedLater
+        waiting = t.waiting.map(NodeStatus.Pending.init(wire:))
+        partial = t.partial.map(NodeStatus.Pending.init(wire:))
+        bufferedBytes = t.bufferedBytes
+        bufferedBytesLimit = t.bufferedBytesLimit
+        bufferedTransactionsLimit = t.bufferedTransactionsLimit
+        overflows = t.overflows
+    }
+
+    var wire: Shoal_V1_TransactionStatus {
+        var t = Shoal_V1_TransactionStatus()
+        t.committedLocal = committedLocal
+        t.appliedRemote = appliedRemote
+        t.waitingForCoverage = waitingForCoverage
+        t.appliedPartial = appliedPartial
+        t.completedLater = completedLater
+        t.waiting = waiting.map(\.wire)
+        t.partial = partial.map(\.wire)
+        t.bufferedBytes = bufferedBytes
+        t.bufferedBytesLimit = bufferedBytesLimit
+        t.bufferedTransactionsLimit = bufferedTransactionsLimit
+        t.overflows = overflows
+        return t
+    }
+}
+
+extension NodeStatus.Pending {
+    init(wire p: Shoal_V1_PendingTransaction) {
+        self.init(
+            id: p.id, origin: SiteID(p.originSite), haveDocuments: p.haveDocuments, needDocuments: p.needDocuments,
+            ageSeconds: p.ageSeconds, askedPeers: p.askedPeers, reason: p.reason, missingCollections: p.missingCollections)
+    }
+
+    var wire: Shoal_V1_PendingTransaction {
+        var p = Shoal_V1_PendingTransaction()
+        p.id = id
+        p.originSite = origin.rawValue
+        p.haveDocuments = haveDocuments
+        p.needDocuments = needDocuments
+        p.ageSeconds = ageSeconds
+        p.askedPeers = askedPeers
+        p.reason = reason
+        p.missingCollections = missingCollections
+        return p
+    }
+}

@@ -1,0 +1,222 @@
+public import ShoalCRDT
+
+/// One request of an admin client (the CLI) to a node, in Shoal's own terms.
+///
+/// The wire form is `AdminRequest` of PROTOCOL.md §10; `AdminCodec` translates.
+public enum AdminRequest: Sendable, Hashable {
+    /// Runs statements in one transaction (read-only when asked, or when none writes).
+    case exec(statements: String, argumentsJSON: String, hint: String?, readOnly: Bool)
+    /// With `digests`, each collection's digest too (it reads every document).
+    case status(digests: Bool)
+    case subscribe(query: String, argumentsJSON: String)
+    case unsubscribe(idOrQuery: String)
+    /// A stream of `observation`s until the client closes.
+    case observe(query: String, argumentsJSON: String)
+    case attachmentPut(data: [UInt8], metadataJSON: String)
+    /// A stream of `chunk`s, in order.
+    case attachmentGet(hash: String)
+}
+
+/// One answer of a node to an admin request.
+public enum AdminResponse: Sendable, Hashable {
+    case exec(ExecResult)
+    case status(NodeStatus)
+    case subscription(SubscriptionInfo)
+    case observation(ObservationUpdate)
+    /// An attachment's token, as canonical JSON.
+    case attachment(tokenJSON: String)
+    case chunk(AttachmentPart)
+    /// The request failed; the connection stays open.
+    case failure(SyncError.Code, String)
+}
+
+/// What `exec` returns: the last statement's result.
+public struct ExecResult: Sendable, Hashable {
+    /// The result documents of the last statement, each as canonical JSON.
+    public var itemsJSON: [String]
+    /// The canonical JSON `_id`s the last statement wrote, deleted or evicted.
+    public var mutatedDocumentIDs: [String]
+    /// `SITE:SEQUENCE`, or nil when nothing was written.
+    public var transactionID: String?
+
+    public init(itemsJSON: [String], mutatedDocumentIDs: [String], transactionID: String?) {
+        self.itemsJSON = itemsJSON
+        self.mutatedDocumentIDs = mutatedDocumentIDs
+        self.transactionID = transactionID
+    }
+
+    /// The result documents as values.
+    public func items() throws -> [Value] { try itemsJSON.map { try JSON.parse($0) } }
+}
+
+/// A subscription as status and `subscribe` report it.
+public struct SubscriptionInfo: Sendable, Hashable {
+    public var id: String
+    public var query: String
+    /// `local`, or the site ID (16 hex digits) of the peer that asked for it.
+    public var origin: String
+
+    public init(id: String, query: String, origin: String) {
+        self.id = id
+        self.query = query
+        self.origin = origin
+    }
+}
+
+/// One state of an observed query's result.
+public struct ObservationUpdate: Sendable, Hashable {
+    public var itemsJSON: [String]
+    /// The transactions (`SITE:SEQUENCE`) whose commit produced this state; empty for the first.
+    public var transactionIDs: [String]
+
+    public init(itemsJSON: [String], transactionIDs: [String]) {
+        self.itemsJSON = itemsJSON
+        self.transactionIDs = transactionIDs
+    }
+}
+
+/// A run of an attachment's bytes.
+public struct AttachmentPart: Sendable, Hashable {
+    public var hash: String
+    public var offset: UInt64
+    public var totalLength: UInt64
+    public var data: [UInt8]
+
+    public init(hash: String, offset: UInt64, totalLength: UInt64, data: [UInt8]) {
+        self.hash = hash
+        self.offset = offset
+        self.totalLength = totalLength
+        self.data = data
+    }
+
+    /// Whether this part reaches the end of the attachment.
+    public var isLast: Bool { offset &+ UInt64(data.count) >= totalLength }
+}
+
+/// A node as `shoal status` shows it.
+public struct NodeStatus: Sendable, Hashable {
+    public var siteID: SiteID
+    public var name: String
+    public var listen: String
+    public var meshName: String
+    public var changeLogSequence: UInt64
+    public var peers: [Peer]
+    public var subscriptions: [SubscriptionInfo]
+    public var collections: [Collection]
+    public var transactions: Transactions
+
+    public init(
+        siteID: SiteID, name: String, listen: String, meshName: String, changeLogSequence: UInt64, peers: [Peer] = [],
+        subscriptions: [SubscriptionInfo] = [], collections: [Collection] = [], transactions: Transactions = .init()
+    ) {
+        self.siteID = siteID
+        self.name = name
+        self.listen = listen
+        self.meshName = meshName
+        self.changeLogSequence = changeLogSequence
+        self.peers = peers
+        self.subscriptions = subscriptions
+        self.collections = collections
+        self.transactions = transactions
+    }
+
+    /// A connection or dial target.
+    public struct Peer: Sendable, Hashable {
+        public var siteID: SiteID?
+        public var name: String
+        public var address: String
+        /// `connecting`, `handshaking`, `connected` or `disconnected`.
+        public var state: String
+        /// `inbound` or `outbound`.
+        public var direction: String
+        public var rttMillis: Double?
+        public var bytesIn: UInt64
+        public var bytesOut: UInt64
+        /// Found by LAN discovery.
+        public var discovered: Bool
+        /// Deltas received from and sent to this peer's site since this node started.
+        public var deltasIn: UInt64 = 0
+        public var deltasOut: UInt64 = 0
+        /// Rows of this node's change log the peer has not acknowledged (nil: not a sync session).
+        public var lagDeltas: UInt64?
+        /// Milliseconds since its last frame (nil: none came).
+        public var lastSeenMillisAgo: Int64?
+        /// Where it accepts connections, as far as the node can tell.
+        public var listenAddress: String?
+
+        public init(
+            siteID: SiteID?, name: String, address: String, state: String, direction: String, rttMillis: Double?,
+            bytesIn: UInt64, bytesOut: UInt64, discovered: Bool = false
+        ) {
+            self.discovered = discovered
+            self.siteID = siteID
+            self.name = name
+            self.address = address
+            self.state = state
+            self.direction = direction
+            self.rttMillis = rttMillis
+            self.bytesIn = bytesIn
+            self.bytesOut = bytesOut
+        }
+    }
+
+    public struct Collection: Sendable, Hashable {
+        public var name: String
+        public var documents: UInt64
+        /// SHA-256 of the collection's contents (DATA_MODEL.md §17), when asked for.
+        public var digest: String?
+
+        public init(name: String, documents: UInt64, digest: String? = nil) {
+            self.name = name
+            self.documents = documents
+            self.digest = digest
+        }
+    }
+
+    /// Counters since the node started, and the remote transactions it holds back
+    /// or applied only in part (PROTOCOL.md §8.8).
+    public struct Transactions: Sendable, Hashable {
+        public var committedLocal: UInt64 = 0
+        public var appliedRemote: UInt64 = 0
+        public var waitingForCoverage: UInt64 = 0
+        public var appliedPartial: UInt64 = 0
+        public var completedLater: UInt64 = 0
+        public var waiting: [Pending] = []
+        public var partial: [Pending] = []
+        public var bufferedBytes: UInt64 = 0
+        public var bufferedBytesLimit: UInt64 = 0
+        public var bufferedTransactionsLimit: UInt64 = 0
+        public var overflows: UInt64 = 0
+
+        public init() {}
+    }
+
+    /// A remote transaction waiting for coverage, or applied in part.
+    public struct Pending: Sendable, Hashable {
+        /// `SITE:SEQUENCE`.
+        public var id: String
+        public var origin: SiteID
+        public var haveDocuments: UInt64
+        public var needDocuments: UInt64
+        public var ageSeconds: Double
+        /// Site IDs, 16 hex digits.
+        public var askedPeers: [String]
+        /// `coverage` or `order`.
+        public var reason: String
+        public var missingCollections: [String]
+
+        public init(
+            id: String, origin: SiteID, haveDocuments: UInt64, needDocuments: UInt64, ageSeconds: Double,
+            askedPeers: [String], reason: String, missingCollections: [String]
+        ) {
+            self.id = id
+            self.origin = origin
+            self.haveDocuments = haveDocuments
+            self.needDocuments = needDocuments
+            self.ageSeconds = ageSeconds
+            self.askedPeers = askedPeers
+            self.reason = reason
+            self.missingCollections = missingCollections
+        }
+    }
+}

@@ -1,0 +1,121 @@
+import Foundation
+import ShoalNode
+import ShoalTesting
+import ShoalWire
+import Testing
+
+/// `shoal run --config FILE`: every flag a key, flags over the file, mistakes named by line and key.
+struct NodeSettingsTests {
+    static let file = """
+        # a node
+        data = "db"
+        listen = "127.0.0.1:7471"
+        name = "kitchen"
+        peer = ["127.0.0.1:7472", "127.0.0.1:7473"]
+        subscribe = "SELECT * FROM cars"
+        mesh = "home"
+        mesh-key-file = "mesh.key"
+        discovery = false
+        discovery-interface = "lo"
+        relay = false
+        log-level = "debug"
+        max-frame-size = 65536
+        coverage-wait = 2.5
+        max-waiting-transactions = 50
+        max-waiting-bytes = 2097152
+        """
+
+    @Test func aFileSetsEveryKey() throws {
+        let dir = TemporaryDirectory(prefix: "shoal-settings")
+        defer { dir.remove() }
+        try " correct horse battery staple\n".write(toFile: dir.path + "/mesh.key", atomically: true, encoding: .utf8)
+        let settings = try NodeSettings.parse(Self.file, file: dir.path + "/shoal.toml")
+        let configuration = try settings.configuration()
+        #expect(configuration.dataDirectory == dir.path + "/db", "a relative path is taken from the file's directory")
+        #expect(configuration.meshKey == Array("correct horse battery staple".utf8))
+        #expect(configuration.listen == HostAndPort(host: "127.0.0.1", port: 7471))
+        #expect(configuration.name == "kitchen")
+        #expect(configuration.peers.map(\.port) == [7472, 7473])
+        #expect(configuration.subscriptions == ["SELECT * FROM cars"], "one string is a list of one")
+        #expect(configuration.meshName == "home")
+        #expect(configuration.discovery == false && configuration.discoveryInterface == "lo" && !configuration.relay)
+        #expect(configuration.limits.maximumFrameSize == 65536 && configuration.limits.maximumInflatedSize == 65536)
+        #expect(configuration.coverageWait == .milliseconds(2500))
+        #expect(configuration.maximumWaitingTransactions == 50 && configuration.maximumWaitingBytes == 2 << 20)
+        #expect(try settings.logLevel() == "debug")
+        #expect(settings.origin(of: "max-frame-size") == dir.path + "/shoal.toml:13 (max-frame-size)")
+        // Every key appears in the file above, so a key added without a test shows here.
+        #expect(Set(NodeSettings.keys.map(\.name)) == Set(Self.file.split(separator: "\n").compactMap { line in
+            line.hasPrefix("#") ? nil : line.split(separator: " ").first.map(String.init)
+        }))
+    }
+
+    /// deploy/shoal.example.toml parses, and shows every key (most commented out, with their defaults).
+    @Test func theExampleFileShowsEveryKey() throws {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("deploy/shoal.example.toml").path
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        let settings = try NodeSettings.parse(text, file: path)
+        #expect(settings["data"] == .string("/var/lib/shoal"))
+        for key in NodeSettings.keys {
+            let shown = text.split(separator: "\n").contains { line in
+                line.hasPrefix("\(key.name) = ") || line.hasPrefix("# \(key.name) = ")
+            }
+            #expect(shown, "\(key.name) is missing from deploy/shoal.example.toml")
+        }
+        // Uncommenting every example line still gives a valid file.
+        let all = text.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            NodeSettings.keys.contains { line.hasPrefix("# \($0.name) = ") } ? String(line.dropFirst(2)) : String(line)
+        }
+        #expect(throws: Never.self) { try NodeSettings.parse(all.joined(separator: "\n"), file: path) }
+    }
+
+    @Test func flagsOverrideTheFile() throws {
+        let file = try NodeSettings.parse(Self.file.replacingOccurrences(of: "mesh-key-file = \"mesh.key\"\n", with: ""), file: "shoal.toml")
+        var flags = NodeSettings()
+        flags.setFlag("listen", .string("127.0.0.1:0"))
+        flags.setFlag("peer", .strings(["127.0.0.1:9000"]))
+        flags.setFlag("discovery", .boolean(true))
+        flags.setFlag("name", nil)
+        let configuration = try flags.overriding(file).configuration()
+        #expect(configuration.listen.port == 0)
+        #expect(configuration.peers.map(\.port) == [9000], "a repeated flag replaces the file's list")
+        #expect(configuration.discovery == true)
+        #expect(configuration.name == "kitchen", "what the flags leave out comes from the file")
+        #expect(configuration.dataDirectory == "db", "no directory to anchor a bare file name to")
+    }
+
+    @Test func defaultsWithoutAFile() throws {
+        var flags = NodeSettings()
+        flags.setFlag("data", .string("/tmp/x"))
+        let configuration = try flags.configuration()
+        #expect(configuration.listen == HostAndPort(host: "0.0.0.0", port: 7470))
+        #expect(configuration.discovery && configuration.meshName == "default" && configuration.peers.isEmpty)
+        #expect(configuration.coverageWait == .seconds(30))
+        #expect(try flags.logLevel() == "info")
+        #expect(throws: NodeError.self) { try NodeSettings().configuration() }
+    }
+
+    @Test(arguments: [
+        ("data = \"x\"\nlisten = 7470\n", "shoal.toml:2 (listen): 'listen' must be a string, not an integer"),
+        ("data = \"x\"\n\nlisen = \"127.0.0.1:1\"\n", "shoal.toml:3 (lisen): unknown key 'lisen' (did you mean 'listen'?)"),
+        ("data = \"x\"\nmax_frame_size = 2048\n", "shoal.toml:2 (max_frame_size): unknown key 'max_frame_size' (did you mean 'max-frame-size'?)"),
+        ("data = \"x\"\npeer = [1, 2]\n", "shoal.toml:2 (peer): 'peer' must be an array of strings"),
+        ("data = \"x\"\ndiscovery = \"no\"\n", "shoal.toml:2 (discovery): 'discovery' must be true or false"),
+        ("data = \"x\"\nlisten = \"127.0.0.1\"\n", "shoal.toml:2 (listen): '127.0.0.1' is not HOST:PORT"),
+        ("data = \"x\"\nmax-frame-size = 10\n", "shoal.toml:2 (max-frame-size): must be at least 1024 bytes"),
+        ("data = \"x\"\nsubscribe = [\"SELECT name FROM cars\"]\n", "shoal.toml:2 (subscribe): 'SELECT name FROM cars'"),
+        ("data = \"x\"\nlog-level = \"loud\"\n", "shoal.toml:2 (log-level): 'loud' is not one of"),
+        ("data = \"x\"\n  \"mesh\" = \"\"\n", "shoal.toml:2 (mesh): the mesh name must not be empty"),
+        ("data = \"x\"\nlisten = \"127.0.0.1:1\n", "shoal.toml:2:"),
+        ("data = \"x\"\n[discovery]\ninterface = \"lo\"\n", "shoal.toml:2 (discovery): 'discovery' must be true or false, not a table"),
+    ])
+    func mistakesNameTheLineAndTheKey(text: String, expected: String) {
+        let error = #expect(throws: NodeError.self) {
+            let settings = try NodeSettings.parse(text, file: "shoal.toml")
+            _ = try settings.configuration()
+            _ = try settings.logLevel()
+        }
+        #expect(error?.message.hasPrefix(expected) == true, "\(error?.message ?? "no error")")
+    }
+}

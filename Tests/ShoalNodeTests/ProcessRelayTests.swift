@@ -1,0 +1,47 @@
+import Foundation
+import ShoalTesting
+import Testing
+
+/// Relaying for neighbours between real processes.
+@Suite(.serialized) struct ProcessRelayTests {
+    /// A – B – C on loopback, A and C subscribed to cars and B to boats only.
+    @Test func aCarWrittenOnAReachesCThroughABoatsOnlyB() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-relay")
+        defer { dirs.remove() }
+        let cars = "SELECT * FROM cars"
+        let b = try NodeProcess(name: "b", dataDirectory: dirs.path + "/b", extra: ["--subscribe", "SELECT * FROM boats"])
+        let a = try NodeProcess(name: "a", dataDirectory: dirs.path + "/a", extra: ["--peer", b.address, "--subscribe", cars])
+        let c = try NodeProcess(name: "c", dataDirectory: dirs.path + "/c", extra: ["--peer", b.address, "--subscribe", cars])
+        let insert = try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'across', 'color': 'blue'})")
+        #expect(insert.status == 0, "\(insert.stderr)")
+        #expect(try eventually { try ProcessMeshTests.documents(c).contains { $0["_id"] as? String == "across" } })
+        let back = try c.exec("INSERT INTO cars DOCUMENTS ({'_id': 'back'})")
+        #expect(back.status == 0, "\(back.stderr)")
+        #expect(try eventually { try ProcessMeshTests.documents(a).contains { $0["_id"] as? String == "back" } })
+        #expect(try ProcessMeshTests.documents(c, "SELECT * FROM boats").isEmpty)
+
+        // Status: A and C hold the same cars (equal digests); each peer entry says how
+        // far behind it is, when it was last heard from, and the deltas each way.
+        func carsDigest(_ node: NodeProcess) throws -> String? {
+            ((try node.status()["collections"] as? [String: Any])?["cars"] as? [String: Any])?["digest"] as? String
+        }
+        #expect(try eventually { try carsDigest(a) != nil && carsDigest(a) == carsDigest(c) })
+        #expect(try carsDigest(a)?.count == 64)
+        let seenByA = try #require(try ProcessMeshTests.peers(a).first { $0["state"] as? String == "connected" })
+        #expect(seenByA["discovered"] as? Bool == false)
+        #expect(seenByA["lagDeltas"] is Int && seenByA["lastSeenMillisAgo"] is Int)
+        #expect((seenByA["deltasOut"] as? Int ?? 0) >= 2 && (seenByA["deltasIn"] as? Int ?? 0) >= 1, "\(seenByA)")
+        #expect(try eventually { try ProcessMeshTests.peers(a).first?["lagDeltas"] as? Int == 0 }, "B has acknowledged everything")
+
+        // shoal mesh from A reaches C through B, which A does not dial itself.
+        let mesh = try ShoalBinary.run(["mesh", "--node", a.address, "--json"])
+        #expect(mesh.status == 0, "\(mesh.stderr)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(mesh.stdout.utf8)) as? [String: Any])
+        let names = Set((report["nodes"] as? [[String: Any]] ?? []).compactMap { $0["name"] as? String })
+        #expect(names == ["a", "b", "c"], "\(mesh.stdout)")
+        #expect((report["unreachable"] as? [String: Any])?.isEmpty == true)
+        let table = try ShoalBinary.run(["mesh", "--node", c.address])
+        #expect(table.stdout.contains("3 node(s), 2 link(s)"), "\(table.stdout)")
+        #expect(b.log().contains("resuming sync after the peer's sequence") || b.log().contains("syncing from the start of the peer's log"))
+    }
+}

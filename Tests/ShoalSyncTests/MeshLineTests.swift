@@ -1,0 +1,71 @@
+import ShoalCRDT
+import ShoalStore
+import ShoalSync
+import ShoalTesting
+import Testing
+
+/// Five nodes in a line, in one process: random writes, the middle link cut and
+/// restored, every node ending with the same documents and each link carrying each
+/// delta about once (the process test `ProcessMeshLineTests` adds a crash).
+@Suite struct MeshLineTests {
+    static let query = "SELECT * FROM items"
+
+    /// Runs `body` with every pair linked (the first of each pair dials).
+    static func withLinks(_ pairs: ArraySlice<(TestNode, TestNode)>, _ body: @Sendable () async throws -> Void) async throws {
+        guard let (a, b) = pairs.first else { return try await body() }
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            try await withLinks(pairs.dropFirst(), body)
+        }
+    }
+
+    static func contents(_ node: TestNode) async throws -> [String] {
+        try await node.store.execute(Self.query).items.map(\.canonicalJSON).sorted()
+    }
+
+    static func converged(_ nodes: [TestNode]) async throws -> Bool {
+        let first = try await contents(nodes[0])
+        for node in nodes.dropFirst() where try await contents(node) != first { return false }
+        return !first.isEmpty
+    }
+
+    /// `count` upserts of random keys on random nodes among `candidates`.
+    static func write(_ nodes: [TestNode], _ count: Int, on candidates: [Int]) async throws {
+        for round in 0..<count {
+            let i = candidates.randomElement()!
+            let doc: Value = ["_id": .string("k\(Int.random(in: 0..<25))"), "v": .int(Int64(round)), "by": .string("n\(i + 1)")]
+            _ = try await nodes[i].store.execute("INSERT INTO items DOCUMENTS (:d) ON ID CONFLICT DO UPDATE", arguments: ["d": doc])
+        }
+    }
+
+    @Test func fiveNodesInALineConvergeAcrossACutAndSendEachDeltaOncePerLink() async throws {
+        let nodes = try (1...5).map { try TestNode(name: "n\($0)", subscriptions: [Self.query]) }
+        defer { nodes.forEach { $0.remove() } }
+        let links = (0..<4).map { (nodes[$0 + 1], nodes[$0]) }
+        try await Self.withLinks(links[...]) {
+            try await Self.write(nodes, 30, on: [0, 1, 2, 3, 4])
+            #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) { try await Self.converged(nodes) })
+        }
+        // The middle link is down: each half writes and converges on its own.
+        try await Self.withLinks([links[0], links[1], links[3]][...]) {
+            try await Self.write(nodes, 20, on: [0, 1, 2, 3, 4])
+            #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                let left = try await Self.converged(Array(nodes[0...2]))
+                let right = try await Self.converged(Array(nodes[3...4]))
+                return left && right
+            })
+        }
+        try await Self.withLinks(links[...]) {
+            try await Self.write(nodes, 10, on: [0, 4])
+            #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) { try await Self.converged(nodes) })
+            // Every node wants everything, so every delta must cross every link once:
+            // the minimum per link is the number of deltas, which each log holds once.
+            let minimum = try await nodes[0].store.lastSequence()
+            for (dialer, accepter) in links {
+                let peer = try #require(accepter.sync.peers().first { $0.siteID == dialer.sync.siteID })
+                let total = peer.deltasIn + peer.deltasOut
+                print("in-process line: link \(accepter.sync.configuration.nodeName) - \(dialer.sync.configuration.nodeName): \(total) deltas, minimum \(minimum)")
+                #expect(total >= minimum && total * 2 <= minimum * 3, "\(total) deltas against a minimum of \(minimum)")
+            }
+        }
+    }
+}

@@ -1,0 +1,83 @@
+import ShoalCRDT
+import ShoalStore
+import ShoalSync
+import ShoalTesting
+import Testing
+
+/// A node carries changes for its neighbours' subscriptions that its own do not cover.
+@Suite struct RelayTests {
+    static let cars = "SELECT * FROM cars", boats = "SELECT * FROM boats"
+
+    static func count(_ node: TestNode, _ query: String) async throws -> Int {
+        try await node.store.execute(query).items.count
+    }
+
+    /// A – B – C, A and C subscribed to cars, B to boats only.
+    @Test func carsCrossANodeThatWantsOnlyBoats() async throws {
+        let a = try TestNode(name: "a", subscriptions: [Self.cars])
+        let b = try TestNode(name: "b", subscriptions: [Self.boats])
+        let c = try TestNode(name: "c", subscriptions: [Self.cars])
+        defer { a.remove(); b.remove(); c.remove() }
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'before', 'color': 'blue'})")
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
+                // Written before C joined, and after.
+                _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'from-a', 'color': 'red'})")
+                #expect(try await InProcessMesh.eventually { try await Self.count(c, Self.cars) == 2 })
+                _ = try await c.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'from-c'})")
+                #expect(try await InProcessMesh.eventually { try await Self.count(a, Self.cars) == 3 })
+                // B asks A for its own boats and for C's cars, and C for boats and A's cars.
+                #expect(Set(b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.map(\.query)) == [Self.boats, Self.cars])
+                #expect(Set(b.sync.upstreamSubscriptions(for: c.sync.siteID).entries.map(\.query)) == [Self.boats, Self.cars])
+                #expect(b.sync.subscriptions.entries.map(\.query) == [Self.boats], "its own subscriptions are unchanged")
+                // What B carries it stores, and its queries see it (ARCHITECTURE.md, "Relaying for neighbours").
+                #expect(try await Self.count(b, Self.cars) == 3)
+                // Boats, which only B wants, go to B and no further.
+                _ = try await a.store.execute("INSERT INTO boats DOCUMENTS ({'_id': 'dinghy'}); INSERT INTO cars DOCUMENTS ({'_id': 'marker'})")
+                #expect(try await InProcessMesh.eventually { try await Self.count(c, Self.cars) == 4 })
+                #expect(try await Self.count(b, Self.boats) == 1)
+                #expect(try await Self.count(c, Self.boats) == 0)
+            }
+        }
+    }
+
+    /// A relay does not stream back what it just received: in A – B – C, A's writes
+    /// cross each link once, toward C, and nothing of them returns.
+    @Test func nothingComesBackToWhereItCameFrom() async throws {
+        let a = try TestNode(name: "a", subscriptions: [Self.cars])
+        let b = try TestNode(name: "b", subscriptions: [Self.cars])
+        let c = try TestNode(name: "c", subscriptions: [Self.cars])
+        defer { a.remove(); b.remove(); c.remove() }
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
+                for i in 0..<20 {
+                    _ = try await a.store.execute("INSERT INTO cars DOCUMENTS (:d)", arguments: ["d": ["_id": .string("car-\(i)"), "n": .int(Int64(i))]])
+                }
+                #expect(try await InProcessMesh.eventually { try await Self.count(c, Self.cars) == 20 })
+                // Two deltas per car (_id and n). Let any echo arrive before counting.
+                try await Task.sleep(for: .milliseconds(500))
+                let aSeesB = try #require(a.sync.peers().first { $0.siteID == b.sync.siteID })
+                let bSeesC = try #require(b.sync.peers().first { $0.siteID == c.sync.siteID })
+                #expect(aSeesB.deltasOut == 40 && aSeesB.deltasIn == 0, "A -> B: \(aSeesB.deltasOut), back: \(aSeesB.deltasIn)")
+                #expect(bSeesC.deltasOut == 40 && bSeesC.deltasIn == 0, "B -> C: \(bSeesC.deltasOut), back: \(bSeesC.deltasIn)")
+            }
+        }
+    }
+
+    /// With relaying off, B is a narrow relay: C hears nothing of A's cars.
+    @Test func aNodeThatDoesNotRelayCarriesOnlyItsOwn() async throws {
+        let a = try TestNode(name: "a", subscriptions: [Self.cars])
+        let b = try TestNode(name: "b", subscriptions: [Self.boats]) { $0.relayForNeighbours = false }
+        let c = try TestNode(name: "c", subscriptions: [Self.cars])
+        defer { a.remove(); b.remove(); c.remove() }
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
+                _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'x'}); INSERT INTO boats DOCUMENTS ({'_id': 'y'})")
+                #expect(try await InProcessMesh.eventually { try await Self.count(b, Self.boats) == 1 })
+                #expect(b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.map(\.query) == [Self.boats])
+                try await Task.sleep(for: .milliseconds(500))
+                #expect(try await Self.count(c, Self.cars) == 0)
+            }
+        }
+    }
+}
