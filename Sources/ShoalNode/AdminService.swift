@@ -208,6 +208,7 @@ struct AdminService: AdminRequestHandler {
         status.name = node.name
         status.listen = node.listenAddress?.description ?? node.configuration.listen.description
         status.meshName = node.configuration.meshName
+        status.warnings = node.securityWarnings
         status.changeLogSequence = try await node.store.lastSequence()
         var subscriptions: [Shoal_V1_SubscriptionStatus] = node.sync.subscriptions.entries.map { entry in
             var s = Shoal_V1_SubscriptionStatus()

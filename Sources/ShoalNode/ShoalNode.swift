@@ -19,12 +19,16 @@ public final class ShoalNode: Service, Sendable {
     public let sync: SyncEngine
     let logger: Logger
     let group: MultiThreadedEventLoopGroup
+    /// Held from `init` until `run()` has closed the store (or the node is released).
+    let dataLock: DataDirectoryLock
     private let bound = Mutex<HostAndPort?>(nil)
     private let readyWaiters = Mutex<[CheckedContinuation<HostAndPort, Never>]>([])
 
     public init(configuration: NodeConfiguration, logger: Logger = Logger(label: "shoal")) throws {
         self.configuration = configuration
         self.logger = logger
+        // Before the database opens: a second node on the same directory stops here.
+        self.dataLock = try DataDirectoryLock(directory: configuration.dataDirectory)
         let store = try DocumentStore(directory: configuration.dataDirectory, logger: logger)
         self.store = store
         let name = configuration.name ?? "shoal-\(String(store.siteID.description.prefix(6)))"
@@ -37,7 +41,8 @@ public final class ShoalNode: Service, Sendable {
                 inbound: InboundPipeline.Configuration(
                     coverage: .init(
                         maximumWait: configuration.coverageWait, maximumTransactions: configuration.maximumWaitingTransactions,
-                        maximumBytes: configuration.maximumWaitingBytes))),
+                        maximumBytes: configuration.maximumWaitingBytes)),
+                adminKey: configuration.adminKey),
             logger: logger)
         for query in configuration.subscriptions {
             try sync.subscribe(query)
@@ -60,6 +65,23 @@ public final class ShoalNode: Service, Sendable {
 
 
     public var name: String { sync.configuration.nodeName }
+
+    /// What an operator must know about who can reach this node: empty when it
+    /// listens on loopback only or has a mesh key. Logged at start and shown by status.
+    public var securityWarnings: [String] { Self.securityWarnings(configuration) }
+
+    /// The warnings a node with this configuration gives.
+    public static func securityWarnings(_ configuration: NodeConfiguration) -> [String] {
+        guard !configuration.listen.isLoopback, configuration.meshKey == nil else { return [] }
+        let admin =
+            configuration.adminKey == nil
+            ? "admin requests (exec, status, ...) are taken from loopback only, since there is no key to prove"
+            : "admin requests must prove the --admin-key-file key"
+        return [
+            "this node listens on \(configuration.listen), beyond loopback, without a mesh key: any host that can reach the port can sync with it, reading what it holds and writing into it; \(admin). Set --mesh-key-file on every node (shoal keygen FILE makes a key), or listen on 127.0.0.1"
+        ]
+    }
+
     public var siteID: SiteID { store.siteID }
 
     /// The address the listener is bound to (the real port when 0 was asked for).
@@ -97,6 +119,7 @@ public final class ShoalNode: Service, Sendable {
             monitor.cancelAll()
             return result
         }
+        dataLock.release()
         try? await group.shutdownGracefully()
         logger.info("stopped", metadata: ["shoal.site": "\(siteID)"])
         if case .failure(let error) = result, !(error is CancellationError) { throw error }
@@ -125,6 +148,9 @@ public final class ShoalNode: Service, Sendable {
         logger.info(
             "ready to accept connections on \(address)",
             metadata: ["shoal.site": "\(siteID)", "shoal.name": "\(name)", "shoal.mesh": "\(configuration.meshName)"])
+        for warning in securityWarnings {
+            logger.warning("\(warning)", metadata: ["shoal.listen": "\(address)"])
+        }
         if configuration.discovery {
             logger.debug("LAN discovery is not available in this version; dialing --peer addresses only")
         }
@@ -142,6 +168,15 @@ public final class ShoalNode: Service, Sendable {
         }
     }
 
+    /// Whether a connection comes from this machine (a Unix socket or a loopback address).
+    static func isLoopback(_ address: SocketAddress?) -> Bool {
+        switch address {
+        case .unixDomainSocket?: return true
+        case let address?: return address.ipAddress.map(HostAndPort.isLoopback(host:)) ?? false
+        case nil: return false
+        }
+    }
+
     static func wrap(_ channel: any Channel, limits: WireLimits) throws -> NIOAsyncChannel<Frame, Frame> {
         try channel.pipeline.syncOperations.addHandler(
             ByteToMessageHandler(FrameByteDecoder(maximumFrameSize: limits.maximumFrameSize)))
@@ -151,11 +186,13 @@ public final class ShoalNode: Service, Sendable {
 
     private func accept(_ connection: NIOAsyncChannel<Frame, Frame>, admin: AdminService) async {
         let remote = connection.channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" } ?? "unknown"
+        let loopback = Self.isLoopback(connection.channel.remoteAddress)
         do {
             try await connection.executeThenClose { inbound, outbound in
                 let transport = ChannelTransport(writer: outbound, channel: connection.channel)
                 try await sync.serve(
-                    inbound: inbound, transport: transport, direction: .inbound, remoteAddress: remote, admin: admin)
+                    inbound: inbound, transport: transport, direction: .inbound, remoteAddress: remote, admin: admin,
+                    remoteIsLoopback: loopback)
             }
         } catch {
             logger.info("inbound session ended: \(error)", metadata: ["shoal.peer.address": "\(remote)"])

@@ -22,6 +22,9 @@ struct PeerSession: Sendable {
     let direction: ConnectionDirection
     let remoteAddress: String
     let admin: (any AdminRequestHandler)?
+    /// Whether the other end is on loopback (or in memory): only such admin clients
+    /// may skip proving a key to a node that has none.
+    let remoteIsLoopback: Bool
     let shared = SessionShared()
 
     var codec: MessageCodec { MessageCodec(limits: engine.configuration.limits) }
@@ -29,7 +32,7 @@ struct PeerSession: Sendable {
 
     init(
         engine: SyncEngine, recordID: Int, transport: any SessionTransport, direction: ConnectionDirection,
-        remoteAddress: String, admin: (any AdminRequestHandler)?
+        remoteAddress: String, admin: (any AdminRequestHandler)?, remoteIsLoopback: Bool = true
     ) {
         self.engine = engine
         self.recordID = recordID
@@ -37,6 +40,7 @@ struct PeerSession: Sendable {
         self.direction = direction
         self.remoteAddress = remoteAddress
         self.admin = admin
+        self.remoteIsLoopback = remoteIsLoopback
     }
 
     func send(_ message: WireMessage) async throws {
@@ -78,7 +82,8 @@ struct PeerSession: Sendable {
         var handshake = HandshakeStateMachine(
             configuration: .init(
                 siteID: engine.siteID, nodeName: configuration.nodeName, meshName: configuration.meshName,
-                meshKey: configuration.meshKey, role: .peer, listenAddress: configuration.listenAddress))
+                meshKey: configuration.meshKey, role: .peer, listenAddress: configuration.listenAddress,
+                adminKey: configuration.adminKey, acceptsKeylessAdmin: remoteIsLoopback))
         let identity: PeerIdentity? = try await withThrowingTaskGroup(of: Void.self) { group in
             // The watchdog closes the connection if the handshake stalls, which ends the read below.
             group.addTask { [transport] in

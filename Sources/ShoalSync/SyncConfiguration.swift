@@ -5,6 +5,8 @@ public struct SyncConfiguration: Sendable {
     public var nodeName: String
     public var meshName: String
     public var meshKey: [UInt8]?
+    /// The key admin clients prove instead of the mesh key (PROTOCOL.md §10).
+    public var adminKey: [UInt8]?
     /// Where this node accepts connections, told to peers in Hello.
     public var listenAddress: String
     public var limits: WireLimits
@@ -27,11 +29,12 @@ public struct SyncConfiguration: Sendable {
         nodeName: String, meshName: String = "default", meshKey: [UInt8]? = nil, listenAddress: String = "",
         limits: WireLimits = .default, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
         handshakeTimeout: Duration = .seconds(10), batchSize: Int = 512, batchBytes: Int = 4 << 20,
-        maximumBatchesInFlight: Int = 4, inbound: InboundPipeline.Configuration = .init()
+        maximumBatchesInFlight: Int = 4, inbound: InboundPipeline.Configuration = .init(), adminKey: [UInt8]? = nil
     ) {
         self.nodeName = nodeName
         self.meshName = meshName
         self.meshKey = meshKey
+        self.adminKey = adminKey
         self.listenAddress = listenAddress
         self.limits = limits
         self.keepaliveInterval = keepaliveInterval

@@ -108,16 +108,18 @@ public final class SyncEngine: Sendable {
     ///
     /// Returns the peer's identity when the session ended normally (the peer
     /// closed); throws `SyncError` when either side rejected the other.
+    /// `remoteIsLoopback` false (a TCP peer beyond loopback) refuses admin clients
+    /// that prove no key when this node has none.
     @discardableResult
     public func serve<Inbound: AsyncSequence & Sendable>(
         inbound: Inbound, transport: some SessionTransport, direction: ConnectionDirection, remoteAddress: String,
-        admin: (any AdminRequestHandler)? = nil
+        admin: (any AdminRequestHandler)? = nil, remoteIsLoopback: Bool = true
     ) async throws -> PeerIdentity? where Inbound.Element == Frame {
         let id = registry.open(direction: direction, address: remoteAddress, close: { await transport.close() })
         defer { registry.remove(id) }
         let session = PeerSession(
             engine: self, recordID: id, transport: transport, direction: direction, remoteAddress: remoteAddress,
-            admin: admin)
+            admin: admin, remoteIsLoopback: remoteIsLoopback)
         // The session owns the connection: whatever ends it, the connection closes.
         do {
             let identity = try await session.run(inbound: inbound)

@@ -32,6 +32,9 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .long, help: "A file holding the mesh key (at least 16 bytes); peers must hold the same key.")
     var meshKeyFile: String?
 
+    @Option(name: .long, help: "A file holding the key admin clients (the CLI) must prove instead of the mesh key.")
+    var adminKeyFile: String?
+
     @Flag(name: .long, help: "Do not look for peers on the LAN.")
     var noDiscovery = false
 
@@ -86,7 +89,8 @@ struct RunCommand: AsyncParsableCommand {
                 discovery: !noDiscovery,
                 limits: .init(maximumFrameSize: maxFrameSize, maximumInflatedSize: maxFrameSize),
                 coverageWait: .milliseconds(Int64(coverageWait * 1000)), maximumWaitingTransactions: maxWaitingTransactions,
-                maximumWaitingBytes: maxWaitingBytes
+                maximumWaitingBytes: maxWaitingBytes,
+                adminKey: try adminKeyFile.map { path throws(NodeError) in try KeyFile.read(path: path, purpose: "admin key") }
             )
         } catch {
             throw fail(error.message)

@@ -37,6 +37,7 @@ struct StatusCommand: AsyncParsableCommand {
             "listen": .string(s.listen),
             "mesh": .string(s.meshName),
             "changeLogSequence": .int(Int64(s.changeLogSequence)),
+            "warnings": .array(s.warnings.map(Value.string)),
             "peers": .array(
                 s.peers.map { p in
                     .object([
@@ -81,6 +82,7 @@ struct StatusCommand: AsyncParsableCommand {
 
     static func table(_ s: Shoal_V1_StatusResponse) -> String {
         var out = "Node \(s.name)  site \(SiteID(s.siteID))  listening on \(s.listen)  mesh \(s.meshName)  log at \(s.changeLogSequence)\n"
+        for warning in s.warnings { out += "\nWARNING: \(warning)\n" }
         out += "\nPeers\n"
         out += render(
             ["SITE", "NAME", "ADDRESS", "DIRECTION", "STATE", "RTT ms", "IN", "OUT"],

@@ -106,8 +106,8 @@ import Testing
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }
         let keyA = dirs.path + "/a.key", keyB = dirs.path + "/b.key"
-        try "alpha-secret-key-0123456789".write(toFile: keyA, atomically: true, encoding: .utf8)
-        try "another-secret-key-987654321".write(toFile: keyB, atomically: true, encoding: .utf8)
+        try writePrivateFile(keyA, "alpha-secret-key-0123456789")
+        try writePrivateFile(keyB, "another-secret-key-987654321")
         let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a", extra: ["--mesh-key-file", keyA])
         #expect(try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'secret'})", extra: ["--mesh-key-file", keyA]).status == 0)
         let b = try NodeProcess(

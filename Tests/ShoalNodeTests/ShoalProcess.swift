@@ -20,16 +20,26 @@ enum ShoalBinary {
         var stderr: String
     }
 
-    /// Runs `shoal ARGS...` to completion (30 s at most) and returns what it printed.
-    static func run(_ arguments: [String]) throws -> Output {
+    /// Runs `shoal ARGS...` to completion (30 s at most) and returns what it printed;
+    /// `input`, if given, is its standard input.
+    static func run(_ arguments: [String], input: Data? = nil) throws -> Output {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err
-        process.standardInput = FileHandle.nullDevice
+        let stdin = Pipe()
+        process.standardInput = input == nil ? FileHandle.nullDevice : stdin
         try process.run()
+        if let input {
+            // Written beside the reads below: more than a pipe holds must not block them.
+            let writer = stdin.fileHandleForWriting
+            Thread.detachNewThread {
+                writer.write(input)
+                try? writer.close()
+            }
+        }
         let deadline = Date().addingTimeInterval(30)
         // Drain both pipes while waiting so a chatty child never blocks on a full pipe.
         let outData = out.fileHandleForReading.readDataToEndOfFile()
@@ -147,6 +157,12 @@ final class NodeProcess {
 struct NodeProcessError: Error, CustomStringConvertible {
     var message: String
     var description: String { message }
+}
+
+/// Writes `text` to a new file only its owner may read (mode 0600), as key files must be.
+func writePrivateFile(_ path: String, _ text: String) throws {
+    try text.write(toFile: path, atomically: false, encoding: .utf8)
+    guard chmod(path, 0o600) == 0 else { throw NodeProcessError(message: "chmod \(path) failed") }
 }
 
 /// Polls until `condition` holds or the time runs out.
