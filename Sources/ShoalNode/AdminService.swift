@@ -16,6 +16,7 @@ struct AdminService: AdminRequestHandler {
         var response = Shoal_V1_AdminResponse()
         response.requestID = request.requestID
         do throws(StoreError) {
+            try checkQueryLength(request)
             switch request.request {
             case .exec(let exec)?:
                 response.exec = try await execute(exec)
@@ -85,6 +86,23 @@ struct AdminService: AdminRequestHandler {
         try await respond(response)
     }
 
+    /// Refuses DQL text longer than `maximumQueryLength` before it is parsed.
+    func checkQueryLength(_ request: Shoal_V1_AdminRequest) throws(StoreError) {
+        let text: String
+        switch request.request {
+        case .exec(let exec)?: text = exec.statements
+        case .observe(let observe)?: text = observe.query
+        case .subscribe(let subscribe)?: text = subscribe.query
+        default: return
+        }
+        let limit = node.sync.configuration.maximumQueryLength
+        guard text.utf8.count <= limit else {
+            throw StoreError(
+                .invalidQuery,
+                "the statement text is \(text.utf8.count) bytes; this node takes at most \(limit) (--max-query-length). Pass large values as arguments (--args @FILE)")
+        }
+    }
+
     static func arguments(_ json: String) throws(StoreError) -> [String: Value] {
         guard !json.isEmpty else { return [:] }
         do {
@@ -104,6 +122,13 @@ struct AdminService: AdminRequestHandler {
         // Check, save, then go live: a subscription that runs is one that survives a restart.
         var check = SubscriptionSet()
         let parsed = try check.add(query: request.query, arguments: arguments)
+        let limit = node.sync.configuration.maximumSubscriptionsPerPeer
+        let own = node.sync.subscriptions.entries
+        guard own.count < limit || own.contains(where: { $0.id == parsed.id }) else {
+            throw StoreError(
+                .tooLarge,
+                "this node has \(own.count) subscriptions, as many as a peer takes in one Subscribe (--max-subscriptions-per-peer); remove one first")
+        }
         try await node.store.saveSubscription(SavedSubscription(id: parsed.id, query: parsed.query, arguments: arguments))
         let entry = try node.sync.subscribe(request.query, arguments: arguments)
         var status = Shoal_V1_SubscriptionStatus()

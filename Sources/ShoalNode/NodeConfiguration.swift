@@ -28,6 +28,8 @@ public struct NodeConfiguration: Sendable {
     /// oldest waiting one is applied in part (and reported).
     public var maximumWaitingTransactions: Int
     public var maximumWaitingBytes: Int
+    /// Connections, sessions, subscriptions, query and document sizes, outbound bytes.
+    public var resources: ResourceLimits
 
     public init(
         dataDirectory: String, listen: HostAndPort = HostAndPort(host: "0.0.0.0", port: HostAndPort.defaultPort),
@@ -35,7 +37,7 @@ public struct NodeConfiguration: Sendable {
         meshKey: [UInt8]? = nil, discovery: Bool = true, limits: WireLimits = .default,
         keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
         coverageWait: Duration = .seconds(30), maximumWaitingTransactions: Int = 10_000,
-        maximumWaitingBytes: Int = 256 << 20, adminKey: [UInt8]? = nil
+        maximumWaitingBytes: Int = 256 << 20, adminKey: [UInt8]? = nil, resources: ResourceLimits = .init()
     ) {
         self.dataDirectory = dataDirectory
         self.listen = listen
@@ -52,6 +54,7 @@ public struct NodeConfiguration: Sendable {
         self.coverageWait = coverageWait
         self.maximumWaitingTransactions = maximumWaitingTransactions
         self.maximumWaitingBytes = maximumWaitingBytes
+        self.resources = resources
     }
 
     /// The smallest mesh key accepted, in bytes.

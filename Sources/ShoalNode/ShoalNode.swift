@@ -29,7 +29,12 @@ public final class ShoalNode: Service, Sendable {
         self.logger = logger
         // Before the database opens: a second node on the same directory stops here.
         self.dataLock = try DataDirectoryLock(directory: configuration.dataDirectory)
-        let store = try DocumentStore(directory: configuration.dataDirectory, logger: logger)
+        let resources = configuration.resources
+        let store = try DocumentStore(
+            directory: configuration.dataDirectory, logger: logger,
+            parameters: SystemParameters(
+                documentSizeSoftLimitBytes: Int64(resources.documentSizeSoftLimit),
+                documentSizeHardLimitBytes: Int64(resources.documentSizeHardLimit)))
         self.store = store
         let name = configuration.name ?? "shoal-\(String(store.siteID.description.prefix(6)))"
         self.sync = SyncEngine(
@@ -38,11 +43,15 @@ public final class ShoalNode: Service, Sendable {
                 nodeName: name, meshName: configuration.meshName, meshKey: configuration.meshKey,
                 listenAddress: configuration.listen.description, limits: configuration.limits,
                 keepaliveInterval: configuration.keepaliveInterval, idleTimeout: configuration.idleTimeout,
+                handshakeTimeout: resources.handshakeTimeout,
                 inbound: InboundPipeline.Configuration(
                     coverage: .init(
                         maximumWait: configuration.coverageWait, maximumTransactions: configuration.maximumWaitingTransactions,
                         maximumBytes: configuration.maximumWaitingBytes)),
-                adminKey: configuration.adminKey),
+                adminKey: configuration.adminKey, maximumPeers: resources.maximumPeers,
+                maximumAdminSessions: resources.maximumAdminConnections,
+                maximumSubscriptionsPerPeer: resources.maximumSubscriptionsPerPeer,
+                maximumQueryLength: resources.maximumQueryLength),
             logger: logger)
         for query in configuration.subscriptions {
             try sync.subscribe(query)
@@ -128,6 +137,7 @@ public final class ShoalNode: Service, Sendable {
     private func serve() async throws {
         try await restoreSavedSubscriptions()
         let limits = configuration.limits
+        let pending = Self.writeBufferWaterMark(configuration.resources)
         let server: NIOAsyncChannel<NIOAsyncChannel<Frame, Frame>, Never>
         do {
             server = try await ServerBootstrap(group: group)
@@ -135,6 +145,7 @@ public final class ShoalNode: Service, Sendable {
                 .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
                 // A peer that stops sending mid-frame can still be told why (PROTOCOL.md §2.1).
                 .childChannelOption(.allowRemoteHalfClosure, value: true)
+                .childChannelOption(.writeBufferWaterMark, value: pending)
                 .bind(host: configuration.listen.host, port: configuration.listen.port) { channel in
                     channel.eventLoop.makeCompletedFuture { try Self.wrap(channel, limits: limits) }
                 }
@@ -177,6 +188,44 @@ public final class ShoalNode: Service, Sendable {
         }
     }
 
+    /// Writers wait once this many bytes are queued for a connection (the high mark).
+    static func writeBufferWaterMark(_ resources: ResourceLimits) -> ChannelOptions.Types.WriteBufferWaterMark {
+        let high = max(resources.maximumPendingOutboundBytes, 2)
+        return .init(low: high / 2, high: high)
+    }
+
+    /// Closes a connection whose peer has taken none of the bytes queued for it
+    /// (over `maximumPendingOutboundBytes`) for the idle timeout: the session's
+    /// writes would wait forever, and its idle check with them. Returns when
+    /// cancelled or when it closed the connection.
+    func closeWhenStalled(_ channel: any Channel, remote: String) async {
+        let limit = configuration.idleTimeout
+        var stalledSince: ContinuousClock.Instant?
+        while true {
+            do {
+                try await Task.sleep(for: .seconds(1))
+            } catch {
+                return
+            }
+            guard !channel.isWritable else {
+                stalledSince = nil
+                continue
+            }
+            let now = ContinuousClock.now
+            guard let since = stalledSince else {
+                stalledSince = now
+                continue
+            }
+            if now - since > limit {
+                logger.warning(
+                    "closing a connection whose peer has read nothing for \(limit) while more than \(configuration.resources.maximumPendingOutboundBytes) bytes wait for it (--max-pending-outbound-bytes)",
+                    metadata: ["shoal.peer.address": "\(remote)"])
+                try? await channel.close()
+                return
+            }
+        }
+    }
+
     static func wrap(_ channel: any Channel, limits: WireLimits) throws -> NIOAsyncChannel<Frame, Frame> {
         try channel.pipeline.syncOperations.addHandler(
             ByteToMessageHandler(FrameByteDecoder(maximumFrameSize: limits.maximumFrameSize)))
@@ -187,15 +236,19 @@ public final class ShoalNode: Service, Sendable {
     private func accept(_ connection: NIOAsyncChannel<Frame, Frame>, admin: AdminService) async {
         let remote = connection.channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" } ?? "unknown"
         let loopback = Self.isLoopback(connection.channel.remoteAddress)
-        do {
-            try await connection.executeThenClose { inbound, outbound in
-                let transport = ChannelTransport(writer: outbound, channel: connection.channel)
-                try await sync.serve(
-                    inbound: inbound, transport: transport, direction: .inbound, remoteAddress: remote, admin: admin,
-                    remoteIsLoopback: loopback)
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.closeWhenStalled(connection.channel, remote: remote) }
+            do {
+                try await connection.executeThenClose { inbound, outbound in
+                    let transport = ChannelTransport(writer: outbound, channel: connection.channel)
+                    try await sync.serve(
+                        inbound: inbound, transport: transport, direction: .inbound, remoteAddress: remote, admin: admin,
+                        remoteIsLoopback: loopback)
+                }
+            } catch {
+                logger.info("inbound session ended: \(error)", metadata: ["shoal.peer.address": "\(remote)"])
             }
-        } catch {
-            logger.info("inbound session ended: \(error)", metadata: ["shoal.peer.address": "\(remote)"])
+            group.cancelAll()
         }
     }
 
@@ -205,6 +258,7 @@ public final class ShoalNode: Service, Sendable {
         var backoff: Duration = .milliseconds(200)
         var knownSite: SiteID?
         let limits = configuration.limits
+        let pending = Self.writeBufferWaterMark(configuration.resources)
         while !Task.isCancelled {
             if let site = knownSite, sync.isConnected(to: site) {
                 // The peer is already connected through its own dial to us; status shows that session.
@@ -218,13 +272,21 @@ public final class ShoalNode: Service, Sendable {
                     .connectTimeout(.seconds(5))
                     .channelOption(.socketOption(.tcp_nodelay), value: 1)
                     .channelOption(.allowRemoteHalfClosure, value: true)
+                    .channelOption(.writeBufferWaterMark, value: pending)
                     .connect(host: peer.host, port: peer.port) { channel in
                         channel.eventLoop.makeCompletedFuture { try Self.wrap(channel, limits: limits) }
                     }
-                let identity = try await connection.executeThenClose { inbound, outbound in
-                    let transport = ChannelTransport(writer: outbound, channel: connection.channel)
-                    return try await sync.serve(
-                        inbound: inbound, transport: transport, direction: .outbound, remoteAddress: peer.description)
+                let identity = try await withThrowingTaskGroup(of: PeerIdentity?.self) { group in
+                    group.addTask {
+                        await self.closeWhenStalled(connection.channel, remote: peer.description)
+                        return nil
+                    }
+                    defer { group.cancelAll() }
+                    return try await connection.executeThenClose { inbound, outbound in
+                        let transport = ChannelTransport(writer: outbound, channel: connection.channel)
+                        return try await sync.serve(
+                            inbound: inbound, transport: transport, direction: .outbound, remoteAddress: peer.description)
+                    }
                 }
                 if let identity {
                     knownSite = identity.siteID

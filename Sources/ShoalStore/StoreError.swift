@@ -21,6 +21,8 @@ public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
         case closed
         /// The task was cancelled; what it had begun was rolled back.
         case cancelled
+        /// A write would exceed a size limit (`document_size_hard_limit_bytes`); nothing of it was written.
+        case tooLarge
     }
 
     public var code: Code

@@ -112,7 +112,15 @@ struct PeerSession: Sendable {
             $0.name = identity.name
             $0.siteID = identity.siteID
         }
-        if identity.role == .admin {
+        let admin = identity.role == .admin
+        if let refused = engine.admitSession(admin: admin) {
+            logger.warning(
+                "refusing a session: \(refused.message)",
+                metadata: ["shoal.peer.address": "\(remoteAddress)", "shoal.peer.site": "\(identity.siteID)"])
+            throw await reject(refused)
+        }
+        defer { engine.releaseSession(admin: admin) }
+        if admin {
             engine.registry.update(recordID) { $0.state = "admin" }
             try await serveAdmin(&iterator)
             return identity
@@ -262,11 +270,17 @@ struct PeerSession: Sendable {
         let configuration = engine.configuration
         let start = ContinuousClock.now
         func now() -> UInt64 { SessionStateMachine.micros(ContinuousClock.now - start) }
+        // The document size limits in force when the session starts (ALTER SYSTEM SET changes them for later sessions).
+        let parameters = engine.store.systemParameters
         var machine = SessionStateMachine(
             configuration: .init(
                 peer: peer.siteID, keepaliveInterval: configuration.keepaliveInterval, idleTimeout: configuration.idleTimeout,
                 batchSize: configuration.batchSize, batchBytes: configuration.batchBytes,
-                maximumBatchesInFlight: configuration.maximumBatchesInFlight),
+                maximumBatchesInFlight: configuration.maximumBatchesInFlight,
+                maximumSubscriptions: configuration.maximumSubscriptionsPerPeer,
+                maximumQueryLength: configuration.maximumQueryLength,
+                documentSizeSoftLimit: Int(clamping: parameters.documentSizeSoftLimitBytes),
+                documentSizeHardLimit: Int(clamping: parameters.documentSizeHardLimitBytes)),
             now: now())
         for await next in inputs {
             let event: SessionStateMachine.Event
@@ -333,6 +347,9 @@ struct PeerSession: Sendable {
             engine.registry.update(recordID) { $0.subscriptions = set.entries }
         case .measuredRoundTrip(let micros):
             engine.registry.update(recordID) { $0.rttMillis = Double(micros) / 1000 }
+        case .warn(let message):
+            logger.warning(
+                "\(message)", metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
         case .close(let error):
             guard let error else {
                 logger.warning(

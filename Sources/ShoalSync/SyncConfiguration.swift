@@ -24,12 +24,22 @@ public struct SyncConfiguration: Sendable {
     public var maximumBatchesInFlight: Int
     /// How remote transactions are put together and committed.
     public var inbound: InboundPipeline.Configuration
+    /// Sync sessions with peers at once; one more is refused after its handshake.
+    public var maximumPeers: Int
+    /// Admin sessions (CLI connections) at once; one more is refused after its handshake.
+    public var maximumAdminSessions: Int
+    /// Subscriptions a peer may hold on this node (one Subscribe), and this node itself.
+    public var maximumSubscriptionsPerPeer: Int
+    /// Bytes of DQL text in one admin request or one subscription query.
+    public var maximumQueryLength: Int
 
     public init(
         nodeName: String, meshName: String = "default", meshKey: [UInt8]? = nil, listenAddress: String = "",
         limits: WireLimits = .default, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
         handshakeTimeout: Duration = .seconds(10), batchSize: Int = 512, batchBytes: Int = 4 << 20,
-        maximumBatchesInFlight: Int = 4, inbound: InboundPipeline.Configuration = .init(), adminKey: [UInt8]? = nil
+        maximumBatchesInFlight: Int = 4, inbound: InboundPipeline.Configuration = .init(), adminKey: [UInt8]? = nil,
+        maximumPeers: Int = 64, maximumAdminSessions: Int = 32, maximumSubscriptionsPerPeer: Int = 256,
+        maximumQueryLength: Int = 64 << 10
     ) {
         self.nodeName = nodeName
         self.meshName = meshName
@@ -44,5 +54,9 @@ public struct SyncConfiguration: Sendable {
         self.batchBytes = batchBytes
         self.maximumBatchesInFlight = maximumBatchesInFlight
         self.inbound = inbound
+        self.maximumPeers = maximumPeers
+        self.maximumAdminSessions = maximumAdminSessions
+        self.maximumSubscriptionsPerPeer = maximumSubscriptionsPerPeer
+        self.maximumQueryLength = maximumQueryLength
     }
 }

@@ -21,6 +21,8 @@ public final class SyncEngine: Sendable {
     /// Everything received goes through here to the store.
     public let pipeline: InboundPipeline
     private let requestIDs = Mutex<UInt64>(0)
+    /// Established sessions by role, against `maximumPeers` and `maximumAdminSessions`.
+    private let sessionCounts = Mutex<(peers: Int, admins: Int)>((0, 0))
 
     public init(store: DocumentStore, configuration: SyncConfiguration, logger: Logger = Logger(label: "shoal.sync")) {
         self.store = store
@@ -61,6 +63,35 @@ public final class SyncEngine: Sendable {
     }
 
     public var siteID: SiteID { store.siteID }
+
+    /// Counts one more established session of `role`, or says which limit refuses it.
+    func admitSession(admin: Bool) -> SyncError? {
+        sessionCounts.withLock { counts in
+            if admin {
+                guard counts.admins < configuration.maximumAdminSessions else {
+                    return SyncError(
+                        .limitExceeded,
+                        "this node serves at most \(configuration.maximumAdminSessions) admin connections at once (--max-admin-connections); try again later")
+                }
+                counts.admins += 1
+            } else {
+                guard counts.peers < configuration.maximumPeers else {
+                    return SyncError(
+                        .limitExceeded,
+                        "this node syncs with at most \(configuration.maximumPeers) peers at once (--max-peers)")
+                }
+                counts.peers += 1
+            }
+            return nil
+        }
+    }
+
+    /// Ends what `admitSession` counted.
+    func releaseSession(admin: Bool) {
+        sessionCounts.withLock { counts in
+            if admin { counts.admins -= 1 } else { counts.peers -= 1 }
+        }
+    }
 
     /// Adds a sync subscription. Connected peers are told at once and send what
     /// it matches, including documents they wrote before it existed.

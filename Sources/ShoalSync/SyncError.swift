@@ -39,6 +39,7 @@ extension Shoal_V1_ErrorCode {
         case .shuttingDown: return "SHUTTING_DOWN"
         case .duplicateSession: return "DUPLICATE_SESSION"
         case .executionFailed: return "EXECUTION_FAILED"
+        case .limitExceeded: return "LIMIT_EXCEEDED"
         case .UNRECOGNIZED(let n): return "UNRECOGNIZED(\(n))"
         }
     }

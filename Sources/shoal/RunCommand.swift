@@ -55,6 +55,8 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Bytes of remote transactions held back at most; over it the oldest is applied in part.")
     var maxWaitingBytes: Int = 256 << 20
 
+    @OptionGroup(title: "Limits") var limits: LimitOptions
+
     func validate() throws {
         if Logger.Level(rawValue: logLevel) == nil {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
@@ -87,10 +89,11 @@ struct RunCommand: AsyncParsableCommand {
                 meshName: mesh,
                 meshKey: try meshKeyFile.map { path throws(NodeError) in try NodeConfiguration.readMeshKey(path: path) },
                 discovery: !noDiscovery,
-                limits: .init(maximumFrameSize: maxFrameSize, maximumInflatedSize: maxFrameSize),
+                limits: .init(maximumFrameSize: maxFrameSize, maximumInflatedSize: maxFrameSize), idleTimeout: limits.idle,
                 coverageWait: .milliseconds(Int64(coverageWait * 1000)), maximumWaitingTransactions: maxWaitingTransactions,
                 maximumWaitingBytes: maxWaitingBytes,
-                adminKey: try adminKeyFile.map { path throws(NodeError) in try KeyFile.read(path: path, purpose: "admin key") }
+                adminKey: try adminKeyFile.map { path throws(NodeError) in try KeyFile.read(path: path, purpose: "admin key") },
+                resources: limits.resources
             )
         } catch {
             throw fail(error.message)

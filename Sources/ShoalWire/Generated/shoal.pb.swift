@@ -79,6 +79,9 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
   case shuttingDown // = 9
   case duplicateSession // = 10
   case executionFailed // = 11
+
+  /// A named limit of the receiver was exceeded (PROTOCOL.md section 12); the message names it.
+  case limitExceeded // = 12
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -99,6 +102,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     case 9: self = .shuttingDown
     case 10: self = .duplicateSession
     case 11: self = .executionFailed
+    case 12: self = .limitExceeded
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -117,6 +121,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     case .shuttingDown: return 9
     case .duplicateSession: return 10
     case .executionFailed: return 11
+    case .limitExceeded: return 12
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -135,6 +140,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     .shuttingDown,
     .duplicateSession,
     .executionFailed,
+    .limitExceeded,
   ]
 
 }
@@ -1205,7 +1211,7 @@ nonisolated extension Shoal_V1_Role: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension Shoal_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_PROTOCOL_VIOLATION\0\u{1}ERROR_CODE_UNSUPPORTED_VERSION\0\u{1}ERROR_CODE_MESH_MISMATCH\0\u{1}ERROR_CODE_MESH_KEY_MISMATCH\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_INVALID_QUERY\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_DUPLICATE_SESSION\0\u{1}ERROR_CODE_EXECUTION_FAILED\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_PROTOCOL_VIOLATION\0\u{1}ERROR_CODE_UNSUPPORTED_VERSION\0\u{1}ERROR_CODE_MESH_MISMATCH\0\u{1}ERROR_CODE_MESH_KEY_MISMATCH\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_INVALID_QUERY\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_DUPLICATE_SESSION\0\u{1}ERROR_CODE_EXECUTION_FAILED\0\u{1}ERROR_CODE_LIMIT_EXCEEDED\0")
 }
 
 nonisolated extension Shoal_V1_Coverage: SwiftProtobuf._ProtoNameProviding {
