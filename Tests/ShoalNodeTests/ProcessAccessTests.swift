@@ -6,6 +6,7 @@ import Testing
 import Glibc
 #endif
 
+extension ProcessSuites {
 /// Who may do what, with real `shoal` processes: one node per data directory, key
 /// files only their owner can read, and the admin key.
 @Suite(.serialized) struct ProcessAccessTests {
@@ -78,4 +79,5 @@ import Glibc
         #expect(node.isRunning)
         #expect(!node.log().contains("beyond loopback"))
     }
+}
 }

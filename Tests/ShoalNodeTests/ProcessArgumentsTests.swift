@@ -2,6 +2,7 @@ import Foundation
 import ShoalTesting
 import Testing
 
+extension ProcessSuites {
 /// `--args @FILE` and `--args -`: arguments larger than the 128 KiB a single
 /// command-line argument may hold on Linux.
 @Suite(.serialized) struct ProcessArgumentsTests {
@@ -72,4 +73,5 @@ import Testing
         let notObject = try ShoalBinary.run(["exec", "--node", node.address, "--args", "-", "SELECT * FROM cars"], input: Data("[1]".utf8))
         #expect(notObject.status == 1 && notObject.stderr.contains("--args must be a JSON object, like '{\"id\": \"a\"}' (from standard input)"))
     }
+}
 }

@@ -3,6 +3,7 @@ import ShoalTesting
 import ShoalWire
 import Testing
 
+extension ProcessSuites {
 /// The node's limits set by `shoal run` flags, with real processes: each at its edge.
 @Suite(.serialized) struct ProcessLimitTests {
     @Test func queryLengthSubscriptionsAndDocumentSizeAtTheirEdges() throws {
@@ -140,4 +141,5 @@ import Testing
         #expect(a.isRunning)
         #expect(try eventually(10) { (try a.status()["peers"] as? [[String: Any]] ?? []).isEmpty }, "the session is gone")
     }
+}
 }

@@ -2,6 +2,7 @@ import Foundation
 import ShoalTesting
 import Testing
 
+extension ProcessSuites {
 /// Real `shoal` processes on 127.0.0.1, driven through the CLI as a user would.
 @Suite(.serialized) struct ProcessMeshTests {
     static func documents(_ node: NodeProcess, _ query: String = "SELECT * FROM cars") throws -> [[String: Any]] {
@@ -142,8 +143,9 @@ import Testing
         #expect(human.status == 0 && human.stdout.contains("Node alpha") && human.stdout.contains("Collections"))
     }
 }
+}
 
-extension ProcessMeshTests {
+extension ProcessSuites.ProcessMeshTests {
     @Test func subscribeAndObserveOnARunningNode() throws {
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }
@@ -221,7 +223,7 @@ final class LineCollector: @unchecked Sendable {
     }
 }
 
-extension ProcessMeshTests {
+extension ProcessSuites.ProcessMeshTests {
     @Test func countersIncrementedOfflineConvergeToTheSum() throws {
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }
@@ -262,7 +264,7 @@ extension ProcessMeshTests {
     }
 }
 
-extension ProcessMeshTests {
+extension ProcessSuites.ProcessMeshTests {
     @Test func attachmentsPutOnOneNodeAreFetchedThroughAnother() throws {
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }
@@ -291,7 +293,7 @@ extension ProcessMeshTests {
     }
 }
 
-extension ProcessMeshTests {
+extension ProcessSuites.ProcessMeshTests {
     @Test func execTakesAHintAndRunsReadOnlyWhenAsked() throws {
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }

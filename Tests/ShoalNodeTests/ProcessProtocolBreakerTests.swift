@@ -4,6 +4,7 @@ import ShoalTesting
 import ShoalWire
 import Testing
 
+extension ProcessSuites {
 /// Peers that complete a real handshake and then break the protocol, against a real
 /// node: each gets an Error frame and is disconnected, the node logs it with the
 /// peer's address, and a well-behaved peer syncing meanwhile never notices.
@@ -110,4 +111,5 @@ import Testing
         // Nothing a breaker sent reached the store.
         #expect(try ProcessMeshTests.documents(a, "SELECT * FROM cars WHERE _id = 'raw'").isEmpty)
     }
+}
 }
