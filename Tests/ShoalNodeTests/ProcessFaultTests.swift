@@ -15,9 +15,9 @@ extension ProcessSuites {
 @Suite(.serialized) struct ProcessFaultTests {
     static let shortTimeouts = ["--handshake-timeout", "1.5", "--idle-timeout", "2"]
 
-    /// Reads until the node closes the connection; the seconds it took, or nil if it did not within `limit`.
-    static func secondsUntilClosed(_ peer: RawPeer, limit: Double = 15) -> Double? {
-        let started = Date()
+    /// Reads until the node closes the connection; the seconds since `started` when it
+    /// did, or nil if it did not within `limit` seconds.
+    static func secondsUntilClosed(_ peer: RawPeer, since started: Date = Date(), limit: Double = 15) -> Double? {
         var buffer = [UInt8](repeating: 0, count: 4096)
         while Date().timeIntervalSince(started) < limit {
             let n = recv(peer.fd, &buffer, buffer.count, 0)
@@ -32,17 +32,20 @@ extension ProcessSuites {
         defer { dirs.remove() }
         let node = try NodeProcess(name: "node", dataDirectory: dirs.path + "/n", extra: Self.shortTimeouts)
         // During the handshake: half a Hello, then silence. The handshake timeout closes it.
+        let connected = Date()
         let early = try RawPeer(port: node.port)
         try early.sendBytes([0x53, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0x08, 0x01])
-        let handshakeCut = try #require(Self.secondsUntilClosed(early))
-        #expect(handshakeCut >= 1 && handshakeCut < 6, "closed by the 1.5 s handshake timeout after \(handshakeCut) s")
+        let handshakeCut = try #require(Self.secondsUntilClosed(early, since: connected))
+        // Not before the timeout; the upper bounds leave room for a slow (sanitized, busy) node.
+        #expect(handshakeCut >= 1 && handshakeCut < 12, "closed by the 1.5 s handshake timeout after \(handshakeCut) s")
         // After the handshake: a frame header announcing 100 bytes, 10 of them, then silence.
         let late = try RawPeer(port: node.port)
         try late.handshake()
+        let stalled = Date()
         try late.sendBytes([0x53, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x64] + [UInt8](repeating: 0, count: 10))
         #expect(try node.exec("INSERT INTO cars DOCUMENTS ({'_id': 'meanwhile'})").status == 0)
-        let idleCut = try #require(Self.secondsUntilClosed(late))
-        #expect(idleCut >= 1 && idleCut < 8, "closed by the 2 s idle timeout after \(idleCut) s")
+        let idleCut = try #require(Self.secondsUntilClosed(late, since: stalled))
+        #expect(idleCut >= 1 && idleCut < 12, "closed by the 2 s idle timeout after \(idleCut) s")
         #expect(node.log().contains("closing a silent connection"))
         #expect(node.isRunning)
     }
@@ -79,7 +82,7 @@ extension ProcessSuites {
         }
         let seconds = Date().timeIntervalSince(started)
         #expect(cut, "the trickling peer was cut off")
-        #expect(seconds < 8, "within the handshake timeout, not after the whole Hello (\(seconds) s)")
+        #expect(seconds < 15, "within the handshake timeout, long before the whole Hello (\(bytes.readableBytes) bytes, \(Double(bytes.readableBytes) / 4) s) (\(seconds) s)")
         #expect(try node.exec("SELECT * FROM cars").status == 0)
     }
 
@@ -91,7 +94,7 @@ extension ProcessSuites {
         // Everyone else is served meanwhile.
         let started = Date()
         #expect(try node.exec("INSERT INTO cars DOCUMENTS ({'_id': 'served'})").status == 0)
-        #expect(Date().timeIntervalSince(started) < 5)
+        #expect(Date().timeIntervalSince(started) < 10)
         var closed = 0
         for peer in swarm where Self.secondsUntilClosed(peer, limit: 10) != nil { closed += 1 }
         #expect(closed == 300, "every idle connection was closed by the handshake timeout")

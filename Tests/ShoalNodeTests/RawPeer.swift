@@ -21,24 +21,35 @@ final class RawPeer {
     /// Connects to 127.0.0.1:`port`; `receiveBuffer` shrinks the socket's receive buffer.
     init(port: Int, site: SiteID = SiteID(UInt64.random(in: 1...UInt64.max)), receiveBuffer: Int32? = nil) throws {
         self.site = site
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw NodeProcessError(message: "socket() failed") }
-        if var size = receiveBuffer {
-            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-        }
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else {
+        fd = try Self.connect(port: port, receiveBuffer: receiveBuffer)
+    }
+
+    /// A connected socket. A failed connect is tried again for a few seconds: a slow
+    /// node (a sanitized build) may not keep up with a swarm of connections and let its
+    /// backlog fill.
+    static func connect(port: Int, receiveBuffer: Int32?) throws -> Int32 {
+        var reason: Int32 = 0
+        for _ in 0..<25 {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            guard fd >= 0 else { throw NodeProcessError(message: "socket() failed") }
+            if var size = receiveBuffer {
+                setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+            }
+            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            if connected == 0 { return fd }
+            reason = errno
             close(fd)
-            throw NodeProcessError(message: "connect to \(port) failed")
+            usleep(200_000)
         }
+        throw NodeProcessError(message: "connect to \(port) failed: \(String(cString: strerror(reason)))")
     }
 
     deinit { close(fd) }

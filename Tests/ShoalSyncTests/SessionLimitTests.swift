@@ -165,7 +165,8 @@ import Testing
         var frames: [WireMessage] = []
         for await frame in silent.a.inbound { frames.append(try MessageCodec().decode(frame)) }
         let elapsed = ContinuousClock.now - started
-        #expect(elapsed >= .milliseconds(300) && elapsed < .seconds(5), "closed at the timeout, after \(elapsed)")
+        // Not before the timeout; the upper bound only says it was closed (sanitizers and a busy machine slow the watchdog).
+        #expect(elapsed >= .milliseconds(300) && elapsed < .seconds(30), "closed at the timeout, after \(elapsed)")
         #expect(frames.count == 1, "the node's Hello, and no Error")
         guard case .success(nil) = await served else {
             Issue.record("a handshake that never finished ends the session quietly")
@@ -190,7 +191,7 @@ import Testing
         let after = try await Self.handshake(&cli, over: connection.a, thenRead: true)
         let elapsed = ContinuousClock.now - established
         #expect(after == nil, "closed without an Error")
-        #expect(elapsed > .milliseconds(1500) && elapsed < .seconds(5), "closed after \(elapsed)")
+        #expect(elapsed > .milliseconds(1500) && elapsed < .seconds(30), "closed after \(elapsed)")
         _ = await served
     }
 
