@@ -13,6 +13,7 @@ struct AdminService: AdminRequestHandler {
     func handle(_ request: AdminRequest, respond: @escaping @Sendable (AdminResponse) async throws -> Void) async throws {
         let response: AdminResponse
         do throws(StoreError) {
+            try checkQueryLength(request)
             switch request {
             case .exec(let statements, let argumentsJSON, let hint, let readOnly):
                 response = .exec(try await execute(statements, argumentsJSON: argumentsJSON, hint: hint, readOnly: readOnly))
@@ -70,6 +71,22 @@ struct AdminService: AdminRequestHandler {
         try await respond(response)
     }
 
+    /// Refuses DQL text longer than `maximumQueryLength` before it is parsed.
+    func checkQueryLength(_ request: AdminRequest) throws(StoreError) {
+        let text: String
+        switch request {
+        case .exec(let statements, _, _, _): text = statements
+        case .observe(let query, _), .subscribe(let query, _): text = query
+        default: return
+        }
+        let limit = node.sync.configuration.maximumQueryLength
+        guard text.utf8.count <= limit else {
+            throw StoreError(
+                .invalidQuery,
+                "the statement text is \(text.utf8.count) bytes; this node takes at most \(limit) (--max-query-length). Pass large values as arguments (--args @FILE)")
+        }
+    }
+
     static func arguments(_ json: String) throws(StoreError) -> [String: Value] {
         guard !json.isEmpty else { return [:] }
         do {
@@ -89,6 +106,13 @@ struct AdminService: AdminRequestHandler {
         // Check, save, then go live: a subscription that runs is one that survives a restart.
         var check = SubscriptionSet()
         let parsed = try check.add(query: query, arguments: arguments)
+        let limit = node.sync.configuration.maximumSubscriptionsPerPeer
+        let own = node.sync.subscriptions.entries
+        guard own.count < limit || own.contains(where: { $0.id == parsed.id }) else {
+            throw StoreError(
+                .tooLarge,
+                "this node has \(own.count) subscriptions, as many as a peer takes in one Subscribe (--max-subscriptions-per-peer); remove one first")
+        }
         try await node.store.saveSubscription(SavedSubscription(id: parsed.id, query: parsed.query, arguments: arguments))
         let entry = try node.sync.subscribe(query, arguments: arguments)
         return SubscriptionInfo(id: entry.id, query: entry.query, origin: "local")
@@ -178,6 +202,7 @@ struct AdminService: AdminRequestHandler {
             siteID: node.siteID, name: node.name,
             listen: node.listenAddress?.description ?? node.configuration.listen.description,
             meshName: node.configuration.meshName, changeLogSequence: try await node.store.lastSequence())
+        status.warnings = node.securityWarnings
         status.subscriptions = node.sync.subscriptions.entries.map { SubscriptionInfo(id: $0.id, query: $0.query, origin: "local") }
         for peer in node.sync.peers() {
             if peer.state != "admin" {

@@ -1,5 +1,4 @@
 public import ShoalWire
-import Foundation
 
 /// Everything a node needs to start, as `shoal run` builds it from its flags.
 public struct NodeConfiguration: Sendable {
@@ -14,6 +13,9 @@ public struct NodeConfiguration: Sendable {
     public var subscriptions: [String]
     public var meshName: String
     public var meshKey: [UInt8]?
+    /// The key admin clients (the CLI) prove instead of the mesh key; with neither,
+    /// the node takes admin requests from loopback only.
+    public var adminKey: [UInt8]?
     /// LAN discovery of peers over UDP multicast (PROTOCOL.md §16).
     public var discovery: Bool
     /// The interface discovery announces and listens on, by name (`lo`, `eth0`) or
@@ -32,6 +34,8 @@ public struct NodeConfiguration: Sendable {
     /// oldest waiting one is applied in part (and reported).
     public var maximumWaitingTransactions: Int
     public var maximumWaitingBytes: Int
+    /// Connections, sessions, subscriptions, query and document sizes, outbound bytes.
+    public var resources: ResourceLimits
 
     public init(
         dataDirectory: String, listen: HostAndPort = HostAndPort(host: "0.0.0.0", port: HostAndPort.defaultPort),
@@ -39,7 +43,7 @@ public struct NodeConfiguration: Sendable {
         meshKey: [UInt8]? = nil, discovery: Bool = true, discoveryInterface: String? = nil, relay: Bool = true, limits: WireLimits = .default,
         keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
         coverageWait: Duration = .seconds(30), maximumWaitingTransactions: Int = 10_000,
-        maximumWaitingBytes: Int = 256 << 20
+        maximumWaitingBytes: Int = 256 << 20, adminKey: [UInt8]? = nil, resources: ResourceLimits = .init()
     ) {
         self.dataDirectory = dataDirectory
         self.listen = listen
@@ -48,6 +52,7 @@ public struct NodeConfiguration: Sendable {
         self.subscriptions = subscriptions
         self.meshName = meshName
         self.meshKey = meshKey
+        self.adminKey = adminKey
         self.discovery = discovery
         self.discoveryInterface = discoveryInterface
         self.relay = relay
@@ -57,25 +62,15 @@ public struct NodeConfiguration: Sendable {
         self.coverageWait = coverageWait
         self.maximumWaitingTransactions = maximumWaitingTransactions
         self.maximumWaitingBytes = maximumWaitingBytes
+        self.resources = resources
     }
 
     /// The smallest mesh key accepted, in bytes.
-    public static let minimumMeshKeySize = 16
+    public static let minimumMeshKeySize = KeyFile.minimumSize
 
-    /// Reads a mesh key file: its bytes, with surrounding white space trimmed.
+    /// Reads a mesh key file: its bytes, with surrounding white space trimmed. A file
+    /// other users may read is refused (`KeyFile.read`).
     public static func readMeshKey(path: String) throws(NodeError) -> [UInt8] {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw NodeError(.invalidConfiguration, "cannot read the mesh key file \(path)")
-        }
-        var bytes = Array(data)
-        while let last = bytes.last, [0x20, 0x0A, 0x0D, 0x09].contains(last) { bytes.removeLast() }
-        while let first = bytes.first, [0x20, 0x0A, 0x0D, 0x09].contains(first) { bytes.removeFirst() }
-        guard bytes.count >= minimumMeshKeySize else {
-            throw NodeError(
-                .invalidConfiguration,
-                "the mesh key in \(path) is \(bytes.count) bytes; use at least \(minimumMeshKeySize) (for example: head -c 32 /dev/urandom | base64 > \(path))"
-            )
-        }
-        return bytes
+        try KeyFile.read(path: path)
     }
 }

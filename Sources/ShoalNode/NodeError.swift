@@ -2,6 +2,10 @@
 public struct NodeError: Error, Sendable, Hashable, CustomStringConvertible {
     public enum Code: String, Sendable, Hashable {
         case invalidConfiguration
+        /// Another node holds the data directory's lock.
+        case dataDirectoryInUse
+        /// A key file is missing, too short, or open to other users.
+        case keyFile
         case connectionFailed
         /// The node answered the request with an error.
         case requestFailed

@@ -46,6 +46,7 @@ public struct NodeSettings: Sendable, Hashable {
         Key(name: "subscribe", kind: .strings, summary: "sync subscriptions, SELECT * FROM c [WHERE ...]"),
         Key(name: "mesh", kind: .string, summary: "the mesh name; peers must use the same one (default \"default\")"),
         Key(name: "mesh-key-file", kind: .string, summary: "a file holding the mesh key (at least 16 bytes)"),
+        Key(name: "admin-key-file", kind: .string, summary: "a file holding the key admin clients (the CLI) prove instead of the mesh key"),
         Key(name: "discovery", kind: .boolean, summary: "find peers of the same mesh on the LAN (default true)"),
         Key(name: "discovery-interface", kind: .string, summary: "the interface discovery uses, NAME or IPV4 (default: every multicast-capable one)"),
         Key(name: "relay", kind: .boolean, summary: "carry changes for neighbours' subscriptions this node's own do not cover (default true)"),
@@ -54,6 +55,15 @@ public struct NodeSettings: Sendable, Hashable {
         Key(name: "coverage-wait", kind: .seconds, summary: "seconds a remote transaction waits for pieces its subscriptions cover (default 30)"),
         Key(name: "max-waiting-transactions", kind: .integer, summary: "remote transactions held back at most (default 10000)"),
         Key(name: "max-waiting-bytes", kind: .integer, summary: "bytes of remote transactions held back at most (default 268435456)"),
+        Key(name: "idle-timeout", kind: .seconds, summary: "seconds without a frame from the other side before a session is closed (default 30)"),
+        Key(name: "handshake-timeout", kind: .seconds, summary: "seconds a new connection has to finish its handshake (default 10)"),
+        Key(name: "max-peers", kind: .integer, summary: "peers this node syncs with at once; one more is refused (default 64)"),
+        Key(name: "max-admin-connections", kind: .integer, summary: "admin (CLI) connections served at once; one more is refused (default 32)"),
+        Key(name: "max-subscriptions-per-peer", kind: .integer, summary: "subscriptions a peer may hold on this node, and this node's own (default 256)"),
+        Key(name: "max-query-length", kind: .integer, summary: "bytes of DQL text in one request or subscription query (default 65536)"),
+        Key(name: "max-pending-outbound-bytes", kind: .integer, summary: "bytes queued for one connection before writers wait; a peer that reads none of them for the idle timeout is cut off (default 4194304)"),
+        Key(name: "document-size-soft-limit", kind: .integer, summary: "document size in bytes over which a write is logged (default 262144)"),
+        Key(name: "document-size-hard-limit", kind: .integer, summary: "document size in bytes over which a write, or a received transaction, is refused (default 4194304)"),
     ]
 
     public static func key(_ name: String) -> Key? { keys.first { $0.name == name } }
@@ -178,7 +188,7 @@ public struct NodeSettings: Sendable, Hashable {
                     throw wrongType("a number of seconds")
                 }
             }
-            if name == "data" || name == "mesh-key-file", case .string(let p) = value, !p.hasPrefix("/"), !directory.isEmpty {
+            if ["data", "mesh-key-file", "admin-key-file"].contains(name), case .string(let p) = value, !p.hasPrefix("/"), !directory.isEmpty {
                 value = .string((directory as NSString).appendingPathComponent(p))
             }
             settings.set(name, value, origin: origin)
@@ -216,6 +226,11 @@ public struct NodeSettings: Sendable, Hashable {
 
     private func integer(_ name: String) -> Int? {
         if case .integer(let n)? = values[name] { return n }
+        return nil
+    }
+
+    private func seconds(_ name: String) -> Double? {
+        if case .seconds(let s)? = values[name] { return s }
         return nil
     }
 
@@ -278,6 +293,34 @@ public struct NodeSettings: Sendable, Hashable {
         if waitingTransactions < 1 { throw invalid("max-waiting-transactions", "must be at least 1") }
         let waitingBytes = integer("max-waiting-bytes") ?? 256 << 20
         if waitingBytes < 1 << 20 { throw invalid("max-waiting-bytes", "must be at least 1048576 (1 MiB)") }
+        var adminKey: [UInt8]?
+        if let path = string("admin-key-file") {
+            do {
+                adminKey = try KeyFile.read(path: path, purpose: "admin key")
+            } catch {
+                throw invalid("admin-key-file", error.message)
+            }
+        }
+        let idle = seconds("idle-timeout") ?? 30
+        if !(idle >= 1 && idle <= 86_400) { throw invalid("idle-timeout", "must be between 1 and 86400 seconds") }
+        let handshake = seconds("handshake-timeout") ?? 10
+        if !(handshake >= 0.1 && handshake <= 3_600) { throw invalid("handshake-timeout", "must be between 0.1 and 3600 seconds") }
+        let defaults = ResourceLimits()
+        var resources = defaults
+        resources.handshakeTimeout = .milliseconds(Int64(handshake * 1000))
+        for (name, path) in [
+            ("max-peers", \ResourceLimits.maximumPeers), ("max-admin-connections", \.maximumAdminConnections),
+            ("max-subscriptions-per-peer", \.maximumSubscriptionsPerPeer), ("max-query-length", \.maximumQueryLength),
+            ("document-size-soft-limit", \.documentSizeSoftLimit), ("document-size-hard-limit", \.documentSizeHardLimit),
+        ] {
+            guard let n = integer(name) else { continue }
+            if n < 1 { throw invalid(name, "must be at least 1") }
+            resources[keyPath: path] = n
+        }
+        if let n = integer("max-pending-outbound-bytes") {
+            if n < 64 << 10 { throw invalid("max-pending-outbound-bytes", "must be at least 65536") }
+            resources.maximumPendingOutboundBytes = n
+        }
         var relay = true
         if case .boolean(let b)? = values["relay"] { relay = b }
         var discovery = true
@@ -286,7 +329,8 @@ public struct NodeSettings: Sendable, Hashable {
             dataDirectory: data, listen: listen, name: string("name"), peers: peers, subscriptions: strings("subscribe"),
             meshName: mesh, meshKey: meshKey, discovery: discovery, discoveryInterface: string("discovery-interface"), relay: relay,
             limits: WireLimits(maximumFrameSize: frame, maximumInflatedSize: frame),
+            idleTimeout: .milliseconds(Int64(idle * 1000)),
             coverageWait: .milliseconds(Int64(wait * 1000)), maximumWaitingTransactions: waitingTransactions,
-            maximumWaitingBytes: waitingBytes)
+            maximumWaitingBytes: waitingBytes, adminKey: adminKey, resources: resources)
     }
 }

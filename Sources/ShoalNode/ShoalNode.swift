@@ -21,13 +21,22 @@ public final class ShoalNode: Service, Sendable {
     let group: MultiThreadedEventLoopGroup
     /// LAN discovery, unless it is off.
     let discovery: LANDiscovery?
+    /// Held from `init` until `run()` has closed the store (or the node is released).
+    let dataLock: DataDirectoryLock
     private let bound = Mutex<HostAndPort?>(nil)
     private let readyWaiters = Mutex<[CheckedContinuation<HostAndPort, Never>]>([])
 
     public init(configuration: NodeConfiguration, logger: Logger = Logger(label: "shoal")) throws {
         self.configuration = configuration
         self.logger = logger
-        let store = try DocumentStore(directory: configuration.dataDirectory, logger: logger)
+        // Before the database opens: a second node on the same directory stops here.
+        self.dataLock = try DataDirectoryLock(directory: configuration.dataDirectory)
+        let resources = configuration.resources
+        let store = try DocumentStore(
+            directory: configuration.dataDirectory, logger: logger,
+            parameters: SystemParameters(
+                documentSizeSoftLimitBytes: Int64(resources.documentSizeSoftLimit),
+                documentSizeHardLimitBytes: Int64(resources.documentSizeHardLimit)))
         self.store = store
         let name = configuration.name ?? "shoal-\(String(store.siteID.description.prefix(6)))"
         self.sync = SyncEngine(
@@ -36,11 +45,16 @@ public final class ShoalNode: Service, Sendable {
                 nodeName: name, meshName: configuration.meshName, meshKey: configuration.meshKey,
                 listenAddress: configuration.listen.description, limits: configuration.limits,
                 keepaliveInterval: configuration.keepaliveInterval, idleTimeout: configuration.idleTimeout,
+                handshakeTimeout: resources.handshakeTimeout,
                 inbound: InboundPipeline.Configuration(
                     coverage: .init(
                         maximumWait: configuration.coverageWait, maximumTransactions: configuration.maximumWaitingTransactions,
                         maximumBytes: configuration.maximumWaitingBytes)),
-                relayForNeighbours: configuration.relay),
+                relayForNeighbours: configuration.relay,
+                adminKey: configuration.adminKey, maximumPeers: resources.maximumPeers,
+                maximumAdminSessions: resources.maximumAdminConnections,
+                maximumSubscriptionsPerPeer: resources.maximumSubscriptionsPerPeer,
+                maximumQueryLength: resources.maximumQueryLength),
             logger: logger)
         for query in configuration.subscriptions {
             try sync.subscribe(query)
@@ -66,6 +80,23 @@ public final class ShoalNode: Service, Sendable {
 
 
     public var name: String { sync.configuration.nodeName }
+
+    /// What an operator must know about who can reach this node: empty when it
+    /// listens on loopback only or has a mesh key. Logged at start and shown by status.
+    public var securityWarnings: [String] { Self.securityWarnings(configuration) }
+
+    /// The warnings a node with this configuration gives.
+    public static func securityWarnings(_ configuration: NodeConfiguration) -> [String] {
+        guard !configuration.listen.isLoopback, configuration.meshKey == nil else { return [] }
+        let admin =
+            configuration.adminKey == nil
+            ? "admin requests (exec, status, ...) are taken from loopback only, since there is no key to prove"
+            : "admin requests must prove the --admin-key-file key"
+        return [
+            "this node listens on \(configuration.listen), beyond loopback, without a mesh key: any host that can reach the port can sync with it, reading what it holds and writing into it; \(admin). Set --mesh-key-file on every node (shoal keygen FILE makes a key), or listen on 127.0.0.1"
+        ]
+    }
+
     public var siteID: SiteID { store.siteID }
 
     /// The address the listener is bound to (the real port when 0 was asked for).
@@ -103,6 +134,7 @@ public final class ShoalNode: Service, Sendable {
             monitor.cancelAll()
             return result
         }
+        dataLock.release()
         try? await group.shutdownGracefully()
         logger.info("stopped", metadata: ["shoal.site": "\(siteID)"])
         if case .failure(let error) = result, !(error is CancellationError) { throw error }
@@ -111,6 +143,7 @@ public final class ShoalNode: Service, Sendable {
     private func serve() async throws {
         try await restoreSavedSubscriptions()
         let limits = configuration.limits
+        let pending = Self.writeBufferWaterMark(configuration.resources)
         let server: NIOAsyncChannel<NIOAsyncChannel<Frame, Frame>, Never>
         do {
             server = try await ServerBootstrap(group: group)
@@ -118,6 +151,7 @@ public final class ShoalNode: Service, Sendable {
                 .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
                 // A peer that stops sending mid-frame can still be told why (PROTOCOL.md §2.1).
                 .childChannelOption(.allowRemoteHalfClosure, value: true)
+                .childChannelOption(.writeBufferWaterMark, value: pending)
                 .bind(host: configuration.listen.host, port: configuration.listen.port) { channel in
                     channel.eventLoop.makeCompletedFuture { try Self.wrap(channel, limits: limits) }
                 }
@@ -132,6 +166,9 @@ public final class ShoalNode: Service, Sendable {
         logger.info(
             "ready to accept connections on \(address)",
             metadata: ["shoal.site": "\(siteID)", "shoal.name": "\(name)", "shoal.mesh": "\(configuration.meshName)"])
+        for warning in securityWarnings {
+            logger.warning("\(warning)", metadata: ["shoal.listen": "\(address)"])
+        }
         let admin = AdminService(node: self)
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await self.sync.run() }
@@ -149,6 +186,53 @@ public final class ShoalNode: Service, Sendable {
         }
     }
 
+    /// Whether a connection comes from this machine (a Unix socket or a loopback address).
+    static func isLoopback(_ address: SocketAddress?) -> Bool {
+        switch address {
+        case .unixDomainSocket?: return true
+        case let address?: return address.ipAddress.map(HostAndPort.isLoopback(host:)) ?? false
+        case nil: return false
+        }
+    }
+
+    /// Writers wait once this many bytes are queued for a connection (the high mark).
+    static func writeBufferWaterMark(_ resources: ResourceLimits) -> ChannelOptions.Types.WriteBufferWaterMark {
+        let high = max(resources.maximumPendingOutboundBytes, 2)
+        return .init(low: high / 2, high: high)
+    }
+
+    /// Closes a connection whose peer has taken none of the bytes queued for it
+    /// (over `maximumPendingOutboundBytes`) for the idle timeout: the session's
+    /// writes would wait forever, and its idle check with them. Returns when
+    /// cancelled or when it closed the connection.
+    func closeWhenStalled(_ channel: any Channel, remote: String) async {
+        let limit = configuration.idleTimeout
+        var stalledSince: ContinuousClock.Instant?
+        while true {
+            do {
+                try await Task.sleep(for: .seconds(1))
+            } catch {
+                return
+            }
+            guard !channel.isWritable else {
+                stalledSince = nil
+                continue
+            }
+            let now = ContinuousClock.now
+            guard let since = stalledSince else {
+                stalledSince = now
+                continue
+            }
+            if now - since > limit {
+                logger.warning(
+                    "closing a connection whose peer has read nothing for \(limit) while more than \(configuration.resources.maximumPendingOutboundBytes) bytes wait for it (--max-pending-outbound-bytes)",
+                    metadata: ["shoal.peer.address": "\(remote)"])
+                try? await channel.close()
+                return
+            }
+        }
+    }
+
     static func wrap(_ channel: any Channel, limits: WireLimits) throws -> NIOAsyncChannel<Frame, Frame> {
         try channel.pipeline.syncOperations.addHandler(
             ByteToMessageHandler(FrameByteDecoder(maximumFrameSize: limits.maximumFrameSize)))
@@ -158,14 +242,20 @@ public final class ShoalNode: Service, Sendable {
 
     private func accept(_ connection: NIOAsyncChannel<Frame, Frame>, admin: AdminService) async {
         let remote = connection.channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" } ?? "unknown"
-        do {
-            try await connection.executeThenClose { inbound, outbound in
-                let transport = ChannelTransport(writer: outbound, channel: connection.channel)
-                try await sync.serve(
-                    inbound: inbound, transport: transport, direction: .inbound, remoteAddress: remote, admin: admin)
+        let loopback = Self.isLoopback(connection.channel.remoteAddress)
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.closeWhenStalled(connection.channel, remote: remote) }
+            do {
+                try await connection.executeThenClose { inbound, outbound in
+                    let transport = ChannelTransport(writer: outbound, channel: connection.channel)
+                    try await sync.serve(
+                        inbound: inbound, transport: transport, direction: .inbound, remoteAddress: remote, admin: admin,
+                        remoteIsLoopback: loopback)
+                }
+            } catch {
+                logger.info("inbound session ended: \(error)", metadata: ["shoal.peer.address": "\(remote)"])
             }
-        } catch {
-            logger.info("inbound session ended: \(error)", metadata: ["shoal.peer.address": "\(remote)"])
+            group.cancelAll()
         }
     }
 
@@ -287,20 +377,29 @@ public final class ShoalNode: Service, Sendable {
     /// One dial: connects, serves the session to its end, and records the outcome for status.
     private func connect(_ peer: HostAndPort, discovered: Bool) async -> DialOutcome {
         let limits = configuration.limits
+        let pending = Self.writeBufferWaterMark(configuration.resources)
         sync.noteDialTarget(peer.description, state: "connecting", discovered: discovered)
         do {
             let connection = try await ClientBootstrap(group: group)
                 .connectTimeout(.seconds(5))
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
                 .channelOption(.allowRemoteHalfClosure, value: true)
+                .channelOption(.writeBufferWaterMark, value: pending)
                 .connect(host: peer.host, port: peer.port) { channel in
                     channel.eventLoop.makeCompletedFuture { try Self.wrap(channel, limits: limits) }
                 }
-            let identity = try await connection.executeThenClose { inbound, outbound in
-                let transport = ChannelTransport(writer: outbound, channel: connection.channel)
-                return try await sync.serve(
-                    inbound: inbound, transport: transport, direction: .outbound, remoteAddress: peer.description,
-                    discovered: discovered)
+            let identity = try await withThrowingTaskGroup(of: PeerIdentity?.self) { group in
+                group.addTask {
+                    await self.closeWhenStalled(connection.channel, remote: peer.description)
+                    return nil
+                }
+                defer { group.cancelAll() }
+                return try await connection.executeThenClose { inbound, outbound in
+                    let transport = ChannelTransport(writer: outbound, channel: connection.channel)
+                    return try await sync.serve(
+                        inbound: inbound, transport: transport, direction: .outbound, remoteAddress: peer.description,
+                        discovered: discovered)
+                }
             }
             sync.noteDialTarget(peer.description, state: "disconnected", discovered: discovered)
             return .served(identity?.siteID)

@@ -100,8 +100,10 @@ extension DocumentStore {
                 last = QueryResult(items: try applySystem(system, arguments: arguments))
             case .insert(let insert):
                 last = QueryResult(mutatedDocumentIDs: try local!.insert(insert, arguments: arguments))
+                try checkDocumentSizes(collection: insert.collection, ids: last.mutatedDocumentIDs, db: db)
             case .update(let update):
                 last = QueryResult(mutatedDocumentIDs: try local!.update(update, arguments: arguments))
+                try checkDocumentSizes(collection: update.collection, ids: last.mutatedDocumentIDs, db: db)
             case .delete(let delete):
                 last = QueryResult(mutatedDocumentIDs: try local!.delete(delete, arguments: arguments))
             case .evict(let evict):

@@ -55,9 +55,12 @@ public final class DocumentStore: Sendable {
     ///
     /// - Parameter parameters: the run-time parameters to start from (`ALTER SYSTEM SET`
     ///   changes them until the store closes; see `SystemParameters`).
+    /// - Parameter wallClock: milliseconds since 1970 for the store's clock (tests
+    ///   make it jump).
     public init(
         directory: String, logger: Logger = Logger(label: "shoal.store"),
-        parameters: SystemParameters = SystemParameters()
+        parameters: SystemParameters = SystemParameters(),
+        wallClock: @escaping @Sendable () -> UInt64 = HybridLogicalClock.systemMilliseconds
     ) throws(StoreError) {
         self.logger = logger
         self.parameters = Mutex(parameters)
@@ -106,7 +109,7 @@ public final class DocumentStore: Sendable {
                     }
                 }
             }
-            clock = HybridLogicalClock()
+            clock = HybridLogicalClock(wallClock: wallClock)
             clock.observe(HybridTimestamp(rawValue: UInt64(bitPattern: maxTimestamp)))
         } catch let error as StoreError {
             throw error

@@ -1,4 +1,5 @@
 public import ShoalQuery
+import GRDB
 
 /// Everything the store refuses, in words a user can act on.
 public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
@@ -21,6 +22,8 @@ public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
         case closed
         /// The task was cancelled; what it had begun was rolled back.
         case cancelled
+        /// A write would exceed a size limit (`document_size_hard_limit_bytes`); nothing of it was written.
+        case tooLarge
     }
 
     public var code: Code
@@ -46,6 +49,18 @@ public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
         switch error {
         case let error as StoreError: error
         case is CancellationError: StoreError(.cancelled, "cancelled while \(doing)")
+        case let error as DatabaseError where error.resultCode == .SQLITE_FULL:
+            StoreError(
+                .database,
+                "\(doing) failed: the disk that holds the data directory is full (SQLite: \(error.message ?? "database or disk is full")); nothing of it was written. Free some space and try again")
+        case let error as DatabaseError where error.resultCode == .SQLITE_READONLY:
+            StoreError(
+                .database,
+                "\(doing) failed: the data directory is read-only (SQLite: \(error.message ?? "attempt to write a readonly database")); nothing of it was written")
+        case let error as DatabaseError where error.resultCode == .SQLITE_IOERR:
+            StoreError(
+                .database,
+                "\(doing) failed: an I/O error on the data directory's disk (SQLite: \(error.message ?? "disk I/O error"), extended code \(error.extendedResultCode.rawValue)); nothing of it was written")
         default: StoreError(.database, "\(doing) failed: \(error)")
         }
     }

@@ -15,6 +15,8 @@ public protocol SyncStore: AnyObject, Sendable {
     var siteID: SiteID { get }
     /// The clock remote timestamps are observed on.
     var clock: HybridLogicalClock { get }
+    /// The system parameters in force (the document size limits a session checks).
+    var systemParameters: SystemParameters { get }
 
     // MARK: Outbound
 

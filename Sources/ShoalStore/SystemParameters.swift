@@ -16,12 +16,22 @@ public struct SystemParameters: Sendable, Hashable {
     /// second time, `error` from the third), in milliseconds:
     /// `transaction_trace_interval_ms`, default 5 000.
     public var transactionTraceIntervalMilliseconds: Int64
+    /// A document body larger than this many bytes (its canonical JSON) is written, and
+    /// a warning logged: `document_size_soft_limit_bytes`, default 262 144 (256 KiB).
+    public var documentSizeSoftLimitBytes: Int64
+    /// A local write that would leave a document body larger than this many bytes is
+    /// refused, and so is a received transaction that writes more than this to one
+    /// document: `document_size_hard_limit_bytes`, default 4 194 304 (4 MiB).
+    public var documentSizeHardLimitBytes: Int64
 
     public init(
-        transactionDurationBeforeLoggingMilliseconds: Int64 = 10_000, transactionTraceIntervalMilliseconds: Int64 = 5_000
+        transactionDurationBeforeLoggingMilliseconds: Int64 = 10_000, transactionTraceIntervalMilliseconds: Int64 = 5_000,
+        documentSizeSoftLimitBytes: Int64 = 256 << 10, documentSizeHardLimitBytes: Int64 = 4 << 20
     ) {
         self.transactionDurationBeforeLoggingMilliseconds = transactionDurationBeforeLoggingMilliseconds
         self.transactionTraceIntervalMilliseconds = transactionTraceIntervalMilliseconds
+        self.documentSizeSoftLimitBytes = documentSizeSoftLimitBytes
+        self.documentSizeHardLimitBytes = documentSizeHardLimitBytes
     }
 
     /// One parameter: its DQL name, what it takes, and where it lives in the struct.
@@ -34,6 +44,12 @@ public struct SystemParameters: Sendable, Hashable {
 
     /// Every parameter, in name order (the order `SHOW ALL` lists them in).
     static let definitions: [Definition] = [
+        Definition(
+            name: "document_size_hard_limit_bytes", takes: "a whole number of bytes, at least 1",
+            keyPath: \.documentSizeHardLimitBytes),
+        Definition(
+            name: "document_size_soft_limit_bytes", takes: "a whole number of bytes, at least 1",
+            keyPath: \.documentSizeSoftLimitBytes),
         Definition(
             name: "transaction_duration_before_logging_ms", takes: "a whole number of milliseconds, at least 1",
             keyPath: \.transactionDurationBeforeLoggingMilliseconds),

@@ -160,6 +160,7 @@ extension NodeStatus {
             subscriptions: s.subscriptions.map(SubscriptionInfo.init(wire:)),
             collections: s.collections.map { Collection(name: $0.name, documents: $0.documents, digest: $0.digest.isEmpty ? nil : $0.digest) },
             transactions: Transactions(wire: s.transactions))
+        warnings = s.warnings
     }
 
     var wire: Shoal_V1_StatusResponse {
@@ -196,6 +197,7 @@ extension NodeStatus {
             return w
         }
         s.transactions = transactions.wire
+        s.warnings = warnings
         return s
     }
 }

@@ -104,6 +104,9 @@ public struct NodeStatus: Sendable, Hashable {
     public var subscriptions: [SubscriptionInfo]
     public var collections: [Collection]
     public var transactions: Transactions
+    /// What an operator must know, one sentence each (a node listening beyond
+    /// loopback without a mesh key says so here).
+    public var warnings: [String] = []
 
     public init(
         siteID: SiteID, name: String, listen: String, meshName: String, changeLogSequence: UInt64, peers: [Peer] = [],

@@ -33,18 +33,28 @@ public struct HandshakeStateMachine: Sendable {
         public var meshName: String
         /// The shared mesh key; `nil` for an open mesh.
         public var meshKey: [UInt8]?
+        /// The key an admin client must prove to this node instead of the mesh key
+        /// (`shoal run --admin-key-file`); `nil`: admin clients prove the mesh key.
+        public var adminKey: [UInt8]?
+        /// Whether an admin client may connect without proving a key when this node has
+        /// none: true on loopback (and in-memory) connections, false on connections from
+        /// any other address, whose admin clients are refused.
+        public var acceptsKeylessAdmin: Bool
         public var role: Shoal_V1_Role
         public var listenAddress: String
         public var versions: ClosedRange<UInt32>
 
         public init(
             siteID: SiteID, nodeName: String, meshName: String, meshKey: [UInt8]?, role: Shoal_V1_Role = .peer,
-            listenAddress: String = "", versions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions
+            listenAddress: String = "", versions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions,
+            adminKey: [UInt8]? = nil, acceptsKeylessAdmin: Bool = true
         ) {
             self.siteID = siteID
             self.nodeName = nodeName
             self.meshName = meshName
             self.meshKey = meshKey
+            self.adminKey = adminKey
+            self.acceptsKeylessAdmin = acceptsKeylessAdmin
             self.role = role
             self.listenAddress = listenAddress
             self.versions = versions
@@ -189,18 +199,31 @@ public struct HandshakeStateMachine: Sendable {
                 "mesh name mismatch: the peer is in mesh '\(hello.meshName)', this node is in mesh '\(configuration.meshName)'"
             )
         }
+        let key = self.key(for: hello.role)
+        if peerIsAdmin, key == nil, !configuration.acceptsKeylessAdmin {
+            return fail(
+                .meshKeyMismatch,
+                "this node takes admin requests from beyond loopback only from clients that prove its key, and it has none: start it with --admin-key-file or --mesh-key-file (shoal keygen FILE makes a key)"
+            )
+        }
         state = .awaitingProof(hello)
         var proof = Shoal_V1_Proof()
-        if let key = configuration.meshKey {
+        if let key {
             proof.mac = Data(
                 Self.mac(key: key, receiverNonce: Array(hello.nonce), senderNonce: nonce, sender: configuration.siteID))
         }
         return [.send(.proof(proof))]
     }
 
+    /// The key the other side must prove, and this side proves to it: the admin key
+    /// for an admin client when this node has one, the mesh key otherwise.
+    func key(for role: Shoal_V1_Role) -> [UInt8]? {
+        role == .admin && configuration.role != .admin ? configuration.adminKey ?? configuration.meshKey : configuration.meshKey
+    }
+
     private mutating func receiveProof(_ proof: Shoal_V1_Proof, hello: Shoal_V1_Hello) -> [Action] {
         let peerSite = SiteID(hello.siteID)
-        switch (configuration.meshKey, proof.mac.isEmpty) {
+        switch (key(for: hello.role), proof.mac.isEmpty) {
         case (nil, true):
             break
         case (nil, false):

@@ -22,6 +22,9 @@ struct PeerSession: Sendable {
     let direction: ConnectionDirection
     let remoteAddress: String
     let admin: (any AdminRequestHandler)?
+    /// Whether the other end is on loopback (or in memory): only such admin clients
+    /// may skip proving a key to a node that has none.
+    let remoteIsLoopback: Bool
     let shared = SessionShared()
 
     var codec: MessageCodec { MessageCodec(limits: engine.configuration.limits) }
@@ -29,7 +32,7 @@ struct PeerSession: Sendable {
 
     init(
         engine: SyncEngine, recordID: Int, transport: any SessionTransport, direction: ConnectionDirection,
-        remoteAddress: String, admin: (any AdminRequestHandler)?
+        remoteAddress: String, admin: (any AdminRequestHandler)?, remoteIsLoopback: Bool = true
     ) {
         self.engine = engine
         self.recordID = recordID
@@ -37,6 +40,7 @@ struct PeerSession: Sendable {
         self.direction = direction
         self.remoteAddress = remoteAddress
         self.admin = admin
+        self.remoteIsLoopback = remoteIsLoopback
     }
 
     func send(_ message: WireMessage) async throws {
@@ -108,7 +112,8 @@ struct PeerSession: Sendable {
         var handshake = HandshakeStateMachine(
             configuration: .init(
                 siteID: engine.siteID, nodeName: configuration.nodeName, meshName: configuration.meshName,
-                meshKey: configuration.meshKey, role: .peer, listenAddress: engine.listenAddress))
+                meshKey: configuration.meshKey, role: .peer, listenAddress: engine.listenAddress,
+                adminKey: configuration.adminKey, acceptsKeylessAdmin: remoteIsLoopback))
         let identity: PeerIdentity? = try await withThrowingTaskGroup(of: Void.self) { group in
             // The watchdog closes the connection if the handshake stalls, which ends the read below.
             group.addTask { [transport] in
@@ -146,7 +151,15 @@ struct PeerSession: Sendable {
             $0.listenAddress = Self.dialable(identity.listenAddress, remote: remoteAddress, direction: direction)
             $0.siteID = identity.siteID
         }
-        if identity.role == .admin {
+        let admin = identity.role == .admin
+        if let refused = engine.admitSession(admin: admin) {
+            logger.warning(
+                "refusing a session: \(refused.message)",
+                metadata: ["shoal.peer.address": "\(remoteAddress)", "shoal.peer.site": "\(identity.siteID)"])
+            throw await reject(refused)
+        }
+        defer { engine.releaseSession(admin: admin) }
+        if admin {
             engine.registry.update(recordID) { $0.state = "admin" }
             try await serveAdmin(&iterator)
             return identity
@@ -306,11 +319,17 @@ struct PeerSession: Sendable {
         let configuration = engine.configuration
         let start = ContinuousClock.now
         func now() -> UInt64 { SessionStateMachine.micros(ContinuousClock.now - start) }
+        // The document size limits in force when the session starts (ALTER SYSTEM SET changes them for later sessions).
+        let parameters = engine.store.systemParameters
         var machine = SessionStateMachine(
             configuration: .init(
                 peer: peer.siteID, keepaliveInterval: configuration.keepaliveInterval, idleTimeout: configuration.idleTimeout,
                 batchSize: configuration.batchSize, batchBytes: configuration.batchBytes,
-                maximumBatchesInFlight: configuration.maximumBatchesInFlight),
+                maximumBatchesInFlight: configuration.maximumBatchesInFlight,
+                maximumSubscriptions: configuration.maximumSubscriptionsPerPeer,
+                maximumQueryLength: configuration.maximumQueryLength,
+                documentSizeSoftLimit: Int(clamping: parameters.documentSizeSoftLimitBytes),
+                documentSizeHardLimit: Int(clamping: parameters.documentSizeHardLimitBytes)),
             now: now())
         for await next in inputs {
             let event: SessionStateMachine.Event
@@ -393,6 +412,9 @@ struct PeerSession: Sendable {
             engine.noteInterest(of: peer.siteID, set)
         case .measuredRoundTrip(let micros):
             engine.registry.update(recordID) { $0.rttMillis = Double(micros) / 1000 }
+        case .warn(let message):
+            logger.warning(
+                "\(message)", metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
         case .close(let error):
             guard let error else {
                 logger.warning(

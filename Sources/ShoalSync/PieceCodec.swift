@@ -136,14 +136,31 @@ public enum PieceCodec {
                     "\(what): transaction \(id) claims \(w.deltaCount) deltas in \(w.documentCount) documents")
             }
             var manifestDocuments: UInt64 = 0
-            for c in w.collections { manifestDocuments += UInt64(c.documents) }
+            var manifestDeltas: UInt64 = 0
+            // What the manifest allows per collection: documents, and deltas in them.
+            var room: [String: (documents: UInt64, deltas: UInt64)] = [:]
+            for c in w.collections {
+                manifestDocuments += UInt64(c.documents)
+                manifestDeltas += UInt64(c.deltas)
+                guard room[c.collection] == nil else {
+                    throw SyncError(
+                        .protocolViolation, "\(what): transaction \(id)'s manifest lists collection '\(c.collection)' twice")
+                }
+                room[c.collection] = (UInt64(c.documents), UInt64(c.deltas))
+            }
             guard manifestDocuments == UInt64(w.documentCount) else {
                 throw SyncError(
                     .protocolViolation,
                     "\(what): transaction \(id)'s manifest lists \(manifestDocuments) documents by collection but \(w.documentCount) in all")
             }
+            guard manifestDeltas == UInt64(w.deltaCount) else {
+                throw SyncError(
+                    .protocolViolation,
+                    "\(what): transaction \(id)'s manifest lists \(manifestDeltas) deltas by collection but \(w.deltaCount) in all")
+            }
             var deltas: [Delta] = []
             var counts: [DocumentRef: UInt32] = [:]
+            var indices: Set<UInt32> = []
             for d in w.documents {
                 guard collections.contains(d.collection) else {
                     throw SyncError(
@@ -155,12 +172,33 @@ public enum PieceCodec {
                         .protocolViolation, "\(what): transaction \(id) gives document \(d.documentID) \(d.deltaCount) deltas")
                 }
                 let ref = DocumentRef(collection: d.collection, id: d.documentID)
+                // The manifest must make room for this document and its deltas.
+                guard counts[ref] == nil else {
+                    throw SyncError(
+                        .protocolViolation,
+                        "\(what): transaction \(id) lists document \(d.documentID) in '\(d.collection)' twice in one piece")
+                }
+                guard let left = room[d.collection], left.documents >= 1, left.deltas >= UInt64(d.deltaCount) else {
+                    throw SyncError(
+                        .protocolViolation,
+                        "\(what): transaction \(id)'s deltas contradict its manifest: document \(d.documentID) in '\(d.collection)' with \(d.deltaCount) deltas does not fit what the manifest gives '\(d.collection)'")
+                }
+                room[d.collection] = (left.documents - 1, left.deltas - UInt64(d.deltaCount))
+                guard d.deltas.count <= Int(d.deltaCount) else {
+                    throw SyncError(
+                        .protocolViolation,
+                        "\(what): transaction \(id) carries \(d.deltas.count) deltas of document \(d.documentID), which it says has \(d.deltaCount)")
+                }
                 counts[ref] = d.deltaCount
                 for f in d.deltas {
                     guard f.index < w.deltaCount else {
                         throw SyncError(
                             .protocolViolation,
                             "\(what): transaction \(id) has delta index \(f.index) but only \(w.deltaCount) deltas")
+                    }
+                    guard indices.insert(f.index).inserted else {
+                        throw SyncError(
+                            .protocolViolation, "\(what): transaction \(id) carries delta index \(f.index) twice")
                     }
                     let (json, parsed) = try value(f.valueJson, what: what, id: id, field: f.field)
                     deltas.append(
@@ -171,6 +209,11 @@ public enum PieceCodec {
                 }
             }
             let verdicts = try w.verdicts.map { v throws(SyncError) -> Verdict in
+                guard room[v.collection] != nil else {
+                    throw SyncError(
+                        .protocolViolation,
+                        "\(what): transaction \(id) has a verdict on collection '\(v.collection)', which its manifest does not list")
+                }
                 switch v.coverage {
                 case .notCovered:
                     let filter: SubscriptionFilter

@@ -36,10 +36,20 @@ public struct SessionStateMachine: Sendable {
         public var maximumBatchesInFlight: Int
         /// Batches received and not yet durable before the peer is cut off.
         public var maximumBatchesPending: Int
+        /// Subscriptions one Subscribe of the peer may carry.
+        public var maximumSubscriptions: Int
+        /// Bytes of one subscription query of the peer.
+        public var maximumQueryLength: Int
+        /// Bytes (field names and values) a received transaction may write to one
+        /// document: over the soft limit a warning, over the hard limit the session closes.
+        public var documentSizeSoftLimit: Int
+        public var documentSizeHardLimit: Int
 
         public init(
             peer: SiteID, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
-            batchSize: Int = 512, batchBytes: Int = 4 << 20, maximumBatchesInFlight: Int = 4, maximumBatchesPending: Int = 64
+            batchSize: Int = 512, batchBytes: Int = 4 << 20, maximumBatchesInFlight: Int = 4, maximumBatchesPending: Int = 64,
+            maximumSubscriptions: Int = 256, maximumQueryLength: Int = 64 << 10, documentSizeSoftLimit: Int = 256 << 10,
+            documentSizeHardLimit: Int = 4 << 20
         ) {
             self.peer = peer
             self.keepaliveInterval = keepaliveInterval
@@ -48,6 +58,10 @@ public struct SessionStateMachine: Sendable {
             self.batchBytes = batchBytes
             self.maximumBatchesInFlight = maximumBatchesInFlight
             self.maximumBatchesPending = maximumBatchesPending
+            self.maximumSubscriptions = maximumSubscriptions
+            self.maximumQueryLength = maximumQueryLength
+            self.documentSizeSoftLimit = documentSizeSoftLimit
+            self.documentSizeHardLimit = documentSizeHardLimit
         }
     }
 
@@ -101,6 +115,8 @@ public struct SessionStateMachine: Sendable {
         /// The peer's subscriptions, for status.
         case peerSubscribed(SubscriptionSet)
         case measuredRoundTrip(micros: UInt64)
+        /// Something the operator should know, to log with the peer's address (the session goes on).
+        case warn(String)
         /// Send the error unless it came from the peer (or is nil: a silent close), then close.
         case close(SyncError?)
     }
@@ -258,8 +274,20 @@ public struct SessionStateMachine: Sendable {
         case .subscribe(let request):
             // Subscribes may cross on the wire: only a newer one replaces the current.
             guard request.generation == 0 || request.generation > peerGeneration else { return [] }
+            guard request.subscriptions.count <= configuration.maximumSubscriptions else {
+                return close(
+                    SyncError(
+                        .limitExceeded,
+                        "Subscribe carries \(request.subscriptions.count) subscriptions; this node serves at most \(configuration.maximumSubscriptions) per peer (--max-subscriptions-per-peer)"))
+            }
             var set = SubscriptionSet()
             for s in request.subscriptions {
+                guard s.query.utf8.count <= configuration.maximumQueryLength else {
+                    return close(
+                        SyncError(
+                            .invalidQuery,
+                            "subscription query of \(s.query.utf8.count) bytes refused: this node takes queries of at most \(configuration.maximumQueryLength) bytes (--max-query-length)"))
+                }
                 do {
                     let arguments: [String: Value]
                     if s.argumentsJson.isEmpty {
@@ -313,9 +341,14 @@ public struct SessionStateMachine: Sendable {
             } catch {
                 return close(error)
             }
+            let warnings: [Action]
+            switch checkDocumentSizes(pieces, what: "DeltaBatch") {
+            case .failure(let error): return close(error)
+            case .success(let found): warnings = found
+            }
             let key = batch.subscribeGeneration == ownGeneration && ownGeneration > 0 ? answered?.key : nil
             pendingDurable.append(batch.throughSequence)
-            return [.submit(InboundBatch(pieces: pieces, cursorKey: key, through: batch.throughSequence))]
+            return warnings + [.submit(InboundBatch(pieces: pieces, cursorKey: key, through: batch.throughSequence))]
         case .ack(let ack):
             if let i = unacknowledged.firstIndex(of: ack.throughSequence) {
                 unacknowledged.removeSubrange(...i)
@@ -347,7 +380,10 @@ public struct SessionStateMachine: Sendable {
                 let pieces = try PieceCodec.decode(
                     [answer.piece], filters: answer.filters, receiver: own.filter, collections: own.collections,
                     what: "TransactionPieces")
-                return [.deliver(pieces)]
+                switch checkDocumentSizes(pieces, what: "TransactionPieces") {
+                case .failure(let error): return close(error)
+                case .success(let warnings): return warnings + [.deliver(pieces)]
+                }
             } catch {
                 return close(error)
             }
@@ -356,6 +392,34 @@ public struct SessionStateMachine: Sendable {
         case .hello, .proof, .adminRequest, .adminResponse:
             return close(SyncError(.protocolViolation, "unexpected \(message.type) frame in an established session"))
         }
+    }
+
+    /// What each received piece writes to each document (field names and values, in
+    /// bytes), against the document size limits: warnings over the soft one, an error
+    /// over the hard one.
+    func checkDocumentSizes(_ pieces: [TransactionPiece], what: String) -> Result<[Action], SyncError> {
+        var warnings: [Action] = []
+        for piece in pieces {
+            var sizes: [DocumentRef: Int] = [:]
+            for delta in piece.deltas {
+                sizes[DocumentRef(collection: delta.collection, id: delta.documentID), default: 0] +=
+                    delta.field.utf8.count + delta.valueJSON.utf8.count
+            }
+            for (document, size) in sizes.sorted(by: { $0.value > $1.value }) {
+                if size > configuration.documentSizeHardLimit {
+                    return .failure(
+                        SyncError(
+                            .limitExceeded,
+                            "\(what): transaction \(piece.id) writes \(size) bytes to document \(document.id) in \(document.collection), over this node's hard document size limit of \(configuration.documentSizeHardLimit) bytes (document_size_hard_limit_bytes)"))
+                }
+                if size > configuration.documentSizeSoftLimit {
+                    warnings.append(
+                        .warn(
+                            "transaction \(piece.id) writes \(size) bytes to document \(document.id) in \(document.collection), over the soft document size limit of \(configuration.documentSizeSoftLimit) bytes (document_size_soft_limit_bytes)"))
+                }
+            }
+        }
+        return .success(warnings)
     }
 
     /// Reads the next page when the peer wants something, the window has room, no

@@ -5,6 +5,8 @@ public struct SyncConfiguration: Sendable {
     public var nodeName: String
     public var meshName: String
     public var meshKey: [UInt8]?
+    /// The key admin clients prove instead of the mesh key (PROTOCOL.md §10).
+    public var adminKey: [UInt8]?
     /// Where this node accepts connections, told to peers in Hello.
     public var listenAddress: String
     public var limits: WireLimits
@@ -25,17 +27,28 @@ public struct SyncConfiguration: Sendable {
     /// Whether this node also asks its peers for what its other neighbours asked it
     /// for, so changes cross it for them (`SyncEngine.upstreamSubscriptions(for:)`).
     public var relayForNeighbours: Bool
+    /// Sync sessions with peers at once; one more is refused after its handshake.
+    public var maximumPeers: Int
+    /// Admin sessions (CLI connections) at once; one more is refused after its handshake.
+    public var maximumAdminSessions: Int
+    /// Subscriptions a peer may hold on this node (one Subscribe), and this node itself.
+    public var maximumSubscriptionsPerPeer: Int
+    /// Bytes of DQL text in one admin request or one subscription query.
+    public var maximumQueryLength: Int
 
     public init(
         nodeName: String, meshName: String = "default", meshKey: [UInt8]? = nil, listenAddress: String = "",
         limits: WireLimits = .default, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
         handshakeTimeout: Duration = .seconds(10), batchSize: Int = 512, batchBytes: Int = 4 << 20,
-        maximumBatchesInFlight: Int = 4, inbound: InboundPipeline.Configuration = .init(), relayForNeighbours: Bool = true
+        maximumBatchesInFlight: Int = 4, inbound: InboundPipeline.Configuration = .init(), relayForNeighbours: Bool = true,
+        adminKey: [UInt8]? = nil, maximumPeers: Int = 64, maximumAdminSessions: Int = 32,
+        maximumSubscriptionsPerPeer: Int = 256, maximumQueryLength: Int = 64 << 10
     ) {
         self.relayForNeighbours = relayForNeighbours
         self.nodeName = nodeName
         self.meshName = meshName
         self.meshKey = meshKey
+        self.adminKey = adminKey
         self.listenAddress = listenAddress
         self.limits = limits
         self.keepaliveInterval = keepaliveInterval
@@ -45,5 +58,9 @@ public struct SyncConfiguration: Sendable {
         self.batchBytes = batchBytes
         self.maximumBatchesInFlight = maximumBatchesInFlight
         self.inbound = inbound
+        self.maximumPeers = maximumPeers
+        self.maximumAdminSessions = maximumAdminSessions
+        self.maximumSubscriptionsPerPeer = maximumSubscriptionsPerPeer
+        self.maximumQueryLength = maximumQueryLength
     }
 }

@@ -27,6 +27,8 @@ public final class SyncEngine: Sendable {
     /// Everything received goes through here to the store.
     public let pipeline: InboundPipeline
     private let requestIDs = Mutex<UInt64>(0)
+    /// Established sessions by role, against `maximumPeers` and `maximumAdminSessions`.
+    private let sessionCounts = Mutex<(peers: Int, admins: Int)>((0, 0))
 
     public init(store: any SyncStore, configuration: SyncConfiguration, logger: Logger = Logger(label: "shoal.sync")) {
         self.store = store
@@ -75,6 +77,35 @@ public final class SyncEngine: Sendable {
     }
 
     public var siteID: SiteID { store.siteID }
+
+    /// Counts one more established session of `role`, or says which limit refuses it.
+    func admitSession(admin: Bool) -> SyncError? {
+        sessionCounts.withLock { counts in
+            if admin {
+                guard counts.admins < configuration.maximumAdminSessions else {
+                    return SyncError(
+                        .limitExceeded,
+                        "this node serves at most \(configuration.maximumAdminSessions) admin connections at once (--max-admin-connections); try again later")
+                }
+                counts.admins += 1
+            } else {
+                guard counts.peers < configuration.maximumPeers else {
+                    return SyncError(
+                        .limitExceeded,
+                        "this node syncs with at most \(configuration.maximumPeers) peers at once (--max-peers)")
+                }
+                counts.peers += 1
+            }
+            return nil
+        }
+    }
+
+    /// Ends what `admitSession` counted.
+    func releaseSession(admin: Bool) {
+        sessionCounts.withLock { counts in
+            if admin { counts.admins -= 1 } else { counts.peers -= 1 }
+        }
+    }
 
     /// Adds a sync subscription. Connected peers are told at once and send what
     /// it matches, including documents they wrote before it existed.
@@ -170,17 +201,19 @@ public final class SyncEngine: Sendable {
     ///
     /// Returns the peer's identity when the session ended normally (the peer
     /// closed); throws `SyncError` when either side rejected the other.
+    /// `remoteIsLoopback` false (a TCP peer beyond loopback) refuses admin clients
+    /// that prove no key when this node has none.
     @discardableResult
     public func serve<Inbound: AsyncSequence & Sendable>(
         inbound: Inbound, transport: some SessionTransport, direction: ConnectionDirection, remoteAddress: String,
-        admin: (any AdminRequestHandler)? = nil, discovered: Bool = false
+        admin: (any AdminRequestHandler)? = nil, discovered: Bool = false, remoteIsLoopback: Bool = true
     ) async throws -> PeerIdentity? where Inbound.Element == Frame {
         let id = registry.open(
             direction: direction, address: remoteAddress, discovered: discovered, close: { await transport.close() })
         defer { registry.remove(id) }
         let session = PeerSession(
             engine: self, recordID: id, transport: transport, direction: direction, remoteAddress: remoteAddress,
-            admin: admin)
+            admin: admin, remoteIsLoopback: remoteIsLoopback)
         // The session owns the connection: whatever ends it, the connection closes.
         do {
             let identity = try await session.run(inbound: inbound)

@@ -17,6 +17,7 @@ public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
         case shuttingDown
         case duplicateSession
         case executionFailed
+        case limitExceeded
         /// A code this version does not know, by its number.
         case unrecognized(Int)
     }
@@ -57,6 +58,7 @@ extension SyncError.Code {
         case .shuttingDown: return "SHUTTING_DOWN"
         case .duplicateSession: return "DUPLICATE_SESSION"
         case .executionFailed: return "EXECUTION_FAILED"
+        case .limitExceeded: return "LIMIT_EXCEEDED"
         case .unrecognized(let n): return "UNRECOGNIZED(\(n))"
         }
     }
@@ -75,6 +77,7 @@ extension SyncError.Code {
         case .shuttingDown: self = .shuttingDown
         case .duplicateSession: self = .duplicateSession
         case .executionFailed: self = .executionFailed
+        case .limitExceeded: self = .limitExceeded
         case .UNRECOGNIZED(let n): self = .unrecognized(n)
         }
     }
@@ -93,6 +96,7 @@ extension SyncError.Code {
         case .shuttingDown: return .shuttingDown
         case .duplicateSession: return .duplicateSession
         case .executionFailed: return .executionFailed
+        case .limitExceeded: return .limitExceeded
         case .unrecognized(let n): return .UNRECOGNIZED(n)
         }
     }

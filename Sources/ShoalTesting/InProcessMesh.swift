@@ -1,3 +1,4 @@
+public import ShoalCRDT
 public import ShoalStore
 public import ShoalSync
 import ShoalWire
@@ -60,10 +61,11 @@ public final class TestNode: Sendable {
     /// - Parameter configure: changes the sync configuration (batch sizes, coverage waits) before the engine starts.
     public init(
         name: String, subscriptions: [String] = [], meshKey: [UInt8]? = nil, directory: TemporaryDirectory? = nil,
-        configure: (inout SyncConfiguration) -> Void = { _ in }
+        configure: (inout SyncConfiguration) -> Void = { _ in },
+        wallClock: @escaping @Sendable () -> UInt64 = HybridLogicalClock.systemMilliseconds
     ) throws {
         self.directory = directory ?? TemporaryDirectory(prefix: "shoal-\(name)")
-        store = try DocumentStore(directory: self.directory.path)
+        store = try DocumentStore(directory: self.directory.path, wallClock: wallClock)
         var configuration = SyncConfiguration(nodeName: name, meshKey: meshKey, batchSize: 64)
         configure(&configuration)
         sync = SyncEngine(store: store, configuration: configuration)

@@ -19,16 +19,26 @@ public enum ShoalBinary {
         public var stderr: String
     }
 
-    /// Runs `shoal ARGS...` to completion (30 s at most) and returns what it printed.
-    public static func run(_ arguments: [String]) throws -> Output {
+    /// Runs `shoal ARGS...` to completion (30 s at most) and returns what it printed;
+    /// `input`, if given, is its standard input.
+    public static func run(_ arguments: [String], input: Data? = nil) throws -> Output {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err
-        process.standardInput = FileHandle.nullDevice
+        let stdin = Pipe()
+        process.standardInput = input == nil ? FileHandle.nullDevice : stdin
         try process.run()
+        if let input {
+            // Written beside the reads below: more than a pipe holds must not block them.
+            let writer = stdin.fileHandleForWriting
+            Thread.detachNewThread {
+                writer.write(input)
+                try? writer.close()
+            }
+        }
         let deadline = Date().addingTimeInterval(30)
         // Drain both pipes while waiting so a chatty child never blocks on a full pipe.
         let outData = out.fileHandleForReading.readDataToEndOfFile()
@@ -169,6 +179,12 @@ public struct NodeProcessError: Error, CustomStringConvertible {
     public var message: String
     public var description: String { message }
     public init(message: String) { self.message = message }
+}
+
+/// Writes `text` to a new file only its owner may read (mode 0600), as key files must be.
+public func writePrivateFile(_ path: String, _ text: String) throws {
+    try text.write(toFile: path, atomically: false, encoding: .utf8)
+    guard chmod(path, 0o600) == 0 else { throw NodeProcessError(message: "chmod \(path) failed") }
 }
 
 /// Polls until `condition` holds or the time runs out.

@@ -55,15 +55,18 @@ public struct MessageCodec: Sendable {
         }
         var payload = frame.payload
         if frame.flags.contains(.compressed) {
+            let beyond = WireError(
+                .decompressionFailed, "\(type) frame inflates beyond the limit of \(limits.maximumInflatedSize) bytes")
             do {
-                payload = try payload.decompress(with: .zlib(), maxSize: limits.maximumInflatedSize)
+                // CompressNIO stops at `maxSize` only roughly (its buffers' capacities round
+                // up), so ask for one byte more than the cap and check the size exactly.
+                payload = try payload.decompress(with: .zlib(), maxSize: min(limits.maximumInflatedSize, .max - 1) + 1)
             } catch let error as CompressNIOError where error == .bufferOverflow {
-                throw WireError(
-                    .decompressionFailed,
-                    "\(type) frame inflates beyond the limit of \(limits.maximumInflatedSize) bytes")
+                throw beyond
             } catch {
                 throw WireError(.decompressionFailed, "\(type) frame: compressed payload is corrupt (\(error))")
             }
+            guard payload.readableBytes <= limits.maximumInflatedSize else { throw beyond }
         }
         let bytes = payload.readableBytesView
         do {

@@ -10,6 +10,9 @@ struct ClientOptions: ParsableArguments {
     @Option(name: .long, help: "A file holding the mesh key, when the node has one.")
     var meshKeyFile: String?
 
+    @Option(name: .long, help: "A file holding the node's admin key (its --admin-key-file); used instead of --mesh-key-file.")
+    var adminKeyFile: String?
+
     @Option(name: .long, help: "Seconds to wait for the node's answer.")
     var timeout: Int = 30
 
@@ -24,7 +27,9 @@ struct ClientOptions: ParsableArguments {
 
     func client() throws -> AdminClient {
         let address = try HostAndPort(parsing: node)
-        let key = try meshKeyFile.map { path throws(NodeError) in try NodeConfiguration.readMeshKey(path: path) }
+        let key =
+            try adminKeyFile.map { path throws(NodeError) in try KeyFile.read(path: path, purpose: "admin key") }
+            ?? meshKeyFile.map { path throws(NodeError) in try KeyFile.read(path: path) }
         return AdminClient(node: address, meshKey: key, timeout: .seconds(timeout))
     }
 }

@@ -14,13 +14,14 @@ struct ExecCommand: AsyncParsableCommand {
             reads one snapshot, beside the writer. Example:
               shoal exec "INSERT INTO cars DOCUMENTS ({'_id': 'a', 'color': 'blue'})"
               shoal exec --args '{"c": "blue"}' --json "SELECT * FROM cars WHERE color = :c"
+              shoal exec --args @car.json "INSERT INTO cars DOCUMENTS (:car)"
               shoal exec --read-only --hint "nightly report" "SELECT COUNT(*) FROM cars"
             """
     )
 
     @OptionGroup var client: ClientOptions
 
-    @Option(name: .long, help: "Named arguments as a JSON object, used as :name in the statements.")
+    @Option(name: .long, help: ArgumentsOption.help)
     var args: String?
 
     @Flag(name: .long, help: "Print one JSON object: items, mutatedDocumentIDs, transactionID.")
@@ -35,18 +36,11 @@ struct ExecCommand: AsyncParsableCommand {
     @Argument(help: "One or more DQL statements separated by ';'.")
     var statements: String
 
-    func validate() throws {
-        if let args {
-            guard case .object? = try? JSON.parse(args) else {
-                throw ValidationError("--args must be a JSON object, like '{\"id\": \"a\"}'")
-            }
-        }
-    }
-
     func run() async throws {
+        let arguments = try ArgumentsOption.load(args)
         let response: ExecResult
         do {
-            response = try await client.client().exec(statements, argumentsJSON: args ?? "", hint: hint, readOnly: readOnly)
+            response = try await client.client().exec(statements, argumentsJSON: arguments, hint: hint, readOnly: readOnly)
         } catch let error as NodeError {
             throw fail(error.message)
         }

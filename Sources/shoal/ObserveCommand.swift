@@ -15,7 +15,7 @@ struct ObserveCommand: AsyncParsableCommand {
 
     @OptionGroup var client: ClientOptions
 
-    @Option(name: .long, help: "Named arguments of the query, as a JSON object.")
+    @Option(name: .long, help: ArgumentsOption.help)
     var args: String?
 
     @Flag(name: .long, help: "One JSON object per line.")
@@ -26,8 +26,9 @@ struct ObserveCommand: AsyncParsableCommand {
 
     func run() async throws {
         let json = json
+        let arguments = try ArgumentsOption.load(args)
         do {
-            try await client.client().observe(query, argumentsJSON: args ?? "") { observation in
+            try await client.client().observe(query, argumentsJSON: arguments) { observation in
                 if json {
                     let ids = observation.transactionIDs.map { "\"\($0)\"" }.joined(separator: ",")
                     print("{\"items\":[\(observation.itemsJSON.joined(separator: ","))],\"transactionIDs\":[\(ids)]}")

@@ -40,6 +40,9 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .long, help: "A file holding the mesh key (at least 16 bytes); peers must hold the same key.")
     var meshKeyFile: String?
 
+    @Option(name: .long, help: "A file holding the key admin clients (the CLI) must prove instead of the mesh key.")
+    var adminKeyFile: String?
+
     @Flag(inversion: .prefixedNo, help: "Look for peers of the same mesh on the LAN (default: on).")
     var discovery: Bool?
 
@@ -70,6 +73,8 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Bytes of remote transactions held back at most; over it the oldest is applied in part (default: 268435456).")
     var maxWaitingBytes: Int?
 
+    @OptionGroup(title: "Limits") var limits: LimitOptions
+
     /// The flags given, as settings.
     var flags: NodeSettings {
         var s = NodeSettings()
@@ -80,6 +85,7 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("subscribe", subscribe.isEmpty ? nil : .strings(subscribe))
         s.setFlag("mesh", mesh.map { .string($0) })
         s.setFlag("mesh-key-file", meshKeyFile.map { .string($0) })
+        s.setFlag("admin-key-file", adminKeyFile.map { .string($0) })
         s.setFlag("discovery", discovery.map { .boolean($0) })
         s.setFlag("discovery-interface", discoveryInterface.map { .string($0) })
         s.setFlag("relay", relay.map { .boolean($0) })
@@ -88,6 +94,7 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("coverage-wait", coverageWait.map { .seconds($0) })
         s.setFlag("max-waiting-transactions", maxWaitingTransactions.map { .integer($0) })
         s.setFlag("max-waiting-bytes", maxWaitingBytes.map { .integer($0) })
+        limits.add(to: &s)
         return s
     }
 

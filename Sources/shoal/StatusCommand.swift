@@ -57,6 +57,7 @@ struct StatusCommand: AsyncParsableCommand {
             "listen": .string(s.listen),
             "mesh": .string(s.meshName),
             "changeLogSequence": .int(Int64(s.changeLogSequence)),
+            "warnings": .array(s.warnings.map(Value.string)),
             "peers": .array(
                 s.peers.map { p in
                     .object([
@@ -108,6 +109,7 @@ struct StatusCommand: AsyncParsableCommand {
 
     static func table(_ s: NodeStatus) -> String {
         var out = "Node \(s.name)  site \(s.siteID)  listening on \(s.listen)  mesh \(s.meshName)  log at \(s.changeLogSequence)\n"
+        for warning in s.warnings { out += "\nWARNING: \(warning)\n" }
         out += "\nPeers\n"
         out += render(
             ["SITE", "NAME", "ADDRESS", "FOUND BY", "DIRECTION", "STATE", "RTT ms", "BYTES IN/OUT", "DELTAS IN/OUT", "LAG", "HEARD"],

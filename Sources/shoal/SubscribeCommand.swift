@@ -16,7 +16,7 @@ struct SubscribeCommand: AsyncParsableCommand {
 
     @OptionGroup var client: ClientOptions
 
-    @Option(name: .long, help: "Named arguments of the query, as a JSON object.")
+    @Option(name: .long, help: ArgumentsOption.help)
     var args: String?
 
     @Flag(name: .long, help: "Print the subscription as JSON: id, query, origin.")
@@ -26,9 +26,10 @@ struct SubscribeCommand: AsyncParsableCommand {
     var query: String
 
     func run() async throws {
+        let arguments = try ArgumentsOption.load(args)
         let status: SubscriptionInfo
         do {
-            status = try await client.client().subscribe(query, argumentsJSON: args ?? "")
+            status = try await client.client().subscribe(query, argumentsJSON: arguments)
         } catch let error as NodeError {
             throw fail(error.message)
         }

@@ -23,12 +23,23 @@ struct NodeSettingsTests {
         coverage-wait = 2.5
         max-waiting-transactions = 50
         max-waiting-bytes = 2097152
+        admin-key-file = "admin.key"
+        idle-timeout = 12
+        handshake-timeout = 1.5
+        max-peers = 3
+        max-admin-connections = 4
+        max-subscriptions-per-peer = 5
+        max-query-length = 6000
+        max-pending-outbound-bytes = 70000
+        document-size-soft-limit = 8000
+        document-size-hard-limit = 9000
         """
 
     @Test func aFileSetsEveryKey() throws {
         let dir = TemporaryDirectory(prefix: "shoal-settings")
         defer { dir.remove() }
-        try " correct horse battery staple\n".write(toFile: dir.path + "/mesh.key", atomically: true, encoding: .utf8)
+        try writePrivateFile(dir.path + "/mesh.key", " correct horse battery staple\n")
+        try writePrivateFile(dir.path + "/admin.key", "the admin's own sixteen bytes")
         let settings = try NodeSettings.parse(Self.file, file: dir.path + "/shoal.toml")
         let configuration = try settings.configuration()
         #expect(configuration.dataDirectory == dir.path + "/db", "a relative path is taken from the file's directory")
@@ -43,6 +54,14 @@ struct NodeSettingsTests {
         #expect(configuration.coverageWait == .milliseconds(2500))
         #expect(configuration.maximumWaitingTransactions == 50 && configuration.maximumWaitingBytes == 2 << 20)
         #expect(try settings.logLevel() == "debug")
+        #expect(configuration.adminKey == Array("the admin's own sixteen bytes".utf8))
+        #expect(configuration.idleTimeout == .seconds(12))
+        #expect(
+            configuration.resources
+                == ResourceLimits(
+                    maximumPeers: 3, maximumAdminConnections: 4, maximumSubscriptionsPerPeer: 5, maximumQueryLength: 6000,
+                    maximumPendingOutboundBytes: 70000, handshakeTimeout: .milliseconds(1500), documentSizeSoftLimit: 8000,
+                    documentSizeHardLimit: 9000))
         #expect(settings.origin(of: "max-frame-size") == dir.path + "/shoal.toml:13 (max-frame-size)")
         // Every key appears in the file above, so a key added without a test shows here.
         #expect(Set(NodeSettings.keys.map(\.name)) == Set(Self.file.split(separator: "\n").compactMap { line in
@@ -71,7 +90,9 @@ struct NodeSettingsTests {
     }
 
     @Test func flagsOverrideTheFile() throws {
-        let file = try NodeSettings.parse(Self.file.replacingOccurrences(of: "mesh-key-file = \"mesh.key\"\n", with: ""), file: "shoal.toml")
+        let file = try NodeSettings.parse(
+            Self.file.replacingOccurrences(of: "mesh-key-file = \"mesh.key\"\n", with: "")
+                .replacingOccurrences(of: "admin-key-file = \"admin.key\"\n", with: ""), file: "shoal.toml")
         var flags = NodeSettings()
         flags.setFlag("listen", .string("127.0.0.1:0"))
         flags.setFlag("peer", .strings(["127.0.0.1:9000"]))
@@ -108,6 +129,9 @@ struct NodeSettingsTests {
         ("data = \"x\"\nlog-level = \"loud\"\n", "shoal.toml:2 (log-level): 'loud' is not one of"),
         ("data = \"x\"\n  \"mesh\" = \"\"\n", "shoal.toml:2 (mesh): the mesh name must not be empty"),
         ("data = \"x\"\nlisten = \"127.0.0.1:1\n", "shoal.toml:2:"),
+        ("data = \"x\"\nidle-timeout = 0\n", "shoal.toml:2 (idle-timeout): must be between 1 and 86400 seconds"),
+        ("data = \"x\"\nmax-pending-outbound-bytes = 100\n", "shoal.toml:2 (max-pending-outbound-bytes): must be at least 65536"),
+        ("data = \"x\"\nmax-peers = 0\n", "shoal.toml:2 (max-peers): must be at least 1"),
         ("data = \"x\"\n[discovery]\ninterface = \"lo\"\n", "shoal.toml:2 (discovery): 'discovery' must be true or false, not a table"),
     ])
     func mistakesNameTheLineAndTheKey(text: String, expected: String) {

@@ -3,6 +3,7 @@ import ShoalNode
 import ShoalTesting
 import Testing
 
+extension ProcessSuites {
 /// `shoal run --config FILE` as an operator uses it.
 @Suite(.serialized) struct ProcessConfigTests {
     @Test func everyFlagOfRunIsAConfigKey() throws {
@@ -74,4 +75,5 @@ import Testing
         let missing = try ShoalBinary.run(["run", "--config", dirs.path + "/nothing.toml"])
         #expect(missing.status == 1 && missing.stderr.contains("cannot read the config file"), "\(missing.stderr)")
     }
+}
 }

@@ -2,6 +2,7 @@ import Foundation
 import ShoalTesting
 import Testing
 
+extension ProcessSuites {
 /// LAN discovery between real processes, on the loopback interface only
 /// (`--discovery-interface lo`: multicast TTL 0, nothing leaves the machine).
 @Suite(.serialized) struct ProcessDiscoveryTests {
@@ -30,8 +31,8 @@ import Testing
         defer { dirs.remove() }
         let mesh = "discovery-\(UInt32.random(in: 0...UInt32.max))"
         let key = dirs.path + "/mesh.key", otherKey = dirs.path + "/other.key"
-        try "correct horse battery staple".write(toFile: key, atomically: true, encoding: .utf8)
-        try "a different key, also 16+ bytes".write(toFile: otherKey, atomically: true, encoding: .utf8)
+        try writePrivateFile(key, "correct horse battery staple")
+        try writePrivateFile(otherKey, "a different key, also 16+ bytes")
 
         let started = Date()
         let a = try Self.start("a", dirs, mesh: mesh, key: key)
@@ -89,4 +90,5 @@ import Testing
         #expect(aConnected.count == 1 && bConnected.count == 1, "\(aConnected) \(bConnected)")
         #expect(aConnected.first?["direction"] as? String != bConnected.first?["direction"] as? String, "the two ends of one connection")
     }
+}
 }

@@ -5,6 +5,7 @@ import ShoalSync
 import ShoalTesting
 import Testing
 
+extension ProcessSuites {
 /// The fairness test of `FairnessTests`, between real processes: while B takes in
 /// A's backlog, a node that joins B later gets its write through without waiting
 /// behind it.
@@ -42,4 +43,5 @@ import Testing
         #expect(heldOfA < backlog, "C's write waited for all \(backlog) of A's documents")
         #expect(try await InProcessMesh.eventually(timeout: .seconds(120)) { try await Self.count(toB, fromA) == backlog })
     }
+}
 }

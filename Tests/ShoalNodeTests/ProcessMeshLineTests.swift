@@ -3,6 +3,7 @@ import Shoal
 import ShoalTesting
 import Testing
 
+extension ProcessSuites {
 /// Five `shoal` processes in a line on loopback, each subscribed to everything that
 /// is written: random writes on random nodes, one node killed and restarted, one link
 /// cut and restored (a proxy in this test); all five must end with equal digests, and
@@ -101,4 +102,5 @@ import Testing
             #expect(total * 2 <= minimum * 3, "no storm on \(name): at most 1.5 times the minimum (an echo would double it)")
         }
     }
+}
 }

@@ -2,6 +2,7 @@ import Foundation
 import ShoalTesting
 import Testing
 
+extension ProcessSuites {
 /// Real `shoal` processes on 127.0.0.1, driven through the CLI as a user would.
 @Suite(.serialized) struct ProcessMeshTests {
     static func documents(_ node: NodeProcess, _ query: String = "SELECT * FROM cars") throws -> [[String: Any]] {
@@ -106,8 +107,8 @@ import Testing
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }
         let keyA = dirs.path + "/a.key", keyB = dirs.path + "/b.key"
-        try "alpha-secret-key-0123456789".write(toFile: keyA, atomically: true, encoding: .utf8)
-        try "another-secret-key-987654321".write(toFile: keyB, atomically: true, encoding: .utf8)
+        try writePrivateFile(keyA, "alpha-secret-key-0123456789")
+        try writePrivateFile(keyB, "another-secret-key-987654321")
         let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a", extra: ["--mesh-key-file", keyA])
         #expect(try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'secret'})", extra: ["--mesh-key-file", keyA]).status == 0)
         let b = try NodeProcess(
@@ -149,8 +150,9 @@ import Testing
         #expect(human.status == 0 && human.stdout.contains("Node alpha") && human.stdout.contains("Collections"))
     }
 }
+}
 
-extension ProcessMeshTests {
+extension ProcessSuites.ProcessMeshTests {
     @Test func subscribeAndObserveOnARunningNode() throws {
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }
@@ -228,7 +230,7 @@ final class LineCollector: @unchecked Sendable {
     }
 }
 
-extension ProcessMeshTests {
+extension ProcessSuites.ProcessMeshTests {
     @Test func countersIncrementedOfflineConvergeToTheSum() throws {
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }
@@ -269,7 +271,7 @@ extension ProcessMeshTests {
     }
 }
 
-extension ProcessMeshTests {
+extension ProcessSuites.ProcessMeshTests {
     @Test func attachmentsPutOnOneNodeAreFetchedThroughAnother() throws {
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }
@@ -298,7 +300,7 @@ extension ProcessMeshTests {
     }
 }
 
-extension ProcessMeshTests {
+extension ProcessSuites.ProcessMeshTests {
     @Test func execTakesAHintAndRunsReadOnlyWhenAsked() throws {
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }

@@ -2,6 +2,7 @@ import Foundation
 import ShoalTesting
 import Testing
 
+extension ProcessSuites {
 /// Relaying for neighbours between real processes.
 @Suite(.serialized) struct ProcessRelayTests {
     /// A – B – C on loopback, A and C subscribed to cars and B to boats only.
@@ -44,4 +45,5 @@ import Testing
         #expect(table.stdout.contains("3 node(s), 2 link(s)"), "\(table.stdout)")
         #expect(b.log().contains("resuming sync after the peer's sequence") || b.log().contains("syncing from the start of the peer's log"))
     }
+}
 }

@@ -6,6 +6,7 @@ import ShoalTesting
 import Synchronization
 import Testing
 
+extension ProcessSuites {
 /// Transactions across real `shoal` processes on 127.0.0.1: a remote transaction is
 /// whole or absent on every node, also through a relay that covers only part of
 /// it, also when it is larger than a frame and its receiver is killed midway.
@@ -227,6 +228,7 @@ import Testing
         let sample = try await Self.items(toC, "SELECT data FROM blobs WHERE _id = 'blob-7'").first?["data"]
         #expect(sample == .string(CoverageNoise.text(size, seed: 7)))
     }
+}
 }
 
 /// A value tasks share, behind a lock.

@@ -26,6 +26,8 @@ final class LogRecords: Sendable {
 
     func append(_ record: Record) { records.withLock { $0.append(record) } }
 
+    var all: [Record] { records.withLock { $0 } }
+
     /// The long-transaction reports about the transaction with this ID, in order.
     func reports(about id: String) -> [Record] {
         records.withLock { $0.filter { $0.metadata["shoal.txn.id"] == id } }
@@ -529,6 +531,8 @@ struct CapturingLogHandler: LogHandler {
         defer { dir.remove() }
         let store = try DocumentStore(directory: dir.path)
         let defaults: [Value] = [
+            ["name": "document_size_hard_limit_bytes", "value": 4_194_304],
+            ["name": "document_size_soft_limit_bytes", "value": 262_144],
             ["name": "transaction_duration_before_logging_ms", "value": 10_000],
             ["name": "transaction_trace_interval_ms", "value": 5_000],
         ]
@@ -560,7 +564,9 @@ struct CapturingLogHandler: LogHandler {
     }
 
     static let known =
-        "the parameters are transaction_duration_before_logging_ms (a whole number of milliseconds, at least 1) "
+        "the parameters are document_size_hard_limit_bytes (a whole number of bytes, at least 1), "
+        + "document_size_soft_limit_bytes (a whole number of bytes, at least 1), "
+        + "transaction_duration_before_logging_ms (a whole number of milliseconds, at least 1) "
         + "and transaction_trace_interval_ms (a whole number of milliseconds, at least 1)"
 
     @Test(arguments: [

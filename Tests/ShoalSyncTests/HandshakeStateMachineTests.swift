@@ -131,6 +131,74 @@ import Testing
         #expect(Self.failure(Self.run(&node2, &keyless).a)?.code == .meshKeyMismatch)
     }
 
+    static let adminKey = Array("an admin key, not the mesh one".utf8)
+
+    static func node(meshKey: [UInt8]? = nil, adminKey: [UInt8]? = nil, loopback: Bool) -> HandshakeStateMachine {
+        HandshakeStateMachine(
+            configuration: .init(
+                siteID: SiteID(1), nodeName: "n1", meshName: "default", meshKey: meshKey, adminKey: adminKey,
+                acceptsKeylessAdmin: loopback))
+    }
+
+    /// PROTOCOL.md §10: with no key at all, admin clients are served from loopback only.
+    @Test func aKeylessNodeServesAdminClientsFromLoopbackOnly() {
+        var local = Self.node(loopback: true), cli = Self.machine(site: 0, mesh: "", role: .admin)
+        guard case .established? = Self.run(&local, &cli).a else {
+            Issue.record("a loopback admin client of a keyless node is served")
+            return
+        }
+        var remote = Self.node(loopback: false), remoteCLI = Self.machine(site: 0, mesh: "", role: .admin)
+        let ends = Self.run(&remote, &remoteCLI)
+        #expect(Self.failure(ends.a)?.code == .meshKeyMismatch)
+        #expect(Self.failure(ends.a)?.message.contains("--admin-key-file or --mesh-key-file") == true)
+        #expect(Self.failure(ends.b)?.fromPeer == true, "the client is told why")
+        // Peers are not admin clients: a keyless node still syncs with peers from anywhere.
+        var open = Self.node(loopback: false), peer = Self.machine(site: 2)
+        guard case .established? = Self.run(&open, &peer).a else {
+            Issue.record("a peer beyond loopback syncs with a keyless node")
+            return
+        }
+    }
+
+    /// With a key, every admin client proves it, from loopback too.
+    @Test(arguments: [true, false])
+    func aNodeWithAKeyServesAdminClientsThatProveIt(loopback: Bool) {
+        var node = Self.node(meshKey: Self.key, loopback: loopback), cli = Self.machine(site: 0, mesh: "", key: Self.key, role: .admin)
+        guard case .established? = Self.run(&node, &cli).a else {
+            Issue.record("an admin client proving the mesh key is served")
+            return
+        }
+        var node2 = Self.node(meshKey: Self.key, loopback: loopback), keyless = Self.machine(site: 0, mesh: "", role: .admin)
+        #expect(Self.failure(Self.run(&node2, &keyless).a)?.code == .meshKeyMismatch)
+    }
+
+    /// An admin key replaces the mesh key for admin clients, both ways; peers still prove the mesh key.
+    @Test func anAdminKeyIsWhatAdminClientsProve() {
+        var node = Self.node(meshKey: Self.key, adminKey: Self.adminKey, loopback: false)
+        var cli = Self.machine(site: 0, mesh: "", key: Self.adminKey, role: .admin)
+        let ends = Self.run(&node, &cli)
+        guard case .established? = ends.a, case .established? = ends.b else {
+            Issue.record("the admin key is accepted, and the node proves it back: \(String(describing: ends))")
+            return
+        }
+        var node2 = Self.node(meshKey: Self.key, adminKey: Self.adminKey, loopback: true)
+        var meshCLI = Self.machine(site: 0, mesh: "", key: Self.key, role: .admin)
+        #expect(Self.failure(Self.run(&node2, &meshCLI).a)?.code == .meshKeyMismatch, "the mesh key is not the admin key")
+        var node3 = Self.node(meshKey: Self.key, adminKey: Self.adminKey, loopback: false)
+        var peer = Self.machine(site: 2, key: Self.key)
+        guard case .established? = Self.run(&node3, &peer).a else {
+            Issue.record("peers prove the mesh key")
+            return
+        }
+        // An admin key alone: admin clients beyond loopback prove it, and need nothing else.
+        var adminOnly = Self.node(adminKey: Self.adminKey, loopback: false)
+        var adminCLI = Self.machine(site: 0, mesh: "", key: Self.adminKey, role: .admin)
+        guard case .established? = Self.run(&adminOnly, &adminCLI).a else {
+            Issue.record("an admin key alone serves admin clients that prove it")
+            return
+        }
+    }
+
     @Test func aNodeRefusesItself() {
         var a = Self.machine(site: 7), b = Self.machine(site: 7)
         #expect(Self.failure(Self.run(&a, &b).a)?.code == .duplicateSession)

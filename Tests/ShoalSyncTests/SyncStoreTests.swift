@@ -18,6 +18,7 @@ import Testing
 
         var siteID: SiteID { base.siteID }
         var clock: HybridLogicalClock { base.clock }
+        var systemParameters: SystemParameters { base.systemParameters }
         func cursor(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> UInt64 {
             try await base.cursor(peer: peer, subscriptionKey: subscriptionKey)
         }

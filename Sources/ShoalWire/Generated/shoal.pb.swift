@@ -79,6 +79,9 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
   case shuttingDown // = 9
   case duplicateSession // = 10
   case executionFailed // = 11
+
+  /// A named limit of the receiver was exceeded (PROTOCOL.md section 12); the message names it.
+  case limitExceeded // = 12
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -99,6 +102,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     case 9: self = .shuttingDown
     case 10: self = .duplicateSession
     case 11: self = .executionFailed
+    case 12: self = .limitExceeded
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -117,6 +121,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     case .shuttingDown: return 9
     case .duplicateSession: return 10
     case .executionFailed: return 11
+    case .limitExceeded: return 12
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -135,6 +140,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     .shuttingDown,
     .duplicateSession,
     .executionFailed,
+    .limitExceeded,
   ]
 
 }
@@ -1054,6 +1060,13 @@ public nonisolated struct Shoal_V1_StatusResponse: @unchecked Sendable {
   /// Clears the value of `transactions`. Subsequent reads from it will return its default value.
   public mutating func clearTransactions() {_uniqueStorage()._transactions = nil}
 
+  /// What an operator must know about who can reach the node, one sentence each:
+  /// a node listening beyond loopback without a mesh key says so here (PROTOCOL.md §10).
+  public var warnings: [String] {
+    get {_storage._warnings}
+    set {_uniqueStorage()._warnings = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1255,7 +1268,7 @@ nonisolated extension Shoal_V1_Role: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension Shoal_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_PROTOCOL_VIOLATION\0\u{1}ERROR_CODE_UNSUPPORTED_VERSION\0\u{1}ERROR_CODE_MESH_MISMATCH\0\u{1}ERROR_CODE_MESH_KEY_MISMATCH\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_INVALID_QUERY\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_DUPLICATE_SESSION\0\u{1}ERROR_CODE_EXECUTION_FAILED\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_PROTOCOL_VIOLATION\0\u{1}ERROR_CODE_UNSUPPORTED_VERSION\0\u{1}ERROR_CODE_MESH_MISMATCH\0\u{1}ERROR_CODE_MESH_KEY_MISMATCH\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_INVALID_QUERY\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_DUPLICATE_SESSION\0\u{1}ERROR_CODE_EXECUTION_FAILED\0\u{1}ERROR_CODE_LIMIT_EXCEEDED\0")
 }
 
 nonisolated extension Shoal_V1_Coverage: SwiftProtobuf._ProtoNameProviding {
@@ -2952,7 +2965,7 @@ nonisolated extension Shoal_V1_ExecResponse: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatusResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}listen\0\u{3}mesh_name\0\u{1}peers\0\u{1}subscriptions\0\u{1}collections\0\u{3}change_log_sequence\0\u{1}transactions\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}listen\0\u{3}mesh_name\0\u{1}peers\0\u{1}subscriptions\0\u{1}collections\0\u{3}change_log_sequence\0\u{1}transactions\0\u{2}\u{b}warnings\0")
 
   fileprivate class _StorageClass {
     var _siteID: UInt64 = 0
@@ -2964,6 +2977,7 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
     var _collections: [Shoal_V1_CollectionStatus] = []
     var _changeLogSequence: UInt64 = 0
     var _transactions: Shoal_V1_TransactionStatus? = nil
+    var _warnings: [String] = []
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -2983,6 +2997,7 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
       _collections = source._collections
       _changeLogSequence = source._changeLogSequence
       _transactions = source._transactions
+      _warnings = source._warnings
     }
   }
 
@@ -3010,6 +3025,7 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
         case 7: try { try decoder.decodeRepeatedMessageField(value: &_storage._collections) }()
         case 8: try { try decoder.decodeSingularUInt64Field(value: &_storage._changeLogSequence) }()
         case 9: try { try decoder.decodeSingularMessageField(value: &_storage._transactions) }()
+        case 20: try { try decoder.decodeRepeatedStringField(value: &_storage._warnings) }()
         default: break
         }
       }
@@ -3049,6 +3065,9 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
       try { if let v = _storage._transactions {
         try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
       } }()
+      if !_storage._warnings.isEmpty {
+        try visitor.visitRepeatedStringField(value: _storage._warnings, fieldNumber: 20)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -3067,6 +3086,7 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
         if _storage._collections != rhs_storage._collections {return false}
         if _storage._changeLogSequence != rhs_storage._changeLogSequence {return false}
         if _storage._transactions != rhs_storage._transactions {return false}
+        if _storage._warnings != rhs_storage._warnings {return false}
         return true
       }
       if !storagesAreEqual {return false}

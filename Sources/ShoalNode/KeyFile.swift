@@ -1,0 +1,74 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Mesh and admin key files: reading them (only when no other user can) and making new ones.
+///
+/// A key is the file's bytes with surrounding ASCII white space trimmed, at least
+/// `minimumSize` of them (PROTOCOL.md §6.3). Whoever can read the file can join the
+/// mesh or run `exec` on the node, so a file that its group or other users may read
+/// or write is refused, as ssh refuses such a private key.
+public enum KeyFile {
+    /// The smallest key accepted, in bytes.
+    public static let minimumSize = 16
+    /// Random bytes in a key `generate` makes; the file holds them in base64.
+    public static let generatedSize = 32
+
+    /// Reads a key file; the error names the file and says what to do.
+    public static func read(path: String, purpose: String = "mesh key") throws(NodeError) -> [UInt8] {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            throw NodeError(.keyFile, "cannot read the \(purpose) file \(path): \(String(cString: strerror(errno)))")
+        }
+        let mode = info.st_mode & 0o777
+        guard mode & 0o077 == 0 else {
+            throw NodeError(
+                .keyFile,
+                "the \(purpose) file \(path) is open to other users (mode \(String(mode, radix: 8))); anyone who reads it can join the mesh or run statements on the node. Make it private: chmod 600 \(path)"
+            )
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw NodeError(.keyFile, "cannot read the \(purpose) file \(path)")
+        }
+        var bytes = Array(data)
+        while let last = bytes.last, [0x20, 0x0A, 0x0D, 0x09].contains(last) { bytes.removeLast() }
+        while let first = bytes.first, [0x20, 0x0A, 0x0D, 0x09].contains(first) { bytes.removeFirst() }
+        guard bytes.count >= minimumSize else {
+            throw NodeError(
+                .keyFile,
+                "the \(purpose) in \(path) is \(bytes.count) bytes; use at least \(minimumSize) (shoal keygen FILE makes one)"
+            )
+        }
+        return bytes
+    }
+
+    /// Writes a fresh random key to a new file readable by its owner only (mode 0600).
+    ///
+    /// Refuses to replace an existing file: a key in use would be lost.
+    public static func generate(path: String) throws(NodeError) {
+        var random = SystemRandomNumberGenerator()
+        let key = (0..<generatedSize).map { _ in UInt8.random(in: 0...255, using: &random) }
+        let text = Array((Data(key).base64EncodedString() + "\n").utf8)
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            let reason = errno
+            if reason == EEXIST {
+                throw NodeError(.keyFile, "\(path) exists already; not replacing it (a key in use would be lost). Remove it first, or choose another file")
+            }
+            throw NodeError(.keyFile, "cannot create \(path): \(String(cString: strerror(reason)))")
+        }
+        defer { close(fd) }
+        // The umask may have taken bits away, never added any; set exactly 0600 all the same.
+        _ = fchmod(fd, 0o600)
+        let written = text.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard written == text.count, fsync(fd) == 0 else {
+            let reason = String(cString: strerror(errno))
+            unlink(path)
+            throw NodeError(.keyFile, "cannot write \(path): \(reason)")
+        }
+    }
+}

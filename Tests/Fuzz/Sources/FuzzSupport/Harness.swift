@@ -1,0 +1,138 @@
+import Foundation
+import NIOCore
+import Shoal
+import ShoalQuery
+import ShoalWire
+
+/// What each fuzz target does with one input. A function returns normally for any
+/// input a node must survive; it traps (`precondition`) only when an invariant that
+/// holds for every input is broken, so libFuzzer reports that input as a crash.
+public enum Harness {
+    /// Small limits, so the fuzzer reaches their edges.
+    static let limits = WireLimits(maximumFrameSize: 1 << 16, maximumInflatedSize: 1 << 16)
+
+    /// Bytes off the socket: frames decoded one after another, as the NIO handler
+    /// does, then the end of the stream.
+    public static func frameDecoder(_ data: [UInt8]) {
+        let decoder = FrameDecoder(maximumFrameSize: limits.maximumFrameSize)
+        var buffer = ByteBuffer(bytes: data)
+        do {
+            while let frame = try decoder.next(from: &buffer) {
+                precondition(frame.payload.readableBytes <= limits.maximumFrameSize, "a frame over the limit was accepted")
+            }
+            try decoder.finish(leftover: buffer)
+        } catch {
+            // Refused with a WireError: what a node sends back as the Error frame.
+        }
+    }
+
+    /// One frame after the handshake: the first byte is its type, the second its
+    /// flags, the rest its payload. A message that decodes is handed to a sync
+    /// session's state machine (subscribed to cars and boats, mid-session), which
+    /// checks it as a peer's frame (PieceCodec and all).
+    public static func messages(_ data: [UInt8]) {
+        guard data.count >= 2 else { return }
+        let frame = Frame(type: data[0], flags: Frame.Flags(rawValue: data[1] & 0x01), payload: ByteBuffer(bytes: data[2...]))
+        guard let message = try? MessageCodec(limits: limits).decode(frame) else { return }
+        var machine = SessionStateMachine(configuration: .init(peer: SiteID(0xB), documentSizeHardLimit: 1 << 15))
+        var own = SubscriptionSet()
+        _ = try? own.add(query: "SELECT * FROM cars")
+        _ = try? own.add(query: "SELECT * FROM boats WHERE size > 2")
+        _ = machine.handle(.cursorRead(own, resumeAfter: 0), now: 0)
+        _ = machine.handle(.logAdvanced(10), now: 1)
+        for action in machine.handle(.received(message), now: 2) {
+            if case .submit(let batch) = action {
+                for piece in batch.pieces {
+                    precondition(piece.id.origin.rawValue != 0, "a piece of origin 0 got through")
+                    precondition(piece.deltas.allSatisfy { $0.index < piece.deltaCount }, "a delta index past the count got through")
+                }
+            }
+        }
+    }
+
+    /// A compressed DeltaBatch payload: inflated with the cap, never past it.
+    public static func inflate(_ data: [UInt8]) {
+        let frame = Frame(type: .deltaBatch, flags: .compressed, payload: ByteBuffer(bytes: data))
+        do {
+            _ = try MessageCodec(limits: limits).decode(frame)
+        } catch {
+            // Refused: corrupt, too large once inflated, or not a DeltaBatch.
+        }
+    }
+
+    /// Any bytes as JSON: what parses re-encodes canonically, and the canonical form
+    /// is a fixed point.
+    public static func json(_ data: [UInt8]) {
+        guard let value = try? JSON.parse(bytes: data) else { return }
+        let canonical = value.canonicalJSON
+        guard let again = try? JSON.parse(canonical) else {
+            preconditionFailure("canonical JSON does not parse back: \(canonical)")
+        }
+        precondition(again.canonicalJSON == canonical, "canonical JSON is not a fixed point: \(canonical)")
+    }
+
+    /// Any text as DQL: parsed, and a statement that parses describes itself. A
+    /// single SELECT is also evaluated against a small document.
+    public static func dql(_ data: [UInt8]) {
+        let text = String(decoding: data, as: UTF8.self)
+        guard let statements = try? Parser.parseStatements(text) else { return }
+        for parsed in statements {
+            _ = String(describing: parsed.statement)
+            if case .select(let select) = parsed.statement {
+                _ = try? Evaluator.matches(select.whereClause, document: ["_id": "a", "n": 1, "tags": ["x"], "o": ["k": 2.5]], arguments: ["p": 1])
+            }
+        }
+    }
+
+    /// A sequence of pieces, from the protobuf form of a DeltaBatch: each decoded and
+    /// checked as a peer's (PieceCodec), then handed to a coverage assembler from one
+    /// of three peers, deciding after each as the inbound pipeline does. Whatever
+    /// arrives, every decision names a transaction the assembler holds, none is
+    /// applied twice, and once the coverage wait has passed nothing is left waiting.
+    public static func coverage(_ data: [UInt8]) {
+        guard let batch = try? Shoal_V1_DeltaBatch(serializedBytes: data) else { return }
+        var own = SubscriptionSet()
+        _ = try? own.add(query: "SELECT * FROM cars")
+        _ = try? own.add(query: "SELECT * FROM boats WHERE size > 2")
+        var assembler = CoverageAssembler(
+            configuration: .init(maximumWait: .seconds(30), maximumTransactions: 8, maximumBytes: 1 << 14))
+        var applied: Set<TransactionID> = []
+        var now: UInt64 = 1_000
+        func decide(at time: UInt64) {
+            for decision in assembler.decide(subscriptions: own, now: time, isApplied: { applied.contains($0) }) {
+                switch decision {
+                case .apply(let ids):
+                    for id in ids {
+                        precondition(assembler.records[id] != nil, "applying \(id), which the assembler does not hold")
+                        precondition(applied.insert(id).inserted, "\(id) applied twice")
+                        assembler.remove(id)
+                    }
+                case .applyPartially(let id, _):
+                    precondition(assembler.records[id] != nil, "applying \(id) in part, which the assembler does not hold")
+                    assembler.releaseBuffer(id)
+                case .completed(let id):
+                    precondition(assembler.records[id] != nil, "completing \(id), which the assembler does not hold")
+                    precondition(applied.insert(id).inserted, "\(id) completed after it was applied")
+                    assembler.remove(id)
+                case .ask(let id, _):
+                    assembler.noteAsked(id, peers: [SiteID(0xC)])
+                }
+            }
+        }
+        for (i, wire) in batch.pieces.enumerated() {
+            let filters = batch.filters
+            guard
+                let pieces = try? PieceCodec.decode(
+                    [wire], filters: filters, receiver: own.filter, collections: own.collections)
+            else { continue }
+            for piece in pieces where !applied.contains(piece.id) {
+                _ = assembler.add(piece, from: SiteID(UInt64(0xA + i % 3)), now: now)
+                decide(at: now)
+            }
+            now += 500
+        }
+        decide(at: now + 31_000)
+        decide(at: now + 62_000)
+        precondition(assembler.waitingCount == 0, "\(assembler.waitingCount) transaction(s) still wait after the coverage wait")
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import ShoalTesting
+import Testing
+
+extension ProcessSuites {
+/// `--args @FILE` and `--args -`: arguments larger than the 128 KiB a single
+/// command-line argument may hold on Linux.
+@Suite(.serialized) struct ProcessArgumentsTests {
+    /// 200 000 characters: more than `MAX_ARG_STRLEN` (131 072 bytes).
+    static let blob = String(repeating: "0123456789", count: 20_000)
+
+    static func items(_ output: ShoalBinary.Output) throws -> [[String: Any]] {
+        guard output.status == 0,
+            let object = try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any],
+            let items = object["items"] as? [[String: Any]]
+        else { throw NodeProcessError(message: "exec failed (\(output.status)): \(output.stderr)") }
+        return items
+    }
+
+    @Test func argumentsLargerThanOneCommandLineArgumentComeFromAFileOrStandardInput() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let node = try NodeProcess(name: "args", dataDirectory: dirs.path + "/n")
+        let file = dirs.path + "/car.json"
+        let fromFile = "{\"car\": {\"_id\": \"file\", \"blob\": \"\(Self.blob)\"}}"
+        #expect(fromFile.utf8.count > 128 * 1024)
+        try fromFile.write(toFile: file, atomically: false, encoding: .utf8)
+
+        let written = try ShoalBinary.run(["exec", "--node", node.address, "--json", "--args", "@" + file, "INSERT INTO cars DOCUMENTS (:car)"])
+        #expect(written.status == 0, "\(written.stderr)")
+        let fromStdin = Data("{\"car\": {\"_id\": \"stdin\", \"blob\": \"\(Self.blob)x\"}}".utf8)
+        let piped = try ShoalBinary.run(
+            ["exec", "--node", node.address, "--json", "--args", "-", "INSERT INTO cars DOCUMENTS (:car)"], input: fromStdin)
+        #expect(piped.status == 0, "\(piped.stderr)")
+
+        // Both arrived whole; a query whose argument is the large value finds each.
+        let byFile = try Self.items(
+            ShoalBinary.run(
+                ["exec", "--node", node.address, "--json", "--args", "-", "SELECT _id FROM cars WHERE blob = :b"],
+                input: Data("{\"b\": \"\(Self.blob)\"}".utf8)))
+        #expect(byFile.map { $0["_id"] as? String } == ["file"])
+        let all = try Self.items(node.exec("SELECT * FROM cars ORDER BY _id"))
+        #expect(all.map { ($0["blob"] as? String)?.count } == [Self.blob.count, Self.blob.count + 1])
+
+        // subscribe takes them the same way.
+        let subscribed = try ShoalBinary.run(
+            ["subscribe", "--node", node.address, "--json", "--args", "@" + file, "SELECT * FROM boats WHERE car = :car"])
+        #expect(subscribed.status == 0, "\(subscribed.stderr)")
+        #expect(subscribed.stdout.contains("SELECT * FROM boats WHERE car = :car"))
+
+        // observe too: its first line is the result for the large argument.
+        let observer = Process()
+        observer.executableURL = URL(fileURLWithPath: ShoalBinary.path)
+        observer.arguments = ["observe", "--node", node.address, "--json", "--args", "-", "SELECT _id FROM cars WHERE blob = :b"]
+        let output = Pipe(), input = Pipe()
+        observer.standardOutput = output
+        observer.standardError = FileHandle.nullDevice
+        observer.standardInput = input
+        try observer.run()
+        defer {
+            if observer.isRunning { observer.terminate() }
+            observer.waitUntilExit()
+        }
+        let lines = LineCollector(output.fileHandleForReading)
+        input.fileHandleForWriting.write(Data("{\"b\": \"\(Self.blob)x\"}".utf8))
+        try input.fileHandleForWriting.close()
+        #expect(eventually { lines.lines.count >= 1 })
+        #expect(lines.lines.first == "{\"items\":[{\"_id\":\"stdin\"}],\"transactionIDs\":[]}")
+
+        // What cannot be read, or is not an object, is refused before anything is sent.
+        let missing = try ShoalBinary.run(["exec", "--node", node.address, "--args", "@" + dirs.path + "/none.json", "SELECT * FROM cars"])
+        #expect(missing.status == 1 && missing.stderr.contains("cannot read --args file \(dirs.path)/none.json"))
+        let notObject = try ShoalBinary.run(["exec", "--node", node.address, "--args", "-", "SELECT * FROM cars"], input: Data("[1]".utf8))
+        #expect(notObject.status == 1 && notObject.stderr.contains("--args must be a JSON object, like '{\"id\": \"a\"}' (from standard input)"))
+    }
+}
+}

@@ -1,0 +1,106 @@
+import Foundation
+import NIOCore
+import Shoal
+import ShoalTesting
+import ShoalWire
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension ProcessSuites {
+/// Peers that stall, trickle or swarm, against a real node with short timeouts: each
+/// is cut off by a documented limit, and the node serves everyone else meanwhile.
+@Suite(.serialized) struct ProcessFaultTests {
+    static let shortTimeouts = ["--handshake-timeout", "1.5", "--idle-timeout", "2"]
+
+    /// Reads until the node closes the connection; the seconds since `started` when it
+    /// did, or nil if it did not within `limit` seconds.
+    static func secondsUntilClosed(_ peer: RawPeer, since started: Date = Date(), limit: Double = 15) -> Double? {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while Date().timeIntervalSince(started) < limit {
+            let n = recv(peer.fd, &buffer, buffer.count, 0)
+            if n == 0 { return Date().timeIntervalSince(started) }
+            if n < 0 && errno != EAGAIN && errno != EWOULDBLOCK { return Date().timeIntervalSince(started) }
+        }
+        return nil
+    }
+
+    @Test func aPeerThatStallsMidFrameIsCutOff() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let node = try NodeProcess(name: "node", dataDirectory: dirs.path + "/n", extra: Self.shortTimeouts)
+        // During the handshake: half a Hello, then silence. The handshake timeout closes it.
+        let connected = Date()
+        let early = try RawPeer(port: node.port)
+        try early.sendBytes([0x53, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0x08, 0x01])
+        let handshakeCut = try #require(Self.secondsUntilClosed(early, since: connected))
+        // Not before the timeout; the upper bounds leave room for a slow (sanitized, busy) node.
+        #expect(handshakeCut >= 1 && handshakeCut < 12, "closed by the 1.5 s handshake timeout after \(handshakeCut) s")
+        // After the handshake: a frame header announcing 100 bytes, 10 of them, then silence.
+        let late = try RawPeer(port: node.port)
+        try late.handshake()
+        let stalled = Date()
+        try late.sendBytes([0x53, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x64] + [UInt8](repeating: 0, count: 10))
+        #expect(try node.exec("INSERT INTO cars DOCUMENTS ({'_id': 'meanwhile'})").status == 0)
+        let idleCut = try #require(Self.secondsUntilClosed(late, since: stalled))
+        #expect(idleCut >= 1 && idleCut < 12, "closed by the 2 s idle timeout after \(idleCut) s")
+        #expect(node.log().contains("closing a silent connection"))
+        #expect(node.isRunning)
+    }
+
+    @Test func aPeerSendingOneByteAtATimeIsCutOff() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let node = try NodeProcess(name: "node", dataDirectory: dirs.path + "/n", extra: Self.shortTimeouts)
+        // A valid Hello, a byte every 0.25 s: it would take 20 s; the handshake timeout ends it.
+        var hello = Shoal_V1_Hello()
+        hello.minVersion = 1
+        hello.maxVersion = 2
+        hello.siteID = 77
+        hello.meshName = "default"
+        hello.nonce = Data(repeating: 7, count: 32)
+        var bytes = ByteBuffer()
+        MessageCodec().encode(.hello(hello)).encode(into: &bytes)
+        let trickle = try RawPeer(port: node.port)
+        let started = Date()
+        var cut = false
+        for byte in bytes.readableBytesView {
+            if (try? trickle.sendBytes([byte])) == nil {
+                cut = true
+                break
+            }
+            // Any answer but the node's own Hello is the end: poll without waiting.
+            usleep(250_000)
+            var probe = [UInt8](repeating: 0, count: 4096)
+            let n = recv(trickle.fd, &probe, probe.count, Int32(MSG_DONTWAIT))
+            if n == 0 {
+                cut = true
+                break
+            }
+        }
+        let seconds = Date().timeIntervalSince(started)
+        #expect(cut, "the trickling peer was cut off")
+        #expect(seconds < 15, "within the handshake timeout, long before the whole Hello (\(bytes.readableBytes) bytes, \(Double(bytes.readableBytes) / 4) s) (\(seconds) s)")
+        #expect(try node.exec("SELECT * FROM cars").status == 0)
+    }
+
+    @Test func hundredsOfConnectionsThatNeverShakeHandsAreCutOffAndOthersAreServed() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let node = try NodeProcess(name: "node", dataDirectory: dirs.path + "/n", extra: Self.shortTimeouts)
+        let swarm = try (0..<300).map { _ in try RawPeer(port: node.port) }
+        // Everyone else is served meanwhile.
+        let started = Date()
+        #expect(try node.exec("INSERT INTO cars DOCUMENTS ({'_id': 'served'})").status == 0)
+        #expect(Date().timeIntervalSince(started) < 10)
+        var closed = 0
+        for peer in swarm where Self.secondsUntilClosed(peer, limit: 10) != nil { closed += 1 }
+        #expect(closed == 300, "every idle connection was closed by the handshake timeout")
+        #expect(Date().timeIntervalSince(started) < 30)
+        #expect(try ProcessMeshTests.documents(node).count == 1)
+        #expect(node.isRunning)
+    }
+}
+}
