@@ -114,18 +114,25 @@ public struct DocumentEditor {
     }
 
     /// INCREMENT adds to this site's contribution under the counter's current base
-    /// (its epoch): a base, or else the tombstone, or else time zero. A contribution
-    /// under another epoch, or buried by a DELETE, starts again from zero.
+    /// (its epoch): the version of the base, or else of the tombstone, or else time
+    /// zero. A contribution under another epoch, or buried by a DELETE, starts again
+    /// from zero.
     mutating func increment(_ field: String, by amount: Value) throws(EditError) {
-        let tombstone = registers.timestamp(RegisterName.tombstone)?.rawValue ?? 0
-        let base = registers.timestamp(field)?.rawValue
-        let epoch = base.flatMap { $0 > tombstone ? $0 : nil } ?? tombstone
+        let tombstone = registers[RegisterName.tombstone]?.version
+        let tombstoneTime = tombstone?.timestamp ?? .zero
+        let base = registers[field]?.version
+        let epoch = Counter.Epoch(base.flatMap { $0.timestamp > tombstoneTime ? $0 : nil } ?? tombstone)
         let name = Counter.contributionField(field, site: site)
         let mine = registers[name].flatMap { state -> Counter.Contribution? in
-            guard state.version.timestamp.rawValue > tombstone else { return nil }
+            guard state.version.timestamp > tombstoneTime else { return nil }
             return (try? state.value()).flatMap(Counter.Contribution.init)
         }
-        var contribution = mine?.epoch == epoch ? mine! : Counter.Contribution(epoch: epoch, up: .int(0), down: .int(0))
+        var contribution = Counter.Contribution(epoch: epoch, up: .int(0), down: .int(0))
+        if let mine, mine.epoch.counts(in: epoch) {
+            // Carried on under the full epoch (one written before epochs named their site gains it).
+            contribution.up = mine.up
+            contribution.down = mine.down
+        }
         contribution.add(amount)
         try writeField(name, value: contribution.value, initial: false)
     }

@@ -179,12 +179,14 @@ public struct DocumentRegisters: Sendable, Hashable {
     /// Every register written at or before the tombstone is hidden; removals show
     /// nothing (and do not revive a deleted document); map entries are laid onto `{}`
     /// in version order, and a field that is both a register and a map shows whichever
-    /// was written last; a counter shows its base plus the contributions of its epoch;
+    /// was written last; a counter shows its base plus the contributions of its epoch
+    /// (the version of the base, or of the tombstone, or time zero);
     /// `_id`, when no live `_id` register is visible, is the document key parsed back.
     public func materialize(key: String) throws(JSON.ParseError) -> Body {
-        let tombstone = registers[RegisterName.tombstone].map { $0.version.timestamp.rawValue }
+        let tombstoneVersion = registers[RegisterName.tombstone]?.version
+        let tombstone = tombstoneVersion?.timestamp.rawValue
         var body: [String: Value] = [:]
-        var bases: [String: UInt64] = [:]
+        var bases: [String: RegisterVersion] = [:]
         var registerVersions: [String: RegisterVersion] = [:]
         var contributions: [String: [Counter.Contribution]] = [:]
         var entries: [String: [(path: [String], value: Value, version: RegisterVersion)]] = [:]
@@ -205,7 +207,7 @@ public struct DocumentRegisters: Sendable, Hashable {
                 entries[path[0], default: []].append((Array(path.dropFirst()), try state.value(), state.version))
                 continue
             }
-            bases[name] = ts
+            bases[name] = state.version
             if !state.isRemoval {
                 body[name] = try state.value()
                 registerVersions[name] = state.version
@@ -222,9 +224,9 @@ public struct DocumentRegisters: Sendable, Hashable {
         }
         for (name, parts) in contributions {
             // Without a visible base the counter counts from the tombstone (or from time zero).
-            let epoch = bases[name] ?? tombstone ?? 0
-            guard body[name] != nil || parts.contains(where: { $0.epoch == epoch }) else { continue }
-            body[name] = Counter.value(base: body[name], baseTimestamp: epoch, contributions: parts)
+            let epoch = Counter.Epoch(bases[name] ?? tombstoneVersion)
+            guard body[name] != nil || parts.contains(where: { $0.epoch.counts(in: epoch) }) else { continue }
+            body[name] = Counter.value(base: body[name], epoch: epoch, contributions: parts)
         }
         guard anyLive else { return tombstone != nil ? .deleted : .absent }
         // A field written after a delete revives the document; its identity comes from the key.

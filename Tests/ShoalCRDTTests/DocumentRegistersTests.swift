@@ -178,4 +178,43 @@ import Testing
         try editor.insert(["_id": "d", "after": true], names: ["_id", "after"], initial: false, kinds: [:])
         #expect(try editor.registers.materialize(key: "\"d\"") == .live(["_id": "d", "after": true]), "only what came after the delete")
     }
+
+    /// Two RESTARTs at one timestamp on two sites: the base of the higher site wins,
+    /// and only increments made against it count, on both replicas.
+    @Test func incrementsAgainstABaseThatLostATieDoNotCount() throws {
+        let a = SiteID(1), b = SiteID(2)
+        let clock = { HybridLogicalClock(wallClock: { 1_000 }) }
+        var one = DocumentEditor(registers: DocumentRegisters(), site: a, clock: clock(), transaction: TransactionID(origin: a, sequence: 1))
+        var two = DocumentEditor(registers: DocumentRegisters(), site: b, clock: clock(), transaction: TransactionID(origin: b, sequence: 1))
+        try one.update(counters: [("n", .restart(10)), ("n", .increment(1))], assignments: [], unsets: [], kinds: [:], original: [:])
+        try two.update(counters: [("n", .restart(20)), ("n", .increment(2))], assignments: [], unsets: [], kinds: [:], original: [:])
+        #expect(one.registers["n"]?.version.timestamp == two.registers["n"]?.version.timestamp, "the clocks tie")
+        var left = one.registers, right = two.registers
+        for (name, state) in two.written { left.merge(name, state) }
+        for (name, state) in one.written { right.merge(name, state) }
+        #expect(left == right)
+        #expect(try left.materialize(key: "\"d\"") == .live(["_id": "d", "n": 22]), "b's base won the tie; a's increment was against a's")
+        #expect(two.registers["n\u{1F}0000000000000002"]?.json == #"{"e":65536000,"m":0,"p":2,"s":2}"#)
+    }
+
+    /// A contribution written before epochs named their site counts on its timestamp alone.
+    @Test func contributionsWithoutASiteMatchOnTheTimestamp() throws {
+        let a = SiteID(1), b = SiteID(2)
+        let t = HybridTimestamp(milliseconds: 1_000, counter: 0)
+        func state(_ json: String, _ ts: HybridTimestamp, _ site: SiteID) -> RegisterState {
+            RegisterState(json: json, version: RegisterVersion(timestamp: ts, site: site), transaction: TransactionID(origin: site, sequence: 1))
+        }
+        var registers = DocumentRegisters([
+            "n": state("10", t, a),
+            "n\u{1F}0000000000000002": state(#"{"e":65536000,"m":1,"p":5}"#, HybridTimestamp(rawValue: t.rawValue + 1), b),
+        ])
+        #expect(try registers.materialize(key: "\"d\"") == .live(["_id": "d", "n": 14]))
+        // Site b increments again: its contribution carries on, now naming the base's site.
+        var editor = DocumentEditor(
+            registers: registers, site: b, clock: HybridLogicalClock(wallClock: { 2_000 }), transaction: TransactionID(origin: b, sequence: 2))
+        try editor.update(counters: [("n", .increment(3))], assignments: [], unsets: [], kinds: [:], original: [:])
+        registers = editor.registers
+        #expect(registers["n\u{1F}0000000000000002"]?.json == #"{"e":65536000,"m":1,"p":8,"s":1}"#)
+        #expect(try registers.materialize(key: "\"d\"") == .live(["_id": "d", "n": 17]))
+    }
 }
