@@ -137,6 +137,9 @@ public struct DocumentRegisters: Sendable, Hashable {
     /// The timestamp of a register, removals included.
     public func timestamp(_ name: String) -> HybridTimestamp? { registers[name]?.version.timestamp }
 
+    /// The newest timestamp of any register, removals and the tombstone included.
+    public var latestTimestamp: HybridTimestamp? { registers.values.map(\.version.timestamp).max() }
+
     /// The version of a register that holds a value (not a removal).
     public func liveVersion(_ name: String) -> RegisterVersion? {
         guard let r = registers[name], !r.isRemoval else { return nil }

@@ -53,11 +53,18 @@ public final class DocumentStore: Sendable {
 
     /// Opens (creating if needed) the store in `directory`.
     ///
-    /// - Parameter parameters: the run-time parameters to start from (`ALTER SYSTEM SET`
-    ///   changes them until the store closes; see `SystemParameters`).
+    /// The clock starts above everything this store's clock issued or adopted before
+    /// (`clock_high_water` in `shoal_meta`, which EVICT cannot remove) and above the
+    /// newest field timestamp the drift rule lets it adopt.
+    ///
+    /// - Parameters:
+    ///   - parameters: the run-time parameters to start from (`ALTER SYSTEM SET`
+    ///     changes them until the store closes; see `SystemParameters`).
+    ///   - wallClock: milliseconds since 1970 for the store's clock; tests skew it.
     public init(
         directory: String, logger: Logger = Logger(label: "shoal.store"),
-        parameters: SystemParameters = SystemParameters()
+        parameters: SystemParameters = SystemParameters(),
+        wallClock: @escaping @Sendable () -> UInt64 = HybridLogicalClock.systemMilliseconds
     ) throws(StoreError) {
         self.logger = logger
         self.parameters = Mutex(parameters)
@@ -77,7 +84,11 @@ public final class DocumentStore: Sendable {
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
             try Self.migrator.migrate(pool)
-            let (site, maxTimestamp) = try pool.write { db -> (SiteID, Int64) in
+            let clock = HybridLogicalClock(wallClock: wallClock)
+            // The newest field the drift rule would adopt: one far-future row must not
+            // make the clock refuse the rest.
+            let adoptable = HybridTimestamp(milliseconds: wallClock() &+ clock.maximumDrift, counter: .max)
+            let (site, highWater, newestField) = try pool.write { db -> (SiteID, Int64, Int64) in
                 let site: SiteID
                 if let raw = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'site_id'") {
                     site = SiteID(UInt64(bitPattern: raw))
@@ -87,9 +98,14 @@ public final class DocumentStore: Sendable {
                         sql: "INSERT INTO shoal_meta (key, value) VALUES ('site_id', ?)",
                         arguments: [Int64(bitPattern: site.rawValue)])
                 }
-                let ts = try Int64.fetchOne(db, sql: "SELECT MAX(ts) FROM field") ?? 0
-                return (site, ts)
+                let highWater = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'clock_high_water'") ?? 0
+                let newest = try Int64.fetchOne(
+                    db, sql: "SELECT MAX(ts) FROM field WHERE ts BETWEEN 0 AND ?", arguments: [Int64(bitPattern: adoptable.rawValue)]) ?? 0
+                return (site, highWater, newest)
             }
+            clock.restore(HybridTimestamp(rawValue: UInt64(bitPattern: highWater)))
+            clock.observe(HybridTimestamp(rawValue: UInt64(bitPattern: newestField)))
+            self.clock = clock
             let evicted = try pool.read { db in
                 try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'evicted'") != nil
             }
@@ -106,8 +122,6 @@ public final class DocumentStore: Sendable {
                     }
                 }
             }
-            clock = HybridLogicalClock()
-            clock.observe(HybridTimestamp(rawValue: UInt64(bitPattern: maxTimestamp)))
         } catch let error as StoreError {
             throw error
         } catch {

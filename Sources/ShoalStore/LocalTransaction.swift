@@ -268,10 +268,14 @@ struct LocalTransaction {
         let matches = try DocumentStore.matchingDocuments(
             collection: evict.collection, predicate: evict.whereClause, arguments: arguments, db: db)
         for (key, _) in matches {
+            let registers = try RegisterRows.load(db, collection: evict.collection, key: key)
+            // What the clock adopts of the forgotten timestamps outlives them in the high-water mark.
+            if let latest = registers.latestTimestamp { clock.observe(latest) }
             try db.execute(sql: "DELETE FROM field WHERE collection = ? AND doc_id = ?", arguments: [evict.collection, key])
             try db.execute(sql: "DELETE FROM document WHERE collection = ? AND doc_id = ?", arguments: [evict.collection, key])
         }
         if !matches.isEmpty {
+            try saveClockHighWater()
             try db.execute(sql: "DELETE FROM peer_cursor")
             // From now on a logged document may have no body: relaying must say so (`unknown`).
             try db.execute(sql: "INSERT OR REPLACE INTO shoal_meta (key, value) VALUES ('evicted', 1)")
@@ -298,6 +302,7 @@ struct LocalTransaction {
         try db.cachedStatement(
             sql: "INSERT INTO shoal_meta (key, value) VALUES ('transaction_counter', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
         ).execute(arguments: [sequence])
+        try saveClockHighWater()
         var perDocument: [DocumentRef: Int] = [:]
         for d in pending { perDocument[DocumentRef(collection: d.collection, id: d.key), default: 0] += 1 }
         var insert = try HotStatement(db, sql: FieldSQL.appendLog)
@@ -321,6 +326,16 @@ struct LocalTransaction {
             CollectionCount.encode(manifest), TransactionRecord.State.applied.rawValue, "", "", 0,
         ])
         return (transaction, last)
+    }
+
+    /// Keeps the clock's reading durable (`clock_high_water`), so that after a restart
+    /// it starts above every timestamp it issued or adopted, even those EVICT removed
+    /// from `field`. Timestamps a write took above a far-ahead stored value, which the
+    /// clock never adopts, stay out of it.
+    func saveClockHighWater() throws {
+        try db.cachedStatement(
+            sql: "INSERT INTO shoal_meta (key, value) VALUES ('clock_high_water', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+        ).execute(arguments: [Int64(bitPattern: clock.current.rawValue)])
     }
 
     static func randomID() -> String {
