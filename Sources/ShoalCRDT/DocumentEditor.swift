@@ -108,9 +108,16 @@ public struct DocumentEditor {
         }
     }
 
-    /// DELETE: the tombstone, which hides every register written before it.
+    /// DELETE: the tombstone, which hides every register written at or before it.
+    ///
+    /// Its timestamp is above every register the document holds, so it hides them all
+    /// even when one came from a peer whose clock runs far ahead of this one, which
+    /// this clock declined to adopt.
     public mutating func delete() throws(EditError) {
-        try writeField(RegisterName.tombstone, value: .bool(true), initial: false)
+        let newest = registers.registers.max { $0.value.version.timestamp < $1.value.version.timestamp }
+        try writeField(
+            RegisterName.tombstone, json: Value.bool(true).canonicalJSON, parsed: .bool(true), initial: false,
+            above: newest.map { ($0.key, $0.value.version.timestamp) })
     }
 
     /// INCREMENT adds to this site's contribution under the counter's current base
@@ -181,16 +188,24 @@ public struct DocumentEditor {
     }
 
     /// A register write with a fresh timestamp: one that supersedes the value it
-    /// overwrites even when that value came from a clock running far ahead, which this
-    /// clock declined to adopt. INITIAL DOCUMENTS write at time zero.
-    mutating func writeField(_ name: String, json: String, parsed: Value?, initial: Bool) throws(EditError) {
+    /// overwrites, and shows above the document's tombstone, even when either came
+    /// from a clock running far ahead, which this clock declined to adopt. INITIAL
+    /// DOCUMENTS write at time zero.
+    ///
+    /// - Parameter above: the register whose timestamp the write must exceed; by
+    ///   default the newer of the register written and the tombstone.
+    mutating func writeField(
+        _ name: String, json: String, parsed: Value?, initial: Bool, above: (name: String, timestamp: HybridTimestamp)? = nil
+    ) throws(EditError) {
         var ts = HybridTimestamp.zero
         if !initial {
             ts = clock.tick()
-            if let current = registers.timestamp(name), current >= ts {
+            let floor = above ?? [name, RegisterName.tombstone].compactMap { n in registers.timestamp(n).map { (n, $0) } }
+                .max { $0.1 < $1.1 }
+            if let (register, current) = floor, current >= ts {
                 guard current.rawValue < UInt64.max else {
                     throw EditError(
-                        "field \(name) carries the largest possible timestamp (a peer's clock is broken); it cannot be overwritten")
+                        "field \(register) carries the largest possible timestamp (a peer's clock is broken); it cannot be overwritten")
                 }
                 ts = HybridTimestamp(rawValue: current.rawValue + 1)
             }

@@ -53,12 +53,18 @@ import Testing
             case 0, 1:
                 let fields: [String: Value] = ["_id": "d", field: randomValue(&rng)]
                 try editor.insert(fields, names: fields.keys.sorted(), initial: false, kinds: [:])
+                if case .live(let body) = try editor.registers.materialize(key: "\"d\"") {
+                    #expect(body[field] == fields[field], "a write shows, whatever it overwrote or was deleted by")
+                } else {
+                    Issue.record("an INSERT left the document hidden")
+                }
             case 2:
                 try editor.update(counters: [], assignments: [([field], randomValue(&rng))], unsets: [], kinds: [:], original: original)
             case 3:
                 try editor.update(counters: [], assignments: [], unsets: [[field]], kinds: [:], original: original)
             case 4:
                 try editor.delete()
+                #expect(try editor.registers.materialize(key: "\"d\"") == .deleted, "a DELETE hides everything its replica holds")
             case 5:
                 try editor.update(
                     counters: [("n", .increment(.int(Int64.random(in: -2...3, using: &rng))))], assignments: [], unsets: [],
@@ -216,5 +222,27 @@ import Testing
         registers = editor.registers
         #expect(registers["n\u{1F}0000000000000002"]?.json == #"{"e":65536000,"m":1,"p":8,"s":1}"#)
         #expect(try registers.materialize(key: "\"d\"") == .live(["_id": "d", "n": 17]))
+    }
+
+    /// A DELETE hides a field from a clock far ahead of the deleting replica's; a write
+    /// after it shows again; a register at the largest timestamp refuses the DELETE.
+    @Test func aDeleteHidesFieldsFromAClockFarAhead() throws {
+        let a = SiteID(1), b = SiteID(2)
+        var ahead = DocumentEditor(
+            registers: DocumentRegisters(), site: b, clock: HybridLogicalClock(wallClock: { 1_000 + 7_200_000 }),
+            transaction: TransactionID(origin: b, sequence: 1))
+        try ahead.insert(["_id": "d", "f": 1], names: ["_id", "f"], initial: false, kinds: [:])
+        var editor = DocumentEditor(
+            registers: ahead.registers, site: a, clock: HybridLogicalClock(wallClock: { 1_000 }), transaction: TransactionID(origin: a, sequence: 1))
+        try editor.delete()
+        #expect(try editor.registers.materialize(key: "\"d\"") == .deleted)
+        #expect(editor.registers["_deleted"]!.version.timestamp > ahead.registers["f"]!.version.timestamp)
+        try editor.insert(["_id": "d", "g": 2], names: ["_id", "g"], initial: false, kinds: [:])
+        #expect(try editor.registers.materialize(key: "\"d\"") == .live(["_id": "d", "g": 2]), "a write after the DELETE shows")
+
+        var broken = editor.registers
+        broken.set("f", RegisterState(json: "1", version: RegisterVersion(timestamp: HybridTimestamp(rawValue: .max), site: b), transaction: TransactionID(origin: b, sequence: 2)))
+        var refused = DocumentEditor(registers: broken, site: a, clock: HybridLogicalClock(wallClock: { 1_000 }), transaction: TransactionID(origin: a, sequence: 2))
+        #expect(throws: EditError.self) { try refused.delete() }
     }
 }
