@@ -25,6 +25,12 @@ public enum Counter {
         return String(name[..<index])
     }
 
+    /// Whether `name` is `site`'s own contribution to some counter.
+    public static func isContribution(_ name: String, of site: SiteID) -> Bool {
+        guard let index = name.firstIndex(of: separator) else { return false }
+        return name[name.index(after: index)...] == site.description
+    }
+
     /// What increments count against: the version of the counter's base register, or
     /// of the tombstone that hides it, or time zero.
     ///

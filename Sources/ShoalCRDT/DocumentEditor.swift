@@ -27,14 +27,30 @@ public struct DocumentEditor {
     public let clock: HybridLogicalClock
     public let transaction: TransactionID
     public private(set) var registers: DocumentRegisters
+    /// Registers this replica held once and EVICT removed (`DocumentRegisters.counters(of:)`):
+    /// the write rules read them where the document's own are absent or older; they
+    /// are never written, and the body never shows them.
+    public let remembered: DocumentRegisters
     /// Every register write, in order: the transaction's deltas for this document.
     public private(set) var written: [(name: String, state: RegisterState)] = []
 
-    public init(registers: DocumentRegisters, site: SiteID, clock: HybridLogicalClock, transaction: TransactionID) {
+    public init(
+        registers: DocumentRegisters, remembered: DocumentRegisters = DocumentRegisters(), site: SiteID,
+        clock: HybridLogicalClock, transaction: TransactionID
+    ) {
         self.registers = registers
+        self.remembered = remembered
         self.site = site
         self.clock = clock
         self.transaction = transaction
+    }
+
+    /// The newer of the register the document holds and the one remembered of it.
+    func known(_ name: String) -> RegisterState? {
+        guard let old = remembered[name] else { return registers[name] }
+        var both = DocumentRegisters([name: old])
+        if let held = registers[name] { both.merge(name, held) }
+        return both[name]
     }
 
     /// INSERT: writes `names` of `fields` (the caller chose which, by conflict policy).
@@ -124,13 +140,18 @@ public struct DocumentEditor {
     /// (its epoch): the version of the base, or else of the tombstone, or else time
     /// zero. A contribution under another epoch, or buried by a DELETE, starts again
     /// from zero.
+    ///
+    /// After EVICT, until peers send the document back, the base, the tombstone and
+    /// this site's contribution are the ones remembered, so the new contribution (a
+    /// later version, which supersedes the old one everywhere) carries the old
+    /// increments and the new ones, under the epoch the old ones were counted in.
     mutating func increment(_ field: String, by amount: Value) throws(EditError) {
-        let tombstone = registers[RegisterName.tombstone]?.version
+        let tombstone = known(RegisterName.tombstone)?.version
         let tombstoneTime = tombstone?.timestamp ?? .zero
-        let base = registers[field]?.version
+        let base = known(field)?.version
         let epoch = Counter.Epoch(base.flatMap { $0.timestamp > tombstoneTime ? $0 : nil } ?? tombstone)
         let name = Counter.contributionField(field, site: site)
-        let mine = registers[name].flatMap { state -> Counter.Contribution? in
+        let mine = known(name).flatMap { state -> Counter.Contribution? in
             guard state.version.timestamp > tombstoneTime else { return nil }
             return (try? state.value()).flatMap(Counter.Contribution.init)
         }
@@ -200,7 +221,7 @@ public struct DocumentEditor {
         var ts = HybridTimestamp.zero
         if !initial {
             ts = clock.tick()
-            let floor = above ?? [name, RegisterName.tombstone].compactMap { n in registers.timestamp(n).map { (n, $0) } }
+            let floor = above ?? [name, RegisterName.tombstone].compactMap { n in known(n).map { (n, $0.version.timestamp) } }
                 .max { $0.1 < $1.1 }
             if let (register, current) = floor, current >= ts {
                 guard current.rawValue < UInt64.max else {

@@ -166,6 +166,27 @@ public struct DocumentRegisters: Sendable, Hashable {
         return newest > register
     }
 
+    /// What `site`'s increments read of this document: its own contributions, the
+    /// base of each of those counters, and the tombstone. EVICT keeps these, since
+    /// an increment made before peers send the document back must carry on from
+    /// them (`DocumentEditor.init(registers:remembered:…)`).
+    public func counters(of site: SiteID) -> DocumentRegisters {
+        var kept: [String: RegisterState] = [:]
+        for (name, state) in registers where Counter.isContribution(name, of: site) {
+            kept[name] = state
+            if let counter = Counter.counterName(ofContribution: name), let base = registers[counter] { kept[counter] = base }
+        }
+        if !kept.isEmpty, let tombstone = registers[RegisterName.tombstone] { kept[RegisterName.tombstone] = tombstone }
+        return DocumentRegisters(kept)
+    }
+
+    /// Whether this document holds `name` at `state`'s version or a later one, which
+    /// makes a remembered `state` of it useless.
+    public func covers(_ name: String, _ state: RegisterState) -> Bool {
+        guard let held = registers[name] else { return false }
+        return held.version >= state.version
+    }
+
     // MARK: The body
 
     public enum Body: Sendable, Hashable {

@@ -23,6 +23,8 @@ import Foundation
 ///   order, under a local sequence number; sync reads it from a peer's cursor.
 /// - `peer_cursor`: per peer and subscription set, the highest sequence of that
 ///   peer's change log durably applied here.
+/// - `evicted_counter`: registers EVICT removed that this site's next increment of
+///   the same counter needs (`DocumentRegisters.counters(of:)`).
 public final class DocumentStore: Sendable {
     public let siteID: SiteID
     public let clock: HybridLogicalClock
@@ -230,6 +232,19 @@ public final class DocumentStore: Sendable {
                     arguments: [site, seq, deltas, part.count, CollectionCount.encode(manifest)])
                 index = end
             }
+        }
+        migrator.registerMigration("v7-evicted-counters") { db in
+            // EVICT keeps this site's own counter contributions of the documents it
+            // forgets, with their bases and the tombstone: an increment made before
+            // peers send the document back carries on from them.
+            try db.execute(
+                sql: """
+                    CREATE TABLE evicted_counter (
+                        collection TEXT NOT NULL, doc_id TEXT NOT NULL, name TEXT NOT NULL,
+                        value TEXT NOT NULL, ts INTEGER NOT NULL, site INTEGER NOT NULL,
+                        txn_site INTEGER NOT NULL, txn_seq INTEGER NOT NULL,
+                        PRIMARY KEY (collection, doc_id, name)) WITHOUT ROWID
+                    """)
         }
         return migrator
     }

@@ -245,4 +245,28 @@ import Testing
         var refused = DocumentEditor(registers: broken, site: a, clock: HybridLogicalClock(wallClock: { 1_000 }), transaction: TransactionID(origin: a, sequence: 2))
         #expect(throws: EditError.self) { try refused.delete() }
     }
+
+    /// After EVICT, an increment carries on from the contribution and base remembered
+    /// of the document; its contribution supersedes the old one and holds both.
+    @Test func anIncrementCarriesOnFromWhatEvictRemembered() throws {
+        let a = SiteID(1)
+        var before = DocumentEditor(
+            registers: DocumentRegisters(), site: a, clock: HybridLogicalClock(wallClock: { 1_000 }), transaction: TransactionID(origin: a, sequence: 1))
+        try before.insert(["_id": "d", "n": 10], names: ["_id", "n"], initial: false, kinds: [:])
+        try before.update(counters: [("n", .increment(5))], assignments: [], unsets: [], kinds: [:], original: [:])
+        let elsewhere = before.registers
+        let kept = elsewhere.counters(of: a)
+        #expect(Set(kept.registers.keys) == ["n", "n\u{1F}0000000000000001"])
+        // Evicted: nothing held but a fresh _id; the kept registers are remembered.
+        var after = DocumentEditor(
+            registers: DocumentRegisters(), remembered: kept, site: a, clock: HybridLogicalClock(wallClock: { 2_000 }),
+            transaction: TransactionID(origin: a, sequence: 2))
+        try after.insert(["_id": "d"], names: ["_id"], initial: false, kinds: [:])
+        try after.update(counters: [("n", .increment(2))], assignments: [], unsets: [], kinds: [:], original: [:])
+        #expect(after.registers["n"] == nil, "remembered registers are read, never written")
+        var refilled = after.registers
+        for (name, state) in elsewhere.registers { refilled.merge(name, state) }
+        #expect(try refilled.materialize(key: "\"d\"") == .live(["_id": "d", "n": 17]))
+        #expect(refilled.covers("n\u{1F}0000000000000001", kept["n\u{1F}0000000000000001"]!))
+    }
 }
