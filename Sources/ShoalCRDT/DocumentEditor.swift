@@ -168,9 +168,15 @@ public struct DocumentEditor {
     /// Replaces the map subtree at `path` with `value` (nil: removes it). Entries the
     /// new value does not rewrite get observed removals, so entries added concurrently
     /// elsewhere survive (add-wins); values at the ancestors of `path` (a scalar entry
-    /// `m.a` under a new `m.a.b`, or a register `m`) are replaced too, so they cannot
-    /// reappear when the new entry goes.
+    /// `m.a` under a new `m.a.b`) are replaced too, so they cannot reappear when the
+    /// new entry goes. An empty object at an ancestor is a map already and stays.
+    ///
+    /// Writing entries gives the field its base, the register `m = {}`, if it has none
+    /// (replacing a value there): the field stays a map, however many entries go.
+    /// A plain value or `{}` at the field itself is the register; nothing at all (UNSET
+    /// m, or before a plain value) leaves the register to the caller.
     public mutating func writeMap(_ path: [String], value: Value?) throws(EditError) {
+        let field = path[0]
         let prefix = RegisterName.entry(path)
         var leaves: [String: Value] = [:]
         func flatten(_ v: Value, _ name: String) {
@@ -187,12 +193,19 @@ public struct DocumentEditor {
                 throw EditError("map keys may not contain U+001E or U+001F")
             }
         }
+        let writesEntries = path.count > 1 || (value != nil && leaves[field] == nil)
+        if writesEntries, !registers.hasMapBase(field) {
+            try writeField(field, json: RegisterName.emptyObject, parsed: .object([:]), initial: false)
+        }
         var existing = registers.liveEntries(under: prefix)
-        for depth in 1..<max(1, path.count) {
+        for depth in 2..<max(2, path.count) {
             let ancestor = RegisterName.entry(Array(path[0..<depth]))
-            if let version = registers.liveVersion(ancestor) { existing.append((ancestor, version)) }
+            if !registers.hasMapBase(ancestor), let version = registers.liveVersion(ancestor) { existing.append((ancestor, version)) }
         }
         for entry in existing where leaves[entry.name] == nil {
+            // An empty nested map that the new leaves go into stays.
+            let below = entry.name + String(RegisterName.pathSeparator)
+            if registers.hasMapBase(entry.name), leaves.keys.contains(where: { $0.hasPrefix(below) }) { continue }
             store(
                 entry.name,
                 RegisterState(

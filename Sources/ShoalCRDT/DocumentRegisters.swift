@@ -13,6 +13,8 @@ public enum RegisterName {
     public static let pathSeparator: Character = "\u{1E}"
     public static let removedValue = ""
     public static let observedRemovalPrefix = "~"
+    /// The canonical JSON of an empty object, the value of a map's base register.
+    public static let emptyObject = "{}"
 
     /// Whether a stored value is a removal (UNSET's empty value or an observed removal).
     public static func isRemoval(_ json: String) -> Bool {
@@ -46,6 +48,10 @@ public struct RegisterState: Sendable, Hashable {
     }
 
     public var isRemoval: Bool { RegisterName.isRemoval(json) }
+
+    /// Whether the value is exactly `{}`: at a field, the base of a MAP; at a map
+    /// entry, a nested map that lays over what is below it rather than hiding it.
+    public var isEmptyObject: Bool { json == RegisterName.emptyObject }
 
     /// Equal when what is stored is equal: `parsed` is a cache of `json`.
     public static func == (a: RegisterState, b: RegisterState) -> Bool {
@@ -157,14 +163,18 @@ public struct DocumentRegisters: Sendable, Hashable {
         }.sorted { $0.name < $1.name }
     }
 
-    /// Whether `field` is a MAP in this document: declared so, or holding live entries
-    /// newer than any live register value (the side that won a type conflict).
+    /// Whether `field` is a MAP in this document: declared so, holding the map's base
+    /// (its register is exactly `{}`), or holding live entries newer than any live
+    /// register value (the side that won a type conflict).
     public func isMap(_ field: String, declared: Bool) -> Bool {
-        if declared { return true }
+        if declared || hasMapBase(field) { return true }
         guard let newest = liveEntries(under: field).map(\.version).max() else { return false }
         guard let register = liveVersion(field) else { return true }
         return newest > register
     }
+
+    /// Whether the register `name` holds exactly `{}` (a map's base, or an empty nested map).
+    public func hasMapBase(_ name: String) -> Bool { registers[name]?.isEmptyObject ?? false }
 
     /// What `site`'s increments read of this document: its own contributions, the
     /// base of each of those counters, and the tombstone. EVICT keeps these, since
@@ -202,8 +212,11 @@ public struct DocumentRegisters: Sendable, Hashable {
     ///
     /// Every register written at or before the tombstone is hidden; removals show
     /// nothing (and do not revive a deleted document); map entries are laid onto `{}`
-    /// in version order, and a field that is both a register and a map shows whichever
-    /// was written last; a counter shows its base plus the contributions of its epoch
+    /// in version order, an entry `{}` keeping the members of an object already at
+    /// its path; a field whose register is `{}` (the map's base) shows all its
+    /// entries, whatever their versions (those a writer saw it remove are removed
+    /// already: the rest are concurrent adds, and adds win); any other field that is
+    /// both a register and a map shows whichever was written last; a counter shows its base plus the contributions of its epoch
     /// (the version of the base, or of the tombstone, or time zero);
     /// `_id`, when no live `_id` register is visible, is the document key parsed back.
     public func materialize(key: String) throws(JSON.ParseError) -> Body {
@@ -213,7 +226,8 @@ public struct DocumentRegisters: Sendable, Hashable {
         var bases: [String: RegisterVersion] = [:]
         var registerVersions: [String: RegisterVersion] = [:]
         var contributions: [String: [Counter.Contribution]] = [:]
-        var entries: [String: [(path: [String], value: Value, version: RegisterVersion)]] = [:]
+        var entries: [String: [(path: [String], value: Value, version: RegisterVersion, empty: Bool)]] = [:]
+        var mapBases: Set<String> = []
         var anyLive = false
         for (name, state) in registers {
             guard name != RegisterName.tombstone else { continue }
@@ -228,21 +242,21 @@ public struct DocumentRegisters: Sendable, Hashable {
             if name.contains(RegisterName.pathSeparator) {
                 guard !state.isRemoval else { continue }
                 let path = name.split(separator: RegisterName.pathSeparator, omittingEmptySubsequences: false).map(String.init)
-                entries[path[0], default: []].append((Array(path.dropFirst()), try state.value(), state.version))
+                entries[path[0], default: []].append((Array(path.dropFirst()), try state.value(), state.version, state.isEmptyObject))
                 continue
             }
             bases[name] = state.version
             if !state.isRemoval {
                 body[name] = try state.value()
                 registerVersions[name] = state.version
+                if state.isEmptyObject { mapBases.insert(name) }
             }
         }
         for (name, list) in entries {
-            let newest = list.map(\.version).max()!
-            if let register = registerVersions[name], register > newest { continue }
+            if !mapBases.contains(name), let register = registerVersions[name], register > list.map(\.version).max()! { continue }
             var map: Value = .object([:])
             for entry in list.sorted(by: { $0.version < $1.version }) {
-                map = Self.setting(map, path: entry.path[...], to: entry.value)
+                map = Self.laying(map, path: entry.path[...], to: entry.value, empty: entry.empty)
             }
             body[name] = map
         }
@@ -263,6 +277,18 @@ public struct DocumentRegisters: Sendable, Hashable {
         guard let first = path.first else { return value }
         var object = base?.objectValue ?? [:]
         object[first] = setting(object[first], path: path.dropFirst(), to: value)
+        return .object(object)
+    }
+
+    /// A map entry laid onto what the entries before it built: like `setting`, except
+    /// that an empty object (`empty`) keeps the members of an object already there.
+    static func laying(_ base: Value?, path: ArraySlice<String>, to value: Value, empty: Bool) -> Value {
+        guard let first = path.first else {
+            if empty, let base, base.objectValue != nil { return base }
+            return value
+        }
+        var object = base?.objectValue ?? [:]
+        object[first] = laying(object[first], path: path.dropFirst(), to: value, empty: empty)
         return .object(object)
     }
 

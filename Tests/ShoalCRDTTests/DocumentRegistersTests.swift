@@ -49,7 +49,7 @@ import Testing
         var original: [String: Value] = [:]
         if case .live(.object(let body))? = try? replica.registers.materialize(key: "\"d\"") { original = body }
         do {
-            switch Int.random(in: 0..<10, using: &rng) {
+            switch Int.random(in: 0..<14, using: &rng) {
             case 0, 1:
                 let fields: [String: Value] = ["_id": "d", field: randomValue(&rng)]
                 try editor.insert(fields, names: fields.keys.sorted(), initial: false, kinds: [:])
@@ -75,6 +75,16 @@ import Testing
                 try editor.update(counters: [], assignments: [], unsets: [["m", key]], kinds: [:], original: original)
             case 8:
                 try editor.update(counters: [("n", .restart(.int(Int64.random(in: 0...5, using: &rng))))], assignments: [], unsets: [], kinds: [:], original: original)
+            case 10:
+                // A map emptied, or started, through its `{}` base.
+                try editor.update(counters: [], assignments: [(["m"], [:])], unsets: [], kinds: [:], original: original)
+            case 11:
+                try editor.update(counters: [], assignments: [(["m", key], [:])], unsets: [], kinds: [:], original: original)
+            case 12:
+                let inner = "k\(Int.random(in: 0..<2, using: &rng))"
+                try editor.update(counters: [], assignments: [(["m", key, inner], randomValue(&rng))], unsets: [], kinds: [:], original: original)
+            case 13:
+                try editor.update(counters: [], assignments: [], unsets: [["m"]], kinds: [:], original: original)
             default:
                 let fields: [String: Value] = ["_id": "d", "init": randomValue(&rng)]
                 try editor.insert(fields, names: fields.keys.sorted(), initial: true, kinds: [:])
@@ -268,5 +278,113 @@ import Testing
         for (name, state) in elsewhere.registers { refilled.merge(name, state) }
         #expect(try refilled.materialize(key: "\"d\"") == .live(["_id": "d", "n": 17]))
         #expect(refilled.covers("n\u{1F}0000000000000001", kept["n\u{1F}0000000000000001"]!))
+    }
+
+    // MARK: Maps and their `{}` base
+
+    static func editor(_ registers: DocumentRegisters, site: UInt64, wall: UInt64, sequence: UInt64 = 1) -> DocumentEditor {
+        DocumentEditor(
+            registers: registers, site: SiteID(site), clock: HybridLogicalClock(wallClock: { wall }),
+            transaction: TransactionID(origin: SiteID(site), sequence: sequence))
+    }
+
+    static func set(_ editor: inout DocumentEditor, _ path: [String], _ value: Value) throws {
+        var original: [String: Value] = [:]
+        if case .live(.object(let body)) = try editor.registers.materialize(key: "\"d\"") { original = body }
+        try editor.update(counters: [], assignments: [(path, value)], unsets: [], kinds: [:], original: original)
+    }
+
+    static func unset(_ editor: inout DocumentEditor, _ path: [String]) throws {
+        var original: [String: Value] = [:]
+        if case .live(.object(let body)) = try editor.registers.materialize(key: "\"d\"") { original = body }
+        try editor.update(counters: [], assignments: [], unsets: [path], kinds: [:], original: original)
+    }
+
+    static func field(_ registers: DocumentRegisters, _ name: String = "m") throws -> Value? {
+        guard case .live(let body) = try registers.materialize(key: "\"d\"") else { return nil }
+        return body[name]
+    }
+
+    /// Both replicas' registers after each hears the other's writes.
+    static func exchange(_ x: DocumentEditor, _ y: DocumentEditor) -> DocumentRegisters {
+        var left = x.registers, right = y.registers
+        for (name, state) in y.written { left.merge(name, state) }
+        for (name, state) in x.written { right.merge(name, state) }
+        #expect(left == right)
+        return left
+    }
+
+    @Test func anEmptyObjectMakesAFieldAMap() throws {
+        var e = Self.editor(DocumentRegisters(), site: 1, wall: 1_000)
+        try Self.set(&e, ["m"], [:])
+        #expect(e.registers.isMap("m", declared: false))
+        try Self.set(&e, ["m", "x"], 1)
+        #expect(e.registers["m\u{1E}x"]?.json == "1", "SET m.x after SET m = {} writes an entry")
+        #expect(e.registers["m"]?.json == "{}", "the base stays")
+        #expect(try Self.field(e.registers) == ["x": 1])
+    }
+
+    @Test func aMapStaysAMapWhenItsLastKeyGoes() throws {
+        var e = Self.editor(DocumentRegisters(), site: 1, wall: 1_000)
+        try Self.set(&e, ["m", "x"], 1)
+        #expect(e.registers["m"]?.json == "{}", "the first entry writes the base")
+        try Self.unset(&e, ["m", "x"])
+        #expect(try Self.field(e.registers) == [:])
+        #expect(e.registers.isMap("m", declared: false))
+        try Self.set(&e, ["m", "y"], 2)
+        #expect(e.registers["m\u{1E}y"]?.json == "2")
+        // UNSET m still removes the whole field.
+        try Self.unset(&e, ["m"])
+        #expect(try Self.field(e.registers) == nil)
+        #expect(!e.registers.isMap("m", declared: false))
+    }
+
+    /// `SET m = {}` on one replica removes what it saw; an entry added concurrently on
+    /// another, at an earlier time, survives: the base does not hide it.
+    @Test func emptyingAMapKeepsConcurrentAdds() throws {
+        var start = Self.editor(DocumentRegisters(), site: 1, wall: 1_000)
+        try Self.set(&start, ["m", "a"], 1)
+        var emptying = Self.editor(start.registers, site: 1, wall: 3_000, sequence: 2)
+        var adding = Self.editor(start.registers, site: 2, wall: 2_000)
+        try Self.set(&emptying, ["m"], [:])
+        try Self.set(&adding, ["m", "b"], 2)
+        #expect(emptying.registers["m"]!.version > adding.registers["m\u{1E}b"]!.version, "the base is the newer write")
+        #expect(try Self.field(Self.exchange(emptying, adding)) == ["b": 2])
+    }
+
+    /// A `{}` written at `m.a` later than an entry below it, by a replica that never
+    /// saw it, keeps it; a write below a `{}` entry does not remove it.
+    @Test func anEmptyEntryKeepsWhatIsBelowIt() throws {
+        var start = Self.editor(DocumentRegisters(), site: 1, wall: 1_000)
+        try Self.set(&start, ["m", "z"], 0)
+        var deep = Self.editor(start.registers, site: 1, wall: 2_000, sequence: 2)
+        var empty = Self.editor(start.registers, site: 2, wall: 3_000)
+        try Self.set(&deep, ["m", "a", "b"], 1)
+        try Self.set(&empty, ["m", "a"], [:])
+        let both = Self.exchange(deep, empty)
+        #expect(try Self.field(both) == ["a": ["b": 1], "z": 0])
+        var e = Self.editor(both, site: 2, wall: 4_000, sequence: 2)
+        try Self.set(&e, ["m", "a", "c"], 2)
+        #expect(e.registers["m\u{1E}a"]?.json == "{}", "no observed removal for an ancestor that is {}")
+        try Self.unset(&e, ["m", "a", "b"])
+        try Self.unset(&e, ["m", "a", "c"])
+        #expect(try Self.field(e.registers) == ["a": [:], "z": 0])
+        // Nor does a whole object written at it: like the field's base, it stays.
+        try Self.set(&e, ["m", "a"], ["x": 1])
+        #expect(e.registers["m\u{1E}a"]?.json == "{}")
+        try Self.unset(&e, ["m", "a", "x"])
+        #expect(try Self.field(e.registers) == ["a": [:], "z": 0])
+    }
+
+    /// A plain register written after every entry still wins (type conflicts, §12),
+    /// whether it holds a non-empty object or a scalar.
+    @Test func aNewerRegisterStillWinsOverAMap() throws {
+        var map = Self.editor(DocumentRegisters(), site: 1, wall: 1_000)
+        try Self.set(&map, ["m", "x"], 1)
+        for value: Value in [["p": 1], 5] {
+            var register = Self.editor(DocumentRegisters(), site: 2, wall: 2_000)
+            try register.insert(["_id": "d", "m": value], names: ["_id", "m"], initial: false, kinds: [:])
+            #expect(try Self.field(Self.exchange(map, register)) == value)
+        }
     }
 }
