@@ -27,14 +27,30 @@ public struct DocumentEditor {
     public let clock: HybridLogicalClock
     public let transaction: TransactionID
     public private(set) var registers: DocumentRegisters
+    /// Registers this replica held once and EVICT removed (`DocumentRegisters.counters(of:)`):
+    /// the write rules read them where the document's own are absent or older; they
+    /// are never written, and the body never shows them.
+    public let remembered: DocumentRegisters
     /// Every register write, in order: the transaction's deltas for this document.
     public private(set) var written: [(name: String, state: RegisterState)] = []
 
-    public init(registers: DocumentRegisters, site: SiteID, clock: HybridLogicalClock, transaction: TransactionID) {
+    public init(
+        registers: DocumentRegisters, remembered: DocumentRegisters = DocumentRegisters(), site: SiteID,
+        clock: HybridLogicalClock, transaction: TransactionID
+    ) {
         self.registers = registers
+        self.remembered = remembered
         self.site = site
         self.clock = clock
         self.transaction = transaction
+    }
+
+    /// The newer of the register the document holds and the one remembered of it.
+    func known(_ name: String) -> RegisterState? {
+        guard let old = remembered[name] else { return registers[name] }
+        var both = DocumentRegisters([name: old])
+        if let held = registers[name] { both.merge(name, held) }
+        return both[name]
     }
 
     /// INSERT: writes `names` of `fields` (the caller chose which, by conflict policy).
@@ -108,24 +124,43 @@ public struct DocumentEditor {
         }
     }
 
-    /// DELETE: the tombstone, which hides every register written before it.
+    /// DELETE: the tombstone, which hides every register written at or before it.
+    ///
+    /// Its timestamp is above every register the document holds, so it hides them all
+    /// even when one came from a peer whose clock runs far ahead of this one, which
+    /// this clock declined to adopt.
     public mutating func delete() throws(EditError) {
-        try writeField(RegisterName.tombstone, value: .bool(true), initial: false)
+        let newest = registers.registers.max { $0.value.version.timestamp < $1.value.version.timestamp }
+        try writeField(
+            RegisterName.tombstone, json: Value.bool(true).canonicalJSON, parsed: .bool(true), initial: false,
+            above: newest.map { ($0.key, $0.value.version.timestamp) })
     }
 
     /// INCREMENT adds to this site's contribution under the counter's current base
-    /// (its epoch): a base, or else the tombstone, or else time zero. A contribution
-    /// under another epoch, or buried by a DELETE, starts again from zero.
+    /// (its epoch): the version of the base, or else of the tombstone, or else time
+    /// zero. A contribution under another epoch, or buried by a DELETE, starts again
+    /// from zero.
+    ///
+    /// After EVICT, until peers send the document back, the base, the tombstone and
+    /// this site's contribution are the ones remembered, so the new contribution (a
+    /// later version, which supersedes the old one everywhere) carries the old
+    /// increments and the new ones, under the epoch the old ones were counted in.
     mutating func increment(_ field: String, by amount: Value) throws(EditError) {
-        let tombstone = registers.timestamp(RegisterName.tombstone)?.rawValue ?? 0
-        let base = registers.timestamp(field)?.rawValue
-        let epoch = base.flatMap { $0 > tombstone ? $0 : nil } ?? tombstone
+        let tombstone = known(RegisterName.tombstone)?.version
+        let tombstoneTime = tombstone?.timestamp ?? .zero
+        let base = known(field)?.version
+        let epoch = Counter.Epoch(base.flatMap { $0.timestamp > tombstoneTime ? $0 : nil } ?? tombstone)
         let name = Counter.contributionField(field, site: site)
-        let mine = registers[name].flatMap { state -> Counter.Contribution? in
-            guard state.version.timestamp.rawValue > tombstone else { return nil }
+        let mine = known(name).flatMap { state -> Counter.Contribution? in
+            guard state.version.timestamp > tombstoneTime else { return nil }
             return (try? state.value()).flatMap(Counter.Contribution.init)
         }
-        var contribution = mine?.epoch == epoch ? mine! : Counter.Contribution(epoch: epoch, up: .int(0), down: .int(0))
+        var contribution = Counter.Contribution(epoch: epoch, up: .int(0), down: .int(0))
+        if let mine, mine.epoch.counts(in: epoch) {
+            // Carried on under the full epoch (one written before epochs named their site gains it).
+            contribution.up = mine.up
+            contribution.down = mine.down
+        }
         contribution.add(amount)
         try writeField(name, value: contribution.value, initial: false)
     }
@@ -133,9 +168,15 @@ public struct DocumentEditor {
     /// Replaces the map subtree at `path` with `value` (nil: removes it). Entries the
     /// new value does not rewrite get observed removals, so entries added concurrently
     /// elsewhere survive (add-wins); values at the ancestors of `path` (a scalar entry
-    /// `m.a` under a new `m.a.b`, or a register `m`) are replaced too, so they cannot
-    /// reappear when the new entry goes.
+    /// `m.a` under a new `m.a.b`) are replaced too, so they cannot reappear when the
+    /// new entry goes. An empty object at an ancestor is a map already and stays.
+    ///
+    /// Writing entries gives the field its base, the register `m = {}`, if it has none
+    /// (replacing a value there): the field stays a map, however many entries go.
+    /// A plain value or `{}` at the field itself is the register; nothing at all (UNSET
+    /// m, or before a plain value) leaves the register to the caller.
     public mutating func writeMap(_ path: [String], value: Value?) throws(EditError) {
+        let field = path[0]
         let prefix = RegisterName.entry(path)
         var leaves: [String: Value] = [:]
         func flatten(_ v: Value, _ name: String) {
@@ -152,12 +193,19 @@ public struct DocumentEditor {
                 throw EditError("map keys may not contain U+001E or U+001F")
             }
         }
+        let writesEntries = path.count > 1 || (value != nil && leaves[field] == nil)
+        if writesEntries, !registers.hasMapBase(field) {
+            try writeField(field, json: RegisterName.emptyObject, parsed: .object([:]), initial: false)
+        }
         var existing = registers.liveEntries(under: prefix)
-        for depth in 1..<max(1, path.count) {
+        for depth in 2..<max(2, path.count) {
             let ancestor = RegisterName.entry(Array(path[0..<depth]))
-            if let version = registers.liveVersion(ancestor) { existing.append((ancestor, version)) }
+            if !registers.hasMapBase(ancestor), let version = registers.liveVersion(ancestor) { existing.append((ancestor, version)) }
         }
         for entry in existing where leaves[entry.name] == nil {
+            // An empty nested map that the new leaves go into stays.
+            let below = entry.name + String(RegisterName.pathSeparator)
+            if registers.hasMapBase(entry.name), leaves.keys.contains(where: { $0.hasPrefix(below) }) { continue }
             store(
                 entry.name,
                 RegisterState(
@@ -174,16 +222,24 @@ public struct DocumentEditor {
     }
 
     /// A register write with a fresh timestamp: one that supersedes the value it
-    /// overwrites even when that value came from a clock running far ahead, which this
-    /// clock declined to adopt. INITIAL DOCUMENTS write at time zero.
-    mutating func writeField(_ name: String, json: String, parsed: Value?, initial: Bool) throws(EditError) {
+    /// overwrites, and shows above the document's tombstone, even when either came
+    /// from a clock running far ahead, which this clock declined to adopt. INITIAL
+    /// DOCUMENTS write at time zero.
+    ///
+    /// - Parameter above: the register whose timestamp the write must exceed; by
+    ///   default the newer of the register written and the tombstone.
+    mutating func writeField(
+        _ name: String, json: String, parsed: Value?, initial: Bool, above: (name: String, timestamp: HybridTimestamp)? = nil
+    ) throws(EditError) {
         var ts = HybridTimestamp.zero
         if !initial {
             ts = clock.tick()
-            if let current = registers.timestamp(name), current >= ts {
+            let floor = above ?? [name, RegisterName.tombstone].compactMap { n in known(n).map { (n, $0.version.timestamp) } }
+                .max { $0.1 < $1.1 }
+            if let (register, current) = floor, current >= ts {
                 guard current.rawValue < UInt64.max else {
                     throw EditError(
-                        "field \(name) carries the largest possible timestamp (a peer's clock is broken); it cannot be overwritten")
+                        "field \(register) carries the largest possible timestamp (a peer's clock is broken); it cannot be overwritten")
                 }
                 ts = HybridTimestamp(rawValue: current.rawValue + 1)
             }

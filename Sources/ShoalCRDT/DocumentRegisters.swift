@@ -13,6 +13,8 @@ public enum RegisterName {
     public static let pathSeparator: Character = "\u{1E}"
     public static let removedValue = ""
     public static let observedRemovalPrefix = "~"
+    /// The canonical JSON of an empty object, the value of a map's base register.
+    public static let emptyObject = "{}"
 
     /// Whether a stored value is a removal (UNSET's empty value or an observed removal).
     public static func isRemoval(_ json: String) -> Bool {
@@ -46,6 +48,10 @@ public struct RegisterState: Sendable, Hashable {
     }
 
     public var isRemoval: Bool { RegisterName.isRemoval(json) }
+
+    /// Whether the value is exactly `{}`: at a field, the base of a MAP; at a map
+    /// entry, a nested map that lays over what is below it rather than hiding it.
+    public var isEmptyObject: Bool { json == RegisterName.emptyObject }
 
     /// Equal when what is stored is equal: `parsed` is a cache of `json`.
     public static func == (a: RegisterState, b: RegisterState) -> Bool {
@@ -137,6 +143,9 @@ public struct DocumentRegisters: Sendable, Hashable {
     /// The timestamp of a register, removals included.
     public func timestamp(_ name: String) -> HybridTimestamp? { registers[name]?.version.timestamp }
 
+    /// The newest timestamp of any register, removals and the tombstone included.
+    public var latestTimestamp: HybridTimestamp? { registers.values.map(\.version.timestamp).max() }
+
     /// The version of a register that holds a value (not a removal).
     public func liveVersion(_ name: String) -> RegisterVersion? {
         guard let r = registers[name], !r.isRemoval else { return nil }
@@ -154,13 +163,38 @@ public struct DocumentRegisters: Sendable, Hashable {
         }.sorted { $0.name < $1.name }
     }
 
-    /// Whether `field` is a MAP in this document: declared so, or holding live entries
-    /// newer than any live register value (the side that won a type conflict).
+    /// Whether `field` is a MAP in this document: declared so, holding the map's base
+    /// (its register is exactly `{}`), or holding live entries newer than any live
+    /// register value (the side that won a type conflict).
     public func isMap(_ field: String, declared: Bool) -> Bool {
-        if declared { return true }
+        if declared || hasMapBase(field) { return true }
         guard let newest = liveEntries(under: field).map(\.version).max() else { return false }
         guard let register = liveVersion(field) else { return true }
         return newest > register
+    }
+
+    /// Whether the register `name` holds exactly `{}` (a map's base, or an empty nested map).
+    public func hasMapBase(_ name: String) -> Bool { registers[name]?.isEmptyObject ?? false }
+
+    /// What `site`'s increments read of this document: its own contributions, the
+    /// base of each of those counters, and the tombstone. EVICT keeps these, since
+    /// an increment made before peers send the document back must carry on from
+    /// them (`DocumentEditor.init(registers:remembered:…)`).
+    public func counters(of site: SiteID) -> DocumentRegisters {
+        var kept: [String: RegisterState] = [:]
+        for (name, state) in registers where Counter.isContribution(name, of: site) {
+            kept[name] = state
+            if let counter = Counter.counterName(ofContribution: name), let base = registers[counter] { kept[counter] = base }
+        }
+        if !kept.isEmpty, let tombstone = registers[RegisterName.tombstone] { kept[RegisterName.tombstone] = tombstone }
+        return DocumentRegisters(kept)
+    }
+
+    /// Whether this document holds `name` at `state`'s version or a later one, which
+    /// makes a remembered `state` of it useless.
+    public func covers(_ name: String, _ state: RegisterState) -> Bool {
+        guard let held = registers[name] else { return false }
+        return held.version >= state.version
     }
 
     // MARK: The body
@@ -178,16 +212,22 @@ public struct DocumentRegisters: Sendable, Hashable {
     ///
     /// Every register written at or before the tombstone is hidden; removals show
     /// nothing (and do not revive a deleted document); map entries are laid onto `{}`
-    /// in version order, and a field that is both a register and a map shows whichever
-    /// was written last; a counter shows its base plus the contributions of its epoch;
+    /// in version order, an entry `{}` keeping the members of an object already at
+    /// its path; a field whose register is `{}` (the map's base) shows all its
+    /// entries, whatever their versions (those a writer saw it remove are removed
+    /// already: the rest are concurrent adds, and adds win); any other field that is
+    /// both a register and a map shows whichever was written last; a counter shows its base plus the contributions of its epoch
+    /// (the version of the base, or of the tombstone, or time zero);
     /// `_id`, when no live `_id` register is visible, is the document key parsed back.
     public func materialize(key: String) throws(JSON.ParseError) -> Body {
-        let tombstone = registers[RegisterName.tombstone].map { $0.version.timestamp.rawValue }
+        let tombstoneVersion = registers[RegisterName.tombstone]?.version
+        let tombstone = tombstoneVersion?.timestamp.rawValue
         var body: [String: Value] = [:]
-        var bases: [String: UInt64] = [:]
+        var bases: [String: RegisterVersion] = [:]
         var registerVersions: [String: RegisterVersion] = [:]
         var contributions: [String: [Counter.Contribution]] = [:]
-        var entries: [String: [(path: [String], value: Value, version: RegisterVersion)]] = [:]
+        var entries: [String: [(path: [String], value: Value, version: RegisterVersion, empty: Bool)]] = [:]
+        var mapBases: Set<String> = []
         var anyLive = false
         for (name, state) in registers {
             guard name != RegisterName.tombstone else { continue }
@@ -202,29 +242,29 @@ public struct DocumentRegisters: Sendable, Hashable {
             if name.contains(RegisterName.pathSeparator) {
                 guard !state.isRemoval else { continue }
                 let path = name.split(separator: RegisterName.pathSeparator, omittingEmptySubsequences: false).map(String.init)
-                entries[path[0], default: []].append((Array(path.dropFirst()), try state.value(), state.version))
+                entries[path[0], default: []].append((Array(path.dropFirst()), try state.value(), state.version, state.isEmptyObject))
                 continue
             }
-            bases[name] = ts
+            bases[name] = state.version
             if !state.isRemoval {
                 body[name] = try state.value()
                 registerVersions[name] = state.version
+                if state.isEmptyObject { mapBases.insert(name) }
             }
         }
         for (name, list) in entries {
-            let newest = list.map(\.version).max()!
-            if let register = registerVersions[name], register > newest { continue }
+            if !mapBases.contains(name), let register = registerVersions[name], register > list.map(\.version).max()! { continue }
             var map: Value = .object([:])
             for entry in list.sorted(by: { $0.version < $1.version }) {
-                map = Self.setting(map, path: entry.path[...], to: entry.value)
+                map = Self.laying(map, path: entry.path[...], to: entry.value, empty: entry.empty)
             }
             body[name] = map
         }
         for (name, parts) in contributions {
             // Without a visible base the counter counts from the tombstone (or from time zero).
-            let epoch = bases[name] ?? tombstone ?? 0
-            guard body[name] != nil || parts.contains(where: { $0.epoch == epoch }) else { continue }
-            body[name] = Counter.value(base: body[name], baseTimestamp: epoch, contributions: parts)
+            let epoch = Counter.Epoch(bases[name] ?? tombstoneVersion)
+            guard body[name] != nil || parts.contains(where: { $0.epoch.counts(in: epoch) }) else { continue }
+            body[name] = Counter.value(base: body[name], epoch: epoch, contributions: parts)
         }
         guard anyLive else { return tombstone != nil ? .deleted : .absent }
         // A field written after a delete revives the document; its identity comes from the key.
@@ -237,6 +277,18 @@ public struct DocumentRegisters: Sendable, Hashable {
         guard let first = path.first else { return value }
         var object = base?.objectValue ?? [:]
         object[first] = setting(object[first], path: path.dropFirst(), to: value)
+        return .object(object)
+    }
+
+    /// A map entry laid onto what the entries before it built: like `setting`, except
+    /// that an empty object (`empty`) keeps the members of an object already there.
+    static func laying(_ base: Value?, path: ArraySlice<String>, to value: Value, empty: Bool) -> Value {
+        guard let first = path.first else {
+            if empty, let base, base.objectValue != nil { return base }
+            return value
+        }
+        var object = base?.objectValue ?? [:]
+        object[first] = laying(object[first], path: path.dropFirst(), to: value, empty: empty)
         return .object(object)
     }
 

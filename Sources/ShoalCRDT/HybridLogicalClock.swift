@@ -57,6 +57,16 @@ public final class HybridLogicalClock: Sendable {
         return true
     }
 
+    /// Moves the clock up to a timestamp it issued or adopted before (its high-water
+    /// mark, read back from disk when a store opens), without the drift check: a
+    /// clock must never issue below its own earlier readings, even when the wall
+    /// clock has gone back since.
+    public func restore(_ issued: HybridTimestamp) {
+        state.withLock { last in
+            if issued > last { last = issued }
+        }
+    }
+
     /// The latest timestamp issued or observed.
     public var current: HybridTimestamp { state.withLock { $0 } }
 }

@@ -23,6 +23,8 @@ import Foundation
 ///   order, under a local sequence number; sync reads it from a peer's cursor.
 /// - `peer_cursor`: per peer and subscription set, the highest sequence of that
 ///   peer's change log durably applied here.
+/// - `evicted_counter`: registers EVICT removed that this site's next increment of
+///   the same counter needs (`DocumentRegisters.counters(of:)`).
 public final class DocumentStore: Sendable {
     public let siteID: SiteID
     public let clock: HybridLogicalClock
@@ -53,10 +55,14 @@ public final class DocumentStore: Sendable {
 
     /// Opens (creating if needed) the store in `directory`.
     ///
-    /// - Parameter parameters: the run-time parameters to start from (`ALTER SYSTEM SET`
-    ///   changes them until the store closes; see `SystemParameters`).
-    /// - Parameter wallClock: milliseconds since 1970 for the store's clock (tests
-    ///   make it jump).
+    /// The clock starts above everything this store's clock issued or adopted before
+    /// (`clock_high_water` in `shoal_meta`, which EVICT cannot remove) and above the
+    /// newest field timestamp the drift rule lets it adopt.
+    ///
+    /// - Parameters:
+    ///   - parameters: the run-time parameters to start from (`ALTER SYSTEM SET`
+    ///     changes them until the store closes; see `SystemParameters`).
+    ///   - wallClock: milliseconds since 1970 for the store's clock; tests skew it.
     public init(
         directory: String, logger: Logger = Logger(label: "shoal.store"),
         parameters: SystemParameters = SystemParameters(),
@@ -80,7 +86,11 @@ public final class DocumentStore: Sendable {
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
             try Self.migrator.migrate(pool)
-            let (site, maxTimestamp) = try pool.write { db -> (SiteID, Int64) in
+            let clock = HybridLogicalClock(wallClock: wallClock)
+            // The newest field the drift rule would adopt: one far-future row must not
+            // make the clock refuse the rest.
+            let adoptable = HybridTimestamp(milliseconds: wallClock() &+ clock.maximumDrift, counter: .max)
+            let (site, highWater, newestField) = try pool.write { db -> (SiteID, Int64, Int64) in
                 let site: SiteID
                 if let raw = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'site_id'") {
                     site = SiteID(UInt64(bitPattern: raw))
@@ -90,9 +100,14 @@ public final class DocumentStore: Sendable {
                         sql: "INSERT INTO shoal_meta (key, value) VALUES ('site_id', ?)",
                         arguments: [Int64(bitPattern: site.rawValue)])
                 }
-                let ts = try Int64.fetchOne(db, sql: "SELECT MAX(ts) FROM field") ?? 0
-                return (site, ts)
+                let highWater = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'clock_high_water'") ?? 0
+                let newest = try Int64.fetchOne(
+                    db, sql: "SELECT MAX(ts) FROM field WHERE ts BETWEEN 0 AND ?", arguments: [Int64(bitPattern: adoptable.rawValue)]) ?? 0
+                return (site, highWater, newest)
             }
+            clock.restore(HybridTimestamp(rawValue: UInt64(bitPattern: highWater)))
+            clock.observe(HybridTimestamp(rawValue: UInt64(bitPattern: newestField)))
+            self.clock = clock
             let evicted = try pool.read { db in
                 try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'evicted'") != nil
             }
@@ -109,8 +124,6 @@ public final class DocumentStore: Sendable {
                     }
                 }
             }
-            clock = HybridLogicalClock(wallClock: wallClock)
-            clock.observe(HybridTimestamp(rawValue: UInt64(bitPattern: maxTimestamp)))
         } catch let error as StoreError {
             throw error
         } catch {
@@ -219,6 +232,19 @@ public final class DocumentStore: Sendable {
                     arguments: [site, seq, deltas, part.count, CollectionCount.encode(manifest)])
                 index = end
             }
+        }
+        migrator.registerMigration("v7-evicted-counters") { db in
+            // EVICT keeps this site's own counter contributions of the documents it
+            // forgets, with their bases and the tombstone: an increment made before
+            // peers send the document back carries on from them.
+            try db.execute(
+                sql: """
+                    CREATE TABLE evicted_counter (
+                        collection TEXT NOT NULL, doc_id TEXT NOT NULL, name TEXT NOT NULL,
+                        value TEXT NOT NULL, ts INTEGER NOT NULL, site INTEGER NOT NULL,
+                        txn_site INTEGER NOT NULL, txn_seq INTEGER NOT NULL,
+                        PRIMARY KEY (collection, doc_id, name)) WITHOUT ROWID
+                    """)
         }
         return migrator
     }

@@ -202,7 +202,8 @@ struct LocalTransaction {
                 assignments.append((assignment.path, value))
             }
             let unsets = update.unsets.map(\.path)
-            try edit(collection: update.collection, key: key) { editor throws(EditError) in
+            let increments = counters.contains { if case .increment = $0.change { true } else { false } }
+            try edit(collection: update.collection, key: key, rememberingEvicted: increments) { editor throws(EditError) in
                 try editor.update(counters: counters, assignments: assignments, unsets: unsets, kinds: kinds, original: body)
             }
             ids.append(body["_id"] ?? .null)
@@ -224,19 +225,26 @@ struct LocalTransaction {
     /// Runs the write rules on one document: loads its registers, edits them, saves
     /// what was written and the body, and remembers each write as a delta. Returns
     /// whether anything was written.
+    ///
+    /// With `rememberingEvicted` (an increment), the registers an EVICT kept of the
+    /// document go to the editor too; those the document now holds at their version
+    /// or a later one are dropped.
     @discardableResult
     private mutating func edit(
-        collection: String, key: String, registers: DocumentRegisters? = nil,
+        collection: String, key: String, registers: DocumentRegisters? = nil, rememberingEvicted: Bool = false,
         _ body: (inout DocumentEditor) throws(EditError) -> Void
     ) throws -> Bool {
+        let kept = rememberingEvicted
+            ? try RegisterRows.load(db, collection: collection, key: key, from: RegisterRows.loadEvicted) : DocumentRegisters()
         var editor = DocumentEditor(
-            registers: try registers ?? RegisterRows.load(db, collection: collection, key: key), site: site, clock: clock,
-            transaction: TransactionID(origin: site, sequence: UInt64(sequence)))
+            registers: try registers ?? RegisterRows.load(db, collection: collection, key: key), remembered: kept, site: site,
+            clock: clock, transaction: TransactionID(origin: site, sequence: UInt64(sequence)))
         do {
             try body(&editor)
         } catch {
             throw StoreError(.invalidDocument, "\(collection) \(key): \(error.description)")
         }
+        if !kept.isEmpty { try RegisterRows.dropEvicted(db, collection: collection, key: key, kept: kept, now: editor.registers) }
         guard !editor.written.isEmpty else { return false }
         // A register written twice keeps its last state; every write is a delta.
         var last: [String: (state: RegisterState, index: Int)] = [:]
@@ -264,14 +272,23 @@ struct LocalTransaction {
 
     /// EVICT: forgets local copies without telling anyone. The change log keeps
     /// what it relayed; peer cursors restart so subscriptions refill what they match.
+    /// What this site's next increments need (its own counter contributions, their
+    /// bases, the tombstone) is kept aside in `evicted_counter`.
     mutating func evict(_ evict: DeleteStatement, arguments: [String: Value]) throws -> [Value] {
         let matches = try DocumentStore.matchingDocuments(
             collection: evict.collection, predicate: evict.whereClause, arguments: arguments, db: db)
         for (key, _) in matches {
+            let registers = try RegisterRows.load(db, collection: evict.collection, key: key)
+            // What the clock adopts of the forgotten timestamps outlives them in the high-water mark.
+            if let latest = registers.latestTimestamp { clock.observe(latest) }
+            // This site's increments must outlive them too, until peers send them back.
+            let kept = registers.counters(of: site)
+            if !kept.isEmpty { try RegisterRows.keepEvicted(db, collection: evict.collection, key: key, kept) }
             try db.execute(sql: "DELETE FROM field WHERE collection = ? AND doc_id = ?", arguments: [evict.collection, key])
             try db.execute(sql: "DELETE FROM document WHERE collection = ? AND doc_id = ?", arguments: [evict.collection, key])
         }
         if !matches.isEmpty {
+            try saveClockHighWater()
             try db.execute(sql: "DELETE FROM peer_cursor")
             // From now on a logged document may have no body: relaying must say so (`unknown`).
             try db.execute(sql: "INSERT OR REPLACE INTO shoal_meta (key, value) VALUES ('evicted', 1)")
@@ -298,6 +315,7 @@ struct LocalTransaction {
         try db.cachedStatement(
             sql: "INSERT INTO shoal_meta (key, value) VALUES ('transaction_counter', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
         ).execute(arguments: [sequence])
+        try saveClockHighWater()
         var perDocument: [DocumentRef: Int] = [:]
         for d in pending { perDocument[DocumentRef(collection: d.collection, id: d.key), default: 0] += 1 }
         var insert = try HotStatement(db, sql: FieldSQL.appendLog)
@@ -321,6 +339,16 @@ struct LocalTransaction {
             CollectionCount.encode(manifest), TransactionRecord.State.applied.rawValue, "", "", 0,
         ])
         return (transaction, last)
+    }
+
+    /// Keeps the clock's reading durable (`clock_high_water`), so that after a restart
+    /// it starts above every timestamp it issued or adopted, even those EVICT removed
+    /// from `field`. Timestamps a write took above a far-ahead stored value, which the
+    /// clock never adopts, stay out of it.
+    func saveClockHighWater() throws {
+        try db.cachedStatement(
+            sql: "INSERT INTO shoal_meta (key, value) VALUES ('clock_high_water', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+        ).execute(arguments: [Int64(bitPattern: clock.current.rawValue)])
     }
 
     static func randomID() -> String {

@@ -44,10 +44,18 @@ enum RegisterRows {
         ON CONFLICT (collection, doc_id) DO UPDATE SET body = excluded.body, deleted = 0
         """
 
-    /// Every register of one document.
-    static func load(_ db: Database, collection: String, key: String) throws -> DocumentRegisters {
+    static let loadEvicted = "SELECT \(FieldRecord.columns) FROM evicted_counter WHERE collection = ? AND doc_id = ?"
+    static let upsertEvicted = """
+        INSERT INTO evicted_counter (collection, doc_id, name, value, ts, site, txn_seq, txn_site)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (collection, doc_id, name) DO UPDATE SET value = excluded.value, ts = excluded.ts,
+            site = excluded.site, txn_seq = excluded.txn_seq, txn_site = excluded.txn_site
+        """
+
+    /// Every register of one document (`from`: or every one EVICT kept of it, `loadEvicted`).
+    static func load(_ db: Database, collection: String, key: String, from sql: String = load) throws -> DocumentRegisters {
         var registers: [String: RegisterState] = [:]
-        var statement = try HotStatement(db, sql: load)
+        var statement = try HotStatement(db, sql: sql)
         statement.bind(collection)
         statement.bind(key)
         try statement.query { row in
@@ -71,6 +79,32 @@ enum RegisterRows {
         statement.bind(index)
         statement.bind(state.transaction.origin.rawValue)
         try statement.run()
+    }
+
+    /// Keeps what EVICT must not forget of a document (`DocumentRegisters.counters(of:)`),
+    /// merged with what an earlier EVICT kept of it.
+    static func keepEvicted(_ db: Database, collection: String, key: String, _ kept: DocumentRegisters) throws {
+        var merged = try load(db, collection: collection, key: key, from: loadEvicted)
+        var statement = try HotStatement(db, sql: upsertEvicted)
+        for (name, state) in kept.registers where merged.merge(name, state) {
+            statement.bind(collection)
+            statement.bind(key)
+            statement.bind(name)
+            statement.bind(state.json)
+            statement.bind(state.version.timestamp.rawValue)
+            statement.bind(state.version.site.rawValue)
+            statement.bind(state.transaction.sequence)
+            statement.bind(state.transaction.origin.rawValue)
+            try statement.run()
+        }
+    }
+
+    /// Drops kept registers the document now holds at the same version or a later one.
+    static func dropEvicted(_ db: Database, collection: String, key: String, kept: DocumentRegisters, now held: DocumentRegisters) throws {
+        for (name, state) in kept.registers where held.covers(name, state) {
+            try db.cachedStatement(sql: "DELETE FROM evicted_counter WHERE collection = ? AND doc_id = ? AND name = ?")
+                .execute(arguments: [collection, key, name])
+        }
     }
 
     /// Saves what the registers materialize to: the body of a live document; a deleted

@@ -49,16 +49,22 @@ import Testing
         var original: [String: Value] = [:]
         if case .live(.object(let body))? = try? replica.registers.materialize(key: "\"d\"") { original = body }
         do {
-            switch Int.random(in: 0..<10, using: &rng) {
+            switch Int.random(in: 0..<14, using: &rng) {
             case 0, 1:
                 let fields: [String: Value] = ["_id": "d", field: randomValue(&rng)]
                 try editor.insert(fields, names: fields.keys.sorted(), initial: false, kinds: [:])
+                if case .live(let body) = try editor.registers.materialize(key: "\"d\"") {
+                    #expect(body[field] == fields[field], "a write shows, whatever it overwrote or was deleted by")
+                } else {
+                    Issue.record("an INSERT left the document hidden")
+                }
             case 2:
                 try editor.update(counters: [], assignments: [([field], randomValue(&rng))], unsets: [], kinds: [:], original: original)
             case 3:
                 try editor.update(counters: [], assignments: [], unsets: [[field]], kinds: [:], original: original)
             case 4:
                 try editor.delete()
+                #expect(try editor.registers.materialize(key: "\"d\"") == .deleted, "a DELETE hides everything its replica holds")
             case 5:
                 try editor.update(
                     counters: [("n", .increment(.int(Int64.random(in: -2...3, using: &rng))))], assignments: [], unsets: [],
@@ -69,6 +75,16 @@ import Testing
                 try editor.update(counters: [], assignments: [], unsets: [["m", key]], kinds: [:], original: original)
             case 8:
                 try editor.update(counters: [("n", .restart(.int(Int64.random(in: 0...5, using: &rng))))], assignments: [], unsets: [], kinds: [:], original: original)
+            case 10:
+                // A map emptied, or started, through its `{}` base.
+                try editor.update(counters: [], assignments: [(["m"], [:])], unsets: [], kinds: [:], original: original)
+            case 11:
+                try editor.update(counters: [], assignments: [(["m", key], [:])], unsets: [], kinds: [:], original: original)
+            case 12:
+                let inner = "k\(Int.random(in: 0..<2, using: &rng))"
+                try editor.update(counters: [], assignments: [(["m", key, inner], randomValue(&rng))], unsets: [], kinds: [:], original: original)
+            case 13:
+                try editor.update(counters: [], assignments: [], unsets: [["m"]], kinds: [:], original: original)
             default:
                 let fields: [String: Value] = ["_id": "d", "init": randomValue(&rng)]
                 try editor.insert(fields, names: fields.keys.sorted(), initial: true, kinds: [:])
@@ -177,5 +193,198 @@ import Testing
         #expect(try editor.registers.materialize(key: "\"d\"") == .deleted)
         try editor.insert(["_id": "d", "after": true], names: ["_id", "after"], initial: false, kinds: [:])
         #expect(try editor.registers.materialize(key: "\"d\"") == .live(["_id": "d", "after": true]), "only what came after the delete")
+    }
+
+    /// Two RESTARTs at one timestamp on two sites: the base of the higher site wins,
+    /// and only increments made against it count, on both replicas.
+    @Test func incrementsAgainstABaseThatLostATieDoNotCount() throws {
+        let a = SiteID(1), b = SiteID(2)
+        let clock = { HybridLogicalClock(wallClock: { 1_000 }) }
+        var one = DocumentEditor(registers: DocumentRegisters(), site: a, clock: clock(), transaction: TransactionID(origin: a, sequence: 1))
+        var two = DocumentEditor(registers: DocumentRegisters(), site: b, clock: clock(), transaction: TransactionID(origin: b, sequence: 1))
+        try one.update(counters: [("n", .restart(10)), ("n", .increment(1))], assignments: [], unsets: [], kinds: [:], original: [:])
+        try two.update(counters: [("n", .restart(20)), ("n", .increment(2))], assignments: [], unsets: [], kinds: [:], original: [:])
+        #expect(one.registers["n"]?.version.timestamp == two.registers["n"]?.version.timestamp, "the clocks tie")
+        var left = one.registers, right = two.registers
+        for (name, state) in two.written { left.merge(name, state) }
+        for (name, state) in one.written { right.merge(name, state) }
+        #expect(left == right)
+        #expect(try left.materialize(key: "\"d\"") == .live(["_id": "d", "n": 22]), "b's base won the tie; a's increment was against a's")
+        #expect(two.registers["n\u{1F}0000000000000002"]?.json == #"{"e":65536000,"m":0,"p":2,"s":2}"#)
+    }
+
+    /// A contribution written before epochs named their site counts on its timestamp alone.
+    @Test func contributionsWithoutASiteMatchOnTheTimestamp() throws {
+        let a = SiteID(1), b = SiteID(2)
+        let t = HybridTimestamp(milliseconds: 1_000, counter: 0)
+        func state(_ json: String, _ ts: HybridTimestamp, _ site: SiteID) -> RegisterState {
+            RegisterState(json: json, version: RegisterVersion(timestamp: ts, site: site), transaction: TransactionID(origin: site, sequence: 1))
+        }
+        var registers = DocumentRegisters([
+            "n": state("10", t, a),
+            "n\u{1F}0000000000000002": state(#"{"e":65536000,"m":1,"p":5}"#, HybridTimestamp(rawValue: t.rawValue + 1), b),
+        ])
+        #expect(try registers.materialize(key: "\"d\"") == .live(["_id": "d", "n": 14]))
+        // Site b increments again: its contribution carries on, now naming the base's site.
+        var editor = DocumentEditor(
+            registers: registers, site: b, clock: HybridLogicalClock(wallClock: { 2_000 }), transaction: TransactionID(origin: b, sequence: 2))
+        try editor.update(counters: [("n", .increment(3))], assignments: [], unsets: [], kinds: [:], original: [:])
+        registers = editor.registers
+        #expect(registers["n\u{1F}0000000000000002"]?.json == #"{"e":65536000,"m":1,"p":8,"s":1}"#)
+        #expect(try registers.materialize(key: "\"d\"") == .live(["_id": "d", "n": 17]))
+    }
+
+    /// A DELETE hides a field from a clock far ahead of the deleting replica's; a write
+    /// after it shows again; a register at the largest timestamp refuses the DELETE.
+    @Test func aDeleteHidesFieldsFromAClockFarAhead() throws {
+        let a = SiteID(1), b = SiteID(2)
+        var ahead = DocumentEditor(
+            registers: DocumentRegisters(), site: b, clock: HybridLogicalClock(wallClock: { 1_000 + 7_200_000 }),
+            transaction: TransactionID(origin: b, sequence: 1))
+        try ahead.insert(["_id": "d", "f": 1], names: ["_id", "f"], initial: false, kinds: [:])
+        var editor = DocumentEditor(
+            registers: ahead.registers, site: a, clock: HybridLogicalClock(wallClock: { 1_000 }), transaction: TransactionID(origin: a, sequence: 1))
+        try editor.delete()
+        #expect(try editor.registers.materialize(key: "\"d\"") == .deleted)
+        #expect(editor.registers["_deleted"]!.version.timestamp > ahead.registers["f"]!.version.timestamp)
+        try editor.insert(["_id": "d", "g": 2], names: ["_id", "g"], initial: false, kinds: [:])
+        #expect(try editor.registers.materialize(key: "\"d\"") == .live(["_id": "d", "g": 2]), "a write after the DELETE shows")
+
+        var broken = editor.registers
+        broken.set("f", RegisterState(json: "1", version: RegisterVersion(timestamp: HybridTimestamp(rawValue: .max), site: b), transaction: TransactionID(origin: b, sequence: 2)))
+        var refused = DocumentEditor(registers: broken, site: a, clock: HybridLogicalClock(wallClock: { 1_000 }), transaction: TransactionID(origin: a, sequence: 2))
+        #expect(throws: EditError.self) { try refused.delete() }
+    }
+
+    /// After EVICT, an increment carries on from the contribution and base remembered
+    /// of the document; its contribution supersedes the old one and holds both.
+    @Test func anIncrementCarriesOnFromWhatEvictRemembered() throws {
+        let a = SiteID(1)
+        var before = DocumentEditor(
+            registers: DocumentRegisters(), site: a, clock: HybridLogicalClock(wallClock: { 1_000 }), transaction: TransactionID(origin: a, sequence: 1))
+        try before.insert(["_id": "d", "n": 10], names: ["_id", "n"], initial: false, kinds: [:])
+        try before.update(counters: [("n", .increment(5))], assignments: [], unsets: [], kinds: [:], original: [:])
+        let elsewhere = before.registers
+        let kept = elsewhere.counters(of: a)
+        #expect(Set(kept.registers.keys) == ["n", "n\u{1F}0000000000000001"])
+        // Evicted: nothing held but a fresh _id; the kept registers are remembered.
+        var after = DocumentEditor(
+            registers: DocumentRegisters(), remembered: kept, site: a, clock: HybridLogicalClock(wallClock: { 2_000 }),
+            transaction: TransactionID(origin: a, sequence: 2))
+        try after.insert(["_id": "d"], names: ["_id"], initial: false, kinds: [:])
+        try after.update(counters: [("n", .increment(2))], assignments: [], unsets: [], kinds: [:], original: [:])
+        #expect(after.registers["n"] == nil, "remembered registers are read, never written")
+        var refilled = after.registers
+        for (name, state) in elsewhere.registers { refilled.merge(name, state) }
+        #expect(try refilled.materialize(key: "\"d\"") == .live(["_id": "d", "n": 17]))
+        #expect(refilled.covers("n\u{1F}0000000000000001", kept["n\u{1F}0000000000000001"]!))
+    }
+
+    // MARK: Maps and their `{}` base
+
+    static func editor(_ registers: DocumentRegisters, site: UInt64, wall: UInt64, sequence: UInt64 = 1) -> DocumentEditor {
+        DocumentEditor(
+            registers: registers, site: SiteID(site), clock: HybridLogicalClock(wallClock: { wall }),
+            transaction: TransactionID(origin: SiteID(site), sequence: sequence))
+    }
+
+    static func set(_ editor: inout DocumentEditor, _ path: [String], _ value: Value) throws {
+        var original: [String: Value] = [:]
+        if case .live(.object(let body)) = try editor.registers.materialize(key: "\"d\"") { original = body }
+        try editor.update(counters: [], assignments: [(path, value)], unsets: [], kinds: [:], original: original)
+    }
+
+    static func unset(_ editor: inout DocumentEditor, _ path: [String]) throws {
+        var original: [String: Value] = [:]
+        if case .live(.object(let body)) = try editor.registers.materialize(key: "\"d\"") { original = body }
+        try editor.update(counters: [], assignments: [], unsets: [path], kinds: [:], original: original)
+    }
+
+    static func field(_ registers: DocumentRegisters, _ name: String = "m") throws -> Value? {
+        guard case .live(let body) = try registers.materialize(key: "\"d\"") else { return nil }
+        return body[name]
+    }
+
+    /// Both replicas' registers after each hears the other's writes.
+    static func exchange(_ x: DocumentEditor, _ y: DocumentEditor) -> DocumentRegisters {
+        var left = x.registers, right = y.registers
+        for (name, state) in y.written { left.merge(name, state) }
+        for (name, state) in x.written { right.merge(name, state) }
+        #expect(left == right)
+        return left
+    }
+
+    @Test func anEmptyObjectMakesAFieldAMap() throws {
+        var e = Self.editor(DocumentRegisters(), site: 1, wall: 1_000)
+        try Self.set(&e, ["m"], [:])
+        #expect(e.registers.isMap("m", declared: false))
+        try Self.set(&e, ["m", "x"], 1)
+        #expect(e.registers["m\u{1E}x"]?.json == "1", "SET m.x after SET m = {} writes an entry")
+        #expect(e.registers["m"]?.json == "{}", "the base stays")
+        #expect(try Self.field(e.registers) == ["x": 1])
+    }
+
+    @Test func aMapStaysAMapWhenItsLastKeyGoes() throws {
+        var e = Self.editor(DocumentRegisters(), site: 1, wall: 1_000)
+        try Self.set(&e, ["m", "x"], 1)
+        #expect(e.registers["m"]?.json == "{}", "the first entry writes the base")
+        try Self.unset(&e, ["m", "x"])
+        #expect(try Self.field(e.registers) == [:])
+        #expect(e.registers.isMap("m", declared: false))
+        try Self.set(&e, ["m", "y"], 2)
+        #expect(e.registers["m\u{1E}y"]?.json == "2")
+        // UNSET m still removes the whole field.
+        try Self.unset(&e, ["m"])
+        #expect(try Self.field(e.registers) == nil)
+        #expect(!e.registers.isMap("m", declared: false))
+    }
+
+    /// `SET m = {}` on one replica removes what it saw; an entry added concurrently on
+    /// another, at an earlier time, survives: the base does not hide it.
+    @Test func emptyingAMapKeepsConcurrentAdds() throws {
+        var start = Self.editor(DocumentRegisters(), site: 1, wall: 1_000)
+        try Self.set(&start, ["m", "a"], 1)
+        var emptying = Self.editor(start.registers, site: 1, wall: 3_000, sequence: 2)
+        var adding = Self.editor(start.registers, site: 2, wall: 2_000)
+        try Self.set(&emptying, ["m"], [:])
+        try Self.set(&adding, ["m", "b"], 2)
+        #expect(emptying.registers["m"]!.version > adding.registers["m\u{1E}b"]!.version, "the base is the newer write")
+        #expect(try Self.field(Self.exchange(emptying, adding)) == ["b": 2])
+    }
+
+    /// A `{}` written at `m.a` later than an entry below it, by a replica that never
+    /// saw it, keeps it; a write below a `{}` entry does not remove it.
+    @Test func anEmptyEntryKeepsWhatIsBelowIt() throws {
+        var start = Self.editor(DocumentRegisters(), site: 1, wall: 1_000)
+        try Self.set(&start, ["m", "z"], 0)
+        var deep = Self.editor(start.registers, site: 1, wall: 2_000, sequence: 2)
+        var empty = Self.editor(start.registers, site: 2, wall: 3_000)
+        try Self.set(&deep, ["m", "a", "b"], 1)
+        try Self.set(&empty, ["m", "a"], [:])
+        let both = Self.exchange(deep, empty)
+        #expect(try Self.field(both) == ["a": ["b": 1], "z": 0])
+        var e = Self.editor(both, site: 2, wall: 4_000, sequence: 2)
+        try Self.set(&e, ["m", "a", "c"], 2)
+        #expect(e.registers["m\u{1E}a"]?.json == "{}", "no observed removal for an ancestor that is {}")
+        try Self.unset(&e, ["m", "a", "b"])
+        try Self.unset(&e, ["m", "a", "c"])
+        #expect(try Self.field(e.registers) == ["a": [:], "z": 0])
+        // Nor does a whole object written at it: like the field's base, it stays.
+        try Self.set(&e, ["m", "a"], ["x": 1])
+        #expect(e.registers["m\u{1E}a"]?.json == "{}")
+        try Self.unset(&e, ["m", "a", "x"])
+        #expect(try Self.field(e.registers) == ["a": [:], "z": 0])
+    }
+
+    /// A plain register written after every entry still wins (type conflicts, §12),
+    /// whether it holds a non-empty object or a scalar.
+    @Test func aNewerRegisterStillWinsOverAMap() throws {
+        var map = Self.editor(DocumentRegisters(), site: 1, wall: 1_000)
+        try Self.set(&map, ["m", "x"], 1)
+        for value: Value in [["p": 1], 5] {
+            var register = Self.editor(DocumentRegisters(), site: 2, wall: 2_000)
+            try register.insert(["_id": "d", "m": value], names: ["_id", "m"], initial: false, kinds: [:])
+            #expect(try Self.field(Self.exchange(map, register)) == value)
+        }
     }
 }

@@ -58,6 +58,16 @@ import Testing
         #expect(t == HybridTimestamp(milliseconds: 1400, counter: 4))
     }
 
+    @Test func aRestoredHighWaterMarkIsAdoptedHoweverFarAhead() {
+        let wall = WallClock(1000)
+        let clock = HybridLogicalClock(wallClock: { wall.value }, maximumDrift: 500)
+        // This clock's own earlier reading, an hour ahead of the wall clock now.
+        clock.restore(HybridTimestamp(milliseconds: 3_601_000, counter: 2))
+        #expect(clock.tick() == HybridTimestamp(milliseconds: 3_601_000, counter: 3))
+        clock.restore(HybridTimestamp(milliseconds: 10, counter: 0))
+        #expect(clock.tick() == HybridTimestamp(milliseconds: 3_601_000, counter: 4), "a lower mark changes nothing")
+    }
+
     @Test func identifiersRoundTripThroughText() {
         let site = SiteID(0x00ab_cdef_0123_4567)
         #expect(site.description == "00abcdef01234567")
