@@ -44,6 +44,10 @@ public final class DocumentStore: Sendable {
 
     var evictedSomething: Bool { evictions.withLock { $0 } }
 
+    /// Whether this store has ever evicted documents, and so may lack some of its
+    /// own transactions until its peers send them back.
+    public var mayLackOwnTransactions: Bool { evictedSomething }
+
     /// Local read-write transactions committed since the store opened.
     public var committedLocalTransactions: UInt64 { localCommits.withLock { $0 } }
     /// The one writer, taken by every write in order of arrival.

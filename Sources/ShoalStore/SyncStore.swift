@@ -15,6 +15,9 @@ public protocol SyncStore: AnyObject, Sendable {
     var siteID: SiteID { get }
     /// The clock remote timestamps are observed on.
     var clock: HybridLogicalClock { get }
+    /// Whether this store may lack some of its own transactions (it has evicted
+    /// documents), so a peer streaming from the start should send them too.
+    var mayLackOwnTransactions: Bool { get }
     /// The system parameters in force (the document size limits a session checks).
     var systemParameters: SystemParameters { get }
 

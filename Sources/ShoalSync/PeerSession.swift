@@ -363,16 +363,20 @@ struct PeerSession: Sendable {
                     "shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)",
                     "shoal.sync.subscriptions": "\(set.entries.count)",
                 ])
-            return [.cursorRead(set, resumeAfter: cursor)]
+            return [.cursorRead(set, resumeAfter: cursor, includeOwn: engine.store.mayLackOwnTransactions)]
         case .readPage(let request):
             var page = try await engine.store.changes(
                 after: request.after, limit: request.limit, byteLimit: request.byteLimit,
                 subscriptions: request.subscriptions, excludingOrigin: request.excludingOrigin,
                 continuing: request.continuing, resuming: request.resuming)
-            // Not back to the peer every row of it came from (DeliveryLedger).
-            let echoes = engine.deliveries.withLock { ledger in
-                Set(page.pieces.map(\.id).filter { ledger.soleSource(of: $0) == peer.siteID })
-            }
+            // Not back to the peer every row of it came from (DeliveryLedger), unless the
+            // peer asked for its own transactions (it evicted: it may lack what it sent).
+            let echoes: Set<TransactionID> =
+                request.excludingOrigin == nil
+                ? []
+                : engine.deliveries.withLock { ledger in
+                    Set(page.pieces.map(\.id).filter { ledger.soleSource(of: $0) == peer.siteID })
+                }
             if !echoes.isEmpty { page.pieces.removeAll { echoes.contains($0.id) } }
             return [.pageRead(page, ticket: request.ticket)]
         case .submit(let batch):

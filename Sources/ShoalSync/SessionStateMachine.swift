@@ -73,7 +73,9 @@ public struct SessionStateMachine: Sendable {
         /// This node's subscriptions changed (`fromStart`: after EVICT, ask for everything again).
         case ownSubscriptionsChanged(SubscriptionSet, fromStart: Bool)
         /// The cursor this node holds for `subscriptions` on this peer's log.
-        case cursorRead(SubscriptionSet, resumeAfter: UInt64)
+        /// `includeOwn`: this node may lack some of its own transactions (it evicted),
+        /// so the peer should stream them too when resuming from 0.
+        case cursorRead(SubscriptionSet, resumeAfter: UInt64, includeOwn: Bool = false)
         case pageRead(ChangeLogPage, ticket: Int)
         /// The oldest submitted batch is durable (committed or buffered).
         case batchDurable
@@ -86,6 +88,8 @@ public struct SessionStateMachine: Sendable {
         public var limit: Int
         public var byteLimit: Int
         public var subscriptions: SubscriptionSet
+        /// The subscriber, whose own transactions (and echoes of what it sent) are left
+        /// out; nil when it asked for them back (PROTOCOL.md §8.3).
         public var excludingOrigin: SiteID?
         public var continuing: Set<TransactionID>
         /// The first page after a Subscribe: it may start inside a transaction sent before.
@@ -137,6 +141,8 @@ public struct SessionStateMachine: Sendable {
     private var generation = 0
     private var sentThrough: UInt64 = 0
     private var resumeAfter: UInt64 = 0
+    /// Whether the peer's Subscribe asked for its own transactions (it evicted).
+    private var peerIncludesOwn = false
     private var firstPage = true
     private var logEnd: UInt64 = 0
     private var pageTicket = 0
@@ -209,13 +215,14 @@ public struct SessionStateMachine: Sendable {
             if !fromStart, let latest = ownSets[ownGeneration], latest.key == set.key { return [] }
             cursorReadPending = true
             return [.readCursor(set, fromStart: fromStart)]
-        case .cursorRead(let set, let resumeAfter):
+        case .cursorRead(let set, let resumeAfter, let includeOwn):
             cursorReadPending = false
             ownGeneration += 1
             ownSets[ownGeneration] = (set, set.key)
             var subscribe = Shoal_V1_Subscribe()
             subscribe.resumeAfter = resumeAfter
             subscribe.generation = ownGeneration
+            subscribe.includeOwnTransactions = includeOwn && resumeAfter == 0
             subscribe.subscriptions = set.entries.map { entry in
                 var s = Shoal_V1_Subscription()
                 s.id = entry.id
@@ -307,6 +314,7 @@ public struct SessionStateMachine: Sendable {
             peerGeneration = request.generation
             generation += 1
             resumeAfter = request.resumeAfter
+            peerIncludesOwn = request.includeOwnTransactions
             sentThrough = request.resumeAfter
             acknowledged = request.resumeAfter
             firstPage = true
@@ -434,7 +442,8 @@ public struct SessionStateMachine: Sendable {
             .readPage(
                 PageRequest(
                     after: sentThrough, limit: configuration.batchSize, byteLimit: configuration.batchBytes,
-                    subscriptions: peerSet, excludingOrigin: resumeAfter > 0 ? configuration.peer : nil,
+                    subscriptions: peerSet,
+                    excludingOrigin: resumeAfter > 0 || !peerIncludesOwn ? configuration.peer : nil,
                     continuing: continuing, resuming: firstPage && resumeAfter > 0, ticket: pageTicket))
         ]
     }

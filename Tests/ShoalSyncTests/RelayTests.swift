@@ -80,4 +80,34 @@ import Testing
             }
         }
     }
+
+    /// A's writes reach B through C first; then B and A meet for the first time
+    /// (cursor 0). B's ledger says they came from C, yet B must not stream them back
+    /// to A, their origin. A node that evicted, though, gets its own writes back.
+    @Test func aTransactionIsNeverStreamedBackToItsOriginUnlessItEvicted() async throws {
+        let a = try TestNode(name: "a", subscriptions: [Self.cars])
+        let b = try TestNode(name: "b", subscriptions: [Self.cars])
+        let c = try TestNode(name: "c", subscriptions: [Self.cars])
+        defer { a.remove(); b.remove(); c.remove() }
+        for i in 0..<20 { _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'a\(i)'})") }
+        try await InProcessMesh.withLink(c.sync, a.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(c, Self.cars) == 20 })
+        }
+        try await InProcessMesh.withLink(b.sync, c.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(b, Self.cars) == 20 })
+        }
+        try await InProcessMesh.withLink(b.sync, a.sync) { () async throws in
+            _ = try await b.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'from-b'})")
+            #expect(try await InProcessMesh.eventually { try await Self.count(a, Self.cars) == 21 })
+            #expect(await InProcessMesh.eventually { a.sync.peers().first { $0.siteID == b.store.siteID }?.lagDeltas == 0 })
+            let seenByA = try #require(a.sync.peers().first { $0.siteID == b.store.siteID })
+            #expect(seenByA.deltasIn == 1, "only B's own write reaches A, none of A's twenty come back")
+        }
+        // B evicts what it wrote; its sessions start from 0 again and ask for their own transactions.
+        _ = try await b.store.execute("EVICT FROM cars WHERE _id = 'from-b'")
+        #expect(b.store.mayLackOwnTransactions)
+        try await InProcessMesh.withLink(b.sync, a.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(b, "SELECT * FROM cars WHERE _id = 'from-b'") == 1 })
+        }
+    }
 }

@@ -24,10 +24,13 @@ import Testing
 
     static let cars = set("SELECT * FROM cars")
 
-    static func subscribe(_ set: SubscriptionSet, generation: UInt64, resumeAfter: UInt64 = 0) -> WireMessage {
+    static func subscribe(_ set: SubscriptionSet, generation: UInt64, resumeAfter: UInt64 = 0, includeOwn: Bool = false)
+        -> WireMessage
+    {
         var s = Shoal_V1_Subscribe()
         s.generation = generation
         s.resumeAfter = resumeAfter
+        s.includeOwnTransactions = includeOwn
         s.subscriptions = set.entries.map { e in
             var w = Shoal_V1_Subscription()
             w.query = e.query
@@ -209,7 +212,7 @@ import Testing
             Issue.record("expected peerSubscribed and a page read, got \(subscribed)")
             return
         }
-        #expect(set == Self.cars && r1.after == 0 && r1.excludingOrigin == nil && !r1.resuming)
+        #expect(set == Self.cars && r1.after == 0 && r1.excludingOrigin == Self.peer && !r1.resuming, "not even from 0")
         #expect(Self.pageRequest(m.handle(.logAdvanced(60), now: 2)) == nil, "one page read at a time")
         let page1 = ChangeLogPage(pieces: [Self.piece(1)], through: 20)
         let after1 = m.handle(.pageRead(page1, ticket: r1.ticket), now: 3)
@@ -226,6 +229,36 @@ import Testing
         // An Ack for a batch never sent breaks the protocol.
         let bogus = m.handle(.received(Self.ack(33)), now: 6)
         #expect(Self.closed(bogus)??.message == "Ack for sequence 33, which no unacknowledged DeltaBatch carries")
+    }
+
+    /// A subscriber's own transactions go back to it only when it asks, from 0 (it evicted).
+    @Test func ownTransactionsGoBackOnlyWhenAskedFromTheStart() {
+        var m = Self.machine()
+        _ = m.handle(.logAdvanced(50), now: 0)
+        let asked = Self.pageRequest(m.handle(.received(Self.subscribe(Self.cars, generation: 1, includeOwn: true)), now: 1))
+        #expect(asked?.excludingOrigin == nil)
+        let resumed = Self.pageRequest(
+            m.handle(.received(Self.subscribe(Self.cars, generation: 2, resumeAfter: 5, includeOwn: true)), now: 2))
+        #expect(resumed?.excludingOrigin == Self.peer, "above 0 it holds them")
+        // As subscriber: the flag goes out only with resume_after 0.
+        var s = Self.machine()
+        _ = s.handle(.ownSubscriptionsChanged(Self.cars, fromStart: true), now: 0)
+        guard case .send(.subscribe(let fromZero))? = s.handle(.cursorRead(Self.cars, resumeAfter: 0, includeOwn: true), now: 1).first
+        else {
+            Issue.record("expected a Subscribe")
+            return
+        }
+        #expect(fromZero.includeOwnTransactions)
+        _ = s.handle(.ownSubscriptionsChanged(Self.set("SELECT * FROM boats"), fromStart: false), now: 2)
+        guard
+            case .send(.subscribe(let later))? = s.handle(
+                .cursorRead(Self.set("SELECT * FROM boats"), resumeAfter: 9, includeOwn: true), now: 3
+            ).first
+        else {
+            Issue.record("expected a second Subscribe")
+            return
+        }
+        #expect(!later.includeOwnTransactions)
     }
 
     @Test func aNewerSubscribeRestartsAndDropsPagesReadBefore() {

@@ -19,6 +19,7 @@ import Testing
         var siteID: SiteID { base.siteID }
         var clock: HybridLogicalClock { base.clock }
         var systemParameters: SystemParameters { base.systemParameters }
+        var mayLackOwnTransactions: Bool { base.mayLackOwnTransactions }
         func cursor(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> UInt64 {
             try await base.cursor(peer: peer, subscriptionKey: subscriptionKey)
         }

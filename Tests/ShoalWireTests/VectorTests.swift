@@ -135,6 +135,10 @@ import CompressNIO
         ]
         subscribe.resumeAfter = 12
         subscribe.generation = 2
+        var subscribeOwn = Shoal_V1_Subscribe()
+        subscribeOwn.subscriptions = [subscription("SELECT * FROM cars WHERE color = 'red'")]
+        subscribeOwn.generation = 1
+        subscribeOwn.includeOwnTransactions = true
         var batch = Shoal_V1_DeltaBatch()
         batch.pieces = [piece()]
         batch.filters = [filter()]
@@ -217,6 +221,14 @@ import CompressNIO
                     resume_after 12, generation 2.
                     """,
                 message: .subscribe(subscribe)),
+            Vector(
+                file: "subscribe-include-own.hex",
+                comment: """
+                    Subscribe (type 0x06) of a node that evicted documents: "SELECT * FROM cars WHERE
+                    color = 'red'" with its FNV-1a id, resume_after 0 (absent), generation 1,
+                    include_own_transactions true.
+                    """,
+                message: .subscribe(subscribeOwn)),
             Vector(
                 file: "delta-batch.hex",
                 comment: """

@@ -290,6 +290,10 @@ public nonisolated struct Shoal_V1_Subscribe: Sendable {
   /// Numbers the Subscribes of one session, from 1, increasing; DeltaBatch echoes it.
   public var generation: UInt64 = 0
 
+  /// The subscriber may lack some of its own transactions (it has evicted documents):
+  /// with resume_after 0 the publisher streams them too. Otherwise it never does.
+  public var includeOwnTransactions: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1447,7 +1451,7 @@ nonisolated extension Shoal_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Subscribe"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subscriptions\0\u{3}resume_after\0\u{1}generation\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subscriptions\0\u{3}resume_after\0\u{1}generation\0\u{3}include_own_transactions\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1458,6 +1462,7 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
       case 1: try { try decoder.decodeRepeatedMessageField(value: &self.subscriptions) }()
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.resumeAfter) }()
       case 3: try { try decoder.decodeSingularUInt64Field(value: &self.generation) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.includeOwnTransactions) }()
       default: break
       }
     }
@@ -1473,6 +1478,9 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
     if self.generation != 0 {
       try visitor.visitSingularUInt64Field(value: self.generation, fieldNumber: 3)
     }
+    if self.includeOwnTransactions != false {
+      try visitor.visitSingularBoolField(value: self.includeOwnTransactions, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1480,6 +1488,7 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.subscriptions != rhs.subscriptions {return false}
     if lhs.resumeAfter != rhs.resumeAfter {return false}
     if lhs.generation != rhs.generation {return false}
+    if lhs.includeOwnTransactions != rhs.includeOwnTransactions {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
