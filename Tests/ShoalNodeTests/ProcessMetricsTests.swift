@@ -53,6 +53,7 @@ extension ProcessSuites {
         #expect(Self.value(text, "shoal_change_log_rows") ?? 0 >= 3)
         #expect(Self.value(text, "shoal_store_size_bytes") ?? 0 > 0)
         #expect(Self.value(text, "shoal_transactions_waiting") == 0)
+        #expect(!text.contains("peer_site=\"0000000000000000\""), "the CLI's sessions are no peer's traffic")
         #expect(text.contains("# TYPE shoal_commit_duration_seconds histogram"))
 
         // The receiver counts what it applied, and times its commits of it.
