@@ -23,6 +23,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", exact: "2.13.0"),
         .package(url: "https://github.com/apple/swift-crypto.git", exact: "3.12.3"),
         .package(url: "https://github.com/LebJe/TOMLKit.git", exact: "0.6.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
     ],
     targets: [
         .target(name: "ShoalCRDT", swiftSettings: swiftSettings),
@@ -44,6 +46,7 @@ let package = Package(
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -53,6 +56,7 @@ let package = Package(
                 "ShoalCRDT", "ShoalQuery", "ShoalStore", "ShoalWire",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -62,9 +66,12 @@ let package = Package(
                 "ShoalCRDT", "ShoalQuery", "ShoalStore", "ShoalSync", "ShoalWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -117,7 +124,12 @@ let package = Package(
         ),
         .testTarget(
             name: "ShoalNodeTests",
-            dependencies: ["Shoal", "ShoalNode", "ShoalTesting", "ShoalWire", "shoal"],
+            dependencies: [
+                "Shoal", "ShoalCRDT", "ShoalNode", "ShoalSync", "ShoalTesting", "ShoalWire", "shoal",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
             swiftSettings: swiftSettings
         ),
     ]

@@ -36,6 +36,9 @@ public struct NodeConfiguration: Sendable {
     public var maximumWaitingBytes: Int
     /// Connections, sessions, subscriptions, query and document sizes, outbound bytes.
     public var resources: ResourceLimits
+    /// Where to serve Prometheus metrics over plain HTTP (`GET /metrics`); nil: nowhere.
+    /// It has no authentication: loopback or a trusted network only.
+    public var metrics: HostAndPort?
 
     public init(
         dataDirectory: String, listen: HostAndPort = HostAndPort(host: "0.0.0.0", port: HostAndPort.defaultPort),
@@ -43,7 +46,8 @@ public struct NodeConfiguration: Sendable {
         meshKey: [UInt8]? = nil, discovery: Bool = true, discoveryInterface: String? = nil, relay: Bool = true, limits: WireLimits = .default,
         keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
         coverageWait: Duration = .seconds(30), maximumWaitingTransactions: Int = 10_000,
-        maximumWaitingBytes: Int = 256 << 20, adminKey: [UInt8]? = nil, resources: ResourceLimits = .init()
+        maximumWaitingBytes: Int = 256 << 20, adminKey: [UInt8]? = nil, resources: ResourceLimits = .init(),
+        metrics: HostAndPort? = nil
     ) {
         self.dataDirectory = dataDirectory
         self.listen = listen
@@ -63,6 +67,7 @@ public struct NodeConfiguration: Sendable {
         self.maximumWaitingTransactions = maximumWaitingTransactions
         self.maximumWaitingBytes = maximumWaitingBytes
         self.resources = resources
+        self.metrics = metrics
     }
 
     /// The smallest mesh key accepted, in bytes.

@@ -51,6 +51,8 @@ public struct NodeSettings: Sendable, Hashable {
         Key(name: "discovery-interface", kind: .string, summary: "the interface discovery uses, NAME or IPV4 (default: every multicast-capable one)"),
         Key(name: "relay", kind: .boolean, summary: "carry changes for neighbours' subscriptions this node's own do not cover (default true)"),
         Key(name: "log-level", kind: .string, summary: "trace, debug, info, notice, warning, error or critical (default info)"),
+        Key(name: "log-format", kind: .string, summary: "text, or json: one JSON object per line (default text)"),
+        Key(name: "metrics", kind: .string, summary: "HOST:PORT to serve Prometheus metrics on, GET /metrics over plain HTTP; no authentication, so loopback or a trusted network only (default: off; port 0 picks one)"),
         Key(name: "max-frame-size", kind: .integer, summary: "the largest frame accepted, in bytes (default 16777216)"),
         Key(name: "coverage-wait", kind: .seconds, summary: "seconds a remote transaction waits for pieces its subscriptions cover (default 30)"),
         Key(name: "max-waiting-transactions", kind: .integer, summary: "remote transactions held back at most (default 10000)"),
@@ -247,6 +249,15 @@ public struct NodeSettings: Sendable, Hashable {
         return level
     }
 
+    /// The log format (`text` unless set): `text` lines, or `json`, one object per line.
+    public func logFormat() throws(NodeError) -> String {
+        let format = string("log-format") ?? "text"
+        guard ["text", "json"].contains(format) else {
+            throw invalid("log-format", "'\(format)' is not one of text, json")
+        }
+        return format
+    }
+
     /// The node configuration these settings describe, with the defaults for what they leave out.
     public func configuration() throws(NodeError) -> NodeConfiguration {
         guard let data = string("data"), !data.isEmpty else {
@@ -321,6 +332,14 @@ public struct NodeSettings: Sendable, Hashable {
             if n < 64 << 10 { throw invalid("max-pending-outbound-bytes", "must be at least 65536") }
             resources.maximumPendingOutboundBytes = n
         }
+        var metrics: HostAndPort?
+        if let text = string("metrics") {
+            do {
+                metrics = try HostAndPort(parsing: text)
+            } catch {
+                throw invalid("metrics", error.message)
+            }
+        }
         var relay = true
         if case .boolean(let b)? = values["relay"] { relay = b }
         var discovery = true
@@ -331,6 +350,6 @@ public struct NodeSettings: Sendable, Hashable {
             limits: WireLimits(maximumFrameSize: frame, maximumInflatedSize: frame),
             idleTimeout: .milliseconds(Int64(idle * 1000)),
             coverageWait: .milliseconds(Int64(wait * 1000)), maximumWaitingTransactions: waitingTransactions,
-            maximumWaitingBytes: waitingBytes, adminKey: adminKey, resources: resources)
+            maximumWaitingBytes: waitingBytes, adminKey: adminKey, resources: resources, metrics: metrics)
     }
 }

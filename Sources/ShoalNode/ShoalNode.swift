@@ -17,6 +17,8 @@ public final class ShoalNode: Service, Sendable {
     public let configuration: NodeConfiguration
     public let store: DocumentStore
     public let sync: SyncEngine
+    /// This node's own metrics registry; `--metrics` serves it over HTTP.
+    public let metrics: NodeMetrics
     let logger: Logger
     let group: MultiThreadedEventLoopGroup
     /// LAN discovery, unless it is off.
@@ -32,11 +34,14 @@ public final class ShoalNode: Service, Sendable {
         // Before the database opens: a second node on the same directory stops here.
         self.dataLock = try DataDirectoryLock(directory: configuration.dataDirectory)
         let resources = configuration.resources
+        let metrics = NodeMetrics()
+        self.metrics = metrics
         let store = try DocumentStore(
             directory: configuration.dataDirectory, logger: logger,
             parameters: SystemParameters(
                 documentSizeSoftLimitBytes: Int64(resources.documentSizeSoftLimit),
-                documentSizeHardLimitBytes: Int64(resources.documentSizeHardLimit)))
+                documentSizeHardLimitBytes: Int64(resources.documentSizeHardLimit)),
+            commitDuration: metrics.commitDuration)
         self.store = store
         let name = configuration.name ?? "shoal-\(String(store.siteID.description.prefix(6)))"
         self.sync = SyncEngine(
@@ -55,7 +60,7 @@ public final class ShoalNode: Service, Sendable {
                 maximumAdminSessions: resources.maximumAdminConnections,
                 maximumSubscriptionsPerPeer: resources.maximumSubscriptionsPerPeer,
                 maximumQueryLength: resources.maximumQueryLength),
-            logger: logger)
+            logger: logger, applyDuration: metrics.remoteApplyDuration)
         for query in configuration.subscriptions {
             try sync.subscribe(query)
         }
@@ -160,6 +165,22 @@ public final class ShoalNode: Service, Sendable {
         }
         let address = HostAndPort(
             host: configuration.listen.host, port: server.channel.localAddress?.port ?? configuration.listen.port)
+        var metricsServer: MetricsServer?
+        if let asked = configuration.metrics {
+            do {
+                metricsServer = try await MetricsServer.bind(asked, group: group)
+            } catch {
+                try? await server.channel.close()
+                throw error
+            }
+            let served = metricsServer!.boundAddress(asked: asked)
+            logger.info("serving metrics on http://\(served)/metrics", metadata: ["shoal.metrics.listen": "\(served)"])
+            if !served.isLoopback {
+                logger.warning(
+                    "the metrics endpoint \(served) is beyond loopback and has no authentication: anyone who can reach it reads peer sites, traffic and store sizes. Serve it on 127.0.0.1 or a trusted network only",
+                    metadata: ["shoal.metrics.listen": "\(served)"])
+            }
+        }
         bound.withLock { $0 = address }
         sync.listenAddress = address.description
         for waiter in readyWaiters.withLock({ w in defer { w.removeAll() }; return w }) { waiter.resume(returning: address) }
@@ -177,6 +198,11 @@ public final class ShoalNode: Service, Sendable {
             }
             if let discovery {
                 group.addTask { await self.discover(with: discovery, listening: address) }
+            }
+            if let metricsServer {
+                group.addTask {
+                    try await metricsServer.run(logger: self.logger) { try await self.renderMetrics() }
+                }
             }
             try await server.executeThenClose { connections in
                 for try await connection in connections {

@@ -1,6 +1,7 @@
 public import ShoalCRDT
 import ShoalQuery
 public import Logging
+public import Metrics
 import GRDB
 import Synchronization
 import Foundation
@@ -48,6 +49,9 @@ public final class DocumentStore: Sendable {
     /// own transactions until its peers send them back.
     public var mayLackOwnTransactions: Bool { evictedSomething }
 
+    /// Times each local commit that wrote something (its change-log rows and COMMIT), if given.
+    let commitDuration: Metrics.Timer?
+
     /// Local read-write transactions committed since the store opened.
     public var committedLocalTransactions: UInt64 { localCommits.withLock { $0 } }
     /// The one writer, taken by every write in order of arrival.
@@ -67,12 +71,16 @@ public final class DocumentStore: Sendable {
     ///   - parameters: the run-time parameters to start from (`ALTER SYSTEM SET`
     ///     changes them until the store closes; see `SystemParameters`).
     ///   - wallClock: milliseconds since 1970 for the store's clock; tests skew it.
+    ///   - commitDuration: records how long each local commit that wrote something
+    ///     took, one sample per transaction.
     public init(
         directory: String, logger: Logger = Logger(label: "shoal.store"),
         parameters: SystemParameters = SystemParameters(),
-        wallClock: @escaping @Sendable () -> UInt64 = HybridLogicalClock.systemMilliseconds
+        wallClock: @escaping @Sendable () -> UInt64 = HybridLogicalClock.systemMilliseconds,
+        commitDuration: Metrics.Timer? = nil
     ) throws(StoreError) {
         self.logger = logger
+        self.commitDuration = commitDuration
         self.parameters = Mutex(parameters)
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -256,6 +264,11 @@ public final class DocumentStore: Sendable {
     /// The highest change-log sequence committed so far.
     public func lastSequence() async throws(StoreError) -> UInt64 {
         try await read { db in UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0) }
+    }
+
+    /// The rows of the change log: what sync streams from, and what compaction trims.
+    public func changeLogRowCount() async throws(StoreError) -> UInt64 {
+        try await read { db in UInt64(try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM change_log") ?? 0) }
     }
 
     /// The number of live documents in each collection, by name.

@@ -1,6 +1,7 @@
 public import ShoalCRDT
 public import ShoalQuery
 import GRDB
+import Metrics
 import Synchronization
 
 /// What a transaction's body asks for when it returns.
@@ -248,6 +249,7 @@ public final class Transaction: Sendable {
             return (progress, s.written, s.newIndexes)
         }
         let committed: (transaction: TransactionID, lastSequence: UInt64)?
+        let started = ContinuousClock.now
         do {
             committed = try await store.pool.writeWithoutTransaction { [store] db in
                 let local = LocalTransaction(db: db, site: store.siteID, clock: store.clock, progress: progress)
@@ -258,6 +260,7 @@ public final class Transaction: Sendable {
         } catch {
             throw StoreError.wrapping(error, "committing transaction \(info.id)")
         }
+        if committed != nil { store.commitDuration?.record(duration: ContinuousClock.now - started) }
         state.withLock { s in
             s.phase = .committed
             s.transactionID = committed?.transaction

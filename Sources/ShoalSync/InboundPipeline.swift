@@ -1,6 +1,7 @@
 public import ShoalCRDT
 public import ShoalStore
 import Logging
+import Metrics
 import Synchronization
 import Foundation
 
@@ -102,12 +103,15 @@ public final class InboundPipeline: Sendable {
     public let configuration: Configuration
     let store: any SyncStore
     let logger: Logger
+    /// Times each commit of received transactions (one per SQLite transaction), if given.
+    let applyDuration: Metrics.Timer?
     private let state = Mutex(State())
 
-    init(store: any SyncStore, configuration: Configuration, logger: Logger) {
+    init(store: any SyncStore, configuration: Configuration, logger: Logger, applyDuration: Metrics.Timer? = nil) {
         self.store = store
         self.configuration = configuration
         self.logger = logger
+        self.applyDuration = applyDuration
     }
 
     public var status: Status { state.withLock { $0.status } }
@@ -173,7 +177,9 @@ public final class InboundPipeline: Sendable {
             if ContinuousClock.now >= nextTick { nextTick = ContinuousClock.now + configuration.tickInterval }
             let subscriptions = engine.subscriptions
             do {
+                let started = ContinuousClock.now
                 let (result, outcome) = try await commit(items, assembler: assembler, subscriptions: subscriptions)
+                if !items.isEmpty { applyDuration?.record(duration: ContinuousClock.now - started) }
                 assembler = result.assembler
                 publish(assembler, result.counters, subscriptions: subscriptions)
                 for item in items { item.done?(.success(())) }

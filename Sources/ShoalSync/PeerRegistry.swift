@@ -31,6 +31,22 @@ public struct PeerSnapshot: Sendable, Hashable {
     public var subscriptions: [SubscriptionSet.Entry]
 }
 
+/// What this node exchanged with one peer site since it started, over every
+/// session with it (closed ones included): counters for metrics.
+public struct PeerTraffic: Sendable, Hashable {
+    public var bytesIn: UInt64 = 0
+    public var bytesOut: UInt64 = 0
+    public var deltasIn: UInt64 = 0
+    public var deltasOut: UInt64 = 0
+
+    public init(bytesIn: UInt64 = 0, bytesOut: UInt64 = 0, deltasIn: UInt64 = 0, deltasOut: UInt64 = 0) {
+        self.bytesIn = bytesIn
+        self.bytesOut = bytesOut
+        self.deltasIn = deltasIn
+        self.deltasOut = deltasOut
+    }
+}
+
 /// Every live session and dial target of a node, for status and for
 /// choosing one session per peer pair.
 final class PeerRegistry: Sendable {
@@ -43,8 +59,9 @@ final class PeerRegistry: Sendable {
 
     private struct State {
         var records: [Int: Record] = [:]
-        /// Deltas in and out per peer site, since this node started.
-        var deltas: [SiteID: (in: UInt64, out: UInt64)] = [:]
+        /// Per peer site since this node started: deltas of every session, bytes of
+        /// the closed ones (a live session's bytes are in its record).
+        var totals: [SiteID: PeerTraffic] = [:]
         var dialTargets: [String: PeerSnapshot] = [:]
         var nextID = 0
     }
@@ -81,7 +98,12 @@ final class PeerRegistry: Sendable {
     }
 
     func remove(_ id: Int) {
-        _ = state.withLock { $0.records.removeValue(forKey: id) }
+        state.withLock { s in
+            guard let closed = s.records.removeValue(forKey: id)?.snapshot, let site = closed.siteID, closed.state != "admin"
+            else { return }
+            s.totals[site, default: PeerTraffic()].bytesIn += closed.bytesIn
+            s.totals[site, default: PeerTraffic()].bytesOut += closed.bytesOut
+        }
     }
 
     func update(_ id: Int, _ body: (inout PeerSnapshot) -> Void) {
@@ -115,10 +137,8 @@ final class PeerRegistry: Sendable {
     func countDeltas(_ id: Int, in received: UInt64 = 0, out sent: UInt64 = 0) {
         state.withLock { s in
             guard let site = s.records[id]?.snapshot.siteID else { return }
-            var totals = s.deltas[site] ?? (0, 0)
-            totals.in += received
-            totals.out += sent
-            s.deltas[site] = totals
+            s.totals[site, default: PeerTraffic()].deltasIn += received
+            s.totals[site, default: PeerTraffic()].deltasOut += sent
         }
     }
 
@@ -142,14 +162,29 @@ final class PeerRegistry: Sendable {
         _ = state.withLock { $0.dialTargets.removeValue(forKey: address) }
     }
 
+    /// Bytes and deltas per peer site since this node started: the closed sessions'
+    /// totals plus the live sessions' own counts. Admin (CLI) sessions, and sessions
+    /// whose handshake never named a site, are not counted.
+    func traffic() -> [SiteID: PeerTraffic] {
+        state.withLock { s in
+            var traffic = s.totals
+            for record in s.records.values {
+                guard let site = record.snapshot.siteID, record.snapshot.state != "admin" else { continue }
+                traffic[site, default: PeerTraffic()].bytesIn += record.snapshot.bytesIn
+                traffic[site, default: PeerTraffic()].bytesOut += record.snapshot.bytesOut
+            }
+            return traffic
+        }
+    }
+
     /// Live sessions, then dial targets with no live outbound session.
     func snapshots() -> [PeerSnapshot] {
         state.withLock { s in
             let live = s.records.sorted { $0.key < $1.key }.map { record in
                 var snapshot = record.value.snapshot
-                if let site = snapshot.siteID, let totals = s.deltas[site] {
-                    snapshot.deltasIn = totals.in
-                    snapshot.deltasOut = totals.out
+                if let site = snapshot.siteID, let totals = s.totals[site] {
+                    snapshot.deltasIn = totals.deltasIn
+                    snapshot.deltasOut = totals.deltasOut
                 }
                 return snapshot
             }

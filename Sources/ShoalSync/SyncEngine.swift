@@ -2,6 +2,7 @@ public import ShoalCRDT
 public import ShoalStore
 public import ShoalWire
 public import Logging
+public import Metrics
 import Synchronization
 
 /// Runs a node's sessions: the handshake on every connection, then either the
@@ -30,11 +31,17 @@ public final class SyncEngine: Sendable {
     /// Established sessions by role, against `maximumPeers` and `maximumAdminSessions`.
     private let sessionCounts = Mutex<(peers: Int, admins: Int)>((0, 0))
 
-    public init(store: any SyncStore, configuration: SyncConfiguration, logger: Logger = Logger(label: "shoal.sync")) {
+    /// - Parameter applyDuration: records how long each commit of received
+    ///   transactions took, one sample per SQLite transaction of the inbound pipeline.
+    public init(
+        store: any SyncStore, configuration: SyncConfiguration, logger: Logger = Logger(label: "shoal.sync"),
+        applyDuration: Metrics.Timer? = nil
+    ) {
         self.store = store
         self.configuration = configuration
         self.logger = logger
-        self.pipeline = InboundPipeline(store: store, configuration: configuration.inbound, logger: logger)
+        self.pipeline = InboundPipeline(
+            store: store, configuration: configuration.inbound, logger: logger, applyDuration: applyDuration)
         self.advertisedListen = Mutex(configuration.listenAddress)
     }
 
@@ -186,6 +193,10 @@ public final class SyncEngine: Sendable {
 
     /// Every session and dial target, for status.
     public func peers() -> [PeerSnapshot] { registry.snapshots() }
+
+    /// Bytes and deltas exchanged with each peer site since this node started, over
+    /// every session with it, closed ones included.
+    public func traffic() -> [SiteID: PeerTraffic] { registry.traffic() }
 
     /// Whether a session with `site` is established now.
     public func isConnected(to site: SiteID) -> Bool { registry.isConnected(site: site) }

@@ -82,7 +82,8 @@ public final class NodeProcess {
             if let line = self.log().split(separator: "\n").first(where: { $0.contains("ready to accept connections on ") }),
                 let range = line.range(of: "ready to accept connections on ")
             {
-                address = String(line[range.upperBound...]).trimmingCharacters(in: .whitespaces)
+                // The address ends the text line; in a JSON line, a quote ends it.
+                address = String(line[range.upperBound...].prefix { $0 != "\"" && !$0.isWhitespace })
                 return
             }
             if !process.isRunning { break }
@@ -115,6 +116,15 @@ public final class NodeProcess {
     }
 
     public var port: Int { Int(address.split(separator: ":").last ?? "") ?? 0 }
+
+    /// The address `--metrics` serves on, from the "serving metrics on http://ADDRESS/metrics" line.
+    public var metricsAddress: String? {
+        guard let line = log().split(separator: "\n").first(where: { $0.contains("serving metrics on http://") }),
+            let start = line.range(of: "serving metrics on http://"),
+            let end = line[start.upperBound...].range(of: "/metrics")
+        else { return nil }
+        return String(line[start.upperBound..<end.lowerBound])
+    }
     public var isRunning: Bool { process.isRunning }
 
     public func log() -> String {

@@ -59,6 +59,14 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error or critical (default: info).")
     var logLevel: String?
 
+    @Option(name: .long, help: "Log format: text, or json for one JSON object per line (default: text).")
+    var logFormat: String?
+
+    @Option(
+        name: .long,
+        help: "Serve Prometheus metrics on HOST:PORT, GET /metrics over plain HTTP (port 0: any free port). It has no authentication: use loopback or a trusted network.")
+    var metrics: String?
+
     @Option(name: .long, help: "The largest frame accepted, in bytes (default: 16777216).")
     var maxFrameSize: Int?
 
@@ -90,6 +98,8 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("discovery-interface", discoveryInterface.map { .string($0) })
         s.setFlag("relay", relay.map { .boolean($0) })
         s.setFlag("log-level", logLevel.map { .string($0) })
+        s.setFlag("log-format", logFormat.map { .string($0) })
+        s.setFlag("metrics", metrics.map { .string($0) })
         s.setFlag("max-frame-size", maxFrameSize.map { .integer($0) })
         s.setFlag("coverage-wait", coverageWait.map { .seconds($0) })
         s.setFlag("max-waiting-transactions", maxWaitingTransactions.map { .integer($0) })
@@ -102,14 +112,21 @@ struct RunCommand: AsyncParsableCommand {
         let settings: NodeSettings
         let configuration: NodeConfiguration
         let level: Logger.Level
+        let json: Bool
         do throws(NodeError) {
             settings = try flags.overriding(config.map { path throws(NodeError) in try NodeSettings.load(file: path) } ?? NodeSettings())
             configuration = try settings.configuration()
             level = Logger.Level(rawValue: try settings.logLevel())!
+            json = try settings.logFormat() == "json"
         } catch {
             throw fail(error.message)
         }
         LoggingSystem.bootstrap { label in
+            if json {
+                var handler = JSONLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            }
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
             return handler

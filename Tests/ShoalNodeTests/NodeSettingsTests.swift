@@ -33,6 +33,8 @@ struct NodeSettingsTests {
         max-pending-outbound-bytes = 70000
         document-size-soft-limit = 8000
         document-size-hard-limit = 9000
+        log-format = "json"
+        metrics = "127.0.0.1:9470"
         """
 
     @Test func aFileSetsEveryKey() throws {
@@ -62,6 +64,8 @@ struct NodeSettingsTests {
                     maximumPeers: 3, maximumAdminConnections: 4, maximumSubscriptionsPerPeer: 5, maximumQueryLength: 6000,
                     maximumPendingOutboundBytes: 70000, handshakeTimeout: .milliseconds(1500), documentSizeSoftLimit: 8000,
                     documentSizeHardLimit: 9000))
+        #expect(try settings.logFormat() == "json")
+        #expect(configuration.metrics == HostAndPort(host: "127.0.0.1", port: 9470))
         #expect(settings.origin(of: "max-frame-size") == dir.path + "/shoal.toml:13 (max-frame-size)")
         // Every key appears in the file above, so a key added without a test shows here.
         #expect(Set(NodeSettings.keys.map(\.name)) == Set(Self.file.split(separator: "\n").compactMap { line in
@@ -114,6 +118,8 @@ struct NodeSettingsTests {
         #expect(configuration.discovery && configuration.meshName == "default" && configuration.peers.isEmpty)
         #expect(configuration.coverageWait == .seconds(30))
         #expect(try flags.logLevel() == "info")
+        #expect(try flags.logFormat() == "text")
+        #expect(configuration.metrics == nil, "no metrics endpoint unless asked for")
         #expect(throws: NodeError.self) { try NodeSettings().configuration() }
     }
 
@@ -133,12 +139,15 @@ struct NodeSettingsTests {
         ("data = \"x\"\nmax-pending-outbound-bytes = 100\n", "shoal.toml:2 (max-pending-outbound-bytes): must be at least 65536"),
         ("data = \"x\"\nmax-peers = 0\n", "shoal.toml:2 (max-peers): must be at least 1"),
         ("data = \"x\"\n[discovery]\ninterface = \"lo\"\n", "shoal.toml:2 (discovery): 'discovery' must be true or false, not a table"),
+        ("data = \"x\"\nlog-format = \"xml\"\n", "shoal.toml:2 (log-format): 'xml' is not one of text, json"),
+        ("data = \"x\"\nmetrics = \"9470\"\n", "shoal.toml:2 (metrics): '9470' is not HOST:PORT"),
     ])
     func mistakesNameTheLineAndTheKey(text: String, expected: String) {
         let error = #expect(throws: NodeError.self) {
             let settings = try NodeSettings.parse(text, file: "shoal.toml")
             _ = try settings.configuration()
             _ = try settings.logLevel()
+            _ = try settings.logFormat()
         }
         #expect(error?.message.hasPrefix(expected) == true, "\(error?.message ?? "no error")")
     }

@@ -1,0 +1,93 @@
+import Foundation
+import ShoalTesting
+import Testing
+
+extension ProcessSuites {
+/// `shoal run --metrics` and `--log-format json` on real processes, scraped over a plain socket.
+@Suite(.serialized) struct ProcessMetricsTests {
+    /// `GET path` on 127.0.0.1:`port` over a plain socket: the status line and the body.
+    static func get(port: Int, path: String = "/metrics") throws -> (status: String, body: String) {
+        let request = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n\r\n"
+        let (reply, closed) = try RawSocket.exchange(port: port, bytes: Array(request.utf8))
+        let text = String(decoding: reply, as: UTF8.self)
+        guard closed, let split = text.range(of: "\r\n\r\n") else {
+            throw NodeProcessError(message: "no whole HTTP response from port \(port): \(text)")
+        }
+        return (String(text[..<split.lowerBound].split(separator: "\r\n").first ?? ""), String(text[split.upperBound...]))
+    }
+
+    static func value(_ text: String, _ series: String) -> Double? { NodeMetricsTests.value(text, series) }
+
+    static func scrape(_ node: NodeProcess) throws -> String {
+        let address = try #require(node.metricsAddress, "no metrics line in the log:\n\(node.log())")
+        let port = try #require(Int(address.split(separator: ":").last ?? ""))
+        let (status, body) = try get(port: port)
+        #expect(status == "HTTP/1.1 200 OK")
+        return body
+    }
+
+    @Test func aScrapeShowsWritesPeersAndTraffic() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-metrics")
+        defer { dirs.remove() }
+        let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a", extra: ["--metrics", "127.0.0.1:0"])
+        for i in 0..<3 {
+            let insert = try a.exec("INSERT INTO cars DOCUMENTS (:d)", args: "{\"d\": {\"_id\": \"car-\(i)\"}}")
+            #expect(insert.status == 0, "\(insert.stderr)")
+        }
+        let b = try NodeProcess(
+            name: "beta", dataDirectory: dirs.path + "/b",
+            extra: ["--peer", a.address, "--subscribe", "SELECT * FROM cars", "--metrics", "127.0.0.1:0", "--log-format", "json"])
+        #expect(try eventually { try ProcessMeshTests.documents(b).count == 3 })
+        let bSite = try #require(try b.status()["siteID"] as? String)
+
+        var text = ""
+        #expect(try eventually {
+            text = try Self.scrape(a)
+            return Self.value(text, "shoal_peer_sent_deltas_total{peer_site=\"\(bSite)\"}") ?? 0 >= 3
+        }, "\(text)")
+        #expect(Self.value(text, "shoal_transactions_committed_total") ?? 0 >= 3)
+        #expect(Self.value(text, "shoal_peers{state=\"connected\"}") ?? 0 >= 1)
+        #expect(Self.value(text, "shoal_peer_sent_bytes_total{peer_site=\"\(bSite)\"}") ?? 0 > 0)
+        #expect(Self.value(text, "shoal_peer_received_bytes_total{peer_site=\"\(bSite)\"}") ?? 0 > 0)
+        #expect(Self.value(text, "shoal_commit_duration_seconds_count") ?? 0 >= 3)
+        #expect(Self.value(text, "shoal_change_log_rows") ?? 0 >= 3)
+        #expect(Self.value(text, "shoal_store_size_bytes") ?? 0 > 0)
+        #expect(Self.value(text, "shoal_transactions_waiting") == 0)
+        #expect(!text.contains("peer_site=\"0000000000000000\""), "the CLI's sessions are no peer's traffic")
+        #expect(text.contains("# TYPE shoal_commit_duration_seconds histogram"))
+
+        // The receiver counts what it applied, and times its commits of it.
+        let received = try Self.scrape(b)
+        #expect(Self.value(received, "shoal_transactions_applied_remote_total") ?? 0 >= 3, "\(received)")
+        #expect(Self.value(received, "shoal_remote_apply_duration_seconds_count") ?? 0 >= 1)
+        #expect(Self.value(received, "shoal_transactions_committed_total") == 0)
+
+        // Only GET /metrics is served.
+        let port = try #require(Int(a.metricsAddress?.split(separator: ":").last ?? ""))
+        #expect(try Self.get(port: port, path: "/").status == "HTTP/1.1 404 Not Found")
+
+        // --log-format json: every line beta wrote is one object with the fixed fields.
+        let lines = b.log().split(separator: "\n")
+        #expect(lines.count >= 2)
+        for line in lines {
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            #expect(object?["timestamp"] is String && object?["level"] is String && object?["message"] is String, "\(line)")
+        }
+        let ready = try #require(lines.first { $0.contains("ready to accept connections on") })
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(ready.utf8)) as? [String: Any])
+        #expect(object["shoal.site"] as? String == bSite && object["label"] as? String == "shoal")
+    }
+
+    @Test func anAddressInUseIsRefusedAtStart() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-metrics")
+        defer { dirs.remove() }
+        let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a", extra: ["--metrics", "127.0.0.1:0"])
+        let taken = try #require(a.metricsAddress)
+        let second = try ShoalBinary.run([
+            "run", "--data", dirs.path + "/b", "--listen", "127.0.0.1:0", "--no-discovery", "--metrics", taken,
+        ])
+        #expect(second.status != 0)
+        #expect(second.stderr.contains("cannot serve metrics on \(taken) (--metrics)"), "\(second.stderr)")
+    }
+}
+}
