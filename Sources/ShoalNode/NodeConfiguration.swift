@@ -39,6 +39,10 @@ public struct NodeConfiguration: Sendable {
     /// Where to serve Prometheus metrics over plain HTTP (`GET /metrics`); nil: nowhere.
     /// It has no authentication: loopback or a trusted network only.
     public var metrics: HostAndPort?
+    /// Whether every commit reaches the disk before it is acknowledged (SQLite's
+    /// `synchronous = FULL`), so that a power failure loses nothing acknowledged;
+    /// otherwise NORMAL, which a process crash cannot lose from but a power failure can.
+    public var synchronousFull: Bool
 
     public init(
         dataDirectory: String, listen: HostAndPort = HostAndPort(host: "0.0.0.0", port: HostAndPort.defaultPort),
@@ -47,7 +51,7 @@ public struct NodeConfiguration: Sendable {
         keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
         coverageWait: Duration = .seconds(30), maximumWaitingTransactions: Int = 10_000,
         maximumWaitingBytes: Int = 256 << 20, adminKey: [UInt8]? = nil, resources: ResourceLimits = .init(),
-        metrics: HostAndPort? = nil
+        metrics: HostAndPort? = nil, synchronousFull: Bool = false
     ) {
         self.dataDirectory = dataDirectory
         self.listen = listen
@@ -68,6 +72,7 @@ public struct NodeConfiguration: Sendable {
         self.maximumWaitingBytes = maximumWaitingBytes
         self.resources = resources
         self.metrics = metrics
+        self.synchronousFull = synchronousFull
     }
 
     /// The smallest mesh key accepted, in bytes.

@@ -52,6 +52,7 @@ public struct NodeSettings: Sendable, Hashable {
         Key(name: "relay", kind: .boolean, summary: "carry changes for neighbours' subscriptions this node's own do not cover (default true)"),
         Key(name: "log-level", kind: .string, summary: "trace, debug, info, notice, warning, error or critical (default info)"),
         Key(name: "log-format", kind: .string, summary: "text, or json: one JSON object per line (default text)"),
+        Key(name: "synchronous", kind: .string, summary: "normal, or full: every commit on disk before it is acknowledged, so a power failure loses nothing acknowledged, at an fsync per commit (default normal)"),
         Key(name: "metrics", kind: .string, summary: "HOST:PORT to serve Prometheus metrics on, GET /metrics over plain HTTP; no authentication, so loopback or a trusted network only (default: off; port 0 picks one)"),
         Key(name: "max-frame-size", kind: .integer, summary: "the largest frame accepted, in bytes (default 16777216)"),
         Key(name: "coverage-wait", kind: .seconds, summary: "seconds a remote transaction waits for pieces its subscriptions cover (default 30)"),
@@ -332,6 +333,10 @@ public struct NodeSettings: Sendable, Hashable {
             if n < 64 << 10 { throw invalid("max-pending-outbound-bytes", "must be at least 65536") }
             resources.maximumPendingOutboundBytes = n
         }
+        let synchronous = string("synchronous") ?? "normal"
+        guard ["normal", "full"].contains(synchronous) else {
+            throw invalid("synchronous", "'\(synchronous)' is not one of normal, full")
+        }
         var metrics: HostAndPort?
         if let text = string("metrics") {
             do {
@@ -350,6 +355,7 @@ public struct NodeSettings: Sendable, Hashable {
             limits: WireLimits(maximumFrameSize: frame, maximumInflatedSize: frame),
             idleTimeout: .milliseconds(Int64(idle * 1000)),
             coverageWait: .milliseconds(Int64(wait * 1000)), maximumWaitingTransactions: waitingTransactions,
-            maximumWaitingBytes: waitingBytes, adminKey: adminKey, resources: resources, metrics: metrics)
+            maximumWaitingBytes: waitingBytes, adminKey: adminKey, resources: resources, metrics: metrics,
+            synchronousFull: synchronous == "full")
     }
 }

@@ -41,7 +41,7 @@ public final class ShoalNode: Service, Sendable {
             parameters: SystemParameters(
                 documentSizeSoftLimitBytes: Int64(resources.documentSizeSoftLimit),
                 documentSizeHardLimitBytes: Int64(resources.documentSizeHardLimit)),
-            commitDuration: metrics.commitDuration)
+            commitDuration: metrics.commitDuration, synchronousFull: configuration.synchronousFull)
         self.store = store
         let name = configuration.name ?? "shoal-\(String(store.siteID.description.prefix(6)))"
         self.sync = SyncEngine(

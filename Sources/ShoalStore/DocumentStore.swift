@@ -73,11 +73,14 @@ public final class DocumentStore: Sendable {
     ///   - wallClock: milliseconds since 1970 for the store's clock; tests skew it.
     ///   - commitDuration: records how long each local commit that wrote something
     ///     took, one sample per transaction.
+    ///   - synchronousFull: `PRAGMA synchronous = FULL`: every commit is on disk
+    ///     before it returns, so an acknowledged one survives a power failure too, at the
+    ///     cost of an fsync per commit. Otherwise NORMAL, safe against the process dying.
     public init(
         directory: String, logger: Logger = Logger(label: "shoal.store"),
         parameters: SystemParameters = SystemParameters(),
         wallClock: @escaping @Sendable () -> UInt64 = HybridLogicalClock.systemMilliseconds,
-        commitDuration: Metrics.Timer? = nil
+        commitDuration: Metrics.Timer? = nil, synchronousFull: Bool = false
     ) throws(StoreError) {
         self.logger = logger
         self.commitDuration = commitDuration
@@ -97,6 +100,10 @@ public final class DocumentStore: Sendable {
         configuration.allowsUnsafeTransactions = true
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
+            if synchronousFull {
+                // On the one writer connection, after GRDB has set WAL mode's NORMAL.
+                try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+            }
             try Self.migrator.migrate(pool)
             let clock = HybridLogicalClock(wallClock: wallClock)
             // The newest field the drift rule would adopt: one far-future row must not

@@ -64,6 +64,11 @@ struct RunCommand: AsyncParsableCommand {
 
     @Option(
         name: .long,
+        help: "normal, or full: every commit on disk before it is acknowledged, so a power failure loses nothing acknowledged, at an fsync per commit (default: normal).")
+    var synchronous: String?
+
+    @Option(
+        name: .long,
         help: "Serve Prometheus metrics on HOST:PORT, GET /metrics over plain HTTP (port 0: any free port). It has no authentication: use loopback or a trusted network.")
     var metrics: String?
 
@@ -100,6 +105,7 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("log-level", logLevel.map { .string($0) })
         s.setFlag("log-format", logFormat.map { .string($0) })
         s.setFlag("metrics", metrics.map { .string($0) })
+        s.setFlag("synchronous", synchronous.map { .string($0) })
         s.setFlag("max-frame-size", maxFrameSize.map { .integer($0) })
         s.setFlag("coverage-wait", coverageWait.map { .seconds($0) })
         s.setFlag("max-waiting-transactions", maxWaitingTransactions.map { .integer($0) })

@@ -35,6 +35,7 @@ struct NodeSettingsTests {
         document-size-hard-limit = 9000
         log-format = "json"
         metrics = "127.0.0.1:9470"
+        synchronous = "full"
         """
 
     @Test func aFileSetsEveryKey() throws {
@@ -66,6 +67,7 @@ struct NodeSettingsTests {
                     documentSizeHardLimit: 9000))
         #expect(try settings.logFormat() == "json")
         #expect(configuration.metrics == HostAndPort(host: "127.0.0.1", port: 9470))
+        #expect(configuration.synchronousFull)
         #expect(settings.origin(of: "max-frame-size") == dir.path + "/shoal.toml:13 (max-frame-size)")
         // Every key appears in the file above, so a key added without a test shows here.
         #expect(Set(NodeSettings.keys.map(\.name)) == Set(Self.file.split(separator: "\n").compactMap { line in
@@ -140,6 +142,7 @@ struct NodeSettingsTests {
         ("data = \"x\"\nmax-peers = 0\n", "shoal.toml:2 (max-peers): must be at least 1"),
         ("data = \"x\"\n[discovery]\ninterface = \"lo\"\n", "shoal.toml:2 (discovery): 'discovery' must be true or false, not a table"),
         ("data = \"x\"\nlog-format = \"xml\"\n", "shoal.toml:2 (log-format): 'xml' is not one of text, json"),
+        ("data = \"x\"\nsynchronous = \"off\"\n", "shoal.toml:2 (synchronous): 'off' is not one of normal, full"),
         ("data = \"x\"\nmetrics = \"9470\"\n", "shoal.toml:2 (metrics): '9470' is not HOST:PORT"),
     ])
     func mistakesNameTheLineAndTheKey(text: String, expected: String) {
