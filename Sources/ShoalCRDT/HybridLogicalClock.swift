@@ -1,4 +1,3 @@
-import Synchronization
 
 /// A hybrid logical clock: monotonic, close to wall time, and advanced past every
 /// timestamp it has seen, so a write that follows a received write always wins
@@ -9,7 +8,7 @@ import Synchronization
 /// clock does not jump to a far future a faulty or hostile peer announced, so
 /// local time can never be pushed to overflow.
 public final class HybridLogicalClock: Sendable {
-    private let state: Mutex<HybridTimestamp>
+    private let state: Locked<HybridTimestamp>
     private let now: @Sendable () -> UInt64
     public let maximumDrift: UInt64
 
@@ -22,7 +21,7 @@ public final class HybridLogicalClock: Sendable {
     ) {
         self.now = wallClock
         self.maximumDrift = maximumDrift
-        self.state = Mutex(.zero)
+        self.state = Locked(.zero)
     }
 
     public static let systemMilliseconds: @Sendable () -> UInt64 = {

@@ -1,5 +1,5 @@
+import ShoalCRDT
 import Foundation
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -20,7 +20,7 @@ public final class DataDirectoryLock: Sendable {
 
     public let path: String
     /// The open descriptor that holds the lock; -1 once released.
-    private let descriptor: Mutex<Int32>
+    private let descriptor: Locked<Int32>
 
     /// Takes the lock, creating the directory and the file if needed.
     ///
@@ -55,7 +55,7 @@ public final class DataDirectoryLock: Sendable {
         _ = ftruncate(fd, 0)
         _ = pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
         self.path = path
-        self.descriptor = Mutex(fd)
+        self.descriptor = Locked(fd)
     }
 
     /// Releases the lock (closing the file); later calls do nothing.

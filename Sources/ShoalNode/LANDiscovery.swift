@@ -3,7 +3,6 @@ import ShoalSync
 import Logging
 import NIOCore
 import NIOPosix
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -62,13 +61,13 @@ final class LANDiscovery: Sendable {
 
     let interfaces: [Interface]
     let port: Int
-    let table: Mutex<DiscoveryTable>
-    private let refusalsLogged = Mutex<Set<String>>([])
+    let table: Locked<DiscoveryTable>
+    private let refusalsLogged = Locked<Set<String>>([])
 
     init(interfaces: [Interface], port: Int = Announcement.port, ownSite: SiteID) {
         self.interfaces = interfaces
         self.port = port
-        self.table = Mutex(DiscoveryTable(ownSite: ownSite, expiry: Self.expiry, grace: Self.grace))
+        self.table = Locked(DiscoveryTable(ownSite: ownSite, expiry: Self.expiry, grace: Self.grace))
     }
 
     /// The interfaces `selection` names (an interface name or one of its IPv4

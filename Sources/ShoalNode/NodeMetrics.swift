@@ -4,7 +4,6 @@ import ShoalCRDT
 import ShoalStore
 import ShoalSync
 import Foundation
-import Synchronization
 
 /// A node's metrics in Prometheus's text format, from a registry of its own.
 ///
@@ -24,7 +23,7 @@ public final class NodeMetrics: Sendable {
     let remoteApplyDuration: Metrics.Timer
     /// Scrapes take turns: each sets the values it read, then emits them. Holds the
     /// per-peer lag gauges last set, to drop those of peers that went away.
-    private let scrape = Mutex<[String: Prometheus.Gauge]>([:])
+    private let scrape = Locked<[String: Prometheus.Gauge]>([:])
 
     /// The peer states `shoal_peers` always shows, zero or not.
     static let peerStates = ["connecting", "handshaking", "connected", "disconnected"]

@@ -6,7 +6,6 @@ public import Logging
 public import ServiceLifecycle
 import NIOCore
 import NIOPosix
-import Synchronization
 
 /// A Shoal node: an embedded store, a TCP listener, dialers for its peers, and
 /// the admin endpoint the CLI talks to — all on one port, one protocol.
@@ -25,8 +24,8 @@ public final class ShoalNode: Service, Sendable {
     let discovery: LANDiscovery?
     /// Held from `init` until `run()` has closed the store (or the node is released).
     let dataLock: DataDirectoryLock
-    private let bound = Mutex<HostAndPort?>(nil)
-    private let readyWaiters = Mutex<[CheckedContinuation<HostAndPort, Never>]>([])
+    private let bound = Locked<HostAndPort?>(nil)
+    private let readyWaiters = Locked<[CheckedContinuation<HostAndPort, Never>]>([])
 
     public init(configuration: NodeConfiguration, logger: Logger = Logger(label: "shoal")) throws {
         self.configuration = configuration

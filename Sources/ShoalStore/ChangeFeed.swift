@@ -1,4 +1,4 @@
-import Synchronization
+import ShoalCRDT
 
 /// Fans one producer's events out to any number of async listeners.
 ///
@@ -13,7 +13,7 @@ public final class ChangeFeed<Element: Sendable>: Sendable {
         var finished = false
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let policy: AsyncStream<Element>.Continuation.BufferingPolicy
     private let replayLatest: Bool
 

@@ -3,7 +3,6 @@ import ShoalQuery
 public import Logging
 public import Metrics
 import GRDB
-import Synchronization
 import Foundation
 
 /// A node's embedded database: documents in collections, every field a
@@ -31,7 +30,7 @@ public final class DocumentStore: Sendable {
     public let clock: HybridLogicalClock
     let pool: DatabasePool
     /// JSON paths with an expression index (created on first use, remembered across restarts).
-    let indexedPaths = Mutex<Set<String>>([])
+    let indexedPaths = Locked<Set<String>>([])
     let feed = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: true)
     /// Fires when EVICT restarted every peer cursor.
     let resets = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
@@ -39,9 +38,9 @@ public final class DocumentStore: Sendable {
     let commits = ChangeFeed<Commit>(bufferingPolicy: .unbounded, replayLatest: false)
     let logger: Logger
     /// Whether EVICT ever removed documents here (then a logged document may lack a body).
-    let evictions = Mutex(false)
+    let evictions = Locked(false)
     /// Local read-write transactions committed since the store opened.
-    let localCommits = Mutex<UInt64>(0)
+    let localCommits = Locked<UInt64>(0)
 
     var evictedSomething: Bool { evictions.withLock { $0 } }
 
@@ -59,7 +58,7 @@ public final class DocumentStore: Sendable {
     /// The transactions running now: for the long-transaction log and for shutdown.
     let running = TransactionRegistry()
     /// `ALTER SYSTEM SET` changes these; they live as long as this object.
-    let parameters: Mutex<SystemParameters>
+    let parameters: Locked<SystemParameters>
 
     /// Opens (creating if needed) the store in `directory`.
     ///
@@ -84,7 +83,7 @@ public final class DocumentStore: Sendable {
     ) throws(StoreError) {
         self.logger = logger
         self.commitDuration = commitDuration
-        self.parameters = Mutex(parameters)
+        self.parameters = Locked(parameters)
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {

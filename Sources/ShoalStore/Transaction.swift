@@ -2,7 +2,6 @@ public import ShoalCRDT
 public import ShoalQuery
 import GRDB
 import Metrics
-import Synchronization
 
 /// What a transaction's body asks for when it returns.
 public enum TransactionCompletion: Sendable, Hashable {
@@ -91,12 +90,12 @@ public final class Transaction: Sendable {
         var transactionID: TransactionID?
     }
 
-    let state: Mutex<State>
+    let state: Locked<State>
 
     init(info: TransactionInfo, store: DocumentStore, snapshot: DatabaseSnapshot?) {
         self.info = info
         self.store = store
-        self.state = Mutex(State(snapshot: snapshot))
+        self.state = Locked(State(snapshot: snapshot))
     }
 
     /// The ID this transaction committed under; nil until it commits, and nil for a

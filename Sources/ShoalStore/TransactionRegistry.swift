@@ -1,4 +1,4 @@
-import Synchronization
+import ShoalCRDT
 
 /// The transactions running in one store: what the long-transaction log reports,
 /// and what shutdown waits for.
@@ -37,7 +37,7 @@ final class TransactionRegistry: Sendable {
         let continuation: CheckedContinuation<Void, Never>
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Records a transaction that starts now; nil when the store no longer admits it.
     func register(_ info: TransactionInfo, nested: Bool) -> Int? {

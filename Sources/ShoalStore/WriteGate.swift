@@ -1,4 +1,4 @@
-import Synchronization
+import ShoalCRDT
 
 /// The store's one writer, handed out in order of arrival.
 ///
@@ -43,7 +43,7 @@ final class WriteGate: Sendable {
         func refuses(nested: Bool) -> Bool { closed || (closing && !nested) }
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Waits until this task holds the gate.
     ///

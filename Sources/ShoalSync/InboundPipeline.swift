@@ -2,7 +2,6 @@ public import ShoalCRDT
 public import ShoalStore
 import Logging
 import Metrics
-import Synchronization
 import Foundation
 
 /// One node's inbound pipeline: every session hands it the pieces it receives, it
@@ -105,7 +104,7 @@ public final class InboundPipeline: Sendable {
     let logger: Logger
     /// Times each commit of received transactions (one per SQLite transaction), if given.
     let applyDuration: Metrics.Timer?
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     init(store: any SyncStore, configuration: Configuration, logger: Logger, applyDuration: Metrics.Timer? = nil) {
         self.store = store

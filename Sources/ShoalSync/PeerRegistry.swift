@@ -1,7 +1,6 @@
 public import ShoalCRDT
 import ShoalStore
 import ShoalWire
-import Synchronization
 
 /// What status shows of one connection or dial target.
 public struct PeerSnapshot: Sendable, Hashable {
@@ -66,7 +65,7 @@ final class PeerRegistry: Sendable {
         var nextID = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     func open(
         direction: ConnectionDirection, address: String, discovered: Bool = false, close: @escaping @Sendable () async -> Void

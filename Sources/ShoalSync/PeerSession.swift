@@ -3,7 +3,6 @@ import ShoalStore
 import ShoalWire
 import Logging
 import NIOCore
-import Synchronization
 import Foundation
 
 /// One connection's life: handshake, then sync (or admin) until either side closes.
@@ -465,8 +464,8 @@ struct PeerSession: Sendable {
 
 /// State the tasks of an admin session share, behind a lock.
 final class SessionShared: Sendable {
-    private let lastInbound = Mutex(ContinuousClock.now)
-    private let busyCount = Mutex(0)
+    private let lastInbound = Locked(ContinuousClock.now)
+    private let busyCount = Locked(0)
 
     func touch() { lastInbound.withLock { $0 = .now } }
 

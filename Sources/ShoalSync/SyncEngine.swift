@@ -3,7 +3,6 @@ public import ShoalStore
 public import ShoalWire
 public import Logging
 public import Metrics
-import Synchronization
 
 /// Runs a node's sessions: the handshake on every connection, then either the
 /// sync protocol (peers) or admin requests (the CLI).
@@ -16,20 +15,20 @@ public final class SyncEngine: Sendable {
     public let configuration: SyncConfiguration
     let logger: Logger
     let registry = PeerRegistry()
-    private let localSubscriptions = Mutex(SubscriptionSet())
+    private let localSubscriptions = Locked(SubscriptionSet())
     /// What each neighbour has asked this node for, by site: the union of every
     /// Subscribe it sent while this process ran (see `upstreamSubscriptions(for:)`).
-    private let neighbourInterest = Mutex<[SiteID: SubscriptionSet]>([:])
+    private let neighbourInterest = Locked<[SiteID: SubscriptionSet]>([:])
     /// Which peer delivered each remote transaction, so none is echoed back to its only source.
-    let deliveries = Mutex(DeliveryLedger())
-    private let advertisedListen: Mutex<String>
+    let deliveries = Locked(DeliveryLedger())
+    private let advertisedListen: Locked<String>
     let subscriptionChanges = ChangeFeed<Int>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
-    let attachmentRequests = Mutex(AttachmentRequests())
+    let attachmentRequests = Locked(AttachmentRequests())
     /// Everything received goes through here to the store.
     public let pipeline: InboundPipeline
-    private let requestIDs = Mutex<UInt64>(0)
+    private let requestIDs = Locked<UInt64>(0)
     /// Established sessions by role, against `maximumPeers` and `maximumAdminSessions`.
-    private let sessionCounts = Mutex<(peers: Int, admins: Int)>((0, 0))
+    private let sessionCounts = Locked<(peers: Int, admins: Int)>((0, 0))
 
     /// - Parameter applyDuration: records how long each commit of received
     ///   transactions took, one sample per SQLite transaction of the inbound pipeline.
@@ -42,7 +41,7 @@ public final class SyncEngine: Sendable {
         self.logger = logger
         self.pipeline = InboundPipeline(
             store: store, configuration: configuration.inbound, logger: logger, applyDuration: applyDuration)
-        self.advertisedListen = Mutex(configuration.listenAddress)
+        self.advertisedListen = Locked(configuration.listenAddress)
     }
 
     /// Where this node accepts connections, as Hello tells peers: the configured

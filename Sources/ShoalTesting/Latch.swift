@@ -1,9 +1,9 @@
-import Synchronization
+import ShoalCRDT
 
 /// A one-shot signal between tasks: `open()` once, and every `wait()` returns.
 /// Waiting polls, so a cancelled waiter stops waiting (it throws `CancellationError`).
 public final class Latch: Sendable {
-    private let opened = Mutex(false)
+    private let opened = Locked(false)
 
     public init() {}
 

@@ -4,7 +4,6 @@ import ShoalNode
 import ShoalSync
 import ShoalTesting
 import ShoalWire
-import Synchronization
 
 /// Replication, initial sync, latency, wire size and resources, measured on real
 /// `shoal` processes on 127.0.0.1: A, B dialing A, C dialing B, all subscribed to
@@ -162,7 +161,7 @@ struct BenchError: Error, CustomStringConvertible {
 
 /// A value tasks share, behind a lock.
 final class Shared<Value: Sendable>: Sendable {
-    private let state: Mutex<Value>
-    init(_ value: Value) { state = Mutex(value) }
+    private let state: Locked<Value>
+    init(_ value: Value) { state = Locked(value) }
     func withLock<T>(_ body: (inout Value) -> T) -> T { state.withLock { body(&$0) } }
 }

@@ -1,6 +1,5 @@
 import ArgumentParser
 import Foundation
-import Synchronization
 import ShoalCRDT
 import ShoalNode
 import ShoalSync
@@ -110,7 +109,7 @@ struct AttachmentTokenID {
 
 /// Collects chunks as they arrive (the handler runs on the client's task).
 final class ChunkSink: Sendable {
-    private let state = Mutex<[UInt8]>([])
+    private let state = Locked<[UInt8]>([])
     func append(_ data: [UInt8]) { state.withLock { $0 += data } }
     var count: Int { state.withLock { $0.count } }
     var bytes: [UInt8] { state.withLock { $0 } }
