@@ -16,15 +16,18 @@ public struct BulkError: Error, Sendable, Hashable, CustomStringConvertible {
 /// Page after page adds `_id > :shoal_after` (the last `_id` of the page before) to
 /// the statement's WHERE, with `ORDER BY _id LIMIT n`. DQL's `>` compares numbers
 /// with numbers and strings with strings only, so the pages go through the numeric
-/// `_id`s, then the string ones (`_id >= ''`): every document whose `_id` is a number
-/// or a string, which is what INSERT gives. The others (booleans, arrays, objects)
-/// come only when they are in the first page; `countStatement` lets the caller see
-/// that some were left out. Each page is its own snapshot: a document written during
-/// the export may be in it or not.
+/// `_id`s, then the string ones (`_id >= ''`), which is what INSERT gives. Where `_id`s
+/// of other kinds sort (null and booleans before numbers, arrays and objects after
+/// strings) the pages use `OFFSET` instead: the number of documents printed, all of
+/// which sort before. Each page is its own snapshot: a document written during the
+/// export may be in it or not, and one written before the cursor can shift an
+/// `OFFSET` page; `countStatement` lets the caller compare the count at the end.
 public struct ExportQuery: Sendable, Hashable {
     /// Where the next page starts.
     public enum Cursor: Sendable, Hashable {
         case start
+        /// No `_id` bound: the documents after the first `n` in `_id` order.
+        case offset(Int)
         /// Documents whose `_id` is greater than this one.
         case after(Value)
         /// Documents whose `_id` is this one or greater.
@@ -90,8 +93,12 @@ public struct ExportQuery: Sendable, Hashable {
     /// The statement and arguments of the page that starts at `cursor`.
     public func page(_ cursor: Cursor, limit: Int) -> (statement: String, argumentsJSON: String) {
         let bound: (String, Value)?
+        var offset = ""
         switch cursor {
         case .start: bound = nil
+        case .offset(let n):
+            bound = nil
+            offset = " OFFSET \(n)"
         case .after(let id): bound = (">", id)
         case .from(let id): bound = (">=", id)
         }
@@ -99,37 +106,45 @@ public struct ExportQuery: Sendable, Hashable {
         if let bound { conditions.append("_id \(bound.0) :\(Self.argumentName)") }
         let filter = conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
         let arguments = bound.map { Value.object([Self.argumentName: $0.1]).canonicalJSON } ?? ""
-        return ("\(selection)\(filter) ORDER BY _id LIMIT \(limit)", arguments)
+        return ("\(selection)\(filter) ORDER BY _id LIMIT \(limit)\(offset)", arguments)
     }
 
     /// Where the page after one of `count` documents (of at most `limit`) ending
-    /// with `lastID` starts; nil when there is nothing more to read.
-    public static func next(after cursor: Cursor, count: Int, limit: Int, lastID: Value?) -> Cursor? {
+    /// with `lastID` starts, when `printed` documents are printed in all; nil when
+    /// there is nothing more to read.
+    public static func next(after cursor: Cursor, count: Int, limit: Int, lastID: Value?, printed: Int) -> Cursor? {
         if count >= limit, let lastID {
             switch lastID {
             case .int, .double, .string: return .after(lastID)
-            case .null, .bool: return .from(lowestNumber)
-            case .array, .object: return nil
+            case .null, .bool, .array, .object: return .offset(printed)
             }
         }
         switch cursor {
-        case .start:
+        case .start, .offset:
+            // No bound: a short page is the end of the whole result.
             return nil
         case .after(let id), .from(let id):
-            if case .string = id { return nil }
+            if case .string = id { return .offset(printed) }
             return .from("")
         }
     }
 }
 
 /// Streams the documents a SELECT matches, page by page (`ExportQuery`).
+///
+/// A page's answer travels in one frame (16 MiB by default), so pages are sized by
+/// what the last one held: the first asks for one document, each next one for at most
+/// eight times as many, and never for more than `pageBytes` (8 MiB) of documents as
+/// large as the largest of the last page, nor more than `pageSize`.
 public struct Exporter: Sendable {
     public var query: ExportQuery
     public var pageSize: Int
+    public var pageBytes: Int
 
-    public init(query: ExportQuery, pageSize: Int = 1000) {
+    public init(query: ExportQuery, pageSize: Int = 1000, pageBytes: Int = 8 << 20) {
         self.query = query
         self.pageSize = pageSize
+        self.pageBytes = pageBytes
     }
 
     public struct Report: Sendable, Hashable {
@@ -147,15 +162,22 @@ public struct Exporter: Sendable {
     ) async throws -> Report {
         var report = Report()
         var cursor = ExportQuery.Cursor.start
+        var limit = 1
         while true {
-            let (statement, arguments) = query.page(cursor, limit: pageSize)
+            let (statement, arguments) = query.page(cursor, limit: limit)
             let items = try await exec(statement, arguments)
             if !items.isEmpty { try write(items) }
             report.documents += items.count
             report.pages += 1
             let lastID = try items.last.map { try JSON.parse($0)["_id"] ?? .null }
-            guard let next = ExportQuery.next(after: cursor, count: items.count, limit: pageSize, lastID: lastID) else { break }
+            guard
+                let next = ExportQuery.next(
+                    after: cursor, count: items.count, limit: limit, lastID: lastID, printed: report.documents)
+            else { break }
             cursor = next
+            if let largest = items.lazy.map(\.utf8.count).max() {
+                limit = max(1, min(pageSize, limit * 8, pageBytes / max(1, largest)))
+            }
         }
         let counted = try await exec(query.countStatement, "")
         if let first = counted.first, case .object(let fields) = try JSON.parse(first), case .int(let n)? = fields.values.first {

@@ -9,12 +9,13 @@ struct ExportCommand: AsyncParsableCommand {
         commandName: "export",
         abstract: "Print the documents a SELECT matches as NDJSON, page by page.",
         discussion: """
-            One canonical JSON document per line on stdout, in _id order, read --batch at a \
-            time (each page a read-only transaction of its own, so memory holds one page), \
-            over one connection. The statement may have a WHERE and a SELECT list (which \
-            must name _id), not ORDER BY, LIMIT or OFFSET. Pages follow numeric, then string \
-            _ids; if the query matches more documents at the end than were printed (other \
-            _ids, or writes during the export), a warning says so. Examples:
+            One canonical JSON document per line on stdout, in _id order, read at most \
+            --batch at a time (each page a read-only transaction of its own, so memory holds \
+            one page), over one connection; pages also stay under 8 MiB of documents, sized \
+            by the largest of the page before. The statement may have a WHERE and a SELECT \
+            list (which must name _id), not ORDER BY, LIMIT or OFFSET. If the query matches \
+            more documents at the end than were printed (writes during the export), a \
+            warning says so. Examples:
               shoal export "SELECT * FROM cars" > cars.ndjson
               shoal export --batch 200 "SELECT _id, color FROM cars WHERE doors > 2" > doors.ndjson
             """
@@ -22,7 +23,7 @@ struct ExportCommand: AsyncParsableCommand {
 
     @OptionGroup var client: ClientOptions
 
-    @Option(name: .long, help: "Documents per page (lower it for documents of many KiB: a page travels in one 16 MiB frame).")
+    @Option(name: .long, help: "Documents per page at most.")
     var batch = 1000
 
     @Argument(help: "A SELECT statement.")
@@ -51,13 +52,12 @@ struct ExportCommand: AsyncParsableCommand {
                     })
             }
         } catch {
-            throw fail(connectionMessage(error))
+            throw fail(connectionMessage(error, node: client.node))
         }
         if let matching = report.matching, matching > report.documents {
             printError(
                 "shoal: warning: exported \(report.documents) document(s), but the query matches \(matching) now: "
-                    + "documents whose _id is neither a number nor a string are left out, and documents written "
-                    + "during the export may be")
+                    + "documents written during the export may be left out")
         }
     }
 }

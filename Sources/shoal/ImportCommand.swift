@@ -105,7 +105,7 @@ struct ImportCommand: AsyncParsableCommand {
                     progress: meter.show)
             }
         } catch {
-            throw fail(connectionMessage(error))
+            throw fail(connectionMessage(error, node: client.node))
         }
         meter.end()
         if json { print(report.json.canonicalJSON) }
@@ -126,11 +126,10 @@ struct ImportCommand: AsyncParsableCommand {
 }
 
 /// What to say when a session with the node could not be opened or broke.
-func connectionMessage(_ error: any Error) -> String {
+func connectionMessage(_ error: any Error, node: String) -> String {
     switch error {
     case let error as NodeError: error.message
-    case let error as BulkError: error.message
-    default: "cannot reach a Shoal node: \(error)"
+    default: "cannot reach a Shoal node at \(node): \(error)"
     }
 }
 
