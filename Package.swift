@@ -75,10 +75,15 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "ShoalBulk",
+            dependencies: ["ShoalCRDT", "ShoalQuery", "ShoalNode"],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "shoal",
             dependencies: [
-                "ShoalNode", "ShoalCRDT", "ShoalSync",
+                "ShoalNode", "ShoalCRDT", "ShoalSync", "ShoalBulk",
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -106,6 +111,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "ShoalCRDTTests", dependencies: ["ShoalCRDT"], swiftSettings: swiftSettings),
+        .testTarget(name: "ShoalBulkTests", dependencies: ["ShoalBulk", "ShoalCRDT", "ShoalNode"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalQueryTests", dependencies: ["ShoalQuery", "ShoalCRDT"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ShoalWireTests",

@@ -221,6 +221,34 @@ public enum Evaluator {
         return nil
     }
 
+    /// The comparisons of `_id` with a constant (`_id > :after`, `'k' <= _id`) among the
+    /// terms of a predicate's top-level AND, joined by AND; nil when there are none.
+    ///
+    /// A document for which they are not true does not match the predicate (AND is true
+    /// only when both sides are), and they read nothing but `_id`, so a store can check
+    /// them on a document's key before it reads the body: paging by `_id` then costs a
+    /// body only for the documents past the cursor.
+    public static func idComparisons(_ predicate: Expression?) -> Expression? {
+        guard let predicate else { return nil }
+        if case .binary(.and, let l, let r) = predicate {
+            switch (idComparisons(l), idComparisons(r)) {
+            case (let a?, let b?): return .binary(.and, a, b)
+            case (let a, let b): return a ?? b
+            }
+        }
+        guard case .binary(let op, let l, let r) = predicate,
+            [.equal, .notEqual, .less, .lessOrEqual, .greater, .greaterOrEqual].contains(op)
+        else { return nil }
+        func isConstant(_ e: Expression) -> Bool {
+            switch e {
+            case .literal, .parameter: true
+            default: false
+            }
+        }
+        let id = Expression.path(["_id"])
+        return (l == id && isConstant(r)) || (r == id && isConstant(l)) ? predicate : nil
+    }
+
     /// Structural equality in which numbers compare by value, so `1 = 1.0`.
     public static func equal(_ a: Value, _ b: Value) -> Bool {
         switch (a, b) {

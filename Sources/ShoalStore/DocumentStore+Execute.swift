@@ -247,27 +247,38 @@ extension DocumentStore {
         collection: String, predicate: Expression?, orderBy: [OrderTerm] = [], limit: Expression? = nil,
         offset: Expression? = nil, arguments: [String: Value], db: Database
     ) throws -> [(key: String, body: Value)] {
-        let rows: [Row]
+        let sql: String
+        let sqlArguments: StatementArguments
         if let id = Evaluator.constantIDEquality(predicate, arguments: arguments) {
-            rows = try Row.fetchAll(
-                db, sql: "SELECT doc_id, body FROM document WHERE collection = ? AND doc_id = ? AND deleted = 0",
-                arguments: [collection, DocumentKey.make(id)])
+            sql = "SELECT doc_id, body FROM document WHERE collection = ? AND doc_id = ? AND deleted = 0"
+            sqlArguments = [collection, DocumentKey.make(id)]
         } else if let filter = SQLFilter.make(predicate, arguments: arguments) {
             // SQLite narrows the candidates with JSON functions; Swift then applies the
             // exact DQL semantics to what is left.
-            rows = try Row.fetchAll(
-                db,
-                sql: "SELECT doc_id, body FROM document WHERE collection = ? AND deleted = 0 AND \(filter.sql) ORDER BY doc_id",
-                arguments: StatementArguments([collection] as [any DatabaseValueConvertible] + filter.arguments))
+            sql = "SELECT doc_id, body FROM document WHERE collection = ? AND deleted = 0 AND \(filter.sql) ORDER BY doc_id"
+            sqlArguments = StatementArguments([collection] as [any DatabaseValueConvertible] + filter.arguments)
         } else {
-            rows = try Row.fetchAll(
-                db, sql: "SELECT doc_id, body FROM document WHERE collection = ? AND deleted = 0 ORDER BY doc_id",
-                arguments: [collection])
+            sql = "SELECT doc_id, body FROM document WHERE collection = ? AND deleted = 0 ORDER BY doc_id"
+            sqlArguments = [collection]
         }
         var out: [(key: String, body: Value)] = []
-        out.reserveCapacity(rows.count)
         var bodies: [(key: String, body: Value)] = []
-        for row in rows { bodies.append((row[0], try parseBody(row[1]))) }
+        // A key that fails the predicate's own `_id` comparisons saves reading and
+        // parsing its body (the cursor reads a column only when asked).
+        let idCheck = Evaluator.idComparisons(predicate)
+        let rows = try Row.fetchCursor(db, sql: sql, arguments: sqlArguments)
+        while let row = try rows.next() {
+            let key: String = row[0]
+            if let idCheck, let id = try? JSON.parse(key) {
+                do throws(QueryError) {
+                    guard try Evaluator.matches(idCheck, document: .object(["_id": id]), arguments: arguments) else { continue }
+                } catch {
+                    throw StoreError(error)
+                }
+            }
+            bodies.append((key, try parseBody(row[1])))
+        }
+        out.reserveCapacity(bodies.count)
         do throws(QueryError) {
             for (key, body) in bodies {
                 if try Evaluator.matches(predicate, document: body, arguments: arguments) {

@@ -339,3 +339,17 @@ private func eval(_ text: String) throws -> Value? {
         #expect(try eval(nested) == expected)
     }
 }
+
+/// The `_id` comparisons a store checks on a key before reading a body.
+@Test(arguments: [
+    ("_id > :after", "_id > :after"),
+    ("color = 'red' AND _id > 'k'", "_id > 'k'"),
+    ("_id >= 3 AND (a = 1 AND 'z' > _id)", "_id >= 3 AND 'z' > _id"),
+    ("color = 'red' OR _id > 'k'", nil),
+    ("NOT (_id > 'k')", nil),
+    ("_id > other", nil),
+    ("_id.x > 'k'", nil),
+] as [(String, String?)])
+func idComparisonsAreTheTermsOfTheTopLevelANDThatReadOnlyTheID(predicate: String, expected: String?) throws {
+    #expect(try Evaluator.idComparisons(expression(predicate)) == expected.map(expression))
+}

@@ -46,6 +46,41 @@ import Testing
         for replica in [ahead, store] { #expect(try await replica.execute("SELECT * FROM c").items == [["_id": "k", "g": 2]]) }
     }
 
+    /// What `shoal export` sends: pages by `_id`, the store checking `_id` on each key
+    /// before it reads the body.
+    @Test func pagingByIDReturnsEachMatchingDocumentOnce() async throws {
+        try await Self.withStore { store in
+            var documents: [Value] = []
+            var arguments: [String: Value] = [:]
+            for i in 0..<40 {
+                let id: Value = i % 4 == 0 ? .int(Int64(i)) : .string("k\(i)")
+                documents.append(.object(["_id": id, "even": .bool(i % 2 == 0)]))
+                arguments["d\(i)"] = documents[i]
+            }
+            let list = (0..<40).map { "(:d\($0))" }.joined(separator: ", ")
+            _ = try await store.execute("INSERT INTO c DOCUMENTS " + list, arguments: arguments)
+            var seen: [Value] = []
+            var statement = "SELECT _id FROM c WHERE even = true AND _id >= :after ORDER BY _id LIMIT 3"
+            var after: Value = .double(-Double.greatestFiniteMagnitude)
+            for _ in 0..<40 {
+                let page = try await store.execute(statement, arguments: ["after": after]).items.compactMap { $0["_id"] }
+                seen += page
+                if page.count == 3 {
+                    after = page[2]
+                    statement = statement.replacing(">=", with: ">")
+                } else if case .string = after {
+                    break
+                } else {
+                    after = ""
+                    statement = statement.replacing("> :", with: ">= :")
+                }
+            }
+            let expected = documents.filter { $0["even"] == true }.compactMap { $0["_id"] }.sorted()
+            #expect(seen == expected)
+            #expect(seen.count == 20)
+        }
+    }
+
     @Test func tombstonesReplicateAndMergeByTime() async throws {
         let a = TemporaryDirectory(), b = TemporaryDirectory()
         defer { a.remove(); b.remove() }
