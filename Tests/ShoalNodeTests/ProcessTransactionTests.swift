@@ -172,7 +172,11 @@ extension ProcessSuites {
     @Test func aFiftyMegabyteTransactionSurvivesAKillMidway() async throws {
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }
-        let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a", extra: ["--max-frame-size", "\(64 << 20)"])
+        // A long idle timeout on A: its admin session counts only whole frames as
+        // activity, and under a sanitizer's slowdown the 50 MB request takes longer
+        // than the default 30 s to arrive and decode (docs/RELIABILITY.md).
+        let a = try NodeProcess(
+            name: "alpha", dataDirectory: dirs.path + "/a", extra: ["--max-frame-size", "\(64 << 20)", "--idle-timeout", "600"])
         let bArguments = ["--peer", a.address, "--subscribe", "SELECT * FROM blobs"]
         var b: NodeProcess? = try NodeProcess(name: "beta", dataDirectory: dirs.path + "/b", extra: bArguments)
         let c = try NodeProcess(
