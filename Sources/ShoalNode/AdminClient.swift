@@ -182,7 +182,7 @@ public struct AdminClient: Sendable {
                 channel.eventLoop.makeCompletedFuture { try ShoalNode.wrap(channel, limits: limits) }
             }
         let codec = MessageCodec(limits: limits)
-        return try await connection.executeThenClose { inbound, outbound in
+        return try await connection.frames.executeThenClose { inbound, outbound in
             var iterator = inbound.makeAsyncIterator()
             var handshake = HandshakeStateMachine(
                 configuration: .init(siteID: SiteID(0), nodeName: "shoal-cli", meshName: "", meshKey: meshKey, role: .admin))

@@ -148,7 +148,7 @@ public final class ShoalNode: Service, Sendable {
         try await restoreSavedSubscriptions()
         let limits = configuration.limits
         let pending = Self.writeBufferWaterMark(configuration.resources)
-        let server: NIOAsyncChannel<NIOAsyncChannel<Frame, Frame>, Never>
+        let server: NIOAsyncChannel<FramedConnection, Never>
         do {
             server = try await ServerBootstrap(group: group)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -258,21 +258,33 @@ public final class ShoalNode: Service, Sendable {
         }
     }
 
-    static func wrap(_ channel: any Channel, limits: WireLimits) throws -> NIOAsyncChannel<Frame, Frame> {
+    /// A connection framed for sessions, with the count of bytes it received.
+    struct FramedConnection: Sendable {
+        let frames: NIOAsyncChannel<Frame, Frame>
+        let inboundBytes: InboundByteCounter
+
+        var channel: any Channel { frames.channel }
+    }
+
+    static func wrap(_ channel: any Channel, limits: WireLimits) throws -> FramedConnection {
+        let counter = InboundByteCounter()
+        try channel.pipeline.syncOperations.addHandler(InboundByteCountingHandler(counter: counter))
         try channel.pipeline.syncOperations.addHandler(
             ByteToMessageHandler(FrameByteDecoder(maximumFrameSize: limits.maximumFrameSize)))
         try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(FrameByteEncoder()))
-        return try NIOAsyncChannel<Frame, Frame>(wrappingChannelSynchronously: channel)
+        return FramedConnection(
+            frames: try NIOAsyncChannel<Frame, Frame>(wrappingChannelSynchronously: channel), inboundBytes: counter)
     }
 
-    private func accept(_ connection: NIOAsyncChannel<Frame, Frame>, admin: AdminService) async {
+    private func accept(_ connection: FramedConnection, admin: AdminService) async {
         let remote = connection.channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" } ?? "unknown"
         let loopback = Self.isLoopback(connection.channel.remoteAddress)
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.closeWhenStalled(connection.channel, remote: remote) }
             do {
-                try await connection.executeThenClose { inbound, outbound in
-                    let transport = ChannelTransport(writer: outbound, channel: connection.channel)
+                try await connection.frames.executeThenClose { inbound, outbound in
+                    let transport = ChannelTransport(
+                        writer: outbound, channel: connection.channel, inboundBytes: connection.inboundBytes)
                     try await sync.serve(
                         inbound: inbound, transport: transport, direction: .inbound, remoteAddress: remote, admin: admin,
                         remoteIsLoopback: loopback)
@@ -419,8 +431,9 @@ public final class ShoalNode: Service, Sendable {
                     return nil
                 }
                 defer { group.cancelAll() }
-                return try await connection.executeThenClose { inbound, outbound in
-                    let transport = ChannelTransport(writer: outbound, channel: connection.channel)
+                return try await connection.frames.executeThenClose { inbound, outbound in
+                    let transport = ChannelTransport(
+                        writer: outbound, channel: connection.channel, inboundBytes: connection.inboundBytes)
                     return try await sync.serve(
                         inbound: inbound, transport: transport, direction: .outbound, remoteAddress: peer.description,
                         discovered: discovered)
@@ -454,6 +467,7 @@ public final class ShoalNode: Service, Sendable {
 struct ChannelTransport: SessionTransport {
     let writer: NIOAsyncChannelOutboundWriter<Frame>
     let channel: any Channel
+    let inboundBytes: InboundByteCounter?
 
     func write(_ frame: Frame) async throws {
         try await writer.write(frame)

@@ -191,13 +191,16 @@ struct PeerSession: Sendable {
 
     /// Answers admin requests in order; an observe request runs alongside, until
     /// the client closes. An admin client that sends nothing for the idle timeout
-    /// (while no request is running) is disconnected.
+    /// (no frame, nor 16 KiB of one, while no request is running) is disconnected.
     func serveAdmin<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws where I.Element == Frame {
         let idleTimeout = engine.configuration.idleTimeout
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { [transport, shared] in
+                var progress = InboundProgress(bytes: transport.inboundBytes?.bytes ?? 0)
                 while true {
                     try await Task.sleep(for: .seconds(1))
+                    // A request still arriving (part of a large frame) is not idleness.
+                    if let counter = transport.inboundBytes, progress.advanced(to: counter.bytes) { shared.touch() }
                     if shared.idle(longerThan: idleTimeout) && !shared.isBusy {
                         await transport.close()
                         return
@@ -276,9 +279,13 @@ struct PeerSession: Sendable {
                 try await eventLoop(inputs, input: input, peer: peer)
                 return .loop
             }
-            group.addTask {
+            group.addTask { [transport] in
+                var progress = InboundProgress(bytes: transport.inboundBytes?.bytes ?? 0)
                 while true {
                     try await Task.sleep(for: min(configuration.keepaliveInterval, .seconds(1)))
+                    if let counter = transport.inboundBytes, progress.advanced(to: counter.bytes) {
+                        input.yield(.event(.inboundProgress))
+                    }
                     input.yield(.event(.tick))
                 }
             }

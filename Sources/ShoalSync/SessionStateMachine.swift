@@ -18,7 +18,7 @@ public import ShoalWire
 ///  pageRead(current gen, moved on) ──► send DeltaBatch                       │
 ///  Ack(through of a batch sent) ──► free the window        other Ack ──► close
 ///            └────────────────────────────────────────────────────────────────┘
-///  tick ──► Ping every keepaliveInterval; nothing received for idleTimeout ──► close
+///  tick ──► Ping every keepaliveInterval; no frame nor 16 KiB of one for idleTimeout ──► close
 ///  Error received ──► close (no reply)     a frame out of place ──► Error, close
 /// ```
 ///
@@ -67,6 +67,9 @@ public struct SessionStateMachine: Sendable {
 
     public enum Event: Sendable {
         case received(WireMessage)
+        /// Part of a frame arrived (`InboundProgress`): the peer is alive, though
+        /// nothing whole has come since.
+        case inboundProgress
         case tick
         /// The local change log's last sequence is now this.
         case logAdvanced(UInt64)
@@ -190,6 +193,9 @@ public struct SessionStateMachine: Sendable {
         case .received(let message):
             lastInbound = now
             return received(message, now: now)
+        case .inboundProgress:
+            lastInbound = now
+            return []
         case .tick:
             if now > lastInbound, now - lastInbound > Self.micros(configuration.idleTimeout) {
                 return close(nil)

@@ -8,6 +8,13 @@ public import ShoalWire
 public protocol SessionTransport: Sendable {
     func write(_ frame: Frame) async throws
     func close() async
+    /// Bytes received on the connection, whole frames or not, when the transport
+    /// counts them: the idle check then takes part of a frame as a sign of life.
+    var inboundBytes: InboundByteCounter? { get }
+}
+
+extension SessionTransport {
+    public var inboundBytes: InboundByteCounter? { nil }
 }
 
 /// Which side opened the connection.

@@ -50,6 +50,70 @@ extension ProcessSuites {
         #expect(node.isRunning)
     }
 
+    /// Sends `bytes` in slices of 8 KiB, one every quarter second: 32 KiB/s.
+    static func sendSlowly(_ peer: RawPeer, _ bytes: [UInt8]) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let end = min(offset + 8192, bytes.count)
+            try peer.sendBytes(Array(bytes[offset..<end]))
+            offset = end
+            usleep(250_000)
+        }
+    }
+
+    static func frameBytes(_ message: WireMessage) -> [UInt8] {
+        // Uncompressed, so the bytes on the wire are as many as the payload's.
+        var buffer = ByteBuffer()
+        MessageCodec(limits: WireLimits(compressionThreshold: .max)).encode(message).encode(into: &buffer)
+        return Array(buffer.readableBytesView)
+    }
+
+    /// A frame that takes longer than the idle timeout to arrive, on a link slow but
+    /// moving, is not idleness: with a 2 s timeout, an admin request and a sync frame
+    /// of 160 KiB each take 5 s and are answered.
+    @Test func aLargeFrameArrivingSlowlyIsNotIdleness() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let node = try NodeProcess(name: "node", dataDirectory: dirs.path + "/n", extra: Self.shortTimeouts)
+        let big = String(repeating: "x", count: 160 * 1024)
+        let admin = try RawPeer(port: node.port)
+        try admin.handshake(role: .admin)
+        let request = AdminRequest.exec(
+            statements: "INSERT INTO cars DOCUMENTS (:doc)", argumentsJSON: "{\"doc\": {\"_id\": \"slow\", \"note\": \"\(big)\"}}",
+            hint: nil, readOnly: false)
+        let started = Date()
+        try Self.sendSlowly(admin, Self.frameBytes(.adminRequest(request.wire(requestID: 1))))
+        let seconds = Date().timeIntervalSince(started)
+        #expect(seconds > 4, "the request took \(seconds) s to send, over twice the idle timeout")
+        guard case .adminResponse(let wire)? = try admin.receive(), case .exec(let result)? = AdminResponse(wire: wire) else {
+            Issue.record("the node closed the admin connection or answered something else")
+            return
+        }
+        #expect(result.mutatedDocumentIDs.count == 1, "the slow request ran: \(result)")
+        #expect(try node.exec("SELECT _id FROM cars WHERE _id = 'slow'").stdout.contains("slow"))
+
+        // The same on a sync session: a Ping carrying 160 KiB (an unknown field) gets its Pong.
+        let peer = try RawPeer(port: node.port)
+        try peer.handshake()
+        var ping = Shoal_V1_Ping()
+        ping.nonce = 42
+        // Field 15, 160 KiB of bytes: a field this version does not know, which it skips.
+        let padding: [UInt8] = [0x7A, 0x80, 0x80, 0x0A] + [UInt8](repeating: 1, count: 160 * 1024)
+        let encoded = Array(MessageCodec(limits: WireLimits(compressionThreshold: .max)).encode(.ping(ping)).payload.readableBytesView)
+        var pingFrame = ByteBuffer()
+        Frame(type: .ping, payload: ByteBuffer(bytes: encoded + padding)).encode(into: &pingFrame)
+        try Self.sendSlowly(peer, Array(pingFrame.readableBytesView))
+        var ponged = false
+        while let message = try peer.receive() {
+            if case .pong(let pong) = message, pong.nonce == 42 {
+                ponged = true
+                break
+            }
+        }
+        #expect(ponged, "the sync session stayed open through the slow frame and answered it")
+        #expect(node.isRunning)
+    }
+
     @Test func aPeerSendingOneByteAtATimeIsCutOff() throws {
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }

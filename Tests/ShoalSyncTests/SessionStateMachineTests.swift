@@ -341,6 +341,17 @@ import Testing
         #expect(Self.closed(m.handle(.tick, now: 36_100_000)) == .some(nil))
     }
 
+    /// Part of a large frame arriving counts as a sign of life; only silence closes.
+    @Test func partOfAFrameArrivingKeepsTheSessionOpen() {
+        var m = Self.machine()
+        // Nothing whole since 0, but bytes of a frame at 20 s: at 36.1 s it has been 16.1 s.
+        #expect(m.handle(.inboundProgress, now: 20_000_000).isEmpty)
+        #expect(Self.closed(m.handle(.tick, now: 36_100_000)) == nil)
+        // Then silence: 30 s after the last progress it closes.
+        #expect(Self.closed(m.handle(.tick, now: 50_000_000)) == nil)
+        #expect(Self.closed(m.handle(.tick, now: 50_100_000)) == .some(nil))
+    }
+
     @Test func framesOutOfPlaceAndErrors() {
         var m = Self.machine()
         #expect(Self.closed(m.handle(.received(.hello(Shoal_V1_Hello())), now: 0))??.message == "unexpected Hello frame in an established session")
