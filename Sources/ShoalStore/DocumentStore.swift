@@ -264,6 +264,12 @@ public final class DocumentStore: Sendable {
                         PRIMARY KEY (collection, doc_id, name)) WITHOUT ROWID
                     """)
         }
+        migrator.registerMigration("v8-compaction") { db in
+            // Each known peer's acknowledged position in this node's log: compaction
+            // runs no further than the lowest one heard within the horizon.
+            try db.execute(
+                sql: "CREATE TABLE peer_ack (peer INTEGER PRIMARY KEY NOT NULL, through INTEGER NOT NULL, heard_at INTEGER NOT NULL)")
+        }
         return migrator
     }
 

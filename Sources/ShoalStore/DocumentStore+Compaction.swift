@@ -1,0 +1,219 @@
+public import ShoalCRDT
+public import Foundation
+import GRDB
+
+/// What the change log holds and how far compaction has gone, for `status`.
+public struct StorageStatus: Sendable, Hashable {
+    /// Rows in the change log now.
+    public var changeLogRows: UInt64
+    /// The log's last sequence.
+    public var lastSequence: UInt64
+    /// The highest sequence a compaction ran through (0: never).
+    public var compactedThrough: UInt64
+    /// When that compaction ran (nil: never).
+    public var compactedAt: Date?
+
+    public init(changeLogRows: UInt64, lastSequence: UInt64, compactedThrough: UInt64, compactedAt: Date?) {
+        self.changeLogRows = changeLogRows
+        self.lastSequence = lastSequence
+        self.compactedThrough = compactedThrough
+        self.compactedAt = compactedAt
+    }
+}
+
+/// A peer's position in this node's change log, as compaction sees it: it has
+/// acknowledged everything through `through` that its subscriptions asked for.
+public struct PeerAcknowledgement: Sendable, Hashable {
+    public var peer: SiteID
+    public var through: UInt64
+    /// When the peer last said so (or was last connected).
+    public var heardAt: Date
+
+    public init(peer: SiteID, through: UInt64, heardAt: Date) {
+        self.peer = peer
+        self.through = through
+        self.heardAt = heardAt
+    }
+}
+
+/// How a compaction went.
+public struct CompactionReport: Sendable, Hashable {
+    /// The sequence it ran through: no transaction with a row above it was touched.
+    public var through: UInt64
+    public var rowsBefore: UInt64
+    public var rowsRemoved: UInt64
+    public var transactionsRemoved: UInt64
+
+    public init(through: UInt64, rowsBefore: UInt64, rowsRemoved: UInt64 = 0, transactionsRemoved: UInt64 = 0) {
+        self.through = through
+        self.rowsBefore = rowsBefore
+        self.rowsRemoved = rowsRemoved
+        self.transactionsRemoved = transactionsRemoved
+    }
+}
+
+/// Change-log compaction: a transaction every one of whose registers has since been
+/// overwritten leaves the log.
+///
+/// The log is what sync streams from, one whole transaction at a time. A row is
+/// *superseded* when the register it wrote now holds another transaction's write
+/// (`field`'s writer is not the row's transaction). An `_id` row is also superseded
+/// by a later current write of another transaction to any register of its document:
+/// a document's `_id` is its key (materialization falls back to it), and that later
+/// write, which stays, brings the document into being on a replica by itself. A transaction goes only when
+/// every row of it is superseded and all its rows are at or below the compaction
+/// point; it goes whole, so every transaction the log still holds is complete and a
+/// receiver can still take it atomically. The registers it wrote are carried by the
+/// later transactions that overwrote them, which stay in the log for as long as they
+/// hold a current value, so a peer that streams the compacted log from any point
+/// ends with the same registers as one that streamed it all.
+///
+/// What a peer behind the compaction point does not see is the order: streaming from
+/// below it, it may see a later transaction without an earlier one it overwrote (a
+/// state the origin never had) until it passes the point. The node therefore
+/// compacts only through the lowest position its known peers acknowledged (a peer
+/// unheard for longer than the horizon no longer counts), and a peer that resumes
+/// below the point is told so in the log (`PeerSession`) as a resync.
+///
+/// Bounds: rows that still hold a current value are never removed, so the log holds
+/// at most (the largest transaction's size) × (the live registers) rows, plus what
+/// is above the compaction point. Registers of evicted documents are kept (their
+/// rows are not judged superseded). The `txn` table keeps one small row per
+/// transaction, so a resend of a compacted transaction is still known as applied.
+extension DocumentStore {
+    /// Rows scanned per write: a compaction holds the write gate a chunk at a time.
+    static let compactionChunk: UInt64 = 20_000
+
+    /// Transactions that wrote a row in `(lo, hi]`, lie wholly at or below `through`,
+    /// and hold no current value.
+    static let supersededTransactions = """
+        SELECT c.txn_site, c.txn_seq, COUNT(*) FROM change_log c
+        WHERE (c.txn_site, c.txn_seq) IN (SELECT txn_site, txn_seq FROM change_log WHERE seq > ? AND seq <= ?)
+        GROUP BY c.txn_site, c.txn_seq
+        HAVING MAX(c.seq) <= ? AND MIN(EXISTS (
+            SELECT 1 FROM field f WHERE f.collection = c.collection AND f.doc_id = c.doc_id
+            AND (f.name = c.name OR (c.name = '_id' AND f.ts >= c.ts))
+            AND NOT (f.txn_seq = c.txn_seq AND COALESCE(f.txn_site, f.site) = c.txn_site))) = 1
+        """
+
+    /// Removes from the change log every transaction that holds no current value and
+    /// lies wholly at or below `through`; `progress` hears after each chunk how far
+    /// the scan got (sequence) and the report so far. Returns the report.
+    public func compactChangeLog(
+        through: UInt64, progress: @Sendable (UInt64, CompactionReport) async -> Void = { _, _ in }
+    ) async throws(StoreError) -> CompactionReport {
+        let (rows, last) = try await read { db in
+            (
+                UInt64(try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM change_log") ?? 0),
+                UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0)
+            )
+        }
+        let point = min(through, last)
+        var report = CompactionReport(through: point, rowsBefore: rows)
+        var low: UInt64 = 0
+        while low < point {
+            let high = min(low + Self.compactionChunk, point)
+            let chunk = [Int64(bitPattern: low), Int64(bitPattern: high), Int64(bitPattern: point)]
+            let (removedRows, removedTransactions) = try await write { db -> (UInt64, UInt64) in
+                var found: [(site: Int64, sequence: Int64, rows: Int64)] = []
+                let rows = try Row.fetchCursor(
+                    db, sql: Self.supersededTransactions, arguments: StatementArguments(chunk))
+                while let row = try rows.next() { found.append((row[0], row[1], row[2])) }
+                let delete = try db.cachedStatement(sql: "DELETE FROM change_log WHERE txn_site = ? AND txn_seq = ?")
+                var removed: UInt64 = 0
+                for transaction in found {
+                    try delete.execute(arguments: [transaction.site, transaction.sequence])
+                    removed += UInt64(transaction.rows)
+                }
+                try Self.setMeta(db, "compacted_through", Int64(bitPattern: max(point, try Self.meta(db, "compacted_through").map { UInt64($0) } ?? 0)))
+                try Self.setMeta(db, "compacted_at", Int64(Date().timeIntervalSince1970 * 1000))
+                return (removed, UInt64(found.count))
+            }
+            report.rowsRemoved += removedRows
+            report.transactionsRemoved += removedTransactions
+            low = high
+            await progress(high, report)
+        }
+        if point == 0 { await progress(0, report) }
+        return report
+    }
+
+    /// Runs SQLite's `VACUUM`, giving the file's free pages back to the file system.
+    public func vacuum() async throws(StoreError) {
+        try await write { db in try db.execute(sql: "VACUUM") }
+    }
+
+    public func storageStatus() async throws(StoreError) -> StorageStatus {
+        try await read { db in
+            StorageStatus(
+                changeLogRows: UInt64(try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM change_log") ?? 0),
+                lastSequence: UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0),
+                compactedThrough: UInt64(try Self.meta(db, "compacted_through") ?? 0),
+                compactedAt: try Self.meta(db, "compacted_at").map { Date(timeIntervalSince1970: Double($0) / 1000) })
+        }
+    }
+
+    // MARK: Peers' positions
+
+    /// Saves what peers acknowledged; `forget`: peers that no longer hold the log
+    /// (they ask for nothing, or were unheard past the horizon).
+    public func savePeerAcknowledgements(_ acknowledgements: [PeerAcknowledgement], forget: [SiteID] = []) async throws(StoreError) {
+        guard !acknowledgements.isEmpty || !forget.isEmpty else { return }
+        try await write { db in
+            for a in acknowledgements {
+                try db.execute(
+                    sql: """
+                        INSERT INTO peer_ack (peer, through, heard_at) VALUES (?, ?, ?)
+                        ON CONFLICT (peer) DO UPDATE SET through = excluded.through, heard_at = excluded.heard_at
+                        """,
+                    arguments: [Int64(bitPattern: a.peer.rawValue), Int64(bitPattern: a.through), Int64(a.heardAt.timeIntervalSince1970 * 1000)])
+            }
+            for peer in forget {
+                try db.execute(sql: "DELETE FROM peer_ack WHERE peer = ?", arguments: [Int64(bitPattern: peer.rawValue)])
+            }
+        }
+    }
+
+    /// Every peer position saved, lowest first.
+    public func peerAcknowledgements() async throws(StoreError) -> [PeerAcknowledgement] {
+        try await read { db in
+            try Row.fetchAll(db, sql: "SELECT peer, through, heard_at FROM peer_ack ORDER BY through, peer").map { row in
+                PeerAcknowledgement(
+                    peer: SiteID(UInt64(bitPattern: row[0])), through: UInt64(bitPattern: row[1]),
+                    heardAt: Date(timeIntervalSince1970: Double(row[2] as Int64) / 1000))
+            }
+        }
+    }
+
+    static func meta(_ db: Database, _ key: String) throws -> Int64? {
+        try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = ?", arguments: [key])
+    }
+
+    static func setMeta(_ db: Database, _ key: String, _ value: Int64) throws {
+        try db.execute(
+            sql: "INSERT INTO shoal_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            arguments: [key, value])
+    }
+}
+
+/// Where compaction may run to, from what peers acknowledged.
+public enum CompactionPoint {
+    /// The lowest position among peers heard within `horizon` of `now`, or
+    /// `lastSequence` when there are none; with the peers no longer counted.
+    public static func compute(
+        lastSequence: UInt64, acknowledgements: [PeerAcknowledgement], horizon: TimeInterval, now: Date
+    ) -> (point: UInt64, heldBy: SiteID?, expired: [SiteID]) {
+        var point = lastSequence
+        var heldBy: SiteID?
+        var expired: [SiteID] = []
+        for a in acknowledgements {
+            if now.timeIntervalSince(a.heardAt) > horizon {
+                expired.append(a.peer)
+            } else if a.through < point {
+                point = a.through
+                heldBy = a.peer
+            }
+        }
+        return (point, heldBy, expired)
+    }
+}

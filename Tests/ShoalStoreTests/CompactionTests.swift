@@ -1,0 +1,103 @@
+import ShoalCRDT
+import ShoalStore
+import ShoalTesting
+import Testing
+
+/// Change-log compaction: whole transactions that hold no current value leave the
+/// log, and a replica built from the compacted log equals one built from all of it.
+@Suite struct CompactionTests {
+    static func pieces(_ store: DocumentStore) async throws -> [TransactionPiece] {
+        try await store.changes(after: 0, limit: 1_000_000, subscriptions: ReplicationTests.everything()).pieces
+    }
+
+    static func contents(_ store: DocumentStore) async throws -> [String] {
+        try await store.execute("SELECT * FROM c ORDER BY _id").items.map(\.canonicalJSON)
+    }
+
+    /// A fresh replica that applied `pieces`, one batch each.
+    static func replica(of pieces: [TransactionPiece]) async throws -> [String] {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let replica = try DocumentStore(directory: dir.path)
+        defer { replica.close() }
+        for (i, piece) in pieces.enumerated() {
+            _ = try await replica.applyRemote([piece], from: SiteID(99), subscriptionKey: "k", through: UInt64(i + 1))
+        }
+        return try await contents(replica)
+    }
+
+    @Test func aTransactionGoesOnlyWhenEveryRegisterItWroteWasOverwritten() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'x': 1, 'y': 1})")  // T1
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'b', 'x': 1})")  // T2
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'x': 2, 'y': 2}) ON ID CONFLICT DO UPDATE")  // T3
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'b', 'x': 2}) ON ID CONFLICT DO UPDATE")  // T4
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'x': 3}) ON ID CONFLICT DO UPDATE")  // T5
+        let before = try await Self.pieces(store)
+        let expected = try await Self.contents(store)
+        #expect(before.count == 5)
+        let last = try await store.lastSequence()
+
+        // Through T1's rows only: T1 goes (T3 overwrote all of it); T2, overwritten by
+        // T4 as wholly, stays, since its rows lie above the point.
+        let partial = try await store.compactChangeLog(through: UInt64(before[0].deltas.count))
+        let afterPartial = try await Self.pieces(store)
+        #expect(afterPartial.map(\.id) == before.dropFirst().map(\.id), "\(partial)")
+        #expect(partial.transactionsRemoved == 1 && partial.rowsRemoved == UInt64(before[0].deltas.count))
+
+        let report = try await store.compactChangeLog(through: last)
+        let after = try await Self.pieces(store)
+        // T2 goes now; T3 holds a's y, T4 b's x, T5 a's x.
+        #expect(after.map(\.id) == [before[2], before[3], before[4]].map(\.id), "\(report)")
+        #expect(try await Self.contents(store) == expected, "compaction changes no document")
+        #expect(try await Self.replica(of: after) == expected, "the compacted log rebuilds the same documents")
+        let status = try await store.storageStatus()
+        #expect(status.compactedThrough == last && status.changeLogRows == UInt64(after.reduce(0) { $0 + $1.deltas.count }))
+        #expect(status.compactedAt != nil)
+        // Nothing more to do the second time.
+        #expect(try await store.compactChangeLog(through: last).rowsRemoved == 0)
+    }
+
+    /// Random writes, updates, deletes and counter increments over a few documents:
+    /// compacting through any point keeps every transaction above it and rebuilds
+    /// the same documents.
+    @Test(arguments: [1, 2, 3, 4])
+    func theCompactedLogRebuildsTheSameDocuments(seed: UInt64) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        var rng = ConvergenceTests.SplitMix(state: seed)
+        for _ in 0..<120 {
+            let id = "d\(rng.next() % 6)"
+            switch rng.next() % 5 {
+            case 0:
+                _ = try await store.execute("DELETE FROM c WHERE _id = :id", arguments: ["id": .string(id)])
+            case 1:
+                _ = try await store.execute(
+                    "INSERT INTO c DOCUMENTS ({'_id': :id}) ON ID CONFLICT DO NOTHING; UPDATE c APPLY n INCREMENT BY 1 WHERE _id = :id",
+                    arguments: ["id": .string(id)])
+            default:
+                _ = try await store.execute(
+                    "INSERT INTO c DOCUMENTS ({'_id': :id, 'f\(rng.next() % 3)': :v, 'm': {'k\(rng.next() % 3)': :v}}) ON ID CONFLICT DO UPDATE",
+                    arguments: ["id": .string(id), "v": .int(Int64(rng.next() % 100))])
+            }
+        }
+        let expected = try await Self.contents(store)
+        let full = try await Self.pieces(store)
+        #expect(try await Self.replica(of: full) == expected)
+        let last = try await store.lastSequence()
+        let point = last / 2 + rng.next() % (last / 2)
+        let report = try await store.compactChangeLog(through: point)
+        let compacted = try await Self.pieces(store)
+        #expect(report.transactionsRemoved > 0, "some transaction was wholly overwritten (\(report))")
+        #expect(compacted.count == full.count - Int(report.transactionsRemoved))
+        #expect(try await Self.contents(store) == expected)
+        #expect(try await Self.replica(of: compacted) == expected, "seed \(seed), through \(point)")
+        let all = try await store.compactChangeLog(through: last)
+        #expect(try await Self.replica(of: try await Self.pieces(store)) == expected, "seed \(seed), through the end (\(all))")
+    }
+}
