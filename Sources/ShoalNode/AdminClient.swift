@@ -95,6 +95,36 @@ public struct AdminClient: Sendable {
         }
     }
 
+    /// Compacts the node's change log (and runs VACUUM when asked), handing each
+    /// progress report to `handler`; returns the last one.
+    public func compact(
+        vacuum: Bool = false, handler: @escaping @Sendable (CompactionProgress) -> Void = { _ in }
+    ) async throws(NodeError) -> CompactionProgress {
+        do {
+            let last = try await exchange(.compact(vacuum: vacuum)) { response in
+                switch response {
+                case .compaction(let progress):
+                    handler(progress)
+                    return progress.done
+                case .failure(_, let message):
+                    throw NodeError(.requestFailed, message)
+                default:
+                    throw NodeError(.protocolError, "the node answered compact with something else")
+                }
+            }
+            guard case .compaction(let progress)? = last else {
+                throw NodeError(.connectionFailed, "\(node) closed the connection before the compaction finished")
+            }
+            return progress
+        } catch let error as NodeError {
+            throw error
+        } catch let error as SyncError {
+            throw NodeError(.connectionFailed, "\(node) refused the connection: \(error.description)")
+        } catch {
+            throw NodeError(.connectionFailed, "cannot reach a Shoal node at \(node): \(error)")
+        }
+    }
+
     /// Streams the states of a query's result to `handler` until the task is
     /// cancelled or the node goes away.
     public func observe(

@@ -42,6 +42,18 @@ struct AdminService: AdminRequestHandler {
             case .attachmentPut(let data, let metadataJSON):
                 let token = try await node.store.putAttachment(data, metadata: try Self.arguments(metadataJSON))
                 response = .attachment(tokenJSON: token.value.canonicalJSON)
+            case .compact(let vacuum):
+                let outcome = try await node.compact(vacuum: vacuum) { scanned, report in
+                    try? await respond(.compaction(Self.progress(report, scanned: scanned)))
+                }
+                var last = Self.progress(outcome.report, scanned: outcome.report.through)
+                last.done = true
+                last.heldBy = outcome.heldBy
+                last.expiredPeers = outcome.expiredPeers
+                last.storeBytesBefore = outcome.storeBytesBefore
+                last.storeBytesAfter = outcome.storeBytesAfter
+                last.vacuumed = outcome.vacuumed
+                response = .compaction(last)
             case .attachmentGet(let hash):
                 guard AttachmentToken(.string(hash)) != nil else {
                     throw StoreError(.invalidQuery, "'\(hash)' is not an attachment ID (64 hex digits, from the token's \"attachment\")")
@@ -69,6 +81,16 @@ struct AdminService: AdminRequestHandler {
             response = .failure(error.code == .invalidQuery ? .invalidQuery : .executionFailed, error.message)
         }
         try await respond(response)
+    }
+
+    static func progress(_ report: CompactionReport, scanned: UInt64) -> CompactionProgress {
+        var p = CompactionProgress()
+        p.scannedThrough = scanned
+        p.through = report.through
+        p.rowsBefore = report.rowsBefore
+        p.rowsRemoved = report.rowsRemoved
+        p.transactionsRemoved = report.transactionsRemoved
+        return p
     }
 
     /// Refuses DQL text longer than `maximumQueryLength` before it is parsed.
@@ -226,6 +248,16 @@ struct AdminService: AdminRequestHandler {
             }
         }
         status.transactions = transactionStatus()
+        let storage = try await node.store.storageStatus()
+        let now = Date()
+        status.storage = NodeStatus.Storage(
+            storeBytes: NodeMetrics.storeSize(directory: node.configuration.dataDirectory),
+            changeLogRows: storage.changeLogRows, compactedThrough: storage.compactedThrough,
+            compactedAtMillis: storage.compactedAt.map { UInt64(max(0, $0.timeIntervalSince1970 * 1000)) },
+            peerPositions: try await node.store.peerAcknowledgements().map { a in
+                NodeStatus.PeerPosition(
+                    siteID: a.peer, through: a.through, heardSecondsAgo: UInt64(max(0, now.timeIntervalSince(a.heardAt))))
+            })
         for collection in try await node.store.collectionCounts() {
             status.collections.append(
                 NodeStatus.Collection(

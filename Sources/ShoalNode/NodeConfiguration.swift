@@ -43,6 +43,11 @@ public struct NodeConfiguration: Sendable {
     /// `synchronous = FULL`), so that a power failure loses nothing acknowledged;
     /// otherwise NORMAL, which a process crash cannot lose from but a power failure can.
     public var synchronousFull: Bool
+    /// How often the change log is compacted; nil: only on demand (`shoal compact`).
+    public var compactionInterval: Duration?
+    /// How long a peer not heard from still holds back compaction at the position
+    /// it acknowledged; past it, the log compacts beyond it and it resyncs on return.
+    public var compactionHorizon: Duration
 
     public init(
         dataDirectory: String, listen: HostAndPort = HostAndPort(host: "0.0.0.0", port: HostAndPort.defaultPort),
@@ -51,7 +56,8 @@ public struct NodeConfiguration: Sendable {
         keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
         coverageWait: Duration = .seconds(30), maximumWaitingTransactions: Int = 10_000,
         maximumWaitingBytes: Int = 256 << 20, adminKey: [UInt8]? = nil, resources: ResourceLimits = .init(),
-        metrics: HostAndPort? = nil, synchronousFull: Bool = false
+        metrics: HostAndPort? = nil, synchronousFull: Bool = false,
+        compactionInterval: Duration? = .seconds(300), compactionHorizon: Duration = .seconds(604_800)
     ) {
         self.dataDirectory = dataDirectory
         self.listen = listen
@@ -73,6 +79,8 @@ public struct NodeConfiguration: Sendable {
         self.resources = resources
         self.metrics = metrics
         self.synchronousFull = synchronousFull
+        self.compactionInterval = compactionInterval
+        self.compactionHorizon = compactionHorizon
     }
 
     /// The smallest mesh key accepted, in bytes.

@@ -54,6 +54,8 @@ public struct NodeSettings: Sendable, Hashable {
         Key(name: "log-format", kind: .string, summary: "text, or json: one JSON object per line (default text)"),
         Key(name: "synchronous", kind: .string, summary: "normal, or full: every commit on disk before it is acknowledged, so a power failure loses nothing acknowledged, at an fsync per commit (default normal)"),
         Key(name: "metrics", kind: .string, summary: "HOST:PORT to serve Prometheus metrics on, GET /metrics over plain HTTP; no authentication, so loopback or a trusted network only (default: off; port 0 picks one)"),
+        Key(name: "compaction-interval", kind: .seconds, summary: "seconds between change-log compactions; 0 turns them off (default 300)"),
+        Key(name: "compaction-horizon", kind: .seconds, summary: "seconds after which a peer not heard from no longer holds back compaction; it resyncs when it returns (default 604800, 7 days)"),
         Key(name: "max-frame-size", kind: .integer, summary: "the largest frame accepted, in bytes (default 16777216)"),
         Key(name: "coverage-wait", kind: .seconds, summary: "seconds a remote transaction waits for pieces its subscriptions cover (default 30)"),
         Key(name: "max-waiting-transactions", kind: .integer, summary: "remote transactions held back at most (default 10000)"),
@@ -345,6 +347,14 @@ public struct NodeSettings: Sendable, Hashable {
                 throw invalid("metrics", error.message)
             }
         }
+        let compactionInterval = seconds("compaction-interval") ?? 300
+        if !(compactionInterval == 0 || (compactionInterval >= 1 && compactionInterval <= 86_400 * 30)) {
+            throw invalid("compaction-interval", "must be 0 (off) or between 1 and 2592000 seconds")
+        }
+        let compactionHorizon = seconds("compaction-horizon") ?? 604_800
+        if !(compactionHorizon >= 1 && compactionHorizon <= 86_400 * 3650) {
+            throw invalid("compaction-horizon", "must be between 1 and 315360000 seconds")
+        }
         var relay = true
         if case .boolean(let b)? = values["relay"] { relay = b }
         var discovery = true
@@ -356,6 +366,8 @@ public struct NodeSettings: Sendable, Hashable {
             idleTimeout: .milliseconds(Int64(idle * 1000)),
             coverageWait: .milliseconds(Int64(wait * 1000)), maximumWaitingTransactions: waitingTransactions,
             maximumWaitingBytes: waitingBytes, adminKey: adminKey, resources: resources, metrics: metrics,
-            synchronousFull: synchronous == "full")
+            synchronousFull: synchronous == "full",
+            compactionInterval: compactionInterval == 0 ? nil : .milliseconds(Int64(compactionInterval * 1000)),
+            compactionHorizon: .milliseconds(Int64(compactionHorizon * 1000)))
     }
 }

@@ -146,6 +146,8 @@ public final class ShoalNode: Service, Sendable {
 
     private func serve() async throws {
         try await restoreSavedSubscriptions()
+        // A peer resuming below the point compaction reached is told it resyncs.
+        sync.positions.compactedThrough = try await store.storageStatus().compactedThrough
         let limits = configuration.limits
         let pending = Self.writeBufferWaterMark(configuration.resources)
         let server: NIOAsyncChannel<FramedConnection, Never>
@@ -192,6 +194,7 @@ public final class ShoalNode: Service, Sendable {
         let admin = AdminService(node: self)
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await self.sync.run() }
+            group.addTask { await self.compactPeriodically() }
             for peer in configuration.peers {
                 group.addTask { await self.dial(peer) }
             }

@@ -140,7 +140,12 @@ extension DocumentStore {
 
     /// Runs SQLite's `VACUUM`, giving the file's free pages back to the file system.
     public func vacuum() async throws(StoreError) {
-        try await write { db in try db.execute(sql: "VACUUM") }
+        try await write(inTransaction: false) { db in
+            try db.execute(sql: "VACUUM")
+            // The rewritten pages sit in the write-ahead log until a checkpoint: move them
+            // into the file and truncate the log, so the space shows as given back.
+            _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        }
     }
 
     public func storageStatus() async throws(StoreError) -> StorageStatus {

@@ -325,13 +325,16 @@ public final class DocumentStore: Sendable {
     /// It waits in line behind a running read-write transaction, and throws
     /// `StoreError.Code.nestedTransaction` at once when called from inside one of this
     /// store's (it would wait for itself).
-    func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(StoreError) -> T {
+    func write<T: Sendable>(
+        inTransaction: Bool = true, _ body: @escaping @Sendable (Database) throws -> T
+    ) async throws(StoreError) -> T {
         let marks = OpenTransactions.marks
         try refuseWriteBesideOpenTransaction(marks)
         try await acquireGate(nested: marks.contains { $0.store == ObjectIdentifier(self) })
         defer { gate.release() }
         do {
-            return try await pool.write(body)
+            // VACUUM, for one, cannot run inside a transaction.
+            return inTransaction ? try await pool.write(body) : try await pool.writeWithoutTransaction(body)
         } catch {
             throw StoreError.wrapping(error, "database write")
         }

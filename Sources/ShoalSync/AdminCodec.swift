@@ -17,6 +17,7 @@ extension AdminRequest {
         case .observe(let o)?: self = .observe(query: o.query, argumentsJSON: o.argumentsJson)
         case .attachmentPut(let p)?: self = .attachmentPut(data: Array(p.data), metadataJSON: p.metadataJson)
         case .attachmentGet(let g)?: self = .attachmentGet(hash: g.hash)
+        case .compact(let c)?: self = .compact(vacuum: c.vacuum)
         case nil: return nil
         }
     }
@@ -59,6 +60,10 @@ extension AdminRequest {
             var g = Shoal_V1_AttachmentGetRequest()
             g.hash = hash
             request.attachmentGet = g
+        case .compact(let vacuum):
+            var c = Shoal_V1_CompactRequest()
+            c.vacuum = vacuum
+            request.compact = c
         }
         return request
     }
@@ -80,6 +85,7 @@ extension AdminResponse {
         case .attachment(let a)?: self = .attachment(tokenJSON: a.tokenJson)
         case .chunk(let c)?:
             self = .chunk(AttachmentPart(hash: c.hash, offset: c.offset, totalLength: c.totalLength, data: Array(c.data)))
+        case .compaction(let c)?: self = .compaction(CompactionProgress(wire: c))
         case nil: return nil
         }
     }
@@ -116,6 +122,8 @@ extension AdminResponse {
             c.totalLength = part.totalLength
             c.data = Data(part.data)
             response.chunk = c
+        case .compaction(let progress):
+            response.compaction = progress.wire
         case .failure(let code, let message):
             var e = Shoal_V1_Error()
             e.code = code.wire
@@ -161,6 +169,15 @@ extension NodeStatus {
             collections: s.collections.map { Collection(name: $0.name, documents: $0.documents, digest: $0.digest.isEmpty ? nil : $0.digest) },
             transactions: Transactions(wire: s.transactions))
         warnings = s.warnings
+        if s.hasStorage {
+            let w = s.storage
+            storage = Storage(
+                storeBytes: w.storeBytes, changeLogRows: w.changeLogRows, compactedThrough: w.compactedThrough,
+                compactedAtMillis: w.compactedAtMillis == 0 ? nil : w.compactedAtMillis,
+                peerPositions: w.peerPositions.map {
+                    PeerPosition(siteID: SiteID($0.siteID), through: $0.through, heardSecondsAgo: $0.heardSecondsAgo)
+                })
+        }
     }
 
     var wire: Shoal_V1_StatusResponse {
@@ -198,7 +215,55 @@ extension NodeStatus {
         }
         s.transactions = transactions.wire
         s.warnings = warnings
+        if let storage {
+            var w = Shoal_V1_StorageStatus()
+            w.storeBytes = storage.storeBytes
+            w.changeLogRows = storage.changeLogRows
+            w.compactedThrough = storage.compactedThrough
+            w.compactedAtMillis = storage.compactedAtMillis ?? 0
+            w.peerPositions = storage.peerPositions.map { p in
+                var position = Shoal_V1_PeerPosition()
+                position.siteID = p.siteID.rawValue
+                position.through = p.through
+                position.heardSecondsAgo = p.heardSecondsAgo
+                return position
+            }
+            s.storage = w
+        }
         return s
+    }
+}
+
+extension CompactionProgress {
+    init(wire c: Shoal_V1_CompactionProgress) {
+        self.init()
+        scannedThrough = c.scannedThrough
+        through = c.through
+        rowsBefore = c.rowsBefore
+        rowsRemoved = c.rowsRemoved
+        transactionsRemoved = c.transactionsRemoved
+        done = c.done
+        heldBy = c.heldBy.isEmpty ? nil : c.heldBy
+        expiredPeers = c.expiredPeers
+        storeBytesBefore = c.storeBytesBefore
+        storeBytesAfter = c.storeBytesAfter
+        vacuumed = c.vacuumed
+    }
+
+    var wire: Shoal_V1_CompactionProgress {
+        var c = Shoal_V1_CompactionProgress()
+        c.scannedThrough = scannedThrough
+        c.through = through
+        c.rowsBefore = rowsBefore
+        c.rowsRemoved = rowsRemoved
+        c.transactionsRemoved = transactionsRemoved
+        c.done = done
+        c.heldBy = heldBy ?? ""
+        c.expiredPeers = expiredPeers
+        c.storeBytesBefore = storeBytesBefore
+        c.storeBytesAfter = storeBytesAfter
+        c.vacuumed = vacuumed
+        return c
     }
 }
 

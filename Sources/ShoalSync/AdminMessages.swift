@@ -15,6 +15,9 @@ public enum AdminRequest: Sendable, Hashable {
     case attachmentPut(data: [UInt8], metadataJSON: String)
     /// A stream of `chunk`s, in order.
     case attachmentGet(hash: String)
+    /// Compacts the change log now (and runs VACUUM when asked): a stream of
+    /// `compaction` progress, the last one `done`.
+    case compact(vacuum: Bool)
 }
 
 /// One answer of a node to an admin request.
@@ -26,6 +29,7 @@ public enum AdminResponse: Sendable, Hashable {
     /// An attachment's token, as canonical JSON.
     case attachment(tokenJSON: String)
     case chunk(AttachmentPart)
+    case compaction(CompactionProgress)
     /// The request failed; the connection stays open.
     case failure(SyncError.Code, String)
 }
@@ -93,6 +97,26 @@ public struct AttachmentPart: Sendable, Hashable {
     public var isLast: Bool { offset &+ UInt64(data.count) >= totalLength }
 }
 
+/// How far a compaction got (`shoal compact`); the last one of a request is `done`.
+public struct CompactionProgress: Sendable, Hashable {
+    /// The log sequence the scan reached, and the compaction point it runs to.
+    public var scannedThrough: UInt64 = 0
+    public var through: UInt64 = 0
+    public var rowsBefore: UInt64 = 0
+    public var rowsRemoved: UInt64 = 0
+    public var transactionsRemoved: UInt64 = 0
+    public var done = false
+    /// The peer whose acknowledged position held the point back.
+    public var heldBy: String?
+    /// Peers unheard for longer than the horizon, no longer counted.
+    public var expiredPeers: [String] = []
+    public var storeBytesBefore: UInt64 = 0
+    public var storeBytesAfter: UInt64 = 0
+    public var vacuumed = false
+
+    public init() {}
+}
+
 /// A node as `shoal status` shows it.
 public struct NodeStatus: Sendable, Hashable {
     public var siteID: SiteID
@@ -107,6 +131,8 @@ public struct NodeStatus: Sendable, Hashable {
     /// What an operator must know, one sentence each (a node listening beyond
     /// loopback without a mesh key says so here).
     public var warnings: [String] = []
+    /// The store's and the change log's size, and compaction.
+    public var storage: Storage?
 
     public init(
         siteID: SiteID, name: String, listen: String, meshName: String, changeLogSequence: UInt64, peers: [Peer] = [],
@@ -160,6 +186,42 @@ public struct NodeStatus: Sendable, Hashable {
             self.rttMillis = rttMillis
             self.bytesIn = bytesIn
             self.bytesOut = bytesOut
+        }
+    }
+
+    /// The store's and the change log's size, and how far compaction has gone.
+    public struct Storage: Sendable, Hashable {
+        public var storeBytes: UInt64
+        public var changeLogRows: UInt64
+        /// The highest sequence a compaction ran through (0: never).
+        public var compactedThrough: UInt64
+        /// Milliseconds since the Unix epoch of the last compaction (nil: never).
+        public var compactedAtMillis: UInt64?
+        /// The peers whose positions hold compaction back, lowest first.
+        public var peerPositions: [PeerPosition]
+
+        public init(
+            storeBytes: UInt64, changeLogRows: UInt64, compactedThrough: UInt64, compactedAtMillis: UInt64?,
+            peerPositions: [PeerPosition] = []
+        ) {
+            self.storeBytes = storeBytes
+            self.changeLogRows = changeLogRows
+            self.compactedThrough = compactedThrough
+            self.compactedAtMillis = compactedAtMillis
+            self.peerPositions = peerPositions
+        }
+    }
+
+    /// A peer's acknowledged position in this node's change log.
+    public struct PeerPosition: Sendable, Hashable {
+        public var siteID: SiteID
+        public var through: UInt64
+        public var heardSecondsAgo: UInt64
+
+        public init(siteID: SiteID, through: UInt64, heardSecondsAgo: UInt64) {
+            self.siteID = siteID
+            self.through = through
+            self.heardSecondsAgo = heardSecondsAgo
         }
     }
 

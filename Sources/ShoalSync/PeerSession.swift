@@ -343,6 +343,9 @@ struct PeerSession: Sendable {
             case .event(let e): event = e
             case .inboundEnded, .stopped: return
             }
+            if case .received(.subscribe(let subscribe)) = event {
+                noteResync(subscribe, peer: peer)
+            }
             var pending = machine.handle(event, now: now())[...]
             while let action = pending.popFirst() {
                 for followUp in try await perform(action, peer: peer, input: input) {
@@ -351,7 +354,19 @@ struct PeerSession: Sendable {
             }
             let lag = machine.lag
             engine.registry.update(recordID) { $0.lagDeltas = lag }
+            engine.positions.note(peer.siteID, through: machine.peerPosition)
         }
+    }
+
+    /// A peer that resumes below this node's compaction point resyncs: it ends with
+    /// every current value, but until it passes the point it may see a later
+    /// transaction without an earlier one that the later one overwrote.
+    private func noteResync(_ subscribe: Shoal_V1_Subscribe, peer: PeerIdentity) {
+        let point = engine.positions.compactedThrough
+        guard !subscribe.subscriptions.isEmpty, subscribe.resumeAfter < point else { return }
+        logger.notice(
+            "peer resumes at \(subscribe.resumeAfter), below this node's compaction point \(point): it resyncs from the compacted log",
+            metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
     }
 
     /// Carries out one action; returns the events its result produces.

@@ -183,6 +183,14 @@ public struct SessionStateMachine: Sendable {
         return logEnd > acknowledged ? logEnd - acknowledged : 0
     }
 
+    /// How far the peer has acknowledged this node's log under its current
+    /// Subscribe: what compaction must not pass while the peer counts. nil while it
+    /// asks for nothing.
+    public var peerPosition: UInt64? {
+        guard let peerSet, !peerSet.isEmpty else { return nil }
+        return acknowledged
+    }
+
     static func micros(_ d: Duration) -> UInt64 {
         UInt64(d.components.seconds) * 1_000_000 + UInt64(d.components.attoseconds / 1_000_000_000_000)
     }

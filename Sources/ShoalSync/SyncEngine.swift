@@ -29,6 +29,8 @@ public final class SyncEngine: Sendable {
     private let requestIDs = Locked<UInt64>(0)
     /// Established sessions by role, against `maximumPeers` and `maximumAdminSessions`.
     private let sessionCounts = Locked<(peers: Int, admins: Int)>((0, 0))
+    /// How far each peer acknowledged this node's log, for compaction.
+    public let positions = PeerPositions()
 
     /// - Parameter applyDuration: records how long each commit of received
     ///   transactions took, one sample per SQLite transaction of the inbound pipeline.

@@ -72,6 +72,14 @@ struct RunCommand: AsyncParsableCommand {
         help: "Serve Prometheus metrics on HOST:PORT, GET /metrics over plain HTTP (port 0: any free port). It has no authentication: use loopback or a trusted network.")
     var metrics: String?
 
+    @Option(name: .long, help: "Seconds between change-log compactions; 0 turns them off (default: 300).")
+    var compactionInterval: Double?
+
+    @Option(
+        name: .long,
+        help: "Seconds after which a peer not heard from no longer holds back compaction; it resyncs when it returns (default: 604800, 7 days).")
+    var compactionHorizon: Double?
+
     @Option(name: .long, help: "The largest frame accepted, in bytes (default: 16777216).")
     var maxFrameSize: Int?
 
@@ -106,6 +114,8 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("log-format", logFormat.map { .string($0) })
         s.setFlag("metrics", metrics.map { .string($0) })
         s.setFlag("synchronous", synchronous.map { .string($0) })
+        s.setFlag("compaction-interval", compactionInterval.map { .seconds($0) })
+        s.setFlag("compaction-horizon", compactionHorizon.map { .seconds($0) })
         s.setFlag("max-frame-size", maxFrameSize.map { .integer($0) })
         s.setFlag("coverage-wait", coverageWait.map { .seconds($0) })
         s.setFlag("max-waiting-transactions", maxWaitingTransactions.map { .integer($0) })

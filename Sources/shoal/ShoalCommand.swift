@@ -13,7 +13,7 @@ struct ShoalCommand: AsyncParsableCommand {
         version: "0.1.0",
         subcommands: [
             RunCommand.self, ExecCommand.self, StatusCommand.self, MeshCommand.self, ObserveCommand.self, SubscribeCommand.self,
-            UnsubscribeCommand.self, AttachmentCommand.self, ImportCommand.self, ExportCommand.self, KeygenCommand.self,
+            UnsubscribeCommand.self, AttachmentCommand.self, ImportCommand.self, ExportCommand.self, CompactCommand.self, KeygenCommand.self,
         ]
     )
 }

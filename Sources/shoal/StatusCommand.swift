@@ -74,6 +74,7 @@ struct StatusCommand: AsyncParsableCommand {
             "subscriptions": .array(
                 s.subscriptions.map { .object(["id": .string($0.id), "query": .string($0.query), "origin": .string($0.origin)]) }),
             "transactions": transactions(s.transactions),
+            "storage": s.storage.map(storage) ?? .null,
             "collections": .object(
                 Dictionary(
                     uniqueKeysWithValues: s.collections.map { c in
@@ -88,6 +89,22 @@ struct StatusCommand: AsyncParsableCommand {
             "needDocuments": .int(Int64(p.needDocuments)), "ageSeconds": .double((p.ageSeconds * 10).rounded() / 10),
             "askedPeers": .array(p.askedPeers.map(Value.string)), "reason": .string(p.reason),
             "missingCollections": .array(p.missingCollections.map(Value.string)),
+        ])
+    }
+
+    static func storage(_ s: NodeStatus.Storage) -> Value {
+        .object([
+            "storeBytes": .int(Int64(s.storeBytes)),
+            "changeLogRows": .int(Int64(s.changeLogRows)),
+            "compactedThrough": .int(Int64(s.compactedThrough)),
+            "compactedAtMillis": s.compactedAtMillis.map { .int(Int64($0)) } ?? .null,
+            "peerPositions": .array(
+                s.peerPositions.map { p in
+                    .object([
+                        "siteID": site(p.siteID), "through": .int(Int64(p.through)),
+                        "heardSecondsAgo": .int(Int64(p.heardSecondsAgo)),
+                    ])
+                }),
         ])
     }
 
@@ -136,6 +153,14 @@ struct StatusCommand: AsyncParsableCommand {
                     [p.id, state, "\(p.haveDocuments)/\(p.needDocuments)", String(Int(p.ageSeconds)), p.reason,
                      p.missingCollections.joined(separator: ","), p.askedPeers.isEmpty ? "-" : p.askedPeers.joined(separator: ",")]
                 })
+        }
+        if let storage = s.storage {
+            out += "\nStorage\n"
+            out += "  store \(bytes(storage.storeBytes)), change log \(storage.changeLogRows) rows through \(s.changeLogSequence), "
+            out += storage.compactedThrough == 0 ? "never compacted\n" : "compacted through \(storage.compactedThrough)\n"
+            if let lowest = storage.peerPositions.first {
+                out += "  compaction held at \(lowest.through) by peer \(lowest.siteID) (heard \(lowest.heardSecondsAgo) s ago)\n"
+            }
         }
         out += "\nCollections\n"
         out += render(["NAME", "DOCUMENTS"], s.collections.map { [$0.name, String($0.documents)] })

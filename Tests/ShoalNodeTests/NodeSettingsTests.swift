@@ -36,6 +36,8 @@ struct NodeSettingsTests {
         log-format = "json"
         metrics = "127.0.0.1:9470"
         synchronous = "full"
+        compaction-interval = 0
+        compaction-horizon = 3600
         """
 
     @Test func aFileSetsEveryKey() throws {
@@ -68,6 +70,8 @@ struct NodeSettingsTests {
         #expect(try settings.logFormat() == "json")
         #expect(configuration.metrics == HostAndPort(host: "127.0.0.1", port: 9470))
         #expect(configuration.synchronousFull)
+        #expect(configuration.compactionInterval == nil, "0 turns periodic compaction off")
+        #expect(configuration.compactionHorizon == .seconds(3600))
         #expect(settings.origin(of: "max-frame-size") == dir.path + "/shoal.toml:13 (max-frame-size)")
         // Every key appears in the file above, so a key added without a test shows here.
         #expect(Set(NodeSettings.keys.map(\.name)) == Set(Self.file.split(separator: "\n").compactMap { line in
@@ -144,6 +148,8 @@ struct NodeSettingsTests {
         ("data = \"x\"\nlog-format = \"xml\"\n", "shoal.toml:2 (log-format): 'xml' is not one of text, json"),
         ("data = \"x\"\nsynchronous = \"off\"\n", "shoal.toml:2 (synchronous): 'off' is not one of normal, full"),
         ("data = \"x\"\nmetrics = \"9470\"\n", "shoal.toml:2 (metrics): '9470' is not HOST:PORT"),
+        ("data = \"x\"\ncompaction-interval = 0.5\n", "shoal.toml:2 (compaction-interval): must be 0 (off) or between 1 and 2592000 seconds"),
+        ("data = \"x\"\ncompaction-horizon = 0\n", "shoal.toml:2 (compaction-horizon): must be between 1 and 315360000 seconds"),
     ])
     func mistakesNameTheLineAndTheKey(text: String, expected: String) {
         let error = #expect(throws: NodeError.self) {

@@ -753,6 +753,14 @@ public nonisolated struct Shoal_V1_AdminRequest: Sendable {
     set {request = .attachmentGet(newValue)}
   }
 
+  public var compact: Shoal_V1_CompactRequest {
+    get {
+      if case .compact(let v)? = request {return v}
+      return Shoal_V1_CompactRequest()
+    }
+    set {request = .compact(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Request: Equatable, Sendable {
@@ -763,8 +771,61 @@ public nonisolated struct Shoal_V1_AdminRequest: Sendable {
     case observe(Shoal_V1_ObserveRequest)
     case attachmentPut(Shoal_V1_AttachmentPutRequest)
     case attachmentGet(Shoal_V1_AttachmentGetRequest)
+    case compact(Shoal_V1_CompactRequest)
 
   }
+
+  public init() {}
+}
+
+/// Compacts the change log now, as far as the node's peers allow (PROTOCOL.md §10):
+/// answered with CompactionProgress messages while it runs, the last with done set.
+public nonisolated struct Shoal_V1_CompactRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Run SQLite's VACUUM afterwards, giving free pages back to the file system.
+  public var vacuum: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// How far a compaction got: sent after each chunk of the log scanned, and once at the end.
+public nonisolated struct Shoal_V1_CompactionProgress: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The log sequence the scan has reached, and the compaction point it runs to.
+  public var scannedThrough: UInt64 = 0
+
+  public var through: UInt64 = 0
+
+  public var rowsBefore: UInt64 = 0
+
+  public var rowsRemoved: UInt64 = 0
+
+  public var transactionsRemoved: UInt64 = 0
+
+  /// Set on the last message, which carries the rest.
+  public var done: Bool = false
+
+  /// The peer (16 hex digits) whose acknowledged position held the point back; "" for none.
+  public var heldBy: String = String()
+
+  /// Peers unheard for longer than the compaction horizon, no longer counted.
+  public var expiredPeers: [String] = []
+
+  public var storeBytesBefore: UInt64 = 0
+
+  public var storeBytesAfter: UInt64 = 0
+
+  public var vacuumed: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
@@ -960,6 +1021,14 @@ public nonisolated struct Shoal_V1_AdminResponse: Sendable {
     set {response = .chunk(newValue)}
   }
 
+  public var compaction: Shoal_V1_CompactionProgress {
+    get {
+      if case .compaction(let v)? = response {return v}
+      return Shoal_V1_CompactionProgress()
+    }
+    set {response = .compaction(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Response: Equatable, Sendable {
@@ -970,6 +1039,7 @@ public nonisolated struct Shoal_V1_AdminResponse: Sendable {
     case observation(Shoal_V1_Observation)
     case attachment(Shoal_V1_AttachmentToken)
     case chunk(Shoal_V1_AttachmentChunk)
+    case compaction(Shoal_V1_CompactionProgress)
 
   }
 
@@ -1071,11 +1141,61 @@ public nonisolated struct Shoal_V1_StatusResponse: @unchecked Sendable {
     set {_uniqueStorage()._warnings = newValue}
   }
 
+  public var storage: Shoal_V1_StorageStatus {
+    get {_storage._storage ?? Shoal_V1_StorageStatus()}
+    set {_uniqueStorage()._storage = newValue}
+  }
+  /// Returns true if `storage` has been explicitly set.
+  public var hasStorage: Bool {_storage._storage != nil}
+  /// Clears the value of `storage`. Subsequent reads from it will return its default value.
+  public mutating func clearStorage() {_uniqueStorage()._storage = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// The store's size and the change log's, and how far compaction has gone.
+public nonisolated struct Shoal_V1_StorageStatus: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Bytes of the database files (main file and write-ahead log).
+  public var storeBytes: UInt64 = 0
+
+  public var changeLogRows: UInt64 = 0
+
+  /// The highest sequence a compaction ran through (0: never), and when (Unix ms; 0: never).
+  public var compactedThrough: UInt64 = 0
+
+  public var compactedAtMillis: UInt64 = 0
+
+  /// The peers whose acknowledged positions hold compaction back, lowest first.
+  public var peerPositions: [Shoal_V1_PeerPosition] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Shoal_V1_PeerPosition: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var siteID: UInt64 = 0
+
+  /// The log sequence it acknowledged through, and how long ago it was heard.
+  public var through: UInt64 = 0
+
+  public var heardSecondsAgo: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 /// What the node knows of transactions: counters since it started, and the remote
@@ -2315,7 +2435,7 @@ nonisolated extension Shoal_V1_TransactionPieces: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AdminRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}subscribe\0\u{1}unsubscribe\0\u{1}observe\0\u{3}attachment_put\0\u{3}attachment_get\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}subscribe\0\u{1}unsubscribe\0\u{1}observe\0\u{3}attachment_put\0\u{3}attachment_get\0\u{2}\u{16}compact\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2415,6 +2535,19 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
           self.request = .attachmentGet(v)
         }
       }()
+      case 30: try {
+        var v: Shoal_V1_CompactRequest?
+        var hadOneofValue = false
+        if let current = self.request {
+          hadOneofValue = true
+          if case .compact(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.request = .compact(v)
+        }
+      }()
       default: break
       }
     }
@@ -2457,6 +2590,10 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
       guard case .attachmentGet(let v)? = self.request else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
     }()
+    case .compact?: try {
+      guard case .compact(let v)? = self.request else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 30)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -2465,6 +2602,116 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
   public static func ==(lhs: Shoal_V1_AdminRequest, rhs: Shoal_V1_AdminRequest) -> Bool {
     if lhs.requestID != rhs.requestID {return false}
     if lhs.request != rhs.request {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_CompactRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".CompactRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}vacuum\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBoolField(value: &self.vacuum) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.vacuum != false {
+      try visitor.visitSingularBoolField(value: self.vacuum, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_CompactRequest, rhs: Shoal_V1_CompactRequest) -> Bool {
+    if lhs.vacuum != rhs.vacuum {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_CompactionProgress: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".CompactionProgress"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}scanned_through\0\u{1}through\0\u{3}rows_before\0\u{3}rows_removed\0\u{3}transactions_removed\0\u{1}done\0\u{3}held_by\0\u{3}expired_peers\0\u{3}store_bytes_before\0\u{3}store_bytes_after\0\u{1}vacuumed\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.scannedThrough) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.through) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.rowsBefore) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.rowsRemoved) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.transactionsRemoved) }()
+      case 6: try { try decoder.decodeSingularBoolField(value: &self.done) }()
+      case 7: try { try decoder.decodeSingularStringField(value: &self.heldBy) }()
+      case 8: try { try decoder.decodeRepeatedStringField(value: &self.expiredPeers) }()
+      case 9: try { try decoder.decodeSingularUInt64Field(value: &self.storeBytesBefore) }()
+      case 10: try { try decoder.decodeSingularUInt64Field(value: &self.storeBytesAfter) }()
+      case 11: try { try decoder.decodeSingularBoolField(value: &self.vacuumed) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.scannedThrough != 0 {
+      try visitor.visitSingularUInt64Field(value: self.scannedThrough, fieldNumber: 1)
+    }
+    if self.through != 0 {
+      try visitor.visitSingularUInt64Field(value: self.through, fieldNumber: 2)
+    }
+    if self.rowsBefore != 0 {
+      try visitor.visitSingularUInt64Field(value: self.rowsBefore, fieldNumber: 3)
+    }
+    if self.rowsRemoved != 0 {
+      try visitor.visitSingularUInt64Field(value: self.rowsRemoved, fieldNumber: 4)
+    }
+    if self.transactionsRemoved != 0 {
+      try visitor.visitSingularUInt64Field(value: self.transactionsRemoved, fieldNumber: 5)
+    }
+    if self.done != false {
+      try visitor.visitSingularBoolField(value: self.done, fieldNumber: 6)
+    }
+    if !self.heldBy.isEmpty {
+      try visitor.visitSingularStringField(value: self.heldBy, fieldNumber: 7)
+    }
+    if !self.expiredPeers.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.expiredPeers, fieldNumber: 8)
+    }
+    if self.storeBytesBefore != 0 {
+      try visitor.visitSingularUInt64Field(value: self.storeBytesBefore, fieldNumber: 9)
+    }
+    if self.storeBytesAfter != 0 {
+      try visitor.visitSingularUInt64Field(value: self.storeBytesAfter, fieldNumber: 10)
+    }
+    if self.vacuumed != false {
+      try visitor.visitSingularBoolField(value: self.vacuumed, fieldNumber: 11)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_CompactionProgress, rhs: Shoal_V1_CompactionProgress) -> Bool {
+    if lhs.scannedThrough != rhs.scannedThrough {return false}
+    if lhs.through != rhs.through {return false}
+    if lhs.rowsBefore != rhs.rowsBefore {return false}
+    if lhs.rowsRemoved != rhs.rowsRemoved {return false}
+    if lhs.transactionsRemoved != rhs.transactionsRemoved {return false}
+    if lhs.done != rhs.done {return false}
+    if lhs.heldBy != rhs.heldBy {return false}
+    if lhs.expiredPeers != rhs.expiredPeers {return false}
+    if lhs.storeBytesBefore != rhs.storeBytesBefore {return false}
+    if lhs.storeBytesAfter != rhs.storeBytesAfter {return false}
+    if lhs.vacuumed != rhs.vacuumed {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2742,7 +2989,7 @@ nonisolated extension Shoal_V1_StatusRequest: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AdminResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}error\0\u{1}subscription\0\u{1}observation\0\u{1}attachment\0\u{1}chunk\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}error\0\u{1}subscription\0\u{1}observation\0\u{1}attachment\0\u{1}chunk\0\u{2}\u{16}compaction\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2842,6 +3089,19 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
           self.response = .chunk(v)
         }
       }()
+      case 30: try {
+        var v: Shoal_V1_CompactionProgress?
+        var hadOneofValue = false
+        if let current = self.response {
+          hadOneofValue = true
+          if case .compaction(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.response = .compaction(v)
+        }
+      }()
       default: break
       }
     }
@@ -2883,6 +3143,10 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
     case .chunk?: try {
       guard case .chunk(let v)? = self.response else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    }()
+    case .compaction?: try {
+      guard case .compaction(let v)? = self.response else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 30)
     }()
     case nil: break
     }
@@ -2974,7 +3238,7 @@ nonisolated extension Shoal_V1_ExecResponse: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatusResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}listen\0\u{3}mesh_name\0\u{1}peers\0\u{1}subscriptions\0\u{1}collections\0\u{3}change_log_sequence\0\u{1}transactions\0\u{2}\u{b}warnings\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}listen\0\u{3}mesh_name\0\u{1}peers\0\u{1}subscriptions\0\u{1}collections\0\u{3}change_log_sequence\0\u{1}transactions\0\u{2}\u{b}warnings\0\u{2}\u{a}storage\0")
 
   fileprivate class _StorageClass {
     var _siteID: UInt64 = 0
@@ -2987,6 +3251,7 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
     var _changeLogSequence: UInt64 = 0
     var _transactions: Shoal_V1_TransactionStatus? = nil
     var _warnings: [String] = []
+    var _storage: Shoal_V1_StorageStatus? = nil
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -3007,6 +3272,7 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
       _changeLogSequence = source._changeLogSequence
       _transactions = source._transactions
       _warnings = source._warnings
+      _storage = source._storage
     }
   }
 
@@ -3035,6 +3301,7 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
         case 8: try { try decoder.decodeSingularUInt64Field(value: &_storage._changeLogSequence) }()
         case 9: try { try decoder.decodeSingularMessageField(value: &_storage._transactions) }()
         case 20: try { try decoder.decodeRepeatedStringField(value: &_storage._warnings) }()
+        case 30: try { try decoder.decodeSingularMessageField(value: &_storage._storage) }()
         default: break
         }
       }
@@ -3077,6 +3344,9 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
       if !_storage._warnings.isEmpty {
         try visitor.visitRepeatedStringField(value: _storage._warnings, fieldNumber: 20)
       }
+      try { if let v = _storage._storage {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 30)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -3096,10 +3366,101 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
         if _storage._changeLogSequence != rhs_storage._changeLogSequence {return false}
         if _storage._transactions != rhs_storage._transactions {return false}
         if _storage._warnings != rhs_storage._warnings {return false}
+        if _storage._storage != rhs_storage._storage {return false}
         return true
       }
       if !storagesAreEqual {return false}
     }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_StorageStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".StorageStatus"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}store_bytes\0\u{3}change_log_rows\0\u{3}compacted_through\0\u{3}compacted_at_millis\0\u{3}peer_positions\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.storeBytes) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.changeLogRows) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.compactedThrough) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.compactedAtMillis) }()
+      case 5: try { try decoder.decodeRepeatedMessageField(value: &self.peerPositions) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.storeBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.storeBytes, fieldNumber: 1)
+    }
+    if self.changeLogRows != 0 {
+      try visitor.visitSingularUInt64Field(value: self.changeLogRows, fieldNumber: 2)
+    }
+    if self.compactedThrough != 0 {
+      try visitor.visitSingularUInt64Field(value: self.compactedThrough, fieldNumber: 3)
+    }
+    if self.compactedAtMillis != 0 {
+      try visitor.visitSingularUInt64Field(value: self.compactedAtMillis, fieldNumber: 4)
+    }
+    if !self.peerPositions.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.peerPositions, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_StorageStatus, rhs: Shoal_V1_StorageStatus) -> Bool {
+    if lhs.storeBytes != rhs.storeBytes {return false}
+    if lhs.changeLogRows != rhs.changeLogRows {return false}
+    if lhs.compactedThrough != rhs.compactedThrough {return false}
+    if lhs.compactedAtMillis != rhs.compactedAtMillis {return false}
+    if lhs.peerPositions != rhs.peerPositions {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_PeerPosition: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PeerPosition"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}through\0\u{3}heard_seconds_ago\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularFixed64Field(value: &self.siteID) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.through) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.heardSecondsAgo) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.siteID != 0 {
+      try visitor.visitSingularFixed64Field(value: self.siteID, fieldNumber: 1)
+    }
+    if self.through != 0 {
+      try visitor.visitSingularUInt64Field(value: self.through, fieldNumber: 2)
+    }
+    if self.heardSecondsAgo != 0 {
+      try visitor.visitSingularUInt64Field(value: self.heardSecondsAgo, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_PeerPosition, rhs: Shoal_V1_PeerPosition) -> Bool {
+    if lhs.siteID != rhs.siteID {return false}
+    if lhs.through != rhs.through {return false}
+    if lhs.heardSecondsAgo != rhs.heardSecondsAgo {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
