@@ -17,6 +17,9 @@ extension AdminRequest {
         case .observe(let o)?: self = .observe(query: o.query, argumentsJSON: o.argumentsJson)
         case .attachmentPut(let p)?: self = .attachmentPut(data: Array(p.data), metadataJSON: p.metadataJson)
         case .attachmentGet(let g)?: self = .attachmentGet(hash: g.hash)
+        case .begin(let b)?: self = .begin(hint: b.hint.isEmpty ? nil : b.hint, readOnly: b.readOnly)
+        case .commit?: self = .commit
+        case .rollback?: self = .rollback
         case nil: return nil
         }
     }
@@ -59,6 +62,15 @@ extension AdminRequest {
             var g = Shoal_V1_AttachmentGetRequest()
             g.hash = hash
             request.attachmentGet = g
+        case .begin(let hint, let readOnly):
+            var b = Shoal_V1_BeginRequest()
+            b.hint = hint ?? ""
+            b.readOnly = readOnly
+            request.begin = b
+        case .commit:
+            request.commit = Shoal_V1_CommitRequest()
+        case .rollback:
+            request.rollback = Shoal_V1_RollbackRequest()
         }
         return request
     }
@@ -80,6 +92,9 @@ extension AdminResponse {
         case .attachment(let a)?: self = .attachment(tokenJSON: a.tokenJson)
         case .chunk(let c)?:
             self = .chunk(AttachmentPart(hash: c.hash, offset: c.offset, totalLength: c.totalLength, data: Array(c.data)))
+        case .transaction(let t)?:
+            guard let transaction = SessionTransaction(wire: t) else { return nil }
+            self = .transaction(transaction)
         case nil: return nil
         }
     }
@@ -116,6 +131,8 @@ extension AdminResponse {
             c.totalLength = part.totalLength
             c.data = Data(part.data)
             response.chunk = c
+        case .transaction(let transaction):
+            response.transaction = transaction.wire
         case .failure(let code, let message):
             var e = Shoal_V1_Error()
             e.code = code.wire
@@ -123,6 +140,28 @@ extension AdminResponse {
             response.error = e
         }
         return response
+    }
+}
+
+extension SessionTransaction {
+    /// nil when the state is none of "open", "committed", "rolled_back".
+    init?(wire t: Shoal_V1_SessionTransaction) {
+        guard let state = State(rawValue: t.state) else { return nil }
+        self.init(
+            id: t.id, hint: t.hint.isEmpty ? nil : t.hint, isReadOnly: t.readOnly, state: state,
+            transactionID: t.transactionID.isEmpty ? nil : t.transactionID, ageSeconds: t.ageSeconds, client: t.client)
+    }
+
+    var wire: Shoal_V1_SessionTransaction {
+        var t = Shoal_V1_SessionTransaction()
+        t.id = id
+        t.hint = hint ?? ""
+        t.readOnly = isReadOnly
+        t.state = state.rawValue
+        t.transactionID = transactionID ?? ""
+        t.ageSeconds = ageSeconds
+        t.client = client
+        return t
     }
 }
 
@@ -216,6 +255,7 @@ extension NodeStatus.Transactions {
         bufferedBytesLimit = t.bufferedBytesLimit
         bufferedTransactionsLimit = t.bufferedTransactionsLimit
         overflows = t.overflows
+        sessions = t.sessions.compactMap(SessionTransaction.init(wire:))
     }
 
     var wire: Shoal_V1_TransactionStatus {
@@ -231,6 +271,7 @@ extension NodeStatus.Transactions {
         t.bufferedBytesLimit = bufferedBytesLimit
         t.bufferedTransactionsLimit = bufferedTransactionsLimit
         t.overflows = overflows
+        t.sessions = sessions.map(\.wire)
         return t
     }
 }

@@ -12,7 +12,7 @@ struct ShoalCommand: AsyncParsableCommand {
             """,
         version: "0.1.0",
         subcommands: [
-            RunCommand.self, ExecCommand.self, StatusCommand.self, MeshCommand.self, ObserveCommand.self, SubscribeCommand.self,
+            RunCommand.self, ExecCommand.self, ShellCommand.self, StatusCommand.self, MeshCommand.self, ObserveCommand.self, SubscribeCommand.self,
             UnsubscribeCommand.self, AttachmentCommand.self, ImportCommand.self, ExportCommand.self, KeygenCommand.self,
         ]
     )
