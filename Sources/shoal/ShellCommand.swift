@@ -37,8 +37,6 @@ struct ShellCommand: AsyncParsableCommand {
             }
         } catch let error as NodeError {
             throw fail(shell.explain(error))
-        } catch let error as ExitCode {
-            throw error
         } catch {
             throw fail("cannot reach a Shoal node at \(self.client.node): \(error)")
         }
@@ -99,7 +97,7 @@ struct Shell {
         }
         if let open {
             let rolledBack = try? await session.rollback()
-            printError("shoal: the input ended inside transaction \(open.id)\(rolledBack == nil ? "" : ": rolled back")")
+            printError("shoal: leaving the shell inside transaction \(open.id): \(rolledBack == nil ? "the node rolls it back" : "rolled back")")
             if !interactive { failed = true }
         }
     }
