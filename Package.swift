@@ -80,10 +80,15 @@ let package = Package(
             dependencies: ["ShoalCRDT", "ShoalQuery", "ShoalNode"],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "ShoalShell",
+            dependencies: ["ShoalCRDT"],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "shoal",
             dependencies: [
-                "ShoalNode", "ShoalCRDT", "ShoalSync", "ShoalBulk",
+                "ShoalNode", "ShoalCRDT", "ShoalSync", "ShoalBulk", "ShoalShell",
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -112,6 +117,7 @@ let package = Package(
         ),
         .testTarget(name: "ShoalCRDTTests", dependencies: ["ShoalCRDT"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalBulkTests", dependencies: ["ShoalBulk", "ShoalCRDT", "ShoalNode"], swiftSettings: swiftSettings),
+        .testTarget(name: "ShoalShellTests", dependencies: ["ShoalShell", "ShoalCRDT"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalQueryTests", dependencies: ["ShoalQuery", "ShoalCRDT"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ShoalWireTests",

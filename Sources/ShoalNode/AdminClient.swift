@@ -242,7 +242,7 @@ public struct AdminClient: Sendable {
 /// out one after the other and each waits for its answer. Used by the task that
 /// opened it, for as long as the `withSession` body runs.
 public final class AdminSession {
-    let node: HostAndPort
+    public let node: HostAndPort
     var iterator: NIOAsyncChannelInboundStream<Frame>.AsyncIterator
     let outbound: NIOAsyncChannelOutboundWriter<Frame>
     let codec: MessageCodec
@@ -275,6 +275,53 @@ public final class AdminSession {
             throw NodeError(.protocolError, "the node answered status with something else")
         }
         return status
+    }
+
+    /// Opens a transaction that this connection holds until `commit`, `rollback`, or
+    /// the connection closing (which rolls it back); `exec` runs in it meanwhile. A
+    /// read-write one waits for the node's writer, then keeps other writers waiting.
+    public func begin(hint: String? = nil, readOnly: Bool = false) async throws(NodeError) -> SessionTransaction {
+        try await transaction(.begin(hint: hint, readOnly: readOnly))
+    }
+
+    /// Commits the connection's transaction; `transactionID` names what it wrote.
+    public func commit() async throws(NodeError) -> SessionTransaction {
+        try await transaction(.commit)
+    }
+
+    /// Rolls back the connection's transaction.
+    public func rollback() async throws(NodeError) -> SessionTransaction {
+        try await transaction(.rollback)
+    }
+
+    private func transaction(_ request: AdminRequest) async throws(NodeError) -> SessionTransaction {
+        guard case .transaction(let transaction) = try await answer(request) else {
+            throw NodeError(.protocolError, "the node answered \(request.name) with something else")
+        }
+        return transaction
+    }
+
+    /// Sends a Ping and waits for its Pong: activity that keeps an idle connection open
+    /// (the node closes admin connections silent for its idle timeout).
+    public func ping() async throws(NodeError) {
+        var ping = Shoal_V1_Ping()
+        ping.nonce = nextID
+        nextID += 1
+        do {
+            try await outbound.write(codec.encode(.ping(ping)))
+            while let frame = try await iterator.next() {
+                switch try codec.decode(frame) {
+                case .pong(let pong) where pong.nonce == ping.nonce: return
+                case .error(let error): throw NodeError(.requestFailed, error.message)
+                default: continue
+                }
+            }
+        } catch let error as NodeError {
+            throw error
+        } catch {
+            throw NodeError(.connectionFailed, "the connection to \(node) failed: \(error)")
+        }
+        throw NodeError(.connectionFailed, "\(node) closed the connection")
     }
 
     /// Sends a one-response request under the next request ID and returns its answer.

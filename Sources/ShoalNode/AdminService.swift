@@ -6,9 +6,70 @@ import Foundation
 import Synchronization
 
 /// Answers the CLI: `exec` runs statements, `status` describes the node,
-/// `subscribe`/`unsubscribe` change its saved subscriptions, `observe` streams a query's result.
+/// `subscribe`/`unsubscribe` change its saved subscriptions, `observe` streams a query's result,
+/// and `begin`, `commit` and `rollback` hold a transaction on one connection
+/// (`AdminService.Connection`).
 struct AdminService: AdminRequestHandler {
     let node: ShoalNode
+    /// The transactions admin connections hold now, for status.
+    let held = HeldTransactions()
+
+    /// Serves one connection: its transaction, if it opens one, is held by a child
+    /// task beside `body`, and rolled back once `body` ends, however it ends.
+    func serve(client: String, _ body: (any AdminConnection) async throws -> Void) async throws {
+        let holder = TransactionHolder(store: node.store, client: client, held: held)
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { await holder.run() }
+            defer { holder.finish() }
+            try await body(Connection(service: self, holder: holder))
+        }
+    }
+
+    /// The requests of one admin connection, with the transaction it holds.
+    struct Connection: AdminConnection {
+        let service: AdminService
+        let holder: TransactionHolder
+        /// Touched by one request at a time: requests of a connection are handled in order.
+        let machine = Locked(AdminTransactionStateMachine())
+
+        func handle(_ request: AdminRequest, respond: @escaping @Sendable (AdminResponse) async throws -> Void) async throws {
+            let action = machine.withLock { $0.receive(request) }
+            let outcome: Result<AdminResponse, StoreError>
+            switch action {
+            case .serve:
+                return try await service.handle(request, respond: respond)
+            case .refuse(let code, let message):
+                return try await respond(.failure(code, message))
+            case .begin(let hint, let readOnly):
+                outcome = await holder.send(.begin(hint: hint, readOnly: readOnly))
+                if case .success(.transaction(let open)) = outcome {
+                    machine.withLock {
+                        $0.began(TransactionInfo(id: open.id, hint: open.hint, isReadOnly: open.isReadOnly))
+                    }
+                }
+            case .runInTransaction:
+                guard case .exec(let statements, let argumentsJSON, _, _) = request else { return }
+                do throws(StoreError) {
+                    try service.checkQueryLength(request)
+                    outcome = await holder.send(.exec(statements: statements, arguments: try AdminService.arguments(argumentsJSON)))
+                } catch {
+                    outcome = .failure(error)
+                }
+            case .end(let ending):
+                outcome = await holder.send(.end(ending))
+                machine.withLock { $0.ended() }
+            }
+            switch outcome {
+            case .success(let response): try await respond(response)
+            case .failure(let error): try await respond(AdminService.failure(error))
+            }
+        }
+    }
+
+    /// A store error as the admin response that reports it.
+    static func failure(_ error: StoreError) -> AdminResponse {
+        .failure(error.code == .invalidQuery ? .invalidQuery : .executionFailed, error.message)
+    }
 
     func handle(_ request: AdminRequest, respond: @escaping @Sendable (AdminResponse) async throws -> Void) async throws {
         let response: AdminResponse
@@ -76,9 +137,11 @@ struct AdminService: AdminRequestHandler {
                     }
                 } while offset < total
                 return
+            case .begin, .commit, .rollback:
+                return  // Connection.handle decides these
             }
         } catch {
-            response = .failure(error.code == .invalidQuery ? .invalidQuery : .executionFailed, error.message)
+            response = Self.failure(error)
         }
         try await respond(response)
     }
@@ -176,6 +239,7 @@ struct AdminService: AdminRequestHandler {
         t.bufferedBytesLimit = UInt64(limits.maximumBytes)
         t.bufferedTransactionsLimit = UInt64(limits.maximumTransactions)
         t.overflows = pipeline.overflows
+        t.sessions = held.transactions
         return t
     }
 
@@ -200,9 +264,7 @@ struct AdminService: AdminRequestHandler {
         } catch {
             throw StoreError(.database, "exec failed: \(error)")
         }
-        return ExecResult(
-            itemsJSON: result.items.map(\.canonicalJSON), mutatedDocumentIDs: result.mutatedDocumentIDs.map(\.canonicalJSON),
-            transactionID: transaction.transactionID?.description)
+        return ExecResult(result, transactionID: transaction.transactionID)
     }
 
     /// Whether LAN discovery hears `site` (so a session it dialed to us was found that way too).
@@ -265,5 +327,14 @@ struct AdminService: AdminRequestHandler {
                     digest: digests ? try await digest(of: collection.name) : nil))
         }
         return status
+    }
+}
+
+extension ExecResult {
+    /// A statement's result as `exec` answers it.
+    init(_ result: QueryResult, transactionID: TransactionID?) {
+        self.init(
+            itemsJSON: result.items.map(\.canonicalJSON), mutatedDocumentIDs: result.mutatedDocumentIDs.map(\.canonicalJSON),
+            transactionID: transactionID?.description)
     }
 }

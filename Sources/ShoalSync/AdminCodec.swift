@@ -18,6 +18,9 @@ extension AdminRequest {
         case .attachmentPut(let p)?: self = .attachmentPut(data: Array(p.data), metadataJSON: p.metadataJson)
         case .attachmentGet(let g)?: self = .attachmentGet(hash: g.hash)
         case .compact(let c)?: self = .compact(vacuum: c.vacuum)
+        case .begin(let b)?: self = .begin(hint: b.hint.isEmpty ? nil : b.hint, readOnly: b.readOnly)
+        case .commit?: self = .commit
+        case .rollback?: self = .rollback
         case nil: return nil
         }
     }
@@ -64,6 +67,15 @@ extension AdminRequest {
             var c = Shoal_V1_CompactRequest()
             c.vacuum = vacuum
             request.compact = c
+        case .begin(let hint, let readOnly):
+            var b = Shoal_V1_BeginRequest()
+            b.hint = hint ?? ""
+            b.readOnly = readOnly
+            request.begin = b
+        case .commit:
+            request.commit = Shoal_V1_CommitRequest()
+        case .rollback:
+            request.rollback = Shoal_V1_RollbackRequest()
         }
         return request
     }
@@ -86,6 +98,9 @@ extension AdminResponse {
         case .chunk(let c)?:
             self = .chunk(AttachmentPart(hash: c.hash, offset: c.offset, totalLength: c.totalLength, data: Array(c.data)))
         case .compaction(let c)?: self = .compaction(CompactionProgress(wire: c))
+        case .transaction(let t)?:
+            guard let transaction = SessionTransaction(wire: t) else { return nil }
+            self = .transaction(transaction)
         case nil: return nil
         }
     }
@@ -124,6 +139,8 @@ extension AdminResponse {
             response.chunk = c
         case .compaction(let progress):
             response.compaction = progress.wire
+        case .transaction(let transaction):
+            response.transaction = transaction.wire
         case .failure(let code, let message):
             var e = Shoal_V1_Error()
             e.code = code.wire
@@ -131,6 +148,28 @@ extension AdminResponse {
             response.error = e
         }
         return response
+    }
+}
+
+extension SessionTransaction {
+    /// nil when the state is none of "open", "committed", "rolled_back".
+    init?(wire t: Shoal_V1_SessionTransaction) {
+        guard let state = State(rawValue: t.state) else { return nil }
+        self.init(
+            id: t.id, hint: t.hint.isEmpty ? nil : t.hint, isReadOnly: t.readOnly, state: state,
+            transactionID: t.transactionID.isEmpty ? nil : t.transactionID, ageSeconds: t.ageSeconds, client: t.client)
+    }
+
+    var wire: Shoal_V1_SessionTransaction {
+        var t = Shoal_V1_SessionTransaction()
+        t.id = id
+        t.hint = hint ?? ""
+        t.readOnly = isReadOnly
+        t.state = state.rawValue
+        t.transactionID = transactionID ?? ""
+        t.ageSeconds = ageSeconds
+        t.client = client
+        return t
     }
 }
 
@@ -281,6 +320,7 @@ extension NodeStatus.Transactions {
         bufferedBytesLimit = t.bufferedBytesLimit
         bufferedTransactionsLimit = t.bufferedTransactionsLimit
         overflows = t.overflows
+        sessions = t.sessions.compactMap(SessionTransaction.init(wire:))
     }
 
     var wire: Shoal_V1_TransactionStatus {
@@ -296,6 +336,7 @@ extension NodeStatus.Transactions {
         t.bufferedBytesLimit = bufferedBytesLimit
         t.bufferedTransactionsLimit = bufferedTransactionsLimit
         t.overflows = overflows
+        t.sessions = sessions.map(\.wire)
         return t
     }
 }

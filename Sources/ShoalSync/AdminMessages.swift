@@ -18,6 +18,13 @@ public enum AdminRequest: Sendable, Hashable {
     /// Compacts the change log now (and runs VACUUM when asked): a stream of
     /// `compaction` progress, the last one `done`.
     case compact(vacuum: Bool)
+    /// Opens a transaction this connection holds until `commit`, `rollback`, or the
+    /// connection ends (which rolls it back); `exec` requests run in it meanwhile.
+    case begin(hint: String?, readOnly: Bool)
+    /// Commits the connection's open transaction.
+    case commit
+    /// Rolls back the connection's open transaction.
+    case rollback
 }
 
 /// One answer of a node to an admin request.
@@ -30,6 +37,8 @@ public enum AdminResponse: Sendable, Hashable {
     case attachment(tokenJSON: String)
     case chunk(AttachmentPart)
     case compaction(CompactionProgress)
+    /// The connection's transaction after `begin`, `commit` or `rollback`.
+    case transaction(SessionTransaction)
     /// The request failed; the connection stays open.
     case failure(SyncError.Code, String)
 }
@@ -51,6 +60,42 @@ public struct ExecResult: Sendable, Hashable {
 
     /// The result documents as values.
     public func items() throws -> [Value] { try itemsJSON.map { try JSON.parse($0) } }
+}
+
+/// A transaction an admin connection holds (`AdminRequest.begin`), as the answers to
+/// begin, commit and rollback and as `status` lists it.
+public struct SessionTransaction: Sendable, Hashable {
+    /// Where a session's transaction is.
+    public enum State: String, Sendable, Hashable {
+        case open
+        case committed
+        case rolledBack = "rolled_back"
+    }
+
+    /// The transaction's unique ID (32 hex digits), as the long-transaction log names it.
+    public var id: String
+    public var hint: String?
+    public var isReadOnly: Bool
+    public var state: State
+    /// After a commit that wrote: `SITE:SEQUENCE`.
+    public var transactionID: String?
+    /// Seconds since it began.
+    public var ageSeconds: Double
+    /// The admin client's address, as the node sees it.
+    public var client: String
+
+    public init(
+        id: String, hint: String?, isReadOnly: Bool, state: State, transactionID: String? = nil, ageSeconds: Double = 0,
+        client: String = ""
+    ) {
+        self.id = id
+        self.hint = hint
+        self.isReadOnly = isReadOnly
+        self.state = state
+        self.transactionID = transactionID
+        self.ageSeconds = ageSeconds
+        self.client = client
+    }
 }
 
 /// A subscription as status and `subscribe` report it.
@@ -252,6 +297,8 @@ public struct NodeStatus: Sendable, Hashable {
         public var bufferedBytesLimit: UInt64 = 0
         public var bufferedTransactionsLimit: UInt64 = 0
         public var overflows: UInt64 = 0
+        /// The transactions admin connections hold open now, oldest first.
+        public var sessions: [SessionTransaction] = []
 
         public init() {}
     }

@@ -189,10 +189,20 @@ struct PeerSession: Sendable {
 
     // MARK: Admin
 
+    /// Answers admin requests in order, through a connection of the node's admin
+    /// endpoint that ends with this session (rolling back the transaction it holds).
+    func serveAdmin<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws where I.Element == Frame {
+        guard let admin else { return try await serveAdmin(&iterator, connection: nil) }
+        try await admin.serve(client: remoteAddress) { connection in
+            try await serveAdmin(&iterator, connection: connection)
+        }
+    }
+
     /// Answers admin requests in order; an observe request runs alongside, until
     /// the client closes. An admin client that sends nothing for the idle timeout
     /// (no frame, nor 16 KiB of one, while no request is running) is disconnected.
-    func serveAdmin<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws where I.Element == Frame {
+    func serveAdmin<I: AsyncIteratorProtocol>(_ iterator: inout I, connection admin: (any AdminConnection)?) async throws
+    where I.Element == Frame {
         let idleTimeout = engine.configuration.idleTimeout
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { [transport, shared] in

@@ -25,9 +25,21 @@ public enum ConnectionDirection: String, Sendable, Hashable {
 
 /// Answers the CLI's admin requests; the node supplies it.
 ///
+/// Each admin connection is served inside `serve(client:_:)`, which gives it a
+/// connection of its own: state that lasts from one request to the next (a
+/// transaction opened by `begin`), ended when `body` returns or throws, however the
+/// connection ended.
+public protocol AdminRequestHandler: Sendable {
+    /// Runs `body` with the handler of one connection's requests; `client` is the
+    /// connection's remote address.
+    func serve(client: String, _ body: (any AdminConnection) async throws -> Void) async throws
+}
+
+/// The requests of one admin connection.
+///
 /// Most requests get one response; an observe request gets a stream of them, so
 /// the handler calls `respond` as often as it has something to say and returns
 /// when it is done (or throws when the client has gone).
-public protocol AdminRequestHandler: Sendable {
+public protocol AdminConnection: Sendable {
     func handle(_ request: AdminRequest, respond: @escaping @Sendable (AdminResponse) async throws -> Void) async throws
 }

@@ -32,6 +32,17 @@ struct ClientOptions: ParsableArguments {
             ?? meshKeyFile.map { path throws(NodeError) in try KeyFile.read(path: path) }
         return AdminClient(node: address, meshKey: key, timeout: .seconds(timeout))
     }
+
+    /// `client()`, or the command's failure with its message (a key file it cannot use).
+    func clientOrFail() throws(ExitCode) -> AdminClient {
+        do {
+            return try client()
+        } catch let error as NodeError {
+            throw fail(error.message)
+        } catch {
+            throw fail("\(error)")
+        }
+    }
 }
 
 /// Prints `message` to standard error and exits with status 1.

@@ -12,8 +12,9 @@ struct ShoalCommand: AsyncParsableCommand {
             """,
         version: "0.1.0",
         subcommands: [
-            RunCommand.self, ExecCommand.self, StatusCommand.self, MeshCommand.self, ObserveCommand.self, SubscribeCommand.self,
-            UnsubscribeCommand.self, AttachmentCommand.self, ImportCommand.self, ExportCommand.self, CompactCommand.self, KeygenCommand.self,
+            RunCommand.self, ExecCommand.self, ShellCommand.self, StatusCommand.self, MeshCommand.self, ObserveCommand.self,
+            SubscribeCommand.self, UnsubscribeCommand.self, AttachmentCommand.self, ImportCommand.self, ExportCommand.self,
+            CompactCommand.self, KeygenCommand.self,
         ]
     )
 }

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import ShoalCRDT
 import ShoalNode
+import ShoalShell
 import ShoalSync
 
 struct StatusCommand: AsyncParsableCommand {
@@ -23,12 +24,7 @@ struct StatusCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let client: AdminClient
-        do {
-            client = try self.client.client()
-        } catch let error as NodeError {
-            throw fail(error.message)
-        }
+        let client = try self.client.clientOrFail()
         repeat {
             let status: NodeStatus
             do {
@@ -121,6 +117,15 @@ struct StatusCommand: AsyncParsableCommand {
             "bufferedBytesLimit": .int(Int64(t.bufferedBytesLimit)),
             "bufferedTransactionsLimit": .int(Int64(t.bufferedTransactionsLimit)),
             "overflows": .int(Int64(t.overflows)),
+            "sessions": .array(t.sessions.map(session)),
+        ])
+    }
+
+    /// A transaction an admin session (`shoal shell`) holds open.
+    static func session(_ t: SessionTransaction) -> Value {
+        .object([
+            "id": .string(t.id), "hint": t.hint.map(Value.string) ?? .null, "readOnly": .bool(t.isReadOnly),
+            "ageSeconds": .double((t.ageSeconds * 10).rounded() / 10), "client": .string(t.client),
         ])
     }
 
@@ -154,6 +159,12 @@ struct StatusCommand: AsyncParsableCommand {
                      p.missingCollections.joined(separator: ","), p.askedPeers.isEmpty ? "-" : p.askedPeers.joined(separator: ",")]
                 })
         }
+        if !t.sessions.isEmpty {
+            out += "  held open by shell sessions:\n"
+            out += render(
+                ["ID", "HINT", "KIND", "AGE s", "CLIENT"],
+                t.sessions.map { [$0.id, $0.hint ?? "-", $0.isReadOnly ? "read-only" : "read-write", String(Int($0.ageSeconds)), $0.client] })
+        }
         if let storage = s.storage {
             out += "\nStorage\n"
             out += "  store \(bytes(storage.storeBytes)), change log \(storage.changeLogRows) rows through \(s.changeLogSequence), "
@@ -177,14 +188,5 @@ struct StatusCommand: AsyncParsableCommand {
         n < 10_000 ? "\(n) B" : n < 10_000_000 ? "\(n / 1024) KiB" : "\(n / (1024 * 1024)) MiB"
     }
 
-    static func render(_ header: [String], _ rows: [[String]]) -> String {
-        if rows.isEmpty { return "  (none)\n" }
-        let all = [header] + rows
-        let widths = header.indices.map { i in all.map { $0[i].count }.max() ?? 0 }
-        return all.map { row in
-            "  " + row.enumerated().map { i, cell in
-                i == row.count - 1 ? cell : cell + String(repeating: " ", count: widths[i] - cell.count)
-            }.joined(separator: "  ")
-        }.joined(separator: "\n") + "\n"
-    }
+    static func render(_ header: [String], _ rows: [[String]]) -> String { TextTable.render(header, rows) }
 }

@@ -305,6 +305,42 @@ import CompressNIO
                     r.status = s
                     return r
                 }())),
+            Vector(
+                file: "admin-request-begin.hex",
+                comment: "AdminRequest (type 0x10): request_id 3, begin {hint \"nightly fix\", read_only false} (section 10.1).",
+                message: .adminRequest({
+                    var r = Shoal_V1_AdminRequest()
+                    r.requestID = 3
+                    var b = Shoal_V1_BeginRequest()
+                    b.hint = "nightly fix"
+                    r.begin = b
+                    return r
+                }())),
+            Vector(
+                file: "admin-request-commit.hex", comment: "AdminRequest (type 0x10): request_id 5, commit {} (section 10.1).",
+                message: .adminRequest({
+                    var r = Shoal_V1_AdminRequest()
+                    r.requestID = 5
+                    r.commit = Shoal_V1_CommitRequest()
+                    return r
+                }())),
+            Vector(
+                file: "admin-response-transaction.hex",
+                comment: """
+                    AdminResponse (type 0x11): request_id 5, transaction: id "00112233445566778899aabbccddeeff",
+                    hint "nightly fix", state "committed", transaction_id "0123456789abcdef:2" (section 10.1).
+                    """,
+                message: .adminResponse({
+                    var r = Shoal_V1_AdminResponse()
+                    r.requestID = 5
+                    var t = Shoal_V1_SessionTransaction()
+                    t.id = "00112233445566778899aabbccddeeff"
+                    t.hint = "nightly fix"
+                    t.state = "committed"
+                    t.transactionID = "0123456789abcdef:2"
+                    r.transaction = t
+                    return r
+                }())),
         ]
     }()
 

@@ -753,6 +753,30 @@ public nonisolated struct Shoal_V1_AdminRequest: Sendable {
     set {request = .attachmentGet(newValue)}
   }
 
+  public var begin: Shoal_V1_BeginRequest {
+    get {
+      if case .begin(let v)? = request {return v}
+      return Shoal_V1_BeginRequest()
+    }
+    set {request = .begin(newValue)}
+  }
+
+  public var commit: Shoal_V1_CommitRequest {
+    get {
+      if case .commit(let v)? = request {return v}
+      return Shoal_V1_CommitRequest()
+    }
+    set {request = .commit(newValue)}
+  }
+
+  public var rollback: Shoal_V1_RollbackRequest {
+    get {
+      if case .rollback(let v)? = request {return v}
+      return Shoal_V1_RollbackRequest()
+    }
+    set {request = .rollback(newValue)}
+  }
+
   public var compact: Shoal_V1_CompactRequest {
     get {
       if case .compact(let v)? = request {return v}
@@ -771,9 +795,58 @@ public nonisolated struct Shoal_V1_AdminRequest: Sendable {
     case observe(Shoal_V1_ObserveRequest)
     case attachmentPut(Shoal_V1_AttachmentPutRequest)
     case attachmentGet(Shoal_V1_AttachmentGetRequest)
+    case begin(Shoal_V1_BeginRequest)
+    case commit(Shoal_V1_CommitRequest)
+    case rollback(Shoal_V1_RollbackRequest)
     case compact(Shoal_V1_CompactRequest)
 
   }
+
+  public init() {}
+}
+
+/// Opens a transaction that this admin connection holds across its next requests
+/// (PROTOCOL.md §10.1): later exec requests run in it until a CommitRequest or a
+/// RollbackRequest ends it; the connection closing rolls it back. Answered with a
+/// SessionTransaction whose state is "open".
+public nonisolated struct Shoal_V1_BeginRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Free text naming the transaction in the node's log when it stays open long
+  /// ("" for none).
+  public var hint: String = String()
+
+  /// A read-only transaction: one snapshot, beside the writer; statements that
+  /// write fail. Otherwise it holds the node's one writer until it ends.
+  public var readOnly: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Commits the connection's open transaction; answered with a SessionTransaction
+/// whose state is "committed".
+public nonisolated struct Shoal_V1_CommitRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Rolls back the connection's open transaction; answered with a SessionTransaction
+/// whose state is "rolled_back".
+public nonisolated struct Shoal_V1_RollbackRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
@@ -1021,6 +1094,14 @@ public nonisolated struct Shoal_V1_AdminResponse: Sendable {
     set {response = .chunk(newValue)}
   }
 
+  public var transaction: Shoal_V1_SessionTransaction {
+    get {
+      if case .transaction(let v)? = response {return v}
+      return Shoal_V1_SessionTransaction()
+    }
+    set {response = .transaction(newValue)}
+  }
+
   public var compaction: Shoal_V1_CompactionProgress {
     get {
       if case .compaction(let v)? = response {return v}
@@ -1039,9 +1120,42 @@ public nonisolated struct Shoal_V1_AdminResponse: Sendable {
     case observation(Shoal_V1_Observation)
     case attachment(Shoal_V1_AttachmentToken)
     case chunk(Shoal_V1_AttachmentChunk)
+    case transaction(Shoal_V1_SessionTransaction)
     case compaction(Shoal_V1_CompactionProgress)
 
   }
+
+  public init() {}
+}
+
+/// A transaction held by an admin connection (BeginRequest), as the answer to
+/// Begin, Commit and Rollback, and in TransactionStatus.sessions.
+public nonisolated struct Shoal_V1_SessionTransaction: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The transaction's unique ID, 32 hex digits (the one the long-transaction log names).
+  public var id: String = String()
+
+  /// The BeginRequest's hint ("" for none).
+  public var hint: String = String()
+
+  public var readOnly: Bool = false
+
+  /// "open", "committed" or "rolled_back".
+  public var state: String = String()
+
+  /// After a commit that wrote: the ID it committed under, "SITE:SEQUENCE"; "" otherwise.
+  public var transactionID: String = String()
+
+  /// Seconds since the transaction began.
+  public var ageSeconds: Double = 0
+
+  /// The admin client's address, HOST:PORT as the node sees it.
+  public var client: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
@@ -1232,6 +1346,9 @@ public nonisolated struct Shoal_V1_TransactionStatus: Sendable {
 
   /// Times the buffer went over a limit and the oldest waiting transaction was applied in part.
   public var overflows: UInt64 = 0
+
+  /// The transactions admin connections hold open now (BeginRequest), oldest first.
+  public var sessions: [Shoal_V1_SessionTransaction] = []
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -2435,7 +2552,7 @@ nonisolated extension Shoal_V1_TransactionPieces: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AdminRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}subscribe\0\u{1}unsubscribe\0\u{1}observe\0\u{3}attachment_put\0\u{3}attachment_get\0\u{2}\u{16}compact\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}subscribe\0\u{1}unsubscribe\0\u{1}observe\0\u{3}attachment_put\0\u{3}attachment_get\0\u{1}begin\0\u{1}commit\0\u{1}rollback\0\u{2}\u{13}compact\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2535,6 +2652,45 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
           self.request = .attachmentGet(v)
         }
       }()
+      case 9: try {
+        var v: Shoal_V1_BeginRequest?
+        var hadOneofValue = false
+        if let current = self.request {
+          hadOneofValue = true
+          if case .begin(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.request = .begin(v)
+        }
+      }()
+      case 10: try {
+        var v: Shoal_V1_CommitRequest?
+        var hadOneofValue = false
+        if let current = self.request {
+          hadOneofValue = true
+          if case .commit(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.request = .commit(v)
+        }
+      }()
+      case 11: try {
+        var v: Shoal_V1_RollbackRequest?
+        var hadOneofValue = false
+        if let current = self.request {
+          hadOneofValue = true
+          if case .rollback(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.request = .rollback(v)
+        }
+      }()
       case 30: try {
         var v: Shoal_V1_CompactRequest?
         var hadOneofValue = false
@@ -2590,6 +2746,18 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
       guard case .attachmentGet(let v)? = self.request else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
     }()
+    case .begin?: try {
+      guard case .begin(let v)? = self.request else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    }()
+    case .commit?: try {
+      guard case .commit(let v)? = self.request else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+    }()
+    case .rollback?: try {
+      guard case .rollback(let v)? = self.request else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+    }()
     case .compact?: try {
       guard case .compact(let v)? = self.request else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 30)
@@ -2602,6 +2770,79 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
   public static func ==(lhs: Shoal_V1_AdminRequest, rhs: Shoal_V1_AdminRequest) -> Bool {
     if lhs.requestID != rhs.requestID {return false}
     if lhs.request != rhs.request {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_BeginRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BeginRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hint\0\u{3}read_only\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.hint) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.readOnly) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.hint.isEmpty {
+      try visitor.visitSingularStringField(value: self.hint, fieldNumber: 1)
+    }
+    if self.readOnly != false {
+      try visitor.visitSingularBoolField(value: self.readOnly, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_BeginRequest, rhs: Shoal_V1_BeginRequest) -> Bool {
+    if lhs.hint != rhs.hint {return false}
+    if lhs.readOnly != rhs.readOnly {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_CommitRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".CommitRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_CommitRequest, rhs: Shoal_V1_CommitRequest) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_RollbackRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RollbackRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_RollbackRequest, rhs: Shoal_V1_RollbackRequest) -> Bool {
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2989,7 +3230,7 @@ nonisolated extension Shoal_V1_StatusRequest: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AdminResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}error\0\u{1}subscription\0\u{1}observation\0\u{1}attachment\0\u{1}chunk\0\u{2}\u{16}compaction\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}error\0\u{1}subscription\0\u{1}observation\0\u{1}attachment\0\u{1}chunk\0\u{1}transaction\0\u{2}\u{15}compaction\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3089,6 +3330,19 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
           self.response = .chunk(v)
         }
       }()
+      case 9: try {
+        var v: Shoal_V1_SessionTransaction?
+        var hadOneofValue = false
+        if let current = self.response {
+          hadOneofValue = true
+          if case .transaction(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.response = .transaction(v)
+        }
+      }()
       case 30: try {
         var v: Shoal_V1_CompactionProgress?
         var hadOneofValue = false
@@ -3144,6 +3398,10 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
       guard case .chunk(let v)? = self.response else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
     }()
+    case .transaction?: try {
+      guard case .transaction(let v)? = self.response else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    }()
     case .compaction?: try {
       guard case .compaction(let v)? = self.response else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 30)
@@ -3156,6 +3414,66 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
   public static func ==(lhs: Shoal_V1_AdminResponse, rhs: Shoal_V1_AdminResponse) -> Bool {
     if lhs.requestID != rhs.requestID {return false}
     if lhs.response != rhs.response {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_SessionTransaction: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SessionTransaction"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}hint\0\u{3}read_only\0\u{1}state\0\u{3}transaction_id\0\u{3}age_seconds\0\u{1}client\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.id) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.hint) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.readOnly) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.state) }()
+      case 5: try { try decoder.decodeSingularStringField(value: &self.transactionID) }()
+      case 6: try { try decoder.decodeSingularDoubleField(value: &self.ageSeconds) }()
+      case 7: try { try decoder.decodeSingularStringField(value: &self.client) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.id.isEmpty {
+      try visitor.visitSingularStringField(value: self.id, fieldNumber: 1)
+    }
+    if !self.hint.isEmpty {
+      try visitor.visitSingularStringField(value: self.hint, fieldNumber: 2)
+    }
+    if self.readOnly != false {
+      try visitor.visitSingularBoolField(value: self.readOnly, fieldNumber: 3)
+    }
+    if !self.state.isEmpty {
+      try visitor.visitSingularStringField(value: self.state, fieldNumber: 4)
+    }
+    if !self.transactionID.isEmpty {
+      try visitor.visitSingularStringField(value: self.transactionID, fieldNumber: 5)
+    }
+    if self.ageSeconds.bitPattern != 0 {
+      try visitor.visitSingularDoubleField(value: self.ageSeconds, fieldNumber: 6)
+    }
+    if !self.client.isEmpty {
+      try visitor.visitSingularStringField(value: self.client, fieldNumber: 7)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_SessionTransaction, rhs: Shoal_V1_SessionTransaction) -> Bool {
+    if lhs.id != rhs.id {return false}
+    if lhs.hint != rhs.hint {return false}
+    if lhs.readOnly != rhs.readOnly {return false}
+    if lhs.state != rhs.state {return false}
+    if lhs.transactionID != rhs.transactionID {return false}
+    if lhs.ageSeconds != rhs.ageSeconds {return false}
+    if lhs.client != rhs.client {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3468,7 +3786,7 @@ nonisolated extension Shoal_V1_PeerPosition: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Shoal_V1_TransactionStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".TransactionStatus"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}committed_local\0\u{3}applied_remote\0\u{3}waiting_for_coverage\0\u{3}applied_partial\0\u{3}completed_later\0\u{1}waiting\0\u{1}partial\0\u{3}buffered_bytes\0\u{3}buffered_bytes_limit\0\u{3}buffered_transactions_limit\0\u{1}overflows\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}committed_local\0\u{3}applied_remote\0\u{3}waiting_for_coverage\0\u{3}applied_partial\0\u{3}completed_later\0\u{1}waiting\0\u{1}partial\0\u{3}buffered_bytes\0\u{3}buffered_bytes_limit\0\u{3}buffered_transactions_limit\0\u{1}overflows\0\u{1}sessions\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3487,6 +3805,7 @@ nonisolated extension Shoal_V1_TransactionStatus: SwiftProtobuf.Message, SwiftPr
       case 9: try { try decoder.decodeSingularUInt64Field(value: &self.bufferedBytesLimit) }()
       case 10: try { try decoder.decodeSingularUInt64Field(value: &self.bufferedTransactionsLimit) }()
       case 11: try { try decoder.decodeSingularUInt64Field(value: &self.overflows) }()
+      case 12: try { try decoder.decodeRepeatedMessageField(value: &self.sessions) }()
       default: break
       }
     }
@@ -3526,6 +3845,9 @@ nonisolated extension Shoal_V1_TransactionStatus: SwiftProtobuf.Message, SwiftPr
     if self.overflows != 0 {
       try visitor.visitSingularUInt64Field(value: self.overflows, fieldNumber: 11)
     }
+    if !self.sessions.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.sessions, fieldNumber: 12)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3541,6 +3863,7 @@ nonisolated extension Shoal_V1_TransactionStatus: SwiftProtobuf.Message, SwiftPr
     if lhs.bufferedBytesLimit != rhs.bufferedBytesLimit {return false}
     if lhs.bufferedTransactionsLimit != rhs.bufferedTransactionsLimit {return false}
     if lhs.overflows != rhs.overflows {return false}
+    if lhs.sessions != rhs.sessions {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

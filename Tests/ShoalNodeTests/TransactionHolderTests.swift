@@ -1,0 +1,106 @@
+import Foundation
+import Shoal
+import ShoalTesting
+import Testing
+
+/// Transactions held by admin sessions, on a node in this process: what the session
+/// sees, what others see and wait for, and what the end of a connection undoes.
+@Suite struct TransactionHolderTests {
+    static func withNode(_ body: (ShoalNode, AdminClient) async throws -> Void) async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-held")
+        defer { dir.remove() }
+        let node = try ShoalNode(
+            configuration: NodeConfiguration(
+                dataDirectory: dir.path, listen: HostAndPort(host: "127.0.0.1", port: 0), discovery: false))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await node.run() }
+            let address = await node.ready()
+            try await body(node, AdminClient(node: address))
+            group.cancelAll()
+        }
+    }
+
+    static func count(_ client: AdminClient) async throws -> Int {
+        try await client.exec("SELECT * FROM cars").itemsJSON.count
+    }
+
+    @Test func theSessionSeesItsOwnWritesAndOthersOnlyAfterCommit() async throws {
+        try await Self.withNode { node, client in
+            try await client.withSession { session in
+                let open = try await session.begin(hint: "by hand")
+                #expect(open.state == .open && open.hint == "by hand" && !open.isReadOnly)
+                let inserted = try await session.exec("INSERT INTO cars DOCUMENTS ({'_id': 'a'})")
+                #expect(inserted.mutatedDocumentIDs == ["\"a\""] && inserted.transactionID == nil)
+                #expect(try await session.exec("SELECT * FROM cars").itemsJSON.count == 1)
+                #expect(try await Self.count(client) == 0)
+                let held = try await client.status().transactions.sessions
+                #expect(held.map(\.id) == [open.id] && held.first?.hint == "by hand")
+                #expect(node.store.runningTransactions.contains { $0.id == open.id && $0.hint == "by hand" })
+                let committed = try await session.commit()
+                #expect(committed.state == .committed && committed.id == open.id && committed.transactionID != nil)
+            }
+            #expect(try await Self.count(client) == 1)
+            #expect(try await client.status().transactions.sessions.isEmpty)
+        }
+    }
+
+    @Test func aWriterWaitsForTheSessionsTransactionUntilItCommits() async throws {
+        try await Self.withNode { _, client in
+            let done = Shared(false)
+            try await client.withSession { session in
+                _ = try await session.begin()
+                _ = try await session.exec("INSERT INTO cars DOCUMENTS ({'_id': 'a'})")
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        _ = try await client.exec("INSERT INTO cars DOCUMENTS ({'_id': 'b'})")
+                        done.withLock { $0 = true }
+                    }
+                    try await Task.sleep(for: .milliseconds(500))
+                    #expect(!done.withLock { $0 }, "the other writer went ahead of the open transaction")
+                    _ = try await session.commit()
+                    try await group.waitForAll()
+                }
+            }
+            #expect(done.withLock { $0 })
+            #expect(try await Self.count(client) == 2)
+        }
+    }
+
+    @Test func aClosedConnectionRollsBackAndFreesTheWriter() async throws {
+        try await Self.withNode { node, client in
+            try await client.withSession { session in
+                _ = try await session.begin(hint: "abandoned")
+                _ = try await session.exec("INSERT INTO cars DOCUMENTS ({'_id': 'a'})")
+            }
+            _ = try await client.exec("INSERT INTO cars DOCUMENTS ({'_id': 'b'})")
+            #expect(try await client.exec("SELECT _id FROM cars").itemsJSON == ["{\"_id\":\"b\"}"])
+            #expect(try await InProcessMesh.eventually(timeout: .seconds(5)) {
+                try await client.status().transactions.sessions.isEmpty
+            })
+            #expect(!node.store.runningTransactions.contains { $0.hint == "abandoned" })
+        }
+    }
+
+    @Test func misplacedTransactionCommandsAreErrorsAndTheConnectionGoesOn() async throws {
+        try await Self.withNode { _, client in
+            try await client.withSession { session in
+                await #expect { try await session.commit() } throws: {
+                    ($0 as? NodeError)?.message.contains("COMMIT without a transaction") == true
+                }
+                await #expect { try await session.rollback() } throws: {
+                    ($0 as? NodeError)?.message.contains("ROLLBACK without a transaction") == true
+                }
+                let open = try await session.begin(readOnly: true)
+                await #expect { try await session.begin() } throws: {
+                    ($0 as? NodeError)?.message.contains("BEGIN inside a transaction") == true
+                }
+                await #expect { try await session.exec("INSERT INTO cars DOCUMENTS ({'_id': 'a'})") } throws: {
+                    ($0 as? NodeError)?.message.contains("read-only") == true
+                }
+                let ended = try await session.rollback()
+                #expect(ended.id == open.id && ended.state == .rolledBack)
+                #expect(try await session.exec("INSERT INTO cars DOCUMENTS ({'_id': 'a'})").transactionID != nil)
+            }
+        }
+    }
+}
