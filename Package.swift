@@ -83,7 +83,7 @@ let package = Package(
         .executableTarget(
             name: "shoal",
             dependencies: [
-                "ShoalNode", "ShoalCRDT", "ShoalSync", "ShoalBulk",
+                "ShoalNode", "ShoalCRDT", "ShoalSync", "ShoalStore", "ShoalBulk",
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

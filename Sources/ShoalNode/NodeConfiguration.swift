@@ -43,6 +43,9 @@ public struct NodeConfiguration: Sendable {
     /// `synchronous = FULL`), so that a power failure loses nothing acknowledged;
     /// otherwise NORMAL, which a process crash cannot lose from but a power failure can.
     public var synchronousFull: Bool
+    /// How long attachment bytes no live document names are kept before a sweep
+    /// deletes them (and unfinished puts and fetches left untouched); nil: kept forever.
+    public var attachmentHorizon: Duration?
 
     public init(
         dataDirectory: String, listen: HostAndPort = HostAndPort(host: "0.0.0.0", port: HostAndPort.defaultPort),
@@ -51,7 +54,7 @@ public struct NodeConfiguration: Sendable {
         keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
         coverageWait: Duration = .seconds(30), maximumWaitingTransactions: Int = 10_000,
         maximumWaitingBytes: Int = 256 << 20, adminKey: [UInt8]? = nil, resources: ResourceLimits = .init(),
-        metrics: HostAndPort? = nil, synchronousFull: Bool = false
+        metrics: HostAndPort? = nil, synchronousFull: Bool = false, attachmentHorizon: Duration? = .seconds(86_400)
     ) {
         self.dataDirectory = dataDirectory
         self.listen = listen
@@ -73,6 +76,7 @@ public struct NodeConfiguration: Sendable {
         self.resources = resources
         self.metrics = metrics
         self.synchronousFull = synchronousFull
+        self.attachmentHorizon = attachmentHorizon
     }
 
     /// The smallest mesh key accepted, in bytes.

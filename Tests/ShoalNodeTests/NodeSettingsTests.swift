@@ -36,6 +36,7 @@ struct NodeSettingsTests {
         log-format = "json"
         metrics = "127.0.0.1:9470"
         synchronous = "full"
+        attachment-horizon = 90
         """
 
     @Test func aFileSetsEveryKey() throws {
@@ -68,6 +69,7 @@ struct NodeSettingsTests {
         #expect(try settings.logFormat() == "json")
         #expect(configuration.metrics == HostAndPort(host: "127.0.0.1", port: 9470))
         #expect(configuration.synchronousFull)
+        #expect(configuration.attachmentHorizon == .seconds(90))
         #expect(settings.origin(of: "max-frame-size") == dir.path + "/shoal.toml:13 (max-frame-size)")
         // Every key appears in the file above, so a key added without a test shows here.
         #expect(Set(NodeSettings.keys.map(\.name)) == Set(Self.file.split(separator: "\n").compactMap { line in
@@ -122,6 +124,9 @@ struct NodeSettingsTests {
         #expect(try flags.logLevel() == "info")
         #expect(try flags.logFormat() == "text")
         #expect(configuration.metrics == nil, "no metrics endpoint unless asked for")
+        #expect(configuration.attachmentHorizon == .seconds(86_400))
+        flags.setFlag("attachment-horizon", .seconds(0))
+        #expect(try flags.configuration().attachmentHorizon == nil, "0 keeps every attachment")
         #expect(throws: NodeError.self) { try NodeSettings().configuration() }
     }
 
@@ -138,6 +143,7 @@ struct NodeSettingsTests {
         ("data = \"x\"\n  \"mesh\" = \"\"\n", "shoal.toml:2 (mesh): the mesh name must not be empty"),
         ("data = \"x\"\nlisten = \"127.0.0.1:1\n", "shoal.toml:2:"),
         ("data = \"x\"\nidle-timeout = 0\n", "shoal.toml:2 (idle-timeout): must be between 1 and 86400 seconds"),
+        ("data = \"x\"\nattachment-horizon = -1\n", "shoal.toml:2 (attachment-horizon): must be between 0 and 315360000 seconds (ten years)"),
         ("data = \"x\"\nmax-pending-outbound-bytes = 100\n", "shoal.toml:2 (max-pending-outbound-bytes): must be at least 65536"),
         ("data = \"x\"\nmax-peers = 0\n", "shoal.toml:2 (max-peers): must be at least 1"),
         ("data = \"x\"\n[discovery]\ninterface = \"lo\"\n", "shoal.toml:2 (discovery): 'discovery' must be true or false, not a table"),
