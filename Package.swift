@@ -88,7 +88,7 @@ let package = Package(
         .executableTarget(
             name: "shoal",
             dependencies: [
-                "ShoalNode", "ShoalCRDT", "ShoalSync", "ShoalBulk", "ShoalShell",
+                "ShoalNode", "ShoalCRDT", "ShoalSync", "ShoalStore", "ShoalBulk", "ShoalShell",
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

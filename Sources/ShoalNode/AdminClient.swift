@@ -60,21 +60,39 @@ public struct AdminClient: Sendable {
     /// The ID an attachment of these bytes has: their SHA-256 in hex.
     public static func attachmentHash(of bytes: [UInt8]) -> String { AttachmentToken.hash(of: bytes) }
 
-    /// Stores bytes on the node as an attachment; returns the token as canonical JSON.
+    /// Stores bytes on the node as an attachment, in one request (they must fit a
+    /// frame); returns the token as canonical JSON.
     public func putAttachment(_ data: [UInt8], metadataJSON: String = "") async throws(NodeError) -> String {
-        guard case .attachment(let token) = try await send(.attachmentPut(data: data, metadataJSON: metadataJSON)) else {
+        guard case .attachment(let token) = try await send(.attachmentPut(AttachmentPutPart(data: data, metadataJSON: metadataJSON)))
+        else {
             throw NodeError(.protocolError, "the node answered attachment put with something else")
         }
         return token
     }
 
+    /// Stores a file of any size on the node as an attachment, streaming it in parts
+    /// of `partSize` bytes on one connection; returns the token as canonical JSON.
+    /// `progress` sees (bytes sent, file size) after each part.
+    public func putAttachment(
+        file path: String, metadataJSON: String = "", partSize: Int = Int(SyncEngine.attachmentChunkSize),
+        progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }
+    ) async throws(NodeError) -> String {
+        try await failing("attachment put to \(node)") {
+            try await withSession { session in
+                try await session.putAttachment(file: path, metadataJSON: metadataJSON, partSize: partSize, progress: progress)
+            }
+        }
+    }
+
     /// Fetches an attachment through the node (which asks its peers when it does
     /// not hold it), handing each part to `handler` in order.
+    /// From `offset` on, when a download resumes; a node older than that field sends
+    /// from 0, which the first part's `offset` shows.
     public func getAttachment(
-        hash: String, handler: @escaping @Sendable (AttachmentPart) throws -> Void
+        hash: String, offset: UInt64 = 0, handler: @escaping @Sendable (AttachmentPart) throws -> Void
     ) async throws(NodeError) {
-        do {
-            let last = try await exchange(.attachmentGet(hash: hash)) { response in
+        try await failing("attachment get from \(node)") {
+            let last = try await exchange(.attachmentGet(hash: hash, offset: offset)) { response in
                 switch response {
                 case .chunk(let part):
                     try handler(part)
@@ -86,12 +104,20 @@ public struct AdminClient: Sendable {
                 }
             }
             if last == nil { throw NodeError(.connectionFailed, "\(node) closed the connection before the whole attachment arrived") }
+        }
+    }
+
+    /// Runs `body`, turning what it throws into a `NodeError`: its own as they are, a
+    /// refused handshake as such, anything else as `what` failed.
+    private func failing<T>(_ what: String, _ body: () async throws -> T) async throws(NodeError) -> T {
+        do {
+            return try await body()
         } catch let error as NodeError {
             throw error
         } catch let error as SyncError {
             throw NodeError(.connectionFailed, "\(node) refused the connection: \(error.description)")
         } catch {
-            throw NodeError(.connectionFailed, "attachment get from \(node) failed: \(error)")
+            throw NodeError(.connectionFailed, "\(what) failed: \(error)")
         }
     }
 
@@ -322,6 +348,45 @@ public final class AdminSession {
             throw NodeError(.connectionFailed, "the connection to \(node) failed: \(error)")
         }
         throw NodeError(.connectionFailed, "\(node) closed the connection")
+    }
+
+    /// Streams a file to the node as an attachment, `partSize` bytes per request,
+    /// as `AdminClient.putAttachment(file:)` does.
+    public func putAttachment(
+        file path: String, metadataJSON: String, partSize: Int, progress: @Sendable (Int, Int) -> Void
+    ) async throws(NodeError) -> String {
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw NodeError(.file, "cannot read \(path)") }
+        defer { try? handle.close() }
+        let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+        func read() throws(NodeError) -> [UInt8] {
+            do {
+                return Array(try handle.read(upToCount: max(partSize, 1)) ?? Data())
+            } catch {
+                throw NodeError(.file, "cannot read \(path): \(error.localizedDescription)")
+            }
+        }
+        var uploadID: UInt64 = 0
+        var offset: UInt64 = 0
+        var data = try read()
+        while true {
+            // Read one part ahead, so each part knows whether more follow.
+            let next = data.isEmpty ? [] : try read()
+            let part = AttachmentPutPart(data: data, metadataJSON: metadataJSON, uploadID: uploadID, offset: offset, more: !next.isEmpty)
+            let response = try await answer(.attachmentPut(part))
+            offset += UInt64(data.count)
+            progress(Int(offset), max(size, Int(offset)))
+            switch response {
+            case .attachment(let token) where next.isEmpty:
+                return token
+            case .uploaded(let id, let received) where received == offset:
+                uploadID = id
+            case .attachment:
+                throw NodeError(.protocolError, "\(node) does not take attachments in parts; it stored the first part alone")
+            default:
+                throw NodeError(.protocolError, "the node answered a part of attachment put with something else")
+            }
+            data = next
+        }
     }
 
     /// Sends a one-response request under the next request ID and returns its answer.

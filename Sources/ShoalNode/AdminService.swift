@@ -71,6 +71,10 @@ struct AdminService: AdminRequestHandler {
         .failure(error.code == .invalidQuery ? .invalidQuery : .executionFailed, error.message)
     }
 
+    /// Attachment puts in parts between two of their requests, by upload ID. One
+    /// missing here (the node restarted) is picked up from its staging entry.
+    let uploads = Locked<[UInt64: AttachmentWriter]>([:])
+
     func handle(_ request: AdminRequest, respond: @escaping @Sendable (AdminResponse) async throws -> Void) async throws {
         let response: AdminResponse
         do throws(StoreError) {
@@ -100,9 +104,8 @@ struct AdminService: AdminRequestHandler {
                     return  // the client went away
                 }
                 return
-            case .attachmentPut(let data, let metadataJSON):
-                let token = try await node.store.putAttachment(data, metadata: try Self.arguments(metadataJSON))
-                response = .attachment(tokenJSON: token.value.canonicalJSON)
+            case .attachmentPut(let part):
+                response = try await putAttachment(part)
             case .compact(let vacuum):
                 let outcome = try await node.compact(vacuum: vacuum) { scanned, report in
                     try? await respond(.compaction(Self.progress(report, scanned: scanned)))
@@ -115,27 +118,15 @@ struct AdminService: AdminRequestHandler {
                 last.storeBytesAfter = outcome.storeBytesAfter
                 last.vacuumed = outcome.vacuumed
                 response = .compaction(last)
-            case .attachmentGet(let hash):
-                guard AttachmentToken(.string(hash)) != nil else {
+            case .attachmentGet(let hash, let offset):
+                guard AttachmentToken.isHash(hash) else {
                     throw StoreError(.invalidQuery, "'\(hash)' is not an attachment ID (64 hex digits, from the token's \"attachment\")")
                 }
-                _ = try await node.sync.fetchAttachment(hash: hash)
-                var offset = 0
-                var total = 0
-                repeat {
-                    guard let part = try await node.store.attachmentChunk(
-                        hash: hash, offset: offset, maximum: Int(SyncEngine.attachmentChunkSize)),
-                        !part.bytes.isEmpty || part.total == 0
-                    else { break }
-                    total = part.total
-                    let chunk = AttachmentPart(hash: hash, offset: UInt64(offset), totalLength: UInt64(total), data: part.bytes)
-                    offset += part.bytes.count
-                    do {
-                        try await respond(.chunk(chunk))
-                    } catch {
-                        return  // the client went away
-                    }
-                } while offset < total
+                let total = try await node.sync.fetchAttachment(hash: hash)
+                guard offset <= UInt64(total) else {
+                    throw StoreError(.invalidQuery, "offset \(offset) is past the end of attachment \(hash), which has \(total) bytes")
+                }
+                try await sendAttachment(hash: hash, from: Int(offset), respond: respond)
                 return
             case .begin, .commit, .rollback:
                 return  // Connection.handle decides these
@@ -154,6 +145,59 @@ struct AdminService: AdminRequestHandler {
         p.rowsRemoved = report.rowsRemoved
         p.transactionsRemoved = report.transactionsRemoved
         return p
+    }
+
+    /// Stores one part of an attachment put: the answer to the last part is the
+    /// token, to the others how far the upload got.
+    func putAttachment(_ part: AttachmentPutPart) async throws(StoreError) -> AdminResponse {
+        let metadata = part.more ? [:] : try Self.arguments(part.metadataJSON)
+        var writer: AttachmentWriter
+        if part.uploadID == 0 {
+            guard part.offset == 0 else {
+                throw StoreError(.invalidQuery, "the first part of an attachment put starts at offset 0, not \(part.offset)")
+            }
+            writer = try await node.store.attachmentWriter()
+        } else if let held = uploads.withLock({ $0.removeValue(forKey: part.uploadID) }) {
+            writer = held
+        } else if let staged = try await node.store.attachmentWriter(resuming: Int64(bitPattern: part.uploadID)), staged.expectedHash == nil {
+            writer = staged
+        } else {
+            throw StoreError(.invalidQuery, "attachment upload \(part.uploadID) is unknown here: finished, or abandoned and collected; put the file again")
+        }
+        let limit = SyncEngine.maximumAttachmentSize
+        guard writer.received + part.data.count <= limit else {
+            throw StoreError(.tooLarge, "an attachment may have at most \(limit) bytes (peers fetch no larger one); this one has more")
+        }
+        // A part out of line fails here and leaves the upload as it was.
+        try await writer.append(part.data)
+        if part.more {
+            uploads.withLock { $0[UInt64(writer.blob)] = writer }
+            return .uploaded(uploadID: UInt64(writer.blob), received: UInt64(writer.received))
+        }
+        let token = try await writer.finish(metadata: metadata)
+        return .attachment(tokenJSON: token.value.canonicalJSON)
+    }
+
+    /// Streams a held attachment's bytes from `offset` as `chunk`s of at most
+    /// `SyncEngine.attachmentChunkSize`, the last one reaching its end.
+    func sendAttachment(
+        hash: String, from offset: Int, respond: @escaping @Sendable (AdminResponse) async throws -> Void
+    ) async throws(StoreError) {
+        var offset = offset
+        while true {
+            guard let part = try await node.store.attachmentChunk(hash: hash, offset: offset, maximum: Int(SyncEngine.attachmentChunkSize))
+            else {
+                throw StoreError(.invalidDocument, "attachment \(hash) was collected while it was being sent")
+            }
+            let chunk = AttachmentPart(hash: hash, offset: UInt64(offset), totalLength: UInt64(part.total), data: part.bytes)
+            do {
+                try await respond(.chunk(chunk))
+            } catch {
+                return  // the client went away
+            }
+            offset += part.bytes.count
+            if offset >= part.total || part.bytes.isEmpty { return }
+        }
     }
 
     /// Refuses DQL text longer than `maximumQueryLength` before it is parsed.

@@ -48,6 +48,9 @@ public struct NodeConfiguration: Sendable {
     /// How long a peer not heard from still holds back compaction at the position
     /// it acknowledged; past it, the log compacts beyond it and it resyncs on return.
     public var compactionHorizon: Duration
+    /// How long attachment bytes no live document names are kept before a sweep
+    /// deletes them (and unfinished puts and fetches left untouched); nil: kept forever.
+    public var attachmentHorizon: Duration?
 
     public init(
         dataDirectory: String, listen: HostAndPort = HostAndPort(host: "0.0.0.0", port: HostAndPort.defaultPort),
@@ -56,7 +59,7 @@ public struct NodeConfiguration: Sendable {
         keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
         coverageWait: Duration = .seconds(30), maximumWaitingTransactions: Int = 10_000,
         maximumWaitingBytes: Int = 256 << 20, adminKey: [UInt8]? = nil, resources: ResourceLimits = .init(),
-        metrics: HostAndPort? = nil, synchronousFull: Bool = false,
+        metrics: HostAndPort? = nil, synchronousFull: Bool = false, attachmentHorizon: Duration? = .seconds(86_400),
         compactionInterval: Duration? = .seconds(300), compactionHorizon: Duration = .seconds(604_800)
     ) {
         self.dataDirectory = dataDirectory
@@ -81,6 +84,7 @@ public struct NodeConfiguration: Sendable {
         self.synchronousFull = synchronousFull
         self.compactionInterval = compactionInterval
         self.compactionHorizon = compactionHorizon
+        self.attachmentHorizon = attachmentHorizon
     }
 
     /// The smallest mesh key accepted, in bytes.

@@ -10,6 +10,8 @@ public struct NodeError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The node answered the request with an error.
         case requestFailed
         case protocolError
+        /// A local file the client was given cannot be read or written.
+        case file
     }
 
     public var code: Code

@@ -60,6 +60,7 @@ public struct NodeSettings: Sendable, Hashable {
         Key(name: "coverage-wait", kind: .seconds, summary: "seconds a remote transaction waits for pieces its subscriptions cover (default 30)"),
         Key(name: "max-waiting-transactions", kind: .integer, summary: "remote transactions held back at most (default 10000)"),
         Key(name: "max-waiting-bytes", kind: .integer, summary: "bytes of remote transactions held back at most (default 268435456)"),
+        Key(name: "attachment-horizon", kind: .seconds, summary: "seconds attachment bytes no document names are kept before they are deleted; 0 keeps them (default 86400)"),
         Key(name: "idle-timeout", kind: .seconds, summary: "seconds without a frame from the other side before a session is closed (default 30)"),
         Key(name: "handshake-timeout", kind: .seconds, summary: "seconds a new connection has to finish its handshake (default 10)"),
         Key(name: "max-peers", kind: .integer, summary: "peers this node syncs with at once; one more is refused (default 64)"),
@@ -315,6 +316,8 @@ public struct NodeSettings: Sendable, Hashable {
                 throw invalid("admin-key-file", error.message)
             }
         }
+        let horizon = seconds("attachment-horizon") ?? 86_400
+        if !(horizon >= 0 && horizon <= 315_360_000) { throw invalid("attachment-horizon", "must be between 0 and 315360000 seconds (ten years)") }
         let idle = seconds("idle-timeout") ?? 30
         if !(idle >= 1 && idle <= 86_400) { throw invalid("idle-timeout", "must be between 1 and 86400 seconds") }
         let handshake = seconds("handshake-timeout") ?? 10
@@ -367,6 +370,7 @@ public struct NodeSettings: Sendable, Hashable {
             coverageWait: .milliseconds(Int64(wait * 1000)), maximumWaitingTransactions: waitingTransactions,
             maximumWaitingBytes: waitingBytes, adminKey: adminKey, resources: resources, metrics: metrics,
             synchronousFull: synchronous == "full",
+            attachmentHorizon: horizon == 0 ? nil : .milliseconds(Int64(horizon * 1000)),
             compactionInterval: compactionInterval == 0 ? nil : .milliseconds(Int64(compactionInterval * 1000)),
             compactionHorizon: .milliseconds(Int64(compactionHorizon * 1000)))
     }

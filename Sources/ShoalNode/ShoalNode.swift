@@ -195,6 +195,9 @@ public final class ShoalNode: Service, Sendable {
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await self.sync.run() }
             group.addTask { await self.compactPeriodically() }
+            if let horizon = configuration.attachmentHorizon {
+                group.addTask { await self.collectAttachments(horizon: horizon) }
+            }
             for peer in configuration.peers {
                 group.addTask { await self.dial(peer) }
             }
@@ -210,6 +213,31 @@ public final class ShoalNode: Service, Sendable {
                 for try await connection in connections {
                     group.addTask { await self.accept(connection, admin: admin) }
                 }
+            }
+        }
+    }
+
+    /// Sweeps attachments no live document names until cancelled: each sweep deletes
+    /// those unnamed for `horizon` (`DocumentStore.collectAttachments`). It sweeps a few
+    /// times per horizon, at most every ten minutes and at least every half second.
+    func collectAttachments(horizon: Duration) async {
+        let interval = max(min(horizon / 4, .seconds(600)), .milliseconds(500))
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: interval)
+            } catch {
+                return
+            }
+            do {
+                let swept = try await store.collectAttachments(horizon: horizon)
+                if !swept.deleted.isEmpty || swept.abandonedStagings > 0 {
+                    logger.info(
+                        "collected \(swept.deleted.count) attachments no document names (\(swept.deletedBytes) bytes) and \(swept.abandonedStagings) unfinished puts or fetches",
+                        metadata: ["shoal.attachment.deleted": "\(swept.deleted.joined(separator: ","))"])
+                }
+            } catch {
+                if error.code == .closed || error.code == .cancelled { return }
+                logger.warning("attachment collection failed: \(error.message)")
             }
         }
     }

@@ -1,6 +1,5 @@
 public import ShoalCRDT
-import Crypto
-import Foundation
+public import Foundation
 import GRDB
 
 /// The value an ATTACHMENT field holds: a last-writer-wins token naming bytes by
@@ -35,36 +34,46 @@ public struct AttachmentToken: Sendable, Hashable {
         ["attachment": .string(hash), "length": .int(Int64(length)), "metadata": .object(metadata)]
     }
 
-    static func isHash(_ s: String) -> Bool {
-        s.count == 64 && s.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    /// Whether `s` is 64 lowercase hex digits, the form of an attachment ID.
+    public static func isHash(_ s: String) -> Bool {
+        s.utf8.count == 64 && s.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
     }
 
     /// The SHA-256 of `bytes` as 64 lowercase hex digits.
     public static func hash(of bytes: some Sequence<UInt8>) -> String {
-        var hasher = SHA256()
-        hasher.update(data: Array(bytes))
-        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        var digest = AttachmentDigest()
+        digest.update(Array(bytes))
+        return digest.finalize()
     }
+}
+
+/// What `collectAttachments` did in one sweep.
+public struct AttachmentCollection: Sendable, Hashable {
+    /// Attachments deleted: no live document named them for the whole horizon.
+    public var deleted: [String] = []
+    /// Bytes those attachments held.
+    public var deletedBytes: Int = 0
+    /// Staging entries (unfinished puts and fetches) deleted, untouched for the horizon.
+    public var abandonedStagings: Int = 0
 }
 
 extension DocumentStore {
     /// Stores bytes and returns the token to put in an ATTACHMENT field.
     public func putAttachment(_ bytes: [UInt8], metadata: [String: Value] = [:]) async throws(StoreError) -> AttachmentToken {
-        let token = AttachmentToken(hash: AttachmentToken.hash(of: bytes), length: bytes.count, metadata: metadata)
-        try await storeAttachment(bytes, hash: token.hash)
-        return token
+        var writer = try await attachmentWriter()
+        try await writer.append(bytes)
+        return try await writer.finish(metadata: metadata)
     }
 
     /// Stores fetched bytes after checking they are what `hash` names.
     public func storeAttachment(_ bytes: [UInt8], hash: String) async throws(StoreError) {
-        guard AttachmentToken.hash(of: bytes) == hash else {
-            throw StoreError(.invalidDocument, "attachment bytes do not match their hash \(hash)")
+        var writer = try await attachmentWriter(fetching: hash)
+        if writer.received > 0 {
+            try await writer.discard()
+            writer = try await attachmentWriter(fetching: hash)
         }
-        try await write { db in
-            try db.execute(
-                sql: "INSERT INTO attachment (hash, length, data) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING",
-                arguments: [hash, bytes.count, Data(bytes)])
-        }
+        try await writer.append(bytes)
+        _ = try await writer.finish()
     }
 
     /// The length of a locally held attachment, or nil.
@@ -73,17 +82,170 @@ extension DocumentStore {
     }
 
     /// Up to `maximum` bytes of a local attachment from `offset`, with its total
-    /// length; nil when it is not held here.
+    /// length; nil when it is not held here (or only in part, by a fetch under way).
     public func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(StoreError) -> (total: Int, bytes: [UInt8])? {
         try await read { db in
-            guard let total = try Int.fetchOne(db, sql: "SELECT length FROM attachment WHERE hash = ?", arguments: [hash])
+            guard let row = try Row.fetchOne(db, sql: "SELECT length, blob FROM attachment WHERE hash = ?", arguments: [hash])
             else { return nil }
+            let total: Int = row[0]
             let start = min(max(offset, 0), total)
-            let count = min(maximum, total - start)
-            guard count > 0 else { return (total, []) }
-            let data = try Data.fetchOne(
-                db, sql: "SELECT substr(data, ?, ?) FROM attachment WHERE hash = ?", arguments: [start + 1, count, hash])
-            return (total, Array(data ?? Data()))
+            let count = min(max(maximum, 0), total - start)
+            return (total, try Self.blobBytes(db, blob: row[1], from: start, count: count))
         }
     }
+
+    /// `count` bytes of a blob from `start`, read from the chunks that hold them.
+    static func blobBytes(_ db: Database, blob: Int64, from start: Int, count: Int) throws -> [UInt8] {
+        guard count > 0 else { return [] }
+        let end = start + count
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count)
+        let rows = try Row.fetchCursor(
+            db,
+            sql: """
+                SELECT start, data FROM attachment_chunk WHERE blob = ? AND start < ?
+                AND start >= COALESCE((SELECT MAX(start) FROM attachment_chunk WHERE blob = ? AND start <= ?), 0)
+                ORDER BY start
+                """,
+            arguments: [blob, end, blob, start])
+        while let row = try rows.next() {
+            let chunkStart: Int = row[0]
+            let data: Data = row[1]
+            let from = max(start - chunkStart, 0)
+            let to = min(end - chunkStart, data.count)
+            if from < to { bytes += data[data.startIndex + from..<data.startIndex + to] }
+        }
+        return bytes
+    }
+
+    // MARK: Staging
+
+    /// Opens a staging entry: for a fetch of `hash`, the one an earlier fetch left
+    /// (so it resumes) or a new one; for a put (`hash` nil), always a new one.
+    func openStaging(hash: String?) async throws(StoreError) -> (blob: Int64, received: Int) {
+        let now = Self.milliseconds(Date())
+        return try await write { db in
+            if let hash,
+                let row = try Row.fetchOne(db, sql: "SELECT blob, received FROM attachment_staging WHERE hash = ?", arguments: [hash])
+            {
+                try db.execute(sql: "UPDATE attachment_staging SET updated_at = ? WHERE blob = ?", arguments: [now, row[0] as Int64])
+                return (row[0], row[1])
+            }
+            try db.execute(
+                sql: "INSERT INTO attachment_staging (hash, received, updated_at) VALUES (?, 0, ?)", arguments: [hash, now])
+            return (db.lastInsertedRowID, 0)
+        }
+    }
+
+    /// How many bytes staging entry `blob` holds, and the hash it expects; nil when it is gone.
+    func staging(blob: Int64) async throws(StoreError) -> (received: Int, hash: String?)? {
+        try await read { db in
+            try Row.fetchOne(db, sql: "SELECT received, hash FROM attachment_staging WHERE blob = ?", arguments: [blob])
+                .map { ($0[0], $0[1]) }
+        }
+    }
+
+    /// Appends bytes to a staging entry, which must hold exactly `offset` bytes.
+    public func appendStaged(blob: Int64, offset: Int, bytes: [UInt8]) async throws(StoreError) {
+        let now = Self.milliseconds(Date())
+        try await write { db in
+            guard let received = try Int.fetchOne(db, sql: "SELECT received FROM attachment_staging WHERE blob = ?", arguments: [blob])
+            else {
+                throw StoreError(.invalidDocument, "attachment upload \(blob) is unknown here: finished, abandoned or collected")
+            }
+            guard received == offset else {
+                throw StoreError(.invalidDocument, "attachment upload \(blob) holds \(received) bytes; a part at offset \(offset) does not follow on")
+            }
+            if !bytes.isEmpty {
+                try db.execute(
+                    sql: "INSERT INTO attachment_chunk (blob, start, data) VALUES (?, ?, ?)", arguments: [blob, offset, Data(bytes)])
+            }
+            try db.execute(
+                sql: "UPDATE attachment_staging SET received = ?, updated_at = ? WHERE blob = ?",
+                arguments: [offset + bytes.count, now, blob])
+        }
+    }
+
+    /// Bytes of a staging entry, to hash again what an earlier run stored.
+    func stagedBytes(blob: Int64, from start: Int, count: Int) async throws(StoreError) -> [UInt8] {
+        try await read { db in try Self.blobBytes(db, blob: blob, from: start, count: count) }
+    }
+
+    /// Turns a staging entry whose bytes hash to `hash` into an attachment (or drops
+    /// it, when the same bytes are held already).
+    public func completeStaging(blob: Int64, hash: String, length: Int) async throws(StoreError) {
+        let now = Self.milliseconds(Date())
+        try await write { db in
+            try db.execute(sql: "DELETE FROM attachment_staging WHERE blob = ?", arguments: [blob])
+            if try Bool.fetchOne(db, sql: "SELECT 1 FROM attachment WHERE hash = ?", arguments: [hash]) == true {
+                try db.execute(sql: "DELETE FROM attachment_chunk WHERE blob = ?", arguments: [blob])
+                return
+            }
+            try db.execute(
+                sql: "INSERT INTO attachment (hash, length, blob, stored_at) VALUES (?, ?, ?, ?)",
+                arguments: [hash, length, blob, now])
+        }
+    }
+
+    /// Deletes a staging entry and its bytes.
+    public func discardStaging(blob: Int64) async throws(StoreError) {
+        try await write { db in
+            try db.execute(sql: "DELETE FROM attachment_staging WHERE blob = ?", arguments: [blob])
+            try db.execute(sql: "DELETE FROM attachment_chunk WHERE blob = ?", arguments: [blob])
+        }
+    }
+
+    // MARK: Collection
+
+    /// Deletes the bytes of attachments that no live document has named for
+    /// `horizon`, and staging entries (unfinished puts and fetches) untouched for as long.
+    ///
+    /// A sweep marks each attachment no live register names with the time it first
+    /// saw it so (`unreferenced_since`), clears the mark of those named again, and
+    /// deletes those marked `horizon` or longer ago. So a put has `horizon` to have its
+    /// token written, and bytes survive a token's brief absence. It all happens in one
+    /// write, so a token committed before the sweep is always seen by it.
+    public func collectAttachments(horizon: Duration, now: Date = Date()) async throws(StoreError) -> AttachmentCollection {
+        let nowMillis = Self.milliseconds(now)
+        let cutoff = nowMillis - Int64(horizon / .milliseconds(1))
+        return try await write { db in
+            // Canonical JSON sorts members, so a token's text starts with its "attachment".
+            let named = Set(
+                try String.fetchAll(
+                    db,
+                    sql: """
+                        SELECT DISTINCT json_extract(f.value, '$.attachment') FROM field f
+                        JOIN document d ON d.collection = f.collection AND d.doc_id = f.doc_id
+                        WHERE d.deleted = 0 AND f.value LIKE '{"attachment":%' AND json_valid(f.value)
+                        """
+                ).compactMap { $0 })
+            var result = AttachmentCollection()
+            let rows = try Row.fetchAll(db, sql: "SELECT hash, length, blob, unreferenced_since FROM attachment")
+            for row in rows {
+                let hash: String = row[0]
+                let since: Int64? = row[3]
+                if named.contains(hash) {
+                    if since != nil {
+                        try db.execute(sql: "UPDATE attachment SET unreferenced_since = NULL WHERE hash = ?", arguments: [hash])
+                    }
+                } else if let since, since <= cutoff {
+                    try db.execute(sql: "DELETE FROM attachment WHERE hash = ?", arguments: [hash])
+                    try db.execute(sql: "DELETE FROM attachment_chunk WHERE blob = ?", arguments: [row[2] as Int64])
+                    result.deleted.append(hash)
+                    result.deletedBytes += row[1] as Int
+                } else if since == nil {
+                    try db.execute(sql: "UPDATE attachment SET unreferenced_since = ? WHERE hash = ?", arguments: [nowMillis, hash])
+                }
+            }
+            let abandoned = try Int64.fetchAll(db, sql: "SELECT blob FROM attachment_staging WHERE updated_at <= ?", arguments: [cutoff])
+            for blob in abandoned {
+                try db.execute(sql: "DELETE FROM attachment_staging WHERE blob = ?", arguments: [blob])
+                try db.execute(sql: "DELETE FROM attachment_chunk WHERE blob = ?", arguments: [blob])
+            }
+            result.abandonedStagings = abandoned.count
+            return result
+        }
+    }
+
+    static func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
 }

@@ -264,7 +264,35 @@ public final class DocumentStore: Sendable {
                         PRIMARY KEY (collection, doc_id, name)) WITHOUT ROWID
                     """)
         }
-        migrator.registerMigration("v8-compaction") { db in
+        migrator.registerMigration("v8-attachment-chunks") { db in
+            // Attachments of any size: the bytes in chunks of a blob, streamed in and out.
+            // A put or fetch fills a staging entry (a fetch's keeps the hash it expects,
+            // so an interrupted one resumes); the attachment row exists only once every
+            // byte is there and its SHA-256 checked. `unreferenced_since` is when the
+            // collector first saw no live document name it (NULL: named, or not looked at).
+            try db.execute(
+                sql: """
+                    CREATE TABLE attachment_staging (
+                        blob INTEGER PRIMARY KEY AUTOINCREMENT, hash TEXT UNIQUE,
+                        received INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+                    CREATE TABLE attachment_chunk (
+                        blob INTEGER NOT NULL, start INTEGER NOT NULL, data BLOB NOT NULL,
+                        PRIMARY KEY (blob, start));
+                    CREATE TABLE attachment_v8 (
+                        hash TEXT PRIMARY KEY NOT NULL, length INTEGER NOT NULL, blob INTEGER NOT NULL,
+                        stored_at INTEGER NOT NULL, unreferenced_since INTEGER) WITHOUT ROWID;
+                    INSERT INTO attachment_staging (hash, received, updated_at) SELECT hash, length, 0 FROM attachment;
+                    INSERT INTO attachment_chunk (blob, start, data)
+                        SELECT s.blob, 0, a.data FROM attachment a JOIN attachment_staging s ON s.hash = a.hash
+                        WHERE a.length > 0;
+                    INSERT INTO attachment_v8 (hash, length, blob, stored_at)
+                        SELECT hash, received, blob, 0 FROM attachment_staging;
+                    DELETE FROM attachment_staging;
+                    DROP TABLE attachment;
+                    ALTER TABLE attachment_v8 RENAME TO attachment;
+                    """)
+        }
+        migrator.registerMigration("v9-compaction") { db in
             // Each known peer's acknowledged position in this node's log: compaction
             // runs no further than the lowest one heard within the horizon.
             try db.execute(

@@ -51,7 +51,9 @@ public protocol SyncStore: AnyObject, Sendable {
     // MARK: Attachments
 
     func attachmentLength(hash: String) async throws(StoreError) -> Int?
-    func storeAttachment(_ bytes: [UInt8], hash: String) async throws(StoreError)
+    /// A writer for the bytes `hash` names, continuing what an interrupted fetch of
+    /// them stored; its `finish` checks the hash.
+    func attachmentWriter(fetching hash: String) async throws(StoreError) -> AttachmentWriter
     func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(StoreError) -> (total: Int, bytes: [UInt8])?
 }
 

@@ -15,8 +15,11 @@ extension AdminRequest {
         case .subscribe(let s)?: self = .subscribe(query: s.query, argumentsJSON: s.argumentsJson)
         case .unsubscribe(let u)?: self = .unsubscribe(idOrQuery: u.idOrQuery)
         case .observe(let o)?: self = .observe(query: o.query, argumentsJSON: o.argumentsJson)
-        case .attachmentPut(let p)?: self = .attachmentPut(data: Array(p.data), metadataJSON: p.metadataJson)
-        case .attachmentGet(let g)?: self = .attachmentGet(hash: g.hash)
+        case .attachmentPut(let p)?:
+            self = .attachmentPut(
+                AttachmentPutPart(
+                    data: Array(p.data), metadataJSON: p.metadataJson, uploadID: p.uploadID, offset: p.offset, more: p.more))
+        case .attachmentGet(let g)?: self = .attachmentGet(hash: g.hash, offset: g.offset)
         case .compact(let c)?: self = .compact(vacuum: c.vacuum)
         case .begin(let b)?: self = .begin(hint: b.hint.isEmpty ? nil : b.hint, readOnly: b.readOnly)
         case .commit?: self = .commit
@@ -54,14 +57,18 @@ extension AdminRequest {
             o.query = query
             o.argumentsJson = argumentsJSON
             request.observe = o
-        case .attachmentPut(let data, let metadataJSON):
+        case .attachmentPut(let part):
             var p = Shoal_V1_AttachmentPutRequest()
-            p.data = Data(data)
-            p.metadataJson = metadataJSON
+            p.data = Data(part.data)
+            p.metadataJson = part.metadataJSON
+            p.uploadID = part.uploadID
+            p.offset = part.offset
+            p.more = part.more
             request.attachmentPut = p
-        case .attachmentGet(let hash):
+        case .attachmentGet(let hash, let offset):
             var g = Shoal_V1_AttachmentGetRequest()
             g.hash = hash
+            g.offset = offset
             request.attachmentGet = g
         case .compact(let vacuum):
             var c = Shoal_V1_CompactRequest()
@@ -101,6 +108,7 @@ extension AdminResponse {
         case .transaction(let t)?:
             guard let transaction = SessionTransaction(wire: t) else { return nil }
             self = .transaction(transaction)
+        case .upload(let u)?: self = .uploaded(uploadID: u.uploadID, received: u.received)
         case nil: return nil
         }
     }
@@ -141,6 +149,11 @@ extension AdminResponse {
             response.compaction = progress.wire
         case .transaction(let transaction):
             response.transaction = transaction.wire
+        case .uploaded(let uploadID, let received):
+            var u = Shoal_V1_AttachmentUpload()
+            u.uploadID = uploadID
+            u.received = received
+            response.upload = u
         case .failure(let code, let message):
             var e = Shoal_V1_Error()
             e.code = code.wire

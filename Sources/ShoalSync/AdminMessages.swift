@@ -12,9 +12,10 @@ public enum AdminRequest: Sendable, Hashable {
     case unsubscribe(idOrQuery: String)
     /// A stream of `observation`s until the client closes.
     case observe(query: String, argumentsJSON: String)
-    case attachmentPut(data: [UInt8], metadataJSON: String)
-    /// A stream of `chunk`s, in order.
-    case attachmentGet(hash: String)
+    /// One part of an attachment (or the whole of a small one).
+    case attachmentPut(AttachmentPutPart)
+    /// A stream of `chunk`s, in order, from byte `offset`.
+    case attachmentGet(hash: String, offset: UInt64 = 0)
     /// Compacts the change log now (and runs VACUUM when asked): a stream of
     /// `compaction` progress, the last one `done`.
     case compact(vacuum: Bool)
@@ -39,6 +40,8 @@ public enum AdminResponse: Sendable, Hashable {
     case compaction(CompactionProgress)
     /// The connection's transaction after `begin`, `commit` or `rollback`.
     case transaction(SessionTransaction)
+    /// A part of an attachment put is stored and more are expected.
+    case uploaded(uploadID: UInt64, received: UInt64)
     /// The request failed; the connection stays open.
     case failure(SyncError.Code, String)
 }
@@ -121,6 +124,29 @@ public struct ObservationUpdate: Sendable, Hashable {
     public init(itemsJSON: [String], transactionIDs: [String]) {
         self.itemsJSON = itemsJSON
         self.transactionIDs = transactionIDs
+    }
+}
+
+/// A part of an attachment on its way to a node (PROTOCOL.md §10, `attachment_put`).
+///
+/// A put of many parts sends them in order on one connection: the first with
+/// `uploadID` 0, the rest with the ID the node answered; all but the last with
+/// `more`. A small attachment is one part with neither.
+public struct AttachmentPutPart: Sendable, Hashable {
+    public var data: [UInt8]
+    /// The token's metadata, a JSON object ("" for none); the last part's counts.
+    public var metadataJSON: String
+    public var uploadID: UInt64
+    /// Where `data` starts in the attachment.
+    public var offset: UInt64
+    public var more: Bool
+
+    public init(data: [UInt8], metadataJSON: String = "", uploadID: UInt64 = 0, offset: UInt64 = 0, more: Bool = false) {
+        self.data = data
+        self.metadataJSON = metadataJSON
+        self.uploadID = uploadID
+        self.offset = offset
+        self.more = more
     }
 }
 

@@ -1,5 +1,6 @@
 import ShoalCRDT
 public import ShoalStore
+import Logging
 import ShoalWire
 import Synchronization
 
@@ -13,6 +14,12 @@ extension SyncEngine {
     /// Makes sure the attachment is held locally, fetching it chunk by chunk from
     /// connected peers when it is not. `progress` sees (bytes so far, total).
     /// Returns the attachment's length.
+    ///
+    /// Each chunk is stored as it arrives (a staging entry, never the whole attachment
+    /// in memory) and hashed on the way; the bytes become an attachment only once their
+    /// SHA-256 is `hash`. A fetch that stops part way (no peer could finish it, the node
+    /// stopped) leaves what it stored, and the next fetch of `hash` resumes from there.
+    /// Fetches of one hash run one at a time on a node.
     public func fetchAttachment(
         hash: String, timeout: Duration = .seconds(10), progress: @Sendable (Int, Int) -> Void = { _, _ in }
     ) async throws(StoreError) -> Int {
@@ -20,27 +27,40 @@ extension SyncEngine {
             progress(length, length)
             return length
         }
+        await beginFetch(hash)
+        defer { endFetch(hash) }
+        if let length = try await store.attachmentLength(hash: hash) {  // fetched while this one waited
+            progress(length, length)
+            return length
+        }
+        var writer = try await store.attachmentWriter(fetching: hash)
+        if writer.received > 0 {
+            logger.info(
+                "resuming the fetch of attachment \(hash) at byte \(writer.received)",
+                metadata: ["shoal.attachment": "\(hash)", "shoal.attachment.offset": "\(writer.received)"])
+        }
         var tried: [String] = []
         for peer in registry.connectedSenders() {
             tried.append(peer.site.description)
-            var bytes: [UInt8] = []
             var expected: Int?
             while true {
-                guard let chunk = await requestChunk(hash: hash, offset: bytes.count, send: peer.send, timeout: timeout),
-                    chunk.found, chunk.offset == UInt64(bytes.count),
+                guard let chunk = await requestChunk(hash: hash, offset: writer.received, send: peer.send, timeout: timeout),
+                    chunk.found, chunk.offset == UInt64(writer.received),
                     chunk.data.count <= Int(Self.attachmentChunkSize),
                     let total = Int(exactly: chunk.totalLength), total <= Self.maximumAttachmentSize,
-                    expected == nil || expected == total, bytes.count + chunk.data.count <= total
+                    expected == nil || expected == total, writer.received + chunk.data.count <= total
                 else { break }  // a peer that does not hold it, or answers out of line: try the next
                 expected = total
-                bytes += chunk.data
-                progress(bytes.count, total)
-                if bytes.count >= total {
+                try await writer.append(Array(chunk.data))
+                progress(writer.received, total)
+                if writer.received >= total {
                     do {
-                        try await store.storeAttachment(bytes, hash: hash)
+                        _ = try await writer.finish()
                         return total
                     } catch {
-                        break  // this peer sent bytes that do not match the hash: try the next one
+                        // This peer sent bytes that do not match the hash (they are dropped): try the next one.
+                        writer = try await store.attachmentWriter(fetching: hash)
+                        break
                     }
                 }
                 if chunk.data.isEmpty { break }
@@ -51,6 +71,29 @@ extension SyncEngine {
             tried.isEmpty
                 ? "attachment \(hash) is not held here and no peer is connected to fetch it from"
                 : "attachment \(hash) is not held here, and none of the connected peers (\(tried.joined(separator: ", "))) could send it")
+    }
+
+    /// Waits until no other fetch of `hash` runs on this node, then marks this one running.
+    private func beginFetch(_ hash: String) async {
+        while true {
+            let (wait, continuation) = AsyncStream.makeStream(of: Void.self)
+            let running = attachmentRequests.withLock { state -> Bool in
+                guard state.fetching[hash] != nil else {
+                    state.fetching[hash] = []
+                    return false
+                }
+                state.fetching[hash]!.append(continuation)
+                return true
+            }
+            guard running else { return }
+            for await _ in wait {}
+        }
+    }
+
+    /// Ends this fetch of `hash` and wakes those waiting to run theirs.
+    private func endFetch(_ hash: String) {
+        let waiting = attachmentRequests.withLock { $0.fetching.removeValue(forKey: hash) } ?? []
+        for waiter in waiting { waiter.finish() }
     }
 
     private func requestChunk(
@@ -95,8 +138,10 @@ extension SyncEngine {
     }
 }
 
-/// Attachment fetches waiting for their chunk, by request ID.
+/// Attachment fetches waiting for their chunk, by request ID, and the hashes being
+/// fetched, each with the fetches of the same hash waiting for it to end.
 struct AttachmentRequests: Sendable {
     var next: UInt64 = 0
     var waiting: [UInt64: AsyncStream<Shoal_V1_AttachmentChunk>.Continuation] = [:]
+    var fetching: [String: [AsyncStream<Void>.Continuation]] = [:]
 }

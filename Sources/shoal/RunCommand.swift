@@ -94,6 +94,11 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Bytes of remote transactions held back at most; over it the oldest is applied in part (default: 268435456).")
     var maxWaitingBytes: Int?
 
+    @Option(
+        name: .long,
+        help: "Seconds attachment bytes no document names are kept before they are deleted (and unfinished puts and fetches left untouched); 0 keeps them (default: 86400).")
+    var attachmentHorizon: Double?
+
     @OptionGroup(title: "Limits") var limits: LimitOptions
 
     /// The flags given, as settings.
@@ -120,6 +125,7 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("coverage-wait", coverageWait.map { .seconds($0) })
         s.setFlag("max-waiting-transactions", maxWaitingTransactions.map { .integer($0) })
         s.setFlag("max-waiting-bytes", maxWaitingBytes.map { .integer($0) })
+        s.setFlag("attachment-horizon", attachmentHorizon.map { .seconds($0) })
         limits.add(to: &s)
         return s
     }

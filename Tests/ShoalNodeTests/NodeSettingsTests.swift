@@ -38,6 +38,7 @@ struct NodeSettingsTests {
         synchronous = "full"
         compaction-interval = 0
         compaction-horizon = 3600
+        attachment-horizon = 90
         """
 
     @Test func aFileSetsEveryKey() throws {
@@ -72,6 +73,7 @@ struct NodeSettingsTests {
         #expect(configuration.synchronousFull)
         #expect(configuration.compactionInterval == nil, "0 turns periodic compaction off")
         #expect(configuration.compactionHorizon == .seconds(3600))
+        #expect(configuration.attachmentHorizon == .seconds(90))
         #expect(settings.origin(of: "max-frame-size") == dir.path + "/shoal.toml:13 (max-frame-size)")
         // Every key appears in the file above, so a key added without a test shows here.
         #expect(Set(NodeSettings.keys.map(\.name)) == Set(Self.file.split(separator: "\n").compactMap { line in
@@ -126,6 +128,9 @@ struct NodeSettingsTests {
         #expect(try flags.logLevel() == "info")
         #expect(try flags.logFormat() == "text")
         #expect(configuration.metrics == nil, "no metrics endpoint unless asked for")
+        #expect(configuration.attachmentHorizon == .seconds(86_400))
+        flags.setFlag("attachment-horizon", .seconds(0))
+        #expect(try flags.configuration().attachmentHorizon == nil, "0 keeps every attachment")
         #expect(throws: NodeError.self) { try NodeSettings().configuration() }
     }
 
@@ -142,6 +147,7 @@ struct NodeSettingsTests {
         ("data = \"x\"\n  \"mesh\" = \"\"\n", "shoal.toml:2 (mesh): the mesh name must not be empty"),
         ("data = \"x\"\nlisten = \"127.0.0.1:1\n", "shoal.toml:2:"),
         ("data = \"x\"\nidle-timeout = 0\n", "shoal.toml:2 (idle-timeout): must be between 1 and 86400 seconds"),
+        ("data = \"x\"\nattachment-horizon = -1\n", "shoal.toml:2 (attachment-horizon): must be between 0 and 315360000 seconds (ten years)"),
         ("data = \"x\"\nmax-pending-outbound-bytes = 100\n", "shoal.toml:2 (max-pending-outbound-bytes): must be at least 65536"),
         ("data = \"x\"\nmax-peers = 0\n", "shoal.toml:2 (max-peers): must be at least 1"),
         ("data = \"x\"\n[discovery]\ninterface = \"lo\"\n", "shoal.toml:2 (discovery): 'discovery' must be true or false, not a table"),

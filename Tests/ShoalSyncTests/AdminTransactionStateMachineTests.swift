@@ -59,7 +59,7 @@ import Testing
         machine.began(TransactionInfo(id: "t1", hint: nil, isReadOnly: false))
         for request in [
             AdminRequest.subscribe(query: "SELECT * FROM c", argumentsJSON: ""), .unsubscribe(idOrQuery: "x"),
-            .attachmentPut(data: [1], metadataJSON: ""), .attachmentGet(hash: "00"),
+            .attachmentPut(AttachmentPutPart(data: [1])), .attachmentGet(hash: "00"), .compact(vacuum: false),
         ] {
             #expect(Self.refusal(machine.receive(request))?.contains("COMMIT or ROLLBACK first") == true)
         }

@@ -244,6 +244,29 @@ extension InProcessSyncTests {
 }
 
 extension InProcessSyncTests {
+    /// A fetch that stopped part way (here: B stored the first 1 300 000 bytes and
+    /// then lost its peer) resumes at the stored offset, and the whole still hashes right.
+    @Test func anInterruptedAttachmentFetchResumesAtTheStoredOffset() async throws {
+        let a = try TestNode(name: "a"), b = try TestNode(name: "b")
+        defer { a.remove(); b.remove() }
+        let bytes = (0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 17 &+ $0 >> 11) }
+        let token = try await a.store.putAttachment(bytes)
+        var interrupted = try await b.store.attachmentWriter(fetching: token.hash)
+        try await interrupted.append(Array(bytes[0..<1_300_000]))
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            #expect(await InProcessMesh.eventually { b.sync.peers().contains { $0.state == "connected" } })
+            let steps = Mutex<[Int]>([])
+            let length = try await b.sync.fetchAttachment(hash: token.hash) { done, _ in steps.withLock { $0.append(done) } }
+            #expect(length == bytes.count)
+            let mebibyte = 1 << 20
+            let expected: [Int] = [1_300_000 + mebibyte, bytes.count]
+            #expect(steps.withLock { $0 } == expected, "from byte 1 300 000 on: two chunks, not three")
+            #expect(try await b.store.attachmentChunk(hash: token.hash, offset: 0, maximum: .max)?.bytes == bytes)
+        }
+    }
+}
+
+extension InProcessSyncTests {
     /// A peer that speaks the protocol but asks for absurd attachment offsets gets
     /// a "not found" answer; the node keeps serving.
     @Test func hostileAttachmentRequestsAreAnsweredNotFatal() async throws {

@@ -47,8 +47,8 @@ import Testing
             return try await base.writeInbound(body)
         }
         func attachmentLength(hash: String) async throws(StoreError) -> Int? { try await base.attachmentLength(hash: hash) }
-        func storeAttachment(_ bytes: [UInt8], hash: String) async throws(StoreError) {
-            try await base.storeAttachment(bytes, hash: hash)
+        func attachmentWriter(fetching hash: String) async throws(StoreError) -> AttachmentWriter {
+            try await base.attachmentWriter(fetching: hash)
         }
         func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(StoreError) -> (total: Int, bytes: [UInt8])? {
             try await base.attachmentChunk(hash: hash, offset: offset, maximum: maximum)

@@ -341,6 +341,47 @@ import CompressNIO
                     r.transaction = t
                     return r
                 }())),
+            Vector(
+                file: "admin-request-attachment-put-part.hex",
+                comment: """
+                    AdminRequest (type 0x10): request_id 4, attachment_put: the second part of a put in parts,
+                    upload_id 7, offset 1048576, more true, data 01 02 03 04, metadata_json "" (PROTOCOL.md section 10).
+                    """,
+                message: .adminRequest({
+                    var r = Shoal_V1_AdminRequest()
+                    r.requestID = 4
+                    var p = Shoal_V1_AttachmentPutRequest()
+                    p.data = Data([1, 2, 3, 4])
+                    p.uploadID = 7
+                    p.offset = 1_048_576
+                    p.more = true
+                    r.attachmentPut = p
+                    return r
+                }())),
+            Vector(
+                file: "admin-response-attachment-upload.hex",
+                comment: "AdminResponse (type 0x11): request_id 4, upload {upload_id 7, received 1048580}.",
+                message: .adminResponse({
+                    var r = Shoal_V1_AdminResponse()
+                    r.requestID = 4
+                    var u = Shoal_V1_AttachmentUpload()
+                    u.uploadID = 7
+                    u.received = 1_048_580
+                    r.upload = u
+                    return r
+                }())),
+            Vector(
+                file: "admin-request-attachment-get-offset.hex",
+                comment: "AdminRequest (type 0x10): request_id 5, attachment_get {hash ab x 32, offset 3145728}.",
+                message: .adminRequest({
+                    var r = Shoal_V1_AdminRequest()
+                    r.requestID = 5
+                    var g = Shoal_V1_AttachmentGetRequest()
+                    g.hash = String(repeating: "ab", count: 32)
+                    g.offset = 3_145_728
+                    r.attachmentGet = g
+                    return r
+                }())),
         ]
     }()
 

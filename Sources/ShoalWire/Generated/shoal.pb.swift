@@ -903,7 +903,10 @@ public nonisolated struct Shoal_V1_CompactionProgress: Sendable {
   public init() {}
 }
 
-/// Stores bytes as an attachment; answered with an AttachmentToken.
+/// Stores bytes as an attachment; answered with an AttachmentToken. A large
+/// attachment goes in parts, one request each: every part but the last has
+/// more = true and is answered with an AttachmentUpload; the first has upload_id 0,
+/// the others the upload_id the node answered; the last is answered with the token.
 public nonisolated struct Shoal_V1_AttachmentPutRequest: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -911,8 +914,33 @@ public nonisolated struct Shoal_V1_AttachmentPutRequest: Sendable {
 
   public var data: Data = Data()
 
-  /// Metadata kept in the token, a JSON object ("" for none).
+  /// Metadata kept in the token, a JSON object ("" for none); read from the last part.
   public var metadataJson: String = String()
+
+  /// 0 for the first (or only) part, then the upload_id of the node's answer.
+  public var uploadID: UInt64 = 0
+
+  /// Where data starts in the attachment: the bytes of the parts before it.
+  public var offset: UInt64 = 0
+
+  /// More parts follow.
+  public var more: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The answer to a part of an attachment put that more parts follow.
+public nonisolated struct Shoal_V1_AttachmentUpload: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var uploadID: UInt64 = 0
+
+  /// Bytes the node holds of this upload so far.
+  public var received: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -927,6 +955,9 @@ public nonisolated struct Shoal_V1_AttachmentGetRequest: Sendable {
   // methods supported on all messages.
 
   public var hash: String = String()
+
+  /// The first byte to send (0: from the start); a client resuming a download.
+  public var offset: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1102,6 +1133,14 @@ public nonisolated struct Shoal_V1_AdminResponse: Sendable {
     set {response = .transaction(newValue)}
   }
 
+  public var upload: Shoal_V1_AttachmentUpload {
+    get {
+      if case .upload(let v)? = response {return v}
+      return Shoal_V1_AttachmentUpload()
+    }
+    set {response = .upload(newValue)}
+  }
+
   public var compaction: Shoal_V1_CompactionProgress {
     get {
       if case .compaction(let v)? = response {return v}
@@ -1121,6 +1160,7 @@ public nonisolated struct Shoal_V1_AdminResponse: Sendable {
     case attachment(Shoal_V1_AttachmentToken)
     case chunk(Shoal_V1_AttachmentChunk)
     case transaction(Shoal_V1_SessionTransaction)
+    case upload(Shoal_V1_AttachmentUpload)
     case compaction(Shoal_V1_CompactionProgress)
 
   }
@@ -2960,7 +3000,7 @@ nonisolated extension Shoal_V1_CompactionProgress: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Shoal_V1_AttachmentPutRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttachmentPutRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}data\0\u{3}metadata_json\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}data\0\u{3}metadata_json\0\u{3}upload_id\0\u{1}offset\0\u{1}more\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2970,6 +3010,9 @@ nonisolated extension Shoal_V1_AttachmentPutRequest: SwiftProtobuf.Message, Swif
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularBytesField(value: &self.data) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.metadataJson) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.uploadID) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.more) }()
       default: break
       }
     }
@@ -2982,12 +3025,59 @@ nonisolated extension Shoal_V1_AttachmentPutRequest: SwiftProtobuf.Message, Swif
     if !self.metadataJson.isEmpty {
       try visitor.visitSingularStringField(value: self.metadataJson, fieldNumber: 2)
     }
+    if self.uploadID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.uploadID, fieldNumber: 3)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 4)
+    }
+    if self.more != false {
+      try visitor.visitSingularBoolField(value: self.more, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Shoal_V1_AttachmentPutRequest, rhs: Shoal_V1_AttachmentPutRequest) -> Bool {
     if lhs.data != rhs.data {return false}
     if lhs.metadataJson != rhs.metadataJson {return false}
+    if lhs.uploadID != rhs.uploadID {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.more != rhs.more {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_AttachmentUpload: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AttachmentUpload"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}upload_id\0\u{1}received\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.uploadID) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.received) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.uploadID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.uploadID, fieldNumber: 1)
+    }
+    if self.received != 0 {
+      try visitor.visitSingularUInt64Field(value: self.received, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_AttachmentUpload, rhs: Shoal_V1_AttachmentUpload) -> Bool {
+    if lhs.uploadID != rhs.uploadID {return false}
+    if lhs.received != rhs.received {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2995,7 +3085,7 @@ nonisolated extension Shoal_V1_AttachmentPutRequest: SwiftProtobuf.Message, Swif
 
 nonisolated extension Shoal_V1_AttachmentGetRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttachmentGetRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hash\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hash\0\u{1}offset\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3004,6 +3094,7 @@ nonisolated extension Shoal_V1_AttachmentGetRequest: SwiftProtobuf.Message, Swif
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.hash) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
       default: break
       }
     }
@@ -3013,11 +3104,15 @@ nonisolated extension Shoal_V1_AttachmentGetRequest: SwiftProtobuf.Message, Swif
     if !self.hash.isEmpty {
       try visitor.visitSingularStringField(value: self.hash, fieldNumber: 1)
     }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Shoal_V1_AttachmentGetRequest, rhs: Shoal_V1_AttachmentGetRequest) -> Bool {
     if lhs.hash != rhs.hash {return false}
+    if lhs.offset != rhs.offset {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3230,7 +3325,7 @@ nonisolated extension Shoal_V1_StatusRequest: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AdminResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}error\0\u{1}subscription\0\u{1}observation\0\u{1}attachment\0\u{1}chunk\0\u{1}transaction\0\u{2}\u{15}compaction\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}error\0\u{1}subscription\0\u{1}observation\0\u{1}attachment\0\u{1}chunk\0\u{1}transaction\0\u{1}upload\0\u{2}\u{14}compaction\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3343,6 +3438,19 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
           self.response = .transaction(v)
         }
       }()
+      case 10: try {
+        var v: Shoal_V1_AttachmentUpload?
+        var hadOneofValue = false
+        if let current = self.response {
+          hadOneofValue = true
+          if case .upload(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.response = .upload(v)
+        }
+      }()
       case 30: try {
         var v: Shoal_V1_CompactionProgress?
         var hadOneofValue = false
@@ -3401,6 +3509,10 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
     case .transaction?: try {
       guard case .transaction(let v)? = self.response else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    }()
+    case .upload?: try {
+      guard case .upload(let v)? = self.response else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
     }()
     case .compaction?: try {
       guard case .compaction(let v)? = self.response else { preconditionFailure() }

@@ -1,0 +1,119 @@
+import Crypto
+public import Foundation
+public import ShoalCRDT
+
+/// The SHA-256 of bytes that arrive in parts, as an attachment ID (64 lowercase hex digits).
+///
+/// Unchecked: swift-crypto's `SHA256` is a value type (copy on write) not marked
+/// `Sendable`; copies share no state, so there is nothing to lock.
+public struct AttachmentDigest: @unchecked Sendable {
+    private var hasher = SHA256()
+
+    public init() {}
+
+    public mutating func update(_ bytes: some DataProtocol) { hasher.update(data: bytes) }
+
+    public func finalize() -> String {
+        hasher.finalize().map { String(format: "%02x", $0) }.joined()
+    }
+}
+
+/// Streams an attachment into the store in parts, hashing as it goes, so that no
+/// attachment is ever held whole in memory.
+///
+/// Each `append` commits its bytes as one chunk of the staging entry `blob`;
+/// `finish` checks the SHA-256 and only then makes the bytes an attachment. An entry
+/// outlives the writer: a fetch of the same hash, or a put continuing upload `blob`,
+/// picks it up where it stopped (`DocumentStore.attachmentWriter(fetching:)`,
+/// `attachmentWriter(resuming:)`), hashing again what is already stored.
+public struct AttachmentWriter: Sendable {
+    public let store: any AttachmentStaging
+    /// The staging entry: an admin put's upload ID.
+    public let blob: Int64
+    /// The hash the bytes must have (a fetch); nil for a put.
+    public let expectedHash: String?
+    /// Bytes stored so far.
+    public private(set) var received: Int
+    private var digest: AttachmentDigest
+
+    /// A writer of staging entry `blob`, which holds `received` bytes whose hash so far is `digest`.
+    public init(store: any AttachmentStaging, blob: Int64, expectedHash: String?, received: Int, digest: AttachmentDigest) {
+        self.store = store
+        self.blob = blob
+        self.expectedHash = expectedHash
+        self.received = received
+        self.digest = digest
+    }
+
+    /// Stores `bytes` after those already received.
+    public mutating func append(_ bytes: [UInt8]) async throws(StoreError) {
+        try await store.appendStaged(blob: blob, offset: received, bytes: bytes)
+        digest.update(bytes)
+        received += bytes.count
+    }
+
+    /// Checks the bytes against the expected hash (if any) and makes them an
+    /// attachment; a mismatch discards them and throws.
+    public func finish(metadata: [String: Value] = [:]) async throws(StoreError) -> AttachmentToken {
+        let hash = digest.finalize()
+        if let expectedHash, expectedHash != hash {
+            try await store.discardStaging(blob: blob)
+            throw StoreError(.invalidDocument, "attachment bytes do not match their hash \(expectedHash); they were dropped")
+        }
+        try await store.completeStaging(blob: blob, hash: hash, length: received)
+        return AttachmentToken(hash: hash, length: received, metadata: metadata)
+    }
+
+    /// Deletes what was stored.
+    public func discard() async throws(StoreError) {
+        try await store.discardStaging(blob: blob)
+    }
+}
+
+/// Where an `AttachmentWriter` keeps bytes on their way in: staging entries, by blob.
+public protocol AttachmentStaging: Sendable {
+    /// Appends bytes to a staging entry, which must hold exactly `offset` bytes.
+    func appendStaged(blob: Int64, offset: Int, bytes: [UInt8]) async throws(StoreError)
+    /// Turns a staging entry whose bytes hash to `hash` into an attachment.
+    func completeStaging(blob: Int64, hash: String, length: Int) async throws(StoreError)
+    /// Deletes a staging entry and its bytes.
+    func discardStaging(blob: Int64) async throws(StoreError)
+}
+
+extension DocumentStore: AttachmentStaging {
+    /// A writer for new bytes (a put); its `blob` is the upload ID.
+    public func attachmentWriter() async throws(StoreError) -> AttachmentWriter {
+        let staging = try await openStaging(hash: nil)
+        return AttachmentWriter(store: self, blob: staging.blob, expectedHash: nil, received: 0, digest: AttachmentDigest())
+    }
+
+    /// A writer for the bytes `hash` names, continuing what an earlier, interrupted
+    /// fetch of them stored (`received` says how far that got).
+    public func attachmentWriter(fetching hash: String) async throws(StoreError) -> AttachmentWriter {
+        let staging = try await openStaging(hash: hash)
+        return try await resumedWriter(blob: staging.blob, expectedHash: hash, received: staging.received)
+    }
+
+    /// A writer continuing upload `blob` after the one that began it is gone (the
+    /// node restarted); nil when no such upload is staged.
+    public func attachmentWriter(resuming blob: Int64) async throws(StoreError) -> AttachmentWriter? {
+        guard let staging = try await staging(blob: blob) else { return nil }
+        return try await resumedWriter(blob: blob, expectedHash: staging.hash, received: staging.received)
+    }
+
+    /// Hashes the `received` bytes already staged, a chunk at a time.
+    private func resumedWriter(blob: Int64, expectedHash: String?, received: Int) async throws(StoreError) -> AttachmentWriter {
+        var digest = AttachmentDigest()
+        var offset = 0
+        while offset < received {
+            let bytes = try await stagedBytes(blob: blob, from: offset, count: min(Self.rehashStep, received - offset))
+            guard !bytes.isEmpty else { break }
+            digest.update(bytes)
+            offset += bytes.count
+        }
+        return AttachmentWriter(store: self, blob: blob, expectedHash: expectedHash, received: received, digest: digest)
+    }
+
+    /// How many staged bytes a resumed writer reads at a time to hash them again.
+    static let rehashStep = 1 << 20
+}
