@@ -61,6 +61,32 @@ import Testing
         #expect(try await store.compactChangeLog(through: last).rowsRemoved == 0)
     }
 
+    /// A DELETE hides every earlier write to its document for ever: the transactions
+    /// that wrote only deleted documents leave the log, the DELETE stays, and a
+    /// replica of the compacted log holds the same (no resurrected document).
+    @Test func writesHiddenByADeleteLeaveTheLog() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        for i in 0..<10 {
+            _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': :id, 'x': 1, 'm': {'k': 1}})", arguments: ["id": .string("d\(i)")])
+        }
+        _ = try await store.execute("UPDATE c APPLY n INCREMENT BY 2 WHERE _id = 'd0'")
+        _ = try await store.execute("DELETE FROM c WHERE _id = 'd0'; DELETE FROM c WHERE _id = 'd1'")
+        // Written again after its DELETE: d1 lives, with only what came after.
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'd1', 'y': 2}) ON ID CONFLICT DO UPDATE")
+        let before = try await Self.pieces(store)
+        let expected = try await Self.contents(store)
+        #expect(before.count == 13)
+        let report = try await store.compactChangeLog(through: try await store.lastSequence())
+        let after = try await Self.pieces(store)
+        #expect(report.transactionsRemoved == 3, "d0's and d1's inserts and d0's increment went: \(report)")
+        #expect(after.map(\.id) == before.dropFirst(2).filter { $0.id != before[10].id }.map(\.id))
+        #expect(try await Self.replica(of: after) == expected)
+        #expect(expected.count == 9 && !expected.contains { $0.contains("\"d0\"") })
+    }
+
     /// Random writes, updates, deletes and counter increments over a few documents:
     /// compacting through any point keeps every transaction above it and rebuilds
     /// the same documents.
