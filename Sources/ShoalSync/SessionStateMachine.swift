@@ -47,7 +47,7 @@ public struct SessionStateMachine: Sendable {
 
         public init(
             peer: SiteID, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
-            batchSize: Int = 512, batchBytes: Int = 4 << 20, maximumBatchesInFlight: Int = 4, maximumBatchesPending: Int = 64,
+            batchSize: Int = 2048, batchBytes: Int = 4 << 20, maximumBatchesInFlight: Int = 4, maximumBatchesPending: Int = 64,
             maximumSubscriptions: Int = 256, maximumQueryLength: Int = 64 << 10, documentSizeSoftLimit: Int = 256 << 10,
             documentSizeHardLimit: Int = 4 << 20
         ) {

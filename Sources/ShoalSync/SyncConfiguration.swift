@@ -39,7 +39,7 @@ public struct SyncConfiguration: Sendable {
     public init(
         nodeName: String, meshName: String = "default", meshKey: [UInt8]? = nil, listenAddress: String = "",
         limits: WireLimits = .default, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
-        handshakeTimeout: Duration = .seconds(10), batchSize: Int = 512, batchBytes: Int = 4 << 20,
+        handshakeTimeout: Duration = .seconds(10), batchSize: Int = 2048, batchBytes: Int = 4 << 20,
         maximumBatchesInFlight: Int = 4, inbound: InboundPipeline.Configuration = .init(), relayForNeighbours: Bool = true,
         adminKey: [UInt8]? = nil, maximumPeers: Int = 64, maximumAdminSessions: Int = 32,
         maximumSubscriptionsPerPeer: Int = 256, maximumQueryLength: Int = 64 << 10
