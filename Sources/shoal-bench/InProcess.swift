@@ -18,7 +18,10 @@ enum InProcess: String, CaseIterable, Sendable {
         case .local:
             return try await LocalWrites.run(documents: documents, perTransaction: 100).documentsPerSecond
         case .sync:
-            let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM docs"])
+            // A node's own batch size, not the small one tests use to split transactions.
+            let defaults: (inout SyncConfiguration) -> Void = { $0.batchSize = SyncConfiguration(nodeName: "").batchSize }
+            let a = try TestNode(name: "a", configure: defaults)
+            let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM docs"], configure: defaults)
             defer { a.remove(); b.remove() }
             var first = 0
             while first < documents {
