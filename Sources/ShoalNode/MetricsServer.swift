@@ -1,4 +1,5 @@
 import Logging
+import ShoalCRDT
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -7,7 +8,10 @@ import NIOPosix
 ///
 /// It has no authentication and no TLS: it belongs on loopback or a trusted network
 /// (the node warns at start when it is neither). Each connection takes requests one
-/// after another; a scrape reads the node's state as it answers.
+/// after another; a scrape reads the node's state as it answers. It serves at most
+/// `maximumConnections` at once (one more is closed at once), closes a connection
+/// that completes no request for the idle timeout, and one whose request bodies
+/// pass `maximumBodyBytes` (a scrape has none).
 ///
 /// ```
 ///   Prometheus ── GET /metrics ──► MetricsServer ──► ShoalNode.renderMetrics()
@@ -41,6 +45,11 @@ struct MetricsServer {
 
     let server: NIOAsyncChannel<Connection, Never>
 
+    /// Connections served at once; Prometheus uses one.
+    static let maximumConnections = 16
+    /// Request body bytes taken on one connection before it is closed.
+    static let maximumBodyBytes = 64 * 1024
+
     /// Binds `address`; a failure is a configuration error naming the address.
     static func bind(_ address: HostAndPort, group: any EventLoopGroup) async throws(NodeError) -> MetricsServer {
         do {
@@ -64,13 +73,29 @@ struct MetricsServer {
     }
 
     /// Serves until the task is cancelled; `render` makes each scrape's body.
-    func run(logger: Logger, render: @escaping @Sendable () async throws -> String) async throws {
+    func run(
+        logger: Logger, idleTimeout: Duration, render: @escaping @Sendable () async throws -> String
+    ) async throws {
+        let open = Locked(0)
         try await withThrowingDiscardingTaskGroup { group in
             try await server.executeThenClose { connections in
                 for try await connection in connections {
+                    let admitted = open.withLock { n in
+                        guard n < Self.maximumConnections else { return false }
+                        n += 1
+                        return true
+                    }
+                    guard admitted else {
+                        logger.warning(
+                            "refusing a metrics connection: \(Self.maximumConnections) are open already",
+                            metadata: ["shoal.peer.address": "\(connection.channel.remoteAddress.map { "\($0)" } ?? "?")"])
+                        try? await connection.channel.close()
+                        continue
+                    }
                     group.addTask {
+                        defer { open.withLock { $0 -= 1 } }
                         do {
-                            try await Self.serve(connection, render: render)
+                            try await Self.serve(connection, idleTimeout: idleTimeout, render: render)
                         } catch {
                             logger.debug("metrics connection ended: \(error)")
                         }
@@ -80,16 +105,42 @@ struct MetricsServer {
         }
     }
 
-    private static func serve(_ connection: Connection, render: @Sendable () async throws -> String) async throws {
+    /// Answers the connection's requests in order; closes it when it completes none
+    /// for `idleTimeout` or sends more body than `maximumBodyBytes`.
+    private static func serve(
+        _ connection: Connection, idleTimeout: Duration, render: @escaping @Sendable () async throws -> String
+    ) async throws {
+        let lastRequest = Locked(ContinuousClock.now)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                while true {
+                    try await Task.sleep(for: .seconds(1))
+                    if ContinuousClock.now - lastRequest.withLock({ $0 }) > idleTimeout {
+                        try? await connection.channel.close()
+                        return
+                    }
+                }
+            }
+            defer { group.cancelAll() }
+            try await answer(connection, lastRequest: lastRequest, render: render)
+        }
+    }
+
+    private static func answer(
+        _ connection: Connection, lastRequest: Locked<ContinuousClock.Instant>, render: @Sendable () async throws -> String
+    ) async throws {
         try await connection.executeThenClose { inbound, outbound in
             var head: HTTPRequestHead?
+            var bodyBytes = 0
             for try await part in inbound {
                 switch part {
                 case .head(let h):
                     head = h
-                case .body:
-                    continue
+                case .body(let bytes):
+                    bodyBytes += bytes.readableBytes
+                    if bodyBytes > Self.maximumBodyBytes { return }
                 case .end:
+                    lastRequest.withLock { $0 = .now }
                     guard let request = head else { continue }
                     head = nil
                     let route = Route.of(method: request.method, uri: request.uri)

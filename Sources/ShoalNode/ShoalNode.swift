@@ -206,7 +206,9 @@ public final class ShoalNode: Service, Sendable {
             }
             if let metricsServer {
                 group.addTask {
-                    try await metricsServer.run(logger: self.logger) { try await self.renderMetrics() }
+                    try await metricsServer.run(logger: self.logger, idleTimeout: self.configuration.idleTimeout) {
+                        try await self.renderMetrics()
+                    }
                 }
             }
             try await server.executeThenClose { connections in

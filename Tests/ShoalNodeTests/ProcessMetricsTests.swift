@@ -2,6 +2,10 @@ import Foundation
 import ShoalTesting
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 extension ProcessSuites {
 /// `shoal run --metrics` and `--log-format json` on real processes, scraped over a plain socket.
 @Suite(.serialized) struct ProcessMetricsTests {
@@ -76,6 +80,43 @@ extension ProcessSuites {
         let ready = try #require(lines.first { $0.contains("ready to accept connections on") })
         let object = try #require(try JSONSerialization.jsonObject(with: Data(ready.utf8)) as? [String: Any])
         #expect(object["shoal.site"] as? String == bSite && object["label"] as? String == "shoal")
+    }
+
+    /// Reads until the peer closes; whether it did within `limit` seconds.
+    static func closed(_ fd: Int32, within limit: Double) -> Bool {
+        var buffer = [UInt8](repeating: 0, count: 512)
+        let started = Date()
+        while Date().timeIntervalSince(started) < limit {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) { return true }
+        }
+        return false
+    }
+
+    /// Connections that never ask: the 17th is closed at once, the 16 others after
+    /// the idle timeout, and a scrape is served again.
+    @Test func silentConnectionsAreCappedAndTimedOut() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-metrics")
+        defer { dirs.remove() }
+        let node = try NodeProcess(
+            name: "alpha", dataDirectory: dirs.path + "/a", extra: ["--metrics", "127.0.0.1:0", "--idle-timeout", "3"])
+        defer { node.stop() }
+        let address = try #require(node.metricsAddress)
+        let port = try #require(Int(address.split(separator: ":").last ?? ""))
+        let opened = Date()
+        let silent = try (0..<16).map { _ in try RawPeer.connect(port: port, receiveBuffer: nil) }
+        defer { silent.forEach { close($0) } }
+        usleep(300_000)
+        let extra = try RawPeer.connect(port: port, receiveBuffer: nil)
+        defer { close(extra) }
+        #expect(Self.closed(extra, within: 2), "the 17th connection is closed at once")
+        #expect(node.log().contains("refusing a metrics connection: 16 are open already"))
+        var closedCount = 0
+        for fd in silent where Self.closed(fd, within: 10) { closedCount += 1 }
+        let seconds = Date().timeIntervalSince(opened)
+        #expect(closedCount == 16, "every silent connection was closed by the 3 s idle timeout")
+        #expect(seconds >= 2.5, "not before the idle timeout (\(seconds) s)")
+        #expect(try Self.scrape(node).contains("shoal_"), "served again")
     }
 
     @Test func anAddressInUseIsRefusedAtStart() throws {
