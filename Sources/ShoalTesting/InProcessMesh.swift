@@ -40,8 +40,13 @@ public enum InProcessMesh {
     }
 
     /// Polls `condition` until it holds or `timeout` passes; returns whether it held.
+    ///
+    /// The default is long (60 s) because it only bounds a failure: a condition that
+    /// holds returns at once. While a process suite blocks one of the two threads of
+    /// a 2-core machine's concurrency pool, and builds run beside the tests, a task of
+    /// an in-process test has waited longer than 15 s for its turn.
     public static func eventually(
-        timeout: Duration = .seconds(15), _ condition: () async throws -> Bool
+        timeout: Duration = .seconds(60), _ condition: () async throws -> Bool
     ) async rethrows -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
