@@ -101,9 +101,10 @@ extension DocumentStore {
 
     /// Removes from the change log every transaction that holds no current value and
     /// lies wholly at or below `through`; `progress` hears after each chunk how far
-    /// the scan got (sequence) and the report so far. Returns the report.
+    /// the scan got (sequence) and the report so far. Returns the report. `after`
+    /// limits the scan to transactions with a row above it (0: the whole log).
     public func compactChangeLog(
-        through: UInt64, progress: @Sendable (UInt64, CompactionReport) async -> Void = { _, _ in }
+        after start: UInt64 = 0, through: UInt64, progress: @Sendable (UInt64, CompactionReport) async -> Void = { _, _ in }
     ) async throws(StoreError) -> CompactionReport {
         let (rows, last) = try await read { db in
             (
@@ -113,7 +114,7 @@ extension DocumentStore {
         }
         let point = min(through, last)
         var report = CompactionReport(through: point, rowsBefore: rows)
-        var low: UInt64 = 0
+        var low = min(start, point)
         while low < point {
             let high = min(low + Self.compactionChunk, point)
             let chunk = [Int64(bitPattern: low), Int64(bitPattern: high), Int64(bitPattern: point)]
