@@ -117,6 +117,7 @@ struct AdminService: AdminRequestHandler {
                 last.storeBytesBefore = outcome.storeBytesBefore
                 last.storeBytesAfter = outcome.storeBytesAfter
                 last.vacuumed = outcome.vacuumed
+                last.registersPurged = UInt64(outcome.registersPurged)
                 response = .compaction(last)
             case .attachmentGet(let hash, let offset):
                 guard AttachmentToken.isHash(hash) else {

@@ -11,6 +11,8 @@ public struct CompactionOutcome: Sendable, Hashable {
     public var heldBy: String?
     /// Peers unheard for longer than the horizon, no longer holding the log back.
     public var expiredPeers: [String]
+    /// Registers removed because a tombstone hides them.
+    public var registersPurged: Int
     /// Store file bytes before and after (after VACUUM, when it ran).
     public var storeBytesBefore: UInt64
     public var storeBytesAfter: UInt64
@@ -34,14 +36,15 @@ extension ShoalNode {
                 "peers not heard from for longer than the compaction horizon (\(horizon)) no longer hold back compaction; they resync when they return",
                 metadata: ["shoal.peers": "\(expired.map(\.description).joined(separator: ","))"])
         }
+        let purged = try await store.purgeHiddenRegisters()
         if vacuum { try await store.vacuum() }
         let outcome = CompactionOutcome(
-            report: report, heldBy: heldBy?.description, expiredPeers: expired.map(\.description),
+            report: report, heldBy: heldBy?.description, expiredPeers: expired.map(\.description), registersPurged: purged,
             storeBytesBefore: before, storeBytesAfter: NodeMetrics.storeSize(directory: configuration.dataDirectory),
             vacuumed: vacuum)
-        if report.rowsRemoved > 0 || vacuum {
+        if report.rowsRemoved > 0 || purged > 0 || vacuum {
             logger.info(
-                "compacted the change log through \(report.through): \(report.rowsRemoved) of \(report.rowsBefore) rows removed (\(report.transactionsRemoved) transactions)",
+                "compacted the change log through \(report.through): \(report.rowsRemoved) of \(report.rowsBefore) rows removed (\(report.transactionsRemoved) transactions); \(purged) registers hidden by tombstones removed",
                 metadata: ["shoal.compaction.held_by": "\(heldBy.map(\.description) ?? "-")"])
         }
         return outcome

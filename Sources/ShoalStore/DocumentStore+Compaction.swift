@@ -142,6 +142,26 @@ extension DocumentStore {
         return report
     }
 
+    /// Registers a DELETE hides: every one but the tombstone written at or before its
+    /// document's tombstone (deleted now, or written again since). Nothing shows them
+    /// again: a register written later has a later timestamp, one arriving late from
+    /// a peer is hidden as well, and a DELETE's tombstone goes above every register
+    /// its replica holds. They are kept for nothing.
+    static let hiddenRegisters = """
+        DELETE FROM field WHERE name != '_deleted'
+        AND (collection, doc_id) IN (SELECT collection, doc_id FROM field WHERE name = '_deleted')
+        AND ts <= (SELECT t.ts FROM field t WHERE t.collection = field.collection AND t.doc_id = field.doc_id AND t.name = '_deleted')
+        """
+
+    /// Removes the registers that the tombstones of deleted documents hide (see
+    /// `hiddenRegisters`); returns how many. Runs as one write.
+    public func purgeHiddenRegisters() async throws(StoreError) -> Int {
+        try await write { db in
+            try db.execute(sql: Self.hiddenRegisters)
+            return db.changesCount
+        }
+    }
+
     /// Runs SQLite's `VACUUM`, giving the file's free pages back to the file system.
     public func vacuum() async throws(StoreError) {
         try await write(inTransaction: false) { db in

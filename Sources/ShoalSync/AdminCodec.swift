@@ -300,6 +300,7 @@ extension CompactionProgress {
         storeBytesBefore = c.storeBytesBefore
         storeBytesAfter = c.storeBytesAfter
         vacuumed = c.vacuumed
+        registersPurged = c.registersPurged
     }
 
     var wire: Shoal_V1_CompactionProgress {
@@ -315,6 +316,7 @@ extension CompactionProgress {
         c.storeBytesBefore = storeBytesBefore
         c.storeBytesAfter = storeBytesAfter
         c.vacuumed = vacuumed
+        c.registersPurged = registersPurged
         return c
     }
 }

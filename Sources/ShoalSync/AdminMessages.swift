@@ -184,6 +184,8 @@ public struct CompactionProgress: Sendable, Hashable {
     public var storeBytesBefore: UInt64 = 0
     public var storeBytesAfter: UInt64 = 0
     public var vacuumed = false
+    /// Registers removed because a tombstone hides them.
+    public var registersPurged: UInt64 = 0
 
     public init() {}
 }

@@ -44,6 +44,7 @@ struct CompactCommand: AsyncParsableCommand {
             print(Self.json(result).canonicalJSON)
         } else {
             var line = "compacted through \(result.through): \(result.rowsRemoved) of \(result.rowsBefore) change-log rows removed (\(result.transactionsRemoved) transactions)"
+            if result.registersPurged > 0 { line += "; \(result.registersPurged) registers hidden by tombstones removed" }
             if let held = result.heldBy { line += "; held back by peer \(held)" }
             if result.vacuumed { line += "; VACUUM: \(result.storeBytesBefore) → \(result.storeBytesAfter) bytes" }
             print(line)
@@ -64,6 +65,7 @@ struct CompactCommand: AsyncParsableCommand {
             "storeBytesBefore": .int(Int64(p.storeBytesBefore)),
             "storeBytesAfter": .int(Int64(p.storeBytesAfter)),
             "vacuumed": .bool(p.vacuumed),
+            "registersPurged": .int(Int64(p.registersPurged)),
         ])
     }
 }

@@ -87,6 +87,35 @@ import Testing
         #expect(expected.count == 9 && !expected.contains { $0.contains("\"d0\"") })
     }
 
+    /// The registers a tombstone hides go; the tombstone, the registers written after
+    /// it, and every query's answer stay, on this store and on a replica.
+    @Test func registersATombstoneHidesArePurged() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'gone', 'x': 1, 'm': {'k': 1}}), ({'_id': 'back', 'x': 1, 'y': 1})")
+        _ = try await store.execute("UPDATE c APPLY n INCREMENT BY 2 WHERE _id = 'gone'")
+        _ = try await store.execute("DELETE FROM c WHERE _id = 'gone'; DELETE FROM c WHERE _id = 'back'")
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'back', 'y': 2}) ON ID CONFLICT DO UPDATE")
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'kept', 'x': 1})")
+        let expected = try await Self.contents(store)
+        let pieces = try await Self.pieces(store)
+        let purged = try await store.purgeHiddenRegisters()
+        // gone: _id, x, m (one register holding the object) and this site's n
+        // contribution; back: x (its _id and y were written again, after the DELETE).
+        #expect(purged == 5, "\(purged)")
+        #expect(try await store.purgeHiddenRegisters() == 0, "nothing more the second time")
+        #expect(try await Self.contents(store) == expected)
+        #expect(try await store.execute("SELECT * FROM c WHERE _id = 'gone'").items.isEmpty)
+        // A replica that receives everything, hidden writes included, shows the same.
+        #expect(try await Self.replica(of: pieces) == expected)
+        // Writing the deleted document again starts from nothing hidden.
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'gone', 'z': 3}) ON ID CONFLICT DO UPDATE; UPDATE c APPLY n INCREMENT BY 1 WHERE _id = 'gone'")
+        let again = try await store.execute("SELECT * FROM c WHERE _id = 'gone'").items.map(\.canonicalJSON)
+        #expect(again == ["{\"_id\":\"gone\",\"n\":1,\"z\":3}"], "\(again)")
+    }
+
     /// Random writes, updates, deletes and counter increments over a few documents:
     /// compacting through any point keeps every transaction above it and rebuilds
     /// the same documents.

@@ -51,13 +51,15 @@ import Testing
         /// The replica compacts its change log (DATA_MODEL.md §18) through its end:
         /// peers then read, from wherever they are, a log without what was overwritten.
         case compact
+        /// The replica drops the registers its tombstones hide.
+        case purge
     }
 
     static func randomOperation(_ rng: inout SplitMix, collection c: String) -> Operation {
         let id = Value.string("d\(Int.random(in: 0..<3, using: &rng))")
         let field = "f\(Int.random(in: 0..<3, using: &rng))"
         let key = "k\(Int.random(in: 0..<2, using: &rng))"
-        switch Int.random(in: 0..<31, using: &rng) {
+        switch Int.random(in: 0..<32, using: &rng) {
         case 0, 1, 2, 3:
             return .statement(
                 "INSERT INTO \(c) DOCUMENTS (:d) ON ID CONFLICT DO UPDATE", ["d": .object(["_id": id, field: randomValue(&rng)])])
@@ -91,6 +93,8 @@ import Testing
             return .restart
         case 27:
             return .compact
+        case 28:
+            return .purge
         default:
             switch Int.random(in: 0..<3, using: &rng) {
             case 0: return .skew(0)
@@ -131,6 +135,7 @@ import Testing
         defer { replicas.forEach { $0.close() } }
         var failures = 0
         var compacted: UInt64 = 0
+        var purged = 0
         for n in 0..<cases where failures == 0 {
             let collection = "p\(n)"
             let count = Int.random(in: 3...5, using: &rng)
@@ -165,6 +170,8 @@ import Testing
                     // This case's rows only: earlier cases' collections are done with.
                     compacted += try await replicas[i].compactChangeLog(after: starts[i], through: try await replicas[i].lastSequence())
                         .transactionsRemoved
+                case .purge:
+                    purged += try await replicas[i].purgeHiddenRegisters()
                 }
             }
             let group = Array(replicas.prefix(count))
@@ -194,6 +201,9 @@ import Testing
             }
         }
         #expect(failures == 0, "seed \(seed)")
-        if cases >= 1_000 { #expect(compacted > 0, "compaction removed something in \(cases) cases") }
+        if cases >= 1_000 {
+            #expect(compacted > 0, "compaction removed something in \(cases) cases")
+            #expect(purged > 0, "a purge removed hidden registers in \(cases) cases")
+        }
     }
 }

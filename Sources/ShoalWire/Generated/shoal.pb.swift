@@ -898,6 +898,9 @@ public nonisolated struct Shoal_V1_CompactionProgress: Sendable {
 
   public var vacuumed: Bool = false
 
+  /// Registers removed because their document's tombstone hides them (DATA_MODEL.md §18).
+  public var registersPurged: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2920,7 +2923,7 @@ nonisolated extension Shoal_V1_CompactRequest: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Shoal_V1_CompactionProgress: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".CompactionProgress"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}scanned_through\0\u{1}through\0\u{3}rows_before\0\u{3}rows_removed\0\u{3}transactions_removed\0\u{1}done\0\u{3}held_by\0\u{3}expired_peers\0\u{3}store_bytes_before\0\u{3}store_bytes_after\0\u{1}vacuumed\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}scanned_through\0\u{1}through\0\u{3}rows_before\0\u{3}rows_removed\0\u{3}transactions_removed\0\u{1}done\0\u{3}held_by\0\u{3}expired_peers\0\u{3}store_bytes_before\0\u{3}store_bytes_after\0\u{1}vacuumed\0\u{3}registers_purged\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2939,6 +2942,7 @@ nonisolated extension Shoal_V1_CompactionProgress: SwiftProtobuf.Message, SwiftP
       case 9: try { try decoder.decodeSingularUInt64Field(value: &self.storeBytesBefore) }()
       case 10: try { try decoder.decodeSingularUInt64Field(value: &self.storeBytesAfter) }()
       case 11: try { try decoder.decodeSingularBoolField(value: &self.vacuumed) }()
+      case 12: try { try decoder.decodeSingularUInt64Field(value: &self.registersPurged) }()
       default: break
       }
     }
@@ -2978,6 +2982,9 @@ nonisolated extension Shoal_V1_CompactionProgress: SwiftProtobuf.Message, SwiftP
     if self.vacuumed != false {
       try visitor.visitSingularBoolField(value: self.vacuumed, fieldNumber: 11)
     }
+    if self.registersPurged != 0 {
+      try visitor.visitSingularUInt64Field(value: self.registersPurged, fieldNumber: 12)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2993,6 +3000,7 @@ nonisolated extension Shoal_V1_CompactionProgress: SwiftProtobuf.Message, SwiftP
     if lhs.storeBytesBefore != rhs.storeBytesBefore {return false}
     if lhs.storeBytesAfter != rhs.storeBytesAfter {return false}
     if lhs.vacuumed != rhs.vacuumed {return false}
+    if lhs.registersPurged != rhs.registersPurged {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
