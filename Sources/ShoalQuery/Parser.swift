@@ -166,11 +166,121 @@ extension Parser {
             case .delete: return .delete(try parseDelete())
             case .evict: return .evict(try parseDelete())
             case .alter: return .system(try parseAlterSystem())
+            case .show where next.is(.indexes):
+                advance()
+                advance()
+                try finish([], last: -1, after: "SHOW INDEXES")
+                return .index(.show)
             case .show: return .system(try parseShow())
+            case .create: return .index(try parseCreateIndex())
+            case .drop: return .index(try parseDropIndex())
             default:
                 throw unexpected(
-                    "SELECT, INSERT, UPDATE, DELETE, EVICT, ALTER SYSTEM or SHOW at the start of a statement",
-                    suggesting: [.select, .insert, .update, .delete, .evict, .alter, .show])
+                    "SELECT, INSERT, UPDATE, DELETE, EVICT, ALTER SYSTEM, SHOW, CREATE INDEX or DROP INDEX "
+                        + "at the start of a statement",
+                    suggesting: [.select, .insert, .update, .delete, .evict, .alter, .show, .create, .drop])
+            }
+        }
+
+        /// `CREATE INDEX [IF NOT EXISTS] name ON collection (path, ...)`.
+        mutating func parseCreateIndex() throws(QueryError) -> IndexStatement {
+            advance()
+            guard accept(.index) else {
+                throw unexpected("INDEX after CREATE", suggesting: [.index], hint: typoOfIndex ? nil : "CREATE makes indexes only")
+            }
+            var ifNotExists = false
+            if accept(.if) {
+                try expect(.not, "after IF")
+                try expect(.exists, "after IF NOT")
+                ifNotExists = true
+            }
+            let nameToken = current
+            let name = try parseName("an index name after CREATE INDEX")
+            try checkIndexName(name, at: nameToken.position)
+            try expect(.on, "after the index name '\(name)'")
+            let collection = try parseName("a collection name after ON")
+            guard accept(.leftParen) else {
+                throw unexpected(
+                    "'(' after ON \(collection)",
+                    hint: "list the indexed fields in parentheses, as in CREATE INDEX \(name) ON \(collection) (year)")
+            }
+            var paths: [FieldPath] = []
+            repeat {
+                let position = current.position
+                var path = [try parseName("a field path to index")]
+                while accept(.dot) { path.append(try parseName("a field name after '.'", allowReserved: true)) }
+                let shown = path.joined(separator: ".")
+                if current.is(.leftBracket) {
+                    throw error(
+                        "brackets cannot be used in an indexed path: name nested fields with dots, as in \(shown).key",
+                        at: current.position)
+                }
+                if path[0] == "_id" {
+                    throw error(
+                        "'\(shown)' cannot be indexed: documents are found by _id through the primary key already",
+                        at: position)
+                }
+                if let bad = path.first(where: { $0.contains("\"") || $0.contains("\\") }) {
+                    throw error(
+                        "'\(bad)' cannot be indexed: a field name in an indexed path may not contain '\"' or '\\'",
+                        at: position)
+                }
+                if paths.contains(where: { $0.path == path }) {
+                    throw error("'\(shown)' appears twice in index \(name): list each path once", at: position)
+                }
+                paths.append(FieldPath(path: path, position: position))
+            } while accept(.comma)
+            if paths.count > Self.maximumIndexPaths {
+                throw error(
+                    "index \(name) lists \(paths.count) paths; an index takes at most \(Self.maximumIndexPaths)",
+                    at: paths[Self.maximumIndexPaths].position)
+            }
+            try expect(.rightParen, "or ',' after the indexed paths")
+            try finish([], last: -1, after: "the indexed paths")
+            return .create(
+                IndexDefinition(name: name, collection: collection, paths: paths, namePosition: nameToken.position),
+                ifNotExists: ifNotExists)
+        }
+
+        /// `DROP INDEX [IF EXISTS] name`.
+        mutating func parseDropIndex() throws(QueryError) -> IndexStatement {
+            advance()
+            guard accept(.index) else {
+                throw unexpected("INDEX after DROP", suggesting: [.index], hint: typoOfIndex ? nil : "DROP removes indexes only")
+            }
+            var ifExists = false
+            if accept(.if) {
+                try expect(.exists, "after IF")
+                ifExists = true
+            }
+            let nameToken = current
+            let name = try parseName("an index name after DROP INDEX")
+            try finish([], last: -1, after: "the index name '\(name)'")
+            return .drop(name: name, ifExists: ifExists, position: nameToken.position)
+        }
+
+        /// Whether the current word looks like a misspelled INDEX (then the message suggests it).
+        var typoOfIndex: Bool {
+            guard case .identifier(let word) = current.kind else { return false }
+            return Self.isTypo(word.uppercased(), of: Keyword.index.rawValue)
+        }
+
+        /// The most paths one index may list.
+        static let maximumIndexPaths = 8
+
+        /// An index name is 1 to 64 ASCII letters, digits and underscores, starting
+        /// with a letter: it becomes part of an SQLite name, which ignores case.
+        func checkIndexName(_ name: String, at position: SourcePosition) throws(QueryError) {
+            let ascii = name.unicodeScalars
+            let valid =
+                !ascii.isEmpty && ascii.count <= 64
+                && ascii.allSatisfy { $0.isASCII && ($0 == "_" || $0.properties.isAlphabetic || ("0"..."9").contains($0)) }
+                && ascii.first!.properties.isAlphabetic
+            guard valid else {
+                throw error(
+                    "invalid index name '\(name)': use 1 to 64 ASCII letters, digits and underscores, "
+                        + "starting with a letter",
+                    at: position)
             }
         }
 

@@ -12,16 +12,25 @@ public enum Statement: Sendable, Hashable {
     /// `ALTER SYSTEM SET name = value`, `SHOW name`, `SHOW ALL`: the store's run-time
     /// parameters. It names no collection.
     case system(SystemStatement)
+    /// `CREATE INDEX`, `DROP INDEX`, `SHOW INDEXES`: the JSON-path indexes queries use.
+    case index(IndexStatement)
 
-    /// Whether the statement writes documents (and so needs a read-write transaction).
+    /// Whether the statement writes to the database (and so needs a read-write transaction).
     ///
     /// A system statement is not a mutation: `ALTER SYSTEM SET` changes parameters the
-    /// store keeps in memory, not its data.
+    /// store keeps in memory, not its data. `CREATE INDEX` and `DROP INDEX` are: they
+    /// change the database's schema, though no document.
     public var isMutation: Bool {
         switch self {
-        case .select, .system: return false
-        case .insert, .update, .delete, .evict: return true
+        case .select, .system, .index(.show): return false
+        case .insert, .update, .delete, .evict, .index(.create), .index(.drop): return true
         }
+    }
+
+    /// Whether the statement writes documents, which observers and sync then see.
+    public var writesDocuments: Bool {
+        if case .index = self { return false }
+        return isMutation
     }
 
     /// The collection the statement reads or writes, or `nil` for a system statement.
@@ -31,7 +40,8 @@ public enum Statement: Sendable, Hashable {
         case .insert(let s): return s.collection
         case .update(let s): return s.collection
         case .delete(let s), .evict(let s): return s.collection
-        case .system: return nil
+        case .index(.create(let definition, _)): return definition.collection
+        case .system, .index: return nil
         }
     }
 
@@ -46,7 +56,7 @@ public enum Statement: Sendable, Hashable {
         case .insert(let s): return s.declaredTypes
         case .update(let s): return s.declaredTypes
         case .delete(let s), .evict(let s): return s.declaredTypes
-        case .system: return [:]
+        case .system, .index: return [:]
         }
     }
 }
@@ -59,6 +69,32 @@ public enum SystemStatement: Sendable, Hashable {
     case show(name: String, position: SourcePosition)
     /// `SHOW ALL`: every parameter.
     case showAll
+}
+
+/// A statement about the JSON-path indexes the SQL pre-filter can use.
+public enum IndexStatement: Sendable, Hashable {
+    /// `CREATE INDEX [IF NOT EXISTS] name ON collection (path, ...)`
+    case create(IndexDefinition, ifNotExists: Bool)
+    /// `DROP INDEX [IF EXISTS] name`, with where the name starts.
+    case drop(name: String, ifExists: Bool, position: SourcePosition)
+    /// `SHOW INDEXES`: the declared indexes and the automatic ones.
+    case show
+}
+
+/// A user-declared index: its name, the collection it covers and the paths it
+/// orders documents by, first path first.
+public struct IndexDefinition: Sendable, Hashable {
+    public var name: String
+    public var collection: String
+    public var paths: [FieldPath]
+    public var namePosition: SourcePosition
+
+    public init(name: String, collection: String, paths: [FieldPath], namePosition: SourcePosition) {
+        self.name = name
+        self.collection = collection
+        self.paths = paths
+        self.namePosition = namePosition
+    }
 }
 
 /// `ALTER SYSTEM SET name = value`, with where the name and the value start, so that the

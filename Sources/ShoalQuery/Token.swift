@@ -70,6 +70,12 @@ public struct Token: Sendable, Hashable, CustomStringConvertible {
         case system = "SYSTEM"
         case show = "SHOW"
         case all = "ALL"
+        case create = "CREATE"
+        case drop = "DROP"
+        case index = "INDEX"
+        case indexes = "INDEXES"
+        case `if` = "IF"
+        case exists = "EXISTS"
 
         /// Whether the word must be backtick-quoted to be used as a collection or top-level field
         /// name. Statement and clause openers and operators are reserved. The others (ID, VALUES,
@@ -83,11 +89,14 @@ public struct Token: Sendable, Hashable, CustomStringConvertible {
         /// ALTER, SYSTEM, SHOW and ALL (the system statements) are unreserved too, so that names
         /// written before those statements existed keep working: ALTER and SHOW only mean something
         /// at the start of a statement, where no name can stand.
+        ///
+        /// So are CREATE, DROP, INDEX, INDEXES, IF and EXISTS (the index statements): CREATE and DROP
+        /// open a statement, and the others mean something only right after them or after SHOW.
         public var isReserved: Bool {
             switch self {
             case .id, .documents, .values, .conflict, .fail, .do, .nothing, .updateLocalDiff, .asc, .desc,
                 .increment, .pnIncrement, .restart, .with, .initial, .collection, .missing, .count, .map, .counter,
-                .attachment, .register, .alter, .system, .show, .all:
+                .attachment, .register, .alter, .system, .show, .all, .create, .drop, .index, .indexes, .if, .exists:
                 false
             default: true
             }

@@ -61,6 +61,7 @@ extension DocumentStore {
                     let indexes = self.createIndexes(missing, db: db)
                     var (result, written) = try self.run(statements, arguments: arguments, db: db, local: &local)
                     let committed = try local?.finish()
+                    self.refreshStatisticsIfGrown(db, through: committed?.lastSequence)
                     try db.execute(sql: "COMMIT")
                     result.transactionID = committed?.transaction
                     return (result, committed?.lastSequence, local?.evicted ?? false, written, indexes)
@@ -75,6 +76,7 @@ extension DocumentStore {
             throw StoreError.wrapping(error, "database write")
         }
         indexedPaths.withLock { $0.formUnion(outcome.indexes) }
+        if statements.contains(where: \.changesIndexes) { await reloadUserIndexes() }
         publish(
             transaction: outcome.result.transactionID, lastSequence: outcome.lastSequence, evicted: outcome.evicted,
             collections: outcome.written)
@@ -98,6 +100,8 @@ extension DocumentStore {
                 last = QueryResult(items: try Self.select(select, arguments: arguments, db: db))
             case .system(let system):
                 last = QueryResult(items: try applySystem(system, arguments: arguments))
+            case .index(let index):
+                last = QueryResult(items: try runIndexStatement(index, db: db))
             case .insert(let insert):
                 last = QueryResult(mutatedDocumentIDs: try local!.insert(insert, arguments: arguments))
                 try checkDocumentSizes(collection: insert.collection, ids: last.mutatedDocumentIDs, db: db)
@@ -109,7 +113,7 @@ extension DocumentStore {
             case .evict(let evict):
                 last = QueryResult(mutatedDocumentIDs: try local!.evict(evict, arguments: arguments))
             }
-            if statement.isMutation, let collection = statement.targetCollection { written.insert(collection) }
+            if statement.writesDocuments, let collection = statement.targetCollection { written.insert(collection) }
         }
         var seen: Set<Value> = []
         last.mutatedDocumentIDs = last.mutatedDocumentIDs.filter { seen.insert($0).inserted }
@@ -129,6 +133,7 @@ extension DocumentStore {
 
     /// The JSON paths the statements' pre-filters read that have no index yet (nor in
     /// `besides`, the ones a running transaction created), up to `maximumAutomaticIndexes`.
+    /// A path a declared index of the statement's collection leads with needs none.
     func missingIndexPaths(
         for statements: [ShoalQuery.Statement], arguments: [String: Value], besides: Set<String> = []
     ) -> [String] {
@@ -139,9 +144,11 @@ extension DocumentStore {
             case .select(let s): predicate = s.whereClause
             case .update(let s): predicate = s.whereClause
             case .delete(let s), .evict(let s): predicate = s.whereClause
-            case .insert, .system: predicate = nil
+            case .insert, .system, .index: predicate = nil
             }
-            paths += SQLFilter.make(predicate, arguments: arguments)?.paths ?? []
+            guard let filter = SQLFilter.make(predicate, arguments: arguments) else { continue }
+            let declared = declaredLeadingPaths(of: statement.collection)
+            paths += filter.paths.filter { !declared.contains($0) }
         }
         guard !paths.isEmpty else { return [] }
         return indexedPaths.withLock { known -> [String] in
@@ -161,7 +168,7 @@ extension DocumentStore {
             try db.execute(sql: "SAVEPOINT shoal_index")
             do {
                 for path in paths { try db.execute(sql: SQLFilter.indexStatement(path)) }
-                try db.execute(sql: "ANALYZE document")
+                try Self.refreshStatistics(db)
                 try db.execute(sql: "RELEASE SAVEPOINT shoal_index")
                 return paths
             } catch {
@@ -190,15 +197,15 @@ extension DocumentStore {
         }
     }
 
-    /// SQLite's plan for the candidate query of a SELECT's WHERE (for tests and diagnostics).
+    /// SQLite's plan for the candidate query of a SELECT (for tests and diagnostics).
     func candidatePlan(_ query: String, arguments: [String: Value] = [:]) async throws(StoreError) -> String {
-        guard case .select(let select)? = try? Parser.parseStatement(query),
-            let filter = SQLFilter.make(select.whereClause, arguments: arguments)
-        else { return "" }
-        let sql = "EXPLAIN QUERY PLAN SELECT doc_id, body FROM document WHERE collection = ? AND deleted = 0 AND \(filter.sql)"
-        let arguments = StatementArguments(([select.collection] + filter.arguments).map { $0 as (any DatabaseValueConvertible)? })
+        guard case .select(let select)? = try? Parser.parseStatement(query) else { return "" }
+        let keyOrder = !(select.orderBy.isEmpty && select.limit != nil)
+        let candidates = Self.candidateQuery(
+            collection: select.collection, predicate: select.whereClause, arguments: arguments, keyOrder: keyOrder)
         return try await read { db in
-            try Row.fetchAll(db, sql: sql, arguments: arguments).map { $0["detail"] as String? ?? "" }.joined(separator: "\n")
+            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + candidates.sql, arguments: candidates.arguments)
+                .map { $0["detail"] as String? ?? "" }.joined(separator: "\n")
         }
     }
 
@@ -243,47 +250,41 @@ extension DocumentStore {
     /// The live documents of `collection` that satisfy `predicate`, looked up by
     /// key when the predicate is `_id = constant`, then ordered and cut to
     /// `offset` and `limit`.
+    ///
+    /// Without ORDER BY, documents come in `_id` order, except when a LIMIT cuts a
+    /// pre-filtered query: then they come in the order SQLite reads them (an index's,
+    /// when one serves the filter), and reading stops at the last one needed.
     static func matchingDocuments(
         collection: String, predicate: Expression?, orderBy: [OrderTerm] = [], limit: Expression? = nil,
         offset: Expression? = nil, arguments: [String: Value], db: Database
     ) throws -> [(key: String, body: Value)] {
-        let sql: String
-        let sqlArguments: StatementArguments
-        if let id = Evaluator.constantIDEquality(predicate, arguments: arguments) {
-            sql = "SELECT doc_id, body FROM document WHERE collection = ? AND doc_id = ? AND deleted = 0"
-            sqlArguments = [collection, DocumentKey.make(id)]
-        } else if let filter = SQLFilter.make(predicate, arguments: arguments) {
-            // SQLite narrows the candidates with JSON functions; Swift then applies the
-            // exact DQL semantics to what is left.
-            sql = "SELECT doc_id, body FROM document WHERE collection = ? AND deleted = 0 AND \(filter.sql) ORDER BY doc_id"
-            sqlArguments = StatementArguments([collection] as [any DatabaseValueConvertible] + filter.arguments)
-        } else {
-            sql = "SELECT doc_id, body FROM document WHERE collection = ? AND deleted = 0 ORDER BY doc_id"
-            sqlArguments = [collection]
+        let skip: Int
+        let take: Int?
+        do throws(QueryError) {
+            skip = try count(offset, arguments: arguments, clause: "OFFSET") ?? 0
+            take = try count(limit, arguments: arguments, clause: "LIMIT")
+        } catch {
+            throw StoreError(error)
         }
+        // Without ORDER BY the first `skip + take` matches are the answer.
+        let enough = orderBy.isEmpty ? take.map { skip.addingReportingOverflow($0).partialValue } : nil
+        let query = candidateQuery(
+            collection: collection, predicate: predicate, arguments: arguments, keyOrder: enough == nil)
         var out: [(key: String, body: Value)] = []
-        var bodies: [(key: String, body: Value)] = []
         // A key that fails the predicate's own `_id` comparisons saves reading and
         // parsing its body (the cursor reads a column only when asked).
         let idCheck = Evaluator.idComparisons(predicate)
-        let rows = try Row.fetchCursor(db, sql: sql, arguments: sqlArguments)
-        while let row = try rows.next() {
-            let key: String = row[0]
-            if let idCheck, let id = try? JSON.parse(key) {
-                do throws(QueryError) {
-                    guard try Evaluator.matches(idCheck, document: .object(["_id": id]), arguments: arguments) else { continue }
-                } catch {
-                    throw StoreError(error)
+        let rows = try Row.fetchCursor(db, sql: query.sql, arguments: query.arguments)
+        do {
+            while enough.map({ out.count < $0 }) ?? true, let row = try rows.next() {
+                let key: String = row[0]
+                if let idCheck, let id = try? JSON.parse(key),
+                    !(try Evaluator.matches(idCheck, document: .object(["_id": id]), arguments: arguments))
+                {
+                    continue
                 }
-            }
-            bodies.append((key, try parseBody(row[1])))
-        }
-        out.reserveCapacity(bodies.count)
-        do throws(QueryError) {
-            for (key, body) in bodies {
-                if try Evaluator.matches(predicate, document: body, arguments: arguments) {
-                    out.append((key, body))
-                }
+                let body = try parseBody(row[1])
+                if try Evaluator.matches(predicate, document: body, arguments: arguments) { out.append((key, body)) }
             }
             if !orderBy.isEmpty {
                 let keyed = try out.map { doc throws(QueryError) in
@@ -299,13 +300,33 @@ extension DocumentStore {
                     return false
                 }.map(\.0)
             }
-            let skip = try count(offset, arguments: arguments, clause: "OFFSET") ?? 0
-            let take = try count(limit, arguments: arguments, clause: "LIMIT")
-            if skip > 0 || take != nil { out = Array(out.dropFirst(skip).prefix(take ?? Int.max)) }
-        } catch {
+        } catch let error as QueryError {
             throw StoreError(error)
         }
+        if skip > 0 || take != nil { out = Array(out.dropFirst(skip).prefix(take ?? Int.max)) }
         return out
+    }
+
+    /// The SQL that reads the candidate rows (`doc_id`, `body`) of a predicate: a key
+    /// lookup for `_id = constant`, the SQL pre-filter when part of the predicate
+    /// translates, every live document otherwise; in key order when `keyOrder`.
+    static func candidateQuery(
+        collection: String, predicate: Expression?, arguments: [String: Value], keyOrder: Bool = true
+    ) -> (sql: String, arguments: StatementArguments) {
+        // The collection is written into the SQL so that a user index, which is partial
+        // on its collection, can serve the query.
+        let (inCollection, collectionArguments) = SQLFilter.collectionCondition(collection)
+        let select = "SELECT doc_id, body FROM document WHERE \(inCollection) AND deleted = 0"
+        if let id = Evaluator.constantIDEquality(predicate, arguments: arguments) {
+            return ("\(select) AND doc_id = ?", StatementArguments(collectionArguments + [DocumentKey.make(id)]))
+        }
+        let order = keyOrder ? " ORDER BY doc_id" : ""
+        guard let filter = SQLFilter.make(predicate, arguments: arguments) else {
+            return (select + " ORDER BY doc_id", StatementArguments(collectionArguments))
+        }
+        // SQLite narrows the candidates with JSON functions; Swift then applies the
+        // exact DQL semantics to what is left.
+        return ("\(select) AND \(filter.sql)\(order)", StatementArguments(collectionArguments + filter.arguments))
     }
 
     static func parseBody(_ text: String) throws -> Value {

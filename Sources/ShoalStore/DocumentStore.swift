@@ -31,6 +31,10 @@ public final class DocumentStore: Sendable {
     let pool: DatabasePool
     /// JSON paths with an expression index (created on first use, remembered across restarts).
     let indexedPaths = Locked<Set<String>>([])
+    /// The indexes declared with `CREATE INDEX`, as last committed.
+    let userIndexes = Locked<[UserIndex]>([])
+    /// When the planner's statistics were last refreshed.
+    let statistics = Locked(StatisticsSchedule())
     let feed = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: true)
     /// Fires when EVICT restarted every peer cursor.
     let resets = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
@@ -131,17 +135,15 @@ public final class DocumentStore: Sendable {
             }
             evictions.withLock { $0 = evicted }
             siteID = site
-            let existing = try pool.read { db in
-                try String.fetchAll(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'index' AND name LIKE 'document_by_%'")
+            let (existing, declared) = try pool.read { db in
+                (
+                    try String.fetchAll(
+                        db, sql: "SELECT sql FROM sqlite_master WHERE type = 'index' AND name LIKE 'document_by_%'"),
+                    try UserIndex.fetchAll(db)
+                )
             }
-            indexedPaths.withLock { paths in
-                for sql in existing {
-                    // Recover the path from "... json_extract(body, '$."a"'))".
-                    if let start = sql.range(of: "json_extract(body, '"), let end = sql.range(of: "'))", options: .backwards) {
-                        paths.insert(String(sql[start.upperBound..<end.lowerBound]).replacingOccurrences(of: "''", with: "'"))
-                    }
-                }
-            }
+            indexedPaths.withLock { $0.formUnion(existing.compactMap(Self.automaticIndexPath)) }
+            userIndexes.withLock { $0 = declared }
         } catch let error as StoreError {
             throw error
         } catch {
@@ -297,6 +299,17 @@ public final class DocumentStore: Sendable {
             // runs no further than the lowest one heard within the horizon.
             try db.execute(
                 sql: "CREATE TABLE peer_ack (peer INTEGER PRIMARY KEY NOT NULL, through INTEGER NOT NULL, heard_at INTEGER NOT NULL)")
+        }
+        migrator.registerMigration("v10-user-indexes") { db in
+            // The indexes declared with CREATE INDEX: the name as written (unique
+            // ignoring case, as SQLite's index names are), the collection, and the
+            // paths as a JSON array of arrays of field names.
+            try db.execute(
+                sql: """
+                    CREATE TABLE user_index (
+                        name TEXT PRIMARY KEY NOT NULL COLLATE NOCASE, collection TEXT NOT NULL,
+                        paths TEXT NOT NULL, created_at INTEGER NOT NULL) WITHOUT ROWID
+                    """)
         }
         return migrator
     }

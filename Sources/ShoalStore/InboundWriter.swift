@@ -233,6 +233,7 @@ extension DocumentStore {
         let (result, outcome, commit, last) = try await write { db in
             let writer = InboundWriter(db: db, store: self)
             let result = try body(writer)
+            self.refreshStatisticsIfGrown(db, through: writer.lastSequence)
             return (result, writer.outcome, writer.commit, writer.lastSequence)
         }
         if let last { feed.publish(last) }

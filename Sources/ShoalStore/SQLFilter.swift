@@ -26,9 +26,26 @@ struct SQLFilter {
         "json_extract(body, '\(path.replacing("'", with: "''"))')"
     }
 
+    /// An SQL string literal: single quotes doubled.
+    static func literal(_ text: String) -> String {
+        "'\(text.replacing("'", with: "''"))'"
+    }
+
+    /// `collection = 'name'`, the name written into the SQL so that a partial index
+    /// on the collection (a user index) can serve the query; bound instead when the
+    /// name holds a NUL, which SQL text cannot.
+    static func collectionCondition(_ collection: String) -> (sql: String, arguments: [any DatabaseValueConvertible]) {
+        collection.utf8.contains(0) ? ("collection = ?", [collection]) : ("collection = \(literal(collection))", [])
+    }
+
+    /// The name of the automatic index of one path.
+    static func automaticIndexName(_ path: String) -> String {
+        "document_by_\(SubscriptionSet.hash(path))"
+    }
+
     /// `CREATE INDEX` for one path: by collection, then the extracted value.
     static func indexStatement(_ path: String) -> String {
-        "CREATE INDEX IF NOT EXISTS \"document_by_\(SubscriptionSet.hash(path))\" ON document (collection, \(extract(path)))"
+        "CREATE INDEX IF NOT EXISTS \"\(automaticIndexName(path))\" ON document (collection, \(extract(path)))"
     }
 
     static func make(_ predicate: Expression?, arguments: [String: Value]) -> SQLFilter? {
@@ -112,7 +129,7 @@ struct SQLFilter {
     }
 
     /// `$."a"."b"`, or nil for keys SQLite's JSON paths cannot quote.
-    private static func jsonPath(_ components: [String]) -> String? {
+    static func jsonPath(_ components: [String]) -> String? {
         guard !components.isEmpty else { return nil }
         var path = "$"
         for c in components {

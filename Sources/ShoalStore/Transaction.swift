@@ -87,6 +87,8 @@ public final class Transaction: Sendable {
         var written: Set<String> = []
         /// Indexes created inside the transaction: the store knows of them once it commits.
         var newIndexes: Set<String> = []
+        /// Whether a statement created or dropped a declared index.
+        var changedIndexes = false
         var transactionID: TransactionID?
     }
 
@@ -168,6 +170,7 @@ public final class Transaction: Sendable {
                         s.progress = local?.progress
                         s.written.formUnion(written)
                         s.newIndexes.formUnion(created)
+                        s.changedIndexes = s.changedIndexes || statements.contains(where: \.changesIndexes)
                     }
                     return result
                 } catch {
@@ -243,9 +246,9 @@ public final class Transaction: Sendable {
 
     /// Logs the deltas under one transaction ID, commits, and tells observers.
     func commit() async throws(StoreError) {
-        let (progress, written, newIndexes) = try state.withLock { s throws(StoreError) in
+        let (progress, written, newIndexes, changedIndexes) = try state.withLock { s throws(StoreError) in
             guard case .open = s.phase, let progress = s.progress else { throw unusable(s.phase) }
-            return (progress, s.written, s.newIndexes)
+            return (progress, s.written, s.newIndexes, s.changedIndexes)
         }
         let committed: (transaction: TransactionID, lastSequence: UInt64)?
         let started = ContinuousClock.now
@@ -253,6 +256,7 @@ public final class Transaction: Sendable {
             committed = try await store.pool.writeWithoutTransaction { [store] db in
                 let local = LocalTransaction(db: db, site: store.siteID, clock: store.clock, progress: progress)
                 let committed = try local.finish()
+                store.refreshStatisticsIfGrown(db, through: committed?.lastSequence)
                 try db.execute(sql: "COMMIT")
                 return committed
             }
@@ -265,6 +269,7 @@ public final class Transaction: Sendable {
             s.transactionID = committed?.transaction
         }
         store.indexedPaths.withLock { $0.formUnion(newIndexes) }
+        if changedIndexes { await store.reloadUserIndexes() }
         store.publish(
             transaction: committed?.transaction, lastSequence: committed?.lastSequence, evicted: progress.evicted,
             collections: written)
@@ -305,6 +310,9 @@ extension ShoalQuery.Statement {
         case .system(.set(let setting)): "ALTER SYSTEM SET \(setting.name)"
         case .system(.show(let name, _)): "SHOW \(name)"
         case .system(.showAll): "SHOW ALL"
+        case .index(.create(let definition, _)): "CREATE INDEX \(definition.name)"
+        case .index(.drop(let name, _, _)): "DROP INDEX \(name)"
+        case .index(.show): "SHOW INDEXES"
         }
     }
 }

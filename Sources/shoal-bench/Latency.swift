@@ -14,6 +14,17 @@ enum Latency {
         var p50: Double
         var p99: Double
         var max: Double
+
+        /// The percentiles of `latencies` (milliseconds, in any order).
+        init(label: String, latencies: [Double]) {
+            let sorted = latencies.sorted()
+            func percentile(_ p: Double) -> Double { sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] }
+            self.label = label
+            samples = sorted.count
+            p50 = sorted.isEmpty ? 0 : percentile(0.5)
+            p99 = sorted.isEmpty ? 0 : percentile(0.99)
+            max = sorted.last ?? 0
+        }
     }
 
     static func measure(
@@ -50,9 +61,6 @@ enum Latency {
                 }
             }
         }
-        latencies.sort()
-        guard !latencies.isEmpty else { return Figure(label: label, samples: 0, p50: 0, p99: 0, max: 0) }
-        func percentile(_ p: Double) -> Double { latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
-        return Figure(label: label, samples: latencies.count, p50: percentile(0.5), p99: percentile(0.99), max: latencies.last!)
+        return Figure(label: label, latencies: latencies)
     }
 }

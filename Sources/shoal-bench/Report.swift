@@ -115,12 +115,15 @@ struct Report: Sendable {
         return String(decoding: data, as: UTF8.self)
     }
 
-    func render(_ header: [String], _ rows: [[String]]) -> String {
-        let all = [header] + rows
-        let widths = header.indices.map { i in all.map { $0[i].count }.max() ?? 0 }
-        return all.map { row in
-            "  " + row.enumerated().map { i, cell in i == row.count - 1 ? cell : cell.padding(toLength: widths[i], withPad: " ", startingAt: 0) }
-                .joined(separator: "  ")
-        }.joined(separator: "\n") + "\n"
-    }
+    func render(_ header: [String], _ rows: [[String]]) -> String { renderTable(header, rows) }
+}
+
+/// Rows under a header, each column as wide as its widest cell.
+func renderTable(_ header: [String], _ rows: [[String]]) -> String {
+    let all = [header] + rows
+    let widths = header.indices.map { i in all.map { $0[i].count }.max() ?? 0 }
+    return all.map { row in
+        "  " + row.enumerated().map { i, cell in i == row.count - 1 ? cell : cell.padding(toLength: widths[i], withPad: " ", startingAt: 0) }
+            .joined(separator: "  ")
+    }.joined(separator: "\n") + "\n"
 }

@@ -36,6 +36,11 @@ struct ShoalBench: AsyncParsableCommand {
     @Option(name: .long, help: "Run only this workload in this process, for a profiler: local or sync.")
     var inProcess: String?
 
+    @Flag(
+        name: .long,
+        help: "Only the scale suite, in process: a store of --documents documents (default 1,000,000; 100,000 with --quick), its query latencies, scans and sizes before and after compaction.")
+    var scale = false
+
     func validate() throws {
         if let documents, documents < 100 || documents % 100 != 0 {
             throw ValidationError("--documents must be a multiple of 100, at least 100")
@@ -44,6 +49,15 @@ struct ShoalBench: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if scale {
+            let count = documents ?? (quick ? 100_000 : 1_000_000)
+            let progress = Progress(enabled: !json)
+            progress.say("shoal-bench --scale: \(count) documents of 5 fields, in transactions of \(Scale.batch)")
+            let figure = try await Scale.measure(
+                documents: count, samples: samples ?? (quick ? 200 : 1_000), progress: progress)
+            print(json ? Scale.json(figure) : Scale.table(figure))
+            return
+        }
         if let inProcess {
             guard let workload = InProcess(rawValue: inProcess) else {
                 throw ValidationError("--in-process takes \(InProcess.allCases.map(\.rawValue).joined(separator: " or "))")

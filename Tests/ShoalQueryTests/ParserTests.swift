@@ -333,7 +333,7 @@ private func condition(_ text: String) throws -> Expression? {
         ("  -- only a comment\n", 1, 1, "empty query"),
         (
             ";", 1, 1,
-            "expected SELECT, INSERT, UPDATE, DELETE, EVICT, ALTER SYSTEM or SHOW at the start of a statement, found ';'"
+            "expected SELECT, INSERT, UPDATE, DELETE, EVICT, ALTER SYSTEM, SHOW, CREATE INDEX or DROP INDEX at the start of a statement, found ';'"
         ),
         ("SELCT * FROM c", 1, 1, "found 'SELCT'; did you mean SELECT?"),
         ("SELECT FROM c", 1, 8, "expected * or a list of expressions after SELECT, found 'FROM'"),
@@ -493,7 +493,7 @@ private func condition(_ text: String) throws -> Expression? {
         ("SHOW where", 1, 6, "'where' is a reserved word"),
     ]
 
-    @Test(arguments: malformedQueries)
+    @Test(arguments: malformedQueries + malformedIndexStatements)
     func rejectsMalformedQuery(text: String, line: Int, column: Int, message: String) throws {
         let error = try #require(throws: QueryError.self) { try Parser.parse(text) }
         #expect(error.position?.line == line)
@@ -726,5 +726,83 @@ private func condition(_ text: String) throws -> Expression? {
         }
         let error = try #require(throws: QueryError.self) { try condition(terms(100_000)) }
         #expect(error.message.contains("expression too complex"))
+    }
+
+    static let indexStatements: [(String, IndexStatement)] = [
+        (
+            "CREATE INDEX by_year ON cars (year)",
+            .create(
+                IndexDefinition(
+                    name: "by_year", collection: "cars", paths: [field(["year"], pos(30, 1, 31))],
+                    namePosition: pos(13, 1, 14)),
+                ifNotExists: false)
+        ),
+        (
+            "create index if not exists ByOwner on `car list` (owner.name, year);",
+            .create(
+                IndexDefinition(
+                    name: "ByOwner", collection: "car list",
+                    paths: [field(["owner", "name"], pos(50, 1, 51)), field(["year"], pos(62, 1, 63))],
+                    namePosition: pos(27, 1, 28)),
+                ifNotExists: true)
+        ),
+        ("DROP INDEX by_year", .drop(name: "by_year", ifExists: false, position: pos(11, 1, 12))),
+        ("drop index if exists by_year", .drop(name: "by_year", ifExists: true, position: pos(21, 1, 22))),
+        ("SHOW INDEXES", .show),
+        ("show indexes;", .show),
+    ]
+
+    @Test(arguments: indexStatements)
+    func parsesIndexStatements(text: String, expected: IndexStatement) throws {
+        let statement = try Parser.parseStatement(text)
+        #expect(statement == .index(expected))
+        #expect(!statement.writesDocuments, "an index statement changes no document")
+        if case .show = expected {
+            #expect(!statement.isMutation, "SHOW INDEXES only reads")
+        } else {
+            #expect(statement.isMutation, "CREATE and DROP INDEX change the database's schema")
+        }
+    }
+
+    static let malformedIndexStatements: [(String, Int, Int, String)] = [
+        ("CREATE TABLE t (a)", 1, 8, "expected INDEX after CREATE, found 'TABLE'; CREATE makes indexes only"),
+        ("CREATE INDX i ON c (a)", 1, 8, "did you mean INDEX?"),
+        ("CREATE INDEX ON c (a)", 1, 14, "expected an index name after CREATE INDEX, found 'ON'"),
+        ("CREATE INDEX IF EXISTS i ON c (a)", 1, 17, "expected NOT after IF, found 'EXISTS'"),
+        ("CREATE INDEX IF NOT i ON c (a)", 1, 21, "expected EXISTS after IF NOT, found 'i'"),
+        ("CREATE INDEX 'i' ON c (a)", 1, 14, "expected an index name after CREATE INDEX, found"),
+        ("DROP INDX i", 1, 6, "found 'INDX'; did you mean INDEX?"),
+        ("CREATE INDEX `by year` ON c (a)", 1, 14, "invalid index name 'by year': use 1 to 64 ASCII letters"),
+        ("CREATE INDEX _i ON c (a)", 1, 14, "invalid index name '_i'"),
+        ("CREATE INDEX i c (a)", 1, 16, "expected ON after the index name 'i', found 'c'"),
+        ("CREATE INDEX i ON (a)", 1, 19, "expected a collection name after ON, found '('"),
+        ("CREATE INDEX i ON c a", 1, 21, "expected '(' after ON c, found 'a'; list the indexed fields in parentheses"),
+        ("CREATE INDEX i ON c ()", 1, 22, "expected a field path to index, found ')'"),
+        ("CREATE INDEX i ON c (a b)", 1, 24, "expected ')' or ',' after the indexed paths, found 'b'"),
+        ("CREATE INDEX i ON c (a", 1, 23, "unexpected end of query: expected ')' or ','"),
+        ("CREATE INDEX i ON c (a, a)", 1, 25, "'a' appears twice in index i: list each path once"),
+        ("CREATE INDEX i ON c (_id)", 1, 22, "'_id' cannot be indexed: documents are found by _id"),
+        ("CREATE INDEX i ON c (tags[0])", 1, 26, "brackets cannot be used in an indexed path"),
+        ("CREATE INDEX i ON c (`a\"b`)", 1, 22, "'a\"b' cannot be indexed: a field name in an indexed path may not contain"),
+        ("CREATE INDEX i ON c (a, b, c, d, e, f, g, h, k)", 1, 46, "index i lists 9 paths; an index takes at most 8"),
+        ("CREATE INDEX i ON c (a) WHERE a = 1", 1, 25, "expected the end of the statement after the indexed paths, found 'WHERE'"),
+        ("DROP TABLE t", 1, 6, "expected INDEX after DROP, found 'TABLE'; DROP removes indexes only"),
+        ("DROP INDEX", 1, 11, "unexpected end of query: expected an index name after DROP INDEX"),
+        ("DROP INDEX IF i", 1, 15, "expected EXISTS after IF, found 'i'"),
+        ("DROP INDEX i j", 1, 14, "expected the end of the statement after the index name 'i', found 'j'"),
+        ("SHOW INDEXES FROM c", 1, 14, "expected the end of the statement after SHOW INDEXES, found 'FROM'"),
+        ("CRATE INDEX i ON c (a)", 1, 1, "found 'CRATE'; did you mean CREATE?"),
+    ]
+
+    @Test func indexWordsStayUsableAsNames() throws {
+        let statement = try Parser.parseStatement(
+            "SELECT create, drop, index, indexes, if, exists FROM index WHERE exists = 1 AND if > 2")
+        guard case .select(let select) = statement else {
+            Issue.record("not a SELECT")
+            return
+        }
+        #expect(select.collection == "index")
+        #expect(select.projection.map(\.name) == ["create", "drop", "index", "indexes", "if", "exists"])
+        #expect(try Parser.parseStatement("SHOW indexes_limit") == .system(.show(name: "indexes_limit", position: pos(5, 1, 6))))
     }
 }

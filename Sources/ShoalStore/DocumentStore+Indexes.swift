@@ -1,0 +1,194 @@
+public import ShoalCRDT
+import ShoalQuery
+import GRDB
+import Foundation
+import Logging
+
+/// An index a user declared with `CREATE INDEX`: the documents of one collection,
+/// ordered by the values at its paths.
+///
+/// It is a partial SQLite expression index on `document`, limited to the live
+/// documents of its collection, so it costs nothing to other collections' writes.
+/// The candidate query writes the collection into its SQL (`SQLFilter.collectionCondition`)
+/// so that SQLite can prove the index covers it. The declaration is kept in
+/// `user_index` (migration `v10-user-indexes`); the index itself in SQLite's schema
+/// as `shoal_index_<name>`, apart from the automatic `document_by_<hash>` ones.
+struct UserIndex: Sendable, Hashable {
+    var name: String
+    var collection: String
+    var paths: [[String]]
+
+    /// SQLite's name for it (index names in SQLite ignore case, as `user_index.name` does).
+    var sqliteName: String { "shoal_index_\(name.lowercased())" }
+
+    var createStatement: String {
+        let columns = paths.compactMap(SQLFilter.jsonPath).map(SQLFilter.extract).joined(separator: ", ")
+        return "CREATE INDEX \"\(sqliteName)\" ON document (\(columns)) "
+            + "WHERE collection = \(SQLFilter.literal(collection)) AND deleted = 0"
+    }
+
+    /// What `SHOW INDEXES`, `CREATE INDEX` and `DROP INDEX` return for it.
+    var row: Value {
+        [
+            "name": .string(name), "collection": .string(collection),
+            "paths": .array(paths.map { .string($0.joined(separator: ".")) }), "automatic": false,
+        ]
+    }
+
+    static func fetchAll(_ db: Database) throws -> [UserIndex] {
+        try Row.fetchAll(db, sql: "SELECT name, collection, paths FROM user_index ORDER BY name").map { row in
+            // `[["a", "b"], ["c"]]`, as `CREATE INDEX` wrote it.
+            guard case .array(let paths)? = try? JSON.parse(row[2] as String) else {
+                return UserIndex(name: row[0], collection: row[1], paths: [])
+            }
+            return UserIndex(
+                name: row[0], collection: row[1],
+                paths: paths.map { path in
+                    guard case .array(let names) = path else { return [] }
+                    return names.compactMap(\.stringValue)
+                })
+        }
+    }
+
+    static func fetch(_ db: Database, named name: String) throws -> UserIndex? {
+        try fetchAll(db).first { $0.name.lowercased() == name.lowercased() }
+    }
+}
+
+/// When the planner's statistics were last refreshed, as a change-log sequence.
+struct StatisticsSchedule: Sendable {
+    var refreshedThrough: UInt64 = 0
+    /// The fewest change-log rows between two refreshes; beyond it, a refresh waits
+    /// for the log to grow by half again.
+    var minimumGrowth: UInt64 = 10_000
+}
+
+extension DocumentStore {
+    /// Runs `CREATE INDEX`, `DROP INDEX` or `SHOW INDEXES` on `db` (the writer for the
+    /// first two, inside the statement's transaction) and returns its rows.
+    func runIndexStatement(_ statement: IndexStatement, db: Database) throws -> [Value] {
+        switch statement {
+        case .show:
+            return try UserIndex.fetchAll(db).map(\.row) + Self.automaticIndexRows(db)
+        case .create(let definition, let ifNotExists):
+            let index = UserIndex(
+                name: definition.name, collection: definition.collection, paths: definition.paths.map(\.path))
+            if let existing = try UserIndex.fetch(db, named: index.name) {
+                if ifNotExists { return [existing.row] }
+                throw Self.indexError(
+                    "an index named '\(existing.name)' exists already, on \(existing.collection) "
+                        + "(\(existing.paths.map { $0.joined(separator: ".") }.joined(separator: ", "))): "
+                        + "DROP INDEX it first, or write CREATE INDEX IF NOT EXISTS",
+                    at: definition.namePosition)
+            }
+            guard !index.collection.utf8.contains(0) else {
+                throw Self.indexError("a collection whose name holds a NUL character cannot be indexed", at: definition.namePosition)
+            }
+            try db.execute(sql: index.createStatement)
+            let paths = Value.array(index.paths.map { .array($0.map(Value.string)) }).canonicalJSON
+            try db.execute(
+                sql: "INSERT INTO user_index (name, collection, paths, created_at) VALUES (?, ?, ?, ?)",
+                arguments: [index.name, index.collection, paths, Int64(Date().timeIntervalSince1970 * 1000)])
+            try Self.refreshStatistics(db)
+            return [index.row]
+        case .drop(let name, let ifExists, let position):
+            guard let index = try UserIndex.fetch(db, named: name) else {
+                if try Self.automaticIndexRows(db).contains(where: { $0["name"] == .string(name) }) {
+                    throw Self.indexError(
+                        "'\(name)' is an automatic index: the store made it for a queried path and keeps it; "
+                            + "DROP INDEX removes the indexes made with CREATE INDEX",
+                        at: position)
+                }
+                if ifExists { return [] }
+                throw Self.indexError("no index named '\(name)': SHOW INDEXES lists them", at: position)
+            }
+            try db.execute(sql: "DROP INDEX \"\(index.sqliteName)\"")
+            try db.execute(sql: "DELETE FROM user_index WHERE name = ?", arguments: [index.name])
+            return [index.row]
+        }
+    }
+
+    static func indexError(_ message: String, at position: SourcePosition) -> StoreError {
+        StoreError(QueryError(message, position: position))
+    }
+
+    /// The automatic indexes, as `SHOW INDEXES` rows: they serve every collection.
+    static func automaticIndexRows(_ db: Database) throws -> [Value] {
+        let rows = try Row.fetchAll(
+            db, sql: "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND name LIKE 'document_by_%' ORDER BY name")
+        return rows.compactMap { row -> Value? in
+            guard let path = automaticIndexPath(row[1]) else { return nil }
+            // `$."a"."b"`, whose components hold no '"': split between the quotes.
+            let components = path.dropFirst(2).split(separator: "\".\"").map {
+                String($0).trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            }
+            return [
+                "name": .string(row[0]), "collection": .null, "paths": [.string(components.joined(separator: "."))],
+                "automatic": true,
+            ]
+        }
+    }
+
+    /// The JSON path of an automatic index, recovered from its SQL
+    /// ("... json_extract(body, '$."a"'))").
+    static func automaticIndexPath(_ sql: String) -> String? {
+        guard let start = sql.range(of: "json_extract(body, '"), let end = sql.range(of: "'))", options: .backwards)
+        else { return nil }
+        return String(sql[start.upperBound..<end.lowerBound]).replacingOccurrences(of: "''", with: "'")
+    }
+
+    /// Reads the declared indexes again, after a commit that created or dropped one.
+    func reloadUserIndexes() async {
+        do {
+            let indexes = try await read { db in try UserIndex.fetchAll(db) }
+            userIndexes.withLock { $0 = indexes }
+        } catch {
+            logger.warning("could not read the declared indexes", metadata: ["shoal.error": "\(error)"])
+        }
+    }
+
+    /// The JSON paths a declared index of `collection` leads with: no automatic index
+    /// is made for them, since that index serves them.
+    func declaredLeadingPaths(of collection: String) -> Set<String> {
+        userIndexes.withLock { indexes in
+            Set(indexes.filter { $0.collection == collection }.compactMap { $0.paths.first.flatMap(SQLFilter.jsonPath) })
+        }
+    }
+
+    /// Recomputes the planner's statistics on `document` and its indexes (`ANALYZE`),
+    /// so that it prefers an index to the primary key where the index narrows more.
+    static func refreshStatistics(_ db: Database) throws {
+        try db.execute(sql: "ANALYZE document")
+    }
+
+    /// Refreshes the statistics inside the committing write once the change log has
+    /// grown by `minimumGrowth` rows and by half since the last refresh (so after a
+    /// restart, the first write past `minimumGrowth` refreshes them). Best effort: a
+    /// commit never fails for it.
+    func refreshStatisticsIfGrown(_ db: Database, through sequence: UInt64?) {
+        guard let sequence else { return }
+        let due = statistics.withLock { s -> Bool in
+            guard sequence > s.refreshedThrough,
+                sequence - s.refreshedThrough >= max(s.minimumGrowth, s.refreshedThrough / 2)
+            else { return false }
+            s.refreshedThrough = sequence
+            return true
+        }
+        guard due else { return }
+        do {
+            try Self.refreshStatistics(db)
+        } catch {
+            logger.warning("could not refresh the query planner's statistics", metadata: ["shoal.error": "\(error)"])
+        }
+    }
+}
+
+extension ShoalQuery.Statement {
+    /// Whether the statement creates or drops a declared index.
+    var changesIndexes: Bool {
+        switch self {
+        case .index(.create), .index(.drop): true
+        default: false
+        }
+    }
+}
