@@ -57,11 +57,8 @@ public struct CompactionReport: Sendable, Hashable {
 ///
 /// The log is what sync streams from, one whole transaction at a time. A row is
 /// *superseded* when the register it wrote now holds another transaction's write
-/// (`field`'s writer is not the row's transaction). An `_id` row is also superseded
-/// by a later current write of another transaction to any register of its document:
-/// a document's `_id` is its key (materialization falls back to it), and that later
-/// write, which stays, brings the document into being on a replica by itself. And
-/// any row is superseded by its document's tombstone when that is at least as new
+/// (`field`'s writer is not the row's transaction). And any row is superseded by its
+/// document's tombstone when that is at least as new
 /// (another transaction's DELETE hides it for ever; the DELETE stays, and on a
 /// replica hides it too, or finds nothing to hide). A transaction goes only when
 /// every row of it is superseded and all its rows are at or below the compaction
@@ -95,7 +92,7 @@ extension DocumentStore {
         GROUP BY c.txn_site, c.txn_seq
         HAVING MAX(c.seq) <= ? AND MIN(EXISTS (
             SELECT 1 FROM field f WHERE f.collection = c.collection AND f.doc_id = c.doc_id
-            AND (f.name = c.name OR (c.name = '_id' AND f.ts >= c.ts) OR (f.name = '_deleted' AND f.ts >= c.ts))
+            AND (f.name = c.name OR (f.name = '_deleted' AND f.ts >= c.ts))
             AND NOT (f.txn_seq = c.txn_seq AND COALESCE(f.txn_site, f.site) = c.txn_site))) = 1
         """
 

@@ -33,25 +33,27 @@ import Testing
         defer { store.close() }
         _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'x': 1, 'y': 1})")  // T1
         _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'b', 'x': 1})")  // T2
-        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'x': 2, 'y': 2}) ON ID CONFLICT DO UPDATE")  // T3
-        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'b', 'x': 2}) ON ID CONFLICT DO UPDATE")  // T4
-        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'x': 3}) ON ID CONFLICT DO UPDATE")  // T5
+        _ = try await store.execute("UPDATE c SET x = 2 WHERE _id = 'a'")  // T3
+        _ = try await store.execute("UPDATE c SET x = 2 WHERE _id = 'b'")  // T4
+        _ = try await store.execute("UPDATE c SET x = 3, y = 3 WHERE _id = 'a'")  // T5
+        _ = try await store.execute("UPDATE c SET x = 3 WHERE _id = 'b'")  // T6
         let before = try await Self.pieces(store)
         let expected = try await Self.contents(store)
-        #expect(before.count == 5)
+        #expect(before.count == 6)
         let last = try await store.lastSequence()
 
-        // Through T1's rows only: T1 goes (T3 overwrote all of it); T2, overwritten by
-        // T4 as wholly, stays, since its rows lie above the point.
-        let partial = try await store.compactChangeLog(through: UInt64(before[0].deltas.count))
+        // Through T3's row: T3 goes (T5 overwrote it). T4, overwritten by T6 as wholly,
+        // stays, since its row lies above the point. T1 and T2 hold their documents' _id.
+        let t3 = before[0...2].reduce(0) { $0 + $1.deltas.count }
+        let partial = try await store.compactChangeLog(through: UInt64(t3))
         let afterPartial = try await Self.pieces(store)
-        #expect(afterPartial.map(\.id) == before.dropFirst().map(\.id), "\(partial)")
-        #expect(partial.transactionsRemoved == 1 && partial.rowsRemoved == UInt64(before[0].deltas.count))
+        #expect(afterPartial.map(\.id) == [before[0], before[1], before[3], before[4], before[5]].map(\.id), "\(partial)")
+        #expect(partial.transactionsRemoved == 1 && partial.rowsRemoved == UInt64(before[2].deltas.count))
 
         let report = try await store.compactChangeLog(through: last)
         let after = try await Self.pieces(store)
-        // T2 goes now; T3 holds a's y, T4 b's x, T5 a's x.
-        #expect(after.map(\.id) == [before[2], before[3], before[4]].map(\.id), "\(report)")
+        // T4 goes now; T1 and T2 hold _id (and T1 nothing else), T5 a's x and y, T6 b's x.
+        #expect(after.map(\.id) == [before[0], before[1], before[4], before[5]].map(\.id), "\(report)")
         #expect(try await Self.contents(store) == expected, "compaction changes no document")
         #expect(try await Self.replica(of: after) == expected, "the compacted log rebuilds the same documents")
         let status = try await store.storageStatus()
@@ -59,6 +61,25 @@ import Testing
         #expect(status.compactedAt != nil)
         // Nothing more to do the second time.
         #expect(try await store.compactChangeLog(through: last).rowsRemoved == 0)
+    }
+
+    /// A document whose only live register is its `_id` still exists on a replica of
+    /// the compacted log: the creating transaction holds the `_id` and stays, however
+    /// the document's other fields were overwritten or removed since.
+    @Test func aDocumentLeftWithOnlyItsIdStaysOnAReplica() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'd2', 'f0': null})")
+        _ = try await store.execute("UPDATE c SET f1 = 1 WHERE _id = 'd2'")
+        _ = try await store.execute("UPDATE c SET f0 = 2 WHERE _id = 'd2'")
+        _ = try await store.execute("UPDATE c UNSET f0 WHERE _id = 'd2'; UPDATE c UNSET f1 WHERE _id = 'd2'")
+        let expected = try await Self.contents(store)
+        #expect(expected == ["{\"_id\":\"d2\"}"])
+        let report = try await store.compactChangeLog(through: try await store.lastSequence())
+        #expect(report.transactionsRemoved == 2, "the SET transactions went; the INSERT and the UNSETs stay: \(report)")
+        #expect(try await Self.replica(of: try await Self.pieces(store)) == expected)
     }
 
     /// A DELETE hides every earlier write to its document for ever: the transactions

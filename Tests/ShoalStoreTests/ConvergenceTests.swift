@@ -175,6 +175,10 @@ import Testing
                 }
             }
             let group = Array(replicas.prefix(count))
+            // Half the replicas compact what this case wrote before the others read it.
+            for (i, r) in group.enumerated() where Bool.random(using: &rng) {
+                compacted += try await r.compactChangeLog(after: starts[i], through: try await r.lastSequence()).transactionsRemoved
+            }
             var local: [[TransactionPiece]] = []
             for (i, r) in group.enumerated() {
                 let page = try await r.changes(after: sent[i], limit: 100_000, subscriptions: subscription)
