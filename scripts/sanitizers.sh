@@ -5,7 +5,8 @@
 #   scripts/sanitizers.sh thread                   # one of them
 #   scripts/sanitizers.sh address --filter ShoalSyncTests   # the rest goes to swift test
 # The process tests run the `shoal` binary of the same build, so it is sanitized too.
-# ConvergenceTests runs 1 000 cases here (SHOAL_CONVERGENCE_CASES) instead of 10 000.
+# ConvergenceTests runs 1 000 cases here (SHOAL_CONVERGENCE_CASES) instead of 10 000, and
+# SHOAL_SANITIZER names the sanitizer, so tests that measure memory know not to bound it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -30,6 +31,7 @@ for kind in "${kinds[@]}"; do
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
     ASAN_OPTIONS="detect_leaks=0 halt_on_error=1 ${ASAN_OPTIONS:-}" \
     SHOAL_CONVERGENCE_CASES="${SHOAL_CONVERGENCE_CASES:-1000}" \
+    SHOAL_SANITIZER="$kind" \
     swift test --skip-build --sanitize="$kind" --scratch-path "$scratch" "$@" > "$log" 2>&1 || true
   grep -E "^✘ |Test run with|WARNING: ThreadSanitizer|ERROR: AddressSanitizer|SUMMARY: " "$log" | head -40 || true
   if grep -qE "Test run with [0-9]+ tests? in [0-9]+ suites? passed" "$log" &&

@@ -51,8 +51,14 @@ extension ProcessSuites {
             print(
                 "attachment of \(size) bytes: put on A in \(String(format: "%.1f", putSeconds)) s, fetched by B and read through it in \(String(format: "%.1f", getSeconds)) s; peak RSS (VmHWM) A \(peakA >> 20) MiB, B \(peakB >> 20) MiB"
             )
-            #expect(peakA < Self.residentLimit, "A's peak RSS \(peakA) bytes")
-            #expect(peakB < Self.residentLimit, "B's peak RSS \(peakB) bytes")
+            if let sanitizer = ProcessInfo.processInfo.environment["SHOAL_SANITIZER"] {
+                // A sanitized node keeps freed memory in quarantine and maps shadow memory
+                // (about 400 MiB each under AddressSanitizer), so its RSS says nothing of Shoal's.
+                print("peak RSS not checked: the nodes run under the \(sanitizer) sanitizer")
+            } else {
+                #expect(peakA < Self.residentLimit, "A's peak RSS \(peakA) bytes")
+                #expect(peakB < Self.residentLimit, "B's peak RSS \(peakB) bytes")
+            }
         }
 
         /// B is killed while it fetches; once restarted it resumes the fetch at the

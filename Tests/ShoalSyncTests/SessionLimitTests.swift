@@ -165,8 +165,8 @@ import Testing
         var frames: [WireMessage] = []
         for await frame in silent.a.inbound { frames.append(try MessageCodec().decode(frame)) }
         let elapsed = ContinuousClock.now - started
-        // Not before the timeout; the upper bound only says it was closed (sanitizers and a busy machine slow the watchdog).
-        #expect(elapsed >= .milliseconds(300) && elapsed < .seconds(30), "closed at the timeout, after \(elapsed)")
+        // Not before the timeout; the upper bound only says it was closed (sanitizers and a busy machine slow the watchdog: 33 s once under AddressSanitizer).
+        #expect(elapsed >= .milliseconds(300) && elapsed < .seconds(120), "closed at the timeout, after \(elapsed)")
         #expect(frames.count == 1, "the node's Hello, and no Error")
         guard case .success(nil) = await served else {
             Issue.record("a handshake that never finished ends the session quietly")
@@ -191,7 +191,8 @@ import Testing
         let after = try await Self.handshake(&cli, over: connection.a, thenRead: true)
         let elapsed = ContinuousClock.now - established
         #expect(after == nil, "closed without an Error")
-        #expect(elapsed > .milliseconds(1500) && elapsed < .seconds(30), "closed after \(elapsed)")
+        // The upper bound only says it was closed: under AddressSanitizer on a busy machine it took 37 s.
+        #expect(elapsed > .milliseconds(1500) && elapsed < .seconds(120), "closed after \(elapsed)")
         _ = await served
     }
 
