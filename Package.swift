@@ -131,7 +131,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ShoalSyncTests",
-            dependencies: ["ShoalSync", "ShoalTesting", "ShoalWire", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: ["ShoalSync", "ShoalTesting", "ShoalWire", .product(name: "NIOCore", package: "swift-nio"), .product(name: "SwiftProtobuf", package: "swift-protobuf")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -77,9 +77,10 @@ public struct HandshakeStateMachine: Sendable {
         case failed
     }
 
-    /// Version 2 added transaction manifests and coverage (PROTOCOL.md §13); admin
-    /// sessions work at version 1 too, peer sessions need version 2.
-    public static let supportedVersions: ClosedRange<UInt32> = 1...2
+    /// Version 2 added transaction manifests and coverage, version 3 stepped delta
+    /// positions and timestamps (PROTOCOL.md §13); admin sessions work at any of
+    /// them, peer sessions need version 2.
+    public static let supportedVersions: ClosedRange<UInt32> = 1...3
     /// The lowest version two peers sync at.
     public static let minimumPeerVersion: UInt32 = 2
     public static let nonceSize = 32

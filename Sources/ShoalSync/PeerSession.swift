@@ -112,7 +112,8 @@ struct PeerSession: Sendable {
             configuration: .init(
                 siteID: engine.siteID, nodeName: configuration.nodeName, meshName: configuration.meshName,
                 meshKey: configuration.meshKey, role: .peer, listenAddress: engine.listenAddress,
-                adminKey: configuration.adminKey, acceptsKeylessAdmin: remoteIsLoopback))
+                versions: configuration.protocolVersions, adminKey: configuration.adminKey,
+                acceptsKeylessAdmin: remoteIsLoopback))
         let identity: PeerIdentity? = try await withThrowingTaskGroup(of: Void.self) { group in
             // The watchdog closes the connection if the handshake stalls, which ends the read below.
             group.addTask { [transport] in
@@ -345,7 +346,8 @@ struct PeerSession: Sendable {
                 maximumSubscriptions: configuration.maximumSubscriptionsPerPeer,
                 maximumQueryLength: configuration.maximumQueryLength,
                 documentSizeSoftLimit: Int(clamping: parameters.documentSizeSoftLimitBytes),
-                documentSizeHardLimit: Int(clamping: parameters.documentSizeHardLimitBytes)),
+                documentSizeHardLimit: Int(clamping: parameters.documentSizeHardLimitBytes),
+                deltaEncoding: PieceCodec.DeltaEncoding(version: peer.version)),
             now: now())
         for await next in inputs {
             let event: SessionStateMachine.Event
@@ -425,7 +427,7 @@ struct PeerSession: Sendable {
             engine.noteDelivered(pieces, by: peer.siteID)
             engine.pipeline.enqueue(InboundPipeline.Item(source: peer.siteID, pieces: pieces))
         case .answerTransactionRequest(let request, let subscriptions):
-            try await answer(request, subscriptions: subscriptions)
+            try await answer(request, subscriptions: subscriptions, encoding: PieceCodec.DeltaEncoding(version: peer.version))
         case .answerAttachmentRequest(let request):
             var chunk = Shoal_V1_AttachmentChunk()
             chunk.requestID = request.requestID
@@ -473,7 +475,9 @@ struct PeerSession: Sendable {
 
     /// Answers a TransactionRequest with what this node holds of the transaction,
     /// as it would stream it to this peer, in one or more frames.
-    private func answer(_ request: Shoal_V1_TransactionRequest, subscriptions: SubscriptionSet) async throws {
+    private func answer(
+        _ request: Shoal_V1_TransactionRequest, subscriptions: SubscriptionSet, encoding: PieceCodec.DeltaEncoding
+    ) async throws {
         let id = TransactionID(origin: SiteID(request.originSite), sequence: request.originSequence)
         let pieces = try await engine.store.transactionPieces(
             id, subscriptions: subscriptions, collections: Set(request.collections),
@@ -485,7 +489,7 @@ struct PeerSession: Sendable {
             return
         }
         for piece in pieces {
-            let (wire, filters) = PieceCodec.encode([piece], receiver: subscriptions.filter)
+            let (wire, filters) = PieceCodec.encode([piece], receiver: subscriptions.filter, encoding: encoding)
             answer.found = true
             answer.piece = wire[0]
             answer.filters = filters

@@ -5,11 +5,32 @@ import Foundation
 /// Turns transaction pieces into their wire form and back, checking what a peer
 /// sent (PROTOCOL.md §8.5).
 public enum PieceCodec {
+    /// How a delta's position and timestamp travel (PROTOCOL.md §8.3).
+    ///
+    /// ```
+    ///  absolute (version 2)   index 0 1 2 3 …        timestamp_offset = ts − base: 0 1 2 3 …
+    ///  stepped  (version 3)   index_step 0 0 0 0 …   timestamp_step = ts − previous ts − 1: 0 0 0 …
+    /// ```
+    ///
+    /// A transaction's deltas mostly follow each other in both, so the steps are
+    /// zero and take no bytes, where the absolute forms are a different number each
+    /// that deflate cannot squeeze: a version 3 DeltaBatch of ordinary transactions
+    /// is about a third smaller on the wire.
+    public enum DeltaEncoding: Sendable, Hashable {
+        case absolute
+        case stepped
+
+        /// The encoding a session at protocol `version` uses.
+        public init(version: UInt32) {
+            self = version >= 3 ? .stepped : .absolute
+        }
+    }
+
     /// The wire form of `pieces` for a receiver whose subscriptions are `receiver`:
     /// a `NOT_COVERED` verdict naming exactly them uses filter 0, any other filter
     /// goes into the returned table.
     public static func encode(
-        _ pieces: [TransactionPiece], receiver: SubscriptionFilter
+        _ pieces: [TransactionPiece], receiver: SubscriptionFilter, encoding: DeltaEncoding = .absolute
     ) -> (pieces: [Shoal_V1_TransactionPiece], filters: [Shoal_V1_SubscriptionFilter]) {
         var filters: [SubscriptionFilter] = []
         let wire = pieces.map { piece in
@@ -49,6 +70,7 @@ public enum PieceCodec {
                 f.index = delta.index
                 w.documents[position].deltas.append(f)
             }
+            if encoding == .stepped { step(&w) }
             w.last = piece.isLast
             w.verdicts = piece.verdicts.map { verdict in
                 var v = Shoal_V1_Verdict()
@@ -112,6 +134,25 @@ public enum PieceCodec {
         )
     }
 
+    /// Turns a piece's absolute positions and timestamp offsets into steps from the
+    /// delta before, in the order the deltas stand in the piece.
+    static func step(_ w: inout Shoal_V1_TransactionPiece) {
+        var index = UInt32.max  // -1, modulo 2^32
+        var timestamp = w.baseTimestamp &- 1
+        for d in w.documents.indices {
+            for f in w.documents[d].deltas.indices {
+                let delta = w.documents[d].deltas[f]
+                let absolute = w.baseTimestamp &+ UInt64(bitPattern: delta.timestampOffset)
+                w.documents[d].deltas[f].indexStep = Int32(bitPattern: delta.index &- index &- 1)
+                w.documents[d].deltas[f].timestampStep = Int64(bitPattern: absolute &- timestamp &- 1)
+                w.documents[d].deltas[f].index = 0
+                w.documents[d].deltas[f].timestampOffset = 0
+                index = delta.index
+                timestamp = absolute
+            }
+        }
+    }
+
     /// Checks and decodes pieces received from a peer.
     ///
     /// - Parameters:
@@ -120,7 +161,7 @@ public enum PieceCodec {
     ///     field of another collection is a protocol violation.
     public static func decode(
         _ pieces: [Shoal_V1_TransactionPiece], filters: [Shoal_V1_SubscriptionFilter], receiver: SubscriptionFilter,
-        collections: Set<String>, what: String = "DeltaBatch"
+        collections: Set<String>, encoding: DeltaEncoding = .absolute, what: String = "DeltaBatch"
     ) throws(SyncError) -> [TransactionPiece] {
         let table = filters.map { f in
             SubscriptionFilter(f.subscriptions.map { .init(query: $0.query, argumentsJSON: $0.argumentsJson) })
@@ -161,6 +202,9 @@ public enum PieceCodec {
             var deltas: [Delta] = []
             var counts: [DocumentRef: UInt32] = [:]
             var indices: Set<UInt32> = []
+            // Stepped: where the previous delta stood (PROTOCOL.md §8.3).
+            var previousIndex = UInt32.max  // -1, modulo 2^32
+            var previousTimestamp = w.baseTimestamp &- 1
             for d in w.documents {
                 guard collections.contains(d.collection) else {
                     throw SyncError(
@@ -191,21 +235,38 @@ public enum PieceCodec {
                 }
                 counts[ref] = d.deltaCount
                 for f in d.deltas {
-                    guard f.index < w.deltaCount else {
+                    let index: UInt32
+                    let timestamp: UInt64
+                    switch encoding {
+                    case .absolute:
+                        index = f.index
+                        timestamp = w.baseTimestamp &+ UInt64(bitPattern: f.timestampOffset)
+                    case .stepped:
+                        guard f.index == 0, f.timestampOffset == 0 else {
+                            throw SyncError(
+                                .protocolViolation,
+                                "\(what): transaction \(id) sends a version 2 index or timestamp_offset in a version 3 session")
+                        }
+                        index = previousIndex &+ 1 &+ UInt32(bitPattern: f.indexStep)
+                        timestamp = previousTimestamp &+ 1 &+ UInt64(bitPattern: f.timestampStep)
+                        previousIndex = index
+                        previousTimestamp = timestamp
+                    }
+                    guard index < w.deltaCount else {
                         throw SyncError(
                             .protocolViolation,
-                            "\(what): transaction \(id) has delta index \(f.index) but only \(w.deltaCount) deltas")
+                            "\(what): transaction \(id) has delta index \(index) but only \(w.deltaCount) deltas")
                     }
-                    guard indices.insert(f.index).inserted else {
+                    guard indices.insert(index).inserted else {
                         throw SyncError(
-                            .protocolViolation, "\(what): transaction \(id) carries delta index \(f.index) twice")
+                            .protocolViolation, "\(what): transaction \(id) carries delta index \(index) twice")
                     }
                     let (json, parsed) = try value(f.valueJson, what: what, id: id, field: f.field)
                     deltas.append(
                         Delta(
                             collection: d.collection, documentID: d.documentID, field: f.field, valueJSON: json,
-                            timestamp: HybridTimestamp(rawValue: w.baseTimestamp &+ UInt64(bitPattern: f.timestampOffset)),
-                            transaction: id, index: f.index, count: w.deltaCount, parsed: parsed))
+                            timestamp: HybridTimestamp(rawValue: timestamp),
+                            transaction: id, index: index, count: w.deltaCount, parsed: parsed))
                 }
             }
             let verdicts = try w.verdicts.map { v throws(SyncError) -> Verdict in

@@ -44,12 +44,14 @@ public struct SessionStateMachine: Sendable {
         /// document: over the soft limit a warning, over the hard limit the session closes.
         public var documentSizeSoftLimit: Int
         public var documentSizeHardLimit: Int
+        /// How deltas travel in this session: stepped from protocol version 3 on.
+        public var deltaEncoding: PieceCodec.DeltaEncoding
 
         public init(
             peer: SiteID, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
             batchSize: Int = 2048, batchBytes: Int = 4 << 20, maximumBatchesInFlight: Int = 4, maximumBatchesPending: Int = 64,
             maximumSubscriptions: Int = 256, maximumQueryLength: Int = 64 << 10, documentSizeSoftLimit: Int = 256 << 10,
-            documentSizeHardLimit: Int = 4 << 20
+            documentSizeHardLimit: Int = 4 << 20, deltaEncoding: PieceCodec.DeltaEncoding = .absolute
         ) {
             self.peer = peer
             self.keepaliveInterval = keepaliveInterval
@@ -62,6 +64,7 @@ public struct SessionStateMachine: Sendable {
             self.maximumQueryLength = maximumQueryLength
             self.documentSizeSoftLimit = documentSizeSoftLimit
             self.documentSizeHardLimit = documentSizeHardLimit
+            self.deltaEncoding = deltaEncoding
         }
     }
 
@@ -267,7 +270,7 @@ public struct SessionStateMachine: Sendable {
                 if unacknowledged.isEmpty { acknowledged = max(acknowledged, sentThrough) }
                 return readIfPossible()
             }
-            let (pieces, filters) = PieceCodec.encode(page.pieces, receiver: peerFilter)
+            let (pieces, filters) = PieceCodec.encode(page.pieces, receiver: peerFilter, encoding: configuration.deltaEncoding)
             var batch = Shoal_V1_DeltaBatch()
             batch.pieces = pieces
             batch.filters = filters
@@ -359,7 +362,8 @@ public struct SessionStateMachine: Sendable {
             let pieces: [TransactionPiece]
             do throws(SyncError) {
                 pieces = try PieceCodec.decode(
-                    batch.pieces, filters: batch.filters, receiver: own.filter, collections: own.collections)
+                    batch.pieces, filters: batch.filters, receiver: own.filter, collections: own.collections,
+                    encoding: configuration.deltaEncoding)
             } catch {
                 return close(error)
             }
@@ -401,7 +405,7 @@ public struct SessionStateMachine: Sendable {
             do throws(SyncError) {
                 let pieces = try PieceCodec.decode(
                     [answer.piece], filters: answer.filters, receiver: own.filter, collections: own.collections,
-                    what: "TransactionPieces")
+                    encoding: configuration.deltaEncoding, what: "TransactionPieces")
                 switch checkDocumentSizes(pieces, what: "TransactionPieces") {
                 case .failure(let error): return close(error)
                 case .success(let warnings): return warnings + [.deliver(pieces)]

@@ -35,6 +35,9 @@ public struct SyncConfiguration: Sendable {
     public var maximumSubscriptionsPerPeer: Int
     /// Bytes of DQL text in one admin request or one subscription query.
     public var maximumQueryLength: Int
+    /// The protocol versions this node offers in Hello (tests narrow it to play an
+    /// older peer).
+    public var protocolVersions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions
 
     public init(
         nodeName: String, meshName: String = "default", meshKey: [UInt8]? = nil, listenAddress: String = "",

@@ -37,6 +37,48 @@ import Testing
         #expect(try await a.store.execute("SELECT * FROM cars ORDER BY _id").items == b.store.execute("SELECT * FROM cars ORDER BY _id").items)
     }
 
+    /// A node that speaks only version 2 still syncs both ways with one that speaks
+    /// 3 (they agree on 2), and the same transactions cost fewer bytes between two
+    /// version 3 nodes, whose deltas travel stepped (PROTOCOL.md §8.3).
+    @Test func versionTwoAndThreeNodesSyncAndThreeSendsLess() async throws {
+        func bytesReceived(bVersions: ClosedRange<UInt32>) async throws -> UInt64 {
+            let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM cars"], configure: { $0.batchSize = 2048 })
+            let b = try TestNode(
+                name: "b", subscriptions: ["SELECT * FROM cars"],
+                configure: {
+                    $0.batchSize = 2048
+                    $0.protocolVersions = bVersions
+                })
+            defer { a.remove(); b.remove() }
+            // Transactions of 50 cars, each touching the cars in two passes, so the
+            // pieces interleave documents; written before the link, so both runs page alike.
+            for t in 0..<20 {
+                _ = try await a.store.transaction(hint: "cars \(t)") { tx in
+                    for i in 0..<50 {
+                        _ = try await tx.execute(
+                            "INSERT INTO cars DOCUMENTS (:d)",
+                            arguments: ["d": ["_id": .string("c\(t * 50 + i)"), "color": .string(["red", "blue"][i % 2]), "n": .int(Int64(i))]])
+                    }
+                    _ = try await tx.execute("UPDATE cars SET seen = true WHERE n < 10")
+                    return .commit
+                }
+            }
+            let bytes = try await InProcessMesh.withLink(a.sync, b.sync) { () async throws -> UInt64 in
+                #expect(try await InProcessMesh.eventually { try await Self.count(b) == 1_000 })
+                _ = try await b.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'from-b', 'color': 'green'})")
+                #expect(try await InProcessMesh.eventually { try await Self.count(a, "SELECT * FROM cars WHERE _id = 'from-b'") == 1 })
+                return b.sync.peers().first?.bytesIn ?? 0
+            }
+            let left = try await a.store.execute("SELECT * FROM cars ORDER BY _id").items
+            let right = try await b.store.execute("SELECT * FROM cars ORDER BY _id").items
+            #expect(left.count == 1_001 && left == right)
+            return bytes
+        }
+        let two = try await bytesReceived(bVersions: 1...2)
+        let three = try await bytesReceived(bVersions: 1...3)
+        #expect(three > 0 && Double(three) < 0.8 * Double(two), "version 3: \(three) bytes, version 2: \(two) bytes")
+    }
+
     @Test func concurrentWritersConvergeBothWays() async throws {
         let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM docs"])
         let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM docs"])

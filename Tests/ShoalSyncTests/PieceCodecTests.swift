@@ -3,6 +3,8 @@ import ShoalCRDT
 import ShoalStore
 import ShoalSync
 import ShoalWire
+import SwiftProtobuf
+import NIOCore
 import Testing
 
 /// A piece whose manifest contradicts its deltas is refused, whichever way it does.
@@ -114,5 +116,121 @@ import Testing
             #expect(error.message.contains(message), "\(what): \(error.message)")
             #expect(error.message.hasPrefix("DeltaBatch: transaction 000000000000000a:1"), "\(what): \(error.message)")
         }
+    }
+
+    // MARK: Stepped positions and timestamps (version 3)
+
+    /// A transaction of 7 deltas that visits car "a", then "b", then "a" again, with
+    /// timestamps out of order and one delta (index 4) withheld: the piece lists "a"'s
+    /// deltas 0, 2, 6 before "b"'s 1, 3, 5, so steps go back as well as forward.
+    static func interleaved() -> TransactionPiece {
+        let id = TransactionID(origin: SiteID(0xA), sequence: 9)
+        let base: UInt64 = 0x018b_cfe5_6800_0000
+        let plan: [(doc: String, index: UInt32, ts: UInt64)] = [
+            ("a", 0, base + 5), ("b", 1, base + 6), ("a", 2, base), ("b", 3, base + 7), ("b", 5, base + 8), ("a", 6, base + 100_000),
+        ]
+        let deltas = plan.map { p in
+            Delta(
+                collection: "cars", documentID: "\"\(p.doc)\"", field: "f\(p.index)", valueJSON: "\(p.index)",
+                timestamp: HybridTimestamp(rawValue: p.ts), transaction: id, index: p.index, count: 7)
+        }
+        return TransactionPiece(
+            id: id, deltaCount: 7, documentCount: 2, collections: [CollectionCount(collection: "cars", documents: 2, deltas: 7)],
+            deltas: deltas,
+            documentDeltaCounts: [DocumentRef(collection: "cars", id: "\"a\""): 3, DocumentRef(collection: "cars", id: "\"b\""): 4],
+            isLast: true)
+    }
+
+    static func summary(_ deltas: [Delta]) -> [String] {
+        deltas.map { "\($0.documentID) \($0.field) #\($0.index) @\($0.timestamp.rawValue) = \($0.valueJSON)" }.sorted()
+    }
+
+    @Test(arguments: [PieceCodec.DeltaEncoding.absolute, .stepped])
+    func piecesSurviveTheRoundTripInEitherEncoding(_ encoding: PieceCodec.DeltaEncoding) throws {
+        let piece = Self.interleaved()
+        let (wire, filters) = PieceCodec.encode([piece], receiver: SubscriptionFilter([]), encoding: encoding)
+        let back = try PieceCodec.decode(
+            wire, filters: filters, receiver: SubscriptionFilter([]), collections: ["cars"], encoding: encoding)
+        #expect(Self.summary(back[0].deltas) == Self.summary(piece.deltas))
+        let fields = wire[0].documents.flatMap(\.deltas)
+        if encoding == .stepped {
+            #expect(fields.allSatisfy { $0.index == 0 && $0.timestampOffset == 0 })
+            // "a": 0, 2, 6 then "b": 1, 3, 5: steps from -1.
+            #expect(fields.map(\.indexStep) == [0, 1, 3, -6, 1, 1])
+        } else {
+            #expect(fields.allSatisfy { $0.indexStep == 0 && $0.timestampStep == 0 })
+            #expect(fields.map(\.index) == [0, 2, 6, 1, 3, 5])
+        }
+    }
+
+    /// A transaction written in order (positions and clock ticks one after another)
+    /// has every step 0, which protobuf does not send: that is the saving.
+    @Test func anOrderlyTransactionSendsNoSteps() throws {
+        let id = TransactionID(origin: SiteID(0xA), sequence: 1)
+        let deltas = (0..<300).map { i in
+            Delta(
+                collection: "cars", documentID: "\"d\(i / 6)\"", field: "f\(i % 6)", valueJSON: "\(i)",
+                timestamp: HybridTimestamp(rawValue: 1_000_000 + UInt64(i)), transaction: id, index: UInt32(i), count: 300)
+        }
+        var counts: [DocumentRef: UInt32] = [:]
+        for d in deltas { counts[DocumentRef(collection: "cars", id: d.documentID), default: 0] += 1 }
+        let piece = TransactionPiece(
+            id: id, deltaCount: 300, documentCount: 50, collections: [CollectionCount(collection: "cars", documents: 50, deltas: 300)],
+            deltas: deltas, documentDeltaCounts: counts, isLast: true)
+        let stepped = PieceCodec.encode([piece], receiver: SubscriptionFilter([]), encoding: .stepped).pieces
+        let absolute = PieceCodec.encode([piece], receiver: SubscriptionFilter([]), encoding: .absolute).pieces
+        #expect(stepped[0].documents.flatMap(\.deltas).allSatisfy { $0.indexStep == 0 && $0.timestampStep == 0 })
+        let steppedBytes = try stepped[0].serializedBytes() as [UInt8]
+        let absoluteBytes = try absolute[0].serializedBytes() as [UInt8]
+        // 300 deltas: index (2–3 bytes from 128 on) and offset (2–3 bytes) each, gone.
+        #expect(absoluteBytes.count - steppedBytes.count >= 4 * 300 - 2 * 128)
+        let back = try PieceCodec.decode(
+            stepped, filters: [], receiver: SubscriptionFilter([]), collections: ["cars"], encoding: .stepped)
+        #expect(Self.summary(back[0].deltas) == Self.summary(deltas))
+    }
+
+    @Test func aSteppedPieceIsCheckedLikeAnyOther() throws {
+        var wire = PieceCodec.encode([Self.interleaved()], receiver: SubscriptionFilter([]), encoding: .stepped).pieces[0]
+        func refusal(_ p: Shoal_V1_TransactionPiece) -> String? {
+            do {
+                _ = try PieceCodec.decode([p], filters: [], receiver: SubscriptionFilter([]), collections: ["cars"], encoding: .stepped)
+                return nil
+            } catch {
+                return error.message
+            }
+        }
+        var past = wire
+        past.documents[1].deltas[2].indexStep = 3  // 5 becomes 7, past the 7 deltas
+        #expect(refusal(past)?.contains("delta index 7 but only 7 deltas") == true)
+        var twice = wire
+        twice.documents[0].deltas[1].indexStep = -1  // 2 becomes 0 again
+        #expect(refusal(twice)?.contains("carries delta index 0 twice") == true)
+        var mixed = wire
+        mixed.documents[0].deltas[0].index = 3  // a version 2 field in a version 3 session
+        #expect(refusal(mixed)?.contains("version 2 index or timestamp_offset in a version 3 session") == true)
+        wire.documents[0].deltas[0].indexStep = Int32.min  // wraps modulo 2^32, far past the end
+        #expect(refusal(wire)?.contains("but only 7 deltas") == true)
+    }
+
+    /// `Protocol/vectors/delta-batch-v3.hex`, read as a version 3 session reads it:
+    /// car "a"'s `_id` at index 0 and base_timestamp, its `color` at index 2 and + 5.
+    @Test func theVersionThreeVectorDecodesAsPROTOCOLSays() throws {
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Protocol/vectors/delta-batch-v3.hex")
+        let hex = try String(contentsOf: url, encoding: .utf8).split(separator: "\n").filter { !$0.hasPrefix("#") }.joined(separator: " ")
+            .split(separator: " ").compactMap { UInt8($0, radix: 16) }
+        var buffer = ByteBuffer(bytes: hex)
+        let frame = try #require(try FrameDecoder().next(from: &buffer))
+        guard case .deltaBatch(let batch) = try MessageCodec().decode(frame) else {
+            Issue.record("not a DeltaBatch")
+            return
+        }
+        let pieces = try PieceCodec.decode(
+            batch.pieces, filters: batch.filters, receiver: SubscriptionFilter([]), collections: ["cars", "boats"],
+            encoding: .stepped)
+        let base = batch.pieces[0].baseTimestamp
+        #expect(pieces[0].deltas.map(\.field) == ["_id", "color"])
+        #expect(pieces[0].deltas.map(\.index) == [0, 2])
+        #expect(pieces[0].deltas.map(\.timestamp.rawValue) == [base, base + 5])
     }
 }

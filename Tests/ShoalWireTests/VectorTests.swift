@@ -144,6 +144,15 @@ import CompressNIO
         batch.filters = [filter()]
         batch.throughSequence = 57
         batch.subscribeGeneration = 2
+        // The same batch in a version 3 session, with car "a"'s color written at index 2 and
+        // base_timestamp + 5: `_id` steps 0 and 0 (absent), `color` index_step 1, timestamp_step 4.
+        var stepped = batch
+        stepped.pieces[0].documents[0].deltas[0].index = 0
+        stepped.pieces[0].documents[0].deltas[0].timestampOffset = 0
+        stepped.pieces[0].documents[0].deltas[1].index = 0
+        stepped.pieces[0].documents[0].deltas[1].timestampOffset = 0
+        stepped.pieces[0].documents[0].deltas[1].indexStep = 1
+        stepped.pieces[0].documents[0].deltas[1].timestampStep = 4
         var ack = Shoal_V1_Ack()
         ack.throughSequence = 77
         var attachmentRequest = Shoal_V1_AttachmentRequest()
@@ -241,6 +250,15 @@ import CompressNIO
                     "SELECT * FROM boats WHERE size > :n" {"n":10}. through_sequence 57, subscribe_generation 2.
                     """,
                 message: .deltaBatch(batch)),
+            Vector(
+                file: "delta-batch-v3.hex",
+                comment: """
+                    DeltaBatch (type 0x07), version 3, uncompressed: delta-batch.hex with stepped deltas, and car "a"'s
+                    color written at index 2, base_timestamp + 5. _id: index_step 0, timestamp_step 0 (both absent:
+                    index -1 + 1 + 0 = 0, timestamp base - 1 + 1 + 0 = base). color: index_step 1, timestamp_step 4
+                    (index 0 + 1 + 1 = 2, timestamp base + 1 + 4 = base + 5). No index or timestamp_offset is sent.
+                    """,
+                message: .deltaBatch(stepped)),
             Vector(
                 file: "delta-batch-compressed.hex",
                 comment: """

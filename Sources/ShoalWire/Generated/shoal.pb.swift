@@ -482,11 +482,22 @@ public nonisolated struct Shoal_V1_FieldDelta: Sendable {
   /// "~SITE" for an observed map-entry removal.
   public var valueJson: Data = Data()
 
-  /// Hybrid logical clock timestamp = base_timestamp + timestamp_offset (modulo 2^64).
+  /// Version 2: hybrid logical clock timestamp = base_timestamp + timestamp_offset (modulo 2^64).
+  /// Version 3 sessions leave it 0 and send timestamp_step.
   public var timestampOffset: Int64 = 0
 
-  /// Position of this delta in its transaction, from 0, unique within it.
+  /// Version 2: position of this delta in its transaction, from 0, unique within it.
+  /// Version 3 sessions leave it 0 and send index_step.
   public var index: UInt32 = 0
+
+  /// Version 3: position = the previous delta's position + 1 + index_step (modulo 2^32), the previous
+  /// delta being the one before it in the piece (documents in order, then their deltas);
+  /// before the first delta of a piece the position is -1.
+  public var indexStep: Int32 = 0
+
+  /// Version 3: timestamp = the previous delta's timestamp + 1 + timestamp_step (modulo
+  /// 2^64); before the first delta of a piece the timestamp is base_timestamp - 1.
+  public var timestampStep: Int64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -2126,7 +2137,7 @@ nonisolated extension Shoal_V1_DocumentDeltas: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Shoal_V1_FieldDelta: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".FieldDelta"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}field\0\u{3}value_json\0\u{3}timestamp_offset\0\u{1}index\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}field\0\u{3}value_json\0\u{3}timestamp_offset\0\u{1}index\0\u{3}index_step\0\u{3}timestamp_step\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2138,6 +2149,8 @@ nonisolated extension Shoal_V1_FieldDelta: SwiftProtobuf.Message, SwiftProtobuf.
       case 2: try { try decoder.decodeSingularBytesField(value: &self.valueJson) }()
       case 3: try { try decoder.decodeSingularSInt64Field(value: &self.timestampOffset) }()
       case 4: try { try decoder.decodeSingularUInt32Field(value: &self.index) }()
+      case 5: try { try decoder.decodeSingularSInt32Field(value: &self.indexStep) }()
+      case 6: try { try decoder.decodeSingularSInt64Field(value: &self.timestampStep) }()
       default: break
       }
     }
@@ -2156,6 +2169,12 @@ nonisolated extension Shoal_V1_FieldDelta: SwiftProtobuf.Message, SwiftProtobuf.
     if self.index != 0 {
       try visitor.visitSingularUInt32Field(value: self.index, fieldNumber: 4)
     }
+    if self.indexStep != 0 {
+      try visitor.visitSingularSInt32Field(value: self.indexStep, fieldNumber: 5)
+    }
+    if self.timestampStep != 0 {
+      try visitor.visitSingularSInt64Field(value: self.timestampStep, fieldNumber: 6)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2164,6 +2183,8 @@ nonisolated extension Shoal_V1_FieldDelta: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.valueJson != rhs.valueJson {return false}
     if lhs.timestampOffset != rhs.timestampOffset {return false}
     if lhs.index != rhs.index {return false}
+    if lhs.indexStep != rhs.indexStep {return false}
+    if lhs.timestampStep != rhs.timestampStep {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

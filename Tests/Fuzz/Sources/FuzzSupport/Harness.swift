@@ -27,14 +27,17 @@ public enum Harness {
     }
 
     /// One frame after the handshake: the first byte is its type, the second its
-    /// flags, the rest its payload. A message that decodes is handed to a sync
+    /// flags (bit 0) and the session's version (bit 1: 3, else 2), the rest its payload. A message that decodes is handed to a sync
     /// session's state machine (subscribed to cars and boats, mid-session), which
     /// checks it as a peer's frame (PieceCodec and all).
     public static func messages(_ data: [UInt8]) {
         guard data.count >= 2 else { return }
         let frame = Frame(type: data[0], flags: Frame.Flags(rawValue: data[1] & 0x01), payload: ByteBuffer(bytes: data[2...]))
         guard let message = try? MessageCodec(limits: limits).decode(frame) else { return }
-        var machine = SessionStateMachine(configuration: .init(peer: SiteID(0xB), documentSizeHardLimit: 1 << 15))
+        // The flags byte's bit 1 picks the session's version: 2 (absolute deltas) or 3 (stepped).
+        var machine = SessionStateMachine(
+            configuration: .init(
+                peer: SiteID(0xB), documentSizeHardLimit: 1 << 15, deltaEncoding: data[1] & 0x02 == 0 ? .absolute : .stepped))
         var own = SubscriptionSet()
         _ = try? own.add(query: "SELECT * FROM cars")
         _ = try? own.add(query: "SELECT * FROM boats WHERE size > 2")
@@ -121,9 +124,11 @@ public enum Harness {
         }
         for (i, wire) in batch.pieces.enumerated() {
             let filters = batch.filters
+            // Version 2 and 3 sessions read a delta's index and timestamp differently (PROTOCOL.md §8.3).
+            let encoding: PieceCodec.DeltaEncoding = batch.throughSequence % 2 == 0 ? .absolute : .stepped
             guard
                 let pieces = try? PieceCodec.decode(
-                    [wire], filters: filters, receiver: own.filter, collections: own.collections)
+                    [wire], filters: filters, receiver: own.filter, collections: own.collections, encoding: encoding)
             else { continue }
             for piece in pieces where !applied.contains(piece.id) {
                 _ = assembler.add(piece, from: SiteID(UInt64(0xA + i % 3)), now: now)
