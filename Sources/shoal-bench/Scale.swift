@@ -1,6 +1,7 @@
 import Foundation
 import ShoalCRDT
 import ShoalStore
+import ShoalSync
 import ShoalTesting
 
 /// One store of N documents, in process: how long queries take at that size, and how
@@ -44,6 +45,16 @@ enum Scale {
         var updateSeconds: Double = 0
         var compactSeconds: Double = 0
         var vacuumSeconds: Double = 0
+        var serve: Serve?
+    }
+
+    /// A new node syncing the whole store from it (`served`).
+    struct Serve: Sendable {
+        var seconds: Double
+        /// The process's resident memory before the sync and at most during it
+        /// (both nodes are in this process).
+        var residentBefore: Int
+        var residentPeak: Int
     }
 
     static let batch = 1_000
@@ -92,6 +103,7 @@ enum Scale {
         scans.append(try await scanned(store, documents: n, progress: progress))
         figure.scans = scans
         figure.sizes.append(try await size(store, directory: directory.path, label: "with the indexes"))
+        figure.serve = try await served(store, documents: n, progress: progress)
         let updating = ContinuousClock.now
         try await write(store, documents: n, generation: 1, progress: progress, verb: "updated") { _ in }
         figure.updateSeconds = seconds(ContinuousClock.now - updating)
@@ -107,6 +119,56 @@ enum Scale {
         figure.vacuumSeconds = seconds(ContinuousClock.now - vacuuming)
         figure.sizes.append(try await size(store, directory: directory.path, label: "after compaction and VACUUM"))
         return figure
+    }
+
+    /// A new node joins and syncs every document of the store from it, over an
+    /// in-memory connection, with a node's own page size: how long it takes, and the
+    /// process's resident memory meanwhile (sampled every 100 ms). Pages of 2,048 log
+    /// rows, 4 batches in flight and a bounded inbound queue keep both sides' memory
+    /// flat however large the store; a sender or receiver that held the whole result
+    /// would grow by about the store's size.
+    static func served(_ store: DocumentStore, documents n: Int, progress: Progress) async throws -> Serve {
+        progress.say("  a new node syncs all \(n) documents from the store")
+        let pageSize = SyncConfiguration(nodeName: "").batchSize
+        let server = SyncEngine(store: store, configuration: SyncConfiguration(nodeName: "scale"))
+        let joiner = try TestNode(name: "joiner", subscriptions: ["SELECT * FROM cars"], configure: { $0.batchSize = pageSize })
+        defer { joiner.remove() }
+        let before = residentBytes()
+        let peak = Locked(before)
+        let started = ContinuousClock.now
+        let sampling = Task {
+            while !Task.isCancelled {
+                let now = residentBytes()
+                peak.withLock { $0 = max($0, now) }
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        defer { sampling.cancel() }
+        try await InProcessMesh.withLink(server, joiner.sync) { () async throws in
+            var said = 0
+            while true {
+                let count = try await joiner.store.collectionCounts().first?.documents ?? 0
+                if count >= n { break }
+                if count >= said + n / 10 {
+                    said = count
+                    progress.say("    \(count) of \(n) arrived (\(Int(Double(count) / seconds(ContinuousClock.now - started))) docs/s)")
+                }
+                if ContinuousClock.now - started > .seconds(3600) { throw BenchError("the joining node did not get every document in an hour") }
+                try await Task.sleep(for: .milliseconds(250))
+            }
+        }
+        let elapsed = seconds(ContinuousClock.now - started)
+        sampling.cancel()
+        _ = await sampling.value
+        return Serve(seconds: elapsed, residentBefore: before, residentPeak: max(peak.withLock { $0 }, residentBytes()))
+    }
+
+    /// This process's resident memory (VmRSS) in bytes, from /proc; 0 where there is none.
+    static func residentBytes() -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = text.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+        else { return 0 }
+        return (Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") ?? 0) * 1024
     }
 
     /// Writes every document (`generation` 0 inserts them, 1 rewrites every field),
@@ -195,6 +257,13 @@ enum Scale {
                 String(format: "%.2f us/doc", s.seconds * 1e6 / Double(s.documents)), "\(s.matched) matched",
             ])
         }
+        if let serve = f.serve {
+            rows.append([
+                "a new node syncs them all", String(format: "%.1f s", serve.seconds),
+                String(format: "%.0f docs/s", Double(f.documents) / serve.seconds),
+                String(format: "process RSS %.0f MB before, at most %.0f MB during", Double(serve.residentBefore) / 1e6, Double(serve.residentPeak) / 1e6),
+            ])
+        }
         rows.append([
             "update every document", String(format: "%.0f docs/s", Double(f.documents) / f.updateSeconds),
             String(format: "%.1f s", f.updateSeconds), "",
@@ -222,6 +291,7 @@ enum Scale {
                 ]
             },
             "scans": f.scans.map { ["documents": $0.documents, "matched": $0.matched, "seconds": $0.seconds] },
+            "serve": f.serve.map { ["seconds": $0.seconds, "residentBytesBefore": $0.residentBefore, "residentBytesPeak": $0.residentPeak] } as Any,
             "sizes": f.sizes.map { ["label": $0.label, "storeBytes": $0.storeBytes, "walBytes": $0.walBytes, "changeLogRows": $0.logRows] },
         ]
         let data = try! JSONSerialization.data(withJSONObject: ["scale": object], options: [.sortedKeys])
