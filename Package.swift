@@ -115,7 +115,7 @@ let package = Package(
             dependencies: ["ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode"],
             swiftSettings: swiftSettings
         ),
-        .testTarget(name: "ShoalCRDTTests", dependencies: ["ShoalCRDT"], swiftSettings: swiftSettings),
+        .testTarget(name: "ShoalCRDTTests", dependencies: ["ShoalCRDT", "ShoalTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalBulkTests", dependencies: ["ShoalBulk", "ShoalCRDT", "ShoalNode"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalShellTests", dependencies: ["ShoalShell", "ShoalCRDT"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalQueryTests", dependencies: ["ShoalQuery", "ShoalCRDT"], swiftSettings: swiftSettings),

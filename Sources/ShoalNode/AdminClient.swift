@@ -107,17 +107,24 @@ public struct AdminClient: Sendable {
         }
     }
 
-    /// Runs `body`, turning what it throws into a `NodeError`: its own as they are, a
-    /// refused handshake as such, anything else as `what` failed.
-    private func failing<T>(_ what: String, _ body: () async throws -> T) async throws(NodeError) -> T {
+    /// Runs `body`, turning what it throws into a `NodeError` (`nodeError`).
+    private func failing<T>(_ what: String? = nil, _ body: () async throws -> T) async throws(NodeError) -> T {
         do {
             return try await body()
-        } catch let error as NodeError {
-            throw error
-        } catch let error as SyncError {
-            throw NodeError(.connectionFailed, "\(node) refused the connection: \(error.description)")
         } catch {
-            throw NodeError(.connectionFailed, "\(what) failed: \(error)")
+            throw nodeError(error, what)
+        }
+    }
+
+    /// What a failed request means to the caller: a `NodeError` as it is, a refused
+    /// handshake as such, anything else as `what` failed (or, without it, as the node
+    /// out of reach).
+    private func nodeError(_ error: any Error, _ what: String? = nil) -> NodeError {
+        switch error {
+        case let error as NodeError: error
+        case let error as SyncError: NodeError(.connectionFailed, "\(node) refused the connection: \(error.description)")
+        default:
+            NodeError(.connectionFailed, what.map { "\($0) failed: \(error)" } ?? "cannot reach a Shoal node at \(node): \(error)")
         }
     }
 
@@ -126,7 +133,7 @@ public struct AdminClient: Sendable {
     public func compact(
         vacuum: Bool = false, handler: @escaping @Sendable (CompactionProgress) -> Void = { _ in }
     ) async throws(NodeError) -> CompactionProgress {
-        do {
+        try await failing {
             let last = try await exchange(.compact(vacuum: vacuum)) { response in
                 switch response {
                 case .compaction(let progress):
@@ -142,12 +149,6 @@ public struct AdminClient: Sendable {
                 throw NodeError(.connectionFailed, "\(node) closed the connection before the compaction finished")
             }
             return progress
-        } catch let error as NodeError {
-            throw error
-        } catch let error as SyncError {
-            throw NodeError(.connectionFailed, "\(node) refused the connection: \(error.description)")
-        } catch {
-            throw NodeError(.connectionFailed, "cannot reach a Shoal node at \(node): \(error)")
         }
     }
 
@@ -169,15 +170,11 @@ public struct AdminClient: Sendable {
                 }
             }
             throw NodeError(.connectionFailed, "\(node) closed the connection")
-        } catch let error as NodeError {
-            throw error
         } catch is CancellationError {
             return
-        } catch let error as SyncError {
-            throw NodeError(.connectionFailed, "\(node) refused the connection: \(error.description)")
         } catch {
-            if Task.isCancelled { return }
-            throw NodeError(.connectionFailed, "cannot reach a Shoal node at \(node): \(error)")
+            if Task.isCancelled, !(error is NodeError) { return }
+            throw nodeError(error)
         }
     }
 
@@ -198,12 +195,8 @@ public struct AdminClient: Sendable {
                 defer { group.cancelAll() }
                 return try await group.next()!
             }
-        } catch let error as NodeError {
-            throw error
-        } catch let error as SyncError {
-            throw NodeError(.connectionFailed, "\(node) refused the connection: \(error.description)")
         } catch {
-            throw NodeError(.connectionFailed, "cannot reach a Shoal node at \(node): \(error)")
+            throw nodeError(error)
         }
         if case .failure(_, let message) = response {
             throw NodeError(.requestFailed, message)
@@ -219,7 +212,7 @@ public struct AdminClient: Sendable {
     ) async throws -> AdminResponse? {
         // Encoded (and compressed) before connecting: a large request could otherwise
         // keep the connection silent past the node's idle timeout.
-        let frame = try MessageCodec(limits: .default).encode(.adminRequest(request.wire()))
+        let frame = MessageCodec(limits: .default).encode(.adminRequest(request.wire()))
         return try await withSession { session in
             try await session.exchange(frame, id: 0, onResponse: onResponse)
         }

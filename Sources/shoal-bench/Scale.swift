@@ -243,7 +243,7 @@ enum Scale {
     }
 
     static func table(_ f: Figure) -> String {
-        var out = "\nA store of \(f.documents) documents of 5 fields (in process)\n"
+        let out = "\nA store of \(f.documents) documents of 5 fields (in process)\n"
         var rows: [[String]] = []
         rows.append([
             "load, \(batch) per txn", String(format: "%.0f docs/s", Double(f.documents) / f.loadSeconds),

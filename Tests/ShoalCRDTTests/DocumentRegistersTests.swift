@@ -1,5 +1,6 @@
 import Foundation
 import ShoalCRDT
+import ShoalTesting
 import Testing
 
 /// The merge rules and materialization alone: no store, no SQL. Random local edits on
@@ -7,17 +8,6 @@ import Testing
 /// other in random order with duplicates; all must end with the same registers and
 /// the same body. `SHOAL_REGISTERS_SEED` replays a run.
 @Suite struct DocumentRegistersTests {
-    struct SplitMix: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     static func randomValue(_ rng: inout SplitMix) -> Value {
         switch Int.random(in: 0..<6, using: &rng) {
         case 0: return .int(Int64.random(in: -3...3, using: &rng))

@@ -146,7 +146,7 @@ import Testing
         defer { dir.remove() }
         let store = try DocumentStore(directory: dir.path)
         defer { store.close() }
-        var rng = ConvergenceTests.SplitMix(state: seed)
+        var rng = SplitMix(state: seed)
         for _ in 0..<120 {
             let id = "d\(rng.next() % 6)"
             switch rng.next() % 5 {
