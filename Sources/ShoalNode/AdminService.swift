@@ -118,6 +118,7 @@ struct AdminService: AdminRequestHandler {
                 last.storeBytesAfter = outcome.storeBytesAfter
                 last.vacuumed = outcome.vacuumed
                 last.registersPurged = UInt64(outcome.registersPurged)
+                last.documentsForgotten = outcome.documentsForgotten
                 response = .compaction(last)
             case .attachmentGet(let hash, let offset):
                 guard AttachmentToken.isHash(hash) else {
@@ -344,6 +345,7 @@ struct AdminService: AdminRequestHandler {
                 status.peers[status.peers.count - 1].deltasOut = peer.deltasOut
                 status.peers[status.peers.count - 1].lagDeltas = peer.lagDeltas
                 status.peers[status.peers.count - 1].listenAddress = peer.listenAddress ?? (peer.direction == .outbound ? peer.address : nil)
+                status.peers[status.peers.count - 1].lastError = peer.lastError
                 status.peers[status.peers.count - 1].lastSeenMillisAgo = peer.lastHeard.map { since in
                     let elapsed = ContinuousClock.now - since
                     return elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
@@ -364,7 +366,9 @@ struct AdminService: AdminRequestHandler {
             peerPositions: try await node.store.peerAcknowledgements().map { a in
                 NodeStatus.PeerPosition(
                     siteID: a.peer, through: a.through, heardSecondsAgo: UInt64(max(0, now.timeIntervalSince(a.heardAt))))
-            })
+            }, documentsForgotten: storage.documentsForgotten,
+            forgottenThroughMillis: storage.forgottenThroughMillis == 0 ? nil : storage.forgottenThroughMillis,
+            freshThroughMillis: node.sync.freshness.freshThrough)
         for collection in try await node.store.collectionCounts() {
             status.collections.append(
                 NodeStatus.Collection(

@@ -51,6 +51,11 @@ public struct NodeConfiguration: Sendable {
     /// How long attachment bytes no live document names are kept before a sweep
     /// deletes them (and unfinished puts and fetches left untouched); nil: kept forever.
     public var attachmentHorizon: Duration?
+    /// How long a deleted document's tombstone is kept: compaction forgets the
+    /// document once its DELETE is older and every counted peer has passed it, and
+    /// the node then refuses peers whose freshness is older than what it forgot
+    /// (DATA_MODEL.md §18). nil: deleted documents are never forgotten.
+    public var tombstoneHorizon: Duration?
 
     public init(
         dataDirectory: String, listen: HostAndPort = HostAndPort(host: "0.0.0.0", port: HostAndPort.defaultPort),
@@ -60,8 +65,10 @@ public struct NodeConfiguration: Sendable {
         coverageWait: Duration = .seconds(30), maximumWaitingTransactions: Int = 10_000,
         maximumWaitingBytes: Int = 256 << 20, adminKey: [UInt8]? = nil, resources: ResourceLimits = .init(),
         metrics: HostAndPort? = nil, synchronousFull: Bool = false, attachmentHorizon: Duration? = .seconds(86_400),
-        compactionInterval: Duration? = .seconds(300), compactionHorizon: Duration = .seconds(604_800)
+        compactionInterval: Duration? = .seconds(300), compactionHorizon: Duration = .seconds(604_800),
+        tombstoneHorizon: Duration? = .seconds(2_592_000)
     ) {
+        self.tombstoneHorizon = tombstoneHorizon
         self.dataDirectory = dataDirectory
         self.listen = listen
         self.name = name

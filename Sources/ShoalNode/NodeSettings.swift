@@ -56,6 +56,7 @@ public struct NodeSettings: Sendable, Hashable {
         Key(name: "metrics", kind: .string, summary: "HOST:PORT to serve Prometheus metrics on, GET /metrics over plain HTTP; no authentication, so loopback or a trusted network only (default: off; port 0 picks one)"),
         Key(name: "compaction-interval", kind: .seconds, summary: "seconds between change-log compactions; 0 turns them off (default 300)"),
         Key(name: "compaction-horizon", kind: .seconds, summary: "seconds after which a peer not heard from no longer holds back compaction; it resyncs when it returns (default 604800, 7 days)"),
+        Key(name: "tombstone-horizon", kind: .seconds, summary: "seconds a deleted document's tombstone is kept before compaction forgets the document; peers that learned the mesh's deletions longer ago are then refused as stale; 0 keeps tombstones (default 2592000, 30 days)"),
         Key(name: "max-frame-size", kind: .integer, summary: "the largest frame accepted, in bytes (default 16777216)"),
         Key(name: "coverage-wait", kind: .seconds, summary: "seconds a remote transaction waits for pieces its subscriptions cover (default 30)"),
         Key(name: "max-waiting-transactions", kind: .integer, summary: "remote transactions held back at most (default 10000)"),
@@ -358,6 +359,16 @@ public struct NodeSettings: Sendable, Hashable {
         if !(compactionHorizon >= 1 && compactionHorizon <= 86_400 * 3650) {
             throw invalid("compaction-horizon", "must be between 1 and 315360000 seconds")
         }
+        // Unset, it is 30 days, or the compaction horizon when that is longer.
+        let tombstoneHorizon = seconds("tombstone-horizon") ?? max(2_592_000, compactionHorizon)
+        if !(tombstoneHorizon == 0 || (tombstoneHorizon >= 1 && tombstoneHorizon <= 86_400 * 3650)) {
+            throw invalid("tombstone-horizon", "must be 0 (keep tombstones) or between 1 and 315360000 seconds")
+        }
+        if tombstoneHorizon != 0, tombstoneHorizon < compactionHorizon {
+            throw invalid(
+                "tombstone-horizon",
+                "must be at least the compaction horizon (\(Int(compactionHorizon)) s): a peer still holding compaction back must not find a deletion forgotten")
+        }
         var relay = true
         if case .boolean(let b)? = values["relay"] { relay = b }
         var discovery = true
@@ -372,6 +383,7 @@ public struct NodeSettings: Sendable, Hashable {
             synchronousFull: synchronous == "full",
             attachmentHorizon: horizon == 0 ? nil : .milliseconds(Int64(horizon * 1000)),
             compactionInterval: compactionInterval == 0 ? nil : .milliseconds(Int64(compactionInterval * 1000)),
-            compactionHorizon: .milliseconds(Int64(compactionHorizon * 1000)))
+            compactionHorizon: .milliseconds(Int64(compactionHorizon * 1000)),
+            tombstoneHorizon: tombstoneHorizon == 0 ? nil : .milliseconds(Int64(tombstoneHorizon * 1000)))
     }
 }

@@ -13,6 +13,8 @@ public struct CompactionOutcome: Sendable, Hashable {
     public var expiredPeers: [String]
     /// Registers removed because a tombstone hides them.
     public var registersPurged: Int
+    /// Deleted documents forgotten: deleted longer than the tombstone horizon ago.
+    public var documentsForgotten: UInt64
     /// Store file bytes before and after (after VACUUM, when it ran).
     public var storeBytesBefore: UInt64
     public var storeBytesAfter: UInt64
@@ -30,16 +32,33 @@ extension ShoalNode {
     ) async throws(StoreError) -> CompactionOutcome {
         let horizon = configuration.compactionHorizon
         let before = NodeMetrics.storeSize(directory: configuration.dataDirectory)
-        let (report, heldBy, expired) = try await sync.positions.compact(store, horizon: horizon, progress: progress)
+        let now = Date()
+        // Documents deleted before this are forgotten once every counted peer has passed their DELETE.
+        let tombstonesBefore = configuration.tombstoneHorizon.map { horizon in
+            UInt64(max(0, (now.timeIntervalSince1970 - Double(horizon.components.seconds)) * 1000))
+        }
+        let (report, heldBy, expired) = try await sync.positions.compact(store, horizon: horizon, now: now, progress: progress)
         if !expired.isEmpty {
             logger.notice(
                 "peers not heard from for longer than the compaction horizon (\(horizon)) no longer hold back compaction; they resync when they return",
                 metadata: ["shoal.peers": "\(expired.map(\.description).joined(separator: ","))"])
         }
         let purged = try await store.purgeHiddenRegisters()
+        var forgotten: UInt64 = 0
+        if let tombstonesBefore {
+            let forget = try await store.forgetDeletedDocuments(deletedBefore: tombstonesBefore, through: report.through)
+            forgotten = forget.documents
+            sync.freshness.forgot(through: forget.forgottenThroughMillis)
+            if forget.documents > 0 {
+                logger.notice(
+                    "forgot \(forget.documents) documents deleted longer than the tombstone horizon ago; peers that learned the mesh's deletions before \(Freshness.describe(forget.forgottenThroughMillis)) are refused as stale",
+                    metadata: ["shoal.tombstone.horizon": "\(configuration.tombstoneHorizon.map { "\($0)" } ?? "-")"])
+            }
+        }
         if vacuum { try await store.vacuum() }
         let outcome = CompactionOutcome(
             report: report, heldBy: heldBy?.description, expiredPeers: expired.map(\.description), registersPurged: purged,
+            documentsForgotten: forgotten,
             storeBytesBefore: before, storeBytesAfter: NodeMetrics.storeSize(directory: configuration.dataDirectory),
             vacuumed: vacuum)
         if report.rowsRemoved > 0 || purged > 0 || vacuum {

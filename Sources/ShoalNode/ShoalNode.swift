@@ -58,8 +58,10 @@ public final class ShoalNode: Service, Sendable {
                 adminKey: configuration.adminKey, maximumPeers: resources.maximumPeers,
                 maximumAdminSessions: resources.maximumAdminConnections,
                 maximumSubscriptionsPerPeer: resources.maximumSubscriptionsPerPeer,
-                maximumQueryLength: resources.maximumQueryLength),
+                maximumQueryLength: resources.maximumQueryLength, freshnessHorizon: configuration.tombstoneHorizon ?? .seconds(2_592_000)),
             logger: logger, applyDuration: metrics.remoteApplyDuration)
+        let saved = try store.savedFreshness()
+        sync.freshness.load(freshThrough: saved.freshThrough, forgottenThrough: saved.forgottenThrough)
         for query in configuration.subscriptions {
             try sync.subscribe(query)
         }
@@ -383,6 +385,11 @@ public final class ShoalNode: Service, Sendable {
                 if site != nil { backoff = .milliseconds(200) }
             case .refused(let site):
                 knownSite = site ?? knownSite
+            case .stale:
+                // Nothing changes until an operator starts the stale node again from an
+                // empty data directory: ask again rarely.
+                try? await Task.sleep(for: .seconds(60))
+                continue
             case .itself:
                 logger.warning("--peer \(peer) is this node itself; not dialing it again")
                 return
@@ -426,10 +433,11 @@ public final class ShoalNode: Service, Sendable {
             switch await connect(target, discovered: true) {
             case .served(let peer) where peer != nil: backoff = .milliseconds(200)
             case .itself: return
+            case .stale: backoff = .seconds(60)
             default: break
             }
             try? await Task.sleep(for: Self.jittered(backoff))
-            backoff = min(backoff * 2, .seconds(5))
+            backoff = min(backoff * 2, max(backoff, .seconds(5)))
         }
     }
 
@@ -442,6 +450,9 @@ public final class ShoalNode: Service, Sendable {
         case itself
         /// No connection.
         case failed
+        /// Refused as a stale replica (STALE_REPLICA): this node may hold documents the
+        /// peer deleted and forgot.
+        case stale
     }
 
     /// One dial: connects, serves the session to its end, and records the outcome for status.
@@ -482,6 +493,14 @@ public final class ShoalNode: Service, Sendable {
             }
             sync.noteDialTarget(peer.description, state: "disconnected", error: error.description, discovered: discovered)
             return .refused(error.peer)
+        } catch let error as SyncError where error.code == .staleReplica {
+            if error.fromPeer {
+                logger.error(
+                    "\(peer) refuses this node as a stale replica; asking again every minute: \(error.message)",
+                    metadata: ["shoal.peer.address": "\(peer)"])
+            }
+            sync.noteDialTarget(peer.description, state: "refused", error: error.description, discovered: discovered)
+            return .stale
         } catch let error as SyncError {
             // The session logged the refusal with the peer's site; this is the dialer's view.
             logger.debug(

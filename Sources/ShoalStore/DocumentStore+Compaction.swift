@@ -12,12 +12,37 @@ public struct StorageStatus: Sendable, Hashable {
     public var compactedThrough: UInt64
     /// When that compaction ran (nil: never).
     public var compactedAt: Date?
+    /// Deleted documents forgotten after the tombstone horizon, in all.
+    public var documentsForgotten: UInt64
+    /// The newest deletion forgotten, Unix ms (0: none).
+    public var forgottenThroughMillis: UInt64
+    /// This node's freshness, Unix ms (see `Freshness`).
+    public var freshThroughMillis: UInt64
 
-    public init(changeLogRows: UInt64, lastSequence: UInt64, compactedThrough: UInt64, compactedAt: Date?) {
+    public init(
+        changeLogRows: UInt64, lastSequence: UInt64, compactedThrough: UInt64, compactedAt: Date?,
+        documentsForgotten: UInt64 = 0, forgottenThroughMillis: UInt64 = 0, freshThroughMillis: UInt64 = 0
+    ) {
         self.changeLogRows = changeLogRows
         self.lastSequence = lastSequence
         self.compactedThrough = compactedThrough
         self.compactedAt = compactedAt
+        self.documentsForgotten = documentsForgotten
+        self.forgottenThroughMillis = forgottenThroughMillis
+        self.freshThroughMillis = freshThroughMillis
+    }
+}
+
+/// What forgetting deleted documents did.
+public struct ForgetReport: Sendable, Hashable {
+    /// Documents forgotten by this run.
+    public var documents: UInt64
+    /// The newest deletion this store has forgotten, Unix ms, this run's included (0: none).
+    public var forgottenThroughMillis: UInt64
+
+    public init(documents: UInt64, forgottenThroughMillis: UInt64) {
+        self.documents = documents
+        self.forgottenThroughMillis = forgottenThroughMillis
     }
 }
 
@@ -80,9 +105,20 @@ public struct CompactionReport: Sendable, Hashable {
 /// is above the compaction point. Registers of evicted documents are kept (their
 /// rows are not judged superseded). The `txn` table keeps one small row per
 /// transaction, so a resend of a compacted transaction is still known as applied.
+/// The log's last transaction is never removed, so its sequences are never reused.
 extension DocumentStore {
     /// Rows scanned per write: a compaction holds the write gate a chunk at a time.
     static let compactionChunk: UInt64 = 20_000
+
+    /// Whether the change-log row `c` is superseded: the register it wrote holds
+    /// another transaction's write, or its document's tombstone, written by another
+    /// transaction, is at least as new.
+    static let rowSuperseded = """
+        EXISTS (
+            SELECT 1 FROM field f WHERE f.collection = c.collection AND f.doc_id = c.doc_id
+            AND (f.name = c.name OR (f.name = '_deleted' AND f.ts >= c.ts))
+            AND NOT (f.txn_seq = c.txn_seq AND COALESCE(f.txn_site, f.site) = c.txn_site))
+        """
 
     /// Transactions that wrote a row in `(lo, hi]`, lie wholly at or below `through`,
     /// and hold no current value.
@@ -90,10 +126,7 @@ extension DocumentStore {
         SELECT c.txn_site, c.txn_seq, COUNT(*) FROM change_log c
         WHERE (c.txn_site, c.txn_seq) IN (SELECT txn_site, txn_seq FROM change_log WHERE seq > ? AND seq <= ?)
         GROUP BY c.txn_site, c.txn_seq
-        HAVING MAX(c.seq) <= ? AND MIN(EXISTS (
-            SELECT 1 FROM field f WHERE f.collection = c.collection AND f.doc_id = c.doc_id
-            AND (f.name = c.name OR (f.name = '_deleted' AND f.ts >= c.ts))
-            AND NOT (f.txn_seq = c.txn_seq AND COALESCE(f.txn_site, f.site) = c.txn_site))) = 1
+        HAVING MAX(c.seq) <= ? AND MIN(\(rowSuperseded)) = 1
         """
 
     /// Removes from the change log every transaction that holds no current value and
@@ -114,7 +147,10 @@ extension DocumentStore {
         var low = min(start, point)
         while low < point {
             let high = min(low + Self.compactionChunk, point)
-            let chunk = [Int64(bitPattern: low), Int64(bitPattern: high), Int64(bitPattern: point)]
+            // The log's last transaction stays whatever it holds: SQLite gives a new row
+            // the largest sequence + 1, so removing the last rows would hand their
+            // sequences out again, under peers' cursors that already passed them.
+            let chunk = [Int64(bitPattern: low), Int64(bitPattern: high), Int64(bitPattern: min(point, last - 1))]
             let (removedRows, removedTransactions) = try await write { db -> (UInt64, UInt64) in
                 var found: [(site: Int64, sequence: Int64, rows: Int64)] = []
                 let rows = try Row.fetchCursor(
@@ -175,7 +211,169 @@ extension DocumentStore {
                 changeLogRows: UInt64(try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM change_log") ?? 0),
                 lastSequence: UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0),
                 compactedThrough: UInt64(try Self.meta(db, "compacted_through") ?? 0),
-                compactedAt: try Self.meta(db, "compacted_at").map { Date(timeIntervalSince1970: Double($0) / 1000) })
+                compactedAt: try Self.meta(db, "compacted_at").map { Date(timeIntervalSince1970: Double($0) / 1000) },
+                documentsForgotten: UInt64(max(0, try Self.meta(db, "documents_forgotten") ?? 0)),
+                forgottenThroughMillis: UInt64(max(0, try Self.meta(db, "forgotten_through") ?? 0)),
+                freshThroughMillis: UInt64(max(0, try Self.meta(db, "fresh_through") ?? 0)))
+        }
+    }
+
+    // MARK: Forgetting deleted documents
+
+    /// The largest timestamp whose wall clock is before `millis`.
+    static func lastTimestamp(beforeMillis millis: UInt64) -> Int64 {
+        millis == 0 ? 0 : Int64(bitPattern: (millis - 1) << 16 | 0xFFFF)
+    }
+
+    /// Documents deleted before a time and not written since: the tombstone is at or
+    /// below the argument (a timestamp) and the newest register of the document.
+    static let expiredDocuments = """
+        INSERT INTO temp.forget_document (collection, doc_id, ts)
+        SELECT t.collection, t.doc_id, t.ts FROM field t
+        WHERE t.name = '_deleted' AND t.ts <= ?
+        AND NOT EXISTS (SELECT 1 FROM field n WHERE n.collection = t.collection AND n.doc_id = t.doc_id AND n.ts > t.ts)
+        """
+
+    /// Every row of every logged transaction that wrote one of the candidates, with
+    /// whether it is superseded.
+    static let rowsOfCandidateTransactions = """
+        SELECT c.txn_site, c.txn_seq, c.seq, c.collection, c.doc_id, \(rowSuperseded) FROM change_log c
+        WHERE (c.txn_site, c.txn_seq) IN (
+            SELECT txn_site, txn_seq FROM change_log
+            WHERE (collection, doc_id) IN (SELECT collection, doc_id FROM temp.forget_document))
+        """
+
+    /// Forgets the documents deleted before `deletedBefore` (Unix ms) and not written
+    /// since: their tombstone, every register, their body and every transaction of
+    /// the log that wrote them go, and the store remembers only the newest deletion it
+    /// forgot (`forgotten_through`), which a peer's freshness must reach (DATA_MODEL.md
+    /// §18).
+    ///
+    /// The log must not keep a row of a forgotten document (a replica streaming it
+    /// would get the document back without its DELETE), and a transaction leaves it
+    /// only whole. So a document is forgotten only when every logged transaction that
+    /// wrote it lies at or below `through` (the compaction point: every counted peer
+    /// has it), is not the log's last, and holds nothing else current: each of its other rows is superseded,
+    /// or writes a document forgotten with it. A document created in one transaction
+    /// with others that live on stays (tombstone and all) until they are overwritten
+    /// or deleted too. Runs as one write.
+    public func forgetDeletedDocuments(deletedBefore: UInt64, through point: UInt64) async throws(StoreError) -> ForgetReport {
+        let expiry = Self.lastTimestamp(beforeMillis: deletedBefore)
+        let forgotten = try await write { db -> UInt64 in
+            try db.execute(
+                sql: """
+                    CREATE TEMP TABLE IF NOT EXISTS forget_document (
+                        collection TEXT NOT NULL, doc_id TEXT NOT NULL, ts INTEGER NOT NULL, PRIMARY KEY (collection, doc_id));
+                    DELETE FROM temp.forget_document;
+                    """)
+            defer { try? db.execute(sql: "DELETE FROM temp.forget_document") }
+            try db.execute(sql: Self.expiredDocuments, arguments: [expiry])
+            guard db.changesCount > 0 else { return 0 }
+            var candidates: [DocumentRef: Int64] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT collection, doc_id, ts FROM temp.forget_document") {
+                candidates[DocumentRef(collection: row[0], id: row[1])] = row[2]
+            }
+            struct Logged {
+                var documents: Set<DocumentRef> = []
+                var highest: Int64 = 0
+                /// Documents of rows that hold something current.
+                var current: Set<DocumentRef> = []
+            }
+            var transactions: [TransactionKey: Logged] = [:]
+            let rows = try Row.fetchCursor(db, sql: Self.rowsOfCandidateTransactions)
+            while let row = try rows.next() {
+                let key = TransactionKey(site: row[0], sequence: row[1])
+                let document = DocumentRef(collection: row[3], id: row[4])
+                transactions[key, default: Logged()].documents.insert(document)
+                transactions[key]!.highest = max(transactions[key]!.highest, row[2])
+                if !(row[5] as Bool) { transactions[key]!.current.insert(document) }
+            }
+            // A transaction may leave when it lies below the point and each of its rows
+            // is superseded or writes a document still to be forgotten; a document is
+            // forgotten when every transaction that wrote it may leave. Dropping one
+            // candidate can keep another's transaction: repeat until nothing changes.
+            // Not the log's last transaction: its sequences would be handed out again.
+            let last = UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0)
+            let point = min(point, last &- 1)
+            var forget = Set(candidates.keys)
+            var changed = true
+            while changed {
+                changed = false
+                for logged in transactions.values where !logged.documents.isDisjoint(with: forget) {
+                    let leaves = UInt64(bitPattern: logged.highest) <= point && logged.current.isSubset(of: forget)
+                    if !leaves {
+                        let kept = logged.documents.intersection(forget)
+                        forget.subtract(kept)
+                        changed = changed || !kept.isEmpty
+                    }
+                }
+            }
+            guard !forget.isEmpty else { return 0 }
+            let removeTransaction = try db.cachedStatement(sql: "DELETE FROM change_log WHERE txn_site = ? AND txn_seq = ?")
+            for (key, logged) in transactions where !logged.documents.isDisjoint(with: forget) {
+                try removeTransaction.execute(arguments: [key.site, key.sequence])
+            }
+            let fields = try db.cachedStatement(sql: "DELETE FROM field WHERE collection = ? AND doc_id = ?")
+            let bodies = try db.cachedStatement(sql: "DELETE FROM document WHERE collection = ? AND doc_id = ?")
+            var newest: Int64 = 0
+            for document in forget {
+                try fields.execute(arguments: [document.collection, document.id])
+                try bodies.execute(arguments: [document.collection, document.id])
+                newest = max(newest, candidates[document] ?? 0)
+            }
+            let millis = Int64(UInt64(bitPattern: newest) >> 16)
+            try Self.setMeta(db, "forgotten_through", max(millis, try Self.meta(db, "forgotten_through") ?? 0))
+            try Self.setMeta(db, "documents_forgotten", (try Self.meta(db, "documents_forgotten") ?? 0) + Int64(forget.count))
+            return UInt64(forget.count)
+        }
+        let through = try await read { db in UInt64(max(0, try Self.meta(db, "forgotten_through") ?? 0)) }
+        return ForgetReport(documents: forgotten, forgottenThroughMillis: through)
+    }
+
+    /// A logged transaction's key in the log's columns.
+    struct TransactionKey: Hashable {
+        var site: Int64
+        var sequence: Int64
+    }
+
+    /// What the store keeps of a document, live, deleted or forgotten: its registers
+    /// (the tombstone among them), whether it has a body row, and its change-log rows.
+    /// The log is scanned whole: for checks, not for a hot path.
+    public func retained(_ document: DocumentRef) async throws(StoreError) -> (registers: Int, body: Bool, logRows: Int) {
+        try await read { db in
+            let arguments: StatementArguments = [document.collection, document.id]
+            return (
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM field WHERE collection = ? AND doc_id = ?", arguments: arguments) ?? 0,
+                try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM document WHERE collection = ? AND doc_id = ?)", arguments: arguments) ?? false,
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM change_log WHERE collection = ? AND doc_id = ?", arguments: arguments) ?? 0
+            )
+        }
+    }
+
+    /// This node's freshness and the newest deletion it forgot, Unix ms (see `Freshness`).
+    public func freshness() async throws(StoreError) -> (freshThrough: UInt64, forgottenThrough: UInt64) {
+        try await read { db in try Self.freshness(db) }
+    }
+
+    /// The same, read at once: what a sync engine starts from, before any session.
+    public func savedFreshness() throws(StoreError) -> (freshThrough: UInt64, forgottenThrough: UInt64) {
+        do {
+            return try pool.read { db in try Self.freshness(db) }
+        } catch {
+            throw StoreError.wrapping(error, "database read")
+        }
+    }
+
+    static func freshness(_ db: Database) throws -> (freshThrough: UInt64, forgottenThrough: UInt64) {
+        (UInt64(max(0, try meta(db, "fresh_through") ?? 0)), UInt64(max(0, try meta(db, "forgotten_through") ?? 0)))
+    }
+
+    /// Raises the saved freshness to `millis` (never lowers it).
+    public func saveFreshThrough(_ millis: UInt64) async throws(StoreError) {
+        try await write { db in
+            if UInt64(max(0, try Self.meta(db, "fresh_through") ?? 0)) < millis {
+                try Self.setMeta(db, "fresh_through", Int64(clamping: millis))
+            }
         }
     }
 

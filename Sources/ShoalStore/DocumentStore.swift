@@ -311,6 +311,14 @@ public final class DocumentStore: Sendable {
                         paths TEXT NOT NULL, created_at INTEGER NOT NULL) WITHOUT ROWID
                     """)
         }
+        migrator.registerMigration("v11-freshness") { db in
+            // A node's freshness (Unix ms): it has learned the mesh's deletions through
+            // then. A new store holds nothing a peer deleted, so it starts fresh now;
+            // an older one had forgotten no deletion, so none can be at stake.
+            try db.execute(
+                sql: "INSERT OR IGNORE INTO shoal_meta (key, value) VALUES ('fresh_through', ?)",
+                arguments: [Int64(Date().timeIntervalSince1970 * 1000)])
+        }
         return migrator
     }
 

@@ -215,6 +215,7 @@ extension NodeStatus {
                 peer.lagDeltas = p.state == "connected" ? p.lagDeltas : nil
                 peer.lastSeenMillisAgo = p.lastSeenMillisAgo >= 0 ? p.lastSeenMillisAgo : nil
                 peer.listenAddress = p.listenAddress.isEmpty ? nil : p.listenAddress
+                peer.lastError = p.lastError.isEmpty ? nil : p.lastError
                 return peer
             },
             subscriptions: s.subscriptions.map(SubscriptionInfo.init(wire:)),
@@ -228,7 +229,9 @@ extension NodeStatus {
                 compactedAtMillis: w.compactedAtMillis == 0 ? nil : w.compactedAtMillis,
                 peerPositions: w.peerPositions.map {
                     PeerPosition(siteID: SiteID($0.siteID), through: $0.through, heardSecondsAgo: $0.heardSecondsAgo)
-                })
+                }, documentsForgotten: w.documentsForgotten,
+                forgottenThroughMillis: w.forgottenThroughMillis == 0 ? nil : w.forgottenThroughMillis,
+                freshThroughMillis: w.freshThroughMillis == 0 ? nil : w.freshThroughMillis)
         }
     }
 
@@ -255,6 +258,7 @@ extension NodeStatus {
             p.lagDeltas = peer.lagDeltas ?? 0
             p.lastSeenMillisAgo = peer.lastSeenMillisAgo ?? -1
             p.listenAddress = peer.listenAddress ?? ""
+            p.lastError = peer.lastError ?? ""
             return p
         }
         s.subscriptions = subscriptions.map(\.wire)
@@ -280,6 +284,9 @@ extension NodeStatus {
                 position.heardSecondsAgo = p.heardSecondsAgo
                 return position
             }
+            w.documentsForgotten = storage.documentsForgotten
+            w.forgottenThroughMillis = storage.forgottenThroughMillis ?? 0
+            w.freshThroughMillis = storage.freshThroughMillis ?? 0
             s.storage = w
         }
         return s
@@ -301,6 +308,7 @@ extension CompactionProgress {
         storeBytesAfter = c.storeBytesAfter
         vacuumed = c.vacuumed
         registersPurged = c.registersPurged
+        documentsForgotten = c.documentsForgotten
     }
 
     var wire: Shoal_V1_CompactionProgress {
@@ -317,6 +325,7 @@ extension CompactionProgress {
         c.storeBytesAfter = storeBytesAfter
         c.vacuumed = vacuumed
         c.registersPurged = registersPurged
+        c.documentsForgotten = documentsForgotten
         return c
     }
 }

@@ -186,6 +186,8 @@ public struct CompactionProgress: Sendable, Hashable {
     public var vacuumed = false
     /// Registers removed because a tombstone hides them.
     public var registersPurged: UInt64 = 0
+    /// Deleted documents forgotten: deleted longer than the tombstone horizon ago.
+    public var documentsForgotten: UInt64 = 0
 
     public init() {}
 }
@@ -245,6 +247,8 @@ public struct NodeStatus: Sendable, Hashable {
         public var lastSeenMillisAgo: Int64?
         /// Where it accepts connections, as far as the node can tell.
         public var listenAddress: String?
+        /// Why its last session or dial ended in error (nil: none did).
+        public var lastError: String?
 
         public init(
             siteID: SiteID?, name: String, address: String, state: String, direction: String, rttMillis: Double?,
@@ -272,11 +276,21 @@ public struct NodeStatus: Sendable, Hashable {
         public var compactedAtMillis: UInt64?
         /// The peers whose positions hold compaction back, lowest first.
         public var peerPositions: [PeerPosition]
+        /// Deleted documents forgotten after the tombstone horizon, in all.
+        public var documentsForgotten: UInt64
+        /// The newest deletion forgotten, Unix ms (nil: none).
+        public var forgottenThroughMillis: UInt64?
+        /// The node's freshness: it has learned the mesh's deletions through then (Unix ms).
+        public var freshThroughMillis: UInt64?
 
         public init(
             storeBytes: UInt64, changeLogRows: UInt64, compactedThrough: UInt64, compactedAtMillis: UInt64?,
-            peerPositions: [PeerPosition] = []
+            peerPositions: [PeerPosition] = [], documentsForgotten: UInt64 = 0, forgottenThroughMillis: UInt64? = nil,
+            freshThroughMillis: UInt64? = nil
         ) {
+            self.documentsForgotten = documentsForgotten
+            self.forgottenThroughMillis = forgottenThroughMillis
+            self.freshThroughMillis = freshThroughMillis
             self.storeBytes = storeBytes
             self.changeLogRows = changeLogRows
             self.compactedThrough = compactedThrough

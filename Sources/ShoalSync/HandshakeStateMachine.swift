@@ -19,7 +19,8 @@ public struct PeerIdentity: Sendable, Hashable {
 ///   start ──send Hello──► awaitingHello ──recv Hello / send Proof──► awaitingProof
 ///                                                                       │ recv Proof (valid)
 ///                                                                       ▼
-///   failed ◄── any mismatch: send Error(fatal), close            established
+///   failed ◄── any mismatch, or a stale peer:                    established
+///              send Error(fatal), close
 /// ```
 ///
 /// Both sides run the same machine at once; neither waits for the other to speak
@@ -43,12 +44,19 @@ public struct HandshakeStateMachine: Sendable {
         public var role: Shoal_V1_Role
         public var listenAddress: String
         public var versions: ClosedRange<UInt32>
+        /// This node's freshness, Unix ms, sent in Hello (see `Freshness`); 0: unknown.
+        public var freshThrough: UInt64
+        /// The newest deletion this node has forgotten, Unix ms; a peer whose
+        /// freshness is below it is refused (STALE_REPLICA). 0: none forgotten.
+        public var forgottenThrough: UInt64
 
         public init(
             siteID: SiteID, nodeName: String, meshName: String, meshKey: [UInt8]?, role: Shoal_V1_Role = .peer,
             listenAddress: String = "", versions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions,
-            adminKey: [UInt8]? = nil, acceptsKeylessAdmin: Bool = true
+            adminKey: [UInt8]? = nil, acceptsKeylessAdmin: Bool = true, freshThrough: UInt64 = 0, forgottenThrough: UInt64 = 0
         ) {
+            self.freshThrough = freshThrough
+            self.forgottenThrough = forgottenThrough
             self.siteID = siteID
             self.nodeName = nodeName
             self.meshName = meshName
@@ -89,6 +97,8 @@ public struct HandshakeStateMachine: Sendable {
     public let configuration: Configuration
     let nonce: [UInt8]
     var state: State = .idle
+    /// Why the peer will be refused as stale, once its proof is checked.
+    var staleRefusal: String?
 
     public init(configuration: Configuration, nonce: [UInt8]? = nil) {
         self.configuration = configuration
@@ -118,6 +128,7 @@ public struct HandshakeStateMachine: Sendable {
         hello.nonce = Data(nonce)
         hello.role = configuration.role
         hello.listenAddress = configuration.listenAddress
+        if configuration.role != .admin { hello.freshThroughMillis = configuration.freshThrough }
         return [.send(.hello(hello))]
     }
 
@@ -208,6 +219,17 @@ public struct HandshakeStateMachine: Sendable {
             )
         }
         state = .awaitingProof(hello)
+        if !peerIsAdmin, !weAreAdmin,
+            let refusal = Freshness.refusal(
+                peer: SiteID(hello.siteID), peerFreshThrough: hello.freshThroughMillis, node: configuration.siteID,
+                forgottenThrough: configuration.forgottenThrough)
+        {
+            // A stale peer is refused once its proof is checked (a wrong key is told as
+            // such first); it gets no proof of ours, so it learns why while still in
+            // the handshake, before it starts a session.
+            staleRefusal = refusal
+            return []
+        }
         var proof = Shoal_V1_Proof()
         if let key {
             proof.mac = Data(
@@ -239,6 +261,7 @@ public struct HandshakeStateMachine: Sendable {
                 return fail(.meshKeyMismatch, "mesh key mismatch: the peer's proof does not match this node's mesh key")
             }
         }
+        if let staleRefusal { return fail(.staleReplica, staleRefusal) }
         state = .established
         let identity = PeerIdentity(
             siteID: peerSite, name: hello.nodeName, role: hello.role, listenAddress: hello.listenAddress,

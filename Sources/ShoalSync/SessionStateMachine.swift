@@ -125,6 +125,9 @@ public struct SessionStateMachine: Sendable {
         /// The peer's subscriptions, for status.
         case peerSubscribed(SubscriptionSet)
         case measuredRoundTrip(micros: UInt64)
+        /// The peer says this node has everything of its log it asked for, and that
+        /// its own freshness is this (Unix ms): this node's may rise (`Freshness`).
+        case caughtUp(peerFreshThrough: UInt64)
         /// Something the operator should know, to log with the peer's address (the session goes on).
         case warn(String)
         /// Send the error unless it came from the peer (or is nil: a silent close), then close.
@@ -166,6 +169,9 @@ public struct SessionStateMachine: Sendable {
     private var nextPing: UInt64
     private var pingNonce: UInt64 = 0
     private var closed = false
+    /// This node's freshness (Unix ms), which a Ping carries while the peer is caught
+    /// up with this node's log; the session keeps it current.
+    public var localFreshThrough: UInt64 = 0
 
     public init(configuration: Configuration, now: UInt64 = 0) {
         self.configuration = configuration
@@ -217,6 +223,7 @@ public struct SessionStateMachine: Sendable {
             var ping = Shoal_V1_Ping()
             ping.nonce = pingNonce
             ping.sentAtMicros = now
+            if peerSet != nil, lag == 0, inFlight == 0 { ping.freshThroughMillis = localFreshThrough }
             return [.send(.ping(ping))]
         case .logAdvanced(let sequence):
             logEnd = max(logEnd, sequence)
@@ -388,7 +395,8 @@ public struct SessionStateMachine: Sendable {
             }
             return readIfPossible()
         case .ping(let ping):
-            return [.send(.pong(ping))]
+            guard ping.freshThroughMillis != 0 else { return [.send(.pong(ping))] }
+            return [.send(.pong(ping)), .caughtUp(peerFreshThrough: ping.freshThroughMillis)]
         case .pong(let pong):
             // Only a Pong that echoes our latest Ping gives a round trip; ignore others.
             guard pong.nonce != 0, pong.nonce == pingNonce, pong.sentAtMicros <= now else { return [] }

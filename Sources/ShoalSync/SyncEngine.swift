@@ -31,6 +31,8 @@ public final class SyncEngine: Sendable {
     private let sessionCounts = Locked<(peers: Int, admins: Int)>((0, 0))
     /// How far each peer acknowledged this node's log, for compaction.
     public let positions = PeerPositions()
+    /// How recently this node learned the mesh's deletions, and what it forgot of them.
+    public let freshness: Freshness
 
     /// - Parameter applyDuration: records how long each commit of received
     ///   transactions took, one sample per SQLite transaction of the inbound pipeline.
@@ -44,6 +46,7 @@ public final class SyncEngine: Sendable {
         self.pipeline = InboundPipeline(
             store: store, configuration: configuration.inbound, logger: logger, applyDuration: applyDuration)
         self.advertisedListen = Locked(configuration.listenAddress)
+        self.freshness = Freshness(horizon: configuration.freshnessHorizon)
     }
 
     /// Where this node accepts connections, as Hello tells peers: the configured

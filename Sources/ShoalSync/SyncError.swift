@@ -18,6 +18,7 @@ public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
         case duplicateSession
         case executionFailed
         case limitExceeded
+        case staleReplica
         /// A code this version does not know, by its number.
         case unrecognized(Int)
     }
@@ -59,6 +60,7 @@ extension SyncError.Code {
         case .duplicateSession: return "DUPLICATE_SESSION"
         case .executionFailed: return "EXECUTION_FAILED"
         case .limitExceeded: return "LIMIT_EXCEEDED"
+        case .staleReplica: return "STALE_REPLICA"
         case .unrecognized(let n): return "UNRECOGNIZED(\(n))"
         }
     }
@@ -78,6 +80,7 @@ extension SyncError.Code {
         case .duplicateSession: self = .duplicateSession
         case .executionFailed: self = .executionFailed
         case .limitExceeded: self = .limitExceeded
+        case .staleReplica: self = .staleReplica
         case .UNRECOGNIZED(let n): self = .unrecognized(n)
         }
     }
@@ -97,6 +100,7 @@ extension SyncError.Code {
         case .duplicateSession: return .duplicateSession
         case .executionFailed: return .executionFailed
         case .limitExceeded: return .limitExceeded
+        case .staleReplica: return .staleReplica
         case .unrecognized(let n): return .UNRECOGNIZED(n)
         }
     }

@@ -74,6 +74,8 @@ public final class TestNode: Sendable {
         var configuration = SyncConfiguration(nodeName: name, meshKey: meshKey, batchSize: 64)
         configure(&configuration)
         sync = SyncEngine(store: store, configuration: configuration)
+        let saved = try store.savedFreshness()
+        sync.freshness.load(freshThrough: saved.freshThrough, forgottenThrough: saved.forgottenThrough)
         for query in subscriptions { try sync.subscribe(query) }
     }
 

@@ -45,6 +45,7 @@ struct CompactCommand: AsyncParsableCommand {
         } else {
             var line = "compacted through \(result.through): \(result.rowsRemoved) of \(result.rowsBefore) change-log rows removed (\(result.transactionsRemoved) transactions)"
             if result.registersPurged > 0 { line += "; \(result.registersPurged) registers hidden by tombstones removed" }
+            if result.documentsForgotten > 0 { line += "; \(result.documentsForgotten) documents deleted before the tombstone horizon forgotten" }
             if let held = result.heldBy { line += "; held back by peer \(held)" }
             if result.vacuumed { line += "; VACUUM: \(result.storeBytesBefore) → \(result.storeBytesAfter) bytes" }
             print(line)
@@ -66,6 +67,7 @@ struct CompactCommand: AsyncParsableCommand {
             "storeBytesAfter": .int(Int64(p.storeBytesAfter)),
             "vacuumed": .bool(p.vacuumed),
             "registersPurged": .int(Int64(p.registersPurged)),
+            "documentsForgotten": .int(Int64(p.documentsForgotten)),
         ])
     }
 }

@@ -80,6 +80,11 @@ struct RunCommand: AsyncParsableCommand {
         help: "Seconds after which a peer not heard from no longer holds back compaction; it resyncs when it returns (default: 604800, 7 days).")
     var compactionHorizon: Double?
 
+    @Option(
+        name: .long,
+        help: "Seconds a deleted document's tombstone is kept before compaction forgets the document; peers that learned the mesh's deletions longer ago are then refused as stale; 0 keeps tombstones (default: 2592000, 30 days; at least the compaction horizon).")
+    var tombstoneHorizon: Double?
+
     @Option(name: .long, help: "The largest frame accepted, in bytes (default: 16777216).")
     var maxFrameSize: Int?
 
@@ -121,6 +126,7 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("synchronous", synchronous.map { .string($0) })
         s.setFlag("compaction-interval", compactionInterval.map { .seconds($0) })
         s.setFlag("compaction-horizon", compactionHorizon.map { .seconds($0) })
+        s.setFlag("tombstone-horizon", tombstoneHorizon.map { .seconds($0) })
         s.setFlag("max-frame-size", maxFrameSize.map { .integer($0) })
         s.setFlag("coverage-wait", coverageWait.map { .seconds($0) })
         s.setFlag("max-waiting-transactions", maxWaitingTransactions.map { .integer($0) })

@@ -65,6 +65,7 @@ struct StatusCommand: AsyncParsableCommand {
                         "deltasIn": .int(Int64(p.deltasIn)), "deltasOut": .int(Int64(p.deltasOut)),
                         "lagDeltas": p.lagDeltas.map { .int(Int64($0)) } ?? .null,
                         "lastSeenMillisAgo": p.lastSeenMillisAgo.map { .int($0) } ?? .null,
+                        "lastError": p.lastError.map(Value.string) ?? .null,
                     ])
                 }),
             "subscriptions": .array(
@@ -88,12 +89,20 @@ struct StatusCommand: AsyncParsableCommand {
         ])
     }
 
+    /// Unix ms as an ISO 8601 time.
+    static func time(_ millis: UInt64) -> String {
+        Date(timeIntervalSince1970: Double(millis) / 1000).formatted(.iso8601)
+    }
+
     static func storage(_ s: NodeStatus.Storage) -> Value {
         .object([
             "storeBytes": .int(Int64(s.storeBytes)),
             "changeLogRows": .int(Int64(s.changeLogRows)),
             "compactedThrough": .int(Int64(s.compactedThrough)),
             "compactedAtMillis": s.compactedAtMillis.map { .int(Int64($0)) } ?? .null,
+            "documentsForgotten": .int(Int64(s.documentsForgotten)),
+            "forgottenThroughMillis": s.forgottenThroughMillis.map { .int(Int64($0)) } ?? .null,
+            "freshThroughMillis": s.freshThroughMillis.map { .int(Int64($0)) } ?? .null,
             "peerPositions": .array(
                 s.peerPositions.map { p in
                     .object([
@@ -142,6 +151,9 @@ struct StatusCommand: AsyncParsableCommand {
                  "\(p.deltasIn) / \(p.deltasOut)", p.lagDeltas.map(String.init) ?? "-",
                  p.lastSeenMillisAgo.map { $0 < 1000 ? "\($0) ms ago" : "\($0 / 1000) s ago" } ?? "-"]
             })
+        for p in s.peers where p.state != "connected" {
+            if let error = p.lastError { out += "  \(p.address): \(error)\n" }
+        }
         out += "\nSubscriptions\n"
         out += render(["ID", "ORIGIN", "QUERY"], s.subscriptions.map { [$0.id, $0.origin, $0.query] })
         let t = s.transactions
@@ -171,6 +183,12 @@ struct StatusCommand: AsyncParsableCommand {
             out += storage.compactedThrough == 0 ? "never compacted\n" : "compacted through \(storage.compactedThrough)\n"
             if let lowest = storage.peerPositions.first {
                 out += "  compaction held at \(lowest.through) by peer \(lowest.siteID) (heard \(lowest.heardSecondsAgo) s ago)\n"
+            }
+            if let forgotten = storage.forgottenThroughMillis {
+                out += "  \(storage.documentsForgotten) deleted documents forgotten, deleted up to \(Self.time(forgotten)); peers less fresh are refused as stale\n"
+            }
+            if let fresh = storage.freshThroughMillis {
+                out += "  fresh through \(Self.time(fresh)) (has learned the mesh's deletions through then)\n"
             }
         }
         out += "\nCollections\n"

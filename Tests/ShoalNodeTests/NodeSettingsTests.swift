@@ -38,6 +38,7 @@ struct NodeSettingsTests {
         synchronous = "full"
         compaction-interval = 0
         compaction-horizon = 3600
+        tombstone-horizon = 7200
         attachment-horizon = 90
         """
 
@@ -73,6 +74,7 @@ struct NodeSettingsTests {
         #expect(configuration.synchronousFull)
         #expect(configuration.compactionInterval == nil, "0 turns periodic compaction off")
         #expect(configuration.compactionHorizon == .seconds(3600))
+        #expect(configuration.tombstoneHorizon == .seconds(7200))
         #expect(configuration.attachmentHorizon == .seconds(90))
         #expect(settings.origin(of: "max-frame-size") == dir.path + "/shoal.toml:13 (max-frame-size)")
         // Every key appears in the file above, so a key added without a test shows here.
@@ -129,8 +131,13 @@ struct NodeSettingsTests {
         #expect(try flags.logFormat() == "text")
         #expect(configuration.metrics == nil, "no metrics endpoint unless asked for")
         #expect(configuration.attachmentHorizon == .seconds(86_400))
+        #expect(configuration.tombstoneHorizon == .seconds(2_592_000), "30 days")
         flags.setFlag("attachment-horizon", .seconds(0))
         #expect(try flags.configuration().attachmentHorizon == nil, "0 keeps every attachment")
+        flags.setFlag("compaction-horizon", .seconds(86_400 * 60))
+        #expect(try flags.configuration().tombstoneHorizon == .seconds(86_400 * 60), "unset, at least the compaction horizon")
+        flags.setFlag("tombstone-horizon", .seconds(0))
+        #expect(try flags.configuration().tombstoneHorizon == nil, "0 keeps tombstones")
         #expect(throws: NodeError.self) { try NodeSettings().configuration() }
     }
 
@@ -156,6 +163,8 @@ struct NodeSettingsTests {
         ("data = \"x\"\nmetrics = \"9470\"\n", "shoal.toml:2 (metrics): '9470' is not HOST:PORT"),
         ("data = \"x\"\ncompaction-interval = 0.5\n", "shoal.toml:2 (compaction-interval): must be 0 (off) or between 1 and 2592000 seconds"),
         ("data = \"x\"\ncompaction-horizon = 0\n", "shoal.toml:2 (compaction-horizon): must be between 1 and 315360000 seconds"),
+        ("data = \"x\"\ntombstone-horizon = 0.5\n", "shoal.toml:2 (tombstone-horizon): must be 0 (keep tombstones) or between 1 and 315360000 seconds"),
+        ("data = \"x\"\ntombstone-horizon = 60\n", "shoal.toml:2 (tombstone-horizon): must be at least the compaction horizon (604800 s)"),
     ])
     func mistakesNameTheLineAndTheKey(text: String, expected: String) {
         let error = #expect(throws: NodeError.self) {

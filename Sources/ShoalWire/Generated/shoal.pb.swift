@@ -82,6 +82,10 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
 
   /// A named limit of the receiver was exceeded (PROTOCOL.md section 12); the message names it.
   case limitExceeded // = 12
+
+  /// The peer may hold documents this node deleted and has since forgotten: it must
+  /// start again from an empty store (PROTOCOL.md section 8.11).
+  case staleReplica // = 13
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -103,6 +107,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     case 10: self = .duplicateSession
     case 11: self = .executionFailed
     case 12: self = .limitExceeded
+    case 13: self = .staleReplica
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -122,6 +127,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     case .duplicateSession: return 10
     case .executionFailed: return 11
     case .limitExceeded: return 12
+    case .staleReplica: return 13
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -141,6 +147,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     .duplicateSession,
     .executionFailed,
     .limitExceeded,
+    .staleReplica,
   ]
 
 }
@@ -220,6 +227,12 @@ public nonisolated struct Shoal_V1_Hello: Sendable {
   /// Where the sender accepts connections ("host:port"), empty if nowhere.
   public var listenAddress: String = String()
 
+  /// Peers: the time (Unix ms) through which the sender has learned the mesh's
+  /// deletions, its freshness (PROTOCOL.md section 8.11); 0: unknown. A node that has
+  /// forgotten deleted documents refuses a peer less fresh than they were deleted
+  /// (STALE_REPLICA).
+  public var freshThroughMillis: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -268,6 +281,12 @@ public nonisolated struct Shoal_V1_Ping: Sendable {
 
   /// The sender's monotonic clock, microseconds; echoed to measure round trips.
   public var sentAtMicros: UInt64 = 0
+
+  /// Set only while the receiver has acknowledged everything of the sender's change
+  /// log that its subscriptions ask for: the sender's freshness (Unix ms), which the
+  /// receiver's own rises to (PROTOCOL.md section 8.11). 0 otherwise. A Pong's is
+  /// the echo and means nothing.
+  public var freshThroughMillis: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -912,6 +931,9 @@ public nonisolated struct Shoal_V1_CompactionProgress: Sendable {
   /// Registers removed because their document's tombstone hides them (DATA_MODEL.md §18).
   public var registersPurged: UInt64 = 0
 
+  /// Deleted documents forgotten: deleted longer than the tombstone horizon ago.
+  public var documentsForgotten: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1344,6 +1366,15 @@ public nonisolated struct Shoal_V1_StorageStatus: Sendable {
   /// The peers whose acknowledged positions hold compaction back, lowest first.
   public var peerPositions: [Shoal_V1_PeerPosition] = []
 
+  /// Deleted documents forgotten after the tombstone horizon (DATA_MODEL.md section 18),
+  /// in all, and the newest deletion forgotten (Unix ms; 0: none).
+  public var documentsForgotten: UInt64 = 0
+
+  public var forgottenThroughMillis: UInt64 = 0
+
+  /// This node's freshness (Unix ms): it has learned the mesh's deletions through then.
+  public var freshThroughMillis: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1484,6 +1515,10 @@ public nonisolated struct Shoal_V1_PeerStatus: Sendable {
   /// (the address it dialed, or the Hello's listen_address); empty when unknown.
   public var listenAddress: String = String()
 
+  /// Why the last session or dial with it ended in error ("" when none did), e.g. a
+  /// refusal as a stale replica (STALE_REPLICA).
+  public var lastError: String = String()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1563,7 +1598,7 @@ nonisolated extension Shoal_V1_Role: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension Shoal_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_PROTOCOL_VIOLATION\0\u{1}ERROR_CODE_UNSUPPORTED_VERSION\0\u{1}ERROR_CODE_MESH_MISMATCH\0\u{1}ERROR_CODE_MESH_KEY_MISMATCH\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_INVALID_QUERY\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_DUPLICATE_SESSION\0\u{1}ERROR_CODE_EXECUTION_FAILED\0\u{1}ERROR_CODE_LIMIT_EXCEEDED\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_PROTOCOL_VIOLATION\0\u{1}ERROR_CODE_UNSUPPORTED_VERSION\0\u{1}ERROR_CODE_MESH_MISMATCH\0\u{1}ERROR_CODE_MESH_KEY_MISMATCH\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_INVALID_QUERY\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_DUPLICATE_SESSION\0\u{1}ERROR_CODE_EXECUTION_FAILED\0\u{1}ERROR_CODE_LIMIT_EXCEEDED\0\u{1}ERROR_CODE_STALE_REPLICA\0")
 }
 
 nonisolated extension Shoal_V1_Coverage: SwiftProtobuf._ProtoNameProviding {
@@ -1572,7 +1607,7 @@ nonisolated extension Shoal_V1_Coverage: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Hello"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}min_version\0\u{3}max_version\0\u{3}site_id\0\u{3}node_name\0\u{3}mesh_name\0\u{1}nonce\0\u{1}role\0\u{3}listen_address\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}min_version\0\u{3}max_version\0\u{3}site_id\0\u{3}node_name\0\u{3}mesh_name\0\u{1}nonce\0\u{1}role\0\u{3}listen_address\0\u{3}fresh_through_millis\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1588,6 +1623,7 @@ nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Mess
       case 6: try { try decoder.decodeSingularBytesField(value: &self.nonce) }()
       case 7: try { try decoder.decodeSingularEnumField(value: &self.role) }()
       case 8: try { try decoder.decodeSingularStringField(value: &self.listenAddress) }()
+      case 9: try { try decoder.decodeSingularUInt64Field(value: &self.freshThroughMillis) }()
       default: break
       }
     }
@@ -1618,6 +1654,9 @@ nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Mess
     if !self.listenAddress.isEmpty {
       try visitor.visitSingularStringField(value: self.listenAddress, fieldNumber: 8)
     }
+    if self.freshThroughMillis != 0 {
+      try visitor.visitSingularUInt64Field(value: self.freshThroughMillis, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1630,6 +1669,7 @@ nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Mess
     if lhs.nonce != rhs.nonce {return false}
     if lhs.role != rhs.role {return false}
     if lhs.listenAddress != rhs.listenAddress {return false}
+    if lhs.freshThroughMillis != rhs.freshThroughMillis {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1707,7 +1747,7 @@ nonisolated extension Shoal_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._Mess
 
 nonisolated extension Shoal_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Ping"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}nonce\0\u{3}sent_at_micros\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}nonce\0\u{3}sent_at_micros\0\u{3}fresh_through_millis\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1717,6 +1757,7 @@ nonisolated extension Shoal_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._Messa
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt64Field(value: &self.nonce) }()
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.sentAtMicros) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.freshThroughMillis) }()
       default: break
       }
     }
@@ -1729,12 +1770,16 @@ nonisolated extension Shoal_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._Messa
     if self.sentAtMicros != 0 {
       try visitor.visitSingularUInt64Field(value: self.sentAtMicros, fieldNumber: 2)
     }
+    if self.freshThroughMillis != 0 {
+      try visitor.visitSingularUInt64Field(value: self.freshThroughMillis, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Shoal_V1_Ping, rhs: Shoal_V1_Ping) -> Bool {
     if lhs.nonce != rhs.nonce {return false}
     if lhs.sentAtMicros != rhs.sentAtMicros {return false}
+    if lhs.freshThroughMillis != rhs.freshThroughMillis {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2944,7 +2989,7 @@ nonisolated extension Shoal_V1_CompactRequest: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Shoal_V1_CompactionProgress: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".CompactionProgress"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}scanned_through\0\u{1}through\0\u{3}rows_before\0\u{3}rows_removed\0\u{3}transactions_removed\0\u{1}done\0\u{3}held_by\0\u{3}expired_peers\0\u{3}store_bytes_before\0\u{3}store_bytes_after\0\u{1}vacuumed\0\u{3}registers_purged\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}scanned_through\0\u{1}through\0\u{3}rows_before\0\u{3}rows_removed\0\u{3}transactions_removed\0\u{1}done\0\u{3}held_by\0\u{3}expired_peers\0\u{3}store_bytes_before\0\u{3}store_bytes_after\0\u{1}vacuumed\0\u{3}registers_purged\0\u{3}documents_forgotten\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2964,6 +3009,7 @@ nonisolated extension Shoal_V1_CompactionProgress: SwiftProtobuf.Message, SwiftP
       case 10: try { try decoder.decodeSingularUInt64Field(value: &self.storeBytesAfter) }()
       case 11: try { try decoder.decodeSingularBoolField(value: &self.vacuumed) }()
       case 12: try { try decoder.decodeSingularUInt64Field(value: &self.registersPurged) }()
+      case 13: try { try decoder.decodeSingularUInt64Field(value: &self.documentsForgotten) }()
       default: break
       }
     }
@@ -3006,6 +3052,9 @@ nonisolated extension Shoal_V1_CompactionProgress: SwiftProtobuf.Message, SwiftP
     if self.registersPurged != 0 {
       try visitor.visitSingularUInt64Field(value: self.registersPurged, fieldNumber: 12)
     }
+    if self.documentsForgotten != 0 {
+      try visitor.visitSingularUInt64Field(value: self.documentsForgotten, fieldNumber: 13)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3022,6 +3071,7 @@ nonisolated extension Shoal_V1_CompactionProgress: SwiftProtobuf.Message, SwiftP
     if lhs.storeBytesAfter != rhs.storeBytesAfter {return false}
     if lhs.vacuumed != rhs.vacuumed {return false}
     if lhs.registersPurged != rhs.registersPurged {return false}
+    if lhs.documentsForgotten != rhs.documentsForgotten {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3837,7 +3887,7 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Shoal_V1_StorageStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StorageStatus"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}store_bytes\0\u{3}change_log_rows\0\u{3}compacted_through\0\u{3}compacted_at_millis\0\u{3}peer_positions\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}store_bytes\0\u{3}change_log_rows\0\u{3}compacted_through\0\u{3}compacted_at_millis\0\u{3}peer_positions\0\u{3}documents_forgotten\0\u{3}forgotten_through_millis\0\u{3}fresh_through_millis\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3850,6 +3900,9 @@ nonisolated extension Shoal_V1_StorageStatus: SwiftProtobuf.Message, SwiftProtob
       case 3: try { try decoder.decodeSingularUInt64Field(value: &self.compactedThrough) }()
       case 4: try { try decoder.decodeSingularUInt64Field(value: &self.compactedAtMillis) }()
       case 5: try { try decoder.decodeRepeatedMessageField(value: &self.peerPositions) }()
+      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.documentsForgotten) }()
+      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.forgottenThroughMillis) }()
+      case 8: try { try decoder.decodeSingularUInt64Field(value: &self.freshThroughMillis) }()
       default: break
       }
     }
@@ -3871,6 +3924,15 @@ nonisolated extension Shoal_V1_StorageStatus: SwiftProtobuf.Message, SwiftProtob
     if !self.peerPositions.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.peerPositions, fieldNumber: 5)
     }
+    if self.documentsForgotten != 0 {
+      try visitor.visitSingularUInt64Field(value: self.documentsForgotten, fieldNumber: 6)
+    }
+    if self.forgottenThroughMillis != 0 {
+      try visitor.visitSingularUInt64Field(value: self.forgottenThroughMillis, fieldNumber: 7)
+    }
+    if self.freshThroughMillis != 0 {
+      try visitor.visitSingularUInt64Field(value: self.freshThroughMillis, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3880,6 +3942,9 @@ nonisolated extension Shoal_V1_StorageStatus: SwiftProtobuf.Message, SwiftProtob
     if lhs.compactedThrough != rhs.compactedThrough {return false}
     if lhs.compactedAtMillis != rhs.compactedAtMillis {return false}
     if lhs.peerPositions != rhs.peerPositions {return false}
+    if lhs.documentsForgotten != rhs.documentsForgotten {return false}
+    if lhs.forgottenThroughMillis != rhs.forgottenThroughMillis {return false}
+    if lhs.freshThroughMillis != rhs.freshThroughMillis {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -4077,7 +4142,7 @@ nonisolated extension Shoal_V1_PendingTransaction: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PeerStatus"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}address\0\u{1}state\0\u{3}rtt_millis\0\u{3}bytes_in\0\u{3}bytes_out\0\u{1}direction\0\u{1}discovered\0\u{3}deltas_in\0\u{3}deltas_out\0\u{3}lag_deltas\0\u{3}last_seen_millis_ago\0\u{3}listen_address\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}address\0\u{1}state\0\u{3}rtt_millis\0\u{3}bytes_in\0\u{3}bytes_out\0\u{1}direction\0\u{1}discovered\0\u{3}deltas_in\0\u{3}deltas_out\0\u{3}lag_deltas\0\u{3}last_seen_millis_ago\0\u{3}listen_address\0\u{3}last_error\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4099,6 +4164,7 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
       case 12: try { try decoder.decodeSingularUInt64Field(value: &self.lagDeltas) }()
       case 13: try { try decoder.decodeSingularInt64Field(value: &self.lastSeenMillisAgo) }()
       case 14: try { try decoder.decodeSingularStringField(value: &self.listenAddress) }()
+      case 15: try { try decoder.decodeSingularStringField(value: &self.lastError) }()
       default: break
       }
     }
@@ -4147,6 +4213,9 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
     if !self.listenAddress.isEmpty {
       try visitor.visitSingularStringField(value: self.listenAddress, fieldNumber: 14)
     }
+    if !self.lastError.isEmpty {
+      try visitor.visitSingularStringField(value: self.lastError, fieldNumber: 15)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -4165,6 +4234,7 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.lagDeltas != rhs.lagDeltas {return false}
     if lhs.lastSeenMillisAgo != rhs.lastSeenMillisAgo {return false}
     if lhs.listenAddress != rhs.listenAddress {return false}
+    if lhs.lastError != rhs.lastError {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

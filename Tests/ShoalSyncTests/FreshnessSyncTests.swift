@@ -1,0 +1,136 @@
+import Foundation
+import ShoalCRDT
+import ShoalStore
+import ShoalSync
+import ShoalTesting
+import Testing
+
+/// Forgetting deleted documents between in-process nodes (DATA_MODEL.md §18,
+/// PROTOCOL.md §8.11): a node forgets a deleted document once every counted peer has
+/// its DELETE and the tombstone is past the horizon; a peer that was away since
+/// before the DELETE is refused as stale and keeps what it holds; a peer that stayed
+/// caught up, a new node and the stale one started again from nothing all sync, and
+/// none gets the forgotten document back.
+@Suite struct FreshnessSyncTests {
+    static let cars = "SELECT * FROM cars"
+
+    static func contents(_ node: TestNode) async throws -> [String] {
+        try await node.store.execute("SELECT * FROM cars ORDER BY _id").items.map(\.canonicalJSON)
+    }
+
+    static func node(_ name: String) throws -> TestNode {
+        try TestNode(name: name, subscriptions: [cars]) { $0.keepaliveInterval = .milliseconds(100) }
+    }
+
+    /// Runs one connection's handshake and session until `body` returns, then closes
+    /// it (without a body, until a side ends it); returns how each side's `serve`
+    /// ended (nil: normally).
+    static func connect(
+        _ a: SyncEngine, _ b: SyncEngine, _ body: (@Sendable () async throws -> Void)? = nil
+    ) async throws -> (a: SyncError?, b: SyncError?) {
+        let connection = InMemoryConnection()
+        return try await withThrowingTaskGroup(of: (Bool, SyncError?).self) { group in
+            group.addTask {
+                do {
+                    try await a.serve(inbound: connection.a.inbound, transport: connection.a.transport, direction: .outbound, remoteAddress: "memory:b")
+                    return (true, nil)
+                } catch {
+                    return (true, error as? SyncError)
+                }
+            }
+            group.addTask {
+                do {
+                    try await b.serve(inbound: connection.b.inbound, transport: connection.b.transport, direction: .inbound, remoteAddress: "memory:a")
+                    return (false, nil)
+                } catch {
+                    return (false, error as? SyncError)
+                }
+            }
+            if let body {
+                try await body()
+                await connection.a.transport.close()
+            }
+            var ends: (a: SyncError?, b: SyncError?) = (nil, nil)
+            for try await (isA, error) in group {
+                if isA { ends.a = error } else { ends.b = error }
+            }
+            return ends
+        }
+    }
+
+    @Test func aStalePeerIsRefusedAndTheForgottenDocumentStaysForgotten() async throws {
+        let a = try Self.node("a"), stale = try Self.node("stale"), q = try Self.node("q")
+        defer { a.remove(); stale.remove(); q.remove() }
+        let pipelines = Task { [a, stale, q] in
+            await withTaskGroup(of: Void.self) { group in
+                for engine in [a.sync, stale.sync, q.sync] { group.addTask { await engine.run() } }
+            }
+        }
+        defer { pipelines.cancel() }
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'gone', 'x': 1})")
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'kept', 'x': 1})")
+        let both = try await Self.contents(a)
+        _ = try await Self.connect(stale.sync, a.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.contents(stale) == both })
+        }
+        try await Task.sleep(for: .milliseconds(20))
+
+        // `stale` is away. The DELETE reaches q, which stays caught up with a.
+        try await InProcessMesh.withLink(q.sync, a.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.contents(q) == both })
+            _ = try await a.store.execute("DELETE FROM cars WHERE _id = 'gone'")
+            _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'later', 'x': 1})")
+            let left = try await Self.contents(a)
+            #expect(try await InProcessMesh.eventually { try await Self.contents(q) == left })
+            let deletedAt = Freshness.now()
+            #expect(
+                try await InProcessMesh.eventually { q.sync.freshness.freshThrough > deletedAt },
+                "a's Pings tell q it caught up, and q's freshness passes the DELETE")
+            // a compacts as if a week had passed: `stale` no longer counts, q does.
+            #expect(try await InProcessMesh.eventually {
+                let (report, _, expired) = try await a.sync.positions.compact(
+                    a.store, horizon: .seconds(1), now: .now.addingTimeInterval(3600))
+                let last = try await a.store.lastSequence()
+                guard expired.contains(stale.sync.siteID) || report.through == last else { return false }
+                let forgot = try await a.store.forgetDeletedDocuments(deletedBefore: Freshness.now() + 1, through: report.through)
+                a.sync.freshness.forgot(through: forgot.forgottenThroughMillis)
+                return forgot.documents == 1
+            })
+        }
+        let forgotten = a.sync.freshness.forgottenThrough
+        #expect(forgotten > 0 && stale.sync.freshness.freshThrough < forgotten)
+        #expect(try await a.store.retained(DocumentRef(collection: "cars", id: "\"gone\"")) == (0, false, 0))
+        let current = try await Self.contents(a)
+        #expect(current == ["{\"_id\":\"kept\",\"x\":1}", "{\"_id\":\"later\",\"x\":1}"])
+
+        // `stale` returns: refused on a's side, told why on its own, and nothing moves either way.
+        let (staleEnd, aEnd) = try await Self.connect(stale.sync, a.sync)
+        #expect(aEnd?.code == .staleReplica && aEnd?.fromPeer == false, "\(String(describing: aEnd))")
+        #expect(staleEnd?.code == .staleReplica && staleEnd?.fromPeer == true, "\(String(describing: staleEnd))")
+        #expect(staleEnd?.message.contains("Start site \(stale.sync.siteID) again from an empty data directory") == true)
+        #expect(try await Self.contents(stale) == both, "the stale node keeps what it holds")
+        #expect(try await a.store.retained(DocumentRef(collection: "cars", id: "\"gone\"")) == (0, false, 0))
+
+        // q, caught up through the DELETE, comes back and is served; so is a new node,
+        // and the stale one started again from an empty data directory.
+        let fresh = try Self.node("fresh"), restarted = try Self.node("restarted")
+        defer { fresh.remove(); restarted.remove() }
+        let more = Task { [fresh, restarted] in
+            await withTaskGroup(of: Void.self) { group in
+                for engine in [fresh.sync, restarted.sync] { group.addTask { await engine.run() } }
+            }
+        }
+        defer { more.cancel() }
+        for peer in [q, fresh, restarted] {
+            let ends = try await Self.connect(peer.sync, a.sync) { () async throws in
+                #expect(try await InProcessMesh.eventually { try await Self.contents(peer) == current })
+            }
+            #expect(ends.a?.code != .staleReplica && ends.b?.code != .staleReplica, "\(ends)")
+        }
+        #expect(try await Self.contents(a) == current, "nobody brought the forgotten document back")
+        more.cancel()
+        pipelines.cancel()
+        await more.value
+        await pipelines.value
+    }
+}
