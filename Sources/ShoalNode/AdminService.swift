@@ -368,7 +368,7 @@ struct AdminService: AdminRequestHandler {
                     siteID: a.peer, through: a.through, heardSecondsAgo: UInt64(max(0, now.timeIntervalSince(a.heardAt))))
             }, documentsForgotten: storage.documentsForgotten,
             forgottenThroughMillis: storage.forgottenThroughMillis == 0 ? nil : storage.forgottenThroughMillis,
-            freshThroughMillis: node.sync.freshness.freshThrough)
+            freshness: node.sync.freshness.entries)
         for collection in try await node.store.collectionCounts() {
             status.collections.append(
                 NodeStatus.Collection(

@@ -11,7 +11,8 @@ public struct CompactionOutcome: Sendable, Hashable {
     public var heldBy: String?
     /// Peers unheard for longer than the horizon, no longer holding the log back.
     public var expiredPeers: [String]
-    /// Registers removed because a tombstone hides them.
+    /// Registers no value needs any more: hidden by a tombstone, or removals older
+    /// than the tombstone horizon.
     public var registersPurged: Int
     /// Deleted documents forgotten: deleted longer than the tombstone horizon ago.
     public var documentsForgotten: UInt64
@@ -33,9 +34,13 @@ extension ShoalNode {
         let horizon = configuration.compactionHorizon
         let before = NodeMetrics.storeSize(directory: configuration.dataDirectory)
         let now = Date()
-        // Documents deleted before this are forgotten once every counted peer has passed their DELETE.
-        let tombstonesBefore = configuration.tombstoneHorizon.map { horizon in
-            UInt64(max(0, (now.timeIntervalSince1970 - Double(horizon.components.seconds)) * 1000))
+        // Documents deleted before this are forgotten once every counted peer has passed
+        // their DELETE; nothing is until the store has kept its freshness for a whole
+        // horizon, so every peer it met meanwhile carries an entry for it (PROTOCOL.md §8.10).
+        let freshSince = try await store.freshSince()
+        let tombstonesBefore = configuration.tombstoneHorizon.flatMap { horizon -> UInt64? in
+            let before = UInt64(max(0, (now.timeIntervalSince1970 - Double(horizon.components.seconds)) * 1000))
+            return before >= freshSince ? before : nil
         }
         let (report, heldBy, expired) = try await sync.positions.compact(store, horizon: horizon, now: now, progress: progress)
         if !expired.isEmpty {
@@ -43,9 +48,10 @@ extension ShoalNode {
                 "peers not heard from for longer than the compaction horizon (\(horizon)) no longer hold back compaction; they resync when they return",
                 metadata: ["shoal.peers": "\(expired.map(\.description).joined(separator: ","))"])
         }
-        let purged = try await store.purgeHiddenRegisters()
+        var purged = try await store.purgeHiddenRegisters()
         var forgotten: UInt64 = 0
         if let tombstonesBefore {
+            purged += try await store.forgetRemovals(removedBefore: tombstonesBefore)
             let forget = try await store.forgetDeletedDocuments(deletedBefore: tombstonesBefore, through: report.through)
             forgotten = forget.documents
             sync.freshness.forgot(through: forget.forgottenThroughMillis)
@@ -63,10 +69,33 @@ extension ShoalNode {
             vacuumed: vacuum)
         if report.rowsRemoved > 0 || purged > 0 || vacuum {
             logger.info(
-                "compacted the change log through \(report.through): \(report.rowsRemoved) of \(report.rowsBefore) rows removed (\(report.transactionsRemoved) transactions); \(purged) registers hidden by tombstones removed",
+                "compacted the change log through \(report.through): \(report.rowsRemoved) of \(report.rowsBefore) rows removed (\(report.transactionsRemoved) transactions); \(purged) registers hidden by tombstones or removed before the tombstone horizon purged",
                 metadata: ["shoal.compaction.held_by": "\(heldBy.map(\.description) ?? "-")"])
         }
         return outcome
+    }
+
+    /// Saves the node's freshness every 30 s when it changed, off the sessions' path.
+    func saveFreshnessPeriodically() async {
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: .seconds(30))
+            } catch {
+                return
+            }
+            await saveFreshness()
+        }
+    }
+
+    /// Saves the node's freshness if it changed; a failure is logged (the next save,
+    /// or the peers' next Pings, make up for it).
+    func saveFreshness() async {
+        guard let changes = sync.freshness.takeChanges() else { return }
+        do {
+            try await store.saveFreshness(changes)
+        } catch {
+            logger.warning("could not save the node's freshness: \(error); trying again later")
+        }
     }
 
     /// Compacts every `compactionInterval` while the node runs, when the log grew

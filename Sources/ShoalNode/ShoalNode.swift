@@ -58,10 +58,10 @@ public final class ShoalNode: Service, Sendable {
                 adminKey: configuration.adminKey, maximumPeers: resources.maximumPeers,
                 maximumAdminSessions: resources.maximumAdminConnections,
                 maximumSubscriptionsPerPeer: resources.maximumSubscriptionsPerPeer,
-                maximumQueryLength: resources.maximumQueryLength, freshnessHorizon: configuration.tombstoneHorizon ?? .seconds(2_592_000)),
+                maximumQueryLength: resources.maximumQueryLength),
             logger: logger, applyDuration: metrics.remoteApplyDuration)
         let saved = try store.savedFreshness()
-        sync.freshness.load(freshThrough: saved.freshThrough, forgottenThrough: saved.forgottenThrough)
+        sync.freshness.load(entries: saved.entries, forgottenThrough: saved.forgottenThrough)
         for query in configuration.subscriptions {
             try sync.subscribe(query)
         }
@@ -136,6 +136,7 @@ public final class ShoalNode: Service, Sendable {
             } catch {
                 result = .failure(error)
             }
+            await saveFreshness()
             await store.shutdown()
             monitor.cancelAll()
             return result
@@ -197,6 +198,7 @@ public final class ShoalNode: Service, Sendable {
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await self.sync.run() }
             group.addTask { await self.compactPeriodically() }
+            group.addTask { await self.saveFreshnessPeriodically() }
             if let horizon = configuration.attachmentHorizon {
                 group.addTask { await self.collectAttachments(horizon: horizon) }
             }

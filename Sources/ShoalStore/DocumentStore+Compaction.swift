@@ -16,12 +16,16 @@ public struct StorageStatus: Sendable, Hashable {
     public var documentsForgotten: UInt64
     /// The newest deletion forgotten, Unix ms (0: none).
     public var forgottenThroughMillis: UInt64
-    /// This node's freshness, Unix ms (see `Freshness`).
-    public var freshThroughMillis: UInt64
+    /// This node's freshness: for each node, the time on its clock through which this
+    /// store holds its log (ShoalSync's `Freshness`).
+    public var freshness: [SiteID: UInt64]
+    /// When the store started keeping its freshness (Unix ms).
+    public var freshSinceMillis: UInt64
 
     public init(
         changeLogRows: UInt64, lastSequence: UInt64, compactedThrough: UInt64, compactedAt: Date?,
-        documentsForgotten: UInt64 = 0, forgottenThroughMillis: UInt64 = 0, freshThroughMillis: UInt64 = 0
+        documentsForgotten: UInt64 = 0, forgottenThroughMillis: UInt64 = 0, freshness: [SiteID: UInt64] = [:],
+        freshSinceMillis: UInt64 = 0
     ) {
         self.changeLogRows = changeLogRows
         self.lastSequence = lastSequence
@@ -29,7 +33,8 @@ public struct StorageStatus: Sendable, Hashable {
         self.compactedAt = compactedAt
         self.documentsForgotten = documentsForgotten
         self.forgottenThroughMillis = forgottenThroughMillis
-        self.freshThroughMillis = freshThroughMillis
+        self.freshness = freshness
+        self.freshSinceMillis = freshSinceMillis
     }
 }
 
@@ -214,7 +219,8 @@ extension DocumentStore {
                 compactedAt: try Self.meta(db, "compacted_at").map { Date(timeIntervalSince1970: Double($0) / 1000) },
                 documentsForgotten: UInt64(max(0, try Self.meta(db, "documents_forgotten") ?? 0)),
                 forgottenThroughMillis: UInt64(max(0, try Self.meta(db, "forgotten_through") ?? 0)),
-                freshThroughMillis: UInt64(max(0, try Self.meta(db, "fresh_through") ?? 0)))
+                freshness: try Self.freshness(db).entries,
+                freshSinceMillis: UInt64(max(0, try Self.meta(db, "fresh_since") ?? 0)))
         }
     }
 
@@ -227,9 +233,13 @@ extension DocumentStore {
 
     /// Documents deleted before a time and not written since: the tombstone is at or
     /// below the argument (a timestamp) and the newest register of the document.
+    /// `millis` is when the deletion happened as far as peers' freshness goes: the
+    /// later of the tombstone's time and when this node logged its DELETE.
     static let expiredDocuments = """
-        INSERT INTO temp.forget_document (collection, doc_id, ts)
-        SELECT t.collection, t.doc_id, t.ts FROM field t
+        INSERT INTO temp.forget_document (collection, doc_id, millis)
+        SELECT t.collection, t.doc_id, MAX(t.ts >> 16, COALESCE(
+            (SELECT x.first_seen FROM txn x WHERE x.origin = COALESCE(t.txn_site, t.site) AND x.seq = t.txn_seq), 0))
+        FROM field t
         WHERE t.name = '_deleted' AND t.ts <= ?
         AND NOT EXISTS (SELECT 1 FROM field n WHERE n.collection = t.collection AND n.doc_id = t.doc_id AND n.ts > t.ts)
         """
@@ -263,14 +273,14 @@ extension DocumentStore {
             try db.execute(
                 sql: """
                     CREATE TEMP TABLE IF NOT EXISTS forget_document (
-                        collection TEXT NOT NULL, doc_id TEXT NOT NULL, ts INTEGER NOT NULL, PRIMARY KEY (collection, doc_id));
+                        collection TEXT NOT NULL, doc_id TEXT NOT NULL, millis INTEGER NOT NULL, PRIMARY KEY (collection, doc_id));
                     DELETE FROM temp.forget_document;
                     """)
             defer { try? db.execute(sql: "DELETE FROM temp.forget_document") }
             try db.execute(sql: Self.expiredDocuments, arguments: [expiry])
             guard db.changesCount > 0 else { return 0 }
             var candidates: [DocumentRef: Int64] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT collection, doc_id, ts FROM temp.forget_document") {
+            for row in try Row.fetchAll(db, sql: "SELECT collection, doc_id, millis FROM temp.forget_document") {
                 candidates[DocumentRef(collection: row[0], id: row[1])] = row[2]
             }
             struct Logged {
@@ -321,13 +331,36 @@ extension DocumentStore {
                 try bodies.execute(arguments: [document.collection, document.id])
                 newest = max(newest, candidates[document] ?? 0)
             }
-            let millis = Int64(UInt64(bitPattern: newest) >> 16)
-            try Self.setMeta(db, "forgotten_through", max(millis, try Self.meta(db, "forgotten_through") ?? 0))
+            try Self.setMeta(db, "forgotten_through", max(newest, try Self.meta(db, "forgotten_through") ?? 0))
             try Self.setMeta(db, "documents_forgotten", (try Self.meta(db, "documents_forgotten") ?? 0) + Int64(forget.count))
             return UInt64(forget.count)
         }
         let through = try await read { db in UInt64(max(0, try Self.meta(db, "forgotten_through") ?? 0)) }
         return ForgetReport(documents: forgotten, forgottenThroughMillis: through)
+    }
+
+    /// Removal registers (a field's UNSET: `''`; a map entry's: `~` and a site) older
+    /// than the argument, a timestamp.
+    static let expiredRemovals = "(value = '' OR substr(value, 1, 1) = '~') AND ts <= ?"
+
+    /// Forgets removals written before `removedBefore` (Unix ms): the registers UNSET and
+    /// map-entry removals leave, which no body shows and which only stop an older write
+    /// of the same field or entry from coming back. After the tombstone horizon only a
+    /// stale peer could send one, and the handshake refuses it: the store raises
+    /// `forgotten_through` to the newest removal forgotten. The log keeps the rows
+    /// that wrote them; a replica that streams them holds a removal again, which
+    /// changes no body. Returns how many registers went. Runs as one write.
+    public func forgetRemovals(removedBefore: UInt64) async throws(StoreError) -> Int {
+        let expiry = Self.lastTimestamp(beforeMillis: removedBefore)
+        return try await write { db in
+            guard let newest = try Int64.fetchOne(db, sql: "SELECT MAX(ts) FROM field WHERE \(Self.expiredRemovals)", arguments: [expiry])
+            else { return 0 }
+            try db.execute(sql: "DELETE FROM field WHERE \(Self.expiredRemovals)", arguments: [expiry])
+            let removed = db.changesCount
+            let millis = Int64(UInt64(bitPattern: newest) >> 16)
+            try Self.setMeta(db, "forgotten_through", max(millis, try Self.meta(db, "forgotten_through") ?? 0))
+            return removed
+        }
     }
 
     /// A logged transaction's key in the log's columns.
@@ -350,13 +383,8 @@ extension DocumentStore {
         }
     }
 
-    /// This node's freshness and the newest deletion it forgot, Unix ms (see `Freshness`).
-    public func freshness() async throws(StoreError) -> (freshThrough: UInt64, forgottenThrough: UInt64) {
-        try await read { db in try Self.freshness(db) }
-    }
-
-    /// The same, read at once: what a sync engine starts from, before any session.
-    public func savedFreshness() throws(StoreError) -> (freshThrough: UInt64, forgottenThrough: UInt64) {
+    /// This node's freshness entries and the newest deletion it forgot (ShoalSync's `Freshness`).
+    public func savedFreshness() throws(StoreError) -> (entries: [SiteID: UInt64], forgottenThrough: UInt64) {
         do {
             return try pool.read { db in try Self.freshness(db) }
         } catch {
@@ -364,18 +392,38 @@ extension DocumentStore {
         }
     }
 
-    static func freshness(_ db: Database) throws -> (freshThrough: UInt64, forgottenThrough: UInt64) {
-        (UInt64(max(0, try meta(db, "fresh_through") ?? 0)), UInt64(max(0, try meta(db, "forgotten_through") ?? 0)))
+    static func freshness(_ db: Database) throws -> (entries: [SiteID: UInt64], forgottenThrough: UInt64) {
+        var entries: [SiteID: UInt64] = [:]
+        for row in try Row.fetchAll(db, sql: "SELECT site, through FROM freshness") {
+            entries[SiteID(UInt64(bitPattern: row[0]))] = UInt64(max(0, row[1] as Int64))
+        }
+        return (entries, UInt64(max(0, try meta(db, "forgotten_through") ?? 0)))
     }
 
-    /// Raises the saved freshness to `millis` (never lowers it).
-    public func saveFreshThrough(_ millis: UInt64) async throws(StoreError) {
+    /// Saves this node's freshness entries, each raised (never lowered) to the one given.
+    public func saveFreshness(_ entries: [SiteID: UInt64]) async throws(StoreError) {
+        guard !entries.isEmpty else { return }
         try await write { db in
-            if UInt64(max(0, try Self.meta(db, "fresh_through") ?? 0)) < millis {
-                try Self.setMeta(db, "fresh_through", Int64(clamping: millis))
+            let upsert = try db.cachedStatement(
+                sql: "INSERT INTO freshness (site, through) VALUES (?, ?) ON CONFLICT (site) DO UPDATE SET through = MAX(through, excluded.through)")
+            for (site, through) in entries {
+                try upsert.execute(arguments: [Int64(bitPattern: site.rawValue), Int64(clamping: through)])
             }
         }
     }
+
+    /// When the store started keeping its freshness (Unix ms; migration `v11-freshness`).
+    public func freshSince() async throws(StoreError) -> UInt64 {
+        try await read { db in UInt64(max(0, try Self.meta(db, "fresh_since") ?? 0)) }
+    }
+
+    /// Whether the store holds any document, live, deleted or evicted with counters kept.
+    public func holdsDocuments() async throws(StoreError) -> Bool {
+        try await read { db in
+            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM field) OR EXISTS (SELECT 1 FROM evicted_counter)") ?? true
+        }
+    }
+
 
     // MARK: Peers' positions
 

@@ -312,11 +312,15 @@ public final class DocumentStore: Sendable {
                     """)
         }
         migrator.registerMigration("v11-freshness") { db in
-            // A node's freshness (Unix ms): it has learned the mesh's deletions through
-            // then. A new store holds nothing a peer deleted, so it starts fresh now;
-            // an older one had forgotten no deletion, so none can be at stake.
+            // The node's freshness: for each node, the time on its clock through which
+            // this store holds its log (PROTOCOL.md §8.10). `fresh_since` is when the
+            // store started keeping it: the node forgets no deletion until it has kept
+            // it for a whole tombstone horizon, so peers it met meanwhile carry an entry.
             try db.execute(
-                sql: "INSERT OR IGNORE INTO shoal_meta (key, value) VALUES ('fresh_through', ?)",
+                sql: """
+                    CREATE TABLE freshness (site INTEGER PRIMARY KEY NOT NULL, through INTEGER NOT NULL);
+                    INSERT OR IGNORE INTO shoal_meta (key, value) VALUES ('fresh_since', ?);
+                    """,
                 arguments: [Int64(Date().timeIntervalSince1970 * 1000)])
         }
         return migrator

@@ -38,10 +38,9 @@ public protocol SyncStore: AnyObject, Sendable {
     func changeLogUpdates() -> AsyncStream<UInt64>
     /// A signal each time EVICT restarts every peer cursor.
     func cursorResets() -> AsyncStream<UInt64>
-    /// This node's freshness and the newest deletion it forgot, Unix ms (ShoalSync's `Freshness`).
-    func freshness() async throws(StoreError) -> (freshThrough: UInt64, forgottenThrough: UInt64)
-    /// Raises the saved freshness to `millis`.
-    func saveFreshThrough(_ millis: UInt64) async throws(StoreError)
+    /// Whether the store holds any document, live or deleted: a peer that holds none
+    /// cannot bring back one another node forgot (ShoalSync's `Freshness`).
+    func holdsDocuments() async throws(StoreError) -> Bool
 
     // MARK: Inbound
 

@@ -231,7 +231,7 @@ extension NodeStatus {
                     PeerPosition(siteID: SiteID($0.siteID), through: $0.through, heardSecondsAgo: $0.heardSecondsAgo)
                 }, documentsForgotten: w.documentsForgotten,
                 forgottenThroughMillis: w.forgottenThroughMillis == 0 ? nil : w.forgottenThroughMillis,
-                freshThroughMillis: w.freshThroughMillis == 0 ? nil : w.freshThroughMillis)
+                freshness: Freshness.entries(w.freshness))
         }
     }
 
@@ -286,7 +286,7 @@ extension NodeStatus {
             }
             w.documentsForgotten = storage.documentsForgotten
             w.forgottenThroughMillis = storage.forgottenThroughMillis ?? 0
-            w.freshThroughMillis = storage.freshThroughMillis ?? 0
+            w.freshness = Freshness.wire(storage.freshness)
             s.storage = w
         }
         return s

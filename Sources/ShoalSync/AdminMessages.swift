@@ -184,7 +184,7 @@ public struct CompactionProgress: Sendable, Hashable {
     public var storeBytesBefore: UInt64 = 0
     public var storeBytesAfter: UInt64 = 0
     public var vacuumed = false
-    /// Registers removed because a tombstone hides them.
+    /// Registers removed because a tombstone hides them, and removals past the tombstone horizon.
     public var registersPurged: UInt64 = 0
     /// Deleted documents forgotten: deleted longer than the tombstone horizon ago.
     public var documentsForgotten: UInt64 = 0
@@ -280,17 +280,18 @@ public struct NodeStatus: Sendable, Hashable {
         public var documentsForgotten: UInt64
         /// The newest deletion forgotten, Unix ms (nil: none).
         public var forgottenThroughMillis: UInt64?
-        /// The node's freshness: it has learned the mesh's deletions through then (Unix ms).
-        public var freshThroughMillis: UInt64?
+        /// The node's freshness: for each node, the time on its clock through which this
+        /// node holds its log (`Freshness`).
+        public var freshness: [SiteID: UInt64]
 
         public init(
             storeBytes: UInt64, changeLogRows: UInt64, compactedThrough: UInt64, compactedAtMillis: UInt64?,
             peerPositions: [PeerPosition] = [], documentsForgotten: UInt64 = 0, forgottenThroughMillis: UInt64? = nil,
-            freshThroughMillis: UInt64? = nil
+            freshness: [SiteID: UInt64] = [:]
         ) {
             self.documentsForgotten = documentsForgotten
             self.forgottenThroughMillis = forgottenThroughMillis
-            self.freshThroughMillis = freshThroughMillis
+            self.freshness = freshness
             self.storeBytes = storeBytes
             self.changeLogRows = changeLogRows
             self.compactedThrough = compactedThrough

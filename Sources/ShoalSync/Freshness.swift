@@ -1,58 +1,64 @@
 public import ShoalCRDT
 import Foundation
+import ShoalWire
 
-/// How recently this node learned the mesh's deletions, and the newest deletion it
-/// has forgotten: what decides whether a peer may hold documents deleted long ago.
+/// How recently this node caught up with each node of the mesh, and the newest
+/// deletion it has forgotten: what decides whether a peer may hold documents
+/// deleted long ago.
 ///
-/// A node forgets a deleted document once its tombstone is older than the tombstone
-/// horizon and every counted peer has passed the DELETE (DATA_MODEL.md §18). A peer
-/// that was away all that time may still hold the document and could send it back,
-/// and this node could no longer tell that it was deleted. So every node keeps its
-/// *freshness*: the time through which it has learned the mesh's deletions.
+/// A node forgets a deleted document once its DELETE is older than the tombstone
+/// horizon and every counted peer has passed it (DATA_MODEL.md §18). A peer that
+/// was away all that time may still hold the document and could send it back, and
+/// this node could no longer tell that it was deleted. So every node keeps its
+/// *freshness*: for each node N it has caught up with, the time on N's clock
+/// through which it holds N's log (for its subscriptions), learned from N itself or
+/// through peers that had caught up with N.
 ///
 /// ```
-///   store created ──► fresh = now            (an empty store holds nothing deleted)
-///   Ping from a peer that has everything of its log this node asked for, carrying
-///   the peer's freshness F:
-///       F within the horizon of now ──► fresh = now     (caught up with a fresh peer)
-///       otherwise                   ──► unchanged       (two stale nodes stay stale)
-///   Hello from a peer with freshness F, this node having forgotten deletions through D:
-///       F < D ──► refuse: STALE_REPLICA (the peer starts again from an empty store)
+///   Ping from a peer Q that has nothing more for this node (it is caught up with Q),
+///   carrying Q's freshness with Q's own entry at Q's clock now:
+///       every entry ──► this node's entry for that site rises to it
+///   Hello from a peer holding documents, this node N having forgotten deletions up to D:
+///       the peer's entry for N below D ──► refuse: STALE_REPLICA
 /// ```
 ///
-/// Freshness is a time, not a proof: it assumes a deletion reaches a node that is
-/// caught up with a fresh peer well within the horizon (PROTOCOL.md §8.11 says what
-/// that leaves open).
+/// Entries only ever come from the node they name (passed on unchanged), so nodes
+/// cut off together stay stale together: none of them can vouch for a node outside.
+/// PROTOCOL.md §8.10 says what it still leaves open.
 public final class Freshness: Sendable {
     private struct State {
-        var freshThrough: UInt64
-        var forgottenThrough: UInt64
-        var saved: UInt64
+        var entries: [SiteID: UInt64] = [:]
+        var forgottenThrough: UInt64 = 0
+        var dirty = false
     }
 
-    /// How old a peer's freshness may be, in ms, for catching up with it to count.
-    public let horizonMillis: UInt64
-    /// Freshness is saved when it has risen by this much since the last save (ms).
-    static let saveStep: UInt64 = 30_000
-    private let state: Locked<State>
+    /// Entries kept at most; the oldest go first past it.
+    static let maximumEntries = 4_096
+    public let site: SiteID
+    private let state = Locked(State())
 
-    public init(freshThrough: UInt64 = 0, forgottenThrough: UInt64 = 0, horizon: Duration) {
-        state = Locked(State(freshThrough: freshThrough, forgottenThrough: forgottenThrough, saved: freshThrough))
-        horizonMillis = UInt64(max(0, horizon.components.seconds)) * 1000
-            + UInt64(max(0, horizon.components.attoseconds) / 1_000_000_000_000_000)
+    public init(site: SiteID) {
+        self.site = site
     }
-
-    /// The time (Unix ms) through which this node has learned the mesh's deletions.
-    public var freshThrough: UInt64 { state.withLock { $0.freshThrough } }
 
     /// The newest deletion (Unix ms) this node has forgotten; 0: none.
     public var forgottenThrough: UInt64 { state.withLock { $0.forgottenThrough } }
 
-    /// Takes the values a store holds (at start).
-    public func load(freshThrough: UInt64, forgottenThrough: UInt64) {
+    /// This node's entries (not its own), as saved and as Hello sends them.
+    public var entries: [SiteID: UInt64] { state.withLock { $0.entries } }
+
+    /// The entries a Ping carries: this node's, and its own at `now`.
+    public func vouching(now: UInt64) -> [SiteID: UInt64] {
+        var all = entries
+        all[site] = now
+        return all
+    }
+
+    /// Takes what a store holds (at start).
+    public func load(entries: [SiteID: UInt64], forgottenThrough: UInt64) {
         state.withLock {
-            $0.freshThrough = max($0.freshThrough, freshThrough)
-            $0.saved = max($0.saved, freshThrough)
+            $0.entries.merge(entries, uniquingKeysWith: max)
+            $0.entries[site] = nil
             $0.forgottenThrough = max($0.forgottenThrough, forgottenThrough)
         }
     }
@@ -62,33 +68,71 @@ public final class Freshness: Sendable {
         state.withLock { $0.forgottenThrough = max($0.forgottenThrough, millis) }
     }
 
-    /// A peer this node is caught up with says its freshness is `peer`: this node's
-    /// rises to `now` when the peer's is within the horizon. Returns the value to
-    /// save when it rose far enough since the last save, nil otherwise.
-    public func caughtUp(withPeerFreshThrough peer: UInt64, now: UInt64) -> UInt64? {
-        guard peer != 0, peer &+ horizonMillis >= now else { return nil }
-        return state.withLock { s -> UInt64? in
-            s.freshThrough = max(s.freshThrough, now)
-            guard s.freshThrough >= s.saved &+ Self.saveStep else { return nil }
-            s.saved = s.freshThrough
-            return s.freshThrough
+    /// A peer this node is caught up with vouched `peer` (its freshness, its own
+    /// entry included): each entry rises to it.
+    public func caughtUp(with peer: [SiteID: UInt64]) {
+        state.withLock { s in
+            for (node, through) in peer where node != site && through > s.entries[node, default: 0] {
+                s.entries[node] = through
+                s.dirty = true
+            }
+            if s.entries.count > Self.maximumEntries {
+                let oldest = s.entries.sorted { $0.value < $1.value }.prefix(s.entries.count - Self.maximumEntries)
+                for (node, _) in oldest { s.entries[node] = nil }
+            }
         }
     }
 
-    /// Why a peer whose Hello says `peerFreshThrough` must not sync with this node, or
-    /// nil when it may: it must not when this node has forgotten a deletion newer
-    /// than what the peer is known to have learned.
-    public static func refusal(peer: SiteID, peerFreshThrough fresh: UInt64, node: SiteID, forgottenThrough forgotten: UInt64) -> String? {
-        guard forgotten > 0, fresh < forgotten else { return nil }
-        let learned = fresh == 0 ? "does not say how recently it learned the mesh's deletions" : "learned the mesh's deletions only through \(describe(fresh))"
-        return "stale replica: site \(peer) \(learned), and site \(node) has forgotten documents deleted up to \(describe(forgotten)) (its tombstone horizon), so site \(peer) may hold some of them and would bring them back. Start site \(peer) again from an empty data directory (keep what it needs first with shoal export) and it resyncs"
+    /// The entries to save when they changed since the last call, nil otherwise.
+    public func takeChanges() -> [SiteID: UInt64]? {
+        state.withLock { s in
+            guard s.dirty else { return nil }
+            s.dirty = false
+            return s.entries
+        }
+    }
+
+    /// Why a peer must not sync with `node`, or nil when it may: it must not when it
+    /// holds documents and `node` has forgotten a deletion newer than the peer's
+    /// entry for `node` (how far it is known to hold `node`'s log).
+    public static func refusal(
+        peer: SiteID, peerFreshness: [SiteID: UInt64], peerHoldsDocuments: Bool, node: SiteID, forgottenThrough forgotten: UInt64
+    ) -> String? {
+        guard forgotten > 0, peerHoldsDocuments else { return nil }
+        let through = peerFreshness[node] ?? 0
+        guard through < forgotten else { return nil }
+        let caughtUp =
+            through == 0
+            ? "has never caught up with site \(node) (nor with a node that had)"
+            : "caught up with site \(node) only through \(describe(through))"
+        return "stale replica: site \(peer) \(caughtUp), and site \(node) has forgotten documents deleted up to \(describe(forgotten)) (its tombstone horizon), so site \(peer) may hold some of them and would bring them back. Start site \(peer) again from an empty data directory (keep what it needs first with shoal export) and it resyncs"
     }
 
     public static func describe(_ millis: UInt64) -> String {
-        let date = Date(timeIntervalSince1970: Double(millis) / 1000)
-        return date.formatted(.iso8601)
+        Date(timeIntervalSince1970: Double(millis) / 1000).formatted(.iso8601)
     }
 
     /// Unix ms now.
     public static func now() -> UInt64 { UInt64(max(0, Date().timeIntervalSince1970 * 1000)) }
+}
+
+extension Freshness {
+    /// Entries as the wire carries them, newest first.
+    static func wire(_ entries: [SiteID: UInt64]) -> [Shoal_V1_Freshness] {
+        entries.sorted { ($0.value, $0.key.rawValue) > ($1.value, $1.key.rawValue) }.map { site, through in
+            var entry = Shoal_V1_Freshness()
+            entry.siteID = site.rawValue
+            entry.throughMillis = through
+            return entry
+        }
+    }
+
+    /// Entries from the wire; a site named twice keeps its newest time, site 0 is dropped.
+    static func entries(_ wire: [Shoal_V1_Freshness]) -> [SiteID: UInt64] {
+        var entries: [SiteID: UInt64] = [:]
+        for entry in wire where entry.siteID != 0 {
+            entries[SiteID(entry.siteID), default: 0] = max(entries[SiteID(entry.siteID), default: 0], entry.throughMillis)
+        }
+        return entries
+    }
 }

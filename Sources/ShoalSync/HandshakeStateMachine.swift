@@ -19,8 +19,7 @@ public struct PeerIdentity: Sendable, Hashable {
 ///   start ──send Hello──► awaitingHello ──recv Hello / send Proof──► awaitingProof
 ///                                                                       │ recv Proof (valid)
 ///                                                                       ▼
-///   failed ◄── any mismatch, or a stale peer:                    established
-///              send Error(fatal), close
+///   failed ◄── any mismatch, or a stale peer: send Error(fatal), close   established
 /// ```
 ///
 /// Both sides run the same machine at once; neither waits for the other to speak
@@ -44,18 +43,23 @@ public struct HandshakeStateMachine: Sendable {
         public var role: Shoal_V1_Role
         public var listenAddress: String
         public var versions: ClosedRange<UInt32>
-        /// This node's freshness, Unix ms, sent in Hello (see `Freshness`); 0: unknown.
-        public var freshThrough: UInt64
-        /// The newest deletion this node has forgotten, Unix ms; a peer whose
-        /// freshness is below it is refused (STALE_REPLICA). 0: none forgotten.
+        /// This node's freshness, sent in Hello (see `Freshness`).
+        public var freshness: [SiteID: UInt64]
+        /// Whether this node's store holds any document (Hello says when it holds none).
+        public var holdsDocuments: Bool
+        /// The newest deletion this node has forgotten, Unix ms; a peer holding documents
+        /// whose freshness entry for this node is below it is refused (STALE_REPLICA).
+        /// 0: none forgotten.
         public var forgottenThrough: UInt64
 
         public init(
             siteID: SiteID, nodeName: String, meshName: String, meshKey: [UInt8]?, role: Shoal_V1_Role = .peer,
             listenAddress: String = "", versions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions,
-            adminKey: [UInt8]? = nil, acceptsKeylessAdmin: Bool = true, freshThrough: UInt64 = 0, forgottenThrough: UInt64 = 0
+            adminKey: [UInt8]? = nil, acceptsKeylessAdmin: Bool = true, freshness: [SiteID: UInt64] = [:],
+            holdsDocuments: Bool = true, forgottenThrough: UInt64 = 0
         ) {
-            self.freshThrough = freshThrough
+            self.freshness = freshness
+            self.holdsDocuments = holdsDocuments
             self.forgottenThrough = forgottenThrough
             self.siteID = siteID
             self.nodeName = nodeName
@@ -97,8 +101,6 @@ public struct HandshakeStateMachine: Sendable {
     public let configuration: Configuration
     let nonce: [UInt8]
     var state: State = .idle
-    /// Why the peer will be refused as stale, once its proof is checked.
-    var staleRefusal: String?
 
     public init(configuration: Configuration, nonce: [UInt8]? = nil) {
         self.configuration = configuration
@@ -128,7 +130,10 @@ public struct HandshakeStateMachine: Sendable {
         hello.nonce = Data(nonce)
         hello.role = configuration.role
         hello.listenAddress = configuration.listenAddress
-        if configuration.role != .admin { hello.freshThroughMillis = configuration.freshThrough }
+        if configuration.role != .admin {
+            hello.freshness = Freshness.wire(configuration.freshness)
+            hello.holdsNoDocuments = !configuration.holdsDocuments
+        }
         return [.send(.hello(hello))]
     }
 
@@ -221,14 +226,13 @@ public struct HandshakeStateMachine: Sendable {
         state = .awaitingProof(hello)
         if !peerIsAdmin, !weAreAdmin,
             let refusal = Freshness.refusal(
-                peer: SiteID(hello.siteID), peerFreshThrough: hello.freshThroughMillis, node: configuration.siteID,
+                peer: SiteID(hello.siteID), peerFreshness: Freshness.entries(hello.freshness),
+                peerHoldsDocuments: !hello.holdsNoDocuments, node: configuration.siteID,
                 forgottenThrough: configuration.forgottenThrough)
         {
-            // A stale peer is refused once its proof is checked (a wrong key is told as
-            // such first); it gets no proof of ours, so it learns why while still in
-            // the handshake, before it starts a session.
-            staleRefusal = refusal
-            return []
+            // Refused at once, before either proof: the peer learns why inside its
+            // handshake, and two nodes that each refuse the other both hear it.
+            return fail(.staleReplica, refusal)
         }
         var proof = Shoal_V1_Proof()
         if let key {
@@ -261,7 +265,6 @@ public struct HandshakeStateMachine: Sendable {
                 return fail(.meshKeyMismatch, "mesh key mismatch: the peer's proof does not match this node's mesh key")
             }
         }
-        if let staleRefusal { return fail(.staleReplica, staleRefusal) }
         state = .established
         let identity = PeerIdentity(
             siteID: peerSite, name: hello.nodeName, role: hello.role, listenAddress: hello.listenAddress,

@@ -113,8 +113,8 @@ struct PeerSession: Sendable {
                 siteID: engine.siteID, nodeName: configuration.nodeName, meshName: configuration.meshName,
                 meshKey: configuration.meshKey, role: .peer, listenAddress: engine.listenAddress,
                 versions: configuration.protocolVersions, adminKey: configuration.adminKey,
-                acceptsKeylessAdmin: remoteIsLoopback, freshThrough: engine.freshness.freshThrough,
-                forgottenThrough: engine.freshness.forgottenThrough))
+                acceptsKeylessAdmin: remoteIsLoopback, freshness: engine.freshness.entries,
+                holdsDocuments: try await engine.store.holdsDocuments(), forgottenThrough: engine.freshness.forgottenThrough))
         let identity: PeerIdentity? = try await withThrowingTaskGroup(of: Void.self) { group in
             // The watchdog closes the connection if the handshake stalls, which ends the read below.
             group.addTask { [transport] in
@@ -359,7 +359,7 @@ struct PeerSession: Sendable {
             if case .received(.subscribe(let subscribe)) = event {
                 noteResync(subscribe, peer: peer)
             }
-            if case .tick = event { machine.localFreshThrough = engine.freshness.freshThrough }
+            if case .tick = event { machine.localFreshness = engine.freshness.vouching(now: Freshness.now()) }
             var pending = machine.handle(event, now: now())[...]
             while let action = pending.popFirst() {
                 for followUp in try await perform(action, peer: peer, input: input) {
@@ -451,10 +451,9 @@ struct PeerSession: Sendable {
             engine.noteInterest(of: peer.siteID, set)
         case .measuredRoundTrip(let micros):
             engine.registry.update(recordID) { $0.rttMillis = Double(micros) / 1000 }
-        case .caughtUp(let peerFreshThrough):
-            if let save = engine.freshness.caughtUp(withPeerFreshThrough: peerFreshThrough, now: Freshness.now()) {
-                try await engine.store.saveFreshThrough(save)
-            }
+        case .caughtUp(let peerFreshness):
+            // Saved by the node now and then (`ShoalNode`), not here: a session never waits on a write for it.
+            engine.freshness.caughtUp(with: peerFreshness)
         case .warn(let message):
             logger.warning(
                 "\(message)", metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])

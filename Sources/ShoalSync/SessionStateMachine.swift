@@ -125,9 +125,9 @@ public struct SessionStateMachine: Sendable {
         /// The peer's subscriptions, for status.
         case peerSubscribed(SubscriptionSet)
         case measuredRoundTrip(micros: UInt64)
-        /// The peer says this node has everything of its log it asked for, and that
-        /// its own freshness is this (Unix ms): this node's may rise (`Freshness`).
-        case caughtUp(peerFreshThrough: UInt64)
+        /// The peer says this node has everything of its log it asked for, and vouches
+        /// this freshness (its own entry at its clock now): this node's rises (`Freshness`).
+        case caughtUp(peerFreshness: [SiteID: UInt64])
         /// Something the operator should know, to log with the peer's address (the session goes on).
         case warn(String)
         /// Send the error unless it came from the peer (or is nil: a silent close), then close.
@@ -169,9 +169,10 @@ public struct SessionStateMachine: Sendable {
     private var nextPing: UInt64
     private var pingNonce: UInt64 = 0
     private var closed = false
-    /// This node's freshness (Unix ms), which a Ping carries while the peer is caught
-    /// up with this node's log; the session keeps it current.
-    public var localFreshThrough: UInt64 = 0
+    /// What a Ping vouches while the peer is caught up with this node's log: this
+    /// node's freshness with its own entry at now (`Freshness.vouching`); the session
+    /// sets it before each tick.
+    public var localFreshness: [SiteID: UInt64] = [:]
 
     public init(configuration: Configuration, now: UInt64 = 0) {
         self.configuration = configuration
@@ -223,7 +224,7 @@ public struct SessionStateMachine: Sendable {
             var ping = Shoal_V1_Ping()
             ping.nonce = pingNonce
             ping.sentAtMicros = now
-            if peerSet != nil, lag == 0, inFlight == 0 { ping.freshThroughMillis = localFreshThrough }
+            if peerSet != nil, lag == 0, inFlight == 0 { ping.freshness = Freshness.wire(localFreshness) }
             return [.send(.ping(ping))]
         case .logAdvanced(let sequence):
             logEnd = max(logEnd, sequence)
@@ -395,8 +396,9 @@ public struct SessionStateMachine: Sendable {
             }
             return readIfPossible()
         case .ping(let ping):
-            guard ping.freshThroughMillis != 0 else { return [.send(.pong(ping))] }
-            return [.send(.pong(ping)), .caughtUp(peerFreshThrough: ping.freshThroughMillis)]
+            let vouched = Freshness.entries(ping.freshness)
+            guard !vouched.isEmpty else { return [.send(.pong(ping))] }
+            return [.send(.pong(ping)), .caughtUp(peerFreshness: vouched)]
         case .pong(let pong):
             // Only a Pong that echoes our latest Ping gives a round trip; ignore others.
             guard pong.nonce != 0, pong.nonce == pingNonce, pong.sentAtMicros <= now else { return [] }

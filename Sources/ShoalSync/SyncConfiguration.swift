@@ -38,9 +38,6 @@ public struct SyncConfiguration: Sendable {
     /// The protocol versions this node offers in Hello (tests narrow it to play an
     /// older peer).
     public var protocolVersions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions
-    /// How old a peer's freshness may be for catching up with it to make this node
-    /// fresh: the tombstone horizon (`Freshness`).
-    public var freshnessHorizon: Duration
 
     public init(
         nodeName: String, meshName: String = "default", meshKey: [UInt8]? = nil, listenAddress: String = "",
@@ -48,10 +45,8 @@ public struct SyncConfiguration: Sendable {
         handshakeTimeout: Duration = .seconds(10), batchSize: Int = 2048, batchBytes: Int = 4 << 20,
         maximumBatchesInFlight: Int = 4, inbound: InboundPipeline.Configuration = .init(), relayForNeighbours: Bool = true,
         adminKey: [UInt8]? = nil, maximumPeers: Int = 64, maximumAdminSessions: Int = 32,
-        maximumSubscriptionsPerPeer: Int = 256, maximumQueryLength: Int = 64 << 10,
-        freshnessHorizon: Duration = .seconds(2_592_000)
+        maximumSubscriptionsPerPeer: Int = 256, maximumQueryLength: Int = 64 << 10
     ) {
-        self.freshnessHorizon = freshnessHorizon
         self.relayForNeighbours = relayForNeighbours
         self.nodeName = nodeName
         self.meshName = meshName

@@ -31,7 +31,7 @@ public final class SyncEngine: Sendable {
     private let sessionCounts = Locked<(peers: Int, admins: Int)>((0, 0))
     /// How far each peer acknowledged this node's log, for compaction.
     public let positions = PeerPositions()
-    /// How recently this node learned the mesh's deletions, and what it forgot of them.
+    /// How far this node has caught up with each node, and the newest deletion it forgot.
     public let freshness: Freshness
 
     /// - Parameter applyDuration: records how long each commit of received
@@ -46,7 +46,7 @@ public final class SyncEngine: Sendable {
         self.pipeline = InboundPipeline(
             store: store, configuration: configuration.inbound, logger: logger, applyDuration: applyDuration)
         self.advertisedListen = Locked(configuration.listenAddress)
-        self.freshness = Freshness(horizon: configuration.freshnessHorizon)
+        self.freshness = Freshness(site: store.siteID)
     }
 
     /// Where this node accepts connections, as Hello tells peers: the configured

@@ -75,7 +75,7 @@ public final class TestNode: Sendable {
         configure(&configuration)
         sync = SyncEngine(store: store, configuration: configuration)
         let saved = try store.savedFreshness()
-        sync.freshness.load(freshThrough: saved.freshThrough, forgottenThrough: saved.forgottenThrough)
+        sync.freshness.load(entries: saved.entries, forgottenThrough: saved.forgottenThrough)
         for query in subscriptions { try sync.subscribe(query) }
     }
 

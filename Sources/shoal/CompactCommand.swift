@@ -44,7 +44,7 @@ struct CompactCommand: AsyncParsableCommand {
             print(Self.json(result).canonicalJSON)
         } else {
             var line = "compacted through \(result.through): \(result.rowsRemoved) of \(result.rowsBefore) change-log rows removed (\(result.transactionsRemoved) transactions)"
-            if result.registersPurged > 0 { line += "; \(result.registersPurged) registers hidden by tombstones removed" }
+            if result.registersPurged > 0 { line += "; \(result.registersPurged) registers hidden by tombstones or removals past the tombstone horizon purged" }
             if result.documentsForgotten > 0 { line += "; \(result.documentsForgotten) documents deleted before the tombstone horizon forgotten" }
             if let held = result.heldBy { line += "; held back by peer \(held)" }
             if result.vacuumed { line += "; VACUUM: \(result.storeBytesBefore) → \(result.storeBytesAfter) bytes" }

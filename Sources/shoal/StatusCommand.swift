@@ -102,7 +102,10 @@ struct StatusCommand: AsyncParsableCommand {
             "compactedAtMillis": s.compactedAtMillis.map { .int(Int64($0)) } ?? .null,
             "documentsForgotten": .int(Int64(s.documentsForgotten)),
             "forgottenThroughMillis": s.forgottenThroughMillis.map { .int(Int64($0)) } ?? .null,
-            "freshThroughMillis": s.freshThroughMillis.map { .int(Int64($0)) } ?? .null,
+            "freshness": .array(
+                s.freshness.sorted { ($0.value, $0.key.rawValue) > ($1.value, $1.key.rawValue) }.map { site, through in
+                    .object(["siteID": .string(site.description), "throughMillis": .int(Int64(clamping: through))])
+                }),
             "peerPositions": .array(
                 s.peerPositions.map { p in
                     .object([
@@ -187,8 +190,8 @@ struct StatusCommand: AsyncParsableCommand {
             if let forgotten = storage.forgottenThroughMillis {
                 out += "  \(storage.documentsForgotten) deleted documents forgotten, deleted up to \(Self.time(forgotten)); peers less fresh are refused as stale\n"
             }
-            if let fresh = storage.freshThroughMillis {
-                out += "  fresh through \(Self.time(fresh)) (has learned the mesh's deletions through then)\n"
+            if let oldest = storage.freshness.values.min() {
+                out += "  caught up with \(storage.freshness.count) other nodes' logs, the least recently through \(Self.time(oldest))\n"
             }
         }
         out += "\nCollections\n"

@@ -65,7 +65,7 @@ import Testing
         #expect(try await CompactionTests.replica(of: try await CompactionTests.pieces(store)) == visible)
         let status = try await store.storageStatus()
         #expect(status.documentsForgotten == 1 && status.forgottenThroughMillis == Self.t0 + 1_000)
-        #expect(try await store.freshness().forgottenThrough == Self.t0 + 1_000)
+        #expect(try store.savedFreshness().forgottenThrough == Self.t0 + 1_000)
 
         // Once `kept` is written again, the mixed transaction holds nothing current and goes, and `mixed` with it.
         clock.set(Self.t0 + 6_000)
@@ -112,17 +112,52 @@ import Testing
         #expect(try await store.retained(Self.ref("gone")) == (0, false, 0))
     }
 
-    /// A new store is fresh from its creation; freshness only rises.
-    @Test func freshnessStartsAtCreationAndOnlyRises() async throws {
+    /// UNSET and map-entry removals before the cut-off leave no register; later ones
+    /// stay; no body changes, and `forgotten_through` covers the newest one forgotten.
+    @Test func removalsBeforeTheCutOffAreForgotten() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let clock = ManualClock()
+        let store = try DocumentStore(directory: dir.path, wallClock: clock.read)
+        defer { store.close() }
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'd', 'x': 1, 'y': 1, 'z': 1})")
+        // Entries written into a missing field make it a map, with a register per entry.
+        _ = try await store.execute("UPDATE c SET m.a = 1, m.b = 1 WHERE _id = 'd'")
+        clock.set(Self.t0 + 1_000)
+        _ = try await store.execute("UPDATE c UNSET x WHERE _id = 'd'")
+        _ = try await store.execute("UPDATE c UNSET m.a WHERE _id = 'd'")
+        clock.set(Self.t0 + 5_000)
+        _ = try await store.execute("UPDATE c UNSET y WHERE _id = 'd'")
+        let body = try await CompactionTests.contents(store)
+        #expect(body == ["{\"_id\":\"d\",\"m\":{\"b\":1},\"z\":1}"], "\(body)")
+        let before = try await store.retained(Self.ref("d")).registers
+        #expect(try await store.forgetRemovals(removedBefore: Self.t0) == 0, "none before the first")
+        #expect(try await store.forgetRemovals(removedBefore: Self.t0 + 3_000) == 2, "x and m.a")
+        #expect(try await store.retained(Self.ref("d")).registers == before - 2)
+        #expect(try await CompactionTests.contents(store) == body)
+        #expect(try await store.storageStatus().forgottenThroughMillis == Self.t0 + 1_000)
+        #expect(try await store.forgetRemovals(removedBefore: Self.t0 + 3_000) == 0, "nothing more the second time")
+        // A replica of the log shows the same document: the rows that wrote the removals stay.
+        #expect(try await CompactionTests.replica(of: try await CompactionTests.pieces(store)) == body)
+        // The field can be written again.
+        _ = try await store.execute("UPDATE c SET x = 2 WHERE _id = 'd'")
+        #expect(try await CompactionTests.contents(store) == ["{\"_id\":\"d\",\"m\":{\"b\":1},\"x\":2,\"z\":1}"])
+    }
+
+    /// A store keeps freshness from its creation; its entries are saved only upward.
+    @Test func freshnessIsKeptFromCreationAndSavedOnlyUpward() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         let before = HybridLogicalClock.systemMilliseconds()
         let store = try DocumentStore(directory: dir.path)
         defer { store.close() }
-        let start = try store.savedFreshness()
-        #expect(start.freshThrough >= before && start.forgottenThrough == 0)
-        try await store.saveFreshThrough(start.freshThrough + 60_000)
-        try await store.saveFreshThrough(start.freshThrough + 1)
-        #expect(try await store.freshness().freshThrough == start.freshThrough + 60_000)
+        #expect(try await store.freshSince() >= before)
+        #expect(try store.savedFreshness().entries.isEmpty)
+        #expect(try await store.holdsDocuments() == false)
+        try await store.saveFreshness([SiteID(2): 10])
+        try await store.saveFreshness([SiteID(2): 5, SiteID(3): 7])
+        #expect(try store.savedFreshness().entries == [SiteID(2): 10, SiteID(3): 7])
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'd'}); DELETE FROM c WHERE _id = 'd'")
+        #expect(try await store.holdsDocuments(), "a deleted document is still held")
     }
 }

@@ -6,11 +6,12 @@ import ShoalTesting
 import Testing
 
 /// Forgetting deleted documents between in-process nodes (DATA_MODEL.md §18,
-/// PROTOCOL.md §8.11): a node forgets a deleted document once every counted peer has
+/// PROTOCOL.md §8.10): a node forgets a deleted document once every counted peer has
 /// its DELETE and the tombstone is past the horizon; a peer that was away since
-/// before the DELETE is refused as stale and keeps what it holds; a peer that stayed
-/// caught up, a new node and the stale one started again from nothing all sync, and
-/// none gets the forgotten document back.
+/// before the DELETE, and one that only ever met that peer, are refused as stale
+/// and keep what they hold; a peer that stayed caught up and a new node (what a
+/// stale one becomes, started again from an empty data directory) sync, and none
+/// gets the forgotten document back.
 @Suite struct FreshnessSyncTests {
     static let cars = "SELECT * FROM cars"
 
@@ -59,11 +60,11 @@ import Testing
     }
 
     @Test func aStalePeerIsRefusedAndTheForgottenDocumentStaysForgotten() async throws {
-        let a = try Self.node("a"), stale = try Self.node("stale"), q = try Self.node("q")
-        defer { a.remove(); stale.remove(); q.remove() }
-        let pipelines = Task { [a, stale, q] in
+        let a = try Self.node("a"), stale = try Self.node("stale"), q = try Self.node("q"), island = try Self.node("island")
+        defer { a.remove(); stale.remove(); q.remove(); island.remove() }
+        let pipelines = Task { [a, stale, q, island] in
             await withTaskGroup(of: Void.self) { group in
-                for engine in [a.sync, stale.sync, q.sync] { group.addTask { await engine.run() } }
+                for engine in [a.sync, stale.sync, q.sync, island.sync] { group.addTask { await engine.run() } }
             }
         }
         defer { pipelines.cancel() }
@@ -75,7 +76,11 @@ import Testing
         }
         try await Task.sleep(for: .milliseconds(20))
 
-        // `stale` is away. The DELETE reaches q, which stays caught up with a.
+        // `stale` is away from a, linked only to `island`, which gets both documents from
+        // it and has never met a; they keep vouching for each other meanwhile. The DELETE
+        // reaches q, which stays caught up with a.
+        try await InProcessMesh.withLink(island.sync, stale.sync) { () async throws in
+        #expect(try await InProcessMesh.eventually { try await Self.contents(island) == both })
         try await InProcessMesh.withLink(q.sync, a.sync) { () async throws in
             #expect(try await InProcessMesh.eventually { try await Self.contents(q) == both })
             _ = try await a.store.execute("DELETE FROM cars WHERE _id = 'gone'")
@@ -84,8 +89,8 @@ import Testing
             #expect(try await InProcessMesh.eventually { try await Self.contents(q) == left })
             let deletedAt = Freshness.now()
             #expect(
-                try await InProcessMesh.eventually { q.sync.freshness.freshThrough > deletedAt },
-                "a's Pings tell q it caught up, and q's freshness passes the DELETE")
+                try await InProcessMesh.eventually { q.sync.freshness.entries[a.sync.siteID] ?? 0 > deletedAt },
+                "a's Pings tell q it caught up, and q's entry for a passes the DELETE")
             // a compacts as if a week had passed: `stale` no longer counts, q does.
             #expect(try await InProcessMesh.eventually {
                 let (report, _, expired) = try await a.sync.positions.compact(
@@ -97,8 +102,11 @@ import Testing
                 return forgot.documents == 1
             })
         }
+        #expect(try await InProcessMesh.eventually { island.sync.freshness.entries[stale.sync.siteID] ?? 0 > Freshness.now() - 100 })
+        }
         let forgotten = a.sync.freshness.forgottenThrough
-        #expect(forgotten > 0 && stale.sync.freshness.freshThrough < forgotten)
+        #expect(forgotten > 0 && stale.sync.freshness.entries[a.sync.siteID] ?? 0 < forgotten)
+        #expect(island.sync.freshness.entries[a.sync.siteID] ?? 0 < forgotten, "only what stale knew of a")
         #expect(try await a.store.retained(DocumentRef(collection: "cars", id: "\"gone\"")) == (0, false, 0))
         let current = try await Self.contents(a)
         #expect(current == ["{\"_id\":\"kept\",\"x\":1}", "{\"_id\":\"later\",\"x\":1}"])
@@ -109,19 +117,18 @@ import Testing
         #expect(staleEnd?.code == .staleReplica && staleEnd?.fromPeer == true, "\(String(describing: staleEnd))")
         #expect(staleEnd?.message.contains("Start site \(stale.sync.siteID) again from an empty data directory") == true)
         #expect(try await Self.contents(stale) == both, "the stale node keeps what it holds")
+        let (islandEnd, aEnd2) = try await Self.connect(island.sync, a.sync)
+        #expect(aEnd2?.code == .staleReplica && islandEnd?.code == .staleReplica, "\(String(describing: aEnd2))")
+        #expect(islandEnd?.message.hasPrefix("stale replica: site \(island.sync.siteID) ") == true, "\(String(describing: islandEnd))")
         #expect(try await a.store.retained(DocumentRef(collection: "cars", id: "\"gone\"")) == (0, false, 0))
 
         // q, caught up through the DELETE, comes back and is served; so is a new node,
-        // and the stale one started again from an empty data directory.
-        let fresh = try Self.node("fresh"), restarted = try Self.node("restarted")
-        defer { fresh.remove(); restarted.remove() }
-        let more = Task { [fresh, restarted] in
-            await withTaskGroup(of: Void.self) { group in
-                for engine in [fresh.sync, restarted.sync] { group.addTask { await engine.run() } }
-            }
-        }
+        // which is what the stale one becomes started again from an empty data directory.
+        let fresh = try Self.node("fresh")
+        defer { fresh.remove() }
+        let more = Task { [fresh] in await fresh.sync.run() }
         defer { more.cancel() }
-        for peer in [q, fresh, restarted] {
+        for peer in [q, fresh] {
             let ends = try await Self.connect(peer.sync, a.sync) { () async throws in
                 #expect(try await InProcessMesh.eventually { try await Self.contents(peer) == current })
             }

@@ -4,110 +4,123 @@ import ShoalSync
 import ShoalWire
 import Testing
 
-/// Freshness and the stale-replica refusal (PROTOCOL.md §8.11), with no store or
+/// Freshness and the stale-replica refusal (PROTOCOL.md §8.10), with no store or
 /// socket: the `Freshness` rules, the Hello check, and the Ping that carries it.
 @Suite struct FreshnessTests {
     static let day: UInt64 = 86_400_000
     static let now: UInt64 = 1_800_000_000_000
+    static let a = SiteID(0xA), b = SiteID(0xB), c = SiteID(0xC)
 
-    @Test func catchingUpWithAFreshPeerMakesThisNodeFreshNow() {
-        let f = Freshness(freshThrough: Self.now - 40 * Self.day, horizon: .seconds(30 * 86_400))
-        // A peer as stale as this node, or one that says nothing, changes nothing.
-        #expect(f.caughtUp(withPeerFreshThrough: Self.now - 31 * Self.day, now: Self.now) == nil)
-        #expect(f.caughtUp(withPeerFreshThrough: 0, now: Self.now) == nil)
-        #expect(f.freshThrough == Self.now - 40 * Self.day)
-        // A peer within the horizon: fresh now, and saved.
-        #expect(f.caughtUp(withPeerFreshThrough: Self.now - 29 * Self.day, now: Self.now) == Self.now)
-        #expect(f.freshThrough == Self.now)
-        // Saved again only after it rose by 30 s, though it rises every time.
-        #expect(f.caughtUp(withPeerFreshThrough: Self.now, now: Self.now + 10_000) == nil)
-        #expect(f.freshThrough == Self.now + 10_000)
-        #expect(f.caughtUp(withPeerFreshThrough: Self.now, now: Self.now + 30_000) == Self.now + 30_000)
-        // It never falls.
-        #expect(f.caughtUp(withPeerFreshThrough: Self.now, now: Self.now - Self.day) == nil)
-        #expect(f.freshThrough == Self.now + 30_000)
+    @Test func aNodeHoldsWhatItsPeersVouchFor() {
+        let f = Freshness(site: Self.a)
+        #expect(f.takeChanges() == nil && f.entries.isEmpty)
+        // b vouches for itself now, and for c as of a day ago; a's own entry is not taken.
+        f.caughtUp(with: [Self.b: Self.now, Self.c: Self.now - Self.day, Self.a: 1])
+        #expect(f.entries == [Self.b: Self.now, Self.c: Self.now - Self.day])
+        #expect(f.takeChanges() == [Self.b: Self.now, Self.c: Self.now - Self.day])
+        #expect(f.takeChanges() == nil, "nothing new since")
+        // An older word changes nothing; a newer one raises the entry.
+        f.caughtUp(with: [Self.b: Self.now - 5, Self.c: Self.now])
+        #expect(f.entries == [Self.b: Self.now, Self.c: Self.now])
+        #expect(f.vouching(now: Self.now + 7) == [Self.a: Self.now + 7, Self.b: Self.now, Self.c: Self.now])
     }
 
-    @Test func aPeerLessFreshThanTheNewestForgottenDeletionIsRefused() {
+    /// Two nodes cut off together vouch for each other, never for the node they left:
+    /// they stay stale for it.
+    @Test func nodesCutOffTogetherStayStaleForTheRest() {
+        let p = Freshness(site: Self.b), q = Freshness(site: Self.c)
+        p.caughtUp(with: [Self.a: Self.now])
+        q.caughtUp(with: p.vouching(now: Self.now))
+        for hour in 1...1_000 {
+            let t = Self.now + UInt64(hour) * 3_600_000
+            q.caughtUp(with: p.vouching(now: t))
+            p.caughtUp(with: q.vouching(now: t))
+        }
+        #expect(p.entries[Self.a] == Self.now && q.entries[Self.a] == Self.now)
+        #expect(q.entries[Self.b] == Self.now + 1_000 * 3_600_000)
+        let forgotten = Self.now + 31 * Self.day
+        #expect(Freshness.refusal(peer: Self.b, peerFreshness: p.entries, peerHoldsDocuments: true, node: Self.a, forgottenThrough: forgotten) != nil)
+        #expect(Freshness.refusal(peer: Self.c, peerFreshness: q.entries, peerHoldsDocuments: true, node: Self.a, forgottenThrough: forgotten) != nil)
+    }
+
+    @Test func aPeerHoldingDocumentsAndBehindTheNewestForgottenDeletionIsRefused() {
         let forgotten = Self.now - 30 * Self.day
-        #expect(Freshness.refusal(peer: SiteID(2), peerFreshThrough: 1, node: SiteID(1), forgottenThrough: 0) == nil, "nothing forgotten")
-        #expect(Freshness.refusal(peer: SiteID(2), peerFreshThrough: forgotten, node: SiteID(1), forgottenThrough: forgotten) == nil)
-        let stale = Freshness.refusal(peer: SiteID(2), peerFreshThrough: forgotten - 1, node: SiteID(1), forgottenThrough: forgotten)
-        #expect(stale?.hasPrefix("stale replica: site 0000000000000002 learned the mesh's deletions only through ") == true, "\(stale ?? "")")
-        #expect(stale?.contains("Start site 0000000000000002 again from an empty data directory") == true)
-        let silent = Freshness.refusal(peer: SiteID(2), peerFreshThrough: 0, node: SiteID(1), forgottenThrough: forgotten)
-        #expect(silent?.contains("does not say how recently it learned the mesh's deletions") == true, "an older peer is refused too")
+        func refusal(_ entries: [SiteID: UInt64], holds: Bool = true, forgotten: UInt64 = forgotten) -> String? {
+            Freshness.refusal(peer: Self.b, peerFreshness: entries, peerHoldsDocuments: holds, node: Self.a, forgottenThrough: forgotten)
+        }
+        #expect(refusal([:], forgotten: 0) == nil, "nothing forgotten")
+        #expect(refusal([Self.a: forgotten]) == nil, "caught up through the newest deletion forgotten")
+        #expect(refusal([:], holds: false) == nil, "a peer holding no document brings nothing back")
+        let behind = refusal([Self.a: forgotten - 1, Self.c: Self.now])
+        #expect(behind?.hasPrefix("stale replica: site 000000000000000b caught up with site 000000000000000a only through ") == true, "\(behind ?? "")")
+        #expect(behind?.contains("Start site 000000000000000b again from an empty data directory") == true)
+        let never = refusal([Self.c: Self.now])
+        #expect(never?.contains("has never caught up with site 000000000000000a (nor with a node that had)") == true, "\(never ?? "")")
     }
 
-    static func machine(site: UInt64, fresh: UInt64, forgotten: UInt64, role: Shoal_V1_Role = .peer) -> HandshakeStateMachine {
+    static func machine(
+        site: SiteID, freshness: [SiteID: UInt64] = [:], holds: Bool = true, forgotten: UInt64 = 0, role: Shoal_V1_Role = .peer
+    ) -> HandshakeStateMachine {
         HandshakeStateMachine(
             configuration: .init(
-                siteID: SiteID(site), nodeName: "n\(site)", meshName: site == 0 ? "" : "default", meshKey: nil, role: role,
-                freshThrough: fresh, forgottenThrough: forgotten))
+                siteID: site, nodeName: "n", meshName: role == .admin ? "" : "default", meshKey: nil, role: role,
+                freshness: freshness, holdsDocuments: holds, forgottenThrough: forgotten))
     }
 
-    @Test func theHandshakeRefusesAStalePeerOnTheSideThatForgot() {
+    @Test func theHandshakeRefusesAStalePeerBeforeEitherProof() {
         let forgotten = Self.now - 30 * Self.day
-        // b forgot deletions through `forgotten`; a learned deletions only a day before that.
-        var a = Self.machine(site: 1, fresh: forgotten - Self.day, forgotten: 0)
-        var b = Self.machine(site: 2, fresh: Self.now, forgotten: forgotten)
-        let (endA, endB) = HandshakeStateMachineTests.run(&a, &b)
-        let refused = HandshakeStateMachineTests.failure(endB)
-        #expect(refused?.code == .staleReplica && refused?.fromPeer == false && refused?.peer == SiteID(1))
-        // b sends no proof to a stale peer: a hears why while still in the handshake.
-        #expect(!a.isEstablished)
-        let told = HandshakeStateMachineTests.failure(endA)
+        var p = Self.machine(site: Self.b, freshness: [Self.a: forgotten - Self.day])
+        var a = Self.machine(site: Self.a, forgotten: forgotten)
+        let (endP, endA) = HandshakeStateMachineTests.run(&p, &a)
+        let refused = HandshakeStateMachineTests.failure(endA)
+        #expect(refused?.code == .staleReplica && refused?.fromPeer == false && refused?.peer == Self.b)
+        let told = HandshakeStateMachineTests.failure(endP)
         #expect(told?.code == .staleReplica && told?.fromPeer == true, "the stale side hears why: \(String(describing: told))")
-        #expect(told?.message.contains("Start site 0000000000000001 again from an empty data directory") == true)
-        // A peer fresh since then connects; an admin client always does.
-        var fresh = Self.machine(site: 3, fresh: forgotten, forgotten: 0)
-        var b2 = Self.machine(site: 2, fresh: Self.now, forgotten: forgotten)
-        let (endFresh, endB2) = HandshakeStateMachineTests.run(&fresh, &b2)
-        guard case .established? = endFresh, case .established? = endB2 else {
-            Issue.record("expected a fresh peer to connect, got \(String(describing: endFresh)) / \(String(describing: endB2))")
-            return
-        }
-        var admin = Self.machine(site: 0, fresh: 0, forgotten: 0, role: .admin)
-        var b3 = Self.machine(site: 2, fresh: Self.now, forgotten: forgotten)
-        guard case .established? = HandshakeStateMachineTests.run(&b3, &admin).a else {
-            Issue.record("expected the admin client to be served")
-            return
-        }
-    }
+        #expect(told?.message.contains("Start site 000000000000000b again from an empty data directory") == true)
+        #expect(!p.isEstablished && !a.isEstablished)
 
-    /// A wrong key is told as such, stale or not.
-    @Test func aWrongKeyIsToldBeforeStaleness() {
-        var a = HandshakeStateMachine(
-            configuration: .init(siteID: SiteID(1), nodeName: "a", meshName: "m", meshKey: HandshakeStateMachineTests.key))
-        var b = HandshakeStateMachine(
-            configuration: .init(
-                siteID: SiteID(2), nodeName: "b", meshName: "m", meshKey: Array("another key entirely!".utf8),
-                freshThrough: Self.now, forgottenThrough: Self.now))
-        let (_, endB) = HandshakeStateMachineTests.run(&a, &b)
-        #expect(HandshakeStateMachineTests.failure(endB)?.code == .meshKeyMismatch)
+        // Two nodes that each forgot what the other missed both hear it, at once.
+        var x = Self.machine(site: Self.b, forgotten: forgotten)
+        var y = Self.machine(site: Self.c, forgotten: forgotten)
+        let (endX, endY) = HandshakeStateMachineTests.run(&x, &y)
+        #expect(HandshakeStateMachineTests.failure(endX)?.code == .staleReplica)
+        #expect(HandshakeStateMachineTests.failure(endY)?.code == .staleReplica)
+
+        // A peer caught up since, one holding no document, and an admin client all connect.
+        for var peer in [
+            Self.machine(site: Self.b, freshness: [Self.a: forgotten]), Self.machine(site: Self.c, holds: false),
+            Self.machine(site: SiteID(0), role: .admin),
+        ] {
+            var node = Self.machine(site: Self.a, forgotten: forgotten)
+            guard case .established? = HandshakeStateMachineTests.run(&node, &peer).a else {
+                Issue.record("expected \(peer.configuration.siteID) to connect")
+                continue
+            }
+        }
     }
 
     @Test func helloCarriesFreshnessForPeersOnly() {
-        var peer = Self.machine(site: 1, fresh: 1234, forgotten: 0)
-        var admin = Self.machine(site: 0, fresh: 1234, forgotten: 0, role: .admin)
+        var peer = Self.machine(site: Self.b, freshness: [Self.a: 1234, Self.c: 99], holds: false)
+        var admin = Self.machine(site: SiteID(0), freshness: [Self.a: 1234], role: .admin)
         guard case .send(.hello(let hello))? = peer.start().first, case .send(.hello(let adminHello))? = admin.start().first else {
             Issue.record("expected Hellos")
             return
         }
-        #expect(hello.freshThroughMillis == 1234 && adminHello.freshThroughMillis == 0)
+        #expect(hello.freshness.map(\.siteID) == [0xA, 0xC] && hello.freshness.map(\.throughMillis) == [1234, 99], "newest first")
+        #expect(hello.holdsNoDocuments)
+        #expect(adminHello.freshness.isEmpty && !adminHello.holdsNoDocuments)
     }
 
-    /// The publisher's Ping carries its freshness only while the peer has
-    /// acknowledged everything it asked for; a Ping that carries one tells the
-    /// subscriber it caught up.
-    @Test func aPingCarriesFreshnessOnlyWhileThePeerIsCaughtUp() {
+    /// The publisher's Ping vouches only while the peer has acknowledged everything
+    /// it asked for; a Ping that vouches tells the subscriber it caught up.
+    @Test func aPingVouchesOnlyWhileThePeerIsCaughtUp() {
         var m = SessionStateMachineTests.machine(window: 2)
-        m.localFreshThrough = 777
+        m.localFreshness = [Self.a: 777, Self.c: 5]
         func ping(at now: UInt64) -> Shoal_V1_Ping? {
             for action in m.handle(.tick, now: now) { if case .send(.ping(let p)) = action { return p } }
             return nil
         }
-        #expect(ping(at: 5_000_000)?.freshThroughMillis == 0, "the peer has not subscribed yet")
+        #expect(ping(at: 5_000_000)?.freshness.isEmpty == true, "the peer has not subscribed yet")
         _ = m.handle(.logAdvanced(20), now: 5_050_000)
         let subscribed = m.handle(.received(SessionStateMachineTests.subscribe(SessionStateMachineTests.cars, generation: 1)), now: 5_100_000)
         guard let read = SessionStateMachineTests.pageRequest(subscribed) else {
@@ -115,19 +128,22 @@ import Testing
             return
         }
         _ = m.handle(.pageRead(ChangeLogPage(pieces: [SessionStateMachineTests.piece(1)], through: 20), ticket: read.ticket), now: 5_300_000)
-        #expect(ping(at: 10_000_000)?.freshThroughMillis == 0, "a batch is unacknowledged")
+        #expect(ping(at: 10_000_000)?.freshness.isEmpty == true, "a batch is unacknowledged")
         _ = m.handle(.received(SessionStateMachineTests.ack(20)), now: 10_100_000)
-        #expect(ping(at: 15_000_000)?.freshThroughMillis == 777, "caught up")
+        #expect(ping(at: 15_000_000)?.freshness.map(\.throughMillis) == [777, 5], "caught up")
         _ = m.handle(.logAdvanced(30), now: 15_100_000)
-        #expect(ping(at: 20_000_000)?.freshThroughMillis == 0, "behind again")
+        #expect(ping(at: 20_000_000)?.freshness.isEmpty == true, "behind again")
 
         var received = Shoal_V1_Ping()
         received.nonce = 3
-        received.freshThroughMillis = 555
+        var entry = Shoal_V1_Freshness()
+        entry.siteID = 0xB
+        entry.throughMillis = 555
+        received.freshness = [entry]
         let actions = m.handle(.received(.ping(received)), now: 20_100_000)
         #expect(SessionStateMachineTests.sent(actions) == [.pong(received)])
-        #expect(actions.contains { if case .caughtUp(555) = $0 { return true } else { return false } })
-        received.freshThroughMillis = 0
+        #expect(actions.contains { if case .caughtUp(let vouched) = $0 { return vouched == [Self.b: 555] } else { return false } })
+        received.freshness = []
         #expect(!m.handle(.received(.ping(received)), now: 20_200_000).contains { if case .caughtUp = $0 { return true } else { return false } })
     }
 }

@@ -39,10 +39,7 @@ import Testing
         }
         func changeLogUpdates() -> AsyncStream<UInt64> { base.changeLogUpdates() }
         func cursorResets() -> AsyncStream<UInt64> { base.cursorResets() }
-        func freshness() async throws(StoreError) -> (freshThrough: UInt64, forgottenThrough: UInt64) {
-            try await base.freshness()
-        }
-        func saveFreshThrough(_ millis: UInt64) async throws(StoreError) { try await base.saveFreshThrough(millis) }
+        func holdsDocuments() async throws(StoreError) -> Bool { try await base.holdsDocuments() }
         func transactionRecords() async throws(StoreError) -> [TransactionRecord] { try await base.transactionRecords() }
         func writeInbound<T: Sendable>(
             _ body: @escaping @Sendable (any InboundWriting) throws -> T

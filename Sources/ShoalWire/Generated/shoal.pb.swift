@@ -84,7 +84,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
   case limitExceeded // = 12
 
   /// The peer may hold documents this node deleted and has since forgotten: it must
-  /// start again from an empty store (PROTOCOL.md section 8.11).
+  /// start again from an empty store (PROTOCOL.md section 8.10).
   case staleReplica // = 13
   case UNRECOGNIZED(Int)
 
@@ -227,11 +227,30 @@ public nonisolated struct Shoal_V1_Hello: Sendable {
   /// Where the sender accepts connections ("host:port"), empty if nowhere.
   public var listenAddress: String = String()
 
-  /// Peers: the time (Unix ms) through which the sender has learned the mesh's
-  /// deletions, its freshness (PROTOCOL.md section 8.11); 0: unknown. A node that has
-  /// forgotten deleted documents refuses a peer less fresh than they were deleted
-  /// (STALE_REPLICA).
-  public var freshThroughMillis: UInt64 = 0
+  /// Peers: the sender's freshness (PROTOCOL.md section 8.10): for each node it has
+  /// caught up with, directly or through others, the time on that node's clock
+  /// through which it holds that node's log. Empty for admin clients.
+  public var freshness: [Shoal_V1_Freshness] = []
+
+  /// Peers: the sender's store holds no document, live or deleted, so it cannot
+  /// bring back one another node forgot.
+  public var holdsNoDocuments: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// One entry of a freshness (PROTOCOL.md section 8.10).
+public nonisolated struct Shoal_V1_Freshness: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var siteID: UInt64 = 0
+
+  /// Unix ms on that node's clock.
+  public var throughMillis: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -282,11 +301,11 @@ public nonisolated struct Shoal_V1_Ping: Sendable {
   /// The sender's monotonic clock, microseconds; echoed to measure round trips.
   public var sentAtMicros: UInt64 = 0
 
-  /// Set only while the receiver has acknowledged everything of the sender's change
-  /// log that its subscriptions ask for: the sender's freshness (Unix ms), which the
-  /// receiver's own rises to (PROTOCOL.md section 8.11). 0 otherwise. A Pong's is
-  /// the echo and means nothing.
-  public var freshThroughMillis: UInt64 = 0
+  /// Only while the receiver has acknowledged everything of the sender's change log
+  /// that its subscriptions ask for: the sender's freshness, with the sender's own
+  /// site at its clock now, which the receiver merges into its own (PROTOCOL.md
+  /// section 8.10). Empty otherwise. A Pong's is the echo and means nothing.
+  public var freshness: [Shoal_V1_Freshness] = []
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -928,7 +947,8 @@ public nonisolated struct Shoal_V1_CompactionProgress: Sendable {
 
   public var vacuumed: Bool = false
 
-  /// Registers removed because their document's tombstone hides them (DATA_MODEL.md §18).
+  /// Registers removed because their document's tombstone hides them, and removal
+  /// registers older than the tombstone horizon (DATA_MODEL.md §18).
   public var registersPurged: UInt64 = 0
 
   /// Deleted documents forgotten: deleted longer than the tombstone horizon ago.
@@ -1372,8 +1392,8 @@ public nonisolated struct Shoal_V1_StorageStatus: Sendable {
 
   public var forgottenThroughMillis: UInt64 = 0
 
-  /// This node's freshness (Unix ms): it has learned the mesh's deletions through then.
-  public var freshThroughMillis: UInt64 = 0
+  /// This node's freshness (PROTOCOL.md section 8.10), newest first.
+  public var freshness: [Shoal_V1_Freshness] = []
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1607,7 +1627,7 @@ nonisolated extension Shoal_V1_Coverage: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Hello"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}min_version\0\u{3}max_version\0\u{3}site_id\0\u{3}node_name\0\u{3}mesh_name\0\u{1}nonce\0\u{1}role\0\u{3}listen_address\0\u{3}fresh_through_millis\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}min_version\0\u{3}max_version\0\u{3}site_id\0\u{3}node_name\0\u{3}mesh_name\0\u{1}nonce\0\u{1}role\0\u{3}listen_address\0\u{1}freshness\0\u{3}holds_no_documents\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1623,7 +1643,8 @@ nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Mess
       case 6: try { try decoder.decodeSingularBytesField(value: &self.nonce) }()
       case 7: try { try decoder.decodeSingularEnumField(value: &self.role) }()
       case 8: try { try decoder.decodeSingularStringField(value: &self.listenAddress) }()
-      case 9: try { try decoder.decodeSingularUInt64Field(value: &self.freshThroughMillis) }()
+      case 9: try { try decoder.decodeRepeatedMessageField(value: &self.freshness) }()
+      case 10: try { try decoder.decodeSingularBoolField(value: &self.holdsNoDocuments) }()
       default: break
       }
     }
@@ -1654,8 +1675,11 @@ nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Mess
     if !self.listenAddress.isEmpty {
       try visitor.visitSingularStringField(value: self.listenAddress, fieldNumber: 8)
     }
-    if self.freshThroughMillis != 0 {
-      try visitor.visitSingularUInt64Field(value: self.freshThroughMillis, fieldNumber: 9)
+    if !self.freshness.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.freshness, fieldNumber: 9)
+    }
+    if self.holdsNoDocuments != false {
+      try visitor.visitSingularBoolField(value: self.holdsNoDocuments, fieldNumber: 10)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1669,7 +1693,43 @@ nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Mess
     if lhs.nonce != rhs.nonce {return false}
     if lhs.role != rhs.role {return false}
     if lhs.listenAddress != rhs.listenAddress {return false}
-    if lhs.freshThroughMillis != rhs.freshThroughMillis {return false}
+    if lhs.freshness != rhs.freshness {return false}
+    if lhs.holdsNoDocuments != rhs.holdsNoDocuments {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_Freshness: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Freshness"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{3}through_millis\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularFixed64Field(value: &self.siteID) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.throughMillis) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.siteID != 0 {
+      try visitor.visitSingularFixed64Field(value: self.siteID, fieldNumber: 1)
+    }
+    if self.throughMillis != 0 {
+      try visitor.visitSingularUInt64Field(value: self.throughMillis, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_Freshness, rhs: Shoal_V1_Freshness) -> Bool {
+    if lhs.siteID != rhs.siteID {return false}
+    if lhs.throughMillis != rhs.throughMillis {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1747,7 +1807,7 @@ nonisolated extension Shoal_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._Mess
 
 nonisolated extension Shoal_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Ping"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}nonce\0\u{3}sent_at_micros\0\u{3}fresh_through_millis\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}nonce\0\u{3}sent_at_micros\0\u{1}freshness\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1757,7 +1817,7 @@ nonisolated extension Shoal_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._Messa
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt64Field(value: &self.nonce) }()
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.sentAtMicros) }()
-      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.freshThroughMillis) }()
+      case 3: try { try decoder.decodeRepeatedMessageField(value: &self.freshness) }()
       default: break
       }
     }
@@ -1770,8 +1830,8 @@ nonisolated extension Shoal_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._Messa
     if self.sentAtMicros != 0 {
       try visitor.visitSingularUInt64Field(value: self.sentAtMicros, fieldNumber: 2)
     }
-    if self.freshThroughMillis != 0 {
-      try visitor.visitSingularUInt64Field(value: self.freshThroughMillis, fieldNumber: 3)
+    if !self.freshness.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.freshness, fieldNumber: 3)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1779,7 +1839,7 @@ nonisolated extension Shoal_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._Messa
   public static func ==(lhs: Shoal_V1_Ping, rhs: Shoal_V1_Ping) -> Bool {
     if lhs.nonce != rhs.nonce {return false}
     if lhs.sentAtMicros != rhs.sentAtMicros {return false}
-    if lhs.freshThroughMillis != rhs.freshThroughMillis {return false}
+    if lhs.freshness != rhs.freshness {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3887,7 +3947,7 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Shoal_V1_StorageStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StorageStatus"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}store_bytes\0\u{3}change_log_rows\0\u{3}compacted_through\0\u{3}compacted_at_millis\0\u{3}peer_positions\0\u{3}documents_forgotten\0\u{3}forgotten_through_millis\0\u{3}fresh_through_millis\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}store_bytes\0\u{3}change_log_rows\0\u{3}compacted_through\0\u{3}compacted_at_millis\0\u{3}peer_positions\0\u{3}documents_forgotten\0\u{3}forgotten_through_millis\0\u{1}freshness\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3902,7 +3962,7 @@ nonisolated extension Shoal_V1_StorageStatus: SwiftProtobuf.Message, SwiftProtob
       case 5: try { try decoder.decodeRepeatedMessageField(value: &self.peerPositions) }()
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.documentsForgotten) }()
       case 7: try { try decoder.decodeSingularUInt64Field(value: &self.forgottenThroughMillis) }()
-      case 8: try { try decoder.decodeSingularUInt64Field(value: &self.freshThroughMillis) }()
+      case 8: try { try decoder.decodeRepeatedMessageField(value: &self.freshness) }()
       default: break
       }
     }
@@ -3930,8 +3990,8 @@ nonisolated extension Shoal_V1_StorageStatus: SwiftProtobuf.Message, SwiftProtob
     if self.forgottenThroughMillis != 0 {
       try visitor.visitSingularUInt64Field(value: self.forgottenThroughMillis, fieldNumber: 7)
     }
-    if self.freshThroughMillis != 0 {
-      try visitor.visitSingularUInt64Field(value: self.freshThroughMillis, fieldNumber: 8)
+    if !self.freshness.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.freshness, fieldNumber: 8)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -3944,7 +4004,7 @@ nonisolated extension Shoal_V1_StorageStatus: SwiftProtobuf.Message, SwiftProtob
     if lhs.peerPositions != rhs.peerPositions {return false}
     if lhs.documentsForgotten != rhs.documentsForgotten {return false}
     if lhs.forgottenThroughMillis != rhs.forgottenThroughMillis {return false}
-    if lhs.freshThroughMillis != rhs.freshThroughMillis {return false}
+    if lhs.freshness != rhs.freshness {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
