@@ -94,6 +94,7 @@ extension ShoalNode {
         do {
             try await store.saveFreshness(changes)
         } catch {
+            sync.freshness.saveFailed()
             logger.warning("could not save the node's freshness: \(error); trying again later")
         }
     }

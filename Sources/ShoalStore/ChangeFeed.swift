@@ -23,6 +23,9 @@ public final class ChangeFeed<Element: Sendable>: Sendable {
         self.replayLatest = replayLatest
     }
 
+    /// The last event published, if any.
+    public var latest: Element? { state.withLock { $0.latest } }
+
     public func publish(_ element: Element) {
         let listeners = state.withLock { s -> [AsyncStream<Element>.Continuation] in
             s.latest = element

@@ -417,10 +417,16 @@ extension DocumentStore {
         try await read { db in UInt64(max(0, try Self.meta(db, "fresh_since") ?? 0)) }
     }
 
-    /// Whether the store holds any document, live, deleted or evicted with counters kept.
-    public func holdsDocuments() async throws(StoreError) -> Bool {
-        try await read { db in
-            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM field) OR EXISTS (SELECT 1 FROM evicted_counter)") ?? true
+    /// Whether the store holds anything another node wrote: a transaction of another
+    /// origin, applied, waiting or evicted since (the `txn` table keeps a row for each).
+    /// A store that holds only its own writes cannot bring back a document another node
+    /// deleted: the others had it from this node, and know its transactions as applied.
+    public func holdsOthersWrites() async throws(StoreError) -> Bool {
+        let site = Int64(bitPattern: siteID.rawValue)
+        return try await read { db in
+            try Bool.fetchOne(
+                db, sql: "SELECT EXISTS (SELECT 1 FROM txn WHERE origin < ?) OR EXISTS (SELECT 1 FROM txn WHERE origin > ?)",
+                arguments: [site, site]) ?? true
         }
     }
 

@@ -144,6 +144,8 @@ public final class DocumentStore: Sendable {
             }
             indexedPaths.withLock { $0.formUnion(existing.compactMap(Self.automaticIndexPath)) }
             userIndexes.withLock { $0 = declared }
+            // Sessions learn where the log ends from the feed: from the start, not only at the next commit.
+            feed.publish(UInt64(try pool.read { db in try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") } ?? 0))
         } catch let error as StoreError {
             throw error
         } catch {
@@ -346,6 +348,9 @@ public final class DocumentStore: Sendable {
 
     /// A stream that yields whenever the change log grows, with its new last sequence.
     public func changeLogUpdates() -> AsyncStream<UInt64> { feed.updates() }
+
+    /// The change log's last sequence as of the latest commit (or the store's opening).
+    public var lastCommittedSequence: UInt64 { feed.latest ?? 0 }
 
     /// A stream that yields when EVICT removed local data, so sessions should
     /// resubscribe from their (restarted) cursors and refill what subscriptions match.

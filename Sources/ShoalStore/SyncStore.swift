@@ -38,9 +38,11 @@ public protocol SyncStore: AnyObject, Sendable {
     func changeLogUpdates() -> AsyncStream<UInt64>
     /// A signal each time EVICT restarts every peer cursor.
     func cursorResets() -> AsyncStream<UInt64>
-    /// Whether the store holds any document, live or deleted: a peer that holds none
-    /// cannot bring back one another node forgot (ShoalSync's `Freshness`).
-    func holdsDocuments() async throws(StoreError) -> Bool
+    /// The change log's last sequence as of the latest commit or the store's opening.
+    var lastCommittedSequence: UInt64 { get }
+    /// Whether the store holds anything another node wrote: a peer that holds only its
+    /// own writes cannot bring back a document another node forgot (ShoalSync's `Freshness`).
+    func holdsOthersWrites() async throws(StoreError) -> Bool
 
     // MARK: Inbound
 

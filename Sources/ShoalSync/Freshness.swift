@@ -18,7 +18,7 @@ import ShoalWire
 ///   Ping from a peer Q that has nothing more for this node (it is caught up with Q),
 ///   carrying Q's freshness with Q's own entry at Q's clock now:
 ///       every entry ──► this node's entry for that site rises to it
-///   Hello from a peer holding documents, this node N having forgotten deletions up to D:
+///   Hello from a peer holding others' writes, this node N having forgotten deletions up to D:
 ///       the peer's entry for N below D ──► refuse: STALE_REPLICA
 /// ```
 ///
@@ -59,8 +59,16 @@ public final class Freshness: Sendable {
         state.withLock {
             $0.entries.merge(entries, uniquingKeysWith: max)
             $0.entries[site] = nil
+            Self.cap(&$0)
             $0.forgottenThrough = max($0.forgottenThrough, forgottenThrough)
         }
+    }
+
+    /// Keeps the newest `maximumEntries` entries.
+    private static func cap(_ s: inout State) {
+        guard s.entries.count > maximumEntries else { return }
+        let oldest = s.entries.sorted { $0.value < $1.value }.prefix(s.entries.count - maximumEntries)
+        for (node, _) in oldest { s.entries[node] = nil }
     }
 
     /// Notes that this node has forgotten deletions through `millis`.
@@ -76,11 +84,13 @@ public final class Freshness: Sendable {
                 s.entries[node] = through
                 s.dirty = true
             }
-            if s.entries.count > Self.maximumEntries {
-                let oldest = s.entries.sorted { $0.value < $1.value }.prefix(s.entries.count - Self.maximumEntries)
-                for (node, _) in oldest { s.entries[node] = nil }
-            }
+            Self.cap(&s)
         }
+    }
+
+    /// Marks the entries as changed again (their save failed).
+    public func saveFailed() {
+        state.withLock { $0.dirty = true }
     }
 
     /// The entries to save when they changed since the last call, nil otherwise.
@@ -93,12 +103,12 @@ public final class Freshness: Sendable {
     }
 
     /// Why a peer must not sync with `node`, or nil when it may: it must not when it
-    /// holds documents and `node` has forgotten a deletion newer than the peer's
-    /// entry for `node` (how far it is known to hold `node`'s log).
+    /// holds what other nodes wrote and `node` has forgotten a deletion newer than the
+    /// peer's entry for `node` (how far it is known to hold `node`'s log).
     public static func refusal(
-        peer: SiteID, peerFreshness: [SiteID: UInt64], peerHoldsDocuments: Bool, node: SiteID, forgottenThrough forgotten: UInt64
+        peer: SiteID, peerFreshness: [SiteID: UInt64], peerHoldsOthersWrites: Bool, node: SiteID, forgottenThrough forgotten: UInt64
     ) -> String? {
-        guard forgotten > 0, peerHoldsDocuments else { return nil }
+        guard forgotten > 0, peerHoldsOthersWrites else { return nil }
         let through = peerFreshness[node] ?? 0
         guard through < forgotten else { return nil }
         let caughtUp =

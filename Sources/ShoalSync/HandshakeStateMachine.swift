@@ -45,9 +45,9 @@ public struct HandshakeStateMachine: Sendable {
         public var versions: ClosedRange<UInt32>
         /// This node's freshness, sent in Hello (see `Freshness`).
         public var freshness: [SiteID: UInt64]
-        /// Whether this node's store holds any document (Hello says when it holds none).
-        public var holdsDocuments: Bool
-        /// The newest deletion this node has forgotten, Unix ms; a peer holding documents
+        /// Whether this node's store holds anything another node wrote (Hello says when not).
+        public var holdsOthersWrites: Bool
+        /// The newest deletion this node has forgotten, Unix ms; a peer holding others' writes
         /// whose freshness entry for this node is below it is refused (STALE_REPLICA).
         /// 0: none forgotten.
         public var forgottenThrough: UInt64
@@ -56,10 +56,10 @@ public struct HandshakeStateMachine: Sendable {
             siteID: SiteID, nodeName: String, meshName: String, meshKey: [UInt8]?, role: Shoal_V1_Role = .peer,
             listenAddress: String = "", versions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions,
             adminKey: [UInt8]? = nil, acceptsKeylessAdmin: Bool = true, freshness: [SiteID: UInt64] = [:],
-            holdsDocuments: Bool = true, forgottenThrough: UInt64 = 0
+            holdsOthersWrites: Bool = true, forgottenThrough: UInt64 = 0
         ) {
             self.freshness = freshness
-            self.holdsDocuments = holdsDocuments
+            self.holdsOthersWrites = holdsOthersWrites
             self.forgottenThrough = forgottenThrough
             self.siteID = siteID
             self.nodeName = nodeName
@@ -132,7 +132,7 @@ public struct HandshakeStateMachine: Sendable {
         hello.listenAddress = configuration.listenAddress
         if configuration.role != .admin {
             hello.freshness = Freshness.wire(configuration.freshness)
-            hello.holdsNoDocuments = !configuration.holdsDocuments
+            hello.holdsOnlyOwnWrites = !configuration.holdsOthersWrites
         }
         return [.send(.hello(hello))]
     }
@@ -227,7 +227,7 @@ public struct HandshakeStateMachine: Sendable {
         if !peerIsAdmin, !weAreAdmin,
             let refusal = Freshness.refusal(
                 peer: SiteID(hello.siteID), peerFreshness: Freshness.entries(hello.freshness),
-                peerHoldsDocuments: !hello.holdsNoDocuments, node: configuration.siteID,
+                peerHoldsOthersWrites: !hello.holdsOnlyOwnWrites, node: configuration.siteID,
                 forgottenThrough: configuration.forgottenThrough)
         {
             // Refused at once, before either proof: the peer learns why inside its

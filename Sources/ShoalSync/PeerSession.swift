@@ -114,7 +114,7 @@ struct PeerSession: Sendable {
                 meshKey: configuration.meshKey, role: .peer, listenAddress: engine.listenAddress,
                 versions: configuration.protocolVersions, adminKey: configuration.adminKey,
                 acceptsKeylessAdmin: remoteIsLoopback, freshness: engine.freshness.entries,
-                holdsDocuments: try await engine.store.holdsDocuments(), forgottenThrough: engine.freshness.forgottenThrough))
+                holdsOthersWrites: try await engine.store.holdsOthersWrites(), forgottenThrough: engine.freshness.forgottenThrough))
         let identity: PeerIdentity? = try await withThrowingTaskGroup(of: Void.self) { group in
             // The watchdog closes the connection if the handshake stalls, which ends the read below.
             group.addTask { [transport] in
@@ -359,8 +359,15 @@ struct PeerSession: Sendable {
             if case .received(.subscribe(let subscribe)) = event {
                 noteResync(subscribe, peer: peer)
             }
-            if case .tick = event { machine.localFreshness = engine.freshness.vouching(now: Freshness.now()) }
-            var pending = machine.handle(event, now: now())[...]
+            var pending: ArraySlice<SessionStateMachine.Action> = []
+            if case .tick = event {
+                // What a Ping vouches: the time, then the log's end, so the machine vouches
+                // only if the peer has every commit made before that time.
+                let vouchedAt = Freshness.now()
+                pending += machine.handle(.logAdvanced(engine.store.lastCommittedSequence), now: now())
+                machine.localFreshness = engine.freshness.vouching(now: vouchedAt)
+            }
+            pending += machine.handle(event, now: now())
             while let action = pending.popFirst() {
                 for followUp in try await perform(action, peer: peer, input: input) {
                     pending += machine.handle(followUp, now: now())

@@ -153,11 +153,26 @@ import Testing
         defer { store.close() }
         #expect(try await store.freshSince() >= before)
         #expect(try store.savedFreshness().entries.isEmpty)
-        #expect(try await store.holdsDocuments() == false)
+        #expect(try await store.holdsOthersWrites() == false)
+        #expect(store.lastCommittedSequence == 0)
         try await store.saveFreshness([SiteID(2): 10])
         try await store.saveFreshness([SiteID(2): 5, SiteID(3): 7])
         #expect(try store.savedFreshness().entries == [SiteID(2): 10, SiteID(3): 7])
         _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'd'}); DELETE FROM c WHERE _id = 'd'")
-        #expect(try await store.holdsDocuments(), "a deleted document is still held")
+        #expect(try await store.holdsOthersWrites() == false, "its own writes only")
+        #expect(store.lastCommittedSequence == (try await store.lastSequence()))
+        // One remote transaction, and it holds another node's write (an EVICT would not change that).
+        let other = TransactionID(origin: SiteID(0x77), sequence: 1)
+        let piece = TransactionPiece(
+            id: other, deltaCount: 1, documentCount: 1, collections: [CollectionCount(collection: "c", documents: 1, deltas: 1)],
+            deltas: [
+                Delta(
+                    collection: "c", documentID: "\"r\"", field: "x", valueJSON: "1", timestamp: HybridTimestamp(rawValue: 1 << 20),
+                    transaction: other, index: 0, count: 1)
+            ], documentDeltaCounts: [DocumentRef(collection: "c", id: "\"r\""): 1], isLast: true)
+        _ = try await store.applyRemote([piece], from: SiteID(0x77), subscriptionKey: "k", through: 1)
+        #expect(try await store.holdsOthersWrites())
+        _ = try await store.execute("EVICT FROM c WHERE _id = 'r'")
+        #expect(try await store.holdsOthersWrites(), "EVICT keeps the log and the transaction's row")
     }
 }

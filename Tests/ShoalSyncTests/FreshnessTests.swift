@@ -39,18 +39,18 @@ import Testing
         #expect(p.entries[Self.a] == Self.now && q.entries[Self.a] == Self.now)
         #expect(q.entries[Self.b] == Self.now + 1_000 * 3_600_000)
         let forgotten = Self.now + 31 * Self.day
-        #expect(Freshness.refusal(peer: Self.b, peerFreshness: p.entries, peerHoldsDocuments: true, node: Self.a, forgottenThrough: forgotten) != nil)
-        #expect(Freshness.refusal(peer: Self.c, peerFreshness: q.entries, peerHoldsDocuments: true, node: Self.a, forgottenThrough: forgotten) != nil)
+        #expect(Freshness.refusal(peer: Self.b, peerFreshness: p.entries, peerHoldsOthersWrites: true, node: Self.a, forgottenThrough: forgotten) != nil)
+        #expect(Freshness.refusal(peer: Self.c, peerFreshness: q.entries, peerHoldsOthersWrites: true, node: Self.a, forgottenThrough: forgotten) != nil)
     }
 
     @Test func aPeerHoldingDocumentsAndBehindTheNewestForgottenDeletionIsRefused() {
         let forgotten = Self.now - 30 * Self.day
         func refusal(_ entries: [SiteID: UInt64], holds: Bool = true, forgotten: UInt64 = forgotten) -> String? {
-            Freshness.refusal(peer: Self.b, peerFreshness: entries, peerHoldsDocuments: holds, node: Self.a, forgottenThrough: forgotten)
+            Freshness.refusal(peer: Self.b, peerFreshness: entries, peerHoldsOthersWrites: holds, node: Self.a, forgottenThrough: forgotten)
         }
         #expect(refusal([:], forgotten: 0) == nil, "nothing forgotten")
         #expect(refusal([Self.a: forgotten]) == nil, "caught up through the newest deletion forgotten")
-        #expect(refusal([:], holds: false) == nil, "a peer holding no document brings nothing back")
+        #expect(refusal([:], holds: false) == nil, "a peer holding only its own writes brings nothing back")
         let behind = refusal([Self.a: forgotten - 1, Self.c: Self.now])
         #expect(behind?.hasPrefix("stale replica: site 000000000000000b caught up with site 000000000000000a only through ") == true, "\(behind ?? "")")
         #expect(behind?.contains("Start site 000000000000000b again from an empty data directory") == true)
@@ -64,7 +64,7 @@ import Testing
         HandshakeStateMachine(
             configuration: .init(
                 siteID: site, nodeName: "n", meshName: role == .admin ? "" : "default", meshKey: nil, role: role,
-                freshness: freshness, holdsDocuments: holds, forgottenThrough: forgotten))
+                freshness: freshness, holdsOthersWrites: holds, forgottenThrough: forgotten))
     }
 
     @Test func theHandshakeRefusesAStalePeerBeforeEitherProof() {
@@ -86,7 +86,7 @@ import Testing
         #expect(HandshakeStateMachineTests.failure(endX)?.code == .staleReplica)
         #expect(HandshakeStateMachineTests.failure(endY)?.code == .staleReplica)
 
-        // A peer caught up since, one holding no document, and an admin client all connect.
+        // A peer caught up since, one holding only its own writes, and an admin client all connect.
         for var peer in [
             Self.machine(site: Self.b, freshness: [Self.a: forgotten]), Self.machine(site: Self.c, holds: false),
             Self.machine(site: SiteID(0), role: .admin),
@@ -107,8 +107,8 @@ import Testing
             return
         }
         #expect(hello.freshness.map(\.siteID) == [0xA, 0xC] && hello.freshness.map(\.throughMillis) == [1234, 99], "newest first")
-        #expect(hello.holdsNoDocuments)
-        #expect(adminHello.freshness.isEmpty && !adminHello.holdsNoDocuments)
+        #expect(hello.holdsOnlyOwnWrites)
+        #expect(adminHello.freshness.isEmpty && !adminHello.holdsOnlyOwnWrites)
     }
 
     /// The publisher's Ping vouches only while the peer has acknowledged everything

@@ -39,7 +39,8 @@ import Testing
         }
         func changeLogUpdates() -> AsyncStream<UInt64> { base.changeLogUpdates() }
         func cursorResets() -> AsyncStream<UInt64> { base.cursorResets() }
-        func holdsDocuments() async throws(StoreError) -> Bool { try await base.holdsDocuments() }
+        var lastCommittedSequence: UInt64 { base.lastCommittedSequence }
+        func holdsOthersWrites() async throws(StoreError) -> Bool { try await base.holdsOthersWrites() }
         func transactionRecords() async throws(StoreError) -> [TransactionRecord] { try await base.transactionRecords() }
         func writeInbound<T: Sendable>(
             _ body: @escaping @Sendable (any InboundWriting) throws -> T

@@ -232,9 +232,9 @@ public nonisolated struct Shoal_V1_Hello: Sendable {
   /// through which it holds that node's log. Empty for admin clients.
   public var freshness: [Shoal_V1_Freshness] = []
 
-  /// Peers: the sender's store holds no document, live or deleted, so it cannot
-  /// bring back one another node forgot.
-  public var holdsNoDocuments: Bool = false
+  /// Peers: the sender's store holds nothing another node wrote (no transaction of
+  /// another origin), so it cannot bring back a document another node forgot.
+  public var holdsOnlyOwnWrites: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1627,7 +1627,7 @@ nonisolated extension Shoal_V1_Coverage: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Hello"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}min_version\0\u{3}max_version\0\u{3}site_id\0\u{3}node_name\0\u{3}mesh_name\0\u{1}nonce\0\u{1}role\0\u{3}listen_address\0\u{1}freshness\0\u{3}holds_no_documents\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}min_version\0\u{3}max_version\0\u{3}site_id\0\u{3}node_name\0\u{3}mesh_name\0\u{1}nonce\0\u{1}role\0\u{3}listen_address\0\u{1}freshness\0\u{3}holds_only_own_writes\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1644,7 +1644,7 @@ nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Mess
       case 7: try { try decoder.decodeSingularEnumField(value: &self.role) }()
       case 8: try { try decoder.decodeSingularStringField(value: &self.listenAddress) }()
       case 9: try { try decoder.decodeRepeatedMessageField(value: &self.freshness) }()
-      case 10: try { try decoder.decodeSingularBoolField(value: &self.holdsNoDocuments) }()
+      case 10: try { try decoder.decodeSingularBoolField(value: &self.holdsOnlyOwnWrites) }()
       default: break
       }
     }
@@ -1678,8 +1678,8 @@ nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Mess
     if !self.freshness.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.freshness, fieldNumber: 9)
     }
-    if self.holdsNoDocuments != false {
-      try visitor.visitSingularBoolField(value: self.holdsNoDocuments, fieldNumber: 10)
+    if self.holdsOnlyOwnWrites != false {
+      try visitor.visitSingularBoolField(value: self.holdsOnlyOwnWrites, fieldNumber: 10)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -1694,7 +1694,7 @@ nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Mess
     if lhs.role != rhs.role {return false}
     if lhs.listenAddress != rhs.listenAddress {return false}
     if lhs.freshness != rhs.freshness {return false}
-    if lhs.holdsNoDocuments != rhs.holdsNoDocuments {return false}
+    if lhs.holdsOnlyOwnWrites != rhs.holdsOnlyOwnWrites {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
