@@ -294,23 +294,9 @@ struct AdminService: AdminRequestHandler {
     /// wait for the writer).
     func execute(_ statements: String, argumentsJSON: String, hint: String?, readOnly: Bool) async throws(StoreError) -> ExecResult {
         let arguments = try Self.arguments(argumentsJSON)
-        let writes: Bool
-        do throws(QueryError) {
-            writes = try Parser.parse(statements).contains(where: \.isMutation)
-        } catch {
-            throw StoreError(error)
-        }
-        let (result, transaction): (QueryResult, Transaction)
-        do {
-            (result, transaction) = try await node.store.transaction(hint: hint, isReadOnly: readOnly || !writes) { tx in
-                (try await tx.execute(statements, arguments: arguments), tx)
-            }
-        } catch let error as StoreError {
-            throw error
-        } catch {
-            throw StoreError(.database, "exec failed: \(error)")
-        }
-        return ExecResult(result, transactionID: transaction.transactionID)
+        // One access to the writer from BEGIN to COMMIT (a `transaction` would take three).
+        let result = try await node.store.execute(statements, arguments: arguments, hint: hint, isReadOnly: readOnly)
+        return ExecResult(result, transactionID: result.transactionID)
     }
 
     /// Whether LAN discovery hears `site` (so a session it dialed to us was found that way too).

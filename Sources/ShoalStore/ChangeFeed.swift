@@ -4,11 +4,32 @@ import ShoalCRDT
 ///
 /// Each listener gets its own `AsyncStream` with the buffering policy the feed
 /// was made with: `.bufferingNewest(1)` for "something changed, look again"
-/// signals, `.unbounded` when every event matters.
+/// signals, `.unbounded` when every event matters. A listener on a hot path
+/// (a peer session waiting for commits) can `listen` with a handler instead,
+/// which the publisher calls: no task in between to wake.
 public final class ChangeFeed<Element: Sendable>: Sendable {
+    private enum Listener: Sendable {
+        case stream(AsyncStream<Element>.Continuation)
+        case handler(@Sendable (Element) -> Void, finished: @Sendable () -> Void)
+
+        func yield(_ element: Element) {
+            switch self {
+            case .stream(let continuation): continuation.yield(element)
+            case .handler(let handler, _): handler(element)
+            }
+        }
+
+        func finish() {
+            switch self {
+            case .stream(let continuation): continuation.finish()
+            case .handler(_, let finished): finished()
+            }
+        }
+    }
+
     private struct State {
         var latest: Element?
-        var listeners: [Int: AsyncStream<Element>.Continuation] = [:]
+        var listeners: [Int: Listener] = [:]
         var nextID = 0
         var finished = false
     }
@@ -27,7 +48,7 @@ public final class ChangeFeed<Element: Sendable>: Sendable {
     public var latest: Element? { state.withLock { $0.latest } }
 
     public func publish(_ element: Element) {
-        let listeners = state.withLock { s -> [AsyncStream<Element>.Continuation] in
+        let listeners = state.withLock { s -> [Listener] in
             s.latest = element
             return Array(s.listeners.values)
         }
@@ -40,7 +61,7 @@ public final class ChangeFeed<Element: Sendable>: Sendable {
             guard !s.finished else { return nil }
             let id = s.nextID
             s.nextID += 1
-            s.listeners[id] = continuation
+            s.listeners[id] = .stream(continuation)
             if replayLatest, let latest = s.latest { continuation.yield(latest) }
             return id
         }
@@ -54,6 +75,30 @@ public final class ChangeFeed<Element: Sendable>: Sendable {
         return stream
     }
 
+    /// Calls `handler` with every event published from now on (first with the last
+    /// one, if the feed replays it), on the publisher's thread and outside the feed's
+    /// lock, until the returned listening is cancelled; `finished` runs once when the
+    /// feed finishes (at once if it has). Handlers must be quick and must not block.
+    public func listen(
+        _ handler: @escaping @Sendable (Element) -> Void, finished: @escaping @Sendable () -> Void
+    ) -> ChangeFeedListening {
+        let registered = state.withLock { s -> (id: Int, replay: Element?)? in
+            guard !s.finished else { return nil }
+            let id = s.nextID
+            s.nextID += 1
+            s.listeners[id] = .handler(handler, finished: finished)
+            return (id, replayLatest ? s.latest : nil)
+        }
+        guard let registered else {
+            finished()
+            return ChangeFeedListening {}
+        }
+        if let replay = registered.replay { handler(replay) }
+        return ChangeFeedListening { [weak self] in
+            _ = self?.state.withLock { $0.listeners.removeValue(forKey: registered.id) }
+        }
+    }
+
     public func finishAll() {
         let listeners = state.withLock { s in
             defer {
@@ -64,4 +109,11 @@ public final class ChangeFeed<Element: Sendable>: Sendable {
         }
         for l in listeners { l.finish() }
     }
+}
+
+/// A handler listening to a `ChangeFeed`; `cancel()` stops it (idempotent).
+public struct ChangeFeedListening: Sendable {
+    private let stop: @Sendable () -> Void
+    init(_ stop: @escaping @Sendable () -> Void) { self.stop = stop }
+    public func cancel() { stop() }
 }

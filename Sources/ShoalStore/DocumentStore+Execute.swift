@@ -3,22 +3,28 @@ public import ShoalQuery
 import GRDB
 import Synchronization
 import Logging
+import Metrics
 
 extension DocumentStore {
     /// Parses and runs one or more `;`-separated DQL statements as one transaction.
     ///
     /// Statements that only read run on a reader, on one snapshot, concurrently with
     /// other work; as soon as one writes, all run in one read-write transaction (an
-    /// implicit `transaction`, without a hint) that commits or rolls back whole.
-    public func execute(_ text: String, arguments: [String: Value] = [:]) async throws(StoreError) -> QueryResult {
-        let statements: [ShoalQuery.Statement]
-        do throws(QueryError) {
-            statements = try Parser.parse(text)
-        } catch {
-            throw StoreError(error)
-        }
+    /// implicit `transaction`) that commits or rolls back whole, in one access to the
+    /// writer. `hint` names the transaction in logs, as `transaction(hint:)` does;
+    /// `isReadOnly` refuses the whole text, before anything runs, if a statement writes.
+    public func execute(
+        _ text: String, arguments: [String: Value] = [:], hint: String? = nil, isReadOnly: Bool = false
+    ) async throws(StoreError) -> QueryResult {
+        let statements = try parse(text)
+        let info = TransactionInfo(
+            id: LocalTransaction.randomID(), hint: hint, isReadOnly: isReadOnly || !statements.contains(where: \.isMutation))
         do {
-            return try await execute(statements, arguments: arguments)
+            if isReadOnly, statements.contains(where: \.isMutation) {
+                // Parsed again with each statement's text, to name the one that writes.
+                try Transaction.refuseMutations(statements, sources: try? Parser.parseStatements(text), info: info)
+            }
+            return try await execute(statements, arguments: arguments, info: info)
         } catch {
             throw error.locating(in: text)
         }
@@ -32,8 +38,15 @@ extension DocumentStore {
     public func execute(_ statements: [ShoalQuery.Statement], arguments: [String: Value] = [:]) async throws(StoreError)
         -> QueryResult
     {
-        let mutates = statements.contains(where: \.isMutation)
-        let info = TransactionInfo(id: LocalTransaction.randomID(), hint: nil, isReadOnly: !mutates)
+        let info = TransactionInfo(
+            id: LocalTransaction.randomID(), hint: nil, isReadOnly: !statements.contains(where: \.isMutation))
+        return try await execute(statements, arguments: arguments, info: info)
+    }
+
+    private func execute(_ statements: [ShoalQuery.Statement], arguments: [String: Value], info: TransactionInfo)
+        async throws(StoreError) -> QueryResult
+    {
+        let mutates = !info.isReadOnly
         let marks = OpenTransactions.marks
         let nested = marks.contains { $0.store == ObjectIdentifier(self) }
         if mutates { try refuseWriteBesideOpenTransaction(marks) }
@@ -60,9 +73,12 @@ extension DocumentStore {
                         db: db, site: site, clock: clock, progress: try LocalTransaction.begin(db: db))
                     let indexes = self.createIndexes(missing, db: db)
                     var (result, written) = try self.run(statements, arguments: arguments, db: db, local: &local)
+                    let committing = ContinuousClock.now
                     let committed = try local?.finish()
                     self.refreshStatisticsIfGrown(db, through: committed?.lastSequence)
                     try db.execute(sql: "COMMIT")
+                    // Timed as `Transaction.commit` is: logging the deltas and COMMIT.
+                    if committed != nil { self.commitDuration?.record(duration: ContinuousClock.now - committing) }
                     result.transactionID = committed?.transaction
                     return (result, committed?.lastSequence, local?.evicted ?? false, written, indexes)
                 } catch {
@@ -274,7 +290,8 @@ extension DocumentStore {
         // A key that fails the predicate's own `_id` comparisons saves reading and
         // parsing its body (the cursor reads a column only when asked).
         let idCheck = Evaluator.idComparisons(predicate)
-        let rows = try Row.fetchCursor(db, sql: query.sql, arguments: query.arguments)
+        let rows = try Row.fetchCursor(
+            query.reusable ? db.cachedStatement(sql: query.sql) : db.makeStatement(sql: query.sql), arguments: query.arguments)
         do {
             while enough.map({ out.count < $0 }) ?? true, let row = try rows.next() {
                 let key: String = row[0]
@@ -310,23 +327,40 @@ extension DocumentStore {
     /// The SQL that reads the candidate rows (`doc_id`, `body`) of a predicate: a key
     /// lookup for `_id = constant`, the SQL pre-filter when part of the predicate
     /// translates, every live document otherwise; in key order when `keyOrder`.
+    ///
+    /// `reusable` marks the two shapes whose SQL depends on the collection alone (all
+    /// of it, or one `_id`): the writer and readers keep those prepared. Filtered
+    /// shapes vary with the query, so they are prepared per use and not kept.
     static func candidateQuery(
         collection: String, predicate: Expression?, arguments: [String: Value], keyOrder: Bool = true
-    ) -> (sql: String, arguments: StatementArguments) {
+    ) -> (sql: String, arguments: StatementArguments, reusable: Bool) {
         // The collection is written into the SQL so that a user index, which is partial
         // on its collection, can serve the query.
         let (inCollection, collectionArguments) = SQLFilter.collectionCondition(collection)
         let select = "SELECT doc_id, body FROM document WHERE \(inCollection) AND deleted = 0"
         if let id = Evaluator.constantIDEquality(predicate, arguments: arguments) {
-            return ("\(select) AND doc_id = ?", StatementArguments(collectionArguments + [DocumentKey.make(id)]))
+            return ("\(select) AND doc_id = ?", StatementArguments(collectionArguments + [DocumentKey.make(id)]), true)
         }
         let order = keyOrder ? " ORDER BY doc_id" : ""
         guard let filter = SQLFilter.make(predicate, arguments: arguments) else {
-            return (select + " ORDER BY doc_id", StatementArguments(collectionArguments))
+            return (select + " ORDER BY doc_id", StatementArguments(collectionArguments), true)
         }
         // SQLite narrows the candidates with JSON functions; Swift then applies the
         // exact DQL semantics to what is left.
-        return ("\(select) AND \(filter.sql)\(order)", StatementArguments(collectionArguments + filter.arguments))
+        return ("\(select) AND \(filter.sql)\(order)", StatementArguments(collectionArguments + filter.arguments), false)
+    }
+
+    /// The statements of `text`, from the cache when it was parsed lately.
+    func parse(_ text: String) throws(StoreError) -> [ShoalQuery.Statement] {
+        if let statements = parsed.withLock({ $0.statements(of: text) }) { return statements }
+        let statements: [ShoalQuery.Statement]
+        do throws(QueryError) {
+            statements = try Parser.parse(text)
+        } catch {
+            throw StoreError(error)
+        }
+        parsed.withLock { $0.remember(statements, of: text) }
+        return statements
     }
 
     static func parseBody(_ text: String) throws -> Value {
@@ -335,5 +369,24 @@ extension DocumentStore {
         } catch {
             throw StoreError(.database, "a stored document is not valid JSON: \(error)")
         }
+    }
+}
+
+/// Recently parsed DQL texts and their statements, a bounded number of short ones:
+/// when full it starts again empty (texts that recur are parsed again once).
+struct ParseCache: Sendable {
+    static let capacity = 256
+    /// Longer texts (bulk inserts with inline documents) are not kept.
+    static let maximumTextLength = 4096
+    private var entries: [String: [ShoalQuery.Statement]] = [:]
+
+    func statements(of text: String) -> [ShoalQuery.Statement]? {
+        text.utf8.count > Self.maximumTextLength ? nil : entries[text]
+    }
+
+    mutating func remember(_ statements: [ShoalQuery.Statement], of text: String) {
+        guard text.utf8.count <= Self.maximumTextLength else { return }
+        if entries.count >= Self.capacity { entries.removeAll(keepingCapacity: true) }
+        entries[text] = statements
     }
 }

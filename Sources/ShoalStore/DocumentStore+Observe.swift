@@ -24,7 +24,7 @@ extension DocumentStore {
     func snapshot(_ select: SelectStatement, arguments: [String: Value]) async throws(StoreError) -> ([Value], UInt64) {
         try await read { db in
             let items = try Self.select(select, arguments: arguments, db: db)
-            let sequence = UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0)
+            let sequence = UInt64(try Int64.fetchOne(db.cachedStatement(sql: "SELECT MAX(seq) FROM change_log")) ?? 0)
             return (items, sequence)
         }
     }

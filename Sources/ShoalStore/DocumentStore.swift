@@ -35,6 +35,9 @@ public final class DocumentStore: Sendable {
     let userIndexes = Locked<[UserIndex]>([])
     /// When the planner's statistics were last refreshed.
     let statistics = Locked(StatisticsSchedule())
+    /// The statements of recently executed DQL texts: an app or a client that runs
+    /// the same text with new arguments parses it once.
+    let parsed = Locked(ParseCache())
     let feed = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: true)
     /// Fires when EVICT restarted every peer cursor.
     let resets = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
@@ -348,6 +351,12 @@ public final class DocumentStore: Sendable {
 
     /// A stream that yields whenever the change log grows, with its new last sequence.
     public func changeLogUpdates() -> AsyncStream<UInt64> { feed.updates() }
+
+    public func listenToChangeLog(
+        _ handler: @escaping @Sendable (UInt64) -> Void, closed: @escaping @Sendable () -> Void
+    ) -> ChangeFeedListening {
+        feed.listen(handler, finished: closed)
+    }
 
     /// The change log's last sequence as of the latest commit (or the store's opening).
     public var lastCommittedSequence: UInt64 { feed.latest ?? 0 }

@@ -52,7 +52,8 @@ struct LocalTransaction {
 
     /// The progress of a transaction that starts now: numbered after the last one committed.
     static func begin(db: Database) throws -> Progress {
-        let previous = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'transaction_counter'") ?? 0
+        let previous =
+            try Int64.fetchOne(db.cachedStatement(sql: "SELECT value FROM shoal_meta WHERE key = 'transaction_counter'")) ?? 0
         return Progress(sequence: previous + 1)
     }
 

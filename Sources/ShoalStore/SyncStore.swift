@@ -34,8 +34,12 @@ public protocol SyncStore: AnyObject, Sendable {
     func transactionPieces(
         _ id: TransactionID, subscriptions: SubscriptionSet, collections: Set<String>, byteLimit: Int
     ) async throws(StoreError) -> [TransactionPiece]
-    /// The change log's last sequence, each time it grows.
-    func changeLogUpdates() -> AsyncStream<UInt64>
+    /// Calls `handler` with the change log's last sequence, now and each time it grows
+    /// (from the committing task: it must only hand the number on), and `closed` when
+    /// the store closes.
+    func listenToChangeLog(
+        _ handler: @escaping @Sendable (UInt64) -> Void, closed: @escaping @Sendable () -> Void
+    ) -> ChangeFeedListening
     /// A signal each time EVICT restarts every peer cursor.
     func cursorResets() -> AsyncStream<UInt64>
     /// The change log's last sequence as of the latest commit or the store's opening.

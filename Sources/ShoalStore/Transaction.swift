@@ -200,6 +200,13 @@ public final class Transaction: Sendable {
     /// A read-only transaction refuses the whole request when any statement writes,
     /// naming the first that does.
     private func refuseMutations(_ statements: [ShoalQuery.Statement], sources: [ParsedStatement]?) throws(StoreError) {
+        try Self.refuseMutations(statements, sources: sources, info: info)
+    }
+
+    /// Throws, naming the first statement that writes, if any does (see the method).
+    static func refuseMutations(
+        _ statements: [ShoalQuery.Statement], sources: [ParsedStatement]?, info: TransactionInfo
+    ) throws(StoreError) {
         guard let index = statements.firstIndex(where: \.isMutation) else { return }
         let source = sources.map { $0[index] }
         let named = source?.text ?? statements[index].summary

@@ -281,7 +281,10 @@ struct PeerSession: Sendable {
         // Listen before the first Subscribe, so no change falls in between.
         let subscriptionChanges = engine.subscriptionChanges.updates()
         let cursorResets = engine.store.cursorResets()
-        let logUpdates = engine.store.changeLogUpdates()
+        // The committing task hands each new log end straight to the event loop.
+        let logUpdates = engine.store.listenToChangeLog(
+            { sequence in input.yield(.event(.logAdvanced(sequence))) }, closed: { input.yield(.stopped) })
+        defer { logUpdates.cancel() }
         input.yield(.event(.ownSubscriptionsChanged(engine.upstreamSubscriptions(for: peer.siteID), fromStart: false)))
         engine.pipeline.peerConnected(peer.siteID)
 
@@ -300,11 +303,6 @@ struct PeerSession: Sendable {
                     }
                     input.yield(.event(.tick))
                 }
-            }
-            group.addTask {
-                for await sequence in logUpdates { input.yield(.event(.logAdvanced(sequence))) }
-                input.yield(.stopped)
-                return .other
             }
             group.addTask { [engine] in
                 for await _ in subscriptionChanges {

@@ -12,11 +12,29 @@ enum InProcess: String, CaseIterable, Sendable {
     /// Two in-process nodes over an in-memory connection: the writer's log read as
     /// pages of pieces, encoded, decoded, put together and applied by the receiver.
     case sync
+    /// One-document UPDATEs through the API, one per transaction, one at a time: the
+    /// store's own part of the write latency (it prints p50 and p99).
+    case update
 
     func run(documents: Int) async throws -> Double {
         switch self {
         case .local:
             return try await LocalWrites.run(documents: documents, perTransaction: 100).documentsPerSecond
+        case .update:
+            let a = try TestNode(name: "a")
+            defer { a.remove() }
+            _ = try await a.store.execute("INSERT INTO probe DOCUMENTS ({'_id': 'p', 'n': 0})")
+            var latencies: [Double] = []
+            let start = ContinuousClock.now
+            for i in 0..<documents {
+                let t = ContinuousClock.now
+                _ = try await a.store.execute("UPDATE probe SET n = :n WHERE _id = 'p'", arguments: ["n": .int(Int64(i))])
+                latencies.append(seconds(ContinuousClock.now - t) * 1000)
+            }
+            let elapsed = seconds(ContinuousClock.now - start)
+            let figure = Latency.Figure(label: "update", latencies: latencies)
+            print(String(format: "update: p50 %.3f ms, p99 %.3f ms, max %.3f ms", figure.p50, figure.p99, figure.max))
+            return Double(documents) / elapsed
         case .sync:
             // A node's own batch size, not the small one tests use to split transactions.
             let defaults: (inout SyncConfiguration) -> Void = { $0.batchSize = SyncConfiguration(nodeName: "").batchSize }

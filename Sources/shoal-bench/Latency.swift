@@ -6,7 +6,9 @@ import ShoalWire
 
 /// From a one-document transaction sent to A until an observer on B sees it: the
 /// probe document's `n` is set to the sample's number, and the sample ends when B's
-/// observation of the probe shows that number.
+/// observation of the probe shows that number. Each sample also times the write's
+/// own round trip (until A answered it, committed), the part of the latency spent
+/// before anything reaches B.
 enum Latency {
     struct Figure: Sendable {
         var label: String
@@ -14,16 +16,24 @@ enum Latency {
         var p50: Double
         var p99: Double
         var max: Double
+        /// The write's round trip to A: p50 and p99.
+        var writeP50: Double
+        var writeP99: Double
 
-        /// The percentiles of `latencies` (milliseconds, in any order).
-        init(label: String, latencies: [Double]) {
+        /// The percentiles of `latencies` and of `writes` (milliseconds, in any order).
+        init(label: String, latencies: [Double], writes: [Double] = []) {
+            func percentile(_ sorted: [Double], _ p: Double) -> Double {
+                sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+            }
             let sorted = latencies.sorted()
-            func percentile(_ p: Double) -> Double { sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] }
+            let writes = writes.sorted()
             self.label = label
             samples = sorted.count
-            p50 = sorted.isEmpty ? 0 : percentile(0.5)
-            p99 = sorted.isEmpty ? 0 : percentile(0.99)
+            p50 = percentile(sorted, 0.5)
+            p99 = percentile(sorted, 0.99)
             max = sorted.last ?? 0
+            writeP50 = percentile(writes, 0.5)
+            writeP99 = percentile(writes, 0.99)
         }
     }
 
@@ -33,6 +43,7 @@ enum Latency {
         let base = Int.random(in: 1_000_000...1_000_000_000)
         let (seen, continuation) = AsyncStream.makeStream(of: (Int64, ContinuousClock.Instant).self)
         var latencies: [Double] = []
+        var writes: [Double] = []
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 try await observer.observe("SELECT n FROM probe WHERE _id = 'p'") { observation in
@@ -52,6 +63,7 @@ enum Latency {
                     let value = Int64(base + i)
                     let start = ContinuousClock.now
                     _ = try await session.exec("UPDATE probe SET n = :n WHERE _id = 'p'", argumentsJSON: "{\"n\":\(value)}")
+                    writes.append(seconds(ContinuousClock.now - start) * 1000)
                     while let (n, at) = await arrivals.next() {
                         if n == value {
                             latencies.append(seconds(at - start) * 1000)
@@ -61,6 +73,6 @@ enum Latency {
                 }
             }
         }
-        return Figure(label: label, latencies: latencies)
+        return Figure(label: label, latencies: latencies, writes: writes)
     }
 }

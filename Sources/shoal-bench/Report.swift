@@ -79,6 +79,7 @@ struct Report: Sendable {
         if let s = initialSync { rows.append(["initial sync, a node joining A", String(format: "%.2f s", s), "", "\(plan.documents) docs"]) }
         for l in [latencyIdle, latencyUnderLoad].compactMap({ $0 }) {
             rows.append(["latency A -> observer on B, \(l.label)", String(format: "p50 %.2f ms", l.p50), String(format: "p99 %.2f ms", l.p99), String(format: "max %.2f ms, %d samples", l.max, l.samples)])
+            rows.append(["  of which the write on A, \(l.label)", String(format: "p50 %.2f ms", l.writeP50), String(format: "p99 %.2f ms", l.writeP99), "round trip until A answered"])
         }
         if let w = wire {
             rows.append(["wire A -> B", String(format: "%.1f B/doc", w.bytesPerDocument), String(format: "plain JSON %.1f B/doc", w.plainJSONBytesPerDocument), ""])
@@ -103,7 +104,12 @@ struct Report: Sendable {
         }
         if let s = initialSync { object["initialSyncSeconds"] = s }
         for (key, l) in [("latencyIdle", latencyIdle), ("latencyUnderLoad", latencyUnderLoad)] {
-            if let l { object[key] = ["samples": l.samples, "p50Millis": l.p50, "p99Millis": l.p99, "maxMillis": l.max] }
+            if let l {
+                object[key] = [
+                    "samples": l.samples, "p50Millis": l.p50, "p99Millis": l.p99, "maxMillis": l.max,
+                    "writeP50Millis": l.writeP50, "writeP99Millis": l.writeP99,
+                ]
+            }
         }
         if let w = wire { object["wire"] = ["bytesPerDocument": w.bytesPerDocument, "plainJSONBytesPerDocument": w.plainJSONBytesPerDocument] }
         switch peer {

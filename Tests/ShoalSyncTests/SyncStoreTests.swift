@@ -37,7 +37,11 @@ import Testing
         ) async throws(StoreError) -> [TransactionPiece] {
             try await base.transactionPieces(id, subscriptions: subscriptions, collections: collections, byteLimit: byteLimit)
         }
-        func changeLogUpdates() -> AsyncStream<UInt64> { base.changeLogUpdates() }
+        func listenToChangeLog(
+            _ handler: @escaping @Sendable (UInt64) -> Void, closed: @escaping @Sendable () -> Void
+        ) -> ChangeFeedListening {
+            base.listenToChangeLog(handler, closed: closed)
+        }
         func cursorResets() -> AsyncStream<UInt64> { base.cursorResets() }
         var lastCommittedSequence: UInt64 { base.lastCommittedSequence }
         func holdsOthersWrites() async throws(StoreError) -> Bool { try await base.holdsOthersWrites() }
