@@ -60,11 +60,13 @@ public enum JSON {
             out += "]"
         case .object(let fields):
             out += "{"
-            for (i, key) in fields.keys.sorted().enumerated() {
-                if i > 0 { out += "," }
+            var first = true
+            for (key, value) in fields.sorted(by: { $0.key < $1.key }) {
+                if !first { out += "," }
+                first = false
                 writeString(key, to: &out)
                 out += ":"
-                write(fields[key]!, to: &out)
+                write(value, to: &out)
             }
             out += "}"
         }
@@ -72,6 +74,12 @@ public enum JSON {
 
     static func writeString(_ s: String, to out: inout String) {
         out += "\""
+        // Most strings need no escape: appended whole.
+        if !s.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            out += s
+            out += "\""
+            return
+        }
         for scalar in s.unicodeScalars {
             switch scalar {
             case "\"": out += "\\\""
@@ -106,7 +114,12 @@ public enum JSON {
         func error(_ message: String) -> ParseError { ParseError(offset: index, message: message) }
 
         mutating func skipWhitespace() {
-            while index < bytes.count, [0x20, 0x0A, 0x0D, 0x09].contains(bytes[index]) { index += 1 }
+            while index < bytes.count {
+                switch bytes[index] {
+                case 0x20, 0x0A, 0x0D, 0x09: index += 1
+                default: return
+                }
+            }
         }
 
         mutating func parseValue() throws(ParseError) -> Value {

@@ -162,7 +162,10 @@ extension DocumentStore {
             case .delete(let s), .evict(let s): predicate = s.whereClause
             case .insert, .system, .index: predicate = nil
             }
-            guard let filter = SQLFilter.make(predicate, arguments: arguments) else { continue }
+            // A constant `_id` equality reads by primary key (`candidateQuery`): no index helps it.
+            guard Evaluator.constantIDEquality(predicate, arguments: arguments) == nil,
+                let filter = SQLFilter.make(predicate, arguments: arguments)
+            else { continue }
             let declared = declaredLeadingPaths(of: statement.collection)
             paths += filter.paths.filter { !declared.contains($0) }
         }

@@ -129,20 +129,30 @@ public final class InboundWriter: InboundWriting {
             try db.cachedStatement(sql: "DELETE FROM txn_context WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
         }
         all.sort { $0.index < $1.index }
-        // Each document's registers are loaded once, merged in memory, and what won is saved.
-        var documents: [DocumentRef: DocumentRegisters] = [:]
-        var won: [DocumentRef: [String: (state: RegisterState, index: UInt32)]] = [:]
-        var order: [DocumentRef] = []
-        func registers(_ document: DocumentRef) throws -> DocumentRegisters {
-            if let known = documents[document] { return known }
-            let loaded = try RegisterRows.load(db, collection: document.collection, key: document.id)
-            documents[document] = loaded
-            order.append(document)
-            return loaded
+        // Each document's registers are loaded once, merged in memory (in place, in
+        // `touched`), and what won is saved. A transaction's deltas come grouped by
+        // document, so a run of one document's deltas looks it up once.
+        var statements = try RegisterRows.Statements(db)
+        var touched: [(document: DocumentRef, registers: DocumentRegisters, won: [String: (state: RegisterState, index: UInt32)])] = []
+        var slots: [DocumentRef: Int] = [:]
+        func slot(_ document: DocumentRef) throws -> Int {
+            if let known = slots[document] { return known }
+            let loaded = try RegisterRows.load(&statements.load, collection: document.collection, key: document.id)
+            touched.append((document, loaded, [:]))
+            slots[document] = touched.count - 1
+            return touched.count - 1
         }
         var append = try HotStatement(db, sql: FieldSQL.appendLog)
+        var run: (collection: String, id: String, slot: Int, count: Int64)?
         for delta in all {
-            let document = DocumentRef(collection: delta.collection, id: delta.documentID)
+            let current: (slot: Int, count: Int64)
+            if let run, run.id == delta.documentID, run.collection == delta.collection {
+                current = (run.slot, run.count)
+            } else {
+                let document = DocumentRef(collection: delta.collection, id: delta.documentID)
+                current = (try slot(document), Int64(counts[document] ?? 1))
+                run = (delta.collection, delta.documentID, current.slot, current.count)
+            }
             append.bind(delta.collection)
             append.bind(delta.documentID)
             append.bind(delta.field)
@@ -152,7 +162,7 @@ public final class InboundWriter: InboundWriting {
             append.bind(seq)
             append.bind(Int64(delta.index))
             append.bind(Int64(record.deltaCount))
-            append.bind(Int64(counts[document] ?? 1))
+            append.bind(current.count)
             try append.run()
             if db.changesCount > 0 {
                 lastSequence = UInt64(db.lastInsertedRowID)
@@ -160,31 +170,30 @@ public final class InboundWriter: InboundWriting {
             }
             // Merged even when logged before: EVICT keeps the log but not the fields, and a
             // refill must bring them back. A duplicate simply loses LWW (equal version).
-            var current = try registers(document)
-            if current.merge(delta.field, RegisterState(delta: delta, parsed: delta.parsed)) {
-                won[document, default: [:]][delta.field] = (current[delta.field]!, delta.index)
+            if touched[current.slot].registers.merge(delta.field, RegisterState(delta: delta, parsed: delta.parsed)) {
+                touched[current.slot].won[delta.field] = (touched[current.slot].registers[delta.field]!, delta.index)
             }
-            documents[document] = current
         }
         for field in contextFields {
-            var current = try registers(field.document)
-            if current.merge(field.field, RegisterState(delta: field.delta, parsed: field.delta.parsed)) {
-                won[field.document, default: [:]][field.field] = (current[field.field]!, 0)
+            let i = try slot(field.document)
+            if touched[i].registers.merge(field.field, RegisterState(delta: field.delta, parsed: field.delta.parsed)) {
+                touched[i].won[field.field] = (touched[i].registers[field.field]!, 0)
             }
-            documents[field.document] = current
         }
-        for document in order {
-            guard let winners = won[document] else { continue }
-            for (name, write) in winners {
+        var dirty = 0
+        for entry in touched where !entry.won.isEmpty {
+            let document = entry.document
+            for (name, write) in entry.won {
                 try RegisterRows.save(
-                    db, collection: document.collection, key: document.id, name: name, state: write.state, index: Int(write.index))
+                    &statements.upsert, collection: document.collection, key: document.id, name: name, state: write.state,
+                    index: Int(write.index))
             }
-            outcome.won += winners.count
-            try RegisterRows.saveBody(db, collection: document.collection, key: document.id, documents[document]!)
+            outcome.won += entry.won.count
+            try RegisterRows.saveBody(db, &statements.body, collection: document.collection, key: document.id, entry.registers)
             commit.collections.insert(document.collection)
+            dirty += 1
         }
-        let dirty = order.filter { won[$0] != nil }
-        outcome.changedDocuments += dirty.count
+        outcome.changedDocuments += dirty
         if let state, let rest {
             try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [
                 origin, seq, Int64(record.deltaCount), Int64(record.documentCount), CollectionCount.encode(record.collections),
@@ -192,7 +201,7 @@ public final class InboundWriter: InboundWriting {
                 Int64(bitPattern: record.firstSeen),
             ])
         }
-        if (state != nil || !dirty.isEmpty), !commit.transactions.contains(id) { commit.transactions.append(id) }
+        if (state != nil || dirty > 0), !commit.transactions.contains(id) { commit.transactions.append(id) }
     }
 
     /// Marks a partial transaction whole, with nothing left to apply, and what this

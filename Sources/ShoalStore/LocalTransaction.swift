@@ -254,8 +254,9 @@ struct LocalTransaction {
             progress.pending.append(
                 PendingDelta(collection: collection, key: key, field: name, json: state.json, ts: state.version.timestamp))
         }
+        var upsert = try HotStatement(db, sql: RegisterRows.upsert)
         for (name, write) in last {
-            try RegisterRows.save(db, collection: collection, key: key, name: name, state: write.state, index: write.index)
+            try RegisterRows.save(&upsert, collection: collection, key: key, name: name, state: write.state, index: write.index)
         }
         try RegisterRows.saveBody(db, collection: collection, key: key, editor.registers)
         return true

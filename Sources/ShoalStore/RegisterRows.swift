@@ -52,10 +52,29 @@ enum RegisterRows {
             site = excluded.site, txn_seq = excluded.txn_seq, txn_site = excluded.txn_site
         """
 
+    /// The statements that load and save many documents' registers and bodies,
+    /// looked up in the connection's cache once rather than once per row.
+    struct Statements {
+        var load: HotStatement
+        var upsert: HotStatement
+        var body: HotStatement
+
+        init(_ db: Database) throws {
+            load = try HotStatement(db, sql: RegisterRows.load)
+            upsert = try HotStatement(db, sql: RegisterRows.upsert)
+            body = try HotStatement(db, sql: RegisterRows.saveBody)
+        }
+    }
+
     /// Every register of one document (`from`: or every one EVICT kept of it, `loadEvicted`).
     static func load(_ db: Database, collection: String, key: String, from sql: String = load) throws -> DocumentRegisters {
-        var registers: [String: RegisterState] = [:]
         var statement = try HotStatement(db, sql: sql)
+        return try load(&statement, collection: collection, key: key)
+    }
+
+    /// Every register of one document, through a prepared `load` (or `loadEvicted`).
+    static func load(_ statement: inout HotStatement, collection: String, key: String) throws -> DocumentRegisters {
+        var registers: [String: RegisterState] = [:]
         statement.bind(collection)
         statement.bind(key)
         try statement.query { row in
@@ -69,6 +88,13 @@ enum RegisterRows {
     /// Writes one register (`index`: its delta's position in the writing transaction).
     static func save(_ db: Database, collection: String, key: String, name: String, state: RegisterState, index: Int) throws {
         var statement = try HotStatement(db, sql: upsert)
+        try save(&statement, collection: collection, key: key, name: name, state: state, index: index)
+    }
+
+    /// Writes one register through a prepared `upsert`.
+    static func save(
+        _ statement: inout HotStatement, collection: String, key: String, name: String, state: RegisterState, index: Int
+    ) throws {
         statement.bind(collection)
         statement.bind(key)
         statement.bind(name)
@@ -112,6 +138,15 @@ enum RegisterRows {
     /// document with nothing live and no tombstone has no row.
     @discardableResult
     static func saveBody(_ db: Database, collection: String, key: String, _ registers: DocumentRegisters) throws -> Value? {
+        var statement = try HotStatement(db, sql: saveBody)
+        return try self.saveBody(db, &statement, collection: collection, key: key, registers)
+    }
+
+    /// Saves a body (see the other `saveBody`), a live one through a prepared `saveBody`.
+    @discardableResult
+    static func saveBody(
+        _ db: Database, _ statement: inout HotStatement, collection: String, key: String, _ registers: DocumentRegisters
+    ) throws -> Value? {
         let body: DocumentRegisters.Body
         do {
             body = try registers.materialize(key: key)
@@ -120,7 +155,6 @@ enum RegisterRows {
         }
         switch body {
         case .live(let value):
-            var statement = try HotStatement(db, sql: saveBody)
             statement.bind(collection)
             statement.bind(key)
             statement.bind(value.canonicalJSON)

@@ -30,6 +30,22 @@ import Testing
         try await store.execute("SHOW INDEXES").items.filter { $0["automatic"] == false }.compactMap { $0["name"]?.stringValue }
     }
 
+    /// A point query on `_id` reads by primary key, so neither it nor an UPDATE by
+    /// `_id` makes an automatic index (which every later body write would maintain).
+    @Test func anIDPointQueryMakesNoAutomaticIndexButAFilterOnAFieldDoes() async throws {
+        let (dir, store) = try Self.open()
+        defer { dir.remove(); store.close() }
+        try await Self.cars(store)
+        #expect(try await store.execute("SELECT year FROM cars WHERE _id = 'car7'").items == [["year": 1997]])
+        _ = try await store.execute("UPDATE cars SET year = 2000 WHERE _id = :id", arguments: ["id": "car8"])
+        #expect(try await store.execute("SELECT year FROM cars WHERE _id = 'car8'").items == [["year": 2000]])
+        #expect(store.indexedPaths.withLock { $0.isEmpty }, "no index for _id: \(store.indexedPaths.withLock { $0 })")
+        let plan = try await store.candidatePlan("SELECT * FROM cars WHERE _id = 'car7'")
+        #expect(plan.contains("PRIMARY KEY"), "plan: \(plan)")
+        _ = try await store.execute("SELECT * FROM cars WHERE make = 'make3'")
+        #expect(store.indexedPaths.withLock { $0 } == [#"$."make""#], "a filter on a field still gets its index")
+    }
+
     @Test func createUseDropAndReopen() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
