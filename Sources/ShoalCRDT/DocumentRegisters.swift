@@ -92,21 +92,33 @@ public struct RegisterState: Sendable, Hashable {
 /// body `materialize` returns.
 public struct DocumentRegisters: Sendable, Hashable {
     public private(set) var registers: [String: RegisterState]
+    /// How many names are map entries (hold `RegisterName.pathSeparator`): a document
+    /// without any has no entries to look through when a write asks whether a field is a MAP.
+    private var entryNames: Int
 
     public init(_ registers: [String: RegisterState] = [:]) {
         self.registers = registers
+        entryNames = registers.keys.count(where: Self.isEntryName)
     }
+
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.registers == rhs.registers }
+    public func hash(into hasher: inout Hasher) { hasher.combine(registers) }
+
+    private static func isEntryName(_ name: String) -> Bool { name.contains(RegisterName.pathSeparator) }
 
     public subscript(name: String) -> RegisterState? { registers[name] }
     public var isEmpty: Bool { registers.isEmpty }
 
     /// Sets a register as a local write does: unconditionally.
     public mutating func set(_ name: String, _ state: RegisterState) {
-        registers[name] = state
+        if registers.updateValue(state, forKey: name) == nil, Self.isEntryName(name) { entryNames += 1 }
     }
 
     /// Forgets every register (EVICT).
-    public mutating func removeAll() { registers = [:] }
+    public mutating func removeAll() {
+        registers = [:]
+        entryNames = 0
+    }
 
     /// Merges a received register last-writer-wins; true when it replaced the stored one.
     ///
@@ -118,6 +130,7 @@ public struct DocumentRegisters: Sendable, Hashable {
     public mutating func merge(_ name: String, _ incoming: RegisterState) -> Bool {
         guard let current = registers[name] else {
             registers[name] = incoming
+            if Self.isEntryName(name) { entryNames += 1 }
             return true
         }
         var wins = Register.incomingWins(
@@ -155,6 +168,8 @@ public struct DocumentRegisters: Sendable, Hashable {
     /// The live map entries at `prefix` and below. The entry at `prefix` itself counts
     /// only below the top level: at the top level it is the field's register.
     public func liveEntries(under prefix: String) -> [(name: String, version: RegisterVersion)] {
+        // Every name this returns is an entry name (`exact` holds the separator too).
+        guard entryNames > 0 else { return [] }
         let below = prefix + String(RegisterName.pathSeparator)
         let exact = prefix.contains(RegisterName.pathSeparator) ? prefix : nil
         return registers.compactMap { name, state in

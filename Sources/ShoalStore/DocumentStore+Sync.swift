@@ -219,9 +219,15 @@ struct PieceReader {
         let matched: Bool
         if subscriptions.takesWholeCollection(document.collection) {
             // No WHERE to evaluate: a body is enough, and it need not be parsed.
-            matched = try Bool.fetchOne(
-                db.cachedStatement(sql: "SELECT 1 FROM document WHERE collection = ? AND doc_id = ?"),
-                arguments: [document.collection, document.id]) ?? false
+            var exists = try HotStatement(db, sql: "SELECT 1 FROM document WHERE collection = ? AND doc_id = ?")
+            exists.bind(document.collection)
+            exists.bind(document.id)
+            var found = false
+            try exists.query { _ in
+                found = true
+                return false
+            }
+            matched = found
         } else {
             let body = try String.fetchOne(
                 db.cachedStatement(sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ?"),
@@ -240,9 +246,20 @@ struct PieceReader {
         var deltas: [Delta] = []
         var counts: [DocumentRef: UInt32] = [:]
         var withContext: [DocumentRef] = []
+        // A transaction's rows come grouped by document: a run of one document's rows
+        // is matched once.
+        var run: (document: DocumentRef, matched: Bool)?
         for row in rows where wanted.contains(row.delta.collection) {
-            let document = DocumentRef(collection: row.delta.collection, id: row.delta.documentID)
-            guard try matches(document) else { continue }
+            let document: DocumentRef
+            let matched: Bool
+            if let run, run.document.id == row.delta.documentID, run.document.collection == row.delta.collection {
+                (document, matched) = run
+            } else {
+                document = DocumentRef(collection: row.delta.collection, id: row.delta.documentID)
+                matched = try matches(document)
+                run = (document, matched)
+            }
+            guard matched else { continue }
             deltas.append(row.delta)
             counts[document] = row.documentDeltas
             if context, subscriptions.matchMayDependOn(collection: document.collection, field: row.delta.field),
@@ -260,6 +277,7 @@ struct PieceReader {
             collections: stored?.collections ?? CollectionCount.manifest(of: rows.map { (collection: $0.delta.collection, document: $0.delta.documentID) }),
             deltas: deltas, documentDeltaCounts: counts, isLast: isLast)
         if isLast { piece.verdicts = try lastPieceVerdicts(id, piece.collections, rest: stored?.rest ?? []) }
+        guard !withContext.isEmpty else { return piece }
         let sent = Set(deltas.map { "\($0.documentID)\u{0}\($0.field)\u{0}\($0.timestamp.rawValue)" })
         for document in withContext {
             let fields = try Row.fetchAll(

@@ -304,6 +304,31 @@ import Testing
         return left
     }
 
+    /// Entries are found however they came in: loaded, set by a write, merged from a
+    /// peer; and none after EVICT forgets everything.
+    @Test func entriesAreFoundWhetherLoadedSetOrMergedAndNoneAfterRemoveAll() throws {
+        let version = { (t: UInt64) in RegisterVersion(timestamp: HybridTimestamp(rawValue: t << 16), site: SiteID(1)) }
+        let state = { (json: String, t: UInt64) in
+            RegisterState(json: json, version: version(t), transaction: TransactionID(origin: SiteID(1), sequence: t))
+        }
+        let loaded = DocumentRegisters(["m": state("1", 1), "m\u{1E}x": state("2", 2)])
+        #expect(loaded.liveEntries(under: "m").map(\.name) == ["m\u{1E}x"])
+        #expect(loaded.isMap("m", declared: false), "an entry newer than the register")
+
+        var set = DocumentRegisters(["a": state("1", 1)])
+        #expect(set.liveEntries(under: "m").isEmpty && !set.isMap("m", declared: false))
+        set.set("m\u{1E}y", state("3", 3))
+        set.set("m\u{1E}y", state("4", 4))
+        #expect(set.liveEntries(under: "m").map(\.name) == ["m\u{1E}y"] && set.isMap("m", declared: false))
+
+        var merged = DocumentRegisters()
+        merged.merge("m\u{1E}z", state("5", 5))
+        #expect(merged.liveEntries(under: "m").map(\.name) == ["m\u{1E}z"])
+        #expect(merged == DocumentRegisters(["m\u{1E}z": state("5", 5)]), "equal to the same registers loaded")
+        merged.removeAll()
+        #expect(merged.liveEntries(under: "m").isEmpty && !merged.isMap("m", declared: false))
+    }
+
     @Test func anEmptyObjectMakesAFieldAMap() throws {
         var e = Self.editor(DocumentRegisters(), site: 1, wall: 1_000)
         try Self.set(&e, ["m"], [:])
