@@ -123,10 +123,12 @@ public final class ShoalNode: Service, Sendable {
     /// for the store's running transactions and closes it.
     ///
     /// The store's long-transaction monitor runs alongside for the whole time,
-    /// shutdown included, so a transaction that holds shutdown up is logged.
+    /// shutdown included, so a transaction that holds shutdown up is logged; so do
+    /// the store's checkpoints (`DocumentStore.runCheckpoints`).
     public func run() async throws {
         let result = await withTaskGroup(of: Void.self) { monitor -> Result<Void, any Error> in
             monitor.addTask { await self.store.monitorTransactions() }
+            monitor.addTask { await self.store.runCheckpoints() }
             let result: Result<Void, any Error>
             do {
                 try await cancelWhenGracefulShutdown {

@@ -104,6 +104,11 @@ public final class DocumentStore: Sendable {
         // A read-write Transaction keeps its SQLite transaction open across several
         // database accesses (BEGIN IMMEDIATE in one, COMMIT in a later one).
         configuration.allowsUnsafeTransactions = true
+        // Checkpoints run beside the writer (`runCheckpoints`), not inside a commit; a
+        // commit checkpoints only if the write-ahead log grew this far without them.
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA wal_autocheckpoint = \(DocumentStore.inlineCheckpointPages)")
+        }
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
             if synchronousFull {

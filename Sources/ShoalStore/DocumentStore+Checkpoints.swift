@@ -1,0 +1,48 @@
+import GRDB
+import Logging
+
+extension DocumentStore {
+    /// Pages the write-ahead log may hold before a commit checkpoints it inline: the
+    /// safety net of a store whose `runCheckpoints` is not running (40 MB of 4 KiB pages).
+    static let inlineCheckpointPages = 10_000
+
+    /// Copies the write-ahead log back into the database every `interval`, on a
+    /// connection of its own, until the store closes or the task is cancelled.
+    /// `ShoalNode.run` runs it; an app that uses a `DocumentStore` on its own may run
+    /// it in a task of its own.
+    ///
+    /// SQLite's default checkpoints inside the commit that fills the log past 1,000
+    /// pages: that commit (one in a hundred one-document writes) waited for the copy
+    /// and two `fdatasync`s, several milliseconds. A passive checkpoint here takes no
+    /// lock the writer or the readers wait for; when nothing was committed since the
+    /// last one it does nothing. Durability is unchanged: a commit is in the log
+    /// (and, with `synchronousFull`, on disk) before it returns, whenever the copy runs.
+    public func runCheckpoints(interval: Duration = .milliseconds(500)) async {
+        let connection: DatabaseQueue
+        do {
+            var configuration = Configuration()
+            configuration.label = "shoal.checkpoint"
+            connection = try DatabaseQueue(path: pool.path, configuration: configuration)
+        } catch {
+            logger.warning(
+                "cannot open a connection for checkpoints; commits checkpoint the log themselves",
+                metadata: ["shoal.error": "\(error)"])
+            return
+        }
+        defer { try? connection.close() }
+        while !running.isClosed {
+            do {
+                try await Task.sleep(for: interval)
+            } catch {
+                return
+            }
+            guard !running.isClosed else { return }
+            do {
+                _ = try await connection.writeWithoutTransaction { db in try db.checkpoint(.passive) }
+            } catch {
+                // Busy (another checkpoint runs) or closing: the next round tries again.
+                logger.debug("checkpoint skipped", metadata: ["shoal.error": "\(error)"])
+            }
+        }
+    }
+}

@@ -1,0 +1,50 @@
+import Foundation
+import GRDB
+import ShoalCRDT
+@testable import ShoalStore
+import ShoalTesting
+import Testing
+
+/// The write-ahead log is copied back into the database beside the writer
+/// (`runCheckpoints`), not inside the commit that fills it past 1,000 pages.
+@Suite struct CheckpointTests {
+    static func databaseBytes(_ dir: TemporaryDirectory) throws -> Int {
+        try FileManager.default.attributesOfItem(atPath: dir.path + "/shoal.sqlite")[.size] as? Int ?? -1
+    }
+
+    /// 3,000 documents of about 1 KB: well past 1,000 pages of log, below the inline limit.
+    static func fill(_ store: DocumentStore) async throws {
+        let text = String(repeating: "x", count: 1_000)
+        for batch in 0..<3 {
+            let docs: [Value] = (0..<1_000).map { i in ["_id": .string("d\(batch)-\(i)"), "text": .string(text)] }
+            _ = try await store.execute("INSERT INTO docs DOCUMENTS (:docs)", arguments: ["docs": .array(docs)])
+        }
+    }
+
+    @Test func commitsLeaveTheLogAloneAndRunCheckpointsCopiesIt() async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-checkpoint")
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        let pages = try await store.pool.write { db in try Int.fetchOne(db, sql: "PRAGMA wal_autocheckpoint") }
+        #expect(pages == DocumentStore.inlineCheckpointPages)
+        let before = try Self.databaseBytes(dir)
+        try await Self.fill(store)
+        #expect(try Self.databaseBytes(dir) == before, "no commit copied the log into the database")
+
+        let checkpoints = Task { await store.runCheckpoints(interval: .milliseconds(20)) }
+        defer { checkpoints.cancel() }
+        #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) { try Self.databaseBytes(dir) > before + 3_000_000 })
+        #expect(try await store.execute("SELECT COUNT(*) AS n FROM docs").items == [["n": 3_000]])
+    }
+
+    @Test func runCheckpointsEndsWhenTheStoreCloses() async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-checkpoint")
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        let checkpoints = Task { await store.runCheckpoints(interval: .milliseconds(10)) }
+        _ = try await store.execute("INSERT INTO docs DOCUMENTS ({'_id': 'a'})")
+        await store.shutdown()
+        await checkpoints.value
+    }
+}
