@@ -2,9 +2,13 @@ import GRDB
 import Logging
 
 extension DocumentStore {
-    /// Pages the write-ahead log may hold before a commit checkpoints it inline: the
-    /// safety net of a store whose `runCheckpoints` is not running (40 MB of 4 KiB pages).
-    static let inlineCheckpointPages = 10_000
+    /// Pages the write-ahead log may hold before a commit checkpoints it inline (16 MB
+    /// of 4 KiB pages): the safety net of a store whose `runCheckpoints` is not running,
+    /// and under a steady stream of commits the point where the log starts again from
+    /// its beginning (a passive checkpoint beside a writer that never pauses rarely
+    /// finishes the whole log, which a restart needs). That commit copies only what the
+    /// last passive checkpoint left, and the `-wal` file stays at most about this size.
+    static let inlineCheckpointPages = 4_000
 
     /// Copies the write-ahead log back into the database every `interval`, on a
     /// connection of its own, until the store closes or the task is cancelled.

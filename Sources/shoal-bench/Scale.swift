@@ -77,6 +77,9 @@ enum Scale {
         defer { directory.remove() }
         let store = try DocumentStore(directory: directory.path)
         defer { store.close() }
+        // As a node's store: its WAL checkpointed beside the writer.
+        let checkpoints = Task { await store.runCheckpoints() }
+        defer { checkpoints.cancel() }
         var scans: [Scan] = []
         let start = ContinuousClock.now
         try await write(store, documents: n, generation: 0, progress: progress, verb: "loaded") { loaded in
