@@ -14,10 +14,10 @@ import Testing
 
     /// 900 documents of about 1 KB (each in its body, its register and its log row), in
     /// three transactions: past 1,000 pages of log, below the inline limit.
-    static func fill(_ store: DocumentStore) async throws {
+    static func fill(_ store: DocumentStore, prefix: String = "d") async throws {
         let text = String(repeating: "x", count: 1_000)
         for batch in 0..<3 {
-            let docs: [Value] = (0..<300).map { i in ["_id": .string("d\(batch)-\(i)"), "text": .string(text)] }
+            let docs: [Value] = (0..<300).map { i in ["_id": .string("\(prefix)\(batch)-\(i)"), "text": .string(text)] }
             _ = try await store.execute("INSERT INTO docs DOCUMENTS (:docs)", arguments: ["docs": .array(docs)])
         }
     }
@@ -40,6 +40,23 @@ import Testing
         defer { checkpoints.cancel() }
         #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) { try Self.databaseBytes(dir) > before + 1_000_000 })
         #expect(try await store.execute("SELECT COUNT(*) AS n FROM docs").items == [["n": 900]])
+    }
+
+    /// `shoal compact --vacuum` truncates the log even while `runCheckpoints` copies it:
+    /// the VACUUM's checkpoint waits its turn instead of giving up.
+    @Test func vacuumTruncatesTheLogBesideRunningCheckpoints() async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-checkpoint")
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        let checkpoints = Task { await store.runCheckpoints(interval: .milliseconds(1)) }
+        defer { checkpoints.cancel() }
+        for round in 0..<5 {
+            try await Self.fill(store, prefix: "r\(round)-")
+            _ = try await store.execute("DELETE FROM docs WHERE _id > ''")
+            try await store.vacuum()
+            #expect(try Self.databaseBytes(dir, "-wal") == 0, "round \(round): the log is truncated")
+        }
     }
 
     @Test func runCheckpointsEndsWhenTheStoreCloses() async throws {
