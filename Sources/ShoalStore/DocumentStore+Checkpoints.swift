@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 import Logging
 
@@ -42,7 +43,11 @@ extension DocumentStore {
             }
             guard !running.isClosed else { return }
             do {
-                _ = try await connection.writeWithoutTransaction { db in try db.checkpoint(.passive) }
+                _ = try await connection.writeWithoutTransaction { db in
+                    self.checkpointing.lock()
+                    defer { self.checkpointing.unlock() }
+                    return try db.checkpoint(.passive)
+                }
             } catch {
                 // Busy (another checkpoint runs) or closing: the next round tries again.
                 logger.debug("checkpoint skipped", metadata: ["shoal.error": "\(error)"])

@@ -205,15 +205,11 @@ extension DocumentStore {
         try await write(inTransaction: false) { db in
             try db.execute(sql: "VACUUM")
             // The rewritten pages sit in the write-ahead log until a checkpoint: move them
-            // into the file and truncate the log, so the space shows as given back. A
-            // checkpoint of `runCheckpoints` may be copying them already; this one then
-            // reports busy (it does not wait for another checkpointer), so try again.
-            let deadline = ContinuousClock.now + .seconds(60)
-            while try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")?[0] as Int? == 1,
-                ContinuousClock.now < deadline
-            {
-                usleep(20_000)
-            }
+            // into the file and truncate the log, so the space shows as given back; after
+            // a checkpoint of `runCheckpoints` that may be copying them already.
+            self.checkpointing.lock()
+            defer { self.checkpointing.unlock() }
+            _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
         }
     }
 

@@ -38,6 +38,10 @@ public final class DocumentStore: Sendable {
     /// The statements of recently executed DQL texts: an app or a client that runs
     /// the same text with new arguments parses it once.
     let parsed = Locked(ParseCache())
+    /// Held by a checkpoint of `runCheckpoints` while it copies, and by VACUUM's
+    /// truncating checkpoint, which SQLite would otherwise refuse at once (it does not
+    /// wait for another checkpointer).
+    let checkpointing = NSLock()
     let feed = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: true)
     /// Fires when EVICT restarted every peer cursor.
     let resets = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
