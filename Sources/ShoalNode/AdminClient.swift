@@ -235,22 +235,14 @@ public struct AdminClient: Sendable {
             var iterator = inbound.makeAsyncIterator()
             var handshake = HandshakeStateMachine(
                 configuration: .init(siteID: SiteID(0), nodeName: "shoal-cli", meshName: "", meshKey: meshKey, role: .admin))
-            var actions = handshake.start()
-            while !handshake.isEstablished {
-                for action in actions {
-                    switch action {
-                    case .send(let message): try await outbound.write(codec.encode(message))
-                    case .established: break
-                    case .fail(let error):
-                        if !error.fromPeer { try? await outbound.write(codec.encode(error.frame)) }
-                        throw error
-                    }
-                }
-                if handshake.isEstablished { break }
-                guard let frame = try await iterator.next() else {
-                    throw NodeError(.connectionFailed, "\(node) closed the connection during the handshake")
-                }
-                actions = handshake.receive(try codec.decode(frame))
+            let outcome = try await handshake.run(
+                send: { try await outbound.write(codec.encode($0)) },
+                next: { try await iterator.next().map { try codec.decode($0) } },
+                reject: { error in
+                    if !error.fromPeer { try? await outbound.write(codec.encode(error.frame)) }
+                })
+            guard case .established = outcome else {
+                throw NodeError(.connectionFailed, "\(node) closed the connection during the handshake")
             }
             return try await body(AdminSession(node: node, iterator: iterator, outbound: outbound, codec: codec))
         }

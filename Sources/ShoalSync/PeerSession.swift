@@ -122,25 +122,20 @@ struct PeerSession: Sendable {
                 await transport.close()
             }
             defer { group.cancelAll() }
-            var pending = handshake.start()
-            while true {
-                for action in pending {
-                    switch action {
-                    case .send(let message): try await send(message)
-                    case .established(let identity): return identity
-                    case .fail(let error):
-                        logger.notice(
-                            error.fromPeer ? "refused by a peer: \(error.message)" : "refusing a peer: \(error.message)",
-                            metadata: [
-                                "shoal.peer.address": "\(remoteAddress)", "shoal.peer.site": "\(error.peer.map { "\($0)" } ?? "-")",
-                                "shoal.error.code": "\(error.code.name)",
-                            ])
-                        throw await reject(error)
-                    }
-                }
-                guard let message = try await receive(&iterator) else { return nil }
-                pending = handshake.receive(message)
-            }
+            let outcome = try await handshake.run(
+                send: { try await send($0) },
+                next: { try await receive(&iterator) },
+                reject: { error in
+                    logger.notice(
+                        error.fromPeer ? "refused by a peer: \(error.message)" : "refusing a peer: \(error.message)",
+                        metadata: [
+                            "shoal.peer.address": "\(remoteAddress)", "shoal.peer.site": "\(error.peer.map { "\($0)" } ?? "-")",
+                            "shoal.error.code": "\(error.code.name)",
+                        ])
+                    _ = await reject(error)
+                })
+            guard case .established(let identity) = outcome else { return nil }
+            return identity
         }
         guard let identity else {
             logger.debug("connection closed during the handshake", metadata: ["shoal.peer.address": "\(remoteAddress)"])

@@ -3,6 +3,7 @@ import ShoalCRDT
 import ShoalStore
 import ShoalSync
 import ShoalTesting
+import ShoalWire
 import Testing
 
 /// Forgetting deleted documents between in-process nodes (DATA_MODEL.md §18,
@@ -57,6 +58,31 @@ import Testing
             }
             return ends
         }
+    }
+
+    /// A peer that refuses a node writes its Error frame and closes at once, so the
+    /// node's next write can fail before it has read why: it still ends with the
+    /// peer's refusal, not with the failed write.
+    @Test func aRefusedNodeHearsWhyWhenItsOwnWriteFailsFirst() async throws {
+        let node = try Self.node("node")
+        defer { node.remove() }
+        let connection = InMemoryConnection()
+        var refuser = HandshakeStateMachine(
+            configuration: .init(siteID: SiteID(77), nodeName: "refuser", meshName: "default", meshKey: nil))
+        for case .send(let hello) in refuser.start() { try await connection.a.transport.write(MessageCodec().encode(hello)) }
+        let refusal = SyncError(.staleReplica, "stale replica: site \(node.sync.siteID) was away too long")
+        try await connection.a.transport.write(MessageCodec().encode(refusal.frame))
+        await connection.a.transport.close()
+        // The node's first write, its Hello, fails: the refuser is gone.
+        let end = await Result {
+            try await node.sync.serve(
+                inbound: connection.b.inbound, transport: connection.b.transport, direction: .outbound, remoteAddress: "memory:refuser")
+        }
+        guard case .failure(let error as SyncError) = end else {
+            Issue.record("expected the refuser's STALE_REPLICA, got \(end)")
+            return
+        }
+        #expect(error.code == .staleReplica && error.fromPeer && error.message == refusal.message, "\(error)")
     }
 
     @Test func aStalePeerIsRefusedAndTheForgottenDocumentStaysForgotten() async throws {

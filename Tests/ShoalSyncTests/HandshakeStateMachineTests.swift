@@ -68,6 +68,45 @@ import Testing
         #expect(Self.failure(endA)?.message.contains("does not match") == true)
     }
 
+    struct WriteFailed: Error {}
+
+    /// `run` over scripted frames: the refuser's Hello and Error arrive, but this side's
+    /// write after the Hello fails (the refuser closed): the refusal ends it.
+    @Test func runEndsInThePeersRefusalWhenAWriteFailsFirst() async throws {
+        // A node that takes no keyless admin clients, and an admin client with no key.
+        var refuser = HandshakeStateMachine(
+            configuration: .init(siteID: SiteID(2), nodeName: "n2", meshName: "default", meshKey: nil, acceptsKeylessAdmin: false))
+        var client = Self.machine(site: 0, mesh: "", role: .admin)
+        var inbound = refuser.start().compactMap { if case .send(let m) = $0 { m } else { nil } }
+        for case .send(let hello) in client.start() {
+            for case .fail(let error) in refuser.receive(hello) { inbound.append(error.frame) }
+        }
+        client = Self.machine(site: 0, mesh: "", role: .admin)
+        var writes = 0, rejected: [SyncError] = []
+        await #expect(throws: SyncError.self) {
+            _ = try await client.run(
+                send: { _ in
+                    writes += 1
+                    if writes > 1 { throw WriteFailed() }
+                },
+                next: { inbound.isEmpty ? nil : inbound.removeFirst() },
+                reject: { rejected.append($0) })
+        }
+        // Hello went out; the refuser's Hello made this side answer, and that write failed.
+        #expect(writes == 2)
+        #expect(rejected.count == 1 && rejected[0].fromPeer && rejected[0].code == .meshKeyMismatch, "\(rejected)")
+
+        // With no refusal left to read, the failed write is what ends it; a close before
+        // the handshake is done is `.closed`.
+        var alone = Self.machine(site: 1)
+        await #expect(throws: WriteFailed.self) {
+            _ = try await alone.run(send: { _ in throw WriteFailed() }, next: { nil }, reject: { _ in })
+        }
+        var closed = Self.machine(site: 1)
+        let outcome = try await closed.run(send: { _ in }, next: { nil }, reject: { _ in })
+        #expect(outcome == .closed)
+    }
+
     @Test func aKeyOnOneSideOnlyIsRefused() {
         var a = Self.machine(site: 1, key: Self.key), b = Self.machine(site: 2, key: nil)
         let (endA, endB) = Self.run(&a, &b)
