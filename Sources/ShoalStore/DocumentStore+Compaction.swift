@@ -115,14 +115,16 @@ extension DocumentStore {
     /// Rows scanned per write: a compaction holds the write gate a chunk at a time.
     static let compactionChunk: UInt64 = 20_000
 
-    /// Whether the change-log row `c` is superseded: the register it wrote holds
-    /// another transaction's write, or its document's tombstone, written by another
-    /// transaction, is at least as new.
+    /// Whether the change-log row `c` is superseded: for each of its deltas, the
+    /// register it wrote holds another transaction's write, or its document's
+    /// tombstone, written by another transaction, is at least as new.
+    /// (`shoal_log_keys` lists a row's deltas as `[[name, timestamp], ...]`.)
     static let rowSuperseded = """
-        EXISTS (
-            SELECT 1 FROM field f WHERE f.collection = c.collection AND f.doc_id = c.doc_id
-            AND (f.name = c.name OR (f.name = '_deleted' AND f.ts >= c.ts))
-            AND NOT (f.txn_seq = c.txn_seq AND COALESCE(f.txn_site, f.site) = c.txn_site))
+        NOT EXISTS (
+            SELECT 1 FROM json_each(shoal_log_keys(c.deltas)) k WHERE NOT EXISTS (
+                SELECT 1 FROM field f WHERE f.collection = c.collection AND f.doc_id = c.doc_id
+                AND (f.name = k.value ->> 0 OR (f.name = '_deleted' AND f.ts >= k.value ->> 1))
+                AND NOT (f.txn_seq = c.txn_seq AND COALESCE(f.txn_site, f.site) = c.txn_site)))
         """
 
     /// Transactions that wrote a row in `(lo, hi]`, lie wholly at or below `through`,

@@ -19,34 +19,43 @@ public struct ChangeLogPage: Sendable, Equatable {
     public var deltas: [Delta] { pieces.flatMap(\.deltas) }
 }
 
-/// One row of `change_log`, decoded once.
+/// One delta of the change log with the row it is stored in, decoded once.
 struct LogRow {
+    /// The sequence of its row: every delta of one document in one transaction shares it.
     var sequence: UInt64
     var delta: Delta
     /// How many deltas its transaction wrote to its document.
     var documentDeltas: UInt32
 
-    /// The columns a `LogRow` is read from, in the order `Column` numbers them.
-    static let select =
-        "SELECT seq, collection, doc_id, name, value, ts, txn_site, txn_seq, txn_index, txn_count, doc_deltas FROM change_log"
+    /// The columns a row of the log is read from, in the order `Column` numbers them.
+    static let select = "SELECT seq, collection, doc_id, txn_site, txn_seq, txn_count, doc_deltas, deltas FROM change_log"
 
     enum Column: Int32 {
-        case sequence, collection, documentID, name, value, timestamp, transactionSite, transactionSequence, index, count
-        case documentDeltas
+        case sequence, collection, documentID, transactionSite, transactionSequence, count, documentDeltas, deltas
     }
 
-    init(_ row: HotStatement.Row) {
+    /// Appends the deltas of one row of the log to `rows`, in stored order; returns how many.
+    @discardableResult
+    static func decode(_ row: HotStatement.Row, into rows: inout [LogRow]) throws -> Int {
         func integer(_ column: Column) -> Int64 { row.int64(column.rawValue) }
-        sequence = UInt64(bitPattern: integer(.sequence))
-        delta = Delta(
-            collection: row.text(Column.collection.rawValue), documentID: row.text(Column.documentID.rawValue),
-            field: row.text(Column.name.rawValue), valueJSON: row.text(Column.value.rawValue),
-            timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: integer(.timestamp))),
-            transaction: TransactionID(
-                origin: SiteID(UInt64(bitPattern: integer(.transactionSite))),
-                sequence: UInt64(bitPattern: integer(.transactionSequence))),
-            index: UInt32(truncatingIfNeeded: integer(.index)), count: UInt32(truncatingIfNeeded: integer(.count)))
-        documentDeltas = UInt32(truncatingIfNeeded: integer(.documentDeltas))
+        let sequence = UInt64(bitPattern: integer(.sequence))
+        let collection = row.text(Column.collection.rawValue), documentID = row.text(Column.documentID.rawValue)
+        let transaction = TransactionID(
+            origin: SiteID(UInt64(bitPattern: integer(.transactionSite))),
+            sequence: UInt64(bitPattern: integer(.transactionSequence)))
+        let count = UInt32(truncatingIfNeeded: integer(.count))
+        let documentDeltas = UInt32(truncatingIfNeeded: integer(.documentDeltas))
+        let before = rows.count
+        try PackedDeltas.forEach(row.blob(Column.deltas.rawValue)) { index, timestamp, name, value in
+            rows.append(
+                LogRow(
+                    sequence: sequence,
+                    delta: Delta(
+                        collection: collection, documentID: documentID, field: name, valueJSON: value,
+                        timestamp: HybridTimestamp(rawValue: timestamp), transaction: transaction, index: index, count: count),
+                    documentDeltas: documentDeltas))
+        }
+        return rows.count - before
     }
 }
 
@@ -118,15 +127,21 @@ extension DocumentStore {
             var statement = try HotStatement(db, sql: "\(LogRow.select) WHERE seq > ? ORDER BY seq LIMIT ?")
             statement.bind(sequence)
             statement.bind(stretch + 1)
+            // A row of the log (one document's deltas in one transaction) goes whole into
+            // a page or waits for the next.
+            var unit: [LogRow] = []
             try statement.query { row in
-                let decoded = LogRow(row)
-                let full = rows.count >= limit && decoded.delta.transaction != rows.last?.delta.transaction
-                if full || rows.count == stretch || (!rows.isEmpty && bytes + decoded.delta.valueJSON.utf8.count > byteLimit) {
-                    next = decoded
+                unit.removeAll(keepingCapacity: true)
+                try LogRow.decode(row, into: &unit)
+                guard let first = unit.first else { return true }
+                let size = unit.reduce(0) { $0 + $1.delta.valueJSON.utf8.count }
+                let full = rows.count >= limit && first.delta.transaction != rows.last?.delta.transaction
+                if !rows.isEmpty && (full || rows.count + unit.count > stretch || bytes + size > byteLimit) {
+                    next = first
                     return false
                 }
-                bytes += decoded.delta.valueJSON.utf8.count
-                rows.append(decoded)
+                bytes += size
+                rows.append(contentsOf: unit)
                 return true
             }
             guard let lastRow = rows.last else { return ChangeLogPage(pieces: [], through: sequence) }
@@ -167,13 +182,14 @@ extension DocumentStore {
         return try await read { db in
             guard let stored = try StoredTransaction.fetch(db, id), stored.state != .waiting else { return [] }
             var rows: [LogRow] = []
-            var statement = try HotStatement(db, sql: "\(LogRow.select) WHERE txn_site = ? AND txn_seq = ? ORDER BY txn_index")
+            var statement = try HotStatement(db, sql: "\(LogRow.select) WHERE txn_site = ? AND txn_seq = ? ORDER BY seq")
             statement.bind(id.origin.rawValue)
             statement.bind(id.sequence)
             try statement.query { row in
-                rows.append(LogRow(row))
+                try LogRow.decode(row, into: &rows)
                 return true
             }
+            rows.sort { $0.delta.index < $1.delta.index }
             if !collections.isEmpty { rows = rows.filter { collections.contains($0.delta.collection) } }
             var reader = PieceReader(db: db, subscriptions: subscriptions, excluded: nil, evicted: evicted, context: false)
             var pieces: [TransactionPiece] = []
@@ -269,6 +285,10 @@ struct PieceReader {
             }
         }
         guard !deltas.isEmpty || (isLast && continuing) else { return nil }
+        // The log keeps a document's deltas together; a piece carries them in transaction order.
+        if !deltas.isEmpty, !zip(deltas, deltas.dropFirst()).allSatisfy({ $0.index < $1.index }) {
+            deltas.sort { $0.index < $1.index }
+        }
         let stored = try StoredTransaction.fetch(db, id)
         let first = rows.first!.delta
         var piece = TransactionPiece(

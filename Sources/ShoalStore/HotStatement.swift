@@ -35,6 +35,15 @@ struct HotStatement {
         }
     }
 
+    mutating func bind(_ bytes: [UInt8]) {
+        index += 1
+        let handle = handle, index = index
+        bytes.withUnsafeBytes { raw in
+            // A zero-length blob still binds a blob, not NULL.
+            _ = sqlite3_bind_blob(handle, index, raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(raw.count), Self.transient)
+        }
+    }
+
     mutating func bind(_ integer: Int64) {
         index += 1
         sqlite3_bind_int64(handle, index, integer)
@@ -90,6 +99,14 @@ struct HotStatement {
         }
 
         func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+
+        /// A blob column's bytes, valid until the next step.
+        func blob(_ column: Int32) -> UnsafeRawBufferPointer {
+            let bytes = sqlite3_column_blob(handle, column)
+            let count = Int(sqlite3_column_bytes(handle, column))
+            guard let bytes, count > 0 else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+            return UnsafeRawBufferPointer(start: bytes, count: count)
+        }
 
         func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
     }

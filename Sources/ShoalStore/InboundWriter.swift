@@ -133,49 +133,59 @@ public final class InboundWriter: InboundWriting {
         // `touched`), and what won is saved. A transaction's deltas come grouped by
         // document, so a run of one document's deltas looks it up once.
         var statements = try RegisterRows.Statements(db)
-        var touched: [(document: DocumentRef, registers: DocumentRegisters, won: [String: (state: RegisterState, index: UInt32)])] = []
+        var touched: [Touched] = []
         var slots: [DocumentRef: Int] = [:]
-        func slot(_ document: DocumentRef) throws -> Int {
-            if let known = slots[document] { return known }
-            let loaded = try RegisterRows.load(&statements.load, collection: document.collection, key: document.id)
-            touched.append((document, loaded, [:]))
-            slots[document] = touched.count - 1
-            return touched.count - 1
+        // What the log holds of this transaction already (a late piece, a resend): each
+        // delta is logged once. Nothing, for a transaction seen for the first time.
+        var logged: [DocumentRef: Set<UInt32>] = [:]
+        var existing = try HotStatement(db, sql: FieldSQL.transactionRows)
+        existing.bind(origin)
+        existing.bind(seq)
+        try existing.query { row in
+            let document = DocumentRef(collection: row.text(0), id: row.text(1))
+            logged[document, default: []].formUnion(try PackedDeltas.indexes(row.blob(2)))
+            return true
         }
-        var append = try HotStatement(db, sql: FieldSQL.appendLog)
-        var run: (collection: String, id: String, slot: Int, count: Int64)?
+        // The deltas to log, per touched document (by slot), packed as they come.
+        var packs: [PackedDeltas] = []
+        var previous: UInt32?
+        var run: (collection: String, id: String, slot: Int)?
         for delta in all {
-            let current: (slot: Int, count: Int64)
+            let slot: Int
             if let run, run.id == delta.documentID, run.collection == delta.collection {
-                current = (run.slot, run.count)
+                slot = run.slot
             } else {
-                let document = DocumentRef(collection: delta.collection, id: delta.documentID)
-                current = (try slot(document), Int64(counts[document] ?? 1))
-                run = (delta.collection, delta.documentID, current.slot, current.count)
+                slot = try self.slot(for: DocumentRef(collection: delta.collection, id: delta.documentID), &touched, &slots, &statements)
+                run = (delta.collection, delta.documentID, slot)
             }
-            append.bind(delta.collection)
-            append.bind(delta.documentID)
-            append.bind(delta.field)
-            append.bind(delta.valueJSON)
-            append.bind(delta.timestamp.rawValue)
-            append.bind(origin)
-            append.bind(seq)
-            append.bind(Int64(delta.index))
-            append.bind(Int64(record.deltaCount))
-            append.bind(current.count)
-            try append.run()
-            if db.changesCount > 0 {
-                lastSequence = UInt64(db.lastInsertedRowID)
-                outcome.logged += 1
+            // `all` is in index order: a delta given twice (buffered and again) is adjacent.
+            if delta.index != previous, logged.isEmpty || logged[touched[slot].document]?.contains(delta.index) != true {
+                while packs.count <= slot { packs.append(PackedDeltas()) }
+                packs[slot].append(index: delta.index, timestamp: delta.timestamp.rawValue, name: delta.field, value: delta.valueJSON)
             }
+            previous = delta.index
             // Merged even when logged before: EVICT keeps the log but not the fields, and a
             // refill must bring them back. A duplicate simply loses LWW (equal version).
-            if touched[current.slot].registers.merge(delta.field, RegisterState(delta: delta, parsed: delta.parsed)) {
-                touched[current.slot].won[delta.field] = (touched[current.slot].registers[delta.field]!, delta.index)
+            if touched[slot].registers.merge(delta.field, RegisterState(delta: delta, parsed: delta.parsed)) {
+                touched[slot].won[delta.field] = (touched[slot].registers[delta.field]!, delta.index)
             }
         }
+        var append = try HotStatement(db, sql: FieldSQL.appendLog)
+        for (slot, pack) in packs.enumerated() where !pack.isEmpty {
+            let document = touched[slot].document
+            append.bind(document.collection)
+            append.bind(document.id)
+            append.bind(origin)
+            append.bind(seq)
+            append.bind(Int64(record.deltaCount))
+            append.bind(Int64(counts[document] ?? 1))
+            append.bind(pack.bytes)
+            try append.run()
+            lastSequence = UInt64(db.lastInsertedRowID)
+            outcome.logged += pack.count
+        }
         for field in contextFields {
-            let i = try slot(field.document)
+            let i = try slot(for: field.document, &touched, &slots, &statements)
             if touched[i].registers.merge(field.field, RegisterState(delta: field.delta, parsed: field.delta.parsed)) {
                 touched[i].won[field.field] = (touched[i].registers[field.field]!, 0)
             }
@@ -202,6 +212,21 @@ public final class InboundWriter: InboundWriting {
             ])
         }
         if (state != nil || dirty > 0), !commit.transactions.contains(id) { commit.transactions.append(id) }
+    }
+
+    /// A document's registers as an apply merges them, and the writes that won.
+    typealias Touched = (document: DocumentRef, registers: DocumentRegisters, won: [String: (state: RegisterState, index: UInt32)])
+
+    /// Where `document` is in `touched`, loading its registers the first time.
+    private func slot(
+        for document: DocumentRef, _ touched: inout [Touched], _ slots: inout [DocumentRef: Int],
+        _ statements: inout RegisterRows.Statements
+    ) throws -> Int {
+        if let known = slots[document] { return known }
+        let loaded = try RegisterRows.load(&statements.load, collection: document.collection, key: document.id)
+        touched.append((document, loaded, [:]))
+        slots[document] = touched.count - 1
+        return touched.count - 1
     }
 
     /// Marks a partial transaction whole, with nothing left to apply, and what this
@@ -270,14 +295,25 @@ extension DocumentStore {
         var record = TransactionRecord(
             id: id, deltaCount: stored.deltaCount, documentCount: stored.documentCount, collections: stored.collections,
             state: stored.state, firstSeen: stored.firstSeen, reports: stored.reports)
-        let columns = stored.state == .waiting ? "collection, doc_id, doc_deltas, idx, length(value) FROM txn_piece WHERE origin = ? AND seq = ?"
-            : "collection, doc_id, doc_deltas, txn_index, length(value) FROM change_log WHERE txn_site = ? AND txn_seq = ?"
-        for row in try Row.fetchAll(db, sql: "SELECT \(columns)", arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]) {
-            let document = DocumentRef(collection: row[0], id: row[1])
-            var progress = record.documents[document] ?? .init(expected: UInt32(row[2] as Int64))
-            progress.received.insert(UInt32(row[3] as Int64))
+        let key: StatementArguments = [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]
+        func hold(_ document: DocumentRef, expected: Int64, _ indexes: [UInt32]) {
+            var progress = record.documents[document] ?? .init(expected: UInt32(expected))
+            progress.received.formUnion(indexes)
             record.documents[document] = progress
-            if stored.state == .waiting { record.bufferedBytes += (row[4] as Int64? ).map(Int.init) ?? 0 }
+        }
+        if stored.state == .waiting {
+            let sql = "SELECT collection, doc_id, doc_deltas, idx, length(value) FROM txn_piece WHERE origin = ? AND seq = ?"
+            for row in try Row.fetchAll(db, sql: sql, arguments: key) {
+                hold(DocumentRef(collection: row[0], id: row[1]), expected: row[2], [UInt32(row[3] as Int64)])
+                record.bufferedBytes += (row[4] as Int64?).map(Int.init) ?? 0
+            }
+        } else {
+            let sql = "SELECT collection, doc_id, doc_deltas, deltas FROM change_log WHERE txn_site = ? AND txn_seq = ?"
+            for row in try Row.fetchAll(db, sql: sql, arguments: key) {
+                let deltas: Data = row[3]
+                let indexes = try deltas.withUnsafeBytes { try PackedDeltas.indexes($0) }
+                hold(DocumentRef(collection: row[0], id: row[1]), expected: row[2], indexes)
+            }
         }
         return record
     }

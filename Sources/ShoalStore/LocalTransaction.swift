@@ -318,26 +318,36 @@ struct LocalTransaction {
             sql: "INSERT INTO shoal_meta (key, value) VALUES ('transaction_counter', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
         ).execute(arguments: [sequence])
         try saveClockHighWater()
-        var perDocument: [DocumentRef: Int] = [:]
-        for d in pending { perDocument[DocumentRef(collection: d.collection, id: d.key), default: 0] += 1 }
-        var insert = try HotStatement(db, sql: FieldSQL.appendLog)
+        // One log row per document, its deltas in transaction order (a transaction may
+        // come back to a document after writing others).
+        var documents: [DocumentRef] = []
+        var positions: [DocumentRef: [Int]] = [:]
         for (index, d) in pending.enumerated() {
-            insert.bind(d.collection)
-            insert.bind(d.key)
-            insert.bind(d.field)
-            insert.bind(d.json)
-            insert.bind(d.ts.rawValue)
+            let document = DocumentRef(collection: d.collection, id: d.key)
+            if positions[document] == nil { documents.append(document) }
+            positions[document, default: []].append(index)
+        }
+        var insert = try HotStatement(db, sql: FieldSQL.appendLog)
+        var packed = PackedDeltas()
+        for document in documents {
+            packed.removeAll()
+            for index in positions[document]! {
+                let d = pending[index]
+                packed.append(index: UInt32(index), timestamp: d.ts.rawValue, name: d.field, value: d.json)
+            }
+            insert.bind(document.collection)
+            insert.bind(document.id)
             insert.bind(site.rawValue)
             insert.bind(sequence)
-            insert.bind(index)
             insert.bind(pending.count)
-            insert.bind(perDocument[DocumentRef(collection: d.collection, id: d.key)]!)
+            insert.bind(packed.count)
+            insert.bind(packed.bytes)
             try insert.run()
         }
         let last = UInt64(db.lastInsertedRowID)
         let manifest = CollectionCount.manifest(of: pending.map { (collection: $0.collection, document: $0.key) })
         try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [
-            Int64(bitPattern: site.rawValue), sequence, pending.count, perDocument.count,
+            Int64(bitPattern: site.rawValue), sequence, pending.count, documents.count,
             CollectionCount.encode(manifest), TransactionRecord.State.applied.rawValue, "", "", 0,
         ])
         return (transaction, last)
@@ -363,11 +373,14 @@ struct LocalTransaction {
 
 /// Change-log and transaction SQL shared by local and remote writes, prepared once per connection.
 enum FieldSQL {
-    /// Logs a delta once: a piece of a transaction already logged is skipped.
+    /// Logs deltas of one transaction to one document (`PackedDeltas`); the writers
+    /// leave out what the log holds already.
     static let appendLog = """
-        INSERT OR IGNORE INTO change_log (collection, doc_id, name, value, ts, txn_site, txn_seq, txn_index, txn_count, doc_deltas)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        INSERT INTO change_log (collection, doc_id, txn_site, txn_seq, txn_count, doc_deltas, deltas)
+        VALUES (?, ?, ?, ?, ?, ?, ?)
         """
+    /// The log rows of one transaction, in log order.
+    static let transactionRows = "SELECT collection, doc_id, deltas FROM change_log WHERE txn_site = ? AND txn_seq = ? ORDER BY seq"
     static let insertTransaction = """
         INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)

@@ -73,8 +73,18 @@ extension ProcessSuites {
         #expect(documents > 0 && documents <= 40)
 
         // Each delta must cross every link once (everyone wants everything): the minimum
-        // per link is the number of deltas, which every node's log now holds once.
-        let minimum = statuses[0].changeLogSequence
+        // per link is the number of deltas, which every node's log now holds once. A new
+        // node that syncs from n1 receives each of them once: that count is the minimum.
+        let n6 = try start(6, peer: n1.address)
+        var minimum: UInt64 = 0
+        #expect(try await InProcessMesh.eventually(timeout: .seconds(60)) {
+            // n1 says n6 acknowledged its whole log; then n6 has received all of it.
+            let n6Site = try await client(n6).status().siteID
+            let seen = try await client(n1).status().peers.first { $0.siteID == n6Site && $0.state == "connected" }
+            guard seen?.lagDeltas == 0 else { return false }
+            minimum = try await client(n6).status().peers.first { $0.siteID == statuses[0].siteID }?.deltasIn ?? 0
+            return minimum > 0
+        })
         func link(_ reporter: Int, _ other: Int) -> (out: UInt64, in: UInt64)? {
             let site = statuses[other].siteID
             guard let peer = statuses[reporter].peers.first(where: { $0.siteID == site && $0.state == "connected" }) else { return nil }

@@ -171,12 +171,12 @@ import Testing
         }
         _ = try await store.execute("INSERT INTO c DOCUMENTS ({_id: 0, n: 0})")
         #expect(try await documents() == nil, "no statistics before the log grew by 500 rows")
-        try await Self.cars(store)  // 4,000 log rows: 4 registers a car
+        try await Self.cars(store)  // 1,000 log rows: one a car
         #expect(try await documents() == 1_001)
-        let more: [Value] = (0..<1_000).map { ["_id": .int(Int64($0 + 1)), "n": .int(Int64($0))] }
+        let more: [Value] = (0..<400).map { ["_id": .int(Int64($0 + 1)), "n": .int(Int64($0))] }
         _ = try await store.execute("INSERT INTO c DOCUMENTS (:more)", arguments: ["more": .array(more)])
-        #expect(try await documents() == 1_001, "2,000 rows is less than half the 4,002 at the last refresh")
+        #expect(try await documents() == 1_001, "400 rows is less than half the 1,001 at the last refresh")
         _ = try await store.execute("INSERT INTO c DOCUMENTS (:more) ON ID CONFLICT DO UPDATE", arguments: ["more": .array(more)])
-        #expect(try await documents() == 2_001)
+        #expect(try await documents() == 1_401)
     }
 }

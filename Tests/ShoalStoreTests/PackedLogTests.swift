@@ -1,0 +1,129 @@
+import Foundation
+import GRDB
+import ShoalCRDT
+@testable import ShoalStore
+import ShoalTesting
+import Testing
+
+/// The change log's packed rows (`PackedDeltas`): one row per document per
+/// transaction, and the migration that packs a log of one row per delta.
+@Suite struct PackedLogTests {
+    @Test func deltasRoundTripInOrderAndMalformedBytesAreRefused() throws {
+        var packed = PackedDeltas()
+        let deltas: [(UInt32, UInt64, String, String)] = [
+            (0, 1, "_id", "\"a\""), (7, UInt64.max, "nämé", ""), (300, 1 << 40, "", "{\"k\":[1,2]}"), (2, 0, "~x", "~00ff"),
+        ]
+        for (index, timestamp, name, value) in deltas { packed.append(index: index, timestamp: timestamp, name: name, value: value) }
+        #expect(packed.count == 4)
+        var decoded: [(UInt32, UInt64, String, String)] = []
+        try packed.bytes.withUnsafeBytes { bytes in
+            try PackedDeltas.forEach(bytes) { decoded.append(($0, $1, $2, $3)) }
+            #expect(try PackedDeltas.indexes(bytes) == [0, 7, 300, 2])
+        }
+        #expect(decoded.map(\.0) == deltas.map(\.0) && decoded.map(\.1) == deltas.map(\.1))
+        #expect(decoded.map(\.2) == deltas.map(\.2) && decoded.map(\.3) == deltas.map(\.3))
+        // Cut anywhere inside the last delta, the bytes do not decode.
+        for cut in 1..<6 {
+            let truncated = Array(packed.bytes.dropLast(cut))
+            #expect(throws: PackedDeltas.Malformed.self) {
+                try truncated.withUnsafeBytes { try PackedDeltas.forEach($0) { _, _, _, _ in } }
+            }
+        }
+        packed.removeAll()
+        #expect(packed.isEmpty && packed.bytes.isEmpty)
+    }
+
+    /// A transaction that writes a document, another, then the first again logs a row
+    /// per document; a page hands its deltas back in transaction order.
+    @Test func aTransactionLogsARowPerDocumentAndPagesKeepItsOrder() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        _ = try await store.execute(
+            "INSERT INTO c DOCUMENTS ({'_id': 'a', 'x': 1}); INSERT INTO c DOCUMENTS ({'_id': 'b', 'x': 2}); UPDATE c SET y = 3 WHERE _id = 'a'")
+        #expect(try await store.lastSequence() == 2)
+        #expect(try await store.storageStatus().changeLogRows == 2)
+        var everything = SubscriptionSet()
+        try everything.add(query: "SELECT * FROM c")
+        let page = try await store.changes(after: 0, limit: 100, subscriptions: everything)
+        #expect(page.deltas.map(\.index) == Array(0..<5))
+        #expect(page.deltas.map(\.field) == ["_id", "x", "_id", "x", "y"])
+        #expect(page.pieces.first?.documentDeltaCounts == [DocumentRef(collection: "c", id: "\"a\""): 3, DocumentRef(collection: "c", id: "\"b\""): 2])
+    }
+
+    /// A store whose log has a row per delta (before `v12-packed-log`) opens with a row
+    /// per document per transaction, holding the same deltas; each packed row takes the
+    /// largest sequence of the rows it replaces.
+    @Test func anOlderLogIsPackedWhenTheStoreOpens() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let queue = try DatabaseQueue(path: dir.path + "/shoal.sqlite")
+        try DocumentStore.migrator.migrate(queue, upTo: "v11-freshness")
+        let site: Int64 = 0x1234
+        // Transaction 1 writes a (_id, x), b (_id), then a (y); transaction 2 writes b (x).
+        let rows: [(seq: Int64, doc: String, name: String, value: String, txn: Int64, index: Int64, count: Int64, docDeltas: Int64)] = [
+            (1, "\"a\"", "_id", "\"a\"", 1, 0, 4, 3), (2, "\"a\"", "x", "1", 1, 1, 4, 3), (3, "\"b\"", "_id", "\"b\"", 1, 2, 4, 1),
+            (4, "\"a\"", "y", "2", 1, 3, 4, 3), (5, "\"b\"", "x", "5", 2, 0, 1, 1),
+        ]
+        try await queue.write { db in
+            for r in rows {
+                try db.execute(
+                    sql: """
+                        INSERT INTO change_log (seq, collection, doc_id, name, value, ts, txn_site, txn_seq, txn_index, txn_count, doc_deltas)
+                        VALUES (?, 'c', ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [r.seq, r.doc, r.name, r.value, 1000 + r.seq, site, r.txn, r.index, r.count, r.docDeltas])
+            }
+            try db.execute(sql: "INSERT INTO document (collection, doc_id, body) VALUES ('c', '\"a\"', '{\"_id\":\"a\",\"x\":1,\"y\":2}'), ('c', '\"b\"', '{\"_id\":\"b\",\"x\":5}')")
+        }
+        try queue.close()
+
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        let packed = try await store.read { db in
+            try Row.fetchAll(db, sql: "SELECT seq, doc_id, txn_seq, doc_deltas FROM change_log ORDER BY seq").map {
+                [$0[0] as Int64, Int64(($0[1] as String) == "\"a\"" ? 1 : 2), $0[2] as Int64, $0[3] as Int64]
+            }
+        }
+        #expect(packed == [[3, 2, 1, 1], [4, 1, 1, 3], [5, 2, 2, 1]], "b's row of 1 (seq 3), a's (seq 4, its largest), b's of 2")
+        var everything = SubscriptionSet()
+        try everything.add(query: "SELECT * FROM c")
+        let page = try await store.changes(after: 0, limit: 100, subscriptions: everything)
+        let got = page.deltas.map { "\($0.transaction.sequence):\($0.index) \($0.documentID).\($0.field)=\($0.valueJSON)@\($0.timestamp.rawValue)" }
+        #expect(got == [
+            "1:0 \"a\"._id=\"a\"@1001", "1:1 \"a\".x=1@1002", "1:2 \"b\"._id=\"b\"@1003", "1:3 \"a\".y=2@1004", "2:0 \"b\".x=5@1005",
+        ])
+        // A peer whose cursor was inside transaction 1 (after sequence 2) gets a's row again.
+        let resumed = try await store.changes(after: 2, limit: 100, subscriptions: everything)
+        #expect(resumed.deltas.filter { $0.transaction.sequence == 1 }.count == 4)
+        #expect(try await store.lastSequence() == 5)
+        let next = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'z'})")
+        #expect(next.transactionID != nil)
+        #expect(try await store.lastSequence() == 6, "no sequence is handed out twice")
+    }
+
+    /// A document's deltas that arrive split over two applies, overlapping, are each
+    /// logged once: the second row holds only what the first did not.
+    @Test func aDocumentSplitOverTwoAppliesIsLoggedOnceAcrossTwoRows() async throws {
+        let a = TemporaryDirectory(), b = TemporaryDirectory()
+        defer { a.remove(); b.remove() }
+        let writer = try DocumentStore(directory: a.path), relay = try DocumentStore(directory: b.path)
+        defer { writer.close(); relay.close() }
+        _ = try await writer.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'p': 1, 'q': 2})")
+        var everything = SubscriptionSet()
+        try everything.add(query: "SELECT * FROM c")
+        let whole = try #require(try await writer.changes(after: 0, limit: 100, subscriptions: everything).pieces.first)
+        #expect(whole.deltas.map(\.index) == [0, 1, 2])
+        var head = whole, tail = whole
+        head.deltas = Array(whole.deltas[0...1])
+        tail.deltas = Array(whole.deltas[1...2])
+        #expect(try await relay.applyRemote([head], from: writer.siteID).logged == 2)
+        #expect(try await relay.applyRemote([tail], from: writer.siteID).logged == 1, "index 1 is held already")
+        #expect(try await relay.applyRemote([whole], from: writer.siteID).logged == 0)
+        #expect(try await relay.storageStatus().changeLogRows == 2)
+        let relayed = try await relay.changes(after: 0, limit: 100, subscriptions: everything)
+        #expect(relayed.deltas.map(\.index).sorted() == [0, 1, 2])
+        #expect(try await relay.execute("SELECT * FROM c").items == [["_id": "x", "p": 1, "q": 2]])
+    }
+}
