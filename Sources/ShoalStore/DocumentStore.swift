@@ -393,17 +393,19 @@ public final class DocumentStore: Sendable {
     }
 
     /// `shoal_log_keys(deltas)`: a change-log row's deltas as `[[name, timestamp], ...]`
-    /// (JSON), for the SQL that judges rows superseded. NULL for bytes that do not decode.
-    static let logKeys = DatabaseFunction("shoal_log_keys", argumentCount: 1, pure: true) { values -> String? in
-        guard let data = Data.fromDatabaseValue(values[0]) else { return nil }
-        return try? data.withUnsafeBytes { bytes -> String in
+    /// (JSON), for the SQL that judges rows superseded. Bytes that do not decode give
+    /// `[[null, null]]`, a key nothing supersedes: a row that cannot be read is kept.
+    static let logKeys = DatabaseFunction("shoal_log_keys", argumentCount: 1, pure: true) { values -> String in
+        let unreadable = "[[null,null]]"
+        guard let data = Data.fromDatabaseValue(values[0]) else { return unreadable }
+        return (try? data.withUnsafeBytes { bytes -> String in
             var json = "["
             try PackedDeltas.forEach(bytes) { _, timestamp, name, _ in
                 if json.utf8.count > 1 { json += "," }
                 json += "[\(Value.string(name).canonicalJSON),\(Int64(bitPattern: timestamp))]"
             }
             return json + "]"
-        }
+        }) ?? unreadable
     }
 
     /// The highest change-log sequence committed so far.

@@ -126,4 +126,26 @@ import Testing
         #expect(relayed.deltas.map(\.index).sorted() == [0, 1, 2])
         #expect(try await relay.execute("SELECT * FROM c").items == [["_id": "x", "p": 1, "q": 2]])
     }
+
+    /// A row whose deltas do not decode is never judged superseded: compaction keeps
+    /// it, where the same row intact goes.
+    @Test func compactionKeepsARowItCannotRead() async throws {
+        for corrupt in [false, true] {
+            let dir = TemporaryDirectory()
+            defer { dir.remove() }
+            let store = try DocumentStore(directory: dir.path)
+            defer { store.close() }
+            _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'x': 1})")
+            _ = try await store.execute("UPDATE c SET x = 2 WHERE _id = 'a'")
+            _ = try await store.execute("UPDATE c SET x = 3 WHERE _id = 'a'")
+            _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'z'})")
+            // Row 2 (x = 2) is superseded by row 3; cut short, its bytes do not decode.
+            if corrupt {
+                try await store.write { db in
+                    try db.execute(sql: "UPDATE change_log SET deltas = substr(deltas, 1, length(deltas) - 1) WHERE seq = 2")
+                }
+            }
+            #expect(try await store.compactChangeLog(through: 3).rowsRemoved == (corrupt ? 0 : 1), "corrupt: \(corrupt)")
+        }
+    }
 }
