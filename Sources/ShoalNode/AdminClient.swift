@@ -397,7 +397,16 @@ public final class AdminSession {
     func exchange(
         _ request: Frame, id: UInt64, onResponse: (AdminResponse) async throws -> Bool
     ) async throws -> AdminResponse? {
-        try await outbound.write(request)
+        do {
+            try await outbound.write(request)
+        } catch {
+            // A node that refused this session (a limit) wrote why and closed, which can
+            // fail this write before the refusal is read: it is still among the frames.
+            while let frame = try? await iterator.next() {
+                if case .error(let refusal)? = try? codec.decode(frame) { throw NodeError(.requestFailed, refusal.message) }
+            }
+            throw error
+        }
         while let frame = try await iterator.next() {
             switch try codec.decode(frame) {
             case .adminResponse(let wire) where wire.requestID == id:
