@@ -64,9 +64,13 @@ extension DocumentStore {
         let missing = missingIndexPaths(for: statements, arguments: arguments)
         let site = siteID
         let clock = clock
-        let outcome: (result: QueryResult, lastSequence: UInt64?, evicted: Bool, written: Set<String>, indexes: [String])
+        typealias Outcome = (result: QueryResult, lastSequence: UInt64?, evicted: Bool, written: Set<String>, indexes: [String])
+        let outcome: Outcome
+        // After a quick one, the next runs on this thread (`write(inline:)`).
+        let inline = quickExecutes.withLock { $0 }
+        let started = ContinuousClock.now
         do {
-            outcome = try await pool.writeWithoutTransaction { db in
+            let work: @Sendable (Database) throws -> Outcome = { db in
                 try Self.beginImmediate(db)
                 do {
                     var local: LocalTransaction? = LocalTransaction(
@@ -87,7 +91,10 @@ extension DocumentStore {
                     throw error
                 }
             }
+            outcome = inline ? try Self.writeHere(pool, transaction: false, work) : try await pool.writeWithoutTransaction(work)
+            quickExecutes.withLock { $0 = ContinuousClock.now - started < Self.shortAccess }
         } catch {
+            quickExecutes.withLock { $0 = false }
             rollBackOpenTransaction()
             throw StoreError.wrapping(error, "database write")
         }

@@ -21,8 +21,11 @@ public struct Observation: Sendable, Equatable {
 
 extension DocumentStore {
     /// A SELECT's result and the change-log sequence it reflects, read in one snapshot.
-    func snapshot(_ select: SelectStatement, arguments: [String: Value]) async throws(StoreError) -> ([Value], UInt64) {
-        try await read { db in
+    /// `inline`: the read is expected to be short (`read(inline:)`).
+    func snapshot(
+        _ select: SelectStatement, arguments: [String: Value], inline: Bool = false
+    ) async throws(StoreError) -> ([Value], UInt64) {
+        try await read(inline: inline) { db in
             let items = try Self.select(select, arguments: arguments, db: db)
             let sequence = UInt64(try Int64.fetchOne(db.cachedStatement(sql: "SELECT MAX(seq) FROM change_log")) ?? 0)
             return (items, sequence)
@@ -86,10 +89,21 @@ public struct ObservationSequence: AsyncSequence, Sendable {
         let arguments: [String: Value]
         var commits: AsyncStream<Commit>.AsyncIterator
         var last: [Value]?
+        /// Whether the query's last read took under `DocumentStore.shortAccess`: the next
+        /// one runs on this task's thread (`read(inline:)`), the first never does.
+        var quick = false
+
+        /// Reads the result now, and notes whether that was quick.
+        mutating func snapshot() async throws -> ([Value], UInt64) {
+            let started = ContinuousClock.now
+            let result = try await store.snapshot(select, arguments: arguments, inline: quick)
+            quick = ContinuousClock.now - started < DocumentStore.shortAccess
+            return result
+        }
 
         public mutating func next() async throws -> Observation? {
             guard var previous = last else {
-                let (items, _) = try await store.snapshot(select, arguments: arguments)
+                let (items, _) = try await snapshot()
                 last = items
                 return Observation(items: items, transactions: [])
             }
@@ -97,7 +111,7 @@ public struct ObservationSequence: AsyncSequence, Sendable {
                 guard commit.collections.contains(select.collection) else { continue }
                 // The result is read after the fact, so it may already include later
                 // commits: credit every commit the snapshot contains, none twice.
-                let (items, snapshotSequence) = try await store.snapshot(select, arguments: arguments)
+                let (items, snapshotSequence) = try await snapshot()
                 var transactions = commit.transactions
                 var latest = commit.sequence
                 while latest < snapshotSequence, let more = await commits.next() {

@@ -94,6 +94,10 @@ extension DocumentStore {
         }
     }
 
+    /// The most rows of the log a page may have left to read to count as a short read
+    /// (`read(inline:)`).
+    static let shortPageRows: UInt64 = 64
+
     /// Reads the change log after `sequence` for a peer with `subscriptions`.
     ///
     /// Reads about `limit` rows (more, up to 4 times as many, to finish the transaction
@@ -116,7 +120,8 @@ extension DocumentStore {
         excludingOrigin peer: SiteID? = nil, continuing: Set<TransactionID> = [], resuming: Bool = false
     ) async throws(StoreError) -> ChangeLogPage {
         let evicted = evictedSomething
-        return try await read { db in
+        // A page near the log's end (a session keeping up) is short: read it on this thread.
+        return try await read(inline: lastCommittedSequence &- sequence <= Self.shortPageRows) { db in
             var rows: [LogRow] = []
             var bytes = 0
             var next: LogRow?

@@ -29,6 +29,8 @@ public final class DocumentStore: Sendable {
     public let siteID: SiteID
     public let clock: HybridLogicalClock
     let pool: DatabasePool
+    /// Short reads on the calling thread (`read(inline:)`); nil if it could not be opened.
+    let inlineReader: InlineReader?
     /// JSON paths with an expression index (created on first use, remembered across restarts).
     let indexedPaths = Locked<Set<String>>([])
     /// The indexes declared with `CREATE INDEX`, as last committed.
@@ -52,6 +54,14 @@ public final class DocumentStore: Sendable {
     let evictions = Locked(false)
     /// Local read-write transactions committed since the store opened.
     let localCommits = Locked<UInt64>(0)
+    /// Whether the last write of `execute` took under `shortAccess`: then the next runs
+    /// on the calling thread (`write(inline:)`).
+    let quickExecutes = Locked(false)
+    /// How long an observer's read, or `execute`'s write, may have taken for the next
+    /// one to run on the calling thread (`read(inline:)`, `write(inline:)`). A wrong
+    /// guess costs once: a long one run there holds that thread for its length, and
+    /// the next goes back to the pool.
+    static let shortAccess: Duration = .milliseconds(1)
 
     var evictedSomething: Bool { evictions.withLock { $0 } }
 
@@ -121,6 +131,14 @@ public final class DocumentStore: Sendable {
                 try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
             }
             try Self.migrator.migrate(pool)
+            do {
+                inlineReader = try InlineReader(path: path, configuration: configuration)
+            } catch {
+                inlineReader = nil
+                logger.warning(
+                    "cannot open a connection for short reads; every read goes through the pool",
+                    metadata: ["shoal.error": "\(error)"])
+            }
             let clock = HybridLogicalClock(wallClock: wallClock)
             // The newest field the drift rule would adopt: one far-future row must not
             // make the clock refuse the rest.
@@ -451,11 +469,18 @@ public final class DocumentStore: Sendable {
         feed.finishAll()
         resets.finishAll()
         commits.finishAll()
+        inlineReader?.close()
         try? pool.close()
     }
 
-    func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(StoreError) -> T {
+    /// Runs `body` in a read transaction of its own. With `inline`, for a read known to
+    /// be short, on the calling thread through `inlineReader` when it is free (see
+    /// `InlineReader`); otherwise on one of the pool's readers.
+    func read<T: Sendable>(
+        inline: Bool = false, _ body: @escaping @Sendable (Database) throws -> T
+    ) async throws(StoreError) -> T {
         do {
+            if inline, let inlineReader, let result = try inlineReader.read(body) { return result }
             return try await pool.read(body)
         } catch {
             throw StoreError.wrapping(error, "database read")
@@ -469,19 +494,32 @@ public final class DocumentStore: Sendable {
     /// It waits in line behind a running read-write transaction, and throws
     /// `StoreError.Code.nestedTransaction` at once when called from inside one of this
     /// store's (it would wait for itself).
+    ///
+    /// With `inline`, for a write known to be short, `body` runs on the calling thread:
+    /// the gate keeps every other writer out, so the writer connection's queue is idle
+    /// and takes the work at once, without the two thread wake-ups of the hop there
+    /// and back.
     func write<T: Sendable>(
-        inTransaction: Bool = true, _ body: @escaping @Sendable (Database) throws -> T
+        inTransaction: Bool = true, inline: Bool = false, _ body: @escaping @Sendable (Database) throws -> T
     ) async throws(StoreError) -> T {
         let marks = OpenTransactions.marks
         try refuseWriteBesideOpenTransaction(marks)
         try await acquireGate(nested: marks.contains { $0.store == ObjectIdentifier(self) })
         defer { gate.release() }
         do {
+            if inline { return try Self.writeHere(pool, transaction: inTransaction, body) }
             // VACUUM, for one, cannot run inside a transaction.
             return inTransaction ? try await pool.write(body) : try await pool.writeWithoutTransaction(body)
         } catch {
             throw StoreError.wrapping(error, "database write")
         }
+    }
+
+    /// `body` on the writer connection, in a write transaction or (`transaction` false)
+    /// in none, on this thread: the writer's queue runs it here when idle. Synchronous,
+    /// so that the synchronous overloads are the ones called.
+    static func writeHere<T>(_ pool: DatabasePool, transaction: Bool, _ body: (Database) throws -> T) throws -> T {
+        transaction ? try pool.write(body) : try pool.writeWithoutTransaction(body)
     }
 }
 

@@ -260,11 +260,12 @@ public final class InboundWriter: InboundWriting {
 
 extension DocumentStore {
     /// Runs `body` in one write transaction, then tells observers and sessions what
-    /// it applied. Returns what `body` returned and what was applied.
+    /// it applied. Returns what `body` returned and what was applied. `short`: a small
+    /// write, run on the calling thread (`write(inline:)`).
     public func writeInbound<T: Sendable>(
-        _ body: @escaping @Sendable (any InboundWriting) throws -> T
+        short: Bool = false, _ body: @escaping @Sendable (any InboundWriting) throws -> T
     ) async throws(StoreError) -> (T, ApplyOutcome) {
-        let (result, outcome, commit, last) = try await write { db in
+        let (result, outcome, commit, last) = try await write(inline: short) { db in
             let writer = InboundWriter(db: db, store: self)
             let result = try body(writer)
             self.refreshStatisticsIfGrown(db, through: writer.lastSequence)

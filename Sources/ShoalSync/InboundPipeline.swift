@@ -286,6 +286,9 @@ public final class InboundPipeline: Sendable {
         var counters = Counters()
     }
 
+    /// The most deltas a commit may hold to count as short (`SyncStore.writeInbound`).
+    static let shortCommitDeltas = 256
+
     /// One SQLite transaction: every item's pieces, the decisions they allow, and the cursors.
     private func commit(
         _ items: [Item], assembler start: CoverageAssembler, subscriptions: SubscriptionSet
@@ -302,7 +305,11 @@ public final class InboundPipeline: Sendable {
                 }
             }
         }
-        return try await store.writeInbound { writer in
+        // Small, and nothing buffered that it could complete: the store may run it on
+        // this task's thread instead of hopping to the writer's queue and back.
+        let deltas = items.reduce(0) { $0 + $1.pieces.reduce(0) { $0 + $1.deltas.count } }
+        let short = !items.isEmpty && deltas <= Self.shortCommitDeltas && start.waitingCount == 0
+        return try await store.writeInbound(short: short) { writer in
             var result = CommitResult(assembler: start)
             var a = start
             // What this commit received of each waiting transaction, not yet in the buffer.

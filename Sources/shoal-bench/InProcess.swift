@@ -15,6 +15,11 @@ enum InProcess: String, CaseIterable, Sendable {
     /// One-document UPDATEs through the API, one per transaction, one at a time: the
     /// store's own part of the write latency (it prints p50 and p99).
     case update
+    /// Two in-process nodes over an in-memory connection: a one-document UPDATE on
+    /// the writer until an observer on the receiver sees it, one at a time (it prints
+    /// p50 and p99). The sync path's part of the observer latency, without TCP, admin
+    /// sessions or other processes.
+    case latency
 
     func run(documents: Int) async throws -> Double {
         switch self {
@@ -34,6 +39,38 @@ enum InProcess: String, CaseIterable, Sendable {
             let elapsed = seconds(ContinuousClock.now - start)
             let figure = Latency.Figure(label: "update", latencies: latencies)
             print(String(format: "update: p50 %.3f ms, p99 %.3f ms, max %.3f ms", figure.p50, figure.p99, figure.max))
+            return Double(documents) / elapsed
+        case .latency:
+            let a = try TestNode(name: "a")
+            let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM probe"])
+            defer { a.remove(); b.remove() }
+            _ = try await a.store.execute("INSERT INTO probe DOCUMENTS ({'_id': 'p', 'n': -1})")
+            let (seen, continuation) = AsyncStream.makeStream(of: (Int64, ContinuousClock.Instant).self)
+            let observer = try b.store.registerObserver("SELECT n FROM probe WHERE _id = 'p'") { observation in
+                let now = ContinuousClock.now
+                if case .int(let n)? = observation.items.first?["n"] { continuation.yield((n, now)) }
+            }
+            defer { observer.cancel() }
+            let start = ContinuousClock.now
+            let latencies = try await InProcessMesh.withLink(a.sync, b.sync) { () async throws -> [Double] in
+                var latencies: [Double] = []
+                var arrivals = seen.makeAsyncIterator()
+                while let (n, _) = await arrivals.next(), n != -1 {}
+                for i in 0..<documents {
+                    let t = ContinuousClock.now
+                    _ = try await a.store.execute("UPDATE probe SET n = :n WHERE _id = 'p'", arguments: ["n": .int(Int64(i))])
+                    while let (n, at) = await arrivals.next() {
+                        if n == Int64(i) {
+                            latencies.append(seconds(at - t) * 1000)
+                            break
+                        }
+                    }
+                }
+                return latencies
+            }
+            let elapsed = seconds(ContinuousClock.now - start)
+            let figure = Latency.Figure(label: "latency", latencies: latencies)
+            print(String(format: "latency: p50 %.3f ms, p99 %.3f ms, max %.3f ms", figure.p50, figure.p99, figure.max))
             return Double(documents) / elapsed
         case .sync:
             // A node's own batch size, not the small one tests use to split transactions.

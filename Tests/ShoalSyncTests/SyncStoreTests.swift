@@ -14,6 +14,8 @@ import Testing
         let base: DocumentStore
         let commits = Mutex(0)
         let pages = Mutex(0)
+        /// Each commit's `short` hint and how many deltas it logged.
+        let hints = Mutex<[(short: Bool, logged: Int)]>([])
         init(_ base: DocumentStore) { self.base = base }
 
         var siteID: SiteID { base.siteID }
@@ -47,10 +49,12 @@ import Testing
         func holdsOthersWrites() async throws(StoreError) -> Bool { try await base.holdsOthersWrites() }
         func transactionRecords() async throws(StoreError) -> [TransactionRecord] { try await base.transactionRecords() }
         func writeInbound<T: Sendable>(
-            _ body: @escaping @Sendable (any InboundWriting) throws -> T
+            short: Bool, _ body: @escaping @Sendable (any InboundWriting) throws -> T
         ) async throws(StoreError) -> (T, ApplyOutcome) {
             commits.withLock { $0 += 1 }
-            return try await base.writeInbound(body)
+            let (result, outcome) = try await base.writeInbound(short: short, body)
+            hints.withLock { $0.append((short, outcome.logged)) }
+            return (result, outcome)
         }
         func attachmentLength(hash: String) async throws(StoreError) -> Int? { try await base.attachmentLength(hash: hash) }
         func attachmentWriter(fetching hash: String) async throws(StoreError) -> AttachmentWriter {
@@ -64,7 +68,9 @@ import Testing
     /// 600 one-document transactions reach a node whose engine runs on another store,
     /// and its pipeline commits many of them per write transaction (group commit); its
     /// own write goes back out through the same store.
-    @Test func anotherStoreRunsUnderTheEngineAndCommitsAreGrouped() async throws {
+    /// A, a `TestNode`, and B, an engine on a `CountingStore` over a store of its own,
+    /// both subscribed to notes.
+    static func withNodes(_ body: (TestNode, DocumentStore, CountingStore, SyncEngine) async throws -> Void) async throws {
         let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM notes"])
         let directory = TemporaryDirectory(prefix: "shoal-b")
         let bStore = try DocumentStore(directory: directory.path)
@@ -76,24 +82,49 @@ import Testing
             directory.remove()
         }
         try b.subscribe("SELECT * FROM notes")
-        _ = try await bStore.execute("INSERT INTO notes DOCUMENTS ({'_id': 'from-b', 'n': -1})")
-        for i in 0..<600 {
-            _ = try await a.store.execute("INSERT INTO notes DOCUMENTS ({'_id': :id, 'n': :n})", arguments: ["id": .string("n\(i)"), "n": .int(Int64(i))])
-        }
-        try await InProcessMesh.withLink(a.sync, b) { () async throws in
-            let arrived = try await InProcessMesh.eventually(timeout: .seconds(60)) {
-                try await bStore.collectionCounts().first?.documents == 601
+        try await body(a, bStore, counting, b)
+    }
+
+    @Test func anotherStoreRunsUnderTheEngineAndCommitsAreGrouped() async throws {
+        try await Self.withNodes { a, bStore, counting, b in
+            _ = try await bStore.execute("INSERT INTO notes DOCUMENTS ({'_id': 'from-b', 'n': -1})")
+            for i in 0..<600 {
+                _ = try await a.store.execute("INSERT INTO notes DOCUMENTS ({'_id': :id, 'n': :n})", arguments: ["id": .string("n\(i)"), "n": .int(Int64(i))])
             }
-            #expect(arrived)
-            let back = try await InProcessMesh.eventually {
-                try await a.store.execute("SELECT * FROM notes WHERE _id = 'from-b'").items.count == 1
+            try await InProcessMesh.withLink(a.sync, b) { () async throws in
+                let arrived = try await InProcessMesh.eventually(timeout: .seconds(60)) {
+                    try await bStore.collectionCounts().first?.documents == 601
+                }
+                #expect(arrived)
+                let back = try await InProcessMesh.eventually {
+                    try await a.store.execute("SELECT * FROM notes WHERE _id = 'from-b'").items.count == 1
+                }
+                #expect(back, "A reads B's log through the protocol")
             }
-            #expect(back, "A reads B's log through the protocol")
+            let applied = try await bStore.execute("SELECT * FROM notes WHERE n = 599").items
+            #expect(applied == [["_id": "n599", "n": 599]])
+            let commits = counting.commits.withLock { $0 }
+            #expect(commits >= 1 && commits <= 60, "600 transactions in \(commits) commits: the pipeline groups them")
+            #expect(counting.pages.withLock { $0 } >= 1)
         }
-        let applied = try await bStore.execute("SELECT * FROM notes WHERE n = 599").items
-        #expect(applied == [["_id": "n599", "n": 599]])
-        let commits = counting.commits.withLock { $0 }
-        #expect(commits >= 1 && commits <= 60, "600 transactions in \(commits) commits: the pipeline groups them")
-        #expect(counting.pages.withLock { $0 } >= 1)
+    }
+
+    /// The pipeline tells the store which commits are short (it may run those on the
+    /// calling thread): one that applies a small transaction is, one that applies a
+    /// transaction of more than `shortCommitDeltas` deltas is not.
+    @Test func thePipelineHintsWhichCommitsAreShort() async throws {
+        try await Self.withNodes { a, bStore, counting, b in
+            _ = try await a.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'small', 'n': 1})")
+            try await InProcessMesh.withLink(a.sync, b) { () async throws in
+                #expect(try await InProcessMesh.eventually { try await bStore.collectionCounts().first?.documents == 1 })
+                let small = counting.hints.withLock { $0 }.filter { $0.logged > 0 }
+                #expect(!small.isEmpty && small.allSatisfy(\.short), "\(small)")
+                let documents = (0..<300).map { Value.object(["_id": .string("big\($0)"), "n": .int(Int64($0))]) }
+                _ = try await a.store.execute("INSERT INTO notes DOCUMENTS (:docs)", arguments: ["docs": .array(documents)])
+                #expect(try await InProcessMesh.eventually { try await bStore.collectionCounts().first?.documents == 301 })
+            }
+            let big = counting.hints.withLock { $0 }.filter { $0.logged > 256 }
+            #expect(!big.isEmpty && big.allSatisfy { !$0.short }, "\(big)")
+        }
     }
 }
