@@ -94,6 +94,8 @@ public final class InboundPipeline: Sendable {
         var queue: [Item] = []
         var newPeers: [SiteID] = []
         var waiter: CheckedContinuation<Void, Never>?
+        /// Set by the ticker: the next `take` returns even with nothing queued.
+        var tickDue = false
         var assembler: CoverageAssembler?
         var running = false
         var status = Status()
@@ -125,6 +127,16 @@ public final class InboundPipeline: Sendable {
         waiter?.resume()
     }
 
+    /// Marks a tick due and wakes the loop.
+    private func tick() {
+        let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            s.tickDue = true
+            defer { s.waiter = nil }
+            return s.waiter
+        }
+        waiter?.resume()
+    }
+
     /// A peer connected: it will be asked about transactions stuck or partial here.
     func peerConnected(_ site: SiteID) {
         let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
@@ -148,7 +160,15 @@ public final class InboundPipeline: Sendable {
                 try? await Task.sleep(for: .milliseconds(50))
                 continue
             }
-            await work(engine: engine)
+            // The ticker wakes the loop every tick, so that waiting for work is one
+            // continuation, not a task group racing a sleep each time.
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { [configuration] in
+                    while (try? await Task.sleep(for: configuration.tickInterval)) != nil { self.tick() }
+                }
+                await work(engine: engine)
+                group.cancelAll()
+            }
             state.withLock { $0.running = false }
         }
     }
@@ -166,14 +186,12 @@ public final class InboundPipeline: Sendable {
                 return
             }
         }
-        var nextTick = ContinuousClock.now + configuration.tickInterval
         while !Task.isCancelled {
-            let (items, peers) = await take(until: nextTick)
+            let (items, peers) = await take()
             if Task.isCancelled {
                 requeue(items)
                 break
             }
-            if ContinuousClock.now >= nextTick { nextTick = ContinuousClock.now + configuration.tickInterval }
             let subscriptions = engine.subscriptions
             do {
                 let started = ContinuousClock.now
@@ -221,10 +239,11 @@ public final class InboundPipeline: Sendable {
     }
 
     /// Waits for queued items (or new peers, or the next tick) and takes a commit's worth.
-    private func take(until deadline: ContinuousClock.Instant) async -> ([Item], [SiteID]) {
+    private func take() async -> ([Item], [SiteID]) {
         while true {
             let taken = state.withLock { s -> ([Item], [SiteID])? in
-                guard !s.queue.isEmpty || !s.newPeers.isEmpty || ContinuousClock.now >= deadline else { return nil }
+                guard !s.queue.isEmpty || !s.newPeers.isEmpty || s.tickDue else { return nil }
+                s.tickDue = false
                 var count = 0
                 var end = 0
                 while end < s.queue.count, end == 0 || count + s.queue[end].pieces.reduce(0, { $0 + $1.deltas.count }) <= configuration.maximumCommitDeltas {
@@ -238,22 +257,16 @@ public final class InboundPipeline: Sendable {
             }
             if let taken { return taken }
             if Task.isCancelled { return ([], []) }
-            // Sleep until woken by an item, or the deadline.
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { await self.waitForWork() }
-                group.addTask { try? await Task.sleep(until: deadline, clock: .continuous) }
-                await group.next()
-                group.cancelAll()
-            }
+            await waitForWork()
         }
     }
 
-    /// Returns when an item or a new peer is queued, or the task is cancelled.
+    /// Returns when an item or a new peer is queued, a tick is due, or the task is cancelled.
     private func waitForWork() async {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
                 let ready = state.withLock { s -> Bool in
-                    if !s.queue.isEmpty || !s.newPeers.isEmpty || Task.isCancelled { return true }
+                    if !s.queue.isEmpty || !s.newPeers.isEmpty || s.tickDue || Task.isCancelled { return true }
                     s.waiter = c
                     return false
                 }

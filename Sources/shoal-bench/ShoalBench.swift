@@ -33,7 +33,7 @@ struct ShoalBench: AsyncParsableCommand {
     @Flag(name: .long, help: "Skip the Yjs peer.")
     var noPeer = false
 
-    @Option(name: .long, help: "Run only this workload in this process, for a profiler: local, sync or update.")
+    @Option(name: .long, help: "Run only this workload in this process, for a profiler: local, sync, update or latency.")
     var inProcess: String?
 
     @Flag(
