@@ -319,7 +319,7 @@ public final class AdminSession {
         ping.nonce = nextID
         nextID += 1
         do {
-            try await outbound.write(codec.encode(.ping(ping)))
+            try await send(codec.encode(.ping(ping)))
             while let frame = try await iterator.next() {
                 switch try codec.decode(frame) {
                 case .pong(let pong) where pong.nonce == ping.nonce: return
@@ -397,16 +397,7 @@ public final class AdminSession {
     func exchange(
         _ request: Frame, id: UInt64, onResponse: (AdminResponse) async throws -> Bool
     ) async throws -> AdminResponse? {
-        do {
-            try await outbound.write(request)
-        } catch {
-            // A node that refused this session (a limit) wrote why and closed, which can
-            // fail this write before the refusal is read: it is still among the frames.
-            while let frame = try? await iterator.next() {
-                if case .error(let refusal)? = try? codec.decode(frame) { throw NodeError(.requestFailed, refusal.message) }
-            }
-            throw error
-        }
+        try await send(request)
         while let frame = try await iterator.next() {
             switch try codec.decode(frame) {
             case .adminResponse(let wire) where wire.requestID == id:
@@ -419,5 +410,19 @@ public final class AdminSession {
             }
         }
         return nil
+    }
+
+    /// Writes one frame. A node that refused this session (a limit) wrote why and
+    /// closed, which can fail this write before the refusal is read: it is still among
+    /// the frames, and it is what the caller should see.
+    private func send(_ frame: Frame) async throws {
+        do {
+            try await outbound.write(frame)
+        } catch {
+            while let frame = try? await iterator.next() {
+                if case .error(let refusal)? = try? codec.decode(frame) { throw NodeError(.requestFailed, refusal.message) }
+            }
+            throw error
+        }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import ShoalNode
 import ShoalTesting
 import ShoalWire
 import Testing
@@ -88,6 +89,44 @@ extension ProcessSuites {
         observer.terminate()
         observer.waitUntilExit()
         #expect(try eventually { try node.exec("SELECT * FROM cars").status == 0 }, "served again once the observer left")
+    }
+
+    /// Every request on a refused admin connection reports the refusal, a Ping as much
+    /// as an exec, even when the node closed before the request could be written.
+    @Test func eachRequestOnARefusedAdminConnectionSaysWhy() async throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let node = try NodeProcess(name: "busy", dataDirectory: dirs.path + "/n", extra: ["--max-admin-connections", "1"])
+        let client = AdminClient(node: try HostAndPort(parsing: node.address), timeout: .seconds(30))
+        let expected = "this node serves at most 1 admin connections at once (--max-admin-connections); try again later"
+        try await client.withSession { held in
+            try await held.ping()
+            for round in 0..<10 {
+                // Alternate: write at once, or after the node has surely closed.
+                let delay: Duration = round.isMultiple(of: 2) ? .zero : .milliseconds(50)
+                do {
+                    try await client.withSession { refused in
+                        try await Task.sleep(for: delay)
+                        try await refused.ping()
+                    }
+                    Issue.record("round \(round): a ping on a refused connection succeeded")
+                } catch let error as NodeError {
+                    #expect(error.code == .requestFailed, "round \(round): \(error)")
+                    #expect(error.message == expected, "round \(round)")
+                }
+                do {
+                    _ = try await client.withSession { refused in
+                        try await Task.sleep(for: delay)
+                        return try await refused.exec("SELECT * FROM cars")
+                    }
+                    Issue.record("round \(round): an exec on a refused connection succeeded")
+                } catch let error as NodeError {
+                    #expect(error.code == .requestFailed, "round \(round): \(error)")
+                    #expect(error.message == expected, "round \(round)")
+                }
+            }
+            try await held.ping()
+        }
     }
 
     /// Random text that deflate cannot shrink much (6 bits per character).
