@@ -24,7 +24,7 @@ public struct MessageCodec: Sendable {
             case .error(let m): bytes = try m.serializedBytes()
             case .ping(let m), .pong(let m): bytes = try m.serializedBytes()
             case .subscribe(let m): bytes = try m.serializedBytes()
-            case .deltaBatch(let m): bytes = try m.serializedBytes()
+            case .deltaBatch(let m): bytes = try DeltaBatchEncoder.encode(m)
             case .ack(let m): bytes = try m.serializedBytes()
             case .attachmentRequest(let m): bytes = try m.serializedBytes()
             case .attachmentChunk(let m): bytes = try m.serializedBytes()
