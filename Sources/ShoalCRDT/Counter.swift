@@ -15,6 +15,8 @@
 /// Without a base the counter starts at 0.
 public enum Counter {
     public static let separator: Character = "\u{1F}"
+    /// `separator` as its one UTF-8 byte.
+    public static let separatorByte: UInt8 = 0x1F
 
     public static func contributionField(_ field: String, site: SiteID) -> String {
         "\(field)\(separator)\(site)"

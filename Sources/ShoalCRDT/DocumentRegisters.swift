@@ -11,6 +11,10 @@
 public enum RegisterName {
     public static let tombstone = "_deleted"
     public static let pathSeparator: Character = "\u{1E}"
+    /// `pathSeparator` as its one UTF-8 byte.
+    public static let pathSeparatorByte: UInt8 = 0x1E
+    /// The register of a document's `_id`.
+    public static let idField = "_id"
     public static let removedValue = ""
     public static let observedRemovalPrefix = "~"
     /// The canonical JSON of an empty object, the value of a map's base register.
@@ -221,6 +225,56 @@ public struct DocumentRegisters: Sendable, Hashable {
         case deleted
         /// No live register and no tombstone.
         case absent
+
+        /// A body as its canonical JSON (`materializedJSON`).
+        public enum Text: Sendable, Hashable {
+            case live(String)
+            case deleted
+            case absent
+        }
+    }
+
+    /// The body `materialize` builds, as the canonical JSON the store saves: `.live`
+    /// holds the text.
+    ///
+    /// A document whose registers are all plain top-level fields (no tombstone, no
+    /// removal, no map, no counter contribution) is the common case; its text is
+    /// written straight from the registers' own canonical JSON, with no value built
+    /// and none encoded again.
+    public func materializedJSON(key: String) throws(JSON.ParseError) -> Body.Text {
+        if let text = plainBodyJSON() { return .live(text) }
+        switch try materialize(key: key) {
+        case .live(let value): return .live(value.canonicalJSON)
+        case .deleted: return .deleted
+        case .absent: return .absent
+        }
+    }
+
+    /// `{"name":json,...}` in key order, or nil when any register needs `materialize`.
+    private func plainBodyJSON() -> String? {
+        guard registers[RegisterName.idField] != nil else { return nil }
+        var fields: [(name: String, json: String)] = []
+        fields.reserveCapacity(registers.count)
+        var length = 2
+        for (name, state) in registers {
+            let json = state.json
+            guard !RegisterName.isRemoval(json), json != RegisterName.emptyObject, name != RegisterName.tombstone,
+                !name.utf8.contains(where: { $0 == RegisterName.pathSeparatorByte || $0 == Counter.separatorByte })
+            else { return nil }
+            fields.append((name, json))
+            length += name.utf8.count + json.utf8.count + 4
+        }
+        fields.sort { $0.name < $1.name }
+        var out = "{"
+        out.reserveCapacity(length)
+        for (index, field) in fields.enumerated() {
+            if index > 0 { out += "," }
+            JSON.writeString(field.name, to: &out)
+            out += ":"
+            out += field.json
+        }
+        out += "}"
+        return out
     }
 
     /// Builds the document's body from its registers.

@@ -279,10 +279,11 @@ struct PieceReader {
                 document = DocumentRef(collection: row.delta.collection, id: row.delta.documentID)
                 matched = try matches(document)
                 run = (document, matched)
+                // Every row of a document in a transaction carries the same count.
+                if matched { counts[document] = row.documentDeltas }
             }
             guard matched else { continue }
             deltas.append(row.delta)
-            counts[document] = row.documentDeltas
             if context, subscriptions.matchMayDependOn(collection: document.collection, field: row.delta.field),
                 !withContext.contains(document)
             {

@@ -136,37 +136,33 @@ enum RegisterRows {
     /// Saves what the registers materialize to: the body of a live document; a deleted
     /// one keeps its last body, flagged, so sync can still route its tombstone; a
     /// document with nothing live and no tombstone has no row.
-    @discardableResult
-    static func saveBody(_ db: Database, collection: String, key: String, _ registers: DocumentRegisters) throws -> Value? {
+    static func saveBody(_ db: Database, collection: String, key: String, _ registers: DocumentRegisters) throws {
         var statement = try HotStatement(db, sql: saveBody)
-        return try self.saveBody(db, &statement, collection: collection, key: key, registers)
+        try self.saveBody(db, &statement, collection: collection, key: key, registers)
     }
 
     /// Saves a body (see the other `saveBody`), a live one through a prepared `saveBody`.
-    @discardableResult
     static func saveBody(
         _ db: Database, _ statement: inout HotStatement, collection: String, key: String, _ registers: DocumentRegisters
-    ) throws -> Value? {
-        let body: DocumentRegisters.Body
+    ) throws {
+        let body: DocumentRegisters.Body.Text
         do {
-            body = try registers.materialize(key: key)
+            body = try registers.materializedJSON(key: key)
         } catch {
             throw StoreError(.database, "a stored register of \(collection) \(key) is not valid JSON: \(error)")
         }
         switch body {
-        case .live(let value):
+        case .live(let json):
             statement.bind(collection)
             statement.bind(key)
-            statement.bind(value.canonicalJSON)
+            statement.bind(json)
             try statement.run()
-            return value
         case .deleted:
             try db.cachedStatement(sql: "UPDATE document SET deleted = 1 WHERE collection = ? AND doc_id = ?")
                 .execute(arguments: [collection, key])
         case .absent:
             try db.cachedStatement(sql: "DELETE FROM document WHERE collection = ? AND doc_id = ?").execute(arguments: [collection, key])
         }
-        return nil
     }
 
     /// Whether a user may write this top-level field name.

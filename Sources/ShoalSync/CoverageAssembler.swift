@@ -100,16 +100,21 @@ public struct CoverageAssembler: Sendable {
     /// one's are applied at once.
     @discardableResult
     public mutating func add(_ piece: TransactionPiece, from source: SiteID, now: UInt64) -> [Delta] {
-        var record = records[piece.id] ?? TransactionRecord(
+        // Taken out while it changes, so that its tables are changed in place, not copied.
+        var record = records.removeValue(forKey: piece.id) ?? TransactionRecord(
             id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,
             collections: piece.collections, firstSeen: now)
         var fresh: [Delta] = []
-        for delta in piece.deltas {
-            let ref = DocumentRef(collection: delta.collection, id: delta.documentID)
-            var progress = record.documents[ref] ?? .init(expected: piece.documentDeltaCounts[ref] ?? 1)
-            if let expected = piece.documentDeltaCounts[ref], expected > progress.expected { progress.expected = expected }
-            if progress.received.insert(delta.index).inserted { fresh.append(delta) }
-            record.documents[ref] = progress
+        let deltas = piece.deltas
+        var start = deltas.startIndex
+        // A document's deltas mostly come one after the other: a run is looked up once.
+        while start < deltas.endIndex {
+            let ref = DocumentRef(collection: deltas[start].collection, id: deltas[start].documentID)
+            var end = start + 1
+            while end < deltas.endIndex, deltas[end].documentID == ref.id, deltas[end].collection == ref.collection { end += 1 }
+            let expected = piece.documentDeltaCounts[ref]
+            Self.note(deltas[start..<end], expected: expected, in: &record.documents[ref, default: .init(expected: expected ?? 1)], fresh: &fresh)
+            start = end
         }
         if piece.isLast || !piece.verdicts.isEmpty {
             var report = record.reports[source] ?? .init()
@@ -122,6 +127,14 @@ public struct CoverageAssembler: Sendable {
         }
         records[piece.id] = record
         return fresh
+    }
+
+    /// Notes one document's run of deltas in its progress; those not held before go to `fresh`.
+    private static func note(
+        _ run: ArraySlice<Delta>, expected: UInt32?, in progress: inout TransactionRecord.Progress, fresh: inout [Delta]
+    ) {
+        if let expected, expected > progress.expected { progress.expected = expected }
+        for delta in run where progress.received.insert(delta.index).inserted { fresh.append(delta) }
     }
 
     /// Notes that `peers` were asked for `id`'s missing pieces.

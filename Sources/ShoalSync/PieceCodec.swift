@@ -49,10 +49,14 @@ public enum PieceCodec {
             let base = piece.deltas.map(\.timestamp.rawValue).min() ?? 0
             w.baseTimestamp = base
             var documentIndex: [DocumentRef: Int] = [:]
+            // A document's deltas mostly come one after the other: a run is looked up once.
+            var run: (ref: DocumentRef, position: Int)?
             for delta in piece.deltas {
                 let ref = DocumentRef(collection: delta.collection, id: delta.documentID)
                 let position: Int
-                if let known = documentIndex[ref] {
+                if let run, run.ref == ref {
+                    position = run.position
+                } else if let known = documentIndex[ref] {
                     position = known
                 } else {
                     var d = Shoal_V1_DocumentDeltas()
@@ -63,6 +67,7 @@ public enum PieceCodec {
                     position = w.documents.count - 1
                     documentIndex[ref] = position
                 }
+                run = (ref, position)
                 var f = Shoal_V1_FieldDelta()
                 f.field = delta.field
                 f.valueJson = Data(delta.valueJSON.utf8)
@@ -324,9 +329,9 @@ public enum PieceCodec {
         }
     }
 
-    /// A value as text: UTF-8, and JSON, empty (a removed register) or `~` and a
-    /// site in hex (an observed map-entry removal).
     /// A received value, checked: its text, and what it parses to (nil for a removal).
+    /// The text is UTF-8, and canonical JSON, empty (a removed register) or `~` and a
+    /// site in hex (an observed map-entry removal).
     static func value(_ bytes: Data, what: String, id: TransactionID, field: String) throws(SyncError) -> (String, Value?) {
         guard let json = String(validating: bytes, as: UTF8.self) else {
             throw SyncError(.protocolViolation, "\(what): transaction \(id) has a value that is not UTF-8")
@@ -340,7 +345,11 @@ public enum PieceCodec {
             return (json, nil)
         }
         do {
-            return (json, try JSON.parse(json))
+            // Kept as canonical JSON, as local writes keep it: a body is written from
+            // its registers' text as it stands.
+            let value = try JSON.parse(json)
+            let canonical = value.canonicalJSON
+            return (canonical == json ? json : canonical, value)
         } catch {
             throw SyncError(.executionFailed, "\(what): transaction \(id): field \(field) is not valid JSON (\(error))")
         }

@@ -46,6 +46,20 @@ import Testing
         #expect(pieces.first?.deltas.count == 2)
     }
 
+    /// A value sent as any JSON text is kept as its canonical JSON, as a local write
+    /// keeps it: the store writes a body from its registers' text.
+    @Test(arguments: [
+        ("1", "1"), ("1.50", "1.5"), (" true ", "true"), ("{ \"b\": 1, \"a\": [ 2 ,3 ] }", "{\"a\":[2,3],\"b\":1}"),
+        ("\"\\u0041\"", "\"A\""),
+    ])
+    func aReceivedValueIsKeptCanonical(sent: String, kept: String) throws {
+        var p = Self.good()
+        p.documents[0].deltas[1].valueJson = Data(sent.utf8)
+        let delta = try #require(try Self.decode(p).first?.deltas.last)
+        #expect(delta.valueJSON == kept)
+        #expect(delta.parsed?.canonicalJSON == kept)
+    }
+
     /// `good()` broken in one way, and what the refusal says.
     static func broken(_ what: String) -> (piece: Shoal_V1_TransactionPiece, message: String) {
         var p = good()
