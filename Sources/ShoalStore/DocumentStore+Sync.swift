@@ -105,7 +105,8 @@ extension DocumentStore {
     /// row), and turns them into pieces of their transactions:
     /// - a piece carries the deltas of documents whose **current** body the
     ///   subscriptions match; rows of transactions that `peer` originated are left out
-    ///   (it holds its own writes);
+    ///   (it holds its own writes), and so are those `skipping` names (the peer sent
+    ///   them here), before any piece of them is built;
     /// - a piece is the transaction's last when the transaction's run of rows ends in
     ///   this page (`resuming`: the page follows a resume point, so a run it starts in
     ///   the middle of counts as continuing); the last piece carries a verdict for each collection of the
@@ -117,7 +118,8 @@ extension DocumentStore {
     ///   document's other current fields as context.
     public func changes(
         after sequence: UInt64, limit: Int, byteLimit: Int = 4 << 20, subscriptions: SubscriptionSet,
-        excludingOrigin peer: SiteID? = nil, continuing: Set<TransactionID> = [], resuming: Bool = false
+        excludingOrigin peer: SiteID? = nil, skipping: (@Sendable (TransactionID) -> Bool)? = nil,
+        continuing: Set<TransactionID> = [], resuming: Bool = false
     ) async throws(StoreError) -> ChangeLogPage {
         let evicted = evictedSomething
         // A page near the log's end (a session keeping up) is short: read it on this thread.
@@ -167,6 +169,10 @@ extension DocumentStore {
                 var end = start
                 while end < rows.count, rows[end].delta.transaction == id { end += 1 }
                 let isLast = end < rows.count || next?.delta.transaction != id
+                if skipping?(id) == true {
+                    start = end
+                    continue
+                }
                 if let piece = try reader.piece(id, rows: rows[start..<end], isLast: isLast, continuing: continuing.contains(id)) {
                     pieces.append(piece)
                 }

@@ -25,10 +25,12 @@ public protocol SyncStore: AnyObject, Sendable {
 
     /// Where `peer`'s stream under `subscriptionKey` resumes in this node's log.
     func cursor(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> UInt64
-    /// The next page of the change log after `sequence`, as pieces for `subscriptions`.
+    /// The next page of the change log after `sequence`, as pieces for `subscriptions`,
+    /// without the transactions `skipping` names (nil: none).
     func changes(
         after sequence: UInt64, limit: Int, byteLimit: Int, subscriptions: SubscriptionSet,
-        excludingOrigin peer: SiteID?, continuing: Set<TransactionID>, resuming: Bool
+        excludingOrigin peer: SiteID?, skipping: (@Sendable (TransactionID) -> Bool)?, continuing: Set<TransactionID>,
+        resuming: Bool
     ) async throws(StoreError) -> ChangeLogPage
     /// The pieces of one logged transaction, for a peer that asks about it.
     func transactionPieces(

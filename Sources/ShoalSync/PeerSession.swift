@@ -400,19 +400,17 @@ struct PeerSession: Sendable {
                 ])
             return [.cursorRead(set, resumeAfter: cursor, includeOwn: engine.store.mayLackOwnTransactions)]
         case .readPage(let request):
-            var page = try await engine.store.changes(
-                after: request.after, limit: request.limit, byteLimit: request.byteLimit,
-                subscriptions: request.subscriptions, excludingOrigin: request.excludingOrigin,
-                continuing: request.continuing, resuming: request.resuming)
             // Not back to the peer every row of it came from (DeliveryLedger), unless the
             // peer asked for its own transactions (it evicted: it may lack what it sent).
-            let echoes: Set<TransactionID> =
-                request.excludingOrigin == nil
-                ? []
-                : engine.deliveries.withLock { ledger in
-                    Set(page.pieces.map(\.id).filter { ledger.soleSource(of: $0) == peer.siteID })
-                }
-            if !echoes.isEmpty { page.pieces.removeAll { echoes.contains($0.id) } }
+            // Left out as the page is read, before any piece of them is built.
+            let deliveries = engine.deliveries
+            let site = peer.siteID
+            let echo: (@Sendable (TransactionID) -> Bool)? =
+                request.excludingOrigin == nil ? nil : { @Sendable id in deliveries.withLock { $0.soleSource(of: id) == site } }
+            let page = try await engine.store.changes(
+                after: request.after, limit: request.limit, byteLimit: request.byteLimit,
+                subscriptions: request.subscriptions, excludingOrigin: request.excludingOrigin, skipping: echo,
+                continuing: request.continuing, resuming: request.resuming)
             return [.pageRead(page, ticket: request.ticket)]
         case .submit(let batch):
             engine.noteDelivered(batch.pieces, by: peer.siteID)

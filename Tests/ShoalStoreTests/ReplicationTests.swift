@@ -156,5 +156,9 @@ import Testing
         // The peer's own writes are not echoed back to it.
         let echo = try await writer.changes(after: 0, limit: 100, subscriptions: Self.everything(), excludingOrigin: writer.siteID)
         #expect(echo.pieces.isEmpty && echo.through == next.through)
+        // Nor are the transactions it names as skipped; the page still ends where the log does.
+        let skipped = try await writer.changes(
+            after: 0, limit: 100, subscriptions: Self.everything(), skipping: { $0.sequence == 2 })
+        #expect(skipped.pieces.map(\.id.sequence) == [1, 3] && skipped.through == next.through)
     }
 }
