@@ -337,7 +337,7 @@ public struct DocumentRegisters: Sendable, Hashable {
         }
         guard anyLive else { return tombstone != nil ? .deleted : .absent }
         // A field written after a delete revives the document; its identity comes from the key.
-        if body["_id"] == nil { body["_id"] = try JSON.parse(key) }
+        if body[RegisterName.idField] == nil { body[RegisterName.idField] = try JSON.parse(key) }
         return .live(.object(body))
     }
 
