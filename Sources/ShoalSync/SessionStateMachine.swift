@@ -15,7 +15,8 @@ public import ShoalWire
 ///            ┌──────────── publisher (what the peer asks for) ───────────────┐
 ///  Subscribe(newer gen) ──► restart from resume_after, drop in-flight pages  │
 ///  log grew / Ack / pageRead ──► readPage while < window unacknowledged      │
-///  pageRead(current gen, moved on) ──► send DeltaBatch                       │
+///  pageRead(current gen, moved on) ──► send DeltaBatch (an empty one at the  │
+///    log's end, after the first, waits for the next tick)                    │
 ///  Ack(through of a batch sent) ──► free the window        other Ack ──► close
 ///            └────────────────────────────────────────────────────────────────┘
 ///  tick ──► Ping every keepaliveInterval; no frame nor 16 KiB of one for idleTimeout ──► close
@@ -163,6 +164,11 @@ public struct SessionStateMachine: Sendable {
     private var earlierUnacknowledged: [UInt64] = []
     /// The highest sequence the peer acknowledged, or that needed no batch.
     private var acknowledged: UInt64 = 0
+    /// Whether a batch went out under the peer's current Subscribe.
+    private var sentUnderGeneration = false
+    /// The log's end was passed with nothing for the peer since the last batch: an
+    /// empty batch to move its cursor is owed, sent at the next tick.
+    private var cursorMoveOwed = false
 
     // Keepalive.
     private var lastInbound: UInt64 = 0
@@ -218,14 +224,15 @@ public struct SessionStateMachine: Sendable {
             if now > lastInbound, now - lastInbound > Self.micros(configuration.idleTimeout) {
                 return close(nil)
             }
-            guard now >= nextPing else { return [] }
+            let owed = sendOwedCursorMove()
+            guard now >= nextPing else { return owed }
             nextPing = now &+ Self.micros(configuration.keepaliveInterval)
             pingNonce += 1
             var ping = Shoal_V1_Ping()
             ping.nonce = pingNonce
             ping.sentAtMicros = now
             if peerSet != nil, lag == 0, inFlight == 0 { ping.freshness = Freshness.wire(localFreshness) }
-            return [.send(.ping(ping))]
+            return owed + [.send(.ping(ping))]
         case .logAdvanced(let sequence):
             logEnd = max(logEnd, sequence)
             return readIfPossible()
@@ -273,19 +280,17 @@ public struct SessionStateMachine: Sendable {
             for piece in page.pieces {
                 if piece.isLast { continuing.remove(piece.id) } else { continuing.insert(piece.id) }
             }
-            // A page with nothing for the peer is worth a frame only to move its cursor at the end.
-            if page.pieces.isEmpty, sentThrough < logEnd {
+            // A page with nothing for the peer is worth a frame only to move its cursor at
+            // the end of the log: at once for the first batch of a Subscribe, otherwise at
+            // the next tick, so that commits the peer does not want cost it at most one
+            // frame a tick (PROTOCOL.md §8.3).
+            if page.pieces.isEmpty, sentThrough < logEnd || sentUnderGeneration {
                 if unacknowledged.isEmpty { acknowledged = max(acknowledged, sentThrough) }
+                cursorMoveOwed = cursorMoveOwed || sentThrough >= logEnd
                 return readIfPossible()
             }
             let (pieces, filters) = PieceCodec.encode(page.pieces, receiver: peerFilter, encoding: configuration.deltaEncoding)
-            var batch = Shoal_V1_DeltaBatch()
-            batch.pieces = pieces
-            batch.filters = filters
-            batch.throughSequence = page.through
-            batch.subscribeGeneration = peerGeneration
-            unacknowledged.append(page.through)
-            return [.send(.deltaBatch(batch))] + readIfPossible()
+            return [.send(.deltaBatch(batch(pieces, filters: filters)))] + readIfPossible()
         case .batchDurable:
             guard !pendingDurable.isEmpty else { return [] }
             var ack = Shoal_V1_Ack()
@@ -343,6 +348,8 @@ public struct SessionStateMachine: Sendable {
             sentThrough = request.resumeAfter
             acknowledged = request.resumeAfter
             firstPage = true
+            sentUnderGeneration = false
+            cursorMoveOwed = false
             continuing = []
             // Late Acks for batches of earlier Subscribes are still valid (and still expected).
             earlierUnacknowledged = Array((earlierUnacknowledged + unacknowledged).suffix(256))
@@ -386,7 +393,9 @@ public struct SessionStateMachine: Sendable {
         case .ack(let ack):
             if let i = unacknowledged.firstIndex(of: ack.throughSequence) {
                 unacknowledged.removeSubrange(...i)
-                acknowledged = max(acknowledged, ack.throughSequence)
+                // With nothing left in flight, every row through `sentThrough` was either
+                // acknowledged or had nothing for the peer.
+                acknowledged = max(acknowledged, unacknowledged.isEmpty ? sentThrough : ack.throughSequence)
             } else if let i = earlierUnacknowledged.firstIndex(of: ack.throughSequence) {
                 earlierUnacknowledged.removeSubrange(...i)
             } else {
@@ -456,6 +465,28 @@ public struct SessionStateMachine: Sendable {
             }
         }
         return .success(warnings)
+    }
+
+    /// A batch through `sentThrough` under the peer's current Subscribe, counted as unacknowledged.
+    private mutating func batch(_ pieces: [Shoal_V1_TransactionPiece], filters: [Shoal_V1_SubscriptionFilter]) -> Shoal_V1_DeltaBatch {
+        var batch = Shoal_V1_DeltaBatch()
+        batch.pieces = pieces
+        batch.filters = filters
+        batch.throughSequence = sentThrough
+        batch.subscribeGeneration = peerGeneration
+        unacknowledged.append(sentThrough)
+        sentUnderGeneration = true
+        cursorMoveOwed = false
+        return batch
+    }
+
+    /// The empty batch owed to move the peer's cursor past rows it did not want, once
+    /// no page is being read and the window has room.
+    private mutating func sendOwedCursorMove() -> [Action] {
+        guard cursorMoveOwed, peerSet != nil, pageInFlight == nil,
+            unacknowledged.count < configuration.maximumBatchesInFlight
+        else { return [] }
+        return [.send(.deltaBatch(batch([], filters: [])))]
     }
 
     /// Reads the next page when the peer wants something, the window has room, no

@@ -301,6 +301,60 @@ import Testing
         #expect(Self.sent(skipped).isEmpty && Self.pageRequest(skipped)?.after == 80)
     }
 
+    @Test func anEmptyPageAtTheLogEndMovesTheCursorAtTheNextTick() {
+        var m = Self.machine(window: 4)
+        _ = m.handle(.logAdvanced(10), now: 0)
+        let r1 = Self.pageRequest(m.handle(.received(Self.subscribe(Self.cars, generation: 1)), now: 0))!
+        #expect(Self.sent(m.handle(.pageRead(ChangeLogPage(pieces: [Self.piece(1)], through: 10), ticket: r1.ticket), now: 1)).count == 1)
+        #expect(Self.closed(m.handle(.received(Self.ack(10)), now: 2)) == nil)
+        // Commits the peer does not want: read, but no frame for each.
+        let r2 = Self.pageRequest(m.handle(.logAdvanced(20), now: 3))!
+        #expect(Self.sent(m.handle(.pageRead(ChangeLogPage(pieces: [], through: 20), ticket: r2.ticket), now: 4)).isEmpty)
+        #expect(m.lag == 0 && m.peerPosition == 20, "rows with nothing for the peer need no acknowledgement")
+        let r3 = Self.pageRequest(m.handle(.logAdvanced(30), now: 5))!
+        #expect(Self.sent(m.handle(.pageRead(ChangeLogPage(pieces: [], through: 30), ticket: r3.ticket), now: 6)).isEmpty)
+        // The next tick sends one empty batch, through the log's end.
+        let ticked = Self.sent(m.handle(.tick, now: 1_000_000))
+        guard ticked.count == 1, case .deltaBatch(let moved) = ticked[0] else {
+            Issue.record("expected one batch at the tick, got \(ticked)")
+            return
+        }
+        #expect(moved.pieces.isEmpty && moved.throughSequence == 30 && moved.subscribeGeneration == 1)
+        #expect(Self.sent(m.handle(.tick, now: 2_000_000)).isEmpty, "owed once")
+        #expect(Self.closed(m.handle(.received(Self.ack(30)), now: 2_000_001)) == nil)
+        // A batch with pieces moves the cursor itself: nothing is owed after it.
+        let r4 = Self.pageRequest(m.handle(.logAdvanced(40), now: 2_000_002))!
+        #expect(Self.sent(m.handle(.pageRead(ChangeLogPage(pieces: [], through: 40), ticket: r4.ticket), now: 2_000_003)).isEmpty)
+        let r5 = Self.pageRequest(m.handle(.logAdvanced(50), now: 2_000_004))!
+        let carried = Self.sent(m.handle(.pageRead(ChangeLogPage(pieces: [Self.piece(5)], through: 50), ticket: r5.ticket), now: 2_000_005))
+        guard case .deltaBatch(let batch)? = carried.first else {
+            Issue.record("expected a batch")
+            return
+        }
+        #expect(batch.throughSequence == 50 && batch.pieces.count == 1)
+        #expect(Self.sent(m.handle(.tick, now: 3_000_000)).isEmpty)
+    }
+
+    @Test func theFirstEmptyBatchOfASubscribeGoesAtOnce() {
+        var m = Self.machine(window: 4)
+        _ = m.handle(.logAdvanced(10), now: 0)
+        let r1 = Self.pageRequest(m.handle(.received(Self.subscribe(Self.cars, generation: 1)), now: 0))!
+        let sent = Self.sent(m.handle(.pageRead(ChangeLogPage(pieces: [], through: 10), ticket: r1.ticket), now: 1))
+        guard case .deltaBatch(let b)? = sent.first else {
+            Issue.record("expected the first batch at once, got \(sent)")
+            return
+        }
+        #expect(b.pieces.isEmpty && b.throughSequence == 10)
+        // A new Subscribe starts again: its first batch goes at once too.
+        let r2 = Self.pageRequest(m.handle(.received(Self.subscribe(Self.cars, generation: 2, resumeAfter: 5)), now: 2))!
+        let again = Self.sent(m.handle(.pageRead(ChangeLogPage(pieces: [], through: 10), ticket: r2.ticket), now: 3))
+        guard case .deltaBatch(let b2)? = again.first else {
+            Issue.record("expected the first batch of generation 2 at once, got \(again)")
+            return
+        }
+        #expect(b2.subscribeGeneration == 2 && b2.throughSequence == 10)
+    }
+
     @Test func aBadSubscribeIsRefused() {
         var m = Self.machine()
         var s = Shoal_V1_Subscribe()
