@@ -80,7 +80,7 @@ extension DocumentStore {
                     let committing = ContinuousClock.now
                     let committed = try local?.finish()
                     self.refreshStatisticsIfGrown(db, through: committed?.lastSequence)
-                    try db.execute(sql: "COMMIT")
+                    try db.cachedStatement(sql: "COMMIT").execute()
                     // Timed as `Transaction.commit` is: logging the deltas and COMMIT.
                     if committed != nil { self.commitDuration?.record(duration: ContinuousClock.now - committing) }
                     result.transactionID = committed?.transaction
@@ -127,10 +127,10 @@ extension DocumentStore {
                 last = QueryResult(items: try runIndexStatement(index, db: db))
             case .insert(let insert):
                 last = QueryResult(mutatedDocumentIDs: try local!.insert(insert, arguments: arguments))
-                try checkDocumentSizes(collection: insert.collection, ids: last.mutatedDocumentIDs, db: db)
+                try checkDocumentSizes(local!.takeWrittenBodies())
             case .update(let update):
                 last = QueryResult(mutatedDocumentIDs: try local!.update(update, arguments: arguments))
-                try checkDocumentSizes(collection: update.collection, ids: last.mutatedDocumentIDs, db: db)
+                try checkDocumentSizes(local!.takeWrittenBodies())
             case .delete(let delete):
                 last = QueryResult(mutatedDocumentIDs: try local!.delete(delete, arguments: arguments))
             case .evict(let evict):

@@ -8,25 +8,13 @@ extension DocumentStore {
     ///
     /// Over the soft limit, the write stands and a warning is logged; over the hard
     /// limit, it throws `tooLarge`, which undoes the statement (the caller's SAVEPOINT
-    /// or transaction). The size is the body's canonical JSON in bytes, what queries
-    /// return and peers rebuild.
-    func checkDocumentSizes(collection: String, ids: [Value], db: Database) throws {
-        guard !ids.isEmpty else { return }
+    /// or transaction). The size is the body's canonical JSON in bytes, as the statement
+    /// wrote it: what queries return and peers rebuild.
+    func checkDocumentSizes(_ written: [(collection: String, key: String, bytes: Int)]) throws {
         let limits = systemParameters
         let soft = min(limits.documentSizeSoftLimitBytes, limits.documentSizeHardLimitBytes)
-        // The keys travel as one JSON array, so the statement is the same for any number.
-        let keys = ids.map(DocumentKey.make)
-        let keysJSON = JSON.encode(.array(keys.map { .string($0) }))
-        let rows = try Row.fetchAll(
-            db.cachedStatement(
-                sql: """
-                    SELECT doc_id, length(CAST(body AS BLOB)) AS size FROM document
-                    WHERE collection = ? AND doc_id IN (SELECT value FROM json_each(?)) AND length(CAST(body AS BLOB)) > ?
-                    """),
-            arguments: [collection, keysJSON, soft])
-        for row in rows {
-            let key: String = row["doc_id"]
-            let size: Int64 = row["size"]
+        for (collection, key, bytes) in written where Int64(bytes) > soft {
+            let size = Int64(bytes)
             if size > limits.documentSizeHardLimitBytes {
                 throw StoreError(
                     .tooLarge,

@@ -222,7 +222,7 @@ extension DocumentStore {
     /// `BEGIN IMMEDIATE`: takes SQLite's write lock now, so nothing can fail for
     /// want of it later in the transaction.
     static func beginImmediate(_ db: Database) throws {
-        try db.execute(sql: "BEGIN IMMEDIATE")
+        try db.cachedStatement(sql: "BEGIN IMMEDIATE").execute()
     }
 
     /// Rolls back the writer's open SQLite transaction, if any, without suspending:

@@ -481,7 +481,7 @@ public final class DocumentStore: Sendable {
     ) async throws(StoreError) -> T {
         do {
             if inline, let inlineReader, let result = try inlineReader.read(body) { return result }
-            return try await pool.read(body)
+            return try await pool.unsafeRead { db in try Self.inTransaction(db, .deferred, body) }
         } catch {
             throw StoreError.wrapping(error, "database read")
         }
@@ -509,7 +509,9 @@ public final class DocumentStore: Sendable {
         do {
             if inline { return try Self.writeHere(pool, transaction: inTransaction, body) }
             // VACUUM, for one, cannot run inside a transaction.
-            return inTransaction ? try await pool.write(body) : try await pool.writeWithoutTransaction(body)
+            return inTransaction
+                ? try await pool.writeWithoutTransaction { db in try Self.inTransaction(db, .immediate, body) }
+                : try await pool.writeWithoutTransaction(body)
         } catch {
             throw StoreError.wrapping(error, "database write")
         }
@@ -519,7 +521,26 @@ public final class DocumentStore: Sendable {
     /// in none, on this thread: the writer's queue runs it here when idle. Synchronous,
     /// so that the synchronous overloads are the ones called.
     static func writeHere<T>(_ pool: DatabasePool, transaction: Bool, _ body: (Database) throws -> T) throws -> T {
-        transaction ? try pool.write(body) : try pool.writeWithoutTransaction(body)
+        transaction
+            ? try pool.writeWithoutTransaction { db in try Self.inTransaction(db, .immediate, body) }
+            : try pool.writeWithoutTransaction(body)
+    }
+
+    /// `body` in one SQLite transaction: `BEGIN` of `kind` (IMMEDIATE to write,
+    /// DEFERRED to read a snapshot), then `COMMIT`, or `ROLLBACK` when it throws.
+    ///
+    /// GRDB's own `write`, `read` and `inTransaction` compile their BEGIN and COMMIT
+    /// again on every call; these are prepared once per connection.
+    static func inTransaction<T>(_ db: Database, _ kind: Database.TransactionKind, _ body: (Database) throws -> T) throws -> T {
+        try db.cachedStatement(sql: kind == .immediate ? "BEGIN IMMEDIATE" : "BEGIN DEFERRED").execute()
+        do {
+            let result = try body(db)
+            try db.cachedStatement(sql: "COMMIT").execute()
+            return result
+        } catch {
+            if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
+            throw error
+        }
     }
 }
 

@@ -29,7 +29,7 @@ final class InlineReader: Sendable {
     func read<T>(_ body: (Database) throws -> T) throws -> T? {
         guard busy.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged else { return nil }
         defer { busy.store(false, ordering: .releasing) }
-        return try connection.read(body)
+        return try connection.inDatabase { db in try DocumentStore.inTransaction(db, .deferred, body) }
     }
 
     func close() {

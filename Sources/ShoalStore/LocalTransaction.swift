@@ -39,6 +39,9 @@ struct LocalTransaction {
     let site: SiteID
     let clock: HybridLogicalClock
     private(set) var progress: Progress
+    /// The live bodies written since `takeWrittenBodies()`: collection, key and size
+    /// in bytes, for the document size limits.
+    private var writtenBodies: [(collection: String, key: String, bytes: Int)] = []
 
     var sequence: Int64 { progress.sequence }
     var evicted: Bool { progress.evicted }
@@ -258,8 +261,16 @@ struct LocalTransaction {
         for (name, write) in last {
             try RegisterRows.save(&upsert, collection: collection, key: key, name: name, state: write.state, index: write.index)
         }
-        try RegisterRows.saveBody(db, collection: collection, key: key, editor.registers)
+        if let bytes = try RegisterRows.saveBody(db, collection: collection, key: key, editor.registers) {
+            writtenBodies.append((collection, key, bytes))
+        }
         return true
+    }
+
+    /// The live bodies written since the last call, and forgets them.
+    mutating func takeWrittenBodies() -> [(collection: String, key: String, bytes: Int)] {
+        defer { writtenBodies.removeAll(keepingCapacity: true) }
+        return writtenBodies
     }
 
     /// DELETE: a replicated tombstone per matching document.

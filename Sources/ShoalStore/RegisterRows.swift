@@ -136,15 +136,18 @@ enum RegisterRows {
     /// Saves what the registers materialize to: the body of a live document; a deleted
     /// one keeps its last body, flagged, so sync can still route its tombstone; a
     /// document with nothing live and no tombstone has no row.
-    static func saveBody(_ db: Database, collection: String, key: String, _ registers: DocumentRegisters) throws {
+    /// Returns the size of a live body in bytes (nil for no live body).
+    @discardableResult
+    static func saveBody(_ db: Database, collection: String, key: String, _ registers: DocumentRegisters) throws -> Int? {
         var statement = try HotStatement(db, sql: saveBody)
-        try self.saveBody(db, &statement, collection: collection, key: key, registers)
+        return try self.saveBody(db, &statement, collection: collection, key: key, registers)
     }
 
     /// Saves a body (see the other `saveBody`), a live one through a prepared `saveBody`.
+    @discardableResult
     static func saveBody(
         _ db: Database, _ statement: inout HotStatement, collection: String, key: String, _ registers: DocumentRegisters
-    ) throws {
+    ) throws -> Int? {
         let body: DocumentRegisters.Body.Text
         do {
             body = try registers.materializedJSON(key: key)
@@ -157,12 +160,14 @@ enum RegisterRows {
             statement.bind(key)
             statement.bind(json)
             try statement.run()
+            return json.utf8.count
         case .deleted:
             try db.cachedStatement(sql: "UPDATE document SET deleted = 1 WHERE collection = ? AND doc_id = ?")
                 .execute(arguments: [collection, key])
         case .absent:
             try db.cachedStatement(sql: "DELETE FROM document WHERE collection = ? AND doc_id = ?").execute(arguments: [collection, key])
         }
+        return nil
     }
 
     /// Whether a user may write this top-level field name.

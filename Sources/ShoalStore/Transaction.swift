@@ -264,7 +264,7 @@ public final class Transaction: Sendable {
                 let local = LocalTransaction(db: db, site: store.siteID, clock: store.clock, progress: progress)
                 let committed = try local.finish()
                 store.refreshStatisticsIfGrown(db, through: committed?.lastSequence)
-                try db.execute(sql: "COMMIT")
+                try db.cachedStatement(sql: "COMMIT").execute()
                 return committed
             }
         } catch {

@@ -43,6 +43,15 @@ import Testing
         #expect(got == expected.sorted(), "\(predicate)")
     }
 
+    @Test func literalsDoubleEveryQuote() {
+        #expect(SQLFilter.literal("cars") == "'cars'")
+        #expect(SQLFilter.literal("") == "''")
+        #expect(SQLFilter.literal("it's") == "'it''s'")
+        #expect(SQLFilter.literal("''") == "''''''")
+        #expect(SQLFilter.literal("é'🚗'x") == "'é''🚗''x'")
+        #expect(SQLFilter.collectionCondition("o'brien").sql == "collection = 'o''brien'")
+    }
+
     @Test func translatesWhatSQLiteCanCheck() {
         func sql(_ predicate: String) -> String? {
             guard case .select(let s)? = try? Parser.parseStatement("SELECT * FROM c WHERE \(predicate)") else { return nil }
