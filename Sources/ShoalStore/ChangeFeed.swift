@@ -117,3 +117,33 @@ public struct ChangeFeedListening: Sendable {
     init(_ stop: @escaping @Sendable () -> Void) { self.stop = stop }
     public func cancel() { stop() }
 }
+
+/// Where the change log ends after a commit, and what that commit appended when the
+/// store knows it: what a sync session needs to tell whether its peer wants any of it.
+public struct LogEnd: Sendable, Hashable {
+    /// The rows one commit appended, after `after` through the new end, all of them.
+    public struct Appended: Sendable, Hashable {
+        /// The log's last sequence before the commit.
+        public var after: UInt64
+        /// The collections of the appended rows.
+        public var collections: Set<String>
+        /// The transactions the appended rows belong to.
+        public var transactions: [TransactionID]
+
+        public init(after: UInt64, collections: Set<String>, transactions: [TransactionID]) {
+            self.after = after
+            self.collections = collections
+            self.transactions = transactions
+        }
+    }
+
+    /// The log's last sequence.
+    public var sequence: UInt64
+    /// nil when not known (the log's end at the store's opening).
+    public var appended: Appended?
+
+    public init(sequence: UInt64, appended: Appended? = nil) {
+        self.sequence = sequence
+        self.appended = appended
+    }
+}

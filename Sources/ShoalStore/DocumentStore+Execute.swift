@@ -64,7 +64,10 @@ extension DocumentStore {
         let missing = missingIndexPaths(for: statements, arguments: arguments)
         let site = siteID
         let clock = clock
-        typealias Outcome = (result: QueryResult, lastSequence: UInt64?, evicted: Bool, written: Set<String>, indexes: [String])
+        typealias Outcome = (
+            result: QueryResult, lastSequence: UInt64?, appended: LogEnd.Appended?, evicted: Bool, written: Set<String>,
+            indexes: [String]
+        )
         let outcome: Outcome
         // After a quick one, the next runs on this thread (`write(inline:)`).
         let inline = quickExecutes.withLock { $0 }
@@ -84,7 +87,7 @@ extension DocumentStore {
                     // Timed as `Transaction.commit` is: logging the deltas and COMMIT.
                     if committed != nil { self.commitDuration?.record(duration: ContinuousClock.now - committing) }
                     result.transactionID = committed?.transaction
-                    return (result, committed?.lastSequence, local?.evicted ?? false, written, indexes)
+                    return (result, committed?.lastSequence, committed?.appended, local?.evicted ?? false, written, indexes)
                 } catch {
                     // Fails too when the task was cancelled; rollBackOpenTransaction below covers that.
                     try? db.execute(sql: "ROLLBACK")
@@ -101,8 +104,8 @@ extension DocumentStore {
         indexedPaths.withLock { $0.formUnion(outcome.indexes) }
         if statements.contains(where: \.changesIndexes) { await reloadUserIndexes() }
         publish(
-            transaction: outcome.result.transactionID, lastSequence: outcome.lastSequence, evicted: outcome.evicted,
-            collections: outcome.written)
+            transaction: outcome.result.transactionID, lastSequence: outcome.lastSequence, appended: outcome.appended,
+            evicted: outcome.evicted, collections: outcome.written)
         return outcome.result
     }
 

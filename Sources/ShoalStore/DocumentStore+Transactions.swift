@@ -240,10 +240,12 @@ extension DocumentStore {
 
     /// Tells the change feed, the cursor-reset feed and observers about a commit.
     /// Called before the gate is released, so commits are published in commit order.
-    func publish(transaction: TransactionID?, lastSequence: UInt64?, evicted: Bool, collections: Set<String>) {
+    func publish(
+        transaction: TransactionID?, lastSequence: UInt64?, appended: LogEnd.Appended?, evicted: Bool, collections: Set<String>
+    ) {
         if let lastSequence {
             localCommits.withLock { $0 += 1 }
-            feed.publish(lastSequence)
+            feed.publish(LogEnd(sequence: lastSequence, appended: appended))
         }
         if evicted {
             evictions.withLock { $0 = true }

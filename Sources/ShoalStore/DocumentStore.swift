@@ -44,7 +44,7 @@ public final class DocumentStore: Sendable {
     /// truncating checkpoint, which SQLite would otherwise refuse at once (it does not
     /// wait for another checkpointer).
     let checkpointing = NSLock()
-    let feed = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: true)
+    let feed = ChangeFeed<LogEnd>(bufferingPolicy: .bufferingNewest(1), replayLatest: true)
     /// Fires when EVICT restarted every peer cursor.
     let resets = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
     /// Every commit that wrote something: for observers.
@@ -176,7 +176,8 @@ public final class DocumentStore: Sendable {
             indexedPaths.withLock { $0.formUnion(existing.compactMap(Self.automaticIndexPath)) }
             userIndexes.withLock { $0 = declared }
             // Sessions learn where the log ends from the feed: from the start, not only at the next commit.
-            feed.publish(UInt64(try pool.read { db in try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") } ?? 0))
+            feed.publish(
+                LogEnd(sequence: UInt64(try pool.read { db in try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") } ?? 0)))
         } catch let error as StoreError {
             throw error
         } catch {
@@ -444,17 +445,17 @@ public final class DocumentStore: Sendable {
         }
     }
 
-    /// A stream that yields whenever the change log grows, with its new last sequence.
-    public func changeLogUpdates() -> AsyncStream<UInt64> { feed.updates() }
+    /// A stream that yields whenever the change log grows, with its new end.
+    public func changeLogUpdates() -> AsyncStream<LogEnd> { feed.updates() }
 
     public func listenToChangeLog(
-        _ handler: @escaping @Sendable (UInt64) -> Void, closed: @escaping @Sendable () -> Void
+        _ handler: @escaping @Sendable (LogEnd) -> Void, closed: @escaping @Sendable () -> Void
     ) -> ChangeFeedListening {
         feed.listen(handler, finished: closed)
     }
 
     /// The change log's last sequence as of the latest commit (or the store's opening).
-    public var lastCommittedSequence: UInt64 { feed.latest ?? 0 }
+    public var lastCommittedSequence: UInt64 { feed.latest?.sequence ?? 0 }
 
     /// A stream that yields when EVICT removed local data, so sessions should
     /// resubscribe from their (restarted) cursors and refill what subscriptions match.

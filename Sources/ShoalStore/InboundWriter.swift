@@ -23,6 +23,8 @@ public final class InboundWriter: InboundWriting {
     let store: DocumentStore
     var commit = Commit(transactions: [], collections: [], sequence: 0)
     var lastSequence: UInt64?
+    /// What this commit appended to the change log (`after` set at the first row).
+    var appended = LogEnd.Appended(after: 0, collections: [], transactions: [])
     public private(set) var outcome = ApplyOutcome()
 
     init(db: Database, store: DocumentStore) {
@@ -181,7 +183,11 @@ public final class InboundWriter: InboundWriting {
             append.bind(Int64(counts[document] ?? 1))
             append.bind(pack.bytes)
             try append.run()
-            lastSequence = UInt64(db.lastInsertedRowID)
+            let sequence = UInt64(db.lastInsertedRowID)
+            if lastSequence == nil { appended.after = sequence - 1 }
+            lastSequence = sequence
+            appended.collections.insert(document.collection)
+            if appended.transactions.last != id { appended.transactions.append(id) }
             outcome.logged += pack.count
         }
         for field in contextFields {
@@ -265,13 +271,13 @@ extension DocumentStore {
     public func writeInbound<T: Sendable>(
         short: Bool = false, _ body: @escaping @Sendable (any InboundWriting) throws -> T
     ) async throws(StoreError) -> (T, ApplyOutcome) {
-        let (result, outcome, commit, last) = try await write(inline: short) { db in
+        let (result, outcome, commit, last, appended) = try await write(inline: short) { db in
             let writer = InboundWriter(db: db, store: self)
             let result = try body(writer)
             self.refreshStatisticsIfGrown(db, through: writer.lastSequence)
-            return (result, writer.outcome, writer.commit, writer.lastSequence)
+            return (result, writer.outcome, writer.commit, writer.lastSequence, writer.appended)
         }
-        if let last { feed.publish(last) }
+        if let last { feed.publish(LogEnd(sequence: last, appended: appended)) }
         if !commit.transactions.isEmpty {
             var commit = commit
             commit.sequence = last ?? 0

@@ -321,7 +321,7 @@ struct LocalTransaction {
 
     /// Appends the transaction's deltas to the change log and records its manifest;
     /// `nil` when it wrote nothing.
-    func finish() throws -> (transaction: TransactionID, lastSequence: UInt64)? {
+    func finish() throws -> (transaction: TransactionID, lastSequence: UInt64, appended: LogEnd.Appended)? {
         let pending = progress.pending
         guard !pending.isEmpty else { return nil }
         let transaction = TransactionID(origin: site, sequence: UInt64(sequence))
@@ -356,12 +356,15 @@ struct LocalTransaction {
             try insert.run()
         }
         let last = UInt64(db.lastInsertedRowID)
+        // The log's rows are numbered on from its last one, so this transaction's are contiguous.
+        let appended = LogEnd.Appended(
+            after: last - UInt64(documents.count), collections: Set(documents.map(\.collection)), transactions: [transaction])
         let manifest = CollectionCount.manifest(of: pending.map { (collection: $0.collection, document: $0.key) })
         try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [
             Int64(bitPattern: site.rawValue), sequence, pending.count, documents.count,
             CollectionCount.encode(manifest), TransactionRecord.State.applied.rawValue, "", "", 0,
         ])
-        return (transaction, last)
+        return (transaction, last, appended)
     }
 
     /// Keeps the clock's reading durable (`clock_high_water`), so that after a restart

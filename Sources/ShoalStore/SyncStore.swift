@@ -36,11 +36,11 @@ public protocol SyncStore: AnyObject, Sendable {
     func transactionPieces(
         _ id: TransactionID, subscriptions: SubscriptionSet, collections: Set<String>, byteLimit: Int
     ) async throws(StoreError) -> [TransactionPiece]
-    /// Calls `handler` with the change log's last sequence, now and each time it grows
-    /// (from the committing task: it must only hand the number on), and `closed` when
-    /// the store closes.
+    /// Calls `handler` with the change log's end, now and each time it grows, with what
+    /// the commit appended (from the committing task: it must only hand it on), and
+    /// `closed` when the store closes.
     func listenToChangeLog(
-        _ handler: @escaping @Sendable (UInt64) -> Void, closed: @escaping @Sendable () -> Void
+        _ handler: @escaping @Sendable (LogEnd) -> Void, closed: @escaping @Sendable () -> Void
     ) -> ChangeFeedListening
     /// A signal each time EVICT restarts every peer cursor.
     func cursorResets() -> AsyncStream<UInt64>

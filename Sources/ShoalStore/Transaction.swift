@@ -257,7 +257,7 @@ public final class Transaction: Sendable {
             guard case .open = s.phase, let progress = s.progress else { throw unusable(s.phase) }
             return (progress, s.written, s.newIndexes, s.changedIndexes)
         }
-        let committed: (transaction: TransactionID, lastSequence: UInt64)?
+        let committed: (transaction: TransactionID, lastSequence: UInt64, appended: LogEnd.Appended)?
         let started = ContinuousClock.now
         do {
             committed = try await store.pool.writeWithoutTransaction { [store] db in
@@ -278,8 +278,8 @@ public final class Transaction: Sendable {
         store.indexedPaths.withLock { $0.formUnion(newIndexes) }
         if changedIndexes { await store.reloadUserIndexes() }
         store.publish(
-            transaction: committed?.transaction, lastSequence: committed?.lastSequence, evicted: progress.evicted,
-            collections: written)
+            transaction: committed?.transaction, lastSequence: committed?.lastSequence, appended: committed?.appended,
+            evicted: progress.evicted, collections: written)
     }
 
     /// Rolls back whatever is still open. Never suspends, so a cancelled task cannot skip it.

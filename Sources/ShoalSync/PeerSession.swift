@@ -276,9 +276,23 @@ struct PeerSession: Sendable {
         // Listen before the first Subscribe, so no change falls in between.
         let subscriptionChanges = engine.subscriptionChanges.updates()
         let cursorResets = engine.store.cursorResets()
-        // The committing task hands each new log end straight to the event loop.
+        // The committing task hands each new log end straight to the event loop, with
+        // whether its transactions are all echoes to this peer (looked up now, as a page
+        // read now would).
+        let deliveries = engine.deliveries
+        let site = peer.siteID
         let logUpdates = engine.store.listenToChangeLog(
-            { sequence in input.yield(.event(.logAdvanced(sequence))) }, closed: { input.yield(.stopped) })
+            { end in
+                guard let appended = end.appended else {
+                    input.yield(.event(.logAdvanced(end.sequence)))
+                    return
+                }
+                let echoes = !appended.transactions.isEmpty && appended.transactions.allSatisfy { id in
+                    id.origin == site || deliveries.withLock { $0.soleSource(of: id) == site }
+                }
+                input.yield(
+                    .event(.logAppended(through: end.sequence, after: appended.after, collections: appended.collections, echoes: echoes)))
+            }, closed: { input.yield(.stopped) })
         defer { logUpdates.cancel() }
         input.yield(.event(.ownSubscriptionsChanged(engine.upstreamSubscriptions(for: peer.siteID), fromStart: false)))
         engine.pipeline.peerConnected(peer.siteID)

@@ -77,6 +77,10 @@ public struct SessionStateMachine: Sendable {
         case tick
         /// The local change log's last sequence is now this.
         case logAdvanced(UInt64)
+        /// One commit appended the local log's rows after `after` through `through`, all
+        /// of them in `collections`; `echoes`: each of its transactions is the peer's own
+        /// or came from the peer alone (`DeliveryLedger`).
+        case logAppended(through: UInt64, after: UInt64, collections: Set<String>, echoes: Bool)
         /// This node's subscriptions changed (`fromStart`: after EVICT, ask for everything again).
         case ownSubscriptionsChanged(SubscriptionSet, fromStart: Bool)
         /// The cursor this node holds for `subscriptions` on this peer's log.
@@ -146,6 +150,7 @@ public struct SessionStateMachine: Sendable {
 
     // Publisher side.
     private var peerSet: SubscriptionSet?
+    private var peerCollections: Set<String> = []
     private var peerFilter = SubscriptionFilter([])
     private var peerGeneration: UInt64 = 0
     private var generation = 0
@@ -235,6 +240,10 @@ public struct SessionStateMachine: Sendable {
             return owed + [.send(.ping(ping))]
         case .logAdvanced(let sequence):
             logEnd = max(logEnd, sequence)
+            return readIfPossible()
+        case .logAppended(let through, let after, let collections, let echoes):
+            if passOver(through: through, after: after, collections: collections, echoes: echoes) { return [] }
+            logEnd = max(logEnd, through)
             return readIfPossible()
         case .ownSubscriptionsChanged(let set, let fromStart):
             if cursorReadPending {
@@ -340,6 +349,7 @@ public struct SessionStateMachine: Sendable {
                 }
             }
             peerSet = set
+            peerCollections = set.collections
             peerFilter = set.filter
             peerGeneration = request.generation
             generation += 1
@@ -467,6 +477,23 @@ public struct SessionStateMachine: Sendable {
         return .success(warnings)
     }
 
+    /// Passes over a commit's rows without reading them when the page would be empty:
+    /// they follow straight on everything read already, nothing is being read or is
+    /// split across pages, and the peer wants none of them (no collection it subscribes
+    /// to, or only its own transactions and echoes while it asks for neither). The empty
+    /// batch that moves its cursor is then owed (`.tick`).
+    private mutating func passOver(through: UInt64, after: UInt64, collections: Set<String>, echoes: Bool) -> Bool {
+        guard let peerSet, !peerSet.isEmpty, !firstPage, pageInFlight == nil, continuing.isEmpty,
+            after == logEnd, sentThrough == logEnd, through > after
+        else { return false }
+        guard collections.isDisjoint(with: peerCollections) || (echoes && excludesPeersOwn) else { return false }
+        logEnd = through
+        sentThrough = through
+        if unacknowledged.isEmpty { acknowledged = max(acknowledged, sentThrough) }
+        cursorMoveOwed = true
+        return true
+    }
+
     /// A batch through `sentThrough` under the peer's current Subscribe, counted as unacknowledged.
     private mutating func batch(_ pieces: [Shoal_V1_TransactionPiece], filters: [Shoal_V1_SubscriptionFilter]) -> Shoal_V1_DeltaBatch {
         var batch = Shoal_V1_DeltaBatch()
@@ -489,6 +516,10 @@ public struct SessionStateMachine: Sendable {
         return [.send(.deltaBatch(batch([], filters: [])))]
     }
 
+    /// Whether pages leave out the peer's own transactions and echoes of what it sent:
+    /// unless it asked for them, from the start, after an EVICT (PROTOCOL.md §8.3).
+    private var excludesPeersOwn: Bool { resumeAfter > 0 || !peerIncludesOwn }
+
     /// Reads the next page when the peer wants something, the window has room, no
     /// page is being read, and the log has rows not yet sent.
     private mutating func readIfPossible() -> [Action] {
@@ -502,7 +533,7 @@ public struct SessionStateMachine: Sendable {
                 PageRequest(
                     after: sentThrough, limit: configuration.batchSize, byteLimit: configuration.batchBytes,
                     subscriptions: peerSet,
-                    excludingOrigin: resumeAfter > 0 || !peerIncludesOwn ? configuration.peer : nil,
+                    excludingOrigin: excludesPeersOwn ? configuration.peer : nil,
                     continuing: continuing, resuming: firstPage && resumeAfter > 0, ticket: pageTicket))
         ]
     }

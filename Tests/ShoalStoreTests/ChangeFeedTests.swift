@@ -55,7 +55,7 @@ import Testing
         let store = try DocumentStore(directory: dir.path)
         let heard = Heard()
         let listening = store.listenToChangeLog(
-            { sequence in heard.events.withLock { $0.append(Int(sequence)) } }, closed: { heard.finishes.withLock { $0 += 1 } })
+            { end in heard.events.withLock { $0.append(Int(end.sequence)) } }, closed: { heard.finishes.withLock { $0 += 1 } })
         #expect(heard.events.withLock { $0 } == [0], "the log's end at opening")
         _ = try await store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'a', 'color': 'red', 'year': 2020})")
         let inserted = Int(store.lastCommittedSequence)
@@ -66,6 +66,26 @@ import Testing
         store.close()
         #expect(heard.finishes.withLock { $0 } == 1, "closing the store ends the listener")
         listening.cancel()
+    }
+
+    /// Each commit says what it appended: the rows after the previous end, their
+    /// collections and transactions; the end at opening says nothing.
+    @Test func aLogEndSaysWhatItsCommitAppended() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        let ends = Locked<[LogEnd]>([])
+        let listening = store.listenToChangeLog({ end in ends.withLock { $0.append(end) } }, closed: {})
+        defer { listening.cancel() }
+        _ = try await store.execute("INSERT INTO cars DOCUMENTS ([{'_id': 'a'}, {'_id': 'b'}])")
+        let first = try await store.execute("INSERT INTO boats DOCUMENTS ({'_id': 'x'}); UPDATE cars SET n = 1 WHERE _id = 'a'")
+        let heard = ends.withLock { $0 }
+        #expect(heard.count == 3 && heard[0] == LogEnd(sequence: 0))
+        #expect(heard[1].sequence == 2 && heard[1].appended?.after == 0 && heard[1].appended?.collections == ["cars"])
+        #expect(heard[1].appended?.transactions.count == 1)
+        #expect(heard[2].sequence == 4 && heard[2].appended?.after == 2 && heard[2].appended?.collections == ["boats", "cars"])
+        #expect(heard[2].appended?.transactions == first.transactionID.map { [$0] })
+        store.close()
     }
 }
 

@@ -335,6 +335,55 @@ import Testing
         #expect(Self.sent(m.handle(.tick, now: 3_000_000)).isEmpty)
     }
 
+    /// A machine whose peer subscribed to cars and has read (and had acknowledged) the log through 10.
+    static func caughtUp(includeOwn: Bool = false) -> SessionStateMachine {
+        var m = machine(window: 4)
+        _ = m.handle(.logAdvanced(10), now: 0)
+        let r = pageRequest(m.handle(.received(subscribe(cars, generation: 1, includeOwn: includeOwn)), now: 0))!
+        _ = m.handle(.pageRead(ChangeLogPage(pieces: [piece(1)], through: 10), ticket: r.ticket), now: 1)
+        _ = m.handle(.received(ack(10)), now: 2)
+        return m
+    }
+
+    @Test func aCommitThePeerDoesNotWantIsPassedOverUnread() {
+        var m = Self.caughtUp()
+        // Boats only: no page read, the cursor move owed to the tick.
+        #expect(m.handle(.logAppended(through: 12, after: 10, collections: ["boats"], echoes: false), now: 3).isEmpty)
+        #expect(m.lag == 0 && m.peerPosition == 12)
+        // The peer's own transactions and echoes of them: passed over too.
+        #expect(m.handle(.logAppended(through: 13, after: 12, collections: ["cars"], echoes: true), now: 4).isEmpty)
+        // A tick racing a commit (the log's end, nothing appended known) changes nothing.
+        #expect(m.handle(.logAdvanced(13), now: 5).isEmpty)
+        guard case .deltaBatch(let moved)? = Self.sent(m.handle(.tick, now: 1_000_000)).first else {
+            Issue.record("expected the owed batch at the tick")
+            return
+        }
+        #expect(moved.pieces.isEmpty && moved.throughSequence == 13)
+        // Cars from someone else: read.
+        let read = Self.pageRequest(m.handle(.logAppended(through: 14, after: 13, collections: ["cars", "boats"], echoes: false), now: 6))
+        #expect(read?.after == 13)
+    }
+
+    @Test func aCommitIsReadWhenItCannotBePassedOver() {
+        // Rows the machine has not accounted for lie before it.
+        var m = Self.caughtUp()
+        #expect(Self.pageRequest(m.handle(.logAppended(through: 15, after: 11, collections: ["boats"], echoes: false), now: 3))?.after == 10)
+        // A page is being read: the commit is read after it.
+        m = Self.caughtUp()
+        let r = Self.pageRequest(m.handle(.logAdvanced(11), now: 3))!
+        #expect(m.handle(.logAppended(through: 12, after: 11, collections: ["boats"], echoes: false), now: 4).isEmpty)
+        #expect(Self.pageRequest(m.handle(.pageRead(ChangeLogPage(pieces: [], through: 11), ticket: r.ticket), now: 5))?.after == 11)
+        // Echoes go back to a peer that asked for its own transactions (it evicted).
+        m = Self.caughtUp(includeOwn: true)
+        #expect(Self.pageRequest(m.handle(.logAppended(through: 11, after: 10, collections: ["cars"], echoes: true), now: 3))?.after == 10)
+        // Before the first page of a Subscribe nothing is passed over.
+        m = Self.machine(window: 4)
+        _ = m.handle(.logAdvanced(10), now: 0)
+        _ = m.handle(.received(Self.subscribe(Self.cars, generation: 1)), now: 0)
+        #expect(m.handle(.logAppended(through: 11, after: 10, collections: ["boats"], echoes: false), now: 1).isEmpty, "a page is being read")
+        #expect(m.lag == 11, "nothing passed over: the rows still count as lag")
+    }
+
     @Test func theFirstEmptyBatchOfASubscribeGoesAtOnce() {
         var m = Self.machine(window: 4)
         _ = m.handle(.logAdvanced(10), now: 0)

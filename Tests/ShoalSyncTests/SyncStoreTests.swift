@@ -40,7 +40,7 @@ import Testing
             try await base.transactionPieces(id, subscriptions: subscriptions, collections: collections, byteLimit: byteLimit)
         }
         func listenToChangeLog(
-            _ handler: @escaping @Sendable (UInt64) -> Void, closed: @escaping @Sendable () -> Void
+            _ handler: @escaping @Sendable (LogEnd) -> Void, closed: @escaping @Sendable () -> Void
         ) -> ChangeFeedListening {
             base.listenToChangeLog(handler, closed: closed)
         }
@@ -125,6 +125,42 @@ import Testing
             }
             let big = counting.hints.withLock { $0 }.filter { $0.logged > 256 }
             #expect(!big.isEmpty && big.allSatisfy { !$0.short }, "\(big)")
+        }
+    }
+
+    /// Commits a peer does not want are passed over without reading the log: B's own
+    /// writes to a collection A does not subscribe to, and what B applies from A (echoes
+    /// to A). A's cursor still reaches B's log end (the owed empty batch, at a tick), and
+    /// a note B writes after them still reaches A.
+    @Test func commitsAPeerDoesNotWantAreNotRead() async throws {
+        try await Self.withNodes { a, bStore, counting, b in
+            try await InProcessMesh.withLink(a.sync, b) { () async throws in
+                _ = try await bStore.execute("INSERT INTO notes DOCUMENTS ({'_id': 'first', 'n': 0})")
+                #expect(try await InProcessMesh.eventually {
+                    try await a.store.execute("SELECT * FROM notes").items.count == 1
+                })
+                let before = counting.pages.withLock { $0 }
+                // Spaced out, so that each would be a page read of its own.
+                for i in 0..<20 {
+                    _ = try await bStore.execute("INSERT INTO scratch DOCUMENTS ({'_id': :id})", arguments: ["id": .string("s\(i)")])
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                for i in 0..<10 {
+                    _ = try await a.store.execute("INSERT INTO notes DOCUMENTS ({'_id': :id, 'n': 1})", arguments: ["id": .string("a\(i)")])
+                    #expect(try await InProcessMesh.eventually { try await bStore.execute("SELECT * FROM notes").items.count == i + 2 })
+                }
+                let read = counting.pages.withLock { $0 } - before
+                // Only a tick that happens to see a commit before its session does reads a page.
+                #expect(read <= 3, "\(read) pages read for 30 commits A wants none of")
+                let end = bStore.lastCommittedSequence
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) {
+                    try await a.store.cursor(peer: bStore.siteID, subscriptionKey: a.sync.subscriptions.key) == end
+                }, "the owed empty batch moves A's cursor to B's log end")
+                _ = try await bStore.execute("INSERT INTO notes DOCUMENTS ({'_id': 'last', 'n': 2})")
+                #expect(try await InProcessMesh.eventually {
+                    try await a.store.execute("SELECT * FROM notes WHERE _id = 'last'").items.count == 1
+                })
+            }
         }
     }
 }
