@@ -1,4 +1,5 @@
 import Foundation
+import ShoalNode
 import ShoalTesting
 import Testing
 
@@ -18,6 +19,33 @@ extension ProcessSuites {
 
     static func peers(_ node: NodeProcess) throws -> [[String: Any]] {
         try node.status()["peers"] as? [[String: Any]] ?? []
+    }
+
+    /// Commits a subscriber wants none of cost it no frame each: A writes 200
+    /// transactions to a collection B does not subscribe to, and B takes in a few
+    /// frames' worth of bytes from A meanwhile at most (before, an empty batch for
+    /// every commit, each committed on B and acknowledged). B still gets the next car.
+    @Test func commitsASubscriberWantsNoneOfCostItNoFrameEach() async throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a")
+        let b = try NodeProcess(
+            name: "beta", dataDirectory: dirs.path + "/b", extra: ["--peer", a.address, "--subscribe", "SELECT * FROM cars"])
+        #expect(try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'one'})").status == 0)
+        #expect(try eventually { try Self.documents(b).count == 1 })
+        let aSite = try #require(try a.status()["siteID"] as? String)
+        func bytesFromA() throws -> Int { try Self.peers(b).first { $0["siteID"] as? String == aSite }?["bytesIn"] as? Int ?? -1 }
+        let before = try bytesFromA()
+        let toA = AdminClient(node: try HostAndPort(parsing: a.address), timeout: .seconds(60))
+        try await toA.withSession { session in
+            for i in 0..<200 {
+                _ = try await session.exec("INSERT INTO boats DOCUMENTS ({'_id': :id})", argumentsJSON: "{\"id\":\"b\(i)\"}")
+            }
+        }
+        let during = try bytesFromA() - before
+        #expect(before > 0 && during < 400, "\(during) bytes from A during 200 commits B wants none of")
+        #expect(try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'two'})").status == 0)
+        #expect(try eventually { try Self.documents(b).count == 2 })
     }
 
     @Test func twoNodesReplicateAndResumeAfterARestart() throws {
