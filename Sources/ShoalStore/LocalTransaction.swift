@@ -340,6 +340,7 @@ struct LocalTransaction {
         }
         var insert = try HotStatement(db, sql: FieldSQL.appendLog)
         var packed = PackedDeltas()
+        var first: UInt64?
         for document in documents {
             packed.removeAll()
             for index in positions[document]! {
@@ -354,11 +355,12 @@ struct LocalTransaction {
             insert.bind(packed.count)
             insert.bind(packed.bytes)
             try insert.run()
+            if first == nil { first = UInt64(db.lastInsertedRowID) }
         }
         let last = UInt64(db.lastInsertedRowID)
-        // The log's rows are numbered on from its last one, so this transaction's are contiguous.
+        // The log's rows are numbered on from its last one: this transaction's follow it.
         let appended = LogEnd.Appended(
-            after: last - UInt64(documents.count), collections: Set(documents.map(\.collection)), transactions: [transaction])
+            after: (first ?? last) - 1, collections: Set(documents.map(\.collection)), transactions: [transaction])
         let manifest = CollectionCount.manifest(of: pending.map { (collection: $0.collection, document: $0.key) })
         try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [
             Int64(bitPattern: site.rawValue), sequence, pending.count, documents.count,
