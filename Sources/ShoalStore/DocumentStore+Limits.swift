@@ -1,5 +1,4 @@
 import ShoalCRDT
-import GRDB
 import Logging
 
 extension DocumentStore {

@@ -279,7 +279,6 @@ struct PeerSession: Sendable {
         // The committing task hands each new log end straight to the event loop, with
         // whether its transactions are all echoes to this peer (looked up now, as a page
         // read now would).
-        let deliveries = engine.deliveries
         let site = peer.siteID
         let logUpdates = engine.store.listenToChangeLog(
             { end in
@@ -287,9 +286,7 @@ struct PeerSession: Sendable {
                     input.yield(.event(.logAdvanced(end.sequence)))
                     return
                 }
-                let echoes = !appended.transactions.isEmpty && appended.transactions.allSatisfy { id in
-                    id.origin == site || deliveries.withLock { $0.soleSource(of: id) == site }
-                }
+                let echoes = !appended.transactions.isEmpty && appended.transactions.allSatisfy { engine.isEcho($0, to: site) }
                 input.yield(
                     .event(.logAppended(through: end.sequence, after: appended.after, collections: appended.collections, echoes: echoes)))
             }, closed: { input.yield(.stopped) })
@@ -417,10 +414,9 @@ struct PeerSession: Sendable {
             // Not back to the peer every row of it came from (DeliveryLedger), unless the
             // peer asked for its own transactions (it evicted: it may lack what it sent).
             // Left out as the page is read, before any piece of them is built.
-            let deliveries = engine.deliveries
             let site = peer.siteID
             let echo: (@Sendable (TransactionID) -> Bool)? =
-                request.excludingOrigin == nil ? nil : { @Sendable id in deliveries.withLock { $0.soleSource(of: id) == site } }
+                request.excludingOrigin == nil ? nil : { @Sendable id in engine.isEcho(id, to: site) }
             let page = try await engine.store.changes(
                 after: request.after, limit: request.limit, byteLimit: request.byteLimit,
                 subscriptions: request.subscriptions, excludingOrigin: request.excludingOrigin, skipping: echo,

@@ -21,6 +21,14 @@ public final class SyncEngine: Sendable {
     private let neighbourInterest = Locked<[SiteID: SubscriptionSet]>([:])
     /// Which peer delivered each remote transaction, so none is echoed back to its only source.
     let deliveries = Locked(DeliveryLedger())
+
+    /// Whether sending `id` to `site` would only echo it back: it is the peer's own, or
+    /// every delta of it this node received came from that peer (`DeliveryLedger`).
+    /// Pages leave such transactions out, and sessions pass over commits of nothing else.
+    func isEcho(_ id: TransactionID, to site: SiteID) -> Bool {
+        id.origin == site || deliveries.withLock { $0.soleSource(of: id) == site }
+    }
+
     private let advertisedListen: Locked<String>
     let subscriptionChanges = ChangeFeed<Int>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
     let attachmentRequests = Locked(AttachmentRequests())
