@@ -44,18 +44,39 @@ public final class InboundPipeline: Sendable {
         public var source: SiteID
         public var pieces: [TransactionPiece]
         public var cursor: (key: String, through: UInt64)?
+        /// The items this one must follow (one session's): none of them commits once
+        /// one has failed.
+        public var lane: Lane?
         /// Called once the item is durable (or failed to be).
         public var done: (@Sendable (Result<Void, StoreError>) -> Void)?
 
         public init(
             source: SiteID, pieces: [TransactionPiece], cursor: (key: String, through: UInt64)? = nil,
-            done: (@Sendable (Result<Void, StoreError>) -> Void)? = nil
+            lane: Lane? = nil, done: (@Sendable (Result<Void, StoreError>) -> Void)? = nil
         ) {
             self.source = source
             self.pieces = pieces
             self.cursor = cursor
+            self.lane = lane
             self.done = done
         }
+    }
+
+    /// The items one session hands the pipeline, which commit in the order given.
+    /// When a commit fails, every item of its lanes still queued or queued later fails
+    /// with it, uncommitted: a later batch's cursor must never be recorded over an
+    /// earlier batch that was not, or the node would resume past transactions it never
+    /// applied. The session closes on the failure and its next one resumes from the
+    /// cursor that is durable.
+    public final class Lane: Sendable {
+        private let failure = Locked<StoreError?>(nil)
+
+        public init() {}
+
+        /// The error of the commit that failed an item of this lane, if one did.
+        public var failed: StoreError? { failure.withLock { $0 } }
+
+        func fail(_ error: StoreError) { failure.withLock { if $0 == nil { $0 = error } } }
     }
 
     /// Counters and the transactions held back, for status.
@@ -116,6 +137,9 @@ public final class InboundPipeline: Sendable {
     }
 
     public var status: Status { state.withLock { $0.status } }
+
+    /// Items queued and not yet taken into a commit.
+    public var queuedItems: Int { state.withLock { $0.queue.count } }
 
     /// Queues an item; `item.done` is called once it is durable.
     public func enqueue(_ item: Item) {
@@ -187,10 +211,19 @@ public final class InboundPipeline: Sendable {
             }
         }
         while !Task.isCancelled {
-            let (items, peers) = await take()
+            let (taken, peers) = await take()
             if Task.isCancelled {
-                requeue(items)
+                requeue(taken)
                 break
+            }
+            var items: [Item] = []
+            items.reserveCapacity(taken.count)
+            for item in taken {
+                if let error = item.lane?.failed {
+                    item.done?(.failure(error))
+                } else {
+                    items.append(item)
+                }
             }
             let subscriptions = engine.subscriptions
             do {
@@ -229,7 +262,10 @@ public final class InboundPipeline: Sendable {
                     break
                 }
                 logger.error("could not commit received transactions", metadata: ["shoal.error": "\(error)"])
-                for item in items { item.done?(.failure(error)) }
+                for item in items {
+                    item.lane?.fail(error)
+                    item.done?(.failure(error))
+                }
                 // What is durable is the truth: start again from it.
                 state.withLock { $0.assembler = nil }
                 return

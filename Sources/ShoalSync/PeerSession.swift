@@ -25,6 +25,9 @@ struct PeerSession: Sendable {
     /// may skip proving a key to a node that has none.
     let remoteIsLoopback: Bool
     let shared = SessionShared()
+    /// What this session hands the inbound pipeline commits in order, and none of it
+    /// after a commit of it fails.
+    let lane = InboundPipeline.Lane()
 
     var codec: MessageCodec { MessageCodec(limits: engine.configuration.limits) }
     var logger: Logger { engine.logger }
@@ -426,7 +429,7 @@ struct PeerSession: Sendable {
             engine.noteDelivered(batch.pieces, by: peer.siteID)
             engine.pipeline.enqueue(
                 InboundPipeline.Item(
-                    source: peer.siteID, pieces: batch.pieces, cursor: batch.cursorKey.map { ($0, batch.through) },
+                    source: peer.siteID, pieces: batch.pieces, cursor: batch.cursorKey.map { ($0, batch.through) }, lane: lane,
                     done: { result in
                         switch result {
                         case .success: input.yield(.event(.batchDurable))
@@ -435,7 +438,7 @@ struct PeerSession: Sendable {
                     }))
         case .deliver(let pieces):
             engine.noteDelivered(pieces, by: peer.siteID)
-            engine.pipeline.enqueue(InboundPipeline.Item(source: peer.siteID, pieces: pieces))
+            engine.pipeline.enqueue(InboundPipeline.Item(source: peer.siteID, pieces: pieces, lane: lane))
         case .answerTransactionRequest(let request, let subscriptions):
             try await answer(request, subscriptions: subscriptions, encoding: PieceCodec.DeltaEncoding(version: peer.version))
         case .answerAttachmentRequest(let request):

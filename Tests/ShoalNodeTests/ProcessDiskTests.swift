@@ -56,7 +56,7 @@ struct ProcessDiskTests {
         // Space returns: writes succeed again and sync completes, every transaction whole.
         #expect(Self.mount(["-o", "remount,size=256m", mountPoint]))
         #expect(try eventually(20) { try node.exec("INSERT INTO local DOCUMENTS ({'_id': 'after', 't': 'after'})").status == 0 })
-        #expect(try eventually(60) { try ProcessMeshTests.documents(node, "SELECT _id FROM incoming").count == 15 })
+        #expect(try eventually(60) { try ProcessMeshTests.documents(node, "SELECT _id FROM incoming").count == 15 }, "small: \(node.log().suffix(3000))\nsource: \(source.log().suffix(3000))")
         let local = try ProcessMeshTests.documents(node, "SELECT t FROM local")
         for batch in acknowledged {
             #expect(local.filter { $0["t"] as? String == "L\(batch)" }.count == 5, "acknowledged batch \(batch)")

@@ -48,10 +48,33 @@ import Testing
         var lastCommittedSequence: UInt64 { base.lastCommittedSequence }
         func holdsOthersWrites() async throws(StoreError) -> Bool { try await base.holdsOthersWrites() }
         func transactionRecords() async throws(StoreError) -> [TransactionRecord] { try await base.transactionRecords() }
+        /// When set, the next commit that logs deltas is rolled back and, once the latch
+        /// opens, fails as a full disk would.
+        let failNextApply = Mutex<Latch?>(nil)
+
         func writeInbound<T: Sendable>(
             short: Bool, _ body: @escaping @Sendable (any InboundWriting) throws -> T
         ) async throws(StoreError) -> (T, ApplyOutcome) {
             commits.withLock { $0 += 1 }
+            if let release = failNextApply.withLock({ $0 }) {
+                let rolledBack = Mutex(false)
+                do throws(StoreError) {
+                    let (result, outcome) = try await base.writeInbound(short: short) { writer in
+                        let result = try body(writer)
+                        if writer.outcome.logged > 0 {
+                            rolledBack.withLock { $0 = true }
+                            throw CancellationError()
+                        }
+                        return result
+                    }
+                    return (result, outcome)
+                } catch {
+                    guard rolledBack.withLock({ $0 }) else { throw error }
+                    failNextApply.withLock { $0 = nil }
+                    try? await release.wait()
+                    throw StoreError(.database, "the disk that holds the data directory is full (injected)")
+                }
+            }
             let (result, outcome) = try await base.writeInbound(short: short, body)
             hints.withLock { $0.append((short, outcome.logged)) }
             return (result, outcome)
@@ -161,6 +184,39 @@ import Testing
                     try await a.store.execute("SELECT * FROM notes WHERE _id = 'last'").items.count == 1
                 })
             }
+        }
+    }
+    /// A commit of a batch fails (a full disk): the batches of the same session queued
+    /// behind it fail with it, uncommitted, so that no later batch's cursor is recorded
+    /// over the failed one. The session closes, the next resumes from the durable
+    /// cursor, and every transaction arrives once the disk takes writes again.
+    @Test func batchesQueuedBehindAFailedCommitFailWithIt() async throws {
+        try await Self.withNodes { a, bStore, counting, b in
+            let release = Latch()
+            counting.failNextApply.withLock { $0 = release }
+            let key = b.subscriptions.key
+            try await InProcessMesh.withLink(a.sync, b) { () async throws in
+                _ = try await a.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'first', 'n': 1})")
+                // The first batch's commit is under way (it fails once released); the
+                // next two batches queue behind it.
+                #expect(try await InProcessMesh.eventually { counting.failNextApply.withLock { $0 == nil } })
+                for (index, id) in ["second", "third"].enumerated() {
+                    _ = try await a.store.execute("INSERT INTO notes DOCUMENTS ({'_id': :id, 'n': 1})", arguments: ["id": .string(id)])
+                    #expect(await InProcessMesh.eventually { b.pipeline.queuedItems >= index + 1 }, "batch \(id) queued")
+                }
+                release.open()
+                // Nothing after the failed batch was committed: B's cursor did not move past it.
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(5)) { b.pipeline.queuedItems == 0 })
+                #expect(try await bStore.cursor(peer: a.store.siteID, subscriptionKey: key) == 0)
+                #expect(try await bStore.execute("SELECT * FROM notes").items.isEmpty)
+            }
+            // A new session resumes from the durable cursor and brings all three.
+            try await InProcessMesh.withLink(a.sync, b) { () async throws in
+                #expect(try await InProcessMesh.eventually {
+                    try await bStore.execute("SELECT _id FROM notes").items.count == 3
+                })
+            }
+            #expect(try await bStore.cursor(peer: a.store.siteID, subscriptionKey: key) == a.store.lastCommittedSequence)
         }
     }
 }
