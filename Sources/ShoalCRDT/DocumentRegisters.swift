@@ -132,11 +132,13 @@ public struct DocumentRegisters: Sendable, Hashable {
     /// converge on the larger bytes, and equal ones on the later transaction ID.
     @discardableResult
     public mutating func merge(_ name: String, _ incoming: RegisterState) -> Bool {
-        guard let current = registers[name] else {
+        // One lookup: the name is hashed once whether it is new or replaces a register.
+        guard let slot = registers.index(forKey: name) else {
             registers[name] = incoming
             if Self.isEntryName(name) { entryNames += 1 }
             return true
         }
+        let current = registers.values[slot]
         var wins = Register.incomingWins(
             incoming.version, removes: incoming.isRemoval, over: current.version, removed: current.isRemoval)
         // Two values (or two removals) at one version: the larger bytes, so that the
@@ -151,8 +153,13 @@ public struct DocumentRegisters: Sendable, Hashable {
                 wins = incoming.transaction > current.transaction
             }
         }
-        if wins { registers[name] = incoming }
+        if wins { registers.values[slot] = incoming }
         return wins
+    }
+
+    /// Makes room for `count` registers in all, so that merging that many rehashes nothing.
+    public mutating func reserveCapacity(_ count: Int) {
+        registers.reserveCapacity(count)
     }
 
     // MARK: Reading

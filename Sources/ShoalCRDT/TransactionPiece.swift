@@ -39,6 +39,31 @@ public struct CollectionCount: Sendable, Hashable {
         }
         return order.map { CollectionCount(collection: $0, documents: UInt32(documents[$0]!.count), deltas: counts[$0]!) }
     }
+
+    /// The same manifest from each document written once, with its collection and
+    /// how many deltas the transaction wrote to it, in order of first write:
+    /// `manifest(of:)` without hashing every delta.
+    public static func manifest(documents: [(collection: String, deltas: Int)]) -> [CollectionCount] {
+        var manifest: [CollectionCount] = []
+        var slots: [String: Int] = [:]
+        var previous: (collection: String, slot: Int)?
+        for (collection, deltas) in documents {
+            let slot: Int
+            if let previous, previous.collection == collection {
+                slot = previous.slot
+            } else if let known = slots[collection] {
+                slot = known
+            } else {
+                slot = manifest.count
+                slots[collection] = slot
+                manifest.append(CollectionCount(collection: collection, documents: 0, deltas: 0))
+            }
+            previous = (collection, slot)
+            manifest[slot].documents += 1
+            manifest[slot].deltas += UInt32(deltas)
+        }
+        return manifest
+    }
 }
 
 /// A set of subscriptions as plain data, as a `NOT_COVERED` verdict names it: the

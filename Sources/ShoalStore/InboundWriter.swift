@@ -137,6 +137,7 @@ public final class InboundWriter: InboundWriting {
         var statements = try RegisterRows.Statements(db)
         var touched: [Touched] = []
         var slots: [DocumentRef: Int] = [:]
+        slots.reserveCapacity(Int(record.documentCount))
         // What the log holds of this transaction already (a late piece, a resend): each
         // delta is logged once. Nothing, for a transaction seen for the first time.
         var logged: [DocumentRef: Set<UInt32>] = [:]
@@ -157,7 +158,8 @@ public final class InboundWriter: InboundWriting {
             if let run, run.id == delta.documentID, run.collection == delta.collection {
                 slot = run.slot
             } else {
-                slot = try self.slot(for: DocumentRef(collection: delta.collection, id: delta.documentID), &touched, &slots, &statements)
+                let document = DocumentRef(collection: delta.collection, id: delta.documentID)
+                slot = try self.slot(for: document, expecting: Int(counts[document] ?? 1), &touched, &slots, &statements)
                 run = (delta.collection, delta.documentID, slot)
             }
             // `all` is in index order: a delta given twice (buffered and again) is adjacent.
@@ -168,8 +170,9 @@ public final class InboundWriter: InboundWriting {
             previous = delta.index
             // Merged even when logged before: EVICT keeps the log but not the fields, and a
             // refill must bring them back. A duplicate simply loses LWW (equal version).
-            if touched[slot].registers.merge(delta.field, RegisterState(delta: delta, parsed: delta.parsed)) {
-                touched[slot].won[delta.field] = (touched[slot].registers[delta.field]!, delta.index)
+            let state = RegisterState(delta: delta, parsed: delta.parsed)
+            if touched[slot].registers.merge(delta.field, state) {
+                touched[slot].won[delta.field] = (state, delta.index)
             }
         }
         var append = try HotStatement(db, sql: FieldSQL.appendLog)
@@ -191,9 +194,10 @@ public final class InboundWriter: InboundWriting {
             outcome.logged += pack.count
         }
         for field in contextFields {
-            let i = try slot(for: field.document, &touched, &slots, &statements)
-            if touched[i].registers.merge(field.field, RegisterState(delta: field.delta, parsed: field.delta.parsed)) {
-                touched[i].won[field.field] = (touched[i].registers[field.field]!, 0)
+            let i = try slot(for: field.document, expecting: 1, &touched, &slots, &statements)
+            let state = RegisterState(delta: field.delta, parsed: field.delta.parsed)
+            if touched[i].registers.merge(field.field, state) {
+                touched[i].won[field.field] = (state, 0)
             }
         }
         var dirty = 0
@@ -223,14 +227,16 @@ public final class InboundWriter: InboundWriting {
     /// A document's registers as an apply merges them, and the writes that won.
     typealias Touched = (document: DocumentRef, registers: DocumentRegisters, won: [String: (state: RegisterState, index: UInt32)])
 
-    /// Where `document` is in `touched`, loading its registers the first time.
+    /// Where `document` is in `touched`, loading its registers the first time, with
+    /// room for the `expecting` deltas this apply brings it.
     private func slot(
-        for document: DocumentRef, _ touched: inout [Touched], _ slots: inout [DocumentRef: Int],
+        for document: DocumentRef, expecting: Int, _ touched: inout [Touched], _ slots: inout [DocumentRef: Int],
         _ statements: inout RegisterRows.Statements
     ) throws -> Int {
         if let known = slots[document] { return known }
-        let loaded = try RegisterRows.load(&statements.load, collection: document.collection, key: document.id)
-        touched.append((document, loaded, [:]))
+        var loaded = try RegisterRows.load(&statements.load, collection: document.collection, key: document.id)
+        loaded.reserveCapacity(loaded.registers.count + expecting)
+        touched.append((document, loaded, Dictionary(minimumCapacity: expecting)))
         slots[document] = touched.count - 1
         return touched.count - 1
     }

@@ -128,7 +128,9 @@ struct LocalTransaction {
     ) throws -> Value? {
         let id = fields["_id"]!
         let key = DocumentKey.make(id)
-        let registers = try RegisterRows.load(db, collection: collection, key: key)
+        var registers = try RegisterRows.load(db, collection: collection, key: key)
+        // Room for the fields it writes, so that the editor's writes rehash nothing.
+        registers.reserveCapacity(registers.registers.count + fields.count)
         let names: [String]
         if initial {
             names = fields.keys.sorted()
@@ -251,7 +253,7 @@ struct LocalTransaction {
         if !kept.isEmpty { try RegisterRows.dropEvicted(db, collection: collection, key: key, kept: kept, now: editor.registers) }
         guard !editor.written.isEmpty else { return false }
         // A register written twice keeps its last state; every write is a delta.
-        var last: [String: (state: RegisterState, index: Int)] = [:]
+        var last: [String: (state: RegisterState, index: Int)] = Dictionary(minimumCapacity: editor.written.count)
         for (name, state) in editor.written {
             last[name] = (state, progress.pending.count)
             progress.pending.append(
@@ -330,23 +332,44 @@ struct LocalTransaction {
         ).execute(arguments: [sequence])
         try saveClockHighWater()
         // One log row per document, its deltas in transaction order (a transaction may
-        // come back to a document after writing others).
-        var documents: [DocumentRef] = []
-        var positions: [DocumentRef: [Int]] = [:]
-        for (index, d) in pending.enumerated() {
-            let document = DocumentRef(collection: d.collection, id: d.key)
-            if positions[document] == nil { documents.append(document) }
-            positions[document, default: []].append(index)
+        // come back to a document after writing others). A document's deltas come in
+        // runs: each run is looked up once, not each delta.
+        // `runs` chains each document's runs (`next`: its following run, or -1).
+        var documents: [(document: DocumentRef, first: Int, last: Int)] = []
+        var runs: [(range: Range<Int>, next: Int)] = []
+        var slots: [DocumentRef: Int] = [:]
+        var start = 0
+        while start < pending.count {
+            let run = pending[start]
+            var end = start + 1
+            while end < pending.count, pending[end].key == run.key, pending[end].collection == run.collection { end += 1 }
+            let document = DocumentRef(collection: run.collection, id: run.key)
+            runs.append((start..<end, -1))
+            if let slot = slots[document] {
+                runs[documents[slot].last].next = runs.count - 1
+                documents[slot].last = runs.count - 1
+            } else {
+                slots[document] = documents.count
+                documents.append((document, runs.count - 1, runs.count - 1))
+            }
+            start = end
         }
         var insert = try HotStatement(db, sql: FieldSQL.appendLog)
         var packed = PackedDeltas()
         var first: UInt64?
-        for document in documents {
+        var counts: [(collection: String, deltas: Int)] = []
+        counts.reserveCapacity(documents.count)
+        for (document, firstRun, _) in documents {
             packed.removeAll()
-            for index in positions[document]! {
-                let d = pending[index]
-                packed.append(index: UInt32(index), timestamp: d.ts.rawValue, name: d.field, value: d.json)
+            var run = firstRun
+            while run >= 0 {
+                for index in runs[run].range {
+                    let d = pending[index]
+                    packed.append(index: UInt32(index), timestamp: d.ts.rawValue, name: d.field, value: d.json)
+                }
+                run = runs[run].next
             }
+            counts.append((document.collection, packed.count))
             insert.bind(document.collection)
             insert.bind(document.id)
             insert.bind(site.rawValue)
@@ -358,10 +381,10 @@ struct LocalTransaction {
             if first == nil { first = UInt64(db.lastInsertedRowID) }
         }
         let last = UInt64(db.lastInsertedRowID)
+        let manifest = CollectionCount.manifest(documents: counts)
         // The log's rows are numbered on from its last one: this transaction's follow it.
         let appended = LogEnd.Appended(
-            after: (first ?? last) - 1, collections: Set(documents.map(\.collection)), transactions: [transaction])
-        let manifest = CollectionCount.manifest(of: pending.map { (collection: $0.collection, document: $0.key) })
+            after: (first ?? last) - 1, collections: Set(manifest.map(\.collection)), transactions: [transaction])
         try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [
             Int64(bitPattern: site.rawValue), sequence, pending.count, documents.count,
             CollectionCount.encode(manifest), TransactionRecord.State.applied.rawValue, "", "", 0,

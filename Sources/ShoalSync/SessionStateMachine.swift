@@ -455,6 +455,9 @@ public struct SessionStateMachine: Sendable {
     func checkDocumentSizes(_ pieces: [TransactionPiece], what: String) -> Result<[Action], SyncError> {
         var warnings: [Action] = []
         for piece in pieces {
+            // No document of a piece can be larger than the piece: a small one needs no count per document.
+            let total = piece.deltas.reduce(0) { $0 + $1.field.utf8.count + $1.valueJSON.utf8.count }
+            if total <= min(configuration.documentSizeSoftLimit, configuration.documentSizeHardLimit) { continue }
             var sizes: [DocumentRef: Int] = [:]
             for delta in piece.deltas {
                 sizes[DocumentRef(collection: delta.collection, id: delta.documentID), default: 0] +=

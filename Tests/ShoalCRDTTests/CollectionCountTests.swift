@@ -18,7 +18,7 @@ import Testing
     }
 
     /// Random sequences, with runs and returns to earlier documents, against a count
-    /// made the plain way.
+    /// made the plain way; and the same from each document's count of deltas.
     @Test func randomSequencesCountAsThePlainWayDoes() {
         var rng = SplitMix(state: 0x5EED)
         for _ in 0..<500 {
@@ -33,6 +33,16 @@ import Testing
                     collection: collection, documents: UInt32(Set(mine.map(\.document)).count), deltas: UInt32(mine.count))
             }
             #expect(CollectionCount.manifest(of: deltas) == expected, "\(deltas)")
+            // Each document once, in order of its first delta, with its count of deltas.
+            var documents: [(collection: String, document: String, deltas: Int)] = []
+            for delta in deltas {
+                if let i = documents.firstIndex(where: { $0.collection == delta.collection && $0.document == delta.document }) {
+                    documents[i].deltas += 1
+                } else {
+                    documents.append((delta.collection, delta.document, 1))
+                }
+            }
+            #expect(CollectionCount.manifest(documents: documents.map { ($0.collection, $0.deltas) }) == expected, "\(deltas)")
         }
     }
 }
