@@ -262,26 +262,63 @@ public struct DocumentRegisters: Sendable, Hashable {
         guard registers[RegisterName.idField] != nil else { return nil }
         var fields: [(name: String, json: String)] = []
         fields.reserveCapacity(registers.count)
+        // `{`, `}`, and for each field `"name":json` and a comma (one too many).
         var length = 2
+        var escaping = false
         for (name, state) in registers {
             let json = state.json
-            guard !RegisterName.isRemoval(json), json != RegisterName.emptyObject, name != RegisterName.tombstone,
-                !name.utf8.contains(where: { $0 == RegisterName.pathSeparatorByte || $0 == Counter.separatorByte })
-            else { return nil }
+            guard !RegisterName.isRemoval(json), json != RegisterName.emptyObject, name != RegisterName.tombstone else { return nil }
+            // One look at the name: the separators of map entries and counter
+            // contributions (both control bytes), and whether it needs escaping.
+            for byte in name.utf8 where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                if byte == RegisterName.pathSeparatorByte || byte == Counter.separatorByte { return nil }
+                escaping = true
+            }
             fields.append((name, json))
             length += name.utf8.count + json.utf8.count + 4
         }
         fields.sort { $0.name < $1.name }
-        var out = "{"
-        out.reserveCapacity(length)
-        for (index, field) in fields.enumerated() {
-            if index > 0 { out += "," }
-            JSON.writeString(field.name, to: &out)
-            out += ":"
-            out += field.json
+        guard !escaping else {
+            var out = "{"
+            for (index, field) in fields.enumerated() {
+                if index > 0 { out += "," }
+                JSON.writeString(field.name, to: &out)
+                out += ":"
+                out += field.json
+            }
+            out += "}"
+            return out
         }
-        out += "}"
-        return out
+        // Nothing to escape: the bytes are copied straight into the body.
+        return String(unsafeUninitializedCapacity: length) { buffer in
+            var at = 0
+            func put(_ byte: UInt8) {
+                buffer[at] = byte
+                at += 1
+            }
+            func put(_ text: String) {
+                let copied = text.utf8.withContiguousStorageIfAvailable { bytes in
+                    _ = UnsafeMutableBufferPointer(rebasing: buffer[at...]).initialize(fromContentsOf: bytes)
+                    return bytes.count
+                }
+                if let copied {
+                    at += copied
+                } else {
+                    for byte in text.utf8 { put(byte) }
+                }
+            }
+            put(UInt8(ascii: "{"))
+            for (index, field) in fields.enumerated() {
+                if index > 0 { put(UInt8(ascii: ",")) }
+                put(UInt8(ascii: "\""))
+                put(field.name)
+                put(UInt8(ascii: "\""))
+                put(UInt8(ascii: ":"))
+                put(field.json)
+            }
+            put(UInt8(ascii: "}"))
+            return at
+        }
     }
 
     /// Builds the document's body from its registers.

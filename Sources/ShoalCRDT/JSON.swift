@@ -32,6 +32,36 @@ public enum JSON {
         return try parser.parseDocument()
     }
 
+    /// Whether `text` is already the canonical JSON of a scalar that needs no parse
+    /// to tell: `null`, `true`, `false`, an integer of at most 18 digits (no sign on
+    /// zero, no leading zero), or a string with nothing to escape. False says only
+    /// that the quick look cannot tell: the text may still be valid, canonical JSON.
+    public static func isCanonicalScalar(_ text: String) -> Bool {
+        let utf8 = text.utf8
+        guard let first = utf8.first else { return false }
+        switch first {
+        case UInt8(ascii: "\""):
+            var closed = false
+            for byte in utf8.dropFirst() {
+                if closed { return false }
+                if byte == UInt8(ascii: "\"") {
+                    closed = true
+                } else if byte < 0x20 || byte == UInt8(ascii: "\\") {
+                    return false
+                }
+            }
+            return closed
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            let digits = first == UInt8(ascii: "-") ? utf8.dropFirst() : utf8[...]
+            guard let lead = digits.first, digits.count <= 18 else { return false }
+            // `0` alone; otherwise no leading zero (and so no `-0`).
+            if lead == UInt8(ascii: "0") { return digits.count == 1 && first != UInt8(ascii: "-") }
+            return digits.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
+        default:
+            return text == "null" || text == "true" || text == "false"
+        }
+    }
+
     /// The canonical encoding of `value`.
     public static func encode(_ value: Value) -> String {
         var out = ""
@@ -136,9 +166,9 @@ public enum JSON {
             }
         }
 
-        mutating func expectWord(_ word: String) throws(ParseError) {
-            let w = Array(word.utf8)
-            guard index + w.count <= bytes.count, Array(bytes[index..<index + w.count]) == w else {
+        mutating func expectWord(_ word: StaticString) throws(ParseError) {
+            let w = UnsafeBufferPointer(start: word.utf8Start, count: word.utf8CodeUnitCount)
+            guard index + w.count <= bytes.count, bytes[index..<index + w.count].elementsEqual(w) else {
                 throw error("expected '\(word)'")
             }
             index += w.count
@@ -231,7 +261,18 @@ public enum JSON {
 
         mutating func parseString() throws(ParseError) -> String {
             index += 1
-            var out: [UInt8] = []
+            // Most strings have no escape: their bytes become the string as they stand.
+            var end = index
+            while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20 {
+                end += 1
+            }
+            if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
+                guard let s = String(validating: bytes[index..<end], as: UTF8.self) else { throw error("invalid UTF-8 in a string") }
+                index = end + 1
+                return s
+            }
+            var out: [UInt8] = Array(bytes[index..<end])
+            index = end
             while true {
                 guard index < bytes.count else { throw error("unterminated string") }
                 let c = bytes[index]
@@ -310,6 +351,12 @@ public enum JSON {
                     index += 1
                 }
                 if digits(&self) == 0 { throw error("expected exponent digits") }
+            }
+            if isInteger, index - start <= 18 {
+                // Up to 18 digits fit an Int64: summed here, with no text made.
+                var magnitude: Int64 = 0
+                for byte in bytes[integerStart..<index] { magnitude = magnitude * 10 + Int64(byte - UInt8(ascii: "0")) }
+                return .int(bytes[start] == UInt8(ascii: "-") ? -magnitude : magnitude)
             }
             let text = String(decoding: bytes[start..<index], as: UTF8.self)
             if isInteger, let i = Int64(text) { return .int(i) }

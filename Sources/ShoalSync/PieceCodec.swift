@@ -48,7 +48,7 @@ public enum PieceCodec {
             }
             let base = piece.deltas.map(\.timestamp.rawValue).min() ?? 0
             w.baseTimestamp = base
-            var documentIndex: [DocumentRef: Int] = [:]
+            var documentIndex: [DocumentRef: Int] = Dictionary(minimumCapacity: piece.documentDeltaCounts.count)
             // A document's deltas mostly come one after the other: a run is looked up once.
             var run: (ref: DocumentRef, position: Int)?
             for delta in piece.deltas {
@@ -70,7 +70,7 @@ public enum PieceCodec {
                 run = (ref, position)
                 var f = Shoal_V1_FieldDelta()
                 f.field = delta.field
-                f.valueJson = Data(delta.valueJSON.utf8)
+                f.valueJson = utf8Data(delta.valueJSON)
                 f.timestampOffset = Int64(bitPattern: delta.timestamp.rawValue &- base)
                 f.index = delta.index
                 w.documents[position].deltas.append(f)
@@ -115,7 +115,7 @@ public enum PieceCodec {
                 }
                 var f = Shoal_V1_ContextField()
                 f.field = field.field
-                f.valueJson = Data(field.valueJSON.utf8)
+                f.valueJson = utf8Data(field.valueJSON)
                 f.timestamp = field.timestamp.rawValue
                 f.originSite = field.transaction.origin.rawValue
                 f.originSequence = field.transaction.sequence
@@ -329,7 +329,14 @@ public enum PieceCodec {
         }
     }
 
-    /// A received value, checked: its text, and what it parses to (nil for a removal).
+    /// A string's UTF-8 bytes, copied whole where the string keeps them contiguous
+    /// (`Data(_:)` of the UTF-8 view appends them one by one).
+    static func utf8Data(_ text: String) -> Data {
+        text.utf8.withContiguousStorageIfAvailable { Data(buffer: $0) } ?? Data(text.utf8)
+    }
+
+    /// A received value, checked: its text, and what it parses to (nil for a removal,
+    /// and for a scalar whose text is canonical already).
     /// The text is UTF-8, and canonical JSON, empty (a removed register) or `~` and a
     /// site in hex (an observed map-entry removal).
     static func value(_ bytes: Data, what: String, id: TransactionID, field: String) throws(SyncError) -> (String, Value?) {
@@ -344,6 +351,9 @@ public enum PieceCodec {
             }
             return (json, nil)
         }
+        // A scalar that is canonical as it stands is kept unparsed: the applier parses
+        // a value only for a document whose body needs more than its registers' text.
+        if JSON.isCanonicalScalar(json) { return (json, nil) }
         do {
             // Kept as canonical JSON, as local writes keep it: a body is written from
             // its registers' text as it stands.

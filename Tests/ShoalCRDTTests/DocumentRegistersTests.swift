@@ -145,6 +145,7 @@ import Testing
         ["_id": .int(7), "b": ["z": 1, "a": [1, "two", ["k": false]]], "a": 1.5],
         ["_id": "d", "qu\"ote": "back\\slash\n", "\u{e9}t\u{e9}": "\u{1F600}", "z": "", "Z": -0.25, "é": 1],
         ["_id": "d", "m": ["k": 1] as Value],
+        ["_id": "a-rather-long-document-identifier", "a field with a long name": "a value long enough to live on the heap"],
     ])
     func aPlainDocumentsTextIsItsBodyEncoded(fields: [String: Value]) throws {
         var editor = DocumentEditor(

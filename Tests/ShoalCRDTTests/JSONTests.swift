@@ -1,4 +1,5 @@
 import ShoalCRDT
+import ShoalTesting
 import Testing
 
 @Suite struct JSONTests {
@@ -8,6 +9,10 @@ import Testing
         ("\"tab\\tquote\\\"\\u00e9\\ud83d\\ude00\"", "\"tab\\tquote\\\"é😀\""),
         ("[1, 2.5, -0, 9223372036854775807]", "[1,2.5,0,9223372036854775807]"),
         ("\"\\u0001\"", "\"\\u0001\""),
+        ("[123456789012345678,-123456789012345678,1234567890123456789,-9223372036854775808,-0,0,-42]",
+         "[123456789012345678,-123456789012345678,1234567890123456789,-9223372036854775808,0,0,-42]"),
+        ("{\"plain\":\"\u{e9}t\u{e9}\",\"after\":\"abc\\ndef\",\"k\":[true,false,null]}",
+         "{\"after\":\"abc\\ndef\",\"k\":[true,false,null],\"plain\":\"\u{e9}t\u{e9}\"}"),
     ])
     func canonicalEncoding(input: String, canonical: String) throws {
         let value = try JSON.parse(input)
@@ -26,6 +31,36 @@ import Testing
         } catch {
             #expect(error.offset == offset, "\(input): \(error)")
         }
+    }
+
+    /// The quick look that keeps a received value unparsed says yes only to text that
+    /// parses and encodes back to itself, and to the common scalars.
+    @Test func aCanonicalScalarIsOnlyEverCanonical() {
+        let yes = [
+            "null", "true", "false", "0", "7", "-7", "123456789012345678", "-123456789012345678", "\"\"", "\"plain\"",
+            "\"\u{e9}t\u{e9} \u{1F600}\"", "\"a string long enough to be kept on the heap\"",
+        ]
+        for text in yes {
+            #expect(JSON.isCanonicalScalar(text), "\(text)")
+            #expect((try? JSON.parse(text))?.canonicalJSON == text, "\(text)")
+        }
+        let no = [
+            "", "-", "-0", "00", "01", "1.0", "1e3", "1234567890123456789", "nul", "nulls", "True", " 1", "1 ", "\"",
+            "\"a\\\"b\"", "\"tab\\t\"", "\"raw\ttab\"", "\"x\"y\"", "\"x\" ", "[1]", "{}", "\"a\"\"b\"",
+        ]
+        for text in no { #expect(!JSON.isCanonicalScalar(text), "\(text)") }
+        // Random texts over the bytes that matter: a yes always parses back to itself.
+        var rng = SplitMix(state: 0xC0FFEE)
+        let alphabet = Array("\"\\-0123456789.eE ntrufals\t\u{e9}x")
+        var said = 0
+        for _ in 0..<20_000 {
+            let length = Int(rng.next() % 8)
+            let text = String((0..<length).map { _ in alphabet[Int(rng.next() % UInt64(alphabet.count))] })
+            guard JSON.isCanonicalScalar(text) else { continue }
+            said += 1
+            #expect((try? JSON.parse(text))?.canonicalJSON == text, "\(text)")
+        }
+        #expect(said > 100)
     }
 
     @Test func rejectsDeepNesting() {
