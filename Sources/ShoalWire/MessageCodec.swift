@@ -55,18 +55,20 @@ public struct MessageCodec: Sendable {
         }
         var payload = frame.payload
         if frame.flags.contains(.compressed) {
-            let beyond = WireError(
-                .decompressionFailed, "\(type) frame inflates beyond the limit of \(limits.maximumInflatedSize) bytes")
+            // Made only when a frame goes beyond the limit (it is a message to format).
+            func beyond() -> WireError {
+                WireError(.decompressionFailed, "\(type) frame inflates beyond the limit of \(limits.maximumInflatedSize) bytes")
+            }
             do {
                 // CompressNIO stops at `maxSize` only roughly (its buffers' capacities round
                 // up), so ask for one byte more than the cap and check the size exactly.
                 payload = try payload.decompress(with: .zlib(), maxSize: min(limits.maximumInflatedSize, .max - 1) + 1)
             } catch let error as CompressNIOError where error == .bufferOverflow {
-                throw beyond
+                throw beyond()
             } catch {
                 throw WireError(.decompressionFailed, "\(type) frame: compressed payload is corrupt (\(error))")
             }
-            guard payload.readableBytes <= limits.maximumInflatedSize else { throw beyond }
+            guard payload.readableBytes <= limits.maximumInflatedSize else { throw beyond() }
         }
         let bytes = payload.readableBytesView
         do {
