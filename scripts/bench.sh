@@ -13,7 +13,7 @@ if command -v python3 >/dev/null; then
     python3 -m venv .venv-bench >/dev/null 2>&1 || rm -rf .venv-bench
   fi
   if [ -x .venv-bench/bin/python ]; then
-    if ! .venv-bench/bin/python -c "import pycrdt, pycrdt_websocket, websockets" 2>/dev/null; then
+    if ! .venv-bench/bin/python -c "import pycrdt, pycrdt.websocket, websockets" 2>/dev/null; then
       .venv-bench/bin/python -m pip install -q -r Benchmarks/peers/requirements.txt >&2 \
         || echo "bench: could not install the Yjs peer's packages; it will be reported as not run" >&2
     fi
