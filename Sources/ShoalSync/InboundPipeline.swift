@@ -63,8 +63,9 @@ public final class InboundPipeline: Sendable {
     }
 
     /// The items one session hands the pipeline, which commit in the order given.
-    /// When a commit fails, every item of its lanes still queued or queued later fails
-    /// with it, uncommitted: a later batch's cursor must never be recorded over an
+    /// When a commit fails (a commit of several lanes' items is first tried again lane
+    /// by lane, and only the lanes whose own commit fails count), every item of its
+    /// lane still queued or queued later fails with it, uncommitted: a later batch's cursor must never be recorded over an
     /// earlier batch that was not, or the node would resume past transactions it never
     /// applied. The session closes on the failure and its next one resumes from the
     /// cursor that is durable.
@@ -226,52 +227,102 @@ public final class InboundPipeline: Sendable {
                 }
             }
             let subscriptions = engine.subscriptions
-            do {
-                let started = ContinuousClock.now
-                let (result, outcome) = try await commit(items, assembler: assembler, subscriptions: subscriptions)
-                if !items.isEmpty { applyDuration?.record(duration: ContinuousClock.now - started) }
-                assembler = result.assembler
-                publish(assembler, result.counters, subscriptions: subscriptions)
-                for item in items { item.done?(.success(())) }
-                if outcome.logged > 0 || !result.applied.isEmpty {
-                    logger.debug(
-                        "applied remote transactions",
-                        metadata: ["shoal.sync.transactions": "\(result.applied.count)", "shoal.sync.deltas": "\(outcome.logged)"])
-                }
-                for (reason, ids) in result.partial {
-                    for id in ids {
+            // One commit for everything taken. Should it fail with the batches of more
+            // than one session in it, each session's batches are committed again on
+            // their own: one session's batch that the store refuses must not close the
+            // sessions whose batches only shared its commit.
+            var groups = [items]
+            var newPeers = peers
+            var failed = false
+            while !groups.isEmpty {
+                let group = groups.removeFirst()
+                do {
+                    let started = ContinuousClock.now
+                    let (result, outcome) = try await commit(group, assembler: assembler, subscriptions: subscriptions)
+                    if !group.isEmpty { applyDuration?.record(duration: ContinuousClock.now - started) }
+                    assembler = result.assembler
+                    publish(assembler, result.counters, subscriptions: subscriptions)
+                    for item in group { item.done?(.success(())) }
+                    await committed(result, outcome, newPeers: newPeers, assembler: &assembler, engine: engine, subscriptions: subscriptions)
+                    newPeers = []
+                } catch {
+                    if Task.isCancelled {
+                        // Rolled back: the assembler as it was before is what is durable.
+                        requeue(group + groups.flatMap { $0 })
+                        state.withLock { $0.assembler = assembler }
+                        return
+                    }
+                    let lanes = Self.lanes(of: group)
+                    if lanes.count > 1 {
                         logger.warning(
-                            "applied a remote transaction in part: some pieces its subscriptions cover are missing",
-                            metadata: ["shoal.txn": "\(id)", "shoal.txn.reason": "\(reason)"])
+                            "could not commit received transactions together; committing each session's alone",
+                            metadata: ["shoal.error": "\(error)", "shoal.sync.sessions": "\(lanes.count)"])
+                        groups = lanes + groups
+                        continue
                     }
-                }
-                var questions = result.questions
-                for peer in peers {
-                    for (id, collections) in assembler.questions(for: peer) {
-                        questions.append(Question(id: id, collections: collections, only: [peer]))
+                    logger.error("could not commit received transactions", metadata: ["shoal.error": "\(error)"])
+                    for item in group {
+                        item.lane?.fail(error)
+                        item.done?(.failure(error))
                     }
+                    failed = true
                 }
-                for question in questions {
-                    let asked = await engine.ask(question)
-                    assembler.noteAsked(question.id, peers: asked)
-                }
-                if !questions.isEmpty { publish(assembler, nil, subscriptions: subscriptions) }
-            } catch {
-                if Task.isCancelled {
-                    requeue(items)
-                    break
-                }
-                logger.error("could not commit received transactions", metadata: ["shoal.error": "\(error)"])
-                for item in items {
-                    item.lane?.fail(error)
-                    item.done?(.failure(error))
-                }
+            }
+            if failed {
                 // What is durable is the truth: start again from it.
                 state.withLock { $0.assembler = nil }
                 return
             }
         }
         state.withLock { $0.assembler = assembler }
+    }
+
+    /// After a commit: what it applied and applied in part, logged; the peers asked
+    /// about the transactions still missing pieces.
+    private func committed(
+        _ result: CommitResult, _ outcome: ApplyOutcome, newPeers: [SiteID], assembler: inout CoverageAssembler,
+        engine: SyncEngine, subscriptions: SubscriptionSet
+    ) async {
+        if outcome.logged > 0 || !result.applied.isEmpty {
+            logger.debug(
+                "applied remote transactions",
+                metadata: ["shoal.sync.transactions": "\(result.applied.count)", "shoal.sync.deltas": "\(outcome.logged)"])
+        }
+        for (reason, ids) in result.partial {
+            for id in ids {
+                logger.warning(
+                    "applied a remote transaction in part: some pieces its subscriptions cover are missing",
+                    metadata: ["shoal.txn": "\(id)", "shoal.txn.reason": "\(reason)"])
+            }
+        }
+        var questions = result.questions
+        for peer in newPeers {
+            for (id, collections) in assembler.questions(for: peer) {
+                questions.append(Question(id: id, collections: collections, only: [peer]))
+            }
+        }
+        for question in questions {
+            let asked = await engine.ask(question)
+            assembler.noteAsked(question.id, peers: asked)
+        }
+        if !questions.isEmpty { publish(assembler, nil, subscriptions: subscriptions) }
+    }
+
+    /// `items` by the lane they came in, each lane's in their order, lanes in the order
+    /// of their first item; items of no lane together.
+    static func lanes(of items: [Item]) -> [[Item]] {
+        var groups: [[Item]] = []
+        var slots: [ObjectIdentifier?: Int] = [:]
+        for item in items {
+            let key = item.lane.map(ObjectIdentifier.init)
+            if let slot = slots[key] {
+                groups[slot].append(item)
+            } else {
+                slots[key] = groups.count
+                groups.append([item])
+            }
+        }
+        return groups
     }
 
     /// Waits for queued items (or new peers, or the next tick) and takes a commit's worth.

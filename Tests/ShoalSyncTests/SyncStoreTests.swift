@@ -52,10 +52,63 @@ import Testing
         /// opens, fails as a full disk would.
         let failNextApply = Mutex<Latch?>(nil)
 
+        /// When set, the next commit waits for the latch before it starts (`holding`
+        /// meanwhile), so that what arrives after queues behind it.
+        let holdNext = Mutex<Latch?>(nil)
+        let holding = Mutex(false)
+        /// When set, a commit that would apply a transaction of this origin fails, as a
+        /// store refusing one session's batch would.
+        let refuse = Mutex<SiteID?>(nil)
+
+        /// Forwards to the store's writer, and throws on a transaction of `refused` origin.
+        final class RefusingWriter: InboundWriting {
+            let base: any InboundWriting
+            let refused: SiteID
+            init(_ base: any InboundWriting, refusing refused: SiteID) {
+                self.base = base
+                self.refused = refused
+            }
+            var outcome: ApplyOutcome { base.outcome }
+            func state(of id: TransactionID) throws -> TransactionRecord.State? { try base.state(of: id) }
+            func save(_ record: TransactionRecord) throws {
+                try refuse(record.id)
+                try base.save(record)
+            }
+            func buffer(_ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID) throws {
+                try refuse(id)
+                try base.buffer(deltas, documentDeltaCounts: documentDeltaCounts, context: context, of: id)
+            }
+            func apply(
+                _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
+                context: [ContextField], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
+            ) throws {
+                try refuse(record.id)
+                try base.apply(
+                    record, deltas: deltas, documentDeltaCounts: documentDeltaCounts, context: context, buffered: buffered, state: state,
+                    rest: rest)
+            }
+            func markApplied(_ id: TransactionID, rest: [Verdict]) throws { try base.markApplied(id, rest: rest) }
+            func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64) throws {
+                try base.recordCursor(peer: peer, subscriptionKey: subscriptionKey, through: through)
+            }
+            func loadRecord(_ id: TransactionID) throws -> TransactionRecord? { try base.loadRecord(id) }
+            func refuse(_ id: TransactionID) throws {
+                if id.origin == refused { throw StoreError(.database, "a transaction of \(refused) refused (injected)") }
+            }
+        }
+
         func writeInbound<T: Sendable>(
             short: Bool, _ body: @escaping @Sendable (any InboundWriting) throws -> T
         ) async throws(StoreError) -> (T, ApplyOutcome) {
             commits.withLock { $0 += 1 }
+            if let release = holdNext.withLock({ latch in defer { latch = nil }; return latch }) {
+                holding.withLock { $0 = true }
+                try? await release.wait()
+                holding.withLock { $0 = false }
+            }
+            if let refused = refuse.withLock({ $0 }) {
+                return try await base.writeInbound(short: short) { writer in try body(RefusingWriter(writer, refusing: refused)) }
+            }
             if let release = failNextApply.withLock({ $0 }) {
                 let rolledBack = Mutex(false)
                 do throws(StoreError) {
@@ -186,6 +239,45 @@ import Testing
             }
         }
     }
+    /// One commit holds the batches of two sessions, and the store refuses a transaction
+    /// of one of them: the other session's batches commit on their own and its session
+    /// goes on; only the refused session's batch fails.
+    @Test func aBatchTheStoreRefusesFailsOnlyItsOwnSession() async throws {
+        try await Self.withNodes { a1, bStore, counting, b in
+            let a2 = try TestNode(name: "a2", subscriptions: ["SELECT * FROM notes"])
+            defer { a2.remove() }
+            // Whether B holds every one of these documents.
+            let holds: @Sendable ([String]) async throws -> Bool = { ids in
+                for id in ids where try await bStore.execute("SELECT _id FROM notes WHERE _id = :id", arguments: ["id": .string(id)]).items.isEmpty {
+                    return false
+                }
+                return true
+            }
+            try await InProcessMesh.withLink(a1.sync, b) { () async throws in
+                try await InProcessMesh.withLink(a2.sync, b) { () async throws in
+                    _ = try await a1.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'one', 'n': 1})")
+                    _ = try await a2.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'two', 'n': 2})")
+                    #expect(try await InProcessMesh.eventually { try await holds(["one", "two"]) })
+                    // B's next commit waits, so that a batch of each session queues behind it.
+                    let release = Latch()
+                    counting.holdNext.withLock { $0 = release }
+                    _ = try await a2.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'held', 'n': 2})")
+                    #expect(await InProcessMesh.eventually { counting.holding.withLock { $0 } })
+                    counting.refuse.withLock { $0 = a1.store.siteID }
+                    _ = try await a1.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'refused', 'n': 1})")
+                    _ = try await a2.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'good', 'n': 2})")
+                    #expect(await InProcessMesh.eventually { b.pipeline.queuedItems >= 2 }, "a batch of each session queued")
+                    release.open()
+                    #expect(try await InProcessMesh.eventually(timeout: .seconds(20)) { try await holds(["held", "good"]) })
+                    #expect(try await holds(["refused"]) == false)
+                    // A2's session is still up: its next write arrives over it.
+                    _ = try await a2.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'after', 'n': 2})")
+                    #expect(try await InProcessMesh.eventually(timeout: .seconds(20)) { try await holds(["after"]) })
+                }
+            }
+        }
+    }
+
     /// A commit of a batch fails (a full disk): the batches of the same session queued
     /// behind it fail with it, uncommitted, so that no later batch's cursor is recorded
     /// over the failed one. The session closes, the next resumes from the durable
