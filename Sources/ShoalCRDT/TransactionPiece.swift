@@ -29,20 +29,22 @@ public struct CollectionCount: Sendable, Hashable {
 
     /// The manifest of a list of deltas, by collection in order of first appearance.
     public static func manifest(of deltas: some Sequence<(collection: String, document: String)>) -> [CollectionCount] {
-        var order: [String] = []
-        var documents: [String: Set<String>] = [:]
-        var counts: [String: UInt32] = [:]
+        var documents: [(collection: String, deltas: Int)] = []
+        var slots: [DocumentRef: Int] = [:]
         for (collection, document) in deltas {
-            if counts[collection] == nil { order.append(collection) }
-            counts[collection, default: 0] += 1
-            documents[collection, default: []].insert(document)
+            let ref = DocumentRef(collection: collection, id: document)
+            if let slot = slots[ref] {
+                documents[slot].deltas += 1
+            } else {
+                slots[ref] = documents.count
+                documents.append((collection, 1))
+            }
         }
-        return order.map { CollectionCount(collection: $0, documents: UInt32(documents[$0]!.count), deltas: counts[$0]!) }
+        return manifest(documents: documents)
     }
 
-    /// The same manifest from each document written once, with its collection and
-    /// how many deltas the transaction wrote to it, in order of first write:
-    /// `manifest(of:)` without hashing every delta.
+    /// The manifest from each document written once, with its collection and how
+    /// many deltas the transaction wrote to it, in order of first write.
     public static func manifest(documents: [(collection: String, deltas: Int)]) -> [CollectionCount] {
         var manifest: [CollectionCount] = []
         var slots: [String: Int] = [:]

@@ -333,10 +333,9 @@ struct LocalTransaction {
         try saveClockHighWater()
         // One log row per document, its deltas in transaction order (a transaction may
         // come back to a document after writing others). A document's deltas come in
-        // runs: each run is looked up once, not each delta.
-        // `runs` chains each document's runs (`next`: its following run, or -1).
-        var documents: [(document: DocumentRef, first: Int, last: Int)] = []
-        var runs: [(range: Range<Int>, next: Int)] = []
+        // runs: each run is looked up once, not each delta; `more` holds the runs of a
+        // document the transaction came back to.
+        var documents: [(document: DocumentRef, run: Range<Int>, more: [Range<Int>])] = []
         var slots: [DocumentRef: Int] = [:]
         var start = 0
         while start < pending.count {
@@ -344,13 +343,11 @@ struct LocalTransaction {
             var end = start + 1
             while end < pending.count, pending[end].key == run.key, pending[end].collection == run.collection { end += 1 }
             let document = DocumentRef(collection: run.collection, id: run.key)
-            runs.append((start..<end, -1))
             if let slot = slots[document] {
-                runs[documents[slot].last].next = runs.count - 1
-                documents[slot].last = runs.count - 1
+                documents[slot].more.append(start..<end)
             } else {
                 slots[document] = documents.count
-                documents.append((document, runs.count - 1, runs.count - 1))
+                documents.append((document, start..<end, []))
             }
             start = end
         }
@@ -359,16 +356,16 @@ struct LocalTransaction {
         var first: UInt64?
         var counts: [(collection: String, deltas: Int)] = []
         counts.reserveCapacity(documents.count)
-        for (document, firstRun, _) in documents {
-            packed.removeAll()
-            var run = firstRun
-            while run >= 0 {
-                for index in runs[run].range {
-                    let d = pending[index]
-                    packed.append(index: UInt32(index), timestamp: d.ts.rawValue, name: d.field, value: d.json)
-                }
-                run = runs[run].next
+        func pack(_ range: Range<Int>) {
+            for index in range {
+                let d = pending[index]
+                packed.append(index: UInt32(index), timestamp: d.ts.rawValue, name: d.field, value: d.json)
             }
+        }
+        for (document, run, more) in documents {
+            packed.removeAll()
+            pack(run)
+            for range in more { pack(range) }
             counts.append((document.collection, packed.count))
             insert.bind(document.collection)
             insert.bind(document.id)

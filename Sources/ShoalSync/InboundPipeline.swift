@@ -65,10 +65,10 @@ public final class InboundPipeline: Sendable {
     /// The items one session hands the pipeline, which commit in the order given.
     /// When a commit fails (a commit of several lanes' items is first tried again lane
     /// by lane, and only the lanes whose own commit fails count), every item of its
-    /// lane still queued or queued later fails with it, uncommitted: a later batch's cursor must never be recorded over an
-    /// earlier batch that was not, or the node would resume past transactions it never
-    /// applied. The session closes on the failure and its next one resumes from the
-    /// cursor that is durable.
+    /// lane still queued or queued later fails with it, uncommitted: a later batch's
+    /// cursor must never be recorded over an earlier batch that was not, or the node
+    /// would resume past transactions it never applied. The session closes on the
+    /// failure and its next one resumes from the cursor that is durable.
     public final class Lane: Sendable {
         private let failure = Locked<StoreError?>(nil)
 

@@ -50,6 +50,8 @@ import Testing
         #expect(page.deltas.map(\.index) == Array(0..<5))
         #expect(page.deltas.map(\.field) == ["_id", "x", "_id", "x", "y"])
         #expect(page.pieces.first?.documentDeltaCounts == [DocumentRef(collection: "c", id: "\"a\""): 3, DocumentRef(collection: "c", id: "\"b\""): 2])
+        // The manifest counts the document it came back to once.
+        #expect(page.pieces.first?.collections == [CollectionCount(collection: "c", documents: 2, deltas: 5)])
     }
 
     /// A store whose log has a row per delta (before `v12-packed-log`) opens with a row
