@@ -22,35 +22,10 @@ public enum ShoalBinary {
     /// Runs `shoal ARGS...` to completion (30 s at most) and returns what it printed;
     /// `input`, if given, is its standard input.
     public static func run(_ arguments: [String], input: Data? = nil) throws -> Output {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        let stdin = Pipe()
-        process.standardInput = input == nil ? FileHandle.nullDevice : stdin
-        try process.run()
-        if let input {
-            // Written beside the reads below: more than a pipe holds must not block them.
-            let writer = stdin.fileHandleForWriting
-            Thread.detachNewThread {
-                writer.write(input)
-                try? writer.close()
-            }
-        }
-        let deadline = Date().addingTimeInterval(30)
-        // Drain both pipes while waiting so a chatty child never blocks on a full pipe.
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        let errData = err.fileHandleForReading.readDataToEndOfFile()
-        while process.isRunning && Date() < deadline { usleep(10_000) }
-        if process.isRunning {
-            process.terminate()
-            process.waitUntilExit()
-        }
+        let result = try ChildProcess.run(path, arguments, input: input)
         return Output(
-            status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-            stderr: String(decoding: errData, as: UTF8.self))
+            status: result.status, stdout: String(decoding: result.stdout, as: UTF8.self),
+            stderr: String(decoding: result.stderr, as: UTF8.self))
     }
 }
 
@@ -59,7 +34,7 @@ public final class NodeProcess {
     public let name: String
     public let dataDirectory: String
     public let logPath: String
-    private let process = Process()
+    private let process: ChildProcess
     public private(set) var address = ""
 
     /// Starts `shoal run` and waits for its ready line.
@@ -68,15 +43,10 @@ public final class NodeProcess {
         self.dataDirectory = dataDirectory
         self.logPath = dataDirectory + ".\(UInt32.random(in: 0...UInt32.max)).log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
-        let logFile = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
-        process.executableURL = URL(fileURLWithPath: ShoalBinary.path)
-        process.arguments = plain ? ["run"] + extra : [
+        let arguments = plain ? ["run"] + extra : [
             "run", "--data", dataDirectory, "--listen", "127.0.0.1:\(listenPort)", "--name", name, "--no-discovery",
         ] + extra
-        process.standardOutput = logFile
-        process.standardError = logFile
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
+        process = try ChildProcess(ShoalBinary.path, arguments, stdout: .file(logPath), stderr: .file(logPath))
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {
             if let line = self.log().split(separator: "\n").first(where: { $0.contains("ready to accept connections on ") }),
@@ -134,33 +104,23 @@ public final class NodeProcess {
     /// Sends SIGINT and waits for the exit status.
     @discardableResult
     public func interrupt() -> Int32 {
-        guard process.isRunning else { return process.terminationStatus }
-        kill(process.processIdentifier, SIGINT)
+        process.send(SIGINT)
         return waitForExit()
     }
 
     /// Kills the process outright, as a crash would.
     public func crash() {
-        guard process.isRunning else { return }
-        kill(process.processIdentifier, SIGKILL)
-        _ = waitForExit()
+        process.send(SIGKILL)
+        process.wait()
     }
 
     public func stop() {
-        guard process.isRunning else { return }
-        kill(process.processIdentifier, SIGTERM)
+        process.send(SIGTERM)
         _ = waitForExit()
     }
 
-    private func waitForExit() -> Int32 {
-        let deadline = Date().addingTimeInterval(15)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-        }
-        process.waitUntilExit()
-        return process.terminationStatus
-    }
+    /// Waits up to 15 s for the exit status, then kills it.
+    private func waitForExit() -> Int32 { process.wait(timeout: 15) }
 
     /// `shoal exec --node THIS --json STATEMENTS`, parsed.
     public func exec(_ statements: String, args: String? = nil, extra: [String] = []) throws -> ShoalBinary.Output {

@@ -1,4 +1,5 @@
 import Foundation
+import ShoalTesting
 
 /// The same replication workload through pycrdt-websocket (Yjs over websockets),
 /// run by `Benchmarks/peers/yjs_bench.py` in the same run, on the same machine.
@@ -14,21 +15,15 @@ enum PeerRun {
         guard FileManager.default.fileExists(atPath: script) else {
             return .failure(BenchError("\(script) not found (run shoal-bench from the repository's root, or pass --peer-script)"))
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [python, script, "--updates", "\(updates)"]
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
+        let run: (status: Int32, stdout: Data, stderr: Data)
         do {
-            try process.run()
+            run = try ChildProcess.run("/usr/bin/env", [python, script, "--updates", "\(updates)"], timeout: 600)
         } catch {
             return .failure(BenchError("cannot run \(python): \(error)"))
         }
-        let output = out.fileHandleForReading.readDataToEndOfFile()
-        let errors = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0,
+        let output = run.stdout
+        let errors = String(decoding: run.stderr, as: UTF8.self)
+        guard run.status == 0,
             let object = try? JSONSerialization.jsonObject(with: output) as? [String: Any],
             let oneHop = object["oneHopSeconds"] as? Double, let twoHops = object["twoHopSeconds"] as? Double
         else {

@@ -49,21 +49,16 @@ extension ProcessSuites {
         #expect(subscribed.stdout.contains("SELECT * FROM boats WHERE car = :car"))
 
         // observe too: its first line is the result for the large argument.
-        let observer = Process()
-        observer.executableURL = URL(fileURLWithPath: ShoalBinary.path)
-        observer.arguments = ["observe", "--node", node.address, "--json", "--args", "-", "SELECT _id FROM cars WHERE blob = :b"]
-        let output = Pipe(), input = Pipe()
-        observer.standardOutput = output
-        observer.standardError = FileHandle.nullDevice
-        observer.standardInput = input
-        try observer.run()
+        let observer = try ChildProcess(
+            ShoalBinary.path, ["observe", "--node", node.address, "--json", "--args", "-", "SELECT _id FROM cars WHERE blob = :b"],
+            stdin: .pipe, stdout: .pipe)
         defer {
-            if observer.isRunning { observer.terminate() }
-            observer.waitUntilExit()
+            observer.send(SIGTERM)
+            observer.wait()
         }
-        let lines = LineCollector(output.fileHandleForReading)
-        input.fileHandleForWriting.write(Data("{\"b\": \"\(Self.blob)x\"}".utf8))
-        try input.fileHandleForWriting.close()
+        let lines = LineCollector(observer.output!)
+        #expect(observer.input!.write(Data("{\"b\": \"\(Self.blob)x\"}".utf8)))
+        observer.input!.close()
         #expect(eventually { lines.lines.count >= 1 })
         #expect(lines.lines.first == "{\"items\":[{\"_id\":\"stdin\"}],\"transactionIDs\":[]}")
 

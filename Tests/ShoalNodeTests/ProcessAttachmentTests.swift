@@ -195,25 +195,17 @@ extension ProcessSuites {
             let outPath = directory.path + "/out", errPath = directory.path + "/err"
             _ = FileManager.default.createFile(atPath: outPath, contents: nil)
             _ = FileManager.default.createFile(atPath: errPath, contents: nil)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: ShoalBinary.path)
-            process.arguments = arguments
-            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
-            process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
-            process.standardInput = FileHandle.nullDevice
-            try process.run()
+            let process = try ChildProcess(ShoalBinary.path, arguments, stdout: .file(outPath), stderr: .file(errPath))
             let deadline = Date().addingTimeInterval(300)
             while process.isRunning && Date() < deadline {
                 if killWhen() {
-                    kill(process.processIdentifier, SIGKILL)
+                    process.send(SIGKILL)
                     break
                 }
                 usleep(20_000)
             }
-            if process.isRunning && Date() >= deadline { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
             return Run(
-                status: process.terminationStatus,
+                status: process.wait(timeout: max(0, deadline.timeIntervalSinceNow)),
                 stdout: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
                 stderr: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
         }

@@ -47,18 +47,14 @@ extension ProcessSuites {
         let dirs = TemporaryDirectory(prefix: "shoal-watch")
         defer { dirs.remove() }
         let node = try NodeProcess(name: "watched", dataDirectory: dirs.path + "/n")
-        let watcher = Process()
-        watcher.executableURL = URL(fileURLWithPath: ShoalBinary.path)
-        watcher.arguments = ["status", "--node", node.address, "--watch", "0.2"]
-        let out = Pipe()
-        watcher.standardOutput = out
-        watcher.standardError = FileHandle.nullDevice
-        try watcher.run()
+        let watcher = try ChildProcess(ShoalBinary.path, ["status", "--node", node.address, "--watch", "0.2"], stdout: .pipe)
+        let output = LineCollector(watcher.output!)
         // Long enough for three redraws even on a loaded machine (each is a new connection).
         Thread.sleep(forTimeInterval: 4)
-        watcher.interrupt()
-        watcher.waitUntilExit()
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        watcher.send(SIGINT)
+        watcher.wait(timeout: 15)
+        #expect(eventually { output.isFinished })
+        let text = output.text
         let frames = text.components(separatedBy: "\u{1B}[H\u{1B}[2J").filter { !$0.isEmpty }
         #expect(frames.count >= 3, "\(frames.count) redraws: \(text)")
         #expect(frames.allSatisfy { $0.contains("Node watched") })

@@ -98,14 +98,8 @@ struct ProcessDiskTests {
 /// Mounting small filesystems for the disk tests.
 enum TmpfsMount {
     static func run(_ command: String, _ arguments: [String]) -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: command)
-        process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { return -1 }
-        process.waitUntilExit()
-        return process.terminationStatus
+        guard let process = try? ChildProcess(command, arguments) else { return -1 }
+        return process.wait(timeout: 60)
     }
 
     static func mount(_ arguments: [String]) -> Bool { run("/bin/mount", arguments) == 0 }
@@ -122,19 +116,12 @@ enum TmpfsMount {
 
     /// `PRAGMA integrity_check` of a stopped node's database, through Python's sqlite3.
     static func integrity(_ directory: String) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
+        let run = try ChildProcess.run("/usr/bin/env", [
             "python3", "-c",
             "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('PRAGMA integrity_check').fetchone()[0])",
             directory + "/shoal.sqlite",
-        ]
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+        ], timeout: 120)
+        return String(decoding: run.stdout, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     static func bigDocuments(_ tag: String, _ n: Int) -> String {

@@ -74,20 +74,15 @@ extension ProcessSuites {
         let node = try NodeProcess(name: "busy", dataDirectory: dirs.path + "/n", extra: ["--max-admin-connections", "1"])
         #expect(try node.exec("SELECT * FROM cars").status == 0, "one at a time is within the limit")
         // An observe holds its connection for as long as it runs.
-        let observer = Process()
-        observer.executableURL = URL(fileURLWithPath: ShoalBinary.path)
-        observer.arguments = ["observe", "--node", node.address, "--json", "SELECT * FROM cars"]
-        let pipe = Pipe()
-        observer.standardOutput = pipe
-        observer.standardError = FileHandle.nullDevice
-        try observer.run()
-        let lines = LineCollector(pipe.fileHandleForReading)
+        let observer = try ChildProcess(
+            ShoalBinary.path, ["observe", "--node", node.address, "--json", "SELECT * FROM cars"], stdout: .pipe)
+        let lines = LineCollector(observer.output!)
         #expect(eventually { lines.lines.count >= 1 })
         let refused = try node.exec("SELECT * FROM cars")
         #expect(refused.status == 1)
         #expect(refused.stderr.contains("this node serves at most 1 admin connections at once (--max-admin-connections)"), "\(refused.stderr)")
-        observer.terminate()
-        observer.waitUntilExit()
+        observer.send(SIGTERM)
+        observer.wait()
         #expect(try eventually { try node.exec("SELECT * FROM cars").status == 0 }, "served again once the observer left")
     }
 

@@ -196,18 +196,13 @@ extension ProcessSuites.ProcessMeshTests {
         #expect(try eventually { try Self.documents(b!).count == 1 })
 
         // observe streams one JSON line per change.
-        let observer = Process()
-        observer.executableURL = URL(fileURLWithPath: ShoalBinary.path)
-        observer.arguments = ["observe", "--node", b!.address, "--json", "SELECT * FROM cars ORDER BY _id"]
-        let pipe = Pipe()
-        observer.standardOutput = pipe
-        observer.standardError = FileHandle.nullDevice
-        try observer.run()
+        let observer = try ChildProcess(
+            ShoalBinary.path, ["observe", "--node", b!.address, "--json", "SELECT * FROM cars ORDER BY _id"], stdout: .pipe)
         defer {
-            if observer.isRunning { observer.terminate() }
-            observer.waitUntilExit()
+            observer.send(SIGTERM)
+            observer.wait()
         }
-        let lines = LineCollector(pipe.fileHandleForReading)
+        let lines = LineCollector(observer.output!)
         #expect(eventually { lines.lines.count >= 1 })
         let write = try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'late', 'color': 'blue'})")
         let transaction = try #require(
@@ -231,31 +226,44 @@ extension ProcessSuites.ProcessMeshTests {
     }
 }
 
-/// Collects a child's output lines as they arrive.
+/// Collects a child's output as it arrives, and its lines.
 final class LineCollector: @unchecked Sendable {
-    // `buffer` and `collected` are touched only under `lock`.
+    // `buffer`, `all`, `collected` and `finished` are touched only under `lock`.
     private let lock = NSLock()
     private var buffer = ""
+    private var all = ""
     private var collected: [String] = []
+    private var finished = false
 
-    init(_ handle: FileHandle) {
-        handle.readabilityHandler = { [weak self] h in
-            let data = h.availableData
-            guard let self, !data.isEmpty else { return }
-            self.lock.lock()
-            self.buffer += String(decoding: data, as: UTF8.self)
-            while let newline = self.buffer.firstIndex(of: "\n") {
-                self.collected.append(String(self.buffer[..<newline]))
-                self.buffer = String(self.buffer[self.buffer.index(after: newline)...])
+    /// Reads `pipe` on a thread of its own until the child closes it.
+    init(_ pipe: ChildPipe) {
+        Thread.detachNewThread { [self] in
+            while case let data = pipe.read(), !data.isEmpty {
+                let text = String(decoding: data, as: UTF8.self)
+                locked {
+                    all += text
+                    buffer += text
+                    while let newline = buffer.firstIndex(of: "\n") {
+                        collected.append(String(buffer[..<newline]))
+                        buffer = String(buffer[buffer.index(after: newline)...])
+                    }
+                }
             }
-            self.lock.unlock()
+            locked { finished = true }
         }
     }
 
-    var lines: [String] {
+    /// The complete lines so far.
+    var lines: [String] { locked { collected } }
+    /// Everything read so far.
+    var text: String { locked { all } }
+    /// Whether the child has closed its end.
+    var isFinished: Bool { locked { finished } }
+
+    private func locked<T>(_ body: () -> T) -> T {
         lock.lock()
         defer { lock.unlock() }
-        return collected
+        return body()
     }
 }
 

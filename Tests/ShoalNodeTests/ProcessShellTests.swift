@@ -12,34 +12,22 @@ extension ProcessSuites {
 @Suite(.serialized) struct ShellProcessTests {
     /// A `shoal shell` whose input the test writes line by line, reading what it prints.
     final class ShellProcess {
-        let process = Process()
-        private let input = Pipe()
-        private let output = Shared("")
-        private let errors = Shared("")
+        let process: ChildProcess
+        private let output: LineCollector
+        private let errors: LineCollector
 
         init(node: NodeProcess) throws {
-            process.executableURL = URL(fileURLWithPath: ShoalBinary.path)
-            process.arguments = ["shell", "--node", node.address]
-            let out = Pipe(), err = Pipe()
-            process.standardInput = input
-            process.standardOutput = out
-            process.standardError = err
-            try process.run()
-            for (pipe, text) in [(out, output), (err, errors)] {
-                let handle = pipe.fileHandleForReading
-                Thread.detachNewThread {
-                    while case let data = handle.availableData, !data.isEmpty {
-                        text.withLock { $0 += String(decoding: data, as: UTF8.self) }
-                    }
-                }
-            }
+            process = try ChildProcess(
+                ShoalBinary.path, ["shell", "--node", node.address], stdin: .pipe, stdout: .pipe, stderr: .pipe)
+            output = LineCollector(process.output!)
+            errors = LineCollector(process.errors!)
         }
 
-        var stdout: String { output.withLock { $0 } }
-        var stderr: String { errors.withLock { $0 } }
+        var stdout: String { output.text }
+        var stderr: String { errors.text }
 
         func send(_ line: String) {
-            input.fileHandleForWriting.write(Data((line + "\n").utf8))
+            process.input!.write(Data((line + "\n").utf8))
         }
 
         /// Sends a line and waits until the output holds `expected`.
@@ -49,21 +37,14 @@ extension ProcessSuites {
         }
 
         func kill() {
-            Glibc.kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            process.send(SIGKILL)
+            process.wait()
         }
 
         /// Closes its input and waits for its exit status.
         func finish() -> Int32 {
-            try? input.fileHandleForWriting.close()
-            _ = eventually(20) { !process.isRunning }
-            if process.isRunning { kill() }
-            process.waitUntilExit()
-            return process.terminationStatus
-        }
-
-        deinit {
-            if process.isRunning { kill() }
+            process.input!.close()
+            return process.wait(timeout: 20)
         }
     }
 
