@@ -19,10 +19,11 @@ public enum ShoalBinary {
         public var stderr: String
     }
 
-    /// Runs `shoal ARGS...` to completion (30 s at most) and returns what it printed;
-    /// `input`, if given, is its standard input.
+    /// Runs `shoal ARGS...` to completion and returns what it printed; `input`, if
+    /// given, is its standard input. A command still running after two minutes (far
+    /// beyond any test's, even on a loaded machine) is killed.
     public static func run(_ arguments: [String], input: Data? = nil) throws -> Output {
-        let result = try ChildProcess.run(path, arguments, input: input)
+        let result = try ChildProcess.run(path, arguments, input: input, timeout: 120)
         return Output(
             status: result.status, stdout: String(decoding: result.stdout, as: UTF8.self),
             stderr: String(decoding: result.stderr, as: UTF8.self))
