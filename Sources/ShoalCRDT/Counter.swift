@@ -23,13 +23,14 @@ public enum Counter {
     }
 
     public static func counterName(ofContribution name: String) -> String? {
-        guard let index = name.firstIndex(of: separator) else { return nil }
+        // By byte (see `RegisterName.isPath`); the index is a character boundary.
+        guard let index = name.utf8.firstIndex(of: separatorByte) else { return nil }
         return String(name[..<index])
     }
 
     /// Whether `name` is `site`'s own contribution to some counter.
     public static func isContribution(_ name: String, of site: SiteID) -> Bool {
-        guard let index = name.firstIndex(of: separator) else { return false }
+        guard let index = name.utf8.firstIndex(of: separatorByte) else { return false }
         return name[name.index(after: index)...] == site.description
     }
 

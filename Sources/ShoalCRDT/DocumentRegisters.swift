@@ -13,6 +13,11 @@ public enum RegisterName {
     public static let pathSeparator: Character = "\u{1E}"
     /// `pathSeparator` as its one UTF-8 byte.
     public static let pathSeparatorByte: UInt8 = 0x1E
+
+    /// Whether `name` names a MAP entry (it has a path separator). Checked by byte: an
+    /// ASCII control is in no other character's UTF-8, and `String.contains` of a
+    /// `Character` walks grapheme clusters.
+    public static func isPath(_ name: String) -> Bool { name.utf8.contains(pathSeparatorByte) }
     /// The register of a document's `_id`.
     public static let idField = "_id"
     public static let removedValue = ""
@@ -108,7 +113,7 @@ public struct DocumentRegisters: Sendable, Hashable {
     public static func == (lhs: Self, rhs: Self) -> Bool { lhs.registers == rhs.registers }
     public func hash(into hasher: inout Hasher) { hasher.combine(registers) }
 
-    private static func isEntryName(_ name: String) -> Bool { name.contains(RegisterName.pathSeparator) }
+    private static func isEntryName(_ name: String) -> Bool { RegisterName.isPath(name) }
 
     public subscript(name: String) -> RegisterState? { registers[name] }
     public var isEmpty: Bool { registers.isEmpty }
@@ -182,7 +187,7 @@ public struct DocumentRegisters: Sendable, Hashable {
         // Every name this returns is an entry name (`exact` holds the separator too).
         guard entryNames > 0 else { return [] }
         let below = prefix + String(RegisterName.pathSeparator)
-        let exact = prefix.contains(RegisterName.pathSeparator) ? prefix : nil
+        let exact = RegisterName.isPath(prefix) ? prefix : nil
         return registers.compactMap { name, state in
             guard !state.isRemoval, name == exact || name.hasPrefix(below) else { return nil }
             return (name, state.version)
@@ -352,7 +357,7 @@ public struct DocumentRegisters: Sendable, Hashable {
                 if !state.isRemoval, let c = Counter.Contribution(try state.value()) { contributions[counter, default: []].append(c) }
                 continue
             }
-            if name.contains(RegisterName.pathSeparator) {
+            if RegisterName.isPath(name) {
                 guard !state.isRemoval else { continue }
                 let path = name.split(separator: RegisterName.pathSeparator, omittingEmptySubsequences: false).map(String.init)
                 entries[path[0], default: []].append((Array(path.dropFirst()), try state.value(), state.version, state.isEmptyObject))

@@ -172,7 +172,9 @@ enum RegisterRows {
 
     /// Whether a user may write this top-level field name.
     static func checkWritable(_ name: String, collection: String) throws(StoreError) {
-        if name.contains(Counter.separator) || name.contains(RegisterName.pathSeparator) {
+        // By byte: both are ASCII controls, which no other character's UTF-8 contains
+        // (and `String.contains` of a `Character` walks grapheme clusters).
+        if name.utf8.contains(where: { $0 == Counter.separatorByte || $0 == RegisterName.pathSeparatorByte }) {
             throw StoreError(.invalidDocument, "\(collection): field names may not contain the characters U+001E or U+001F")
         }
         if name.hasPrefix("_") && name != "_id" {

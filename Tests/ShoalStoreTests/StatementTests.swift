@@ -162,9 +162,14 @@ import Testing
             await #expect {
                 try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', '_secret': 1})")
             } throws: { ($0 as? StoreError)?.message.contains("reserved") == true }
-            await #expect(throws: StoreError.self) {
-                try await store.execute("INSERT INTO c DOCUMENTS (:d)", arguments: ["d": ["_id": "z", "a\u{1E}b": 1]])
+            // The separators of nested paths and counter sites, anywhere in a name, even
+            // after a character that combines with what follows it.
+            for name in ["a\u{1E}b", "\u{1F}", "é\u{1F}", "x\u{301}\u{1E}"] {
+                await #expect {
+                    try await store.execute("INSERT INTO c DOCUMENTS (:d)", arguments: ["d": ["_id": "z", .init(name): 1]])
+                } throws: { ($0 as? StoreError)?.message.contains("may not contain the characters U+001E or U+001F") == true }
             }
+            #expect(await (try? store.execute("SELECT * FROM c WHERE _id = 'z'"))?.items.isEmpty == true)
             await #expect {
                 try await store.execute("INSERT INTO COLLECTION c (photo ATTACHMENT) DOCUMENTS ({'_id': 'p', 'photo': 'not a token'})")
             } throws: { ($0 as? StoreError)?.message.contains("is an ATTACHMENT") == true }
