@@ -18,6 +18,7 @@ public enum RegisterName {
     /// ASCII control is in no other character's UTF-8, and `String.contains` of a
     /// `Character` walks grapheme clusters.
     public static func isPath(_ name: String) -> Bool { name.utf8.contains(pathSeparatorByte) }
+
     /// The register of a document's `_id`.
     public static let idField = "_id"
     public static let removedValue = ""
