@@ -175,23 +175,19 @@ public final class InboundWriter: InboundWriting {
                 touched[slot].won[delta.field] = (state, delta.index)
             }
         }
-        var append = try HotStatement(db, sql: FieldSQL.appendLog)
+        // The log leaves out what it holds already (`logged`).
+        var log = LogAppender(db, site: id.origin.rawValue, sequence: id.sequence, deltaCount: Int(record.deltaCount))
         for (slot, pack) in packs.enumerated() where !pack.isEmpty {
             let document = touched[slot].document
-            append.bind(document.collection)
-            append.bind(document.id)
-            append.bind(origin)
-            append.bind(seq)
-            append.bind(Int64(record.deltaCount))
-            append.bind(Int64(counts[document] ?? 1))
-            append.bind(pack.bytes)
-            try append.run()
-            let sequence = UInt64(db.lastInsertedRowID)
-            if lastSequence == nil { appended.after = sequence - 1 }
-            lastSequence = sequence
+            try log.append(document, deltaCount: Int(counts[document] ?? 1), pack.bytes)
             appended.collections.insert(document.collection)
-            if appended.transactions.last != id { appended.transactions.append(id) }
             outcome.logged += pack.count
+        }
+        try log.finish()
+        if let first = log.first, let last = log.last {
+            if lastSequence == nil { appended.after = first - 1 }
+            lastSequence = last
+            if appended.transactions.last != id { appended.transactions.append(id) }
         }
         for field in contextFields {
             let i = try slot(for: field.document, expecting: 1, &touched, &slots, &statements)
@@ -203,16 +199,13 @@ public final class InboundWriter: InboundWriting {
         var dirty = 0
         for entry in touched where !entry.won.isEmpty {
             let document = entry.document
-            for (name, write) in entry.won {
-                try RegisterRows.save(
-                    &statements.upsert, collection: document.collection, key: document.id, name: name, state: write.state,
-                    index: Int(write.index))
-            }
+            try statements.upsert.save(collection: document.collection, key: document.id, entry.won)
             outcome.won += entry.won.count
-            try RegisterRows.saveBody(db, &statements.body, collection: document.collection, key: document.id, entry.registers)
+            try statements.bodies.save(collection: document.collection, key: document.id, entry.registers)
             commit.collections.insert(document.collection)
             dirty += 1
         }
+        try statements.bodies.finish()
         outcome.changedDocuments += dirty
         if let state, let rest {
             try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [

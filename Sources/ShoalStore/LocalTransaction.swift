@@ -42,6 +42,8 @@ struct LocalTransaction {
     /// The live bodies written since `takeWrittenBodies()`: collection, key and size
     /// in bytes, for the document size limits.
     private var writtenBodies: [(collection: String, key: String, bytes: Int)] = []
+    /// The register upserts, prepared once for all the documents of this access.
+    private var upserts: RegisterRows.Upserts
 
     var sequence: Int64 { progress.sequence }
     var evicted: Bool { progress.evicted }
@@ -51,6 +53,7 @@ struct LocalTransaction {
         self.site = site
         self.clock = clock
         self.progress = progress
+        upserts = RegisterRows.Upserts(db)
     }
 
     /// The progress of a transaction that starts now: numbered after the last one committed.
@@ -253,16 +256,13 @@ struct LocalTransaction {
         if !kept.isEmpty { try RegisterRows.dropEvicted(db, collection: collection, key: key, kept: kept, now: editor.registers) }
         guard !editor.written.isEmpty else { return false }
         // A register written twice keeps its last state; every write is a delta.
-        var last: [String: (state: RegisterState, index: Int)] = Dictionary(minimumCapacity: editor.written.count)
+        var last: [String: (state: RegisterState, index: UInt32)] = Dictionary(minimumCapacity: editor.written.count)
         for (name, state) in editor.written {
-            last[name] = (state, progress.pending.count)
+            last[name] = (state, UInt32(truncatingIfNeeded: progress.pending.count))
             progress.pending.append(
                 PendingDelta(collection: collection, key: key, field: name, json: state.json, ts: state.version.timestamp))
         }
-        var upsert = try HotStatement(db, sql: RegisterRows.upsert)
-        for (name, write) in last {
-            try RegisterRows.save(&upsert, collection: collection, key: key, name: name, state: write.state, index: write.index)
-        }
+        try upserts.save(collection: collection, key: key, last)
         if let bytes = try RegisterRows.saveBody(db, collection: collection, key: key, editor.registers) {
             writtenBodies.append((collection, key, bytes))
         }
@@ -351,9 +351,8 @@ struct LocalTransaction {
             }
             start = end
         }
-        var insert = try HotStatement(db, sql: FieldSQL.appendLog)
+        var log = LogAppender(db, site: site.rawValue, sequence: UInt64(sequence), deltaCount: pending.count)
         var packed = PackedDeltas()
-        var first: UInt64?
         var counts: [(collection: String, deltas: Int)] = []
         counts.reserveCapacity(documents.count)
         func pack(_ range: Range<Int>) {
@@ -367,21 +366,14 @@ struct LocalTransaction {
             pack(run)
             for range in more { pack(range) }
             counts.append((document.collection, packed.count))
-            insert.bind(document.collection)
-            insert.bind(document.id)
-            insert.bind(site.rawValue)
-            insert.bind(sequence)
-            insert.bind(pending.count)
-            insert.bind(packed.count)
-            insert.bind(packed.bytes)
-            try insert.run()
-            if first == nil { first = UInt64(db.lastInsertedRowID) }
+            try log.append(document, deltaCount: packed.count, packed.bytes)
         }
-        let last = UInt64(db.lastInsertedRowID)
+        try log.finish()
+        let last = log.last ?? UInt64(db.lastInsertedRowID)
         let manifest = CollectionCount.manifest(documents: counts)
         // The log's rows are numbered on from its last one: this transaction's follow it.
         let appended = LogEnd.Appended(
-            after: (first ?? last) - 1, collections: Set(manifest.map(\.collection)), transactions: [transaction])
+            after: (log.first ?? last) - 1, collections: Set(manifest.map(\.collection)), transactions: [transaction])
         try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [
             Int64(bitPattern: site.rawValue), sequence, pending.count, documents.count,
             CollectionCount.encode(manifest), TransactionRecord.State.applied.rawValue, "", "", 0,
@@ -409,12 +401,6 @@ struct LocalTransaction {
 
 /// Change-log and transaction SQL shared by local and remote writes, prepared once per connection.
 enum FieldSQL {
-    /// Logs deltas of one transaction to one document (`PackedDeltas`); the writers
-    /// leave out what the log holds already.
-    static let appendLog = """
-        INSERT INTO change_log (collection, doc_id, txn_site, txn_seq, txn_count, doc_deltas, deltas)
-        VALUES (?, ?, ?, ?, ?, ?, ?)
-        """
     /// The log rows of one transaction, in log order.
     static let transactionRows = "SELECT collection, doc_id, deltas FROM change_log WHERE txn_site = ? AND txn_seq = ? ORDER BY seq"
     static let insertTransaction = """

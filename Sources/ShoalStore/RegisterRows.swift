@@ -33,12 +33,6 @@ struct FieldRecord {
 /// Every statement is prepared once per connection.
 enum RegisterRows {
     static let load = "SELECT \(FieldRecord.columns) FROM field WHERE collection = ? AND doc_id = ?"
-    static let upsert = """
-        INSERT INTO field (collection, doc_id, name, value, ts, site, txn_seq, txn_index, txn_count, txn_site)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
-        ON CONFLICT (collection, doc_id, name) DO UPDATE SET value = excluded.value, ts = excluded.ts,
-            site = excluded.site, txn_seq = excluded.txn_seq, txn_index = excluded.txn_index, txn_site = excluded.txn_site
-        """
     static let saveBody = """
         INSERT INTO document (collection, doc_id, body, deleted) VALUES (?, ?, ?, 0)
         ON CONFLICT (collection, doc_id) DO UPDATE SET body = excluded.body, deleted = 0
@@ -56,13 +50,70 @@ enum RegisterRows {
     /// looked up in the connection's cache once rather than once per row.
     struct Statements {
         var load: HotStatement
-        var upsert: HotStatement
-        var body: HotStatement
+        var upsert: Upserts
+        var bodies: Bodies
 
         init(_ db: Database) throws {
             load = try HotStatement(db, sql: RegisterRows.load)
-            upsert = try HotStatement(db, sql: RegisterRows.upsert)
-            body = try HotStatement(db, sql: RegisterRows.saveBody)
+            upsert = Upserts(db)
+            bodies = Bodies(db)
+        }
+    }
+
+    /// The most registers one upsert statement writes (`upsertSQL`).
+    static let rowsPerUpsert = 8
+
+    /// The register upserts for 1 to `rowsPerUpsert` registers of one document: the
+    /// collection and key are parameters 1 and 2, bound once; each row's own seven
+    /// follow in order. One statement per document rather than per register.
+    static let upsertSQL = MultiRowStatements.statements(upTo: rowsPerUpsert) { rows in
+        """
+        INSERT INTO field (collection, doc_id, name, value, ts, site, txn_seq, txn_index, txn_count, txn_site)
+        VALUES \(MultiRowStatements.values("(?1, ?2, ?, ?, ?, ?, ?, ?, 0, ?)", count: rows))
+        ON CONFLICT (collection, doc_id, name) DO UPDATE SET value = excluded.value, ts = excluded.ts,
+            site = excluded.site, txn_seq = excluded.txn_seq, txn_index = excluded.txn_index, txn_site = excluded.txn_site
+        """
+    }
+
+    /// Writes the registers of documents, those of one document in as few statements as
+    /// `rowsPerUpsert` allows.
+    struct Upserts {
+        let db: Database
+        private var statements = MultiRowStatements(RegisterRows.upsertSQL)
+
+        init(_ db: Database) { self.db = db }
+
+        /// Writes registers of one document (`index`: each one's delta's position in
+        /// the writing transaction).
+        mutating func save(collection: String, key: String, _ writes: [String: (state: RegisterState, index: UInt32)]) throws {
+            var left = writes.count
+            var statement: HotStatement?
+            var rows = 0, bound = 0
+            for (name, write) in writes {
+                if statement == nil {
+                    rows = min(left, RegisterRows.rowsPerUpsert)
+                    statement = try statements.take(db, rows: rows)
+                    statement!.bind(collection)
+                    statement!.bind(key)
+                }
+                statement!.bind(name)
+                statement!.bind(write.state.json)
+                statement!.bind(write.state.version.timestamp.rawValue)
+                statement!.bind(write.state.version.site.rawValue)
+                statement!.bind(write.state.transaction.sequence)
+                statement!.bind(Int64(write.index))
+                statement!.bind(write.state.transaction.origin.rawValue)
+                left -= 1
+                bound += 1
+                if bound == rows {
+                    defer {
+                        statements.keep(statement!, rows: rows)
+                        statement = nil
+                        bound = 0
+                    }
+                    try statement!.run()
+                }
+            }
         }
     }
 
@@ -83,28 +134,6 @@ enum RegisterRows {
             return true
         }
         return DocumentRegisters(registers)
-    }
-
-    /// Writes one register (`index`: its delta's position in the writing transaction).
-    static func save(_ db: Database, collection: String, key: String, name: String, state: RegisterState, index: Int) throws {
-        var statement = try HotStatement(db, sql: upsert)
-        try save(&statement, collection: collection, key: key, name: name, state: state, index: index)
-    }
-
-    /// Writes one register through a prepared `upsert`.
-    static func save(
-        _ statement: inout HotStatement, collection: String, key: String, name: String, state: RegisterState, index: Int
-    ) throws {
-        statement.bind(collection)
-        statement.bind(key)
-        statement.bind(name)
-        statement.bind(state.json)
-        statement.bind(state.version.timestamp.rawValue)
-        statement.bind(state.version.site.rawValue)
-        statement.bind(state.transaction.sequence)
-        statement.bind(index)
-        statement.bind(state.transaction.origin.rawValue)
-        try statement.run()
     }
 
     /// Keeps what EVICT must not forget of a document (`DocumentRegisters.counters(of:)`),
@@ -139,35 +168,95 @@ enum RegisterRows {
     /// Returns the size of a live body in bytes (nil for no live body).
     @discardableResult
     static func saveBody(_ db: Database, collection: String, key: String, _ registers: DocumentRegisters) throws -> Int? {
-        var statement = try HotStatement(db, sql: saveBody)
-        return try self.saveBody(db, &statement, collection: collection, key: key, registers)
-    }
-
-    /// Saves a body (see the other `saveBody`), a live one through a prepared `saveBody`.
-    @discardableResult
-    static func saveBody(
-        _ db: Database, _ statement: inout HotStatement, collection: String, key: String, _ registers: DocumentRegisters
-    ) throws -> Int? {
-        let body: DocumentRegisters.Body.Text
-        do {
-            body = try registers.materializedJSON(key: key)
-        } catch {
-            throw StoreError(.database, "a stored register of \(collection) \(key) is not valid JSON: \(error)")
-        }
-        switch body {
+        switch try body(of: registers, collection: collection, key: key) {
         case .live(let json):
+            var statement = try HotStatement(db, sql: saveBody)
             statement.bind(collection)
             statement.bind(key)
             statement.bind(json)
             try statement.run()
             return json.utf8.count
         case .deleted:
-            try db.cachedStatement(sql: "UPDATE document SET deleted = 1 WHERE collection = ? AND doc_id = ?")
-                .execute(arguments: [collection, key])
+            try saveNoBody(db, collection: collection, key: key, deleted: true)
         case .absent:
-            try db.cachedStatement(sql: "DELETE FROM document WHERE collection = ? AND doc_id = ?").execute(arguments: [collection, key])
+            try saveNoBody(db, collection: collection, key: key, deleted: false)
         }
         return nil
+    }
+
+    /// What `registers` materialize to.
+    static func body(of registers: DocumentRegisters, collection: String, key: String) throws -> DocumentRegisters.Body.Text {
+        do {
+            return try registers.materializedJSON(key: key)
+        } catch {
+            throw StoreError(.database, "a stored register of \(collection) \(key) is not valid JSON: \(error)")
+        }
+    }
+
+    /// Flags a document's body deleted, or with `deleted` false, drops its row.
+    static func saveNoBody(_ db: Database, collection: String, key: String, deleted: Bool) throws {
+        if deleted {
+            try db.cachedStatement(sql: "UPDATE document SET deleted = 1 WHERE collection = ? AND doc_id = ?")
+                .execute(arguments: [collection, key])
+        } else {
+            try db.cachedStatement(sql: "DELETE FROM document WHERE collection = ? AND doc_id = ?").execute(arguments: [collection, key])
+        }
+    }
+
+    /// Saves the bodies of many documents (as `saveBody` does), the live ones several
+    /// to a statement: a body is held until `rowsPerUpsert` are waiting, a document
+    /// with no live body is written, or `finish()`.
+    ///
+    /// Nothing reads a held body before `finish()`: the remote apply, which uses it,
+    /// reads registers only. A document may be saved at most once between flushes (one
+    /// statement may not update a row twice); the apply saves each document once.
+    struct Bodies {
+        let db: Database
+        private var waiting: [(collection: String, key: String, json: String)] = []
+        private var statements = MultiRowStatements(Bodies.upsertSQL)
+
+        /// The body upserts for 1 to `rowsPerUpsert` documents.
+        static let upsertSQL = MultiRowStatements.statements(upTo: RegisterRows.rowsPerUpsert) { rows in
+            """
+            INSERT INTO document (collection, doc_id, body, deleted) VALUES \(MultiRowStatements.values("(?, ?, ?, 0)", count: rows))
+            ON CONFLICT (collection, doc_id) DO UPDATE SET body = excluded.body, deleted = 0
+            """
+        }
+
+        init(_ db: Database) {
+            self.db = db
+            waiting.reserveCapacity(RegisterRows.rowsPerUpsert)
+        }
+
+        mutating func save(collection: String, key: String, _ registers: DocumentRegisters) throws {
+            switch try RegisterRows.body(of: registers, collection: collection, key: key) {
+            case .live(let json):
+                waiting.append((collection, key, json))
+                if waiting.count == RegisterRows.rowsPerUpsert { try flush() }
+            case .deleted:
+                try finish()
+                try RegisterRows.saveNoBody(db, collection: collection, key: key, deleted: true)
+            case .absent:
+                try finish()
+                try RegisterRows.saveNoBody(db, collection: collection, key: key, deleted: false)
+            }
+        }
+
+        /// Writes the bodies held.
+        mutating func finish() throws {
+            if !waiting.isEmpty { try flush() }
+        }
+
+        private mutating func flush() throws {
+            try statements.run(db, rows: waiting.count) { statement in
+                for body in waiting {
+                    statement.bind(body.collection)
+                    statement.bind(body.key)
+                    statement.bind(body.json)
+                }
+            }
+            waiting.removeAll(keepingCapacity: true)
+        }
     }
 
     /// Whether a user may write this top-level field name.
