@@ -267,7 +267,8 @@ public enum JSON {
                 end += 1
             }
             if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
-                guard let s = String(validating: bytes[index..<end], as: UTF8.self) else { throw error("invalid UTF-8 in a string") }
+                let text = bytes.withUnsafeBufferPointer { UTF8Text.string(validating: UnsafeBufferPointer(rebasing: $0[index..<end])) }
+                guard let s = text else { throw error("invalid UTF-8 in a string") }
                 index = end + 1
                 return s
             }
@@ -317,7 +318,7 @@ public enum JSON {
                 default: throw error("unknown escape '\\\(Character(UnicodeScalar(e)))'")
                 }
             }
-            guard let s = String(validating: out, as: UTF8.self) else { throw error("invalid UTF-8 in a string") }
+            guard let s = out.withUnsafeBufferPointer({ UTF8Text.string(validating: $0) }) else { throw error("invalid UTF-8 in a string") }
             return s
         }
 

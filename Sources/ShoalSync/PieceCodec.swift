@@ -340,7 +340,7 @@ public enum PieceCodec {
     /// The text is UTF-8, and canonical JSON, empty (a removed register) or `~` and a
     /// site in hex (an observed map-entry removal).
     static func value(_ bytes: Data, what: String, id: TransactionID, field: String) throws(SyncError) -> (String, Value?) {
-        guard let json = String(validating: bytes, as: UTF8.self) else {
+        guard let json = bytes.withUnsafeBytes({ UTF8Text.string(validating: $0) }) else {
             throw SyncError(.protocolViolation, "\(what): transaction \(id) has a value that is not UTF-8")
         }
         if json.isEmpty { return (json, nil) }
