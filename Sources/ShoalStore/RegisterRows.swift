@@ -228,6 +228,7 @@ enum RegisterRows {
             waiting.reserveCapacity(RegisterRows.rowsPerUpsert)
         }
 
+        /// Saves what `registers` materialize to, holding a live body for a later statement.
         mutating func save(collection: String, key: String, _ registers: DocumentRegisters) throws {
             switch try RegisterRows.body(of: registers, collection: collection, key: key) {
             case .live(let json):
