@@ -8,16 +8,11 @@
 /// fast path; only others take the general check.
 public enum UTF8Text {
     public static func string(validating bytes: UnsafeBufferPointer<UInt8>) -> String? {
-        var ascii = true
-        for byte in bytes where byte >= 0x80 {
-            ascii = false
-            break
-        }
-        if ascii { return String(decoding: bytes, as: UTF8.self) }
+        if !bytes.contains(where: { $0 >= 0x80 }) { return String(decoding: bytes, as: UTF8.self) }
         return String(validating: bytes, as: UTF8.self)
     }
 
     public static func string(validating bytes: UnsafeRawBufferPointer) -> String? {
-        string(validating: bytes.bindMemory(to: UInt8.self))
+        bytes.withMemoryRebound(to: UInt8.self) { string(validating: $0) }
     }
 }

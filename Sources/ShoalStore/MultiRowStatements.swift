@@ -28,20 +28,10 @@ struct MultiRowStatements {
         Array(repeating: row, count: count).joined(separator: ", ")
     }
 
-    /// The statement for `rows` rows, to bind and run, then hand back with `keep`.
-    mutating func take(_ db: Database, rows: Int) throws -> HotStatement {
-        try statements[rows - 1].take() ?? HotStatement(db, sql: sql[rows - 1])
-    }
-
-    /// Keeps a statement `take` gave for `rows` rows, for the next time.
-    mutating func keep(_ statement: HotStatement, rows: Int) {
-        statements[rows - 1] = statement
-    }
-
     /// Runs the statement for `rows` rows once `bind` has bound its parameters.
     mutating func run(_ db: Database, rows: Int, _ bind: (inout HotStatement) -> Void) throws {
-        var statement = try take(db, rows: rows)
-        defer { keep(statement, rows: rows) }
+        var statement = try statements[rows - 1].take() ?? HotStatement(db, sql: sql[rows - 1])
+        defer { statements[rows - 1] = statement }
         bind(&statement)
         try statement.run()
     }

@@ -86,33 +86,26 @@ enum RegisterRows {
         /// Writes registers of one document (`index`: each one's delta's position in
         /// the writing transaction).
         mutating func save(collection: String, key: String, _ writes: [String: (state: RegisterState, index: UInt32)]) throws {
+            var next = writes.startIndex
             var left = writes.count
-            var statement: HotStatement?
-            var rows = 0, bound = 0
-            for (name, write) in writes {
-                if statement == nil {
-                    rows = min(left, RegisterRows.rowsPerUpsert)
-                    statement = try statements.take(db, rows: rows)
-                    statement!.bind(collection)
-                    statement!.bind(key)
-                }
-                statement!.bind(name)
-                statement!.bind(write.state.json)
-                statement!.bind(write.state.version.timestamp.rawValue)
-                statement!.bind(write.state.version.site.rawValue)
-                statement!.bind(write.state.transaction.sequence)
-                statement!.bind(Int64(write.index))
-                statement!.bind(write.state.transaction.origin.rawValue)
-                left -= 1
-                bound += 1
-                if bound == rows {
-                    defer {
-                        statements.keep(statement!, rows: rows)
-                        statement = nil
-                        bound = 0
+            while left > 0 {
+                let rows = min(left, RegisterRows.rowsPerUpsert)
+                try statements.run(db, rows: rows) { statement in
+                    statement.bind(collection)
+                    statement.bind(key)
+                    for _ in 0..<rows {
+                        let (name, write) = writes[next]
+                        statement.bind(name)
+                        statement.bind(write.state.json)
+                        statement.bind(write.state.version.timestamp.rawValue)
+                        statement.bind(write.state.version.site.rawValue)
+                        statement.bind(write.state.transaction.sequence)
+                        statement.bind(Int64(write.index))
+                        statement.bind(write.state.transaction.origin.rawValue)
+                        next = writes.index(after: next)
                     }
-                    try statement!.run()
                 }
+                left -= rows
             }
         }
     }

@@ -22,29 +22,26 @@ import Testing
     /// updated, is stored whole on the writer and on a replica, register by register.
     @Test(arguments: [1, 6, 7, 8, 9, 16, 17, 30])
     func aDocumentOfAnyNumberOfFieldsIsStoredWhole(count: Int) async throws {
-        let dirs = (0..<2).map { _ in TemporaryDirectory() }
-        defer { dirs.forEach { $0.remove() } }
-        let writer = try DocumentStore(directory: dirs[0].path)
-        let replica = try DocumentStore(directory: dirs[1].path)
-        defer { [writer, replica].forEach { $0.close() } }
-        let fields = (0..<count).map { "'f\($0)': \($0)" }.joined(separator: ", ")
-        _ = try await writer.execute("INSERT INTO c DOCUMENTS ([{'_id': 'a', \(fields)}, {'_id': 'b', 'x': 1}])")
-        let updates = stride(from: 0, to: count, by: 2).map { "f\($0) = \(1000 + $0)" }.joined(separator: ", ")
-        _ = try await writer.execute("UPDATE c SET \(updates) WHERE _id = 'a'")
+        try await Self.withWriterAndReplica { writer, replica in
+            let fields = (0..<count).map { "'f\($0)': \($0)" }.joined(separator: ", ")
+            _ = try await writer.execute("INSERT INTO c DOCUMENTS ([{'_id': 'a', \(fields)}, {'_id': 'b', 'x': 1}])")
+            let updates = stride(from: 0, to: count, by: 2).map { "f\($0) = \(1000 + $0)" }.joined(separator: ", ")
+            _ = try await writer.execute("UPDATE c SET \(updates) WHERE _id = 'a'")
 
-        var expected = ["\"_id\":\"a\""]
-        for f in (0..<count).sorted(by: { "f\($0)" < "f\($1)" }) { expected.append("\"f\(f)\":\(f % 2 == 0 ? 1000 + f : f)") }
-        let body = "{" + expected.joined(separator: ",") + "}"
-        #expect(try await writer.execute("SELECT * FROM c WHERE _id = 'a'").items.map(\.canonicalJSON) == [body])
-        let rows = try await Self.fieldRows(writer)
-        #expect(rows.count == count + 1 + 2)
+            var expected = ["\"_id\":\"a\""]
+            for f in (0..<count).sorted(by: { "f\($0)" < "f\($1)" }) { expected.append("\"f\(f)\":\(f % 2 == 0 ? 1000 + f : f)") }
+            let body = "{" + expected.joined(separator: ",") + "}"
+            #expect(try await writer.execute("SELECT * FROM c WHERE _id = 'a'").items.map(\.canonicalJSON) == [body])
+            let rows = try await Self.fieldRows(writer)
+            #expect(rows.count == count + 1 + 2)
 
-        let outcome = try await replica.applyRemote(
-            try await writer.changes(after: 0, limit: 1000, subscriptions: ReplicationTests.everything()).pieces, from: writer.siteID)
-        #expect(outcome.won == count + 1 + 2 + (count + 1) / 2)
-        #expect(try await replica.execute("SELECT * FROM c ORDER BY _id").items.map(\.canonicalJSON)
-            == (try await writer.execute("SELECT * FROM c ORDER BY _id").items.map(\.canonicalJSON)))
-        #expect(try await Self.fieldRows(replica) == rows)
+            let outcome = try await replica.applyRemote(
+                try await writer.changes(after: 0, limit: 1000, subscriptions: ReplicationTests.everything()).pieces, from: writer.siteID)
+            #expect(outcome.won == count + 1 + 2 + (count + 1) / 2)
+            #expect(try await replica.execute("SELECT * FROM c ORDER BY _id").items.map(\.canonicalJSON)
+                == (try await writer.execute("SELECT * FROM c ORDER BY _id").items.map(\.canonicalJSON)))
+            #expect(try await Self.fieldRows(replica) == rows)
+        }
     }
 
     /// Remote transactions over many documents, the second deleting one of them
@@ -52,35 +49,42 @@ import Testing
     /// flagged), and log one row per document, numbered on from the replica's log.
     @Test(arguments: [1, 8, 9, 20])
     func remoteTransactionsOverManyDocumentsApplyWhole(documents: Int) async throws {
+        try await Self.withWriterAndReplica { writer, replica in
+            // The replica's own log comes first: the applied rows follow it.
+            _ = try await replica.execute("INSERT INTO mine DOCUMENTS ({'_id': 'm'})")
+            let docs = (0..<documents).map { "{'_id': 'd\($0)', 'n': \($0)}" }.joined(separator: ", ")
+            var through: UInt64 = 0
+            for statement in ["INSERT INTO c DOCUMENTS ([\(docs)])", "UPDATE c SET m = 1; DELETE FROM c WHERE _id = 'd\(documents / 2)'"] {
+                _ = try await writer.execute(statement)
+                let page = try await writer.changes(after: through, limit: 1000, subscriptions: ReplicationTests.everything())
+                #expect(page.pieces.count == 1)
+                _ = try await replica.applyRemote(page.pieces, from: writer.siteID)
+                through = page.through
+            }
+
+            let items = try await replica.execute("SELECT * FROM c ORDER BY n").items.map(\.canonicalJSON)
+            #expect(items == (try await writer.execute("SELECT * FROM c ORDER BY n").items.map(\.canonicalJSON)))
+            #expect(items.count == documents - 1)
+            // Every body row as the writer's, the deleted document's flag included.
+            let bodies = try await Self.bodyRows(replica)
+            #expect(bodies == (try await Self.bodyRows(writer)))
+            #expect(bodies.count == documents && bodies.filter { $0.hasSuffix(" deleted") }.count == 1)
+            let sequences = try await replica.read { db in
+                try Int64.fetchAll(db, sql: "SELECT seq FROM change_log WHERE collection = 'c' ORDER BY seq")
+            }
+            #expect(sequences == (0..<(2 * documents)).map { Int64(2 + $0) })
+            #expect(try await replica.lastSequence() == UInt64(2 * documents + 1))
+        }
+    }
+
+    /// Runs `body` on two empty stores, a writer and a replica, and removes them after.
+    static func withWriterAndReplica(_ body: (DocumentStore, DocumentStore) async throws -> Void) async throws {
         let dirs = (0..<2).map { _ in TemporaryDirectory() }
         defer { dirs.forEach { $0.remove() } }
         let writer = try DocumentStore(directory: dirs[0].path)
         let replica = try DocumentStore(directory: dirs[1].path)
         defer { [writer, replica].forEach { $0.close() } }
-        // The replica's own log comes first: the applied rows follow it.
-        _ = try await replica.execute("INSERT INTO mine DOCUMENTS ({'_id': 'm'})")
-        let docs = (0..<documents).map { "{'_id': 'd\($0)', 'n': \($0)}" }.joined(separator: ", ")
-        var through: UInt64 = 0
-        for statement in ["INSERT INTO c DOCUMENTS ([\(docs)])", "UPDATE c SET m = 1; DELETE FROM c WHERE _id = 'd\(documents / 2)'"] {
-            _ = try await writer.execute(statement)
-            let page = try await writer.changes(after: through, limit: 1000, subscriptions: ReplicationTests.everything())
-            #expect(page.pieces.count == 1)
-            _ = try await replica.applyRemote(page.pieces, from: writer.siteID)
-            through = page.through
-        }
-
-        let items = try await replica.execute("SELECT * FROM c ORDER BY n").items.map(\.canonicalJSON)
-        #expect(items == (try await writer.execute("SELECT * FROM c ORDER BY n").items.map(\.canonicalJSON)))
-        #expect(items.count == documents - 1)
-        // Every body row as the writer's, the deleted document's flag included.
-        let bodies = try await Self.bodyRows(replica)
-        #expect(bodies == (try await Self.bodyRows(writer)))
-        #expect(bodies.count == documents && bodies.filter { $0.hasSuffix(" deleted") }.count == 1)
-        let sequences = try await replica.read { db in
-            try Int64.fetchAll(db, sql: "SELECT seq FROM change_log WHERE collection = 'c' ORDER BY seq")
-        }
-        #expect(sequences == (0..<(2 * documents)).map { Int64(2 + $0) })
-        #expect(try await replica.lastSequence() == UInt64(2 * documents + 1))
+        try await body(writer, replica)
     }
 
     /// Every body row of collection `c` of `store`, in key order: `doc_id body` for a
