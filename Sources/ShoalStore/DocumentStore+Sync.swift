@@ -242,9 +242,15 @@ struct PieceReader {
     }
 
     mutating func matches(_ document: DocumentRef) throws -> Bool {
+        let whole = subscriptions.takesWholeCollection(document.collection)
+        // No WHERE to evaluate, and no EVICT that could have taken a logged document's
+        // body away: the document is wanted whatever its body (a deleted one keeps its
+        // tombstone to send; one left with no live field, or created and deleted in one
+        // remote transaction, has its removals to send). Nothing to read or remember.
+        if whole, !evicted { return true }
         if let known = matches[document] { return known }
         let matched: Bool
-        if subscriptions.takesWholeCollection(document.collection) {
+        if whole {
             // No WHERE to evaluate: a body is enough, and it need not be parsed.
             var exists = try HotStatement(db, sql: "SELECT 1 FROM document WHERE collection = ? AND doc_id = ?")
             exists.bind(document.collection)

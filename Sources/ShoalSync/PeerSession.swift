@@ -46,9 +46,17 @@ struct PeerSession: Sendable {
     }
 
     func send(_ message: WireMessage) async throws {
-        let frame = codec.encode(message)
+        try await send(codec.encode(message), deltas: Self.deltaCount(message))
+    }
+
+    /// Sends a batch of pieces read for the peer, written straight into its frame.
+    func send(_ batch: OutboundBatch) async throws {
+        try await send(codec.encode(.deltaBatch, payload: batch.payload()), deltas: batch.deltaCount)
+    }
+
+    private func send(_ frame: Frame, deltas: UInt64?) async throws {
         engine.registry.update(recordID) { $0.bytesOut += UInt64(frame.wireSize) }
-        if let deltas = Self.deltaCount(message) { engine.registry.countDeltas(recordID, out: deltas) }
+        if let deltas { engine.registry.countDeltas(recordID, out: deltas) }
         try await transport.write(frame)
     }
 
@@ -404,6 +412,8 @@ struct PeerSession: Sendable {
         switch action {
         case .send(let message):
             try await send(message)
+        case .sendBatch(let batch):
+            try await send(batch)
         case .readCursor(let set, let fromStart):
             let cursor = fromStart ? 0 : try await engine.store.cursor(peer: peer.siteID, subscriptionKey: set.key)
             logger.info(

@@ -46,115 +46,105 @@ public enum PieceCodec {
                 m.deltas = c.deltas
                 return m
             }
-            let base = piece.deltas.map(\.timestamp.rawValue).min() ?? 0
-            w.baseTimestamp = base
-            var documentIndex: [DocumentRef: Int] = Dictionary(minimumCapacity: piece.documentDeltaCounts.count)
-            // A document's deltas mostly come one after the other: a run is looked up once.
-            var run: (ref: DocumentRef, position: Int)?
-            for delta in piece.deltas {
-                let ref = DocumentRef(collection: delta.collection, id: delta.documentID)
-                let position: Int
-                if let run, run.ref == ref {
-                    position = run.position
-                } else if let known = documentIndex[ref] {
-                    position = known
-                } else {
-                    var d = Shoal_V1_DocumentDeltas()
-                    d.collection = ref.collection
-                    d.documentID = ref.id
-                    d.deltaCount = piece.documentDeltaCounts[ref] ?? 1
-                    w.documents.append(d)
-                    position = w.documents.count - 1
-                    documentIndex[ref] = position
+            let layout = PieceLayout(piece)
+            w.baseTimestamp = layout.base
+            var stepper = PieceLayout.Stepper(encoding, base: layout.base)
+            w.documents = layout.documents.map { document in
+                var d = Shoal_V1_DocumentDeltas()
+                d.collection = document.ref.collection
+                d.documentID = document.ref.id
+                d.deltaCount = document.deltaCount
+                d.deltas = document.range.map { place in
+                    let delta = piece.deltas[layout.position(place)]
+                    let numbers = stepper.next(delta)
+                    var f = Shoal_V1_FieldDelta()
+                    f.field = delta.field
+                    f.valueJson = utf8Data(delta.valueJSON)
+                    f.timestampOffset = numbers.timestampOffset
+                    f.index = numbers.index
+                    f.indexStep = numbers.indexStep
+                    f.timestampStep = numbers.timestampStep
+                    return f
                 }
-                run = (ref, position)
-                var f = Shoal_V1_FieldDelta()
-                f.field = delta.field
-                f.valueJson = utf8Data(delta.valueJSON)
-                f.timestampOffset = Int64(bitPattern: delta.timestamp.rawValue &- base)
-                f.index = delta.index
-                w.documents[position].deltas.append(f)
+                return d
             }
-            if encoding == .stepped { step(&w) }
             w.last = piece.isLast
-            w.verdicts = piece.verdicts.map { verdict in
-                var v = Shoal_V1_Verdict()
-                v.collection = verdict.collection
-                switch verdict.coverage {
-                case .notCovered(let filter):
-                    v.coverage = .notCovered
-                    if filter != receiver {
-                        if let k = filters.firstIndex(of: filter) {
-                            v.filter = UInt32(k + 1)
-                        } else {
-                            filters.append(filter)
-                            v.filter = UInt32(filters.count)
-                        }
-                    }
-                case .superseded(let ids):
-                    v.coverage = .superseded
-                    v.supersededBy = ids.map { id in
-                        var r = Shoal_V1_TransactionRef()
-                        r.originSite = id.origin.rawValue
-                        r.originSequence = id.sequence
-                        return r
-                    }
-                case .unknown:
-                    v.coverage = .unknown
-                }
-                return v
-            }
-            var contextIndex: [DocumentRef: Int] = [:]
-            for field in piece.context {
-                if contextIndex[field.document] == nil {
-                    var c = Shoal_V1_ContextDocument()
-                    c.collection = field.document.collection
-                    c.documentID = field.document.id
-                    w.context.append(c)
-                    contextIndex[field.document] = w.context.count - 1
-                }
-                var f = Shoal_V1_ContextField()
-                f.field = field.field
-                f.valueJson = utf8Data(field.valueJSON)
-                f.timestamp = field.timestamp.rawValue
-                f.originSite = field.transaction.origin.rawValue
-                f.originSequence = field.transaction.sequence
-                w.context[contextIndex[field.document]!].fields.append(f)
-            }
+            w.verdicts = verdictMessages(piece, receiver: receiver, filters: &filters)
+            w.context = contextMessages(piece)
             return w
         }
-        return (
-            wire,
-            filters.map { filter in
-                var f = Shoal_V1_SubscriptionFilter()
-                f.subscriptions = filter.entries.map { entry in
-                    var s = Shoal_V1_Subscription()
-                    s.id = StableHash.fnv1a(entry.query + "\u{0}" + (entry.argumentsJSON.isEmpty ? "{}" : entry.argumentsJSON))
-                    s.query = entry.query
-                    s.argumentsJson = entry.argumentsJSON
-                    return s
-                }
-                return f
-            }
-        )
+        return (wire, filterMessages(filters))
     }
 
-    /// Turns a piece's absolute positions and timestamp offsets into steps from the
-    /// delta before, in the order the deltas stand in the piece.
-    static func step(_ w: inout Shoal_V1_TransactionPiece) {
-        var index = UInt32.max  // -1, modulo 2^32
-        var timestamp = w.baseTimestamp &- 1
-        for d in w.documents.indices {
-            for f in w.documents[d].deltas.indices {
-                let delta = w.documents[d].deltas[f]
-                let absolute = w.baseTimestamp &+ UInt64(bitPattern: delta.timestampOffset)
-                w.documents[d].deltas[f].indexStep = Int32(bitPattern: delta.index &- index &- 1)
-                w.documents[d].deltas[f].timestampStep = Int64(bitPattern: absolute &- timestamp &- 1)
-                w.documents[d].deltas[f].index = 0
-                w.documents[d].deltas[f].timestampOffset = 0
-                index = delta.index
-                timestamp = absolute
+    /// The verdicts of `piece` as messages; a `NOT_COVERED` filter other than
+    /// `receiver` goes into `filters`, and the verdict names its place there from 1.
+    static func verdictMessages(
+        _ piece: TransactionPiece, receiver: SubscriptionFilter, filters: inout [SubscriptionFilter]
+    ) -> [Shoal_V1_Verdict] {
+        piece.verdicts.map { verdict in
+            var v = Shoal_V1_Verdict()
+            v.collection = verdict.collection
+            switch verdict.coverage {
+            case .notCovered(let filter):
+                v.coverage = .notCovered
+                if filter != receiver {
+                    if let k = filters.firstIndex(of: filter) {
+                        v.filter = UInt32(k + 1)
+                    } else {
+                        filters.append(filter)
+                        v.filter = UInt32(filters.count)
+                    }
+                }
+            case .superseded(let ids):
+                v.coverage = .superseded
+                v.supersededBy = ids.map { id in
+                    var r = Shoal_V1_TransactionRef()
+                    r.originSite = id.origin.rawValue
+                    r.originSequence = id.sequence
+                    return r
+                }
+            case .unknown:
+                v.coverage = .unknown
             }
+            return v
+        }
+    }
+
+    /// The context fields of `piece` as messages, grouped by document in order of first appearance.
+    static func contextMessages(_ piece: TransactionPiece) -> [Shoal_V1_ContextDocument] {
+        var context: [Shoal_V1_ContextDocument] = []
+        var contextIndex: [DocumentRef: Int] = [:]
+        for field in piece.context {
+            if contextIndex[field.document] == nil {
+                var c = Shoal_V1_ContextDocument()
+                c.collection = field.document.collection
+                c.documentID = field.document.id
+                context.append(c)
+                contextIndex[field.document] = context.count - 1
+            }
+            var f = Shoal_V1_ContextField()
+            f.field = field.field
+            f.valueJson = utf8Data(field.valueJSON)
+            f.timestamp = field.timestamp.rawValue
+            f.originSite = field.transaction.origin.rawValue
+            f.originSequence = field.transaction.sequence
+            context[contextIndex[field.document]!].fields.append(f)
+        }
+        return context
+    }
+
+    /// A batch's table of filters as messages.
+    static func filterMessages(_ filters: [SubscriptionFilter]) -> [Shoal_V1_SubscriptionFilter] {
+        filters.map { filter in
+            var f = Shoal_V1_SubscriptionFilter()
+            f.subscriptions = filter.entries.map { entry in
+                var s = Shoal_V1_Subscription()
+                s.id = StableHash.fnv1a(entry.query + "\u{0}" + (entry.argumentsJSON.isEmpty ? "{}" : entry.argumentsJSON))
+                s.query = entry.query
+                s.argumentsJson = entry.argumentsJSON
+                return s
+            }
+            return f
         }
     }
 

@@ -119,6 +119,8 @@ public struct SessionStateMachine: Sendable {
 
     public enum Action: Sendable {
         case send(WireMessage)
+        /// Send a DeltaBatch, written straight from the pieces read (`OutboundBatch.payload`).
+        case sendBatch(OutboundBatch)
         case readCursor(SubscriptionSet, fromStart: Bool)
         case readPage(PageRequest)
         case submit(InboundBatch)
@@ -298,8 +300,7 @@ public struct SessionStateMachine: Sendable {
                 cursorMoveOwed = cursorMoveOwed || sentThrough >= logEnd
                 return readIfPossible()
             }
-            let (pieces, filters) = PieceCodec.encode(page.pieces, receiver: peerFilter, encoding: configuration.deltaEncoding)
-            return [.send(.deltaBatch(batch(pieces, filters: filters)))] + readIfPossible()
+            return [.sendBatch(batch(page.pieces))] + readIfPossible()
         case .batchDurable:
             guard !pendingDurable.isEmpty else { return [] }
             var ack = Shoal_V1_Ack()
@@ -498,12 +499,10 @@ public struct SessionStateMachine: Sendable {
     }
 
     /// A batch through `sentThrough` under the peer's current Subscribe, counted as unacknowledged.
-    private mutating func batch(_ pieces: [Shoal_V1_TransactionPiece], filters: [Shoal_V1_SubscriptionFilter]) -> Shoal_V1_DeltaBatch {
-        var batch = Shoal_V1_DeltaBatch()
-        batch.pieces = pieces
-        batch.filters = filters
-        batch.throughSequence = sentThrough
-        batch.subscribeGeneration = peerGeneration
+    private mutating func batch(_ pieces: [TransactionPiece]) -> OutboundBatch {
+        let batch = OutboundBatch(
+            pieces: pieces, receiver: peerFilter, encoding: configuration.deltaEncoding, throughSequence: sentThrough,
+            subscribeGeneration: peerGeneration)
         unacknowledged.append(sentThrough)
         sentUnderGeneration = true
         cursorMoveOwed = false
@@ -516,7 +515,7 @@ public struct SessionStateMachine: Sendable {
         guard cursorMoveOwed, peerSet != nil, pageInFlight == nil,
             unacknowledged.count < configuration.maximumBatchesInFlight
         else { return [] }
-        return [.send(.deltaBatch(batch([], filters: [])))]
+        return [.sendBatch(batch([]))]
     }
 
     /// Whether pages leave out the peer's own transactions and echoes of what it sent:

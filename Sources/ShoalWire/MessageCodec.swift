@@ -24,7 +24,7 @@ public struct MessageCodec: Sendable {
             case .error(let m): bytes = try m.serializedBytes()
             case .ping(let m), .pong(let m): bytes = try m.serializedBytes()
             case .subscribe(let m): bytes = try m.serializedBytes()
-            case .deltaBatch(let m): bytes = try DeltaBatchEncoder.encode(m)
+            case .deltaBatch(let m): bytes = try m.serializedBytes()
             case .ack(let m): bytes = try m.serializedBytes()
             case .attachmentRequest(let m): bytes = try m.serializedBytes()
             case .attachmentChunk(let m): bytes = try m.serializedBytes()
@@ -37,15 +37,20 @@ public struct MessageCodec: Sendable {
             // Serialization fails only for messages missing required fields, which proto3 has none of.
             preconditionFailure("protobuf serialization failed: \(error)")
         }
-        var payload = allocator.buffer(bytes: bytes)
-        if bytes.count >= limits.compressionThreshold,
-            let compressed = try? payload.compress(with: .zlib(), allocator: allocator),
-            compressed.readableBytes < bytes.count
-        {
-            return Frame(type: message.type, flags: .compressed, payload: compressed)
+        return encode(message.type, payload: bytes, allocator: allocator)
+    }
+
+    /// The frame of a message of `type` whose payload is serialized already
+    /// (`bytes`), compressed as `encode(_:)` compresses.
+    public func encode(_ type: MessageType, payload bytes: [UInt8], allocator: ByteBufferAllocator = ByteBufferAllocator()) -> Frame {
+        let payload = allocator.buffer(bytes: bytes)
+        if bytes.count >= limits.compressionThreshold {
+            var input = payload
+            if let compressed = try? input.compress(with: .zlib(), allocator: allocator), compressed.readableBytes < bytes.count {
+                return Frame(type: type, flags: .compressed, payload: compressed)
+            }
         }
-        payload = allocator.buffer(bytes: bytes)
-        return Frame(type: message.type, payload: payload)
+        return Frame(type: type, payload: payload)
     }
 
     /// Decodes a frame's payload as the message its type names.

@@ -86,6 +86,35 @@ import Testing
         #expect(try await relay.execute("SELECT * FROM c").items == [["_id": "x", "v": 3]])
     }
 
+    /// A relay passes on what a whole-collection subscriber wants even of a document it
+    /// holds no body of: one created and deleted in the same transaction leaves only
+    /// registers on the relay, and its deltas travel on, tombstone and all, rather
+    /// than a verdict that the subscriber does not want them.
+    @Test func aDocumentCreatedAndDeletedInOneTransactionIsRelayed() async throws {
+        let dirs = (0..<3).map { _ in TemporaryDirectory() }
+        defer { dirs.forEach { $0.remove() } }
+        let stores = try dirs.map { try DocumentStore(directory: $0.path) }
+        defer { stores.forEach { $0.close() } }
+        let (writer, relay, last) = (stores[0], stores[1], stores[2])
+        _ = try await writer.execute("INSERT INTO c DOCUMENTS ({'_id': 'y', 'v': 1})")
+        _ = try await writer.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'v': 1}); DELETE FROM c WHERE _id = 'x'")
+        let txns = try await Self.transactions(in: writer)
+        try #require(txns.count == 2)
+        _ = try await relay.applyRemote(txns, from: writer.siteID, subscriptionKey: "k", through: 2)
+        let relayed = try await Self.transactions(in: relay)
+        let created = try #require(relayed.first { $0.id == txns[1].id })
+        #expect(created.deltas.count == txns[1].deltas.count, "every delta of x goes on: \(created.deltas)")
+        #expect(created.verdicts.allSatisfy { if case .notCovered = $0.coverage { true } else { false } })
+        _ = try await last.applyRemote(relayed, from: relay.siteID, subscriptionKey: "k", through: 2)
+        for store in [relay, last] {
+            #expect(try await store.execute("SELECT * FROM c ORDER BY _id").items == [["_id": "y", "v": 1]])
+            let x = try await store.execute("SELECT * FROM c WHERE _id = 'x'").items
+            #expect(x.isEmpty)
+        }
+        // The last store holds the tombstone: an older write of x that comes later stays hidden.
+        #expect(try await Self.transactions(in: last).first { $0.id == txns[1].id }?.deltas.count == txns[1].deltas.count)
+    }
+
     @Test func pagesSplitLargeTransactionsIntoPiecesWithAManifest() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }

@@ -69,7 +69,13 @@ import Testing
     }
 
     static func sent(_ actions: [SessionStateMachine.Action]) -> [WireMessage] {
-        actions.compactMap { if case .send(let m) = $0 { return m } else { return nil } }
+        actions.compactMap {
+            switch $0 {
+            case .send(let m): return m
+            case .sendBatch(let batch): return .deltaBatch(batch.message)
+            default: return nil
+            }
+        }
     }
 
     static func closed(_ actions: [SessionStateMachine.Action]) -> SyncError?? {
@@ -216,7 +222,7 @@ import Testing
         #expect(Self.pageRequest(m.handle(.logAdvanced(60), now: 2)) == nil, "one page read at a time")
         let page1 = ChangeLogPage(pieces: [Self.piece(1)], through: 20)
         let after1 = m.handle(.pageRead(page1, ticket: r1.ticket), now: 3)
-        guard case .send(.deltaBatch(let b1))? = after1.first, let r2 = Self.pageRequest(after1) else {
+        guard case .deltaBatch(let b1)? = Self.sent(after1).first, let r2 = Self.pageRequest(after1) else {
             Issue.record("expected a batch and the next read, got \(after1)")
             return
         }
@@ -276,7 +282,7 @@ import Testing
         // The page read under generation 1 is dropped.
         #expect(m.handle(.pageRead(ChangeLogPage(pieces: [Self.piece(2)], through: 60), ticket: r2.ticket), now: 4).isEmpty)
         let sent = m.handle(.pageRead(ChangeLogPage(pieces: [], through: 100), ticket: r3.ticket), now: 5)
-        guard case .send(.deltaBatch(let b))? = sent.first else {
+        guard case .deltaBatch(let b)? = Self.sent(sent).first else {
             Issue.record("expected a batch, got \(sent)")
             return
         }

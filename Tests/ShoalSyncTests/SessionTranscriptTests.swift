@@ -157,6 +157,7 @@ import Testing
             for action in machine!.handle(event, now: now) {
                 switch action {
                 case .send(let m): outbound.append(m)
+                case .sendBatch(let batch): outbound.append(.deltaBatch(batch.message))
                 case .readPage(let r): pendingPage = r
                 case .readCursor(let s, _): pendingCursor = s
                 case .close(let e):
