@@ -115,6 +115,21 @@ import Testing
         #expect(try await Self.transactions(in: last).first { $0.id == txns[1].id }?.deltas.count == txns[1].deltas.count)
     }
 
+    /// After an EVICT, a document whose body it took cannot be judged: a page leaves
+    /// its deltas out and says so (`unknown`), even for a subscription to the whole
+    /// collection, while the documents still held go out as before.
+    @Test func anEvictedDocumentIsNotSentAndItsCollectionIsUnknown() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'v': 1}), ({'_id': 'y', 'v': 2})")
+        _ = try await store.execute("EVICT FROM c WHERE _id = 'x'")
+        let piece = try #require(try await Self.transactions(in: store).first)
+        #expect(Set(piece.deltas.map(\.documentID)) == ["\"y\""])
+        #expect(piece.verdicts.contains(Verdict(collection: "c", coverage: .unknown)))
+    }
+
     @Test func pagesSplitLargeTransactionsIntoPiecesWithAManifest() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
