@@ -50,6 +50,17 @@ import Testing
         #expect(try codec.decode(frame) == .ack(ack))
     }
 
+    /// A payload serialized already, that deflate cannot shrink, travels as it is and
+    /// whole, though compressing it was tried.
+    @Test func anIncompressiblePayloadTravelsUncompressedAndWhole() {
+        var random = SystemRandomNumberGenerator()
+        let bytes = (0..<4096).map { _ in UInt8.random(in: 0...255, using: &random) }
+        let frame = codec.encode(.deltaBatch, payload: bytes)
+        #expect(frame.flags == [])
+        #expect(frame.type == MessageType.deltaBatch.rawValue)
+        #expect(Array(frame.payload.readableBytesView) == bytes)
+    }
+
     @Test func largePayloadsAreCompressedAndRoundTrip() throws {
         let message = WireMessage.deltaBatch(Self.batch(deltas: 200))
         let frame = codec.encode(message)
