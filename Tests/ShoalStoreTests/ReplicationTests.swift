@@ -111,7 +111,7 @@ import Testing
             let x = try await store.execute("SELECT * FROM c WHERE _id = 'x'").items
             #expect(x.isEmpty)
         }
-        // The last store holds the tombstone: an older write of x that comes later stays hidden.
+        // The last store logged every delta of x, tombstone included, so it can pass them on in turn.
         #expect(try await Self.transactions(in: last).first { $0.id == txns[1].id }?.deltas.count == txns[1].deltas.count)
     }
 
