@@ -70,6 +70,36 @@ struct PeerSession: Sendable {
     }
 
     func receive<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws -> WireMessage? where I.Element == Frame {
+        guard let frame = try await nextFrame(&iterator) else { return nil }
+        let message: WireMessage
+        do {
+            message = try codec.decode(frame)
+        } catch {
+            throw await reject(SyncError(error))
+        }
+        if let deltas = Self.deltaCount(message) { engine.registry.countDeltas(recordID, in: deltas) }
+        return message
+    }
+
+    /// The next frame as an event of the session's machine: a DeltaBatch as its
+    /// payload, which the machine reads without building its messages (`DeltaBatchReader`),
+    /// any other frame as its message.
+    func receiveEvent<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws -> SessionStateMachine.Event?
+    where I.Element == Frame {
+        guard let frame = try await nextFrame(&iterator) else { return nil }
+        do {
+            let (type, payload) = try codec.payload(frame)
+            if type == .deltaBatch { return .receivedDeltaBatch(Array(payload.readableBytesView)) }
+            let message = try codec.decode(type, payload)
+            if let deltas = Self.deltaCount(message) { engine.registry.countDeltas(recordID, in: deltas) }
+            return .received(message)
+        } catch {
+            throw await reject(SyncError(error))
+        }
+    }
+
+    /// The next frame off the connection, counted.
+    func nextFrame<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws -> Frame? where I.Element == Frame {
         let frame: Frame?
         do {
             frame = try await iterator.next()
@@ -82,14 +112,7 @@ struct PeerSession: Sendable {
             $0.bytesIn += UInt64(frame.wireSize)
             $0.lastHeard = .now
         }
-        let message: WireMessage
-        do {
-            message = try codec.decode(frame)
-        } catch {
-            throw await reject(SyncError(error))
-        }
-        if let deltas = Self.deltaCount(message) { engine.registry.countDeltas(recordID, in: deltas) }
-        return message
+        return frame
     }
 
     /// Where the peer can be reached: the address this node dialed, or the one its
@@ -109,7 +132,6 @@ struct PeerSession: Sendable {
             pieces.reduce(0) { sum, piece in sum + piece.documents.reduce(0) { $0 + UInt64($1.deltas.count) } }
         }
         switch message {
-        case .deltaBatch(let batch): return count(batch.pieces)
         case .transactionPieces(let answer): return answer.hasPiece ? count([answer.piece]) : nil
         default: return nil
         }
@@ -335,7 +357,7 @@ struct PeerSession: Sendable {
                 return .other
             }
             do {
-                while let message = try await receive(&iterator) { input.yield(.event(.received(message))) }
+                while let event = try await receiveEvent(&iterator) { input.yield(.event(event)) }
             } catch {
                 readError = error
             }
@@ -436,6 +458,7 @@ struct PeerSession: Sendable {
                 continuing: request.continuing, resuming: request.resuming)
             return [.pageRead(page, ticket: request.ticket)]
         case .submit(let batch):
+            engine.registry.countDeltas(recordID, in: batch.pieces.reduce(0) { $0 + UInt64($1.deltas.count) })
             engine.noteDelivered(batch.pieces, by: peer.siteID)
             engine.pipeline.enqueue(
                 InboundPipeline.Item(

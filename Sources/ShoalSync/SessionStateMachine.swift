@@ -1,6 +1,7 @@
 public import ShoalCRDT
 public import ShoalStore
 public import ShoalWire
+import SwiftProtobuf
 
 /// A sync session after the handshake, as a value type: it takes events (a frame
 /// received, a page of the log read, a commit done, a timer) and returns what to
@@ -71,6 +72,8 @@ public struct SessionStateMachine: Sendable {
 
     public enum Event: Sendable {
         case received(WireMessage)
+        /// A DeltaBatch frame's payload, inflated: read without building its messages.
+        case receivedDeltaBatch([UInt8])
         /// Part of a frame arrived (`InboundProgress`): the peer is alive, though
         /// nothing whole has come since.
         case inboundProgress
@@ -221,6 +224,9 @@ public struct SessionStateMachine: Sendable {
     public mutating func handle(_ event: Event, now: UInt64) -> [Action] {
         guard !closed else { return [] }
         switch event {
+        case .receivedDeltaBatch(let payload):
+            lastInbound = now
+            return receivedBatch(payload)
         case .received(let message):
             lastInbound = now
             return received(message, now: now)
@@ -368,39 +374,12 @@ public struct SessionStateMachine: Sendable {
             pageInFlight = nil
             return [.peerSubscribed(set)] + readIfPossible()
         case .deltaBatch(let batch):
-            guard batch.transactions.isEmpty else {
-                return close(SyncError(.protocolViolation, "DeltaBatch: version 1 transactions in a version 2 session"))
-            }
-            guard batch.subscribeGeneration <= ownGeneration else {
-                return close(
-                    SyncError(
-                        .protocolViolation,
-                        "DeltaBatch answers Subscribe generation \(batch.subscribeGeneration), but the latest sent is \(ownGeneration)"))
-            }
-            guard pendingDurable.count < configuration.maximumBatchesPending else {
-                return close(
-                    SyncError(
-                        .protocolViolation,
-                        "more than \(configuration.maximumBatchesPending) DeltaBatches sent without waiting for an Ack"))
-            }
-            let answered = batch.subscribeGeneration == 0 ? ownSets[ownGeneration] : ownSets[batch.subscribeGeneration]
-            let own = answered?.set ?? SubscriptionSet()
-            let pieces: [TransactionPiece]
-            do throws(SyncError) {
-                pieces = try PieceCodec.decode(
-                    batch.pieces, filters: batch.filters, receiver: own.filter, collections: own.collections,
-                    encoding: configuration.deltaEncoding)
+            // Tests and tools hand over a message; a session reads the payload itself (`receivedDeltaBatch`).
+            do {
+                return receivedBatch(try batch.serializedBytes())
             } catch {
-                return close(error)
+                return close(SyncError(.protocolViolation, "DeltaBatch does not serialize: \(error)"))
             }
-            let warnings: [Action]
-            switch checkDocumentSizes(pieces, what: "DeltaBatch") {
-            case .failure(let error): return close(error)
-            case .success(let found): warnings = found
-            }
-            let key = batch.subscribeGeneration == ownGeneration && ownGeneration > 0 ? answered?.key : nil
-            pendingDurable.append(batch.throughSequence)
-            return warnings + [.submit(InboundBatch(pieces: pieces, cursorKey: key, through: batch.throughSequence))]
         case .ack(let ack):
             if let i = unacknowledged.firstIndex(of: ack.throughSequence) {
                 unacknowledged.removeSubrange(...i)
@@ -448,6 +427,50 @@ public struct SessionStateMachine: Sendable {
         case .hello, .proof, .adminRequest, .adminResponse:
             return close(SyncError(.protocolViolation, "unexpected \(message.type) frame in an established session"))
         }
+    }
+
+    /// A DeltaBatch's payload: checked against the session (its Subscribe, the window)
+    /// and read into pieces for the pipeline.
+    private mutating func receivedBatch(_ payload: [UInt8]) -> [Action] {
+        let batch: DeltaBatchReader
+        do throws(SyncError) {
+            batch = try DeltaBatchReader(payload: payload)
+        } catch {
+            return close(error)
+        }
+        let header = batch.header
+        guard !header.hasVersion1Transactions else {
+            return close(SyncError(.protocolViolation, "DeltaBatch: version 1 transactions in a version 2 session"))
+        }
+        guard header.subscribeGeneration <= ownGeneration else {
+            return close(
+                SyncError(
+                    .protocolViolation,
+                    "DeltaBatch answers Subscribe generation \(header.subscribeGeneration), but the latest sent is \(ownGeneration)"))
+        }
+        guard pendingDurable.count < configuration.maximumBatchesPending else {
+            return close(
+                SyncError(
+                    .protocolViolation,
+                    "more than \(configuration.maximumBatchesPending) DeltaBatches sent without waiting for an Ack"))
+        }
+        let answered = header.subscribeGeneration == 0 ? ownSets[ownGeneration] : ownSets[header.subscribeGeneration]
+        let own = answered?.set ?? SubscriptionSet()
+        let pieces: [TransactionPiece]
+        do throws(SyncError) {
+            pieces = try batch.pieces(
+                receiver: own.filter, collections: own.collections, encoding: configuration.deltaEncoding)
+        } catch {
+            return close(error)
+        }
+        let warnings: [Action]
+        switch checkDocumentSizes(pieces, what: "DeltaBatch") {
+        case .failure(let error): return close(error)
+        case .success(let found): warnings = found
+        }
+        let key = header.subscribeGeneration == ownGeneration && ownGeneration > 0 ? answered?.key : nil
+        pendingDurable.append(header.throughSequence)
+        return warnings + [.submit(InboundBatch(pieces: pieces, cursorKey: key, through: header.throughSequence))]
     }
 
     /// What each received piece writes to each document (field names and values, in

@@ -55,6 +55,12 @@ public struct MessageCodec: Sendable {
 
     /// Decodes a frame's payload as the message its type names.
     public func decode(_ frame: Frame) throws(WireError) -> WireMessage {
+        let (type, payload) = try payload(frame)
+        return try decode(type, payload)
+    }
+
+    /// A frame's type and its payload, inflated (with the cap) if it came compressed.
+    public func payload(_ frame: Frame) throws(WireError) -> (MessageType, ByteBuffer) {
         guard let type = MessageType(rawValue: frame.type) else {
             throw WireError(.unknownMessageType, "unknown message type 0x\(hex(frame.type))")
         }
@@ -75,6 +81,11 @@ public struct MessageCodec: Sendable {
             }
             guard payload.readableBytes <= limits.maximumInflatedSize else { throw beyond() }
         }
+        return (type, payload)
+    }
+
+    /// Decodes a payload, inflated already, as the message `type` names.
+    public func decode(_ type: MessageType, _ payload: ByteBuffer) throws(WireError) -> WireMessage {
         let bytes = payload.readableBytesView
         do {
             switch type {

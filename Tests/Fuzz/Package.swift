@@ -32,5 +32,6 @@ let package = Package(
         fuzzTarget("FuzzJSON"),
         fuzzTarget("FuzzDQL"),
         fuzzTarget("FuzzCoverage"),
+        fuzzTarget("FuzzBatchReader"),
     ]
 )

@@ -46,6 +46,14 @@ for name, frame in frames.items():
         payload = frame[8:]
         write("FuzzCoverage", name, zlib.decompress(payload) if frame[2] & 1 else payload)
 
+# Batch reader: a version byte (even 2, odd 3), then a DeltaBatch payload (inflated).
+for name, frame in frames.items():
+    if frame[1] == 0x07:
+        payload = frame[8:]
+        payload = zlib.decompress(payload) if frame[2] & 1 else payload
+        write("FuzzBatchReader", name + "-v2", b"\x00" + payload)
+        write("FuzzBatchReader", name + "-v3", b"\x01" + payload)
+
 json_seeds = {
     "object": b'{"_id":"a","n":1,"d":2.5,"s":"x\\u00e9\\n","t":true,"f":false,"z":null,"a":[1,[2,{}]],"o":{"b":1,"a":2}}',
     "numbers": b"[0,-0,1e308,-1e-308,123456789012345678901234567890,0.1,1E+2,-12]",

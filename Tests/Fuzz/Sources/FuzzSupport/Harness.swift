@@ -87,6 +87,43 @@ public enum Harness {
         }
     }
 
+    /// A DeltaBatch payload (its first byte picks the session's version: even 2,
+    /// odd 3), read straight into pieces (`DeltaBatchReader`) and, beside it, decoded
+    /// by SwiftProtobuf and checked from the messages. The reader refuses what
+    /// SwiftProtobuf refuses, and what both read is the same batch.
+    public static func batchReader(_ data: [UInt8]) {
+        guard let first = data.first else { return }
+        let payload = Array(data.dropFirst())
+        let encoding: PieceCodec.DeltaEncoding = first & 1 == 0 ? .absolute : .stepped
+        var own = SubscriptionSet()
+        _ = try? own.add(query: "SELECT * FROM cars")
+        _ = try? own.add(query: "SELECT * FROM boats WHERE size > 2")
+        let direct: (UInt64, UInt64, Bool, [TransactionPiece])?
+        do {
+            let batch = try DeltaBatchReader(payload: payload)
+            let pieces = try batch.pieces(receiver: own.filter, collections: own.collections, encoding: encoding)
+            direct = (batch.header.throughSequence, batch.header.subscribeGeneration, batch.header.hasVersion1Transactions, pieces)
+        } catch {
+            direct = nil
+        }
+        guard let message = try? Shoal_V1_DeltaBatch(serializedBytes: payload) else {
+            precondition(direct == nil, "the reader accepted a payload SwiftProtobuf refuses")
+            return
+        }
+        let checked = try? PieceCodec.decode(
+            message.pieces, filters: message.filters, receiver: own.filter, collections: own.collections, encoding: encoding)
+        guard let checked else {
+            precondition(direct == nil, "the reader accepted a batch that breaks a rule")
+            return
+        }
+        guard let direct else { preconditionFailure("the reader refused a batch SwiftProtobuf's messages pass") }
+        precondition(
+            direct.0 == message.throughSequence && direct.1 == message.subscribeGeneration
+                && direct.2 == !message.transactions.isEmpty,
+            "the reader read other numbers than SwiftProtobuf")
+        precondition(direct.3 == checked, "the reader read other pieces than SwiftProtobuf's messages give")
+    }
+
     /// A sequence of pieces, from the protobuf form of a DeltaBatch: each decoded and
     /// checked as a peer's (PieceCodec), then handed to a coverage assembler from one
     /// of three peers, deciding after each as the inbound pipeline does. Whatever
