@@ -37,28 +37,26 @@ public enum JSON {
     /// zero, no leading zero), or a string with nothing to escape. False says only
     /// that the quick look cannot tell: the text may still be valid, canonical JSON.
     public static func isCanonicalScalar(_ text: String) -> Bool {
-        let utf8 = text.utf8
+        var text = text
+        return text.withUTF8 { isCanonicalScalar(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// `isCanonicalScalar` of the UTF-8 bytes of a text.
+    public static func isCanonicalScalar(_ utf8: UnsafeRawBufferPointer) -> Bool {
         guard let first = utf8.first else { return false }
         switch first {
         case UInt8(ascii: "\""):
-            var closed = false
-            for byte in utf8.dropFirst() {
-                if closed { return false }
-                if byte == UInt8(ascii: "\"") {
-                    closed = true
-                } else if byte < 0x20 || byte == UInt8(ascii: "\\") {
-                    return false
-                }
-            }
-            return closed
+            guard utf8.count >= 2, utf8[utf8.count - 1] == UInt8(ascii: "\"") else { return false }
+            // Between the quotes: no quote, backslash or control character.
+            return !utf8[1..<(utf8.count - 1)].contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            let digits = first == UInt8(ascii: "-") ? utf8.dropFirst() : utf8[...]
+            let digits = first == UInt8(ascii: "-") ? utf8[1...] : utf8[...]
             guard let lead = digits.first, digits.count <= 18 else { return false }
             // `0` alone; otherwise no leading zero (and so no `-0`).
             if lead == UInt8(ascii: "0") { return digits.count == 1 && first != UInt8(ascii: "-") }
             return digits.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
         default:
-            return text == "null" || text == "true" || text == "false"
+            return utf8.elementsEqual("null".utf8) || utf8.elementsEqual("true".utf8) || utf8.elementsEqual("false".utf8)
         }
     }
 

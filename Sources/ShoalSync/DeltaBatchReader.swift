@@ -196,7 +196,12 @@ private struct PieceReading {
 
         // Second pass: the documents, then the verdicts and the context.
         var deltas: [Delta] = []
+        // A delta takes at least 2 bytes of the piece and a document 4: the counts,
+        // which the peer gives, are believed only that far.
+        let size = reader.end - reader.position
+        deltas.reserveCapacity(min(Int(deltaCount), size / 2))
         var counts: [DocumentRef: UInt32] = [:]
+        counts.reserveCapacity(min(Int(documentCount), size / 4))
         var indices = DeltaIndices(count: deltaCount)
         // Stepped: where the previous delta stood (PROTOCOL.md §8.3).
         var previousIndex = UInt32.max  // -1, modulo 2^32

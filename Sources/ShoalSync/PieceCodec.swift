@@ -200,8 +200,8 @@ public enum PieceCodec {
         guard let json = UTF8Text.string(validating: bytes) else {
             throw SyncError(.protocolViolation, "\(what): transaction \(id) has a value that is not UTF-8")
         }
-        if json.isEmpty { return (json, nil) }
-        if json.hasPrefix("~") {
+        guard let first = bytes.first else { return (json, nil) }
+        if first == UInt8(ascii: "~") {
             guard SiteID(hex: json.dropFirst()) != nil else {
                 throw SyncError(
                     .executionFailed, "\(what): transaction \(id): field \(field) is an observed removal without a site in hex")
@@ -210,7 +210,7 @@ public enum PieceCodec {
         }
         // A scalar that is canonical as it stands is kept unparsed: the applier parses
         // a value only for a document whose body needs more than its registers' text.
-        if JSON.isCanonicalScalar(json) { return (json, nil) }
+        if JSON.isCanonicalScalar(bytes) { return (json, nil) }
         do {
             // Kept as canonical JSON, as local writes keep it: a body is written from
             // its registers' text as it stands.
