@@ -135,20 +135,23 @@ extension DocumentStore {
             statement.bind(sequence)
             statement.bind(stretch + 1)
             // A row of the log (one document's deltas in one transaction) goes whole into
-            // a page or waits for the next.
-            var unit: [LogRow] = []
+            // a page or waits for the next: decoded onto the page's end, and taken off
+            // again when it does not fit.
+            rows.reserveCapacity(min(limit, 4096))
             try statement.query { row in
-                unit.removeAll(keepingCapacity: true)
-                try LogRow.decode(row, into: &unit)
-                guard let first = unit.first else { return true }
-                let size = unit.reduce(0) { $0 + $1.delta.valueJSON.utf8.count }
-                let full = rows.count >= limit && first.delta.transaction != rows.last?.delta.transaction
-                if !rows.isEmpty && (full || rows.count + unit.count > stretch || bytes + size > byteLimit) {
+                let start = rows.count
+                let previous = rows.last?.delta.transaction
+                guard try LogRow.decode(row, into: &rows) > 0 else { return true }
+                let first = rows[start]
+                var size = 0
+                for i in start..<rows.count { size += rows[i].delta.valueJSON.utf8.count }
+                let full = start >= limit && first.delta.transaction != previous
+                if start > 0 && (full || rows.count > stretch || bytes + size > byteLimit) {
                     next = first
+                    rows.removeSubrange(start...)
                     return false
                 }
                 bytes += size
-                rows.append(contentsOf: unit)
                 return true
             }
             guard let lastRow = rows.last else { return ChangeLogPage(pieces: [], through: sequence) }
@@ -275,28 +278,31 @@ struct PieceReader {
         _ id: TransactionID, rows: ArraySlice<LogRow>, isLast: Bool, continuing: Bool
     ) throws -> TransactionPiece? {
         if let excluded, Int64(bitPattern: id.origin.rawValue) == excluded { return nil }
-        let wanted = subscriptions.collections
         var deltas: [Delta] = []
+        deltas.reserveCapacity(rows.count)
         var counts: [DocumentRef: UInt32] = [:]
         var withContext: [DocumentRef] = []
         // A transaction's rows come grouped by document: a run of one document's rows
-        // is matched once.
-        var run: (document: DocumentRef, matched: Bool)?
-        for row in rows where wanted.contains(row.delta.collection) {
+        // is judged once (its collection wanted, its body matched, a WHERE that may
+        // read its fields), and only the last of those looks at each delta.
+        var run: (document: DocumentRef, matched: Bool, filtered: Bool)?
+        for row in rows {
             let document: DocumentRef
             let matched: Bool
+            let filtered: Bool
             if let run, run.document.id == row.delta.documentID, run.document.collection == row.delta.collection {
-                (document, matched) = run
+                (document, matched, filtered) = run
             } else {
                 document = DocumentRef(collection: row.delta.collection, id: row.delta.documentID)
-                matched = try matches(document)
-                run = (document, matched)
+                matched = try subscriptions.names(collection: document.collection) && matches(document)
+                filtered = matched && context && subscriptions.filters(collection: document.collection)
+                run = (document, matched, filtered)
                 // Every row of a document in a transaction carries the same count.
                 if matched { counts[document] = row.documentDeltas }
             }
             guard matched else { continue }
             deltas.append(row.delta)
-            if context, subscriptions.matchMayDependOn(collection: document.collection, field: row.delta.field),
+            if filtered, subscriptions.matchMayDependOn(collection: document.collection, field: row.delta.field),
                 !withContext.contains(document)
             {
                 withContext.append(document)

@@ -97,13 +97,21 @@ public struct SubscriptionSet: Sendable, Hashable {
         entries.contains { $0.statement.collection == collection && $0.statement.whereClause == nil }
     }
 
+    /// Whether a subscription names `collection`.
+    public func names(collection: String) -> Bool {
+        entries.contains { $0.statement.collection == collection }
+    }
+
+    /// Whether a subscription to `collection` has a WHERE clause.
+    public func filters(collection: String) -> Bool {
+        entries.contains { $0.statement.collection == collection && $0.statement.whereClause != nil }
+    }
+
     /// Whether writing `field` of a document in `collection` can change whether
     /// the subscriptions match it: true when a WHERE clause reads that field.
     public func matchMayDependOn(collection: String, field: String) -> Bool {
         // Most subscriptions have no WHERE: nothing to look at (`fieldsRead` walks the clause).
-        guard entries.contains(where: { $0.statement.collection == collection && $0.statement.whereClause != nil }) else {
-            return false
-        }
+        guard filters(collection: collection) else { return false }
         let name = (Counter.counterName(ofContribution: field) ?? field)
             .split(separator: RegisterName.pathSeparator, maxSplits: 1).first.map(String.init) ?? field
         return entries.contains { $0.statement.collection == collection && $0.fieldsRead.contains(name) }
