@@ -156,8 +156,12 @@ private struct PieceReading {
         var manifest: [CollectionCount] = []
         var isLast = false
         var base: UInt64 = 0
+        var documents = 0
         while let field = try r.next() {
             switch (field.number, field.wireType) {
+            case (6, ProtobufReader.length):
+                _ = try r.delimited()
+                documents += 1
             case (1, ProtobufReader.fixed64): originSite = try r.fixed64()
             case (2, ProtobufReader.varint): originSequence = try r.varint()
             case (3, ProtobufReader.varint): deltaCount = UInt32(truncatingIfNeeded: try r.varint())
@@ -195,13 +199,11 @@ private struct PieceReading {
         }
 
         // Second pass: the documents, then the verdicts and the context.
+        // Sized by what the piece carries, never by the counts the peer claims (and the
+        // documents' table at first no larger than an ordinary piece needs).
         var deltas: [Delta] = []
-        // A delta takes at least 2 bytes of the piece and a document 4: the counts,
-        // which the peer gives, are believed only that far.
-        let size = reader.end - reader.position
-        deltas.reserveCapacity(min(Int(deltaCount), size / 2))
         var counts: [DocumentRef: UInt32] = [:]
-        counts.reserveCapacity(min(Int(documentCount), size / 4))
+        counts.reserveCapacity(min(documents, 4096))
         var indices = DeltaIndices(count: deltaCount)
         // Stepped: where the previous delta stood (PROTOCOL.md §8.3).
         var previousIndex = UInt32.max  // -1, modulo 2^32
@@ -254,6 +256,9 @@ private struct PieceReading {
                     )
                 }
                 counts[ref] = documentDeltaCount
+                if deltas.capacity - deltas.count < carried {
+                    deltas.reserveCapacity(max(deltas.count + carried, deltas.capacity * 2))
+                }
                 d = document
                 while let f = try d.next() {
                     guard f.number == 4, f.wireType == ProtobufReader.length else {

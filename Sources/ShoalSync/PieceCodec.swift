@@ -201,7 +201,8 @@ public enum PieceCodec {
             throw SyncError(.protocolViolation, "\(what): transaction \(id) has a value that is not UTF-8")
         }
         guard let first = bytes.first else { return (json, nil) }
-        if first == UInt8(ascii: "~") {
+        // The first character, not only the first byte: `~` and a combining mark is no removal.
+        if first == UInt8(ascii: "~"), json.hasPrefix("~") {
             guard SiteID(hex: json.dropFirst()) != nil else {
                 throw SyncError(
                     .executionFailed, "\(what): transaction \(id): field \(field) is an observed removal without a site in hex")

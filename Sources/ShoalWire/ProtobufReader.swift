@@ -91,7 +91,7 @@ public struct ProtobufReader {
                 let byte = bytes[position]
                 position += 1
                 count += 1
-                if count == 5, byte > 15 { throw malformed("a field number is too large") }
+                if count == 5, byte > 15 { throw malformed("a tag is too large or too long") }
                 number |= UInt32(byte & 0x7F) << shift
                 shift += 7
                 more = byte & 0x80 != 0
@@ -190,15 +190,14 @@ public struct ProtobufReader {
             guard budget > 0 else { throw malformed("groups nest too deep") }
             while true {
                 guard position < end else { throw malformed("a group is cut off") }
-                // An end group is a tag `next` refuses: read it here.
-                let save = position
+                // Inside a group SwiftProtobuf reads a tag as any varint below 2^32.
                 let tag = try varint()
-                if tag & 7 == UInt64(Self.endGroup) {
-                    guard tag >> 3 == UInt64(field.number) else { throw malformed("an end group without its start") }
+                guard tag < UInt64(UInt32.max), tag >> 3 != 0, tag & 7 <= 5 else { throw malformed("a bad tag in a group") }
+                let inner = Field(number: UInt32(tag >> 3), wireType: UInt8(tag & 7))
+                if inner.wireType == Self.endGroup {
+                    guard inner.number == field.number else { throw malformed("an end group of another field") }
                     return
                 }
-                position = save
-                guard let inner = try next() else { throw malformed("a group is cut off") }
                 try skip(inner, budget: budget - 1)
             }
         default:

@@ -34,12 +34,13 @@ import Testing
         }
     }
 
-    /// The same bytes through SwiftProtobuf's message, then the pieces checked; nil
-    /// when SwiftProtobuf refuses the bytes.
+    /// The same bytes through SwiftProtobuf's message, then the pieces checked by the
+    /// checks as they were written over messages (`ReferencePieceDecoder`); nil when
+    /// SwiftProtobuf refuses the bytes.
     static func readAsMessage(_ payload: [UInt8], _ encoding: PieceCodec.DeltaEncoding) -> Result<Reading, SyncError>? {
         guard let message = try? Shoal_V1_DeltaBatch(serializedBytes: payload) else { return nil }
         do {
-            let pieces = try PieceCodec.decode(
+            let pieces = try ReferencePieceDecoder.decode(
                 message.pieces, filters: message.filters, receiver: receiver, collections: collections, encoding: encoding)
             return .success(
                 Reading(
@@ -98,8 +99,8 @@ import Testing
     }
 
     /// Bytes broken at random (cut short, a byte changed, a byte put in): the reader
-    /// refuses whatever SwiftProtobuf refuses, and what it accepts reads as
-    /// SwiftProtobuf's message does.
+    /// refuses whatever SwiftProtobuf refuses or the checks over its messages refuse,
+    /// and what they accept it reads to the same batch.
     @Test(arguments: [PieceCodec.DeltaEncoding.absolute, .stepped])
     func brokenBytesAreRefusedAsSwiftProtobufRefusesThem(_ encoding: PieceCodec.DeltaEncoding) throws {
         var random = SplitMix(state: encoding == .stepped ? 31 : 32)
@@ -125,8 +126,8 @@ import Testing
                 refused += 1
             case .success(let reading):
                 #expect(try direct.get() == reading, "round \(round)")
-            case .failure:
-                #expect(throws: SyncError.self, "round \(round): the reader accepts a batch that breaks a rule") {
+            case .failure(let error):
+                #expect(throws: SyncError.self, "round \(round): the reader accepts a batch that breaks a rule (\(error))") {
                     try direct.get()
                 }
             }
@@ -141,13 +142,60 @@ import Testing
         ([0x14], "end group"),  // an end group with no start
         ([0x22, 0x05, 0x01], "cut off"),  // a piece of 5 bytes with 1 there
         ([0x10, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01], "too long"),  // an 11-byte varint
-        ([0x80, 0x80, 0x80, 0x80, 0x10, 0x00], "too large"),  // a 5-byte tag past 2^32
+        ([0x80, 0x80, 0x80, 0x80, 0x10, 0x00], "too large or too long"),  // a 5-byte tag past 2^32
+        ([0x5B, 0x08, 0x01, 0x54], "another field"),  // group 11 ended as group 10
         ([0x1B, 0x08, 0x01], "group"),  // a group never ended
     ] as [([UInt8], String)])
     func malformedBytesAreRefusedWithAReason(_ payload: [UInt8], _ reason: String) throws {
         #expect(throws: (any Error).self) { try Shoal_V1_DeltaBatch(serializedBytes: payload) }
         let error = try #require(throws: SyncError.self) { try Self.read(payload, .stepped).get() }
         #expect(error.message.contains(reason) && error.message.contains("DeltaBatch"), "\(error.message)")
+    }
+
+    /// Values the checks refuse, each refused by the reader too, with the code the
+    /// reference gives: not JSON, an observed removal without its site in hex, and `~`
+    /// followed by a combining mark (no removal: its first character is not `~`).
+    @Test(arguments: ["{\"a\":", "~zz", "~\u{301}0000000000000001", "~", "01", "\"a\\q\""])
+    func aValueTheChecksRefuseIsRefused(_ value: String) throws {
+        let id = TransactionID(origin: SiteID(1), sequence: 1)
+        let piece = TransactionPiece(
+            id: id, deltaCount: 1, documentCount: 1, collections: [CollectionCount(collection: "cars", documents: 1, deltas: 1)],
+            deltas: [
+                Delta(
+                    collection: "cars", documentID: "\"a\"", field: "n", valueJSON: value,
+                    timestamp: HybridTimestamp(rawValue: 5), transaction: id, index: 0, count: 1)
+            ],
+            documentDeltaCounts: [DocumentRef(collection: "cars", id: "\"a\""): 1], isLast: true)
+        let payload = OutboundBatch(pieces: [piece], receiver: Self.receiver, encoding: .stepped, throughSequence: 1, subscribeGeneration: 1)
+            .payload()
+        let reference = try #require(Self.readAsMessage(payload, .stepped))
+        let expected = try #require(throws: SyncError.self) { try reference.get() }
+        let error = try #require(throws: SyncError.self) { try Self.read(payload, .stepped).get() }
+        #expect(error.code == expected.code, "\(error.message) / \(expected.message)")
+    }
+
+    /// A piece that claims four billion deltas and carries none sizes nothing by its claim.
+    @Test func aPieceIsSizedByWhatItCarries() throws {
+        var piece = ProtobufWriter()
+        piece.fixed64(1, 1)
+        piece.varint(2, 1)
+        piece.varint(3, UInt64(UInt32.max))
+        piece.varint(4, UInt64(UInt32.max))
+        var manifest = ProtobufWriter()
+        manifest.string(1, "cars")
+        manifest.varint(2, UInt64(UInt32.max))
+        manifest.varint(3, UInt64(UInt32.max))
+        piece.data(5, manifest.bytes)
+        piece.varint(8, 1)
+        // A megabyte of an unknown field: the piece is large, its deltas none.
+        piece.data(15, [UInt8](repeating: 0, count: 1 << 20))
+        var batch = ProtobufWriter()
+        batch.varint(2, 1)
+        batch.data(4, piece.bytes)
+        let reading = try Self.read(batch.bytes, .stepped).get()
+        #expect(reading.pieces.count == 1 && reading.pieces[0].deltas.isEmpty)
+        #expect(reading.pieces[0].deltas.capacity < 16 && reading.pieces[0].documentDeltaCounts.capacity < 16)
+        #expect(try Self.readAsMessage(batch.bytes, .stepped)?.get() == reading)
     }
 
     /// A field name that is not UTF-8 is refused as SwiftProtobuf refuses a string.
@@ -286,13 +334,14 @@ enum Rewriter {
             writeTag(number, 5, &out, random: &random)
             out += (0..<4).map { _ in UInt8.random(in: 0...255, using: &random) }
         default:
-            // A group holding a varint and a nested group.
+            // A group holding a varint and a nested group. Inside a group a tag may take
+            // up to 10 bytes, as any varint (SwiftProtobuf reads it so).
             writeTag(number, 3, &out, random: &random)
-            writeTag(1, 0, &out, random: &random)
+            writeVarint(1 << 3 | 0, &out, random: &random)
             writeVarint(7, &out, random: &random)
-            writeTag(2, 3, &out, random: &random)
-            writeTag(2, 4, &out, random: &random)
-            writeTag(number, 4, &out, random: &random)
+            writeVarint(2 << 3 | 3, &out, random: &random)
+            writeVarint(2 << 3 | 4, &out, random: &random)
+            writeVarint(number << 3 | 4, &out, random: &random)
         }
     }
 
