@@ -15,8 +15,9 @@
 /// number the caller does not read, or of a wire type other than the one it reads
 /// that number as, is skipped as an unknown field; a later value of a scalar field
 /// replaces an earlier one; a tag of field 0, of wire type 6 or 7, or longer than 5
-/// bytes, a varint longer than 10 bytes, a length past the end or of 2 GiB or more,
-/// and an end group without its start are malformed.
+/// bytes (inside a group, as any varint: 2^32 or more), a varint longer than 10 bytes,
+/// a length past the end or of 2 GiB or more, and an end group without its start are
+/// malformed.
 ///
 /// The reader only borrows `bytes`: it must not outlive the `withUnsafeBytes` call
 /// that lent them.
