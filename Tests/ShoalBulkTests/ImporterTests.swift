@@ -1,12 +1,11 @@
 import ShoalBulk
 import ShoalCRDT
 import ShoalNode
-import Synchronization
 import Testing
 
 /// A node stand-in: records each batch, and refuses the ones `refuse` says.
 final class FakeNode: Sendable {
-    let batches = Mutex<[(statement: String, arguments: Value)]>([])
+    let batches = Locked<[(statement: String, arguments: Value)]>([])
     let refuse: @Sendable (Value) -> String?
 
     init(refuse: @escaping @Sendable (Value) -> String? = { _ in nil }) {

@@ -1,5 +1,4 @@
 import ShoalCRDT
-import Synchronization
 import Testing
 
 @Suite struct RegisterTests {
@@ -80,8 +79,8 @@ import Testing
 }
 
 final class WallClock: Sendable {
-    private let state: Mutex<UInt64>
-    init(_ value: UInt64) { state = Mutex(value) }
+    private let state: Locked<UInt64>
+    init(_ value: UInt64) { state = Locked(value) }
     var value: UInt64 {
         get { state.withLock { $0 } }
         set { state.withLock { $0 = newValue } }

@@ -1,7 +1,7 @@
 import Foundation
 import Shoal
 import ShoalTesting
-import Synchronization
+import ShoalCRDT
 import Testing
 
 #if canImport(Glibc)
@@ -25,7 +25,7 @@ extension ProcessSuites {
     final class Writer: Sendable {
         let collection: String
         let address: String
-        private let state = Mutex<(next: Int, acknowledged: [Int], failed: Int, stop: Bool, running: Bool)>((1, [], 0, false, false))
+        private let state = Locked<(next: Int, acknowledged: [Int], failed: Int, stop: Bool, running: Bool)>((1, [], 0, false, false))
 
         init(collection: String, address: String) {
             self.collection = collection

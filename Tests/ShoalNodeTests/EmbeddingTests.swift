@@ -1,7 +1,7 @@
 import Shoal
 import ShoalTesting
 import ShoalWire
-import Synchronization
+import ShoalCRDT
 import Testing
 
 /// The README's embedding example, run: two nodes in one process over real TCP on 127.0.0.1.
@@ -34,7 +34,7 @@ import Testing
 
             // The embedded API: a subscription registered at run time, and an observer.
             let boats = try beta.sync.registerSubscription("SELECT * FROM boats WHERE size > :min", arguments: ["min": 2])
-            let seen = Mutex<[Observation]>([])
+            let seen = Locked<[Observation]>([])
             let observer = try beta.store.registerObserver("SELECT * FROM boats") { o in seen.withLock { $0.append(o) } }
             defer { observer.cancel() }
             #expect(await InProcessMesh.eventually { seen.withLock { $0.count } == 1 }, "the current result first")

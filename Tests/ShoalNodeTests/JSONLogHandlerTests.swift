@@ -1,14 +1,14 @@
 import Foundation
 import Logging
 import ShoalNode
-import Synchronization
+import ShoalCRDT
 import Testing
 
 /// `--log-format json`: one JSON object per line, fixed fields first, metadata keys as fields.
 struct JSONLogHandlerTests {
     /// What a handler wrote.
     final class Lines: Sendable {
-        let written = Mutex<[String]>([])
+        let written = Locked<[String]>([])
         func withLock<T>(_ body: (inout [String]) -> T) -> T { written.withLock { body(&$0) } }
     }
 

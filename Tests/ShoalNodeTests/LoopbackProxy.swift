@@ -1,6 +1,6 @@
 import Foundation
+import ShoalCRDT
 import ShoalTesting
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -13,7 +13,7 @@ final class LoopbackProxy: @unchecked Sendable {  // state behind `lock`
     let port: Int
     private let target: Int
     private let listener: Int32
-    private let lock = Mutex<(open: Set<Int32>, cut: Bool, stopped: Bool)>(([], false, false))
+    private let lock = Locked<(open: Set<Int32>, cut: Bool, stopped: Bool)>(([], false, false))
 
     /// Listens on a free port of 127.0.0.1 and forwards every connection to 127.0.0.1:`target`.
     init(to target: Int) throws {
@@ -105,7 +105,7 @@ final class LoopbackProxy: @unchecked Sendable {  // state behind `lock`
     /// The two sockets of one connection, closed once both pumps have ended.
     final class Pair: @unchecked Sendable {  // `ended` behind `lock`
         let client: Int32, upstream: Int32
-        let ended = Mutex(0)
+        let ended = Locked(0)
         init(client: Int32, upstream: Int32) {
             self.client = client
             self.upstream = upstream

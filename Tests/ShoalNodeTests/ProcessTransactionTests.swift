@@ -1,9 +1,9 @@
 import Foundation
 import Shoal
+import ShoalCRDT
 import ShoalNode
 import ShoalWire
 import ShoalTesting
-import Synchronization
 import Testing
 
 extension ProcessSuites {
@@ -237,8 +237,8 @@ extension ProcessSuites {
 
 /// A value tasks share, behind a lock.
 final class Shared<Value: Sendable>: Sendable {
-    private let state: Mutex<Value>
-    init(_ value: Value) { state = Mutex(value) }
+    private let state: Locked<Value>
+    init(_ value: Value) { state = Locked(value) }
     func withLock<T>(_ body: (inout Value) -> T) -> T { state.withLock { body(&$0) } }
 }
 

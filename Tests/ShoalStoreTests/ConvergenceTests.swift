@@ -1,6 +1,5 @@
 import Foundation
 import ShoalCRDT
-import Synchronization
 import ShoalStore
 import ShoalTesting
 import Testing
@@ -95,7 +94,7 @@ import Testing
 
     /// A replica's wall clock: this machine's, plus a skew the test moves.
     final class SkewedClock: Sendable {
-        let skew = Mutex<UInt64>(0)
+        let skew = Locked<UInt64>(0)
         var wallClock: @Sendable () -> UInt64 {
             { HybridLogicalClock.systemMilliseconds() + self.skew.withLock { $0 } }
         }

@@ -3,12 +3,11 @@ import ShoalCRDT
 import ShoalQuery
 @testable import ShoalStore
 import ShoalTesting
-import Synchronization
 import Testing
 
 /// Lines appended from several tasks, read in the order they were appended.
 final class EventLog: Sendable {
-    private let lines = Mutex<[String]>([])
+    private let lines = Locked<[String]>([])
 
     func append(_ line: String) { lines.withLock { $0.append(line) } }
     var all: [String] { lines.withLock { $0 } }
@@ -22,7 +21,7 @@ final class LogRecords: Sendable {
         var metadata: [String: String]
     }
 
-    private let records = Mutex<[Record]>([])
+    private let records = Locked<[Record]>([])
 
     func append(_ record: Record) { records.withLock { $0.append(record) } }
 

@@ -2,7 +2,6 @@ import ShoalCRDT
 import ShoalStore
 import ShoalSync
 import ShoalTesting
-import Synchronization
 import Testing
 
 /// A node whose wall clock jumps hours back and forth still converges with its peer,
@@ -10,7 +9,7 @@ import Testing
 @Suite struct ClockSkewTests {
     /// A wall clock that is the system's plus an offset the test moves.
     final class SkewedClock: Sendable {
-        let offset = Mutex<Int64>(0)
+        let offset = Locked<Int64>(0)
         var read: @Sendable () -> UInt64 {
             { [self] in UInt64(Int64(HybridLogicalClock.systemMilliseconds()) + self.offset.withLock { $0 }) }
         }

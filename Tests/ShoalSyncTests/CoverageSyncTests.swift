@@ -3,7 +3,6 @@ import ShoalStore
 import ShoalSync
 import ShoalTesting
 import ShoalWire
-import Synchronization
 import Testing
 
 /// Transactions across the mesh, in one process over in-memory connections:
@@ -89,7 +88,7 @@ import Testing
                 #expect(partial.askedPeers.isEmpty, "b, its only peer, already said what it holds")
                 #expect(!status.partial.contains { $0.id == local } && !status.waiting.contains { $0.id == local })
                 // Then C reaches A directly: it asks A, and the transaction becomes whole.
-                let asked = Mutex<[TransactionID]>([])
+                let asked = Locked<[TransactionID]>([])
                 let codec = MessageCodec()
                 let toA = InMemoryConnection(observeFromA: { frame in
                     if case .transactionRequest(let r)? = try? codec.decode(frame) {
@@ -136,15 +135,15 @@ import Testing
         defer { a.remove(); b.remove() }
         let docs: [Value] = (0..<40).map { i in ["_id": .string("blob-\(i)"), "data": .string(Self.noise(30_000, seed: i))] }
         let write = try await a.store.execute("INSERT INTO blobs DOCUMENTS (:docs)", arguments: ["docs": .array(docs)])
-        let frames = Mutex(0)
+        let frames = Locked(0)
         let codec = MessageCodec()
         let connection = InMemoryConnection(observeFromA: { frame in
             if case .deltaBatch(let batch)? = try? codec.decode(frame), !batch.pieces.isEmpty { frames.withLock { $0 += 1 } }
         })
-        let seen = Mutex<[Observation]>([])
+        let seen = Locked<[Observation]>([])
         let observer = try b.store.registerObserver("SELECT COUNT(*) AS n FROM blobs") { o in seen.withLock { $0.append(o) } }
         defer { observer.cancel() }
-        let counts = Mutex<Set<Int64>>([])
+        let counts = Locked<Set<Int64>>([])
         try await InProcessMesh.withLink(a.sync, b.sync, connection: connection) { () async throws in
             #expect(try await InProcessMesh.eventually {
                 let n = try await b.store.execute("SELECT COUNT(*) AS n FROM blobs").items.first?["n"]
@@ -167,7 +166,7 @@ import Testing
         let docs: [Value] = (0..<40).map { i in ["_id": .string("blob-\(i)"), "data": .string(Self.noise(30_000, seed: i))] }
         let write = try await a.store.execute("INSERT INTO blobs DOCUMENTS (:docs)", arguments: ["docs": .array(docs)])
         let first = try TestNode(name: "b", subscriptions: ["SELECT * FROM blobs"], directory: directory)
-        let frames = Mutex(0)
+        let frames = Locked(0)
         let codec = MessageCodec()
         let connection = InMemoryConnection(observeFromA: { frame in
             if case .deltaBatch(let batch)? = try? codec.decode(frame), !batch.pieces.isEmpty { frames.withLock { $0 += 1 } }

@@ -4,7 +4,6 @@ import ShoalSync
 import ShoalTesting
 import ShoalWire
 import NIOCore
-import Synchronization
 import Foundation
 import Testing
 
@@ -119,7 +118,7 @@ import Testing
         b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"], directory: bDirectory)
         let second = b
         defer { second.stop() }
-        let sentDocuments = Mutex<[String]>([])
+        let sentDocuments = Locked<[String]>([])
         let codec = MessageCodec()
         let connection = InMemoryConnection(observeFromA: { frame in
             if case .deltaBatch(let batch)? = try? codec.decode(frame) {
@@ -160,7 +159,7 @@ import Testing
         try await InProcessMesh.withLink(a.sync, b.sync) {
             // A second, hostile connection to a: a valid-looking frame of an unknown type.
             let hostile = InMemoryConnection()
-            let received = Mutex<[WireMessage]>([])
+            let received = Locked<[WireMessage]>([])
             let outcome = try await withThrowingTaskGroup(of: Result<PeerIdentity?, any Error>.self) { group in
                 group.addTask {
                     await Result {
@@ -242,7 +241,7 @@ extension InProcessSyncTests {
     @Test func deletesReplicateAndObserversSeeRemoteTransactions() async throws {
         let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"])
         defer { a.remove(); b.remove() }
-        let seen = Mutex<[Observation]>([])
+        let seen = Locked<[Observation]>([])
         let observer = try b.store.registerObserver("SELECT * FROM cars") { observation in
             seen.withLock { $0.append(observation) }
         }
@@ -272,7 +271,7 @@ extension InProcessSyncTests {
         try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
             #expect(try await InProcessMesh.eventually { try await Self.count(b, "SELECT * FROM photos") == 1 })
             #expect(try await b.store.attachmentLength(hash: token.hash) == nil, "bytes travel only when asked for")
-            let steps = Mutex<[Int]>([])
+            let steps = Locked<[Int]>([])
             let length = try await b.sync.fetchAttachment(hash: token.hash) { done, _ in steps.withLock { $0.append(done) } }
             #expect(length == bytes.count)
             #expect(steps.withLock { $0 } == [1 << 20, 2 << 20, bytes.count], "three 1 MiB chunks")
@@ -297,7 +296,7 @@ extension InProcessSyncTests {
         try await interrupted.append(Array(bytes[0..<1_300_000]))
         try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
             #expect(await InProcessMesh.eventually { b.sync.peers().contains { $0.state == "connected" } })
-            let steps = Mutex<[Int]>([])
+            let steps = Locked<[Int]>([])
             let length = try await b.sync.fetchAttachment(hash: token.hash) { done, _ in steps.withLock { $0.append(done) } }
             #expect(length == bytes.count)
             let mebibyte = 1 << 20

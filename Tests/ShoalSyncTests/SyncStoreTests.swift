@@ -3,7 +3,6 @@ import ShoalCRDT
 import ShoalStore
 import ShoalSync
 import ShoalTesting
-import Synchronization
 import Testing
 
 /// Sync reaches the store only through `SyncStore`: a store of another kind (here
@@ -12,10 +11,10 @@ import Testing
 @Suite struct SyncStoreTests {
     final class CountingStore: SyncStore {
         let base: DocumentStore
-        let commits = Mutex(0)
-        let pages = Mutex(0)
+        let commits = Locked(0)
+        let pages = Locked(0)
         /// Each commit's `short` hint and how many deltas it logged.
-        let hints = Mutex<[(short: Bool, logged: Int)]>([])
+        let hints = Locked<[(short: Bool, logged: Int)]>([])
         init(_ base: DocumentStore) { self.base = base }
 
         var siteID: SiteID { base.siteID }
@@ -50,15 +49,15 @@ import Testing
         func transactionRecords() async throws(StoreError) -> [TransactionRecord] { try await base.transactionRecords() }
         /// When set, the next commit that logs deltas is rolled back and, once the latch
         /// opens, fails as a full disk would.
-        let failNextApply = Mutex<Latch?>(nil)
+        let failNextApply = Locked<Latch?>(nil)
 
         /// When set, the next commit waits for the latch before it starts (`holding`
         /// meanwhile), so that what arrives after queues behind it.
-        let holdNext = Mutex<Latch?>(nil)
-        let holding = Mutex(false)
+        let holdNext = Locked<Latch?>(nil)
+        let holding = Locked(false)
         /// When set, a commit that would apply a transaction of this origin fails, as a
         /// store refusing one session's batch would.
-        let refuse = Mutex<SiteID?>(nil)
+        let refuse = Locked<SiteID?>(nil)
 
         /// Forwards to the store's writer, and throws on a transaction of `refused` origin.
         final class RefusingWriter: InboundWriting {
@@ -110,7 +109,7 @@ import Testing
                 return try await base.writeInbound(short: short) { writer in try body(RefusingWriter(writer, refusing: refused)) }
             }
             if let release = failNextApply.withLock({ $0 }) {
-                let rolledBack = Mutex(false)
+                let rolledBack = Locked(false)
                 do throws(StoreError) {
                     let (result, outcome) = try await base.writeInbound(short: short) { writer in
                         let result = try body(writer)
