@@ -280,6 +280,67 @@ public final class AdminSession {
         return result
     }
 
+    /// Runs `count` exec requests on this connection, each in a transaction of its
+    /// own, with up to `inFlight` sent ahead of their answers.
+    ///
+    /// The node answers a connection's requests in order and reads the next one as
+    /// soon as it has answered one, so a request already sent starts at once instead of
+    /// after a round trip to this client: a bulk load keeps the node's writer busy.
+    /// `request(i)` builds the `i`-th when there is room for it; `answered(i, result)`
+    /// sees each answer, in order. An `inFlight` below 1 counts as 1 (each request
+    /// waits for the answer before it); a `count` of 0 or less sends nothing.
+    ///
+    /// When a request fails, no more are sent. The ones already sent still run, each
+    /// in its own transaction: their answers are read (`answered` sees those that
+    /// succeeded) before the first failure is thrown, naming its index, so the
+    /// connection stays usable and the caller knows what committed. An error thrown by
+    /// `request` or `answered` ends the call at once; the answers still on their way
+    /// are passed over by the session's next requests.
+    public func execPipelined(
+        count: Int, inFlight: Int = 4, hint: String? = nil,
+        request: (Int) throws -> (statements: String, argumentsJSON: String),
+        answered: (Int, ExecResult) throws -> Void = { _, _ in }
+    ) async throws {
+        let window = max(1, inFlight)
+        var ids: [UInt64] = []  // of the requests sent and not answered, oldest first
+        var sent = 0
+        var answeredCount = 0
+        var failure: NodeError?
+        while answeredCount < sent || (failure == nil && sent < count) {
+            while failure == nil && sent < count && ids.count < window {
+                let (statements, arguments) = try request(sent)
+                let id = nextID
+                nextID += 1
+                let exec = AdminRequest.exec(statements: statements, argumentsJSON: arguments, hint: hint, readOnly: false)
+                let frame = codec.encode(.adminRequest(exec.wire(requestID: id)))
+                try await connectionErrors { try await self.send(frame) }
+                ids.append(id)
+                sent += 1
+            }
+            let frame = try await connectionErrors { try await self.iterator.next() }
+            guard let frame else {
+                throw NodeError(.connectionFailed, "\(node) closed the connection with \(sent - answeredCount) requests unanswered")
+            }
+            switch try await connectionErrors({ try self.codec.decode(frame) }) {
+            case .adminResponse(let wire) where wire.requestID == ids.first:
+                ids.removeFirst()
+                let index = answeredCount
+                answeredCount += 1
+                switch AdminResponse(wire: wire) {
+                case .exec(let result)?:
+                    try answered(index, result)
+                case .failure(_, let message)?:
+                    if failure == nil { failure = NodeError(.requestFailed, "request \(index) of \(count): \(message)") }
+                default:
+                    throw NodeError(.protocolError, "the node answered exec request \(index) with something else")
+                }
+            case .error(let error): throw NodeError(.requestFailed, error.message)
+            default: continue
+            }
+        }
+        if let failure { throw failure }
+    }
+
     /// The node's status, as `AdminClient.status` gives it.
     public func status(digests: Bool = false) async throws(NodeError) -> NodeStatus {
         guard case .status(let status) = try await answer(.status(digests: digests)) else {
@@ -371,6 +432,17 @@ public final class AdminSession {
                 throw NodeError(.protocolError, "the node answered a part of attachment put with something else")
             }
             data = next
+        }
+    }
+
+    /// `body`, its failures other than `NodeError` reported as the connection's.
+    private func connectionErrors<T>(_ body: () async throws -> T) async throws(NodeError) -> T {
+        do {
+            return try await body()
+        } catch let error as NodeError {
+            throw error
+        } catch {
+            throw NodeError(.connectionFailed, "the connection to \(node) failed: \(error)")
         }
     }
 

@@ -84,12 +84,8 @@ enum Replication {
                 load.withLock { $0 = figure }
             }
             try await toA.withSession { session in
-                var first = 0
-                while first < plan.documents {
-                    let end = first + 100
-                    _ = try await session.exec(
-                        "INSERT INTO docs DOCUMENTS (:docs)", argumentsJSON: "{\"docs\":\(Workload.json(first..<end))}")
-                    first = end
+                try await session.execPipelined(count: plan.documents / 100, inFlight: plan.inFlight) { k in
+                    ("INSERT INTO docs DOCUMENTS (:docs)", "{\"docs\":\(Workload.json((k * 100)..<(k * 100 + 100)))}")
                 }
             }
             let written = seconds(ContinuousClock.now - start)

@@ -66,7 +66,7 @@ struct Report: Sendable {
             rows.append(["Shoal local writes, \(f.perTransaction) per txn", String(format: "%.0f docs/s", f.documentsPerSecond), String(format: "%.2fx raw", f.documentsPerSecond / (sqlite.first { $0.perTransaction == "\(f.perTransaction)" }?.documentsPerSecond ?? .nan)), "\(f.documents) docs in \(String(format: "%.2f", f.seconds)) s"])
         }
         if let r = replication {
-            rows.append(["written on A (admin session, 100 per txn)", String(format: "%.0f docs/s", Double(r.documents) / r.writtenSeconds), "", String(format: "%.2f s", r.writtenSeconds)])
+            rows.append(["written on A (admin session, 100 per txn, \(plan.inFlight) in flight)", String(format: "%.0f docs/s", Double(r.documents) / r.writtenSeconds), "", String(format: "%.2f s", r.writtenSeconds)])
             rows.append(["replicated to B, one hop", String(format: "%.0f docs/s", oneHopRate), String(format: "%.0f deltas/s", Double(r.deltas) / r.oneHopSeconds), String(format: "%.2f s", r.oneHopSeconds)])
             rows.append(["replicated to C, two hops", String(format: "%.0f docs/s", twoHopRate), String(format: "%.0f deltas/s", Double(r.deltas) / r.twoHopSeconds), String(format: "%.2f s", r.twoHopSeconds)])
         }
@@ -93,7 +93,7 @@ struct Report: Sendable {
 
     var json: String {
         var object: [String: Any] = [
-            "documents": plan.documents, "samples": plan.samples,
+            "documents": plan.documents, "samples": plan.samples, "inFlight": plan.inFlight,
             "sqlite": sqlite.map { ["perTransaction": $0.perTransaction, "documents": $0.documents, "seconds": $0.seconds, "documentsPerSecond": $0.documentsPerSecond, "rowsPerSecond": $0.rowsPerSecond] },
             "localWrites": local.map { ["perTransaction": $0.perTransaction, "documents": $0.documents, "seconds": $0.seconds, "documentsPerSecond": $0.documentsPerSecond] },
             "resources": resources.map { ["node": $0.node, "peakResidentBytes": $0.peakResidentBytes, "cpuSeconds": $0.cpuSeconds] },

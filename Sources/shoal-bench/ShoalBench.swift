@@ -24,6 +24,11 @@ struct ShoalBench: AsyncParsableCommand {
     @Option(name: .long, help: "Latency samples (default 1,000; 200 with --quick).")
     var samples: Int?
 
+    @Option(
+        name: .long,
+        help: "Requests the writer of the replication run keeps sent ahead of their answers on its admin connection (1: each waits for the one before).")
+    var inFlight = 4
+
     @Option(name: .long, help: "The Yjs peer script, run with python3 (default Benchmarks/peers/yjs_bench.py).")
     var peerScript = "Benchmarks/peers/yjs_bench.py"
 
@@ -46,6 +51,7 @@ struct ShoalBench: AsyncParsableCommand {
             throw ValidationError("--documents must be a multiple of 100, at least 100")
         }
         if let samples, samples < 10 { throw ValidationError("--samples must be at least 10") }
+        if inFlight < 1 || inFlight > 64 { throw ValidationError("--in-flight must be from 1 to 64") }
     }
 
     func run() async throws {
@@ -68,7 +74,7 @@ struct ShoalBench: AsyncParsableCommand {
         }
         let plan = Plan(
             documents: documents ?? (quick ? 10_000 : 100_000), singleWrites: quick ? 1_000 : 5_000,
-            samples: samples ?? (quick ? 200 : 1_000))
+            samples: samples ?? (quick ? 200 : 1_000), inFlight: inFlight)
         var report = Report(plan: plan)
         let progress = Progress(enabled: !json)
         progress.say("shoal-bench: \(plan.documents) documents of 5 fields, in transactions of 100; \(plan.samples) latency samples")
@@ -99,6 +105,8 @@ struct Plan: Sendable {
     /// Documents written one per transaction (commits dominate: fewer are enough).
     var singleWrites: Int
     var samples: Int
+    /// Exec requests the replication run's writer keeps on the wire ahead of their answers.
+    var inFlight: Int = 4
 }
 
 /// Progress lines on stderr, so stdout holds only the result.
