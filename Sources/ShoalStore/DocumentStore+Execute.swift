@@ -95,7 +95,7 @@ extension DocumentStore {
                 }
             }
             outcome = inline ? try Self.writeHere(pool, transaction: false, work) : try await pool.writeWithoutTransaction(work)
-            quickExecutes.withLock { $0 = ContinuousClock.now - started < Self.shortAccess }
+            quickExecutes.withLock { $0 = ContinuousClock.now - started < Self.shortWrite }
         } catch {
             quickExecutes.withLock { $0 = false }
             rollBackOpenTransaction()

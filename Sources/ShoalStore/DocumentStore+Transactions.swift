@@ -98,7 +98,7 @@ extension DocumentStore {
         defer { gate.release() }
         let transaction = Transaction(info: info, store: self, snapshot: nil)
         do {
-            try await transaction.begin()
+            try transaction.begin()
             let (value, completion) = try await OpenTransactions.$marks.withValue(inside) {
                 try await body(transaction)
             }

@@ -54,14 +54,18 @@ public final class DocumentStore: Sendable {
     let evictions = Locked(false)
     /// Local read-write transactions committed since the store opened.
     let localCommits = Locked<UInt64>(0)
-    /// Whether the last write of `execute` took under `shortAccess`: then the next runs
-    /// on the calling thread (`write(inline:)`).
+    /// Whether the last write of `execute`, or of a `Transaction`'s statements, took
+    /// under `shortWrite`: then the next runs on the calling thread (`write(inline:)`).
     let quickExecutes = Locked(false)
-    /// How long an observer's read, or `execute`'s write, may have taken for the next
-    /// one to run on the calling thread (`read(inline:)`, `write(inline:)`). A wrong
-    /// guess costs once: a long one run there holds that thread for its length, and
-    /// the next goes back to the pool.
+    /// How long an observer's read may have taken for the next one to run on the
+    /// calling thread (`read(inline:)`). A wrong guess costs once: a long one run there
+    /// holds that thread for its length, and the next goes back to the pool.
     static let shortAccess: Duration = .milliseconds(1)
+    /// The same for a write. Longer than a read's: the hop to the writer's queue and
+    /// back is two thread wake-ups on the path of every commit, each of which waits for
+    /// a core while the node is busy (0.5–1 ms on two cores under load), and the queue
+    /// is idle anyway, since the write gate keeps every other writer out.
+    static let shortWrite: Duration = .milliseconds(5)
 
     var evictedSomething: Bool { evictions.withLock { $0 } }
 

@@ -55,7 +55,7 @@ public protocol SyncStore: AnyObject, Sendable {
     /// Every waiting and partial transaction: what the inbound pipeline starts from.
     func transactionRecords() async throws(StoreError) -> [TransactionRecord]
     /// Runs `body` in one write transaction; returns what it returned and what was
-    /// applied. `short`: the caller knows the write is small (a few hundred deltas),
+    /// applied. `short`: the caller knows the write is small (up to about a thousand deltas),
     /// and the store may run it on the calling thread.
     func writeInbound<T: Sendable>(
         short: Bool, _ body: @escaping @Sendable (any InboundWriting) throws -> T

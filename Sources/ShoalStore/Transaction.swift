@@ -154,7 +154,10 @@ public final class Transaction: Sendable {
         do {
             // The writer's queue runs one access at a time, so the progress read at the
             // start of this access is still current when it is stored back at its end.
-            return try await store.pool.writeWithoutTransaction { [store] db in
+            // After a quick one, the next runs on this thread (`DocumentStore.quickExecutes`).
+            let inline = store.quickExecutes.withLock { $0 }
+            let started = ContinuousClock.now
+            let work: @Sendable (Database) throws -> QueryResult = { [store] db in
                 let progress = try self.state.withLock { s throws(StoreError) -> LocalTransaction.Progress in
                     guard case .open = s.phase, let progress = s.progress else { throw self.unusable(s.phase) }
                     return progress
@@ -178,6 +181,10 @@ public final class Transaction: Sendable {
                     throw error
                 }
             }
+            defer { store.quickExecutes.withLock { $0 = ContinuousClock.now - started < DocumentStore.shortWrite } }
+            return inline
+                ? try DocumentStore.writeHere(store.pool, transaction: false, work)
+                : try await store.pool.writeWithoutTransaction(work)
         } catch {
             throw StoreError.wrapping(error, "running a statement in transaction \(info.id)")
         }
@@ -236,10 +243,11 @@ public final class Transaction: Sendable {
         }
     }
 
-    /// `BEGIN IMMEDIATE`, and the number the transaction will commit under.
-    func begin() async throws(StoreError) {
+    /// `BEGIN IMMEDIATE`, and the number the transaction will commit under: two short
+    /// statements, run on this thread (the gate is held, so the writer's queue is idle).
+    func begin() throws(StoreError) {
         do {
-            let progress = try await store.pool.writeWithoutTransaction { db in
+            let progress = try DocumentStore.writeHere(store.pool, transaction: false) { db in
                 try DocumentStore.beginImmediate(db)
                 return try LocalTransaction.begin(db: db)
             }
@@ -259,14 +267,21 @@ public final class Transaction: Sendable {
         }
         let committed: (transaction: TransactionID, lastSequence: UInt64, appended: LogEnd.Appended)?
         let started = ContinuousClock.now
+        // Logging what the statements wrote takes about as long as writing it did: when
+        // they were quick, the commit runs on this thread too.
+        let inline = store.quickExecutes.withLock { $0 }
         do {
-            committed = try await store.pool.writeWithoutTransaction { [store] db in
+            let work: @Sendable (Database) throws -> (transaction: TransactionID, lastSequence: UInt64, appended: LogEnd.Appended)? = {
+                [store] db in
                 let local = LocalTransaction(db: db, site: store.siteID, clock: store.clock, progress: progress)
                 let committed = try local.finish()
                 store.refreshStatisticsIfGrown(db, through: committed?.lastSequence)
                 try db.cachedStatement(sql: "COMMIT").execute()
                 return committed
             }
+            committed = inline
+                ? try DocumentStore.writeHere(store.pool, transaction: false, work)
+                : try await store.pool.writeWithoutTransaction(work)
         } catch {
             throw StoreError.wrapping(error, "committing transaction \(info.id)")
         }

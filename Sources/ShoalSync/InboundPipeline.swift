@@ -386,8 +386,10 @@ public final class InboundPipeline: Sendable {
         var counters = Counters()
     }
 
-    /// The most deltas a commit may hold to count as short (`SyncStore.writeInbound`).
-    static let shortCommitDeltas = 256
+    /// The most deltas a commit may hold to count as short (`SyncStore.writeInbound`):
+    /// about `DocumentStore.shortWrite` of applying on two cores, so that one received
+    /// transaction of a hundred documents, or a few smaller ones, apply on this thread.
+    static let shortCommitDeltas = 1024
 
     /// One SQLite transaction: every item's pieces, the decisions they allow, and the cursors.
     private func commit(

@@ -194,11 +194,12 @@ import Testing
                 #expect(try await InProcessMesh.eventually { try await bStore.collectionCounts().first?.documents == 1 })
                 let small = counting.hints.withLock { $0 }.filter { $0.logged > 0 }
                 #expect(!small.isEmpty && small.allSatisfy(\.short), "\(small)")
-                let documents = (0..<300).map { Value.object(["_id": .string("big\($0)"), "n": .int(Int64($0))]) }
+                let documents = (0..<600).map { Value.object(["_id": .string("big\($0)"), "n": .int(Int64($0))]) }
                 _ = try await a.store.execute("INSERT INTO notes DOCUMENTS (:docs)", arguments: ["docs": .array(documents)])
-                #expect(try await InProcessMesh.eventually { try await bStore.collectionCounts().first?.documents == 301 })
+                #expect(try await InProcessMesh.eventually { try await bStore.collectionCounts().first?.documents == 601 })
             }
-            let big = counting.hints.withLock { $0 }.filter { $0.logged > 256 }
+            // Above `InboundPipeline.shortCommitDeltas` (1,024): 600 documents of 2 fields.
+            let big = counting.hints.withLock { $0 }.filter { $0.logged > 1024 }
             #expect(!big.isEmpty && big.allSatisfy { !$0.short }, "\(big)")
         }
     }
@@ -225,8 +226,9 @@ import Testing
                     #expect(try await InProcessMesh.eventually { try await bStore.execute("SELECT * FROM notes").items.count == i + 2 })
                 }
                 let read = counting.pages.withLock { $0 } - before
-                // Only a tick that happens to see a commit before its session does reads a page.
-                #expect(read <= 3, "\(read) pages read for 30 commits A wants none of")
+                // Only a tick that happens to see a commit before its session does reads a
+                // page: a few on a loaded machine, where every commit read would be 30.
+                #expect(read <= 6, "\(read) pages read for 30 commits A wants none of")
                 let end = bStore.lastCommittedSequence
                 #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) {
                     try await a.store.cursor(peer: bStore.siteID, subscriptionKey: a.sync.subscriptions.key) == end
