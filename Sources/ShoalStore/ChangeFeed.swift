@@ -129,11 +129,15 @@ public struct LogEnd: Sendable, Hashable {
         public var collections: Set<String>
         /// The transactions the appended rows belong to.
         public var transactions: [TransactionID]
+        /// The document entries of the appended rows (a document a commit logged for
+        /// two transactions counts twice).
+        public var documents: Int
 
-        public init(after: UInt64, collections: Set<String>, transactions: [TransactionID]) {
+        public init(after: UInt64, collections: Set<String>, transactions: [TransactionID], documents: Int = 0) {
             self.after = after
             self.collections = collections
             self.transactions = transactions
+            self.documents = documents
         }
     }
 

@@ -85,12 +85,13 @@ public struct CompactionReport: Sendable, Hashable {
 /// Change-log compaction: a transaction every one of whose registers has since been
 /// overwritten leaves the log.
 ///
-/// The log is what sync streams from, one whole transaction at a time. A row is
-/// *superseded* when the register it wrote now holds another transaction's write
-/// (`field`'s writer is not the row's transaction). And any row is superseded by its
-/// document's tombstone when that is at least as new
+/// The log is what sync streams from, one whole transaction at a time. A row's
+/// entry for a document is *superseded* when each register it wrote now holds
+/// another transaction's write (`field`'s writer is not the row's transaction), or
+/// its document's tombstone, when that is at least as new
 /// (another transaction's DELETE hides it for ever; the DELETE stays, and on a
-/// replica hides it too, or finds nothing to hide). A transaction goes only when
+/// replica hides it too, or finds nothing to hide); a row is, when each of its
+/// entries is. A transaction goes only when
 /// every row of it is superseded and all its rows are at or below the compaction
 /// point; it goes whole, so every transaction the log still holds is complete and a
 /// receiver can still take it atomically. The registers it wrote are carried by the
@@ -106,25 +107,31 @@ public struct CompactionReport: Sendable, Hashable {
 /// below the point is told so in the log (`PeerSession`) as a resync.
 ///
 /// Bounds: rows that still hold a current value are never removed, so the log holds
-/// at most (the largest transaction's size) × (the live registers) rows, plus what
+/// at most (the largest transaction's size) × (the live registers) entries, plus what
 /// is above the compaction point. Registers of evicted documents are kept (their
-/// rows are not judged superseded). The `txn` table keeps one small row per
+/// entries are not judged superseded). The `txn` table keeps one small row per
 /// transaction, so a resend of a compacted transaction is still known as applied.
 /// The log's last transaction is never removed, so its sequences are never reused.
 extension DocumentStore {
     /// Rows scanned per write: a compaction holds the write gate a chunk at a time.
     static let compactionChunk: UInt64 = 20_000
 
-    /// Whether the change-log row `c` is superseded: for each of its deltas, the
-    /// register it wrote holds another transaction's write, or its document's
-    /// tombstone, written by another transaction, is at least as new.
-    /// (`shoal_log_keys` lists a row's deltas as `[[name, timestamp], ...]`.)
-    static let rowSuperseded = """
+    /// Whether the document entry `d` of the change-log row `c` (an element of
+    /// `shoal_log_documents(c.entries)`: `[collection, doc_id, [[name, timestamp], ...]]`)
+    /// is superseded: for each of its deltas, the register it wrote holds another
+    /// transaction's write, or its document's tombstone, written by another
+    /// transaction, is at least as new.
+    static let documentSuperseded = """
         NOT EXISTS (
-            SELECT 1 FROM json_each(shoal_log_keys(c.deltas)) k WHERE NOT EXISTS (
-                SELECT 1 FROM field f WHERE f.collection = c.collection AND f.doc_id = c.doc_id
+            SELECT 1 FROM json_each(d.value -> 2) k WHERE NOT EXISTS (
+                SELECT 1 FROM field f WHERE f.collection = d.value ->> 0 AND f.doc_id = d.value ->> 1
                 AND (f.name = k.value ->> 0 OR (f.name = '_deleted' AND f.ts >= k.value ->> 1))
                 AND NOT (f.txn_seq = c.txn_seq AND COALESCE(f.txn_site, f.site) = c.txn_site)))
+        """
+
+    /// Whether the change-log row `c` is superseded: every document entry of it is.
+    static let rowSuperseded = """
+        NOT EXISTS (SELECT 1 FROM json_each(shoal_log_documents(c.entries)) d WHERE NOT \(documentSuperseded))
         """
 
     /// Transactions that wrote a row in `(lo, hi]`, lie wholly at or below `through`,
@@ -249,13 +256,15 @@ extension DocumentStore {
         AND NOT EXISTS (SELECT 1 FROM field n WHERE n.collection = t.collection AND n.doc_id = t.doc_id AND n.ts > t.ts)
         """
 
-    /// Every row of every logged transaction that wrote one of the candidates, with
-    /// whether it is superseded.
+    /// Every document entry of every logged transaction that wrote one of the
+    /// candidates, with whether it is superseded (NULL collection and key: an entry
+    /// that does not decode).
     static let rowsOfCandidateTransactions = """
-        SELECT c.txn_site, c.txn_seq, c.seq, c.collection, c.doc_id, \(rowSuperseded) FROM change_log c
+        SELECT c.txn_site, c.txn_seq, c.seq, d.value ->> 0, d.value ->> 1, \(documentSuperseded)
+        FROM change_log c, json_each(shoal_log_documents(c.entries)) d
         WHERE (c.txn_site, c.txn_seq) IN (
-            SELECT txn_site, txn_seq FROM change_log
-            WHERE (collection, doc_id) IN (SELECT collection, doc_id FROM temp.forget_document))
+            SELECT l.txn_site, l.txn_seq FROM change_log l, json_each(shoal_log_documents(l.entries)) e
+            WHERE (e.value ->> 0, e.value ->> 1) IN (SELECT collection, doc_id FROM temp.forget_document))
         """
 
     /// Forgets the documents deleted before `deletedBefore` (Unix ms) and not written
@@ -268,7 +277,7 @@ extension DocumentStore {
     /// would get the document back without its DELETE), and a transaction leaves it
     /// only whole. So a document is forgotten only when every logged transaction that
     /// wrote it lies at or below `through` (the compaction point: every counted peer
-    /// has it), is not the log's last, and holds nothing else current: each of its other rows is superseded,
+    /// has it), is not the log's last, and holds nothing else current: each of its other entries is superseded,
     /// or writes a document forgotten with it. A document created in one transaction
     /// with others that live on stays (tombstone and all) until they are overwritten
     /// or deleted too. Runs as one write.
@@ -291,19 +300,21 @@ extension DocumentStore {
             struct Logged {
                 var documents: Set<DocumentRef> = []
                 var highest: Int64 = 0
-                /// Documents of rows that hold something current.
+                /// Documents of entries that hold something current.
                 var current: Set<DocumentRef> = []
             }
             var transactions: [TransactionKey: Logged] = [:]
             let rows = try Row.fetchCursor(db, sql: Self.rowsOfCandidateTransactions)
             while let row = try rows.next() {
                 let key = TransactionKey(site: row[0], sequence: row[1])
-                let document = DocumentRef(collection: row[3], id: row[4])
+                // An entry that does not decode names no candidate, and holds its transaction.
+                let document = DocumentRef(
+                    collection: row[3] as String? ?? "", id: row[4] as String? ?? "unreadable entry of row \(row[2] as Int64)")
                 transactions[key, default: Logged()].documents.insert(document)
                 transactions[key]!.highest = max(transactions[key]!.highest, row[2])
                 if !(row[5] as Bool) { transactions[key]!.current.insert(document) }
             }
-            // A transaction may leave when it lies below the point and each of its rows
+            // A transaction may leave when it lies below the point and each of its entries
             // is superseded or writes a document still to be forgotten; a document is
             // forgotten when every transaction that wrote it may leave. Dropping one
             // candidate can keep another's transaction: repeat until nothing changes.
@@ -383,7 +394,13 @@ extension DocumentStore {
             return (
                 try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM field WHERE collection = ? AND doc_id = ?", arguments: arguments) ?? 0,
                 try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM document WHERE collection = ? AND doc_id = ?)", arguments: arguments) ?? false,
-                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM change_log WHERE collection = ? AND doc_id = ?", arguments: arguments) ?? 0
+                try Int.fetchOne(
+                    db,
+                    sql: """
+                        SELECT COUNT(*) FROM change_log c, json_each(shoal_log_documents(c.entries)) d
+                        WHERE d.value ->> 0 = ? AND d.value ->> 1 = ?
+                        """,
+                    arguments: arguments) ?? 0
             )
         }
     }

@@ -82,7 +82,7 @@ extension DocumentStore {
                     var (result, written) = try self.run(statements, arguments: arguments, db: db, local: &local)
                     let committing = ContinuousClock.now
                     let committed = try local?.finish()
-                    self.refreshStatisticsIfGrown(db, through: committed?.lastSequence)
+                    self.refreshStatisticsIfGrown(db, logged: committed?.appended.documents ?? 0)
                     try db.cachedStatement(sql: "COMMIT").execute()
                     // Timed as `Transaction.commit` is: logging the deltas and COMMIT.
                     if committed != nil { self.commitDuration?.record(duration: ContinuousClock.now - committing) }

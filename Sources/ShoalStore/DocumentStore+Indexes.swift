@@ -55,12 +55,33 @@ struct UserIndex: Sendable, Hashable {
     }
 }
 
-/// When the planner's statistics were last refreshed, as a change-log sequence.
+/// When the planner's statistics are due: after enough documents were written since
+/// the last refresh.
 struct StatisticsSchedule: Sendable {
-    var refreshedThrough: UInt64 = 0
-    /// The fewest change-log rows between two refreshes; beyond it, a refresh waits
-    /// for the log to grow by half again.
+    /// Document entries logged since the last refresh (or since the store opened).
+    var loggedSinceRefresh: UInt64 = 0
+    /// The documents the last refresh counted (`sqlite_stat1`), 0 if none is known.
+    var documentsAtRefresh: UInt64 = 0
+    /// The fewest documents written between two refreshes; beyond it, a refresh waits
+    /// for half as many writes as the last one counted documents.
     var minimumGrowth: UInt64 = 10_000
+
+    /// Counts `logged` more documents; true when a refresh is due, and then counts
+    /// from 0 again.
+    mutating func note(_ logged: Int) -> Bool {
+        loggedSinceRefresh += UInt64(max(0, logged))
+        guard loggedSinceRefresh >= max(minimumGrowth, documentsAtRefresh / 2) else { return false }
+        loggedSinceRefresh = 0
+        return true
+    }
+
+    /// The number of documents `sqlite_stat1` holds for table `document` (the first
+    /// figure of its `stat`), nil when there are no statistics.
+    static func documents(_ db: Database) throws -> UInt64? {
+        guard try db.tableExists("sqlite_stat1") else { return nil }
+        return try Int64.fetchOne(db, sql: "SELECT CAST(stat AS INTEGER) FROM sqlite_stat1 WHERE tbl = 'document' LIMIT 1")
+            .map { UInt64(max(0, $0)) }
+    }
 }
 
 extension DocumentStore {
@@ -161,22 +182,17 @@ extension DocumentStore {
         try db.execute(sql: "ANALYZE document")
     }
 
-    /// Refreshes the statistics inside the committing write once the change log has
-    /// grown by `minimumGrowth` rows and by half since the last refresh (so after a
-    /// restart, the first write past `minimumGrowth` refreshes them). Best effort: a
-    /// commit never fails for it.
-    func refreshStatisticsIfGrown(_ db: Database, through sequence: UInt64?) {
-        guard let sequence else { return }
-        let due = statistics.withLock { s -> Bool in
-            guard sequence > s.refreshedThrough,
-                sequence - s.refreshedThrough >= max(s.minimumGrowth, s.refreshedThrough / 2)
-            else { return false }
-            s.refreshedThrough = sequence
-            return true
-        }
-        guard due else { return }
+    /// Refreshes the statistics inside the committing write, which logged `logged`
+    /// document entries, once `minimumGrowth` documents were written since the last
+    /// refresh, and half as many as that refresh counted (`StatisticsSchedule`; the
+    /// store reads the count `sqlite_stat1` holds when it opens). Best effort: a commit
+    /// never fails for it.
+    func refreshStatisticsIfGrown(_ db: Database, logged: Int) {
+        guard logged > 0, statistics.withLock({ $0.note(logged) }) else { return }
         do {
             try Self.refreshStatistics(db)
+            let counted = try StatisticsSchedule.documents(db) ?? 0
+            statistics.withLock { $0.documentsAtRefresh = counted }
         } catch {
             logger.warning("could not refresh the query planner's statistics", metadata: ["shoal.error": "\(error)"])
         }

@@ -21,17 +21,17 @@ public struct ChangeLogPage: Sendable, Equatable {
 
 /// One delta of the change log with the row it is stored in, decoded once.
 struct LogRow {
-    /// The sequence of its row: every delta of one document in one transaction shares it.
+    /// The sequence of its row: every delta of a run of one transaction's documents shares it.
     var sequence: UInt64
     var delta: Delta
     /// How many deltas its transaction wrote to its document.
     var documentDeltas: UInt32
 
     /// The columns a row of the log is read from, in the order `Column` numbers them.
-    static let select = "SELECT seq, collection, doc_id, txn_site, txn_seq, txn_count, doc_deltas, deltas FROM change_log"
+    static let select = "SELECT seq, txn_site, txn_seq, txn_count, entries FROM change_log"
 
     enum Column: Int32 {
-        case sequence, collection, documentID, transactionSite, transactionSequence, count, documentDeltas, deltas
+        case sequence, transactionSite, transactionSequence, count, entries
     }
 
     /// Appends the deltas of one row of the log to `rows`, in stored order; returns how many.
@@ -39,21 +39,21 @@ struct LogRow {
     static func decode(_ row: HotStatement.Row, into rows: inout [LogRow]) throws -> Int {
         func integer(_ column: Column) -> Int64 { row.int64(column.rawValue) }
         let sequence = UInt64(bitPattern: integer(.sequence))
-        let collection = row.text(Column.collection.rawValue), documentID = row.text(Column.documentID.rawValue)
         let transaction = TransactionID(
             origin: SiteID(UInt64(bitPattern: integer(.transactionSite))),
             sequence: UInt64(bitPattern: integer(.transactionSequence)))
         let count = UInt32(truncatingIfNeeded: integer(.count))
-        let documentDeltas = UInt32(truncatingIfNeeded: integer(.documentDeltas))
         let before = rows.count
-        try PackedDeltas.forEach(row.blob(Column.deltas.rawValue)) { index, timestamp, name, value in
-            rows.append(
-                LogRow(
-                    sequence: sequence,
-                    delta: Delta(
-                        collection: collection, documentID: documentID, field: name, valueJSON: value,
-                        timestamp: HybridTimestamp(rawValue: timestamp), transaction: transaction, index: index, count: count),
-                    documentDeltas: documentDeltas))
+        try LogEntries.forEach(row.blob(Column.entries.rawValue)) { collection, documentID, documentDeltas, deltas in
+            try PackedDeltas.forEach(deltas) { index, timestamp, name, value in
+                rows.append(
+                    LogRow(
+                        sequence: sequence,
+                        delta: Delta(
+                            collection: collection, documentID: documentID, field: name, valueJSON: value,
+                            timestamp: HybridTimestamp(rawValue: timestamp), transaction: transaction, index: index, count: count),
+                        documentDeltas: documentDeltas))
+            }
         }
         return rows.count - before
     }
@@ -96,8 +96,9 @@ extension DocumentStore {
 
     /// The most rows of the log a page may have left to read to count as a short read
     /// (`read(inline:)`): a session keeping up with transactions of a hundred documents
-    /// (a row each) reads them on its own thread, well under a millisecond.
-    static let shortPageRows: UInt64 = 256
+    /// (a row each: `LogAppender.documentsPerRow`) or of a few reads them on its own
+    /// thread, in about a millisecond at most.
+    static let shortPageRows: UInt64 = 4
 
     /// Reads the change log after `sequence` for a peer with `subscriptions`.
     ///
@@ -352,9 +353,9 @@ struct PieceReader {
                 try String.fetchAll(
                     db,
                     sql: """
-                        SELECT DISTINCT l.collection FROM change_log l LEFT JOIN document d
-                        ON d.collection = l.collection AND d.doc_id = l.doc_id
-                        WHERE l.txn_site = ? AND l.txn_seq = ? AND d.doc_id IS NULL
+                        SELECT DISTINCT e.value ->> 0 FROM change_log l, json_each(shoal_log_documents(l.entries)) e
+                        WHERE l.txn_site = ? AND l.txn_seq = ? AND e.value ->> 0 IS NOT NULL AND NOT EXISTS (
+                            SELECT 1 FROM document d WHERE d.collection = e.value ->> 0 AND d.doc_id = e.value ->> 1)
                         """,
                     arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]))
         }

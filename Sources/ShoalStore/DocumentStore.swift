@@ -35,7 +35,7 @@ public final class DocumentStore: Sendable {
     let indexedPaths = Locked<Set<String>>([])
     /// The indexes declared with `CREATE INDEX`, as last committed.
     let userIndexes = Locked<[UserIndex]>([])
-    /// When the planner's statistics were last refreshed.
+    /// When the planner's statistics are due to be refreshed.
     let statistics = Locked(StatisticsSchedule())
     /// The statements of recently executed DQL texts: an app or a client that runs
     /// the same text with new arguments parses it once.
@@ -126,7 +126,7 @@ public final class DocumentStore: Sendable {
         // commit checkpoints only if the write-ahead log grew this far without them.
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA wal_autocheckpoint = \(DocumentStore.inlineCheckpointPages)")
-            db.add(function: DocumentStore.logKeys)
+            db.add(function: DocumentStore.logDocuments)
         }
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
@@ -170,15 +170,17 @@ public final class DocumentStore: Sendable {
             }
             evictions.withLock { $0 = evicted }
             siteID = site
-            let (existing, declared) = try pool.read { db in
+            let (existing, declared, counted) = try pool.read { db in
                 (
                     try String.fetchAll(
                         db, sql: "SELECT sql FROM sqlite_master WHERE type = 'index' AND name LIKE 'document_by_%'"),
-                    try UserIndex.fetchAll(db)
+                    try UserIndex.fetchAll(db),
+                    try StatisticsSchedule.documents(db)
                 )
             }
             indexedPaths.withLock { $0.formUnion(existing.compactMap(Self.automaticIndexPath)) }
             userIndexes.withLock { $0 = declared }
+            statistics.withLock { $0.documentsAtRefresh = counted ?? 0 }
             // Sessions learn where the log ends from the feed: from the start, not only at the next commit.
             feed.publish(
                 LogEnd(sequence: UInt64(try pool.read { db in try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") } ?? 0)))
@@ -412,20 +414,74 @@ public final class DocumentStore: Sendable {
                     CREATE INDEX change_log_by_transaction ON change_log (txn_site, txn_seq);
                     """)
         }
+        migrator.registerMigration("v13-log-entries") { db in
+            // One change-log row per run of up to `LogAppender.documentsPerRow`
+            // documents of a transaction (`LogEntries`), where there was one per
+            // document: a commit of a hundred documents writes one row, not a hundred.
+            // A row takes the largest sequence of the rows it replaces, as in
+            // `v12-packed-log`.
+            try db.execute(
+                sql: """
+                    CREATE TABLE change_log_entries (
+                        seq INTEGER PRIMARY KEY, txn_site INTEGER NOT NULL, txn_seq INTEGER NOT NULL,
+                        txn_count INTEGER NOT NULL, documents INTEGER NOT NULL, entries BLOB NOT NULL)
+                    """)
+            let rows = try Row.fetchCursor(
+                db, sql: "SELECT seq, collection, doc_id, txn_site, txn_seq, txn_count, doc_deltas, deltas FROM change_log ORDER BY seq")
+            let insert = try db.makeStatement(
+                sql: "INSERT INTO change_log_entries (seq, txn_site, txn_seq, txn_count, documents, entries) VALUES (?, ?, ?, ?, ?, ?)")
+            var group: (seq: Int64, site: Int64, txn: Int64, count: Int64)?
+            var entries: [UInt8] = []
+            var documents = 0
+            func flush() throws {
+                guard let g = group else { return }
+                try insert.execute(arguments: [g.seq, g.site, g.txn, g.count, documents, Data(entries)])
+                entries.removeAll(keepingCapacity: true)
+                documents = 0
+                group = nil
+            }
+            while let row = try rows.next() {
+                let seq: Int64 = row[0], site: Int64 = row[3], txn: Int64 = row[4]
+                if let g = group, g.site != site || g.txn != txn { try flush() }
+                if group == nil { group = (seq, site, txn, row[5]) } else { group!.seq = seq }
+                let deltas: Data = row[7]
+                LogEntries.append(
+                    DocumentRef(collection: row[1], id: row[2]), documentDeltas: Int(row[6] as Int64), deltas: [UInt8](deltas),
+                    to: &entries)
+                documents += 1
+                if documents == LogAppender.documentsPerRow || entries.count >= LogAppender.bytesPerRow { try flush() }
+            }
+            try flush()
+            try db.execute(
+                sql: """
+                    DROP TABLE change_log;
+                    ALTER TABLE change_log_entries RENAME TO change_log;
+                    CREATE INDEX change_log_by_transaction ON change_log (txn_site, txn_seq);
+                    """)
+        }
         return migrator
     }
 
-    /// `shoal_log_keys(deltas)`: a change-log row's deltas as `[[name, timestamp], ...]`
-    /// (JSON), for the SQL that judges rows superseded. Bytes that do not decode give
-    /// `[[null, null]]`, a key nothing supersedes: a row that cannot be read is kept.
-    static let logKeys = DatabaseFunction("shoal_log_keys", argumentCount: 1, pure: true) { values -> String in
-        let unreadable = "[[null,null]]"
+    /// `shoal_log_documents(entries)`: a change-log row's documents, each with its
+    /// deltas' keys, as `[[collection, doc_id, [[name, timestamp], ...]], ...]` (JSON),
+    /// for the SQL that judges rows superseded and finds the rows of a document. Bytes
+    /// that do not decode give `[[null, null, [[null, null]]]]`: a document no row
+    /// names, with a key nothing supersedes, so a row that cannot be read is kept.
+    static let logDocuments = DatabaseFunction("shoal_log_documents", argumentCount: 1, pure: true) { values -> String in
+        let unreadable = "[[null,null,[[null,null]]]]"
         guard let data = Data.fromDatabaseValue(values[0]) else { return unreadable }
         return (try? data.withUnsafeBytes { bytes -> String in
             var json = "["
-            try PackedDeltas.forEach(bytes) { _, timestamp, name, _ in
+            try LogEntries.forEach(bytes) { collection, id, _, deltas in
                 if json.utf8.count > 1 { json += "," }
-                json += "[\(Value.string(name).canonicalJSON),\(Int64(bitPattern: timestamp))]"
+                json += "[\(Value.string(collection).canonicalJSON),\(Value.string(id).canonicalJSON),["
+                var first = true
+                try PackedDeltas.forEach(deltas) { _, timestamp, name, _ in
+                    if !first { json += "," }
+                    first = false
+                    json += "[\(Value.string(name).canonicalJSON),\(Int64(bitPattern: timestamp))]"
+                }
+                json += "]]"
             }
             return json + "]"
         }) ?? unreadable

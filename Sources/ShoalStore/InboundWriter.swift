@@ -145,8 +145,9 @@ public final class InboundWriter: InboundWriting {
         existing.bind(origin)
         existing.bind(seq)
         try existing.query { row in
-            let document = DocumentRef(collection: row.text(0), id: row.text(1))
-            logged[document, default: []].formUnion(try PackedDeltas.indexes(row.blob(2)))
+            try LogEntries.forEach(row.blob(0)) { collection, id, _, deltas in
+                logged[DocumentRef(collection: collection, id: id), default: []].formUnion(try PackedDeltas.indexes(deltas))
+            }
             return true
         }
         // The deltas to log, per touched document (by slot), packed as they come.
@@ -181,6 +182,7 @@ public final class InboundWriter: InboundWriting {
             let document = touched[slot].document
             try log.append(document, deltaCount: Int(counts[document] ?? 1), pack.bytes)
             appended.collections.insert(document.collection)
+            appended.documents += 1
             outcome.logged += pack.count
         }
         try log.finish()
@@ -273,7 +275,7 @@ extension DocumentStore {
         let (result, outcome, commit, last, appended) = try await write(inline: short) { db in
             let writer = InboundWriter(db: db, store: self)
             let result = try body(writer)
-            self.refreshStatisticsIfGrown(db, through: writer.lastSequence)
+            self.refreshStatisticsIfGrown(db, logged: writer.appended.documents)
             return (result, writer.outcome, writer.commit, writer.lastSequence, writer.appended)
         }
         if let last { feed.publish(LogEnd(sequence: last, appended: appended)) }
@@ -314,11 +316,14 @@ extension DocumentStore {
                 record.bufferedBytes += (row[4] as Int64?).map(Int.init) ?? 0
             }
         } else {
-            let sql = "SELECT collection, doc_id, doc_deltas, deltas FROM change_log WHERE txn_site = ? AND txn_seq = ?"
+            let sql = "SELECT entries FROM change_log WHERE txn_site = ? AND txn_seq = ?"
             for row in try Row.fetchAll(db, sql: sql, arguments: key) {
-                let deltas: Data = row[3]
-                let indexes = try deltas.withUnsafeBytes { try PackedDeltas.indexes($0) }
-                hold(DocumentRef(collection: row[0], id: row[1]), expected: row[2], indexes)
+                let entries: Data = row[0]
+                try entries.withUnsafeBytes { bytes in
+                    try LogEntries.forEach(bytes) { collection, id, documentDeltas, deltas in
+                        hold(DocumentRef(collection: collection, id: id), expected: Int64(documentDeltas), try PackedDeltas.indexes(deltas))
+                    }
+                }
             }
         }
         return record

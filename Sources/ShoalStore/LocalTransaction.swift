@@ -331,7 +331,7 @@ struct LocalTransaction {
             sql: "INSERT INTO shoal_meta (key, value) VALUES ('transaction_counter', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
         ).execute(arguments: [sequence])
         try saveClockHighWater()
-        // One log row per document, its deltas in transaction order (a transaction may
+        // One log entry per document, its deltas in transaction order (a transaction may
         // come back to a document after writing others). A document's deltas come in
         // runs: each run is looked up once, not each delta; `more` holds the runs of a
         // document the transaction came back to.
@@ -373,7 +373,8 @@ struct LocalTransaction {
         let manifest = CollectionCount.manifest(documents: counts)
         // The log's rows are numbered on from its last one: this transaction's follow it.
         let appended = LogEnd.Appended(
-            after: (log.first ?? last) - 1, collections: Set(manifest.map(\.collection)), transactions: [transaction])
+            after: (log.first ?? last) - 1, collections: Set(manifest.map(\.collection)), transactions: [transaction],
+            documents: documents.count)
         try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [
             Int64(bitPattern: site.rawValue), sequence, pending.count, documents.count,
             CollectionCount.encode(manifest), TransactionRecord.State.applied.rawValue, "", "", 0,
@@ -402,7 +403,7 @@ struct LocalTransaction {
 /// Change-log and transaction SQL shared by local and remote writes, prepared once per connection.
 enum FieldSQL {
     /// The log rows of one transaction, in log order.
-    static let transactionRows = "SELECT collection, doc_id, deltas FROM change_log WHERE txn_site = ? AND txn_seq = ? ORDER BY seq"
+    static let transactionRows = "SELECT entries FROM change_log WHERE txn_site = ? AND txn_seq = ? ORDER BY seq"
     static let insertTransaction = """
         INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)

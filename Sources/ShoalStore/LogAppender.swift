@@ -1,32 +1,31 @@
 import ShoalCRDT
 import GRDB
 
-/// Appends one transaction's change-log rows, one per document, several to an
-/// INSERT: the local commit and the remote apply both write the log through it.
+/// Appends one transaction's change-log rows: the local commit and the remote apply
+/// both write the log through it.
 ///
-/// A row is held until `rowsPerInsert` are waiting or `finish()`; then one statement
-/// inserts them all. The transaction's site, sequence and delta count are bound once
-/// per statement. SQLite numbers the rows of one INSERT consecutively (each takes the
-/// largest `seq` so far plus one), so the rows written are `first...last`.
+/// A row holds a run of the transaction's documents, each an entry of `LogEntries`:
+/// up to `documentsPerRow` of them, or fewer once the row's bytes reach
+/// `bytesPerRow`, so that a page of the log, which takes rows whole, stays near its
+/// budget. A transaction of a hundred small documents is one row. The transaction's
+/// site, sequence and delta count are written once per row. Each row takes the
+/// largest `seq` so far plus one, so the rows written are `first...last`.
 struct LogAppender {
-    /// The most rows one INSERT writes.
-    static let rowsPerInsert = 8
+    /// The most documents one row holds.
+    static let documentsPerRow = 128
+    /// The bytes past which a row is written without waiting for more documents.
+    static let bytesPerRow = 64 << 10
+
+    static let insertSQL = """
+        INSERT INTO change_log (txn_site, txn_seq, txn_count, documents, entries) VALUES (?, ?, ?, ?, ?)
+        """
 
     private let db: Database
     private let site: UInt64
     private let sequence: UInt64
     private let deltaCount: Int
-    private var waiting: [(document: DocumentRef, deltas: Int, bytes: [UInt8])] = []
-    private var statements = MultiRowStatements(LogAppender.insertSQL)
-
-    /// The INSERTs of 1 to `rowsPerInsert` rows: parameters 1 to 3 are the
-    /// transaction's, each row's own four follow in order.
-    static let insertSQL = MultiRowStatements.statements(upTo: rowsPerInsert) { rows in
-        """
-        INSERT INTO change_log (txn_site, txn_seq, txn_count, collection, doc_id, doc_deltas, deltas)
-        VALUES \(MultiRowStatements.values("(?1, ?2, ?3, ?, ?, ?, ?)", count: rows))
-        """
-    }
+    private var entries: [UInt8] = []
+    private var documents = 0
 
     /// The sequences of the rows written so far, nil before the first.
     private(set) var first: UInt64?
@@ -38,36 +37,32 @@ struct LogAppender {
         self.site = site
         self.sequence = sequence
         self.deltaCount = deltaCount
-        waiting.reserveCapacity(Self.rowsPerInsert)
     }
 
     /// Logs `deltas` (packed, `deltaCount` of the document's in the transaction) to `document`.
     mutating func append(_ document: DocumentRef, deltaCount: Int, _ deltas: [UInt8]) throws {
-        waiting.append((document, deltaCount, deltas))
-        if waiting.count == Self.rowsPerInsert { try flush() }
+        LogEntries.append(document, documentDeltas: deltaCount, deltas: deltas, to: &entries)
+        documents += 1
+        if documents == Self.documentsPerRow || entries.count >= Self.bytesPerRow { try flush() }
     }
 
     /// Writes what is waiting.
     mutating func finish() throws {
-        if !waiting.isEmpty { try flush() }
+        if documents > 0 { try flush() }
     }
 
     private mutating func flush() throws {
-        let rows = waiting.count
-        try statements.run(db, rows: rows) { statement in
-            statement.bind(site)
-            statement.bind(sequence)
-            statement.bind(deltaCount)
-            for row in waiting {
-                statement.bind(row.document.collection)
-                statement.bind(row.document.id)
-                statement.bind(row.deltas)
-                statement.bind(row.bytes)
-            }
-        }
-        let end = UInt64(db.lastInsertedRowID)
-        if first == nil { first = end - UInt64(rows) + 1 }
-        last = end
-        waiting.removeAll(keepingCapacity: true)
+        var statement = try HotStatement(db, sql: Self.insertSQL)
+        statement.bind(site)
+        statement.bind(sequence)
+        statement.bind(deltaCount)
+        statement.bind(documents)
+        statement.bind(entries)
+        try statement.run()
+        let row = UInt64(db.lastInsertedRowID)
+        if first == nil { first = row }
+        last = row
+        entries.removeAll(keepingCapacity: true)
+        documents = 0
     }
 }

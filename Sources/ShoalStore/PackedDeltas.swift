@@ -1,6 +1,7 @@
-/// The deltas one transaction wrote to one document, as a change-log row holds
-/// them (column `deltas`): one row per document per transaction instead of one per
-/// field, which is what a commit and a page read cost (ARCHITECTURE.md, "The change log").
+import ShoalCRDT
+
+/// The deltas one transaction wrote to one document, as an entry of a change-log
+/// row holds them (`LogEntries`).
 ///
 /// ```
 /// deltas := delta*
@@ -28,7 +29,7 @@ struct PackedDeltas {
         count += 1
     }
 
-    private static func writeVarint(_ value: UInt64, to bytes: inout [UInt8]) {
+    static func writeVarint(_ value: UInt64, to bytes: inout [UInt8]) {
         var value = value
         while value >= 0x80 {
             bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
@@ -37,7 +38,7 @@ struct PackedDeltas {
         bytes.append(UInt8(value))
     }
 
-    private static func writeString(_ text: String, to bytes: inout [UInt8]) {
+    static func writeString(_ text: String, to bytes: inout [UInt8]) {
         var text = text
         text.withUTF8 { utf8 in
             writeVarint(UInt64(utf8.count), to: &bytes)
@@ -45,9 +46,9 @@ struct PackedDeltas {
         }
     }
 
-    /// A stored entry that does not decode: the row was not written by this code.
+    /// A stored row that does not decode: it was not written by this code.
     struct Malformed: Error, CustomStringConvertible {
-        var description: String { "a change-log row's deltas do not decode" }
+        var description: String { "a change-log row's entries do not decode" }
     }
 
     /// Hands each delta of `bytes` to `body`, in stored order.
@@ -77,7 +78,7 @@ struct PackedDeltas {
         return indexes
     }
 
-    private struct Reader {
+    struct Reader {
         let bytes: UnsafeRawBufferPointer
         var offset = 0
 
@@ -101,11 +102,57 @@ struct PackedDeltas {
         }
 
         mutating func string() throws -> String {
+            String(decoding: try slice(), as: UTF8.self)
+        }
+
+        /// A length-prefixed run of bytes.
+        mutating func slice() throws -> UnsafeRawBufferPointer {
             let length = try varint()
             guard length <= UInt64(bytes.count - offset) else { throw Malformed() }
             let start = offset
             offset += Int(length)
-            return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<offset]), as: UTF8.self)
+            return UnsafeRawBufferPointer(rebasing: bytes[start..<offset])
+        }
+    }
+}
+
+/// The documents one change-log row holds (column `entries`): the row is a run of up
+/// to `LogAppender.documentsPerRow` documents of one transaction, each with its
+/// deltas packed (`PackedDeltas`), instead of a row per document, which is what a
+/// commit and a page read cost (ARCHITECTURE.md, "The change log").
+///
+/// ```
+/// entries := entry*
+/// entry   := collection  varint length, then UTF-8 bytes
+///            doc_id      varint length, then UTF-8 bytes (the key's canonical JSON)
+///            doc_deltas  varint   how many deltas the transaction wrote to the document
+///            deltas      varint length, then PackedDeltas bytes
+/// ```
+enum LogEntries {
+    /// Appends one document's entry to `bytes`.
+    static func append(_ document: DocumentRef, documentDeltas: Int, deltas: [UInt8], to bytes: inout [UInt8]) {
+        PackedDeltas.writeString(document.collection, to: &bytes)
+        PackedDeltas.writeString(document.id, to: &bytes)
+        PackedDeltas.writeVarint(UInt64(documentDeltas), to: &bytes)
+        PackedDeltas.writeVarint(UInt64(deltas.count), to: &bytes)
+        bytes.append(contentsOf: deltas)
+    }
+
+    /// Hands each entry of `bytes` to `body`, in stored order: its document's
+    /// collection and key, its delta count in the transaction, and its packed deltas.
+    static func forEach(
+        _ bytes: UnsafeRawBufferPointer,
+        _ body: (_ collection: String, _ id: String, _ documentDeltas: UInt32, _ deltas: UnsafeRawBufferPointer) throws -> Void
+    ) throws {
+        var reader = PackedDeltas.Reader(bytes: bytes)
+        // The entries of a row are mostly of one collection: its name is decoded once per run.
+        var collection = ""
+        while reader.offset < bytes.count {
+            let name = try reader.slice()
+            if !collection.utf8.elementsEqual(name) { collection = String(decoding: name, as: UTF8.self) }
+            let id = try reader.string()
+            let documentDeltas = UInt32(truncatingIfNeeded: try reader.varint())
+            try body(collection, id, documentDeltas, try reader.slice())
         }
     }
 }

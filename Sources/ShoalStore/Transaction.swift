@@ -275,7 +275,7 @@ public final class Transaction: Sendable {
                 [store] db in
                 let local = LocalTransaction(db: db, site: store.siteID, clock: store.clock, progress: progress)
                 let committed = try local.finish()
-                store.refreshStatisticsIfGrown(db, through: committed?.lastSequence)
+                store.refreshStatisticsIfGrown(db, logged: committed?.appended.documents ?? 0)
                 try db.cachedStatement(sql: "COMMIT").execute()
                 return committed
             }

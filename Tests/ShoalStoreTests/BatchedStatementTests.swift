@@ -46,7 +46,7 @@ import Testing
 
     /// Remote transactions over many documents, the second deleting one of them
     /// between live ones, leave the replica's bodies as the writer's (the deleted one
-    /// flagged), and log one row per document, numbered on from the replica's log.
+    /// flagged), and log a row per transaction, numbered on from the replica's log.
     @Test(arguments: [1, 8, 9, 20])
     func remoteTransactionsOverManyDocumentsApplyWhole(documents: Int) async throws {
         try await Self.withWriterAndReplica { writer, replica in
@@ -69,11 +69,13 @@ import Testing
             let bodies = try await Self.bodyRows(replica)
             #expect(bodies == (try await Self.bodyRows(writer)))
             #expect(bodies.count == documents && bodies.filter { $0.hasSuffix(" deleted") }.count == 1)
-            let sequences = try await replica.read { db in
-                try Int64.fetchAll(db, sql: "SELECT seq FROM change_log WHERE collection = 'c' ORDER BY seq")
+            let site = Int64(bitPattern: writer.siteID.rawValue)
+            let rows = try await replica.read { db in
+                try Row.fetchAll(db, sql: "SELECT seq, documents FROM change_log WHERE txn_site = ? ORDER BY seq", arguments: [site])
+                    .map { [$0[0] as Int64, $0[1] as Int64] }
             }
-            #expect(sequences == (0..<(2 * documents)).map { Int64(2 + $0) })
-            #expect(try await replica.lastSequence() == UInt64(2 * documents + 1))
+            #expect(rows == [[2, Int64(documents)], [3, Int64(documents)]])
+            #expect(try await replica.lastSequence() == 3)
         }
     }
 
@@ -99,31 +101,51 @@ import Testing
         }
     }
 
-    /// `LogAppender` numbers its rows on from the log's last, across statements of
-    /// every size, and keeps each row's document, counts and deltas.
-    @Test func logRowsAreNumberedConsecutivelyAcrossStatements() throws {
+    /// `LogAppender` writes a row per run of `documentsPerRow` documents, or fewer once
+    /// a row's bytes reach `bytesPerRow`; numbers its rows on from the log's last; and
+    /// keeps each entry's document, count and deltas, in order.
+    @Test func logRowsHoldRunsOfDocumentsNumberedOnFromTheLogsLast() throws {
         let queue = try DatabaseQueue()
         try DocumentStore.migrator.migrate(queue)
+        let perRow = LogAppender.documentsPerRow
+        let big = LogAppender.bytesPerRow / 3 + 1
         try queue.write { db in
             var empty = LogAppender(db, site: 7, sequence: 1, deltaCount: 0)
             try empty.finish()
             #expect(empty.first == nil && empty.last == nil)
 
-            for (sequence, count) in [(1, 1), (2, 8), (3, 19)] {
+            // (transaction, documents, bytes of each document's deltas, rows expected)
+            let cases: [(sequence: Int, count: Int, size: Int, rows: [Int])] = [
+                (1, 1, 3, [1]), (2, perRow, 3, [perRow]), (3, perRow + 1, 3, [perRow, 1]), (4, 2 * perRow + 5, 3, [perRow, perRow, 5]),
+                (5, 7, big, [3, 3, 1]),
+            ]
+            for c in cases {
                 let before = try Int64.fetchOne(db, sql: "SELECT COALESCE(MAX(seq), 0) FROM change_log")!
-                var log = LogAppender(db, site: 7, sequence: UInt64(sequence), deltaCount: 2 * count)
-                for n in 0..<count {
-                    try log.append(DocumentRef(collection: "c", id: "\"d\(n)\""), deltaCount: 2, [UInt8(n), 1, 2])
+                var log = LogAppender(db, site: 7, sequence: UInt64(c.sequence), deltaCount: 2 * c.count)
+                func deltas(_ n: Int) -> [UInt8] { [UInt8(truncatingIfNeeded: n)] + Array(repeating: 1, count: c.size - 1) }
+                for n in 0..<c.count {
+                    try log.append(DocumentRef(collection: "c", id: "\"d\(n)\""), deltaCount: 2, deltas(n))
                 }
                 try log.finish()
-                #expect(log.first == UInt64(before + 1) && log.last == UInt64(before) + UInt64(count))
+                #expect(log.first == UInt64(before + 1) && log.last == UInt64(before) + UInt64(c.rows.count), "\(c)")
                 let rows = try Row.fetchAll(
-                    db, sql: "SELECT seq, doc_id, txn_site, txn_seq, txn_count, doc_deltas, deltas FROM change_log WHERE txn_seq = ? ORDER BY seq",
-                    arguments: [sequence])
-                #expect(rows.map { $0[0] as Int64 } == (1...count).map { before + Int64($0) })
-                #expect(rows.map { $0[1] as String } == (0..<count).map { "\"d\($0)\"" })
-                #expect(rows.allSatisfy { $0[2] as Int64 == 7 && $0[4] as Int64 == Int64(2 * count) && $0[5] as Int64 == 2 })
-                #expect(rows.map { [UInt8]($0[6] as Data) } == (0..<count).map { [UInt8($0), 1, 2] })
+                    db, sql: "SELECT seq, txn_site, txn_seq, txn_count, documents, entries FROM change_log WHERE txn_seq = ? ORDER BY seq",
+                    arguments: [c.sequence])
+                #expect(rows.map { $0[0] as Int64 } == (1...c.rows.count).map { before + Int64($0) }, "\(c)")
+                #expect(rows.map { $0[4] as Int } == c.rows, "\(c)")
+                #expect(rows.allSatisfy { $0[1] as Int64 == 7 && $0[3] as Int64 == Int64(2 * c.count) })
+                var entries: [(String, UInt32, [UInt8])] = []
+                for row in rows {
+                    try (row[5] as Data).withUnsafeBytes { bytes in
+                        try LogEntries.forEach(bytes) { collection, id, count, packed in
+                            #expect(collection == "c")
+                            entries.append((id, count, [UInt8](packed)))
+                        }
+                    }
+                }
+                #expect(entries.map(\.0) == (0..<c.count).map { "\"d\($0)\"" }, "\(c)")
+                #expect(entries.allSatisfy { $0.1 == 2 })
+                #expect(entries.map(\.2) == (0..<c.count).map(deltas), "\(c)")
             }
         }
     }

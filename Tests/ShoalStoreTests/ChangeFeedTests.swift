@@ -61,7 +61,7 @@ import Testing
         let inserted = Int(store.lastCommittedSequence)
         _ = try await store.execute("UPDATE cars SET color = 'blue' WHERE _id = 'a'")
         let updated = Int(store.lastCommittedSequence)
-        #expect(inserted == 1 && updated == 2, "a log row per document per transaction")
+        #expect(inserted == 1 && updated == 2, "a log row per transaction of one document")
         #expect(heard.events.withLock { $0 } == [0, inserted, updated], "each commit's log end, before execute returns")
         store.close()
         #expect(heard.finishes.withLock { $0 } == 1, "closing the store ends the listener")
@@ -81,10 +81,11 @@ import Testing
         let first = try await store.execute("INSERT INTO boats DOCUMENTS ({'_id': 'x'}); UPDATE cars SET n = 1 WHERE _id = 'a'")
         let heard = ends.withLock { $0 }
         #expect(heard.count == 3 && heard[0] == LogEnd(sequence: 0))
-        #expect(heard[1].sequence == 2 && heard[1].appended?.after == 0 && heard[1].appended?.collections == ["cars"])
-        #expect(heard[1].appended?.transactions.count == 1)
-        #expect(heard[2].sequence == 4 && heard[2].appended?.after == 2 && heard[2].appended?.collections == ["boats", "cars"])
-        #expect(heard[2].appended?.transactions == first.transactionID.map { [$0] })
+        // One row for each transaction, with an entry for each document.
+        #expect(heard[1].sequence == 1 && heard[1].appended?.after == 0 && heard[1].appended?.collections == ["cars"])
+        #expect(heard[1].appended?.transactions.count == 1 && heard[1].appended?.documents == 2)
+        #expect(heard[2].sequence == 2 && heard[2].appended?.after == 1 && heard[2].appended?.collections == ["boats", "cars"])
+        #expect(heard[2].appended?.transactions == first.transactionID.map { [$0] } && heard[2].appended?.documents == 2)
         store.close()
     }
 }

@@ -159,9 +159,14 @@ import Testing
         #expect(store.userIndexes.withLock { $0.isEmpty })
     }
 
-    @Test func statisticsAreRefreshedAsTheLogGrows() async throws {
-        let (dir, store) = try Self.open()
-        defer { store.close(); dir.remove() }
+    /// The statistics are refreshed inside a commit once `minimumGrowth` documents were
+    /// written since the last refresh, and half as many as it counted; a store opened
+    /// again counts from what `sqlite_stat1` holds.
+    @Test func statisticsAreRefreshedAsDocumentsAreWritten() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        var store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
         store.statistics.withLock { $0.minimumGrowth = 500 }
         let documents = {
             try await store.read { db in
@@ -170,13 +175,23 @@ import Testing
             }
         }
         _ = try await store.execute("INSERT INTO c DOCUMENTS ({_id: 0, n: 0})")
-        #expect(try await documents() == nil, "no statistics before the log grew by 500 rows")
-        try await Self.cars(store)  // 1,000 log rows: one a car
+        #expect(try await documents() == nil, "no statistics before 500 documents were written")
+        try await Self.cars(store)  // 1,000 documents in one transaction, one log row
         #expect(try await documents() == 1_001)
         let more: [Value] = (0..<400).map { ["_id": .int(Int64($0 + 1)), "n": .int(Int64($0))] }
         _ = try await store.execute("INSERT INTO c DOCUMENTS (:more)", arguments: ["more": .array(more)])
-        #expect(try await documents() == 1_001, "400 rows is less than half the 1,001 at the last refresh")
+        #expect(try await documents() == 1_001, "400 documents is less than half the 1,001 at the last refresh")
         _ = try await store.execute("INSERT INTO c DOCUMENTS (:more) ON ID CONFLICT DO UPDATE", arguments: ["more": .array(more)])
         #expect(try await documents() == 1_401)
+
+        store.close()
+        store = try DocumentStore(directory: dir.path)
+        #expect(store.statistics.withLock { $0.documentsAtRefresh } == 1_401, "read from sqlite_stat1")
+        store.statistics.withLock { $0.minimumGrowth = 500 }
+        _ = try await store.execute("INSERT INTO c DOCUMENTS (:more) ON ID CONFLICT DO UPDATE", arguments: ["more": .array(more)])
+        #expect(try await documents() == 1_401, "400 is less than half of 1,401")
+        _ = try await store.execute("INSERT INTO c DOCUMENTS (:more) ON ID CONFLICT DO UPDATE", arguments: ["more": .array(more)])
+        #expect(try await documents() == 1_401, "400 + 400 is more: refreshed, and the count is the same")
+        #expect(store.statistics.withLock { $0.loggedSinceRefresh } == 0)
     }
 }

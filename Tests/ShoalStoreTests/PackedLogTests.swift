@@ -5,8 +5,9 @@ import ShoalCRDT
 import ShoalTesting
 import Testing
 
-/// The change log's packed rows (`PackedDeltas`): one row per document per
-/// transaction, and the migration that packs a log of one row per delta.
+/// The change log's packed rows (`LogEntries` of `PackedDeltas`): one row per run of
+/// a transaction's documents, and the migrations that pack a log of one row per
+/// delta, then of one row per document.
 @Suite struct PackedLogTests {
     @Test func deltasRoundTripInOrderAndMalformedBytesAreRefused() throws {
         var packed = PackedDeltas()
@@ -33,17 +34,39 @@ import Testing
         #expect(packed.isEmpty && packed.bytes.isEmpty)
     }
 
-    /// A transaction that writes a document, another, then the first again logs a row
-    /// per document; a page hands its deltas back in transaction order.
-    @Test func aTransactionLogsARowPerDocumentAndPagesKeepItsOrder() async throws {
+    /// Entries round-trip with their documents, counts and deltas; the collection's
+    /// name is read again where it changes; cut short, they do not decode.
+    @Test func entriesRoundTripInOrderAndMalformedBytesAreRefused() throws {
+        let documents: [(DocumentRef, Int, [UInt8])] = [
+            (DocumentRef(collection: "c", id: "\"a\""), 3, [1, 2, 3]), (DocumentRef(collection: "c", id: "\"b\""), 1, []),
+            (DocumentRef(collection: "dé", id: "7"), 300, Array(repeating: 9, count: 200)), (DocumentRef(collection: "c", id: "\"a\""), 1, [4]),
+        ]
+        var bytes: [UInt8] = []
+        for (document, count, deltas) in documents { LogEntries.append(document, documentDeltas: count, deltas: deltas, to: &bytes) }
+        var decoded: [(DocumentRef, Int, [UInt8])] = []
+        try bytes.withUnsafeBytes { raw in
+            try LogEntries.forEach(raw) { decoded.append((DocumentRef(collection: $0, id: $1), Int($2), [UInt8]($3))) }
+        }
+        #expect(decoded.map(\.0) == documents.map(\.0) && decoded.map(\.1) == documents.map(\.1) && decoded.map(\.2) == documents.map(\.2))
+        for cut in 1..<4 {
+            let truncated = Array(bytes.dropLast(cut))
+            #expect(throws: PackedDeltas.Malformed.self) {
+                try truncated.withUnsafeBytes { try LogEntries.forEach($0) { _, _, _, _ in } }
+            }
+        }
+    }
+
+    /// A transaction that writes a document, another, then the first again logs one
+    /// row, an entry per document; a page hands its deltas back in transaction order.
+    @Test func aTransactionLogsAnEntryPerDocumentAndPagesKeepItsOrder() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         let store = try DocumentStore(directory: dir.path)
         defer { store.close() }
         _ = try await store.execute(
             "INSERT INTO c DOCUMENTS ({'_id': 'a', 'x': 1}); INSERT INTO c DOCUMENTS ({'_id': 'b', 'x': 2}); UPDATE c SET y = 3 WHERE _id = 'a'")
-        #expect(try await store.lastSequence() == 2)
-        #expect(try await store.storageStatus().changeLogRows == 2)
+        #expect(try await store.lastSequence() == 1)
+        #expect(try await store.storageStatus().changeLogRows == 1)
         var everything = SubscriptionSet()
         try everything.add(query: "SELECT * FROM c")
         let page = try await store.changes(after: 0, limit: 100, subscriptions: everything)
@@ -55,8 +78,8 @@ import Testing
     }
 
     /// A store whose log has a row per delta (before `v12-packed-log`) opens with a row
-    /// per document per transaction, holding the same deltas; each packed row takes the
-    /// largest sequence of the rows it replaces.
+    /// per run of a transaction's documents, holding the same deltas; each packed row
+    /// takes the largest sequence of the rows it replaces.
     @Test func anOlderLogIsPackedWhenTheStoreOpens() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
@@ -83,12 +106,9 @@ import Testing
 
         let store = try DocumentStore(directory: dir.path)
         defer { store.close() }
-        let packed = try await store.read { db in
-            try Row.fetchAll(db, sql: "SELECT seq, doc_id, txn_seq, doc_deltas FROM change_log ORDER BY seq").map {
-                [$0[0] as Int64, Int64(($0[1] as String) == "\"a\"" ? 1 : 2), $0[2] as Int64, $0[3] as Int64]
-            }
-        }
-        #expect(packed == [[3, 2, 1, 1], [4, 1, 1, 3], [5, 2, 2, 1]], "b's row of 1 (seq 3), a's (seq 4, its largest), b's of 2")
+        #expect(
+            try await Self.rows(store) == ["4 1: \"b\"/1 \"a\"/3", "5 2: \"b\"/1"],
+            "transaction 1's row (seq 4, the largest): b's entry (seq 3 in v12), a's; b's of 2")
         var everything = SubscriptionSet()
         try everything.add(query: "SELECT * FROM c")
         let page = try await store.changes(after: 0, limit: 100, subscriptions: everything)
@@ -103,6 +123,70 @@ import Testing
         let next = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'z'})")
         #expect(next.transactionID != nil)
         #expect(try await store.lastSequence() == 6, "no sequence is handed out twice")
+    }
+
+    /// Each row of the log: its sequence, transaction, and each entry's key and count.
+    static func rows(_ store: DocumentStore) async throws -> [String] {
+        try await store.read { db in
+            try Row.fetchAll(db, sql: "SELECT seq, txn_seq, documents, entries FROM change_log ORDER BY seq").map { row in
+                let entries: Data = row[3]
+                var documents: [String] = []
+                try entries.withUnsafeBytes { bytes in
+                    try LogEntries.forEach(bytes) { _, id, count, _ in documents.append("\(id)/\(count)") }
+                }
+                #expect(documents.count == row[2] as Int)
+                return "\(row[0] as Int64) \(row[1] as Int64): " + documents.joined(separator: " ")
+            }
+        }
+    }
+
+    /// A store whose log has a row per document (`v12-packed-log`) opens with a row per
+    /// run of up to `LogAppender.documentsPerRow` documents of a transaction, each
+    /// taking the largest sequence of the rows it replaces; a transaction's rows that
+    /// other rows separate stay apart. A page reads the same deltas as before.
+    @Test func aLogOfARowPerDocumentIsPackedByTransactionWhenTheStoreOpens() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let queue = try DatabaseQueue(path: dir.path + "/shoal.sqlite")
+        try DocumentStore.migrator.migrate(queue, upTo: "v12-packed-log")
+        let site: Int64 = 0x1234
+        let perRow = LogAppender.documentsPerRow
+        // Transaction 1 writes documents 0 ..< perRow + 2 (seq 1 ...), transaction 2
+        // document 0 again, then a late row of transaction 1 (a piece applied later).
+        let rows: [(seq: Int, doc: Int, txn: Int, count: Int)] =
+            (0..<(perRow + 2)).map { ($0 + 1, $0, 1, perRow + 4) } + [(perRow + 3, 0, 2, 1), (perRow + 4, perRow + 2, 1, perRow + 4)]
+        try await queue.write { db in
+            for r in rows {
+                var packed = PackedDeltas()
+                packed.append(index: UInt32(r.txn == 2 ? 0 : r.doc), timestamp: UInt64(1000 + r.seq), name: "x", value: "\(r.seq)")
+                try db.execute(
+                    sql: """
+                        INSERT INTO change_log (seq, collection, doc_id, txn_site, txn_seq, txn_count, doc_deltas, deltas)
+                        VALUES (?, 'c', ?, ?, ?, ?, 1, ?)
+                        """,
+                    arguments: [r.seq, "\"d\(r.doc)\"", site, r.txn, r.count, Data(packed.bytes)])
+                try db.execute(
+                    sql: "INSERT OR REPLACE INTO document (collection, doc_id, body) VALUES ('c', ?, '{}')", arguments: ["\"d\(r.doc)\""])
+            }
+        }
+        try queue.close()
+
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        let packed = try await Self.rows(store)
+        #expect(packed.count == 4)
+        #expect(packed[0].hasPrefix("\(perRow) 1: \"d0\"/1 \"d1\"/1 ") && packed[0].hasSuffix("\"d\(perRow - 1)\"/1"))
+        #expect(packed[1] == "\(perRow + 2) 1: \"d\(perRow)\"/1 \"d\(perRow + 1)\"/1")
+        #expect(packed[2] == "\(perRow + 3) 2: \"d0\"/1")
+        #expect(packed[3] == "\(perRow + 4) 1: \"d\(perRow + 2)\"/1")
+        var everything = SubscriptionSet()
+        try everything.add(query: "SELECT * FROM c")
+        let page = try await store.changes(after: 0, limit: 1000, subscriptions: everything)
+        #expect(page.deltas.map(\.valueJSON) == rows.map { "\($0.seq)" })
+        #expect(page.through == UInt64(perRow + 4))
+        let next = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'z'})")
+        #expect(next.transactionID != nil)
+        #expect(try await store.lastSequence() == UInt64(perRow + 5), "no sequence is handed out twice")
     }
 
     /// A document's deltas that arrive split over two applies, overlapping, are each
@@ -144,10 +228,33 @@ import Testing
             // Row 2 (x = 2) is superseded by row 3; cut short, its bytes do not decode.
             if corrupt {
                 try await store.write { db in
-                    try db.execute(sql: "UPDATE change_log SET deltas = substr(deltas, 1, length(deltas) - 1) WHERE seq = 2")
+                    try db.execute(sql: "UPDATE change_log SET entries = substr(entries, 1, length(entries) - 1) WHERE seq = 2")
                 }
             }
             #expect(try await store.compactChangeLog(through: 3).rowsRemoved == (corrupt ? 0 : 1), "corrupt: \(corrupt)")
         }
+    }
+    /// Forgetting deleted documents reads each row's entries; a row of a candidate's
+    /// transaction that does not decode names no document, holds its transaction, and
+    /// the deleted document stays (no crash on its missing names).
+    @Test func forgettingKeepsADocumentWhoseTransactionHasARowItCannotRead() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let now = Locked<UInt64>(1_700_000_000_000)
+        let store = try DocumentStore(directory: dir.path, wallClock: { now.withLock { $0 } })
+        defer { store.close() }
+        let perRow = LogAppender.documentsPerRow
+        let docs: [Value] = (0...perRow).map { ["_id": .string("d\($0)")] }
+        _ = try await store.execute("INSERT INTO c DOCUMENTS (:docs)", arguments: ["docs": .array(docs)])  // rows 1 and 2
+        now.withLock { $0 += 1_000 }
+        _ = try await store.execute("DELETE FROM c WHERE _id = 'd\(perRow)'")  // row 3
+        _ = try await store.execute("INSERT INTO other DOCUMENTS ({'_id': 'z'})")  // row 4, the last
+        try await store.write { db in
+            try db.execute(sql: "UPDATE change_log SET entries = substr(entries, 1, length(entries) - 1) WHERE seq = 1")
+        }
+        let report = try await store.forgetDeletedDocuments(deletedBefore: now.withLock { $0 } + 1_000, through: 4)
+        #expect(report.documents == 0)
+        let kept = try await store.retained(DocumentRef(collection: "c", id: "\"d\(perRow)\""))
+        #expect(kept.registers > 0 && kept.logRows == 2, "its INSERT's second row and its DELETE: \(kept)")
     }
 }

@@ -1,5 +1,5 @@
 import ShoalCRDT
-import ShoalStore
+@testable import ShoalStore
 import ShoalTesting
 import Testing
 
@@ -135,21 +135,27 @@ import Testing
         defer { dir.remove() }
         let store = try DocumentStore(directory: dir.path)
         defer { store.close() }
-        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'k': 'red', 'x': 1, 'y': 2}), ({'_id': 'z', 'k': 'blue'})")
+        // Transaction 1: a (4 deltas), then enough blue documents (2 deltas each) to
+        // fill its first log row and start a second.
+        let blue = LogAppender.documentsPerRow
+        let blues: [Value] = (0..<blue).map { ["_id": .string("z\($0)"), "k": "blue"] }
+        _ = try await store.execute(
+            "INSERT INTO c DOCUMENTS ({'_id': 'a', 'k': 'red', 'x': 1, 'y': 2}); INSERT INTO c DOCUMENTS (:blues)",
+            arguments: ["blues": .array(blues)])
         _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'b', 'k': 'blue'})")
         _ = try await store.execute("INSERT INTO other DOCUMENTS ({'_id': 'a'})")
         var red = SubscriptionSet()
         try red.add(query: "SELECT * FROM c WHERE k = 'red'")
         // A page stretches past its limit to finish a transaction, up to 4 times the limit.
-        let whole = try await store.changes(after: 0, limit: 2, subscriptions: red)
-        #expect(whole.through == 2, "the 6 deltas of transaction 1 (a row for each document) fit in 4 times the limit")
+        let whole = try await store.changes(after: 0, limit: 100, subscriptions: red)
+        #expect(whole.through == 2, "the two rows of transaction 1 fit in 4 times the limit")
         #expect(whole.pieces.count == 1 && whole.pieces.first?.isLast == true)
         let page = try await store.changes(after: 0, limit: 1, subscriptions: red)
         #expect(page.through == 1, "past 4 times the limit the page ends inside the transaction, after a whole row")
         let first = try #require(page.pieces.first)
         #expect(page.pieces.count == 1 && !first.isLast && first.deltas.count == 4)
-        #expect(first.deltaCount == 6 && first.documentCount == 2)
-        #expect(first.collections == [CollectionCount(collection: "c", documents: 2, deltas: 6)])
+        #expect(first.deltaCount == UInt32(4 + 2 * blue) && first.documentCount == UInt32(1 + blue))
+        #expect(first.collections == [CollectionCount(collection: "c", documents: UInt32(1 + blue), deltas: UInt32(4 + 2 * blue))])
         #expect(first.documentDeltaCounts == [DocumentRef(collection: "c", id: "\"a\""): 4])
         #expect(first.verdicts.isEmpty, "verdicts come with the last piece")
         var continuing: Set<TransactionID> = [first.id]
@@ -164,7 +170,7 @@ import Testing
         }
         #expect(through == 4)
         #expect(pieces.map(\.id.sequence) == [1, 1], "b and the other collection are not sent; the last piece of 1 is")
-        #expect(pieces.last?.isLast == true && pieces.last?.deltas.isEmpty == true, "z does not match: nothing to send with it")
+        #expect(pieces.last?.isLast == true && pieces.last?.deltas.isEmpty == true, "the last blue one does not match: nothing to send with it")
         #expect(pieces.flatMap(\.deltas).map(\.documentID) == Array(repeating: "\"a\"", count: 4))
         #expect(pieces.last?.verdicts == [Verdict(collection: "c", coverage: .notCovered(red.filter))])
         #expect(red.key != SubscriptionSet().key)
