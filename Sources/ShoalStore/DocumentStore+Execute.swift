@@ -69,9 +69,6 @@ extension DocumentStore {
             indexes: [String]
         )
         let outcome: Outcome
-        // After a quick one, the next runs on this thread (`write(inline:)`).
-        let inline = quickExecutes.withLock { $0 }
-        let started = ContinuousClock.now
         do {
             let work: @Sendable (Database) throws -> Outcome = { db in
                 try Self.beginImmediate(db)
@@ -94,10 +91,9 @@ extension DocumentStore {
                     throw error
                 }
             }
-            outcome = inline ? try Self.writeHere(pool, transaction: false, work) : try await pool.writeWithoutTransaction(work)
-            quickExecutes.withLock { $0 = ContinuousClock.now - started < Self.shortWrite }
+            // After a quick one, the next runs on this thread.
+            outcome = try await quickWrite(work)
         } catch {
-            quickExecutes.withLock { $0 = false }
             rollBackOpenTransaction()
             throw StoreError.wrapping(error, "database write")
         }

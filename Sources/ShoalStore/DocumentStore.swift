@@ -578,6 +578,24 @@ public final class DocumentStore: Sendable {
         }
     }
 
+    /// A statement's or a commit's access to the writer connection, in no transaction
+    /// of its own (the caller's SQL holds BEGIN and COMMIT): on this thread when the
+    /// last such access was quick (`quickExecutes`), otherwise on the writer's queue.
+    /// `timed`: how long it takes decides where the next one runs (a commit's does not:
+    /// it logs about what the statements wrote, and follows them).
+    func quickWrite<T: Sendable>(timed: Bool = true, _ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        let inline = quickExecutes.withLock { $0 }
+        let started = ContinuousClock.now
+        do {
+            let result = inline ? try Self.writeHere(pool, transaction: false, body) : try await pool.writeWithoutTransaction(body)
+            if timed { quickExecutes.withLock { $0 = ContinuousClock.now - started < Self.shortWrite } }
+            return result
+        } catch {
+            if timed { quickExecutes.withLock { $0 = false } }
+            throw error
+        }
+    }
+
     /// `body` on the writer connection, in a write transaction or (`transaction` false)
     /// in none, on this thread: the writer's queue runs it here when idle. Synchronous,
     /// so that the synchronous overloads are the ones called.

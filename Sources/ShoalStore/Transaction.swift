@@ -154,9 +154,7 @@ public final class Transaction: Sendable {
         do {
             // The writer's queue runs one access at a time, so the progress read at the
             // start of this access is still current when it is stored back at its end.
-            // After a quick one, the next runs on this thread (`DocumentStore.quickExecutes`).
-            let inline = store.quickExecutes.withLock { $0 }
-            let started = ContinuousClock.now
+            // After a quick one, the next runs on this thread (`DocumentStore.quickWrite`).
             let work: @Sendable (Database) throws -> QueryResult = { [store] db in
                 let progress = try self.state.withLock { s throws(StoreError) -> LocalTransaction.Progress in
                     guard case .open = s.phase, let progress = s.progress else { throw self.unusable(s.phase) }
@@ -181,10 +179,7 @@ public final class Transaction: Sendable {
                     throw error
                 }
             }
-            defer { store.quickExecutes.withLock { $0 = ContinuousClock.now - started < DocumentStore.shortWrite } }
-            return inline
-                ? try DocumentStore.writeHere(store.pool, transaction: false, work)
-                : try await store.pool.writeWithoutTransaction(work)
+            return try await store.quickWrite(work)
         } catch {
             throw StoreError.wrapping(error, "running a statement in transaction \(info.id)")
         }
@@ -269,7 +264,6 @@ public final class Transaction: Sendable {
         let started = ContinuousClock.now
         // Logging what the statements wrote takes about as long as writing it did: when
         // they were quick, the commit runs on this thread too.
-        let inline = store.quickExecutes.withLock { $0 }
         do {
             let work: @Sendable (Database) throws -> (transaction: TransactionID, lastSequence: UInt64, appended: LogEnd.Appended)? = {
                 [store] db in
@@ -279,9 +273,7 @@ public final class Transaction: Sendable {
                 try db.cachedStatement(sql: "COMMIT").execute()
                 return committed
             }
-            committed = inline
-                ? try DocumentStore.writeHere(store.pool, transaction: false, work)
-                : try await store.pool.writeWithoutTransaction(work)
+            committed = try await store.quickWrite(timed: false, work)
         } catch {
             throw StoreError.wrapping(error, "committing transaction \(info.id)")
         }
