@@ -32,9 +32,9 @@ public struct TransactionRecord: Sendable, Hashable {
         /// How many deltas the transaction wrote to the document.
         public var expected: UInt32
         /// The indices (in the transaction) of those held.
-        public var received: Set<UInt32>
+        public var received: HeldIndices
 
-        public init(expected: UInt32, received: Set<UInt32> = []) {
+        public init(expected: UInt32, received: HeldIndices = []) {
             self.expected = expected
             self.received = received
         }

@@ -1,4 +1,4 @@
-public import ShoalCRDT
+import ShoalCRDT
 import ShoalQuery
 import GRDB
 import Foundation

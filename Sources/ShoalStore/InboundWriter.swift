@@ -130,7 +130,11 @@ public final class InboundWriter: InboundWriting {
             try db.cachedStatement(sql: "DELETE FROM txn_piece WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
             try db.cachedStatement(sql: "DELETE FROM txn_context WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
         }
-        all.sort { $0.index < $1.index }
+        // Deltas nearly always come in index order: sorting only when they do not spares
+        // copying the caller's array (which `all` still shares) a delta at a time.
+        if all.indices.dropFirst().contains(where: { all[$0 - 1].index > all[$0].index }) {
+            all.sort { $0.index < $1.index }
+        }
         // Each document's registers are loaded once, merged in memory (in place, in
         // `touched`), and what won is saved. A transaction's deltas come grouped by
         // document, so a run of one document's deltas looks it up once.

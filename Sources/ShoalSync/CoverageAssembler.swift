@@ -101,11 +101,23 @@ public struct CoverageAssembler: Sendable {
     @discardableResult
     public mutating func add(_ piece: TransactionPiece, from source: SiteID, now: UInt64) -> [Delta] {
         // Taken out while it changes, so that its tables are changed in place, not copied.
-        var record = records.removeValue(forKey: piece.id) ?? TransactionRecord(
-            id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,
-            collections: piece.collections, firstSeen: now)
-        var fresh: [Delta] = []
+        var record: TransactionRecord
+        if let held = records.removeValue(forKey: piece.id) {
+            record = held
+        } else {
+            record = TransactionRecord(
+                id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,
+                collections: piece.collections, firstSeen: now)
+            // Sized once for the documents this piece carries (not for those the manifest
+            // claims, which a peer could inflate), not grown a document at a time.
+            record.documents.reserveCapacity(piece.documentDeltaCounts.count)
+        }
         let deltas = piece.deltas
+        // The deltas not held before. Nearly always every one of the piece: then the
+        // piece's own array is returned, not a copy; `repeated` is the first delta
+        // held before, from which on `fresh` collects.
+        var repeated: Int?
+        var fresh: [Delta] = []
         var start = deltas.startIndex
         // A document's deltas mostly come one after the other: a run is looked up once.
         while start < deltas.endIndex {
@@ -113,9 +125,12 @@ public struct CoverageAssembler: Sendable {
             var end = start + 1
             while end < deltas.endIndex, deltas[end].documentID == ref.id, deltas[end].collection == ref.collection { end += 1 }
             let expected = piece.documentDeltaCounts[ref]
-            Self.note(deltas[start..<end], expected: expected, in: &record.documents[ref, default: .init(expected: expected ?? 1)], fresh: &fresh)
+            Self.note(
+                deltas, start..<end, expected: expected, in: &record.documents[ref, default: .init(expected: expected ?? 1)],
+                repeated: &repeated, fresh: &fresh)
             start = end
         }
+        if repeated == nil { fresh = deltas }
         if piece.isLast || !piece.verdicts.isEmpty {
             var report = record.reports[source] ?? .init()
             report.isLast = report.isLast || piece.isLast
@@ -129,12 +144,25 @@ public struct CoverageAssembler: Sendable {
         return fresh
     }
 
-    /// Notes one document's run of deltas in its progress; those not held before go to `fresh`.
+    /// Notes one document's run of deltas (`run` of `deltas`) in its progress. Until a
+    /// delta held before turns up, nothing is copied; at the first (`repeated`), the
+    /// new ones before it go to `fresh`, and from then on every new one does.
     private static func note(
-        _ run: ArraySlice<Delta>, expected: UInt32?, in progress: inout TransactionRecord.Progress, fresh: inout [Delta]
+        _ deltas: [Delta], _ run: Range<Int>, expected: UInt32?, in progress: inout TransactionRecord.Progress,
+        repeated: inout Int?, fresh: inout [Delta]
     ) {
         if let expected, expected > progress.expected { progress.expected = expected }
-        for delta in run where progress.received.insert(delta.index).inserted { fresh.append(delta) }
+        for i in run {
+            let new = progress.received.insert(deltas[i].index)
+            if repeated == nil {
+                guard !new else { continue }
+                repeated = i
+                fresh.reserveCapacity(deltas.count)
+                fresh.append(contentsOf: deltas[..<i])
+            } else if new {
+                fresh.append(deltas[i])
+            }
+        }
     }
 
     /// Notes that `peers` were asked for `id`'s missing pieces.

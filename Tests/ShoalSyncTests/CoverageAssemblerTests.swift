@@ -103,6 +103,23 @@ import Testing
         #expect(Self.decide(&a) == [.apply([t.id])])
     }
 
+    /// A piece part of whose deltas were held before, in turns (new, held, new, held,
+    /// new): only the new ones come back, in the piece's order; a piece all new comes
+    /// back whole.
+    @Test func aPiecePartlyHeldGivesBackOnlyItsNewDeltasInOrder() {
+        var a = CoverageAssembler()
+        let t = Txn(1, ["x", "y", "z"], fields: 3)
+        let x = t.deltas(of: "x"), y = t.deltas(of: "y"), z = t.deltas(of: "z")
+        let held = [x[1], y[0], y[1], z[2]]
+        #expect(a.add(t.piece(sending: ["x", "y", "z"], deltas: held, last: false), from: Self.relay, now: 1_000) == held)
+        let fresh = a.add(t.piece(sending: ["x", "y", "z"]), from: Self.origin, now: 1_001)
+        #expect(fresh.map(\.index) == [0, 2, 5, 6, 7])
+        #expect(fresh == [x[0], x[2], y[2], z[0], z[1]])
+        #expect(a.records[t.id]?.documents.values.map(\.received.count).sorted() == [3, 3, 3])
+        #expect(a.add(t.piece(sending: ["x", "y", "z"]), from: Self.other, now: 1_002).isEmpty)
+        #expect(Self.decide(&a) == [.apply([t.id])])
+    }
+
     /// Every node subscribes to the same query: what the relay left out, this node
     /// does not want either, so nothing ever waits.
     @Test func theSameSubscriptionsNeverWait() {
