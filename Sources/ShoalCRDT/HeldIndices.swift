@@ -1,16 +1,23 @@
-/// The delta indices (positions in a transaction) held of one document, as sorted runs.
+/// The delta indices (positions in a transaction) held of one document.
 ///
 /// A document's deltas hold consecutive indices in their transaction and nearly
 /// always arrive together, so the indices held are one run: kept inline, it costs
 /// no allocation and no hashing, where a `Set<UInt32>` allocated and hashed each
-/// index. Further runs go to an array, ascending, none touching another, so that
-/// two values holding the same indices are equal.
+/// index. A few more runs (a document split between pieces, or between peers) go to
+/// a short array. Past `maximumRuns` runs (indices sent scattered, as only a broken
+/// or hostile peer sends them) every index goes to a set, so that an insert never
+/// costs more than a hash, however the indices come.
 public struct HeldIndices: Sendable, Hashable, ExpressibleByArrayLiteral {
-    /// The lowest run (empty when nothing is held). Bounds are 64-bit so that a run
-    /// can end past `UInt32.max`.
+    /// The most runs kept as runs.
+    static let maximumRuns = 16
+
+    /// The lowest run (empty when nothing is held, or when `scattered` holds all).
+    /// Bounds are 64-bit so that a run can end past `UInt32.max`.
     private var first: Range<UInt64> = 0..<0
     /// The runs above `first`, ascending, with a gap before each.
     private var rest: [Range<UInt64>] = []
+    /// Every index held, once they fell into more than `maximumRuns` runs.
+    private var scattered: Set<UInt32>?
     /// How many indices are held.
     public private(set) var count: Int = 0
 
@@ -27,6 +34,7 @@ public struct HeldIndices: Sendable, Hashable, ExpressibleByArrayLiteral {
     public var isEmpty: Bool { count == 0 }
 
     public func contains(_ index: UInt32) -> Bool {
+        if let scattered { return scattered.contains(index) }
         let i = UInt64(index)
         return first.contains(i) || rest.contains { $0.contains(i) }
     }
@@ -34,6 +42,11 @@ public struct HeldIndices: Sendable, Hashable, ExpressibleByArrayLiteral {
     /// Adds `index`; true when it was not held before.
     @discardableResult
     public mutating func insert(_ index: UInt32) -> Bool {
+        if scattered != nil {
+            guard scattered!.insert(index).inserted else { return false }
+            count += 1
+            return true
+        }
         let i = UInt64(index)
         if rest.isEmpty {
             // The usual cases: the first index, or the next one of the one run.
@@ -58,15 +71,29 @@ public struct HeldIndices: Sendable, Hashable, ExpressibleByArrayLiteral {
 
     /// The indices held, ascending.
     public var sorted: [UInt32] {
+        if let scattered { return scattered.sorted() }
         var out: [UInt32] = []
         out.reserveCapacity(count)
         for run in runs { out.append(contentsOf: run.lazy.map { UInt32($0) }) }
         return out
     }
 
+    /// Equal when they hold the same indices, however each keeps them.
+    public static func == (lhs: HeldIndices, rhs: HeldIndices) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        if lhs.scattered == nil, rhs.scattered == nil { return lhs.first == rhs.first && lhs.rest == rhs.rest }
+        return lhs.sorted == rhs.sorted
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(count)
+        for index in sorted { hasher.combine(index) }
+    }
+
     private var runs: [Range<UInt64>] { count == 0 ? [] : [first] + rest }
 
-    /// Merges `i` into the sorted runs, joining the runs it makes touch.
+    /// Merges `i` into the sorted runs, joining the runs it makes touch; past
+    /// `maximumRuns` runs, moves every index to `scattered`.
     private mutating func insertIntoRuns(_ i: UInt64) -> Bool {
         var all = runs
         // The first run that ends at or after `i`.
@@ -88,9 +115,17 @@ public struct HeldIndices: Sendable, Hashable, ExpressibleByArrayLiteral {
         } else {
             all.insert(i..<(i + 1), at: low)
         }
-        first = all[0]
-        rest = Array(all.dropFirst())
         count += 1
+        if all.count > Self.maximumRuns {
+            var set = Set<UInt32>(minimumCapacity: count)
+            for run in all { for index in run { set.insert(UInt32(index)) } }
+            scattered = set
+            first = 0..<0
+            rest = []
+        } else {
+            first = all[0]
+            rest = Array(all.dropFirst())
+        }
         return true
     }
 }

@@ -54,4 +54,28 @@ import Testing
             for probe in 0..<UInt32(45) { #expect(held.contains(probe) == plain.contains(probe)) }
         }
     }
+
+    /// Indices sent scattered (every other one, as only a broken or hostile peer sends
+    /// them) leave the runs for a set past a few runs, and stay the same set: the same
+    /// answers, and equal to the one run they make once the gaps are filled.
+    @Test func scatteredIndicesStayASet() {
+        var held = HeldIndices()
+        var plain = Set<UInt32>()
+        for i in stride(from: UInt32(0), to: 2_000, by: 2) {
+            let added = held.insert(i)
+            #expect(added == plain.insert(i).inserted)
+        }
+        #expect(held.count == 1_000)
+        #expect(held.contains(1_998))
+        #expect(!held.contains(1_999))
+        #expect(held.sorted == plain.sorted())
+        let again = [0, 1_000, 1_998].map { held.insert($0) }
+        #expect(again == [false, false, false])
+        for i in stride(from: UInt32(1), to: 2_000, by: 2) { held.insert(i) }
+        #expect(held.count == 2_000)
+        let run = HeldIndices(0..<2_000)
+        #expect(held == run)
+        #expect(held.hashValue == run.hashValue)
+        #expect(held != HeldIndices(0..<1_999))
+    }
 }
