@@ -64,6 +64,7 @@ public struct NodeSettings: Sendable, Hashable {
         Key(name: "attachment-horizon", kind: .seconds, summary: "seconds attachment bytes no document names are kept before they are deleted; 0 keeps them (default 86400)"),
         Key(name: "idle-timeout", kind: .seconds, summary: "seconds without a frame from the other side before a session is closed (default 30)"),
         Key(name: "handshake-timeout", kind: .seconds, summary: "seconds a new connection has to finish its handshake (default 10)"),
+        Key(name: "max-handshakes", kind: .integer, summary: "accepted connections in their handshake at once; one more closes the one that has waited longest (default 128)"),
         Key(name: "max-peers", kind: .integer, summary: "peers this node syncs with at once; one more is refused (default 64)"),
         Key(name: "max-admin-connections", kind: .integer, summary: "admin (CLI) connections served at once; one more is refused (default 32)"),
         Key(name: "max-subscriptions-per-peer", kind: .integer, summary: "subscriptions a peer may hold on this node, and this node's own (default 256)"),
@@ -74,6 +75,9 @@ public struct NodeSettings: Sendable, Hashable {
     ]
 
     public static func key(_ name: String) -> Key? { keys.first { $0.name == name } }
+
+    /// The longest node or mesh name, in bytes of UTF-8.
+    public static let maximumNameLength = 1024
 
     private var values: [String: Value] = [:]
     private var origins: [String: String] = [:]
@@ -292,6 +296,10 @@ public struct NodeSettings: Sendable, Hashable {
         }
         let mesh = string("mesh") ?? "default"
         if mesh.isEmpty { throw invalid("mesh", "the mesh name must not be empty") }
+        // Both travel in the Hello, which must fit the handshake's frame limit.
+        for key in ["mesh", "name"] where (string(key)?.utf8.count ?? 0) > Self.maximumNameLength {
+            throw invalid(key, "must be at most \(Self.maximumNameLength) bytes")
+        }
         var meshKey: [UInt8]?
         if let path = string("mesh-key-file") {
             do {
@@ -328,6 +336,7 @@ public struct NodeSettings: Sendable, Hashable {
         resources.handshakeTimeout = .milliseconds(Int64(handshake * 1000))
         for (name, path) in [
             ("max-peers", \ResourceLimits.maximumPeers), ("max-admin-connections", \.maximumAdminConnections),
+            ("max-handshakes", \.maximumHandshakes),
             ("max-subscriptions-per-peer", \.maximumSubscriptionsPerPeer), ("max-query-length", \.maximumQueryLength),
             ("document-size-soft-limit", \.documentSizeSoftLimit), ("document-size-hard-limit", \.documentSizeHardLimit),
         ] {

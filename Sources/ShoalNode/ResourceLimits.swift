@@ -14,6 +14,11 @@ public struct ResourceLimits: Sendable, Hashable {
     public var maximumPendingOutboundBytes: Int
     /// How long the handshake may take (`--handshake-timeout`).
     public var handshakeTimeout: Duration
+    /// Accepted connections still in their handshake at once (`--max-handshakes`): one
+    /// more closes the one that has waited longest. With the handshake's frame limit
+    /// (`WireLimits.maximumHandshakeFrameSize`), this bounds what connections nobody has
+    /// proven can make the node hold: 128 × 256 KiB, 32 MiB, by default.
+    public var maximumHandshakes: Int
     /// Document bodies over the soft limit are logged, over the hard one refused: the
     /// initial `document_size_soft_limit_bytes` and `document_size_hard_limit_bytes`
     /// (`--document-size-soft-limit`, `--document-size-hard-limit`).
@@ -23,7 +28,7 @@ public struct ResourceLimits: Sendable, Hashable {
     public init(
         maximumPeers: Int = 64, maximumAdminConnections: Int = 32, maximumSubscriptionsPerPeer: Int = 256,
         maximumQueryLength: Int = 64 << 10, maximumPendingOutboundBytes: Int = 4 << 20,
-        handshakeTimeout: Duration = .seconds(10), documentSizeSoftLimit: Int = 256 << 10,
+        handshakeTimeout: Duration = .seconds(10), maximumHandshakes: Int = 128, documentSizeSoftLimit: Int = 256 << 10,
         documentSizeHardLimit: Int = 4 << 20
     ) {
         self.maximumPeers = maximumPeers
@@ -32,6 +37,7 @@ public struct ResourceLimits: Sendable, Hashable {
         self.maximumQueryLength = maximumQueryLength
         self.maximumPendingOutboundBytes = maximumPendingOutboundBytes
         self.handshakeTimeout = handshakeTimeout
+        self.maximumHandshakes = maximumHandshakes
         self.documentSizeSoftLimit = documentSizeSoftLimit
         self.documentSizeHardLimit = documentSizeHardLimit
     }

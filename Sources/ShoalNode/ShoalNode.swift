@@ -25,6 +25,10 @@ public final class ShoalNode: Service, Sendable {
     /// Held from `init` until `run()` has closed the store (or the node is released).
     let dataLock: DataDirectoryLock
     private let bound = Locked<HostAndPort?>(nil)
+    /// Accepted connections still in their handshake (`--max-handshakes`).
+    let handshakes: HandshakeGate
+    /// When the last "pushed out" notice was logged, so a flood logs a line a minute.
+    private let handshakeNotice = Locked<(last: ContinuousClock.Instant?, since: UInt64)>((nil, 0))
     private let readyWaiters = Locked<[CheckedContinuation<HostAndPort, Never>]>([])
 
     public init(configuration: NodeConfiguration, logger: Logger = Logger(label: "shoal")) throws {
@@ -69,6 +73,22 @@ public final class ShoalNode: Service, Sendable {
             ? LANDiscovery(interfaces: try LANDiscovery.interfaces(configuration.discoveryInterface), ownSite: store.siteID)
             : nil
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        self.handshakes = HandshakeGate(capacity: resources.maximumHandshakes)
+    }
+
+    /// Logs, at most once a minute, that connections in their handshake were closed to
+    /// make room for new ones: a flood of connections that never prove themselves.
+    private func noteHandshakesPushedOut() {
+        let now = ContinuousClock.now
+        let report: UInt64? = handshakeNotice.withLock { notice in
+            notice.since += 1
+            if let last = notice.last, now - last < .seconds(60) { return nil }
+            defer { notice = (now, 0) }
+            return notice.since
+        }
+        guard let report else { return }
+        logger.warning(
+            "\(handshakes.capacity) connections were still in their handshake; closed the longest waiting (\(report) since the last notice, \(handshakes.pushedOut) in all). A flood of connections that never finish a handshake? Raise --max-handshakes if these are real peers")
     }
 
     /// Re-adds the subscriptions saved by `shoal subscribe` on earlier runs.
@@ -297,33 +317,44 @@ public final class ShoalNode: Service, Sendable {
         }
     }
 
-    /// A connection framed for sessions, with the count of bytes it received.
+    /// A connection framed for sessions, with the count of bytes it received and its
+    /// frame limit, the handshake's until the session is established.
     struct FramedConnection: Sendable {
         let frames: NIOAsyncChannel<Frame, Frame>
         let inboundBytes: InboundByteCounter
+        let limit: FrameSizeLimit
 
         var channel: any Channel { frames.channel }
     }
 
     static func wrap(_ channel: any Channel, limits: WireLimits) throws -> FramedConnection {
         let counter = InboundByteCounter()
+        let limit = limits.connectionLimit()
         try channel.pipeline.syncOperations.addHandler(InboundByteCountingHandler(counter: counter))
-        try channel.pipeline.syncOperations.addHandler(
-            ByteToMessageHandler(FrameByteDecoder(maximumFrameSize: limits.maximumFrameSize)))
+        try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameByteDecoder(limit: limit)))
         try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(FrameByteEncoder()))
         return FramedConnection(
-            frames: try NIOAsyncChannel<Frame, Frame>(wrappingChannelSynchronously: channel), inboundBytes: counter)
+            frames: try NIOAsyncChannel<Frame, Frame>(wrappingChannelSynchronously: channel), inboundBytes: counter,
+            limit: limit)
     }
 
     private func accept(_ connection: FramedConnection, admin: AdminService) async {
         let remote = connection.channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" } ?? "unknown"
         let loopback = Self.isLoopback(connection.channel.remoteAddress)
+        let channel = connection.channel
+        let (ticket, pushedOut) = handshakes.enter { channel.close(promise: nil) }
+        if let pushedOut {
+            pushedOut()
+            noteHandshakesPushedOut()
+        }
+        defer { handshakes.leave(ticket) }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.closeWhenStalled(connection.channel, remote: remote) }
             do {
                 try await connection.frames.executeThenClose { inbound, outbound in
                     let transport = ChannelTransport(
-                        writer: outbound, channel: connection.channel, inboundBytes: connection.inboundBytes)
+                        writer: outbound, channel: connection.channel, inboundBytes: connection.inboundBytes,
+                        limit: connection.limit, onEstablished: { self.handshakes.leave(ticket) })
                     try await sync.serve(
                         inbound: inbound, transport: transport, direction: .inbound, remoteAddress: remote, admin: admin,
                         remoteIsLoopback: loopback)
@@ -481,7 +512,8 @@ public final class ShoalNode: Service, Sendable {
                 defer { group.cancelAll() }
                 return try await connection.frames.executeThenClose { inbound, outbound in
                     let transport = ChannelTransport(
-                        writer: outbound, channel: connection.channel, inboundBytes: connection.inboundBytes)
+                        writer: outbound, channel: connection.channel, inboundBytes: connection.inboundBytes,
+                        limit: connection.limit)
                     return try await sync.serve(
                         inbound: inbound, transport: transport, direction: .outbound, remoteAddress: peer.description,
                         discovered: discovered)
@@ -524,6 +556,13 @@ struct ChannelTransport: SessionTransport {
     let writer: NIOAsyncChannelOutboundWriter<Frame>
     let channel: any Channel
     let inboundBytes: InboundByteCounter?
+    let limit: FrameSizeLimit
+    var onEstablished: @Sendable () -> Void = {}
+
+    func established() {
+        limit.establish()
+        onEstablished()
+    }
 
     func write(_ frame: Frame) async throws {
         try await writer.write(frame)

@@ -174,6 +174,7 @@ struct PeerSession: Sendable {
             logger.debug("connection closed during the handshake", metadata: ["shoal.peer.address": "\(remoteAddress)"])
             return nil
         }
+        transport.established()
 
         engine.registry.update(recordID) {
             $0.name = identity.name

@@ -11,10 +11,14 @@ public protocol SessionTransport: Sendable {
     /// Bytes received on the connection, whole frames or not, when the transport
     /// counts them: the idle check then takes part of a frame as a sign of life.
     var inboundBytes: InboundByteCounter? { get }
+    /// Called once the handshake has proven the other side: the connection may take
+    /// frames up to the full limit from now on, and stops counting as a stranger's.
+    func established()
 }
 
 extension SessionTransport {
     public var inboundBytes: InboundByteCounter? { nil }
+    public func established() {}
 }
 
 /// Which side opened the connection.

@@ -7,6 +7,8 @@ public import NIOCore
 /// refused after 8 bytes.
 public struct FrameDecoder: Sendable {
     public var maximumFrameSize: Int
+    /// Said after the limit in the error, when the limit is not the node's usual one.
+    public var limitNote = ""
 
     public init(maximumFrameSize: Int = WireLimits.default.maximumFrameSize) {
         self.maximumFrameSize = maximumFrameSize
@@ -34,7 +36,7 @@ public struct FrameDecoder: Sendable {
         guard UInt64(length) <= UInt64(maximumFrameSize) else {
             throw WireError(
                 .frameTooLarge,
-                "frame type 0x\(hex(type)) announces \(length) payload bytes; the limit is \(maximumFrameSize)")
+                "frame type 0x\(hex(type)) announces \(length) payload bytes; the limit is \(maximumFrameSize)\(limitNote)")
         }
         guard buffer.readableBytes >= Frame.headerSize + Int(length) else { return nil }
         buffer.moveReaderIndex(forwardBy: Frame.headerSize)

@@ -1,20 +1,29 @@
 public import NIOCore
 
-/// The NIO inbound half: bytes in, `Frame`s out, via `FrameDecoder`.
+/// The NIO inbound half: bytes in, `Frame`s out, via `FrameDecoder`, each header
+/// checked against the connection's `FrameSizeLimit` as it is now.
 public struct FrameByteDecoder: NIOSingleStepByteToMessageDecoder {
     public typealias InboundOut = Frame
-    let decoder: FrameDecoder
+    var decoder: FrameDecoder
+    let limit: FrameSizeLimit
+
+    public init(limit: FrameSizeLimit) {
+        self.limit = limit
+        self.decoder = FrameDecoder(maximumFrameSize: limit.current)
+    }
 
     public init(maximumFrameSize: Int) {
-        self.decoder = FrameDecoder(maximumFrameSize: maximumFrameSize)
+        self.init(limit: FrameSizeLimit(maximumFrameSize))
     }
 
     public mutating func decode(buffer: inout ByteBuffer) throws -> Frame? {
-        try decoder.next(from: &buffer)
+        decoder.maximumFrameSize = limit.current
+        decoder.limitNote = limit.isHandshake ? " until the handshake completes" : ""
+        return try decoder.next(from: &buffer)
     }
 
     public mutating func decodeLast(buffer: inout ByteBuffer, seenEOF: Bool) throws -> Frame? {
-        if let frame = try decoder.next(from: &buffer) { return frame }
+        if let frame = try decode(buffer: &buffer) { return frame }
         try decoder.finish(leftover: buffer)
         return nil
     }

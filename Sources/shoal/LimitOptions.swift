@@ -10,6 +10,11 @@ struct LimitOptions: ParsableArguments {
     @Option(name: .long, help: "Seconds a new connection has to finish its handshake (default: 10).")
     var handshakeTimeout: Double?
 
+    @Option(
+        name: .long,
+        help: "Accepted connections in their handshake at once; one more closes the one that has waited longest (default: 128).")
+    var maxHandshakes: Int?
+
     @Option(name: .long, help: "Peers this node syncs with at once; one more is refused (default: 64).")
     var maxPeers: Int?
 
@@ -39,6 +44,7 @@ struct LimitOptions: ParsableArguments {
     func add(to settings: inout NodeSettings) {
         settings.setFlag("idle-timeout", idleTimeout.map { .seconds($0) })
         settings.setFlag("handshake-timeout", handshakeTimeout.map { .seconds($0) })
+        settings.setFlag("max-handshakes", maxHandshakes.map { .integer($0) })
         settings.setFlag("max-peers", maxPeers.map { .integer($0) })
         settings.setFlag("max-admin-connections", maxAdminConnections.map { .integer($0) })
         settings.setFlag("max-subscriptions-per-peer", maxSubscriptionsPerPeer.map { .integer($0) })

@@ -27,6 +27,7 @@ struct NodeSettingsTests {
         idle-timeout = 12
         handshake-timeout = 1.5
         max-peers = 3
+        max-handshakes = 7
         max-admin-connections = 4
         max-subscriptions-per-peer = 5
         max-query-length = 6000
@@ -67,7 +68,7 @@ struct NodeSettingsTests {
             configuration.resources
                 == ResourceLimits(
                     maximumPeers: 3, maximumAdminConnections: 4, maximumSubscriptionsPerPeer: 5, maximumQueryLength: 6000,
-                    maximumPendingOutboundBytes: 70000, handshakeTimeout: .milliseconds(1500), documentSizeSoftLimit: 8000,
+                    maximumPendingOutboundBytes: 70000, handshakeTimeout: .milliseconds(1500), maximumHandshakes: 7, documentSizeSoftLimit: 8000,
                     documentSizeHardLimit: 9000))
         #expect(try settings.logFormat() == "json")
         #expect(configuration.metrics == HostAndPort(host: "127.0.0.1", port: 9470))

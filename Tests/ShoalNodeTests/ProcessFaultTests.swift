@@ -150,6 +150,74 @@ extension ProcessSuites {
         #expect(try node.exec("SELECT * FROM cars").status == 0)
     }
 
+    /// Whether the node closes the connection within `seconds` (reading and dropping
+    /// whatever it sends first), without blocking longer than that.
+    static func isClosed(_ peer: RawPeer, within seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let left = deadline.timeIntervalSinceNow
+            guard left > 0 else { return false }
+            var entry = pollfd(fd: peer.fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&entry, 1, Int32(left * 1000) + 1) > 0 else { return false }
+            let n = recv(peer.fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+            if n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) { return true }
+        }
+    }
+
+    /// A frame header for a Hello announcing `length` payload bytes.
+    static func helloHeader(length: Int) -> [UInt8] {
+        [0x53, 0x01, 0x00, 0x00] + withUnsafeBytes(of: UInt32(length).bigEndian) { Array($0) }
+    }
+
+    /// A flood of strangers, each sending most of a large Hello and never finishing it.
+    /// Before its handshake a connection may announce at most 256 KiB
+    /// (`WireLimits.maximumHandshakeFrameSize`) and at most `--max-handshakes` are held
+    /// at once, so the flood costs the node a bounded amount of memory and it serves
+    /// others meanwhile. (Before the bounds, each connection could park 16 MiB for the
+    /// handshake timeout: 120 of them took a node to 2 GB.)
+    @Test func aFloodOfLargeUnfinishedHellosStaysWithinAMemoryBound() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let key = dirs.path + "/mesh.key"
+        try writePrivateFile(key, "a-mesh-key-of-at-least-sixteen-bytes")
+        let node = try NodeProcess(
+            name: "node", dataDirectory: dirs.path + "/n",
+            extra: ["--mesh-key-file", key, "--handshake-timeout", "60", "--max-handshakes", "32"])
+        #expect(try node.exec("INSERT INTO cars DOCUMENTS ({'_id': 'before'})", extra: ["--mesh-key-file", key]).status == 0)
+        let before = try #require(node.peakResidentBytes)
+
+        // 80 connections each announce a 16 MiB Hello and send 1 MiB of it: each is
+        // refused at its header, long before the handshake timeout.
+        let large = try (0..<80).map { _ in try RawPeer(port: node.port) }
+        for peer in large {
+            try peer.sendBytes(Self.helloHeader(length: 16 << 20))
+            _ = try? peer.sendBytes([UInt8](repeating: 0, count: 1 << 20))
+        }
+        let refused = large.filter { Self.secondsUntilClosed($0, limit: 20) != nil }.count
+        #expect(refused == 80, "every Hello over the handshake's frame limit was refused")
+        #expect(node.log().contains("the limit is 262144 until the handshake completes"))
+
+        // 100 connections each announce a 250 KiB Hello and send all of it but a byte:
+        // at most 32 are held, the longest waiting closed to make room for the next.
+        let started = Date()
+        let held = try (0..<100).map { _ in try RawPeer(port: node.port) }
+        for peer in held {
+            try peer.sendBytes(Self.helloHeader(length: 250 << 10) + [UInt8](repeating: 0, count: (250 << 10) - 1))
+        }
+        // Everyone else is served meanwhile.
+        #expect(try node.exec("INSERT INTO cars DOCUMENTS ({'_id': 'served'})", extra: ["--mesh-key-file", key]).status == 0)
+        var closed = 0
+        for peer in held where Self.isClosed(peer, within: 0.5) { closed += 1 }
+        #expect(Date().timeIntervalSince(started) < 55, "before the handshake timeout")
+        #expect(closed >= 100 - 32, "\(closed) of 100 closed to make room; at most 32 stay in their handshake")
+        #expect(node.log().contains("connections were still in their handshake; closed the longest waiting"))
+        let after = try #require(node.peakResidentBytes)
+        // 32 × 256 KiB is 8 MiB; the bound leaves room for the allocator and a debug build.
+        #expect(after - before < 64 << 20, "peak RSS grew by \((after - before) >> 20) MiB during the flood")
+        #expect(node.isRunning)
+    }
+
     @Test func hundredsOfConnectionsThatNeverShakeHandsAreCutOffAndOthersAreServed() throws {
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }
