@@ -106,6 +106,10 @@ public enum Coverage: Sendable, Hashable {
     case superseded([TransactionID])
     /// It never held some of them.
     case unknown
+    /// It holds some that the receiver said it cannot take (a value larger than its
+    /// frame limit, a document over its size limit): the receiver cannot hold the
+    /// transaction whole.
+    case overLimit
 }
 
 /// A sender's verdict on the withheld documents of one collection.

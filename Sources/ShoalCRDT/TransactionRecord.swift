@@ -12,6 +12,9 @@ public struct TransactionRecord: Sendable, Hashable {
         case applied = 1
         /// Applied without some pieces its subscriptions cover; the rest is applied when it comes.
         case partial = 2
+        /// Not applied, and never to be: this node cannot hold what it writes (a
+        /// document over its limits, `DocumentLimits`). Later pieces are dropped.
+        case refused = 3
     }
 
     /// What one peer said of the transaction.
@@ -96,7 +99,8 @@ extension CollectionCount {
 
 extension Verdict {
     /// `{"c": collection, "n": [[query, arguments], ...]}` for NOT_COVERED,
-    /// `{"c": ..., "s": ["SITE:SEQ", ...]}` for SUPERSEDED, `{"c": ..., "u": true}` for UNKNOWN.
+    /// `{"c": ..., "s": ["SITE:SEQ", ...]}` for SUPERSEDED, `{"c": ..., "u": true}` for UNKNOWN,
+    /// `{"c": ..., "o": true}` for OVER_LIMIT.
     public var value: Value {
         var object: [String: Value] = ["c": .string(collection)]
         switch coverage {
@@ -106,6 +110,8 @@ extension Verdict {
             object["s"] = .array(ids.map { .string($0.description) })
         case .unknown:
             object["u"] = .bool(true)
+        case .overLimit:
+            object["o"] = .bool(true)
         }
         return .object(object)
     }
@@ -127,6 +133,8 @@ extension Verdict {
             self.init(collection: collection, coverage: .superseded(parsed))
         } else if value["u"] != nil {
             self.init(collection: collection, coverage: .unknown)
+        } else if value["o"] != nil {
+            self.init(collection: collection, coverage: .overLimit)
         } else {
             return nil
         }

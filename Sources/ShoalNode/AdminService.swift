@@ -286,6 +286,12 @@ struct AdminService: AdminRequestHandler {
         t.bufferedTransactionsLimit = UInt64(limits.maximumTransactions)
         t.overflows = pipeline.overflows
         t.sessions = held.transactions
+        t.refused = pipeline.refused
+        t.refusals = pipeline.recentRefusals.map { r in
+            NodeStatus.Refused(
+                id: r.id.description, origin: r.id.origin, reason: r.reason, ageSeconds: max(0, (now - Double(r.at)) / 1000),
+                fromPeers: r.from.map(\.description))
+        }
         return t
     }
 

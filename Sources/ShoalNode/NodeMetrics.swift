@@ -62,6 +62,7 @@ public final class NodeMetrics: Sendable {
         public var committedLocal: UInt64 = 0
         public var appliedRemote: UInt64 = 0
         public var completedLater: UInt64 = 0
+        public var refused: UInt64 = 0
         public var waiting = 0
         public var partial = 0
         public var storeBytes: UInt64 = 0
@@ -116,6 +117,10 @@ public final class NodeMetrics: Sendable {
             counter(
                 "shoal_transactions_completed_later_total",
                 "Remote transactions applied in part, then completed when their missing pieces arrived.", reading.completedLater)
+            counter(
+                "shoal_transactions_refused_total",
+                "Remote transactions refused whole since the node started: a document they write is over this node's limits.",
+                reading.refused)
             gauge("shoal_transactions_waiting", "Remote transactions held back, waiting for pieces their subscriptions cover.")
                 .set(Double(reading.waiting))
             gauge("shoal_transactions_partial", "Remote transactions applied in part, still missing pieces.")
@@ -148,6 +153,7 @@ extension ShoalNode {
         let pipeline = sync.pipeline.status
         reading.appliedRemote = pipeline.appliedRemote
         reading.completedLater = pipeline.completedLater
+        reading.refused = pipeline.refused
         reading.waiting = pipeline.waiting.count
         reading.partial = pipeline.partial.count
         reading.storeBytes = NodeMetrics.storeSize(directory: configuration.dataDirectory)

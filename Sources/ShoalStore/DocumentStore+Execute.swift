@@ -119,7 +119,9 @@ extension DocumentStore {
             }
             switch statement {
             case .select(let select):
-                last = QueryResult(items: try Self.select(select, arguments: arguments, db: db))
+                var unreadable: [String] = []
+                last = QueryResult(items: try Self.select(select, arguments: arguments, db: db) { unreadable.append($0) })
+                reportUnreadable(unreadable, collection: select.collection)
             case .system(let system):
                 last = QueryResult(items: try applySystem(system, arguments: arguments))
             case .index(let index):
@@ -237,13 +239,19 @@ extension DocumentStore {
     /// How many JSON-path indexes the store creates by itself (each costs space and write time).
     public static let maximumAutomaticIndexes = 32
 
-    static func select(_ select: SelectStatement, arguments: [String: Value], db: Database) throws -> [Value] {
+    /// A SELECT's answer. Documents whose stored body cannot be read are left out and
+    /// their keys passed to `unreadable`.
+    static func select(
+        _ select: SelectStatement, arguments: [String: Value], db: Database, unreadable: (String) -> Void = { _ in }
+    ) throws -> [Value] {
         let isCount = select.projection.count == 1 && select.projection[0].expression == .countAll
-        let documents = try matchingDocuments(
-            collection: select.collection, predicate: select.whereClause,
-            orderBy: isCount ? [] : select.orderBy, limit: isCount ? nil : select.limit,
-            offset: isCount ? nil : select.offset, arguments: arguments, db: db
-        ).map(\.body)
+        let documents = try withoutActuallyEscaping(unreadable) { unreadable in
+            try matchingDocuments(
+                collection: select.collection, predicate: select.whereClause,
+                orderBy: isCount ? [] : select.orderBy, limit: isCount ? nil : select.limit,
+                offset: isCount ? nil : select.offset, arguments: arguments, db: db, unreadable: unreadable
+            ).map(\.body)
+        }
         if isCount {
             return [.object([select.projection[0].name: .int(Int64(documents.count))])]
         }
@@ -279,9 +287,15 @@ extension DocumentStore {
     /// Without ORDER BY, documents come in `_id` order, except when a LIMIT cuts a
     /// pre-filtered query: then they come in the order SQLite reads them (an index's,
     /// when one serves the filter), and reading stops at the last one needed.
+    ///
+    /// A stored body that cannot be read (one an older version wrote past
+    /// `DocumentLimits`) is seen as its `_id` alone, so that a statement naming the
+    /// document by `_id` can still repair, delete or evict it. With `unreadable`, such
+    /// a document is left out of the answer and its key passed to `unreadable` (what
+    /// SELECT does, which has nothing true to show of it).
     static func matchingDocuments(
         collection: String, predicate: Expression?, orderBy: [OrderTerm] = [], limit: Expression? = nil,
-        offset: Expression? = nil, arguments: [String: Value], db: Database
+        offset: Expression? = nil, arguments: [String: Value], db: Database, unreadable: ((String) -> Void)? = nil
     ) throws -> [(key: String, body: Value)] {
         let skip: Int
         let take: Int?
@@ -309,7 +323,17 @@ extension DocumentStore {
                 {
                     continue
                 }
-                let body = try parseBody(row[1])
+                let body: Value
+                if let parsed = try? JSON.parse(row[1] as String) {
+                    body = parsed
+                } else {
+                    guard let id = try? JSON.parse(key) else { continue }
+                    if let unreadable {
+                        if try Evaluator.matches(predicate, document: .object(["_id": id]), arguments: arguments) { unreadable(key) }
+                        continue
+                    }
+                    body = .object(["_id": id])
+                }
                 if try Evaluator.matches(predicate, document: body, arguments: arguments) { out.append((key, body)) }
             }
             if !orderBy.isEmpty {
@@ -370,6 +394,15 @@ extension DocumentStore {
         }
         parsed.withLock { $0.remember(statements, of: text) }
         return statements
+    }
+
+    /// Logs the documents a query left out because their stored bodies cannot be read,
+    /// and how to repair them.
+    func reportUnreadable(_ keys: [String], collection: String) {
+        guard !keys.isEmpty else { return }
+        logger.warning(
+            "\(keys.count) document(s) of \(collection) cannot be read (stored past the limits a document can hold, by an older version) and were left out of a query: repair each by _id with UPDATE ... UNSET of the field too deep, or DELETE or EVICT it",
+            metadata: ["shoal.collection": "\(collection)", "shoal.documents": "\(keys.prefix(10).joined(separator: ","))"])
     }
 
     static func parseBody(_ text: String) throws -> Value {

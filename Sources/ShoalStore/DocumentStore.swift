@@ -459,6 +459,14 @@ public final class DocumentStore: Sendable {
                     CREATE INDEX change_log_by_transaction ON change_log (txn_site, txn_seq);
                     """)
         }
+        migrator.registerMigration("v14-refusals") { db in
+            // Why a received transaction was refused (state 3): a document this node
+            // cannot hold (`DocumentLimits`). Kept for status; NULL for every other state.
+            try db.execute(
+                sql: """
+                    ALTER TABLE txn ADD COLUMN refusal TEXT;
+                    """)
+        }
         return migrator
     }
 

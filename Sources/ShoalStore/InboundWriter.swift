@@ -1,6 +1,7 @@
 public import ShoalCRDT
 import GRDB
 import Foundation
+import Logging
 
 /// What applying remote transactions did in one commit.
 public struct ApplyOutcome: Sendable, Equatable {
@@ -93,10 +94,15 @@ public final class InboundWriter: InboundWriting {
     ///
     /// Each delta is logged once (a piece already logged is not logged again) and
     /// merged last-writer-wins; the bodies of the documents it changed are rebuilt once.
+    ///
+    /// Every body it would write is checked against `DocumentLimits` first: if one
+    /// breaks them, nothing of the transaction is written (its buffer stays) and the
+    /// refusal is returned, for the caller to `refuse` it whole.
+    @discardableResult
     public func apply(
         _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
         context: [ContextField] = [], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
-    ) throws {
+    ) throws -> DocumentRefusal? {
         let id = record.id
         let origin = Int64(bitPattern: id.origin.rawValue), seq = Int64(id.sequence)
         var all = deltas
@@ -127,8 +133,6 @@ public final class InboundWriter: InboundWriting {
                         timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row[4])),
                         transaction: TransactionID(origin: SiteID(UInt64(bitPattern: row[5])), sequence: UInt64(row[6] as Int64))))
             }
-            try db.cachedStatement(sql: "DELETE FROM txn_piece WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
-            try db.cachedStatement(sql: "DELETE FROM txn_context WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
         }
         // Deltas nearly always come in index order: sorting only when they do not spares
         // copying the caller's array (which `all` still shares) a delta at a time.
@@ -180,6 +184,35 @@ public final class InboundWriter: InboundWriting {
                 touched[slot].won[delta.field] = (state, delta.index)
             }
         }
+        for field in contextFields {
+            let i = try slot(for: field.document, expecting: 1, &touched, &slots, &statements)
+            let state = RegisterState(delta: field.delta, parsed: field.delta.parsed)
+            if touched[i].registers.merge(field.field, state) {
+                touched[i].won[field.field] = (state, 0)
+            }
+        }
+        // What this node can hold, checked before anything is written.
+        let limits = store.systemParameters.documentLimits
+        var bodies: [DocumentRegisters.Body.Text?] = Array(repeating: nil, count: touched.count)
+        for (slot, entry) in touched.enumerated() where !entry.won.isEmpty {
+            let body = try RegisterRows.materialize(entry.registers, collection: entry.document.collection, key: entry.document.id)
+            if case .live(let json) = body {
+                switch limits.check(body: json) {
+                case .fits: break
+                case .overSoft(let bytes):
+                    store.logger.warning(
+                        "transaction \(id) makes document \(entry.document.id) in \(entry.document.collection) \(bytes) bytes, over the soft document size limit of \(limits.softBytes) bytes (document_size_soft_limit_bytes)",
+                        metadata: ["shoal.txn": "\(id)", "shoal.collection": "\(entry.document.collection)"])
+                case .refused(let reason):
+                    return DocumentRefusal(document: entry.document, reason: reason)
+                }
+            }
+            bodies[slot] = body
+        }
+        if buffered {
+            try db.cachedStatement(sql: "DELETE FROM txn_piece WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
+            try db.cachedStatement(sql: "DELETE FROM txn_context WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
+        }
         // The log leaves out what it holds already (`logged`).
         var log = LogAppender(db, site: id.origin.rawValue, sequence: id.sequence, deltaCount: Int(record.deltaCount))
         for (slot, pack) in packs.enumerated() where !pack.isEmpty {
@@ -195,19 +228,12 @@ public final class InboundWriter: InboundWriting {
             lastSequence = last
             if appended.transactions.last != id { appended.transactions.append(id) }
         }
-        for field in contextFields {
-            let i = try slot(for: field.document, expecting: 1, &touched, &slots, &statements)
-            let state = RegisterState(delta: field.delta, parsed: field.delta.parsed)
-            if touched[i].registers.merge(field.field, state) {
-                touched[i].won[field.field] = (state, 0)
-            }
-        }
         var dirty = 0
-        for entry in touched where !entry.won.isEmpty {
+        for (slot, entry) in touched.enumerated() where !entry.won.isEmpty {
             let document = entry.document
             try statements.upsert.save(collection: document.collection, key: document.id, entry.won)
             outcome.won += entry.won.count
-            try statements.bodies.save(collection: document.collection, key: document.id, entry.registers)
+            try statements.bodies.save(collection: document.collection, key: document.id, body: bodies[slot]!)
             commit.collections.insert(document.collection)
             dirty += 1
         }
@@ -221,6 +247,25 @@ public final class InboundWriter: InboundWriting {
             ])
         }
         if (state != nil || dirty > 0), !commit.transactions.contains(id) { commit.transactions.append(id) }
+        return nil
+    }
+
+    /// Records a transaction as refused, never to be applied (`DocumentLimits`), and
+    /// drops whatever of it the durable buffer holds.
+    public func refuse(_ record: TransactionRecord, reason: String) throws {
+        let origin = Int64(bitPattern: record.id.origin.rawValue), seq = Int64(record.id.sequence)
+        try db.cachedStatement(sql: "DELETE FROM txn_piece WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
+        try db.cachedStatement(sql: "DELETE FROM txn_context WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen, refusal)
+                VALUES (?, ?, ?, ?, ?, ?, '', '', ?, ?)
+                ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, reports = '', refusal = excluded.refusal
+                """
+        ).execute(arguments: [
+            origin, seq, Int64(record.deltaCount), Int64(record.documentCount), CollectionCount.encode(record.collections),
+            TransactionRecord.State.refused.rawValue, Int64(bitPattern: record.firstSeen), reason,
+        ])
     }
 
     /// A document's registers as an apply merges them, and the writes that won.
@@ -264,7 +309,8 @@ public final class InboundWriter: InboundWriting {
     /// Reads back a partial transaction's record: its header and reports from `txn`,
     /// what is held of it from the change log.
     public func loadRecord(_ id: TransactionID) throws -> TransactionRecord? {
-        guard let stored = try StoredTransaction.fetch(db, id), stored.state != .applied else { return nil }
+        guard let stored = try StoredTransaction.fetch(db, id), stored.state == .waiting || stored.state == .partial
+        else { return nil }
         return try DocumentStore.record(db, id, stored)
     }
 }
@@ -294,7 +340,7 @@ extension DocumentStore {
     /// Every waiting and partial transaction, as records: what the pipeline starts from.
     public func transactionRecords() async throws(StoreError) -> [TransactionRecord] {
         try await read { db in
-            let keys = try Row.fetchAll(db, sql: "SELECT origin, seq FROM txn WHERE state != 1").map {
+            let keys = try Row.fetchAll(db, sql: "SELECT origin, seq FROM txn WHERE state IN (0, 2)").map {
                 TransactionID(origin: SiteID(UInt64(bitPattern: $0[0])), sequence: UInt64($0[1] as Int64))
             }
             return try keys.compactMap { id in

@@ -318,8 +318,12 @@ struct LocalTransaction {
                 db.cachedStatement(sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ? AND deleted = 0"),
                 arguments: [collection, key])
         else { return nil }
-        return try DocumentStore.parseBody(text).objectValue
+        // A body an older version stored past the limits reads as its `_id` alone (as
+        // `matchingDocuments` sees it), so an upsert can still repair the document.
+        return (try? JSON.parse(text).objectValue) ?? ["_id": identifier(ofKey: key)]
     }
+
+    private func identifier(ofKey key: String) -> Value { (try? JSON.parse(key)) ?? .null }
 
     /// Appends the transaction's deltas to the change log and records its manifest;
     /// `nil` when it wrote nothing.

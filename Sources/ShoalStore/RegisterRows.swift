@@ -177,8 +177,18 @@ enum RegisterRows {
         return nil
     }
 
-    /// What `registers` materialize to.
+    /// What `registers` materialize to, refused when no reader could take it back
+    /// (`DocumentLimits.depthRefusal`): the rule every local write goes through.
     static func body(of registers: DocumentRegisters, collection: String, key: String) throws -> DocumentRegisters.Body.Text {
+        let body = try materialize(registers, collection: collection, key: key)
+        if case .live(let json) = body, let refusal = DocumentLimits.depthRefusal(body: json) {
+            throw StoreError(.invalidDocument, "document \(key) in \(collection) cannot be written: \(refusal); nothing of the statement was written")
+        }
+        return body
+    }
+
+    /// What `registers` materialize to, unchecked.
+    static func materialize(_ registers: DocumentRegisters, collection: String, key: String) throws -> DocumentRegisters.Body.Text {
         do {
             return try registers.materializedJSON(key: key)
         } catch {
@@ -223,7 +233,12 @@ enum RegisterRows {
 
         /// Saves what `registers` materialize to, holding a live body for a later statement.
         mutating func save(collection: String, key: String, _ registers: DocumentRegisters) throws {
-            switch try RegisterRows.body(of: registers, collection: collection, key: key) {
+            try save(collection: collection, key: key, body: try RegisterRows.body(of: registers, collection: collection, key: key))
+        }
+
+        /// Saves a body materialized already.
+        mutating func save(collection: String, key: String, body: DocumentRegisters.Body.Text) throws {
+            switch body {
             case .live(let json):
                 waiting.append((collection, key, json))
                 if waiting.count == RegisterRows.rowsPerUpsert { try flush() }

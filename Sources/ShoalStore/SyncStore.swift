@@ -82,11 +82,16 @@ public protocol InboundWriting: AnyObject {
     func save(_ record: TransactionRecord) throws
     /// Keeps pieces of a waiting transaction in the durable buffer.
     func buffer(_ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID) throws
-    /// Applies a transaction (with what the buffer holds of it when `buffered`).
+    /// Applies a transaction (with what the buffer holds of it when `buffered`), or,
+    /// when a body it would write breaks `DocumentLimits`, writes nothing and says why.
+    @discardableResult
     func apply(
         _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
         context: [ContextField], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
-    ) throws
+    ) throws -> DocumentRefusal?
+    /// Records a transaction as refused for good (`reason`: which document, which
+    /// limit), dropping what the buffer holds of it.
+    func refuse(_ record: TransactionRecord, reason: String) throws
     /// Marks a partial transaction whole.
     func markApplied(_ id: TransactionID, rest: [Verdict]) throws
     /// Records `through` as the resume point for `peer`'s log under `subscriptionKey`.

@@ -1,4 +1,4 @@
-import ShoalCRDT
+public import ShoalCRDT
 import ShoalQuery
 
 /// The store's run-time parameters: what `ALTER SYSTEM SET` changes and `SHOW` reads.
@@ -32,6 +32,12 @@ public struct SystemParameters: Sendable, Hashable {
         self.transactionTraceIntervalMilliseconds = transactionTraceIntervalMilliseconds
         self.documentSizeSoftLimitBytes = documentSizeSoftLimitBytes
         self.documentSizeHardLimitBytes = documentSizeHardLimitBytes
+    }
+
+    /// The document limits as every writer checks them (`DocumentLimits`).
+    public var documentLimits: DocumentLimits {
+        DocumentLimits(
+            softBytes: Int(clamping: documentSizeSoftLimitBytes), hardBytes: Int(clamping: documentSizeHardLimitBytes))
     }
 
     /// One parameter: its DQL name, what it takes, and where it lives in the struct.

@@ -345,6 +345,11 @@ extension NodeStatus.Transactions {
         bufferedTransactionsLimit = t.bufferedTransactionsLimit
         overflows = t.overflows
         sessions = t.sessions.compactMap(SessionTransaction.init(wire:))
+        refused = t.refused
+        refusals = t.refusals.map { r in
+            NodeStatus.Refused(
+                id: r.id, origin: SiteID(r.originSite), reason: r.reason, ageSeconds: r.ageSeconds, fromPeers: r.fromPeers)
+        }
     }
 
     var wire: Shoal_V1_TransactionStatus {
@@ -361,6 +366,16 @@ extension NodeStatus.Transactions {
         t.bufferedTransactionsLimit = bufferedTransactionsLimit
         t.overflows = overflows
         t.sessions = sessions.map(\.wire)
+        t.refused = refused
+        t.refusals = refusals.map { r in
+            var wire = Shoal_V1_RefusedTransaction()
+            wire.id = r.id
+            wire.originSite = r.origin.rawValue
+            wire.reason = r.reason
+            wire.ageSeconds = r.ageSeconds
+            wire.fromPeers = r.fromPeers
+            return wire
+        }
         return t
     }
 }

@@ -342,8 +342,31 @@ public struct NodeStatus: Sendable, Hashable {
         public var overflows: UInt64 = 0
         /// The transactions admin connections hold open now, oldest first.
         public var sessions: [SessionTransaction] = []
+        /// Remote transactions refused whole since the node started, and the latest few.
+        public var refused: UInt64 = 0
+        public var refusals: [Refused] = []
 
         public init() {}
+    }
+
+    /// A remote transaction refused whole: this node cannot hold a document it writes.
+    public struct Refused: Sendable, Hashable {
+        /// `SITE:SEQUENCE`.
+        public var id: String
+        public var origin: SiteID
+        /// Which document, and which limit.
+        public var reason: String
+        public var ageSeconds: Double
+        /// The peers that sent it, site IDs of 16 hex digits.
+        public var fromPeers: [String]
+
+        public init(id: String, origin: SiteID, reason: String, ageSeconds: Double, fromPeers: [String]) {
+            self.id = id
+            self.origin = origin
+            self.reason = reason
+            self.ageSeconds = ageSeconds
+            self.fromPeers = fromPeers
+        }
     }
 
     /// A remote transaction waiting for coverage, or applied in part.

@@ -59,6 +59,10 @@ public struct CoverageAssembler: Sendable {
         case completed(TransactionID)
         /// Ask other peers for the missing documents of these collections.
         case ask(TransactionID, collections: [String])
+        /// Refuse this waiting transaction whole: a peer that sent its last piece holds
+        /// documents of these covered collections that this node said it cannot take
+        /// (`overLimit`), so it can never be whole here.
+        case refuse(TransactionRecord, collections: [String])
     }
 
     /// Why a transaction waits, for status.
@@ -235,6 +239,17 @@ public struct CoverageAssembler: Sendable {
             if case .whole = evaluate(record, subscriptions, isApplied) { decisions.append(.completed(record.id)) }
         }
 
+        // Waiting ones a sender said hold what this node cannot take: never whole here.
+        let covered = subscriptions.collections
+        for record in records.values.sorted(by: { $0.id < $1.id }) where record.state == .waiting {
+            let over = Set(
+                record.reports.values.filter(\.isLast).flatMap(\.verdicts)
+                    .filter { $0.coverage == .overLimit && covered.contains($0.collection) }.map(\.collection))
+            guard !over.isEmpty else { continue }
+            remove(record.id)
+            decisions.append(.refuse(record, collections: over.sorted()))
+        }
+
         // Waiting ones: whole, whole once superseding ones apply with them, or missing pieces.
         var needs: [TransactionID: Set<TransactionID>] = [:]
         var candidates: Set<TransactionID> = []
@@ -351,7 +366,7 @@ public struct CoverageAssembler: Sendable {
                         if !narrower(subscriptions, than: filter, on: c) { vouches = false }
                     case .superseded(let ids):
                         for later in ids where later != record.id && !isApplied(later) { needed.insert(later) }
-                    case .unknown:
+                    case .unknown, .overLimit:
                         vouches = false
                     }
                 }

@@ -381,6 +381,8 @@ private struct PieceReading {
                     v.supersededBy.map { TransactionID(origin: SiteID($0.originSite), sequence: $0.originSequence) }))
         case .unknown:
             return Verdict(collection: v.collection, coverage: .unknown)
+        case .overLimit:
+            return Verdict(collection: v.collection, coverage: .overLimit)
         case .unspecified, .UNRECOGNIZED:
             throw violation("transaction \(id) has a verdict without coverage")
         }

@@ -11,6 +11,35 @@ public struct PeerIdentity: Sendable, Hashable {
     public var listenAddress: String
     /// The protocol version both sides speak: the highest in both ranges.
     public var version: UInt32
+    /// What the other side said it can take (Hello fields 11 and 12), for what this
+    /// node sends it; `.unknown` from a node that predates them.
+    public var limits: PeerLimits = .unknown
+}
+
+/// What a peer said in its Hello that it can take: the largest frame payload
+/// (inflated or not) and the largest document body, in bytes. A sender fits its
+/// batches to the first and withholds, with an `overLimit` verdict, what breaks
+/// either (PROTOCOL.md §6.1, §8.3).
+public struct PeerLimits: Sendable, Hashable {
+    /// 0: not said.
+    public var maximumFrameSize: Int
+    /// 0: not said.
+    public var documentSizeHardLimit: Int
+
+    public init(maximumFrameSize: Int, documentSizeHardLimit: Int) {
+        self.maximumFrameSize = maximumFrameSize
+        self.documentSizeHardLimit = documentSizeHardLimit
+    }
+
+    /// A peer that said nothing: sent to as before limits were exchanged, within the
+    /// protocol's default frame limit and with no `overLimit` verdicts.
+    public static let unknown = PeerLimits(maximumFrameSize: 0, documentSizeHardLimit: 0)
+
+    /// Whether the peer said its limits, and so understands `overLimit` verdicts.
+    public var areKnown: Bool { maximumFrameSize > 0 }
+
+    /// The largest payload to send the peer: what it said, or else the default limit.
+    public var framePayload: Int { maximumFrameSize > 0 ? maximumFrameSize : WireLimits.default.maximumFrameSize }
 }
 
 /// The opening of every connection, as a value type that returns what to do.
@@ -51,13 +80,16 @@ public struct HandshakeStateMachine: Sendable {
         /// whose freshness entry for this node is below it is refused (STALE_REPLICA).
         /// 0: none forgotten.
         public var forgottenThrough: UInt64
+        /// What this node can take, said in its Hello to peers.
+        public var limits: PeerLimits
 
         public init(
             siteID: SiteID, nodeName: String, meshName: String, meshKey: [UInt8]?, role: Shoal_V1_Role = .peer,
             listenAddress: String = "", versions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions,
             adminKey: [UInt8]? = nil, acceptsKeylessAdmin: Bool = true, freshness: [SiteID: UInt64] = [:],
-            holdsOthersWrites: Bool = true, forgottenThrough: UInt64 = 0
+            holdsOthersWrites: Bool = true, forgottenThrough: UInt64 = 0, limits: PeerLimits = .unknown
         ) {
+            self.limits = limits
             self.freshness = freshness
             self.holdsOthersWrites = holdsOthersWrites
             self.forgottenThrough = forgottenThrough
@@ -133,6 +165,8 @@ public struct HandshakeStateMachine: Sendable {
         if configuration.role != .admin {
             hello.freshness = Freshness.wire(configuration.freshness)
             hello.holdsOnlyOwnWrites = !configuration.holdsOthersWrites
+            hello.maxFrameSize = UInt64(max(0, configuration.limits.maximumFrameSize))
+            hello.documentSizeHardLimit = UInt64(max(0, configuration.limits.documentSizeHardLimit))
         }
         return [.send(.hello(hello))]
     }
@@ -268,7 +302,9 @@ public struct HandshakeStateMachine: Sendable {
         state = .established
         let identity = PeerIdentity(
             siteID: peerSite, name: hello.nodeName, role: hello.role, listenAddress: hello.listenAddress,
-            version: min(hello.maxVersion, configuration.versions.upperBound))
+            version: min(hello.maxVersion, configuration.versions.upperBound),
+            limits: PeerLimits(
+                maximumFrameSize: Int(clamping: hello.maxFrameSize), documentSizeHardLimit: Int(clamping: hello.documentSizeHardLimit)))
         return [.established(identity)]
     }
 

@@ -93,9 +93,23 @@ public final class InboundPipeline: Sendable {
             public var missingCollections: [String]
         }
 
+        /// A remote transaction this node refused whole: it cannot hold what it writes.
+        public struct Refused: Sendable, Hashable {
+            public var id: TransactionID
+            /// Which document, and which limit.
+            public var reason: String
+            /// The peers that sent it.
+            public var from: [SiteID]
+            /// When, in milliseconds since 1970.
+            public var at: UInt64
+        }
+
         public var appliedRemote: UInt64 = 0
         public var completedLater: UInt64 = 0
         public var overflows: UInt64 = 0
+        /// Remote transactions refused since the node started, and the latest few.
+        public var refused: UInt64 = 0
+        public var recentRefusals: [Refused] = []
         public var waiting: [Pending] = []
         public var partial: [Pending] = []
         public var bufferedBytes: Int = 0
@@ -241,7 +255,7 @@ public final class InboundPipeline: Sendable {
                     let (result, outcome) = try await commit(group, assembler: assembler, subscriptions: subscriptions)
                     if !group.isEmpty { applyDuration?.record(duration: ContinuousClock.now - started) }
                     assembler = result.assembler
-                    publish(assembler, result.counters, subscriptions: subscriptions)
+                    publish(assembler, result.counters, refused: result.refused, subscriptions: subscriptions)
                     for item in group { item.done?(.success(())) }
                     await committed(result, outcome, newPeers: newPeers, assembler: &assembler, engine: engine, subscriptions: subscriptions)
                     newPeers = []
@@ -287,6 +301,16 @@ public final class InboundPipeline: Sendable {
             logger.debug(
                 "applied remote transactions",
                 metadata: ["shoal.sync.transactions": "\(result.applied.count)", "shoal.sync.deltas": "\(outcome.logged)"])
+        }
+        for refused in result.refused {
+            logger.warning(
+                "refused a remote transaction whole: this node cannot hold \(refused.reason). Raise the limit on this node if the sender's is right; the transaction is not applied here or relayed from here",
+                metadata: [
+                    "shoal.txn": "\(refused.id)", "shoal.peer.site": "\(refused.from.map(\.description).joined(separator: ","))",
+                ])
+            for peer in refused.from {
+                engine.registry.noteError(site: peer, "refused transaction \(refused.id): this node cannot hold \(refused.reason)")
+            }
         }
         for (reason, ids) in result.partial {
             for id in ids {
@@ -381,6 +405,7 @@ public final class InboundPipeline: Sendable {
     struct CommitResult: Sendable {
         var assembler: CoverageAssembler
         var applied: [TransactionID] = []
+        var refused: [Status.Refused] = []
         var partial: [(CoverageAssembler.PartialReason, [TransactionID])] = []
         var questions: [Question] = []
         var counters = Counters()
@@ -411,6 +436,7 @@ public final class InboundPipeline: Sendable {
         // this task's thread instead of hopping to the writer's queue and back.
         let deltas = items.reduce(0) { $0 + $1.pieces.reduce(0) { $0 + $1.deltas.count } }
         let short = !items.isEmpty && deltas <= Self.shortCommitDeltas && start.waitingCount == 0
+        let logger = self.logger
         return try await store.writeInbound(short: short) { writer in
             var result = CommitResult(assembler: start)
             var a = start
@@ -429,9 +455,17 @@ public final class InboundPipeline: Sendable {
                                 id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,
                                 collections: piece.collections, state: .applied, firstSeen: now)
                             record.documents = [:]
-                            try writer.apply(
+                            if let refusal = try writer.apply(
                                 record, deltas: piece.deltas, documentDeltaCounts: piece.documentDeltaCounts,
                                 context: piece.context, buffered: false, state: nil, rest: nil)
+                            {
+                                logger.warning(
+                                    "dropped a late piece of a remote transaction applied before: this node cannot hold \(refusal)",
+                                    metadata: ["shoal.txn": "\(piece.id)", "shoal.peer.site": "\(item.source)"])
+                            }
+                            continue
+                        case .refused?:
+                            // Refused whole before: nothing of it is ever applied here.
                             continue
                         case .partial?, .waiting?:
                             if let record = try writer.loadRecord(piece.id) { a.adopt(record) }
@@ -443,9 +477,15 @@ public final class InboundPipeline: Sendable {
                     touched.insert(piece.id)
                     let record = a.records[piece.id]!
                     if record.state == .partial {
-                        try writer.apply(
+                        if let refusal = try writer.apply(
                             record, deltas: new, documentDeltaCounts: piece.documentDeltaCounts, context: piece.context,
                             buffered: false, state: .partial, rest: a.rest(of: piece.id, subscriptions: subscriptions))
+                        {
+                            // Applied in part already, so it cannot be refused whole: this part stays out.
+                            logger.warning(
+                                "dropped a late piece of a remote transaction applied in part: this node cannot hold \(refusal)",
+                                metadata: ["shoal.txn": "\(piece.id)", "shoal.peer.site": "\(item.source)"])
+                        }
                     } else {
                         fresh[piece.id, default: ([], [:], [])].deltas += new
                         fresh[piece.id]!.counts.merge(piece.documentDeltaCounts) { max($0, $1) }
@@ -462,10 +502,14 @@ public final class InboundPipeline: Sendable {
                     for id in ids {
                         let record = a.records[id]!
                         let received = fresh.removeValue(forKey: id)
-                        try writer.apply(
+                        if let refusal = try writer.apply(
                             record, deltas: received?.deltas ?? [], documentDeltaCounts: received?.counts ?? [:],
                             context: received?.context ?? [], buffered: !created.contains(id), state: .applied,
                             rest: a.rest(of: id, subscriptions: subscriptions))
+                        {
+                            try Self.refuse(record, refusal.description, writer: writer, assembler: &a, into: &result, now: now)
+                            continue
+                        }
                         a.remove(id)
                         result.applied.append(id)
                         result.counters.applied += 1
@@ -473,10 +517,14 @@ public final class InboundPipeline: Sendable {
                 case .applyPartially(let id, let reason):
                     let record = a.records[id]!
                     let received = fresh.removeValue(forKey: id)
-                    try writer.apply(
+                    if let refusal = try writer.apply(
                         record, deltas: received?.deltas ?? [], documentDeltaCounts: received?.counts ?? [:],
                         context: received?.context ?? [], buffered: !created.contains(id),
                         state: .partial, rest: a.rest(of: id, subscriptions: subscriptions))
+                    {
+                        try Self.refuse(record, refusal.description, writer: writer, assembler: &a, into: &result, now: now)
+                        continue
+                    }
                     a.releaseBuffer(id)
                     result.partial.append((reason, [id]))
                     if reason == .overflow { result.counters.overflows += 1 }
@@ -485,6 +533,12 @@ public final class InboundPipeline: Sendable {
                     a.remove(id)
                     result.applied.append(id)
                     result.counters.completed += 1
+                case .refuse(let record, let collections):
+                    fresh[record.id] = nil
+                    try Self.refuse(
+                        record,
+                        "a peer holds documents of \(collections.joined(separator: ", ")) in it that are over what this node said it takes (its frame limit, --max-frame-size, or its document size limit, document_size_hard_limit_bytes)",
+                        writer: writer, assembler: &a, into: &result, now: now)
                 case .ask(let id, let collections):
                     let reporters = Set(a.records[id]?.reports.filter(\.value.isLast).keys.map { $0 } ?? [])
                     // Those that sent their last piece already said what they hold.
@@ -509,7 +563,24 @@ public final class InboundPipeline: Sendable {
         }
     }
 
-    private func publish(_ assembler: CoverageAssembler, _ counters: Counters?, subscriptions: SubscriptionSet) {
+    /// Refuses a transaction whole: this node cannot hold a document it writes. Its
+    /// buffered pieces go, its record says so, and the assembler forgets it, so the
+    /// transactions of its origin behind it no longer wait for it.
+    private static func refuse(
+        _ record: TransactionRecord, _ reason: String, writer: any InboundWriting,
+        assembler: inout CoverageAssembler, into result: inout CommitResult, now: UInt64
+    ) throws {
+        try writer.refuse(record, reason: reason)
+        assembler.remove(record.id)
+        result.refused.append(Status.Refused(id: record.id, reason: reason, from: record.reports.keys.sorted(), at: now))
+    }
+
+    /// The refusals status keeps, newest last.
+    static let recentRefusals = 16
+
+    private func publish(
+        _ assembler: CoverageAssembler, _ counters: Counters?, refused: [Status.Refused] = [], subscriptions: SubscriptionSet
+    ) {
         let covered = subscriptions.collections
         func pending(_ record: TransactionRecord) -> Status.Pending {
             let need = record.collections.filter { covered.contains($0.collection) }.reduce(0) { $0 + Int($1.documents) }
@@ -531,6 +602,10 @@ public final class InboundPipeline: Sendable {
                 s.status.appliedRemote += UInt64(counters.applied)
                 s.status.completedLater += UInt64(counters.completed)
                 s.status.overflows += UInt64(counters.overflows)
+            }
+            if !refused.isEmpty {
+                s.status.refused += UInt64(refused.count)
+                s.status.recentRefusals = Array((s.status.recentRefusals + refused).suffix(Self.recentRefusals))
             }
             s.status.waiting = records.filter { $0.state == .waiting }.map(pending)
             s.status.partial = records.filter { $0.state == .partial }.map(pending)

@@ -141,6 +141,16 @@ final class PeerRegistry: Sendable {
         }
     }
 
+    /// Notes a failure on the link with `site` that does not end its session (a
+    /// transaction of it refused, say): status shows it as the peer's last error.
+    func noteError(site: SiteID, _ error: String) {
+        state.withLock { s in
+            for (id, record) in s.records where record.snapshot.siteID == site && record.snapshot.state != "admin" {
+                s.records[id]!.snapshot.lastError = error
+            }
+        }
+    }
+
     func isConnected(site: SiteID) -> Bool {
         state.withLock { s in s.records.values.contains { $0.snapshot.siteID == site && $0.snapshot.state == "connected" } }
     }

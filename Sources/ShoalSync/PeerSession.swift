@@ -4,6 +4,7 @@ import ShoalWire
 import Logging
 import NIOCore
 import Foundation
+import SwiftProtobuf
 
 /// One connection's life: handshake, then sync (or admin) until either side closes.
 ///
@@ -147,7 +148,10 @@ struct PeerSession: Sendable {
                 meshKey: configuration.meshKey, role: .peer, listenAddress: engine.listenAddress,
                 versions: configuration.protocolVersions, adminKey: configuration.adminKey,
                 acceptsKeylessAdmin: remoteIsLoopback, freshness: engine.freshness.entries,
-                holdsOthersWrites: try await engine.store.holdsOthersWrites(), forgottenThrough: engine.freshness.forgottenThrough))
+                holdsOthersWrites: try await engine.store.holdsOthersWrites(), forgottenThrough: engine.freshness.forgottenThrough,
+                limits: PeerLimits(
+                    maximumFrameSize: min(configuration.limits.maximumFrameSize, configuration.limits.maximumInflatedSize),
+                    documentSizeHardLimit: Int(clamping: engine.store.systemParameters.documentSizeHardLimitBytes))))
         let identity: PeerIdentity? = try await withThrowingTaskGroup(of: Void.self) { group in
             // The watchdog closes the connection if the handshake stalls, which ends the read below.
             group.addTask { [transport] in
@@ -375,8 +379,6 @@ struct PeerSession: Sendable {
         let configuration = engine.configuration
         let start = ContinuousClock.now
         func now() -> UInt64 { SessionStateMachine.micros(ContinuousClock.now - start) }
-        // The document size limits in force when the session starts (ALTER SYSTEM SET changes them for later sessions).
-        let parameters = engine.store.systemParameters
         var machine = SessionStateMachine(
             configuration: .init(
                 peer: peer.siteID, keepaliveInterval: configuration.keepaliveInterval, idleTimeout: configuration.idleTimeout,
@@ -384,9 +386,7 @@ struct PeerSession: Sendable {
                 maximumBatchesInFlight: configuration.maximumBatchesInFlight,
                 maximumSubscriptions: configuration.maximumSubscriptionsPerPeer,
                 maximumQueryLength: configuration.maximumQueryLength,
-                documentSizeSoftLimit: Int(clamping: parameters.documentSizeSoftLimitBytes),
-                documentSizeHardLimit: Int(clamping: parameters.documentSizeHardLimitBytes),
-                deltaEncoding: PieceCodec.DeltaEncoding(version: peer.version)),
+                deltaEncoding: PieceCodec.DeltaEncoding(version: peer.version), peerLimits: peer.limits),
             now: now())
         for await next in inputs {
             let event: SessionStateMachine.Event
@@ -474,12 +474,13 @@ struct PeerSession: Sendable {
             engine.noteDelivered(pieces, by: peer.siteID)
             engine.pipeline.enqueue(InboundPipeline.Item(source: peer.siteID, pieces: pieces, lane: lane))
         case .answerTransactionRequest(let request, let subscriptions):
-            try await answer(request, subscriptions: subscriptions, encoding: PieceCodec.DeltaEncoding(version: peer.version))
+            try await answer(
+                request, subscriptions: subscriptions, encoding: PieceCodec.DeltaEncoding(version: peer.version), limits: peer.limits)
         case .answerAttachmentRequest(let request):
             var chunk = Shoal_V1_AttachmentChunk()
             chunk.requestID = request.requestID
             chunk.hash = request.hash
-            let limit = Int(min(request.maxLength, SyncEngine.attachmentChunkSize))
+            let limit = Int(min(request.maxLength, SyncEngine.chunkSize(frameLimit: peer.limits.framePayload)))
             if let offset = Int(exactly: request.offset),
                 let held = try await engine.store.attachmentChunk(hash: request.hash, offset: offset, maximum: limit)
             {
@@ -525,25 +526,35 @@ struct PeerSession: Sendable {
 
     /// Answers a TransactionRequest with what this node holds of the transaction,
     /// as it would stream it to this peer, in one or more frames.
+    /// Answers a TransactionRequest, a piece a frame, each cut to fit what the asker
+    /// takes (`BatchFitter`), what it cannot take withheld with an `overLimit` verdict.
     private func answer(
-        _ request: Shoal_V1_TransactionRequest, subscriptions: SubscriptionSet, encoding: PieceCodec.DeltaEncoding
+        _ request: Shoal_V1_TransactionRequest, subscriptions: SubscriptionSet, encoding: PieceCodec.DeltaEncoding,
+        limits: PeerLimits
     ) async throws {
         let id = TransactionID(origin: SiteID(request.originSite), sequence: request.originSequence)
+        var fitter = BatchFitter(limits: limits)
         let pieces = try await engine.store.transactionPieces(
             id, subscriptions: subscriptions, collections: Set(request.collections),
-            byteLimit: engine.configuration.batchBytes)
+            byteLimit: min(engine.configuration.batchBytes, fitter.limit))
         var answer = Shoal_V1_TransactionPieces()
         answer.requestID = request.requestID
         guard !pieces.isEmpty else {
             try await send(.transactionPieces(answer))
             return
         }
-        for piece in pieces {
+        answer.found = true
+        func filled(_ piece: TransactionPiece) -> Shoal_V1_TransactionPieces {
+            var filled = answer
             let (wire, filters) = PieceCodec.encode([piece], receiver: subscriptions.filter, encoding: encoding)
-            answer.found = true
-            answer.piece = wire[0]
-            answer.filters = filters
-            try await send(.transactionPieces(answer))
+            filled.piece = wire[0]
+            filled.filters = filters
+            return filled
+        }
+        for piece in pieces {
+            // One piece in, so every group out is one piece.
+            let groups = fitter.fit([piece]) { group in (try? filled(group[0]).serializedBytes() as [UInt8])?.count ?? .max }
+            for group in groups { try await send(.transactionPieces(filled(group[0]))) }
         }
     }
 }

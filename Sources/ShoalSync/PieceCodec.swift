@@ -106,6 +106,8 @@ public enum PieceCodec {
                 }
             case .unknown:
                 v.coverage = .unknown
+            case .overLimit:
+                v.coverage = .overLimit
             }
             return v
         }

@@ -42,19 +42,18 @@ public struct SessionStateMachine: Sendable {
         public var maximumSubscriptions: Int
         /// Bytes of one subscription query of the peer.
         public var maximumQueryLength: Int
-        /// Bytes (field names and values) a received transaction may write to one
-        /// document: over the soft limit a warning, over the hard limit the session closes.
-        public var documentSizeSoftLimit: Int
-        public var documentSizeHardLimit: Int
         /// How deltas travel in this session: stepped from protocol version 3 on.
         public var deltaEncoding: PieceCodec.DeltaEncoding
+        /// What the peer said it can take: batches are cut to fit it (`BatchFitter`).
+        public var peerLimits: PeerLimits
 
         public init(
             peer: SiteID, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
             batchSize: Int = 2048, batchBytes: Int = 4 << 20, maximumBatchesInFlight: Int = 4, maximumBatchesPending: Int = 64,
-            maximumSubscriptions: Int = 256, maximumQueryLength: Int = 64 << 10, documentSizeSoftLimit: Int = 256 << 10,
-            documentSizeHardLimit: Int = 4 << 20, deltaEncoding: PieceCodec.DeltaEncoding = .absolute
+            maximumSubscriptions: Int = 256, maximumQueryLength: Int = 64 << 10,
+            deltaEncoding: PieceCodec.DeltaEncoding = .absolute, peerLimits: PeerLimits = .unknown
         ) {
+            self.peerLimits = peerLimits
             self.peer = peer
             self.keepaliveInterval = keepaliveInterval
             self.idleTimeout = idleTimeout
@@ -64,8 +63,6 @@ public struct SessionStateMachine: Sendable {
             self.maximumBatchesPending = maximumBatchesPending
             self.maximumSubscriptions = maximumSubscriptions
             self.maximumQueryLength = maximumQueryLength
-            self.documentSizeSoftLimit = documentSizeSoftLimit
-            self.documentSizeHardLimit = documentSizeHardLimit
             self.deltaEncoding = deltaEncoding
         }
     }
@@ -179,6 +176,10 @@ public struct SessionStateMachine: Sendable {
     /// The log's end was passed with nothing for the peer since the last batch: an
     /// empty batch to move its cursor is owed, sent at the next tick.
     private var cursorMoveOwed = false
+    /// Cuts pages into batches the peer can take.
+    private var fitter: BatchFitter
+    /// Batches of a page cut in several, waiting for room in the window.
+    private var outbox: [OutboundBatch] = []
 
     // Keepalive.
     private var lastInbound: UInt64 = 0
@@ -192,6 +193,7 @@ public struct SessionStateMachine: Sendable {
 
     public init(configuration: Configuration, now: UInt64 = 0) {
         self.configuration = configuration
+        self.fitter = BatchFitter(limits: configuration.peerLimits)
         self.lastInbound = now
         self.nextPing = now &+ Self.micros(configuration.keepaliveInterval)
     }
@@ -293,20 +295,33 @@ public struct SessionStateMachine: Sendable {
             pageInFlight = nil
             firstPage = false
             guard page.through > sentThrough else { return readIfPossible() }
+            let before = sentThrough
             sentThrough = page.through
             for piece in page.pieces {
                 if piece.isLast { continuing.remove(piece.id) } else { continuing.insert(piece.id) }
+            }
+            let (receiver, encoding, generation) = (peerFilter, configuration.deltaEncoding, peerGeneration)
+            let groups = fitter.fit(page.pieces) { pieces in
+                OutboundBatch(
+                    pieces: pieces, receiver: receiver, encoding: encoding, throughSequence: page.through,
+                    subscribeGeneration: generation
+                ).payload().count
             }
             // A page with nothing for the peer is worth a frame only to move its cursor at
             // the end of the log: at once for the first batch of a Subscribe, otherwise at
             // the next tick, so that commits the peer does not want cost it at most one
             // frame a tick (PROTOCOL.md §8.3).
-            if page.pieces.isEmpty, sentThrough < logEnd || sentUnderGeneration {
+            if groups.isEmpty, sentThrough < logEnd || sentUnderGeneration {
                 if unacknowledged.isEmpty { acknowledged = max(acknowledged, sentThrough) }
                 cursorMoveOwed = cursorMoveOwed || sentThrough >= logEnd
                 return readIfPossible()
             }
-            return [.sendBatch(batch(page.pieces))] + readIfPossible()
+            // A page cut in several batches: each but the last leaves the peer's cursor
+            // where it was, so that it never resumes past what it holds.
+            for (i, group) in (groups.isEmpty ? [[]] : groups).enumerated() {
+                outbox.append(batch(group, through: i == max(groups.count, 1) - 1 ? page.through : before))
+            }
+            return sendFromOutbox() + readIfPossible()
         case .batchDurable:
             guard !pendingDurable.isEmpty else { return [] }
             var ack = Shoal_V1_Ack()
@@ -371,6 +386,7 @@ public struct SessionStateMachine: Sendable {
             // Late Acks for batches of earlier Subscribes are still valid (and still expected).
             earlierUnacknowledged = Array((earlierUnacknowledged + unacknowledged).suffix(256))
             unacknowledged = []
+            outbox = []
             pageInFlight = nil
             return [.peerSubscribed(set)] + readIfPossible()
         case .deltaBatch(let batch):
@@ -385,7 +401,7 @@ public struct SessionStateMachine: Sendable {
                 unacknowledged.removeSubrange(...i)
                 // With nothing left in flight, every row through `sentThrough` was either
                 // acknowledged or had nothing for the peer.
-                acknowledged = max(acknowledged, unacknowledged.isEmpty ? sentThrough : ack.throughSequence)
+                acknowledged = max(acknowledged, unacknowledged.isEmpty && outbox.isEmpty ? sentThrough : ack.throughSequence)
             } else if let i = earlierUnacknowledged.firstIndex(of: ack.throughSequence) {
                 earlierUnacknowledged.removeSubrange(...i)
             } else {
@@ -393,7 +409,7 @@ public struct SessionStateMachine: Sendable {
                     SyncError(
                         .protocolViolation, "Ack for sequence \(ack.throughSequence), which no unacknowledged DeltaBatch carries"))
             }
-            return readIfPossible()
+            return sendFromOutbox() + readIfPossible()
         case .ping(let ping):
             let vouched = Freshness.entries(ping.freshness)
             guard !vouched.isEmpty else { return [.send(.pong(ping))] }
@@ -415,10 +431,7 @@ public struct SessionStateMachine: Sendable {
                 let pieces = try PieceCodec.decode(
                     [answer.piece], filters: answer.filters, receiver: own.filter, collections: own.collections,
                     encoding: configuration.deltaEncoding, what: "TransactionPieces")
-                switch checkDocumentSizes(pieces, what: "TransactionPieces") {
-                case .failure(let error): return close(error)
-                case .success(let warnings): return warnings + [.deliver(pieces)]
-                }
+                return [.deliver(pieces)]
             } catch {
                 return close(error)
             }
@@ -463,45 +476,9 @@ public struct SessionStateMachine: Sendable {
         } catch {
             return close(error)
         }
-        let warnings: [Action]
-        switch checkDocumentSizes(pieces, what: "DeltaBatch") {
-        case .failure(let error): return close(error)
-        case .success(let found): warnings = found
-        }
         let key = header.subscribeGeneration == ownGeneration && ownGeneration > 0 ? answered?.key : nil
         pendingDurable.append(header.throughSequence)
-        return warnings + [.submit(InboundBatch(pieces: pieces, cursorKey: key, through: header.throughSequence))]
-    }
-
-    /// What each received piece writes to each document (field names and values, in
-    /// bytes), against the document size limits: warnings over the soft one, an error
-    /// over the hard one.
-    func checkDocumentSizes(_ pieces: [TransactionPiece], what: String) -> Result<[Action], SyncError> {
-        var warnings: [Action] = []
-        for piece in pieces {
-            // No document of a piece can be larger than the piece: a small one needs no count per document.
-            let total = piece.deltas.reduce(0) { $0 + $1.field.utf8.count + $1.valueJSON.utf8.count }
-            if total <= min(configuration.documentSizeSoftLimit, configuration.documentSizeHardLimit) { continue }
-            var sizes: [DocumentRef: Int] = [:]
-            for delta in piece.deltas {
-                sizes[DocumentRef(collection: delta.collection, id: delta.documentID), default: 0] +=
-                    delta.field.utf8.count + delta.valueJSON.utf8.count
-            }
-            for (document, size) in sizes.sorted(by: { $0.value > $1.value }) {
-                if size > configuration.documentSizeHardLimit {
-                    return .failure(
-                        SyncError(
-                            .limitExceeded,
-                            "\(what): transaction \(piece.id) writes \(size) bytes to document \(document.id) in \(document.collection), over this node's hard document size limit of \(configuration.documentSizeHardLimit) bytes (document_size_hard_limit_bytes)"))
-                }
-                if size > configuration.documentSizeSoftLimit {
-                    warnings.append(
-                        .warn(
-                            "transaction \(piece.id) writes \(size) bytes to document \(document.id) in \(document.collection), over the soft document size limit of \(configuration.documentSizeSoftLimit) bytes (document_size_soft_limit_bytes)"))
-                }
-            }
-        }
-        return .success(warnings)
+        return [.submit(InboundBatch(pieces: pieces, cursorKey: key, through: header.throughSequence))]
     }
 
     /// Passes over a commit's rows without reading them when the page would be empty:
@@ -510,7 +487,7 @@ public struct SessionStateMachine: Sendable {
     /// to, or only its own transactions and echoes while it asks for neither). The empty
     /// batch that moves its cursor is then owed (`.tick`).
     private mutating func passOver(through: UInt64, after: UInt64, collections: Set<String>, echoes: Bool) -> Bool {
-        guard let peerSet, !peerSet.isEmpty, !firstPage, pageInFlight == nil, continuing.isEmpty,
+        guard let peerSet, !peerSet.isEmpty, !firstPage, pageInFlight == nil, outbox.isEmpty, continuing.isEmpty,
             after == logEnd, sentThrough == logEnd, through > after
         else { return false }
         guard collections.isDisjoint(with: peerCollections) || (echoes && excludesPeersOwn) else { return false }
@@ -521,24 +498,35 @@ public struct SessionStateMachine: Sendable {
         return true
     }
 
-    /// A batch through `sentThrough` under the peer's current Subscribe, counted as unacknowledged.
-    private mutating func batch(_ pieces: [TransactionPiece]) -> OutboundBatch {
-        let batch = OutboundBatch(
-            pieces: pieces, receiver: peerFilter, encoding: configuration.deltaEncoding, throughSequence: sentThrough,
-            subscribeGeneration: peerGeneration)
-        unacknowledged.append(sentThrough)
+    /// A batch through `through` (by default `sentThrough`) under the peer's current Subscribe.
+    private mutating func batch(_ pieces: [TransactionPiece], through: UInt64? = nil) -> OutboundBatch {
         sentUnderGeneration = true
         cursorMoveOwed = false
-        return batch
+        return OutboundBatch(
+            pieces: pieces, receiver: peerFilter, encoding: configuration.deltaEncoding, throughSequence: through ?? sentThrough,
+            subscribeGeneration: peerGeneration)
+    }
+
+    /// Sends the batches waiting in the outbox while the window has room, each counted
+    /// as unacknowledged.
+    private mutating func sendFromOutbox() -> [Action] {
+        var actions: [Action] = []
+        while !outbox.isEmpty, unacknowledged.count < configuration.maximumBatchesInFlight {
+            let next = outbox.removeFirst()
+            unacknowledged.append(next.throughSequence)
+            actions.append(.sendBatch(next))
+        }
+        return actions
     }
 
     /// The empty batch owed to move the peer's cursor past rows it did not want, once
-    /// no page is being read and the window has room.
+    /// no page is being read, nothing waits to be sent and the window has room.
     private mutating func sendOwedCursorMove() -> [Action] {
-        guard cursorMoveOwed, peerSet != nil, pageInFlight == nil,
+        guard cursorMoveOwed, peerSet != nil, pageInFlight == nil, outbox.isEmpty,
             unacknowledged.count < configuration.maximumBatchesInFlight
         else { return [] }
-        return [.sendBatch(batch([]))]
+        outbox.append(batch([]))
+        return sendFromOutbox()
     }
 
     /// Whether pages leave out the peer's own transactions and echoes of what it sent:
@@ -548,7 +536,7 @@ public struct SessionStateMachine: Sendable {
     /// Reads the next page when the peer wants something, the window has room, no
     /// page is being read, and the log has rows not yet sent.
     private mutating func readIfPossible() -> [Action] {
-        guard let peerSet, !peerSet.isEmpty, pageInFlight == nil,
+        guard let peerSet, !peerSet.isEmpty, pageInFlight == nil, outbox.isEmpty,
             unacknowledged.count < configuration.maximumBatchesInFlight, logEnd > sentThrough
         else { return [] }
         pageTicket += 1
@@ -556,7 +544,9 @@ public struct SessionStateMachine: Sendable {
         return [
             .readPage(
                 PageRequest(
-                    after: sentThrough, limit: configuration.batchSize, byteLimit: configuration.batchBytes,
+                    after: sentThrough, limit: configuration.batchSize,
+                    // About a frame of the peer's values a page (at least a row).
+                    byteLimit: min(configuration.batchBytes, fitter.limit),
                     subscriptions: peerSet,
                     excludingOrigin: excludesPeersOwn ? configuration.peer : nil,
                     continuing: continuing, resuming: firstPage && resumeAfter > 0, ticket: pageTicket))

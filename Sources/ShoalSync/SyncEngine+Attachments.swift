@@ -7,6 +7,13 @@ import Synchronization
 extension SyncEngine {
     /// The most bytes one AttachmentChunk carries (1 MiB).
     public static let attachmentChunkSize: UInt32 = 1 << 20
+
+    /// The most bytes of an attachment one AttachmentChunk carries to a node whose
+    /// frames hold at most `frameLimit` bytes: 1 MiB, or less to leave room for the
+    /// chunk's other fields (its hash, offsets and tags, under 256 bytes).
+    public static func chunkSize(frameLimit: Int) -> UInt32 {
+        UInt32(clamping: max(1, min(Int(attachmentChunkSize), frameLimit - 256)))
+    }
     /// The largest attachment a node fetches from a peer (256 MiB): a peer's claim
     /// of a larger total ends that peer's attempt.
     public static let maximumAttachmentSize = 256 << 20
@@ -110,7 +117,7 @@ extension SyncEngine {
         request.requestID = id
         request.hash = hash
         request.offset = UInt64(offset)
-        request.maxLength = Self.attachmentChunkSize
+        request.maxLength = Self.chunkSize(frameLimit: min(configuration.limits.maximumFrameSize, configuration.limits.maximumInflatedSize))
         do {
             try await send(.attachmentRequest(request))
         } catch {

@@ -130,6 +130,14 @@ struct StatusCommand: AsyncParsableCommand {
             "bufferedTransactionsLimit": .int(Int64(t.bufferedTransactionsLimit)),
             "overflows": .int(Int64(t.overflows)),
             "sessions": .array(t.sessions.map(session)),
+            "refused": .int(Int64(t.refused)),
+            "refusals": .array(
+                t.refusals.map { r in
+                    .object([
+                        "id": .string(r.id), "origin": .string(r.origin.description), "reason": .string(r.reason),
+                        "ageSeconds": .double((r.ageSeconds * 10).rounded() / 10), "fromPeers": .array(r.fromPeers.map(Value.string)),
+                    ])
+                }),
         ])
     }
 
@@ -154,7 +162,7 @@ struct StatusCommand: AsyncParsableCommand {
                  "\(p.deltasIn) / \(p.deltasOut)", p.lagDeltas.map(String.init) ?? "-",
                  p.lastSeenMillisAgo.map { $0 < 1000 ? "\($0) ms ago" : "\($0 / 1000) s ago" } ?? "-"]
             })
-        for p in s.peers where p.state != "connected" {
+        for p in s.peers {
             if let error = p.lastError { out += "  \(p.address): \(error)\n" }
         }
         out += "\nSubscriptions\n"
@@ -162,6 +170,10 @@ struct StatusCommand: AsyncParsableCommand {
         let t = s.transactions
         out += "\nTransactions\n"
         out += "  committed here \(t.committedLocal), applied from peers \(t.appliedRemote), waiting for coverage \(t.waitingForCoverage), applied in part \(t.appliedPartial), completed later \(t.completedLater)\n"
+        if t.refused > 0 {
+            out += "  refused whole \(t.refused) transaction(s) this node cannot hold; the latest:\n"
+            for r in t.refusals.suffix(5) { out += "    \(r.id) from \(r.fromPeers.joined(separator: ",")): \(r.reason)\n" }
+        }
         if t.overflows > 0 {
             out += "  the buffer went over its limits \(t.overflows) time(s) (\(bytes(t.bufferedBytesLimit)), \(t.bufferedTransactionsLimit) transactions): see the log\n"
         }

@@ -49,23 +49,54 @@ extension ProcessSuites {
 
     /// A peer's transaction over the receiver's hard limit closes that session with
     /// LIMIT_EXCEEDED, logged with the peer's address; the receiver keeps serving.
-    @Test func aReceivedDocumentOverTheHardLimitIsRefused() throws {
+    /// A receiver with a lower document size limit than its sender: the transaction
+    /// with a document it cannot hold is refused whole and reported (status, log,
+    /// the peer's last error), and everything after it still arrives.
+    @Test func aReceivedDocumentOverTheHardLimitIsRefusedWholeAndSyncGoesOn() throws {
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }
         let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a")
-        #expect(try a.exec("INSERT INTO docs DOCUMENTS ({'_id': 'big', 'v': :v})", args: "{\"v\": \"\(String(repeating: "y", count: 500))\"}").status == 0)
+        let big = try a.exec(
+            "INSERT INTO docs DOCUMENTS ({'_id': 'big', 'v': :v}), ({'_id': 'beside', 'v': 1})",
+            args: "{\"v\": \"\(String(repeating: "y", count: 500))\"}")
+        #expect(big.status == 0)
         let b = try NodeProcess(
             name: "beta", dataDirectory: dirs.path + "/b",
             extra: ["--peer", a.address, "--subscribe", "SELECT * FROM docs", "--document-size-hard-limit", "300"])
-        #expect(eventually(15) { b.log().contains("closing a session: DeltaBatch: transaction") })
-        let line = b.log().split(separator: "\n").first { $0.contains("closing a session: DeltaBatch") }.map(String.init) ?? ""
-        #expect(line.contains("writes 511 bytes to document \"big\" in docs, over this node's hard document size limit of 300 bytes"), "\(line)")
-        #expect(line.contains("shoal.peer.address=\(a.address)"), "\(line)")
-        // The sender logs the refusal when it reads it, which may be after the receiver logged it.
-        #expect(eventually(15) { a.log().contains("LIMIT_EXCEEDED") }, "the sender is told why")
-        #expect(try ProcessMeshTests.documents(b, "SELECT * FROM docs").isEmpty)
+        #expect(try a.exec("INSERT INTO docs DOCUMENTS ({'_id': 'after'})").status == 0)
+        #expect(eventually(20) { (try? ProcessMeshTests.documents(b, "SELECT _id FROM docs").count) == 1 })
+        #expect(try ProcessMeshTests.documents(b, "SELECT _id FROM docs").map { $0["_id"] as? String } == ["after"])
+        let transactions = try #require(try b.status()["transactions"] as? [String: Any])
+        #expect(transactions["refused"] as? Int == 1)
+        let refusal = try #require((transactions["refusals"] as? [[String: Any]])?.first)
+        #expect((refusal["reason"] as? String)?.contains("over what this node said it takes") == true, "\(refusal)")
+        let peer = try #require(try ProcessMeshTests.peers(b).first { $0["state"] as? String == "connected" })
+        #expect((peer["lastError"] as? String)?.contains("refused transaction") == true, "\(peer)")
+        #expect(b.log().contains("refused a remote transaction whole"))
+        // One session all along: no reconnect loop.
+        #expect(b.log().components(separatedBy: "peer connected").count == 2, "\(b.log())")
         #expect(b.isRunning && a.isRunning)
-        #expect(try b.exec("INSERT INTO local DOCUMENTS ({'_id': 'still-serving'})").status == 0)
+    }
+
+    /// A receiver with `--max-frame-size 65536` (the README's example) and a sender
+    /// committing 100 documents of 2 KB in one transaction: every frame fits the
+    /// receiver, which gets everything, on one session.
+    @Test func aReceiverWithASmallFrameLimitReceivesLargeTransactions() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a")
+        let b = try NodeProcess(
+            name: "beta", dataDirectory: dirs.path + "/b",
+            extra: ["--peer", a.address, "--subscribe", "SELECT * FROM docs", "--max-frame-size", "65536"])
+        let value = String(repeating: "z", count: 2000)
+        let docs = (0..<100).map { "{\"_id\": \"d\($0)\", \"v\": \"\(value)\"}" }.joined(separator: ",")
+        let arguments = dirs.path + "/docs.json"
+        try "{\"d\": [\(docs)]}".write(toFile: arguments, atomically: true, encoding: .utf8)
+        #expect(try a.exec("INSERT INTO docs DOCUMENTS (:d)", args: "@" + arguments).status == 0)
+        #expect(try a.exec("INSERT INTO docs DOCUMENTS ({'_id': 'after'})").status == 0)
+        #expect(eventually(30) { (try? ProcessMeshTests.documents(b, "SELECT _id FROM docs").count) == 101 })
+        #expect(!b.log().contains("FRAME_TOO_LARGE") && !a.log().contains("FRAME_TOO_LARGE"))
+        #expect(b.log().components(separatedBy: "peer connected").count == 2, "one session: \(b.log())")
     }
 
     @Test func adminConnectionsBeyondTheLimitAreRefusedUntilOneEnds() throws {

@@ -142,6 +142,8 @@ enum ReferencePieceDecoder {
                         collection: v.collection,
                         coverage: .superseded(
                             v.supersededBy.map { TransactionID(origin: SiteID($0.originSite), sequence: $0.originSequence) }))
+                case .overLimit:
+                    return Verdict(collection: v.collection, coverage: .overLimit)
                 case .unknown:
                     return Verdict(collection: v.collection, coverage: .unknown)
                 case .unspecified, .UNRECOGNIZED:

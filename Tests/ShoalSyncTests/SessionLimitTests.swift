@@ -9,13 +9,9 @@ import Testing
 @Suite struct SessionLimitTests {
     typealias M = SessionStateMachineTests
 
-    static func machine(
-        subscriptions: Int = 256, queryLength: Int = 64 << 10, soft: Int = 256 << 10, hard: Int = 4 << 20
-    ) -> SessionStateMachine {
+    static func machine(subscriptions: Int = 256, queryLength: Int = 64 << 10) -> SessionStateMachine {
         var m = SessionStateMachine(
-            configuration: .init(
-                peer: M.peer, maximumSubscriptions: subscriptions, maximumQueryLength: queryLength,
-                documentSizeSoftLimit: soft, documentSizeHardLimit: hard))
+            configuration: .init(peer: M.peer, maximumSubscriptions: subscriptions, maximumQueryLength: queryLength))
         _ = m.handle(.cursorRead(M.cars, resumeAfter: 0), now: 0)
         return m
     }
@@ -50,33 +46,6 @@ import Testing
                 == "subscription query of \(n + 1) bytes refused: this node takes queries of at most \(n) bytes (--max-query-length)")
     }
 
-    /// A piece writing `size` bytes (field name and value) to one document.
-    static func piece(_ seq: UInt64, valueBytes: Int) -> TransactionPiece {
-        var piece = M.piece(seq)
-        piece.deltas[0].valueJSON = "\"" + String(repeating: "x", count: valueBytes - 2) + "\""
-        return piece
-    }
-
-    @Test func aReceivedDocumentAtTheHardLimitIsTakenAndOneByteMoreClosesTheSession() {
-        // Field "f" (1 byte) and a value of 99 bytes: 100 bytes for the document.
-        var m = Self.machine(soft: 99, hard: 100)
-        let atLimit = m.handle(.received(M.batch([Self.piece(1, valueBytes: 99)], through: 1, generation: 1)), now: 1)
-        #expect(M.closed(atLimit) == nil)
-        #expect(atLimit.contains { if case .submit = $0 { return true } else { return false } })
-        let warnings = atLimit.compactMap { if case .warn(let w) = $0 { return w } else { return nil } }
-        #expect(
-            warnings == [
-                "transaction 000000000000000a:1 writes 100 bytes to document \"d1\" in cars, over the soft document size limit of 99 bytes (document_size_soft_limit_bytes)"
-            ])
-        let over = m.handle(.received(M.batch([Self.piece(2, valueBytes: 100)], through: 2, generation: 1)), now: 2)
-        #expect(M.closed(over)??.code == .limitExceeded)
-        #expect(
-            M.closed(over)??.message
-                == "DeltaBatch: transaction 000000000000000a:2 writes 101 bytes to document \"d2\" in cars, over this node's hard document size limit of 100 bytes (document_size_hard_limit_bytes)")
-        var quiet = Self.machine(soft: 100, hard: 100)
-        let noWarning = quiet.handle(.received(M.batch([Self.piece(1, valueBytes: 99)], through: 1, generation: 1)), now: 1)
-        #expect(!noWarning.contains { if case .warn = $0 { return true } else { return false } }, "at the soft limit, no warning")
-    }
 
     /// `maximumPeers` and `maximumAdminSessions`: one more session than the limit is
     /// refused after its handshake with LIMIT_EXCEEDED; the ones within it go on.

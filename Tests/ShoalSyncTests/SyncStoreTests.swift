@@ -70,28 +70,29 @@ import Testing
             var outcome: ApplyOutcome { base.outcome }
             func state(of id: TransactionID) throws -> TransactionRecord.State? { try base.state(of: id) }
             func save(_ record: TransactionRecord) throws {
-                try refuse(record.id)
+                try fail(record.id)
                 try base.save(record)
             }
             func buffer(_ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID) throws {
-                try refuse(id)
+                try fail(id)
                 try base.buffer(deltas, documentDeltaCounts: documentDeltaCounts, context: context, of: id)
             }
             func apply(
                 _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
                 context: [ContextField], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
-            ) throws {
-                try refuse(record.id)
-                try base.apply(
+            ) throws -> DocumentRefusal? {
+                try fail(record.id)
+                return try base.apply(
                     record, deltas: deltas, documentDeltaCounts: documentDeltaCounts, context: context, buffered: buffered, state: state,
                     rest: rest)
             }
+            func refuse(_ record: TransactionRecord, reason: String) throws { try base.refuse(record, reason: reason) }
             func markApplied(_ id: TransactionID, rest: [Verdict]) throws { try base.markApplied(id, rest: rest) }
             func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64) throws {
                 try base.recordCursor(peer: peer, subscriptionKey: subscriptionKey, through: through)
             }
             func loadRecord(_ id: TransactionID) throws -> TransactionRecord? { try base.loadRecord(id) }
-            func refuse(_ id: TransactionID) throws {
+            func fail(_ id: TransactionID) throws {
                 if id.origin == refused { throw StoreError(.database, "a transaction of \(refused) refused (injected)") }
             }
         }

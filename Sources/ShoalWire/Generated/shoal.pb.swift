@@ -164,6 +164,12 @@ public nonisolated enum Shoal_V1_Coverage: SwiftProtobuf.Enum, Swift.CaseIterabl
 
   /// The sender never held some of the collection's documents of this transaction.
   case unknown // = 3
+
+  /// The sender holds documents of the collection that the receiver said it cannot
+  /// take (a value larger than its frame, a document over its size limit, Hello fields
+  /// 11 and 12): the receiver cannot hold the transaction whole and refuses it. Sent
+  /// only to a receiver that said its limits.
+  case overLimit // = 4
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -176,6 +182,7 @@ public nonisolated enum Shoal_V1_Coverage: SwiftProtobuf.Enum, Swift.CaseIterabl
     case 1: self = .notCovered
     case 2: self = .superseded
     case 3: self = .unknown
+    case 4: self = .overLimit
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -186,6 +193,7 @@ public nonisolated enum Shoal_V1_Coverage: SwiftProtobuf.Enum, Swift.CaseIterabl
     case .notCovered: return 1
     case .superseded: return 2
     case .unknown: return 3
+    case .overLimit: return 4
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -196,6 +204,7 @@ public nonisolated enum Shoal_V1_Coverage: SwiftProtobuf.Enum, Swift.CaseIterabl
     .notCovered,
     .superseded,
     .unknown,
+    .overLimit,
   ]
 
 }
@@ -235,6 +244,13 @@ public nonisolated struct Shoal_V1_Hello: Sendable {
   /// Peers: the sender's store holds nothing another node wrote (no transaction of
   /// another origin), so it cannot bring back a document another node forgot.
   public var holdsOnlyOwnWrites: Bool = false
+
+  /// Peers: what the sender can take (PROTOCOL.md section 6.1): the largest frame
+  /// payload, inflated or not, and the largest document body, in bytes. 0: not said (a
+  /// node that predates them); the other side then sends as before.
+  public var maxFrameSize: UInt64 = 0
+
+  public var documentSizeHardLimit: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1455,6 +1471,35 @@ public nonisolated struct Shoal_V1_TransactionStatus: Sendable {
   /// The transactions admin connections hold open now (BeginRequest), oldest first.
   public var sessions: [Shoal_V1_SessionTransaction] = []
 
+  /// Remote transactions refused whole since the node started: it cannot hold a
+  /// document they write (DATA_MODEL.md, "What a store can hold"), and the latest few.
+  public var refused: UInt64 = 0
+
+  public var refusals: [Shoal_V1_RefusedTransaction] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Shoal_V1_RefusedTransaction: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// "SITE:SEQUENCE".
+  public var id: String = String()
+
+  public var originSite: UInt64 = 0
+
+  /// Which document, and which limit.
+  public var reason: String = String()
+
+  public var ageSeconds: Double = 0
+
+  /// The peers that sent it (site IDs, 16 hex digits).
+  public var fromPeers: [String] = []
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1622,12 +1667,12 @@ nonisolated extension Shoal_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension Shoal_V1_Coverage: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0COVERAGE_UNSPECIFIED\0\u{1}COVERAGE_NOT_COVERED\0\u{1}COVERAGE_SUPERSEDED\0\u{1}COVERAGE_UNKNOWN\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0COVERAGE_UNSPECIFIED\0\u{1}COVERAGE_NOT_COVERED\0\u{1}COVERAGE_SUPERSEDED\0\u{1}COVERAGE_UNKNOWN\0\u{1}COVERAGE_OVER_LIMIT\0")
 }
 
 nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Hello"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}min_version\0\u{3}max_version\0\u{3}site_id\0\u{3}node_name\0\u{3}mesh_name\0\u{1}nonce\0\u{1}role\0\u{3}listen_address\0\u{1}freshness\0\u{3}holds_only_own_writes\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}min_version\0\u{3}max_version\0\u{3}site_id\0\u{3}node_name\0\u{3}mesh_name\0\u{1}nonce\0\u{1}role\0\u{3}listen_address\0\u{1}freshness\0\u{3}holds_only_own_writes\0\u{3}max_frame_size\0\u{3}document_size_hard_limit\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1645,6 +1690,8 @@ nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Mess
       case 8: try { try decoder.decodeSingularStringField(value: &self.listenAddress) }()
       case 9: try { try decoder.decodeRepeatedMessageField(value: &self.freshness) }()
       case 10: try { try decoder.decodeSingularBoolField(value: &self.holdsOnlyOwnWrites) }()
+      case 11: try { try decoder.decodeSingularUInt64Field(value: &self.maxFrameSize) }()
+      case 12: try { try decoder.decodeSingularUInt64Field(value: &self.documentSizeHardLimit) }()
       default: break
       }
     }
@@ -1681,6 +1728,12 @@ nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Mess
     if self.holdsOnlyOwnWrites != false {
       try visitor.visitSingularBoolField(value: self.holdsOnlyOwnWrites, fieldNumber: 10)
     }
+    if self.maxFrameSize != 0 {
+      try visitor.visitSingularUInt64Field(value: self.maxFrameSize, fieldNumber: 11)
+    }
+    if self.documentSizeHardLimit != 0 {
+      try visitor.visitSingularUInt64Field(value: self.documentSizeHardLimit, fieldNumber: 12)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1695,6 +1748,8 @@ nonisolated extension Shoal_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Mess
     if lhs.listenAddress != rhs.listenAddress {return false}
     if lhs.freshness != rhs.freshness {return false}
     if lhs.holdsOnlyOwnWrites != rhs.holdsOnlyOwnWrites {return false}
+    if lhs.maxFrameSize != rhs.maxFrameSize {return false}
+    if lhs.documentSizeHardLimit != rhs.documentSizeHardLimit {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -4052,7 +4107,7 @@ nonisolated extension Shoal_V1_PeerPosition: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Shoal_V1_TransactionStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".TransactionStatus"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}committed_local\0\u{3}applied_remote\0\u{3}waiting_for_coverage\0\u{3}applied_partial\0\u{3}completed_later\0\u{1}waiting\0\u{1}partial\0\u{3}buffered_bytes\0\u{3}buffered_bytes_limit\0\u{3}buffered_transactions_limit\0\u{1}overflows\0\u{1}sessions\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}committed_local\0\u{3}applied_remote\0\u{3}waiting_for_coverage\0\u{3}applied_partial\0\u{3}completed_later\0\u{1}waiting\0\u{1}partial\0\u{3}buffered_bytes\0\u{3}buffered_bytes_limit\0\u{3}buffered_transactions_limit\0\u{1}overflows\0\u{1}sessions\0\u{1}refused\0\u{1}refusals\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4072,6 +4127,8 @@ nonisolated extension Shoal_V1_TransactionStatus: SwiftProtobuf.Message, SwiftPr
       case 10: try { try decoder.decodeSingularUInt64Field(value: &self.bufferedTransactionsLimit) }()
       case 11: try { try decoder.decodeSingularUInt64Field(value: &self.overflows) }()
       case 12: try { try decoder.decodeRepeatedMessageField(value: &self.sessions) }()
+      case 13: try { try decoder.decodeSingularUInt64Field(value: &self.refused) }()
+      case 14: try { try decoder.decodeRepeatedMessageField(value: &self.refusals) }()
       default: break
       }
     }
@@ -4114,6 +4171,12 @@ nonisolated extension Shoal_V1_TransactionStatus: SwiftProtobuf.Message, SwiftPr
     if !self.sessions.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.sessions, fieldNumber: 12)
     }
+    if self.refused != 0 {
+      try visitor.visitSingularUInt64Field(value: self.refused, fieldNumber: 13)
+    }
+    if !self.refusals.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.refusals, fieldNumber: 14)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -4130,6 +4193,58 @@ nonisolated extension Shoal_V1_TransactionStatus: SwiftProtobuf.Message, SwiftPr
     if lhs.bufferedTransactionsLimit != rhs.bufferedTransactionsLimit {return false}
     if lhs.overflows != rhs.overflows {return false}
     if lhs.sessions != rhs.sessions {return false}
+    if lhs.refused != rhs.refused {return false}
+    if lhs.refusals != rhs.refusals {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_RefusedTransaction: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RefusedTransaction"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}origin_site\0\u{1}reason\0\u{3}age_seconds\0\u{3}from_peers\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.id) }()
+      case 2: try { try decoder.decodeSingularFixed64Field(value: &self.originSite) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.reason) }()
+      case 4: try { try decoder.decodeSingularDoubleField(value: &self.ageSeconds) }()
+      case 5: try { try decoder.decodeRepeatedStringField(value: &self.fromPeers) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.id.isEmpty {
+      try visitor.visitSingularStringField(value: self.id, fieldNumber: 1)
+    }
+    if self.originSite != 0 {
+      try visitor.visitSingularFixed64Field(value: self.originSite, fieldNumber: 2)
+    }
+    if !self.reason.isEmpty {
+      try visitor.visitSingularStringField(value: self.reason, fieldNumber: 3)
+    }
+    if self.ageSeconds.bitPattern != 0 {
+      try visitor.visitSingularDoubleField(value: self.ageSeconds, fieldNumber: 4)
+    }
+    if !self.fromPeers.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.fromPeers, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_RefusedTransaction, rhs: Shoal_V1_RefusedTransaction) -> Bool {
+    if lhs.id != rhs.id {return false}
+    if lhs.originSite != rhs.originSite {return false}
+    if lhs.reason != rhs.reason {return false}
+    if lhs.ageSeconds != rhs.ageSeconds {return false}
+    if lhs.fromPeers != rhs.fromPeers {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

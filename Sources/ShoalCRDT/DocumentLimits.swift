@@ -1,0 +1,120 @@
+/// What a store can hold of one document: one definition, checked on every path
+/// that writes a body (a local statement, a received transaction, an import, which
+/// is local statements) against the body it would write.
+///
+/// A body is what queries, sync and export read back, so a body that could not be
+/// read back must never be written: it is refused where it is written, with the
+/// limit named. A local statement that would write one fails and writes nothing; a
+/// received transaction that would is refused whole (PROTOCOL.md §8.8).
+///
+/// - Nesting: `JSON.maximumDepth` (128) levels, the most the JSON reader takes, the
+///   document's own object counted. A field path of 128 names, or a value 127
+///   levels deep in a top-level field, is the most a document can hold.
+/// - Size: the body's canonical JSON over the hard limit is refused; over the soft
+///   limit it is written and reported.
+public struct DocumentLimits: Sendable, Hashable {
+    /// Bytes of a body over which a write is reported (`document_size_soft_limit_bytes`).
+    public var softBytes: Int
+    /// Bytes of a body over which a write is refused (`document_size_hard_limit_bytes`).
+    public var hardBytes: Int
+
+    public init(softBytes: Int = 256 << 10, hardBytes: Int = 4 << 20) {
+        self.softBytes = softBytes
+        self.hardBytes = hardBytes
+    }
+
+    /// The deepest nesting a body may have: the JSON reader's limit.
+    public static let maximumDepth = JSON.maximumDepth
+
+    /// Why a body cannot be held.
+    public enum Refusal: Error, Sendable, Hashable, CustomStringConvertible {
+        /// The body would be `bytes` long, over `limit`.
+        case tooLarge(bytes: Int, limit: Int)
+        /// The body would nest deeper than `limit` levels.
+        case tooDeep(limit: Int)
+
+        public var description: String {
+            switch self {
+            case .tooLarge(let bytes, let limit):
+                "it would be \(bytes) bytes, over the hard limit of \(limit) bytes (document_size_hard_limit_bytes)"
+            case .tooDeep(let limit):
+                "it would nest deeper than \(limit) levels, the most a document can hold (fields and values nested inside one another, the document itself counted)"
+            }
+        }
+    }
+
+    /// What the limits say of a body.
+    public enum Verdict: Sendable, Hashable {
+        case fits
+        /// Written, and reported: over the soft limit.
+        case overSoft(bytes: Int)
+        case refused(Refusal)
+    }
+
+    /// Checks the canonical JSON of a body against every limit.
+    public func check(body json: String) -> Verdict {
+        if let deep = Self.depthRefusal(body: json) { return .refused(deep) }
+        return check(bytes: json.utf8.count)
+    }
+
+    /// Checks a body's size alone.
+    public func check(bytes: Int) -> Verdict {
+        if bytes > hardBytes { return .refused(.tooLarge(bytes: bytes, limit: hardBytes)) }
+        return bytes > min(softBytes, hardBytes) ? .overSoft(bytes: bytes) : .fits
+    }
+
+    /// Whether a body nests too deeply to be read back, which no setting changes.
+    public static func depthRefusal(body json: String) -> Refusal? {
+        // A text shorter than twice a depth cannot reach it (each level takes an opening
+        // and a closing bracket), so the usual body costs one comparison here.
+        guard json.utf8.count >= 2 * (maximumDepth + 1), JSON.nestingDepth(of: json) > maximumDepth else { return nil }
+        return .tooDeep(limit: maximumDepth)
+    }
+}
+
+extension JSON {
+    /// How deeply the arrays and objects of a JSON text nest (0 for a scalar), read
+    /// from its bytes without parsing (the text is taken to be valid JSON).
+    public static func nestingDepth(of text: String) -> Int {
+        var text = text
+        return text.withUTF8 { bytes in
+            var depth = 0, deepest = 0
+            var inString = false, escaped = false
+            for byte in bytes {
+                if inString {
+                    if escaped {
+                        escaped = false
+                    } else if byte == UInt8(ascii: "\\") {
+                        escaped = true
+                    } else if byte == UInt8(ascii: "\"") {
+                        inString = false
+                    }
+                    continue
+                }
+                switch byte {
+                case UInt8(ascii: "\""): inString = true
+                case UInt8(ascii: "{"), UInt8(ascii: "["):
+                    depth += 1
+                    deepest = max(deepest, depth)
+                case UInt8(ascii: "}"), UInt8(ascii: "]"): depth -= 1
+                default: break
+                }
+            }
+            return deepest
+        }
+    }
+}
+
+/// A document of a received transaction that this node cannot hold, and why: the
+/// transaction is refused whole.
+public struct DocumentRefusal: Error, Sendable, Hashable, CustomStringConvertible {
+    public var document: DocumentRef
+    public var reason: DocumentLimits.Refusal
+
+    public init(document: DocumentRef, reason: DocumentLimits.Refusal) {
+        self.document = document
+        self.reason = reason
+    }
+
+    public var description: String { "document \(document.id) in \(document.collection): \(reason)" }
+}

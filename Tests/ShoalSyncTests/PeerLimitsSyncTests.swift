@@ -1,0 +1,88 @@
+import Foundation
+import NIOCore
+import ShoalCRDT
+import ShoalStore
+import ShoalSync
+import ShoalTesting
+import ShoalWire
+import Testing
+
+/// A receiver whose limits are smaller than its sender's: the sender fits its frames
+/// to what the receiver said in its Hello, and what the receiver cannot hold is
+/// refused whole there and reported, while the link goes on (PROTOCOL.md §8.3, §8.8).
+@Suite struct PeerLimitsSyncTests {
+    static func value(_ bytes: Int) -> Value { .string(String(repeating: "v", count: bytes)) }
+
+    @Test func aReceiverWithASmallFrameLimitGetsEverythingItCanHoldInFramesItTakes() async throws {
+        let frameLimit = 4096
+        let a = try TestNode(name: "a")
+        let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"]) {
+            $0.limits = WireLimits(maximumFrameSize: frameLimit, maximumInflatedSize: frameLimit)
+        }
+        defer {
+            a.remove()
+            b.remove()
+        }
+        // 100 documents of about 1 KB in one transaction: many frames' worth.
+        let docs = (0..<100).map { i in Value.object(["_id": .string("car-\(i)"), "v": Self.value(1000)]) }
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS (:d)", arguments: ["d": .array(docs)])
+        // One document with a value that fits no frame of b's, beside one that fits.
+        let tooLarge = try await a.store.execute(
+            "INSERT INTO cars DOCUMENTS ({'_id': 'huge', 'v': :v}), ({'_id': 'beside', 'v': 1})", arguments: ["v": Self.value(10_000)])
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'after', 'v': 2})")
+        let largest = Locked(0)
+        let connection = InMemoryConnection(observeFromA: { frame in
+            largest.withLock { $0 = max($0, frame.payload.readableBytes) }
+        })
+        try await InProcessMesh.withLink(a.sync, b.sync, connection: connection) {
+            let arrived = try await InProcessMesh.eventually {
+                try await b.store.execute("SELECT COUNT(*) FROM cars").items == [["$1": 101]]
+                    && b.sync.pipeline.status.refused == 1
+            }
+            let count = try await b.store.execute("SELECT COUNT(*) FROM cars").items
+            #expect(arrived, "\(count), refused \(b.sync.pipeline.status.refused)")
+        }
+        #expect(largest.withLock { $0 } <= frameLimit, "a frame of \(largest.withLock { $0 }) bytes to a peer that takes \(frameLimit)")
+        // The transaction with the value b cannot take is refused whole: `beside` is not there.
+        let ids = Set(try await b.store.execute("SELECT _id FROM cars").items.compactMap { $0["_id"]?.stringValue })
+        #expect(!ids.contains("huge") && !ids.contains("beside") && ids.contains("after") && ids.contains("car-99"))
+        let refusal = try #require(b.sync.pipeline.status.recentRefusals.first)
+        #expect(refusal.id == tooLarge.transactionID)
+        #expect(refusal.reason.contains("over what this node said it takes"), "\(refusal.reason)")
+        #expect(refusal.from == [a.store.siteID])
+    }
+
+    @Test func aTransactionOverTheReceiversDocumentLimitIsRefusedWholeAndTheLinkGoesOn() async throws {
+        let a = try TestNode(name: "a")
+        let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM docs"])
+        defer {
+            a.remove()
+            b.remove()
+        }
+        _ = try await b.store.execute("ALTER SYSTEM SET document_size_hard_limit_bytes = 300")
+        try await InProcessMesh.withLink(a.sync, b.sync) {
+            // Said in b's Hello: a withholds the document and says why.
+            let first = try await a.store.execute(
+                "INSERT INTO docs DOCUMENTS ({'_id': 'big', 'v': :v}), ({'_id': 'small', 'v': 1})", arguments: ["v": Self.value(500)])
+            #expect(try await InProcessMesh.eventually { b.sync.pipeline.status.refused == 1 })
+            // Lowered after the Hello: a sends it, and b's applier refuses it.
+            _ = try await b.store.execute("ALTER SYSTEM SET document_size_hard_limit_bytes = 100")
+            let second = try await a.store.execute(
+                "INSERT INTO docs DOCUMENTS ({'_id': 'medium', 'v': :v}), ({'_id': 'small2', 'v': 1})", arguments: ["v": Self.value(200)])
+            _ = try await a.store.execute("INSERT INTO docs DOCUMENTS ({'_id': 'later', 'v': 2})")
+            let done = try await InProcessMesh.eventually {
+                let ids = try await b.store.execute("SELECT _id FROM docs").items
+                return b.sync.pipeline.status.refused == 2 && ids == [["_id": "later"]]
+            }
+            let ids = try await b.store.execute("SELECT _id FROM docs").items
+            #expect(done, "\(ids), refused \(b.sync.pipeline.status.refused)")
+            let refusals = b.sync.pipeline.status.recentRefusals
+            #expect(refusals.map(\.id) == [first.transactionID, second.transactionID])
+            #expect(refusals.last?.reason == "document \"medium\" in docs: it would be 223 bytes, over the hard limit of 100 bytes (document_size_hard_limit_bytes)")
+            // The peer's status says so, and the session stayed up.
+            let peer = b.sync.peers().first { $0.siteID == a.store.siteID }
+            #expect(peer?.state == "connected")
+            #expect(peer?.lastError?.contains("refused transaction \(second.transactionID!)") == true, "\(peer?.lastError ?? "none")")
+        }
+    }
+}
