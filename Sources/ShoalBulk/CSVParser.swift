@@ -6,7 +6,8 @@ import ShoalCRDT
 /// Each row after the header is one document whose fields the header names. A cell
 /// becomes a value by these rules (`value(of:)`): a quoted cell is a string; an
 /// unquoted empty cell leaves the field absent; `true` and `false` are booleans; a
-/// JSON number is a number; anything else is a string. A row's line is the line it
+/// JSON number is a number, and makes its row bad when a document cannot hold it as
+/// written (`JSON.number`); anything else is a string. A row's line is the line it
 /// starts on. Blank lines are skipped.
 struct CSVParser {
     private enum State {
@@ -130,7 +131,12 @@ struct CSVParser {
                     out.append(.bad(line: rowLine, message: "field '\(name)' is not valid UTF-8"))
                     return
                 }
-                document[name] = Self.value(of: text, quoted: cell.quoted)
+                do throws(JSON.InexactNumber) {
+                    document[name] = try Self.value(of: text, quoted: cell.quoted)
+                } catch {
+                    out.append(.bad(line: rowLine, message: "field '\(name)': \(error); quote the cell to keep it as text"))
+                    return
+                }
             }
             out.append(.document(line: rowLine, .object(document)))
         }
@@ -156,20 +162,21 @@ struct CSVParser {
     }
 
     /// The value of one cell, or nil for an empty unquoted cell (the field is left out).
-    static func value(of text: String, quoted: Bool) -> Value? {
+    static func value(of text: String, quoted: Bool) throws(JSON.InexactNumber) -> Value? {
         if quoted { return .string(text) }
         switch text {
         case "": return nil
         case "true": return .bool(true)
         case "false": return .bool(false)
         default:
-            if isJSONNumber(text.utf8), let number = try? JSON.parse(text) { return number }
-            return .string(text)
+            guard let isInteger = jsonNumber(text.utf8) else { return .string(text) }
+            return try JSON.number(text.utf8, isInteger: isInteger)
         }
     }
 
-    /// Whether `text` is exactly a JSON number: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
-    static func isJSONNumber(_ text: String.UTF8View) -> Bool {
+    /// Whether `text` is exactly a JSON number, `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`,
+    /// and if so whether an integer (no fraction, no exponent); nil when it is not one.
+    static func jsonNumber(_ text: String.UTF8View) -> Bool? {
         var bytes = text[...]
         func digits() -> Int {
             let count = bytes.prefix(while: { (0x30...0x39).contains($0) }).count
@@ -180,17 +187,20 @@ struct CSVParser {
         if bytes.first == UInt8(ascii: "0") {
             bytes = bytes.dropFirst()
         } else if digits() == 0 {
-            return false
+            return nil
         }
+        var isInteger = true
         if bytes.first == UInt8(ascii: ".") {
+            isInteger = false
             bytes = bytes.dropFirst()
-            if digits() == 0 { return false }
+            if digits() == 0 { return nil }
         }
         if bytes.first == UInt8(ascii: "e") || bytes.first == UInt8(ascii: "E") {
+            isInteger = false
             bytes = bytes.dropFirst()
             if bytes.first == UInt8(ascii: "+") || bytes.first == UInt8(ascii: "-") { bytes = bytes.dropFirst() }
-            if digits() == 0 { return false }
+            if digits() == 0 { return nil }
         }
-        return bytes.isEmpty
+        return bytes.isEmpty ? isInteger : nil
     }
 }

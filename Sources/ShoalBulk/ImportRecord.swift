@@ -56,20 +56,6 @@ extension UInt8 {
     var isJSONWhitespace: Bool { self == 0x20 || self == 0x0A || self == 0x0D || self == 0x09 }
 }
 
-extension Value {
-    /// How messages name this kind of value.
-    var kindName: String {
-        switch self {
-        case .null: "null"
-        case .bool: "a boolean"
-        case .int, .double: "a number"
-        case .string: "a string"
-        case .array: "an array"
-        case .object: "an object"
-        }
-    }
-}
-
 /// Parses JSON text that must be an object, as a record starting at `line`.
 func documentRecord(_ bytes: some Collection<UInt8>, line: Int) -> ImportRecord {
     let value: Value

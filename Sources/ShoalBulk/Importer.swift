@@ -14,8 +14,12 @@ public struct ImportReport: Sendable, Hashable {
         }
     }
 
-    /// Documents the node committed.
+    /// Documents the node wrote, as each batch's answer counts them: records of one
+    /// batch that name one `_id` make one document (the later ones update it), and a
+    /// document a later batch writes again counts again.
     public var documents = 0
+    /// Records sent to the node (read, and not skipped) in the batches that committed.
+    public var records = 0
     /// Transactions (one `exec` each) that committed them.
     public var batches = 0
     public var skipped: [Problem] = []
@@ -26,12 +30,12 @@ public struct ImportReport: Sendable, Hashable {
 
     public init() {}
 
-    /// `{"documents": N, "batches": B, "skipped": [{"line": L, "error": "..."}], "seconds": S}`,
+    /// `{"documents": N, "records": R, "batches": B, "skipped": [{"line": L, "error": "..."}], "seconds": S}`,
     /// and `"failed": {"line": L, "error": "..."}` when the import stopped early.
     public var json: Value {
         func object(_ problem: Problem) -> Value { .object(["line": .int(Int64(problem.line)), "error": .string(problem.error)]) }
         var fields: [String: Value] = [
-            "documents": .int(Int64(documents)), "batches": .int(Int64(batches)),
+            "documents": .int(Int64(documents)), "records": .int(Int64(records)), "batches": .int(Int64(batches)),
             "skipped": .array(skipped.map(object)), "seconds": .double((seconds * 1000).rounded() / 1000),
         ]
         if let failure { fields["failed"] = object(failure) }
@@ -53,7 +57,8 @@ public struct ImportProgress: Sendable, Hashable {
 ///
 /// It knows nothing of files or connections: `read` gives the next chunk of input
 /// (nil at its end) and `exec` runs one statement with its arguments' JSON on the
-/// node (`AdminSession.exec` in `shoal import`), so tests can drive it alone.
+/// node and returns how many documents it wrote (`AdminSession.exec`'s
+/// `mutatedDocumentIDs` in `shoal import`), so tests can drive it alone.
 public struct Importer: Sendable {
     public var collection: String
     public var batchSize: Int
@@ -73,7 +78,7 @@ public struct Importer: Sendable {
     /// (unless `skipBad`): the documents before that record are sent first.
     public func run(
         read: () throws -> [UInt8]?,
-        exec: @escaping (_ statement: String, _ argumentsJSON: String) async throws(NodeError) -> Void,
+        exec: @escaping (_ statement: String, _ argumentsJSON: String) async throws(NodeError) -> Int,
         progress: @escaping (ImportProgress) -> Void = { _ in }
     ) async -> ImportReport {
         var run = Run(importer: self, exec: exec, progress: progress)
@@ -83,7 +88,7 @@ public struct Importer: Sendable {
 
     private struct Run {
         let importer: Importer
-        let exec: (String, String) async throws(NodeError) -> Void
+        let exec: (String, String) async throws(NodeError) -> Int
         let progress: (ImportProgress) -> Void
         let clock = ContinuousClock()
         let start: ContinuousClock.Instant
@@ -91,7 +96,7 @@ public struct Importer: Sendable {
         var batcher: ImportBatcher
         var bytesRead = 0
 
-        init(importer: Importer, exec: @escaping (String, String) async throws(NodeError) -> Void, progress: @escaping (ImportProgress) -> Void) {
+        init(importer: Importer, exec: @escaping (String, String) async throws(NodeError) -> Int, progress: @escaping (ImportProgress) -> Void) {
             self.importer = importer
             self.exec = exec
             self.progress = progress
@@ -173,8 +178,9 @@ public struct Importer: Sendable {
         /// refuses alone are skipped with its message.
         mutating func send(_ batch: ImportBatch) async -> Bool {
             let lines = batch.firstLine == batch.lastLine ? "line \(batch.firstLine ?? 0)" : "lines \(batch.firstLine ?? 0)–\(batch.lastLine ?? 0)"
+            let written: Int
             do throws(NodeError) {
-                try await exec(batch.statement(collection: importer.collection), batch.argumentsJSON)
+                written = try await exec(batch.statement(collection: importer.collection), batch.argumentsJSON)
             } catch where error.code == .requestFailed && importer.skipBad {
                 if batch.count == 1 {
                     report.skipped.append(.init(line: batch.firstLine ?? 0, error: error.message))
@@ -195,7 +201,8 @@ public struct Importer: Sendable {
                     error: "the batch of \(lines) may or may not have been committed: \(error.message)")
                 return false
             }
-            report.documents += batch.count
+            report.documents += written
+            report.records += batch.count
             report.batches += 1
             progress(ImportProgress(documents: report.documents, bytesRead: bytesRead, totalBytes: importer.totalBytes, seconds: seconds))
             return true

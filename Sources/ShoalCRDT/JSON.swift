@@ -139,7 +139,7 @@ public enum JSON {
             return value
         }
 
-        func error(_ message: String) -> ParseError { ParseError(offset: index, message: message) }
+        func error(_ message: String, at offset: Int? = nil) -> ParseError { ParseError(offset: offset ?? index, message: message) }
 
         mutating func skipWhitespace() {
             while index < bytes.count {
@@ -160,6 +160,9 @@ public enum JSON {
             case UInt8(ascii: "f"): try expectWord("false"); return .bool(false)
             case UInt8(ascii: "n"): try expectWord("null"); return .null
             case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try parseNumber()
+            case 0x80...:
+                let valid = bytes.withUnsafeBufferPointer { UTF8Text.firstInvalidByte(UnsafeBufferPointer(rebasing: $0[index...])) != 0 }
+                throw error(valid ? "unexpected text: a value starts with {, [, \", a digit, -, true, false or null" : "invalid UTF-8")
             default: throw error("unexpected character '\(Character(UnicodeScalar(bytes[index])))'")
             }
         }
@@ -190,12 +193,17 @@ public enum JSON {
             while true {
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a quoted key") }
+                let keyStart = index
                 let key = try parseString()
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
                 index += 1
                 skipWhitespace()
-                fields[key] = try parseValue()
+                // A key given twice is refused, as DQL refuses it in an object literal:
+                // keeping either value would lose the other without a word.
+                if fields.updateValue(try parseValue(), forKey: key) != nil {
+                    throw error(Self.twice(key, earlier: fields.keys[fields.index(forKey: key)!]), at: keyStart)
+                }
                 skipWhitespace()
                 guard index < bytes.count else { throw error("unexpected end of input in an object") }
                 if bytes[index] == UInt8(ascii: ",") {
@@ -209,6 +217,16 @@ public enum JSON {
                 }
                 throw error("expected ',' or '}'")
             }
+        }
+
+        /// Why an object cannot hold `key` beside `earlier`, a key equal to it.
+        static func twice(_ key: String, earlier: String) -> String {
+            guard key.utf8.elementsEqual(earlier.utf8) else {
+                // Swift compares text by canonical equivalence: "é" as one scalar or as
+                // "e" and a combining accent are one dictionary key.
+                return "keys '\(earlier)' and '\(key)' are one key to Shoal (the same text in two Unicode forms): an object holds one of them"
+            }
+            return "key '\(key)' appears twice in an object"
         }
 
         mutating func parseArray() throws(ParseError) -> Value {
@@ -259,6 +277,7 @@ public enum JSON {
 
         mutating func parseString() throws(ParseError) -> String {
             index += 1
+            let start = index
             // Most strings have no escape: their bytes become the string as they stand.
             var end = index
             while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20 {
@@ -266,7 +285,7 @@ public enum JSON {
             }
             if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
                 let text = bytes.withUnsafeBufferPointer { UTF8Text.string(validating: UnsafeBufferPointer(rebasing: $0[index..<end])) }
-                guard let s = text else { throw error("invalid UTF-8 in a string") }
+                guard let s = text else { throw invalidUTF8(from: start) }
                 index = end + 1
                 return s
             }
@@ -316,8 +335,15 @@ public enum JSON {
                 default: throw error("unknown escape '\\\(Character(UnicodeScalar(e)))'")
                 }
             }
-            guard let s = out.withUnsafeBufferPointer({ UTF8Text.string(validating: $0) }) else { throw error("invalid UTF-8 in a string") }
+            guard let s = out.withUnsafeBufferPointer({ UTF8Text.string(validating: $0) }) else { throw invalidUTF8(from: start) }
             return s
+        }
+
+        /// The error for a string, from `start`, whose bytes are not all UTF-8: at the
+        /// first that is not (escapes are ASCII, so it is among the raw bytes).
+        func invalidUTF8(from start: Int) -> ParseError {
+            let offset = bytes.withUnsafeBufferPointer { UTF8Text.firstInvalidByte(UnsafeBufferPointer(rebasing: $0[start...])) }
+            return error("invalid UTF-8 in a string", at: start + (offset ?? 0))
         }
 
         mutating func parseNumber() throws(ParseError) -> Value {
@@ -357,10 +383,11 @@ public enum JSON {
                 for byte in bytes[integerStart..<index] { magnitude = magnitude * 10 + Int64(byte - UInt8(ascii: "0")) }
                 return .int(bytes[start] == UInt8(ascii: "-") ? -magnitude : magnitude)
             }
-            let text = String(decoding: bytes[start..<index], as: UTF8.self)
-            if isInteger, let i = Int64(text) { return .int(i) }
-            guard let d = Double(text) else { throw error("number out of range") }
-            return .double(d)
+            do throws(InexactNumber) {
+                return try JSON.number(bytes[start..<index], isInteger: isInteger)
+            } catch {
+                throw self.error("\(error): write it as a string to keep it exact", at: start)
+            }
         }
     }
 }

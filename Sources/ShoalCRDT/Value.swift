@@ -46,6 +46,18 @@ extension Value {
         return fields[key]
     }
 
+    /// The value's kind as a message names it: "null", "a boolean", "an array".
+    public var kindName: String {
+        switch self {
+        case .null: "null"
+        case .bool: "a boolean"
+        case .int, .double: "a number"
+        case .string: "a string"
+        case .array: "an array"
+        case .object: "an object"
+        }
+    }
+
     /// A short name of the value's type, for error messages.
     public var typeName: String {
         switch self {

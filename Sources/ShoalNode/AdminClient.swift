@@ -280,6 +280,25 @@ public final class AdminSession {
         return result
     }
 
+    /// Up to `limit` documents `query` (one SELECT without ORDER BY, LIMIT, OFFSET or
+    /// COUNT(*)) matches whose key sorts after `afterKey` ("" for the first page), in
+    /// key order, read on one snapshot: the next page starts after `lastKey`.
+    public func page(
+        _ query: String, argumentsJSON: String = "", after afterKey: String, limit: Int
+    ) async throws(NodeError) -> PageResult {
+        let response: AdminResponse
+        do {
+            response = try await answer(.page(query: query, argumentsJSON: argumentsJSON, afterKey: afterKey, limit: limit))
+        } catch where error.code == .protocolError {
+            throw NodeError(
+                .protocolError, "\(node) does not read pages by key, which export needs (it is older than this shoal: upgrade it): \(error.message)")
+        }
+        guard case .page(let result) = response else {
+            throw NodeError(.protocolError, "the node answered page with something else")
+        }
+        return result
+    }
+
     /// Runs `count` exec requests on this connection, each in a transaction of its
     /// own, with up to `inFlight` sent ahead of their answers.
     ///
@@ -459,8 +478,11 @@ public final class AdminSession {
             throw NodeError(.connectionFailed, "the connection to \(node) failed: \(error)")
         }
         guard let response else { throw NodeError(.connectionFailed, "\(node) closed the connection before answering") }
-        if case .failure(_, let message) = response { throw NodeError(.requestFailed, message) }
-        return response
+        switch response {
+        case .failure(.protocolViolation, let message): throw NodeError(.protocolError, message)
+        case .failure(_, let message): throw NodeError(.requestFailed, message)
+        default: return response
+        }
     }
 
     /// Sends an encoded request and hands each response to it (by request ID) to

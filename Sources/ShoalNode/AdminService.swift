@@ -82,6 +82,9 @@ struct AdminService: AdminRequestHandler {
             switch request {
             case .exec(let statements, let argumentsJSON, let hint, let readOnly):
                 response = .exec(try await execute(statements, argumentsJSON: argumentsJSON, hint: hint, readOnly: readOnly))
+            case .page(let query, let argumentsJSON, let afterKey, let limit):
+                let page = try await node.store.page(query, arguments: try Self.arguments(argumentsJSON), after: afterKey, limit: limit)
+                response = .page(PageResult(itemsJSON: page.items.map(\.canonicalJSON), lastKey: page.lastKey ?? ""))
             case .status(let digests):
                 response = .status(try await status(digests: digests))
             case .subscribe(let query, let argumentsJSON):
@@ -207,7 +210,7 @@ struct AdminService: AdminRequestHandler {
         let text: String
         switch request {
         case .exec(let statements, _, _, _): text = statements
-        case .observe(let query, _), .subscribe(let query, _): text = query
+        case .observe(let query, _), .subscribe(let query, _), .page(let query, _, _, _): text = query
         default: return
         }
         let limit = node.sync.configuration.maximumQueryLength
@@ -219,16 +222,10 @@ struct AdminService: AdminRequestHandler {
     }
 
     static func arguments(_ json: String) throws(StoreError) -> [String: Value] {
-        guard !json.isEmpty else { return [:] }
         do {
-            guard case .object(let object) = try JSON.parse(json) else {
-                throw StoreError(.invalidQuery, "arguments must be a JSON object, like {\"id\": \"a\"}")
-            }
-            return object
-        } catch let error as StoreError {
-            throw error
+            return try ArgumentsJSON.parse(json)
         } catch {
-            throw StoreError(.invalidQuery, "arguments are not valid JSON: \(error)")
+            throw StoreError(.invalidQuery, error.message())
         }
     }
 
@@ -315,7 +312,8 @@ struct AdminService: AdminRequestHandler {
     /// canonical JSON, sorted, each followed by a newline.
     func digest(of collection: String) async throws(StoreError) -> String? {
         guard !collection.contains("`") else { return nil }
-        let bodies = try await node.store.execute("SELECT * FROM `\(collection)`").items.map(\.canonicalJSON).sorted()
+        let bodies = try await node.store.execute("SELECT * FROM `\(collection)`").items.map(\.canonicalJSON)
+            .sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         return AttachmentToken.hash(of: Array(bodies.map { $0 + "\n" }.joined().utf8))
     }
 

@@ -176,6 +176,20 @@ public struct SelectStatement: Sendable, Hashable {
     }
 }
 
+extension SelectStatement {
+    /// Why the statement cannot be read in pages by key (`shoal export`, a `PageRequest`),
+    /// or nil: pages come in key order, each as long as asked, and hold documents.
+    public var pagingProblem: String? {
+        if !orderBy.isEmpty || limit != nil || offset != nil {
+            return "pages come in key order, each as long as asked: remove ORDER BY, LIMIT and OFFSET"
+        }
+        if projection.contains(where: { $0.expression == .countAll }) {
+            return "pages hold documents, not COUNT(*): count with shoal exec"
+        }
+        return nil
+    }
+}
+
 /// One item of a SELECT list: an expression and the name it is returned under.
 public struct Projection: Sendable, Hashable {
     public var expression: Expression

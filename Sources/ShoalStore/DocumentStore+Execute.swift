@@ -139,8 +139,10 @@ extension DocumentStore {
             }
             if statement.writesDocuments, let collection = statement.targetCollection { written.insert(collection) }
         }
-        var seen: Set<Value> = []
-        last.mutatedDocumentIDs = last.mutatedDocumentIDs.filter { seen.insert($0).inserted }
+        // By the key's bytes: Value's and String's equality make "é" in its two Unicode
+        // forms one, though they are two documents.
+        var seen: Set<[UInt8]> = []
+        last.mutatedDocumentIDs = last.mutatedDocumentIDs.filter { seen.insert(Array(DocumentKey.make($0).utf8)).inserted }
         return (last, written)
     }
 
@@ -255,6 +257,11 @@ extension DocumentStore {
         if isCount {
             return [.object([select.projection[0].name: .int(Int64(documents.count))])]
         }
+        return try project(documents, select, arguments: arguments)
+    }
+
+    /// The items a SELECT returns of `documents`: each whole, or as its SELECT list says.
+    static func project(_ documents: [Value], _ select: SelectStatement, arguments: [String: Value]) throws(StoreError) -> [Value] {
         guard !select.projection.isEmpty else { return documents }
         do {
             return try documents.map { doc throws(QueryError) in
@@ -284,9 +291,11 @@ extension DocumentStore {
     /// key when the predicate is `_id = constant`, then ordered and cut to
     /// `offset` and `limit`.
     ///
-    /// Without ORDER BY, documents come in `_id` order, except when a LIMIT cuts a
-    /// pre-filtered query: then they come in the order SQLite reads them (an index's,
-    /// when one serves the filter), and reading stops at the last one needed.
+    /// Without ORDER BY, documents come in key order (`doc_id`, byte by byte), except
+    /// when a LIMIT cuts a pre-filtered query: then they come in the order SQLite reads
+    /// them (an index's, when one serves the filter), and reading stops at the last one
+    /// needed. With `after`, only documents whose key sorts after it count, in key
+    /// order whatever the LIMIT ("" for all of them): a page of `page`.
     ///
     /// A stored body that cannot be read (one an older version wrote past
     /// `DocumentLimits`) is seen as its `_id` alone, so that a statement naming the
@@ -295,7 +304,8 @@ extension DocumentStore {
     /// SELECT does, which has nothing true to show of it).
     static func matchingDocuments(
         collection: String, predicate: Expression?, orderBy: [OrderTerm] = [], limit: Expression? = nil,
-        offset: Expression? = nil, arguments: [String: Value], db: Database, unreadable: ((String) -> Void)? = nil
+        offset: Expression? = nil, after key: String? = nil, arguments: [String: Value], db: Database,
+        unreadable: ((String) -> Void)? = nil
     ) throws -> [(key: String, body: Value)] {
         let skip: Int
         let take: Int?
@@ -308,7 +318,8 @@ extension DocumentStore {
         // Without ORDER BY the first `skip + take` matches are the answer.
         let enough = orderBy.isEmpty ? take.map { skip.addingReportingOverflow($0).partialValue } : nil
         let query = candidateQuery(
-            collection: collection, predicate: predicate, arguments: arguments, keyOrder: enough == nil)
+            collection: collection, predicate: predicate, arguments: arguments, keyOrder: enough == nil || key != nil,
+            after: key)
         var out: [(key: String, body: Value)] = []
         // A key that fails the predicate's own `_id` comparisons saves reading and
         // parsing its body (the cursor reads a column only when asked).
@@ -359,28 +370,36 @@ extension DocumentStore {
 
     /// The SQL that reads the candidate rows (`doc_id`, `body`) of a predicate: a key
     /// lookup for `_id = constant`, the SQL pre-filter when part of the predicate
-    /// translates, every live document otherwise; in key order when `keyOrder`.
+    /// translates, every live document otherwise; in key order when `keyOrder`, and
+    /// only the keys after `after` when it is not empty.
     ///
-    /// `reusable` marks the two shapes whose SQL depends on the collection alone (all
-    /// of it, or one `_id`): the writer and readers keep those prepared. Filtered
-    /// shapes vary with the query, so they are prepared per use and not kept.
+    /// `reusable` marks the shapes whose SQL depends on the collection alone (all of
+    /// it, or one `_id`, with or without a key bound): the writer and readers keep those
+    /// prepared. Filtered shapes vary with the query, so they are prepared per use and
+    /// not kept.
     static func candidateQuery(
-        collection: String, predicate: Expression?, arguments: [String: Value], keyOrder: Bool = true
+        collection: String, predicate: Expression?, arguments: [String: Value], keyOrder: Bool = true, after: String? = nil
     ) -> (sql: String, arguments: StatementArguments, reusable: Bool) {
         // The collection is written into the SQL so that a user index, which is partial
         // on its collection, can serve the query.
         let (inCollection, collectionArguments) = SQLFilter.collectionCondition(collection)
-        let select = "SELECT doc_id, body FROM document WHERE \(inCollection) AND deleted = 0"
+        var select = "SELECT doc_id, body FROM document WHERE \(inCollection) AND deleted = 0"
+        var bound: [any DatabaseValueConvertible] = []
+        if let after, !after.isEmpty {
+            // doc_id is TEXT in SQLite's BINARY collation: compared byte by byte, as the primary key orders it.
+            select += " AND doc_id > ?"
+            bound = [after]
+        }
         if let id = Evaluator.constantIDEquality(predicate, arguments: arguments) {
-            return ("\(select) AND doc_id = ?", StatementArguments(collectionArguments + [DocumentKey.make(id)]), true)
+            return ("\(select) AND doc_id = ?", StatementArguments(collectionArguments + bound + [DocumentKey.make(id)]), true)
         }
         let order = keyOrder ? " ORDER BY doc_id" : ""
         guard let filter = SQLFilter.make(predicate, arguments: arguments) else {
-            return (select + " ORDER BY doc_id", StatementArguments(collectionArguments), true)
+            return (select + " ORDER BY doc_id", StatementArguments(collectionArguments + bound), true)
         }
         // SQLite narrows the candidates with JSON functions; Swift then applies the
         // exact DQL semantics to what is left.
-        return ("\(select) AND \(filter.sql)\(order)", StatementArguments(collectionArguments + filter.arguments), false)
+        return ("\(select) AND \(filter.sql)\(order)", StatementArguments(collectionArguments + bound + filter.arguments), false)
     }
 
     /// The statements of `text`, from the cache when it was parsed lately.

@@ -132,19 +132,18 @@ extension SubscriptionSet {
     /// The set as plain data, as a `NOT_COVERED` verdict names it.
     public var filter: SubscriptionFilter {
         SubscriptionFilter(
-            entries.map { .init(query: $0.query, argumentsJSON: $0.arguments.isEmpty ? "" : Value.object($0.arguments).canonicalJSON) })
+            entries.map { .init(query: $0.query, argumentsJSON: ArgumentsJSON.encode($0.arguments)) })
     }
 
     /// Parses a filter received from a peer.
     public init(_ filter: SubscriptionFilter) throws(StoreError) {
         self.init()
         for entry in filter.entries {
-            var arguments: [String: Value] = [:]
-            if !entry.argumentsJSON.isEmpty {
-                guard case .object(let object)? = try? JSON.parse(entry.argumentsJSON) else {
-                    throw StoreError(.invalidQuery, "subscription arguments must be a JSON object: \(entry.argumentsJSON)")
-                }
-                arguments = object
+            let arguments: [String: Value]
+            do {
+                arguments = try ArgumentsJSON.parse(entry.argumentsJSON)
+            } catch {
+                throw StoreError(.invalidQuery, "\(error.message(naming: "the arguments of subscription '\(entry.query)'"))")
             }
             try add(query: entry.query, arguments: arguments)
         }

@@ -15,6 +15,7 @@ extension AdminRequest {
         case .subscribe(let s)?: self = .subscribe(query: s.query, argumentsJSON: s.argumentsJson)
         case .unsubscribe(let u)?: self = .unsubscribe(idOrQuery: u.idOrQuery)
         case .observe(let o)?: self = .observe(query: o.query, argumentsJSON: o.argumentsJson)
+        case .page(let p)?: self = .page(query: p.query, argumentsJSON: p.argumentsJson, afterKey: p.afterKey, limit: Int(p.limit))
         case .attachmentPut(let p)?:
             self = .attachmentPut(
                 AttachmentPutPart(
@@ -57,6 +58,13 @@ extension AdminRequest {
             o.query = query
             o.argumentsJson = argumentsJSON
             request.observe = o
+        case .page(let query, let argumentsJSON, let afterKey, let limit):
+            var p = Shoal_V1_PageRequest()
+            p.query = query
+            p.argumentsJson = argumentsJSON
+            p.afterKey = afterKey
+            p.limit = UInt32(clamping: limit)
+            request.page = p
         case .attachmentPut(let part):
             var p = Shoal_V1_AttachmentPutRequest()
             p.data = Data(part.data)
@@ -97,6 +105,7 @@ extension AdminResponse {
                 ExecResult(
                     itemsJSON: e.itemsJson, mutatedDocumentIDs: e.mutatedDocumentIds,
                     transactionID: e.transactionID.isEmpty ? nil : e.transactionID))
+        case .page(let p)?: self = .page(PageResult(itemsJSON: p.itemsJson, lastKey: p.lastKey))
         case .status(let s)?: self = .status(NodeStatus(wire: s))
         case .error(let e)?: self = .failure(SyncError.Code(wire: e.code), e.message)
         case .subscription(let s)?: self = .subscription(SubscriptionInfo(wire: s))
@@ -123,6 +132,11 @@ extension AdminResponse {
             e.mutatedDocumentIds = result.mutatedDocumentIDs
             e.transactionID = result.transactionID ?? ""
             response.exec = e
+        case .page(let result):
+            var p = Shoal_V1_Page()
+            p.itemsJson = result.itemsJSON
+            p.lastKey = result.lastKey
+            response.page = p
         case .status(let status):
             response.status = status.wire
         case .subscription(let info):

@@ -12,6 +12,9 @@ public enum AdminRequest: Sendable, Hashable {
     case unsubscribe(idOrQuery: String)
     /// A stream of `observation`s until the client closes.
     case observe(query: String, argumentsJSON: String)
+    /// Up to `limit` documents the SELECT matches whose key sorts after `afterKey`
+    /// ("" for the first page), in key order: what `shoal export` reads.
+    case page(query: String, argumentsJSON: String, afterKey: String, limit: Int)
     /// One part of an attachment (or the whole of a small one).
     case attachmentPut(AttachmentPutPart)
     /// A stream of `chunk`s, in order, from byte `offset`.
@@ -31,6 +34,7 @@ public enum AdminRequest: Sendable, Hashable {
 /// One answer of a node to an admin request.
 public enum AdminResponse: Sendable, Hashable {
     case exec(ExecResult)
+    case page(PageResult)
     case status(NodeStatus)
     case subscription(SubscriptionInfo)
     case observation(ObservationUpdate)
@@ -63,6 +67,19 @@ public struct ExecResult: Sendable, Hashable {
 
     /// The result documents as values.
     public func items() throws -> [Value] { try itemsJSON.map { try JSON.parse($0) } }
+}
+
+/// What `page` returns: a page of documents in key order.
+public struct PageResult: Sendable, Hashable {
+    /// The documents, each as canonical JSON.
+    public var itemsJSON: [String]
+    /// The key of the last document, where the next page starts; "" when there is none.
+    public var lastKey: String
+
+    public init(itemsJSON: [String], lastKey: String) {
+        self.itemsJSON = itemsJSON
+        self.lastKey = lastKey
+    }
 }
 
 /// A transaction an admin connection holds (`AdminRequest.begin`), as the answers to

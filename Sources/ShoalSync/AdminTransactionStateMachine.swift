@@ -15,7 +15,7 @@ import ShoalStore
 ///                                      │    begin: .refuse
 ///                                      │    subscribe, unsubscribe, attachment put/get:
 ///                                      │      .refuse when it holds the writer, else .serve
-///                                      └─── status, observe: .serve
+///                                      └─── status, observe, page: .serve
 /// ```
 ///
 /// Requests on one connection are handled one at a time, so `began` or `ended`
@@ -75,7 +75,7 @@ package struct AdminTransactionStateMachine: Sendable {
             return .refuse(
                 .executionFailed,
                 "\(request.name) writes outside \(Self.describe(open)), which this connection holds, and would wait for it: COMMIT or ROLLBACK first")
-        case (.exec, nil), (.status, _), (.observe, _), (.subscribe, nil), (.unsubscribe, nil), (.attachmentPut, nil),
+        case (.exec, nil), (.status, _), (.observe, _), (.page, _), (.subscribe, nil), (.unsubscribe, nil), (.attachmentPut, nil),
             (.attachmentGet, nil), (.compact, nil):
             return .serve
         }
@@ -106,6 +106,7 @@ extension AdminRequest {
         case .subscribe: "subscribe"
         case .unsubscribe: "unsubscribe"
         case .observe: "observe"
+        case .page: "page"
         case .attachmentPut: "attachment put"
         case .attachmentGet: "attachment get"
         case .begin: "BEGIN"

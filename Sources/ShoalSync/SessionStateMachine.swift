@@ -278,7 +278,7 @@ public struct SessionStateMachine: Sendable {
                 var s = Shoal_V1_Subscription()
                 s.id = entry.id
                 s.query = entry.query
-                s.argumentsJson = entry.arguments.isEmpty ? "" : Value.object(entry.arguments).canonicalJSON
+                s.argumentsJson = ArgumentsJSON.encode(entry.arguments)
                 return s
             }
             var actions: [Action] = [.send(.subscribe(subscribe))]
@@ -357,15 +357,7 @@ public struct SessionStateMachine: Sendable {
                             "subscription query of \(s.query.utf8.count) bytes refused: this node takes queries of at most \(configuration.maximumQueryLength) bytes (--max-query-length)"))
                 }
                 do {
-                    let arguments: [String: Value]
-                    if s.argumentsJson.isEmpty {
-                        arguments = [:]
-                    } else if case .object(let object) = try JSON.parse(s.argumentsJson) {
-                        arguments = object
-                    } else {
-                        throw StoreError(.invalidQuery, "subscription arguments must be a JSON object")
-                    }
-                    try set.add(query: s.query, arguments: arguments)
+                    try set.add(query: s.query, arguments: try ArgumentsJSON.parse(s.argumentsJson))
                 } catch {
                     return close(SyncError(.invalidQuery, "subscription '\(s.query)' rejected: \(error)"))
                 }

@@ -9,13 +9,15 @@ struct ExportCommand: AsyncParsableCommand {
         commandName: "export",
         abstract: "Print the documents a SELECT matches as NDJSON, page by page.",
         discussion: """
-            One canonical JSON document per line on stdout, in _id order, read at most \
-            --batch at a time (each page a read-only transaction of its own, so memory holds \
-            one page), over one connection; pages also stay under 8 MiB of documents, sized \
-            by the largest of the page before. The statement may have a WHERE and a SELECT \
-            list (which must name _id), not ORDER BY, LIMIT or OFFSET. If the query matches \
-            more documents at the end than were printed (writes during the export), a \
-            warning says so. Examples:
+            One canonical JSON document per line on stdout, in the order of their keys (the \
+            canonical JSON of _id, byte by byte), read at most --batch at a time (each page \
+            a snapshot of its own, so memory holds one page), over one connection; pages \
+            also stay under 8 MiB of documents, sized by the largest of the page before. \
+            Every document comes once, whatever its _id: 1 and 1.0, or the two Unicode forms \
+            of a letter, are two documents and two lines. The statement may have a WHERE \
+            and a SELECT list, not ORDER BY, LIMIT or OFFSET. If the query matches more \
+            documents at the end than were printed (writes during the export), a warning \
+            says so. Examples:
               shoal export "SELECT * FROM cars" > cars.ndjson
               shoal export --batch 200 "SELECT _id, color FROM cars WHERE doors > 2" > doors.ndjson
             """
@@ -44,8 +46,12 @@ struct ExportCommand: AsyncParsableCommand {
         do {
             report = try await client.client().withSession { session in
                 try await exporter.run(
-                    exec: { (statement: String, arguments: String) async throws(NodeError) -> [String] in
-                        try await session.exec(statement, argumentsJSON: arguments, hint: "shoal export", readOnly: true).itemsJSON
+                    page: { (afterKey: String, limit: Int) async throws(NodeError) -> (itemsJSON: [String], lastKey: String) in
+                        let page = try await session.page(exporter.query.statement, after: afterKey, limit: limit)
+                        return (page.itemsJSON, page.lastKey)
+                    },
+                    exec: { (statement: String) async throws(NodeError) -> [String] in
+                        try await session.exec(statement, hint: "shoal export", readOnly: true).itemsJSON
                     },
                     write: { items in
                         try FileHandle.standardOutput.write(contentsOf: Data((items.joined(separator: "\n") + "\n").utf8))

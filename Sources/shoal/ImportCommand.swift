@@ -3,6 +3,7 @@ import Foundation
 import ShoalBulk
 import ShoalCRDT
 import ShoalNode
+import ShoalSync
 
 struct ImportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -14,7 +15,10 @@ struct ImportCommand: AsyncParsableCommand {
             JSON array of objects, '{' NDJSON (one object per line), anything else CSV. CSV \
             has a header row naming the fields; an unquoted cell that is a JSON number is a \
             number, true and false are booleans, an empty one leaves its field out, and any \
-            other cell, and every quoted one, is a string.
+            other cell, and every quoted one, is a string. A number is kept as written or \
+            refused: an integer beyond 64 bits, or one a double would change \
+            (0.30000000000000001, 1e400), makes its record bad; quote it, or write it as a \
+            JSON string, to keep it as text.
             Documents are upserted (INSERT ... ON ID CONFLICT DO UPDATE: a document whose \
             _id exists has the fields it names overwritten, the others kept), --batch at a \
             time in one transaction each, over one connection; a batch also ends before 8 \
@@ -47,7 +51,7 @@ struct ImportCommand: AsyncParsableCommand {
     @Flag(name: .long, help: "Print progress on stderr even when it is not a terminal.")
     var progress = false
 
-    @Flag(name: .long, help: "Print one JSON object at the end: documents, batches, skipped, seconds (and failed).")
+    @Flag(name: .long, help: "Print one JSON object at the end: documents, records, batches, skipped, seconds (and failed).")
     var json = false
 
     @Argument(help: "The file to read, or - for standard input.")
@@ -99,8 +103,8 @@ struct ImportCommand: AsyncParsableCommand {
                         guard let data = try input.read(upToCount: 1 << 16), !data.isEmpty else { return nil }
                         return [UInt8](data)
                     },
-                    exec: { (statement: String, arguments: String) async throws(NodeError) in
-                        _ = try await session.exec(statement, argumentsJSON: arguments, hint: "shoal import")
+                    exec: { (statement: String, arguments: String) async throws(NodeError) -> Int in
+                        try await session.exec(statement, argumentsJSON: arguments, hint: "shoal import").mutatedDocumentIDs.count
                     },
                     progress: meter.show)
             }
@@ -118,8 +122,9 @@ struct ImportCommand: AsyncParsableCommand {
         }
         if !json {
             let skipped = report.skipped.isEmpty ? "" : ", \(report.skipped.count) record(s) skipped"
+            let records = report.records == report.documents ? "" : " from \(report.records) record(s)"
             print(
-                "imported \(report.documents) document(s) into \(targetCollection) in \(report.batches) batch(es)\(skipped), "
+                "imported \(report.documents) document(s)\(records) into \(targetCollection) in \(report.batches) batch(es)\(skipped), "
                     + String(format: "%.1f s", report.seconds))
         }
     }

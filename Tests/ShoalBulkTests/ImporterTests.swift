@@ -3,7 +3,9 @@ import ShoalCRDT
 import ShoalNode
 import Testing
 
-/// A node stand-in: records each batch, and refuses the ones `refuse` says.
+/// A node stand-in: records each batch, refuses the ones `refuse` says, and answers
+/// with the documents a batch wrote as the node counts them: one per `_id` (by its
+/// canonical JSON's bytes), and one for each document without an `_id`.
 final class FakeNode: Sendable {
     let batches = Locked<[(statement: String, arguments: Value)]>([])
     let refuse: @Sendable (Value) -> String?
@@ -12,14 +14,15 @@ final class FakeNode: Sendable {
         self.refuse = refuse
     }
 
-    func exec(_ statement: String, _ argumentsJSON: String) throws(NodeError) {
+    func exec(_ statement: String, _ argumentsJSON: String) throws(NodeError) -> Int {
         let arguments = (try? JSON.parse(argumentsJSON)) ?? .null
-        if case .object(let documents) = arguments {
-            for document in documents.values {
-                if let message = refuse(document) { throw NodeError(.requestFailed, message) }
-            }
+        guard case .object(let documents) = arguments else { return 0 }
+        for document in documents.values {
+            if let message = refuse(document) { throw NodeError(.requestFailed, message) }
         }
         batches.withLock { $0.append((statement, arguments)) }
+        let ids = documents.values.compactMap { $0["_id"].map { Array($0.canonicalJSON.utf8) } }
+        return Set(ids).count + documents.values.filter { $0["_id"] == nil }.count
     }
 
     /// The documents committed, in order.
@@ -42,7 +45,7 @@ func runImport(_ text: String, _ importer: Importer, node: FakeNode, chunk: Int 
             defer { rest = rest.dropFirst(chunk) }
             return Array(rest.prefix(chunk))
         },
-        exec: { (statement: String, arguments: String) throws(NodeError) in try node.exec(statement, arguments) })
+        exec: { (statement: String, arguments: String) throws(NodeError) -> Int in try node.exec(statement, arguments) })
 }
 
 struct ImporterTests {
@@ -59,6 +62,18 @@ struct ImporterTests {
         #expect(
             statements[2] == "INSERT INTO `cars` DOCUMENTS (:d0), (:d1), (:d2), (:d3), (:d4) ON ID CONFLICT DO UPDATE")
         #expect(node.documents == (0..<25).map { ["_id": .int(Int64($0)), "n": .int(Int64($0 * 2))] })
+    }
+
+    /// The report counts what the node wrote: records of a batch that name one `_id`
+    /// are one document, and the forms of a text Swift finds equal are not one `_id`.
+    @Test func theReportCountsDocumentsWrittenNotRecordsRead() async {
+        let node = FakeNode()
+        let text = "{\"_id\": \"a\", \"x\": 1}\n{\"_id\": \"a\", \"y\": 2}\n{\"_id\": 1}\n{\"_id\": 1.0}\n"
+            + "{\"_id\": \"\u{e9}\"}\n{\"_id\": \"e\u{301}\"}\n{\"n\": 1}\n"
+        let report = await runImport(text, Importer(collection: "c", batchSize: 100), node: node)
+        #expect(report.failure == nil)
+        #expect(report.records == 7 && report.documents == 6 && report.batches == 1)
+        #expect(report.json["documents"] == 6 && report.json["records"] == 7)
     }
 
     @Test func aBadLineStopsTheImportOnceEveryDocumentBeforeItIsCommitted() async {
@@ -84,7 +99,7 @@ struct ImporterTests {
         #expect(report.documents == 9)
         #expect(node.documents.compactMap { $0["_id"] } == [0, 1, 2, 3, 4, 5, 7, 8, 9])
         guard case .object(let json) = report.json else { Issue.record("not an object"); return }
-        #expect(Set(json.keys) == ["documents", "batches", "skipped", "seconds"])
+        #expect(Set(json.keys) == ["documents", "records", "batches", "skipped", "seconds"])
         #expect(json["skipped"] == [["line": 7, "error": "expected a JSON object, found an array"], ["line": 8, "error": "reserved field '_bad'"]])
     }
 

@@ -127,6 +127,34 @@ struct RecordReaderTests {
             ])
     }
 
+    /// A CSV number that a document cannot hold as written makes its row bad, naming
+    /// the field: taken as the nearest double, two distinct `_id`s would become one.
+    @Test func aCSVNumberThatCannotBeKeptExactlyMakesItsRowBad() {
+        let text = "_id,n\n12345678901234567890,1\n12345678901234567891,2\n\"12345678901234567892\",1e400\n7,0.1\n"
+        let got = RecordReader.records(text, format: .csv)
+        #expect(got.map(\.line) == [2, 3, 4, 5])
+        guard case .bad(_, let first) = got[0], case .bad(_, let second) = got[1], case .bad(_, let third) = got[2] else {
+            Issue.record("\(got)")
+            return
+        }
+        #expect(first.hasPrefix("field '_id': integer 12345678901234567890 does not fit in 64 bits"), "\(first)")
+        #expect(first.contains("quote the cell to keep it as text"), "\(first)")
+        #expect(second.contains("12345678901234567891"), "\(second)")
+        #expect(third.hasPrefix("field 'n': number 1e400 is beyond the largest double"), "\(third)")
+        #expect(got[3] == .document(line: 5, ["_id": 7, "n": 0.1]))
+    }
+
+    /// A record whose object names a key twice is bad, not the last of the two.
+    @Test func aKeyGivenTwiceMakesTheRecordBad() {
+        let got = RecordReader.records("{\"_id\": 1, \"n\": 1, \"n\": 2}\n{\"_id\": 2, \"m\": {\"b\": 1, \"b\": 1}}\n")
+        guard got.count == 2, case .bad(1, let first) = got[0], case .bad(2, let second) = got[1] else {
+            Issue.record("\(got)")
+            return
+        }
+        #expect(first.contains("key 'n' appears twice"), "\(first)")
+        #expect(second.contains("key 'b' appears twice"), "\(second)")
+    }
+
     @Test func aCSVHeaderWithoutNamesStopsTheImport() {
         #expect(RecordReader.records("a,,c\n1,2,3\n", format: .csv) == [.fatal(line: 1, message: "the CSV header names no field in column 2")])
         #expect(RecordReader.records("a,b,a\n1,2,3\n", format: .csv) == [.fatal(line: 1, message: "the CSV header names 'a' twice")])

@@ -17,6 +17,45 @@ extension ProcessSuites {
         return items
     }
 
+    /// `--args` is read as strictly as a DQL literal, wherever it comes from: text that
+    /// is not UTF-8 is refused rather than made U+FFFD (two ids would become one), a key
+    /// given twice rather than the last kept, and each mistake is named with its byte.
+    @Test func argumentsAreReadAsStrictlyAsDQLLiterals() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let node = try NodeProcess(name: "args-strict", dataDirectory: dirs.path + "/n")
+        let query = "SELECT * FROM cars WHERE _id = :id"
+        let deep = String(repeating: "[", count: 129) + String(repeating: "]", count: 129)
+        let cases: [(String, String)] = [
+            ("{\"id\": 1, \"id\": 2}", "--args: invalid JSON at byte 10: key 'id' appears twice in an object"),
+            ("{\"id\": ", "--args: invalid JSON at byte 7: unexpected end of input"),
+            ("{\"id\": 1} x", "--args: invalid JSON at byte 10: unexpected text after the value"),
+            ("{\"id\": \(deep)}", "--args: invalid JSON at byte 134: nesting deeper than 128 levels"),
+            ("{\"id\": 12345678901234567890}", "--args: invalid JSON at byte 7: integer 12345678901234567890 does not fit in 64 bits"),
+        ]
+        for (arguments, message) in cases {
+            let refused = try ShoalBinary.run(["exec", "--node", node.address, "--args", arguments, query])
+            #expect(refused.status == 1 && refused.stderr.contains(message), "\(arguments): \(refused.stderr)")
+        }
+
+        // Bytes that are not UTF-8, from standard input, a file and the command line.
+        let invalid = Data([0x7B, 0x22, 0x69, 0x64, 0x22, 0x3A, 0x22, 0x61, 0xFF, 0x22, 0x7D])
+        let piped = try ShoalBinary.run(["exec", "--node", node.address, "--args", "-", query], input: invalid)
+        #expect(piped.status == 1, "\(piped.stderr)")
+        #expect(piped.stderr.contains("--args (from standard input): invalid JSON at byte 8: invalid UTF-8"), "\(piped.stderr)")
+        let file = dirs.path + "/invalid.json"
+        #expect(FileManager.default.createFile(atPath: file, contents: invalid))
+        let fromFile = try ShoalBinary.run(["exec", "--node", node.address, "--args", "@" + file, query])
+        #expect(fromFile.status == 1 && fromFile.stderr.contains("--args (in \(file)): invalid JSON at byte 8: invalid UTF-8"), "\(fromFile.stderr)")
+        let inline = try ChildProcess.run(
+            "/bin/sh", ["-c", #"exec "$0" exec --node "$1" --args "$(printf '{"id":"a\377"}')" "$2""#, ShoalBinary.path, node.address, query])
+        let inlineError = String(decoding: inline.stderr, as: UTF8.self)
+        #expect(inline.status == 1 && inlineError.contains("--args: invalid JSON at byte 8: invalid UTF-8"), "\(inlineError)")
+        // A U+FFFD written as such is text like any other.
+        let replacement = try ShoalBinary.run(["exec", "--node", node.address, "--args", "{\"id\": \"a\u{FFFD}\"}", query])
+        #expect(replacement.status == 0, "\(replacement.stderr)")
+    }
+
     @Test func argumentsLargerThanOneCommandLineArgumentComeFromAFileOrStandardInput() throws {
         let dirs = TemporaryDirectory(prefix: "shoal-process")
         defer { dirs.remove() }
@@ -66,7 +105,7 @@ extension ProcessSuites {
         let missing = try ShoalBinary.run(["exec", "--node", node.address, "--args", "@" + dirs.path + "/none.json", "SELECT * FROM cars"])
         #expect(missing.status == 1 && missing.stderr.contains("cannot read --args file \(dirs.path)/none.json"))
         let notObject = try ShoalBinary.run(["exec", "--node", node.address, "--args", "-", "SELECT * FROM cars"], input: Data("[1]".utf8))
-        #expect(notObject.status == 1 && notObject.stderr.contains("--args must be a JSON object, like '{\"id\": \"a\"}' (from standard input)"))
+        #expect(notObject.status == 1 && notObject.stderr.contains("--args (from standard input): an array, not a JSON object like {\"id\": \"a\"}"), "\(notObject.stderr)")
     }
 }
 }

@@ -42,7 +42,7 @@ extension ProcessSuites {
         let imported = try ShoalBinary.run(["import", "--node", node.address, "--batch", "500", "--json", cars])
         #expect(imported.status == 0, "\(imported.stderr)")
         let report = try Self.object(imported.stdout)
-        #expect(Set(report.keys) == ["documents", "batches", "skipped", "seconds"])
+        #expect(Set(report.keys) == ["documents", "records", "batches", "skipped", "seconds"])
         #expect(report["documents"] as? Int == 3000 && report["batches"] as? Int == 6)
         #expect((report["skipped"] as? [Any])?.isEmpty == true && report["seconds"] is Double)
         #expect(try Self.count(node, "SELECT COUNT(*) FROM cars") == 3000)
@@ -109,6 +109,92 @@ extension ProcessSuites {
         #expect(try Self.count(node, "SELECT COUNT(*) FROM cars WHERE _id = 'no'") == 0)
         let ordered = try ShoalBinary.run(["export", "--node", node.address, "SELECT * FROM cars ORDER BY n"])
         #expect(ordered.status == 1 && ordered.stderr.contains("remove ORDER BY, LIMIT and OFFSET"))
+    }
+
+    /// `_id`s that DQL compares as equal or cannot order against each other (1 and
+    /// 1.0, 0 and 0.0, "é" in its two Unicode forms, a boolean, an array, an object) are
+    /// distinct documents: export prints each once however small its pages, and import
+    /// writes each back, so the copy has the same count, the same digest and the same
+    /// export.
+    @Test func exportThenImportGivesBackEveryDocumentWhateverItsID() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let node = try NodeProcess(name: "bulk-ids", dataDirectory: dirs.path + "/n")
+        var ids = [
+            "1", "1.0", "2", "0", "0.0", "-0.0", "-1", "1.5", "\"\u{e9}\"", "\"e\u{301}\"", "\"\u{e9}t\u{e9}\"", "\"e\u{301}te\u{301}\"",
+            "9223372036854775807", "-9223372036854775808", "9007199254740993", "9007199254740992", "9007199254740992.0",
+            "1.2345678901234567e+19", "1e+300", "5e-324", "\"1\"", "\"\"", "\"a\"", "true", "false", "[1,2]", "[1.0,2]",
+            "{\"k\":1}", "{\"k\":1.0}",
+        ]
+        ids += (0..<20).map { "\"s-\($0)\"" } + (0..<20).map { "\(100 + $0)" } + (0..<20).map { "\(100 + $0).25" }
+        // Written through arguments, which keep each `_id` exactly as given.
+        let documents = ids.enumerated().map { "\"d\($0.offset)\":{\"_id\":\($0.element),\"i\":\($0.offset)}" }
+        let list = ids.indices.map { "(:d\($0))" }.joined(separator: ", ")
+        let written = try node.exec("INSERT INTO ids DOCUMENTS \(list)", args: "{" + documents.joined(separator: ",") + "}")
+        #expect(written.status == 0, "\(written.stderr)")
+        #expect(try Self.count(node, "SELECT COUNT(*) FROM ids") == ids.count)
+
+        var exports: [String] = []
+        for batch in ["1", "2", "3", "7", "1000"] {
+            let exported = try ShoalBinary.run(["export", "--node", node.address, "--batch", batch, "SELECT * FROM ids"])
+            #expect(exported.status == 0 && exported.stderr.isEmpty, "--batch \(batch): \(exported.stderr)")
+            let lines = exported.stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+            #expect(lines.count == ids.count, "--batch \(batch)")
+            #expect(Set(lines.map { Array($0.utf8) }).count == ids.count, "--batch \(batch)")
+            exports.append(exported.stdout)
+        }
+        #expect(Set(exports).count == 1)
+
+        let copied = try ShoalBinary.run(
+            ["import", "--node", node.address, "--collection", "copy", "--batch", "2", "--json", "-"], input: Data(exports[1].utf8))
+        #expect(copied.status == 0, "\(copied.stderr)")
+        #expect(try Self.object(copied.stdout)["documents"] as? Int == ids.count)
+        #expect(try Self.count(node, "SELECT COUNT(*) FROM copy") == ids.count)
+        let collections = try node.status()["collections"] as? [String: [String: Any]]
+        #expect(collections?["ids"]?["digest"] as? String != nil)
+        #expect(collections?["ids"]?["digest"] as? String == collections?["copy"]?["digest"] as? String)
+        let again = try ShoalBinary.run(["export", "--node", node.address, "--batch", "2", "SELECT * FROM copy"])
+        #expect(again.status == 0 && again.stdout == exports[0])
+    }
+
+    /// Import writes what it reads or says why not: a number a document cannot hold as
+    /// written stops it at that line (never becoming another number, or null), and its
+    /// report counts the documents written, so records that name one `_id` count once.
+    @Test func importRefusesNumbersItCannotKeepAndCountsTheDocumentsItWrites() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-process")
+        defer { dirs.remove() }
+        let node = try NodeProcess(name: "bulk-numbers", dataDirectory: dirs.path + "/n")
+        let csv = dirs.path + "/big.csv"
+        try "_id,n\n12345678901234567890,1\n12345678901234567891,2\nsmall,3\n".write(toFile: csv, atomically: false, encoding: .utf8)
+        let stopped = try ShoalBinary.run(["import", "--node", node.address, csv])
+        #expect(stopped.status == 1)
+        #expect(stopped.stderr.contains("line 2: field '_id': integer 12345678901234567890 does not fit in 64 bits"), "\(stopped.stderr)")
+        #expect(try Self.count(node, "SELECT COUNT(*) FROM big") == 0)
+        let skipped = try ShoalBinary.run(["import", "--node", node.address, "--skip-bad", "--json", csv])
+        #expect(skipped.status == 0, "\(skipped.stderr)")
+        let report = try Self.object(skipped.stdout)
+        #expect(report["documents"] as? Int == 1 && (report["skipped"] as? [Any])?.count == 2)
+        #expect(try Self.count(node, "SELECT COUNT(*) FROM big") == 1)
+
+        let huge = dirs.path + "/huge.ndjson"
+        try "{\"_id\": \"h\", \"n\": 1e400}\n".write(toFile: huge, atomically: false, encoding: .utf8)
+        let refused = try ShoalBinary.run(["import", "--node", node.address, huge])
+        #expect(refused.status == 1 && refused.stderr.contains("number 1e400 is beyond the largest double"), "\(refused.stderr)")
+        #expect(try Self.count(node, "SELECT COUNT(*) FROM huge") == 0)
+
+        // Four records, three documents: two records name "a", and the two forms of "é" are two.
+        let twice = dirs.path + "/twice.ndjson"
+        try "{\"_id\": \"a\", \"x\": 1}\n{\"_id\": \"a\", \"y\": 2}\n{\"_id\": \"\u{e9}\"}\n{\"_id\": \"e\u{301}\"}\n"
+            .write(toFile: twice, atomically: false, encoding: .utf8)
+        let merged = try ShoalBinary.run(["import", "--node", node.address, twice])
+        #expect(merged.status == 0, "\(merged.stderr)")
+        #expect(merged.stdout.contains("imported 3 document(s) from 4 record(s) into twice in 1 batch(es)"), "\(merged.stdout)")
+        let mergedJSON = try ShoalBinary.run(["import", "--node", node.address, "--json", twice])
+        let mergedReport = try Self.object(mergedJSON.stdout)
+        #expect(mergedReport["documents"] as? Int == 3 && mergedReport["records"] as? Int == 4)
+        #expect(try Self.count(node, "SELECT COUNT(*) FROM twice") == 3)
+        let a = try Self.items(node.exec("SELECT * FROM twice WHERE _id = 'a'"))
+        #expect(a.first?["x"] as? Int == 1 && a.first?["y"] as? Int == 2)
     }
 
     @Test func aBadLineStopsTheImportAfterEveryDocumentBeforeItAndSkipBadGoesOn() throws {

@@ -46,38 +46,54 @@ import Testing
         for replica in [ahead, store] { #expect(try await replica.execute("SELECT * FROM c").items == [["_id": "k", "g": 2]]) }
     }
 
-    /// What `shoal export` sends: pages by `_id`, the store checking `_id` on each key
-    /// before it reads the body.
-    @Test func pagingByIDReturnsEachMatchingDocumentOnce() async throws {
+    /// What `shoal export` reads: pages in key order, each after the last key of the
+    /// one before, so every document comes once whatever its `_id`: among them pairs
+    /// DQL finds equal (1 and 1.0, "é" in two forms) and kinds it cannot order.
+    @Test(arguments: [1, 2, 3, 7, 100])
+    func pagesByKeyReturnEachMatchingDocumentOnce(limit: Int) async throws {
         try await Self.withStore { store in
-            var documents: [Value] = []
+            let kinds: [Value] = [1, 1.0, 0, 0.0, -0.0, "\u{e9}", "e\u{301}", true, false, [1], [1.0], ["k": 1], ["k": 1.0], 2.5, -7]
+            let ids = kinds + (0..<25).map { $0 % 2 == 0 ? .int(Int64(100 + $0 * 10)) : .string("k\($0)") }
             var arguments: [String: Value] = [:]
-            for i in 0..<40 {
-                let id: Value = i % 4 == 0 ? .int(Int64(i)) : .string("k\(i)")
-                documents.append(.object(["_id": id, "even": .bool(i % 2 == 0)]))
-                arguments["d\(i)"] = documents[i]
-            }
-            let list = (0..<40).map { "(:d\($0))" }.joined(separator: ", ")
+            for (i, id) in ids.enumerated() { arguments["d\(i)"] = .object(["_id": id, "even": .bool(i % 2 == 0)]) }
+            let list = ids.indices.map { "(:d\($0))" }.joined(separator: ", ")
             _ = try await store.execute("INSERT INTO c DOCUMENTS " + list, arguments: arguments)
-            var seen: [Value] = []
-            var statement = "SELECT _id FROM c WHERE even = true AND _id >= :after ORDER BY _id LIMIT 3"
-            var after: Value = .double(-Double.greatestFiniteMagnitude)
-            for _ in 0..<40 {
-                let page = try await store.execute(statement, arguments: ["after": after]).items.compactMap { $0["_id"] }
-                seen += page
-                if page.count == 3 {
-                    after = page[2]
-                    statement = statement.replacing(">=", with: ">")
-                } else if case .string = after {
-                    break
-                } else {
-                    after = ""
-                    statement = statement.replacing("> :", with: ">= :")
-                }
+            func byKey(_ ids: [Value]) -> [String] {
+                ids.map(\.canonicalJSON).sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
             }
-            let expected = documents.filter { $0["even"] == true }.compactMap { $0["_id"] }.sorted()
-            #expect(seen == expected)
-            #expect(seen.count == 20)
+            let even = ids.enumerated().filter { $0.offset % 2 == 0 }.map(\.element)
+            // Unfiltered, and with a WHERE the store narrows in SQL first.
+            for (query, expected) in [("SELECT * FROM c", byKey(ids)), ("SELECT _id FROM c WHERE even = true", byKey(even))] {
+                var seen: [String] = []
+                var after = ""
+                while true {
+                    let page = try await store.page(query, after: after, limit: limit)
+                    #expect(page.items.count <= limit)
+                    let keys = page.items.map { ($0["_id"] ?? .null).canonicalJSON }
+                    #expect(page.lastKey == keys.last)
+                    seen += keys
+                    guard page.items.count == limit, let last = page.lastKey else { break }
+                    after = last
+                }
+                #expect(seen.map { Array($0.utf8) } == expected.map { Array($0.utf8) }, "\(query)")
+            }
+        }
+    }
+
+    @Test(arguments: [
+        ("SELECT * FROM c ORDER BY _id", "remove ORDER BY, LIMIT and OFFSET"),
+        ("SELECT * FROM c LIMIT 2", "remove ORDER BY, LIMIT and OFFSET"),
+        ("SELECT COUNT(*) FROM c", "not COUNT(*)"),
+        ("INSERT INTO c DOCUMENTS ({'_id': 1})", "one SELECT statement"),
+        ("SELECT * FROM c; SELECT * FROM d", "one SELECT statement"),
+    ])
+    func aPageIsReadOfOneSelectInKeyOrder(query: String, message: String) async throws {
+        try await Self.withStore { store in
+            let error = await #expect(throws: StoreError.self) { try await store.page(query, after: "", limit: 1) }
+            #expect(error?.code == .invalidQuery && error?.message.contains(message) == true, "\(String(describing: error))")
+            let count = try await store.execute("SELECT COUNT(*) FROM c").items
+            #expect(count == [["$1": 0]])
+            await #expect(throws: StoreError.self) { try await store.page("SELECT * FROM c", after: "", limit: 0) }
         }
     }
 

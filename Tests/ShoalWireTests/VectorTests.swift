@@ -400,6 +400,38 @@ import CompressNIO
                     r.attachmentGet = g
                     return r
                 }())),
+            Vector(
+                file: "admin-request-page.hex",
+                comment: """
+                    AdminRequest (type 0x10): request_id 6, page {query "SELECT * FROM cars WHERE color = :c",
+                    arguments_json {"c":"red"}, after_key "\"a\"", limit 2} (PROTOCOL.md section 10).
+                    """,
+                message: .adminRequest({
+                    var r = Shoal_V1_AdminRequest()
+                    r.requestID = 6
+                    var p = Shoal_V1_PageRequest()
+                    p.query = "SELECT * FROM cars WHERE color = :c"
+                    p.argumentsJson = "{\"c\":\"red\"}"
+                    p.afterKey = "\"a\""
+                    p.limit = 2
+                    r.page = p
+                    return r
+                }())),
+            Vector(
+                file: "admin-response-page.hex",
+                comment: """
+                    AdminResponse (type 0x11): request_id 6, page: items_json [{"_id":"b","color":"red"},
+                    {"_id":"c","color":"red"}], last_key "\"c\"" (the next page's after_key).
+                    """,
+                message: .adminResponse({
+                    var r = Shoal_V1_AdminResponse()
+                    r.requestID = 6
+                    var p = Shoal_V1_Page()
+                    p.itemsJson = ["{\"_id\":\"b\",\"color\":\"red\"}", "{\"_id\":\"c\",\"color\":\"red\"}"]
+                    p.lastKey = "\"c\""
+                    r.page = p
+                    return r
+                }())),
         ]
     }()
 

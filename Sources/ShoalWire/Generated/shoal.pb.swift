@@ -842,6 +842,16 @@ public nonisolated struct Shoal_V1_AdminRequest: Sendable {
     set {request = .rollback(newValue)}
   }
 
+  /// Added after version 2 was fixed: a node that predates it answers
+  /// error { PROTOCOL_VIOLATION, "empty admin request" }.
+  public var page: Shoal_V1_PageRequest {
+    get {
+      if case .page(let v)? = request {return v}
+      return Shoal_V1_PageRequest()
+    }
+    set {request = .page(newValue)}
+  }
+
   public var compact: Shoal_V1_CompactRequest {
     get {
       if case .compact(let v)? = request {return v}
@@ -863,6 +873,9 @@ public nonisolated struct Shoal_V1_AdminRequest: Sendable {
     case begin(Shoal_V1_BeginRequest)
     case commit(Shoal_V1_CommitRequest)
     case rollback(Shoal_V1_RollbackRequest)
+    /// Added after version 2 was fixed: a node that predates it answers
+    /// error { PROTOCOL_VIOLATION, "empty admin request" }.
+    case page(Shoal_V1_PageRequest)
     case compact(Shoal_V1_CompactRequest)
 
   }
@@ -1118,6 +1131,34 @@ public nonisolated struct Shoal_V1_ExecRequest: Sendable {
   public init() {}
 }
 
+/// Reads one page of a SELECT's documents in the order of their keys (PROTOCOL.md
+/// §10), as `shoal export` does. A document's key is the canonical JSON of its `_id`
+/// (DATA_MODEL.md §3), compared byte by byte: each document has its own, so pages
+/// that each start after the last key of the page before read every document once.
+public nonisolated struct Shoal_V1_PageRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// One SELECT, with or without WHERE and a SELECT list, without ORDER BY, LIMIT,
+  /// OFFSET or COUNT(*).
+  public var query: String = String()
+
+  /// Named arguments as a JSON object ("" for none).
+  public var argumentsJson: String = String()
+
+  /// The page holds documents whose key sorts after this one: the last_key of the
+  /// page before, or "" for the first page.
+  public var afterKey: String = String()
+
+  /// The most documents the page holds; at least 1.
+  public var limit: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Shoal_V1_StatusRequest: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -1213,6 +1254,14 @@ public nonisolated struct Shoal_V1_AdminResponse: Sendable {
     set {response = .upload(newValue)}
   }
 
+  public var page: Shoal_V1_Page {
+    get {
+      if case .page(let v)? = response {return v}
+      return Shoal_V1_Page()
+    }
+    set {response = .page(newValue)}
+  }
+
   public var compaction: Shoal_V1_CompactionProgress {
     get {
       if case .compaction(let v)? = response {return v}
@@ -1233,6 +1282,7 @@ public nonisolated struct Shoal_V1_AdminResponse: Sendable {
     case chunk(Shoal_V1_AttachmentChunk)
     case transaction(Shoal_V1_SessionTransaction)
     case upload(Shoal_V1_AttachmentUpload)
+    case page(Shoal_V1_Page)
     case compaction(Shoal_V1_CompactionProgress)
 
   }
@@ -1300,6 +1350,24 @@ public nonisolated struct Shoal_V1_ExecResponse: Sendable {
 
   /// "SITE:SEQUENCE", empty when the statements wrote nothing.
   public var transactionID: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The answer to a PageRequest.
+public nonisolated struct Shoal_V1_Page: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The documents, canonical JSON each (whole, or as the SELECT list says), in key order.
+  public var itemsJson: [String] = []
+
+  /// The key of the last document of items_json ("" when there is none): the next
+  /// page's after_key. A page with fewer documents than its limit is the last.
+  public var lastKey: String = String()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -2776,7 +2844,7 @@ nonisolated extension Shoal_V1_TransactionPieces: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AdminRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}subscribe\0\u{1}unsubscribe\0\u{1}observe\0\u{3}attachment_put\0\u{3}attachment_get\0\u{1}begin\0\u{1}commit\0\u{1}rollback\0\u{2}\u{13}compact\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}subscribe\0\u{1}unsubscribe\0\u{1}observe\0\u{3}attachment_put\0\u{3}attachment_get\0\u{1}begin\0\u{1}commit\0\u{1}rollback\0\u{1}page\0\u{2}\u{12}compact\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2915,6 +2983,19 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
           self.request = .rollback(v)
         }
       }()
+      case 12: try {
+        var v: Shoal_V1_PageRequest?
+        var hadOneofValue = false
+        if let current = self.request {
+          hadOneofValue = true
+          if case .page(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.request = .page(v)
+        }
+      }()
       case 30: try {
         var v: Shoal_V1_CompactRequest?
         var hadOneofValue = false
@@ -2981,6 +3062,10 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
     case .rollback?: try {
       guard case .rollback(let v)? = self.request else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+    }()
+    case .page?: try {
+      guard case .page(let v)? = self.request else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
     }()
     case .compact?: try {
       guard case .compact(let v)? = self.request else { preconditionFailure() }
@@ -3487,6 +3572,51 @@ nonisolated extension Shoal_V1_ExecRequest: SwiftProtobuf.Message, SwiftProtobuf
   }
 }
 
+nonisolated extension Shoal_V1_PageRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PageRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}query\0\u{3}arguments_json\0\u{3}after_key\0\u{1}limit\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.query) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.argumentsJson) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.afterKey) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.limit) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.query.isEmpty {
+      try visitor.visitSingularStringField(value: self.query, fieldNumber: 1)
+    }
+    if !self.argumentsJson.isEmpty {
+      try visitor.visitSingularStringField(value: self.argumentsJson, fieldNumber: 2)
+    }
+    if !self.afterKey.isEmpty {
+      try visitor.visitSingularStringField(value: self.afterKey, fieldNumber: 3)
+    }
+    if self.limit != 0 {
+      try visitor.visitSingularUInt32Field(value: self.limit, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_PageRequest, rhs: Shoal_V1_PageRequest) -> Bool {
+    if lhs.query != rhs.query {return false}
+    if lhs.argumentsJson != rhs.argumentsJson {return false}
+    if lhs.afterKey != rhs.afterKey {return false}
+    if lhs.limit != rhs.limit {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Shoal_V1_StatusRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatusRequest"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}digests\0")
@@ -3519,7 +3649,7 @@ nonisolated extension Shoal_V1_StatusRequest: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AdminResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}error\0\u{1}subscription\0\u{1}observation\0\u{1}attachment\0\u{1}chunk\0\u{1}transaction\0\u{1}upload\0\u{2}\u{14}compaction\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}error\0\u{1}subscription\0\u{1}observation\0\u{1}attachment\0\u{1}chunk\0\u{1}transaction\0\u{1}upload\0\u{1}page\0\u{2}\u{13}compaction\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3645,6 +3775,19 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
           self.response = .upload(v)
         }
       }()
+      case 11: try {
+        var v: Shoal_V1_Page?
+        var hadOneofValue = false
+        if let current = self.response {
+          hadOneofValue = true
+          if case .page(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.response = .page(v)
+        }
+      }()
       case 30: try {
         var v: Shoal_V1_CompactionProgress?
         var hadOneofValue = false
@@ -3707,6 +3850,10 @@ nonisolated extension Shoal_V1_AdminResponse: SwiftProtobuf.Message, SwiftProtob
     case .upload?: try {
       guard case .upload(let v)? = self.response else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+    }()
+    case .page?: try {
+      guard case .page(let v)? = self.response else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
     }()
     case .compaction?: try {
       guard case .compaction(let v)? = self.response else { preconditionFailure() }
@@ -3855,6 +4002,41 @@ nonisolated extension Shoal_V1_ExecResponse: SwiftProtobuf.Message, SwiftProtobu
     if lhs.itemsJson != rhs.itemsJson {return false}
     if lhs.mutatedDocumentIds != rhs.mutatedDocumentIds {return false}
     if lhs.transactionID != rhs.transactionID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_Page: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Page"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}items_json\0\u{3}last_key\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.itemsJson) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.lastKey) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.itemsJson.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.itemsJson, fieldNumber: 1)
+    }
+    if !self.lastKey.isEmpty {
+      try visitor.visitSingularStringField(value: self.lastKey, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_Page, rhs: Shoal_V1_Page) -> Bool {
+    if lhs.itemsJson != rhs.itemsJson {return false}
+    if lhs.lastKey != rhs.lastKey {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

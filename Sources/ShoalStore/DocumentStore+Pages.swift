@@ -1,0 +1,50 @@
+public import ShoalCRDT
+import ShoalQuery
+
+/// One page of a SELECT's documents in key order (`DocumentStore.page`).
+public struct DocumentPage: Sendable, Equatable {
+    /// The documents, each whole or as the SELECT list says.
+    public var items: [Value]
+    /// The key of the last document: where the next page starts; nil when there is none.
+    public var lastKey: String?
+
+    public init(items: [Value], lastKey: String?) {
+        self.items = items
+        self.lastKey = lastKey
+    }
+}
+
+extension DocumentStore {
+    /// Up to `limit` documents that `query` matches and whose key sorts after `key`
+    /// ("" for the first page), in key order, read on one snapshot.
+    ///
+    /// A document's key is the canonical JSON of its `_id` (`DocumentKey`), compared
+    /// byte by byte as the primary key orders them: each document has one of its own,
+    /// so pages that each start after the last key of the one before read every
+    /// document once. DQL's `_id > :last` cannot: it finds `1` and `1.0`, or "é" in its
+    /// two Unicode forms, equal, though they are distinct documents, and it does not
+    /// order booleans, arrays or objects at all. `query` is one SELECT, with a WHERE and
+    /// a SELECT list if need be, without ORDER BY, LIMIT, OFFSET or COUNT(*).
+    public func page(_ query: String, arguments: [String: Value] = [:], after key: String, limit: Int) async throws(StoreError)
+        -> DocumentPage
+    {
+        let statements = try parse(query)
+        guard statements.count == 1, case .select(let select) = statements[0] else {
+            throw StoreError(.invalidQuery, "pages are read of one SELECT statement, as in SELECT * FROM cars WHERE color = 'blue'")
+        }
+        if let problem = select.pagingProblem { throw StoreError(.invalidQuery, problem) }
+        guard limit > 0 else { throw StoreError(.invalidQuery, "a page holds at least one document; it was asked for \(limit)") }
+        await createIndexesIfWriterIsFree(for: statements, arguments: arguments)
+        do {
+            return try await read { db in
+                let documents = try Self.matchingDocuments(
+                    collection: select.collection, predicate: select.whereClause, limit: .literal(.int(Int64(limit))),
+                    after: key, arguments: arguments, db: db)
+                return DocumentPage(
+                    items: try Self.project(documents.map(\.body), select, arguments: arguments), lastKey: documents.last?.key)
+            }
+        } catch {
+            throw error.locating(in: query)
+        }
+    }
+}
