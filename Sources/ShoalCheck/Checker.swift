@@ -97,10 +97,10 @@ public struct Checker: Sendable {
         let allowed = allowed(slot)
         if allowed.contains(where: { $0.writes[slot] == value }) { return nil }
         if let finding = unknown(value, in: slot, node: node) { return finding }
-        let expected = allowed.filter(isReal).map(describe).joined(separator: "; ")
+        let expected = list(allowed.filter(isReal))
         var message = "\(slot) holds \(value)"
         if let token = value.token, let writer = byToken[token] {
-            let later = overwriters(of: writer, on: slot).map(describe).joined(separator: "; ")
+            let later = list(overwriters(of: writer, on: slot))
             message += ", written by \(describe(writer)), which \(later) provably followed"
         } else {
             message += ", which no write that could be last left there"
@@ -199,6 +199,13 @@ public struct Checker: Sendable {
                     && !follows(operation, writer, on: slot)
             }
         }
+    }
+
+    /// Up to three operations as messages name them, and how many more.
+    func list(_ operations: [Mutation]) -> String {
+        let sorted = operations.sorted { $0.id > $1.id }
+        let more = sorted.count > 3 ? " and \(sorted.count - 3) more" : ""
+        return sorted.prefix(3).map(describe).joined(separator: "; ") + more
     }
 
     /// An operation as messages name it.

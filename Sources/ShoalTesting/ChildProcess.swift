@@ -147,10 +147,11 @@ public final class ChildProcess: @unchecked Sendable {
     /// Runs to completion: writes `input` (if any) to its standard input, collects
     /// both output streams, and kills it after `timeout` seconds.
     public static func run(
-        _ executable: String, _ arguments: [String], input data: Data? = nil, timeout: Double = 30
+        _ executable: String, _ arguments: [String], input data: Data? = nil, timeout: Double = 30,
+        environment: [String: String] = [:]
     ) throws -> (status: Int32, stdout: Data, stderr: Data) {
         let child = try ChildProcess(
-            executable, arguments, stdin: data == nil ? .null : .pipe, stdout: .pipe, stderr: .pipe)
+            executable, arguments, stdin: data == nil ? .null : .pipe, stdout: .pipe, stderr: .pipe, environment: environment)
         if let data, let input = child.input {
             // Written beside the reads below: more than a pipe holds must not block them.
             Thread.detachNewThread {

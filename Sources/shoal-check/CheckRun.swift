@@ -23,7 +23,7 @@ struct CheckRun {
     }
 
     func say(_ text: String) {
-        if !plan.json { print("shoal-check: \(text)") }
+        if !plan.json { emit("shoal-check: \(text)") }
     }
 
     /// Runs everything and prints the summary; returns whether every check passed.
@@ -78,7 +78,7 @@ struct CheckRun {
         recorder.say(settled.converged ? "settled: the nodes agree" : "not settled after \(Int(plan.settle)) s")
         let report = await check(cluster, settled: settled)
         let passed = report.findings.isEmpty
-        print(summary(report, passed: passed, directory: directory, cluster: cluster))
+        emit(summary(report, passed: passed, directory: directory, cluster: cluster))
         if passed && !plan.keep {
             cluster.shutdown()
             if let diskNode { _ = Self.run("/bin/umount", ["-l", cluster.nodes[diskNode.node].dataDirectory]) }
@@ -144,13 +144,13 @@ struct CheckRun {
         }
         var clockFiles = Array(repeating: String?.none, count: count)
         if plan.faults.contains(.skew) {
-            if Cluster.fakeTimeLibrary != nil {
+            if let reason = Cluster.fakeTimeUnavailable(in: directory) {
+                notes.append("skew: skipped: \(reason)")
+            } else {
                 for node in 0..<count {
                     clockFiles[node] = directory + "/clock-n\(node)"
                     try "+0\n".write(toFile: clockFiles[node]!, atomically: true, encoding: .utf8)
                 }
-            } else {
-                notes.append("skew: skipped: libfaketime is not installed (Debian's package faketime)")
             }
         }
         // A `big` document cannot pass a limited node: where it is the only way between
@@ -229,6 +229,8 @@ struct CheckRun {
     struct Settled {
         var converged: Bool
         var statuses: [Int: NodeStatus]
+        /// Why a node gave no status, by node.
+        var errors: [Int: String] = [:]
     }
 
     /// Waits until, for every collection, the nodes that hold it agree on its digest and
@@ -237,16 +239,22 @@ struct CheckRun {
         let deadline = recorder.now() + plan.settle
         var agreeing = 0
         var statuses: [Int: NodeStatus] = [:]
+        var errors: [Int: String] = [:]
         while true {
             statuses = [:]
+            errors = [:]
             for node in cluster.nodes.indices {
                 let client = cluster.client(node, timeout: 30)
-                statuses[node] = try? await withTimeout(30) { try await client.status(digests: true) }
+                do {
+                    statuses[node] = try await withTimeout(30) { try await client.status(digests: true) }
+                } catch {
+                    errors[node] = "\(error)"
+                }
             }
-            let quiet = statuses.count == cluster.nodes.count && statuses.values.allSatisfy { $0.transactions.waiting.isEmpty }
+            let quiet = errors.isEmpty && statuses.values.allSatisfy { $0.transactions.waiting.isEmpty }
             if quiet && disagreements(cluster, statuses).isEmpty { agreeing += 1 } else { agreeing = 0 }
             if agreeing >= 2 { return Settled(converged: true, statuses: statuses) }
-            if recorder.now() >= deadline { return Settled(converged: false, statuses: statuses) }
+            if recorder.now() >= deadline { return Settled(converged: false, statuses: statuses, errors: errors) }
             try? await Task.sleep(for: .seconds(1))
         }
     }
@@ -255,11 +263,9 @@ struct CheckRun {
     func disagreements(_ cluster: Cluster, _ statuses: [Int: NodeStatus]) -> [(collection: String, digests: [Int: String])] {
         universe.names.compactMap { name in
             var digests: [Int: String] = [:]
+            // A node that gave no status is a finding of its own (`nodes`).
             for node in cluster.nodes where node.collections.contains(name) && !node.excused.contains(name) {
-                guard let status = statuses[node.index] else {
-                    digests[node.index] = "(no answer)"
-                    continue
-                }
+                guard let status = statuses[node.index] else { continue }
                 digests[node.index] = status.collections.first { $0.name == name }.map { $0.digest ?? "-" } ?? "(empty)"
             }
             return Set(digests.values).count > 1 ? (name, digests) : nil
@@ -320,6 +326,11 @@ struct CheckRun {
                 report.checked[.unknownValues, default: 0] += 1
                 if let finding = checker.unknown(value, in: slot, node: read.node) { report.findings.append(finding) }
             }
+        }
+        report.checked[.nodes] = cluster.nodes.count
+        for (node, error) in settled.errors.sorted(by: { $0.key < $1.key }) {
+            report.findings.append(
+                Finding(.nodes, node: node, "status with digests failed at the end: \(error) (log: \(cluster.nodes[node].logPath))"))
         }
         for (node, status) in settled.statuses.sorted(by: { $0.key < $1.key }) {
             report.checked[.pendingTransactions, default: 0] += 1
@@ -446,7 +457,7 @@ struct CheckRun {
         signal(SIGINT, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
         source.setEventHandler {
-            print("shoal-check: interrupted; stopping the nodes")
+            emit("shoal-check: interrupted; stopping the nodes")
             cluster.shutdown()
             exit(130)
         }

@@ -86,17 +86,31 @@ final class Cluster: @unchecked Sendable {  // mutable state behind `state`
         AdminClient(node: HostAndPort(host: "127.0.0.1", port: nodes[i].port), timeout: .milliseconds(Int(timeout * 1000)))
     }
 
+    /// The environment that makes libfaketime read a process's wall clock offset from `file`.
+    static func fakeTime(_ library: String, file: String) -> [String: String] {
+        // Only the wall clock moves: timeouts and timers keep the true monotonic clock.
+        ["LD_PRELOAD": library, "FAKETIME_TIMESTAMP_FILE": file, "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_CACHE_DURATION": "1"]
+    }
+
+    /// Why clock skew cannot be injected here, or nil when it can: libfaketime must be
+    /// installed, and `shoal` must still see its arguments under it (a Swift program
+    /// started with some libfaketime builds preloaded sees none).
+    static func fakeTimeUnavailable(in directory: String) -> String? {
+        guard let library = fakeTimeLibrary else { return "libfaketime is not installed (Debian's package faketime)" }
+        let file = directory + "/clock-probe"
+        try? "+0\n".write(toFile: file, atomically: true, encoding: .utf8)
+        let help = try? ChildProcess.run(ShoalBinary.path, ["run", "--help"], timeout: 30, environment: fakeTime(library, file: file))
+        guard let help, String(decoding: help.stdout, as: UTF8.self).contains("--listen") else {
+            return "under \(library) preloaded, shoal sees no command-line arguments (CommandLine.arguments is empty)"
+        }
+        return nil
+    }
+
     /// Starts node `i` (blocking until it is ready), on its port, with its log appended to.
     func start(_ i: Int) throws {
         let node = nodes[i]
         var environment: [String: String] = [:]
-        if let file = node.clockFile, let library = Self.fakeTimeLibrary {
-            // Only the wall clock moves: timeouts and timers keep the true monotonic clock.
-            environment = [
-                "LD_PRELOAD": library, "FAKETIME_TIMESTAMP_FILE": file, "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-                "FAKETIME_CACHE_DURATION": "1", "FAKETIME_NO_CACHE": "0",
-            ]
-        }
+        if let file = node.clockFile, let library = Self.fakeTimeLibrary { environment = Self.fakeTime(library, file: file) }
         var arguments = common + node.flags
         for peer in node.peers { arguments += ["--peer", peer] }
         for collection in node.collections.sorted() { arguments += ["--subscribe", "SELECT * FROM \(collection)"] }

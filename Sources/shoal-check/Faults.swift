@@ -31,6 +31,18 @@ enum FaultKind: String, CaseIterable, Sendable {
     /// One node started with a smaller frame and document size limit than the others.
     case limits
 
+    /// The known bug this fault finds on the code as it is, not fixed yet: `--skip-known`
+    /// leaves it out, as CI does. Remove the entry with the fix, so CI runs the fault again.
+    var knownBug: String? {
+        switch self {
+        case .restore:
+            "a node restored from an earlier copy reuses transaction IDs and never gets its own later writes back: the nodes disagree for ever"
+        case .limits:
+            "a receiver with a smaller --max-frame-size or --document-size-hard-limit than the sender stalls for ever"
+        default: nil
+        }
+    }
+
     /// Faults that need no injection during the run: how nodes are started.
     var atStart: Bool { self == .limits }
 

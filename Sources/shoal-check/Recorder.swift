@@ -68,6 +68,6 @@ final class Recorder: Sendable {
     func say(_ text: String) {
         let line = String(format: "[%7.2f s] ", now()) + text
         state.withLock { $0.lines.append(line) }
-        if !quiet { print(line) }
+        if !quiet { emit(line) }
     }
 }

@@ -30,6 +30,20 @@ enum OperationKind: String, CaseIterable, Sendable {
     /// `UPDATE reg SET d.x.x… = 1` with a path 126 to 130 levels deep.
     case deep
 
+    /// The known bug this kind finds on the code as it is, not fixed yet: `--skip-known`
+    /// leaves it out, as CI does. Remove the entry with the fix, so CI runs the kind again.
+    var knownBug: String? {
+        switch self {
+        case .evict:
+            "EVICT loses the node's own writes not yet at a peer (counters short, partial transactions never completed), and a relay that evicts leaves the nodes behind it short"
+        case .deep:
+            "a field path 129 levels deep is written, and then every read of its collection fails (nesting deeper than 128 levels)"
+        case .attachment:
+            "an attachment's bytes are fetched from direct peers only: a node two hops from the only holder cannot get them"
+        default: nil
+        }
+    }
+
     /// How often each is chosen, relative to the others.
     var weight: Int {
         switch self {
