@@ -92,21 +92,28 @@ public struct Checker: Sendable {
         (writers[slot] ?? []).filter { overwriters(of: $0, on: slot).isEmpty }
     }
 
+    /// Checks what each node ended with in `slot` (the writes it may hold are worked
+    /// out once for all of them).
+    public func checkFinal(_ slot: Slot, holds values: [(node: Int, value: SlotValue)]) -> [Finding] {
+        let allowed = allowed(slot)
+        return values.compactMap { node, value in
+            if allowed.contains(where: { $0.writes[slot] == value }) { return nil }
+            if let finding = unknown(value, in: slot, node: node) { return finding }
+            var message = "\(slot) holds \(value)"
+            if let token = value.token, let writer = byToken[token] {
+                message += ", written by \(describe(writer)), which \(list(overwriters(of: writer, on: slot))) provably followed"
+            } else {
+                message += ", which no write that could be last left there"
+            }
+            let expected = allowed.filter(isReal)
+            message += expected.isEmpty ? "" : "; expected the value of \(list(expected))"
+            return Finding(.acknowledgedWrites, node: node, documents: [slot.document], message)
+        }
+    }
+
     /// Checks what one node ended with in `slot`.
     public func checkFinal(_ slot: Slot, holds value: SlotValue, node: Int) -> Finding? {
-        let allowed = allowed(slot)
-        if allowed.contains(where: { $0.writes[slot] == value }) { return nil }
-        if let finding = unknown(value, in: slot, node: node) { return finding }
-        let expected = list(allowed.filter(isReal))
-        var message = "\(slot) holds \(value)"
-        if let token = value.token, let writer = byToken[token] {
-            let later = list(overwriters(of: writer, on: slot))
-            message += ", written by \(describe(writer)), which \(later) provably followed"
-        } else {
-            message += ", which no write that could be last left there"
-        }
-        message += expected.isEmpty ? "" : "; expected the value of \(expected)"
-        return Finding(.acknowledgedWrites, node: node, documents: [slot.document], message)
+        checkFinal(slot, holds: [(node, value)]).first
     }
 
     /// A value that no recorded operation wrote to `slot`, or that a refused one did.
@@ -167,7 +174,10 @@ public struct Checker: Sendable {
             excludingEvicted
             ? Set(history.evictions.filter { $0.at.node == read.node && $0.at.time < read.finishedAt }.flatMap(\.documents))
             : []
-        for operation in history.operations where operation.outcome != .refused {
+        // Only the operations whose token the read shows somewhere can be seen in part.
+        let shownTokens = Set(read.values.values.compactMap(\.token))
+        for token in shownTokens.sorted() {
+            guard let operation = byToken[token], operation.outcome != .refused else { continue }
             let slots = operation.certainTokenSlots.filter { read.values[$0] != nil && !evictedHere.contains($0.document) }
             guard slots.count >= 2 else { continue }
             let shown = slots.filter { read.values[$0] == .token(operation.token) }

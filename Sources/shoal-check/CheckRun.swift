@@ -304,11 +304,12 @@ struct CheckRun {
             let list = digests.sorted { $0.key < $1.key }.map { "n\($0.key) \($0.value.prefix(12))" }.joined(separator: ", ")
             report.findings.append(Finding(.digests, documents: [collection], "the nodes disagree on \(collection): \(list)"))
         }
+        let held = Dictionary(grouping: finals.flatMap { read in read.values.map { (slot: $0.key, node: read.node, value: $0.value) } }) { $0.slot }
+        for (slot, values) in held.sorted(by: { $0.key < $1.key }) {
+            report.checked[.acknowledgedWrites, default: 0] += values.count
+            report.findings += checker.checkFinal(slot, holds: values.map { ($0.node, $0.value) })
+        }
         for read in finals {
-            for (slot, value) in read.values.sorted(by: { $0.key < $1.key }) {
-                report.checked[.acknowledgedWrites, default: 0] += 1
-                if let finding = checker.checkFinal(slot, holds: value, node: read.node) { report.findings.append(finding) }
-            }
             for (slot, value) in read.counters.sorted(by: { $0.key < $1.key }) {
                 report.checked[.counters, default: 0] += 1
                 if let finding = checker.checkCounter(slot, holds: value, node: read.node) { report.findings.append(finding) }

@@ -102,11 +102,13 @@ struct ShoalCheckCommand: AsyncParsableCommand {
         if let ops { arguments += ["--ops", ops] }
         if let faults { arguments += ["--faults", faults] }
         if skipKnown { arguments.append("--skip-known") }
-        emit("shoal-check: seed \(seed) (replay: shoal-check \(arguments.joined(separator: " ")))")
+        // With --json, standard output holds the summary alone (the seed is in it too).
+        let say = json ? { FileHandle.standardError.write(Data(($0 + "\n").utf8)) } : emit
+        say("shoal-check: seed \(seed) (replay: shoal-check \(arguments.joined(separator: " ")))")
         if skipKnown {
             let left = OperationKind.allCases.compactMap { kind in kind.knownBug.map { "\(kind.rawValue) (\($0))" } }
                 + FaultKind.allCases.compactMap { kind in kind.knownBug.map { "\(kind.rawValue) (\($0))" } }
-            for line in left { emit("shoal-check: left out, a known bug: \(line)") }
+            for line in left { say("shoal-check: left out, a known bug: \(line)") }
         }
         let plan = Plan(
             seed: seed, duration: duration, nodes: nodes, topology: topology, operations: try operationKinds(),
