@@ -110,11 +110,21 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .target(name: "ShoalCheck", dependencies: ["ShoalCRDT"], swiftSettings: swiftSettings),
+        .executableTarget(
+            name: "shoal-check",
+            dependencies: [
+                "ShoalCheck", "ShoalCRDT", "ShoalNode", "ShoalSync", "ShoalTesting",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "ShoalTesting",
             dependencies: ["ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode"],
             swiftSettings: swiftSettings
         ),
+        .testTarget(name: "ShoalCheckTests", dependencies: ["ShoalCheck", "ShoalCRDT"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalCRDTTests", dependencies: ["ShoalCRDT", "ShoalTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalBulkTests", dependencies: ["ShoalBulk", "ShoalCRDT", "ShoalNode"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalShellTests", dependencies: ["ShoalShell", "ShoalCRDT"], swiftSettings: swiftSettings),

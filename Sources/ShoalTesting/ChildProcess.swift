@@ -36,8 +36,11 @@ public final class ChildProcess: @unchecked Sendable {
     // Under `lock`: set once the child has been reaped.
     private var status: Int32?
 
+    /// Starts `executable` with `arguments`, this process's environment and
+    /// `environment` over it (`LD_PRELOAD` for a faked clock, say).
     public init(
-        _ executable: String, _ arguments: [String], stdin: Stream = .null, stdout: Stream = .null, stderr: Stream = .null
+        _ executable: String, _ arguments: [String], stdin: Stream = .null, stdout: Stream = .null, stderr: Stream = .null,
+        environment: [String: String] = [:]
     ) throws {
         _ = ChildProcess.ignoreBrokenPipes
         var parentEnds: [ChildPipe?] = [nil, nil, nil]
@@ -86,7 +89,16 @@ public final class ChildProcess: @unchecked Sendable {
         let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
         defer { for pointer in argv { free(pointer) } }
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, executable, &actions, &attributes, argv, environ)
+        let result: Int32
+        if environment.isEmpty {
+            result = posix_spawn(&pid, executable, &actions, &attributes, argv, environ)
+        } else {
+            var merged = ProcessInfo.processInfo.environment
+            merged.merge(environment) { $1 }
+            let envp: [UnsafeMutablePointer<CChar>?] = merged.map { strdup("\($0.key)=\($0.value)") } + [nil]
+            defer { for pointer in envp { free(pointer) } }
+            result = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
+        }
         guard result == 0 else { throw ChildProcessError.spawn(executable, result) }
         processIdentifier = pid
         input = parentEnds[0]
@@ -135,10 +147,11 @@ public final class ChildProcess: @unchecked Sendable {
     /// Runs to completion: writes `input` (if any) to its standard input, collects
     /// both output streams, and kills it after `timeout` seconds.
     public static func run(
-        _ executable: String, _ arguments: [String], input data: Data? = nil, timeout: Double = 30
+        _ executable: String, _ arguments: [String], input data: Data? = nil, timeout: Double = 30,
+        environment: [String: String] = [:]
     ) throws -> (status: Int32, stdout: Data, stderr: Data) {
         let child = try ChildProcess(
-            executable, arguments, stdin: data == nil ? .null : .pipe, stdout: .pipe, stderr: .pipe)
+            executable, arguments, stdin: data == nil ? .null : .pipe, stdout: .pipe, stderr: .pipe, environment: environment)
         if let data, let input = child.input {
             // Written beside the reads below: more than a pipe holds must not block them.
             Thread.detachNewThread {

@@ -35,22 +35,36 @@ public final class NodeProcess {
     public let name: String
     public let dataDirectory: String
     public let logPath: String
+    /// Whether the log was the caller's to name, and so outlives this process.
+    private let keepsLog: Bool
     private let process: ChildProcess
     public private(set) var address = ""
 
-    /// Starts `shoal run` and waits for its ready line.
-    public init(name: String, dataDirectory: String, listenPort: Int = 0, extra: [String] = [], plain: Bool = false) throws {
+    /// Starts `shoal run` and waits for its ready line; `environment` is added to the
+    /// child's, and its output goes to `logPath` (appended to), or to a new file
+    /// beside the data directory.
+    public init(
+        name: String, dataDirectory: String, listenPort: Int = 0, extra: [String] = [], plain: Bool = false,
+        environment: [String: String] = [:], logPath: String? = nil
+    ) throws {
         self.name = name
         self.dataDirectory = dataDirectory
-        self.logPath = dataDirectory + ".\(UInt32.random(in: 0...UInt32.max)).log"
-        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        self.logPath = logPath ?? dataDirectory + ".\(UInt32.random(in: 0...UInt32.max)).log"
+        keepsLog = logPath != nil
+        if !FileManager.default.fileExists(atPath: self.logPath) {
+            _ = FileManager.default.createFile(atPath: self.logPath, contents: nil)
+        }
+        // A log shared with earlier runs of the node is read from where this one starts.
+        let start = (try? FileManager.default.attributesOfItem(atPath: self.logPath)[.size] as? Int) ?? 0
         let arguments = plain ? ["run"] + extra : [
             "run", "--data", dataDirectory, "--listen", "127.0.0.1:\(listenPort)", "--name", name, "--no-discovery",
         ] + extra
-        process = try ChildProcess(ShoalBinary.path, arguments, stdout: .file(logPath), stderr: .file(logPath))
+        process = try ChildProcess(
+            ShoalBinary.path, arguments, stdout: .file(self.logPath), stderr: .file(self.logPath), environment: environment)
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {
-            if let line = self.log().split(separator: "\n").first(where: { $0.contains("ready to accept connections on ") }),
+            if let line = self.log().utf8.dropFirst(start).split(separator: UInt8(ascii: "\n"))
+                .lazy.map({ String(decoding: $0, as: UTF8.self) }).first(where: { $0.contains("ready to accept connections on ") }),
                 let range = line.range(of: "ready to accept connections on ")
             {
                 // The address ends the text line; in a JSON line, a quote ends it.
@@ -140,9 +154,12 @@ public final class NodeProcess {
         return object
     }
 
+    /// Sends `signal` (SIGSTOP, SIGCONT) to the running process.
+    public func signal(_ signal: Int32) { process.send(signal) }
+
     deinit {
         stop()
-        try? FileManager.default.removeItem(atPath: logPath)
+        if !keepsLog { try? FileManager.default.removeItem(atPath: logPath) }
     }
 }
 
@@ -156,6 +173,24 @@ public struct NodeProcessError: Error, CustomStringConvertible {
 public func writePrivateFile(_ path: String, _ text: String) throws {
     try text.write(toFile: path, atomically: false, encoding: .utf8)
     guard chmod(path, 0o600) == 0 else { throw NodeProcessError(message: "chmod \(path) failed") }
+}
+
+/// A port of 127.0.0.1 that is free now, for a node that must listen on the same
+/// port again after a restart.
+public func freeLoopbackPort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+    }
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
 }
 
 /// Polls until `condition` holds or the time runs out.

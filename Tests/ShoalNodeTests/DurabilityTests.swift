@@ -75,22 +75,6 @@ extension ProcessSuites {
         return counts
     }
 
-    static func freePort() -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
     @Test func everyAcknowledgedTransactionSurvivesKillsWholeAndSyncCompletes() async throws {
         let cycles = Int(ProcessInfo.processInfo.environment["SHOAL_DURABILITY_CYCLES"] ?? "") ?? 3
         let dirs = TemporaryDirectory(prefix: "shoal-durability")
@@ -99,7 +83,7 @@ extension ProcessSuites {
         let sourceSite = SiteID(hex: try #require(try source.status()["siteID"] as? String))!
         var subscription = SubscriptionSet()
         try subscription.add(query: "SELECT * FROM incoming")
-        let port = Self.freePort()
+        let port = freeLoopbackPort()
         let victimArguments = ["--peer", source.address, "--subscribe", "SELECT * FROM incoming"]
         let incoming = Writer(collection: "incoming", address: source.address)
         let local = Writer(collection: "local", address: "127.0.0.1:\(port)")

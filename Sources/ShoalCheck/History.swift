@@ -1,0 +1,208 @@
+/// One field of one document the checker writes: the unit its verdicts are about.
+///
+/// Documents have `_id`s unique across collections (`r0`, `p1`, `c2`), so a slot
+/// names its collection through `Universe`. A map entry is the field `m.k0`.
+public struct Slot: Hashable, Sendable, Comparable, CustomStringConvertible {
+    public var document: String
+    public var field: String
+
+    public init(_ document: String, _ field: String) {
+        self.document = document
+        self.field = field
+    }
+
+    public var description: String { "\(document).\(field)" }
+
+    public static func < (a: Slot, b: Slot) -> Bool { (a.document, a.field) < (b.document, b.field) }
+}
+
+/// What a slot holds, as the checker sees it: the token of the operation that wrote
+/// it, or nothing.
+public enum SlotValue: Hashable, Sendable, CustomStringConvertible {
+    case token(String)
+    case absent
+
+    public var description: String {
+        switch self {
+        case .token(let token): token
+        case .absent: "(absent)"
+        }
+    }
+
+    public var token: String? {
+        if case .token(let token) = self { return token }
+        return nil
+    }
+}
+
+/// A moment on one node: real time (seconds since the run began) in one of its
+/// epochs. A node's epoch changes when its data directory is restored from a copy.
+public struct Moment: Hashable, Sendable {
+    public var node: Int
+    public var epoch: Int
+    public var time: Double
+
+    public init(node: Int, epoch: Int, time: Double) {
+        self.node = node
+        self.epoch = epoch
+        self.time = time
+    }
+}
+
+/// A write operation sent to a node and what came of it.
+public struct Mutation: Sendable, Identifiable {
+    public enum Outcome: String, Sendable {
+        /// `exec` (or COMMIT) answered: the transaction committed.
+        case acknowledged
+        /// No answer (a timeout, a connection lost): it may or may not have committed.
+        case indeterminate
+        /// The node answered with an error: nothing of it was written, so its token
+        /// must never appear.
+        case refused
+    }
+
+    /// The kind of the operation that creates every document before the others start:
+    /// every node held it before any other was sent, so every other write follows it.
+    public static let setup = "setup"
+
+    public var id: Int
+    /// `upsert`, `update`, `transaction`, … as the workload names them.
+    public var kind: String
+    /// Where it was sent, and when.
+    public var sent: Moment
+    /// When the answer came (nil unless acknowledged).
+    public var acknowledgedAt: Double?
+    public var outcome: Outcome
+    /// The transaction ID the node answered with.
+    public var transactionID: String?
+    /// The token its value writes carry: unique to this operation.
+    public var token: String
+    /// What it wrote to each slot: its token, or `.absent` (UNSET, DELETE). For an
+    /// acknowledged operation, exactly what it wrote; for an indeterminate one, what
+    /// it meant to.
+    public var writes: [Slot: SlotValue]
+    /// Writes that may not have happened even if the operation committed (an UPDATE
+    /// whose document the node may not have held): not expected together with the rest.
+    public var uncertain: Set<Slot> = []
+    /// Counter increments, by counter slot.
+    public var increments: [Slot: Int64] = [:]
+    /// Set when a restore from an earlier copy may legitimately have lost it: an
+    /// acknowledged write of the restored node after the copy that no other node held.
+    public var maybeLost = false
+    /// The statements, for messages.
+    public var text: String
+
+    public init(
+        id: Int, kind: String, sent: Moment, acknowledgedAt: Double?, outcome: Outcome, transactionID: String?,
+        token: String, writes: [Slot: SlotValue], uncertain: Set<Slot> = [], increments: [Slot: Int64] = [:],
+        text: String
+    ) {
+        self.id = id
+        self.kind = kind
+        self.sent = sent
+        self.acknowledgedAt = acknowledgedAt
+        self.outcome = outcome
+        self.transactionID = transactionID
+        self.token = token
+        self.writes = writes
+        self.uncertain = uncertain
+        self.increments = increments
+        self.text = text
+    }
+
+    /// The moment the node answered, on the node it ran on.
+    public var acknowledged: Moment? {
+        acknowledgedAt.map { Moment(node: sent.node, epoch: sent.epoch, time: $0) }
+    }
+
+    /// Slots it certainly wrote its token to, had it committed at all.
+    public var certainTokenSlots: [Slot] {
+        writes.filter { $0.value == .token(token) && !uncertain.contains($0.key) }.map(\.key).sorted()
+    }
+}
+
+/// A read of every slot on one node, in one snapshot.
+public struct Read: Sendable {
+    public var node: Int
+    public var epoch: Int
+    public var startedAt: Double
+    public var finishedAt: Double
+    /// The slots this node is expected to hold (its subscriptions), with what it held.
+    public var values: [Slot: SlotValue]
+    /// Counter values, by counter slot (nil: the field is missing).
+    public var counters: [Slot: Double?] = [:]
+    /// Transaction IDs the node said (status, before or after the read) it applied in part.
+    public var partial: Set<String> = []
+
+    public init(node: Int, epoch: Int, startedAt: Double, finishedAt: Double, values: [Slot: SlotValue]) {
+        self.node = node
+        self.epoch = epoch
+        self.startedAt = startedAt
+        self.finishedAt = finishedAt
+        self.values = values
+    }
+
+    public var finished: Moment { Moment(node: node, epoch: epoch, time: finishedAt) }
+}
+
+/// An EVICT that ran on a node.
+public struct Eviction: Sendable {
+    public var at: Moment
+    public var documents: Set<String>
+
+    public init(at: Moment, documents: Set<String>) {
+        self.at = at
+        self.documents = documents
+    }
+}
+
+/// Everything that happened in a run, as the checker needs it: operations with their
+/// outcomes, reads, evictions, and each node's epochs.
+///
+/// Events on one node are ordered by real time within its lineage: the epoch it runs
+/// and, back through each restore, the epochs it was restored from up to the moment
+/// their copy was taken. What a node did after the copy and before the restore is in
+/// no lineage of the later epochs: its clock and its data went back.
+public struct History: Sendable {
+    public private(set) var operations: [Mutation] = []
+    public private(set) var reads: [Read] = []
+    public private(set) var evictions: [Eviction] = []
+    /// For each epoch, the epoch it was restored from and when that one's copy was taken.
+    private var parents: [Int: (epoch: Int, copiedAt: Double)] = [:]
+    private var nextEpoch = 1
+
+    public init() {}
+
+    /// A new epoch for a node whose data directory was restored from a copy of
+    /// `epoch` taken at `copiedAt`.
+    public mutating func restore(from epoch: Int, copiedAt: Double) -> Int {
+        let new = nextEpoch
+        nextEpoch += 1
+        parents[new] = (epoch, copiedAt)
+        return new
+    }
+
+    public mutating func record(_ operation: Mutation) { operations.append(operation) }
+    public mutating func record(_ read: Read) { reads.append(read) }
+    public mutating func record(_ eviction: Eviction) { evictions.append(eviction) }
+
+    /// Marks `ids` as writes a restore may have lost.
+    public mutating func markMaybeLost(_ ids: Set<Int>) {
+        for index in operations.indices where ids.contains(operations[index].id) {
+            operations[index].maybeLost = true
+        }
+    }
+
+    /// Whether `earlier` happened before `later` on the same node, in `later`'s lineage.
+    public func precedes(_ earlier: Moment, _ later: Moment) -> Bool {
+        guard earlier.node == later.node, earlier.time < later.time else { return false }
+        var epoch = later.epoch
+        var limit = Double.infinity
+        while true {
+            if epoch == earlier.epoch { return earlier.time < limit }
+            guard let parent = parents[epoch] else { return false }
+            limit = min(limit, parent.copiedAt)
+            epoch = parent.epoch
+        }
+    }
+}

@@ -1,0 +1,222 @@
+import Foundation
+import ShoalCRDT
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A TCP proxy on 127.0.0.1 that fails like a network does: a link between two nodes
+/// that a test or `shoal-check` can reset, blackhole or stall, each way or both.
+///
+/// ```
+///   dialer ──► proxy (127.0.0.1:port) ──► 127.0.0.1:target
+///          forward: dialer to target      backward: target to dialer
+/// ```
+///
+/// Every socket it opens is closed by `stop()` (and on deinit); its threads end with
+/// them. Each direction of each connection is pumped by a thread of its own, which
+/// asks the proxy's `Mode` what to do with the bytes it reads.
+public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
+    /// What happens to the bytes of one direction.
+    public enum Flow: Sendable, Equatable {
+        /// Forwarded as they come.
+        case open
+        /// Read and thrown away, the connection kept open: the other end waits for
+        /// bytes that never come (its idle or handshake timeout ends it). A connection
+        /// that lost bytes is reset when the link heals, since its stream has a hole.
+        case blackhole
+        /// Not read at all: the sender's socket buffers fill and it waits, as behind a
+        /// congested link; when the link heals, everything arrives late but whole.
+        case stall
+    }
+
+    /// How the link behaves now.
+    public struct Mode: Sendable, Equatable {
+        /// Connections refused, and those open reset (`cut()`).
+        public var refused = false
+        public var forward = Flow.open
+        public var backward = Flow.open
+
+        public init(refused: Bool = false, forward: Flow = .open, backward: Flow = .open) {
+            self.refused = refused
+            self.forward = forward
+            self.backward = backward
+        }
+
+        public static let open = Mode()
+    }
+
+    public let port: Int
+    private let target: Int
+    private let listener: Int32
+    private struct State {
+        var open: Set<Int32> = []
+        var mode = Mode.open
+        var stopped = false
+        /// Connections that lost bytes to a blackhole, reset when the link heals.
+        var holed: Set<ObjectIdentifier> = []
+        var pairs: [ObjectIdentifier: Pair] = [:]
+    }
+    private let state = Locked(State())
+
+    /// Listens on a free port of 127.0.0.1 and forwards every connection to 127.0.0.1:`target`.
+    public init(to target: Int) throws {
+        self.target = target
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var yes: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var address = Self.loopback(port: 0)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(fd, 16) == 0 else {
+            close(fd)
+            throw NodeProcessError(message: "the proxy cannot listen")
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        listener = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+        Thread.detachNewThread { [self] in acceptLoop() }
+    }
+
+    public var address: String { "127.0.0.1:\(port)" }
+
+    public var mode: Mode { state.withLock { $0.mode } }
+
+    static func loopback(port: Int) -> sockaddr_in {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return address
+    }
+
+    /// Breaks every connection through the proxy and refuses new ones until `restore()`.
+    public func cut() { set(Mode(refused: true)) }
+
+    /// Lets connections through again, each way.
+    public func restore() { set(.open) }
+
+    /// Makes the link behave as `mode` says from now on. Going from refused to open
+    /// lets new connections through; a connection that lost bytes to a blackhole is
+    /// reset once its direction no longer drops them.
+    public func set(_ mode: Mode) {
+        // Under the lock, so a pump cannot close (and the kernel reuse) a descriptor meanwhile.
+        state.withLock { state in
+            state.mode = mode
+            if mode.refused {
+                for fd in state.open { shutdown(fd, Int32(SHUT_RDWR)) }
+            } else if mode.forward != .blackhole && mode.backward != .blackhole {
+                for id in state.holed {
+                    guard let pair = state.pairs[id] else { continue }
+                    shutdown(pair.client, Int32(SHUT_RDWR))
+                    shutdown(pair.upstream, Int32(SHUT_RDWR))
+                }
+                state.holed = []
+            }
+        }
+    }
+
+    public func stop() {
+        let first = state.withLock { state -> Bool in
+            guard !state.stopped else { return false }
+            state.stopped = true
+            state.mode = Mode(refused: true)
+            for fd in state.open { shutdown(fd, Int32(SHUT_RDWR)) }
+            return true
+        }
+        guard first else { return }
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
+
+    deinit { stop() }
+
+    private func acceptLoop() {
+        while true {
+            let client = accept(listener, nil, nil)
+            guard client >= 0 else { return }  // the listener was closed
+            guard !state.withLock({ $0.mode.refused }) else {
+                close(client)
+                continue
+            }
+            let upstream = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = Self.loopback(port: target)
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            guard connected == 0 else {
+                close(client)
+                close(upstream)
+                continue
+            }
+            let pair = Pair(client: client, upstream: upstream)
+            state.withLock {
+                $0.open.formUnion([client, upstream])
+                $0.pairs[ObjectIdentifier(pair)] = pair
+            }
+            Thread.detachNewThread { [self] in pump(from: client, to: upstream, pair: pair, forward: true) }
+            Thread.detachNewThread { [self] in pump(from: upstream, to: client, pair: pair, forward: false) }
+        }
+    }
+
+    /// The two sockets of one connection, closed once both pumps have ended.
+    final class Pair: @unchecked Sendable {  // `ended` behind its lock
+        let client: Int32, upstream: Int32
+        let ended = Locked(0)
+        init(client: Int32, upstream: Int32) {
+            self.client = client
+            self.upstream = upstream
+        }
+    }
+
+    /// What one direction's pump does next.
+    private func flow(forward: Bool) -> Flow {
+        state.withLock { forward ? $0.mode.forward : $0.mode.backward }
+    }
+
+    private func pump(from source: Int32, to destination: Int32, pair: Pair, forward: Bool) {
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        loop: while true {
+            // A stalled direction reads nothing until the link heals (or is cut, which
+            // shuts the socket down under it).
+            while flow(forward: forward) == .stall {
+                // POLLRDHUP (0x2000, which Glibc's module does not import): the other end closed.
+                let peerClosed: Int16 = 0x2000
+                var descriptor = pollfd(fd: source, events: peerClosed, revents: 0)
+                if poll(&descriptor, 1, 50) > 0, descriptor.revents & (Int16(POLLHUP | POLLERR | POLLNVAL) | peerClosed) != 0 {
+                    break loop
+                }
+            }
+            let n = recv(source, &buffer, buffer.count, 0)
+            if n <= 0 { break }
+            if flow(forward: forward) == .blackhole {
+                state.withLock { _ = $0.holed.insert(ObjectIdentifier(pair)) }
+                continue
+            }
+            var sent = 0
+            while sent < n {
+                let m = buffer[sent..<n].withUnsafeBytes { send(destination, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                if m <= 0 { break }
+                sent += m
+            }
+            if sent < n { break }
+        }
+        shutdown(destination, Int32(SHUT_RDWR))
+        shutdown(source, Int32(SHUT_RDWR))
+        if pair.ended.withLock({ $0 += 1; return $0 }) == 2 {
+            state.withLock {
+                $0.open.subtract([pair.client, pair.upstream])
+                $0.pairs[ObjectIdentifier(pair)] = nil
+                $0.holed.remove(ObjectIdentifier(pair))
+            }
+            close(pair.client)
+            close(pair.upstream)
+        }
+    }
+}
