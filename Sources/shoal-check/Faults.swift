@@ -37,8 +37,6 @@ enum FaultKind: String, CaseIterable, Sendable {
         switch self {
         case .restore:
             "a node restored from an earlier copy reuses transaction IDs and never gets its own later writes back: the nodes disagree for ever"
-        case .limits:
-            "a receiver with a smaller --max-frame-size or --document-size-hard-limit than the sender stalls for ever"
         default: nil
         }
     }

@@ -36,8 +36,6 @@ enum OperationKind: String, CaseIterable, Sendable {
         switch self {
         case .evict:
             "EVICT loses the node's own writes not yet at a peer (counters short, partial transactions never completed), and a relay that evicts leaves the nodes behind it short"
-        case .deep:
-            "a field path 129 levels deep is written, and then every read of its collection fails (nesting deeper than 128 levels)"
         case .attachment:
             "an attachment's bytes are fetched from direct peers only: a node two hops from the only holder cannot get them"
         default: nil
