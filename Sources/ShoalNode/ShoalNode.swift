@@ -317,12 +317,10 @@ public final class ShoalNode: Service, Sendable {
         }
     }
 
-    /// A connection framed for sessions, with the count of bytes it received and its
-    /// frame limit, the handshake's until the session is established.
+    /// A connection framed for sessions, with the count of bytes it received.
     struct FramedConnection: Sendable {
         let frames: NIOAsyncChannel<Frame, Frame>
         let inboundBytes: InboundByteCounter
-        let limit: FrameSizeLimit
 
         var channel: any Channel { frames.channel }
     }
@@ -334,8 +332,7 @@ public final class ShoalNode: Service, Sendable {
         try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameByteDecoder(limit: limit)))
         try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(FrameByteEncoder()))
         return FramedConnection(
-            frames: try NIOAsyncChannel<Frame, Frame>(wrappingChannelSynchronously: channel), inboundBytes: counter,
-            limit: limit)
+            frames: try NIOAsyncChannel<Frame, Frame>(wrappingChannelSynchronously: channel), inboundBytes: counter)
     }
 
     private func accept(_ connection: FramedConnection, admin: AdminService) async {
@@ -354,7 +351,7 @@ public final class ShoalNode: Service, Sendable {
                 try await connection.frames.executeThenClose { inbound, outbound in
                     let transport = ChannelTransport(
                         writer: outbound, channel: connection.channel, inboundBytes: connection.inboundBytes,
-                        limit: connection.limit, onEstablished: { self.handshakes.leave(ticket) })
+                        onEstablished: { self.handshakes.leave(ticket) })
                     try await sync.serve(
                         inbound: inbound, transport: transport, direction: .inbound, remoteAddress: remote, admin: admin,
                         remoteIsLoopback: loopback)
@@ -512,8 +509,7 @@ public final class ShoalNode: Service, Sendable {
                 defer { group.cancelAll() }
                 return try await connection.frames.executeThenClose { inbound, outbound in
                     let transport = ChannelTransport(
-                        writer: outbound, channel: connection.channel, inboundBytes: connection.inboundBytes,
-                        limit: connection.limit)
+                        writer: outbound, channel: connection.channel, inboundBytes: connection.inboundBytes)
                     return try await sync.serve(
                         inbound: inbound, transport: transport, direction: .outbound, remoteAddress: peer.description,
                         discovered: discovered)
@@ -556,13 +552,9 @@ struct ChannelTransport: SessionTransport {
     let writer: NIOAsyncChannelOutboundWriter<Frame>
     let channel: any Channel
     let inboundBytes: InboundByteCounter?
-    let limit: FrameSizeLimit
     var onEstablished: @Sendable () -> Void = {}
 
-    func established() {
-        limit.establish()
-        onEstablished()
-    }
+    func established() { onEstablished() }
 
     func write(_ frame: Frame) async throws {
         try await writer.write(frame)

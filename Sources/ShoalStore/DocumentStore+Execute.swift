@@ -135,7 +135,13 @@ extension DocumentStore {
             case .delete(let delete):
                 last = QueryResult(mutatedDocumentIDs: try local!.delete(delete, arguments: arguments))
             case .evict(let evict):
-                last = QueryResult(mutatedDocumentIDs: try local!.evict(evict, arguments: arguments))
+                let (evicted, kept) = try local!.evict(evict, arguments: arguments, holdings: peerHoldings)
+                last = QueryResult(mutatedDocumentIDs: evicted)
+                if !kept.isEmpty {
+                    logger.notice(
+                        "EVICT FROM \(evict.collection) kept \(kept.count) document(s) holding this node's own writes that no peer has acknowledged yet: evicted, they could not come back. Evict them again once a peer has them",
+                        metadata: ["shoal.collection": "\(evict.collection)", "shoal.documents": "\(kept.prefix(10).map(\.canonicalJSON).joined(separator: ","))"])
+                }
             }
             if statement.writesDocuments, let collection = statement.targetCollection { written.insert(collection) }
         }

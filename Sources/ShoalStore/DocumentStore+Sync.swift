@@ -123,7 +123,6 @@ extension DocumentStore {
         excludingOrigin peer: SiteID? = nil, skipping: (@Sendable (TransactionID) -> Bool)? = nil,
         continuing: Set<TransactionID> = [], resuming: Bool = false
     ) async throws(StoreError) -> ChangeLogPage {
-        let evicted = evictedSomething
         // A page near the log's end (a session keeping up) is short: read it on this thread.
         return try await read(inline: lastCommittedSequence &- sequence <= Self.shortPageRows) { db in
             var rows: [LogRow] = []
@@ -166,7 +165,7 @@ extension DocumentStore {
                 // Resuming inside a transaction's run: its earlier pieces went out before.
                 continuing.insert(rows[0].delta.transaction)
             }
-            var reader = PieceReader(db: db, subscriptions: subscriptions, excluded: peer, evicted: evicted)
+            var reader = PieceReader(db: db, subscriptions: subscriptions, excluded: peer)
             var pieces: [TransactionPiece] = []
             var start = 0
             while start < rows.count {
@@ -194,7 +193,6 @@ extension DocumentStore {
     public func transactionPieces(
         _ id: TransactionID, subscriptions: SubscriptionSet, collections: Set<String> = [], byteLimit: Int = 4 << 20
     ) async throws(StoreError) -> [TransactionPiece] {
-        let evicted = evictedSomething
         return try await read { db in
             guard let stored = try StoredTransaction.fetch(db, id), stored.state == .applied || stored.state == .partial else { return [] }
             var rows: [LogRow] = []
@@ -207,7 +205,7 @@ extension DocumentStore {
             }
             rows.sort { $0.delta.index < $1.delta.index }
             if !collections.isEmpty { rows = rows.filter { collections.contains($0.delta.collection) } }
-            var reader = PieceReader(db: db, subscriptions: subscriptions, excluded: nil, evicted: evicted, context: false)
+            var reader = PieceReader(db: db, subscriptions: subscriptions, excluded: nil, context: false)
             var pieces: [TransactionPiece] = []
             var start = 0
             repeat {
@@ -233,51 +231,37 @@ struct PieceReader {
     let db: Database
     let subscriptions: SubscriptionSet
     let excluded: Int64?
-    /// Whether documents may be missing their body (EVICT ran at some point).
-    let evicted: Bool
     let context: Bool
     var matches: [DocumentRef: Bool] = [:]
 
-    init(db: Database, subscriptions: SubscriptionSet, excluded: SiteID?, evicted: Bool, context: Bool = true) {
+    init(db: Database, subscriptions: SubscriptionSet, excluded: SiteID?, context: Bool = true) {
         self.db = db
         self.subscriptions = subscriptions
         self.excluded = excluded.map { Int64(bitPattern: $0.rawValue) }
-        self.evicted = evicted
         self.context = context
     }
 
+    /// Whether the peer's subscriptions want a logged document's deltas.
+    ///
+    /// The log is what this node owes the mesh: every logged delta goes to every peer
+    /// that wants its document, whether or not this node still holds the document
+    /// (EVICT removes a document's registers and body, never its log). A document this
+    /// node cannot judge, because it holds no body for it (evicted, or left with no live
+    /// field) or one it cannot read (stored past the limits by an older version), is
+    /// sent: a subscriber can only get more than it asked for, never less, and no
+    /// verdict could explain withholding it (DATA_MODEL.md §11).
     mutating func matches(_ document: DocumentRef) throws -> Bool {
-        let whole = subscriptions.takesWholeCollection(document.collection)
-        // No WHERE to evaluate, and no EVICT that could have taken a logged document's
-        // body away: the document is wanted whatever its body (a deleted one keeps its
-        // tombstone to send; one left with no live field, or created and deleted in one
-        // remote transaction, has its removals to send). Nothing to read or remember.
-        if whole, !evicted { return true }
+        // No WHERE to evaluate: the document is wanted whatever its body (a deleted one
+        // keeps its tombstone to send, an evicted one its log). Nothing to read or remember.
+        if subscriptions.takesWholeCollection(document.collection) { return true }
         if let known = matches[document] { return known }
-        let matched: Bool
-        if whole {
-            // No WHERE to evaluate: a body is enough, and it need not be parsed.
-            var exists = try HotStatement(db, sql: "SELECT 1 FROM document WHERE collection = ? AND doc_id = ?")
-            exists.bind(document.collection)
-            exists.bind(document.id)
-            var found = false
-            try exists.query { _ in
-                found = true
-                return false
-            }
-            matched = found
-        } else {
-            let body = try String.fetchOne(
-                db.cachedStatement(sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ?"),
-                arguments: [document.collection, document.id])
-            // A body that cannot be read (stored past the limits by an older version) cannot
-            // be judged: it is sent, which a subscriber can only hold more of, rather than
-            // withheld, which no verdict could then explain.
-            matched = body.map { text in
-                guard let parsed = try? JSON.parse(text) else { return true }
-                return subscriptions.matches(collection: document.collection, document: parsed)
-            } ?? false
-        }
+        let body = try String.fetchOne(
+            db.cachedStatement(sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ?"),
+            arguments: [document.collection, document.id])
+        let matched = body.map { text in
+            guard let parsed = try? JSON.parse(text) else { return true }
+            return subscriptions.matches(collection: document.collection, document: parsed)
+        } ?? true
         matches[document] = matched
         return matched
     }
@@ -348,28 +332,15 @@ struct PieceReader {
         return piece
     }
 
-    /// For each collection of the manifest: what this node holds and withholds does
-    /// not match the peer's subscriptions (`notCovered` by them); what it does not
-    /// hold is what its own sources said (`rest`); and a held document whose body
-    /// EVICT removed cannot be judged (`unknown`).
+    /// For each collection of the manifest: what this node logged and withholds does
+    /// not match the peer's subscriptions (`notCovered` by them: it sends everything it
+    /// logged that they may want, `matches`); what it never logged is what its own
+    /// sources said (`rest`).
     func lastPieceVerdicts(_ id: TransactionID, _ collections: [CollectionCount], rest: [Verdict]) throws -> [Verdict] {
-        var unjudged: Set<String> = []
-        if evicted {
-            unjudged = Set(
-                try String.fetchAll(
-                    db,
-                    sql: """
-                        SELECT DISTINCT e.value ->> 0 FROM change_log l, json_each(shoal_log_documents(l.entries)) e
-                        WHERE l.txn_site = ? AND l.txn_seq = ? AND e.value ->> 0 IS NOT NULL AND NOT EXISTS (
-                            SELECT 1 FROM document d WHERE d.collection = e.value ->> 0 AND d.doc_id = e.value ->> 1)
-                        """,
-                    arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]))
-        }
         let filter = subscriptions.filter
         var verdicts: [Verdict] = []
         for count in collections {
             verdicts.append(Verdict(collection: count.collection, coverage: .notCovered(filter)))
-            if unjudged.contains(count.collection) { verdicts.append(Verdict(collection: count.collection, coverage: .unknown)) }
             for verdict in rest where verdict.collection == count.collection && !verdicts.contains(verdict) {
                 verdicts.append(verdict)
             }

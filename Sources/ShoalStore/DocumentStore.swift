@@ -52,6 +52,8 @@ public final class DocumentStore: Sendable {
     let logger: Logger
     /// Whether EVICT ever removed documents here (then a logged document may lack a body).
     let evictions = Locked(false)
+    /// What peers acknowledged of this node's log, for EVICT (noted by sync sessions).
+    public let peerHoldings = PeerHoldings()
     /// Local read-write transactions committed since the store opened.
     let localCommits = Locked<UInt64>(0)
     /// Whether the last write of `execute`, or of a `Transaction`'s statements, took

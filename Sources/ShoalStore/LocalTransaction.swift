@@ -285,15 +285,32 @@ struct LocalTransaction {
         return matches.map { $0.body["_id"] ?? .null }
     }
 
-    /// EVICT: forgets local copies without telling anyone. The change log keeps
-    /// what it relayed; peer cursors restart so subscriptions refill what they match.
-    /// What this site's next increments need (its own counter contributions, their
-    /// bases, the tombstone) is kept aside in `evicted_counter`.
-    mutating func evict(_ evict: DeleteStatement, arguments: [String: Value]) throws -> [Value] {
+    /// EVICT: forgets local copies without telling anyone, and never what only this
+    /// node holds (DATA_MODEL.md §11).
+    ///
+    /// The change log is untouched: it still sends every peer what it logged, evicted
+    /// documents included. A document that holds a write of this node's own that no
+    /// peer has acknowledged (`holdings`) is kept whole: dropped here, nobody would give
+    /// it back to this node, since peers never stream a node's own writes back unless
+    /// it asks from the start. Peer cursors restart, so subscriptions refill what they
+    /// match, this node's own writes included. What this site's next increments need
+    /// (its own counter contributions, their bases, the tombstone) is kept aside in
+    /// `evicted_counter`. Returns the `_id`s evicted and those kept.
+    mutating func evict(
+        _ evict: DeleteStatement, arguments: [String: Value], holdings: PeerHoldings
+    ) throws -> (evicted: [Value], kept: [Value]) {
         let matches = try DocumentStore.matchingDocuments(
             collection: evict.collection, predicate: evict.whereClause, arguments: arguments, db: db)
-        for (key, _) in matches {
+        var evicted: [Value] = [], kept: [Value] = []
+        for (key, body) in matches {
             let registers = try RegisterRows.load(db, collection: evict.collection, key: key)
+            if let sequence = try lastOwnWrite(registers),
+                !holdings.someoneHolds(collection: evict.collection, body: body, through: sequence)
+            {
+                kept.append(body["_id"] ?? .null)
+                continue
+            }
+            evicted.append(body["_id"] ?? .null)
             // What the clock adopts of the forgotten timestamps outlives them in the high-water mark.
             if let latest = registers.latestTimestamp { clock.observe(latest) }
             // This site's increments must outlive them too, until peers send them back.
@@ -302,14 +319,28 @@ struct LocalTransaction {
             try db.execute(sql: "DELETE FROM field WHERE collection = ? AND doc_id = ?", arguments: [evict.collection, key])
             try db.execute(sql: "DELETE FROM document WHERE collection = ? AND doc_id = ?", arguments: [evict.collection, key])
         }
-        if !matches.isEmpty {
+        if !evicted.isEmpty {
             try saveClockHighWater()
             try db.execute(sql: "DELETE FROM peer_cursor")
-            // From now on a logged document may have no body: relaying must say so (`unknown`).
+            // From now on this node may lack its own transactions: it asks peers for them.
             try db.execute(sql: "INSERT OR REPLACE INTO shoal_meta (key, value) VALUES ('evicted', 1)")
             progress.evicted = true
         }
-        return matches.map { $0.body["_id"] ?? .null }
+        return (evicted, kept)
+    }
+
+    /// The highest change-log sequence of the transactions of this site that wrote a
+    /// register `registers` hold now; nil when none did.
+    private func lastOwnWrite(_ registers: DocumentRegisters) throws -> UInt64? {
+        let own = Set(registers.registers.values.lazy.map(\.transaction).filter { $0.origin == site }.map(\.sequence))
+        guard !own.isEmpty else { return nil }
+        let statement = try db.cachedStatement(sql: "SELECT MAX(seq) FROM change_log WHERE txn_site = ? AND txn_seq = ?")
+        var last: UInt64 = 0
+        for sequence in own {
+            let row = try Int64.fetchOne(statement, arguments: [Int64(bitPattern: site.rawValue), Int64(sequence)]) ?? 0
+            last = max(last, UInt64(row))
+        }
+        return last
     }
 
     private func loadBody(collection: String, key: String) throws -> [String: Value]? {

@@ -44,6 +44,9 @@ public protocol SyncStore: AnyObject, Sendable {
     ) -> ChangeFeedListening
     /// A signal each time EVICT restarts every peer cursor.
     func cursorResets() -> AsyncStream<UInt64>
+    /// `peer` acknowledged this node's log through `through` under `subscriptions`:
+    /// what EVICT asks before it drops this node's own writes.
+    func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet)
     /// The change log's last sequence as of the latest commit or the store's opening.
     var lastCommittedSequence: UInt64 { get }
     /// Whether the store holds anything another node wrote: a peer that holds only its
@@ -100,4 +103,8 @@ public protocol InboundWriting: AnyObject {
     func loadRecord(_ id: TransactionID) throws -> TransactionRecord?
 }
 
-extension DocumentStore: SyncStore {}
+extension DocumentStore: SyncStore {
+    public func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
+        peerHoldings.note(peer, through: through, subscriptions: subscriptions)
+    }
+}

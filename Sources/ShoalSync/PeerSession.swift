@@ -414,6 +414,9 @@ struct PeerSession: Sendable {
             let lag = machine.lag
             engine.registry.update(recordID) { $0.lagDeltas = lag }
             engine.positions.note(peer.siteID, through: machine.peerPosition)
+            if let through = machine.peerPosition, let set = machine.peerSubscriptions {
+                engine.store.notePeerHolding(peer.siteID, through: through, subscriptions: set)
+            }
         }
     }
 

@@ -211,6 +211,9 @@ public struct SessionStateMachine: Sendable {
         return logEnd > acknowledged ? logEnd - acknowledged : 0
     }
 
+    /// The peer's current subscriptions; nil before its first Subscribe.
+    public var peerSubscriptions: SubscriptionSet? { peerSet }
+
     /// How far the peer has acknowledged this node's log under its current
     /// Subscribe: what compaction must not pass while the peer counts. nil while it
     /// asks for nothing.

@@ -11,8 +11,8 @@ public protocol SessionTransport: Sendable {
     /// Bytes received on the connection, whole frames or not, when the transport
     /// counts them: the idle check then takes part of a frame as a sign of life.
     var inboundBytes: InboundByteCounter? { get }
-    /// Called once the handshake has proven the other side: the connection may take
-    /// frames up to the full limit from now on, and stops counting as a stranger's.
+    /// Called once the handshake has proven the other side: the connection stops
+    /// counting as a stranger's.
     func established()
 }
 

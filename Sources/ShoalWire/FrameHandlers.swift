@@ -1,15 +1,17 @@
 public import NIOCore
 
 /// The NIO inbound half: bytes in, `Frame`s out, via `FrameDecoder`, each header
-/// checked against the connection's `FrameSizeLimit` as it is now.
+/// checked against the connection's `FrameSizeLimit` for its place on the connection.
 public struct FrameByteDecoder: NIOSingleStepByteToMessageDecoder {
     public typealias InboundOut = Frame
     var decoder: FrameDecoder
     let limit: FrameSizeLimit
+    /// Frames decoded so far.
+    var decoded = 0
 
     public init(limit: FrameSizeLimit) {
         self.limit = limit
-        self.decoder = FrameDecoder(maximumFrameSize: limit.current)
+        self.decoder = FrameDecoder(maximumFrameSize: limit.limit(afterFrames: 0))
     }
 
     public init(maximumFrameSize: Int) {
@@ -17,9 +19,11 @@ public struct FrameByteDecoder: NIOSingleStepByteToMessageDecoder {
     }
 
     public mutating func decode(buffer: inout ByteBuffer) throws -> Frame? {
-        decoder.maximumFrameSize = limit.current
-        decoder.limitNote = limit.isHandshake ? " until the handshake completes" : ""
-        return try decoder.next(from: &buffer)
+        decoder.maximumFrameSize = limit.limit(afterFrames: decoded)
+        decoder.limitNote = decoded < FrameSizeLimit.handshakeFrames && limit.handshake < limit.full ? " during the handshake" : ""
+        guard let frame = try decoder.next(from: &buffer) else { return nil }
+        decoded += 1
+        return frame
     }
 
     public mutating func decodeLast(buffer: inout ByteBuffer, seenEOF: Bool) throws -> Frame? {

@@ -19,14 +19,14 @@ public struct WireLimits: Sendable, Hashable {
 
     public static let `default` = WireLimits()
 
-    /// The largest frame payload a connection accepts before its handshake is done
-    /// (256 KiB, or the frame limit if that is lower): the most a Hello can need
-    /// (4 096 freshness entries of at most 22 bytes, and names), far below the full
-    /// limit, so that connections nobody has proven cost little (`FrameSizeLimit`).
+    /// The largest payload of a handshake frame (256 KiB, or the frame limit if that
+    /// is lower): the most a Hello can need (4 096 freshness entries of at most 22
+    /// bytes, and names), far below the full limit, so that connections nobody has
+    /// proven cost little (`FrameSizeLimit`).
     public static let maximumHandshakeFrameSize = 256 << 10
 
-    /// The limit a new connection starts with: the handshake's, raised to this
-    /// connection's full limit once it is established.
+    /// The limits of a new connection's frames: the handshake's for its first two,
+    /// this connection's full limit after them.
     public func connectionLimit() -> FrameSizeLimit {
         FrameSizeLimit(handshake: Self.maximumHandshakeFrameSize, full: maximumFrameSize)
     }

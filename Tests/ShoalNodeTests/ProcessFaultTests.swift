@@ -196,7 +196,7 @@ extension ProcessSuites {
         }
         let refused = large.filter { Self.secondsUntilClosed($0, limit: 20) != nil }.count
         #expect(refused == 80, "every Hello over the handshake's frame limit was refused")
-        #expect(node.log().contains("the limit is 262144 until the handshake completes"))
+        #expect(node.log().contains("the limit is 262144 during the handshake"))
 
         // 100 connections each announce a 250 KiB Hello and send all of it but a byte:
         // at most 32 are held, the longest waiting closed to make room for the next.

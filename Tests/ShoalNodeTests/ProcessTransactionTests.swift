@@ -224,6 +224,9 @@ extension ProcessSuites {
             return n == .int(Int64(documents))
         }
         #expect(done)
+        if !done {
+            print("gamma: \(try Self.transactions(c))\n\(c.log().suffix(6000))\nbeta: \(restarted.log().suffix(4000))")
+        }
         let counts = seen.withLock { $0 }
         for (node, values) in counts {
             #expect(values.isSubset(of: [0, documents]), "\(node) showed part of the transaction: \(values.sorted())")

@@ -115,19 +115,50 @@ import Testing
         #expect(try await Self.transactions(in: last).first { $0.id == txns[1].id }?.deltas.count == txns[1].deltas.count)
     }
 
-    /// After an EVICT, a document whose body it took cannot be judged: a page leaves
-    /// its deltas out and says so (`unknown`), even for a subscription to the whole
-    /// collection, while the documents still held go out as before.
-    @Test func anEvictedDocumentIsNotSentAndItsCollectionIsUnknown() async throws {
+    /// EVICT never takes rows out of the log: a page still sends an evicted document's
+    /// deltas, to a whole-collection subscriber and to a filtered one alike (it cannot
+    /// be judged, so it is sent), with no verdict but the usual `notCovered`.
+    @Test func anEvictedDocumentIsStillSentFromTheLog() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         let store = try DocumentStore(directory: dir.path)
         defer { store.close() }
         _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'v': 1}), ({'_id': 'y', 'v': 2})")
-        _ = try await store.execute("EVICT FROM c WHERE _id = 'x'")
+        store.peerHoldings.note(SiteID(0xB), through: try await store.lastSequence(), subscriptions: try TransactionTests.everything("c"))
+        #expect(try await store.execute("EVICT FROM c WHERE _id = 'x'").mutatedDocumentIDs == ["x"])
         let piece = try #require(try await Self.transactions(in: store).first)
-        #expect(Set(piece.deltas.map(\.documentID)) == ["\"y\""])
-        #expect(piece.verdicts.contains(Verdict(collection: "c", coverage: .unknown)))
+        #expect(Set(piece.deltas.map(\.documentID)) == ["\"x\"", "\"y\""])
+        #expect(!piece.verdicts.contains { $0.coverage == .unknown })
+        var filtered = SubscriptionSet()
+        try filtered.add(query: "SELECT * FROM c WHERE v = 2")
+        let page = try await store.changes(after: 0, limit: 100, subscriptions: filtered)
+        #expect(Set(page.pieces.flatMap(\.deltas).map(\.documentID)) == ["\"x\"", "\"y\""], "x cannot be judged, so it goes")
+    }
+
+    /// A document holding a write of this node's own that no peer has acknowledged is
+    /// kept by EVICT: nothing else would give it back.
+    @Test func evictKeepsOwnWritesNoPeerHasAcknowledged() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'held', 'v': 1})")
+        let held = try await store.lastSequence()
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'mine', 'v': 1})")
+        // A peer acknowledged the log through the first insert, under a subscription to c.
+        store.peerHoldings.note(SiteID(0xB), through: held, subscriptions: try TransactionTests.everything("c"))
+        // Another acknowledged all of it, but subscribes to something else.
+        var boats = SubscriptionSet()
+        try boats.add(query: "SELECT * FROM boats")
+        store.peerHoldings.note(SiteID(0xC), through: try await store.lastSequence(), subscriptions: boats)
+        #expect(try await store.execute("EVICT FROM c").mutatedDocumentIDs == ["held"])
+        #expect(try await store.execute("SELECT _id FROM c").items == [["_id": "mine"]])
+        // An update of the held document makes it this node's alone again.
+        store.peerHoldings.note(SiteID(0xB), through: try await store.lastSequence(), subscriptions: try TransactionTests.everything("c"))
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'mine', 'v': 2}) ON ID CONFLICT DO UPDATE")
+        #expect(try await store.execute("EVICT FROM c").mutatedDocumentIDs.isEmpty)
+        store.peerHoldings.note(SiteID(0xB), through: try await store.lastSequence(), subscriptions: try TransactionTests.everything("c"))
+        #expect(try await store.execute("EVICT FROM c").mutatedDocumentIDs == ["mine"])
     }
 
     @Test func pagesSplitLargeTransactionsIntoPiecesWithAManifest() async throws {

@@ -44,6 +44,9 @@ import Testing
             base.listenToChangeLog(handler, closed: closed)
         }
         func cursorResets() -> AsyncStream<UInt64> { base.cursorResets() }
+        func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
+            base.notePeerHolding(peer, through: through, subscriptions: subscriptions)
+        }
         var lastCommittedSequence: UInt64 { base.lastCommittedSequence }
         func holdsOthersWrites() async throws(StoreError) -> Bool { try await base.holdsOthersWrites() }
         func transactionRecords() async throws(StoreError) -> [TransactionRecord] { try await base.transactionRecords() }

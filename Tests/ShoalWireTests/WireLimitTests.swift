@@ -30,31 +30,32 @@ import Testing
         }
     }
 
-    /// Before the handshake a connection's frames are held to the handshake's limit;
-    /// once it is established, to the full one.
-    @Test func aConnectionTakesLargeFramesOnlyAfterItsHandshake() throws {
-        let limit = FrameSizeLimit(handshake: 1024, full: 4096)
-        var decoder = FrameByteDecoder(limit: limit)
-        func header(_ length: Int) -> ByteBuffer {
-            ByteBuffer(bytes: [0x53, 0x04, 0x00, 0x00] + withUnsafeBytes(of: UInt32(length).bigEndian) { Array($0) })
+    /// A connection's first two frames (the handshake's Hello and Proof) are held to
+    /// the handshake's limit; every later one to the full limit, at once.
+    @Test func aConnectionTakesLargeFramesOnlyAfterItsHandshakeFrames() throws {
+        var decoder = FrameByteDecoder(limit: FrameSizeLimit(handshake: 1024, full: 4096))
+        func frame(_ length: Int, whole: Bool = true) -> ByteBuffer {
+            var buffer = ByteBuffer(bytes: [0x53, 0x04, 0x00, 0x00] + withUnsafeBytes(of: UInt32(length).bigEndian) { Array($0) })
+            if whole { buffer.writeBytes([UInt8](repeating: 0, count: length)) }
+            return buffer
         }
-        var atHandshakeLimit = header(1024)
-        atHandshakeLimit.writeBytes([UInt8](repeating: 0, count: 1024))
-        #expect(try decoder.decode(buffer: &atHandshakeLimit)?.payload.readableBytes == 1024)
-        var over = header(1025)
-        #expect(throws: WireError(.frameTooLarge, "frame type 0x04 announces 1025 payload bytes; the limit is 1024 until the handshake completes")) {
+        var hello = frame(1024)
+        #expect(try decoder.decode(buffer: &hello)?.payload.readableBytes == 1024)
+        var over = frame(1025, whole: false)
+        #expect(throws: WireError(.frameTooLarge, "frame type 0x04 announces 1025 payload bytes; the limit is 1024 during the handshake")) {
             try decoder.decode(buffer: &over)
         }
-        limit.establish()
-        var large = header(4096)
-        large.writeBytes([UInt8](repeating: 0, count: 4096))
-        #expect(try decoder.decode(buffer: &large)?.payload.readableBytes == 4096)
-        var overFull = header(4097)
+        var proof = frame(10)
+        #expect(try decoder.decode(buffer: &proof)?.payload.readableBytes == 10)
+        // The third frame: a request the client sent once it had the node's Proof.
+        var request = frame(4096)
+        #expect(try decoder.decode(buffer: &request)?.payload.readableBytes == 4096)
+        var overFull = frame(4097, whole: false)
         #expect(throws: WireError(.frameTooLarge, "frame type 0x04 announces 4097 payload bytes; the limit is 4096")) {
             try decoder.decode(buffer: &overFull)
         }
         // A node whose own limit is below the handshake's keeps its own.
-        #expect(WireLimits(maximumFrameSize: 2048).connectionLimit().current == 2048)
-        #expect(WireLimits.default.connectionLimit().current == WireLimits.maximumHandshakeFrameSize)
+        #expect(WireLimits(maximumFrameSize: 2048).connectionLimit().limit(afterFrames: 0) == 2048)
+        #expect(WireLimits.default.connectionLimit().limit(afterFrames: 0) == WireLimits.maximumHandshakeFrameSize)
     }
 }

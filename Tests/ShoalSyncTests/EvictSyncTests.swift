@@ -1,0 +1,104 @@
+import ShoalCRDT
+import ShoalStore
+import ShoalSync
+import ShoalTesting
+import Testing
+
+/// EVICT loses no acknowledged write anywhere and leaves no mesh apart
+/// (DATA_MODEL.md §11): a node keeps what only it holds, its log still sends what it
+/// evicted, and a relay that evicts still carries its neighbours' history.
+@Suite struct EvictSyncTests {
+    static let all = "SELECT * FROM t"
+
+    static func contents(_ node: TestNode, _ query: String = "SELECT * FROM t ORDER BY _id") async throws -> [Value] {
+        try await node.store.execute(query).items
+    }
+
+    static func ids(_ node: TestNode) async throws -> [String] {
+        try await contents(node, "SELECT _id FROM t ORDER BY _id").compactMap { $0["_id"]?.stringValue }
+    }
+
+    /// A, cut off from B, inserts `z`, updates `before` and evicts the collection. Its
+    /// own writes no peer has acknowledged stay; what B holds too goes. Healed, both
+    /// nodes hold everything, equal.
+    @Test func aNodeCutOffKeepsItsOwnUnacknowledgedWritesThroughAnEvict() async throws {
+        let a = try TestNode(name: "a", subscriptions: [Self.all])
+        let b = try TestNode(name: "b", subscriptions: [Self.all])
+        defer { a.remove(); b.remove() }
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'before', 'v': 1})")
+        _ = try await b.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'from-b', 'v': 1})")
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually {
+                let (inA, inB) = (try await Self.ids(a), try await Self.ids(b))
+                return inA == ["before", "from-b"] && inB == ["before", "from-b"]
+            })
+            #expect(await InProcessMesh.eventually { a.sync.peers().first { $0.siteID == b.store.siteID }?.lagDeltas == 0 })
+        }
+        // Cut off: written here only, then evicted.
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'z', 'v': 1})")
+        _ = try await a.store.execute("UPDATE t SET v = 2 WHERE _id = 'before'")
+        let evicted = try await a.store.execute("EVICT FROM t")
+        #expect(evicted.mutatedDocumentIDs == ["from-b"], "only what a peer holds went")
+        #expect(try await Self.ids(a) == ["before", "z"])
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually {
+                let (inA, inB) = (try await Self.contents(a), try await Self.contents(b))
+                return inA == inB && inB.count == 3
+            })
+        }
+        #expect(try await Self.contents(b, "SELECT v FROM t WHERE _id = 'before'") == [["v": 2]])
+    }
+
+    /// Connected, A commits documents and evicts at once, before its peer has all of
+    /// them: what the peer acknowledged goes, the rest stays, and both end with all.
+    @Test func anEvictRightAfterWritesLosesNothing() async throws {
+        let a = try TestNode(name: "a", subscriptions: [Self.all])
+        let b = try TestNode(name: "b", subscriptions: [Self.all])
+        defer { a.remove(); b.remove() }
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            for i in 0..<50 {
+                let docs = (0..<10).map { j in Value.object(["_id": .string("d\(i * 10 + j)"), "v": .int(Int64(i))]) }
+                _ = try await a.store.execute("INSERT INTO t DOCUMENTS (:d)", arguments: ["d": .array(docs)])
+            }
+            _ = try await a.store.execute("EVICT FROM t")
+            #expect(try await InProcessMesh.eventually {
+                let (inA, inB) = (try await Self.contents(a), try await Self.contents(b))
+                return inA == inB && inB.count == 500
+            })
+        }
+    }
+
+    /// A – B – C: C is away while A writes; B evicts the collection; C comes back to B
+    /// before B has refilled (A is gone by then). B's log still carries A's writes to C.
+    @Test func aRelayThatEvictsStillCarriesItsNeighboursHistory() async throws {
+        let a = try TestNode(name: "a", subscriptions: [Self.all])
+        let b = try TestNode(name: "b", subscriptions: [Self.all])
+        let c = try TestNode(name: "c", subscriptions: ["SELECT * FROM t WHERE v >= 0"])
+        defer { a.remove(); b.remove(); c.remove() }
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'first', 'v': 0})")
+        try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
+            try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+                #expect(try await InProcessMesh.eventually { try await Self.ids(c) == ["first"] })
+            }
+        }
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            for i in 0..<200 {
+                _ = try await a.store.execute("INSERT INTO t DOCUMENTS (:d)", arguments: ["d": ["_id": .string("a\(i)"), "v": .int(Int64(i))]])
+            }
+            #expect(try await InProcessMesh.eventually { try await Self.ids(b).count == 201 })
+        }
+        #expect(try await b.store.execute("EVICT FROM t").mutatedDocumentIDs.count == 201)
+        try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.ids(c).count == 201 })
+        }
+        // And B, meeting A again, gets back what it evicted.
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually {
+                let (inA, inB) = (try await Self.contents(a), try await Self.contents(b))
+                return inA == inB
+            })
+        }
+        let (inA, inC) = (try await Self.contents(a), try await Self.contents(c))
+        #expect(inA == inC)
+    }
+}
