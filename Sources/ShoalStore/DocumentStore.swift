@@ -146,7 +146,7 @@ public final class DocumentStore: Sendable {
             let clock = HybridLogicalClock(wallClock: wallClock)
             // The newest field the drift rule would adopt: one far-future row must not
             // make the clock refuse the rest.
-            let adoptable = HybridTimestamp(milliseconds: wallClock() &+ clock.maximumDrift, counter: .max)
+            let adoptable = clock.newestAdoptable
             let (site, highWater, newestField) = try pool.write { db -> (SiteID, Int64, Int64) in
                 let site: SiteID
                 if let raw = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'site_id'") {

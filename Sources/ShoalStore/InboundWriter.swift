@@ -347,7 +347,7 @@ extension DocumentStore {
         for piece in pieces {
             for delta in piece.deltas { clock.observe(delta.timestamp) }
         }
-        let now = UInt64(Date().timeIntervalSince1970 * 1000)
+        let now = HybridLogicalClock.systemMilliseconds()
         let ((), outcome) = try await writeInbound { writer in
             for piece in pieces {
                 let record = TransactionRecord(

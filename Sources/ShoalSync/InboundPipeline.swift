@@ -395,7 +395,7 @@ public final class InboundPipeline: Sendable {
     private func commit(
         _ items: [Item], assembler start: CoverageAssembler, subscriptions: SubscriptionSet
     ) async throws(StoreError) -> (CommitResult, ApplyOutcome) {
-        let now = UInt64(Date().timeIntervalSince1970 * 1000)
+        let now = HybridLogicalClock.systemMilliseconds()
         for item in items {
             for piece in item.pieces {
                 var warned = false
