@@ -112,7 +112,9 @@ let package = Package(
         ),
         .target(
             name: "ShoalTesting",
-            dependencies: ["ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode"],
+            dependencies: [
+                "ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode", .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "ShoalCRDTTests", dependencies: ["ShoalCRDT", "ShoalTesting"], swiftSettings: swiftSettings),
@@ -131,7 +133,10 @@ let package = Package(
         ),
         .testTarget(
             name: "ShoalSyncTests",
-            dependencies: ["ShoalSync", "ShoalTesting", "ShoalWire", .product(name: "NIOCore", package: "swift-nio"), .product(name: "SwiftProtobuf", package: "swift-protobuf")],
+            dependencies: [
+                "ShoalSync", "ShoalTesting", "ShoalWire", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"), .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
