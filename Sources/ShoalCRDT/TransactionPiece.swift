@@ -9,7 +9,39 @@ public struct DocumentRef: Sendable, Hashable, Comparable, CustomStringConvertib
         self.id = id
     }
 
-    public static func < (lhs: Self, rhs: Self) -> Bool { (lhs.collection, lhs.id) < (rhs.collection, rhs.id) }
+    // Equal, hashed and ordered by the bytes of the collection and the key, as SQLite
+    // keys documents: Swift's `String` comparison takes canonically equivalent texts
+    // ("é" composed and decomposed) for one, and they are two documents.
+
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.is(collection: rhs.collection, id: rhs.id) }
+
+    /// Whether this names the document `id` of `collection`, byte for byte (as `==` does).
+    public func `is`(collection: String, id: String) -> Bool {
+        Self.same(self.id, id) && Self.same(self.collection, collection)
+    }
+
+    private static func same(_ a: String, _ b: String) -> Bool {
+        a.utf8.count == b.utf8.count && a.utf8.elementsEqual(b.utf8)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        Self.combine(collection, into: &hasher)
+        Self.combine(id, into: &hasher)
+    }
+
+    private static func combine(_ text: String, into hasher: inout Hasher) {
+        hasher.combine(text.utf8.count)
+        if text.utf8.withContiguousStorageIfAvailable({ hasher.combine(bytes: UnsafeRawBufferPointer($0)) }) == nil {
+            for byte in text.utf8 { hasher.combine(byte) }
+        }
+    }
+
+    public static func < (lhs: Self, rhs: Self) -> Bool {
+        guard lhs.collection.utf8.elementsEqual(rhs.collection.utf8) else {
+            return lhs.collection.utf8.lexicographicallyPrecedes(rhs.collection.utf8)
+        }
+        return lhs.id.utf8.lexicographicallyPrecedes(rhs.id.utf8)
+    }
 
     public var description: String { "\(collection) \(id)" }
 }

@@ -137,8 +137,10 @@ extension DocumentStore {
             }
             if statement.writesDocuments, let collection = statement.targetCollection { written.insert(collection) }
         }
-        var seen: Set<Value> = []
-        last.mutatedDocumentIDs = last.mutatedDocumentIDs.filter { seen.insert($0).inserted }
+        // By the key's bytes, as SQLite tells documents apart: Swift's `==` takes two
+        // canonically equivalent IDs ("é" composed and decomposed) for one.
+        var seen: Set<[UInt8]> = []
+        last.mutatedDocumentIDs = last.mutatedDocumentIDs.filter { seen.insert(Array(DocumentKey.make($0).utf8)).inserted }
         return (last, written)
     }
 

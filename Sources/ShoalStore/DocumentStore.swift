@@ -426,7 +426,7 @@ public final class DocumentStore: Sendable {
             }
             while let row = try rows.next() {
                 let seq: Int64 = row[0], collection: String = row[1], id: String = row[2], site: Int64 = row[3], txn: Int64 = row[4]
-                if let g = group, g.site == site, g.txn == txn, g.collection == collection, g.id == id {
+                if let g = group, g.site == site, g.txn == txn, DocumentRef(collection: g.collection, id: g.id).is(collection: collection, id: id) {
                     group!.seq = max(g.seq, seq)
                 } else {
                     try flush()

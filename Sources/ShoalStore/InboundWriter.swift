@@ -160,7 +160,7 @@ public final class InboundWriter: InboundWriting {
         var run: (collection: String, id: String, slot: Int)?
         for delta in all {
             let slot: Int
-            if let run, run.id == delta.documentID, run.collection == delta.collection {
+            if let run, DocumentRef(collection: run.collection, id: run.id).is(collection: delta.collection, id: delta.documentID) {
                 slot = run.slot
             } else {
                 let document = DocumentRef(collection: delta.collection, id: delta.documentID)
