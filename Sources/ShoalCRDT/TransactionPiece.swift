@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// One document of one collection: what a transaction's manifest lists.
 public struct DocumentRef: Sendable, Hashable, Comparable, CustomStringConvertible {
     public var collection: String
@@ -20,8 +28,13 @@ public struct DocumentRef: Sendable, Hashable, Comparable, CustomStringConvertib
         Self.same(self.id, id) && Self.same(self.collection, collection)
     }
 
+    /// One `memcmp` over the UTF-8 both strings hold already: this runs for every
+    /// delta a piece is laid out or applied from.
     private static func same(_ a: String, _ b: String) -> Bool {
-        a.utf8.count == b.utf8.count && a.utf8.elementsEqual(b.utf8)
+        var a = a, b = b
+        return a.withUTF8 { x in
+            b.withUTF8 { y in x.count == y.count && (x.isEmpty || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0) }
+        }
     }
 
     public func hash(into hasher: inout Hasher) {
@@ -30,9 +43,10 @@ public struct DocumentRef: Sendable, Hashable, Comparable, CustomStringConvertib
     }
 
     private static func combine(_ text: String, into hasher: inout Hasher) {
-        hasher.combine(text.utf8.count)
-        if text.utf8.withContiguousStorageIfAvailable({ hasher.combine(bytes: UnsafeRawBufferPointer($0)) }) == nil {
-            for byte in text.utf8 { hasher.combine(byte) }
+        var text = text
+        text.withUTF8 { bytes in
+            hasher.combine(bytes.count)
+            hasher.combine(bytes: UnsafeRawBufferPointer(bytes))
         }
     }
 
