@@ -121,7 +121,9 @@ let package = Package(
         ),
         .target(
             name: "ShoalTesting",
-            dependencies: ["ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode"],
+            dependencies: [
+                "ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode", .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "ShoalCheckTests", dependencies: ["ShoalCheck", "ShoalCRDT"], swiftSettings: swiftSettings),
@@ -141,7 +143,10 @@ let package = Package(
         ),
         .testTarget(
             name: "ShoalSyncTests",
-            dependencies: ["ShoalSync", "ShoalTesting", "ShoalWire", .product(name: "NIOCore", package: "swift-nio"), .product(name: "SwiftProtobuf", package: "swift-protobuf")],
+            dependencies: [
+                "ShoalSync", "ShoalTesting", "ShoalWire", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"), .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -373,9 +373,9 @@ public struct DocumentRegisters: Sendable, Hashable {
         }
         for (name, list) in entries {
             if !mapBases.contains(name), let register = registerVersions[name], register > list.map(\.version).max()! { continue }
-            var map: Value = .object([:])
+            var map: Value? = .object([:])
             for entry in list.sorted(by: { $0.version < $1.version }) {
-                map = Self.laying(map, path: entry.path[...], to: entry.value, empty: entry.empty)
+                Self.lay(&map, path: entry.path[...], to: entry.value, empty: entry.empty)
             }
             body[name] = map
         }
@@ -399,16 +399,23 @@ public struct DocumentRegisters: Sendable, Hashable {
         return .object(object)
     }
 
-    /// A map entry laid onto what the entries before it built: like `setting`, except
+    /// Lays a map entry onto what the entries before it built: like `setting`, except
     /// that an empty object (`empty`) keeps the members of an object already there.
-    static func laying(_ base: Value?, path: ArraySlice<String>, to value: Value, empty: Bool) -> Value {
+    ///
+    /// In place: each object on the path is taken out of `target` and changed while
+    /// nothing else holds it, so laying a map's n entries walks n paths, where
+    /// building a new object for each would copy the map n times.
+    static func lay(_ target: inout Value?, path: ArraySlice<String>, to value: Value, empty: Bool) {
         guard let first = path.first else {
-            if empty, let base, base.objectValue != nil { return base }
-            return value
+            if empty, target?.objectValue != nil { return }
+            target = value
+            return
         }
-        var object = base?.objectValue ?? [:]
-        object[first] = laying(object[first], path: path.dropFirst(), to: value, empty: empty)
-        return .object(object)
+        var object: [String: Value] = [:]
+        if case .object(let members)? = target { object = members }
+        target = nil
+        lay(&object[first], path: path.dropFirst(), to: value, empty: empty)
+        target = .object(object)
     }
 
     /// `base` without the member at `path` (unchanged when the path is absent).

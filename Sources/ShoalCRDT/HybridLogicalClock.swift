@@ -7,6 +7,11 @@
 /// is not adopted: the write it belongs to still merges (and may win), but this
 /// clock does not jump to a far future a faulty or hostile peer announced, so
 /// local time can never be pushed to overflow.
+///
+/// Every wall-clock reading is taken as it comes, whatever it says: one before 1970
+/// reads as 1970 and one past what a timestamp's 48 bits of milliseconds hold (the
+/// year 10889) as that largest time, so a clock set wrong or stepped back slows the
+/// clock down to its counter but never stops the node.
 public final class HybridLogicalClock: Sendable {
     private let state: Locked<HybridTimestamp>
     private let now: @Sendable () -> UInt64
@@ -24,21 +29,43 @@ public final class HybridLogicalClock: Sendable {
         self.state = Locked(.zero)
     }
 
+    /// This machine's wall clock, in milliseconds since 1970 (`milliseconds(of:)`).
     public static let systemMilliseconds: @Sendable () -> UInt64 = {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
-        return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
+        return milliseconds(of: ts)
+    }
+
+    /// A wall-clock reading in milliseconds since 1970, for any reading: 0 for one
+    /// before 1970 (a negative `tv_sec`), and at most `HybridTimestamp.maximumMilliseconds`.
+    public static func milliseconds(of reading: timespec) -> UInt64 {
+        guard reading.tv_sec >= 0 else { return 0 }
+        let seconds = UInt64(reading.tv_sec)
+        let limit = HybridTimestamp.maximumMilliseconds
+        guard seconds <= limit / 1000 else { return limit }
+        return min(limit, seconds * 1000 + UInt64(max(0, min(reading.tv_nsec, 999_999_999))) / 1_000_000)
+    }
+
+    /// The wall clock, held to what a timestamp can carry.
+    private func wall() -> UInt64 { min(now(), HybridTimestamp.maximumMilliseconds) }
+
+    /// The newest timestamp `observe` adopts now: `maximumDrift` ahead of the wall clock.
+    public var newestAdoptable: HybridTimestamp {
+        let wall = wall()
+        let limit = HybridTimestamp.maximumMilliseconds
+        return HybridTimestamp(milliseconds: maximumDrift >= limit - wall ? limit : wall + maximumDrift, counter: .max)
     }
 
     /// A new timestamp, greater than every one this clock issued or observed.
     public func tick() -> HybridTimestamp {
-        let wall = now()
+        let wall = wall()
         return state.withLock { last in
             let next: HybridTimestamp
             if wall > last.milliseconds {
                 next = HybridTimestamp(milliseconds: wall, counter: 0)
             } else {
-                next = HybridTimestamp(rawValue: last.rawValue + 1)
+                // Saturates at the last timestamp there is rather than wrap (a clock at the year 10889).
+                next = HybridTimestamp(rawValue: last.rawValue == .max ? .max : last.rawValue + 1)
             }
             last = next
             return next
@@ -49,7 +76,7 @@ public final class HybridLogicalClock: Sendable {
     /// false when the timestamp is too far ahead to adopt.
     @discardableResult
     public func observe(_ remote: HybridTimestamp) -> Bool {
-        guard remote.milliseconds <= now() &+ maximumDrift else { return false }
+        guard remote <= newestAdoptable else { return false }
         state.withLock { last in
             if remote > last { last = remote }
         }

@@ -21,6 +21,9 @@ public struct HybridTimestamp: Sendable, Hashable, Comparable, CustomStringConve
     public var milliseconds: UInt64 { rawValue >> 16 }
     public var counter: UInt16 { UInt16(truncatingIfNeeded: rawValue) }
 
+    /// The largest number of milliseconds a timestamp holds (48 bits: the year 10889).
+    public static let maximumMilliseconds: UInt64 = (1 << 48) - 1
+
     /// The timestamp of data that exists "at time zero" and loses to every real write.
     public static let zero = HybridTimestamp(rawValue: 0)
 

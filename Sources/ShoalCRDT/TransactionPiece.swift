@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// One document of one collection: what a transaction's manifest lists.
 public struct DocumentRef: Sendable, Hashable, Comparable, CustomStringConvertible {
     public var collection: String
@@ -9,7 +17,45 @@ public struct DocumentRef: Sendable, Hashable, Comparable, CustomStringConvertib
         self.id = id
     }
 
-    public static func < (lhs: Self, rhs: Self) -> Bool { (lhs.collection, lhs.id) < (rhs.collection, rhs.id) }
+    // Equal, hashed and ordered by the bytes of the collection and the key, as SQLite
+    // keys documents: Swift's `String` comparison takes canonically equivalent texts
+    // ("é" composed and decomposed) for one, and they are two documents.
+
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.is(collection: rhs.collection, id: rhs.id) }
+
+    /// Whether this names the document `id` of `collection`, byte for byte (as `==` does).
+    public func `is`(collection: String, id: String) -> Bool {
+        Self.same(self.id, id) && Self.same(self.collection, collection)
+    }
+
+    /// One `memcmp` over the UTF-8 both strings hold already: this runs for every
+    /// delta a piece is laid out or applied from.
+    private static func same(_ a: String, _ b: String) -> Bool {
+        var a = a, b = b
+        return a.withUTF8 { x in
+            b.withUTF8 { y in x.count == y.count && (x.isEmpty || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0) }
+        }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        Self.combine(collection, into: &hasher)
+        Self.combine(id, into: &hasher)
+    }
+
+    private static func combine(_ text: String, into hasher: inout Hasher) {
+        var text = text
+        text.withUTF8 { bytes in
+            hasher.combine(bytes.count)
+            hasher.combine(bytes: UnsafeRawBufferPointer(bytes))
+        }
+    }
+
+    public static func < (lhs: Self, rhs: Self) -> Bool {
+        guard lhs.collection.utf8.elementsEqual(rhs.collection.utf8) else {
+            return lhs.collection.utf8.lexicographicallyPrecedes(rhs.collection.utf8)
+        }
+        return lhs.id.utf8.lexicographicallyPrecedes(rhs.id.utf8)
+    }
 
     public var description: String { "\(collection) \(id)" }
 }

@@ -344,6 +344,15 @@ public struct NodeSettings: Sendable, Hashable {
             if n < 1 { throw invalid(name, "must be at least 1") }
             resources[keyPath: path] = n
         }
+        // Unset, the soft limit is its default or the hard limit, whichever is lower.
+        if integer("document-size-soft-limit") == nil {
+            resources.documentSizeSoftLimit = min(defaults.documentSizeSoftLimit, resources.documentSizeHardLimit)
+        }
+        if let problem = SystemParameters.sizeLimitsProblem(
+            soft: Int64(resources.documentSizeSoftLimit), hard: Int64(resources.documentSizeHardLimit))
+        {
+            throw invalid("document-size-soft-limit", "\(problem): lower it or raise document-size-hard-limit")
+        }
         if let n = integer("max-pending-outbound-bytes") {
             if n < 64 << 10 { throw invalid("max-pending-outbound-bytes", "must be at least 65536") }
             resources.maximumPendingOutboundBytes = n

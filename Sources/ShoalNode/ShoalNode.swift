@@ -34,6 +34,11 @@ public final class ShoalNode: Service, Sendable {
     public init(configuration: NodeConfiguration, logger: Logger = Logger(label: "shoal")) throws {
         self.configuration = configuration
         self.logger = logger
+        if let problem = SystemParameters.sizeLimitsProblem(
+            soft: Int64(configuration.resources.documentSizeSoftLimit), hard: Int64(configuration.resources.documentSizeHardLimit))
+        {
+            throw NodeError(.invalidConfiguration, problem)
+        }
         // Before the database opens: a second node on the same directory stops here.
         self.dataLock = try DataDirectoryLock(directory: configuration.dataDirectory)
         let resources = configuration.resources

@@ -145,8 +145,8 @@ extension DocumentStore {
             }
             if statement.writesDocuments, let collection = statement.targetCollection { written.insert(collection) }
         }
-        // By the key's bytes: Value's and String's equality make "é" in its two Unicode
-        // forms one, though they are two documents.
+        // By the key's bytes, as SQLite tells documents apart: Swift's `==` takes two
+        // canonically equivalent IDs ("é" composed and decomposed) for one.
         var seen: Set<[UInt8]> = []
         last.mutatedDocumentIDs = last.mutatedDocumentIDs.filter { seen.insert(Array(DocumentKey.make($0).utf8)).inserted }
         return (last, written)

@@ -282,7 +282,7 @@ struct PieceReader {
             let document: DocumentRef
             let matched: Bool
             let filtered: Bool
-            if let run, run.document.id == row.delta.documentID, run.document.collection == row.delta.collection {
+            if let run, run.document.is(collection: row.delta.collection, id: row.delta.documentID) {
                 (document, matched, filtered) = run
             } else {
                 document = DocumentRef(collection: row.delta.collection, id: row.delta.documentID)

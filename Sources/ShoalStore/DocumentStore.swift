@@ -148,7 +148,7 @@ public final class DocumentStore: Sendable {
             let clock = HybridLogicalClock(wallClock: wallClock)
             // The newest field the drift rule would adopt: one far-future row must not
             // make the clock refuse the rest.
-            let adoptable = HybridTimestamp(milliseconds: wallClock() &+ clock.maximumDrift, counter: .max)
+            let adoptable = clock.newestAdoptable
             let (site, highWater, newestField) = try pool.write { db -> (SiteID, Int64, Int64) in
                 let site: SiteID
                 if let raw = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'site_id'") {
@@ -189,9 +189,38 @@ public final class DocumentStore: Sendable {
         } catch let error as StoreError {
             throw error
         } catch {
-            throw StoreError(.database, "cannot open the database at \(path): \(error)")
+            throw Self.openFailure(error, path: path, directory: directory)
         }
         logger.debug("store opened", metadata: ["shoal.store.path": "\(path)", "shoal.site": "\(siteID)"])
+    }
+
+    /// Below this many bytes free, a disk counts as full when the database cannot open.
+    static let fullDiskMargin: UInt64 = 1 << 20
+
+    /// Why the database at `path` cannot open, for a user to act on.
+    ///
+    /// On a full disk SQLite says only "disk I/O error": before it reads anything it
+    /// must size its shared-memory index (`shoal.sqlite-shm`) and may write its log
+    /// (`shoal.sqlite-wal`), and both fail. The space left on the disk tells that
+    /// case apart.
+    static func openFailure(_ error: any Error, path: String, directory: String) -> StoreError {
+        if let error = error as? DatabaseError, error.resultCode == .SQLITE_FULL || error.resultCode == .SQLITE_IOERR,
+            let free = availableBytes(directory), free < fullDiskMargin
+        {
+            return StoreError(
+                .database,
+                "cannot open the database at \(path): the disk that holds \(directory) is full (\(free) bytes free; SQLite: \(error.message ?? "disk I/O error")). "
+                    + "SQLite needs room beside the database for its shared-memory index (shoal.sqlite-shm) and write-ahead log (shoal.sqlite-wal) before it can read anything. "
+                    + "Free some space on that disk, or move the data directory to a larger one, and start again; nothing was written")
+        }
+        return StoreError(.database, "cannot open the database at \(path): \(error)")
+    }
+
+    /// Bytes an unprivileged process may still write on the filesystem that holds `directory`.
+    static func availableBytes(_ directory: String) -> UInt64? {
+        var stats = statvfs()
+        guard statvfs(directory, &stats) == 0 else { return nil }
+        return UInt64(stats.f_bavail) * UInt64(stats.f_frsize)
     }
 
     static var migrator: DatabaseMigrator {
@@ -399,7 +428,7 @@ public final class DocumentStore: Sendable {
             }
             while let row = try rows.next() {
                 let seq: Int64 = row[0], collection: String = row[1], id: String = row[2], site: Int64 = row[3], txn: Int64 = row[4]
-                if let g = group, g.site == site, g.txn == txn, g.collection == collection, g.id == id {
+                if let g = group, g.site == site, g.txn == txn, DocumentRef(collection: g.collection, id: g.id).is(collection: collection, id: id) {
                     group!.seq = max(g.seq, seq)
                 } else {
                     try flush()

@@ -164,7 +164,7 @@ public final class InboundWriter: InboundWriting {
         var run: (collection: String, id: String, slot: Int)?
         for delta in all {
             let slot: Int
-            if let run, run.id == delta.documentID, run.collection == delta.collection {
+            if let run, DocumentRef(collection: run.collection, id: run.id).is(collection: delta.collection, id: delta.documentID) {
                 slot = run.slot
             } else {
                 let document = DocumentRef(collection: delta.collection, id: delta.documentID)
@@ -393,7 +393,7 @@ extension DocumentStore {
         for piece in pieces {
             for delta in piece.deltas { clock.observe(delta.timestamp) }
         }
-        let now = UInt64(Date().timeIntervalSince1970 * 1000)
+        let now = HybridLogicalClock.systemMilliseconds()
         let ((), outcome) = try await writeInbound { writer in
             for piece in pieces {
                 let record = TransactionRecord(

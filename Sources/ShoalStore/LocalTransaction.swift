@@ -376,8 +376,9 @@ struct LocalTransaction {
         while start < pending.count {
             let run = pending[start]
             var end = start + 1
-            while end < pending.count, pending[end].key == run.key, pending[end].collection == run.collection { end += 1 }
             let document = DocumentRef(collection: run.collection, id: run.key)
+            // By bytes (as `DocumentRef` compares): two canonically equivalent keys are two documents.
+            while end < pending.count, document.is(collection: pending[end].collection, id: pending[end].key) { end += 1 }
             if let slot = slots[document] {
                 documents[slot].more.append(start..<end)
             } else {

@@ -11,7 +11,11 @@ import GRDB
 ///   either side; `path < v`, `<=`, `>`, `>=` with a number;
 /// - `path IN (v, ...)` with numbers and ASCII strings;
 /// - `AND` of any of these (an untranslatable side is simply dropped);
-/// - `OR` when both sides translate.
+/// - `OR` when every side translates.
+/// A chain of one operator becomes one bracketed group, however the parser nested
+/// it, and the translation stays inside SQLite's limits (`maximumDepth`,
+/// `maximumTerms`, `maximumArguments`) by dropping what goes past them: a dropped
+/// condition only widens the filter.
 /// Everything else (NOT, LIKE, IS NULL/MISSING, arithmetic, functions) runs in
 /// Swift over the candidates. `_id = v` is a primary-key lookup instead.
 struct SQLFilter {
@@ -55,44 +59,100 @@ struct SQLFilter {
         "CREATE INDEX IF NOT EXISTS \"\(automaticIndexName(path))\" ON document (collection, \(extract(path)))"
     }
 
+    /// The most AND and OR groups nested in one another. SQLite's parser holds each
+    /// open bracket and what comes before it on a stack of 100 entries ("parser stack
+    /// overflow"), about 28 groups nested to the right in SQLite 3.40; DQL nests 64.
+    static let maximumDepth = 16
+    /// The most comparisons in one filter. SQLite builds a chain of n ORs (or ANDs)
+    /// n levels deep, and refuses an expression deeper than 1,000.
+    static let maximumTerms = 500
+    /// The most values one filter binds: SQLite's limit on host parameters was 999
+    /// before 3.32 (32,766 since).
+    static let maximumArguments = 999
+
     static func make(_ predicate: Expression?, arguments: [String: Value]) -> SQLFilter? {
         guard let predicate else { return nil }
-        return translate(predicate, arguments)
+        var translator = Translator(arguments: arguments)
+        return translator.translate(predicate, depth: 0)
     }
 
-    private static func translate(_ e: Expression, _ arguments: [String: Value]) -> SQLFilter? {
-        switch e {
-        case .binary(.and, let l, let r):
-            switch (translate(l, arguments), translate(r, arguments)) {
-            case (let a?, let b?):
-                return SQLFilter(sql: "(\(a.sql) AND \(b.sql))", arguments: a.arguments + b.arguments, paths: a.paths + b.paths)
-            case (let a?, nil): return a
-            case (nil, let b?): return b
-            case (nil, nil): return nil
+    /// The translation of one predicate, within SQLite's limits: past them a condition
+    /// is dropped, which only widens what the filter keeps (an AND keeps its other
+    /// sides; an OR with a side dropped is dropped whole).
+    private struct Translator {
+        let arguments: [String: Value]
+        /// Comparisons and bound values so far.
+        var terms = 0
+        var bound = 0
+
+        /// `e` as SQL, `depth` groups down.
+        mutating func translate(_ e: Expression, depth: Int) -> SQLFilter? {
+            switch e {
+            case .binary(let op, _, _) where op == .and || op == .or:
+                // A chain of one operator is one group, however the parser nested it.
+                var sides: [Expression] = []
+                Self.flatten(e, op, into: &sides)
+                return group(op, sides, depth: depth + 1)
+            case .binary(let op, let l, let r) where comparison(op) != nil:
+                let strings = op == .equal
+                if case .path(let p) = l, let path = jsonPath(p), let v = scalar(r, arguments, strings: strings) {
+                    return term(SQLFilter(sql: "\(extract(path)) \(comparison(op)!) ?", arguments: [v], paths: [path]))
+                }
+                if case .path(let p) = r, let path = jsonPath(p), let v = scalar(l, arguments, strings: strings) {
+                    return term(SQLFilter(sql: "\(extract(path)) \(comparison(flipped(op))!) ?", arguments: [v], paths: [path]))
+                }
+                return nil
+            case .binary(.in, .path(let p), .array(let items)):
+                guard let path = jsonPath(p), !items.isEmpty, items.count <= maximumArguments else { return nil }
+                var values: [any DatabaseValueConvertible] = []
+                for item in items {
+                    guard let v = scalar(item, arguments, strings: true) else { return nil }
+                    values.append(v)
+                }
+                let marks = Array(repeating: "?", count: values.count).joined(separator: ", ")
+                return term(SQLFilter(sql: "\(extract(path)) IN (\(marks))", arguments: values, paths: [path]))
+            default:
+                return nil
             }
-        case .binary(.or, let l, let r):
-            guard let a = translate(l, arguments), let b = translate(r, arguments) else { return nil }
-            return SQLFilter(sql: "(\(a.sql) OR \(b.sql))", arguments: a.arguments + b.arguments, paths: a.paths + b.paths)
-        case .binary(let op, let l, let r) where comparison(op) != nil:
-            let strings = op == .equal
-            if case .path(let p) = l, let path = jsonPath(p), let v = scalar(r, arguments, strings: strings) {
-                return SQLFilter(sql: "\(extract(path)) \(comparison(op)!) ?", arguments: [v], paths: [path])
+        }
+
+        /// The sides of a chain of `op`, left to right.
+        static func flatten(_ e: Expression, _ op: BinaryOperator, into sides: inout [Expression]) {
+            if case .binary(op, let l, let r) = e {
+                flatten(l, op, into: &sides)
+                flatten(r, op, into: &sides)
+            } else {
+                sides.append(e)
             }
-            if case .path(let p) = r, let path = jsonPath(p), let v = scalar(l, arguments, strings: strings) {
-                return SQLFilter(sql: "\(extract(path)) \(comparison(flipped(op))!) ?", arguments: [v], paths: [path])
+        }
+
+        /// `(a AND b AND …)` of the sides that translate, or `(a OR b OR …)` when every side does.
+        mutating func group(_ op: BinaryOperator, _ sides: [Expression], depth: Int) -> SQLFilter? {
+            guard depth <= maximumDepth else { return nil }
+            let before = (terms, bound)
+            var parts: [SQLFilter] = []
+            for side in sides {
+                if let part = translate(side, depth: depth) {
+                    parts.append(part)
+                } else if op == .or {
+                    // Nothing of it goes into the filter, so none of its budget is spent.
+                    (terms, bound) = before
+                    return nil
+                }
             }
-            return nil
-        case .binary(.in, .path(let p), .array(let items)):
-            guard let path = jsonPath(p), !items.isEmpty else { return nil }
-            var values: [any DatabaseValueConvertible] = []
-            for item in items {
-                guard let v = scalar(item, arguments, strings: true) else { return nil }
-                values.append(v)
-            }
-            let marks = Array(repeating: "?", count: values.count).joined(separator: ", ")
-            return SQLFilter(sql: "\(extract(path)) IN (\(marks))", arguments: values, paths: [path])
-        default:
-            return nil
+            guard parts.count > 1 else { return parts.first }
+            let joiner = op == .and ? " AND " : " OR "
+            return SQLFilter(
+                sql: "(" + parts.map(\.sql).joined(separator: joiner) + ")", arguments: parts.flatMap(\.arguments),
+                paths: parts.flatMap(\.paths))
+        }
+
+        /// A comparison, if the budget has room for it.
+        mutating func term(_ filter: SQLFilter) -> SQLFilter? {
+            guard terms < maximumTerms, bound + filter.arguments.count <= maximumArguments else { return nil }
+            terms += 1
+            bound += filter.arguments.count
+            return filter
         }
     }
 

@@ -40,6 +40,15 @@ public struct SystemParameters: Sendable, Hashable {
             softBytes: Int(clamping: documentSizeSoftLimitBytes), hardBytes: Int(clamping: documentSizeHardLimitBytes))
     }
 
+    /// Why a soft and a hard document size limit cannot go together, or nil when they
+    /// can: a body over the soft limit is written and logged, one over the hard limit
+    /// refused, so a soft limit above the hard one could never apply.
+    public static func sizeLimitsProblem(soft: Int64, hard: Int64) -> String? {
+        guard soft > hard else { return nil }
+        return "the soft document size limit (\(soft) bytes) would be above the hard one (\(hard) bytes); "
+            + "the soft limit, at which a write is only logged, must be at most the hard limit, at which it is refused"
+    }
+
     /// One parameter: its DQL name, what it takes, and where it lives in the struct.
     struct Definition: Sendable {
         let name: String
@@ -98,7 +107,12 @@ public struct SystemParameters: Sendable, Hashable {
                     "\(definition.name) takes \(definition.takes), got \(shown); the parameters are \(Self.known)",
                     position: setting.valuePosition)
             }
-            self[keyPath: definition.keyPath] = number
+            var changed = self
+            changed[keyPath: definition.keyPath] = number
+            if let problem = Self.sizeLimitsProblem(soft: changed.documentSizeSoftLimitBytes, hard: changed.documentSizeHardLimitBytes) {
+                throw QueryError("\(definition.name) = \(number) refused: \(problem)", position: setting.valuePosition)
+            }
+            self = changed
             return [row(definition)]
         }
     }

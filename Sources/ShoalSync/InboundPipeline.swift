@@ -135,6 +135,8 @@ public final class InboundPipeline: Sendable {
         var assembler: CoverageAssembler?
         var running = false
         var status = Status()
+        /// One warning per origin per interval about far-ahead timestamps.
+        var skewWarnings = SkewWarnings()
     }
 
     public let configuration: Configuration
@@ -420,16 +422,21 @@ public final class InboundPipeline: Sendable {
     private func commit(
         _ items: [Item], assembler start: CoverageAssembler, subscriptions: SubscriptionSet
     ) async throws(StoreError) -> (CommitResult, ApplyOutcome) {
-        let now = UInt64(Date().timeIntervalSince1970 * 1000)
+        let now = HybridLogicalClock.systemMilliseconds()
         for item in items {
             for piece in item.pieces {
-                var warned = false
-                for delta in piece.deltas where !store.clock.observe(delta.timestamp) && !warned {
-                    warned = true
-                    logger.warning(
-                        "a remote write is timestamped far ahead of this clock; not adopting its time",
-                        metadata: ["shoal.peer.site": "\(item.source)", "shoal.txn": "\(piece.id)", "shoal.hlc": "\(delta.timestamp)"])
-                }
+                var ahead: HybridTimestamp?
+                for delta in piece.deltas where !store.clock.observe(delta.timestamp) && ahead == nil { ahead = delta.timestamp }
+                guard let ahead,
+                    case .warn(let suppressed) = state.withLock({ $0.skewWarnings.farAhead(from: piece.id.origin, now: now) })
+                else { continue }
+                var metadata: Logger.Metadata = [
+                    "shoal.peer.site": "\(item.source)", "shoal.txn": "\(piece.id)", "shoal.hlc": "\(ahead)",
+                ]
+                if suppressed > 0 { metadata["shoal.suppressed"] = "\(suppressed)" }
+                logger.warning(
+                    "a remote write is timestamped far ahead of this clock; not adopting its time\(suppressed > 0 ? " (\(suppressed) more from its origin since the last warning)" : "")",
+                    metadata: metadata)
             }
         }
         // Small, and nothing buffered that it could complete: the store may run it on

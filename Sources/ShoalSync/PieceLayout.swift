@@ -40,7 +40,7 @@ struct PieceLayout {
         var run = -1
         for delta in deltas {
             base = min(base, delta.timestamp.rawValue)
-            if run < 0 || groups[run].ref.id != delta.documentID || groups[run].ref.collection != delta.collection {
+            if run < 0 || !groups[run].ref.is(collection: delta.collection, id: delta.documentID) {
                 let ref = DocumentRef(collection: delta.collection, id: delta.documentID)
                 if let group = known[ref] {
                     run = group

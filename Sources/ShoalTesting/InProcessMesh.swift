@@ -1,3 +1,4 @@
+public import Logging
 public import ShoalCRDT
 public import ShoalStore
 public import ShoalSync
@@ -67,13 +68,14 @@ public final class TestNode: Sendable {
     public init(
         name: String, subscriptions: [String] = [], meshKey: [UInt8]? = nil, directory: TemporaryDirectory? = nil,
         configure: (inout SyncConfiguration) -> Void = { _ in },
-        wallClock: @escaping @Sendable () -> UInt64 = HybridLogicalClock.systemMilliseconds
+        wallClock: @escaping @Sendable () -> UInt64 = HybridLogicalClock.systemMilliseconds,
+        syncLogger: Logger = Logger(label: "shoal.sync")
     ) throws {
         self.directory = directory ?? TemporaryDirectory(prefix: "shoal-\(name)")
         store = try DocumentStore(directory: self.directory.path, wallClock: wallClock)
         var configuration = SyncConfiguration(nodeName: name, meshKey: meshKey, batchSize: 64)
         configure(&configuration)
-        sync = SyncEngine(store: store, configuration: configuration)
+        sync = SyncEngine(store: store, configuration: configuration, logger: syncLogger)
         let saved = try store.savedFreshness()
         sync.freshness.load(entries: saved.entries, forgottenThrough: saved.forgottenThrough)
         for query in subscriptions { try sync.subscribe(query) }

@@ -20,9 +20,19 @@ enum InProcess: String, CaseIterable, Sendable {
     /// p50 and p99). The sync path's part of the observer latency, without TCP, admin
     /// sessions or other processes.
     case latency
+    /// One-entry UPDATEs of a document holding a MAP of 5,000, 10,000 and 20,000
+    /// entries, each until a linked replica shows it (`MapWrites`; it prints p50 and
+    /// the maximum per size). `--samples` is the writes per size (default 20).
+    case map
 
-    func run(documents: Int) async throws -> Double {
+    /// - Parameter samples: the writes per size of `map`, if given.
+    func run(documents: Int, samples: Int?) async throws -> Double {
         switch self {
+        case .map:
+            let writes = samples ?? 20
+            let start = ContinuousClock.now
+            _ = try await MapWrites.run(writes: writes)
+            return Double(writes * MapWrites.sizes.count) / seconds(ContinuousClock.now - start)
         case .local:
             return try await LocalWrites.run(documents: documents, perTransaction: 100).documentsPerSecond
         case .update:

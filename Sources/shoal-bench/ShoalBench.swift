@@ -69,7 +69,12 @@ struct ShoalBench: AsyncParsableCommand {
                 throw ValidationError("--in-process takes \(InProcess.allCases.map(\.rawValue).joined(separator: " or "))")
             }
             let count = documents ?? (quick ? 10_000 : 100_000)
-            print(String(format: "%@: %.0f documents/s (%d documents)", inProcess, try await workload.run(documents: count), count))
+            let rate = try await workload.run(documents: count, samples: samples)
+            if workload == .map {
+                print(String(format: "map: %.1f writes/s", rate))
+            } else {
+                print(String(format: "%@: %.0f documents/s (%d documents)", inProcess, rate, count))
+            }
             return
         }
         let plan = Plan(

@@ -1,6 +1,12 @@
 import ShoalCRDT
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 @Suite struct RegisterTests {
     static let a = SiteID(1), b = SiteID(2)
 
@@ -65,6 +71,45 @@ import Testing
         #expect(clock.tick() == HybridTimestamp(milliseconds: 3_601_000, counter: 3))
         clock.restore(HybridTimestamp(milliseconds: 10, counter: 0))
         #expect(clock.tick() == HybridTimestamp(milliseconds: 3_601_000, counter: 4), "a lower mark changes nothing")
+    }
+
+    /// Every wall-clock reading converts, however wrong: before 1970 (what a clock
+    /// set back to 1969 gives), at the epoch, and past what a timestamp holds.
+    @Test(arguments: [
+        (Int(-1), Int(999_999_999), UInt64(0)), (Int.min, 0, 0), (-86_400 * 365, 500_000_000, 0), (0, 0, 0),
+        (1_700_000_000, 123_456_789, 1_700_000_000_123), (Int.max, 999_999_999, HybridTimestamp.maximumMilliseconds),
+        (Int(HybridTimestamp.maximumMilliseconds / 1000), 999_999_999, HybridTimestamp.maximumMilliseconds),
+    ])
+    func aWallClockReadingOfAnyTimeConverts(seconds: Int, nanoseconds: Int, milliseconds: UInt64) {
+        let reading = timespec(tv_sec: seconds, tv_nsec: nanoseconds)
+        #expect(HybridLogicalClock.milliseconds(of: reading) == milliseconds)
+    }
+
+    /// A wall clock that steps back to 1970 (how a clock set before it reads) or leaps
+    /// past the year 10889 neither stops the clock nor takes it back.
+    @Test func aWallClockSteppingBackOrLeapingFarAheadNeverTakesTheClockBack() {
+        let wall = WallClock(1_700_000_000_000)
+        let clock = HybridLogicalClock(wallClock: { wall.value })
+        var last = clock.tick()
+        for reading in [0, UInt64.max, HybridTimestamp.maximumMilliseconds, 1 << 60, 0] {
+            wall.value = reading
+            for _ in 0..<3 {
+                let next = clock.tick()
+                #expect(next > last, "after a wall clock reading \(reading)")
+                last = next
+            }
+            #expect(clock.observe(HybridTimestamp(milliseconds: 1_000, counter: 0)))
+        }
+        #expect(last.milliseconds == HybridTimestamp.maximumMilliseconds)
+    }
+
+    /// A clock at the last millisecond a timestamp holds adopts nothing past it and
+    /// keeps issuing timestamps, the last one there is at the very end.
+    @Test func aClockAtTheEndOfTimeStillTicks() {
+        let clock = HybridLogicalClock(wallClock: { .max }, maximumDrift: .max)
+        #expect(clock.newestAdoptable == HybridTimestamp(rawValue: .max))
+        #expect(clock.observe(HybridTimestamp(rawValue: .max)))
+        #expect(clock.tick() == HybridTimestamp(rawValue: .max))
     }
 
     @Test func identifiersRoundTripThroughText() {

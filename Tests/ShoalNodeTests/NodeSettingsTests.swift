@@ -142,6 +142,26 @@ struct NodeSettingsTests {
         #expect(throws: NodeError.self) { try NodeSettings().configuration() }
     }
 
+    /// A soft document size limit may not be above the hard one; left unset, it follows
+    /// a hard limit set below its default.
+    @Test func theSoftDocumentSizeLimitIsAtMostTheHardOne() throws {
+        var flags = NodeSettings()
+        flags.setFlag("data", .string("/tmp/x"))
+        flags.setFlag("document-size-hard-limit", .integer(100_000))
+        #expect(try flags.configuration().resources.documentSizeSoftLimit == 100_000)
+        flags.setFlag("document-size-soft-limit", .integer(100_001))
+        let error = #expect(throws: NodeError.self) { try flags.configuration() }
+        #expect(
+            error?.message
+                == "--document-size-soft-limit: the soft document size limit (100001 bytes) would be above the hard one (100000 bytes); the soft limit, at which a write is only logged, must be at most the hard limit, at which it is refused: lower it or raise document-size-hard-limit")
+        flags.setFlag("document-size-soft-limit", .integer(100_000))
+        #expect(try flags.configuration().resources.documentSizeSoftLimit == 100_000, "equal limits are fine")
+        var resources = ResourceLimits()
+        resources.documentSizeSoftLimit = resources.documentSizeHardLimit + 1
+        let embedded = NodeConfiguration(dataDirectory: "/tmp/x", listen: HostAndPort(host: "127.0.0.1", port: 0), resources: resources)
+        #expect(throws: NodeError.self) { try ShoalNode(configuration: embedded) }
+    }
+
     @Test(arguments: [
         ("data = \"x\"\nlisten = 7470\n", "shoal.toml:2 (listen): 'listen' must be a string, not an integer"),
         ("data = \"x\"\n\nlisen = \"127.0.0.1:1\"\n", "shoal.toml:3 (lisen): unknown key 'lisen' (did you mean 'listen'?)"),
@@ -166,6 +186,14 @@ struct NodeSettingsTests {
         ("data = \"x\"\ncompaction-horizon = 0\n", "shoal.toml:2 (compaction-horizon): must be between 1 and 315360000 seconds"),
         ("data = \"x\"\ntombstone-horizon = 0.5\n", "shoal.toml:2 (tombstone-horizon): must be 0 (keep tombstones) or between 1 and 315360000 seconds"),
         ("data = \"x\"\ntombstone-horizon = 60\n", "shoal.toml:2 (tombstone-horizon): must be at least the compaction horizon (604800 s)"),
+        (
+            "data = \"x\"\ndocument-size-soft-limit = 5000000\n",
+            "shoal.toml:2 (document-size-soft-limit): the soft document size limit (5000000 bytes) would be above the hard one (4194304 bytes)"
+        ),
+        (
+            "data = \"x\"\ndocument-size-hard-limit = 1000\ndocument-size-soft-limit = 1001\n",
+            "shoal.toml:3 (document-size-soft-limit): the soft document size limit (1001 bytes) would be above the hard one (1000 bytes)"
+        ),
     ])
     func mistakesNameTheLineAndTheKey(text: String, expected: String) {
         let error = #expect(throws: NodeError.self) {

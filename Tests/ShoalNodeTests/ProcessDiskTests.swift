@@ -15,12 +15,9 @@ struct ProcessDiskTests {
     static func unmount(_ path: String) { TmpfsMount.unmount(path) }
 
     @Test func aFullDiskFailsWritesClearlyStopsAcknowledgingAndRecovers() throws {
-        let dirs = TemporaryDirectory(prefix: "shoal-disk")
-        defer { dirs.remove() }
-        let mountPoint = dirs.path + "/small"
-        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        #expect(Self.mount(["-t", "tmpfs", "-o", "size=6m", "tmpfs", mountPoint]))
-        defer { Self.unmount(mountPoint) }
+        let disk = try ScratchTmpfs("small", size: "6m")
+        defer { disk.remove() }
+        let (dirs, mountPoint) = (disk.directory, disk.mountPoint)
         let source = try NodeProcess(name: "source", dataDirectory: dirs.path + "/source")
         let node = try NodeProcess(
             name: "small", dataDirectory: mountPoint + "/data",
@@ -66,17 +63,40 @@ struct ProcessDiskTests {
         #expect(try TmpfsMount.integrity(mountPoint + "/data") == "ok")
     }
 
+    /// A node cannot start on a full disk (SQLite has no room for its shared-memory
+    /// index): it refuses, naming the database, saying the disk is full and what to do,
+    /// and starts with its data intact once there is room again.
+    @Test func aFullDiskAtStartIsRefusedClearlyAndRecovers() throws {
+        let disk = try ScratchTmpfs("full", size: "8m")
+        defer { disk.remove() }
+        let mountPoint = disk.mountPoint
+        let data = mountPoint + "/data"
+        var node: NodeProcess? = try NodeProcess(name: "full", dataDirectory: data)
+        #expect(try node!.exec("INSERT INTO cars DOCUMENTS ({'_id': 'before'})").status == 0)
+        #expect(node!.interrupt() == 0)
+        node = nil
+        let filler = mountPoint + "/filler"
+        #expect(TmpfsMount.run("/bin/dd", ["if=/dev/zero", "of=" + filler, "bs=64k"]) != 0, "dd stops when the disk is full")
+        let refused = try ShoalBinary.run(["run", "--data", data, "--listen", "127.0.0.1:0", "--no-discovery"])
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("cannot open the database at \(data)/shoal.sqlite: the disk that holds \(data) is full"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("Free some space on that disk, or move the data directory to a larger one, and start again"))
+        try FileManager.default.removeItem(atPath: filler)
+        let again = try NodeProcess(name: "full", dataDirectory: data)
+        #expect(try again.exec("INSERT INTO cars DOCUMENTS ({'_id': 'after'})").status == 0)
+        #expect(try ProcessMeshTests.documents(again).compactMap { $0["_id"] as? String }.sorted() == ["after", "before"])
+        #expect(again.interrupt() == 0)
+        #expect(try TmpfsMount.integrity(data) == "ok")
+    }
+
     /// A data directory on a filesystem mounted read-only: the node refuses to start,
     /// saying why, and starts with its data intact once the filesystem is writable.
     /// (A filesystem cannot be made read-only under a running node: Linux refuses to
     /// remount one read-only while files on it are open for writing.)
     @Test func aReadOnlyDataDirectoryIsRefusedClearlyAndRecovers() throws {
-        let dirs = TemporaryDirectory(prefix: "shoal-disk")
-        defer { dirs.remove() }
-        let mountPoint = dirs.path + "/ro"
-        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        #expect(Self.mount(["-t", "tmpfs", "-o", "size=64m", "tmpfs", mountPoint]))
-        defer { Self.unmount(mountPoint) }
+        let disk = try ScratchTmpfs("ro", size: "64m")
+        defer { disk.remove() }
+        let mountPoint = disk.mountPoint
         var node: NodeProcess? = try NodeProcess(name: "ro", dataDirectory: mountPoint + "/data")
         #expect(try node!.exec("INSERT INTO cars DOCUMENTS ({'_id': 'before'})").status == 0)
         #expect(node!.interrupt() == 0)
@@ -93,6 +113,25 @@ struct ProcessDiskTests {
         #expect(try TmpfsMount.integrity(mountPoint + "/data") == "ok")
     }
 }
+}
+
+/// A small tmpfs mounted in a fresh temporary directory, which holds whatever else a
+/// disk test needs; `remove()` unmounts it and deletes the directory.
+struct ScratchTmpfs {
+    let directory: TemporaryDirectory
+    let mountPoint: String
+
+    init(_ name: String, size: String) throws {
+        directory = TemporaryDirectory(prefix: "shoal-disk")
+        mountPoint = directory.path + "/" + name
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        #expect(TmpfsMount.mount(["-t", "tmpfs", "-o", "size=" + size, "tmpfs", mountPoint]))
+    }
+
+    func remove() {
+        TmpfsMount.unmount(mountPoint)
+        directory.remove()
+    }
 }
 
 /// Mounting small filesystems for the disk tests.

@@ -101,6 +101,7 @@ import Testing
 
     @Test func aReceivedDocumentOverTheHardLimitIsRefused() async throws {
         try await TransactionTests.withStore { store in
+            _ = try await store.execute("ALTER SYSTEM SET document_size_soft_limit_bytes = 50")
             _ = try await store.execute("ALTER SYSTEM SET document_size_hard_limit_bytes = 100")
             let id = TransactionID(origin: SiteID(0xA), sequence: 1)
             let value = Value.string(String(repeating: "y", count: 200)).canonicalJSON
@@ -172,6 +173,7 @@ import Testing
         #expect(try await store.execute("SELECT * FROM t WHERE _id = 'a'").items == [["_id": "a", "n": 1]])
         // Deleted and evicted by _id.
         #expect(try await store.execute("DELETE FROM t WHERE _id = 'b'").mutatedDocumentIDs == ["b"])
+        store.peerHoldings.note(SiteID(0xB), through: try await store.lastSequence(), subscriptions: try TransactionTests.everything("t"))
         #expect(try await store.execute("EVICT FROM t WHERE _id = 'c'").mutatedDocumentIDs == ["c"])
         #expect(try await store.execute("SELECT _id FROM t ORDER BY _id").items == [["_id": "a"], ["_id": "ok"]])
     }

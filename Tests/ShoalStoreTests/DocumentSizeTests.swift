@@ -15,6 +15,7 @@ import Testing
         let limit = Self.size("a", 100)
         let records = LogRecords()
         try await TransactionTests.withStore(logger: Logger(label: "t") { _ in CapturingLogHandler(records: records) }) { store in
+            _ = try await store.execute("ALTER SYSTEM SET document_size_soft_limit_bytes = \(limit)")
             _ = try await store.execute("ALTER SYSTEM SET document_size_hard_limit_bytes = \(limit)")
             let x100 = String(repeating: "x", count: 100), x101 = x100 + "x"
             #expect(try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'v': :v})", arguments: ["v": .string(x100)]).transactionID != nil)
@@ -61,6 +62,27 @@ import Testing
                 records.warnings == [
                     "document \"a\" in c is \(limit + 1) bytes, over the soft limit of \(limit) bytes (document_size_soft_limit_bytes)"
                 ])
+        }
+    }
+
+    /// ALTER SYSTEM refuses a soft limit above the hard one, whichever it sets, and
+    /// leaves both as they were.
+    @Test func aSoftLimitAboveTheHardOneIsRefused() async throws {
+        try await TransactionTests.withStore { store in
+            for statement in [
+                "ALTER SYSTEM SET document_size_soft_limit_bytes = 4194305", "ALTER SYSTEM SET document_size_hard_limit_bytes = 1000",
+            ] {
+                let error = try await #require(throws: StoreError.self) { try await store.execute(statement) }
+                #expect(error.code == .invalidQuery)
+                #expect(error.message.contains("refused: the soft document size limit ("), "\(error.message)")
+                #expect(error.message.contains("must be at most the hard limit"), "\(error.message)")
+            }
+            let rows = try await store.execute("SHOW ALL").items
+            #expect(rows.prefix(2) == [
+                ["name": "document_size_hard_limit_bytes", "value": 4_194_304], ["name": "document_size_soft_limit_bytes", "value": 262_144],
+            ])
+            _ = try await store.execute("ALTER SYSTEM SET document_size_soft_limit_bytes = 1000")
+            _ = try await store.execute("ALTER SYSTEM SET document_size_hard_limit_bytes = 1000")
         }
     }
 

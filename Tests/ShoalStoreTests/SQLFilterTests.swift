@@ -85,4 +85,66 @@ import Testing
         defer { reopened.close() }
         #expect(reopened.indexedPaths.withLock { $0 } == ["$.\"n\"", "$.\"o\".\"k\""])
     }
+
+    /// The largest predicates DQL accepts: the longest OR and AND chains the parser's
+    /// height allows, the deepest nesting of alternating AND and OR its bracket limit
+    /// allows, and more terms than SQLite's expression depth, in brackets.
+    static func largestPredicates() -> [(name: String, predicate: String)] {
+        func term(_ i: Int) -> String { "n = \(i % 10)" }
+        /// The longest chain of `op` the parser takes.
+        func chain(_ op: String) -> String {
+            var terms = 2
+            while (try? Parser.parseStatement("SELECT * FROM c WHERE " + (0...terms).map(term).joined(separator: " \(op) "))) != nil {
+                terms += 1
+            }
+            return (0..<terms).map(term).joined(separator: " \(op) ")
+        }
+        /// `n = 0 OR (n = 1 AND (n = 2 OR (...)))`, the deepest the parser takes, right or left.
+        func nesting(right: Bool) -> String {
+            func nested(_ depth: Int) -> String {
+                var e = term(depth)
+                for level in (0..<depth).reversed() {
+                    let op = level % 2 == 0 ? "OR" : "AND"
+                    e = right ? "\(term(level)) \(op) (\(e))" : "(\(e)) \(op) \(term(level))"
+                }
+                return e
+            }
+            var depth = 1
+            while (try? Parser.parseStatement("SELECT * FROM c WHERE " + nested(depth + 1))) != nil { depth += 1 }
+            return nested(depth)
+        }
+        // Forty bracketed chains of fifty: 2,000 terms, every chain within the height.
+        let wide = (0..<40).map { group in "(" + (0..<50).map { term(group + $0) }.joined(separator: " OR ") + ")" }
+            .joined(separator: " OR ")
+        func brackets(_ depth: Int) -> String { String(repeating: "(", count: depth) + term(1) + String(repeating: ")", count: depth) }
+        let deepest = (1...Parser.maximumNesting).last { (try? Parser.parseStatement("SELECT * FROM c WHERE " + brackets($0))) != nil }!
+        return [
+            ("OR chain", chain("OR")), ("AND chain", chain("AND")), ("nested right", nesting(right: true)),
+            ("nested left", nesting(right: false)), ("2,000 terms", wide), ("brackets", brackets(deepest)),
+        ]
+    }
+
+    /// Every predicate DQL accepts stays inside SQLite's limits (its parser's stack and
+    /// its expression depth) in SELECT, UPDATE and DELETE, and matches what the
+    /// evaluator matches.
+    @Test(arguments: largestPredicates().map(\.name))
+    func theLargestPredicatesDQLAcceptsRunInEveryStatement(name: String) async throws {
+        let predicate = try #require(Self.largestPredicates().first { $0.name == name }).predicate
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore(directory: dir.path)
+        defer { store.close() }
+        let documents: [Value] = (0..<12).map { ["_id": .string("d\($0)"), "n": .int(Int64($0))] }
+        _ = try await store.execute("INSERT INTO c DOCUMENTS (:docs)", arguments: ["docs": .array(documents)])
+        guard case .select(let select) = try Parser.parseStatement("SELECT * FROM c WHERE \(predicate)") else { return }
+        let expected = try documents.filter { try Evaluator.matches(select.whereClause, document: $0, arguments: [:]) }
+            .compactMap { $0["_id"] }.sorted { $0.canonicalJSON < $1.canonicalJSON }
+        let selected = try await store.execute("SELECT _id FROM c WHERE \(predicate) ORDER BY _id").items.compactMap { $0["_id"] }
+        #expect(selected == expected, "\(name)")
+        let updated = try await store.execute("UPDATE c SET hit = true WHERE \(predicate)").mutatedDocumentIDs
+        #expect(updated.sorted { $0.canonicalJSON < $1.canonicalJSON } == expected, "\(name)")
+        let deleted = try await store.execute("DELETE FROM c WHERE \(predicate)").mutatedDocumentIDs
+        #expect(deleted.sorted { $0.canonicalJSON < $1.canonicalJSON } == expected, "\(name)")
+        #expect(try await store.execute("SELECT COUNT(*) AS n FROM c").items.first?["n"] == .int(Int64(12 - expected.count)))
+    }
 }

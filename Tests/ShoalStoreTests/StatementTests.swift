@@ -118,6 +118,8 @@ import Testing
         try await Self.withStore { store in
             _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a'}), ({'_id': 'b'})")
             let before = try await store.lastSequence()
+            // A peer holds them: EVICT keeps a node's own writes no peer has (DATA_MODEL.md §11).
+            store.peerHoldings.note(SiteID(0xB), through: before, subscriptions: try TransactionTests.everything("c"))
             let evicted = try await store.execute("EVICT FROM c WHERE _id = 'a'")
             #expect(evicted.mutatedDocumentIDs == ["a"] && evicted.transactionID == nil)
             #expect(try await store.lastSequence() == before, "nothing is logged, nothing replicates")

@@ -13,45 +13,6 @@ final class EventLog: Sendable {
     var all: [String] { lines.withLock { $0 } }
 }
 
-/// Log records kept in memory by `CapturingLogHandler`.
-final class LogRecords: Sendable {
-    struct Record: Sendable {
-        var level: Logger.Level
-        var message: String
-        var metadata: [String: String]
-    }
-
-    private let records = Locked<[Record]>([])
-
-    func append(_ record: Record) { records.withLock { $0.append(record) } }
-
-    var all: [Record] { records.withLock { $0 } }
-
-    /// The long-transaction reports about the transaction with this ID, in order.
-    func reports(about id: String) -> [Record] {
-        records.withLock { $0.filter { $0.metadata["shoal.txn.id"] == id } }
-    }
-}
-
-struct CapturingLogHandler: LogHandler {
-    let records: LogRecords
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .trace
-    var metadataProvider: Logger.MetadataProvider?
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        let merged = metadata.merging(event.metadata ?? [:]) { $1 }
-        records.append(
-            LogRecords.Record(
-                level: event.level, message: event.message.description, metadata: merged.mapValues { "\($0)" }))
-    }
-}
-
 @Suite struct TransactionTests {
     static func withStore<T>(
         logger: Logger = Logger(label: "shoal.test"), _ body: (DocumentStore) async throws -> T

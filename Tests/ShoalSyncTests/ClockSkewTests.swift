@@ -1,3 +1,4 @@
+import Logging
 import ShoalCRDT
 import ShoalStore
 import ShoalSync
@@ -61,5 +62,43 @@ import Testing
             #expect(try await Self.body(a).count == 2)
             #expect(a.store.clock.current > future, "A's clock never went back")
         }
+    }
+
+    /// A peer a day ahead sends every transaction far ahead: the receiver warns once,
+    /// not once per transaction (it merged every one of them all the same).
+    @Test func aPeerADayAheadIsWarnedOfOnceNotOncePerTransaction() async throws {
+        let clock = SkewedClock()
+        clock.jump(hours: 24)
+        let records = LogRecords()
+        let a = try TestNode(name: "a", wallClock: clock.read)
+        let b = try TestNode(
+            name: "b", subscriptions: ["SELECT * FROM cars"],
+            syncLogger: Logger(label: "shoal.sync") { _ in CapturingLogHandler(records: records) })
+        defer { a.remove(); b.remove() }
+        for i in 0..<40 { _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'c\(i)'})") }
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.body(b).count == 40 })
+        }
+        let warnings = records.all.filter { $0.level == .warning && $0.message.contains("timestamped far ahead") }
+        #expect(warnings.count == 1, "\(warnings.map(\.message))")
+        #expect(warnings.first?.metadata["shoal.txn"]?.hasPrefix(a.store.siteID.description) == true)
+    }
+
+    /// The first far-ahead transaction of an origin is logged, the rest of the interval
+    /// only counted, and the first after it says how many went unlogged; each origin
+    /// on its own.
+    @Test func skewWarningsComeOncePerOriginPerIntervalWithTheCountSuppressed() {
+        var warnings = SkewWarnings(interval: 1_000, capacity: 2)
+        let a = SiteID(1), b = SiteID(2), c = SiteID(3)
+        #expect(warnings.farAhead(from: a, now: 10_000) == .warn(suppressed: 0))
+        #expect(warnings.farAhead(from: a, now: 10_001) == .suppress)
+        #expect(warnings.farAhead(from: b, now: 10_002) == .warn(suppressed: 0), "another origin is its own")
+        #expect(warnings.farAhead(from: a, now: 10_999) == .suppress)
+        #expect(warnings.farAhead(from: a, now: 11_000) == .warn(suppressed: 2))
+        #expect(warnings.farAhead(from: a, now: 11_001) == .suppress)
+        #expect(warnings.farAhead(from: a, now: 5_000) == .warn(suppressed: 1), "a wall clock stepped back warns again")
+        // A third origin past the capacity: the table forgets rather than grows.
+        #expect(warnings.farAhead(from: c, now: 5_001) == .warn(suppressed: 0))
+        #expect(warnings.farAhead(from: c, now: 5_002) == .suppress)
     }
 }

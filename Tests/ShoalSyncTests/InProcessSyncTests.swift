@@ -36,6 +36,31 @@ import Testing
         #expect(try await a.store.execute("SELECT * FROM cars ORDER BY _id").items == b.store.execute("SELECT * FROM cars ORDER BY _id").items)
     }
 
+    /// Two `_id`s that are canonically equivalent but differ in bytes (é precomposed
+    /// and decomposed) are two documents, as SQLite keys them: one INSERT of both says
+    /// it mutated two, and a peer receives both, each with its own fields.
+    @Test func canonicallyEquivalentIDsAreTwoDocumentsEverywhere() async throws {
+        let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"])
+        defer { a.remove(); b.remove() }
+        let composed = "\u{E9}", decomposed = "e\u{301}"
+        let result = try await a.store.execute(
+            "INSERT INTO cars DOCUMENTS (:d)",
+            arguments: ["d": [["_id": .string(composed), "form": "nfc"], ["_id": .string(decomposed), "form": "nfd"]]])
+        #expect(result.mutatedDocumentIDs.map(\.canonicalJSON.utf8).map(Array.init) == [composed, decomposed].map { Array("\"\($0)\"".utf8) })
+        @Sendable func forms(_ node: TestNode) async throws -> [String: String] {
+            let items = try await node.store.execute("SELECT _id, form FROM cars").items
+            return Dictionary(uniqueKeysWithValues: items.map { item in
+                (item["_id"]!.stringValue!.unicodeScalars.map { String($0.value, radix: 16) }.joined(separator: " "), item["form"]!.stringValue!)
+            })
+        }
+        let expected = ["e9": "nfc", "65 301": "nfd"]
+        #expect(try await forms(a) == expected)
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(b) == 2 })
+        }
+        #expect(try await forms(b) == expected)
+    }
+
     /// A node that speaks only version 2 still syncs both ways with one that speaks
     /// 3 (they agree on 2), and the same transactions cost fewer bytes between two
     /// version 3 nodes, whose deltas travel stepped (PROTOCOL.md §8.3).

@@ -59,6 +59,7 @@ import Testing
             a.remove()
             b.remove()
         }
+        _ = try await b.store.execute("ALTER SYSTEM SET document_size_soft_limit_bytes = 50")
         _ = try await b.store.execute("ALTER SYSTEM SET document_size_hard_limit_bytes = 300")
         try await InProcessMesh.withLink(a.sync, b.sync) {
             // Said in b's Hello: a withholds the document and says why.
