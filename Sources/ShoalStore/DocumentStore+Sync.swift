@@ -306,7 +306,17 @@ struct PieceReader {
             deltas.sort { $0.index < $1.index }
         }
         let stored = try StoredTransaction.fetch(db, id)
-        let first = rows.first!.delta
+        guard let first = rows.first?.delta else {
+            // An answer about collections this node holds no row of (`transactionPieces`):
+            // a last piece with no deltas, its manifest from the transaction's record and
+            // its verdicts saying why, as `changes` would have said them.
+            guard isLast, let stored else { return nil }
+            var piece = TransactionPiece(
+                id: id, deltaCount: stored.deltaCount, documentCount: stored.documentCount, collections: stored.collections,
+                deltas: [], documentDeltaCounts: [:], isLast: true)
+            piece.verdicts = try lastPieceVerdicts(id, stored.collections, rest: stored.rest)
+            return piece
+        }
         var piece = TransactionPiece(
             id: id, deltaCount: stored?.deltaCount ?? first.count,
             documentCount: stored?.documentCount ?? UInt32(Set(rows.map { DocumentRef(collection: $0.delta.collection, id: $0.delta.documentID) }).count),

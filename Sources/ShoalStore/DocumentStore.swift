@@ -149,20 +149,35 @@ public final class DocumentStore: Sendable {
             // The newest field the drift rule would adopt: one far-future row must not
             // make the clock refuse the rest.
             let adoptable = clock.newestAdoptable
-            let (site, highWater, newestField) = try pool.write { db -> (SiteID, Int64, Int64) in
-                let site: SiteID
+            let file = Self.fileIdentity(path)
+            let (site, highWater, newestField, former) = try pool.write { db -> (SiteID, Int64, Int64, SiteID?) in
+                var site: SiteID
+                var former: SiteID?
                 if let raw = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'site_id'") {
                     site = SiteID(UInt64(bitPattern: raw))
+                    if let file, let device = try Self.meta(db, "store_device"), let inode = try Self.meta(db, "store_inode"),
+                        device != file.device || inode != file.inode
+                    {
+                        former = site
+                        site = try Self.takeNewIdentity(db, from: site)
+                    }
                 } else {
                     site = SiteID.random()
-                    try db.execute(
-                        sql: "INSERT INTO shoal_meta (key, value) VALUES ('site_id', ?)",
-                        arguments: [Int64(bitPattern: site.rawValue)])
+                    try Self.setMeta(db, "site_id", Int64(bitPattern: site.rawValue))
+                }
+                if let file {
+                    try Self.setMeta(db, "store_device", file.device)
+                    try Self.setMeta(db, "store_inode", file.inode)
                 }
                 let highWater = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'clock_high_water'") ?? 0
                 let newest = try Int64.fetchOne(
                     db, sql: "SELECT MAX(ts) FROM field WHERE ts BETWEEN 0 AND ?", arguments: [Int64(bitPattern: adoptable.rawValue)]) ?? 0
-                return (site, highWater, newest)
+                return (site, highWater, newest, former)
+            }
+            if let former {
+                logger.warning(
+                    "this data directory's database is not the file it was created as (copied, restored from a backup, or moved to another filesystem): this node continues as a new site, \(site), so that it never reuses a transaction number of its former site \(former), whose transactions it keeps and asks its peers for",
+                    metadata: ["shoal.site": "\(site)", "shoal.site.former": "\(former)", "shoal.store.path": "\(path)"])
             }
             clock.restore(HybridTimestamp(rawValue: UInt64(bitPattern: highWater)))
             clock.observe(HybridTimestamp(rawValue: UInt64(bitPattern: newestField)))
@@ -192,6 +207,27 @@ public final class DocumentStore: Sendable {
             throw Self.openFailure(error, path: path, directory: directory)
         }
         logger.debug("store opened", metadata: ["shoal.store.path": "\(path)", "shoal.site": "\(siteID)"])
+    }
+
+    /// The device and inode of the database file: a copy or a restore of the data
+    /// directory has other ones. Nil when they cannot be read.
+    static func fileIdentity(_ path: String) -> (device: Int64, inode: Int64)? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return (Int64(bitPattern: UInt64(info.st_dev)), Int64(bitPattern: UInt64(info.st_ino)))
+    }
+
+    /// Gives the store a new site ID (its database file is a copy or a restore): what
+    /// the former site wrote stays, as another node's writes, and every peer cursor
+    /// goes, so that peers send the former site's transactions this copy lacks.
+    static func takeNewIdentity(_ db: Database, from former: SiteID) throws -> SiteID {
+        var site = SiteID.random()
+        while site == former { site = SiteID.random() }
+        try setMeta(db, "site_id", Int64(bitPattern: site.rawValue))
+        try setMeta(db, "former_site", Int64(bitPattern: former.rawValue))
+        try setMeta(db, "history_confirmed", 0)
+        try db.execute(sql: "DELETE FROM peer_cursor")
+        return site
     }
 
     /// Below this many bytes free, a disk counts as full when the database cannot open.
@@ -496,6 +532,14 @@ public final class DocumentStore: Sendable {
             try db.execute(
                 sql: """
                     ALTER TABLE txn ADD COLUMN refusal TEXT;
+                    """)
+        }
+        migrator.registerMigration("v15-neighbour-interest") { db in
+            // What each neighbour asked this node for (`DocumentStore+Interest.swift`),
+            // as `[[query, arguments], ...]`: a relay's upstream sets survive a restart.
+            try db.execute(
+                sql: """
+                    CREATE TABLE neighbour_interest (site INTEGER PRIMARY KEY NOT NULL, subscriptions TEXT NOT NULL);
                     """)
         }
         return migrator

@@ -44,6 +44,15 @@ public protocol SyncStore: AnyObject, Sendable {
     ) -> ChangeFeedListening
     /// A signal each time EVICT restarts every peer cursor.
     func cursorResets() -> AsyncStream<UInt64>
+    /// How far this store holds `origin`'s transactions (sent in a Subscribe to it).
+    func history(of origin: SiteID) async throws(StoreError) -> OriginHistory
+    /// Checks what `peer` holds of this node's own transactions against this store,
+    /// and repairs a history that went back (`DocumentStore+History.swift`).
+    func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(StoreError) -> HistoryVerdict
+    /// What each neighbour asked this node for, as saved before (read once, at start).
+    func savedNeighbourInterest() throws(StoreError) -> [SiteID: SubscriptionFilter]
+    /// Saves what a neighbour has asked this node for, so a restart keeps relaying it.
+    func saveNeighbourInterest(_ site: SiteID, _ filter: SubscriptionFilter) async throws(StoreError)
     /// `peer` acknowledged this node's log through `through` under `subscriptions`:
     /// what EVICT asks before it drops this node's own writes.
     func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet)

@@ -448,7 +448,11 @@ struct PeerSession: Sendable {
                     "shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)",
                     "shoal.sync.subscriptions": "\(set.entries.count)",
                 ])
-            return [.cursorRead(set, resumeAfter: cursor, includeOwn: engine.store.mayLackOwnTransactions)]
+            return [
+                .cursorRead(
+                    set, resumeAfter: cursor, includeOwn: engine.store.mayLackOwnTransactions,
+                    held: try await engine.store.history(of: peer.siteID))
+            ]
         case .readPage(let request):
             // Not back to the peer every row of it came from (DeliveryLedger), unless the
             // peer asked for its own transactions (it evicted: it may lack what it sent).
@@ -495,9 +499,13 @@ struct PeerSession: Sendable {
             try await send(.attachmentChunk(chunk))
         case .deliverAttachmentChunk(let chunk):
             engine.deliver(chunk)
+        case .checkHistory(let held):
+            _ = try await engine.store.reconcileOwnHistory(with: held, peer: peer.siteID)
         case .peerSubscribed(let set):
             engine.registry.update(recordID) { $0.subscriptions = set.entries }
-            engine.noteInterest(of: peer.siteID, set)
+            if let grown = engine.noteInterest(of: peer.siteID, set) {
+                try await engine.store.saveNeighbourInterest(peer.siteID, grown.filter)
+            }
         case .measuredRoundTrip(let micros):
             engine.registry.update(recordID) { $0.rttMillis = Double(micros) / 1000 }
         case .caughtUp(let peerFreshness):

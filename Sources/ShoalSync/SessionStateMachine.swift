@@ -85,8 +85,9 @@ public struct SessionStateMachine: Sendable {
         case ownSubscriptionsChanged(SubscriptionSet, fromStart: Bool)
         /// The cursor this node holds for `subscriptions` on this peer's log.
         /// `includeOwn`: this node may lack some of its own transactions (it evicted),
-        /// so the peer should stream them too when resuming from 0.
-        case cursorRead(SubscriptionSet, resumeAfter: UInt64, includeOwn: Bool = false)
+        /// so the peer should stream them too when resuming from 0. `held`: how far this
+        /// node holds the peer's own transactions, which the peer checks its history against.
+        case cursorRead(SubscriptionSet, resumeAfter: UInt64, includeOwn: Bool = false, held: OriginHistory = .none)
         case pageRead(ChangeLogPage, ticket: Int)
         /// The oldest submitted batch is durable (committed or buffered).
         case batchDurable
@@ -131,6 +132,9 @@ public struct SessionStateMachine: Sendable {
         case deliverAttachmentChunk(Shoal_V1_AttachmentChunk)
         /// The peer's subscriptions, for status.
         case peerSubscribed(SubscriptionSet)
+        /// The peer says how far it holds this node's own transactions: check this
+        /// node's history against it before anything is sent (PROTOCOL.md §8.2).
+        case checkHistory(OriginHistory)
         case measuredRoundTrip(micros: UInt64)
         /// The peer says this node has everything of its log it asked for, and vouches
         /// this freshness (its own entry at its clock now): this node's rises (`Freshness`).
@@ -269,7 +273,7 @@ public struct SessionStateMachine: Sendable {
             if !fromStart, let latest = ownSets[ownGeneration], latest.key == set.key { return [] }
             cursorReadPending = true
             return [.readCursor(set, fromStart: fromStart)]
-        case .cursorRead(let set, let resumeAfter, let includeOwn):
+        case .cursorRead(let set, let resumeAfter, let includeOwn, let held):
             cursorReadPending = false
             ownGeneration += 1
             ownSets[ownGeneration] = (set, set.key)
@@ -277,6 +281,9 @@ public struct SessionStateMachine: Sendable {
             subscribe.resumeAfter = resumeAfter
             subscribe.generation = ownGeneration
             subscribe.includeOwnTransactions = includeOwn && resumeAfter == 0
+            subscribe.originThrough = held.through
+            subscribe.originThroughTimestamp = held.timestamp
+            subscribe.originThroughIndex = held.index
             subscribe.subscriptions = set.entries.map { entry in
                 var s = Shoal_V1_Subscription()
                 s.id = entry.id
@@ -383,7 +390,15 @@ public struct SessionStateMachine: Sendable {
             unacknowledged = []
             outbox = []
             pageInFlight = nil
-            return [.peerSubscribed(set)] + readIfPossible()
+            let history: [Action] =
+                request.originThrough > 0
+                ? [
+                    .checkHistory(
+                        OriginHistory(
+                            through: request.originThrough, index: request.originThroughIndex,
+                            timestamp: request.originThroughTimestamp))
+                ] : []
+            return history + [.peerSubscribed(set)] + readIfPossible()
         case .deltaBatch(let batch):
             // Tests and tools hand over a message; a session reads the payload itself (`receivedDeltaBatch`).
             do {

@@ -17,7 +17,7 @@ public final class SyncEngine: Sendable {
     let registry = PeerRegistry()
     private let localSubscriptions = Locked(SubscriptionSet())
     /// What each neighbour has asked this node for, by site: the union of every
-    /// Subscribe it sent while this process ran (see `upstreamSubscriptions(for:)`).
+    /// Subscribe it sent, saved in the store (see `upstreamSubscriptions(for:)`).
     private let neighbourInterest = Locked<[SiteID: SubscriptionSet]>([:])
     /// Which peer delivered each remote transaction, so none is echoed back to its only source.
     let deliveries = Locked(DeliveryLedger())
@@ -55,6 +55,24 @@ public final class SyncEngine: Sendable {
             store: store, configuration: configuration.inbound, logger: logger, applyDuration: applyDuration)
         self.advertisedListen = Locked(configuration.listenAddress)
         self.freshness = Freshness(site: store.siteID)
+        do {
+            var interest: [SiteID: SubscriptionSet] = [:]
+            for (site, filter) in try store.savedNeighbourInterest() {
+                // A saved query this version no longer parses is left out, as a neighbour
+                // asking for it now would be refused.
+                var set = SubscriptionSet()
+                for entry in filter.entries {
+                    guard let arguments = try? ArgumentsJSON.parse(entry.argumentsJSON) else { continue }
+                    _ = try? set.add(query: entry.query, arguments: arguments)
+                }
+                interest[site] = set
+            }
+            neighbourInterest.withLock { $0 = interest }
+        } catch {
+            logger.warning(
+                "could not read what neighbours asked this node for before it restarted; relaying for them again as they subscribe",
+                metadata: ["shoal.error": "\(error)"])
+        }
     }
 
     /// Where this node accepts connections, as Hello tells peers: the configured
@@ -187,20 +205,22 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// Records what `site` asked for. Interest only grows while the process runs: a
-    /// neighbour that narrows its set, or leaves, keeps being served what it asked for
-    /// before, so the sets this node sends upstream (and the cursors keyed by them)
-    /// stay the same across its neighbours' reconnects. Sessions resubscribe when a set
-    /// they send upstream grows.
-    func noteInterest(of site: SiteID, _ set: SubscriptionSet) {
-        let grew = neighbourInterest.withLock { interest -> Bool in
+    /// Records what `site` asked for. Interest only grows, and is saved: a neighbour
+    /// that narrows its set, leaves, or has not reconnected since this node restarted,
+    /// keeps being served what it asked for before, so the sets this node sends
+    /// upstream (and the cursors keyed by them) stay the same across its neighbours'
+    /// reconnects and its own restarts. Sessions resubscribe when a set they send
+    /// upstream grows. Returns the neighbour's interest when it grew (to save).
+    func noteInterest(of site: SiteID, _ set: SubscriptionSet) -> SubscriptionSet? {
+        let grown = neighbourInterest.withLock { interest -> SubscriptionSet? in
             var known = interest[site] ?? SubscriptionSet()
             let before = known.key
             for entry in set.entries { _ = try? known.add(query: entry.query, arguments: entry.arguments) }
             interest[site] = known
-            return known.key != before
+            return known.key != before ? known : nil
         }
-        if grew { subscriptionChanges.publish(0) }
+        if grown != nil { subscriptionChanges.publish(0) }
+        return grown
     }
 
     /// Every session and dial target, for status.

@@ -181,16 +181,27 @@ final class Cluster: @unchecked Sendable {  // mutable state behind `state`
         state.withLock { $0.copies[i] = (path, epoch, time) }
     }
 
-    /// Replaces a down node's data directory by its copy; the node is in `epoch` from now on.
-    func restoreCopy(_ i: Int, epoch: Int) throws {
+    /// Replaces a down node's data directory by its copy; the node is in `epoch` from
+    /// now on. `inPlace`: the copy's bytes are written into the files the directory has
+    /// (same inodes), as a backup copied over them or a rolled-back machine leaves them;
+    /// otherwise the files are new ones, as `cp -a` of a backup makes.
+    func restoreCopy(_ i: Int, epoch: Int, inPlace: Bool = false) throws {
         guard let copy = copy(of: i) else { return }
         let data = nodes[i].dataDirectory
+        let saved = Set(try FileManager.default.contentsOfDirectory(atPath: copy.path))
         // Emptied in place rather than removed: it may be a mount point.
-        for entry in (try? FileManager.default.contentsOfDirectory(atPath: data)) ?? [] {
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: data)) ?? [] where !(inPlace && saved.contains(entry)) {
             try FileManager.default.removeItem(atPath: data + "/" + entry)
         }
-        for entry in try FileManager.default.contentsOfDirectory(atPath: copy.path) {
-            try FileManager.default.copyItem(atPath: copy.path + "/" + entry, toPath: data + "/" + entry)
+        for entry in saved {
+            let target = data + "/" + entry
+            if inPlace, FileManager.default.fileExists(atPath: target), let handle = FileHandle(forWritingAtPath: target) {
+                try handle.truncate(atOffset: 0)
+                try handle.write(contentsOf: try Data(contentsOf: URL(fileURLWithPath: copy.path + "/" + entry)))
+                try handle.close()
+            } else {
+                try FileManager.default.copyItem(atPath: copy.path + "/" + entry, toPath: target)
+            }
         }
         state.withLock { $0.epochs[i] = epoch }
     }

@@ -86,6 +86,32 @@ import Testing
         #expect(try await relay.execute("SELECT * FROM c").items == [["_id": "x", "v": 3]])
     }
 
+    /// A peer asks about a collection of a transaction this node holds no row of (a
+    /// narrow relay holding only part of it): the answer is one last piece with the
+    /// manifest and verdicts and no deltas, never a crash on an empty run of rows.
+    @Test func askingAboutACollectionWithNoRowsHereGetsVerdictsOnly() async throws {
+        let a = TemporaryDirectory()
+        defer { a.remove() }
+        let store = try DocumentStore(directory: a.path)
+        defer { store.close() }
+        try await store.transaction { tx -> Void in
+            _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'v': 1})")
+            _ = try await tx.execute("INSERT INTO d DOCUMENTS ({'_id': 'y', 'v': 2})")
+        }
+        var wide = SubscriptionSet()
+        try wide.add(query: "SELECT * FROM c")
+        try wide.add(query: "SELECT * FROM e")
+        let id = try #require(try await Self.transactions(in: store).first?.id)
+        let answer = try await store.transactionPieces(id, subscriptions: wide, collections: ["e"])
+        #expect(answer.count == 1)
+        let piece = try #require(answer.first)
+        #expect(piece.isLast && piece.deltas.isEmpty && piece.documentCount == 2)
+        #expect(Set(piece.collections.map(\.collection)) == ["c", "d"])
+        #expect(piece.verdicts.contains { $0.collection == "d" })
+        let whole = try await store.transactionPieces(id, subscriptions: wide, collections: ["c"])
+        #expect(whole.flatMap(\.deltas).allSatisfy { $0.collection == "c" } && !whole.flatMap(\.deltas).isEmpty)
+    }
+
     /// A relay passes on what a whole-collection subscriber wants even of a document it
     /// holds no body of: one created and deleted in the same transaction leaves only
     /// registers on the relay, and its deltas travel on, tombstone and all, rather

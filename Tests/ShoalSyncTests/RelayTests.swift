@@ -41,6 +41,32 @@ import Testing
         }
     }
 
+    /// A relay that restarts asks upstream for its neighbours' interest at once, before
+    /// they reconnect: a first Subscribe with only its own narrower set would take
+    /// transactions in part and relay them so, and its cursors for the wide set would
+    /// not apply. The interest is saved in the store.
+    @Test func aRestartedRelayStillAsksForItsNeighboursInterest() async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-b")
+        let a = try TestNode(name: "a", subscriptions: [Self.cars])
+        var b = try TestNode(name: "b", subscriptions: [Self.boats], directory: dir)
+        let c = try TestNode(name: "c", subscriptions: [Self.cars])
+        defer { a.remove(); b.remove(); c.remove() }
+        try await InProcessMesh.withLink(c.sync, b.sync) { [b] () async throws in
+            #expect(try await InProcessMesh.eventually {
+                Set(b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.map(\.query)) == [Self.boats, Self.cars]
+            })
+        }
+        b.stop()
+        b = try TestNode(name: "b", subscriptions: [Self.boats], directory: dir)
+        #expect(Set(b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.map(\.query)) == [Self.boats, Self.cars])
+        #expect(b.sync.upstreamSubscriptions(for: c.sync.siteID).entries.map(\.query) == [Self.boats], "never back to C")
+        // And a car written on A while C is away still reaches B, to wait there for C.
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'while-c-is-away'})")
+        try await InProcessMesh.withLink(a.sync, b.sync) { [b] () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(b, Self.cars) == 1 })
+        }
+    }
+
     /// A relay does not stream back what it just received: in A – B – C, A's writes
     /// cross each link once, toward C, and nothing of them returns.
     @Test func nothingComesBackToWhereItCameFrom() async throws {

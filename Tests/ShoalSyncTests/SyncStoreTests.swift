@@ -44,6 +44,16 @@ import Testing
             base.listenToChangeLog(handler, closed: closed)
         }
         func cursorResets() -> AsyncStream<UInt64> { base.cursorResets() }
+        func history(of origin: SiteID) async throws(StoreError) -> OriginHistory { try await base.history(of: origin) }
+        func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(StoreError) -> HistoryVerdict {
+            try await base.reconcileOwnHistory(with: held, peer: peer)
+        }
+        func savedNeighbourInterest() throws(StoreError) -> [SiteID: SubscriptionFilter] {
+            try base.savedNeighbourInterest()
+        }
+        func saveNeighbourInterest(_ site: SiteID, _ filter: SubscriptionFilter) async throws(StoreError) {
+            try await base.saveNeighbourInterest(site, filter)
+        }
         func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
             base.notePeerHolding(peer, through: through, subscriptions: subscriptions)
         }

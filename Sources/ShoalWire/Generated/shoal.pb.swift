@@ -348,6 +348,18 @@ public nonisolated struct Shoal_V1_Subscribe: Sendable {
   /// with resume_after 0 the publisher streams them too. Otherwise it never does.
   public var includeOwnTransactions: Bool = false
 
+  /// How far the sender holds the receiver's own transactions: the highest sequence of
+  /// the receiver's origin it has applied, and one delta it holds of that transaction,
+  /// the one with the newest timestamp (the lowest index among equals): its timestamp
+  /// and its index in the transaction (0 and 0: its rows were compacted). The receiver
+  /// checks its own history against them (PROTOCOL.md section 8.2). 0: none, or a
+  /// sender that predates them.
+  public var originThrough: UInt64 = 0
+
+  public var originThroughTimestamp: UInt64 = 0
+
+  public var originThroughIndex: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1970,7 +1982,7 @@ nonisolated extension Shoal_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Subscribe"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subscriptions\0\u{3}resume_after\0\u{1}generation\0\u{3}include_own_transactions\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subscriptions\0\u{3}resume_after\0\u{1}generation\0\u{3}include_own_transactions\0\u{3}origin_through\0\u{3}origin_through_timestamp\0\u{3}origin_through_index\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1982,6 +1994,9 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.resumeAfter) }()
       case 3: try { try decoder.decodeSingularUInt64Field(value: &self.generation) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.includeOwnTransactions) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.originThrough) }()
+      case 6: try { try decoder.decodeSingularFixed64Field(value: &self.originThroughTimestamp) }()
+      case 7: try { try decoder.decodeSingularUInt32Field(value: &self.originThroughIndex) }()
       default: break
       }
     }
@@ -2000,6 +2015,15 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
     if self.includeOwnTransactions != false {
       try visitor.visitSingularBoolField(value: self.includeOwnTransactions, fieldNumber: 4)
     }
+    if self.originThrough != 0 {
+      try visitor.visitSingularUInt64Field(value: self.originThrough, fieldNumber: 5)
+    }
+    if self.originThroughTimestamp != 0 {
+      try visitor.visitSingularFixed64Field(value: self.originThroughTimestamp, fieldNumber: 6)
+    }
+    if self.originThroughIndex != 0 {
+      try visitor.visitSingularUInt32Field(value: self.originThroughIndex, fieldNumber: 7)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2008,6 +2032,9 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.resumeAfter != rhs.resumeAfter {return false}
     if lhs.generation != rhs.generation {return false}
     if lhs.includeOwnTransactions != rhs.includeOwnTransactions {return false}
+    if lhs.originThrough != rhs.originThrough {return false}
+    if lhs.originThroughTimestamp != rhs.originThroughTimestamp {return false}
+    if lhs.originThroughIndex != rhs.originThroughIndex {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

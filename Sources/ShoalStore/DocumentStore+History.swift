@@ -1,0 +1,206 @@
+public import ShoalCRDT
+import Foundation
+import GRDB
+import Logging
+
+/// How far a node holds one origin's transactions: the highest sequence applied, and
+/// one delta it holds of that transaction, by its index in the transaction and its
+/// timestamp (the newest it holds; 0 and 0 when its rows were compacted away). The
+/// origin looks up its own delta of that index: the same timestamp is the same
+/// transaction, another is another transaction under the same number. A delta, not the
+/// transaction's newest timestamp, because a holder with narrower subscriptions holds
+/// only some of a transaction's documents.
+public struct OriginHistory: Sendable, Hashable {
+    public var through: UInt64
+    public var index: UInt32
+    public var timestamp: UInt64
+
+    public init(through: UInt64, index: UInt32, timestamp: UInt64) {
+        self.through = through
+        self.index = index
+        self.timestamp = timestamp
+    }
+
+    public static let none = OriginHistory(through: 0, index: 0, timestamp: 0)
+}
+
+/// What a peer's view of this node's own history says of it.
+public enum HistoryVerdict: Sendable, Hashable {
+    /// The peer holds this node's transactions as this node wrote them.
+    case consistent
+    /// Nothing to compare (the peer holds none, or one this node no longer has rows of).
+    case unknown
+    /// The peer holds more of this node's history than this node, or another
+    /// transaction under one of its numbers: this node's store went back (a restored
+    /// backup, a lost commit). Its transactions since the last point a peer confirmed
+    /// were committed again under new numbers, above any the peer holds, `from`…`to`.
+    case reissued(count: Int, from: UInt64, to: UInt64)
+}
+
+/// A node's history never goes backwards unseen (DATA_MODEL.md §4.5).
+///
+/// A store restored from a backup, or one that lost its last commits, numbers its
+/// next transactions with numbers its peers already hold for other transactions, which
+/// they would drop as known: acknowledged writes lost, and the node's own later writes
+/// that only peers hold never coming back. Two defences:
+///
+/// - At open, a data directory whose database file is not the one it was (another
+///   device or inode: a copy, a restore) takes a new site identity before it writes
+///   anything (`DocumentStore.init`), so it can reuse no number at all.
+/// - With every Subscribe, a peer says how far it holds this node's transactions
+///   (`OriginHistory`). If that is beyond this node's counter, or its transaction of
+///   that number is not this node's, this node commits its transactions since the
+///   last point a peer confirmed again under numbers above everything the peer holds
+///   (`reconcileOwnHistory`), and asks every peer for its own transactions again from
+///   the start, which brings back the ones it lost.
+extension DocumentStore {
+    /// How far this store holds `origin`'s transactions.
+    public func history(of origin: SiteID) async throws(StoreError) -> OriginHistory {
+        try await read { db in try Self.history(db, of: origin) }
+    }
+
+    static func history(_ db: Database, of origin: SiteID) throws -> OriginHistory {
+        guard
+            let through = try Int64.fetchOne(
+                db, sql: "SELECT MAX(seq) FROM txn WHERE origin = ? AND state IN (1, 2)",
+                arguments: [Int64(bitPattern: origin.rawValue)])
+        else { return .none }
+        let newest = try newestDelta(db, origin: origin, sequence: UInt64(through))
+        return OriginHistory(through: UInt64(through), index: newest?.index ?? 0, timestamp: newest?.timestamp ?? 0)
+    }
+
+    /// The delta with the newest timestamp (the lowest index among equals) logged here
+    /// of one transaction, or `only` that index's; nil when none is.
+    static func newestDelta(
+        _ db: Database, origin: SiteID, sequence: UInt64, only: UInt32? = nil
+    ) throws -> (index: UInt32, timestamp: UInt64)? {
+        var newest: (index: UInt32, timestamp: UInt64)?
+        let rows = try Row.fetchAll(
+            db, sql: "SELECT entries FROM change_log WHERE txn_site = ? AND txn_seq = ?",
+            arguments: [Int64(bitPattern: origin.rawValue), Int64(sequence)])
+        for row in rows {
+            let entries: Data = row[0]
+            try entries.withUnsafeBytes { bytes in
+                try LogEntries.forEach(bytes) { _, _, _, deltas in
+                    try PackedDeltas.forEach(deltas) { index, timestamp, _, _ in
+                        if let only, index != only { return }
+                        if let held = newest, held.timestamp > timestamp || (held.timestamp == timestamp && held.index <= index) {
+                            return
+                        }
+                        newest = (index, timestamp)
+                    }
+                }
+            }
+        }
+        return newest
+    }
+
+    /// Checks what `peer` holds of this node's own transactions against this store,
+    /// and when the store went back, commits this node's unconfirmed transactions again
+    /// under new numbers and restarts every cursor so that peers send its own
+    /// transactions back (see the extension's summary).
+    public func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(StoreError) -> HistoryVerdict {
+        guard held.through > 0 else { return .unknown }
+        let site = siteID
+        // Read first: a session must not wait for the writer to learn that all is well.
+        let (looked, confirmed) = try await read { db in
+            (try Self.compare(db, held, site: site), UInt64(try Self.meta(db, "history_confirmed") ?? 0))
+        }
+        switch looked {
+        case .unknown: return .unknown
+        case .consistent:
+            if held.through > confirmed {
+                try await write { db in
+                    if held.through > UInt64(try Self.meta(db, "history_confirmed") ?? 0) {
+                        try Self.setMeta(db, "history_confirmed", Int64(held.through))
+                    }
+                }
+            }
+            return .consistent
+        case .reissued: break
+        }
+        let (verdict, appended) = try await write { db -> (HistoryVerdict, LogEnd.Appended?) in
+            // Again inside the write: another session may have repaired it meanwhile.
+            guard case .reissued = try Self.compare(db, held, site: site) else { return (.unknown, nil) }
+            let counter = UInt64(try Self.meta(db, "transaction_counter") ?? 0)
+            return try Self.reissue(db, site: site, above: max(held.through, counter), counter: counter)
+        }
+        if case .reissued(let count, let from, let to) = verdict {
+            logger.error(
+                "this node's store is older than what peer \(peer) holds of its own writes (a restored backup, a copied data directory, or commits lost to a power failure): the peer holds its transactions through \(held.through). Its \(count) transaction(s) since the last point a peer confirmed are committed again as \(site):\(from) to \(site):\(to), and every peer is asked for this node's own transactions again",
+                metadata: ["shoal.peer.site": "\(peer)", "shoal.history.peer_through": "\(held.through)"])
+            if let appended, let last = try? await lastSequence() { feed.publish(LogEnd(sequence: last, appended: appended)) }
+            evictions.withLock { $0 = true }
+            resets.publish(1)
+        }
+        return verdict
+    }
+
+    /// What `held` says of this store's own history: `.reissued` (of nothing yet) when
+    /// it went back.
+    static func compare(_ db: Database, _ held: OriginHistory, site: SiteID) throws -> HistoryVerdict {
+        let counter = UInt64(try meta(db, "transaction_counter") ?? 0)
+        if held.through > counter { return .reissued(count: 0, from: 0, to: 0) }
+        // A number this node holds no transaction of is one it gave up (reissued) and is
+        // being sent back: nothing to compare yet.
+        guard
+            try Int64.fetchOne(
+                db, sql: "SELECT state FROM txn WHERE origin = ? AND seq = ?",
+                arguments: [Int64(bitPattern: site.rawValue), Int64(held.through)]) != nil
+        else { return .unknown }
+        guard held.timestamp != 0, let own = try newestDelta(db, origin: site, sequence: held.through, only: held.index)
+        else { return .unknown }
+        return own.timestamp == held.timestamp ? .consistent : .reissued(count: 0, from: 0, to: 0)
+    }
+
+    /// Moves this node's transactions after the last confirmed point to numbers above
+    /// `base`, each to the end of the log (so every peer is sent them again), keeping
+    /// their deltas and timestamps; forgets every peer cursor, so that peers send this
+    /// node's own transactions back, and says it may lack some of them.
+    static func reissue(
+        _ db: Database, site: SiteID, above base: UInt64, counter: UInt64
+    ) throws -> (HistoryVerdict, LogEnd.Appended?) {
+        let confirmed = UInt64(try meta(db, "history_confirmed") ?? 0)
+        let own = Int64(bitPattern: site.rawValue)
+        let sequences = try Int64.fetchAll(
+            db, sql: "SELECT seq FROM txn WHERE origin = ? AND seq > ? ORDER BY seq", arguments: [own, Int64(confirmed)]
+        ).map { UInt64($0) }
+        var next = base
+        var appended = LogEnd.Appended(after: 0, collections: [], transactions: [])
+        var first: UInt64?
+        for old in sequences {
+            next += 1
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT seq, txn_count, documents, entries FROM change_log WHERE txn_site = ? AND txn_seq = ? ORDER BY seq",
+                arguments: [own, Int64(old)])
+            for row in rows {
+                try db.execute(
+                    sql: LogAppender.insertSQL, arguments: [own, Int64(next), row[1] as Int64, row[2] as Int64, row[3] as Data])
+                let seq = UInt64(db.lastInsertedRowID)
+                if first == nil { first = seq }
+                let entries: Data = row[3]
+                try entries.withUnsafeBytes { bytes in
+                    try LogEntries.forEach(bytes) { collection, _, _, _ in
+                        appended.collections.insert(collection)
+                        appended.documents += 1
+                    }
+                }
+            }
+            // The copies first, then the old rows go: a sequence is never given twice,
+            // which it would be if the log's last rows went first (a rowid is the largest + 1).
+            try db.execute(sql: "DELETE FROM change_log WHERE txn_site = ? AND txn_seq = ?", arguments: [own, Int64(old)])
+            let id = TransactionID(origin: site, sequence: next)
+            appended.transactions.append(id)
+            let arguments: StatementArguments = [Int64(next), own, Int64(old)]
+            try db.execute(sql: "UPDATE txn SET seq = ? WHERE origin = ? AND seq = ?", arguments: arguments)
+            try db.execute(sql: "UPDATE field SET txn_seq = ? WHERE COALESCE(txn_site, site) = ? AND txn_seq = ?", arguments: arguments)
+            try db.execute(
+                sql: "UPDATE evicted_counter SET txn_seq = ? WHERE COALESCE(txn_site, site) = ? AND txn_seq = ?", arguments: arguments)
+        }
+        try setMeta(db, "transaction_counter", Int64(next))
+        try db.execute(sql: "DELETE FROM peer_cursor")
+        try setMeta(db, "evicted", 1)
+        if let first { appended.after = first - 1 }
+        return (.reissued(count: sequences.count, from: base + 1, to: next), sequences.isEmpty ? nil : appended)
+    }
+}

@@ -1,0 +1,143 @@
+import Foundation
+import ShoalCRDT
+import ShoalStore
+import ShoalSync
+import ShoalTesting
+import Testing
+
+/// A node whose store went back never reuses a transaction number, and gets its own
+/// writes back from its peers (DATA_MODEL.md §4.5).
+@Suite struct HistorySyncTests {
+    static let all = "SELECT * FROM t"
+
+    static func ids(_ node: TestNode) async throws -> [String] {
+        try await node.store.execute("SELECT _id FROM t ORDER BY _id").items.compactMap { $0["_id"]?.stringValue }
+    }
+
+    /// The database's files, to put back later into the same files (a restore in
+    /// place, as a rolled-back virtual machine or a backup copied over the files does).
+    static func backup(_ directory: TemporaryDirectory) throws -> [String: Data] {
+        var files: [String: Data] = [:]
+        for suffix in ["", "-wal"] {
+            let path = directory.path + "/shoal.sqlite" + suffix
+            if FileManager.default.fileExists(atPath: path) { files[suffix] = try Data(contentsOf: URL(fileURLWithPath: path)) }
+        }
+        return files
+    }
+
+    static func restoreInPlace(_ files: [String: Data], into directory: TemporaryDirectory) throws {
+        for suffix in ["-wal", "-shm"] where files[suffix] == nil {
+            try? FileManager.default.removeItem(atPath: directory.path + "/shoal.sqlite" + suffix)
+        }
+        for (suffix, bytes) in files {
+            let path = directory.path + "/shoal.sqlite" + suffix
+            if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
+            let handle = try #require(FileHandle(forWritingAtPath: path))
+            try handle.truncate(atOffset: 0)
+            try handle.write(contentsOf: bytes)
+            try handle.close()
+        }
+    }
+
+    /// The case: A writes `one`, is backed up, writes `two` and `three`, which
+    /// reach B; A is restored in place and writes `four` and `five`, under the numbers
+    /// `two` and `three` had. Meeting B, A finds out, commits them again under new
+    /// numbers and gets `two` and `three` back: both end with all five.
+    @Test func aStoreRestoredInPlaceRenumbersAndGetsItsWritesBack() async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-a")
+        var a = try TestNode(name: "a", subscriptions: [Self.all], directory: dir)
+        let b = try TestNode(name: "b", subscriptions: [Self.all])
+        defer { a.remove(); b.remove() }
+        let site = a.store.siteID
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'one'})")
+        a.stop()
+        let saved = try Self.backup(dir)
+        a = try TestNode(name: "a", subscriptions: [Self.all], directory: dir)
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'two'})")
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'three'})")
+        try await InProcessMesh.withLink(a.sync, b.sync) { [a] () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.ids(b) == ["one", "three", "two"] })
+        }
+        a.stop()
+        try Self.restoreInPlace(saved, into: dir)
+        a = try TestNode(name: "a", subscriptions: [Self.all], directory: dir)
+        #expect(a.store.siteID == site, "the same file: the same site, so only a peer can tell")
+        let four = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'four'})")
+        #expect(four.transactionID == TransactionID(origin: site, sequence: 2), "the number `two` had")
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'five'})")
+        try await InProcessMesh.withLink(a.sync, b.sync) { [a] () async throws in
+            let both = try await InProcessMesh.eventually {
+                let (inA, inB) = (try await Self.ids(a), try await Self.ids(b))
+                return inA == ["five", "four", "one", "three", "two"] && inB == inA
+            }
+            let (inA, inB) = (try await Self.ids(a), try await Self.ids(b))
+            #expect(both, "a: \(inA), b: \(inB)")
+        }
+        // A had no number confirmed: `one`, `four` and `five` went out again as 4, 5 and 6,
+        // above anything B held, and the next write takes 7.
+        let next = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'six'})")
+        #expect(next.transactionID == TransactionID(origin: site, sequence: 7))
+        #expect(try await b.store.history(of: site).through == 6)
+    }
+
+    /// A subscriber with narrower subscriptions holds only part of a transaction: the
+    /// delta it names is one of those it holds, so a store that did not go back is
+    /// never taken for one that did (its numbers stay as they are).
+    @Test func aPeerHoldingPartOfATransactionConfirmsTheHistory() async throws {
+        let a = try TestNode(name: "a", subscriptions: [Self.all, "SELECT * FROM u"])
+        let b = try TestNode(name: "b", subscriptions: [Self.all])
+        defer { a.remove(); b.remove() }
+        let site = a.store.siteID
+        try await a.store.transaction { tx -> Void in
+            _ = try await tx.execute("INSERT INTO t DOCUMENTS ({'_id': 'one'})")
+            _ = try await tx.execute("INSERT INTO u DOCUMENTS ({'_id': 'later', 'v': 1})")
+        }
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await b.store.history(of: site).through == 1 })
+        }
+        let held = try await b.store.history(of: site)
+        #expect(held.through == 1 && held.index == 0 && held.timestamp != 0, "B holds the `t` delta only: \(held)")
+        // The second link's Subscribe names that delta; A checks it before it sends
+        // anything, so by the time `two` reaches B the check is done.
+        try await InProcessMesh.withLink(a.sync, b.sync) { [a] () async throws in
+            let two = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'two'})")
+            #expect(two.transactionID == TransactionID(origin: site, sequence: 2))
+            #expect(try await InProcessMesh.eventually { try await Self.ids(b) == ["one", "two"] })
+        }
+        #expect(try await a.store.history(of: site).through == 2, "nothing committed again under new numbers")
+        #expect(try await b.store.history(of: site).through == 2)
+    }
+
+    /// A data directory copied to a new file takes a new site at open: it reuses no
+    /// number, and peers send it what its former site wrote that it lacks.
+    @Test func aCopiedDataDirectoryTakesANewSiteAndGetsTheRestOfItsFormerWrites() async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-a")
+        var a = try TestNode(name: "a", subscriptions: [Self.all], directory: dir)
+        let b = try TestNode(name: "b", subscriptions: [Self.all])
+        defer { a.remove(); b.remove() }
+        let former = a.store.siteID
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'one'})")
+        a.stop()
+        let copy = TemporaryDirectory(prefix: "shoal-copy")
+        try FileManager.default.removeItem(atPath: copy.path)
+        try FileManager.default.copyItem(atPath: dir.path, toPath: copy.path)
+        a = try TestNode(name: "a", subscriptions: [Self.all], directory: dir)
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'two'})")
+        try await InProcessMesh.withLink(a.sync, b.sync) { [a] () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.ids(b) == ["one", "two"] })
+        }
+        #expect(a.store.siteID == former, "the original keeps its site")
+        let restored = try TestNode(name: "restored", subscriptions: [Self.all], directory: copy)
+        defer { restored.remove() }
+        #expect(restored.store.siteID != former)
+        let three = try await restored.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'three'})")
+        #expect(three.transactionID?.origin == restored.store.siteID)
+        try await InProcessMesh.withLink(restored.sync, b.sync) { () async throws in
+            let equal = try await InProcessMesh.eventually {
+                let (inR, inB) = (try await Self.ids(restored), try await Self.ids(b))
+                return inR == ["one", "three", "two"] && inB == inR
+            }
+            #expect(equal)
+        }
+    }
+}
