@@ -173,6 +173,7 @@ extension DocumentStore {
                 let delete = try db.cachedStatement(sql: "DELETE FROM change_log WHERE txn_site = ? AND txn_seq = ?")
                 var removed: UInt64 = 0
                 for transaction in found {
+                    try Self.recordSupersession(db, site: transaction.site, sequence: transaction.sequence)
                     try delete.execute(arguments: [transaction.site, transaction.sequence])
                     removed += UInt64(transaction.rows)
                 }
@@ -187,6 +188,45 @@ extension DocumentStore {
         }
         if point == 0 { await progress(0, report) }
         return report
+    }
+
+    /// For each document entry of a transaction's rows, the transactions now holding
+    /// the registers its deltas wrote (or the tombstone that hides them): what
+    /// superseded it (`documentSuperseded`), by collection.
+    static let supersedingTransactions = """
+        SELECT DISTINCT d.value ->> 0, COALESCE(f.txn_site, f.site), f.txn_seq
+        FROM change_log c, json_each(shoal_log_documents(c.entries)) d, json_each(d.value -> 2) k, field f
+        WHERE c.txn_site = ? AND c.txn_seq = ?
+        AND f.collection = d.value ->> 0 AND f.doc_id = d.value ->> 1
+        AND (f.name = k.value ->> 0 OR (f.name = '_deleted' AND f.ts >= k.value ->> 1))
+        AND f.txn_seq IS NOT NULL AND NOT (f.txn_seq = c.txn_seq AND COALESCE(f.txn_site, f.site) = c.txn_site)
+        """
+
+    /// The most superseding transactions a compacted transaction records per collection;
+    /// past it, `unknown` (a verdict must fit a peer's frame, PROTOCOL.md 6.1).
+    static let supersessionLimit = 1000
+
+    /// Before a transaction's rows leave the log: records in its `rest`, per collection,
+    /// the transactions that superseded them (`SUPERSEDED`), so that a peer that asks
+    /// about it later (holding it in part: PROTOCOL.md 8.8, 8.9) learns what to apply
+    /// to complete it, instead of nothing to go on.
+    static func recordSupersession(_ db: Database, site: Int64, sequence: Int64) throws {
+        var by: [String: Set<TransactionID>] = [:]
+        for row in try Row.fetchAll(db.cachedStatement(sql: supersedingTransactions), arguments: [site, sequence]) {
+            let writer = TransactionID(origin: SiteID(UInt64(bitPattern: row[1])), sequence: UInt64(row[2] as Int64))
+            by[row[0] as String, default: []].insert(writer)
+        }
+        guard !by.isEmpty else { return }
+        var rest = Verdict.decode(
+            try String.fetchOne(db, sql: "SELECT rest FROM txn WHERE origin = ? AND seq = ?", arguments: [site, sequence]) ?? "")
+        for (collection, writers) in by.sorted(by: { $0.key < $1.key }) {
+            rest.append(
+                writers.count > supersessionLimit
+                    ? Verdict(collection: collection, coverage: .unknown)
+                    : Verdict(collection: collection, coverage: .superseded(writers.sorted())))
+        }
+        try db.execute(
+            sql: "UPDATE txn SET rest = ? WHERE origin = ? AND seq = ?", arguments: [Verdict.encode(rest), site, sequence])
     }
 
     /// Registers a DELETE hides: every one but the tombstone written at or before its

@@ -204,3 +204,35 @@ extension DocumentStore {
         return (.reissued(count: sequences.count, from: base + 1, to: next), sequences.isEmpty ? nil : appended)
     }
 }
+
+extension DocumentStore {
+    /// Moves every row of the change log above `sequence`, keeping their order, when a
+    /// peer resumes after `sequence` and the log ends below it: the log went back (a
+    /// restored backup, a copied directory). Otherwise the rows this node appends next
+    /// would take sequences that peer's cursor already passed, and it would never be
+    /// sent them. Moved, every row is above every cursor a peer can hold: each peer is
+    /// sent the log again from its cursor (what it holds already is not logged twice).
+    /// Returns the new end, or nil when the log did not end below `sequence`.
+    public func raiseLog(above sequence: UInt64, peer: SiteID) async throws(StoreError) -> UInt64? {
+        guard sequence > lastCommittedSequence else { return nil }
+        let moved = try await write { db -> (from: UInt64, to: UInt64)? in
+            let last = UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0)
+            // Read again inside the write: another session may have moved it meanwhile.
+            guard sequence > last, last > 0 else { return nil }
+            try db.execute(
+                sql: """
+                    INSERT INTO change_log (seq, txn_site, txn_seq, txn_count, documents, entries)
+                    SELECT seq + ?, txn_site, txn_seq, txn_count, documents, entries FROM change_log WHERE seq <= ? ORDER BY seq
+                    """,
+                arguments: [Int64(sequence), Int64(last)])
+            try db.execute(sql: "DELETE FROM change_log WHERE seq <= ?", arguments: [Int64(last)])
+            return (last, last + sequence)
+        }
+        guard let moved else { return nil }
+        logger.error(
+            "peer \(peer) resumes after sequence \(sequence) of this node's change log, which ends at \(moved.from): the log went back (a restored backup or a copied data directory). Every row moved above \(sequence) (the log now ends at \(moved.to)), so that no peer passes over what this node logs next; peers are sent the log again from their cursors",
+            metadata: ["shoal.peer.site": "\(peer)", "shoal.log.peer_resume": "\(sequence)"])
+        feed.publish(LogEnd(sequence: moved.to, appended: nil))
+        return moved.to
+    }
+}

@@ -314,7 +314,7 @@ struct PieceReader {
             var piece = TransactionPiece(
                 id: id, deltaCount: stored.deltaCount, documentCount: stored.documentCount, collections: stored.collections,
                 deltas: [], documentDeltaCounts: [:], isLast: true)
-            piece.verdicts = try lastPieceVerdicts(id, stored.collections, rest: stored.rest)
+            piece.verdicts = Self.heldNoRowVerdicts(stored, subscriptions: subscriptions)
             return piece
         }
         var piece = TransactionPiece(
@@ -340,6 +340,27 @@ struct PieceReader {
             }
         }
         return piece
+    }
+
+    /// What a node says of a transaction of which it holds no row in the collections
+    /// asked about. Per collection: what it recorded (`rest`: documents it never held,
+    /// and, once compaction took the transaction's rows, the transactions that
+    /// superseded them), behind `notCovered` by the asker's set (vacuous: it withholds
+    /// nothing); with nothing recorded, its rows went before compaction recorded what
+    /// superseded them, and it can only say `unknown`. Never `notCovered` alone, which
+    /// would vouch for deltas it does not hold.
+    static func heldNoRowVerdicts(_ stored: StoredTransaction, subscriptions: SubscriptionSet) -> [Verdict] {
+        var verdicts: [Verdict] = []
+        for count in stored.collections {
+            let recorded = stored.rest.filter { $0.collection == count.collection }
+            if recorded.isEmpty {
+                verdicts.append(Verdict(collection: count.collection, coverage: .unknown))
+            } else {
+                verdicts.append(Verdict(collection: count.collection, coverage: .notCovered(subscriptions.filter)))
+                verdicts += recorded
+            }
+        }
+        return verdicts
     }
 
     /// For each collection of the manifest: what this node logged and withholds does

@@ -49,6 +49,9 @@ public protocol SyncStore: AnyObject, Sendable {
     /// Checks what `peer` holds of this node's own transactions against this store,
     /// and repairs a history that went back (`DocumentStore+History.swift`).
     func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(StoreError) -> HistoryVerdict
+    /// A peer resumes after `sequence` of this node's log: if the log ends below it
+    /// (it went back), moves every row above it (`DocumentStore+History.swift`).
+    func raiseLog(above sequence: UInt64, peer: SiteID) async throws(StoreError) -> UInt64?
     /// What each neighbour asked this node for, as saved before (read once, at start).
     func savedNeighbourInterest() throws(StoreError) -> [SiteID: SubscriptionFilter]
     /// Saves what a neighbour has asked this node for, so a restart keeps relaying it.

@@ -499,6 +499,8 @@ struct PeerSession: Sendable {
             try await send(.attachmentChunk(chunk))
         case .deliverAttachmentChunk(let chunk):
             engine.deliver(chunk)
+        case .checkLogEnd(let resumeAfter):
+            _ = try await engine.store.raiseLog(above: resumeAfter, peer: peer.siteID)
         case .checkHistory(let held):
             _ = try await engine.store.reconcileOwnHistory(with: held, peer: peer.siteID)
         case .peerSubscribed(let set):

@@ -135,6 +135,9 @@ public struct SessionStateMachine: Sendable {
         /// The peer says how far it holds this node's own transactions: check this
         /// node's history against it before anything is sent (PROTOCOL.md §8.2).
         case checkHistory(OriginHistory)
+        /// The peer resumes after this sequence of this node's log: if the log ends
+        /// below it, it went back; move it above before anything is read (PROTOCOL.md §8.2).
+        case checkLogEnd(resumeAfter: UInt64)
         case measuredRoundTrip(micros: UInt64)
         /// The peer says this node has everything of its log it asked for, and vouches
         /// this freshness (its own entry at its clock now): this node's rises (`Freshness`).
@@ -390,14 +393,14 @@ public struct SessionStateMachine: Sendable {
             unacknowledged = []
             outbox = []
             pageInFlight = nil
-            let history: [Action] =
-                request.originThrough > 0
-                ? [
+            var history: [Action] = request.resumeAfter > 0 ? [.checkLogEnd(resumeAfter: request.resumeAfter)] : []
+            if request.originThrough > 0 {
+                history.append(
                     .checkHistory(
                         OriginHistory(
                             through: request.originThrough, index: request.originThroughIndex,
-                            timestamp: request.originThroughTimestamp))
-                ] : []
+                            timestamp: request.originThroughTimestamp)))
+            }
             return history + [.peerSubscribed(set)] + readIfPossible()
         case .deltaBatch(let batch):
             // Tests and tools hand over a message; a session reads the payload itself (`receivedDeltaBatch`).

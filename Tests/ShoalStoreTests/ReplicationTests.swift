@@ -107,9 +107,30 @@ import Testing
         let piece = try #require(answer.first)
         #expect(piece.isLast && piece.deltas.isEmpty && piece.documentCount == 2)
         #expect(Set(piece.collections.map(\.collection)) == ["c", "d"])
-        #expect(piece.verdicts.contains { $0.collection == "d" })
+        // It never held them and recorded nothing of them: it cannot vouch.
+        #expect(!piece.verdicts.isEmpty && piece.verdicts.allSatisfy { $0.coverage == .unknown })
         let whole = try await store.transactionPieces(id, subscriptions: wide, collections: ["c"])
         #expect(whole.flatMap(\.deltas).allSatisfy { $0.collection == "c" } && !whole.flatMap(\.deltas).isEmpty)
+    }
+
+    /// A transaction compaction took out of the log is answered, when a peer asks about
+    /// it, with the transactions that superseded it: what the peer must apply to
+    /// complete it (PROTOCOL.md §8.8), never a verdict that vouches for nothing.
+    @Test func aCompactedTransactionIsAnsweredWithWhatSupersededIt() async throws {
+        let a = TemporaryDirectory()
+        defer { a.remove() }
+        let store = try DocumentStore(directory: a.path)
+        defer { store.close() }
+        let first = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'v': 1})").transactionID!
+        let second = try await store.execute("DELETE FROM c WHERE _id = 'x'").transactionID!
+        _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'y'})")
+        let report = try await store.compactChangeLog(through: try await store.lastSequence())
+        #expect(report.transactionsRemoved == 1)
+        let answer = try await store.transactionPieces(first, subscriptions: Self.everything(), collections: ["c"])
+        let piece = try #require(answer.first)
+        #expect(answer.count == 1 && piece.isLast && piece.deltas.isEmpty)
+        #expect(piece.verdicts.contains(Verdict(collection: "c", coverage: .superseded([second]))), "\(piece.verdicts)")
+        #expect(piece.verdicts.contains { if case .notCovered = $0.coverage { true } else { false } })
     }
 
     /// A relay passes on what a whole-collection subscriber wants even of a document it

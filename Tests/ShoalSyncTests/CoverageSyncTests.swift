@@ -107,6 +107,37 @@ import Testing
         #expect(try await Self.balances(c).values.reduce(0, +) == 1000)
     }
 
+    /// As above, but the origin compacted the transaction away before C reached it: A
+    /// answers C's question with the transaction that overwrote what C lacks, C gets
+    /// that one in A's log, and the partial one completes, never shown half.
+    @Test func aTransactionCompactedAtItsOriginCompletesFromWhatSupersededIt() async throws {
+        let a = try TestNode(name: "a")
+        let b = try TestNode(name: "b", subscriptions: [Self.eu]) { $0.relayForNeighbours = false }
+        let c = try TestNode(name: "c", subscriptions: [Self.all]) { configuration in
+            configuration.inbound.coverage.maximumWait = .seconds(1)
+        }
+        defer { a.remove(); b.remove(); c.remove() }
+        try await Self.open(a)
+        let crossing = try await Self.transfer(a, from: "acct-0", to: "acct-7", amount: 30)
+        try await InProcessMesh.withLink(b.sync, a.sync) { () async throws in
+            try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
+                #expect(await InProcessMesh.eventually { c.sync.pipeline.status.partial.contains { $0.id == crossing } })
+            }
+        }
+        // Both registers `crossing` wrote are overwritten, and compaction takes it out of A's log.
+        let later = try await Self.transfer(a, from: "acct-0", to: "acct-7", amount: 1)
+        _ = try await a.store.execute("INSERT INTO other DOCUMENTS ({'_id': 'last'})")
+        let report = try await a.store.compactChangeLog(through: try await a.store.lastSequence())
+        #expect(report.transactionsRemoved >= 1)
+        #expect(try await a.store.transactionPieces(crossing, subscriptions: c.sync.subscriptions).allSatisfy(\.deltas.isEmpty))
+        try await InProcessMesh.withLink(c.sync, a.sync) { () async throws in
+            #expect(await InProcessMesh.eventually { c.sync.pipeline.status.partial.isEmpty })
+            #expect(try await InProcessMesh.eventually { try await Self.balances(c) == Self.balances(a) })
+            #expect(c.sync.pipeline.status.completedLater >= 1, "\(crossing) completed once \(later) was applied")
+        }
+        #expect(try await Self.balances(c).values.reduce(0, +) == 1000)
+    }
+
     /// Widening a subscription fetches at once what the wider query covers,
     /// including the parts of transactions applied before that the narrower one
     /// left out.

@@ -80,6 +80,45 @@ import Testing
         #expect(try await b.store.history(of: site).through == 6)
     }
 
+    /// A restored log ends below where a peer's cursor into it stands: what the node
+    /// logs next (here a write relayed from C) would take sequences that cursor passed.
+    /// The node moves its log above the cursor when the peer resumes, so nothing is
+    /// passed over (shoal-check, a star of six with restores).
+    @Test func aLogThatWentBackMovesAbovePeersCursors() async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-a")
+        var a = try TestNode(name: "a", subscriptions: [Self.all], directory: dir)
+        let b = try TestNode(name: "b", subscriptions: [Self.all])
+        let c = try TestNode(name: "c", subscriptions: [Self.all])
+        defer { a.remove(); b.remove(); c.remove() }
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'one'})")
+        a.stop()
+        let saved = try Self.backup(dir)
+        a = try TestNode(name: "a", subscriptions: [Self.all], directory: dir)
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'two'})")
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'three'})")
+        try await InProcessMesh.withLink(a.sync, b.sync) { [a] () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.ids(b) == ["one", "three", "two"] })
+        }
+        let passed = try await a.store.lastSequence()
+        a.stop()
+        try Self.restoreInPlace(saved, into: dir)
+        a = try TestNode(name: "a", subscriptions: [Self.all], directory: dir)
+        #expect(try await a.store.lastSequence() < passed, "the log went back below B's cursor")
+        _ = try await c.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'from-c'})")
+        try await InProcessMesh.withLink(c.sync, a.sync) { [a] () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.ids(a).contains("from-c") })
+        }
+        try await InProcessMesh.withLink(a.sync, b.sync) { [a] () async throws in
+            let equal = try await InProcessMesh.eventually {
+                let (inA, inB) = (try await Self.ids(a), try await Self.ids(b))
+                return inB == ["from-c", "one", "three", "two"] && inA == inB
+            }
+            let (inA, inB) = (try await Self.ids(a), try await Self.ids(b))
+            #expect(equal, "a: \(inA), b: \(inB)")
+        }
+        #expect(try await a.store.lastSequence() > passed)
+    }
+
     /// A subscriber with narrower subscriptions holds only part of a transaction: the
     /// delta it names is one of those it holds, so a store that did not go back is
     /// never taken for one that did (its numbers stay as they are).

@@ -48,6 +48,9 @@ import Testing
         func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(StoreError) -> HistoryVerdict {
             try await base.reconcileOwnHistory(with: held, peer: peer)
         }
+        func raiseLog(above sequence: UInt64, peer: SiteID) async throws(StoreError) -> UInt64? {
+            try await base.raiseLog(above: sequence, peer: peer)
+        }
         func savedNeighbourInterest() throws(StoreError) -> [SiteID: SubscriptionFilter] {
             try base.savedNeighbourInterest()
         }
