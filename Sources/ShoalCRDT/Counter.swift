@@ -1,13 +1,15 @@
 /// The PN counter as Shoal stores it: a base register plus one contribution
-/// register per site.
+/// register per store opening that incremented it.
 ///
 /// ```
 ///   field "n"               base: a number, last-writer-wins (RESTART, SET)
-///   field "n\u{1F}<site>"   {"e": epoch timestamp, "m": total subtracted, "p": total added, "s": epoch site}
+///   field "n\u{1F}<id>"     {"e": epoch timestamp, "m": total subtracted, "p": total added, "s": epoch site}
 /// ```
 ///
-/// A site only ever raises its own `p` and `m`, so its latest contribution
-/// (last-writer-wins on that site's own register) carries all its increments. The
+/// The id is drawn at random each time a store opens (`DocumentStore.counterSite`),
+/// so a store restored from a copy never writes over a contribution peers hold
+/// (DATA_MODEL.md §7). One opening only ever raises its own `p` and `m`, so its latest
+/// contribution (last-writer-wins on its own register) carries all its increments. The
 /// value is the base plus the `p - m` of every contribution made against the
 /// current base, its *epoch* (`e` and `s` equal to the base's version): a RESTART, or
 /// a SET, wins over increments made concurrently with it, even one at the same

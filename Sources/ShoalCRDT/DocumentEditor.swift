@@ -24,6 +24,9 @@ public struct EditError: Error, Sendable, Hashable, CustomStringConvertible {
 /// registers in `written` and the body the registers now materialize to.
 public struct DocumentEditor {
     public let site: SiteID
+    /// The name this replica's counter contributions go under (`n\u{1F}<counterSite>`):
+    /// the store's incarnation, a new one each time it opens (DATA_MODEL.md §7).
+    public let counterSite: SiteID
     public let clock: HybridLogicalClock
     public let transaction: TransactionID
     public private(set) var registers: DocumentRegisters
@@ -36,11 +39,12 @@ public struct DocumentEditor {
 
     public init(
         registers: DocumentRegisters, remembered: DocumentRegisters = DocumentRegisters(), site: SiteID,
-        clock: HybridLogicalClock, transaction: TransactionID
+        counterSite: SiteID? = nil, clock: HybridLogicalClock, transaction: TransactionID
     ) {
         self.registers = registers
         self.remembered = remembered
         self.site = site
+        self.counterSite = counterSite ?? site
         self.clock = clock
         self.transaction = transaction
     }
@@ -150,7 +154,7 @@ public struct DocumentEditor {
         let tombstoneTime = tombstone?.timestamp ?? .zero
         let base = known(field)?.version
         let epoch = Counter.Epoch(base.flatMap { $0.timestamp > tombstoneTime ? $0 : nil } ?? tombstone)
-        let name = Counter.contributionField(field, site: site)
+        let name = Counter.contributionField(field, site: counterSite)
         let mine = known(name).flatMap { state -> Counter.Contribution? in
             guard state.version.timestamp > tombstoneTime else { return nil }
             return (try? state.value()).flatMap(Counter.Contribution.init)

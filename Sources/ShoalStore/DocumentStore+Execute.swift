@@ -62,7 +62,7 @@ extension DocumentStore {
         try await acquireGate(nested: nested)
         defer { gate.release() }
         let missing = missingIndexPaths(for: statements, arguments: arguments)
-        let site = siteID
+        let site = siteID, counterSite = self.counterSite
         let clock = clock
         typealias Outcome = (
             result: QueryResult, lastSequence: UInt64?, appended: LogEnd.Appended?, evicted: Bool, written: Set<String>,
@@ -74,7 +74,7 @@ extension DocumentStore {
                 try Self.beginImmediate(db)
                 do {
                     var local: LocalTransaction? = LocalTransaction(
-                        db: db, site: site, clock: clock, progress: try LocalTransaction.begin(db: db))
+                        db: db, site: site, counterSite: counterSite, clock: clock, progress: try LocalTransaction.begin(db: db))
                     let indexes = self.createIndexes(missing, db: db)
                     var (result, written) = try self.run(statements, arguments: arguments, db: db, local: &local)
                     let committing = ContinuousClock.now

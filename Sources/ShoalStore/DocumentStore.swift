@@ -27,6 +27,11 @@ import Foundation
 ///   the same counter needs (`DocumentRegisters.counters(of:)`).
 public final class DocumentStore: Sendable {
     public let siteID: SiteID
+    /// The name this store's counter contributions go under while it is open: a new
+    /// random one at each opening, never the site ID, so that a store restored from a
+    /// copy (which no opening can tell from the original) never writes a contribution
+    /// from the copy's total over the one its peers hold (DATA_MODEL.md §7).
+    public let counterSite = SiteID.random()
     public let clock: HybridLogicalClock
     let pool: DatabasePool
     /// Short reads on the calling thread (`read(inline:)`); nil if it could not be opened.

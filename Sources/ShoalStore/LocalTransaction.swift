@@ -37,6 +37,8 @@ struct LocalTransaction {
 
     let db: Database
     let site: SiteID
+    /// What this store's counter contributions are named by (`DocumentStore.counterSite`).
+    let counterSite: SiteID
     let clock: HybridLogicalClock
     private(set) var progress: Progress
     /// The live bodies written since `takeWrittenBodies()`: collection, key and size
@@ -48,9 +50,10 @@ struct LocalTransaction {
     var sequence: Int64 { progress.sequence }
     var evicted: Bool { progress.evicted }
 
-    init(db: Database, site: SiteID, clock: HybridLogicalClock, progress: Progress) {
+    init(db: Database, site: SiteID, counterSite: SiteID, clock: HybridLogicalClock, progress: Progress) {
         self.db = db
         self.site = site
+        self.counterSite = counterSite
         self.clock = clock
         self.progress = progress
         upserts = RegisterRows.Upserts(db)
@@ -247,7 +250,7 @@ struct LocalTransaction {
             ? try RegisterRows.load(db, collection: collection, key: key, from: RegisterRows.loadEvicted) : DocumentRegisters()
         var editor = DocumentEditor(
             registers: try registers ?? RegisterRows.load(db, collection: collection, key: key), remembered: kept, site: site,
-            clock: clock, transaction: TransactionID(origin: site, sequence: UInt64(sequence)))
+            counterSite: counterSite, clock: clock, transaction: TransactionID(origin: site, sequence: UInt64(sequence)))
         do {
             try body(&editor)
         } catch {
@@ -314,7 +317,7 @@ struct LocalTransaction {
             // What the clock adopts of the forgotten timestamps outlives them in the high-water mark.
             if let latest = registers.latestTimestamp { clock.observe(latest) }
             // This site's increments must outlive them too, until peers send them back.
-            let kept = registers.counters(of: site)
+            let kept = registers.counters(of: counterSite)
             if !kept.isEmpty { try RegisterRows.keepEvicted(db, collection: evict.collection, key: key, kept) }
             try db.execute(sql: "DELETE FROM field WHERE collection = ? AND doc_id = ?", arguments: [evict.collection, key])
             try db.execute(sql: "DELETE FROM document WHERE collection = ? AND doc_id = ?", arguments: [evict.collection, key])

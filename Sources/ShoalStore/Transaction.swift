@@ -162,7 +162,7 @@ public final class Transaction: Sendable {
                 }
                 try db.execute(sql: "SAVEPOINT shoal_execute")
                 var local: LocalTransaction? = LocalTransaction(
-                    db: db, site: store.siteID, clock: store.clock, progress: progress)
+                    db: db, site: store.siteID, counterSite: store.counterSite, clock: store.clock, progress: progress)
                 do {
                     let created = store.createIndexes(missing, db: db)
                     let (result, written) = try store.run(statements, arguments: arguments, db: db, local: &local)
@@ -267,7 +267,7 @@ public final class Transaction: Sendable {
         do {
             let work: @Sendable (Database) throws -> (transaction: TransactionID, lastSequence: UInt64, appended: LogEnd.Appended)? = {
                 [store] db in
-                let local = LocalTransaction(db: db, site: store.siteID, clock: store.clock, progress: progress)
+                let local = LocalTransaction(db: db, site: store.siteID, counterSite: store.counterSite, clock: store.clock, progress: progress)
                 let committed = try local.finish()
                 store.refreshStatisticsIfGrown(db, logged: committed?.appended.documents ?? 0)
                 try db.cachedStatement(sql: "COMMIT").execute()
