@@ -10,10 +10,26 @@ import Foundation
 ///
 /// It speaks the peer protocol's handshake with role ADMIN (and the mesh key,
 /// when the node has one), then sends requests one at a time.
+///
+/// A one-response request (`exec`, `status`, `subscribe`, …) carries `timeout` as its
+/// budget (PROTOCOL.md §10.2): the node starts and commits no write after it and
+/// answers that nothing was written. The client waits `grace` longer for that
+/// answer; if none comes, it cannot know what happened and says so (`NodeError.Code.timedOut`).
+///
+/// ```
+///  connect, handshake ──► send (budget T) ─────────────── T ─────── T + grace
+///  (within T, or fail:     node: reads it, may commit      │  node    │ client: no answer,
+///   nothing was sent)      until T after reading it ───────┘  answers │ "outcome unknown"
+/// ```
 public struct AdminClient: Sendable {
     public var node: HostAndPort
     public var meshKey: [UInt8]?
     public var timeout: Duration
+
+    /// How much longer than `timeout` the client waits for the answer: time for the
+    /// request to reach the node and the node's answer (a refusal past its budget
+    /// included) to come back.
+    public static let grace: Duration = .seconds(2)
 
     public init(node: HostAndPort, meshKey: [UInt8]? = nil, timeout: Duration = .seconds(30)) {
         self.node = node
@@ -178,19 +194,64 @@ public struct AdminClient: Sendable {
         }
     }
 
+    /// Whether a one-response request has gone out, decided once under a lock, so that
+    /// the timer giving up on the connection and the task about to send cannot both win.
+    private enum Sending {
+        case notYet
+        case sent(at: ContinuousClock.Instant)
+        case abandoned
+    }
+
+    /// Sends a one-response request with `timeout` as its budget and waits for the
+    /// answer: connecting and the handshake within `timeout` (or nothing is sent),
+    /// then the answer within `timeout` and `grace` of sending it (or its outcome is unknown).
     func send(_ request: AdminRequest) async throws(NodeError) -> AdminResponse {
+        // Encoded before connecting, as `exchange` does.
+        let frame = MessageCodec(limits: .default).encode(.adminRequest(request.wire(budget: timeout)))
+        let sending = Locked(Sending.notYet)
+        let start = ContinuousClock.now
+        let notSent = NodeError(
+            .connectionFailed,
+            "could not connect to \(node) and shake hands within \(Self.seconds(timeout)) s: the request was not sent")
         let response: AdminResponse
         do {
             response = try await withThrowingTaskGroup(of: AdminResponse.self) { group in
                 group.addTask {
-                    guard let response = try await self.exchange(request, onResponse: { _ in true }) else {
-                        throw NodeError(.connectionFailed, "\(node) closed the connection before answering")
+                    let response = try await self.withSession { session in
+                        let go = sending.withLock { state -> Bool in
+                            guard case .notYet = state else { return false }
+                            state = .sent(at: .now)
+                            return true
+                        }
+                        guard go else { throw notSent }  // the timer gave up first
+                        do {
+                            return try await session.exchange(frame, id: 0) { _ in true }
+                        } catch let error as NodeError {
+                            throw error
+                        } catch {
+                            throw NodeError(
+                                .connectionFailed, "the connection to \(node) failed after the request was sent (\(error))\(Self.unknownOutcome)")
+                        }
+                    }
+                    guard let response else {
+                        throw NodeError(.connectionFailed, "\(node) closed the connection before answering\(Self.unknownOutcome)")
                     }
                     return response
                 }
                 group.addTask {
-                    try await Task.sleep(for: timeout)
-                    throw NodeError(.connectionFailed, "no answer from \(node) within \(timeout)")
+                    try await Task.sleep(until: start + timeout)
+                    let sentAt = sending.withLock { state -> ContinuousClock.Instant? in
+                        guard case .sent(let at) = state else {
+                            state = .abandoned
+                            return nil
+                        }
+                        return at
+                    }
+                    guard let sentAt else { throw notSent }
+                    try await Task.sleep(until: sentAt + timeout + Self.grace)
+                    throw NodeError(
+                        .timedOut,
+                        "no answer from \(node) within \(Self.seconds(timeout + Self.grace)) s (a timeout of \(Self.seconds(timeout)) s and \(Self.seconds(Self.grace)) s of grace)\(Self.unknownOutcome)")
                 }
                 defer { group.cancelAll() }
                 return try await group.next()!
@@ -202,6 +263,16 @@ public struct AdminClient: Sendable {
             throw NodeError(.requestFailed, message)
         }
         return response
+    }
+
+    /// What a client that sent a request and got no answer can say of it.
+    static let unknownOutcome = "; the request may or may not have been applied: check before retrying"
+
+    /// "2", "2.5": a duration in seconds, for messages.
+    static func seconds(_ duration: Duration) -> String {
+        let (whole, fraction) = duration.components
+        guard fraction != 0 else { return "\(whole)" }
+        return String(format: "%.1f", Double(whole) + Double(fraction) / 1e18)
     }
 
     /// Connects, shakes hands as an admin client, sends `request`, and hands each

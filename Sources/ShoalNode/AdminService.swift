@@ -32,12 +32,14 @@ struct AdminService: AdminRequestHandler {
         /// Touched by one request at a time: requests of a connection are handled in order.
         let machine = Locked(AdminTransactionStateMachine())
 
-        func handle(_ request: AdminRequest, respond: @escaping @Sendable (AdminResponse) async throws -> Void) async throws {
+        func handle(
+            _ request: AdminRequest, deadline: Deadline?, respond: @escaping @Sendable (AdminResponse) async throws -> Void
+        ) async throws {
             let action = machine.withLock { $0.receive(request) }
             let outcome: Result<AdminResponse, StoreError>
             switch action {
             case .serve:
-                return try await service.handle(request, respond: respond)
+                return try await service.handle(request, deadline: deadline, respond: respond)
             case .refuse(let code, let message):
                 return try await respond(.failure(code, message))
             case .begin(let hint, let readOnly):
@@ -56,7 +58,8 @@ struct AdminService: AdminRequestHandler {
                     outcome = .failure(error)
                 }
             case .end(let ending):
-                outcome = await holder.send(.end(ending))
+                // A COMMIT past the request's budget rolls back instead (PROTOCOL.md §10.2).
+                outcome = await holder.send(.end(ending, deadline: deadline))
                 machine.withLock { $0.ended() }
             }
             switch outcome {
@@ -75,13 +78,18 @@ struct AdminService: AdminRequestHandler {
     /// missing here (the node restarted) is picked up from its staging entry.
     let uploads = Locked<[UInt64: AttachmentWriter]>([:])
 
-    func handle(_ request: AdminRequest, respond: @escaping @Sendable (AdminResponse) async throws -> Void) async throws {
+    /// Answers a request on a connection that holds no transaction; an exec that
+    /// writes starts and commits only before `deadline` (PROTOCOL.md §10.2).
+    func handle(
+        _ request: AdminRequest, deadline: Deadline? = nil, respond: @escaping @Sendable (AdminResponse) async throws -> Void
+    ) async throws {
         let response: AdminResponse
         do throws(StoreError) {
             try checkQueryLength(request)
             switch request {
             case .exec(let statements, let argumentsJSON, let hint, let readOnly):
-                response = .exec(try await execute(statements, argumentsJSON: argumentsJSON, hint: hint, readOnly: readOnly))
+                response = .exec(
+                    try await execute(statements, argumentsJSON: argumentsJSON, hint: hint, readOnly: readOnly, deadline: deadline))
             case .page(let query, let argumentsJSON, let afterKey, let limit):
                 let page = try await node.store.page(query, arguments: try Self.arguments(argumentsJSON), after: afterKey, limit: limit)
                 response = .page(PageResult(itemsJSON: page.items.map(\.canonicalJSON), lastKey: page.lastKey ?? ""))
@@ -294,11 +302,15 @@ struct AdminService: AdminRequestHandler {
 
     /// Runs the statements in one transaction with the request's hint: read-only when
     /// the request asks for it, and also when no statement writes (a read need not
-    /// wait for the writer).
-    func execute(_ statements: String, argumentsJSON: String, hint: String?, readOnly: Bool) async throws(StoreError) -> ExecResult {
+    /// wait for the writer). One that writes waits for the writer and commits only
+    /// before `deadline`, or writes nothing.
+    func execute(
+        _ statements: String, argumentsJSON: String, hint: String?, readOnly: Bool, deadline: Deadline? = nil
+    ) async throws(StoreError) -> ExecResult {
         let arguments = try Self.arguments(argumentsJSON)
         // One access to the writer from BEGIN to COMMIT (a `transaction` would take three).
-        let result = try await node.store.execute(statements, arguments: arguments, hint: hint, isReadOnly: readOnly)
+        let result = try await node.store.execute(
+            statements, arguments: arguments, hint: hint, isReadOnly: readOnly, deadline: deadline)
         return ExecResult(result, transactionID: result.transactionID)
     }
 

@@ -9,6 +9,9 @@ public struct NodeError: Error, Sendable, Hashable, CustomStringConvertible {
         case connectionFailed
         /// The node answered the request with an error.
         case requestFailed
+        /// No answer came in time after the request was sent: whether it was applied is
+        /// unknown (the node may have committed it, or may still).
+        case timedOut
         case protocolError
         /// A local file the client was given cannot be read or written.
         case file

@@ -24,7 +24,8 @@ final class TransactionHolder: Sendable {
     enum Command: Sendable {
         case begin(hint: String?, readOnly: Bool)
         case exec(statements: String, arguments: [String: Value])
-        case end(AdminTransactionStateMachine.Ending)
+        /// A commit with a deadline commits only before it, or rolls back.
+        case end(AdminTransactionStateMachine.Ending, deadline: Deadline?)
     }
 
     struct Envelope: Sendable {
@@ -115,8 +116,9 @@ final class TransactionHolder: Sendable {
                         } catch {
                             envelope.reply.resume(.failure(error))
                         }
-                    case .end(let end):
+                    case .end(let end, let deadline):
                         ending = envelope.reply
+                        if let deadline { tx.mustCommit(before: deadline) }
                         return end == .commit ? .commit : .rollback
                     }
                 }

@@ -13,8 +13,13 @@ extension DocumentStore {
     /// implicit `transaction`) that commits or rolls back whole, in one access to the
     /// writer. `hint` names the transaction in logs, as `transaction(hint:)` does;
     /// `isReadOnly` refuses the whole text, before anything runs, if a statement writes.
+    ///
+    /// With a `deadline`, statements that write wait for the writer until then at
+    /// most and commit only before it; past it they fail with
+    /// `StoreError.Code.deadlineExceeded` and nothing is written. Reads ignore it.
     public func execute(
-        _ text: String, arguments: [String: Value] = [:], hint: String? = nil, isReadOnly: Bool = false
+        _ text: String, arguments: [String: Value] = [:], hint: String? = nil, isReadOnly: Bool = false,
+        deadline: Deadline? = nil
     ) async throws(StoreError) -> QueryResult {
         let statements = try parse(text)
         let info = TransactionInfo(
@@ -24,7 +29,7 @@ extension DocumentStore {
                 // Parsed again with each statement's text, to name the one that writes.
                 try Transaction.refuseMutations(statements, sources: try? Parser.parseStatements(text), info: info)
             }
-            return try await execute(statements, arguments: arguments, info: info)
+            return try await execute(statements, arguments: arguments, info: info, deadline: deadline)
         } catch {
             throw error.locating(in: text)
         }
@@ -43,9 +48,9 @@ extension DocumentStore {
         return try await execute(statements, arguments: arguments, info: info)
     }
 
-    private func execute(_ statements: [ShoalQuery.Statement], arguments: [String: Value], info: TransactionInfo)
-        async throws(StoreError) -> QueryResult
-    {
+    private func execute(
+        _ statements: [ShoalQuery.Statement], arguments: [String: Value], info: TransactionInfo, deadline: Deadline? = nil
+    ) async throws(StoreError) -> QueryResult {
         let mutates = !info.isReadOnly
         let marks = OpenTransactions.marks
         let nested = marks.contains { $0.store == ObjectIdentifier(self) }
@@ -59,7 +64,7 @@ extension DocumentStore {
                 return try self.run(statements, arguments: arguments, db: db, local: &none).result
             }
         }
-        try await acquireGate(nested: nested)
+        try await acquireGate(nested: nested, deadline: deadline)
         defer { gate.release() }
         let missing = missingIndexPaths(for: statements, arguments: arguments)
         let site = siteID, counterSite = self.counterSite
@@ -80,6 +85,8 @@ extension DocumentStore {
                     let committing = ContinuousClock.now
                     let committed = try local?.finish()
                     self.refreshStatisticsIfGrown(db, logged: committed?.appended.documents ?? 0)
+                    // The last moment the request can still be abandoned whole.
+                    try deadline?.check(.beforeCommit)
                     try db.cachedStatement(sql: "COMMIT").execute()
                     // Timed as `Transaction.commit` is: logging the deltas and COMMIT.
                     if committed != nil { self.commitDuration?.record(duration: ContinuousClock.now - committing) }

@@ -208,10 +208,13 @@ extension DocumentStore {
             "a read-write transaction (\(open.info.described)) is open in this task; use its Transaction to write, or finish it first")
     }
 
-    /// Waits for the write gate; a refusal or cancellation becomes a store error.
-    func acquireGate(nested: Bool) async throws(StoreError) {
+    /// Waits for the write gate, until `deadline` at most; a refusal, a deadline
+    /// passed or cancellation becomes a store error.
+    func acquireGate(nested: Bool, deadline: Deadline? = nil) async throws(StoreError) {
         do {
-            try await gate.acquire(nested: nested)
+            try await gate.acquire(nested: nested, deadline: deadline?.instant)
+        } catch WriteGate.Refusal.deadlinePassed {
+            throw deadline?.exceeded(.waitingForWriter) ?? Self.shuttingDown
         } catch is WriteGate.Refusal {
             throw Self.shuttingDown
         } catch {

@@ -24,6 +24,8 @@ public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
         case cancelled
         /// A write would exceed a size limit (`document_size_hard_limit_bytes`); nothing of it was written.
         case tooLarge
+        /// A request's budget (`Deadline`) ran out before its write committed; nothing of it was written.
+        case deadlineExceeded
     }
 
     public var code: Code

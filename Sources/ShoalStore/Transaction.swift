@@ -90,6 +90,8 @@ public final class Transaction: Sendable {
         /// Whether a statement created or dropped a declared index.
         var changedIndexes = false
         var transactionID: TransactionID?
+        /// The commit must happen before it (`mustCommit(before:)`).
+        var deadline: Deadline?
     }
 
     let state: Locked<State>
@@ -103,6 +105,13 @@ public final class Transaction: Sendable {
     /// The ID this transaction committed under; nil until it commits, and nil for a
     /// read-only transaction or one that wrote nothing.
     public var transactionID: TransactionID? { state.withLock { $0.transactionID } }
+
+    /// Lets this transaction commit only before `deadline`: checked right before
+    /// COMMIT, where it can still be abandoned whole. Past it the commit throws
+    /// `StoreError.Code.deadlineExceeded` and the transaction rolls back.
+    public func mustCommit(before deadline: Deadline) {
+        state.withLock { $0.deadline = deadline }
+    }
 
     /// Parses and runs one or more `;`-separated DQL statements in this transaction;
     /// the result is the last statement's.
@@ -256,9 +265,9 @@ public final class Transaction: Sendable {
 
     /// Logs the deltas under one transaction ID, commits, and tells observers.
     func commit() async throws(StoreError) {
-        let (progress, written, newIndexes, changedIndexes) = try state.withLock { s throws(StoreError) in
+        let (progress, written, newIndexes, changedIndexes, deadline) = try state.withLock { s throws(StoreError) in
             guard case .open = s.phase, let progress = s.progress else { throw unusable(s.phase) }
-            return (progress, s.written, s.newIndexes, s.changedIndexes)
+            return (progress, s.written, s.newIndexes, s.changedIndexes, s.deadline)
         }
         let committed: (transaction: TransactionID, lastSequence: UInt64, appended: LogEnd.Appended)?
         let started = ContinuousClock.now
@@ -270,6 +279,7 @@ public final class Transaction: Sendable {
                 let local = LocalTransaction(db: db, site: store.siteID, counterSite: store.counterSite, clock: store.clock, progress: progress)
                 let committed = try local.finish()
                 store.refreshStatisticsIfGrown(db, logged: committed?.appended.documents ?? 0)
+                try deadline?.check(.beforeCommit)
                 try db.cachedStatement(sql: "COMMIT").execute()
                 return committed
             }

@@ -19,11 +19,16 @@ import ShoalCRDT
 /// Closing: once `close(admittingNested:)` is called, new callers are refused,
 /// except those that say they are part of work already running (nested in an open
 /// transaction); the waiters already queued keep their place.
+///
+/// A caller with a deadline waits until then at most: it leaves the queue as a
+/// cancelled one does, and never holds the gate after its deadline has passed.
 final class WriteGate: Sendable {
     /// Why the gate refused a caller.
     enum Refusal: Error {
         /// The store is shutting down or closed.
         case closing
+        /// The caller's deadline passed before its turn came.
+        case deadlinePassed
     }
 
     private struct Waiter {
@@ -35,6 +40,9 @@ final class WriteGate: Sendable {
         var held = false
         var waiters: [Waiter] = []
         var nextID = 0
+        /// Waiters whose deadline passed before they joined the queue (their timer ran
+        /// first): they give up instead of joining it.
+        var expired: Set<Int> = []
         /// Refuse callers that are not nested in running work.
         var closing = false
         /// Refuse every caller.
@@ -53,8 +61,11 @@ final class WriteGate: Sendable {
     ///   - cancellable: when true (the default), cancelling the task while it waits
     ///     throws `CancellationError` and the gate is not taken; shutdown waits
     ///     whatever happens.
-    /// - Throws: `CancellationError`, or `Refusal.closing`.
-    func acquire(nested: Bool = false, cancellable: Bool = true) async throws {
+    ///   - deadline: when given, the caller waits until then at most, and a caller
+    ///     whose deadline has already passed is refused even if the gate is free.
+    /// - Throws: `CancellationError`, `Refusal.closing`, or `Refusal.deadlinePassed`.
+    func acquire(nested: Bool = false, cancellable: Bool = true, deadline: ContinuousClock.Instant? = nil) async throws {
+        if let deadline, ContinuousClock.now >= deadline { throw Refusal.deadlinePassed }
         let id: Int? = try state.withLock { s throws(Refusal) in
             if s.refuses(nested: nested) { throw Refusal.closing }
             if !s.held && s.waiters.isEmpty {
@@ -65,6 +76,27 @@ final class WriteGate: Sendable {
             return s.nextID
         }
         guard let id else { return }
+        guard let deadline else { return try await wait(id, nested: nested, cancellable: cancellable) }
+        // A timer beside the wait takes the waiter out of the queue at the deadline;
+        // once the wait ends (the gate taken, or given up), the timer is cancelled.
+        defer { _ = state.withLock { $0.expired.remove(id) } }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try await Task.sleep(until: deadline, clock: .continuous)
+                self.withdraw(id, throwing: Refusal.deadlinePassed)
+            }
+            defer { group.cancelAll() }
+            try await wait(id, nested: nested, cancellable: cancellable)
+            // Handed over just as the timer ran: too late all the same.
+            if ContinuousClock.now >= deadline {
+                release()
+                throw Refusal.deadlinePassed
+            }
+        }
+    }
+
+    /// Queues waiter `id` and suspends until the gate is handed to it.
+    private func wait(_ id: Int, nested: Bool, cancellable: Bool) async throws {
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 enum Outcome {
@@ -75,6 +107,7 @@ final class WriteGate: Sendable {
                     // Cancellation sets the flag before it runs the handler, and the handler
                     // takes this lock: either the flag is seen here, or the handler finds the waiter.
                     if cancellable && Task.isCancelled { return .failed(CancellationError()) }
+                    if s.expired.contains(id) { return .failed(Refusal.deadlinePassed) }
                     if s.refuses(nested: nested) { return .failed(Refusal.closing) }
                     if !s.held && s.waiters.isEmpty {
                         s.held = true
@@ -91,13 +124,22 @@ final class WriteGate: Sendable {
             }
         } onCancel: {
             guard cancellable else { return }
-            let waiter = state.withLock { s -> Waiter? in
-                guard let index = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-                return s.waiters.remove(at: index)
-            }
-            // Not found: the gate was already handed to this task, which now holds it.
-            waiter?.continuation.resume(throwing: CancellationError())
+            withdraw(id, throwing: CancellationError(), marking: false)
         }
+    }
+
+    /// Takes waiter `id` out of the queue and resumes it with `error`. Not found: the
+    /// gate was already handed to it (it now holds it), or it has not joined the
+    /// queue yet, in which case `marking` makes it give up when it tries to.
+    private func withdraw(_ id: Int, throwing error: any Error, marking: Bool = true) {
+        let waiter = state.withLock { s -> Waiter? in
+            guard let index = s.waiters.firstIndex(where: { $0.id == id }) else {
+                if marking { s.expired.insert(id) }
+                return nil
+            }
+            return s.waiters.remove(at: index)
+        }
+        waiter?.continuation.resume(throwing: error)
     }
 
     /// Takes the gate only if it is free and nobody waits; never suspends.

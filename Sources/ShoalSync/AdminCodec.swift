@@ -1,4 +1,5 @@
 import ShoalCRDT
+import ShoalStore
 public import ShoalWire
 import Foundation
 
@@ -29,9 +30,12 @@ extension AdminRequest {
         }
     }
 
-    package func wire(requestID: UInt64 = 0) -> Shoal_V1_AdminRequest {
+    /// The wire form; a `budget` (PROTOCOL.md §10.2) is sent in whole milliseconds,
+    /// at least 1, and none when it is nil.
+    package func wire(requestID: UInt64 = 0, budget: Duration? = nil) -> Shoal_V1_AdminRequest {
         var request = Shoal_V1_AdminRequest()
         request.requestID = requestID
+        if let budget { request.budgetMillis = UInt32(clamping: max(1, budget.wholeMilliseconds)) }
         switch self {
         case .exec(let statements, let argumentsJSON, let hint, let readOnly):
             var e = Shoal_V1_ExecRequest()
@@ -93,6 +97,15 @@ extension AdminRequest {
             request.rollback = Shoal_V1_RollbackRequest()
         }
         return request
+    }
+}
+
+extension Deadline {
+    /// The deadline of a request read at `start`, from its `budget_millis`; nil when it
+    /// has none (0, as from a client that predates it).
+    package init?(budgetOf wire: Shoal_V1_AdminRequest, from start: ContinuousClock.Instant = .now) {
+        guard wire.budgetMillis > 0 else { return nil }
+        self.init(budget: .milliseconds(wire.budgetMillis), from: start)
     }
 }
 

@@ -260,6 +260,8 @@ struct PeerSession: Sendable {
                         throw await reject(SyncError(.protocolViolation, "this endpoint does not take admin requests"))
                     }
                     let requestID = wire.requestID
+                    // The budget counts from now, when the node reads the request.
+                    let deadline = Deadline(budgetOf: wire)
                     let respond: @Sendable (AdminResponse) async throws -> Void = { response in
                         try await send(.adminResponse(response.wire(requestID: requestID)))
                     }
@@ -272,12 +274,12 @@ struct PeerSession: Sendable {
                         shared.beginWork()  // an observing client may stay silent for as long as it likes
                         group.addTask { [shared] in
                             defer { shared.endWork() }
-                            try await admin.handle(request, respond: respond)
+                            try await admin.handle(request, deadline: deadline, respond: respond)
                         }
                     } else {
                         shared.beginWork()
                         defer { shared.endWork() }
-                        try await admin.handle(request, respond: respond)
+                        try await admin.handle(request, deadline: deadline, respond: respond)
                         shared.touch()
                     }
                 case .ping(let ping):

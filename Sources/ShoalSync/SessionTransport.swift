@@ -1,3 +1,4 @@
+public import ShoalStore
 public import ShoalWire
 
 /// The outbound half of a connection, as the sync layer sees it.
@@ -43,7 +44,10 @@ public protocol AdminRequestHandler: Sendable {
 ///
 /// Most requests get one response; an observe request gets a stream of them, so
 /// the handler calls `respond` as often as it has something to say and returns
-/// when it is done (or throws when the client has gone).
+/// when it is done (or throws when the client has gone). `deadline` is the request's
+/// budget counted from when it was read (PROTOCOL.md §10.2), nil when it has none.
 public protocol AdminConnection: Sendable {
-    func handle(_ request: AdminRequest, respond: @escaping @Sendable (AdminResponse) async throws -> Void) async throws
+    func handle(
+        _ request: AdminRequest, deadline: Deadline?, respond: @escaping @Sendable (AdminResponse) async throws -> Void
+    ) async throws
 }

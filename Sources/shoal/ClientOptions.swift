@@ -13,7 +13,13 @@ struct ClientOptions: ParsableArguments {
     @Option(name: .long, help: "A file holding the node's admin key (its --admin-key-file); used instead of --mesh-key-file.")
     var adminKeyFile: String?
 
-    @Option(name: .long, help: "Seconds to wait for the node's answer.")
+    @Option(
+        name: .long,
+        help: """
+            Seconds the node may spend on the request: it starts and commits no write \
+            after them (it answers that nothing was written). shoal waits 2 s more for \
+            the answer, then fails saying the outcome is unknown.
+            """)
     var timeout: Int = 30
 
     func validate() throws {

@@ -66,6 +66,34 @@ import Testing
         }
     }
 
+    /// A client's timeout is the request's budget on the node (PROTOCOL.md §10.2): a
+    /// write that cannot have the writer in time is refused before the client gives up,
+    /// saying nothing was written, and it does not run once the writer is free.
+    @Test func aWriteThatCannotHaveTheWriterWithinTheClientsTimeoutIsRefusedAndNeverRuns() async throws {
+        try await Self.withNode { _, client in
+            let impatient = AdminClient(node: client.node, timeout: .seconds(4))
+            try await client.withSession { session in
+                _ = try await session.begin(hint: "holds the writer")
+                let started = ContinuousClock.now
+                let error = await #expect(throws: NodeError.self) {
+                    try await impatient.exec("INSERT INTO cars DOCUMENTS ({'_id': 'late'})")
+                }
+                let elapsed = ContinuousClock.now - started
+                #expect(error?.code == .requestFailed, "\(String(describing: error))")
+                // The node's answer, not the client giving up.
+                #expect(error?.message.contains("the request's budget of 4000 ms ran out") == true)
+                #expect(error?.message.contains("nothing was written") == true)
+                #expect(elapsed >= .seconds(4), "\(elapsed)")
+                _ = try await session.commit()
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await Self.count(client) == 0, "the refused insert ran once the writer was free")
+            let retried = try await client.exec("INSERT INTO cars DOCUMENTS ({'_id': 'late'})")
+            #expect(retried.transactionID != nil)
+            #expect(try await Self.count(client) == 1)
+        }
+    }
+
     @Test func aClosedConnectionRollsBackAndFreesTheWriter() async throws {
         try await Self.withNode { node, client in
             try await client.withSession { session in

@@ -310,6 +310,22 @@ import CompressNIO
                     """,
                 message: .adminResponse(execResponse)),
             Vector(
+                file: "admin-request-exec-budget.hex",
+                comment: """
+                    AdminRequest (type 0x10): request_id 7, exec "UPDATE counters APPLY n INCREMENT BY 1 WHERE _id = 'c'"
+                    with budget_millis 2000: the node starts and commits no write of it later than 2 s after reading it
+                    (PROTOCOL.md section 10.2).
+                    """,
+                message: .adminRequest({
+                    var r = Shoal_V1_AdminRequest()
+                    r.requestID = 7
+                    var e = Shoal_V1_ExecRequest()
+                    e.statements = "UPDATE counters APPLY n INCREMENT BY 1 WHERE _id = 'c'"
+                    r.exec = e
+                    r.budgetMillis = 2000
+                    return r
+                }())),
+            Vector(
                 file: "admin-request-status.hex", comment: "AdminRequest (type 0x10): request_id 1, status {}.",
                 message: .adminRequest(statusRequest)),
             Vector(

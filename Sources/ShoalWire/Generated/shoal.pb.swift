@@ -872,6 +872,13 @@ public nonisolated struct Shoal_V1_AdminRequest: Sendable {
     set {request = .compact(newValue)}
   }
 
+  /// How long, in milliseconds from when the node reads this request, it may spend
+  /// on it (PROTOCOL.md §10.2): past it the node starts no write of an exec and
+  /// commits none, of an exec or a commit, and answers EXECUTION_FAILED saying
+  /// nothing was written. 0 means no budget. Added without a version bump: an older
+  /// node ignores it.
+  public var budgetMillis: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Request: Equatable, Sendable {
@@ -2871,7 +2878,7 @@ nonisolated extension Shoal_V1_TransactionPieces: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AdminRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}subscribe\0\u{1}unsubscribe\0\u{1}observe\0\u{3}attachment_put\0\u{3}attachment_get\0\u{1}begin\0\u{1}commit\0\u{1}rollback\0\u{1}page\0\u{2}\u{12}compact\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}exec\0\u{1}status\0\u{1}subscribe\0\u{1}unsubscribe\0\u{1}observe\0\u{3}attachment_put\0\u{3}attachment_get\0\u{1}begin\0\u{1}commit\0\u{1}rollback\0\u{1}page\0\u{2}\u{12}compact\0\u{4}\u{a}budget_millis\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3036,6 +3043,7 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
           self.request = .compact(v)
         }
       }()
+      case 40: try { try decoder.decodeSingularUInt32Field(value: &self.budgetMillis) }()
       default: break
       }
     }
@@ -3100,12 +3108,16 @@ nonisolated extension Shoal_V1_AdminRequest: SwiftProtobuf.Message, SwiftProtobu
     }()
     case nil: break
     }
+    if self.budgetMillis != 0 {
+      try visitor.visitSingularUInt32Field(value: self.budgetMillis, fieldNumber: 40)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Shoal_V1_AdminRequest, rhs: Shoal_V1_AdminRequest) -> Bool {
     if lhs.requestID != rhs.requestID {return false}
     if lhs.request != rhs.request {return false}
+    if lhs.budgetMillis != rhs.budgetMillis {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
