@@ -106,7 +106,7 @@ extension DocumentStore: AttachmentStaging {
         var digest = AttachmentDigest()
         var offset = 0
         while offset < received {
-            let bytes = try await stagedBytes(blob: blob, from: offset, count: min(Self.rehashStep, received - offset))
+            let bytes = try await stagedAttachmentBytes(blob: blob, from: offset, count: min(Self.rehashStep, received - offset))
             guard !bytes.isEmpty else { break }
             digest.update(bytes)
             offset += bytes.count

@@ -166,8 +166,9 @@ extension DocumentStore {
         }
     }
 
-    /// Bytes of a staging entry, to hash again what an earlier run stored.
-    func stagedBytes(blob: Int64, from start: Int, count: Int) async throws(StoreError) -> [UInt8] {
+    /// Bytes of a staging entry: to hash again what an earlier run stored, and for a
+    /// relay to pass on what its fetch has stored so far.
+    public func stagedAttachmentBytes(blob: Int64, from start: Int, count: Int) async throws(StoreError) -> [UInt8] {
         try await read { db in try Self.blobBytes(db, blob: blob, from: start, count: count) }
     }
 

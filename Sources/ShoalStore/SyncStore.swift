@@ -83,6 +83,9 @@ public protocol SyncStore: AnyObject, Sendable {
     /// them stored; its `finish` checks the hash.
     func attachmentWriter(fetching hash: String) async throws(StoreError) -> AttachmentWriter
     func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(StoreError) -> (total: Int, bytes: [UInt8])?
+    /// `count` bytes from `start` of the staging entry `blob` (an `AttachmentWriter`'s),
+    /// fewer when it holds fewer: what a fetch under way has stored so far.
+    func stagedAttachmentBytes(blob: Int64, from start: Int, count: Int) async throws(StoreError) -> [UInt8]
 }
 
 /// The store operations of one inbound commit, all inside the same write transaction:

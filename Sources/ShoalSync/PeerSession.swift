@@ -12,6 +12,8 @@ import SwiftProtobuf
 /// carries its actions out. Per sync session (child tasks ended together):
 /// - the parent reads inbound frames and turns each into an event;
 /// - a ticker, the change log's growth and this node's subscription changes become events too;
+/// - AttachmentRequests for bytes the node lacks are relayed (`SyncEngine.relay`), so the
+///   loop never waits on a fetch;
 /// - one loop feeds the events to the machine, in order, and performs its actions
 ///   (send a frame, read a page of the log, hand a batch to the inbound pipeline,
 ///   answer a request), feeding their results back.
@@ -29,6 +31,8 @@ struct PeerSession: Sendable {
     /// What this session hands the inbound pipeline commits in order, and none of it
     /// after a commit of it fails.
     let lane = InboundPipeline.Lane()
+    /// AttachmentRequests for bytes the node does not hold, answered beside the event loop.
+    let attachmentRelays = AttachmentRelays()
 
     var codec: MessageCodec { MessageCodec(limits: engine.configuration.limits) }
     var logger: Logger { engine.logger }
@@ -356,6 +360,10 @@ struct PeerSession: Sendable {
                 }
                 return .other
             }
+            group.addTask { [engine, attachmentRelays] in
+                await engine.serveRelays(attachmentRelays, asker: peer.siteID) { chunk in try await send(.attachmentChunk(chunk)) }
+                return .other
+            }
             group.addTask { [engine] in
                 // After EVICT, ask for everything again, whatever a racing batch recorded.
                 for await _ in cursorResets {
@@ -486,19 +494,12 @@ struct PeerSession: Sendable {
             try await answer(
                 request, subscriptions: subscriptions, encoding: PieceCodec.DeltaEncoding(version: peer.version), limits: peer.limits)
         case .answerAttachmentRequest(let request):
-            var chunk = Shoal_V1_AttachmentChunk()
-            chunk.requestID = request.requestID
-            chunk.hash = request.hash
             let limit = Int(min(request.maxLength, SyncEngine.chunkSize(frameLimit: peer.limits.framePayload)))
-            if let offset = Int(exactly: request.offset),
-                let held = try await engine.store.attachmentChunk(hash: request.hash, offset: offset, maximum: limit)
-            {
-                chunk.found = true
-                chunk.offset = request.offset
-                chunk.totalLength = UInt64(held.total)
-                chunk.data = Data(held.bytes)
+            let chunk = try await engine.answer(request, limit: limit)
+            // Bytes the node lacks are fetched beside this loop; "not found" when too many are.
+            if chunk.found || !attachmentRelays.submit(.init(message: request, limit: limit)) {
+                try await send(.attachmentChunk(chunk))
             }
-            try await send(.attachmentChunk(chunk))
         case .deliverAttachmentChunk(let chunk):
             engine.deliver(chunk)
         case .checkLogEnd(let resumeAfter):

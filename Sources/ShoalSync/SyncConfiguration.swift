@@ -38,6 +38,13 @@ public struct SyncConfiguration: Sendable {
     /// The protocol versions this node offers in Hello (tests narrow it to play an
     /// older peer).
     public var protocolVersions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions
+    /// How long an attachment fetch waits for each chunk it asks a peer for, before it
+    /// moves on to the next peer (PROTOCOL.md §8.7).
+    public var attachmentChunkWait: Duration = .seconds(10)
+    /// How long a node asked for attachment bytes it does not hold waits for its own
+    /// fetch of them before it answers "not found": shorter than the asker's wait for a
+    /// chunk (`attachmentChunkWait`), so the asker hears an answer (PROTOCOL.md §8.7).
+    public var attachmentRelayWait: Duration = .seconds(8)
 
     public init(
         nodeName: String, meshName: String = "default", meshKey: [UInt8]? = nil, listenAddress: String = "",

@@ -3,6 +3,7 @@ public import ShoalStore
 import Logging
 import ShoalWire
 import Synchronization
+import Foundation
 
 extension SyncEngine {
     /// The most bytes one AttachmentChunk carries (1 MiB).
@@ -18,28 +19,45 @@ extension SyncEngine {
     /// of a larger total ends that peer's attempt.
     public static let maximumAttachmentSize = 256 << 20
 
+    /// A node relays an AttachmentRequest it cannot answer only while the request has
+    /// passed fewer nodes than this (4), its asker included (`AttachmentRoute`).
+    public static let attachmentRelayPath = 4
+
     /// Makes sure the attachment is held locally, fetching it chunk by chunk from
-    /// connected peers when it is not. `progress` sees (bytes so far, total).
-    /// Returns the attachment's length.
+    /// connected peers when it is not, waiting `timeout` for each chunk
+    /// (`SyncConfiguration.attachmentChunkWait` when nil). `progress` sees (bytes so
+    /// far, total). Returns the attachment's length.
     ///
     /// Each chunk is stored as it arrives (a staging entry, never the whole attachment
     /// in memory) and hashed on the way; the bytes become an attachment only once their
     /// SHA-256 is `hash`. A fetch that stops part way (no peer could finish it, the node
     /// stopped) leaves what it stored, and the next fetch of `hash` resumes from there.
-    /// Fetches of one hash run one at a time on a node.
+    /// Fetches of one hash run one at a time on a node. A peer that does not hold the
+    /// bytes fetches them from its own peers in turn (`relay`).
     public func fetchAttachment(
-        hash: String, timeout: Duration = .seconds(10), progress: @Sendable (Int, Int) -> Void = { _, _ in }
+        hash: String, timeout: Duration? = nil, progress: @Sendable (Int, Int) -> Void = { _, _ in }
     ) async throws(StoreError) -> Int {
         if let length = try await store.attachmentLength(hash: hash) {
             progress(length, length)
             return length
         }
-        await beginFetch(hash)
+        guard await beginFetch(hash) else {
+            throw StoreError(.invalidDocument, "the fetch of attachment \(hash) was cancelled while another fetch of it ran")
+        }
         defer { endFetch(hash) }
         if let length = try await store.attachmentLength(hash: hash) {  // fetched while this one waited
             progress(length, length)
             return length
         }
+        return try await fetch(hash, via: [siteID], timeout: timeout ?? configuration.attachmentChunkWait, progress: progress)
+    }
+
+    /// Fetches `hash` from the connected peers not on `via`, one after the other,
+    /// sending requests that name `via` (this node last). The caller runs the hash's fetch
+    /// (`beginFetch`); relays of the hash follow what it asks and stores (`note`).
+    private func fetch(
+        _ hash: String, via: [SiteID], timeout: Duration, progress: @Sendable (Int, Int) -> Void = { _, _ in }
+    ) async throws(StoreError) -> Int {
         var writer = try await store.attachmentWriter(fetching: hash)
         if writer.received > 0 {
             logger.info(
@@ -47,11 +65,15 @@ extension SyncEngine {
                 metadata: ["shoal.attachment": "\(hash)", "shoal.attachment.offset": "\(writer.received)"])
         }
         var tried: [String] = []
-        for peer in registry.connectedSenders() {
+        for peer in registry.connectedSenders() where !via.contains(peer.site) {
+            if Task.isCancelled { break }
             tried.append(peer.site.description)
+            note(hash) { $0.asking = peer.site }
             var expected: Int?
             while true {
-                guard let chunk = await requestChunk(hash: hash, offset: writer.received, send: peer.send, timeout: timeout),
+                guard
+                    let chunk = await requestChunk(
+                        hash: hash, offset: writer.received, via: via, send: peer.send, timeout: timeout),
                     chunk.found, chunk.offset == UInt64(writer.received),
                     chunk.data.count <= Int(Self.attachmentChunkSize),
                     let total = Int(exactly: chunk.totalLength), total <= Self.maximumAttachmentSize,
@@ -59,6 +81,7 @@ extension SyncEngine {
                 else { break }  // a peer that does not hold it, or answers out of line: try the next
                 expected = total
                 try await writer.append(Array(chunk.data))
+                note(hash) { $0.staged = StagedBytes(blob: writer.blob, received: writer.received, total: total) }
                 progress(writer.received, total)
                 if writer.received >= total {
                     do {
@@ -67,6 +90,7 @@ extension SyncEngine {
                     } catch {
                         // This peer sent bytes that do not match the hash (they are dropped): try the next one.
                         writer = try await store.attachmentWriter(fetching: hash)
+                        note(hash) { $0.staged = nil }
                         break
                     }
                 }
@@ -80,31 +104,181 @@ extension SyncEngine {
                 : "attachment \(hash) is not held here, and none of the connected peers (\(tried.joined(separator: ", "))) could send it")
     }
 
-    /// Waits until no other fetch of `hash` runs on this node, then marks this one running.
-    private func beginFetch(_ hash: String) async {
-        while true {
-            let (wait, continuation) = AsyncStream.makeStream(of: Void.self)
-            let running = attachmentRequests.withLock { state -> Bool in
+    /// Waits until no other fetch of `hash` runs on this node, then marks this one
+    /// running; false if the task was cancelled first.
+    private func beginFetch(_ hash: String) async -> Bool {
+        while !Task.isCancelled {
+            let (changed, continuation) = AsyncStream.makeStream(of: Void.self)
+            let began = attachmentRequests.withLock { state -> Bool in
                 guard state.fetching[hash] != nil else {
-                    state.fetching[hash] = []
-                    return false
+                    state.begin(hash)
+                    return true
                 }
-                state.fetching[hash]!.append(continuation)
-                return true
+                state.fetching[hash]!.watchers.append(continuation)
+                return false
             }
-            guard running else { return }
-            for await _ in wait {}
+            if began { return true }
+            for await _ in changed {}
+        }
+        return false
+    }
+
+    /// Ends this fetch of `hash` and wakes those waiting on it.
+    private func endFetch(_ hash: String) {
+        let watchers = attachmentRequests.withLock { $0.fetching.removeValue(forKey: hash) }?.watchers ?? []
+        for watcher in watchers { watcher.finish() }
+    }
+
+    /// Records what the fetch of `hash` does now (the peer it asks, how far it has
+    /// stored the bytes), and wakes those waiting on it.
+    private func note(_ hash: String, _ change: (inout AttachmentFetch) -> Void) {
+        let watchers = attachmentRequests.withLock { state -> [AsyncStream<Void>.Continuation] in
+            guard var fetch = state.fetching[hash] else { return [] }
+            change(&fetch)
+            let watchers = fetch.watchers
+            fetch.watchers = []
+            state.fetching[hash] = fetch
+            return watchers
+        }
+        for watcher in watchers { watcher.finish() }
+    }
+
+    // MARK: Answering
+
+    /// The answer to an AttachmentRequest from this node's store: the bytes asked
+    /// for, at most `limit` of them, or "not found".
+    func answer(_ request: Shoal_V1_AttachmentRequest, limit: Int) async throws(StoreError) -> Shoal_V1_AttachmentChunk {
+        guard let offset = Int(exactly: request.offset),
+            let held = try await store.attachmentChunk(hash: request.hash, offset: offset, maximum: limit)
+        else { return Self.notFound(request) }
+        return Self.found(request, total: held.total, bytes: held.bytes)
+    }
+
+    /// Answers the AttachmentRequests a session hands over (`AttachmentRelays`), each
+    /// as `relay` does, until the session ends.
+    func serveRelays(
+        _ relays: AttachmentRelays, asker: SiteID, send: @escaping @Sendable (Shoal_V1_AttachmentChunk) async throws -> Void
+    ) async {
+        await withTaskGroup(of: Void.self) { group in
+            for await request in relays.requests {
+                group.addTask {
+                    defer { relays.finished() }
+                    await self.relay(request.message, from: asker, limit: request.limit, answer: send)
+                }
+            }
         }
     }
 
-    /// Ends this fetch of `hash` and wakes those waiting to run theirs.
-    private func endFetch(_ hash: String) {
-        let waiting = attachmentRequests.withLock { $0.fetching.removeValue(forKey: hash) } ?? []
-        for waiter in waiting { waiter.finish() }
+    /// Answers an AttachmentRequest for bytes this node does not hold, by fetching them
+    /// from its own peers off the request's path (`AttachmentRoute`), storing them as
+    /// its own fetches do, and answering as soon as the bytes asked for are stored.
+    ///
+    /// One fetch of a hash runs at a time however many ask: a request that finds one
+    /// running (this node's own, or another relay's) waits for it rather than starting
+    /// another. Whatever happens upstream, `answer` is called once within
+    /// `attachmentRelayWait`: with the bytes, or "not found" when the fetch ended
+    /// without them, the wait ran out, or the request may not go further. A fetch this
+    /// call started runs on to its end, so the node then holds what it carried.
+    func relay(
+        _ request: Shoal_V1_AttachmentRequest, from asker: SiteID, limit: Int,
+        answer: @Sendable (Shoal_V1_AttachmentChunk) async throws -> Void
+    ) async {
+        let hash = request.hash
+        let deadline = ContinuousClock.now + configuration.attachmentRelayWait
+        let route = AttachmentRoute(via: request.via, asker: asker)
+        let decision = route.decide(
+            local: siteID, connected: registry.connectedSenders().map(\.site), maximumPath: Self.attachmentRelayPath)
+        guard AttachmentToken.isHash(hash), Int(exactly: request.offset) != nil, decision != .cycle else {
+            try? await answer(Self.notFound(request))
+            return
+        }
+        // Follow the fetch running, or start one if the request may go further.
+        let (serial, began) = attachmentRequests.withLock { state -> (UInt64?, Bool) in
+            if let running = state.fetching[hash] { return (running.serial, false) }
+            guard case .relay = decision else { return (nil, false) }
+            return (state.begin(hash), true)
+        }
+        await withTaskGroup(of: Void.self) { group in
+            if began, case .relay(let via, _) = decision {
+                logger.debug(
+                    "fetching attachment \(hash) for a peer that asked for it",
+                    metadata: ["shoal.attachment": "\(hash)", "shoal.peer.site": "\(asker)"])
+                group.addTask {
+                    defer { self.endFetch(hash) }
+                    do {
+                        _ = try await self.fetch(hash, via: via, timeout: self.configuration.attachmentChunkWait)
+                    } catch {
+                        self.logger.debug(
+                            "could not fetch attachment \(hash) for a peer: \(error)",
+                            metadata: ["shoal.attachment": "\(hash)", "shoal.peer.site": "\(asker)"])
+                    }
+                }
+            }
+            let chunk = await relayedChunk(request, limit: limit, following: serial, path: route.path, until: deadline)
+            try? await answer(chunk)
+        }
     }
 
+    /// The answer to `request` once the node holds the bytes it asks for, or those the
+    /// fetch `serial` of its hash has stored cover its offset; "not found" once that
+    /// fetch ended without them (at once when there is none) or at `deadline`, and
+    /// at once while it asks a node on the request's `path`: that node waits on this
+    /// answer, so the two would only wait on each other (two nodes fetching the same
+    /// bytes, each through the other).
+    private func relayedChunk(
+        _ request: Shoal_V1_AttachmentRequest, limit: Int, following serial: UInt64?, path: [SiteID],
+        until deadline: ContinuousClock.Instant
+    ) async -> Shoal_V1_AttachmentChunk {
+        let hash = request.hash
+        let offset = Int(request.offset)
+        while true {
+            // Watch before looking, so that no change between the two goes unseen.
+            let (changed, continuation) = AsyncStream.makeStream(of: Void.self)
+            let running = attachmentRequests.withLock { state -> AttachmentFetch? in
+                guard let serial, let fetch = state.fetching[hash], fetch.serial == serial else { return nil }
+                state.fetching[hash]!.watchers.append(continuation)
+                return fetch
+            }
+            if let held = try? await answer(request, limit: limit), held.found { return held }
+            guard let running, !path.contains(where: { $0 == running.asking }) else { return Self.notFound(request) }
+            if let staged = running.staged, offset < staged.received {
+                let count = min(limit, staged.received - offset)
+                if let bytes = try? await store.stagedAttachmentBytes(blob: staged.blob, from: offset, count: count),
+                    bytes.count == count
+                {
+                    return Self.found(request, total: staged.total, bytes: bytes)
+                }
+            }
+            guard ContinuousClock.now < deadline, !Task.isCancelled else { return Self.notFound(request) }
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { for await _ in changed {} }
+                group.addTask { try? await Task.sleep(until: deadline) }
+                await group.next()
+                group.cancelAll()
+            }
+        }
+    }
+
+    static func found(_ request: Shoal_V1_AttachmentRequest, total: Int, bytes: [UInt8]) -> Shoal_V1_AttachmentChunk {
+        var chunk = notFound(request)
+        chunk.found = true
+        chunk.offset = request.offset
+        chunk.totalLength = UInt64(total)
+        chunk.data = Data(bytes)
+        return chunk
+    }
+
+    static func notFound(_ request: Shoal_V1_AttachmentRequest) -> Shoal_V1_AttachmentChunk {
+        var chunk = Shoal_V1_AttachmentChunk()
+        chunk.requestID = request.requestID
+        chunk.hash = request.hash
+        return chunk
+    }
+
+    // MARK: Requests
+
     private func requestChunk(
-        hash: String, offset: Int, send: @Sendable (WireMessage) async throws -> Void, timeout: Duration
+        hash: String, offset: Int, via: [SiteID], send: @Sendable (WireMessage) async throws -> Void, timeout: Duration
     ) async -> Shoal_V1_AttachmentChunk? {
         let (stream, continuation) = AsyncStream.makeStream(of: Shoal_V1_AttachmentChunk.self)
         let id = attachmentRequests.withLock { state -> UInt64 in
@@ -118,6 +292,7 @@ extension SyncEngine {
         request.hash = hash
         request.offset = UInt64(offset)
         request.maxLength = Self.chunkSize(frameLimit: min(configuration.limits.maximumFrameSize, configuration.limits.maximumInflatedSize))
+        request.via = via.map(\.rawValue)
         do {
             try await send(.attachmentRequest(request))
         } catch {
@@ -145,10 +320,39 @@ extension SyncEngine {
     }
 }
 
-/// Attachment fetches waiting for their chunk, by request ID, and the hashes being
-/// fetched, each with the fetches of the same hash waiting for it to end.
+/// Attachment fetches waiting for their chunk, by request ID, and the fetch running
+/// of each hash.
 struct AttachmentRequests: Sendable {
     var next: UInt64 = 0
     var waiting: [UInt64: AsyncStream<Shoal_V1_AttachmentChunk>.Continuation] = [:]
-    var fetching: [String: [AsyncStream<Void>.Continuation]] = [:]
+    var fetching: [String: AttachmentFetch] = [:]
+    /// The serial of the last fetch begun, so a relay knows the one it follows ended.
+    var lastFetch: UInt64 = 0
+
+    /// Marks a fetch of `hash` running; returns its serial.
+    @discardableResult
+    mutating func begin(_ hash: String) -> UInt64 {
+        lastFetch += 1
+        fetching[hash] = AttachmentFetch(serial: lastFetch)
+        return lastFetch
+    }
+}
+
+/// A fetch under way: how far it has stored the bytes, and who waits on it.
+struct AttachmentFetch: Sendable {
+    let serial: UInt64
+    /// Known once a peer sent a chunk.
+    var staged: StagedBytes?
+    /// The peer it asks now.
+    var asking: SiteID?
+    /// Woken (finished) when the fetch stores more or ends: fetches of the same hash
+    /// waiting for their turn, and relays waiting for bytes.
+    var watchers: [AsyncStream<Void>.Continuation] = []
+}
+
+/// The staging entry a fetch writes, the bytes it holds and the total the peer announced.
+struct StagedBytes: Sendable {
+    var blob: Int64
+    var received: Int
+    var total: Int
 }

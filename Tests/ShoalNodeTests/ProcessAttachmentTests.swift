@@ -135,6 +135,39 @@ extension ProcessSuites {
             #expect(try Self.sha256(ofFile: dirs.path + "/n") == named, "the bytes a document names stay")
         }
 
+        /// A – B – C with the bytes on A only and B subscribed to boats: the document
+        /// naming them reaches C through B, and `attachment get` on C fetches the bytes
+        /// through B too. B keeps what it carried: with A stopped, B serves them itself.
+        @Test func anAttachmentCrossesARelayThatNeverHeldIt() throws {
+            let dirs = TemporaryDirectory(prefix: "shoal-attach")
+            defer { dirs.remove() }
+            let b = try NodeProcess(name: "beta", dataDirectory: dirs.path + "/b", extra: ["--subscribe", "SELECT * FROM boats"])
+            let a = try NodeProcess(name: "alpha", dataDirectory: dirs.path + "/a", extra: ["--peer", b.address])
+            let c = try NodeProcess(
+                name: "gamma", dataDirectory: dirs.path + "/c", extra: ["--peer", b.address, "--subscribe", "SELECT * FROM files"])
+            let source = dirs.path + "/far.bin"
+            let hash = try Self.writeRandomFile(source, bytes: 3 << 20 + 12_345)
+            let put = try Self.shoal(["attachment", "put", "--node", a.address, source])
+            #expect(put.status == 0, "\(put.stderr)")
+            let token = put.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(try a.exec("INSERT INTO COLLECTION files (f ATTACHMENT) DOCUMENTS ({'_id': 'far', 'f': :t})", args: "{\"t\": \(token)}").status == 0)
+            #expect(try eventually { try c.exec("SELECT * FROM files").stdout.contains(hash) })
+
+            let target = dirs.path + "/fetched.bin"
+            let get = try Self.shoal(["attachment", "get", "--node", c.address, hash, target])
+            #expect(get.status == 0, "\(get.stderr)")
+            #expect(try Self.sha256(ofFile: target) == hash, "the bytes fetched through B are the bytes put on A")
+
+            let missing = try Self.shoal(["attachment", "get", "--quiet", "--node", c.address, String(repeating: "b", count: 64), target + "2"])
+            #expect(missing.status != 0 && missing.stderr.contains("could send it"), "\(missing.stderr)")
+
+            a.stop()
+            let copy = dirs.path + "/from-b.bin"
+            let fromB = try Self.shoal(["attachment", "get", "--quiet", "--node", b.address, hash, copy])
+            #expect(fromB.status == 0, "\(fromB.stderr)")
+            #expect(try Self.sha256(ofFile: copy) == hash, "the relay holds what it carried")
+        }
+
         // MARK: Helpers
 
         /// How a `shoal` command ended and what it printed.

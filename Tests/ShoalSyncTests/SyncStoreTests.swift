@@ -155,6 +155,9 @@ import Testing
         func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(StoreError) -> (total: Int, bytes: [UInt8])? {
             try await base.attachmentChunk(hash: hash, offset: offset, maximum: maximum)
         }
+        func stagedAttachmentBytes(blob: Int64, from start: Int, count: Int) async throws(StoreError) -> [UInt8] {
+            try await base.stagedAttachmentBytes(blob: blob, from: start, count: count)
+        }
     }
 
     /// 600 one-document transactions reach a node whose engine runs on another store,

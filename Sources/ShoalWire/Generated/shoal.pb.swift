@@ -684,6 +684,11 @@ public nonisolated struct Shoal_V1_AttachmentRequest: Sendable {
   /// At most this many bytes are returned (the answering side may send fewer).
   public var maxLength: UInt32 = 0
 
+  /// The sites of the nodes the request has passed through, the one that began the
+  /// fetch first and the sender last. A node that does not hold the bytes relays the
+  /// request only to peers not named here, and only while fewer than 4 are named.
+  public var via: [UInt64] = []
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2684,7 +2689,7 @@ nonisolated extension Shoal_V1_Ack: SwiftProtobuf.Message, SwiftProtobuf._Messag
 
 nonisolated extension Shoal_V1_AttachmentRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttachmentRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hash\0\u{1}offset\0\u{3}max_length\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hash\0\u{1}offset\0\u{3}max_length\0\u{1}via\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2696,6 +2701,7 @@ nonisolated extension Shoal_V1_AttachmentRequest: SwiftProtobuf.Message, SwiftPr
       case 2: try { try decoder.decodeSingularStringField(value: &self.hash) }()
       case 3: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
       case 4: try { try decoder.decodeSingularUInt32Field(value: &self.maxLength) }()
+      case 5: try { try decoder.decodeRepeatedFixed64Field(value: &self.via) }()
       default: break
       }
     }
@@ -2714,6 +2720,9 @@ nonisolated extension Shoal_V1_AttachmentRequest: SwiftProtobuf.Message, SwiftPr
     if self.maxLength != 0 {
       try visitor.visitSingularUInt32Field(value: self.maxLength, fieldNumber: 4)
     }
+    if !self.via.isEmpty {
+      try visitor.visitPackedFixed64Field(value: self.via, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2722,6 +2731,7 @@ nonisolated extension Shoal_V1_AttachmentRequest: SwiftProtobuf.Message, SwiftPr
     if lhs.hash != rhs.hash {return false}
     if lhs.offset != rhs.offset {return false}
     if lhs.maxLength != rhs.maxLength {return false}
+    if lhs.via != rhs.via {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
