@@ -234,7 +234,8 @@ struct CheckRun {
     }
 
     /// Waits until, for every collection, the nodes that hold it agree on its digest and
-    /// none holds a transaction back, twice in a row; or until `plan.settle` runs out.
+    /// none holds a transaction back or lists one applied in part (completing one takes
+    /// an ask and its answer), twice in a row; or until `plan.settle` runs out.
     func settle(_ cluster: Cluster) async -> Settled {
         let deadline = recorder.now() + plan.settle
         var agreeing = 0
@@ -251,7 +252,7 @@ struct CheckRun {
                     errors[node] = "\(error)"
                 }
             }
-            let quiet = errors.isEmpty && statuses.values.allSatisfy { $0.transactions.waiting.isEmpty }
+            let quiet = errors.isEmpty && statuses.values.allSatisfy { $0.transactions.waiting.isEmpty && $0.transactions.partial.isEmpty }
             if quiet && disagreements(cluster, statuses).isEmpty { agreeing += 1 } else { agreeing = 0 }
             if agreeing >= 2 { return Settled(converged: true, statuses: statuses) }
             if recorder.now() >= deadline { return Settled(converged: false, statuses: statuses, errors: errors) }
