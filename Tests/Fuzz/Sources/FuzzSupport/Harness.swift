@@ -156,6 +156,10 @@ public enum Harness {
                     assembler.remove(id)
                 case .ask(let id, _):
                     assembler.noteAsked(id, peers: [SiteID(0xC)])
+                case .refuse(let record, _):
+                    precondition(assembler.records[record.id] != nil, "refusing \(record.id), which the assembler does not hold")
+                    precondition(!applied.contains(record.id), "\(record.id) refused after it was applied")
+                    assembler.remove(record.id)
                 }
             }
         }
