@@ -357,9 +357,10 @@ struct CheckRun {
     /// bytes must hash to what was put.
     func checkAttachments(_ cluster: Cluster, _ finals: [Read], _ report: inout Report) async {
         let hashes = recorder.attachments
+        let bytesMaybeLost = recorder.bytesMaybeLost
         for read in finals {
             for (slot, value) in read.values where slot.field == "a" {
-                guard let token = value.token, let hash = hashes[token] else { continue }
+                guard let token = value.token, let hash = hashes[token], !bytesMaybeLost.contains(token) else { continue }
                 report.checked[.attachments, default: 0] += 1
                 let client = cluster.client(read.node, timeout: 60)
                 let bytes = Locked([UInt8]())

@@ -269,14 +269,21 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
         let history = recorder.history
         let epoch = cluster.epoch(node)
         var lost: Set<Int> = []
+        var attachments: Set<String> = []
         for operation in history.operations where operation.sent.node == node && operation.outcome != .refused {
             // Acknowledged (or sent) after the copy, in the lineage being thrown away.
             let after = operation.acknowledgedAt.map { $0 >= copy.at } ?? (operation.sent.time >= copy.at)
             guard after, history.precedes(operation.sent, Moment(node: node, epoch: epoch, time: killedAt)) || operation.sent.epoch == epoch
             else { continue }
             if !held.contains(operation.token) { lost.insert(operation.id) }
+            if operation.kind == OperationKind.attachment.rawValue { attachments.insert(operation.token) }
         }
         recorder.markMaybeLost(lost)
+        // Attachment bytes travel when asked for (DATA_MODEL.md, ATTACHMENT): a document
+        // another node holds may name bytes that only this node held.
+        let bytesLost = await bytesHeldNowhere(attachments, except: node)
+        recorder.markBytesMaybeLost(bytesLost)
+        let bytesNote = bytesLost.isEmpty ? "" : "; so may the bytes of \(bytesLost.count) attachment\(bytesLost.count == 1 ? "" : "s") other nodes name"
         let newEpoch = recorder.restore(from: copy.epoch, copiedAt: copy.at)
         // Half the time into the same files (a backup copied over them, a rolled-back
         // machine): only a peer can then tell the store went back (DATA_MODEL.md §4.5).
@@ -288,8 +295,36 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
         }
         recorder.fault(
             "restore",
-            "kill -9 n\(node), its data directory restored \(inPlace ? "in place " : "")from the copy taken at \(String(format: "%.2f", copy.at)) s (\(lost.count) of its writes since, held by no other node, may be lost)")
+            "kill -9 n\(node), its data directory restored \(inPlace ? "in place " : "")from the copy taken at \(String(format: "%.2f", copy.at)) s (\(lost.count) of its writes since, held by no other node, may be lost\(bytesNote))")
         await startAgain(node)
+    }
+
+    /// Of these attachment writes' tokens, those whose bytes no running node but `node`
+    /// serves: each asked of every other node at once (a node that does not hold them
+    /// asks its peers; `node` is down, so only a copy elsewhere answers).
+    private func bytesHeldNowhere(_ tokens: Set<String>, except node: Int) async -> Set<String> {
+        let hashes = recorder.attachments
+        let others = cluster.running.filter { $0 != node }
+        let served = await withTaskGroup(of: String?.self) { group in
+            for token in tokens {
+                guard let hash = hashes[token] else { continue }
+                for other in others {
+                    let client = cluster.client(other, timeout: 15)
+                    group.addTask {
+                        do {
+                            try await withTimeout(15) { try await client.getAttachment(hash: hash) { _ in } }
+                            return token
+                        } catch {
+                            return nil
+                        }
+                    }
+                }
+            }
+            var served: Set<String> = []
+            for await token in group { if let token { served.insert(token) } }
+            return served
+        }
+        return tokens.filter { hashes[$0] != nil }.subtracting(served)
     }
 
     /// Fills the filesystem of `directory` to within 64 KiB with a ballast file; returns its size.

@@ -14,6 +14,9 @@ final class Recorder: Sendable {
         var faults: [String: Int] = [:]
         /// Attachment hashes by the token of the write that named them.
         var attachments: [String: String] = [:]
+        /// Tokens of attachment writes whose bytes only a restored node held: its copy
+        /// predates them, so the bytes may be gone everywhere (the document may survive).
+        var bytesMaybeLost: Set<String> = []
         var lines: [String] = []
     }
     private let state = Locked(State())
@@ -39,6 +42,7 @@ final class Recorder: Sendable {
     var faults: [String: Int] { state.withLock { $0.faults } }
     var attachments: [String: String] { state.withLock { $0.attachments } }
     var lines: [String] { state.withLock { $0.lines } }
+    var bytesMaybeLost: Set<String> { state.withLock { $0.bytesMaybeLost } }
 
     func record(_ operation: Mutation) {
         state.withLock { s in
@@ -50,6 +54,7 @@ final class Recorder: Sendable {
     func record(_ read: Read) { state.withLock { $0.history.record(read) } }
     func record(_ eviction: Eviction) { state.withLock { $0.history.record(eviction) } }
     func recordAttachment(token: String, hash: String) { state.withLock { $0.attachments[token] = hash } }
+    func markBytesMaybeLost(_ tokens: Set<String>) { state.withLock { $0.bytesMaybeLost.formUnion(tokens) } }
 
     func markMaybeLost(_ ids: Set<Int>) { state.withLock { $0.history.markMaybeLost(ids) } }
 
