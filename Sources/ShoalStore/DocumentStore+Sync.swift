@@ -94,6 +94,25 @@ extension DocumentStore {
         }
     }
 
+    /// `peer` streamed its whole log with this node's own transactions in it, and this
+    /// node applied it: the cursor of that stream (`SubscriptionSet.refillKey`) becomes
+    /// the cursor of `subscriptionKey` (it passed over nothing the set wants).
+    public func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(StoreError) {
+        try await write { db in
+            let site = Int64(bitPattern: peer.rawValue)
+            let refill = SubscriptionSet.refillKey(subscriptionKey)
+            try db.execute(
+                sql: """
+                    INSERT INTO peer_cursor (peer, subscription_key, through)
+                    SELECT peer, ?, through FROM peer_cursor WHERE peer = ? AND subscription_key = ?
+                    ON CONFLICT (peer, subscription_key) DO UPDATE SET through = MAX(through, excluded.through)
+                    """,
+                arguments: [subscriptionKey, site, refill])
+            try db.execute(
+                sql: "DELETE FROM peer_cursor WHERE peer = ? AND subscription_key = ?", arguments: [site, refill])
+        }
+    }
+
     /// The most rows of the log a page may have left to read to count as a short read
     /// (`read(inline:)`): a session keeping up with transactions of a hundred documents
     /// (a row each: `LogAppender.documentsPerRow`) or of a few reads them on its own

@@ -82,6 +82,11 @@ public struct SubscriptionSet: Sendable, Hashable {
         Self.hash(entries.map(\.id).joined(separator: ","))
     }
 
+    /// Where the cursor of a stream that also carries this node's own transactions is
+    /// kept for the set `key` (PROTOCOL.md §8.2, `include_own_transactions`), until the
+    /// stream has caught up and it becomes the set's own (`DocumentStore.ownTransactionsBack`).
+    public static func refillKey(_ key: String) -> String { key + "+own" }
+
     /// Whether any subscription on `collection` matches `document`.
     public func matches(collection: String, document: Value) -> Bool {
         for entry in entries where entry.statement.collection == collection {

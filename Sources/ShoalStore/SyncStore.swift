@@ -16,7 +16,7 @@ public protocol SyncStore: AnyObject, Sendable {
     /// The clock remote timestamps are observed on.
     var clock: HybridLogicalClock { get }
     /// Whether this store may lack some of its own transactions (it has evicted
-    /// documents), so a peer streaming from the start should send them too.
+    /// documents, or went back), so a peer streaming from the start should send them too.
     var mayLackOwnTransactions: Bool { get }
     /// The system parameters in force (the document size limits a session checks).
     var systemParameters: SystemParameters { get }
@@ -25,6 +25,9 @@ public protocol SyncStore: AnyObject, Sendable {
 
     /// Where `peer`'s stream under `subscriptionKey` resumes in this node's log.
     func cursor(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> UInt64
+    /// `peer`'s stream with this node's own transactions in it caught up: its cursor
+    /// becomes the one of `subscriptionKey` (`SubscriptionSet.refillKey`).
+    func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(StoreError)
     /// The next page of the change log after `sequence`, as pieces for `subscriptions`,
     /// without the transactions `skipping` names (nil: none).
     func changes(

@@ -451,16 +451,23 @@ struct PeerSession: Sendable {
         case .sendBatch(let batch):
             try await send(batch)
         case .readCursor(let set, let fromStart):
-            let cursor = fromStart ? 0 : try await engine.store.cursor(peer: peer.siteID, subscriptionKey: set.key)
+            // A stream asking for this node's own transactions back that stopped part way
+            // resumes, asking still (PROTOCOL.md §8.2); otherwise the set's cursor.
+            let store = engine.store
+            let refill = fromStart ? 0 : try await store.cursor(peer: peer.siteID, subscriptionKey: SubscriptionSet.refillKey(set.key))
+            let cursor = fromStart ? 0 : refill > 0 ? refill : try await store.cursor(peer: peer.siteID, subscriptionKey: set.key)
+            let includeOwn = refill > 0 || (cursor == 0 && store.mayLackOwnTransactions)
             logger.info(
-                cursor > 0 ? "resuming sync after the peer's sequence \(cursor)" : "syncing from the start of the peer's log",
+                cursor > 0
+                    ? "resuming sync after the peer's sequence \(cursor)\(refill > 0 ? ", this node's own transactions included" : "")"
+                    : "syncing from the start of the peer's log",
                 metadata: [
                     "shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)",
                     "shoal.sync.subscriptions": "\(set.entries.count)",
                 ])
             return [
                 .cursorRead(
-                    set, resumeAfter: cursor, includeOwn: engine.store.mayLackOwnTransactions,
+                    set, resumeAfter: cursor, includeOwn: includeOwn,
                     held: try await engine.store.history(of: peer.siteID))
             ]
         case .readPage(let request):
@@ -516,6 +523,11 @@ struct PeerSession: Sendable {
         case .caughtUp(let peerFreshness):
             // Saved by the node now and then (`ShoalNode`), not here: a session never waits on a write for it.
             engine.freshness.caughtUp(with: peerFreshness)
+        case .ownTransactionsBack(let key):
+            try await engine.store.ownTransactionsBack(peer: peer.siteID, subscriptionKey: key)
+            logger.info(
+                "the peer's log, this node's own transactions included, is all here: later sessions leave them out again",
+                metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
         case .warn(let message):
             logger.warning(
                 "\(message)", metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])

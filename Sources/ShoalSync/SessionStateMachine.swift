@@ -84,9 +84,11 @@ public struct SessionStateMachine: Sendable {
         /// This node's subscriptions changed (`fromStart`: after EVICT, ask for everything again).
         case ownSubscriptionsChanged(SubscriptionSet, fromStart: Bool)
         /// The cursor this node holds for `subscriptions` on this peer's log.
-        /// `includeOwn`: this node may lack some of its own transactions (it evicted),
-        /// so the peer should stream them too when resuming from 0. `held`: how far this
-        /// node holds the peer's own transactions, which the peer checks its history against.
+        /// `includeOwn`: this node may lack some of its own transactions (it evicted, or
+        /// its store went back), so the peer streams them too, from `resumeAfter` on: 0,
+        /// or the cursor of such a stream that stopped part way (PROTOCOL.md §8.2).
+        /// `held`: how far this node holds the peer's own transactions, which the peer
+        /// checks its history against.
         case cursorRead(SubscriptionSet, resumeAfter: UInt64, includeOwn: Bool = false, held: OriginHistory = .none)
         case pageRead(ChangeLogPage, ticket: Int)
         /// The oldest submitted batch is durable (committed or buffered).
@@ -142,6 +144,11 @@ public struct SessionStateMachine: Sendable {
         /// The peer says this node has everything of its log it asked for, and vouches
         /// this freshness (its own entry at its clock now): this node's rises (`Freshness`).
         case caughtUp(peerFreshness: [SiteID: UInt64])
+        /// The peer streamed all of its log with this node's own transactions in it, and
+        /// this node applied it: the cursor kept for that stream (the set's
+        /// `SubscriptionSet.refillKey`) becomes the set's own, and later Subscribes leave
+        /// this node's transactions out again.
+        case ownTransactionsBack(subscriptionKey: String)
         /// Something the operator should know, to log with the peer's address (the session goes on).
         case warn(String)
         /// Send the error unless it came from the peer (or is nil: a silent close), then close.
@@ -153,6 +160,9 @@ public struct SessionStateMachine: Sendable {
     // Subscriber side.
     private var ownGeneration: UInt64 = 0
     private var ownSets: [UInt64: (set: SubscriptionSet, key: String)] = [:]
+    /// The latest Subscribe asked for this node's own transactions: its generation, and
+    /// whether a batch answering it arrived (a Ping after that one speaks of it).
+    private var refill: (generation: UInt64, answered: Bool)?
     private var cursorReadPending = false
     private var resubscribe: (SubscriptionSet, fromStart: Bool)?
     private var pendingDurable: [UInt64] = []
@@ -273,17 +283,20 @@ public struct SessionStateMachine: Sendable {
                 return []
             }
             // A change elsewhere (a neighbour's interest) may leave this peer's set as it was.
-            if !fromStart, let latest = ownSets[ownGeneration], latest.key == set.key { return [] }
+            if !fromStart, let latest = ownSets[ownGeneration], latest.set.key == set.key { return [] }
             cursorReadPending = true
             return [.readCursor(set, fromStart: fromStart)]
         case .cursorRead(let set, let resumeAfter, let includeOwn, let held):
             cursorReadPending = false
             ownGeneration += 1
-            ownSets[ownGeneration] = (set, set.key)
+            // A stream with this node's own transactions in it is recorded under a cursor
+            // of its own, so that one stopped part way resumes asking for them still.
+            ownSets[ownGeneration] = (set, includeOwn ? SubscriptionSet.refillKey(set.key) : set.key)
+            refill = includeOwn ? (ownGeneration, false) : nil
             var subscribe = Shoal_V1_Subscribe()
             subscribe.resumeAfter = resumeAfter
             subscribe.generation = ownGeneration
-            subscribe.includeOwnTransactions = includeOwn && resumeAfter == 0
+            subscribe.includeOwnTransactions = includeOwn
             subscribe.originThrough = held.through
             subscribe.originThroughTimestamp = held.timestamp
             subscribe.originThroughIndex = held.index
@@ -426,7 +439,15 @@ public struct SessionStateMachine: Sendable {
         case .ping(let ping):
             let vouched = Freshness.entries(ping.freshness)
             guard !vouched.isEmpty else { return [.send(.pong(ping))] }
-            return [.send(.pong(ping)), .caughtUp(peerFreshness: vouched)]
+            var actions: [Action] = [.send(.pong(ping)), .caughtUp(peerFreshness: vouched)]
+            // Caught up under the Subscribe that asked for this node's own transactions
+            // (a batch answering it came first, so the Ping speaks of it): all are back.
+            if let refill, refill.answered, refill.generation == ownGeneration, let latest = ownSets[ownGeneration] {
+                self.refill = nil
+                ownSets[ownGeneration] = (latest.set, latest.set.key)
+                actions.append(.ownTransactionsBack(subscriptionKey: latest.set.key))
+            }
+            return actions
         case .pong(let pong):
             // Only a Pong that echoes our latest Ping gives a round trip; ignore others.
             guard pong.nonce != 0, pong.nonce == pingNonce, pong.sentAtMicros <= now else { return [] }
@@ -480,6 +501,7 @@ public struct SessionStateMachine: Sendable {
                     .protocolViolation,
                     "more than \(configuration.maximumBatchesPending) DeltaBatches sent without waiting for an Ack"))
         }
+        if refill?.generation == header.subscribeGeneration { refill?.answered = true }
         let answered = header.subscribeGeneration == 0 ? ownSets[ownGeneration] : ownSets[header.subscribeGeneration]
         let own = answered?.set ?? SubscriptionSet()
         let pieces: [TransactionPiece]
@@ -544,7 +566,7 @@ public struct SessionStateMachine: Sendable {
 
     /// Whether pages leave out the peer's own transactions and echoes of what it sent:
     /// unless it asked for them, from the start, after an EVICT (PROTOCOL.md §8.3).
-    private var excludesPeersOwn: Bool { resumeAfter > 0 || !peerIncludesOwn }
+    private var excludesPeersOwn: Bool { !peerIncludesOwn }
 
     /// Reads the next page when the peer wants something, the window has room, no
     /// page is being read, and the log has rows not yet sent.

@@ -237,34 +237,69 @@ import Testing
         #expect(Self.closed(bogus)??.message == "Ack for sequence 33, which no unacknowledged DeltaBatch carries")
     }
 
-    /// A subscriber's own transactions go back to it only when it asks, from 0 (it evicted).
-    @Test func ownTransactionsGoBackOnlyWhenAskedFromTheStart() {
+    /// A subscriber's own transactions go back to it when it asks, from 0 or from the
+    /// cursor of such a stream that stopped part way (it evicted, or its store went back).
+    @Test func ownTransactionsGoBackWhenAskedForFromAnyCursor() {
         var m = Self.machine()
         _ = m.handle(.logAdvanced(50), now: 0)
         let asked = Self.pageRequest(m.handle(.received(Self.subscribe(Self.cars, generation: 1, includeOwn: true)), now: 1))
         #expect(asked?.excludingOrigin == nil)
         let resumed = Self.pageRequest(
             m.handle(.received(Self.subscribe(Self.cars, generation: 2, resumeAfter: 5, includeOwn: true)), now: 2))
-        #expect(resumed?.excludingOrigin == Self.peer, "above 0 it holds them")
-        // As subscriber: the flag goes out only with resume_after 0.
+        #expect(resumed?.excludingOrigin == nil, "a stream that stopped part way resumes with them")
+        let plain = Self.pageRequest(m.handle(.received(Self.subscribe(Self.cars, generation: 3, resumeAfter: 5)), now: 3))
+        #expect(plain?.excludingOrigin == Self.peer, "not asked for: it holds them")
+    }
+
+    /// The subscriber keeps the cursor of a stream with its own transactions apart, and
+    /// once the peer vouches it caught up under that Subscribe (a Ping with freshness
+    /// after a batch answering it), the cursor becomes the set's and asking stops.
+    @Test func aStreamWithTheSubscribersOwnTransactionsIsKeptApartUntilCaughtUp() {
         var s = Self.machine()
         _ = s.handle(.ownSubscriptionsChanged(Self.cars, fromStart: true), now: 0)
-        guard case .send(.subscribe(let fromZero))? = s.handle(.cursorRead(Self.cars, resumeAfter: 0, includeOwn: true), now: 1).first
+        guard case .send(.subscribe(let resumed))? = s.handle(.cursorRead(Self.cars, resumeAfter: 7, includeOwn: true), now: 1).first
         else {
             Issue.record("expected a Subscribe")
             return
         }
-        #expect(fromZero.includeOwnTransactions)
-        _ = s.handle(.ownSubscriptionsChanged(Self.set("SELECT * FROM boats"), fromStart: false), now: 2)
+        #expect(resumed.includeOwnTransactions && resumed.resumeAfter == 7)
+        var ping = Shoal_V1_Ping()
+        ping.nonce = 1
+        var vouched = Shoal_V1_Freshness()
+        vouched.siteID = Self.peer.rawValue
+        vouched.throughMillis = 1_000
+        ping.freshness = [vouched]
+        let early = s.handle(.received(.ping(ping)), now: 2)
+        #expect(!early.contains { if case .ownTransactionsBack = $0 { true } else { false } }, "no batch of that Subscribe yet")
+        let submitted = s.handle(.received(Self.batch([Self.piece(8)], through: 8, generation: 1)), now: 3)
+        guard case .submit(let inbound)? = submitted.first else {
+            Issue.record("expected the batch submitted")
+            return
+        }
+        #expect(inbound.cursorKey == SubscriptionSet.refillKey(Self.cars.key))
+        _ = s.handle(.batchDurable, now: 4)
+        ping.nonce = 2
+        let caughtUp = s.handle(.received(.ping(ping)), now: 5)
+        let back = caughtUp.compactMap { if case .ownTransactionsBack(let key) = $0 { key } else { nil } }
+        #expect(back == [Self.cars.key])
+        let next = s.handle(.received(Self.batch([Self.piece(9)], through: 9, generation: 1)), now: 6)
+        guard case .submit(let later)? = next.first else {
+            Issue.record("expected the batch submitted")
+            return
+        }
+        #expect(later.cursorKey == Self.cars.key, "recorded under the set's own cursor from then on")
+        #expect(s.handle(.received(.ping(ping)), now: 7).allSatisfy { if case .ownTransactionsBack = $0 { false } else { true } })
+        // A set with no refill cursor, resumed above 0, does not ask.
+        _ = s.handle(.ownSubscriptionsChanged(Self.set("SELECT * FROM boats"), fromStart: false), now: 8)
         guard
-            case .send(.subscribe(let later))? = s.handle(
-                .cursorRead(Self.set("SELECT * FROM boats"), resumeAfter: 9, includeOwn: true), now: 3
+            case .send(.subscribe(let plain))? = s.handle(
+                .cursorRead(Self.set("SELECT * FROM boats"), resumeAfter: 9, includeOwn: false), now: 9
             ).first
         else {
             Issue.record("expected a second Subscribe")
             return
         }
-        #expect(!later.includeOwnTransactions)
+        #expect(!plain.includeOwnTransactions)
     }
 
     @Test func aNewerSubscribeRestartsAndDropsPagesReadBefore() {

@@ -24,6 +24,9 @@ import Testing
         func cursor(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> UInt64 {
             try await base.cursor(peer: peer, subscriptionKey: subscriptionKey)
         }
+        func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(StoreError) {
+            try await base.ownTransactionsBack(peer: peer, subscriptionKey: subscriptionKey)
+        }
         func changes(
             after sequence: UInt64, limit: Int, byteLimit: Int, subscriptions: SubscriptionSet, excludingOrigin peer: SiteID?,
             skipping: (@Sendable (TransactionID) -> Bool)?, continuing: Set<TransactionID>, resuming: Bool

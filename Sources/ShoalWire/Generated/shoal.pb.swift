@@ -344,8 +344,9 @@ public nonisolated struct Shoal_V1_Subscribe: Sendable {
   /// Numbers the Subscribes of one session, from 1, increasing; DeltaBatch echoes it.
   public var generation: UInt64 = 0
 
-  /// The subscriber may lack some of its own transactions (it has evicted documents):
-  /// with resume_after 0 the publisher streams them too. Otherwise it never does.
+  /// The subscriber may lack some of its own transactions (it has evicted documents,
+  /// or its store went back): the publisher streams them too, from resume_after on.
+  /// Otherwise it never does.
   public var includeOwnTransactions: Bool = false
 
   /// How far the sender holds the receiver's own transactions: the highest sequence of
