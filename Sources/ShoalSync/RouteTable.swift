@@ -1,0 +1,291 @@
+public import ShoalCRDT
+
+/// Which links carry each origin's transactions in full (eager) and which only offer
+/// their IDs (lazy), decided by this node as a subscriber (docs/ROUTES.md).
+///
+/// ```
+///   link opens ──► eager for everything if no other link is, else lazy but for its own origin
+///   a transaction of origin O by two eager links ──► O lazy on all but one (prune)
+///   an offer of T, T not held, no progress on O from an eager link for graftAfter
+///        ──► ask the offering link for T, O eager there (graft)
+///   a link closes ──► what only it carried is grafted onto a link that offered it
+/// ```
+///
+/// The table is a value: no I/O, no clock. The sync engine feeds it events and the time
+/// (milliseconds, any monotonic origin), carries out the actions it returns (send a
+/// peer its new routes, ask a peer for a transaction), and tests drive it directly.
+public struct RouteTable: Sendable {
+    public struct Configuration: Sendable, Hashable {
+        /// How long an origin may go without a piece from a link eager for it, after
+        /// another link offered one of its transactions, before that one is asked for.
+        public var graftAfterMillis: UInt64
+        /// Offers noted at most; past it the link with the most turns eager for
+        /// everything and streams again from its first offer not resolved.
+        public var maximumNoted: Int
+        /// Transactions remembered with the links that delivered them, to recognize a
+        /// second eager path.
+        public var maximumRemembered: Int
+
+        public init(graftAfterMillis: UInt64 = 2_000, maximumNoted: Int = 100_000, maximumRemembered: Int = 10_000) {
+            self.graftAfterMillis = graftAfterMillis
+            self.maximumNoted = maximumNoted
+            self.maximumRemembered = maximumRemembered
+        }
+    }
+
+    /// What a subscriber asks one publisher for: a default and the origins that are the
+    /// exception to it (PROTOCOL.md version 4, `Routes`).
+    public struct Routes: Sendable, Hashable, CustomStringConvertible {
+        public var lazyByDefault: Bool
+        public var exceptions: Set<SiteID>
+
+        public init(lazyByDefault: Bool, exceptions: Set<SiteID> = []) {
+            self.lazyByDefault = lazyByDefault
+            self.exceptions = exceptions
+        }
+
+        /// Every origin eager: what a link without routes (version 3) carries.
+        public static let everything = Routes(lazyByDefault: false)
+
+        public func isEager(_ origin: SiteID) -> Bool {
+            lazyByDefault ? exceptions.contains(origin) : !exceptions.contains(origin)
+        }
+
+        mutating func set(_ origin: SiteID, eager: Bool) {
+            if eager == lazyByDefault { exceptions.insert(origin) } else { exceptions.remove(origin) }
+        }
+
+        public var description: String {
+            let listed = exceptions.sorted().map(\.description).joined(separator: ",")
+            return lazyByDefault
+                ? (listed.isEmpty ? "lazy" : "lazy but \(listed)")
+                : (listed.isEmpty ? "eager" : "eager but \(listed)")
+        }
+    }
+
+    public enum Action: Sendable, Hashable {
+        /// Send this peer these routes (`RouteUpdate`).
+        case send(Routes, to: SiteID)
+        /// Ask this peer for the pieces of a transaction it offered (`TransactionRequest`).
+        case ask(TransactionID, of: SiteID)
+        /// Subscribe to this peer again, eager for everything, from after this sequence
+        /// of its log (before the first offer of it not resolved).
+        case resubscribe(SiteID, after: UInt64)
+    }
+
+    /// A transaction a lazy link offered, and where its rows begin in that peer's log.
+    public struct Offer: Sendable, Hashable {
+        public var id: TransactionID
+        public var logSequence: UInt64
+
+        public init(_ id: TransactionID, at logSequence: UInt64) {
+            self.id = id
+            self.logSequence = logSequence
+        }
+    }
+
+    private struct Link: Sendable {
+        var routes: Routes
+        /// When it opened, to choose the oldest.
+        var opened: UInt64
+    }
+
+    private struct Noted: Sendable {
+        /// The links that offered it, first first, with where it begins in their logs.
+        var offers: [(peer: SiteID, logSequence: UInt64)]
+        var at: UInt64
+        var first: SiteID { offers[0].peer }
+    }
+
+    /// The links eager for its origin that delivered a transaction, in order.
+    private struct Delivery: Sendable {
+        var eager: [SiteID]
+    }
+
+    public let configuration: Configuration
+    private var links: [SiteID: Link] = [:]
+    private var noted: [TransactionID: Noted] = [:]
+    /// When a piece of each origin last came from a link eager for it.
+    private var progress: [SiteID: UInt64] = [:]
+    private var deliveries: [TransactionID: Delivery] = [:]
+    private var deliveryOrder: [TransactionID] = []
+    private var deliveryStart = 0
+
+    public init(configuration: Configuration = .init()) {
+        self.configuration = configuration
+    }
+
+    /// The routes this node asks `peer` for, nil when no link to it is open.
+    public func routes(for peer: SiteID) -> Routes? { links[peer]?.routes }
+
+    /// How many offers wait to be delivered by an eager link or asked for.
+    public var notedCount: Int { noted.count }
+
+    /// Whether any open link carries `origin` in full.
+    public func isCarried(_ origin: SiteID) -> Bool {
+        links.values.contains { $0.routes.isEager(origin) }
+    }
+
+    // MARK: events
+
+    /// A link opened: the routes to ask it for first (its Subscribe carries them).
+    public mutating func open(_ peer: SiteID, now: UInt64) -> Routes {
+        let routes: Routes
+        if links.values.contains(where: { !$0.routes.lazyByDefault }) {
+            routes = Routes(lazyByDefault: true, exceptions: [peer])
+        } else {
+            routes = .everything
+        }
+        links[peer] = Link(routes: routes, opened: now)
+        return routes
+    }
+
+    /// A link closed. What only it carried moves to another link: the eager default to
+    /// the oldest link left, and each offer noted of an origin no other link carried is
+    /// asked of the link that offered it first, whose origin turns eager there.
+    public mutating func close(_ peer: SiteID, now: UInt64) -> [Action] {
+        guard let closed = links.removeValue(forKey: peer) else { return [] }
+        for (id, var entry) in noted {
+            entry.offers.removeAll { $0.peer == peer }
+            noted[id] = entry.offers.isEmpty ? nil : entry
+        }
+        // Offers of origins no link left carries are asked now: the link that takes the
+        // default over will not stream again what it offered already.
+        let orphans = noted.keys.filter { closed.routes.isEager($0.origin) && !isCarried($0.origin) }
+        var changed: Set<SiteID> = []
+        if !closed.routes.lazyByDefault, !links.values.contains(where: { !$0.routes.lazyByDefault }),
+            let heir = links.min(by: { ($0.value.opened, $0.key) < ($1.value.opened, $1.key) })?.key
+        {
+            links[heir]!.routes = .everything
+            changed.insert(heir)
+        }
+        var actions: [Action] = []
+        for id in orphans.sorted() {
+            let by = noted[id]!.first
+            if !links[by]!.routes.isEager(id.origin) {
+                links[by]!.routes.set(id.origin, eager: true)
+                changed.insert(by)
+            }
+            actions.append(.ask(id, of: by))
+            noted[id] = nil
+        }
+        return changed.sorted().map { .send(links[$0]!.routes, to: $0) } + actions
+    }
+
+    /// A piece of `id` arrived from `peer`; `duplicate` when every delta of it was held
+    /// already. A transaction two links eager for its origin delivered stays eager on
+    /// one of them: its origin's own link if it was one, else the one that delivered
+    /// first; the others turn lazy for that origin.
+    public mutating func received(_ id: TransactionID, from peer: SiteID, duplicate: Bool, now: UInt64) -> [Action] {
+        guard let link = links[peer] else { return [] }
+        let origin = id.origin
+        if !duplicate { noted[id] = nil }
+        guard link.routes.isEager(origin) else { return [] }
+        progress[origin] = now
+        guard var delivery = deliveries[id] else {
+            remember(id, Delivery(eager: [peer]))
+            return []
+        }
+        guard duplicate, !delivery.eager.contains(peer) else { return [] }
+        delivery.eager.append(peer)
+        deliveries[id] = delivery
+        let keep = delivery.eager.contains(origin) ? origin : delivery.eager[0]
+        var actions: [Action] = []
+        for other in delivery.eager.sorted() where other != keep {
+            guard var routes = links[other]?.routes, routes.isEager(origin) else { continue }
+            routes.set(origin, eager: false)
+            links[other]!.routes = routes
+            actions.append(.send(routes, to: other))
+        }
+        return actions
+    }
+
+    /// `peer` offered these transactions (their IDs on a lazy link). Those not held
+    /// here are noted, to be asked for if no eager link delivers them.
+    public mutating func offered(
+        _ offers: [Offer], by peer: SiteID, now: UInt64, isHeld: (TransactionID) -> Bool
+    ) -> [Action] {
+        guard links[peer] != nil else { return [] }
+        for offer in offers where !isHeld(offer.id) {
+            if var entry = noted[offer.id] {
+                if !entry.offers.contains(where: { $0.peer == peer }) { entry.offers.append((peer, offer.logSequence)) }
+                noted[offer.id] = entry
+            } else {
+                noted[offer.id] = Noted(offers: [(peer, offer.logSequence)], at: now)
+            }
+        }
+        return noted.count > configuration.maximumNoted ? overflow() : []
+    }
+
+    /// The highest sequence of `peer`'s log this node may resume after: before the
+    /// first row of each offer of it not resolved, so that a restart, which forgets
+    /// the offers, has them made again. Nil: no limit.
+    public func resumeLimit(for peer: SiteID) -> UInt64? {
+        var limit: UInt64?
+        for entry in noted.values {
+            for offer in entry.offers where offer.peer == peer {
+                let before = offer.logSequence &- 1
+                limit = min(limit ?? before, before)
+            }
+        }
+        return limit
+    }
+
+    /// The tick: each noted offer that no eager link delivered in time is asked of the
+    /// link that offered it first, and its origin turns eager there.
+    public mutating func tick(now: UInt64, isHeld: (TransactionID) -> Bool) -> [Action] {
+        var changed: Set<SiteID> = []
+        var actions: [Action] = []
+        for (id, entry) in noted.sorted(by: { $0.key < $1.key }) {
+            if isHeld(id) {
+                noted[id] = nil
+                continue
+            }
+            let origin = id.origin
+            let since = max(entry.at, progress[origin] ?? 0)
+            guard !isCarried(origin) || now >= since + configuration.graftAfterMillis else { continue }
+            let by = entry.first
+            if !links[by]!.routes.isEager(origin) {
+                links[by]!.routes.set(origin, eager: true)
+                changed.insert(by)
+            }
+            actions.append(.ask(id, of: by))
+            noted[id] = nil
+        }
+        return changed.sorted().map { .send(links[$0]!.routes, to: $0) } + actions
+    }
+
+    // MARK: bounds
+
+    private mutating func remember(_ id: TransactionID, _ delivery: Delivery) {
+        deliveries[id] = delivery
+        deliveryOrder.append(id)
+        while deliveryOrder.count - deliveryStart > configuration.maximumRemembered {
+            deliveries[deliveryOrder[deliveryStart]] = nil
+            deliveryStart += 1
+        }
+        if deliveryStart > 4_096, deliveryStart * 2 > deliveryOrder.count {
+            deliveryOrder.removeFirst(deliveryStart)
+            deliveryStart = 0
+        }
+    }
+
+    /// Too many offers noted: the link that made the most carries everything from now
+    /// on, streamed again from before its first offer not resolved, and its offers are
+    /// forgotten (the stream brings what they named).
+    private mutating func overflow() -> [Action] {
+        var counts: [SiteID: Int] = [:]
+        for entry in noted.values {
+            for offer in entry.offers { counts[offer.peer, default: 0] += 1 }
+        }
+        guard let most = counts.max(by: { ($0.value, $1.key) < ($1.value, $0.key) })?.key,
+            let after = resumeLimit(for: most)
+        else { return [] }
+        for (id, var entry) in noted {
+            entry.offers.removeAll { $0.peer == most }
+            noted[id] = entry.offers.isEmpty ? nil : entry
+        }
+        links[most]!.routes = .everything
+        return [.resubscribe(most, after: after)]
+    }
+}

@@ -1,0 +1,160 @@
+import ShoalCRDT
+import ShoalSync
+import Testing
+
+/// The eager and lazy routes a node asks its publishers for (docs/ROUTES.md), driven
+/// event by event: no sockets, no clock.
+struct RouteTableTests {
+    static let a = SiteID(0xA), b = SiteID(0xB), c = SiteID(0xC), d = SiteID(0xD)
+    static func t(_ origin: SiteID, _ n: UInt64) -> TransactionID { TransactionID(origin: origin, sequence: n) }
+    static func offer(_ origin: SiteID, _ n: UInt64, at log: UInt64) -> RouteTable.Offer { .init(t(origin, n), at: log) }
+    static let nothingHeld: @Sendable (TransactionID) -> Bool = { _ in false }
+
+    /// A node that knows A, B and C (a complete mesh of four, from D's side), A first.
+    static func mesh() -> RouteTable {
+        var table = RouteTable()
+        #expect(table.open(a, now: 0) == .everything, "the first link carries everything")
+        #expect(table.open(b, now: 1) == .init(lazyByDefault: true, exceptions: [b]), "later links carry their own origin only")
+        #expect(table.open(c, now: 2) == .init(lazyByDefault: true, exceptions: [c]))
+        return table
+    }
+
+    @Test func aCompleteMeshTakesEachOriginFromItself() {
+        var table = Self.mesh()
+        #expect(table.routes(for: Self.a)!.isEager(Self.b), "until a duplicate says otherwise, A relays B's writes too")
+        // B's write arrives from B, then A relays it: a duplicate on A's link.
+        #expect(table.received(Self.t(Self.b, 1), from: Self.b, duplicate: false, now: 10) == [])
+        let actions = table.received(Self.t(Self.b, 1), from: Self.a, duplicate: true, now: 11)
+        #expect(actions == [.send(.init(lazyByDefault: false, exceptions: [Self.b]), to: Self.a)])
+        #expect(!table.routes(for: Self.a)!.isEager(Self.b))
+        #expect(table.routes(for: Self.b)!.isEager(Self.b))
+        // The same race the other way round: A's copy of C's write comes first.
+        #expect(table.received(Self.t(Self.c, 1), from: Self.a, duplicate: false, now: 12) == [])
+        let second = table.received(Self.t(Self.c, 1), from: Self.c, duplicate: true, now: 13)
+        #expect(second == [.send(.init(lazyByDefault: false, exceptions: [Self.b, Self.c]), to: Self.a)], "the origin's own link is kept, whichever copy came first")
+        // Nothing more to prune: a third copy changes nothing.
+        #expect(table.received(Self.t(Self.c, 1), from: Self.a, duplicate: true, now: 14) == [])
+    }
+
+    @Test func onlyLinksEagerForTheOriginArePruned() {
+        var table = Self.mesh()
+        let far = SiteID(0xF)
+        _ = table.received(Self.t(far, 1), from: Self.b, duplicate: false, now: 10)
+        #expect(table.received(Self.t(far, 1), from: Self.c, duplicate: true, now: 11) == [], "C is lazy for F: nothing to prune")
+        let actions = table.received(Self.t(far, 1), from: Self.a, duplicate: true, now: 12)
+        #expect(actions == [], "B delivered first but is lazy for F; A is the only eager link that delivered it")
+        #expect(table.routes(for: Self.a)!.isEager(far), "never prune the one eager path")
+    }
+
+    @Test func twoEagerLinksForAFarOriginBecomeOne() {
+        var table = RouteTable()
+        _ = table.open(Self.a, now: 0)
+        _ = table.open(Self.b, now: 1)
+        let far = SiteID(0xF)
+        // F grafted onto B after an offer, while A still carries everything.
+        _ = table.offered([Self.offer(far, 1, at: 5)], by: Self.b, now: 10, isHeld: Self.nothingHeld)
+        let graft = table.tick(now: 10 + 2_000, isHeld: Self.nothingHeld)
+        #expect(graft == [.send(.init(lazyByDefault: true, exceptions: [Self.b, far]), to: Self.b), .ask(Self.t(far, 1), of: Self.b)])
+        // Both now deliver F's next transaction; A's copy is first, B's is pruned.
+        _ = table.received(Self.t(far, 2), from: Self.a, duplicate: false, now: 3_000)
+        let prune = table.received(Self.t(far, 2), from: Self.b, duplicate: true, now: 3_001)
+        #expect(prune == [.send(.init(lazyByDefault: true, exceptions: [Self.b]), to: Self.b)])
+    }
+
+    @Test func anOfferIsAskedForOnlyWhenNoEagerLinkDeliversIt() {
+        var table = Self.mesh()
+        // C offers A's transaction 7, which A itself is still sending.
+        #expect(table.offered([Self.offer(Self.a, 7, at: 40)], by: Self.c, now: 100, isHeld: Self.nothingHeld) == [])
+        #expect(table.tick(now: 1_000, isHeld: Self.nothingHeld) == [], "within graftAfter")
+        _ = table.received(Self.t(Self.a, 6), from: Self.a, duplicate: false, now: 1_900)
+        #expect(table.tick(now: 2_500, isHeld: Self.nothingHeld) == [], "A made progress on its origin 600 ms ago")
+        let actions = table.tick(now: 3_900, isHeld: Self.nothingHeld)
+        #expect(actions == [.send(.init(lazyByDefault: true, exceptions: [Self.a, Self.c]), to: Self.c), .ask(Self.t(Self.a, 7), of: Self.c)])
+        #expect(table.notedCount == 0)
+        #expect(table.tick(now: 10_000, isHeld: Self.nothingHeld) == [], "asked once")
+    }
+
+    @Test func progressOnAnotherOriginDoesNotHoldAGraftBack() {
+        var table = Self.mesh()
+        let far = SiteID(0xF)
+        _ = table.offered([Self.offer(far, 1, at: 9)], by: Self.b, now: 0, isHeld: Self.nothingHeld)
+        for ms in stride(from: UInt64(100), to: 2_000, by: 100) {
+            _ = table.received(Self.t(Self.c, ms), from: Self.a, duplicate: false, now: ms)
+        }
+        #expect(table.tick(now: 2_000, isHeld: Self.nothingHeld).contains(.ask(Self.t(far, 1), of: Self.b)))
+    }
+
+    @Test func anOfferDeliveredOrHeldIsNotAskedFor() {
+        var table = Self.mesh()
+        _ = table.offered([Self.offer(Self.a, 1, at: 3), Self.offer(Self.a, 2, at: 4)], by: Self.b, now: 0, isHeld: { $0.sequence == 2 })
+        #expect(table.notedCount == 1, "a held one is not noted")
+        _ = table.received(Self.t(Self.a, 1), from: Self.a, duplicate: false, now: 50)
+        #expect(table.notedCount == 0)
+        #expect(table.tick(now: 60_000, isHeld: Self.nothingHeld) == [])
+        // Held by the time of the tick (applied from an ask, or waiting for coverage).
+        _ = table.offered([Self.offer(Self.a, 3, at: 5)], by: Self.b, now: 70_000, isHeld: Self.nothingHeld)
+        #expect(table.tick(now: 90_000, isHeld: { _ in true }) == [])
+        #expect(table.notedCount == 0)
+    }
+
+    @Test func anOriginNoLinkCarriesIsAskedForAtTheNextTick() {
+        var table = Self.mesh()
+        _ = table.received(Self.t(Self.b, 1), from: Self.b, duplicate: false, now: 0)
+        _ = table.received(Self.t(Self.b, 1), from: Self.a, duplicate: true, now: 1)
+        #expect(table.close(Self.b, now: 5) == [], "B carried only B, and nothing of B was offered")
+        #expect(!table.isCarried(Self.b))
+        _ = table.offered([Self.offer(Self.b, 2, at: 30)], by: Self.c, now: 10, isHeld: Self.nothingHeld)
+        #expect(table.tick(now: 11, isHeld: Self.nothingHeld) == [.send(.init(lazyByDefault: true, exceptions: [Self.b, Self.c]), to: Self.c), .ask(Self.t(Self.b, 2), of: Self.c)])
+    }
+
+    @Test func whenTheLinkCarryingEverythingClosesAnotherTakesOver() {
+        var table = Self.mesh()
+        let far = SiteID(0xF)
+        _ = table.offered([Self.offer(far, 1, at: 11), Self.offer(far, 2, at: 12)], by: Self.c, now: 0, isHeld: Self.nothingHeld)
+        _ = table.offered([Self.offer(far, 2, at: 50), Self.offer(Self.c, 9, at: 51)], by: Self.b, now: 1, isHeld: Self.nothingHeld)
+        let actions = table.close(Self.a, now: 100)
+        #expect(
+            actions == [
+                .send(.everything, to: Self.b),
+                .send(.init(lazyByDefault: true, exceptions: [Self.c, far]), to: Self.c),
+                .ask(Self.t(far, 1), of: Self.c),
+                .ask(Self.t(far, 2), of: Self.c),
+            ], "B, the oldest left, carries everything; what only A carried is asked of who offered it first")
+        #expect(table.notedCount == 1, "C's own transaction was never A's to carry")
+        #expect(table.routes(for: Self.a) == nil)
+    }
+
+    @Test func theStoredCursorStaysBeforeAnOfferNotResolved() {
+        var table = Self.mesh()
+        #expect(table.resumeLimit(for: Self.b) == nil)
+        _ = table.offered([Self.offer(Self.a, 4, at: 120), Self.offer(Self.a, 5, at: 90)], by: Self.b, now: 0, isHeld: Self.nothingHeld)
+        _ = table.offered([Self.offer(Self.a, 5, at: 300)], by: Self.c, now: 0, isHeld: Self.nothingHeld)
+        #expect(table.resumeLimit(for: Self.b) == 89)
+        #expect(table.resumeLimit(for: Self.c) == 299)
+        _ = table.received(Self.t(Self.a, 5), from: Self.a, duplicate: false, now: 5)
+        #expect(table.resumeLimit(for: Self.b) == 119)
+        #expect(table.resumeLimit(for: Self.c) == nil)
+    }
+
+    @Test func tooManyOffersTurnTheBusiestLinkEager() {
+        var table = RouteTable(configuration: .init(maximumNoted: 4))
+        _ = table.open(Self.a, now: 0)
+        _ = table.open(Self.b, now: 1)
+        _ = table.open(Self.c, now: 2)
+        _ = table.offered([Self.offer(Self.d, 1, at: 70)], by: Self.c, now: 3, isHeld: Self.nothingHeld)
+        let offers = (UInt64(1)...4).map { Self.offer(Self.a, $0, at: 10 + $0) }
+        let actions = table.offered(offers, by: Self.b, now: 4, isHeld: Self.nothingHeld)
+        #expect(actions == [.resubscribe(Self.b, after: 10)])
+        #expect(table.routes(for: Self.b) == .everything)
+        #expect(table.notedCount == 1, "C's offer stays")
+        #expect(table.resumeLimit(for: Self.b) == nil)
+    }
+
+    @Test func eventsOfLinksNotOpenAreIgnored() {
+        var table = Self.mesh()
+        #expect(table.received(Self.t(Self.a, 1), from: Self.d, duplicate: true, now: 0) == [])
+        #expect(table.offered([Self.offer(Self.a, 1, at: 1)], by: Self.d, now: 0, isHeld: Self.nothingHeld) == [])
+        #expect(table.close(Self.d, now: 0) == [])
+        #expect(table.notedCount == 0)
+    }
+}
