@@ -30,7 +30,7 @@ public struct SessionStateMachine: Sendable {
         public var peer: SiteID
         public var keepaliveInterval: Duration
         public var idleTimeout: Duration
-        /// Log rows read per page.
+        /// Deltas read per page, in whole log rows (PROTOCOL.md §8.3).
         public var batchSize: Int
         /// Bytes of values read per page (at least one row).
         public var batchBytes: Int
