@@ -130,7 +130,7 @@ let package = Package(
         .testTarget(name: "ShoalCRDTTests", dependencies: ["ShoalCRDT", "ShoalTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalBulkTests", dependencies: ["ShoalBulk", "ShoalCRDT", "ShoalNode"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalShellTests", dependencies: ["ShoalShell", "ShoalCRDT"], swiftSettings: swiftSettings),
-        .testTarget(name: "ShoalQueryTests", dependencies: ["ShoalQuery", "ShoalCRDT"], swiftSettings: swiftSettings),
+        .testTarget(name: "ShoalQueryTests", dependencies: ["ShoalQuery", "ShoalCRDT", "ShoalTesting"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ShoalWireTests",
             dependencies: ["ShoalWire", "ShoalSync", "ShoalTesting", .product(name: "NIOCore", package: "swift-nio")],
