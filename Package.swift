@@ -123,6 +123,7 @@ let package = Package(
             name: "ShoalTesting",
             dependencies: [
                 "ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode", .product(name: "Logging", package: "swift-log"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ],
             swiftSettings: swiftSettings
         ),
