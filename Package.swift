@@ -123,6 +123,7 @@ let package = Package(
             name: "ShoalTesting",
             dependencies: [
                 "ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode", .product(name: "Logging", package: "swift-log"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -130,7 +131,7 @@ let package = Package(
         .testTarget(name: "ShoalCRDTTests", dependencies: ["ShoalCRDT", "ShoalTesting"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalBulkTests", dependencies: ["ShoalBulk", "ShoalCRDT", "ShoalNode"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalShellTests", dependencies: ["ShoalShell", "ShoalCRDT"], swiftSettings: swiftSettings),
-        .testTarget(name: "ShoalQueryTests", dependencies: ["ShoalQuery", "ShoalCRDT"], swiftSettings: swiftSettings),
+        .testTarget(name: "ShoalQueryTests", dependencies: ["ShoalQuery", "ShoalCRDT", "ShoalTesting"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ShoalWireTests",
             dependencies: ["ShoalWire", "ShoalSync", "ShoalTesting", .product(name: "NIOCore", package: "swift-nio")],

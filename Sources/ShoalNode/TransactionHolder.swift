@@ -97,13 +97,15 @@ final class TransactionHolder: Sendable {
     /// One transaction, from its `begin` to its `end` or the end of the commands.
     private func hold(hint: String?, readOnly: Bool, begun: Reply, commands: inout AsyncStream<Envelope>.Iterator) async {
         var opened: SessionTransaction?
+        var since = ContinuousClock.now
         var ending: Reply?
         do {
             let result = try await store.transaction(hint: hint, isReadOnly: readOnly) { tx in
                 let open = SessionTransaction(
                     id: tx.info.id, hint: tx.info.hint, isReadOnly: tx.info.isReadOnly, state: .open, client: client)
                 opened = open
-                held.add(open)
+                since = .now
+                held.add(open, since: since)
                 begun.resume(.success(.transaction(open)))
                 while let envelope = await commands.next() {
                     switch envelope.command {
@@ -127,6 +129,8 @@ final class TransactionHolder: Sendable {
             var closed = opened!
             closed.state = result.completion == .commit ? .committed : .rolledBack
             closed.transactionID = result.transactionID?.description
+            // Its whole life, as `status` counts it while it is open (PROTOCOL.md §10.1).
+            closed.ageSeconds = HeldTransactions.age(since: since, now: .now)
             ending?.resume(.success(.transaction(closed)))
         } catch {
             let failure = (error as? StoreError) ?? StoreError(.database, "the transaction failed: \(error)")
@@ -140,8 +144,8 @@ final class TransactionHolder: Sendable {
 final class HeldTransactions: Sendable {
     private let entries = Locked<[String: (transaction: SessionTransaction, since: ContinuousClock.Instant)]>([:])
 
-    func add(_ transaction: SessionTransaction) {
-        entries.withLock { $0[transaction.id] = (transaction, .now) }
+    func add(_ transaction: SessionTransaction, since: ContinuousClock.Instant) {
+        entries.withLock { $0[transaction.id] = (transaction, since) }
     }
 
     func remove(_ id: String) {
@@ -153,8 +157,13 @@ final class HeldTransactions: Sendable {
         let now = ContinuousClock.now
         return entries.withLock { $0.values }.sorted { $0.since < $1.since }.map { entry in
             var transaction = entry.transaction
-            transaction.ageSeconds = Double((now - entry.since) / .milliseconds(1)) / 1000
+            transaction.ageSeconds = Self.age(since: entry.since, now: now)
             return transaction
         }
+    }
+
+    /// Seconds from `since` to `now`, to the millisecond.
+    static func age(since: ContinuousClock.Instant, now: ContinuousClock.Instant) -> Double {
+        Double((now - since) / .milliseconds(1)) / 1000
     }
 }

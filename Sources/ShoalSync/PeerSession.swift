@@ -396,7 +396,7 @@ struct PeerSession: Sendable {
                 maximumBatchesInFlight: configuration.maximumBatchesInFlight,
                 maximumSubscriptions: configuration.maximumSubscriptionsPerPeer,
                 maximumQueryLength: configuration.maximumQueryLength,
-                deltaEncoding: PieceCodec.DeltaEncoding(version: peer.version), peerLimits: peer.limits),
+                version: peer.version, peerLimits: peer.limits),
             now: now())
         for await next in inputs {
             let event: SessionStateMachine.Event

@@ -30,7 +30,7 @@ public struct SessionStateMachine: Sendable {
         public var peer: SiteID
         public var keepaliveInterval: Duration
         public var idleTimeout: Duration
-        /// Log rows read per page.
+        /// Deltas read per page, in whole log rows (PROTOCOL.md §8.3).
         public var batchSize: Int
         /// Bytes of values read per page (at least one row).
         public var batchBytes: Int
@@ -42,8 +42,10 @@ public struct SessionStateMachine: Sendable {
         public var maximumSubscriptions: Int
         /// Bytes of one subscription query of the peer.
         public var maximumQueryLength: Int
+        /// The protocol version the handshake agreed (2 or later: peers sync at 2).
+        public var version: UInt32
         /// How deltas travel in this session: stepped from protocol version 3 on.
-        public var deltaEncoding: PieceCodec.DeltaEncoding
+        public var deltaEncoding: PieceCodec.DeltaEncoding { PieceCodec.DeltaEncoding(version: version) }
         /// What the peer said it can take: batches are cut to fit it (`BatchFitter`).
         public var peerLimits: PeerLimits
 
@@ -51,7 +53,7 @@ public struct SessionStateMachine: Sendable {
             peer: SiteID, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
             batchSize: Int = 2048, batchBytes: Int = 4 << 20, maximumBatchesInFlight: Int = 4, maximumBatchesPending: Int = 64,
             maximumSubscriptions: Int = 256, maximumQueryLength: Int = 64 << 10,
-            deltaEncoding: PieceCodec.DeltaEncoding = .absolute, peerLimits: PeerLimits = .unknown
+            version: UInt32 = HandshakeStateMachine.minimumPeerVersion, peerLimits: PeerLimits = .unknown
         ) {
             self.peerLimits = peerLimits
             self.peer = peer
@@ -63,7 +65,7 @@ public struct SessionStateMachine: Sendable {
             self.maximumBatchesPending = maximumBatchesPending
             self.maximumSubscriptions = maximumSubscriptions
             self.maximumQueryLength = maximumQueryLength
-            self.deltaEncoding = deltaEncoding
+            self.version = version
         }
     }
 
@@ -487,7 +489,7 @@ public struct SessionStateMachine: Sendable {
         }
         let header = batch.header
         guard !header.hasVersion1Transactions else {
-            return close(SyncError(.protocolViolation, "DeltaBatch: version 1 transactions in a version 2 session"))
+            return close(SyncError(.protocolViolation, "DeltaBatch: version 1 transactions in a version \(configuration.version) session"))
         }
         guard header.subscribeGeneration <= ownGeneration else {
             return close(

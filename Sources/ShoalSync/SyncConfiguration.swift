@@ -16,7 +16,8 @@ public struct SyncConfiguration: Sendable {
     public var idleTimeout: Duration
     /// How long the handshake may take.
     public var handshakeTimeout: Duration
-    /// Change-log rows read per delta batch at most.
+    /// Deltas read per page of the change log: about this many, in whole log rows, and up
+    /// to 4 times as many to finish a transaction (PROTOCOL.md §8.3).
     public var batchSize: Int
     /// Bytes of values read per delta batch at most (a batch holds at least one delta).
     public var batchBytes: Int

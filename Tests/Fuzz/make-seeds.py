@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora under Tests/Fuzz/Corpus/<target>/ from the protocol's test
-vectors and a few hand-written inputs. Run again after adding vectors; the output is
+"""Writes the seed corpora under Tests/Fuzz/Corpus/<target>/ from the frames of the
+protocol's conformance kit and a few hand-written inputs. Run again after adding vectors; the output is
 committed, so scripts/fuzz.sh needs nothing but Swift."""
-import glob, os, zlib
+import json, os, zlib
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(os.path.dirname(here))
@@ -14,10 +14,16 @@ def write(target, name, data):
     with open(os.path.join(folder, name), "wb") as f:
         f.write(data)
 
+# The kit's frames and datagrams (Protocol/vectors/manifest.json lists them), named by
+# folder and file: v3-delta-batch. A datagram is no frame, which the decoders must see too.
+vectors = os.path.join(root, "Protocol", "vectors")
+manifest = json.load(open(os.path.join(vectors, "manifest.json")))
 frames = {}
-for path in sorted(glob.glob(os.path.join(root, "Protocol", "vectors", "*.hex"))):
-    text = "".join(l for l in open(path) if not l.startswith("#"))
-    frames[os.path.basename(path)[:-4]] = bytes.fromhex(" ".join(text.split()))
+for entry in manifest["vectors"]:
+    if entry["kind"] not in ("frame", "datagram"):
+        continue
+    text = "".join(l for l in open(os.path.join(vectors, entry["file"])) if not l.startswith("#"))
+    frames[entry["file"][:-4].replace("/", "-")] = bytes.fromhex(" ".join(text.split()))
 
 # Frame decoder: each frame, all of them in one stream, and a stream cut in the middle.
 stream = b"".join(frames.values())

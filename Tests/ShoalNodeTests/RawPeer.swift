@@ -78,8 +78,20 @@ final class RawPeer {
 
     /// The next message, or nil when the node closed the connection (or 10 s passed).
     func receive() throws -> WireMessage? {
+        guard let bytes = try receiveFrame() else { return nil }
+        var frame = ByteBuffer(bytes: bytes)
+        return try codec.decode(try decoder.next(from: &frame)!)
+    }
+
+    /// The next frame as it came, header and payload, or nil when the node closed the
+    /// connection (or 10 s passed).
+    func receiveFrame() throws -> [UInt8]? {
         while true {
-            if let frame = try decoder.next(from: &buffer) { return try codec.decode(frame) }
+            if let frame = try decoder.next(from: &buffer) {
+                var bytes = ByteBuffer()
+                frame.encode(into: &bytes)
+                return Array(bytes.readableBytesView)
+            }
             var chunk = [UInt8](repeating: 0, count: 65536)
             let n = recv(fd, &chunk, chunk.count, 0)
             guard n > 0 else { return nil }

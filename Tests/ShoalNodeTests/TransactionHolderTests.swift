@@ -44,6 +44,28 @@ import Testing
         }
     }
 
+    /// The answer to COMMIT and to ROLLBACK says how long the transaction lived, as
+    /// `status` does while it is open (PROTOCOL.md §10.1), not 0.
+    @Test func theEndOfATransactionReportsItsAge() async throws {
+        try await Self.withNode { _, client in
+            try await client.withSession { session in
+                let open = try await session.begin(hint: "slow")
+                #expect(open.ageSeconds == 0)
+                _ = try await session.exec("INSERT INTO cars DOCUMENTS ({'_id': 'a'})")
+                try await Task.sleep(for: .milliseconds(400))
+                let listed = try #require(try await client.status().transactions.sessions.first)
+                let committed = try await session.commit()
+                #expect(committed.state == .committed)
+                #expect(committed.ageSeconds >= 0.4, "\(committed.ageSeconds)")
+                #expect(committed.ageSeconds >= listed.ageSeconds, "status said \(listed.ageSeconds)")
+                _ = try await session.begin()
+                try await Task.sleep(for: .milliseconds(200))
+                let rolledBack = try await session.rollback()
+                #expect(rolledBack.state == .rolledBack && rolledBack.ageSeconds >= 0.2, "\(rolledBack.ageSeconds)")
+            }
+        }
+    }
+
     @Test func aWriterWaitsForTheSessionsTransactionUntilItCommits() async throws {
         try await Self.withNode { _, client in
             let done = Shared(false)

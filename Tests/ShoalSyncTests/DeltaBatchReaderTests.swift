@@ -229,7 +229,7 @@ import Testing
         try own.add(query: "SELECT * FROM cars")
         try own.add(query: "SELECT * FROM boats")
         func submitted(_ event: (OutboundBatch) -> SessionStateMachine.Event) throws -> SessionStateMachine.InboundBatch? {
-            var machine = SessionStateMachine(configuration: .init(peer: SiteID(0xB), deltaEncoding: .stepped))
+            var machine = SessionStateMachine(configuration: .init(peer: SiteID(0xB), version: 3))
             _ = machine.handle(.cursorRead(own, resumeAfter: 0), now: 0)
             let batch = OutboundBatch(pieces: pieces, receiver: own.filter, encoding: .stepped, throughSequence: 9, subscribeGeneration: 1)
             for action in machine.handle(event(batch), now: 1) {

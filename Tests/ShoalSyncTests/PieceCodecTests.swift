@@ -2,6 +2,7 @@ import Foundation
 import ShoalCRDT
 import ShoalStore
 import ShoalSync
+import ShoalTesting
 import ShoalWire
 import SwiftProtobuf
 import NIOCore
@@ -229,14 +230,11 @@ import Testing
         #expect(refusal(wire)?.contains("but only 7 deltas") == true)
     }
 
-    /// `Protocol/vectors/delta-batch-v3.hex`, read as a version 3 session reads it:
+    /// `Protocol/vectors/v3/delta-batch.hex`, read as a version 3 session reads it:
     /// car "a"'s `_id` at index 0 and base_timestamp, its `color` at index 2 and + 5.
     @Test func theVersionThreeVectorDecodesAsPROTOCOLSays() throws {
-        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Protocol/vectors/delta-batch-v3.hex")
-        let hex = try String(contentsOf: url, encoding: .utf8).split(separator: "\n").filter { !$0.hasPrefix("#") }.joined(separator: " ")
-            .split(separator: " ").compactMap { UInt8($0, radix: 16) }
-        var buffer = ByteBuffer(bytes: hex)
+        let text = try String(contentsOf: VectorManifest.url("v3/delta-batch.hex"), encoding: .utf8)
+        var buffer = ByteBuffer(bytes: try VectorManifest.bytes(hex: text))
         let frame = try #require(try FrameDecoder().next(from: &buffer))
         guard case .deltaBatch(let batch) = try MessageCodec().decode(frame) else {
             Issue.record("not a DeltaBatch")

@@ -192,10 +192,16 @@ import Testing
         #expect(
             Self.closed(boats)??.message
                 == "DeltaBatch: transaction 000000000000000a:1 carries collection 'boats', which this node did not subscribe to")
-        m = fresh()
+        // Version 1's flat transactions, refused at every later version, which the message names.
         var v1 = Shoal_V1_DeltaBatch()
         v1.transactions = [Shoal_V1_TransactionDeltas()]
-        #expect(Self.closed(m.handle(.received(.deltaBatch(v1)), now: 1))??.code == .protocolViolation)
+        for version: UInt32 in [2, 3] {
+            var old = SessionStateMachine(configuration: .init(peer: Self.peer, version: version))
+            _ = old.handle(.cursorRead(Self.cars, resumeAfter: 0), now: 0)
+            let refused = Self.closed(old.handle(.received(.deltaBatch(v1)), now: 1))
+            #expect(refused??.code == .protocolViolation)
+            #expect(refused??.message == "DeltaBatch: version 1 transactions in a version \(version) session")
+        }
         m = fresh()
         var bad = Self.piece(1)
         bad.deltas[0].valueJSON = "{not json"

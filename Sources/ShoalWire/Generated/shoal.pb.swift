@@ -8,7 +8,8 @@
 // For information on using the generated types, please see the documentation:
 //   https://github.com/apple/swift-protobuf/
 
-/// The Shoal wire protocol, version 1.
+/// The Shoal wire protocol, versions 1, 2 and 3 (PROTOCOL.md section 13 says what
+/// each added); the package name stays shoal.v1 at every version.
 ///
 /// Every message below travels as the payload of one frame; the frame header's
 /// type byte says which message it is (see PROTOCOL.md, "Message types").
@@ -215,7 +216,8 @@ public nonisolated struct Shoal_V1_Hello: Sendable {
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  /// The protocol versions this side speaks, inclusive. Version 1 is this file.
+  /// The protocol versions this side speaks, inclusive. This file defines versions
+  /// 1, 2 and 3; the reference node and CLI send 1 and 3, and peers sync at 2 or later.
   public var minVersion: UInt32 = 0
 
   public var maxVersion: UInt32 = 0
@@ -392,8 +394,8 @@ public nonisolated struct Shoal_V1_DeltaBatch: Sendable {
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  /// Version 1 only: flat deltas without manifests. Version 2 senders leave it
-  /// empty, and a version 2 receiver refuses a batch that has any.
+  /// Version 1 only: flat deltas without manifests. Version 2 and 3 senders leave
+  /// it empty, and a version 2 or 3 receiver refuses a batch that has any.
   public var transactions: [Shoal_V1_TransactionDeltas] = []
 
   /// The highest change-log sequence this batch covers. The receiver acknowledges it
@@ -404,7 +406,7 @@ public nonisolated struct Shoal_V1_DeltaBatch: Sendable {
   /// through_sequence as its resume point only when this is its latest Subscribe.
   public var subscribeGeneration: UInt64 = 0
 
-  /// Version 2: pieces of transactions, in the sender's log order.
+  /// Versions 2 and 3: pieces of transactions, in the sender's log order.
   public var pieces: [Shoal_V1_TransactionPiece] = []
 
   /// Subscription sets named by NOT_COVERED verdicts in this batch: verdict filter k
@@ -416,7 +418,7 @@ public nonisolated struct Shoal_V1_DeltaBatch: Sendable {
   public init() {}
 }
 
-/// Version 1's transaction group (DeltaBatch.transactions); not sent in version 2.
+/// Version 1's transaction group (DeltaBatch.transactions); not sent in versions 2 and 3.
 public nonisolated struct Shoal_V1_TransactionDeltas: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -435,7 +437,7 @@ public nonisolated struct Shoal_V1_TransactionDeltas: Sendable {
   public init() {}
 }
 
-/// Version 1's delta (TransactionDeltas.deltas); not sent in version 2.
+/// Version 1's delta (TransactionDeltas.deltas); not sent in versions 2 and 3.
 public nonisolated struct Shoal_V1_Delta: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -458,7 +460,7 @@ public nonisolated struct Shoal_V1_Delta: Sendable {
   public init() {}
 }
 
-/// Version 2: the part of one transaction that one frame carries, with the
+/// Versions 2 and 3: the part of one transaction that one frame carries, with the
 /// transaction's manifest and, in its last piece, the sender's verdicts on the
 /// documents it does not send. A transaction may span many pieces and frames.
 public nonisolated struct Shoal_V1_TransactionPiece: Sendable {
@@ -483,14 +485,17 @@ public nonisolated struct Shoal_V1_TransactionPiece: Sendable {
   public var documents: [Shoal_V1_DocumentDeltas] = []
 
   /// Only in the last piece: for each collection of the manifest, what the sender
-  /// says of the documents it does not send.
+  /// says of the documents it does not send. A receiver ignores verdicts in a piece
+  /// that is not last (PROTOCOL.md 8.8).
   public var verdicts: [Shoal_V1_Verdict] = []
 
   /// The sender has sent every piece of this transaction it is going to send in
   /// this stream (this one included).
   public var last: Bool = false
 
-  /// FieldDelta.timestamp_offset is relative to this.
+  /// Where the piece's timestamps start: version 2, each delta's timestamp is this
+  /// plus its FieldDelta.timestamp_offset; version 3, the first delta's is this plus
+  /// its timestamp_step, and each later one steps from the one before (PROTOCOL.md 8.3).
   public var baseTimestamp: UInt64 = 0
 
   /// Current fields of documents that this transaction may have made match the
@@ -1336,7 +1341,8 @@ public nonisolated struct Shoal_V1_SessionTransaction: Sendable {
   /// After a commit that wrote: the ID it committed under, "SITE:SEQUENCE"; "" otherwise.
   public var transactionID: String = String()
 
-  /// Seconds since the transaction began.
+  /// Seconds since the transaction began; in the answer to a commit or a rollback,
+  /// how long it was open.
   public var ageSeconds: Double = 0
 
   /// The admin client's address, HOST:PORT as the node sees it.
@@ -1641,7 +1647,8 @@ public nonisolated struct Shoal_V1_PeerStatus: Sendable {
 
   public var address: String = String()
 
-  /// "connecting", "handshaking", "connected", "disconnected".
+  /// "connecting", "handshaking", "connected", "disconnected", or "waiting" for a
+  /// node found by discovery that should dial first (PROTOCOL.md 16.4).
   public var state: String = String()
 
   public var rttMillis: Double = 0

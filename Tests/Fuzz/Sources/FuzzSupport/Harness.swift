@@ -37,7 +37,7 @@ public enum Harness {
         // The flags byte's bit 1 picks the session's version: 2 (absolute deltas) or 3 (stepped).
         var machine = SessionStateMachine(
             configuration: .init(
-                peer: SiteID(0xB), deltaEncoding: data[1] & 0x02 == 0 ? .absolute : .stepped))
+                peer: SiteID(0xB), version: data[1] & 0x02 == 0 ? 2 : 3))
         var own = SubscriptionSet()
         _ = try? own.add(query: "SELECT * FROM cars")
         _ = try? own.add(query: "SELECT * FROM boats WHERE size > 2")
