@@ -144,7 +144,8 @@ import Testing
 
     /// Runs `body` while a peer with site `site` is connected to `node`: it completes
     /// a real handshake, then keeps every AttachmentRequest it receives in `received`
-    /// and answers nothing.
+    /// and answers nothing but Pings (without the Pongs, `node` closed it as silent
+    /// after its idle timeout, and on a loaded machine that came before the fetches).
     static func withSilentPeer(
         _ site: SiteID, of node: TestNode, received: Locked<[Shoal_V1_AttachmentRequest]>, _ body: @Sendable () async throws -> Void
     ) async throws {
@@ -166,7 +167,11 @@ import Testing
                     }
                 }
                 while let frame = await inbound.next() {
-                    if case .attachmentRequest(let request)? = try? codec.decode(frame) { received.withLock { $0.append(request) } }
+                    switch try? codec.decode(frame) {
+                    case .attachmentRequest(let request)?: received.withLock { $0.append(request) }
+                    case .ping(let ping)?: try await connection.a.transport.write(codec.encode(.pong(ping)))
+                    default: break
+                    }
                 }
             }
             defer { group.cancelAll() }
