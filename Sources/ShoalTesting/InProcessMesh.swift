@@ -1,4 +1,5 @@
 public import Logging
+import Foundation
 public import ShoalCRDT
 public import ShoalStore
 public import ShoalSync
@@ -6,6 +7,8 @@ import ShoalWire
 
 /// Nodes in one process, joined by in-memory connections.
 public enum InProcessMesh {
+    static let sanitized = ProcessInfo.processInfo.environment["SHOAL_SANITIZER"] != nil
+
     /// Connects `a` (dialing) to `b` (accepting), runs `body`, then closes the
     /// connection and waits for both sessions to end. Both engines' inbound
     /// pipelines run meanwhile (`SyncEngine.run`; a nested link on the same engine
@@ -46,10 +49,14 @@ public enum InProcessMesh {
     /// holds returns at once. While a process suite blocks one of the two threads of
     /// a 2-core machine's concurrency pool, and builds run beside the tests, a task of
     /// an in-process test has waited longer than 15 s for its turn.
+    /// Under a sanitizer (`SHOAL_SANITIZER`, set by scripts/sanitizers.sh) every wait is
+    /// five times as long: there the whole suite runs about ten times slower, and under
+    /// ThreadSanitizer in-process tests that pass in seconds took more than 60 s to
+    /// connect three links (CI, AttachmentRelayTests and EvictSyncTests).
     public static func eventually(
         timeout: Duration = .seconds(60), _ condition: () async throws -> Bool
     ) async rethrows -> Bool {
-        let deadline = ContinuousClock.now + timeout
+        let deadline = ContinuousClock.now + timeout * (sanitized ? 5 : 1)
         while ContinuousClock.now < deadline {
             if try await condition() { return true }
             try? await Task.sleep(for: .milliseconds(20))
