@@ -345,6 +345,17 @@ public struct CoverageAssembler: Sendable {
         let covered = subscriptions.collections
         var missing: [String] = []
         var superseding: Set<TransactionID> = []
+        // A collection this node does not subscribe to and does not hold whole (it may
+        // carry part of it for a neighbour): what it passes on of it (`rest(of:)`) is
+        // only as good as a last piece's verdicts, so it waits for one. Applied at once,
+        // it would say `unknown` for ever, though the sender says why (an `overLimit`,
+        // say) a moment later in the same stream.
+        if record.state == .waiting, !record.reports.values.contains(where: \.isLast) {
+            for count in record.collections where !covered.contains(count.collection) {
+                let held = record.documents.count { $0.key.collection == count.collection && $0.value.isComplete }
+                if held < Int(count.documents) { missing.append(count.collection) }
+            }
+        }
         for count in record.collections where covered.contains(count.collection) {
             let c = count.collection
             let held = record.documents.count { $0.key.collection == c && $0.value.isComplete }

@@ -544,7 +544,7 @@ public final class InboundPipeline: Sendable {
                     fresh[record.id] = nil
                     try Self.refuse(
                         record,
-                        "a peer holds documents of \(collections.joined(separator: ", ")) in it that are over what this node said it takes (its frame limit, --max-frame-size, or its document size limit, document_size_hard_limit_bytes)",
+                        "a peer holds documents of \(collections.joined(separator: ", ")) in it that are over what this node said it takes (its frame limit, --max-frame-size, or its document size limit, document_size_hard_limit_bytes), or over what a relay between them takes",
                         writer: writer, assembler: &a, into: &result, now: now)
                 case .ask(let id, let collections):
                     let reporters = Set(a.records[id]?.reports.filter(\.value.isLast).keys.map { $0 } ?? [])

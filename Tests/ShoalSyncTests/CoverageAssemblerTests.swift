@@ -257,4 +257,23 @@ import Testing
         a.add(piece, from: Self.relay, now: 1_000)
         #expect(Self.decide(&a) == [.apply([id])])
     }
+    /// A relay that does not subscribe to a collection but carries it for a neighbour
+    /// holds a document of it in part (the rest was over its limits): it waits for the
+    /// sender's last piece before applying, so what it passes on says why the rest is
+    /// missing instead of `unknown`, which would leave the neighbour waiting for ever.
+    @Test func aCollectionHeldInPartWaitsForTheLastPieceEvenUnsubscribed() {
+        var a = CoverageAssembler()
+        let boats = Self.set("SELECT * FROM boats")
+        let t = Txn(3, ["x"])
+        a.add(t.piece(sending: ["x"], deltas: Array(t.deltas(of: "x").prefix(1)), last: false), from: Self.origin, now: 1_000)
+        #expect(Self.decide(&a, boats).isEmpty, "applied before the sender said why the rest is missing")
+        a.add(t.piece(sending: [], last: true, verdicts: [.overLimit]), from: Self.origin, now: 1_001)
+        #expect(Self.decide(&a, boats) == [.apply([t.id])])
+        #expect(a.rest(of: t.id, subscriptions: boats) == [Verdict(collection: "accounts", coverage: .overLimit)])
+        // A collection held whole needs no last piece.
+        var b = CoverageAssembler()
+        let u = Txn(4, ["y"])
+        b.add(u.piece(sending: ["y"], last: false), from: Self.origin, now: 1_000)
+        #expect(Self.decide(&b, boats) == [.apply([u.id])])
+    }
 }

@@ -52,6 +52,43 @@ import Testing
         #expect(refusal.from == [a.store.siteID])
     }
 
+    /// a – b – c, b relaying `cars` for c without subscribing to it, and taking smaller
+    /// frames than a value of a's. b holds the transaction in part (what fits), so what
+    /// it passes on must say why the rest is missing: b waits for a's last piece before
+    /// applying, and c refuses the transaction whole rather than waiting for ever for a
+    /// document no path can bring it.
+    @Test func aRelayWithSmallerFramesPassesOnWhyItLacksADocument() async throws {
+        let frameLimit = 4096
+        let a = try TestNode(name: "a")
+        let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM boats"]) {
+            $0.limits = WireLimits(maximumFrameSize: frameLimit, maximumInflatedSize: frameLimit)
+        }
+        let c = try TestNode(name: "c", subscriptions: ["SELECT * FROM cars"])
+        defer {
+            a.remove()
+            b.remove()
+            c.remove()
+        }
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
+                // One document: a small field that fits b's frames and one that does not.
+                let large = try await a.store.execute(
+                    "INSERT INTO cars DOCUMENTS ({'_id': 'huge', 'v': {'t': 'x', 'pad': :v}})", arguments: ["v": Self.value(10_000)])
+                _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'after', 'v': 2})")
+                let settled = try await InProcessMesh.eventually {
+                    let ids = try await c.store.execute("SELECT _id FROM cars").items
+                    return ids == [["_id": "after"]] && c.sync.pipeline.status.refused == 1
+                }
+                let status = c.sync.pipeline.status
+                #expect(settled, "c: refused \(status.refused), waiting \(status.waiting.map(\.id)), partial \(status.partial.map(\.id))")
+                #expect(status.waiting.isEmpty && status.partial.isEmpty)
+                let refusal = try #require(c.sync.pipeline.status.recentRefusals.first)
+                #expect(refusal.id == large.transactionID)
+                #expect(refusal.reason.contains("or over what a relay between them takes"), "\(refusal.reason)")
+            }
+        }
+    }
+
     @Test func aTransactionOverTheReceiversDocumentLimitIsRefusedWholeAndTheLinkGoesOn() async throws {
         let a = try TestNode(name: "a")
         let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM docs"])
