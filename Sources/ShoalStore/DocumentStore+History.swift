@@ -205,7 +205,7 @@ extension DocumentStore {
                 sql: "UPDATE evicted_counter SET txn_seq = ? WHERE COALESCE(txn_site, site) = ? AND txn_seq = ?", arguments: arguments)
         }
         try setMeta(db, "transaction_counter", Int64(next))
-        try db.execute(sql: "DELETE FROM peer_cursor")
+        try forgetPeerCursors(db)
         try setMeta(db, "evicted", 1)
         if let first { appended.after = first - 1 }
         return (.reissued(count: sequences.count, from: base + 1, to: next), sequences.isEmpty ? nil : appended)

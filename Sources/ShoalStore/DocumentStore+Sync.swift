@@ -94,6 +94,17 @@ extension DocumentStore {
         }
     }
 
+    public func resumePoint(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> ResumePoint {
+        try await read { db in
+            let site = Int64(bitPattern: peer.rawValue)
+            let sql = "SELECT through FROM peer_cursor WHERE peer = ? AND subscription_key = ?"
+            let through = try Int64.fetchOne(db, sql: sql, arguments: [site, subscriptionKey]) ?? 0
+            let refill = try Int64.fetchOne(db, sql: sql, arguments: [site, SubscriptionSet.refillKey(subscriptionKey)]) ?? 0
+            return ResumePoint(
+                through: UInt64(through), refill: UInt64(refill), epoch: UInt64(try Self.meta(db, Self.cursorEpochKey) ?? 0))
+        }
+    }
+
     /// `peer` streamed its whole log with this node's own transactions in it, and this
     /// node applied it: the cursor of that stream (`SubscriptionSet.refillKey`) becomes
     /// the cursor of `subscriptionKey` (it passed over nothing the set wants).

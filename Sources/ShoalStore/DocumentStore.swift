@@ -231,8 +231,18 @@ public final class DocumentStore: Sendable {
         try setMeta(db, "site_id", Int64(bitPattern: site.rawValue))
         try setMeta(db, "former_site", Int64(bitPattern: former.rawValue))
         try setMeta(db, "history_confirmed", 0)
-        try db.execute(sql: "DELETE FROM peer_cursor")
+        try forgetPeerCursors(db)
         return site
+    }
+
+    /// Where the cursor epoch is kept (`ResumePoint`).
+    static let cursorEpochKey = "cursor_epoch"
+
+    /// Forgets every peer cursor, so that peers send everything again, and raises the
+    /// cursor epoch, so that no batch of a stream read before records one again.
+    static func forgetPeerCursors(_ db: Database) throws {
+        try db.execute(sql: "DELETE FROM peer_cursor")
+        try setMeta(db, cursorEpochKey, (try meta(db, cursorEpochKey) ?? 0) + 1)
     }
 
     /// Below this many bytes free, a disk counts as full when the database cannot open.

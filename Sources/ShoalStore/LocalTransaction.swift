@@ -324,7 +324,7 @@ struct LocalTransaction {
         }
         if !evicted.isEmpty {
             try saveClockHighWater()
-            try db.execute(sql: "DELETE FROM peer_cursor")
+            try DocumentStore.forgetPeerCursors(db)
             // From now on this node may lack its own transactions: it asks peers for them.
             try db.execute(sql: "INSERT OR REPLACE INTO shoal_meta (key, value) VALUES ('evicted', 1)")
             progress.evicted = true

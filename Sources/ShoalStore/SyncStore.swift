@@ -23,8 +23,9 @@ public protocol SyncStore: AnyObject, Sendable {
 
     // MARK: Outbound
 
-    /// Where `peer`'s stream under `subscriptionKey` resumes in this node's log.
-    func cursor(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> UInt64
+    /// Where `peer`'s stream under `subscriptionKey` resumes in this node's log, read in
+    /// one snapshot with the cursor epoch a batch of that stream records its cursor under.
+    func resumePoint(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> ResumePoint
     /// `peer`'s stream with this node's own transactions in it caught up: its cursor
     /// becomes the one of `subscriptionKey` (`SubscriptionSet.refillKey`).
     func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(StoreError)
@@ -115,10 +116,35 @@ public protocol InboundWriting: AnyObject {
     func refuse(_ record: TransactionRecord, reason: String) throws
     /// Marks a partial transaction whole.
     func markApplied(_ id: TransactionID, rest: [Verdict]) throws
-    /// Records `through` as the resume point for `peer`'s log under `subscriptionKey`.
-    func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64) throws
+    /// Records `through` as the resume point for `peer`'s log under `subscriptionKey`,
+    /// unless every cursor was forgotten since `epoch` was read (`ResumePoint`): then the
+    /// batch belongs to a stream that no longer counts, and nothing is recorded.
+    func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) throws
     /// Reads back a waiting or partial transaction's record.
     func loadRecord(_ id: TransactionID) throws -> TransactionRecord?
+}
+
+/// Where a peer's stream resumes: the cursor of a subscription set, the cursor of the
+/// stream of the same set with this node's own transactions in it
+/// (`SubscriptionSet.refillKey`; 0: none), and the cursor epoch.
+///
+/// EVICT and a store that went back forget every cursor, so that peers send again what
+/// this node may lack. A batch of a stream that began before that, committed after it,
+/// must not record its cursor again: the node would resume past its own transactions
+/// without asking for them (found by shoal-check: a node restored twice from the same
+/// copy, killed two seconds after the second, never got 47 of its own transactions
+/// back and held counters apart for good). So each forgetting raises the epoch, and a
+/// batch records its cursor only under the epoch its stream was read at.
+public struct ResumePoint: Sendable, Hashable {
+    public var through: UInt64
+    public var refill: UInt64
+    public var epoch: UInt64
+
+    public init(through: UInt64, refill: UInt64 = 0, epoch: UInt64 = 0) {
+        self.through = through
+        self.refill = refill
+        self.epoch = epoch
+    }
 }
 
 extension DocumentStore: SyncStore {

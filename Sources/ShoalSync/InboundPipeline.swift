@@ -43,7 +43,9 @@ public final class InboundPipeline: Sendable {
     public struct Item: Sendable {
         public var source: SiteID
         public var pieces: [TransactionPiece]
-        public var cursor: (key: String, through: UInt64)?
+        /// Where to record how far `source`'s log is applied, and the cursor epoch its
+        /// stream was read at (`ResumePoint`).
+        public var cursor: (key: String, through: UInt64, epoch: UInt64)?
         /// The items this one must follow (one session's): none of them commits once
         /// one has failed.
         public var lane: Lane?
@@ -51,7 +53,7 @@ public final class InboundPipeline: Sendable {
         public var done: (@Sendable (Result<Void, StoreError>) -> Void)?
 
         public init(
-            source: SiteID, pieces: [TransactionPiece], cursor: (key: String, through: UInt64)? = nil,
+            source: SiteID, pieces: [TransactionPiece], cursor: (key: String, through: UInt64, epoch: UInt64)? = nil,
             lane: Lane? = nil, done: (@Sendable (Result<Void, StoreError>) -> Void)? = nil
         ) {
             self.source = source
@@ -562,7 +564,8 @@ public final class InboundPipeline: Sendable {
             }
             for item in items {
                 if let cursor = item.cursor {
-                    try writer.recordCursor(peer: item.source, subscriptionKey: cursor.key, through: cursor.through)
+                    try writer.recordCursor(
+                        peer: item.source, subscriptionKey: cursor.key, through: cursor.through, epoch: cursor.epoch)
                 }
             }
             result.assembler = a

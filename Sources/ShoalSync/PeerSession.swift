@@ -454,8 +454,9 @@ struct PeerSession: Sendable {
             // A stream asking for this node's own transactions back that stopped part way
             // resumes, asking still (PROTOCOL.md §8.2); otherwise the set's cursor.
             let store = engine.store
-            let refill = fromStart ? 0 : try await store.cursor(peer: peer.siteID, subscriptionKey: SubscriptionSet.refillKey(set.key))
-            let cursor = fromStart ? 0 : refill > 0 ? refill : try await store.cursor(peer: peer.siteID, subscriptionKey: set.key)
+            let point = try await store.resumePoint(peer: peer.siteID, subscriptionKey: set.key)
+            let refill = fromStart ? 0 : point.refill
+            let cursor = fromStart ? 0 : refill > 0 ? refill : point.through
             let includeOwn = refill > 0 || (cursor == 0 && store.mayLackOwnTransactions)
             logger.info(
                 cursor > 0
@@ -468,7 +469,7 @@ struct PeerSession: Sendable {
             return [
                 .cursorRead(
                     set, resumeAfter: cursor, includeOwn: includeOwn,
-                    held: try await engine.store.history(of: peer.siteID))
+                    held: try await engine.store.history(of: peer.siteID), cursorEpoch: point.epoch)
             ]
         case .readPage(let request):
             // Not back to the peer every row of it came from (DeliveryLedger), unless the
@@ -487,7 +488,7 @@ struct PeerSession: Sendable {
             engine.noteDelivered(batch.pieces, by: peer.siteID)
             engine.pipeline.enqueue(
                 InboundPipeline.Item(
-                    source: peer.siteID, pieces: batch.pieces, cursor: batch.cursorKey.map { ($0, batch.through) }, lane: lane,
+                    source: peer.siteID, pieces: batch.pieces, cursor: batch.cursorKey.map { ($0, batch.through, batch.cursorEpoch) }, lane: lane,
                     done: { result in
                         switch result {
                         case .success: input.yield(.event(.batchDurable))

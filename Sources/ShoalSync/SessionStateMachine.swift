@@ -91,7 +91,8 @@ public struct SessionStateMachine: Sendable {
         /// or the cursor of such a stream that stopped part way (PROTOCOL.md §8.2).
         /// `held`: how far this node holds the peer's own transactions, which the peer
         /// checks its history against.
-        case cursorRead(SubscriptionSet, resumeAfter: UInt64, includeOwn: Bool = false, held: OriginHistory = .none)
+        case cursorRead(
+            SubscriptionSet, resumeAfter: UInt64, includeOwn: Bool = false, held: OriginHistory = .none, cursorEpoch: UInt64 = 0)
         case pageRead(ChangeLogPage, ticket: Int)
         /// The oldest submitted batch is durable (committed or buffered).
         case batchDurable
@@ -120,6 +121,8 @@ public struct SessionStateMachine: Sendable {
         /// batch answers, when it answers this node's latest Subscribe.
         public var cursorKey: String?
         public var through: UInt64
+        /// The cursor epoch the Subscribe it answers was read at (`ResumePoint`).
+        public var cursorEpoch: UInt64 = 0
     }
 
     public enum Action: Sendable {
@@ -161,7 +164,7 @@ public struct SessionStateMachine: Sendable {
 
     // Subscriber side.
     private var ownGeneration: UInt64 = 0
-    private var ownSets: [UInt64: (set: SubscriptionSet, key: String)] = [:]
+    private var ownSets: [UInt64: (set: SubscriptionSet, key: String, epoch: UInt64)] = [:]
     /// The latest Subscribe asked for this node's own transactions: its generation, and
     /// whether a batch answering it arrived (a Ping after that one speaks of it).
     private var refill: (generation: UInt64, answered: Bool)?
@@ -288,12 +291,12 @@ public struct SessionStateMachine: Sendable {
             if !fromStart, let latest = ownSets[ownGeneration], latest.set.key == set.key { return [] }
             cursorReadPending = true
             return [.readCursor(set, fromStart: fromStart)]
-        case .cursorRead(let set, let resumeAfter, let includeOwn, let held):
+        case .cursorRead(let set, let resumeAfter, let includeOwn, let held, let epoch):
             cursorReadPending = false
             ownGeneration += 1
             // A stream with this node's own transactions in it is recorded under a cursor
             // of its own, so that one stopped part way resumes asking for them still.
-            ownSets[ownGeneration] = (set, includeOwn ? SubscriptionSet.refillKey(set.key) : set.key)
+            ownSets[ownGeneration] = (set, includeOwn ? SubscriptionSet.refillKey(set.key) : set.key, epoch)
             refill = includeOwn ? (ownGeneration, false) : nil
             var subscribe = Shoal_V1_Subscribe()
             subscribe.resumeAfter = resumeAfter
@@ -446,7 +449,7 @@ public struct SessionStateMachine: Sendable {
             // (a batch answering it came first, so the Ping speaks of it): all are back.
             if let refill, refill.answered, refill.generation == ownGeneration, let latest = ownSets[ownGeneration] {
                 self.refill = nil
-                ownSets[ownGeneration] = (latest.set, latest.set.key)
+                ownSets[ownGeneration] = (latest.set, latest.set.key, latest.epoch)
                 actions.append(.ownTransactionsBack(subscriptionKey: latest.set.key))
             }
             return actions
@@ -515,7 +518,10 @@ public struct SessionStateMachine: Sendable {
         }
         let key = header.subscribeGeneration == ownGeneration && ownGeneration > 0 ? answered?.key : nil
         pendingDurable.append(header.throughSequence)
-        return [.submit(InboundBatch(pieces: pieces, cursorKey: key, through: header.throughSequence))]
+        return [
+            .submit(
+                InboundBatch(pieces: pieces, cursorKey: key, through: header.throughSequence, cursorEpoch: answered?.epoch ?? 0))
+        ]
     }
 
     /// Passes over a commit's rows without reading them when the page would be empty:

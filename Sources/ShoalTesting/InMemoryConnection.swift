@@ -41,6 +41,9 @@ public struct InMemoryConnection: Sendable {
     public let a: End
     public let b: End
 
+    /// A new connection whose end `a` is observed as this one's is: the next dial.
+    public func another() -> InMemoryConnection { InMemoryConnection(observeFromA: a.transport.observe) }
+
     /// - Parameter observeFromA: sees every frame end `a` writes, for tests that check what was sent.
     public init(observeFromA: (@Sendable (Frame) -> Void)? = nil) {
         let (toB, toBContinuation) = AsyncStream.makeStream(of: Frame.self)

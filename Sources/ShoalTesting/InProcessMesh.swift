@@ -13,22 +13,45 @@ public enum InProcessMesh {
     /// connection and waits for both sessions to end. Both engines' inbound
     /// pipelines run meanwhile (`SyncEngine.run`; a nested link on the same engine
     /// shares the one running).
+    ///
+    /// - Parameter redial: when a session ends before `body` does (an idle timeout
+    ///   while the machine is starved, a refusal), `a` dials again 100 ms later over a
+    ///   new connection, as a node's dialer does. Without it the link stays down.
     public static func withLink<T: Sendable>(
-        _ a: SyncEngine, _ b: SyncEngine, connection: InMemoryConnection = InMemoryConnection(),
+        _ a: SyncEngine, _ b: SyncEngine, connection: InMemoryConnection = InMemoryConnection(), redial: Bool = false,
         _ body: @Sendable () async throws -> T
     ) async throws -> T {
-        try await withThrowingTaskGroup(of: Void.self) { group in
+        // The connection in use, and whether the body is done (then no new one is made).
+        let current = Locked((link: connection, closed: false))
+        return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await a.run() }
             group.addTask { await b.run() }
             group.addTask {
-                _ = try? await a.serve(
-                    inbound: connection.a.inbound, transport: connection.a.transport, direction: .outbound,
-                    remoteAddress: "memory:b")
-            }
-            group.addTask {
-                _ = try? await b.serve(
-                    inbound: connection.b.inbound, transport: connection.b.transport, direction: .inbound,
-                    remoteAddress: "memory:a")
+                var link = connection
+                while true {
+                    await withTaskGroup(of: Void.self) { sessions in
+                        sessions.addTask { [link] in
+                            _ = try? await a.serve(
+                                inbound: link.a.inbound, transport: link.a.transport, direction: .outbound,
+                                remoteAddress: "memory:b")
+                        }
+                        sessions.addTask { [link] in
+                            _ = try? await b.serve(
+                                inbound: link.b.inbound, transport: link.b.transport, direction: .inbound,
+                                remoteAddress: "memory:a")
+                        }
+                    }
+                    guard redial else { return }
+                    try? await Task.sleep(for: .milliseconds(100))
+                    let next = link.another()
+                    let dialed = current.withLock { state -> Bool in
+                        if state.closed { return false }
+                        state.link = next
+                        return true
+                    }
+                    guard dialed else { return }
+                    link = next
+                }
             }
             let result: Result<T, any Error>
             do {
@@ -36,7 +59,10 @@ public enum InProcessMesh {
             } catch {
                 result = .failure(error)
             }
-            await connection.a.transport.close()
+            await current.withLock { state in
+                state.closed = true
+                return state.link
+            }.a.transport.close()
             group.cancelAll()
             try await group.waitForAll()
             return try result.get()

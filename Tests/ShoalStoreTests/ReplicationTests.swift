@@ -86,6 +86,36 @@ import Testing
         #expect(try await relay.execute("SELECT * FROM c").items == [["_id": "x", "v": 3]])
     }
 
+    /// EVICT forgets every cursor so that peers send everything again. A batch of a
+    /// stream read before it, committed after it, records no cursor: the node would
+    /// resume past what it evicted (or, restored, past its own transactions) without
+    /// asking for it again.
+    @Test func aBatchOfAStreamReadBeforeCursorsWereForgottenRecordsNone() async throws {
+        let a = TemporaryDirectory(), b = TemporaryDirectory()
+        defer { a.remove(); b.remove() }
+        let writer = try DocumentStore(directory: a.path), store = try DocumentStore(directory: b.path)
+        defer { writer.close(); store.close() }
+        let peer = writer.siteID
+        _ = try await writer.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'v': 1})")
+        try await store.applyRemote(try await Self.transactions(in: writer), from: peer)
+        let before = try await store.resumePoint(peer: peer, subscriptionKey: "k")
+        _ = try await store.writeInbound { writer in
+            try writer.recordCursor(peer: peer, subscriptionKey: "k", through: 10, epoch: before.epoch)
+        }
+        #expect(try await store.resumePoint(peer: peer, subscriptionKey: "k") == ResumePoint(through: 10, epoch: before.epoch))
+        _ = try await store.execute("EVICT FROM c")
+        let after = try await store.resumePoint(peer: peer, subscriptionKey: "k")
+        #expect(after.through == 0 && after.epoch == before.epoch + 1)
+        _ = try await store.writeInbound { writer in
+            try writer.recordCursor(peer: peer, subscriptionKey: "k", through: 292, epoch: before.epoch)
+        }
+        #expect(try await store.resumePoint(peer: peer, subscriptionKey: "k").through == 0, "a stale stream's batch")
+        _ = try await store.writeInbound { writer in
+            try writer.recordCursor(peer: peer, subscriptionKey: "k", through: 5, epoch: after.epoch)
+        }
+        #expect(try await store.resumePoint(peer: peer, subscriptionKey: "k").through == 5)
+    }
+
     /// A peer asks about a collection of a transaction this node holds no row of (a
     /// narrow relay holding only part of it): the answer is one last piece with the
     /// manifest and verdicts and no deltas, never a crash on an empty run of rows.

@@ -62,7 +62,7 @@ import Testing
         #expect(b.sync.upstreamSubscriptions(for: c.sync.siteID).entries.map(\.query) == [Self.boats], "never back to C")
         // And a car written on A while C is away still reaches B, to wait there for C.
         _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'while-c-is-away'})")
-        try await InProcessMesh.withLink(a.sync, b.sync) { [b] () async throws in
+        try await InProcessMesh.withLink(a.sync, b.sync, redial: true) { [b] () async throws in
             #expect(try await InProcessMesh.eventually { try await Self.count(b, Self.cars) == 1 })
         }
     }

@@ -21,8 +21,8 @@ import Testing
         var clock: HybridLogicalClock { base.clock }
         var systemParameters: SystemParameters { base.systemParameters }
         var mayLackOwnTransactions: Bool { base.mayLackOwnTransactions }
-        func cursor(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> UInt64 {
-            try await base.cursor(peer: peer, subscriptionKey: subscriptionKey)
+        func resumePoint(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> ResumePoint {
+            try await base.resumePoint(peer: peer, subscriptionKey: subscriptionKey)
         }
         func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(StoreError) {
             try await base.ownTransactionsBack(peer: peer, subscriptionKey: subscriptionKey)
@@ -107,8 +107,8 @@ import Testing
             }
             func refuse(_ record: TransactionRecord, reason: String) throws { try base.refuse(record, reason: reason) }
             func markApplied(_ id: TransactionID, rest: [Verdict]) throws { try base.markApplied(id, rest: rest) }
-            func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64) throws {
-                try base.recordCursor(peer: peer, subscriptionKey: subscriptionKey, through: through)
+            func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) throws {
+                try base.recordCursor(peer: peer, subscriptionKey: subscriptionKey, through: through, epoch: epoch)
             }
             func loadRecord(_ id: TransactionID) throws -> TransactionRecord? { try base.loadRecord(id) }
             func fail(_ id: TransactionID) throws {
