@@ -330,6 +330,14 @@ struct CheckRun {
             }
         }
         report.checked[.nodes] = cluster.nodes.count
+        // A node that crashed and was started again (or crashed while it stopped) leaves
+        // nothing in the data to see: its log says so.
+        for node in cluster.nodes {
+            let log = (try? String(contentsOfFile: node.logPath, encoding: .utf8)) ?? ""
+            if let line = log.split(separator: "\n").first(where: { $0.contains("Fatal error") || $0.contains("Program crashed") }) {
+                report.findings.append(Finding(.nodes, node: node.index, "crashed: \(line) (log: \(node.logPath))"))
+            }
+        }
         for (node, error) in settled.errors.sorted(by: { $0.key < $1.key }) {
             report.findings.append(
                 Finding(.nodes, node: node, "status with digests failed at the end: \(error) (log: \(cluster.nodes[node].logPath))"))

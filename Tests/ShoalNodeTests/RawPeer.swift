@@ -29,28 +29,41 @@ final class RawPeer {
     /// node (a sanitized build) may not keep up with a swarm of connections and let its
     /// backlog fill.
     static func connect(port: Int, receiveBuffer: Int32?) throws -> Int32 {
-        var reason: Int32 = 0
         for _ in 0..<25 {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            guard fd >= 0 else { throw NodeProcessError(message: "socket() failed") }
-            if var size = receiveBuffer {
-                setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-            }
-            var timeout = timeval(tv_sec: 10, tv_usec: 0)
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-            if connected == 0 { return fd }
-            reason = errno
-            close(fd)
+            if let fd = connectOnce(port: port, receiveBuffer: receiveBuffer) { return fd }
             usleep(200_000)
         }
-        throw NodeProcessError(message: "connect to \(port) failed: \(String(cString: strerror(reason)))")
+        throw NodeProcessError(message: "connect to \(port) failed: \(String(cString: strerror(errno)))")
+    }
+
+    /// A socket connected to 127.0.0.1:`port` (its receive timeout 10 s), or nil at once
+    /// if the connect fails or takes longer than `connectTimeout` seconds (a node that
+    /// hangs accepts nothing, its backlog fills, and a connect would wait minutes).
+    static func connectOnce(port: Int, receiveBuffer: Int32? = nil, connectTimeout: Int = 10) -> Int32? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        if var size = receiveBuffer {
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var connectWait = timeval(tv_sec: connectTimeout, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &connectWait, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        if connected == 0 {
+            // Sends wait as long as they need, as before.
+            var forever = timeval(tv_sec: 0, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &forever, socklen_t(MemoryLayout<timeval>.size))
+            return fd
+        }
+        close(fd)
+        return nil
     }
 
     deinit { close(fd) }
