@@ -344,7 +344,7 @@ struct PieceReader {
             var piece = TransactionPiece(
                 id: id, deltaCount: stored.deltaCount, documentCount: stored.documentCount, collections: stored.collections,
                 deltas: [], documentDeltaCounts: [:], isLast: true)
-            piece.verdicts = Self.heldNoRowVerdicts(stored, subscriptions: subscriptions)
+            piece.verdicts = try latestSuperseding(Self.heldNoRowVerdicts(stored, subscriptions: subscriptions))
             return piece
         }
         var piece = TransactionPiece(
@@ -352,7 +352,7 @@ struct PieceReader {
             documentCount: stored?.documentCount ?? UInt32(Set(rows.map { DocumentRef(collection: $0.delta.collection, id: $0.delta.documentID) }).count),
             collections: stored?.collections ?? CollectionCount.manifest(of: rows.map { (collection: $0.delta.collection, document: $0.delta.documentID) }),
             deltas: deltas, documentDeltaCounts: counts, isLast: isLast)
-        if isLast { piece.verdicts = try lastPieceVerdicts(id, piece.collections, rest: stored?.rest ?? []) }
+        if isLast { piece.verdicts = try lastPieceVerdicts(id, piece.collections, rest: latestSuperseding(stored?.rest ?? [])) }
         guard !withContext.isEmpty else { return piece }
         let sent = Set(deltas.map { "\($0.documentID)\u{0}\($0.field)\u{0}\($0.timestamp.rawValue)" })
         for document in withContext {
@@ -370,6 +370,42 @@ struct PieceReader {
             }
         }
         return piece
+    }
+
+    /// `verdicts` with each transaction a `SUPERSEDED` names that compaction took out of
+    /// this node's log since replaced by what it recorded superseded that one, and so
+    /// on: the transactions named are then ones the log still holds (or this node never
+    /// held), which a peer streaming the log gets. Named as recorded, a transaction
+    /// compacted in turn was never sent to a peer that resynced from the compacted log,
+    /// and the transaction it vouched for stayed partial there for ever (shoal-check:
+    /// a restored node held 19 so, every document it covered there).
+    func latestSuperseding(_ verdicts: [Verdict]) throws -> [Verdict] {
+        guard verdicts.contains(where: { if case .superseded = $0.coverage { true } else { false } }) else { return verdicts }
+        let inLog = try db.cachedStatement(sql: "SELECT 1 FROM change_log WHERE txn_site = ? AND txn_seq = ? LIMIT 1")
+        return try verdicts.map { verdict in
+            guard case .superseded(let named) = verdict.coverage else { return verdict }
+            var latest: Set<TransactionID> = []
+            var seen: Set<TransactionID> = []
+            var queue = named
+            while let id = queue.popLast() {
+                guard seen.insert(id).inserted else { continue }
+                let arguments: StatementArguments = [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]
+                if try Int64.fetchOne(inLog, arguments: arguments) != nil {
+                    latest.insert(id)
+                    continue
+                }
+                // Out of the log: what compaction recorded superseded it in this collection.
+                let later = (try StoredTransaction.fetch(db, id)?.rest ?? []).flatMap { recorded -> [TransactionID] in
+                    guard recorded.collection == verdict.collection, case .superseded(let ids) = recorded.coverage else { return [] }
+                    return ids
+                }
+                if later.isEmpty { latest.insert(id) } else { queue += later }
+                if latest.count > DocumentStore.supersessionLimit {
+                    return Verdict(collection: verdict.collection, coverage: .unknown)
+                }
+            }
+            return Verdict(collection: verdict.collection, coverage: .superseded(latest.sorted()))
+        }
     }
 
     /// What a node says of a transaction of which it holds no row in the collections

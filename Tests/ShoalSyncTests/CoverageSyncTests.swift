@@ -138,6 +138,43 @@ import Testing
         #expect(try await Self.balances(c).values.reduce(0, +) == 1000)
     }
 
+    /// The same, with what superseded the transaction compacted in turn before the
+    /// receiver asks: the answer names what superseded that (still in the log), which
+    /// the receiver streams and applies. Named as recorded, the receiver would wait for
+    /// a transaction no log holds any more, partial for ever.
+    @Test func aTransactionCompactedTwiceOverCompletesFromWhatTheLogStillHolds() async throws {
+        let a = try TestNode(name: "a")
+        let b = try TestNode(name: "b", subscriptions: [Self.eu]) { $0.relayForNeighbours = false }
+        let c = try TestNode(name: "c", subscriptions: [Self.all]) { configuration in
+            configuration.inbound.coverage.maximumWait = .seconds(1)
+        }
+        defer { a.remove(); b.remove(); c.remove() }
+        try await Self.open(a)
+        let crossing = try await Self.transfer(a, from: "acct-0", to: "acct-7", amount: 30)
+        try await InProcessMesh.withLink(b.sync, a.sync) { () async throws in
+            try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
+                #expect(await InProcessMesh.eventually { c.sync.pipeline.status.partial.contains { $0.id == crossing } })
+            }
+        }
+        let later = try await Self.transfer(a, from: "acct-0", to: "acct-7", amount: 1)
+        _ = try await a.store.execute("INSERT INTO other DOCUMENTS ({'_id': 'one'})")
+        #expect(try await a.store.compactChangeLog(through: try await a.store.lastSequence()).transactionsRemoved >= 1)
+        // What superseded `crossing` is superseded and compacted too.
+        let latest = try await Self.transfer(a, from: "acct-0", to: "acct-7", amount: 2)
+        _ = try await a.store.execute("INSERT INTO other DOCUMENTS ({'_id': 'two'})")
+        #expect(try await a.store.compactChangeLog(through: try await a.store.lastSequence()).transactionsRemoved >= 1)
+        let answer = try await a.store.transactionPieces(crossing, subscriptions: c.sync.subscriptions)
+        let named = answer.flatMap(\.verdicts).flatMap { verdict -> [TransactionID] in
+            if case .superseded(let ids) = verdict.coverage { return ids } else { return [] }
+        }
+        #expect(named.contains(latest) && !named.contains(later), "\(named)")
+        try await InProcessMesh.withLink(c.sync, a.sync) { () async throws in
+            #expect(await InProcessMesh.eventually { c.sync.pipeline.status.partial.isEmpty })
+            #expect(try await InProcessMesh.eventually { try await Self.balances(c) == Self.balances(a) })
+        }
+        #expect(try await Self.balances(c).values.reduce(0, +) == 1000)
+    }
+
     /// Widening a subscription fetches at once what the wider query covers,
     /// including the parts of transactions applied before that the narrower one
     /// left out.
