@@ -107,10 +107,9 @@ import Testing
         #expect(try await Self.balances(c).values.reduce(0, +) == 1000)
     }
 
-    /// As above, but the origin compacted the transaction away before C reached it: A
-    /// answers C's question with the transaction that overwrote what C lacks, C gets
-    /// that one in A's log, and the partial one completes, never shown half.
-    @Test func aTransactionCompactedAtItsOriginCompletesFromWhatSupersededIt() async throws {
+    /// A – B – C, B narrower than C and relaying nothing for it: A's transfer from an eu
+    /// account to a us one reaches C only in part (`crossing`), and C holds it partial.
+    static func withCrossingHeldInPart(_ body: (_ a: TestNode, _ c: TestNode, _ crossing: TransactionID) async throws -> Void) async throws {
         let a = try TestNode(name: "a")
         let b = try TestNode(name: "b", subscriptions: [Self.eu]) { $0.relayForNeighbours = false }
         let c = try TestNode(name: "c", subscriptions: [Self.all]) { configuration in
@@ -124,18 +123,27 @@ import Testing
                 #expect(await InProcessMesh.eventually { c.sync.pipeline.status.partial.contains { $0.id == crossing } })
             }
         }
-        // Both registers `crossing` wrote are overwritten, and compaction takes it out of A's log.
-        let later = try await Self.transfer(a, from: "acct-0", to: "acct-7", amount: 1)
-        _ = try await a.store.execute("INSERT INTO other DOCUMENTS ({'_id': 'last'})")
-        let report = try await a.store.compactChangeLog(through: try await a.store.lastSequence())
-        #expect(report.transactionsRemoved >= 1)
-        #expect(try await a.store.transactionPieces(crossing, subscriptions: c.sync.subscriptions).allSatisfy(\.deltas.isEmpty))
-        try await InProcessMesh.withLink(c.sync, a.sync) { () async throws in
-            #expect(await InProcessMesh.eventually { c.sync.pipeline.status.partial.isEmpty })
-            #expect(try await InProcessMesh.eventually { try await Self.balances(c) == Self.balances(a) })
-            #expect(c.sync.pipeline.status.completedLater >= 1, "\(crossing) completed once \(later) was applied")
+        try await body(a, c, crossing)
+    }
+
+    /// As above, but the origin compacted the transaction away before C reached it: A
+    /// answers C's question with the transaction that overwrote what C lacks, C gets
+    /// that one in A's log, and the partial one completes, never shown half.
+    @Test func aTransactionCompactedAtItsOriginCompletesFromWhatSupersededIt() async throws {
+        try await Self.withCrossingHeldInPart { a, c, crossing in
+            // Both registers `crossing` wrote are overwritten, and compaction takes it out of A's log.
+            let later = try await Self.transfer(a, from: "acct-0", to: "acct-7", amount: 1)
+            _ = try await a.store.execute("INSERT INTO other DOCUMENTS ({'_id': 'last'})")
+            let report = try await a.store.compactChangeLog(through: try await a.store.lastSequence())
+            #expect(report.transactionsRemoved >= 1)
+            #expect(try await a.store.transactionPieces(crossing, subscriptions: c.sync.subscriptions).allSatisfy(\.deltas.isEmpty))
+            try await InProcessMesh.withLink(c.sync, a.sync) { () async throws in
+                #expect(await InProcessMesh.eventually { c.sync.pipeline.status.partial.isEmpty })
+                #expect(try await InProcessMesh.eventually { try await Self.balances(c) == Self.balances(a) })
+                #expect(c.sync.pipeline.status.completedLater >= 1, "\(crossing) completed once \(later) was applied")
+            }
+            #expect(try await Self.balances(c).values.reduce(0, +) == 1000)
         }
-        #expect(try await Self.balances(c).values.reduce(0, +) == 1000)
     }
 
     /// The same, with what superseded the transaction compacted in turn before the
@@ -143,36 +151,25 @@ import Testing
     /// the receiver streams and applies. Named as recorded, the receiver would wait for
     /// a transaction no log holds any more, partial for ever.
     @Test func aTransactionCompactedTwiceOverCompletesFromWhatTheLogStillHolds() async throws {
-        let a = try TestNode(name: "a")
-        let b = try TestNode(name: "b", subscriptions: [Self.eu]) { $0.relayForNeighbours = false }
-        let c = try TestNode(name: "c", subscriptions: [Self.all]) { configuration in
-            configuration.inbound.coverage.maximumWait = .seconds(1)
-        }
-        defer { a.remove(); b.remove(); c.remove() }
-        try await Self.open(a)
-        let crossing = try await Self.transfer(a, from: "acct-0", to: "acct-7", amount: 30)
-        try await InProcessMesh.withLink(b.sync, a.sync) { () async throws in
-            try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
-                #expect(await InProcessMesh.eventually { c.sync.pipeline.status.partial.contains { $0.id == crossing } })
+        try await Self.withCrossingHeldInPart { a, c, crossing in
+            let later = try await Self.transfer(a, from: "acct-0", to: "acct-7", amount: 1)
+            _ = try await a.store.execute("INSERT INTO other DOCUMENTS ({'_id': 'one'})")
+            #expect(try await a.store.compactChangeLog(through: try await a.store.lastSequence()).transactionsRemoved >= 1)
+            // What superseded `crossing` is superseded and compacted too.
+            let latest = try await Self.transfer(a, from: "acct-0", to: "acct-7", amount: 2)
+            _ = try await a.store.execute("INSERT INTO other DOCUMENTS ({'_id': 'two'})")
+            #expect(try await a.store.compactChangeLog(through: try await a.store.lastSequence()).transactionsRemoved >= 1)
+            let answer = try await a.store.transactionPieces(crossing, subscriptions: c.sync.subscriptions)
+            let named = answer.flatMap(\.verdicts).flatMap { verdict -> [TransactionID] in
+                if case .superseded(let ids) = verdict.coverage { return ids } else { return [] }
             }
+            #expect(named.contains(latest) && !named.contains(later), "\(named)")
+            try await InProcessMesh.withLink(c.sync, a.sync) { () async throws in
+                #expect(await InProcessMesh.eventually { c.sync.pipeline.status.partial.isEmpty })
+                #expect(try await InProcessMesh.eventually { try await Self.balances(c) == Self.balances(a) })
+            }
+            #expect(try await Self.balances(c).values.reduce(0, +) == 1000)
         }
-        let later = try await Self.transfer(a, from: "acct-0", to: "acct-7", amount: 1)
-        _ = try await a.store.execute("INSERT INTO other DOCUMENTS ({'_id': 'one'})")
-        #expect(try await a.store.compactChangeLog(through: try await a.store.lastSequence()).transactionsRemoved >= 1)
-        // What superseded `crossing` is superseded and compacted too.
-        let latest = try await Self.transfer(a, from: "acct-0", to: "acct-7", amount: 2)
-        _ = try await a.store.execute("INSERT INTO other DOCUMENTS ({'_id': 'two'})")
-        #expect(try await a.store.compactChangeLog(through: try await a.store.lastSequence()).transactionsRemoved >= 1)
-        let answer = try await a.store.transactionPieces(crossing, subscriptions: c.sync.subscriptions)
-        let named = answer.flatMap(\.verdicts).flatMap { verdict -> [TransactionID] in
-            if case .superseded(let ids) = verdict.coverage { return ids } else { return [] }
-        }
-        #expect(named.contains(latest) && !named.contains(later), "\(named)")
-        try await InProcessMesh.withLink(c.sync, a.sync) { () async throws in
-            #expect(await InProcessMesh.eventually { c.sync.pipeline.status.partial.isEmpty })
-            #expect(try await InProcessMesh.eventually { try await Self.balances(c) == Self.balances(a) })
-        }
-        #expect(try await Self.balances(c).values.reduce(0, +) == 1000)
     }
 
     /// Widening a subscription fetches at once what the wider query covers,
