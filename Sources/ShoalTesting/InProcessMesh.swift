@@ -7,7 +7,8 @@ import ShoalWire
 
 /// Nodes in one process, joined by in-memory connections.
 public enum InProcessMesh {
-    static let sanitized = ProcessInfo.processInfo.environment["SHOAL_SANITIZER"] != nil
+    /// Whether the tests run under a sanitizer (`SHOAL_SANITIZER`, set by scripts/sanitizers.sh).
+    public static let sanitized = ProcessInfo.processInfo.environment["SHOAL_SANITIZER"] != nil
 
     /// Connects `a` (dialing) to `b` (accepting), runs `body`, then closes the
     /// connection and waits for both sessions to end. Both engines' inbound
