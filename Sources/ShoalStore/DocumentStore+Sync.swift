@@ -101,7 +101,7 @@ extension DocumentStore {
             let through = try Int64.fetchOne(db, sql: sql, arguments: [site, subscriptionKey]) ?? 0
             let refill = try Int64.fetchOne(db, sql: sql, arguments: [site, SubscriptionSet.refillKey(subscriptionKey)]) ?? 0
             return ResumePoint(
-                through: UInt64(through), refill: UInt64(refill), epoch: UInt64(try Self.meta(db, Self.cursorEpochKey) ?? 0))
+                through: UInt64(through), refill: UInt64(refill), epoch: try Self.cursorEpoch(db))
         }
     }
 

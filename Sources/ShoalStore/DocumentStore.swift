@@ -242,7 +242,12 @@ public final class DocumentStore: Sendable {
     /// cursor epoch, so that no batch of a stream read before records one again.
     static func forgetPeerCursors(_ db: Database) throws {
         try db.execute(sql: "DELETE FROM peer_cursor")
-        try setMeta(db, cursorEpochKey, (try meta(db, cursorEpochKey) ?? 0) + 1)
+        try setMeta(db, cursorEpochKey, Int64(try cursorEpoch(db) + 1))
+    }
+
+    /// The cursor epoch now (`ResumePoint`).
+    static func cursorEpoch(_ db: Database) throws -> UInt64 {
+        UInt64(try meta(db, cursorEpochKey) ?? 0)
     }
 
     /// Below this many bytes free, a disk counts as full when the database cannot open.

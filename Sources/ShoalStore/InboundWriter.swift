@@ -298,18 +298,13 @@ public final class InboundWriter: InboundWriting {
 
     /// Records `through` as the resume point for `peer`'s log under `subscriptionKey`.
     public func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) throws {
-        guard epoch == (try cursorEpoch()) else { return }
+        guard epoch == (try DocumentStore.cursorEpoch(db)) else { return }
         try db.cachedStatement(
             sql: """
                 INSERT INTO peer_cursor (peer, subscription_key, through) VALUES (?, ?, ?)
                 ON CONFLICT (peer, subscription_key) DO UPDATE SET through = MAX(through, excluded.through)
                 """
         ).execute(arguments: [Int64(bitPattern: peer.rawValue), subscriptionKey, Int64(through)])
-    }
-
-    /// The cursor epoch now (`ResumePoint`).
-    func cursorEpoch() throws -> UInt64 {
-        UInt64(try DocumentStore.meta(db, DocumentStore.cursorEpochKey) ?? 0)
     }
 
     /// Reads back a partial transaction's record: its header and reports from `txn`,
@@ -400,7 +395,7 @@ extension DocumentStore {
             for delta in piece.deltas { clock.observe(delta.timestamp) }
         }
         let now = HybridLogicalClock.systemMilliseconds()
-        let epoch = try await read { db in UInt64(try Self.meta(db, Self.cursorEpochKey) ?? 0) }
+        let epoch = try await read { db in try Self.cursorEpoch(db) }
         let ((), outcome) = try await writeInbound { writer in
             for piece in pieces {
                 let record = TransactionRecord(
