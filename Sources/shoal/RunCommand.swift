@@ -106,6 +106,8 @@ struct RunCommand: AsyncParsableCommand {
 
     @OptionGroup(title: "Limits") var limits: LimitOptions
 
+    @OptionGroup(title: "TLS") var tls: TLSOptions
+
     /// The flags given, as settings.
     var flags: NodeSettings {
         var s = NodeSettings()
@@ -133,6 +135,7 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("max-waiting-bytes", maxWaitingBytes.map { .integer($0) })
         s.setFlag("attachment-horizon", attachmentHorizon.map { .seconds($0) })
         limits.add(to: &s)
+        tls.add(to: &s)
         return s
     }
 
