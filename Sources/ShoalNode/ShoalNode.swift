@@ -22,8 +22,10 @@ public final class ShoalNode: Service, Sendable {
     let group: MultiThreadedEventLoopGroup
     /// LAN discovery, unless it is off.
     let discovery: LANDiscovery?
-    /// TLS on every link, loaded at `init`; nil: plaintext links.
-    let tls: LinkTLS?
+    /// TLS on every link, loaded at `init` and again by `reloadTLS()`; nil: plaintext links.
+    private let tlsState: Locked<LinkTLS?>
+    /// What a new connection uses now.
+    var tls: LinkTLS? { tlsState.withLock { $0 } }
     /// When each refusal of a connection during TLS was last logged, so a peer
     /// redialing with a bad certificate logs a line a minute.
     private let tlsNotices = Locked<[String: ContinuousClock.Instant]>([:])
@@ -44,7 +46,7 @@ public final class ShoalNode: Service, Sendable {
         {
             throw NodeError(.invalidConfiguration, problem)
         }
-        self.tls = try configuration.tls.map { files throws(NodeError) in try LinkTLS(files: files) }
+        self.tlsState = Locked(try configuration.tls.map { files throws(NodeError) in try LinkTLS(files: files) })
         // Before the database opens: a second node on the same directory stops here.
         self.dataLock = try DataDirectoryLock(directory: configuration.dataDirectory)
         let resources = configuration.resources
@@ -142,6 +144,20 @@ public final class ShoalNode: Service, Sendable {
     /// This node's name on TLS links, its certificate's subject common name; nil without TLS.
     public var tlsIdentity: String? { tls?.identity }
 
+    /// Reads the TLS files again, as `shoal run` does on SIGHUP: connections opened
+    /// from now on use them, live sessions keep going on theirs. Returns this node's
+    /// new name; throws, keeping the files in use, when the new ones do not load.
+    /// Nil (and nothing read) when the node has no TLS.
+    @discardableResult
+    public func reloadTLS() throws(NodeError) -> String? {
+        guard let files = configuration.tls else { return nil }
+        let fresh = try LinkTLS(files: files)
+        tlsState.withLock { $0 = fresh }
+        logger.notice("reloaded the TLS files: new connections present \(fresh.identity) and check peers against \(files.authority); live sessions go on")
+        if let problem = fresh.ownValidityProblem() { logger.warning("\(problem): peers will refuse it until it is replaced") }
+        return fresh.identity
+    }
+
     /// The start log's words for `linkSecurity`.
     var linkSecurityDescription: String {
         guard let tls else {
@@ -209,9 +225,9 @@ public final class ShoalNode: Service, Sendable {
                 // A peer that stops sending mid-frame can still be told why (PROTOCOL.md §2.1).
                 .childChannelOption(.allowRemoteHalfClosure, value: true)
                 .childChannelOption(.writeBufferWaterMark, value: pending)
-                .bind(host: configuration.listen.host, port: configuration.listen.port) { [tls] channel in
+                .bind(host: configuration.listen.host, port: configuration.listen.port) { [self] channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try Self.wrap(channel, limits: limits, tls: tls, dialing: false, timeout: handshakeTimeout)
+                        try Self.wrap(channel, limits: limits, tls: self.tls, dialing: false, timeout: handshakeTimeout)
                     }
                 }
         } catch {
@@ -567,9 +583,9 @@ public final class ShoalNode: Service, Sendable {
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
                 .channelOption(.allowRemoteHalfClosure, value: true)
                 .channelOption(.writeBufferWaterMark, value: pending)
-                .connect(host: peer.host, port: peer.port) { [tls] channel in
+                .connect(host: peer.host, port: peer.port) { [self] channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try Self.wrap(channel, limits: limits, tls: tls, dialing: true, timeout: handshakeTimeout)
+                        try Self.wrap(channel, limits: limits, tls: self.tls, dialing: true, timeout: handshakeTimeout)
                     }
                 }
             let tlsIdentity: String?

@@ -150,5 +150,43 @@ extension ProcessSuites {
             }
             #expect(seen == !tls, "the value \(tls ? "crossed the TLS link in the clear" : "did not cross the plaintext link")")
         }
+
+        /// SIGHUP re-reads the certificate files: new connections see the new name, the
+        /// live session goes on; files that do not load leave the ones in use.
+        @Test func sighupReloadsTheCertificateForNewConnectionsAndLiveSessionsGoOn() throws {
+            let dir = TemporaryDirectory(prefix: "shoal-tls")
+            defer { dir.remove() }
+            let pki = try MeshPKI(in: dir.path)
+            let cli = try pki.issue("cli")
+            let files = try pki.issue("a")
+            let a = try Self.node("a", dir.path, files: files, client: cli)
+            let b = try Self.node("b", dir.path, files: try pki.issue("b"), client: cli, ["--peer", a.address])
+            func sessionWithA() throws -> [String: Any]? {
+                try Self.peers(b).first { $0["state"] as? String == "connected" && $0["siteID"] as? String != nil }
+            }
+            #expect(try eventually(30) { try sessionWithA()?["tlsIdentity"] as? String == "a" })
+            let before = try #require(try sessionWithA()?["bytesIn"] as? Int)
+
+            let renewed = try pki.issue("a-renewed")
+            for (from, to) in [(renewed.certificate, files.certificate), (renewed.key, files.key)] {
+                try FileManager.default.removeItem(atPath: to)
+                try FileManager.default.copyItem(atPath: from, toPath: to)
+                chmod(to, 0o600)
+            }
+            a.signal(SIGHUP)
+            #expect(try eventually(10) { try a.status()["tlsIdentity"] as? String == "a-renewed" }, "\(a.log())")
+            #expect(a.log().contains("reloaded the TLS files: new connections present a-renewed"))
+            #expect(a.isRunning)
+            // The session that was up goes on: still the old name, and more bytes over it.
+            #expect(try a.exec("INSERT INTO items DOCUMENTS ({'_id': 'after-reload'})").status == 0)
+            #expect(try eventually(20) { try Self.items(b).count == 1 })
+            let session = try #require(try sessionWithA())
+            #expect(session["tlsIdentity"] as? String == "a" && (session["bytesIn"] as? Int ?? 0) > before)
+
+            try writePrivateFile(files.key, "not a key")
+            a.signal(SIGHUP)
+            #expect(eventually(10) { a.log().contains("the TLS files were not reloaded, the ones in use stay") }, "\(a.log())")
+            #expect(try a.status()["tlsIdentity"] as? String == "a-renewed")
+        }
     }
 }
