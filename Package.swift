@@ -25,6 +25,9 @@ let package = Package(
         .package(url: "https://github.com/LebJe/TOMLKit.git", exact: "0.6.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", exact: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-certificates.git", exact: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1.git", exact: "1.7.4"),
     ],
     targets: [
         .target(name: "ShoalCRDT", swiftSettings: swiftSettings),
@@ -72,6 +75,10 @@ let package = Package(
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -93,6 +100,9 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -157,6 +167,10 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -25,16 +25,19 @@ public struct AdminClient: Sendable {
     public var node: HostAndPort
     public var meshKey: [UInt8]?
     public var timeout: Duration
+    /// The client's certificate, key and the mesh's CA, for a node whose links are TLS.
+    public var tls: TLSFiles?
 
     /// How much longer than `timeout` the client waits for the answer: time for the
     /// request to reach the node and the node's answer (a refusal past its budget
     /// included) to come back.
     public static let grace: Duration = .seconds(2)
 
-    public init(node: HostAndPort, meshKey: [UInt8]? = nil, timeout: Duration = .seconds(30)) {
+    public init(node: HostAndPort, meshKey: [UInt8]? = nil, timeout: Duration = .seconds(30), tls: TLSFiles? = nil) {
         self.node = node
         self.meshKey = meshKey
         self.timeout = timeout
+        self.tls = tls
     }
 
     /// Runs statements on the node in one transaction, read-only if asked, named by
@@ -136,12 +139,12 @@ public struct AdminClient: Sendable {
     /// handshake as such, anything else as `what` failed (or, without it, as the node
     /// out of reach).
     private func nodeError(_ error: any Error, _ what: String? = nil) -> NodeError {
-        switch error {
-        case let error as NodeError: error
-        case let error as SyncError: NodeError(.connectionFailed, "\(node) refused the connection: \(error.description)")
-        default:
-            NodeError(.connectionFailed, what.map { "\($0) failed: \(error)" } ?? "cannot reach a Shoal node at \(node): \(error)")
+        if let error = error as? NodeError { return error }
+        if let error = error as? SyncError {
+            return NodeError(.connectionFailed, "\(node) refused the connection: \(error.description)")
         }
+        if let tls = LinkTLS.explain(error, peer: "\(node)", own: nil) { return NodeError(.connectionFailed, tls) }
+        return NodeError(.connectionFailed, what.map { "\($0) failed: \(error)" } ?? "cannot reach a Shoal node at \(node): \(error)")
     }
 
     /// Compacts the node's change log (and runs VACUUM when asked), handing each
@@ -294,13 +297,23 @@ public struct AdminClient: Sendable {
     public func withSession<T>(_ body: (AdminSession) async throws -> T) async throws -> T {
         let group = MultiThreadedEventLoopGroup.singleton
         let limits = WireLimits.default
+        let tls = try self.tls.map { files throws(NodeError) in try LinkTLS(files: files) }
+        let timeout = self.timeout
         let connection = try await ClientBootstrap(group: group)
             .connectTimeout(.seconds(5))
             // Requests are small and each waits for its answer: never hold one back.
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .connect(host: node.host, port: node.port) { channel in
-                channel.eventLoop.makeCompletedFuture { try ShoalNode.wrap(channel, limits: limits) }
+                channel.eventLoop.makeCompletedFuture {
+                    try ShoalNode.wrap(channel, limits: limits, tls: tls, dialing: true, timeout: timeout)
+                }
             }
+        do {
+            _ = try await connection.tlsIdentity()
+        } catch {
+            try? await connection.frames.executeThenClose { _, _ in }
+            throw error
+        }
         let codec = MessageCodec(limits: limits)
         return try await connection.frames.executeThenClose { inbound, outbound in
             var iterator = inbound.makeAsyncIterator()

@@ -335,6 +335,8 @@ struct AdminService: AdminRequestHandler {
             listen: node.listenAddress?.description ?? node.configuration.listen.description,
             meshName: node.configuration.meshName, changeLogSequence: try await node.store.lastSequence())
         status.warnings = node.securityWarnings
+        status.linkSecurity = node.linkSecurity
+        status.tlsIdentity = node.tlsIdentity
         status.subscriptions = node.sync.subscriptions.entries.map { SubscriptionInfo(id: $0.id, query: $0.query, origin: "local") }
         for peer in node.sync.peers() {
             if peer.state != "admin" {
@@ -348,6 +350,7 @@ struct AdminService: AdminRequestHandler {
                 status.peers[status.peers.count - 1].lagDeltas = peer.lagDeltas
                 status.peers[status.peers.count - 1].listenAddress = peer.listenAddress ?? (peer.direction == .outbound ? peer.address : nil)
                 status.peers[status.peers.count - 1].lastError = peer.lastError
+                status.peers[status.peers.count - 1].tlsIdentity = peer.tlsIdentity
                 status.peers[status.peers.count - 1].lastSeenMillisAgo = peer.lastHeard.map { since in
                     let elapsed = ContinuousClock.now - since
                     return elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000

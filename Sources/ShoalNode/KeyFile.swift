@@ -1,6 +1,8 @@
 import Foundation
 
 #if canImport(Glibc)
+// `stat` is reachable through CoreFoundation as well once the TLS libraries are linked.
+import CoreFoundation
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
@@ -52,8 +54,13 @@ public enum KeyFile {
     public static func generate(path: String) throws(NodeError) {
         var random = SystemRandomNumberGenerator()
         let key = (0..<generatedSize).map { _ in UInt8.random(in: 0...255, using: &random) }
-        let text = Array((Data(key).base64EncodedString() + "\n").utf8)
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        try create(path: path, contents: Array((Data(key).base64EncodedString() + "\n").utf8), mode: 0o600)
+    }
+
+    /// Writes `contents` to a new file with exactly `mode`, flushed to disk; refuses to
+    /// replace an existing file (a key or certificate in use would be lost).
+    package static func create(path: String, contents: [UInt8], mode: mode_t) throws(NodeError) {
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         guard fd >= 0 else {
             let reason = errno
             if reason == EEXIST {
@@ -62,13 +69,22 @@ public enum KeyFile {
             throw NodeError(.keyFile, "cannot create \(path): \(String(cString: strerror(reason)))")
         }
         defer { close(fd) }
-        // The umask may have taken bits away, never added any; set exactly 0600 all the same.
-        _ = fchmod(fd, 0o600)
-        let written = text.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        guard written == text.count, fsync(fd) == 0 else {
+        // The umask may have taken bits away, never added any; set exactly `mode` all the same.
+        _ = fchmod(fd, mode)
+        let written = contents.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard written == contents.count, fsync(fd) == 0 else {
             let reason = String(cString: strerror(errno))
             unlink(path)
             throw NodeError(.keyFile, "cannot write \(path): \(reason)")
         }
+    }
+
+    /// A file's permission bits when its group or other users may read or write it;
+    /// nil when they may not (or it cannot be read).
+    package static func modeOpenToOthers(path: String) -> mode_t? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        let mode = info.st_mode & 0o777
+        return mode & 0o077 == 0 ? nil : mode
     }
 }

@@ -56,6 +56,9 @@ public struct NodeConfiguration: Sendable {
     /// the node then refuses peers whose freshness is older than what it forgot
     /// (DATA_MODEL.md §18). nil: deleted documents are never forgotten.
     public var tombstoneHorizon: Duration?
+    /// Mutual TLS on every peer link and admin connection (PROTOCOL.md §17); nil:
+    /// plaintext links, as the node says at start and in status.
+    public var tls: TLSFiles?
 
     public init(
         dataDirectory: String, listen: HostAndPort = HostAndPort(host: "0.0.0.0", port: HostAndPort.defaultPort),
@@ -66,8 +69,9 @@ public struct NodeConfiguration: Sendable {
         maximumWaitingBytes: Int = 256 << 20, adminKey: [UInt8]? = nil, resources: ResourceLimits = .init(),
         metrics: HostAndPort? = nil, synchronousFull: Bool = false, attachmentHorizon: Duration? = .seconds(86_400),
         compactionInterval: Duration? = .seconds(300), compactionHorizon: Duration = .seconds(604_800),
-        tombstoneHorizon: Duration? = .seconds(2_592_000)
+        tombstoneHorizon: Duration? = .seconds(2_592_000), tls: TLSFiles? = nil
     ) {
+        self.tls = tls
         self.tombstoneHorizon = tombstoneHorizon
         self.dataDirectory = dataDirectory
         self.listen = listen

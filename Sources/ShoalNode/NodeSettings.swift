@@ -47,6 +47,9 @@ public struct NodeSettings: Sendable, Hashable {
         Key(name: "mesh", kind: .string, summary: "the mesh name; peers must use the same one (default \"default\")"),
         Key(name: "mesh-key-file", kind: .string, summary: "a file holding the mesh key (at least 16 bytes)"),
         Key(name: "admin-key-file", kind: .string, summary: "a file holding the key admin clients (the CLI) prove instead of the mesh key"),
+        Key(name: "tls-cert", kind: .string, summary: "this node's TLS certificate (PEM), issued by the mesh's CA: with tls-key and tls-ca, every link is TLS 1.3 with certificates on both sides (default: plaintext links)"),
+        Key(name: "tls-key", kind: .string, summary: "the private key of tls-cert (PEM), readable by its owner only"),
+        Key(name: "tls-ca", kind: .string, summary: "the mesh's CA certificate (PEM): peers must present a certificate it issued"),
         Key(name: "discovery", kind: .boolean, summary: "find peers of the same mesh on the LAN (default true)"),
         Key(name: "discovery-interface", kind: .string, summary: "the interface discovery uses, NAME or IPV4 (default: every multicast-capable one)"),
         Key(name: "relay", kind: .boolean, summary: "carry changes for neighbours' subscriptions this node's own do not cover (default true)"),
@@ -199,7 +202,7 @@ public struct NodeSettings: Sendable, Hashable {
                     throw wrongType("a number of seconds")
                 }
             }
-            if ["data", "mesh-key-file", "admin-key-file"].contains(name), case .string(let p) = value, !p.hasPrefix("/"), !directory.isEmpty {
+            if ["data", "mesh-key-file", "admin-key-file", "tls-cert", "tls-key", "tls-ca"].contains(name), case .string(let p) = value, !p.hasPrefix("/"), !directory.isEmpty {
                 value = .string((directory as NSString).appendingPathComponent(p))
             }
             settings.set(name, value, origin: origin)
@@ -387,6 +390,7 @@ public struct NodeSettings: Sendable, Hashable {
                 "tombstone-horizon",
                 "must be at least the compaction horizon (\(Int(compactionHorizon)) s): a peer still holding compaction back must not find a deletion forgotten")
         }
+        let tlsFiles = try tls()
         var relay = true
         if case .boolean(let b)? = values["relay"] { relay = b }
         var discovery = true
@@ -402,6 +406,22 @@ public struct NodeSettings: Sendable, Hashable {
             attachmentHorizon: horizon == 0 ? nil : .milliseconds(Int64(horizon * 1000)),
             compactionInterval: compactionInterval == 0 ? nil : .milliseconds(Int64(compactionInterval * 1000)),
             compactionHorizon: .milliseconds(Int64(compactionHorizon * 1000)),
-            tombstoneHorizon: tombstoneHorizon == 0 ? nil : .milliseconds(Int64(tombstoneHorizon * 1000)))
+            tombstoneHorizon: tombstoneHorizon == 0 ? nil : .milliseconds(Int64(tombstoneHorizon * 1000)), tls: tlsFiles)
+    }
+
+    /// The TLS files, loaded and checked once here so that a missing one, a key that
+    /// does not match its certificate or a certificate another CA issued stops the
+    /// node at start; nil when none is set.
+    public func tls() throws(NodeError) -> TLSFiles? {
+        let names = ["tls-cert", "tls-key", "tls-ca"]
+        let given = names.filter { string($0) != nil }
+        guard !given.isEmpty else { return nil }
+        if let missing = names.first(where: { string($0) == nil }) {
+            throw invalid(
+                given[0], "TLS needs all three of tls-cert, tls-key and tls-ca; \(missing) is missing (shoal cert makes them)")
+        }
+        let files = TLSFiles(certificate: string("tls-cert")!, key: string("tls-key")!, authority: string("tls-ca")!)
+        _ = try LinkTLS(files: files)
+        return files
     }
 }

@@ -22,6 +22,13 @@ public final class ShoalNode: Service, Sendable {
     let group: MultiThreadedEventLoopGroup
     /// LAN discovery, unless it is off.
     let discovery: LANDiscovery?
+    /// TLS on every link, loaded at `init` and again by `reloadTLS()`; nil: plaintext links.
+    private let tlsState: Locked<LinkTLS?>
+    /// What a new connection uses now.
+    var tls: LinkTLS? { tlsState.withLock { $0 } }
+    /// When each refusal of a connection during TLS was last logged, so a peer
+    /// redialing with a bad certificate logs a line a minute.
+    private let tlsNotices = Locked<[String: ContinuousClock.Instant]>([:])
     /// Held from `init` until `run()` has closed the store (or the node is released).
     let dataLock: DataDirectoryLock
     private let bound = Locked<HostAndPort?>(nil)
@@ -39,6 +46,7 @@ public final class ShoalNode: Service, Sendable {
         {
             throw NodeError(.invalidConfiguration, problem)
         }
+        self.tlsState = Locked(try configuration.tls.map { files throws(NodeError) in try LinkTLS(files: files) })
         // Before the database opens: a second node on the same directory stops here.
         self.dataLock = try DataDirectoryLock(directory: configuration.dataDirectory)
         let resources = configuration.resources
@@ -130,6 +138,34 @@ public final class ShoalNode: Service, Sendable {
 
     public var siteID: SiteID { store.siteID }
 
+    /// How this node's links are carried: `tls` or `plaintext`.
+    public var linkSecurity: String { tls == nil ? "plaintext" : "tls" }
+
+    /// This node's name on TLS links, its certificate's subject common name; nil without TLS.
+    public var tlsIdentity: String? { tls?.identity }
+
+    /// Reads the TLS files again, as `shoal run` does on SIGHUP: connections opened
+    /// from now on use them, live sessions keep going on theirs. Returns this node's
+    /// new name; throws, keeping the files in use, when the new ones do not load.
+    /// Nil (and nothing read) when the node has no TLS.
+    @discardableResult
+    public func reloadTLS() throws(NodeError) -> String? {
+        guard let files = configuration.tls else { return nil }
+        let fresh = try LinkTLS(files: files)
+        tlsState.withLock { $0 = fresh }
+        logger.notice("reloaded the TLS files: new connections present \(fresh.identity) and check peers against \(files.authority); live sessions go on")
+        if let problem = fresh.ownValidityProblem() { logger.warning("\(problem): peers will refuse it until it is replaced") }
+        return fresh.identity
+    }
+
+    /// The start log's words for `linkSecurity`.
+    var linkSecurityDescription: String {
+        guard let tls else {
+            return "links are plaintext (no --tls-cert): anyone who can see the traffic reads the documents that cross it"
+        }
+        return "links are TLS 1.3, this node is \(tls.identity), peers must present a certificate from the CA in \(tls.files.authority)"
+    }
+
     /// The address the listener is bound to (the real port when 0 was asked for).
     public var listenAddress: HostAndPort? { bound.withLock { $0 } }
 
@@ -180,6 +216,7 @@ public final class ShoalNode: Service, Sendable {
         sync.positions.compactedThrough = try await store.storageStatus().compactedThrough
         let limits = configuration.limits
         let pending = Self.writeBufferWaterMark(configuration.resources)
+        let handshakeTimeout = configuration.resources.handshakeTimeout
         let server: NIOAsyncChannel<AcceptedConnection, Never>
         do {
             server = try await ServerBootstrap(group: group)
@@ -188,8 +225,11 @@ public final class ShoalNode: Service, Sendable {
                 // A peer that stops sending mid-frame can still be told why (PROTOCOL.md §2.1).
                 .childChannelOption(.allowRemoteHalfClosure, value: true)
                 .childChannelOption(.writeBufferWaterMark, value: pending)
-                .bind(host: configuration.listen.host, port: configuration.listen.port) { channel in
-                    channel.eventLoop.makeCompletedFuture { AcceptedConnection(try Self.wrap(channel, limits: limits)) }
+                .bind(host: configuration.listen.host, port: configuration.listen.port) { [self] channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        AcceptedConnection(
+                            try Self.wrap(channel, limits: limits, tls: self.tls, dialing: false, timeout: handshakeTimeout))
+                    }
                 }
         } catch {
             throw NodeError(.invalidConfiguration, "cannot listen on \(configuration.listen): \(error)")
@@ -216,8 +256,14 @@ public final class ShoalNode: Service, Sendable {
         sync.listenAddress = address.description
         for waiter in readyWaiters.withLock({ w in defer { w.removeAll() }; return w }) { waiter.resume(returning: address) }
         logger.info(
-            "ready to accept connections on \(address)",
-            metadata: ["shoal.site": "\(siteID)", "shoal.name": "\(name)", "shoal.mesh": "\(configuration.meshName)"])
+            "ready to accept connections on \(address) (\(linkSecurityDescription))",
+            metadata: [
+                "shoal.site": "\(siteID)", "shoal.name": "\(name)", "shoal.mesh": "\(configuration.meshName)",
+                "shoal.links": "\(linkSecurity)",
+            ])
+        if let problem = tls?.ownValidityProblem() {
+            logger.warning("\(problem): peers will refuse it until it is replaced")
+        }
         for warning in securityWarnings {
             logger.warning("\(warning)", metadata: ["shoal.listen": "\(address)"])
         }
@@ -326,18 +372,44 @@ public final class ShoalNode: Service, Sendable {
     struct FramedConnection: Sendable {
         let frames: NIOAsyncChannel<Frame, Frame>
         let inboundBytes: InboundByteCounter
+        /// On a TLS link: the peer's identity once the TLS handshake is over, which
+        /// comes before any Shoal frame.
+        let tlsHandshake: EventLoopFuture<String>?
 
         var channel: any Channel { frames.channel }
+
+        /// Waits for the TLS handshake, when there is one: the peer's identity, or nil on a plaintext link.
+        func tlsIdentity() async throws -> String? {
+            try await tlsHandshake?.get()
+        }
     }
 
-    static func wrap(_ channel: any Channel, limits: WireLimits) throws -> FramedConnection {
+    /// Frames a new connection, behind TLS when `tls` is given (`dialing` says which
+    /// side of the TLS handshake this is; `timeout` bounds it).
+    static func wrap(
+        _ channel: any Channel, limits: WireLimits, tls: LinkTLS? = nil, dialing: Bool = true, timeout: Duration = .seconds(10)
+    ) throws -> FramedConnection {
+        let handshake = try tls?.secure(channel, dialing: dialing, timeout: timeout)
         let counter = InboundByteCounter()
         let limit = limits.connectionLimit()
         try channel.pipeline.syncOperations.addHandler(InboundByteCountingHandler(counter: counter))
         try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameByteDecoder(limit: limit)))
         try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(FrameByteEncoder()))
         return FramedConnection(
-            frames: try NIOAsyncChannel<Frame, Frame>(wrappingChannelSynchronously: channel), inboundBytes: counter)
+            frames: try NIOAsyncChannel<Frame, Frame>(wrappingChannelSynchronously: channel), inboundBytes: counter,
+            tlsHandshake: handshake)
+    }
+
+    /// Logs a connection refused during TLS, each reason at most once a minute.
+    private func noteTLSRefusal(_ message: String, remote: String) {
+        let now = ContinuousClock.now
+        let log = tlsNotices.withLock { notices in
+            if let last = notices[message], now - last < .seconds(60) { return false }
+            if notices.count > 256 { notices.removeAll() }
+            notices[message] = now
+            return true
+        }
+        if log { logger.warning("\(message)", metadata: ["shoal.peer.address": "\(remote)"]) }
     }
 
     /// A connection the listener accepted, until `accept` takes it to serve it.
@@ -378,6 +450,15 @@ public final class ShoalNode: Service, Sendable {
             noteHandshakesPushedOut()
         }
         defer { handshakes.leave(ticket) }
+        let identity: String?
+        do {
+            identity = try await connection.tlsIdentity()
+        } catch {
+            noteTLSRefusal("TLS: \((error as? NodeError)?.message ?? "\(error)")", remote: remote)
+            // Through the async channel, so that its writer is finished, not dropped (which traps).
+            try? await connection.frames.executeThenClose { _, _ in }
+            return
+        }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.closeWhenStalled(connection.channel, remote: remote) }
             do {
@@ -387,7 +468,7 @@ public final class ShoalNode: Service, Sendable {
                         onEstablished: { self.handshakes.leave(ticket) })
                     try await sync.serve(
                         inbound: inbound, transport: transport, direction: .inbound, remoteAddress: remote, admin: admin,
-                        remoteIsLoopback: loopback)
+                        remoteIsLoopback: loopback, tlsIdentity: identity)
                 }
             } catch {
                 logger.info("inbound session ended: \(error)", metadata: ["shoal.peer.address": "\(remote)"])
@@ -524,6 +605,7 @@ public final class ShoalNode: Service, Sendable {
     private func connect(_ peer: HostAndPort, discovered: Bool) async -> DialOutcome {
         let limits = configuration.limits
         let pending = Self.writeBufferWaterMark(configuration.resources)
+        let handshakeTimeout = configuration.resources.handshakeTimeout
         sync.noteDialTarget(peer.description, state: "connecting", discovered: discovered)
         do {
             let connection = try await ClientBootstrap(group: group)
@@ -531,9 +613,18 @@ public final class ShoalNode: Service, Sendable {
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
                 .channelOption(.allowRemoteHalfClosure, value: true)
                 .channelOption(.writeBufferWaterMark, value: pending)
-                .connect(host: peer.host, port: peer.port) { channel in
-                    channel.eventLoop.makeCompletedFuture { try Self.wrap(channel, limits: limits) }
+                .connect(host: peer.host, port: peer.port) { [self] channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try Self.wrap(channel, limits: limits, tls: self.tls, dialing: true, timeout: handshakeTimeout)
+                    }
                 }
+            let tlsIdentity: String?
+            do {
+                tlsIdentity = try await connection.tlsIdentity()
+            } catch {
+                try? await connection.frames.executeThenClose { _, _ in }
+                throw error
+            }
             let identity = try await withThrowingTaskGroup(of: PeerIdentity?.self) { group in
                 group.addTask {
                     await self.closeWhenStalled(connection.channel, remote: peer.description)
@@ -545,7 +636,7 @@ public final class ShoalNode: Service, Sendable {
                         writer: outbound, channel: connection.channel, inboundBytes: connection.inboundBytes)
                     return try await sync.serve(
                         inbound: inbound, transport: transport, direction: .outbound, remoteAddress: peer.description,
-                        discovered: discovered)
+                        discovered: discovered, tlsIdentity: tlsIdentity)
                 }
             }
             sync.noteDialTarget(peer.description, state: "disconnected", discovered: discovered)
@@ -574,7 +665,8 @@ public final class ShoalNode: Service, Sendable {
             return .refused(error.peer)
         } catch {
             if !Task.isCancelled { logger.debug("dial \(peer) failed: \(error)") }
-            sync.noteDialTarget(peer.description, state: "disconnected", error: "\(error)", discovered: discovered)
+            let message = (error as? NodeError)?.message ?? tls?.explain(error, peer: peer.description) ?? "\(error)"
+            sync.noteDialTarget(peer.description, state: "disconnected", error: message, discovered: discovered)
             return .failed
         }
     }

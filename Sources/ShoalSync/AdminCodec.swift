@@ -243,12 +243,15 @@ extension NodeStatus {
                 peer.lastSeenMillisAgo = p.lastSeenMillisAgo >= 0 ? p.lastSeenMillisAgo : nil
                 peer.listenAddress = p.listenAddress.isEmpty ? nil : p.listenAddress
                 peer.lastError = p.lastError.isEmpty ? nil : p.lastError
+                peer.tlsIdentity = p.tlsIdentity.isEmpty ? nil : p.tlsIdentity
                 return peer
             },
             subscriptions: s.subscriptions.map(SubscriptionInfo.init(wire:)),
             collections: s.collections.map { Collection(name: $0.name, documents: $0.documents, digest: $0.digest.isEmpty ? nil : $0.digest) },
             transactions: Transactions(wire: s.transactions))
         warnings = s.warnings
+        linkSecurity = s.linkSecurity
+        tlsIdentity = s.tlsIdentity.isEmpty ? nil : s.tlsIdentity
         if s.hasStorage {
             let w = s.storage
             storage = Storage(
@@ -286,6 +289,7 @@ extension NodeStatus {
             p.lastSeenMillisAgo = peer.lastSeenMillisAgo ?? -1
             p.listenAddress = peer.listenAddress ?? ""
             p.lastError = peer.lastError ?? ""
+            p.tlsIdentity = peer.tlsIdentity ?? ""
             return p
         }
         s.subscriptions = subscriptions.map(\.wire)
@@ -298,6 +302,8 @@ extension NodeStatus {
         }
         s.transactions = transactions.wire
         s.warnings = warnings
+        s.linkSecurity = linkSecurity
+        s.tlsIdentity = tlsIdentity ?? ""
         if let storage {
             var w = Shoal_V1_StorageStatus()
             w.storeBytes = storage.storeBytes

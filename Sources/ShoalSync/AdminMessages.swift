@@ -223,6 +223,10 @@ public struct NodeStatus: Sendable, Hashable {
     /// What an operator must know, one sentence each (a node listening beyond
     /// loopback without a mesh key says so here).
     public var warnings: [String] = []
+    /// How the node's links are carried: `tls` or `plaintext` (empty from a node that does not say).
+    public var linkSecurity: String = ""
+    /// The node's own name on TLS links, its certificate's subject common name.
+    public var tlsIdentity: String?
     /// The store's and the change log's size, and compaction.
     public var storage: Storage?
 
@@ -266,6 +270,8 @@ public struct NodeStatus: Sendable, Hashable {
         public var listenAddress: String?
         /// Why its last session or dial ended in error (nil: none did).
         public var lastError: String?
+        /// The subject common name of its certificate, on a TLS link.
+        public var tlsIdentity: String?
 
         public init(
             siteID: SiteID?, name: String, address: String, state: String, direction: String, rttMillis: Double?,

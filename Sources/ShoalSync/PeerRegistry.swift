@@ -26,6 +26,8 @@ public struct PeerSnapshot: Sendable, Hashable {
     /// Where the peer accepts connections, as far as this node can tell.
     public var listenAddress: String?
     public var lastError: String?
+    /// The subject common name of the certificate the peer presented on a TLS link; nil on a plaintext one.
+    public var tlsIdentity: String?
     /// The queries this peer subscribed to on this node.
     public var subscriptions: [SubscriptionSet.Entry]
 }
@@ -68,7 +70,8 @@ final class PeerRegistry: Sendable {
     private let state = Locked(State())
 
     func open(
-        direction: ConnectionDirection, address: String, discovered: Bool = false, close: @escaping @Sendable () async -> Void
+        direction: ConnectionDirection, address: String, discovered: Bool = false, tlsIdentity: String? = nil,
+        close: @escaping @Sendable () async -> Void
     ) -> Int {
         state.withLock { s in
             let id = s.nextID
@@ -76,7 +79,8 @@ final class PeerRegistry: Sendable {
             s.records[id] = Record(
                 snapshot: PeerSnapshot(
                     siteID: nil, name: "", address: address, state: "handshaking", direction: direction,
-                    discovered: discovered, rttMillis: nil, bytesIn: 0, bytesOut: 0, lastError: nil, subscriptions: []),
+                    discovered: discovered, rttMillis: nil, bytesIn: 0, bytesOut: 0, lastError: nil, tlsIdentity: tlsIdentity,
+                    subscriptions: []),
                 close: close)
             return id
         }

@@ -245,14 +245,17 @@ public final class SyncEngine: Sendable {
     /// Returns the peer's identity when the session ended normally (the peer
     /// closed); throws `SyncError` when either side rejected the other.
     /// `remoteIsLoopback` false (a TCP peer beyond loopback) refuses admin clients
-    /// that prove no key when this node has none.
+    /// that prove no key when this node has none. `tlsIdentity` is the peer's
+    /// certificate name on a TLS link, shown by status.
     @discardableResult
     public func serve<Inbound: AsyncSequence & Sendable>(
         inbound: Inbound, transport: some SessionTransport, direction: ConnectionDirection, remoteAddress: String,
-        admin: (any AdminRequestHandler)? = nil, discovered: Bool = false, remoteIsLoopback: Bool = true
+        admin: (any AdminRequestHandler)? = nil, discovered: Bool = false, remoteIsLoopback: Bool = true,
+        tlsIdentity: String? = nil
     ) async throws -> PeerIdentity? where Inbound.Element == Frame {
         let id = registry.open(
-            direction: direction, address: remoteAddress, discovered: discovered, close: { await transport.close() })
+            direction: direction, address: remoteAddress, discovered: discovered, tlsIdentity: tlsIdentity,
+            close: { await transport.close() })
         defer { registry.remove(id) }
         let session = PeerSession(
             engine: self, recordID: id, transport: transport, direction: direction, remoteAddress: remoteAddress,

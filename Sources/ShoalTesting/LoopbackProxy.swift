@@ -56,12 +56,18 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
         /// Connections that lost bytes to a blackhole, reset when the link heals.
         var holed: Set<ObjectIdentifier> = []
         var pairs: [ObjectIdentifier: Pair] = [:]
+        /// Every byte forwarded, either way, when the proxy records.
+        var transcript: [UInt8] = []
     }
+    /// Whether forwarded bytes are kept for `transcript()`.
+    private let recording: Bool
     private let state = Locked(State())
 
-    /// Listens on a free port of 127.0.0.1 and forwards every connection to 127.0.0.1:`target`.
-    public init(to target: Int) throws {
+    /// Listens on a free port of 127.0.0.1 and forwards every connection to 127.0.0.1:`target`;
+    /// with `recording`, keeps every byte it forwards for `transcript()`.
+    public init(to target: Int, recording: Bool = false) throws {
         self.target = target
+        self.recording = recording
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var yes: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
@@ -85,6 +91,10 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
     public var address: String { "127.0.0.1:\(port)" }
 
     public var mode: Mode { state.withLock { $0.mode } }
+
+    /// The bytes forwarded so far, both ways, in the order the pumps read them (a
+    /// recording proxy only): what an eavesdropper on the link would have seen.
+    public func transcript() -> [UInt8] { state.withLock { $0.transcript } }
 
     static func loopback(port: Int) -> sockaddr_in {
         var address = sockaddr_in()
@@ -199,6 +209,7 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
                 state.withLock { _ = $0.holed.insert(ObjectIdentifier(pair)) }
                 continue
             }
+            if recording { state.withLock { $0.transcript += buffer[0..<n] } }
             var sent = 0
             while sent < n {
                 let m = buffer[sent..<n].withUnsafeBytes { send(destination, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }

@@ -39,6 +39,8 @@ public final class NodeProcess {
     private let keepsLog: Bool
     private let process: ChildProcess
     public private(set) var address = ""
+    /// Flags `exec` and `status` add to reach this node (its TLS files, say).
+    public var clientArguments: [String] = []
 
     /// Starts `shoal run` and waits for its ready line; `environment` is added to the
     /// child's, and its output goes to `logPath` (appended to), or to a new file
@@ -139,13 +141,13 @@ public final class NodeProcess {
 
     /// `shoal exec --node THIS --json STATEMENTS`, parsed.
     public func exec(_ statements: String, args: String? = nil, extra: [String] = []) throws -> ShoalBinary.Output {
-        var arguments = ["exec", "--node", address, "--json"] + extra
+        var arguments = ["exec", "--node", address, "--json"] + clientArguments + extra
         if let args { arguments += ["--args", args] }
         return try ShoalBinary.run(arguments + [statements])
     }
 
     public func status() throws -> [String: Any] {
-        let output = try ShoalBinary.run(["status", "--node", address, "--json"])
+        let output = try ShoalBinary.run(["status", "--node", address, "--json"] + clientArguments)
         guard output.status == 0,
             let object = try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any]
         else {

@@ -16,6 +16,7 @@ public struct FrameDecoder: Sendable {
 
     /// The next whole frame in `buffer`, consuming it; `nil` when more bytes are needed.
     public func next(from buffer: inout ByteBuffer) throws(WireError) -> Frame? {
+        if let tls = Self.tlsRecord(buffer) { throw tls }
         guard buffer.readableBytes >= Frame.headerSize else { return nil }
         let start = buffer.readerIndex
         let magic = buffer.getInteger(at: start, as: UInt8.self)!
@@ -46,9 +47,24 @@ public struct FrameDecoder: Sendable {
 
     /// Called when the stream ends: leftover bytes mean a truncated frame.
     public func finish(leftover buffer: ByteBuffer) throws(WireError) {
+        if let tls = Self.tlsRecord(buffer) { throw tls }
         if buffer.readableBytes > 0 {
             throw WireError(.truncatedFrame, "connection ended inside a frame (\(buffer.readableBytes) bytes left over)")
         }
+    }
+}
+
+extension FrameDecoder {
+    /// The error for bytes that open a TLS record (a handshake, 0x16, or an alert,
+    /// 0x15, then version 3.x) where a frame should be: the other side's links are
+    /// TLS and this side's plaintext (PROTOCOL.md §17). Nil for anything else.
+    static func tlsRecord(_ buffer: ByteBuffer) -> WireError? {
+        guard buffer.readableBytes >= 2, let first = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self),
+            first == 0x15 || first == 0x16, buffer.getInteger(at: buffer.readerIndex + 1, as: UInt8.self) == 0x03
+        else { return nil }
+        return WireError(
+            .malformedFrame,
+            "not a Shoal frame but TLS (a \(first == 0x16 ? "handshake" : "alert") record): the other side's links are TLS and this side's are plaintext; give this side --tls-cert, --tls-key and --tls-ca")
     }
 }
 

@@ -22,6 +22,8 @@ struct ClientOptions: ParsableArguments {
             """)
     var timeout: Int = 30
 
+    @OptionGroup(title: "TLS, for a node whose links are TLS") var tls: TLSOptions
+
     func validate() throws {
         do {
             _ = try HostAndPort(parsing: node)
@@ -36,7 +38,7 @@ struct ClientOptions: ParsableArguments {
         let key =
             try adminKeyFile.map { path throws(NodeError) in try KeyFile.read(path: path, purpose: "admin key") }
             ?? meshKeyFile.map { path throws(NodeError) in try KeyFile.read(path: path) }
-        return AdminClient(node: address, meshKey: key, timeout: .seconds(timeout))
+        return AdminClient(node: address, meshKey: key, timeout: .seconds(timeout), tls: try tls.files())
     }
 
     /// `client()`, or the command's failure with its message (a key file it cannot use).

@@ -7,7 +7,7 @@ import ShoalNode
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "run",
-        abstract: "Start a node and serve until SIGINT or SIGTERM.",
+        abstract: "Start a node and serve until SIGINT or SIGTERM; SIGHUP re-reads the TLS files.",
         discussion: """
             Every flag is also a key of the TOML file --config reads, under the same \
             name without the dashes (max-frame-size = 1048576, peer = ["10.0.0.2:7470"]); \
@@ -106,6 +106,8 @@ struct RunCommand: AsyncParsableCommand {
 
     @OptionGroup(title: "Limits") var limits: LimitOptions
 
+    @OptionGroup(title: "TLS") var tls: TLSOptions
+
     /// The flags given, as settings.
     var flags: NodeSettings {
         var s = NodeSettings()
@@ -133,6 +135,7 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("max-waiting-bytes", maxWaitingBytes.map { .integer($0) })
         s.setFlag("attachment-horizon", attachmentHorizon.map { .seconds($0) })
         limits.add(to: &s)
+        tls.add(to: &s)
         return s
     }
 
@@ -170,9 +173,25 @@ struct RunCommand: AsyncParsableCommand {
             configuration: .init(
                 services: [node], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         do {
-            try await group.run()
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { await Self.reloadOnHangUp(node, logger: logger) }
+                try await group.run()
+                tasks.cancelAll()
+            }
         } catch {
             throw fail("\(error)")
+        }
+    }
+
+    /// Re-reads the node's TLS files on every SIGHUP until cancelled; a reload that
+    /// fails is logged and leaves the files in use as they were.
+    static func reloadOnHangUp(_ node: ShoalNode, logger: Logger) async {
+        for await _ in await UnixSignalsSequence(trapping: .sighup) {
+            do {
+                if try node.reloadTLS() == nil { logger.notice("SIGHUP: this node has no TLS files to re-read") }
+            } catch {
+                logger.error("SIGHUP: the TLS files were not reloaded, the ones in use stay: \(error.message)")
+            }
         }
     }
 }

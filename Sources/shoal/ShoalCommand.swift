@@ -14,7 +14,7 @@ struct ShoalCommand: AsyncParsableCommand {
         subcommands: [
             RunCommand.self, ExecCommand.self, ShellCommand.self, StatusCommand.self, MeshCommand.self, ObserveCommand.self,
             SubscribeCommand.self, UnsubscribeCommand.self, AttachmentCommand.self, ImportCommand.self, ExportCommand.self,
-            CompactCommand.self, KeygenCommand.self,
+            CompactCommand.self, KeygenCommand.self, CertCommand.self,
         ]
     )
 }

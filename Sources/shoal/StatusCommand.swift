@@ -54,6 +54,8 @@ struct StatusCommand: AsyncParsableCommand {
             "mesh": .string(s.meshName),
             "changeLogSequence": .int(Int64(s.changeLogSequence)),
             "warnings": .array(s.warnings.map(Value.string)),
+            "links": .string(s.linkSecurity),
+            "tlsIdentity": s.tlsIdentity.map(Value.string) ?? .null,
             "peers": .array(
                 s.peers.map { p in
                     .object([
@@ -66,6 +68,7 @@ struct StatusCommand: AsyncParsableCommand {
                         "lagDeltas": p.lagDeltas.map { .int(Int64($0)) } ?? .null,
                         "lastSeenMillisAgo": p.lastSeenMillisAgo.map { .int($0) } ?? .null,
                         "lastError": p.lastError.map(Value.string) ?? .null,
+                        "tlsIdentity": p.tlsIdentity.map(Value.string) ?? .null,
                     ])
                 }),
             "subscriptions": .array(
@@ -151,12 +154,17 @@ struct StatusCommand: AsyncParsableCommand {
 
     static func table(_ s: NodeStatus) -> String {
         var out = "Node \(s.name)  site \(s.siteID)  listening on \(s.listen)  mesh \(s.meshName)  log at \(s.changeLogSequence)\n"
+        switch s.linkSecurity {
+        case "tls": out += "Links TLS 1.3, this node is \(s.tlsIdentity ?? "?") to its peers\n"
+        case "plaintext": out += "Links plaintext: anyone who can see the traffic reads it (shoal run --tls-cert, --tls-key, --tls-ca)\n"
+        default: break
+        }
         for warning in s.warnings { out += "\nWARNING: \(warning)\n" }
         out += "\nPeers\n"
         out += render(
-            ["SITE", "NAME", "ADDRESS", "FOUND BY", "DIRECTION", "STATE", "RTT ms", "BYTES IN/OUT", "DELTAS IN/OUT", "LAG", "HEARD"],
+            ["SITE", "NAME", "CERTIFICATE", "ADDRESS", "FOUND BY", "DIRECTION", "STATE", "RTT ms", "BYTES IN/OUT", "DELTAS IN/OUT", "LAG", "HEARD"],
             s.peers.map { p in
-                [p.siteID?.description ?? "-", p.name.isEmpty ? "-" : p.name, p.address,
+                [p.siteID?.description ?? "-", p.name.isEmpty ? "-" : p.name, p.tlsIdentity ?? "-", p.address,
                  p.discovered ? "discovery" : p.direction == "outbound" ? "static" : "-", p.direction,
                  p.state, p.rttMillis.map(format2) ?? "-", "\(bytes(p.bytesIn)) / \(bytes(p.bytesOut))",
                  "\(p.deltasIn) / \(p.deltasOut)", p.lagDeltas.map(String.init) ?? "-",

@@ -41,6 +41,9 @@ struct NodeSettingsTests {
         compaction-horizon = 3600
         tombstone-horizon = 7200
         attachment-horizon = 90
+        tls-cert = "node/node.pem"
+        tls-key = "node/node.key"
+        tls-ca = "ca/ca.pem"
         """
 
     @Test func aFileSetsEveryKey() throws {
@@ -48,6 +51,7 @@ struct NodeSettingsTests {
         defer { dir.remove() }
         try writePrivateFile(dir.path + "/mesh.key", " correct horse battery staple\n")
         try writePrivateFile(dir.path + "/admin.key", "the admin's own sixteen bytes")
+        let node = try MeshPKI(in: dir.path).issue("node")
         let settings = try NodeSettings.parse(Self.file, file: dir.path + "/shoal.toml")
         let configuration = try settings.configuration()
         #expect(configuration.dataDirectory == dir.path + "/db", "a relative path is taken from the file's directory")
@@ -77,6 +81,7 @@ struct NodeSettingsTests {
         #expect(configuration.compactionHorizon == .seconds(3600))
         #expect(configuration.tombstoneHorizon == .seconds(7200))
         #expect(configuration.attachmentHorizon == .seconds(90))
+        #expect(configuration.tls == node, "TLS files are taken from the file's directory too")
         #expect(settings.origin(of: "max-frame-size") == dir.path + "/shoal.toml:13 (max-frame-size)")
         // Every key appears in the file above, so a key added without a test shows here.
         #expect(Set(NodeSettings.keys.map(\.name)) == Set(Self.file.split(separator: "\n").compactMap { line in
@@ -107,7 +112,8 @@ struct NodeSettingsTests {
     @Test func flagsOverrideTheFile() throws {
         let file = try NodeSettings.parse(
             Self.file.replacingOccurrences(of: "mesh-key-file = \"mesh.key\"\n", with: "")
-                .replacingOccurrences(of: "admin-key-file = \"admin.key\"\n", with: ""), file: "shoal.toml")
+                .replacingOccurrences(of: "admin-key-file = \"admin.key\"\n", with: "")
+                .split(separator: "\n").filter { !$0.hasPrefix("tls-") }.joined(separator: "\n"), file: "shoal.toml")
         var flags = NodeSettings()
         flags.setFlag("listen", .string("127.0.0.1:0"))
         flags.setFlag("peer", .strings(["127.0.0.1:9000"]))

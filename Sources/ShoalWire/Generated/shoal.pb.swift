@@ -1459,6 +1459,18 @@ public nonisolated struct Shoal_V1_StatusResponse: @unchecked Sendable {
   /// Clears the value of `transactions`. Subsequent reads from it will return its default value.
   public mutating func clearTransactions() {_uniqueStorage()._transactions = nil}
 
+  /// How the node's links are carried: "tls" (PROTOCOL.md §17) or "plaintext".
+  public var linkSecurity: String {
+    get {_storage._linkSecurity}
+    set {_uniqueStorage()._linkSecurity = newValue}
+  }
+
+  /// The node's name on TLS links: its certificate's subject common name ("" without TLS).
+  public var tlsIdentity: String {
+    get {_storage._tlsIdentity}
+    set {_uniqueStorage()._tlsIdentity = newValue}
+  }
+
   /// What an operator must know about who can reach the node, one sentence each:
   /// a node listening beyond loopback without a mesh key says so here (PROTOCOL.md §10).
   public var warnings: [String] {
@@ -1683,6 +1695,10 @@ public nonisolated struct Shoal_V1_PeerStatus: Sendable {
   /// Why the last session or dial with it ended in error ("" when none did), e.g. a
   /// refusal as a stale replica (STALE_REPLICA).
   public var lastError: String = String()
+
+  /// The subject common name of the certificate the peer presented on a TLS link
+  /// (PROTOCOL.md §17); "" on a plaintext one.
+  public var tlsIdentity: String = String()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -4101,7 +4117,7 @@ nonisolated extension Shoal_V1_Page: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StatusResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}listen\0\u{3}mesh_name\0\u{1}peers\0\u{1}subscriptions\0\u{1}collections\0\u{3}change_log_sequence\0\u{1}transactions\0\u{2}\u{b}warnings\0\u{2}\u{a}storage\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}listen\0\u{3}mesh_name\0\u{1}peers\0\u{1}subscriptions\0\u{1}collections\0\u{3}change_log_sequence\0\u{1}transactions\0\u{3}link_security\0\u{3}tls_identity\0\u{2}\u{9}warnings\0\u{2}\u{a}storage\0")
 
   fileprivate class _StorageClass {
     var _siteID: UInt64 = 0
@@ -4113,6 +4129,8 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
     var _collections: [Shoal_V1_CollectionStatus] = []
     var _changeLogSequence: UInt64 = 0
     var _transactions: Shoal_V1_TransactionStatus? = nil
+    var _linkSecurity: String = String()
+    var _tlsIdentity: String = String()
     var _warnings: [String] = []
     var _storage: Shoal_V1_StorageStatus? = nil
 
@@ -4134,6 +4152,8 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
       _collections = source._collections
       _changeLogSequence = source._changeLogSequence
       _transactions = source._transactions
+      _linkSecurity = source._linkSecurity
+      _tlsIdentity = source._tlsIdentity
       _warnings = source._warnings
       _storage = source._storage
     }
@@ -4163,6 +4183,8 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
         case 7: try { try decoder.decodeRepeatedMessageField(value: &_storage._collections) }()
         case 8: try { try decoder.decodeSingularUInt64Field(value: &_storage._changeLogSequence) }()
         case 9: try { try decoder.decodeSingularMessageField(value: &_storage._transactions) }()
+        case 10: try { try decoder.decodeSingularStringField(value: &_storage._linkSecurity) }()
+        case 11: try { try decoder.decodeSingularStringField(value: &_storage._tlsIdentity) }()
         case 20: try { try decoder.decodeRepeatedStringField(value: &_storage._warnings) }()
         case 30: try { try decoder.decodeSingularMessageField(value: &_storage._storage) }()
         default: break
@@ -4204,6 +4226,12 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
       try { if let v = _storage._transactions {
         try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
       } }()
+      if !_storage._linkSecurity.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._linkSecurity, fieldNumber: 10)
+      }
+      if !_storage._tlsIdentity.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._tlsIdentity, fieldNumber: 11)
+      }
       if !_storage._warnings.isEmpty {
         try visitor.visitRepeatedStringField(value: _storage._warnings, fieldNumber: 20)
       }
@@ -4228,6 +4256,8 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
         if _storage._collections != rhs_storage._collections {return false}
         if _storage._changeLogSequence != rhs_storage._changeLogSequence {return false}
         if _storage._transactions != rhs_storage._transactions {return false}
+        if _storage._linkSecurity != rhs_storage._linkSecurity {return false}
+        if _storage._tlsIdentity != rhs_storage._tlsIdentity {return false}
         if _storage._warnings != rhs_storage._warnings {return false}
         if _storage._storage != rhs_storage._storage {return false}
         return true
@@ -4556,7 +4586,7 @@ nonisolated extension Shoal_V1_PendingTransaction: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PeerStatus"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}address\0\u{1}state\0\u{3}rtt_millis\0\u{3}bytes_in\0\u{3}bytes_out\0\u{1}direction\0\u{1}discovered\0\u{3}deltas_in\0\u{3}deltas_out\0\u{3}lag_deltas\0\u{3}last_seen_millis_ago\0\u{3}listen_address\0\u{3}last_error\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}address\0\u{1}state\0\u{3}rtt_millis\0\u{3}bytes_in\0\u{3}bytes_out\0\u{1}direction\0\u{1}discovered\0\u{3}deltas_in\0\u{3}deltas_out\0\u{3}lag_deltas\0\u{3}last_seen_millis_ago\0\u{3}listen_address\0\u{3}last_error\0\u{3}tls_identity\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4579,6 +4609,7 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
       case 13: try { try decoder.decodeSingularInt64Field(value: &self.lastSeenMillisAgo) }()
       case 14: try { try decoder.decodeSingularStringField(value: &self.listenAddress) }()
       case 15: try { try decoder.decodeSingularStringField(value: &self.lastError) }()
+      case 16: try { try decoder.decodeSingularStringField(value: &self.tlsIdentity) }()
       default: break
       }
     }
@@ -4630,6 +4661,9 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
     if !self.lastError.isEmpty {
       try visitor.visitSingularStringField(value: self.lastError, fieldNumber: 15)
     }
+    if !self.tlsIdentity.isEmpty {
+      try visitor.visitSingularStringField(value: self.tlsIdentity, fieldNumber: 16)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -4649,6 +4683,7 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.lastSeenMillisAgo != rhs.lastSeenMillisAgo {return false}
     if lhs.listenAddress != rhs.listenAddress {return false}
     if lhs.lastError != rhs.lastError {return false}
+    if lhs.tlsIdentity != rhs.tlsIdentity {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

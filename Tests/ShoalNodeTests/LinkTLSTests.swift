@@ -1,0 +1,103 @@
+import Foundation
+import NIOCore
+import NIOEmbedded
+import Shoal
+import ShoalTesting
+import Testing
+
+@testable import ShoalNode
+
+extension ProcessSuites {
+    /// TLS between two ends in one process: `LinkTLS` on a pair of embedded channels
+    /// whose bytes the test carries across, and two embedded nodes on loopback TCP.
+    @Suite(.serialized) struct LinkTLSTests {
+        /// Runs a TLS handshake between `dialer` and `acceptor` on embedded channels and
+        /// returns what each side's handshake future gave: the peer's name or the error.
+        static func handshake(dialer: LinkTLS, acceptor: LinkTLS) throws -> (dialer: Result<String, any Error>, acceptor: Result<String, any Error>) {
+            let client = EmbeddedChannel(), server = EmbeddedChannel()
+            let clientDone = try dialer.secure(client, dialing: true, timeout: .seconds(10))
+            let serverDone = try acceptor.secure(server, dialing: false, timeout: .seconds(10))
+            let address = try SocketAddress(ipAddress: "127.0.0.1", port: 7470)
+            _ = server.connect(to: address)
+            _ = client.connect(to: address)
+            let results = Locked<(Result<String, any Error>?, Result<String, any Error>?)>((nil, nil))
+            clientDone.whenComplete { result in results.withLock { $0.0 = result } }
+            serverDone.whenComplete { result in results.withLock { $0.1 = result } }
+            for _ in 0..<20 where results.withLock({ $0.0 == nil || $0.1 == nil }) {
+                // The certificate check completes a promise; its continuation is a task on the loop.
+                client.embeddedEventLoop.run()
+                server.embeddedEventLoop.run()
+                while let bytes = try? client.readOutbound(as: ByteBuffer.self) { _ = try? server.writeInbound(bytes) }
+                while let bytes = try? server.readOutbound(as: ByteBuffer.self) { _ = try? client.writeInbound(bytes) }
+                if !client.isActive, server.isActive { server.close(promise: nil) }
+                if !server.isActive, client.isActive { client.close(promise: nil) }
+            }
+            // Closed without `finish()`, which would run the ten-second handshake timer.
+            client.close(promise: nil)
+            server.close(promise: nil)
+            let (dialed, accepted) = results.withLock { $0 }
+            return (try #require(dialed), try #require(accepted))
+        }
+
+        static func message(_ result: Result<String, any Error>) -> String {
+            switch result {
+            case .success(let name): "identified as \(name)"
+            case .failure(let error): (error as? NodeError)?.message ?? "\(error)"
+            }
+        }
+
+        @Test func bothSidesLearnTheOthersNameAndStrangersAreRefusedWithTheReason() throws {
+            let dir = TemporaryDirectory(prefix: "shoal-link-tls")
+            defer { dir.remove() }
+            let pki = try MeshPKI(in: dir.path)
+            let alpha = try LinkTLS(files: try pki.issue("alpha"))
+            let beta = try LinkTLS(files: try pki.issue("beta"))
+            let expired = try LinkTLS(files: try pki.issue("expired", ["--valid-from", "2021-03-01", "--days", "1"]))
+            let stranger = try LinkTLS(files: try MeshPKI(in: dir.path, ca: "ca2", name: "other CA").issue("stranger"))
+
+            let good = try Self.handshake(dialer: alpha, acceptor: beta)
+            #expect(try good.dialer.get() == "beta")
+            #expect(try good.acceptor.get() == "alpha")
+
+            // The acceptor checks the dialer's certificate and says why it refuses it.
+            let old = try Self.handshake(dialer: expired, acceptor: beta)
+            #expect(Self.message(old.acceptor).contains("its certificate (expired) expired at 2021-03-02"), "\(Self.message(old.acceptor))")
+            // The dialer checks the acceptor's first, before it shows its own.
+            let strange = try Self.handshake(dialer: alpha, acceptor: stranger)
+            #expect(
+                Self.message(strange.dialer).contains("its certificate (stranger) was not issued by this mesh's CA (test mesh CA)"),
+                "\(Self.message(strange.dialer))")
+            #expect(Self.message(strange.acceptor).contains("refused this side's certificate"), "\(Self.message(strange.acceptor))")
+        }
+
+        /// Two nodes embedded in one process, on loopback TCP with TLS: they sync, and each
+        /// knows the other by its certificate.
+        @Test func twoEmbeddedNodesSyncOverTLS() async throws {
+            let dir = TemporaryDirectory(prefix: "shoal-link-tls")
+            defer { dir.remove() }
+            let pki = try MeshPKI(in: dir.path)
+            let loopback = HostAndPort(host: "127.0.0.1", port: 0)
+            let alpha = try ShoalNode(
+                configuration: NodeConfiguration(
+                    dataDirectory: dir.path + "/alpha", listen: loopback, name: "alpha", discovery: false,
+                    tls: try pki.issue("alpha")))
+            #expect(alpha.linkSecurity == "tls" && alpha.tlsIdentity == "alpha")
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await alpha.run() }
+                let beta = try ShoalNode(
+                    configuration: NodeConfiguration(
+                        dataDirectory: dir.path + "/beta", listen: loopback, name: "beta", peers: [await alpha.ready()],
+                        subscriptions: ["SELECT * FROM cars"], discovery: false, tls: try pki.issue("beta")))
+                group.addTask { try await beta.run() }
+                _ = await beta.ready()
+                _ = try await alpha.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'a'})")
+                #expect(try await InProcessMesh.eventually { try await beta.store.execute("SELECT * FROM cars").items.count == 1 })
+                #expect(beta.sync.peers().contains { $0.state == "connected" && $0.tlsIdentity == "alpha" })
+                #expect(alpha.sync.peers().contains { $0.state == "connected" && $0.tlsIdentity == "beta" })
+                let status = try await AdminClient(node: await alpha.ready(), tls: try pki.issue("cli")).status()
+                #expect(status.linkSecurity == "tls" && status.tlsIdentity == "alpha")
+                group.cancelAll()
+            }
+        }
+    }
+}
