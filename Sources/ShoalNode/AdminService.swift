@@ -347,6 +347,7 @@ struct AdminService: AdminRequestHandler {
                         bytesOut: peer.bytesOut, discovered: peer.discovered || heard(peer.siteID)))
                 status.peers[status.peers.count - 1].deltasIn = peer.deltasIn
                 status.peers[status.peers.count - 1].deltasOut = peer.deltasOut
+                status.peers[status.peers.count - 1].deltasDuplicate = peer.deltasDuplicate
                 status.peers[status.peers.count - 1].lagDeltas = peer.lagDeltas
                 status.peers[status.peers.count - 1].listenAddress = peer.listenAddress ?? (peer.direction == .outbound ? peer.address : nil)
                 status.peers[status.peers.count - 1].lastError = peer.lastError

@@ -99,6 +99,10 @@ public final class NodeMetrics: Sendable {
                 counter("shoal_peer_sent_bytes_total", "Bytes sent to a peer site, over every session since the node started.", traffic.bytesOut, label)
                 counter("shoal_peer_received_deltas_total", "Deltas received from a peer site since the node started.", traffic.deltasIn, label)
                 counter("shoal_peer_sent_deltas_total", "Deltas sent to a peer site since the node started.", traffic.deltasOut, label)
+                counter(
+                    "shoal_peer_received_duplicate_deltas_total",
+                    "Deltas received from a peer site that this node held already (another path, a resend), since the node started.",
+                    traffic.deltasDuplicate, label)
             }
             var lag: [String: Prometheus.Gauge] = [:]
             for peer in peers where peer.state == "connected" {

@@ -239,6 +239,7 @@ extension NodeStatus {
                     bytesOut: p.bytesOut, discovered: p.discovered)
                 peer.deltasIn = p.deltasIn
                 peer.deltasOut = p.deltasOut
+                peer.deltasDuplicate = p.deltasDuplicate
                 peer.lagDeltas = p.state == "connected" ? p.lagDeltas : nil
                 peer.lastSeenMillisAgo = p.lastSeenMillisAgo >= 0 ? p.lastSeenMillisAgo : nil
                 peer.listenAddress = p.listenAddress.isEmpty ? nil : p.listenAddress
@@ -285,6 +286,7 @@ extension NodeStatus {
             p.discovered = peer.discovered
             p.deltasIn = peer.deltasIn
             p.deltasOut = peer.deltasOut
+            p.deltasDuplicate = peer.deltasDuplicate
             p.lagDeltas = peer.lagDeltas ?? 0
             p.lastSeenMillisAgo = peer.lastSeenMillisAgo ?? -1
             p.listenAddress = peer.listenAddress ?? ""

@@ -245,6 +245,26 @@ public struct NodeStatus: Sendable, Hashable {
         self.transactions = transactions
     }
 
+    /// Deltas received from peers since the node started, and of them those it held
+    /// already. A site listed twice (a live session and a dial target) carries the
+    /// site's counters twice: each site counts once.
+    public var deltasReceived: (total: UInt64, duplicate: UInt64) {
+        var bySite: [SiteID: (UInt64, UInt64)] = [:]
+        for peer in peers {
+            guard let site = peer.siteID else { continue }
+            let seen = bySite[site] ?? (0, 0)
+            bySite[site] = (max(seen.0, peer.deltasIn), max(seen.1, peer.deltasDuplicate))
+        }
+        return bySite.values.reduce((0, 0)) { ($0.0 + $1.0, $0.1 + $1.1) }
+    }
+
+    /// Deltas received over deltas new here (1 when each came once); nil before any came.
+    public var amplification: Double? {
+        let (total, duplicate) = deltasReceived
+        let new = total - min(duplicate, total)
+        return new > 0 ? Double(total) / Double(new) : nil
+    }
+
     /// A connection or dial target.
     public struct Peer: Sendable, Hashable {
         public var siteID: SiteID?
@@ -262,6 +282,9 @@ public struct NodeStatus: Sendable, Hashable {
         /// Deltas received from and sent to this peer's site since this node started.
         public var deltasIn: UInt64 = 0
         public var deltasOut: UInt64 = 0
+        /// Of `deltasIn`, those this node held already when they came (another path, a
+        /// resend): received and dropped.
+        public var deltasDuplicate: UInt64 = 0
         /// Rows of this node's change log the peer has not acknowledged (nil: not a sync session).
         public var lagDeltas: UInt64?
         /// Milliseconds since its last frame (nil: none came).

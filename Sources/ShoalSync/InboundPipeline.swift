@@ -260,6 +260,7 @@ public final class InboundPipeline: Sendable {
                     if !group.isEmpty { applyDuration?.record(duration: ContinuousClock.now - started) }
                     assembler = result.assembler
                     publish(assembler, result.counters, refused: result.refused, subscriptions: subscriptions)
+                    engine.registry.countDuplicates(result.duplicates)
                     for item in group { item.done?(.success(())) }
                     await committed(result, outcome, newPeers: newPeers, assembler: &assembler, engine: engine, subscriptions: subscriptions)
                     newPeers = []
@@ -413,6 +414,13 @@ public final class InboundPipeline: Sendable {
         var partial: [(CoverageAssembler.PartialReason, [TransactionID])] = []
         var questions: [Question] = []
         var counters = Counters()
+        /// Per peer, the deltas it sent that this node held already (logged, or
+        /// received from another peer for a transaction still waiting).
+        var duplicates: [SiteID: UInt64] = [:]
+
+        mutating func countDuplicates(_ count: Int, from peer: SiteID) {
+            if count > 0 { duplicates[peer, default: 0] += UInt64(count) }
+        }
     }
 
     /// The most deltas a commit may hold to count as short (`SyncStore.writeInbound`):
@@ -464,6 +472,7 @@ public final class InboundPipeline: Sendable {
                                 id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,
                                 collections: piece.collections, state: .applied, firstSeen: now)
                             record.documents = [:]
+                            let logged = writer.outcome.logged
                             if let refusal = try writer.apply(
                                 record, deltas: piece.deltas, documentDeltaCounts: piece.documentDeltaCounts,
                                 context: piece.context, buffered: false, state: nil, rest: nil)
@@ -471,6 +480,8 @@ public final class InboundPipeline: Sendable {
                                 logger.warning(
                                     "dropped a late piece of a remote transaction applied before: this node cannot hold \(refusal)",
                                     metadata: ["shoal.txn": "\(piece.id)", "shoal.peer.site": "\(item.source)"])
+                            } else {
+                                result.countDuplicates(piece.deltas.count - (writer.outcome.logged - logged), from: item.source)
                             }
                             continue
                         case .refused?:
@@ -486,6 +497,8 @@ public final class InboundPipeline: Sendable {
                     touched.insert(piece.id)
                     let record = a.records[piece.id]!
                     if record.state == .partial {
+                        // Applied in part: the log says which of the deltas were held.
+                        let logged = writer.outcome.logged
                         if let refusal = try writer.apply(
                             record, deltas: new, documentDeltaCounts: piece.documentDeltaCounts, context: piece.context,
                             buffered: false, state: .partial, rest: a.rest(of: piece.id, subscriptions: subscriptions))
@@ -494,8 +507,11 @@ public final class InboundPipeline: Sendable {
                             logger.warning(
                                 "dropped a late piece of a remote transaction applied in part: this node cannot hold \(refusal)",
                                 metadata: ["shoal.txn": "\(piece.id)", "shoal.peer.site": "\(item.source)"])
+                        } else {
+                            result.countDuplicates(piece.deltas.count - (writer.outcome.logged - logged), from: item.source)
                         }
                     } else {
+                        result.countDuplicates(piece.deltas.count - new.count, from: item.source)
                         fresh[piece.id, default: ([], [:], [])].deltas += new
                         fresh[piece.id]!.counts.merge(piece.documentDeltaCounts) { max($0, $1) }
                         fresh[piece.id]!.context += piece.context

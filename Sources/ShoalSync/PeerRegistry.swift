@@ -19,6 +19,8 @@ public struct PeerSnapshot: Sendable, Hashable {
     /// over every session with it (filled in by `snapshots()`).
     public var deltasIn: UInt64 = 0
     public var deltasOut: UInt64 = 0
+    /// Of `deltasIn`, those this node held already when they came: received and dropped.
+    public var deltasDuplicate: UInt64 = 0
     /// Rows of this node's change log after the last one the peer acknowledged.
     public var lagDeltas: UInt64?
     /// When the last frame from the peer arrived.
@@ -39,12 +41,17 @@ public struct PeerTraffic: Sendable, Hashable {
     public var bytesOut: UInt64 = 0
     public var deltasIn: UInt64 = 0
     public var deltasOut: UInt64 = 0
+    /// Of `deltasIn`, those this node held already when they came.
+    public var deltasDuplicate: UInt64 = 0
 
-    public init(bytesIn: UInt64 = 0, bytesOut: UInt64 = 0, deltasIn: UInt64 = 0, deltasOut: UInt64 = 0) {
+    public init(
+        bytesIn: UInt64 = 0, bytesOut: UInt64 = 0, deltasIn: UInt64 = 0, deltasOut: UInt64 = 0, deltasDuplicate: UInt64 = 0
+    ) {
         self.bytesIn = bytesIn
         self.bytesOut = bytesOut
         self.deltasIn = deltasIn
         self.deltasOut = deltasOut
+        self.deltasDuplicate = deltasDuplicate
     }
 }
 
@@ -145,6 +152,15 @@ final class PeerRegistry: Sendable {
         }
     }
 
+    /// Counts deltas received from each site that this node held already (the
+    /// inbound pipeline finds them as it commits).
+    func countDuplicates(_ duplicates: [SiteID: UInt64]) {
+        guard !duplicates.isEmpty else { return }
+        state.withLock { s in
+            for (site, count) in duplicates { s.totals[site, default: PeerTraffic()].deltasDuplicate += count }
+        }
+    }
+
     /// Notes a failure on the link with `site` that does not end its session (a
     /// transaction of it refused, say): status shows it as the peer's last error.
     func noteError(site: SiteID, _ error: String) {
@@ -198,6 +214,7 @@ final class PeerRegistry: Sendable {
                 if let site = snapshot.siteID, let totals = s.totals[site] {
                     snapshot.deltasIn = totals.deltasIn
                     snapshot.deltasOut = totals.deltasOut
+                    snapshot.deltasDuplicate = totals.deltasDuplicate
                 }
                 return snapshot
             }

@@ -111,7 +111,7 @@ enum Replication {
 
         return Result(
             replication: Figure(
-                documents: plan.documents, deltas: plan.documents * 6, writtenSeconds: written, oneHopSeconds: oneHop,
+                documents: plan.documents, deltas: plan.documents * Workload.deltasPerDocument, writtenSeconds: written, oneHopSeconds: oneHop,
                 twoHopSeconds: twoHops),
             initialSync: initialSync, latencyIdle: idle, latencyUnderLoad: underLoad,
             wire: Wire(

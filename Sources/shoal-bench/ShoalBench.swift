@@ -46,6 +46,11 @@ struct ShoalBench: AsyncParsableCommand {
         help: "Only the scale suite, in process: a store of --documents documents (default 1,000,000; 100,000 with --quick), its query latencies, scans and sizes before and after compaction.")
     var scale = false
 
+    @Flag(
+        name: .long,
+        help: "Only the mesh suite: complete meshes of 6 and 12 shoal processes, a line of 6 and a random graph with cycles; writes on one node and on three (--documents, default 600; 300 with --quick).")
+    var mesh = false
+
     func validate() throws {
         if let documents, documents < 100 || documents % 100 != 0 {
             throw ValidationError("--documents must be a multiple of 100, at least 100")
@@ -55,6 +60,13 @@ struct ShoalBench: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if mesh {
+            let count = documents ?? (quick ? 300 : 600)
+            let progress = Progress(enabled: !json)
+            let figures = try await Mesh.suite(documents: count, progress: progress)
+            print(json ? Mesh.json(figures) : Mesh.table(figures))
+            return
+        }
         if scale {
             let count = documents ?? (quick ? 100_000 : 1_000_000)
             let progress = Progress(enabled: !json)
@@ -125,6 +137,9 @@ struct Progress: Sendable {
 
 /// The documents every measurement writes: 5 fields, the same on every run.
 enum Workload {
+    /// The deltas one document writes: its 5 fields and its `_id`.
+    static let deltasPerDocument = 6
+
     static func document(_ n: Int) -> [String: Any] {
         ["_id": "d\(n)", "title": "document \(n)", "n": n, "color": ["red", "green", "blue"][n % 3], "size": n % 7, "ok": n % 2 == 0]
     }

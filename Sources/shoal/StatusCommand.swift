@@ -56,6 +56,7 @@ struct StatusCommand: AsyncParsableCommand {
             "warnings": .array(s.warnings.map(Value.string)),
             "links": .string(s.linkSecurity),
             "tlsIdentity": s.tlsIdentity.map(Value.string) ?? .null,
+            "received": received(s),
             "peers": .array(
                 s.peers.map { p in
                     .object([
@@ -65,6 +66,7 @@ struct StatusCommand: AsyncParsableCommand {
                         "bytesIn": .int(Int64(p.bytesIn)), "bytesOut": .int(Int64(p.bytesOut)),
                         "discovered": .bool(p.discovered),
                         "deltasIn": .int(Int64(p.deltasIn)), "deltasOut": .int(Int64(p.deltasOut)),
+                        "deltasDuplicate": .int(Int64(p.deltasDuplicate)),
                         "lagDeltas": p.lagDeltas.map { .int(Int64($0)) } ?? .null,
                         "lastSeenMillisAgo": p.lastSeenMillisAgo.map { .int($0) } ?? .null,
                         "lastError": p.lastError.map(Value.string) ?? .null,
@@ -80,6 +82,14 @@ struct StatusCommand: AsyncParsableCommand {
                     uniqueKeysWithValues: s.collections.map { c in
                         (c.name, Value.object(["documents": .int(Int64(c.documents)), "digest": c.digest.map(Value.string) ?? .null]))
                     })),
+        ])
+    }
+
+    static func received(_ s: NodeStatus) -> Value {
+        let (total, duplicate) = s.deltasReceived
+        return .object([
+            "deltas": .int(Int64(total)), "duplicate": .int(Int64(duplicate)),
+            "amplification": s.amplification.map { .double(($0 * 1000).rounded() / 1000) } ?? .null,
         ])
     }
 
@@ -162,16 +172,20 @@ struct StatusCommand: AsyncParsableCommand {
         for warning in s.warnings { out += "\nWARNING: \(warning)\n" }
         out += "\nPeers\n"
         out += render(
-            ["SITE", "NAME", "CERTIFICATE", "ADDRESS", "FOUND BY", "DIRECTION", "STATE", "RTT ms", "BYTES IN/OUT", "DELTAS IN/OUT", "LAG", "HEARD"],
+            ["SITE", "NAME", "CERTIFICATE", "ADDRESS", "FOUND BY", "DIRECTION", "STATE", "RTT ms", "BYTES IN/OUT", "DELTAS IN/OUT", "HELD ALREADY", "LAG", "HEARD"],
             s.peers.map { p in
                 [p.siteID?.description ?? "-", p.name.isEmpty ? "-" : p.name, p.tlsIdentity ?? "-", p.address,
                  p.discovered ? "discovery" : p.direction == "outbound" ? "static" : "-", p.direction,
                  p.state, p.rttMillis.map(format2) ?? "-", "\(bytes(p.bytesIn)) / \(bytes(p.bytesOut))",
-                 "\(p.deltasIn) / \(p.deltasOut)", p.lagDeltas.map(String.init) ?? "-",
+                 "\(p.deltasIn) / \(p.deltasOut)", "\(p.deltasDuplicate)", p.lagDeltas.map(String.init) ?? "-",
                  p.lastSeenMillisAgo.map { $0 < 1000 ? "\($0) ms ago" : "\($0 / 1000) s ago" } ?? "-"]
             })
         for p in s.peers {
             if let error = p.lastError { out += "  \(p.address): \(error)\n" }
+        }
+        if let ratio = s.amplification {
+            let (total, duplicate) = s.deltasReceived
+            out += "  received \(total) deltas, \(duplicate) of them held already: amplification \(format2(ratio))× (received / new)\n"
         }
         out += "\nSubscriptions\n"
         out += render(["ID", "ORIGIN", "QUERY"], s.subscriptions.map { [$0.id, $0.origin, $0.query] })

@@ -26,7 +26,7 @@ struct NodeMetricsTests {
         let metrics = NodeMetrics()
         var reading = NodeMetrics.Reading()
         reading.peers = [Self.peer(Self.a, "connected", lag: 7), Self.peer(Self.b, "connected"), Self.peer(nil, "connecting")]
-        reading.traffic = [Self.a: PeerTraffic(bytesIn: 10, bytesOut: 2000, deltasIn: 1, deltasOut: 30)]
+        reading.traffic = [Self.a: PeerTraffic(bytesIn: 10, bytesOut: 2000, deltasIn: 1, deltasOut: 30, deltasDuplicate: 1)]
         reading.committedLocal = 5
         reading.appliedRemote = 4
         reading.waiting = 2
@@ -43,6 +43,7 @@ struct NodeMetricsTests {
         #expect(Self.value(text, "shoal_peer_received_bytes_total{peer_site=\"\(site)\"}") == 10)
         #expect(Self.value(text, "shoal_peer_sent_deltas_total{peer_site=\"\(site)\"}") == 30)
         #expect(Self.value(text, "shoal_peer_received_deltas_total{peer_site=\"\(site)\"}") == 1)
+        #expect(Self.value(text, "shoal_peer_received_duplicate_deltas_total{peer_site=\"\(site)\"}") == 1)
         #expect(Self.value(text, "shoal_peer_lag_deltas{peer_site=\"\(site)\"}") == 7)
         #expect(Self.value(text, "shoal_transactions_committed_total") == 5)
         #expect(Self.value(text, "shoal_transactions_applied_remote_total") == 4)

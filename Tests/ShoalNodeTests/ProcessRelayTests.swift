@@ -32,6 +32,12 @@ extension ProcessSuites {
         #expect(seenByA["discovered"] as? Bool == false)
         #expect(seenByA["lagDeltas"] is Int && seenByA["lastSeenMillisAgo"] is Int)
         #expect((seenByA["deltasOut"] as? Int ?? 0) >= 2 && (seenByA["deltasIn"] as? Int ?? 0) >= 1, "\(seenByA)")
+        // A line: nothing reaches A twice, and status says so.
+        #expect(seenByA["deltasDuplicate"] as? Int == 0, "\(seenByA)")
+        let received = try #require(try a.status()["received"] as? [String: Any])
+        #expect(received["deltas"] as? Int == seenByA["deltasIn"] as? Int && received["duplicate"] as? Int == 0, "\(received)")
+        #expect(received["amplification"] as? Double == 1.0, "\(received)")
+        #expect(try ShoalBinary.run(["status", "--node", a.address]).stdout.contains("of them held already: amplification 1.00×"))
         #expect(try eventually { try ProcessMeshTests.peers(a).first?["lagDeltas"] as? Int == 0 }, "B has acknowledged everything")
 
         // shoal mesh from A reaches C through B, which A does not dial itself.

@@ -70,4 +70,45 @@ import Testing
             }
         }
     }
+
+    /// In a triangle with one writer, each receiver gets every delta from the writer,
+    /// and the other receiver relays it too (unless it had it from this one first, which
+    /// the echo rule then keeps from coming back). The pipeline counts, per peer, what
+    /// came that this node held already: the new deltas (received - duplicates) are
+    /// exactly what was written, and each transaction came at least once more.
+    @Test func duplicatesAreCountedPerPeerAndNewDeltasOnce() async throws {
+        let nodes = try ["a", "b", "c"].map { try TestNode(name: $0, subscriptions: [Self.query]) }
+        defer { nodes.forEach { $0.remove() } }
+        let (a, b, c) = (nodes[0], nodes[1], nodes[2])
+        try await Self.withLinks([(b, a), (c, a), (c, b)][...]) {
+            for k in 0..<40 {
+                _ = try await a.store.execute(
+                    "INSERT INTO items DOCUMENTS ({'_id': :k, 'v': :v, 'w': 'x'})", arguments: ["k": .string("k\(k)"), "v": .int(Int64(k))])
+            }
+            let written = UInt64(40 * 3)
+            @Sendable func counts(_ node: TestNode) -> (received: UInt64, duplicate: UInt64) {
+                var bySite: [SiteID: (UInt64, UInt64)] = [:]
+                for p in node.sync.peers() where p.state == "connected" {
+                    if let site = p.siteID { bySite[site] = (p.deltasIn, p.deltasDuplicate) }
+                }
+                return (bySite.values.reduce(0) { $0 + $1.0 }, bySite.values.reduce(0) { $0 + $1.1 })
+            }
+            #expect(await InProcessMesh.eventually {
+                let (bc, cc) = (counts(b), counts(c))
+                return bc.received - bc.duplicate == written && cc.received - cc.duplicate == written
+                    && bc.duplicate + cc.duplicate >= written
+            })
+            try await Task.sleep(for: .milliseconds(500))
+            var duplicates: UInt64 = 0
+            for node in [b, c] {
+                let (received, duplicate) = counts(node)
+                print("triangle, one writer: \(node.sync.configuration.nodeName) received \(received) deltas, \(duplicate) held already")
+                #expect(received - duplicate == written, "each delta new once: \(received) received, \(duplicate) duplicates")
+                duplicates += duplicate
+            }
+            #expect(duplicates >= written && duplicates <= 2 * written, "\(duplicates) duplicates for \(written) deltas written")
+            let fromA = try #require(b.sync.peers().first { $0.siteID == a.sync.siteID })
+            #expect(fromA.deltasDuplicate <= fromA.deltasIn)
+        }
+    }
 }

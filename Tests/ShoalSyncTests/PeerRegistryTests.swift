@@ -39,3 +39,31 @@ struct PeerRegistryTests {
         #expect(registry.traffic().count == 1)
     }
 }
+
+/// The node's amplification as status reports it: received over new, each site once.
+struct NodeStatusAmplificationTests {
+    static func peer(_ site: UInt64?, _ state: String, deltasIn: UInt64, duplicate: UInt64) -> NodeStatus.Peer {
+        var peer = NodeStatus.Peer(
+            siteID: site.map(SiteID.init), name: "", address: "", state: state, direction: "outbound", rttMillis: nil,
+            bytesIn: 0, bytesOut: 0)
+        peer.deltasIn = deltasIn
+        peer.deltasDuplicate = duplicate
+        return peer
+    }
+
+    @Test func aSiteListedTwiceCountsOnceAndNothingNewMeansNoRatio() {
+        var status = NodeStatus(siteID: SiteID(1), name: "n", listen: "", meshName: "default", changeLogSequence: 0)
+        #expect(status.amplification == nil, "nothing received yet")
+        status.peers = [
+            Self.peer(2, "connected", deltasIn: 300, duplicate: 200),
+            // The same site again, as a dial target: the site's counters, not more.
+            Self.peer(2, "disconnected", deltasIn: 300, duplicate: 200),
+            Self.peer(3, "connected", deltasIn: 100, duplicate: 0),
+            Self.peer(nil, "connecting", deltasIn: 0, duplicate: 0),
+        ]
+        #expect(status.deltasReceived.total == 400 && status.deltasReceived.duplicate == 200)
+        #expect(status.amplification == 2.0)
+        status.peers = [Self.peer(2, "connected", deltasIn: 50, duplicate: 50)]
+        #expect(status.amplification == nil, "only copies: no new delta to divide by")
+    }
+}

@@ -1700,6 +1700,10 @@ public nonisolated struct Shoal_V1_PeerStatus: Sendable {
   /// (PROTOCOL.md §17); "" on a plaintext one.
   public var tlsIdentity: String = String()
 
+  /// Of deltas_in, those this node held already when they came (another path, or a
+  /// resend): received and dropped. deltas_in - deltas_duplicate were new here.
+  public var deltasDuplicate: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -4586,7 +4590,7 @@ nonisolated extension Shoal_V1_PendingTransaction: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PeerStatus"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}address\0\u{1}state\0\u{3}rtt_millis\0\u{3}bytes_in\0\u{3}bytes_out\0\u{1}direction\0\u{1}discovered\0\u{3}deltas_in\0\u{3}deltas_out\0\u{3}lag_deltas\0\u{3}last_seen_millis_ago\0\u{3}listen_address\0\u{3}last_error\0\u{3}tls_identity\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}address\0\u{1}state\0\u{3}rtt_millis\0\u{3}bytes_in\0\u{3}bytes_out\0\u{1}direction\0\u{1}discovered\0\u{3}deltas_in\0\u{3}deltas_out\0\u{3}lag_deltas\0\u{3}last_seen_millis_ago\0\u{3}listen_address\0\u{3}last_error\0\u{3}tls_identity\0\u{3}deltas_duplicate\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4610,6 +4614,7 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
       case 14: try { try decoder.decodeSingularStringField(value: &self.listenAddress) }()
       case 15: try { try decoder.decodeSingularStringField(value: &self.lastError) }()
       case 16: try { try decoder.decodeSingularStringField(value: &self.tlsIdentity) }()
+      case 17: try { try decoder.decodeSingularUInt64Field(value: &self.deltasDuplicate) }()
       default: break
       }
     }
@@ -4664,6 +4669,9 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
     if !self.tlsIdentity.isEmpty {
       try visitor.visitSingularStringField(value: self.tlsIdentity, fieldNumber: 16)
     }
+    if self.deltasDuplicate != 0 {
+      try visitor.visitSingularUInt64Field(value: self.deltasDuplicate, fieldNumber: 17)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -4684,6 +4692,7 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.listenAddress != rhs.listenAddress {return false}
     if lhs.lastError != rhs.lastError {return false}
     if lhs.tlsIdentity != rhs.tlsIdentity {return false}
+    if lhs.deltasDuplicate != rhs.deltasDuplicate {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
