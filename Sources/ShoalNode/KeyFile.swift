@@ -1,11 +1,14 @@
 import Foundation
 
 #if canImport(Glibc)
-// `stat` is reachable through CoreFoundation as well once the TLS libraries are linked.
+// `stat` is reachable through CoreFoundation and NIO's C module as well once the TLS
+// libraries are linked: the C library's is named.
 import CoreFoundation
 import Glibc
+private typealias FileInfo = Glibc.stat
 #elseif canImport(Darwin)
 import Darwin
+private typealias FileInfo = Darwin.stat
 #endif
 
 /// Mesh and admin key files: reading them (only when no other user can) and making new ones.
@@ -22,7 +25,7 @@ public enum KeyFile {
 
     /// Reads a key file; the error names the file and says what to do.
     public static func read(path: String, purpose: String = "mesh key") throws(NodeError) -> [UInt8] {
-        var info = stat()
+        var info = FileInfo()
         guard stat(path, &info) == 0 else {
             throw NodeError(.keyFile, "cannot read the \(purpose) file \(path): \(String(cString: strerror(errno)))")
         }
@@ -82,7 +85,7 @@ public enum KeyFile {
     /// A file's permission bits when its group or other users may read or write it;
     /// nil when they may not (or it cannot be read).
     package static func modeOpenToOthers(path: String) -> mode_t? {
-        var info = stat()
+        var info = FileInfo()
         guard stat(path, &info) == 0 else { return nil }
         let mode = info.st_mode & 0o777
         return mode & 0o077 == 0 ? nil : mode

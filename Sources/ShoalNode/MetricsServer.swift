@@ -63,7 +63,7 @@ struct MetricsServer {
                 }
             return MetricsServer(server: server)
         } catch {
-            throw NodeError(.invalidConfiguration, "cannot serve metrics on \(address) (--metrics): \(error)")
+            throw NodeError(.invalidConfiguration, "cannot serve metrics on \(address) (--metrics): \(NodeError.describe(error))")
         }
     }
 

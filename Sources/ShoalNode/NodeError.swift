@@ -15,6 +15,8 @@ public struct NodeError: Error, Sendable, Hashable, CustomStringConvertible {
         case protocolError
         /// A local file the client was given cannot be read or written.
         case file
+        /// The node is not running: it stopped, or `run()` ended before it listened.
+        case stopped
     }
 
     public var code: Code

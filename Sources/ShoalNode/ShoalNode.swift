@@ -36,7 +36,7 @@ public final class ShoalNode: Service, Sendable {
     let handshakes: HandshakeGate
     /// When the last "pushed out" notice was logged, so a flood logs a line a minute.
     private let handshakeNotice = Locked<(last: ContinuousClock.Instant?, since: UInt64)>((nil, 0))
-    private let readyWaiters = Locked<[CheckedContinuation<HostAndPort, Never>]>([])
+    private let readiness = Readiness()
 
     public init(configuration: NodeConfiguration, logger: Logger = Logger(label: "shoal")) throws {
         self.configuration = configuration
@@ -170,14 +170,12 @@ public final class ShoalNode: Service, Sendable {
     public var listenAddress: HostAndPort? { bound.withLock { $0 } }
 
     /// Waits until the listener accepts connections and returns its address.
-    public func ready() async -> HostAndPort {
-        await withCheckedContinuation { continuation in
-            let now: HostAndPort? = bound.withLock { address in
-                if address == nil { readyWaiters.withLock { $0.append(continuation) } }
-                return address
-            }
-            if let now { continuation.resume(returning: now) }
-        }
+    ///
+    /// Throws what ended `run()` before it listened (a port taken, a store that could not
+    /// open: the error `run()` throws), `NodeError.Code.stopped` once the node has
+    /// stopped, and `CancellationError` when the waiting task is cancelled.
+    public func ready() async throws -> HostAndPort {
+        try await readiness.wait()
     }
 
     /// Serves until the task is cancelled or graceful shutdown begins, then waits
@@ -203,6 +201,10 @@ public final class ShoalNode: Service, Sendable {
             await store.shutdown()
             monitor.cancelAll()
             return result
+        }
+        switch result {
+        case .failure(let error) where !(error is CancellationError): readiness.end(error)
+        default: readiness.end(NodeError(.stopped, "the node has stopped"))
         }
         dataLock.release()
         try? await group.shutdownGracefully()
@@ -232,7 +234,7 @@ public final class ShoalNode: Service, Sendable {
                     }
                 }
         } catch {
-            throw NodeError(.invalidConfiguration, "cannot listen on \(configuration.listen): \(error)")
+            throw NodeError(.invalidConfiguration, "cannot listen on \(configuration.listen): \(NodeError.describe(error))")
         }
         let address = HostAndPort(
             host: configuration.listen.host, port: server.channel.localAddress?.port ?? configuration.listen.port)
@@ -254,7 +256,7 @@ public final class ShoalNode: Service, Sendable {
         }
         bound.withLock { $0 = address }
         sync.listenAddress = address.description
-        for waiter in readyWaiters.withLock({ w in defer { w.removeAll() }; return w }) { waiter.resume(returning: address) }
+        readiness.listening(at: address)
         logger.info(
             "ready to accept connections on \(address) (\(linkSecurityDescription))",
             metadata: [
@@ -687,5 +689,16 @@ struct ChannelTransport: SessionTransport {
 
     func close() async {
         try? await channel.close()
+    }
+}
+
+extension NodeError {
+    /// An error from a socket call in words: "Address already in use (errno 98)",
+    /// without the call's name that NIO puts before it.
+    static func describe(_ error: any Error) -> String {
+        if let io = error as? IOError {
+            return "\(String(cString: strerror(io.errnoCode))) (errno \(io.errnoCode))"
+        }
+        return "\(error)"
     }
 }

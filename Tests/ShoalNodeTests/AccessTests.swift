@@ -34,7 +34,7 @@ import Glibc
         let first = try ShoalNode(configuration: configuration)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await first.run() }
-            _ = await first.ready()
+            _ = try await first.ready()
             #expect(try await first.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'a'})").transactionID != nil)
             do {
                 _ = try ShoalNode(configuration: configuration)
@@ -50,7 +50,7 @@ import Glibc
         let second = try ShoalNode(configuration: configuration)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await second.run() }
-            _ = await second.ready()
+            _ = try await second.ready()
             let kept = try await second.store.execute("SELECT * FROM cars").items
             #expect(kept.count == 2)
             group.cancelAll()

@@ -15,14 +15,14 @@ import Testing
                 discovery: false))
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await alpha.run() }
-            let alphaAddress = await alpha.ready()
+            let alphaAddress = try await alpha.ready()
             #expect(alphaAddress.port != 0)
             let beta = try ShoalNode(
                 configuration: NodeConfiguration(
                     dataDirectory: dir.path + "/beta", listen: HostAndPort(host: "127.0.0.1", port: 0), name: "beta",
                     peers: [alphaAddress], subscriptions: ["SELECT * FROM cars"], discovery: false))
             group.addTask { try await beta.run() }
-            _ = await beta.ready()
+            _ = try await beta.ready()
 
             let result = try await alpha.store.execute(
                 "INSERT INTO cars DOCUMENTS (:car)", arguments: ["car": ["_id": "a", "color": "blue"]])
@@ -47,6 +47,39 @@ import Testing
         }
     }
 
+    /// The listen port taken: `ready()` throws what `run()` throws (in words, no stray
+    /// parenthesis), a waiter cancelled before the node listens is released at once,
+    /// and after the node stopped `ready()` says so instead of waiting for ever.
+    @Test func readyTellsWhyANodeDidNotStartAndHonoursCancellation() async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-embed")
+        defer { dir.remove() }
+        let first = try ShoalNode(
+            configuration: NodeConfiguration(
+                dataDirectory: dir.path + "/first", listen: HostAndPort(host: "127.0.0.1", port: 0), name: "first",
+                discovery: false))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await first.run() }
+            let taken = try await first.ready()
+            let second = try ShoalNode(
+                configuration: NodeConfiguration(
+                    dataDirectory: dir.path + "/second", listen: taken, name: "second", discovery: false))
+            // A waiter cancelled before anything happens returns at once.
+            let early = Task { try await second.ready() }
+            early.cancel()
+            await #expect(throws: CancellationError.self) { try await early.value }
+            // run() fails on the port; ready() throws the same error.
+            let waiting = Task { try await second.ready() }
+            var ran: NodeError?
+            do { try await second.run() } catch let error as NodeError { ran = error }
+            let message = try #require(ran?.message)
+            #expect(message == "cannot listen on \(taken): Address already in use (errno 98)", "\(message)")
+            await #expect { try await waiting.value } throws: { ($0 as? NodeError)?.message == message }
+            await #expect { try await second.ready() } throws: { ($0 as? NodeError)?.message == message }
+            group.cancelAll()
+        }
+        await #expect { try await first.ready() } throws: { ($0 as? NodeError)?.code == .stopped }
+    }
+
     /// `exec` requests run as transactions: with the hint they carry, behind the
     /// writer an app holds, and read-only when asked.
     @Test func execRequestsRunAsTransactionsWithTheirHint() async throws {
@@ -57,7 +90,7 @@ import Testing
                 dataDirectory: dir.path, listen: HostAndPort(host: "127.0.0.1", port: 0), name: "solo", discovery: false))
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await node.run() }
-            let client = AdminClient(node: await node.ready(), meshKey: nil, timeout: .seconds(30))
+            let client = AdminClient(node: try await node.ready(), meshKey: nil, timeout: .seconds(30))
             let appInside = Latch()
             group.addTask {
                 try await node.store.transaction(hint: "app") { tx in

@@ -86,15 +86,15 @@ extension ProcessSuites {
                 group.addTask { try await alpha.run() }
                 let beta = try ShoalNode(
                     configuration: NodeConfiguration(
-                        dataDirectory: dir.path + "/beta", listen: loopback, name: "beta", peers: [await alpha.ready()],
+                        dataDirectory: dir.path + "/beta", listen: loopback, name: "beta", peers: [try await alpha.ready()],
                         subscriptions: ["SELECT * FROM cars"], discovery: false, tls: try pki.issue("beta")))
                 group.addTask { try await beta.run() }
-                _ = await beta.ready()
+                _ = try await beta.ready()
                 _ = try await alpha.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'a'})")
                 #expect(try await InProcessMesh.eventually { try await beta.store.execute("SELECT * FROM cars").items.count == 1 })
                 #expect(beta.sync.peers().contains { $0.state == "connected" && $0.tlsIdentity == "alpha" })
                 #expect(alpha.sync.peers().contains { $0.state == "connected" && $0.tlsIdentity == "beta" })
-                let status = try await AdminClient(node: await alpha.ready(), tls: try pki.issue("cli")).status()
+                let status = try await AdminClient(node: try await alpha.ready(), tls: try pki.issue("cli")).status()
                 #expect(status.linkSecurity == "tls" && status.tlsIdentity == "alpha")
                 group.cancelAll()
             }

@@ -128,7 +128,11 @@ extension ProcessSuites {
             "run", "--data", dirs.path + "/b", "--listen", "127.0.0.1:0", "--no-discovery", "--metrics", taken,
         ])
         #expect(second.status != 0)
-        #expect(second.stderr.contains("cannot serve metrics on \(taken) (--metrics)"), "\(second.stderr)")
+        #expect(second.stderr.contains("cannot serve metrics on \(taken) (--metrics): Address already in use (errno 98)"), "\(second.stderr)")
+        // The peer port taken: the same words, and the process ends.
+        let third = try ShoalBinary.run(["run", "--data", dirs.path + "/c", "--listen", a.address, "--no-discovery"])
+        #expect(third.status != 0)
+        #expect(third.stderr.contains("cannot listen on \(a.address): Address already in use (errno 98)"), "\(third.stderr)")
     }
 }
 }

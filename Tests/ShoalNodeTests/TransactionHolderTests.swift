@@ -14,7 +14,7 @@ import Testing
                 dataDirectory: dir.path, listen: HostAndPort(host: "127.0.0.1", port: 0), discovery: false))
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await node.run() }
-            let address = await node.ready()
+            let address = try await node.ready()
             try await body(node, AdminClient(node: address))
             group.cancelAll()
         }

@@ -1,0 +1,64 @@
+import ShoalCRDT
+
+/// Whether a node listens yet, for `ShoalNode.ready()`: waiting, listening at an
+/// address, or ended (run() failed before it listened, or the node stopped). Waiters
+/// are resumed once, with the address or the error; a waiter whose task is cancelled
+/// is resumed at once with `CancellationError`.
+final class Readiness: Sendable {
+    private enum State {
+        case waiting([UInt64: CheckedContinuation<HostAndPort, any Error>])
+        case listening(HostAndPort)
+        case ended(any Error)
+    }
+
+    private let state = Locked<(state: State, next: UInt64)>((.waiting([:]), 0))
+
+    func wait() async throws -> HostAndPort {
+        let ticket = state.withLock { s -> UInt64 in
+            s.next += 1
+            return s.next
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HostAndPort, any Error>) in
+                let outcome = state.withLock { s -> Result<HostAndPort, any Error>? in
+                    switch s.state {
+                    case .listening(let address): return .success(address)
+                    case .ended(let error): return .failure(error)
+                    case .waiting(var waiters):
+                        if Task.isCancelled { return .failure(CancellationError()) }
+                        waiters[ticket] = continuation
+                        s.state = .waiting(waiters)
+                        return nil
+                    }
+                }
+                if let outcome { continuation.resume(with: outcome) }
+            }
+        } onCancel: {
+            let waiter = state.withLock { s -> CheckedContinuation<HostAndPort, any Error>? in
+                guard case .waiting(var waiters) = s.state, let waiter = waiters.removeValue(forKey: ticket) else { return nil }
+                s.state = .waiting(waiters)
+                return waiter
+            }
+            waiter?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// The listener is bound: every waiter, and every later `wait`, gets `address`.
+    func listening(at address: HostAndPort) {
+        resume(.listening(address), with: .success(address))
+    }
+
+    /// `run()` returned: waiters get `error`, and so does every later `wait`.
+    func end(_ error: any Error) {
+        resume(.ended(error), with: .failure(error))
+    }
+
+    private func resume(_ next: State, with outcome: Result<HostAndPort, any Error>) {
+        let waiters = state.withLock { s -> [CheckedContinuation<HostAndPort, any Error>] in
+            defer { s.state = next }
+            guard case .waiting(let waiters) = s.state else { return [] }
+            return Array(waiters.values)
+        }
+        for waiter in waiters { waiter.resume(with: outcome) }
+    }
+}
