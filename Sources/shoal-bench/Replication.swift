@@ -40,21 +40,26 @@ enum Replication {
 
     static let subscription = "SELECT * FROM docs"
 
-    static func measure(plan: Plan, progress: Progress) async throws -> Result {
+    /// With `tls`, every node and every admin client uses TLS 1.3 with certificates
+    /// from a mesh CA `shoal cert` makes for the run.
+    static func measure(plan: Plan, progress: Progress, tls: Bool = false) async throws -> Result {
         let directory = TemporaryDirectory(prefix: "shoal-bench-mesh")
         defer { directory.remove() }
-        let quiet: [String] = []
-        let a = try NodeProcess(name: "a", dataDirectory: directory.path + "/a", extra: quiet)
+        let pki = tls ? try BenchPKI(in: directory.path + "/pki") : nil
+        func flags(_ name: String) throws -> [String] { try pki?.issue(name).arguments ?? [] }
+        let clientFiles = try pki?.issue("bench")
+        let a = try NodeProcess(name: "a", dataDirectory: directory.path + "/a", extra: try flags("a"))
         let b = try NodeProcess(
             name: "b", dataDirectory: directory.path + "/b",
-            extra: quiet + ["--peer", a.address, "--subscribe", subscription, "--subscribe", "SELECT * FROM probe"])
-        let c = try NodeProcess(name: "c", dataDirectory: directory.path + "/c", extra: quiet + ["--peer", b.address, "--subscribe", subscription])
+            extra: try flags("b") + ["--peer", a.address, "--subscribe", subscription, "--subscribe", "SELECT * FROM probe"])
+        let c = try NodeProcess(
+            name: "c", dataDirectory: directory.path + "/c", extra: try flags("c") + ["--peer", b.address, "--subscribe", subscription])
         defer {
             for node in [a, b, c] { node.stop() }
         }
-        let toA = AdminClient(node: try HostAndPort(parsing: a.address), timeout: .seconds(600))
-        let toB = AdminClient(node: try HostAndPort(parsing: b.address), timeout: .seconds(600))
-        let toC = AdminClient(node: try HostAndPort(parsing: c.address), timeout: .seconds(600))
+        let toA = AdminClient(node: try HostAndPort(parsing: a.address), timeout: .seconds(600), tls: clientFiles)
+        let toB = AdminClient(node: try HostAndPort(parsing: b.address), timeout: .seconds(600), tls: clientFiles)
+        let toC = AdminClient(node: try HostAndPort(parsing: c.address), timeout: .seconds(600), tls: clientFiles)
         for client in [toB, toC] {
             try await waitUntil { try await client.status().peers.contains { $0.state == "connected" } }
         }
@@ -104,9 +109,10 @@ enum Replication {
 
         progress.say("  a node joins A and syncs \(plan.documents) documents")
         let joinStart = ContinuousClock.now
-        let d = try NodeProcess(name: "d", dataDirectory: directory.path + "/d", extra: quiet + ["--peer", a.address, "--subscribe", subscription])
+        let d = try NodeProcess(
+            name: "d", dataDirectory: directory.path + "/d", extra: try flags("d") + ["--peer", a.address, "--subscribe", subscription])
         defer { d.stop() }
-        let toD = AdminClient(node: try HostAndPort(parsing: d.address), timeout: .seconds(600))
+        let toD = AdminClient(node: try HostAndPort(parsing: d.address), timeout: .seconds(600), tls: clientFiles)
         let initialSync = try await arrival(of: last, on: toD, since: joinStart)
 
         return Result(
@@ -148,6 +154,33 @@ enum Replication {
         }
         throw BenchError("the nodes did not connect within 30 s")
     }
+}
+
+/// A mesh CA and certificates issued from it, made with `shoal cert` (the shoal
+/// built next to shoal-bench).
+struct BenchPKI {
+    let directory: String
+
+    init(in directory: String) throws {
+        self.directory = directory
+        try Self.shoal(["cert", "ca", "--out", directory + "/ca", "--name", "shoal-bench CA"])
+    }
+
+    func issue(_ name: String) throws -> TLSFiles {
+        let out = directory + "/" + name
+        try Self.shoal(["cert", "issue", "--ca", directory + "/ca", "--name", name, "--out", out])
+        return TLSFiles(certificate: out + "/\(name).pem", key: out + "/\(name).key", authority: directory + "/ca/ca.pem")
+    }
+
+    private static func shoal(_ arguments: [String]) throws {
+        let output = try ShoalBinary.run(arguments)
+        guard output.status == 0 else { throw BenchError("shoal \(arguments.joined(separator: " ")): \(output.stderr)") }
+    }
+}
+
+extension TLSFiles {
+    /// The flags of `shoal run` that name these files.
+    var arguments: [String] { ["--tls-cert", certificate, "--tls-key", key, "--tls-ca", authority] }
 }
 
 struct BenchError: Error, CustomStringConvertible {

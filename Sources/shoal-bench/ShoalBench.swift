@@ -51,6 +51,14 @@ struct ShoalBench: AsyncParsableCommand {
         help: "Only the mesh suite: complete meshes of 6 and 12 shoal processes, a line of 6 and a random graph with cycles; writes on one node and on three (--documents, default 600; 300 with --quick).")
     var mesh = false
 
+    @Flag(
+        name: .long,
+        help: "Only the replication run (A - B - C, D joining), over plaintext links and over TLS 1.3 alternating, in --pairs pairs: what TLS costs.")
+    var tls = false
+
+    @Option(name: .long, help: "Pairs of runs for --tls (default 2).")
+    var pairs = 2
+
     func validate() throws {
         if let documents, documents < 100 || documents % 100 != 0 {
             throw ValidationError("--documents must be a multiple of 100, at least 100")
@@ -60,6 +68,15 @@ struct ShoalBench: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if tls {
+            let plan = Plan(
+                documents: documents ?? (quick ? 10_000 : 100_000), singleWrites: 0, samples: samples ?? (quick ? 200 : 1_000),
+                inFlight: inFlight)
+            let progress = Progress(enabled: !json)
+            let measured = try await TLSCost.measure(plan: plan, pairs: max(1, pairs), progress: progress)
+            print(json ? TLSCost.json(measured) : TLSCost.table(measured, plan: plan))
+            return
+        }
         if mesh {
             let count = documents ?? (quick ? 300 : 600)
             let progress = Progress(enabled: !json)
