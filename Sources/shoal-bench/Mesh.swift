@@ -150,10 +150,7 @@ enum Mesh {
              String(format: "%.2f×", f.amplification), "\(f.bytesReceived)", String(format: "%.2f", f.convergeSeconds),
              String(format: "%.2f", f.cpuSecondsPerNode)]
         }
-        let widths = header.indices.map { c in ([header] + rows).map { $0[c].count }.max()! }
-        for row in [header] + rows {
-            out += row.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ") + "\n"
-        }
+        out += renderTable(header, rows)
         return out
     }
 

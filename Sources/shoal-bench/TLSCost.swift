@@ -48,10 +48,7 @@ enum TLSCost {
                 String(format: "%.2fx", ratios[ratios.count / 2]),
             ])
         }
-        let widths = header.indices.map { c in ([header] + rows).map { $0[c].count }.max()! }
-        for row in [header] + rows {
-            out += row.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ") + "\n"
-        }
+        out += renderTable(header, rows)
         return out
     }
 
