@@ -11,7 +11,12 @@ final class Readiness: Sendable {
         case ended(any Error)
     }
 
-    private let state = Locked<(state: State, next: UInt64)>((.waiting([:]), 0))
+    /// The state, the last waiter's ticket, and the address the node listened at (kept
+    /// once it stopped, for `ShoalNode.listenAddress`).
+    private let state = Locked<(state: State, next: UInt64, address: HostAndPort?)>((.waiting([:]), 0, nil))
+
+    /// The address the listener was bound to, once it was.
+    var address: HostAndPort? { state.withLock { $0.address } }
 
     func wait() async throws -> HostAndPort {
         let ticket = state.withLock { s -> UInt64 in
@@ -45,6 +50,7 @@ final class Readiness: Sendable {
 
     /// The listener is bound: every waiter, and every later `wait`, gets `address`.
     func listening(at address: HostAndPort) {
+        state.withLock { $0.address = address }
         resume(.listening(address), with: .success(address))
     }
 

@@ -31,7 +31,6 @@ public final class ShoalNode: Service, Sendable {
     private let tlsNotices = Locked<[String: ContinuousClock.Instant]>([:])
     /// Held from `init` until `run()` has closed the store (or the node is released).
     let dataLock: DataDirectoryLock
-    private let bound = Locked<HostAndPort?>(nil)
     /// Accepted connections still in their handshake (`--max-handshakes`).
     let handshakes: HandshakeGate
     /// When the last "pushed out" notice was logged, so a flood logs a line a minute.
@@ -167,7 +166,7 @@ public final class ShoalNode: Service, Sendable {
     }
 
     /// The address the listener is bound to (the real port when 0 was asked for).
-    public var listenAddress: HostAndPort? { bound.withLock { $0 } }
+    public var listenAddress: HostAndPort? { readiness.address }
 
     /// Waits until the listener accepts connections and returns its address.
     ///
@@ -254,7 +253,6 @@ public final class ShoalNode: Service, Sendable {
                     metadata: ["shoal.metrics.listen": "\(served)"])
             }
         }
-        bound.withLock { $0 = address }
         sync.listenAddress = address.description
         readiness.listening(at: address)
         logger.info(

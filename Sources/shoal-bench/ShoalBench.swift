@@ -65,6 +65,8 @@ struct ShoalBench: AsyncParsableCommand {
         }
         if let samples, samples < 10 { throw ValidationError("--samples must be at least 10") }
         if inFlight < 1 || inFlight > 64 { throw ValidationError("--in-flight must be from 1 to 64") }
+        if pairs < 1 || pairs > 50 { throw ValidationError("--pairs must be from 1 to 50") }
+        if [mesh, tls, scale].filter({ $0 }).count > 1 { throw ValidationError("--mesh, --tls and --scale each run a suite of their own: give one") }
     }
 
     func run() async throws {
@@ -73,7 +75,7 @@ struct ShoalBench: AsyncParsableCommand {
                 documents: documents ?? (quick ? 10_000 : 100_000), singleWrites: 0, samples: samples ?? (quick ? 200 : 1_000),
                 inFlight: inFlight)
             let progress = Progress(enabled: !json)
-            let measured = try await TLSCost.measure(plan: plan, pairs: max(1, pairs), progress: progress)
+            let measured = try await TLSCost.measure(plan: plan, pairs: pairs, progress: progress)
             print(json ? TLSCost.json(measured) : TLSCost.table(measured, plan: plan))
             return
         }
