@@ -352,6 +352,10 @@ struct AdminService: AdminRequestHandler {
                 status.peers[status.peers.count - 1].listenAddress = peer.listenAddress ?? (peer.direction == .outbound ? peer.address : nil)
                 status.peers[status.peers.count - 1].lastError = peer.lastError
                 status.peers[status.peers.count - 1].tlsIdentity = peer.tlsIdentity
+                status.peers[status.peers.count - 1].routesGiven = peer.routesGiven
+                status.peers[status.peers.count - 1].routesAsked = peer.routesAsked
+                status.peers[status.peers.count - 1].offersReceived = peer.offersReceived
+                status.peers[status.peers.count - 1].grafts = peer.grafts
                 status.peers[status.peers.count - 1].lastSeenMillisAgo = peer.lastHeard.map { since in
                     let elapsed = ContinuousClock.now - since
                     return elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000

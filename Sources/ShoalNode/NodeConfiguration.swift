@@ -24,6 +24,10 @@ public struct NodeConfiguration: Sendable {
     /// Whether this node carries changes for its neighbours' subscriptions that its
     /// own do not cover (ARCHITECTURE.md, "Relaying for neighbours").
     public var relay: Bool
+    /// Whether this node asks its peers to send some origins only as offers, so that in
+    /// a mesh with cycles each change reaches it about once (docs/ROUTES.md); off,
+    /// every link carries every origin in full, as protocol version 3 does.
+    public var routes = true
     public var limits: WireLimits
     public var keepaliveInterval: Duration
     public var idleTimeout: Duration

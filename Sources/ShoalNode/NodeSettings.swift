@@ -53,6 +53,7 @@ public struct NodeSettings: Sendable, Hashable {
         Key(name: "discovery", kind: .boolean, summary: "find peers of the same mesh on the LAN (default true)"),
         Key(name: "discovery-interface", kind: .string, summary: "the interface discovery uses, NAME or IPV4 (default: every multicast-capable one)"),
         Key(name: "relay", kind: .boolean, summary: "carry changes for neighbours' subscriptions this node's own do not cover (default true)"),
+        Key(name: "routes", kind: .boolean, summary: "ask peers to offer, not send, what another link brings already, so each change arrives about once (default true)"),
         Key(name: "log-level", kind: .string, summary: "trace, debug, info, notice, warning, error or critical (default info)"),
         Key(name: "log-format", kind: .string, summary: "text, or json: one JSON object per line (default text)"),
         Key(name: "synchronous", kind: .string, summary: "normal, or full: every commit on disk before it is acknowledged, so a power failure loses nothing acknowledged, at an fsync per commit (default normal)"),
@@ -395,7 +396,7 @@ public struct NodeSettings: Sendable, Hashable {
         if case .boolean(let b)? = values["relay"] { relay = b }
         var discovery = true
         if case .boolean(let b)? = values["discovery"] { discovery = b }
-        return NodeConfiguration(
+        var configuration = NodeConfiguration(
             dataDirectory: data, listen: listen, name: string("name"), peers: peers, subscriptions: strings("subscribe"),
             meshName: mesh, meshKey: meshKey, discovery: discovery, discoveryInterface: string("discovery-interface"), relay: relay,
             limits: WireLimits(maximumFrameSize: frame, maximumInflatedSize: frame),
@@ -407,6 +408,8 @@ public struct NodeSettings: Sendable, Hashable {
             compactionInterval: compactionInterval == 0 ? nil : .milliseconds(Int64(compactionInterval * 1000)),
             compactionHorizon: .milliseconds(Int64(compactionHorizon * 1000)),
             tombstoneHorizon: tombstoneHorizon == 0 ? nil : .milliseconds(Int64(tombstoneHorizon * 1000)), tls: tlsFiles)
+        if case .boolean(let b)? = values["routes"] { configuration.routes = b }
+        return configuration
     }
 
     /// The TLS files, loaded and checked once here so that a missing one, a key that

@@ -59,23 +59,23 @@ public final class ShoalNode: Service, Sendable {
             commitDuration: metrics.commitDuration, synchronousFull: configuration.synchronousFull)
         self.store = store
         let name = configuration.name ?? "shoal-\(String(store.siteID.description.prefix(6)))"
+        var syncConfiguration = SyncConfiguration(
+            nodeName: name, meshName: configuration.meshName, meshKey: configuration.meshKey,
+            listenAddress: configuration.listen.description, limits: configuration.limits,
+            keepaliveInterval: configuration.keepaliveInterval, idleTimeout: configuration.idleTimeout,
+            handshakeTimeout: resources.handshakeTimeout,
+            inbound: InboundPipeline.Configuration(
+                coverage: .init(
+                    maximumWait: configuration.coverageWait, maximumTransactions: configuration.maximumWaitingTransactions,
+                    maximumBytes: configuration.maximumWaitingBytes)),
+            relayForNeighbours: configuration.relay,
+            adminKey: configuration.adminKey, maximumPeers: resources.maximumPeers,
+            maximumAdminSessions: resources.maximumAdminConnections,
+            maximumSubscriptionsPerPeer: resources.maximumSubscriptionsPerPeer,
+            maximumQueryLength: resources.maximumQueryLength)
+        syncConfiguration.routes = configuration.routes
         self.sync = SyncEngine(
-            store: store,
-            configuration: SyncConfiguration(
-                nodeName: name, meshName: configuration.meshName, meshKey: configuration.meshKey,
-                listenAddress: configuration.listen.description, limits: configuration.limits,
-                keepaliveInterval: configuration.keepaliveInterval, idleTimeout: configuration.idleTimeout,
-                handshakeTimeout: resources.handshakeTimeout,
-                inbound: InboundPipeline.Configuration(
-                    coverage: .init(
-                        maximumWait: configuration.coverageWait, maximumTransactions: configuration.maximumWaitingTransactions,
-                        maximumBytes: configuration.maximumWaitingBytes)),
-                relayForNeighbours: configuration.relay,
-                adminKey: configuration.adminKey, maximumPeers: resources.maximumPeers,
-                maximumAdminSessions: resources.maximumAdminConnections,
-                maximumSubscriptionsPerPeer: resources.maximumSubscriptionsPerPeer,
-                maximumQueryLength: resources.maximumQueryLength),
-            logger: logger, applyDuration: metrics.remoteApplyDuration)
+            store: store, configuration: syncConfiguration, logger: logger, applyDuration: metrics.remoteApplyDuration)
         let saved = try store.savedFreshness()
         sync.freshness.load(entries: saved.entries, forgottenThrough: saved.forgottenThrough)
         for query in configuration.subscriptions {

@@ -9,10 +9,29 @@ public struct ChangeLogPage: Sendable, Equatable {
     public var pieces: [TransactionPiece]
     /// The last sequence examined, matched or not: the peer may resume after it.
     public var through: UInt64
+    /// Transactions of origins lazy for the peer that the page would have sent pieces
+    /// of, with the sequence of their first row in it (PROTOCOL.md §8.11).
+    public var offered: [Offer] = []
+    /// The lazy transactions offered (in this page or earlier ones of the stream) whose
+    /// run of rows goes on past the page: later pages neither send nor offer them.
+    public var offersOpen: Set<TransactionID> = []
 
-    public init(pieces: [TransactionPiece], through: UInt64) {
+    public init(pieces: [TransactionPiece], through: UInt64, offered: [Offer] = [], offersOpen: Set<TransactionID> = []) {
         self.pieces = pieces
         self.through = through
+        self.offered = offered
+        self.offersOpen = offersOpen
+    }
+
+    /// A transaction a page offers instead of sending it, and where its rows begin.
+    public struct Offer: Sendable, Hashable {
+        public var id: TransactionID
+        public var logSequence: UInt64
+
+        public init(_ id: TransactionID, at logSequence: UInt64) {
+            self.id = id
+            self.logSequence = logSequence
+        }
     }
 
     /// Every delta of the page, in order.
@@ -147,11 +166,16 @@ extension DocumentStore {
     ///   any other transaction with nothing to send is left out;
     /// - when a sent delta writes a field that a subscription's WHERE reads, the
     ///   document may have just started to match: the piece also carries the
-    ///   document's other current fields as context.
+    ///   document's other current fields as context;
+    /// - a transaction whose origin `isLazy` is not sent but offered, if a piece of it
+    ///   would carry a delta (PROTOCOL.md §8.11): once per stream (`offersOpen` holds
+    ///   those offered whose rows go on), never one in `continuing` (begun eagerly, it
+    ///   stays eager to its last piece).
     public func changes(
         after sequence: UInt64, limit: Int, byteLimit: Int = 4 << 20, subscriptions: SubscriptionSet,
         excludingOrigin peer: SiteID? = nil, skipping: (@Sendable (TransactionID) -> Bool)? = nil,
-        continuing: Set<TransactionID> = [], resuming: Bool = false
+        continuing: Set<TransactionID> = [], resuming: Bool = false,
+        isLazy: (@Sendable (SiteID) -> Bool)? = nil, offersOpen: Set<TransactionID> = []
     ) async throws(StoreError) -> ChangeLogPage {
         // A page near the log's end (a session keeping up) is short: read it on this thread.
         return try await read(inline: lastCommittedSequence &- sequence <= Self.shortPageRows) { db in
@@ -185,7 +209,9 @@ extension DocumentStore {
                 bytes += size
                 return true
             }
-            guard let lastRow = rows.last else { return ChangeLogPage(pieces: [], through: sequence) }
+            guard let lastRow = rows.last else {
+                return ChangeLogPage(pieces: [], through: sequence, offersOpen: offersOpen)
+            }
             var continuing = continuing
             if resuming, sequence > 0,
                 let before = try Row.fetchOne(
@@ -196,23 +222,29 @@ extension DocumentStore {
                 continuing.insert(rows[0].delta.transaction)
             }
             var reader = PieceReader(db: db, subscriptions: subscriptions, excluded: peer)
-            var pieces: [TransactionPiece] = []
+            var page = ChangeLogPage(pieces: [], through: lastRow.sequence, offersOpen: offersOpen)
             var start = 0
             while start < rows.count {
                 let id = rows[start].delta.transaction
                 var end = start
                 while end < rows.count, rows[end].delta.transaction == id { end += 1 }
                 let isLast = end < rows.count || next?.delta.transaction != id
-                if skipping?(id) == true {
-                    start = end
+                defer { start = end }
+                if skipping?(id) == true { continue }
+                if !continuing.contains(id), let isLazy, page.offersOpen.contains(id) || isLazy(id.origin) {
+                    // Lazy: offered at its first run with something for the peer, then passed over.
+                    if !page.offersOpen.contains(id), try reader.carries(id, rows: rows[start..<end]) {
+                        page.offered.append(ChangeLogPage.Offer(id, at: rows[start].sequence))
+                        page.offersOpen.insert(id)
+                    }
+                    if isLast { page.offersOpen.remove(id) }
                     continue
                 }
                 if let piece = try reader.piece(id, rows: rows[start..<end], isLast: isLast, continuing: continuing.contains(id)) {
-                    pieces.append(piece)
+                    page.pieces.append(piece)
                 }
-                start = end
             }
-            return ChangeLogPage(pieces: pieces, through: lastRow.sequence)
+            return page
         }
     }
 
@@ -294,6 +326,19 @@ struct PieceReader {
         } ?? true
         matches[document] = matched
         return matched
+    }
+
+    /// Whether a piece of `id` from `rows` would carry a delta for the peer.
+    mutating func carries(_ id: TransactionID, rows: ArraySlice<LogRow>) throws -> Bool {
+        if let excluded, Int64(bitPattern: id.origin.rawValue) == excluded { return false }
+        var judged: DocumentRef?
+        for row in rows {
+            if let judged, judged.is(collection: row.delta.collection, id: row.delta.documentID) { continue }
+            let document = DocumentRef(collection: row.delta.collection, id: row.delta.documentID)
+            if try subscriptions.names(collection: document.collection) && matches(document) { return true }
+            judged = document
+        }
+        return false
     }
 
     mutating func piece(

@@ -30,11 +30,12 @@ public protocol SyncStore: AnyObject, Sendable {
     /// becomes the one of `subscriptionKey` (`SubscriptionSet.refillKey`).
     func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(StoreError)
     /// The next page of the change log after `sequence`, as pieces for `subscriptions`,
-    /// without the transactions `skipping` names (nil: none).
+    /// without the transactions `skipping` names (nil: none), offering those of the
+    /// origins `isLazy` names instead of sending them.
     func changes(
         after sequence: UInt64, limit: Int, byteLimit: Int, subscriptions: SubscriptionSet,
         excludingOrigin peer: SiteID?, skipping: (@Sendable (TransactionID) -> Bool)?, continuing: Set<TransactionID>,
-        resuming: Bool
+        resuming: Bool, isLazy: (@Sendable (SiteID) -> Bool)?, offersOpen: Set<TransactionID>
     ) async throws(StoreError) -> ChangeLogPage
     /// The pieces of one logged transaction, for a peer that asks about it.
     func transactionPieces(

@@ -240,6 +240,10 @@ extension NodeStatus {
                 peer.deltasIn = p.deltasIn
                 peer.deltasOut = p.deltasOut
                 peer.deltasDuplicate = p.deltasDuplicate
+                peer.routesGiven = p.routesGiven.isEmpty ? nil : p.routesGiven
+                peer.routesAsked = p.routesAsked.isEmpty ? nil : p.routesAsked
+                peer.offersReceived = p.offersReceived
+                peer.grafts = p.grafts
                 peer.lagDeltas = p.state == "connected" ? p.lagDeltas : nil
                 peer.lastSeenMillisAgo = p.lastSeenMillisAgo >= 0 ? p.lastSeenMillisAgo : nil
                 peer.listenAddress = p.listenAddress.isEmpty ? nil : p.listenAddress
@@ -287,6 +291,10 @@ extension NodeStatus {
             p.deltasIn = peer.deltasIn
             p.deltasOut = peer.deltasOut
             p.deltasDuplicate = peer.deltasDuplicate
+            p.routesGiven = peer.routesGiven ?? ""
+            p.routesAsked = peer.routesAsked ?? ""
+            p.offersReceived = peer.offersReceived
+            p.grafts = peer.grafts
             p.lagDeltas = peer.lagDeltas ?? 0
             p.lastSeenMillisAgo = peer.lastSeenMillisAgo ?? -1
             p.listenAddress = peer.listenAddress ?? ""

@@ -295,6 +295,13 @@ public struct NodeStatus: Sendable, Hashable {
         public var lastError: String?
         /// The subject common name of its certificate, on a TLS link.
         public var tlsIdentity: String?
+        /// Routes (PROTOCOL.md §8.11): what the peer asked this node for and what this
+        /// node asks of it (nil: none, every origin in full), the offers it made that
+        /// this node did not hold, and the transactions then asked of it.
+        public var routesGiven: String?
+        public var routesAsked: String?
+        public var offersReceived: UInt64 = 0
+        public var grafts: UInt64 = 0
 
         public init(
             siteID: SiteID?, name: String, address: String, state: String, direction: String, rttMillis: Double?,

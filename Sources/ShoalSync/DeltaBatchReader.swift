@@ -1,6 +1,7 @@
 public import ShoalCRDT
 public import ShoalWire
 import Foundation
+import ShoalStore
 import SwiftProtobuf
 
 /// Reads a received DeltaBatch payload straight into checked transaction pieces
@@ -8,6 +9,7 @@ import SwiftProtobuf
 ///
 /// ```
 /// DeltaBatch     transactions(1, version 1 only) through_sequence(2) subscribe_generation(3) piece(4)* filter(5)*
+///                offered(6, version 4)*
 /// piece          origin_site(1) origin_sequence(2) delta_count(3) document_count(4)
 ///                collection(5)* document(6)* verdict(7)* last(8) base_timestamp(9) context(10)*
 /// document(6)    collection(1) document_id(2) delta_count(3) delta(4)*
@@ -34,6 +36,8 @@ public struct DeltaBatchReader: Sendable {
         var pieces: [Range<Int>] = []
         /// The batch's filter table: what a `NOT_COVERED` verdict's filter k ≥ 1 names.
         var filters: [SubscriptionFilter] = []
+        /// Transactions offered instead of sent (version 4).
+        public var offered: [RouteTable.Offer] = []
     }
 
     public let payload: [UInt8]
@@ -58,6 +62,11 @@ public struct DeltaBatchReader: Sendable {
                     case (4, ProtobufReader.length): header.pieces.append(try r.delimited())
                     case (5, ProtobufReader.length):
                         header.filters.append(PieceCodec.filter(try Self.message(Shoal_V1_SubscriptionFilter.self, in: &r)))
+                    case (6, ProtobufReader.length):
+                        let offer = try Self.message(Shoal_V1_Offer.self, in: &r)
+                        header.offered.append(
+                            RouteTable.Offer(
+                                TransactionID(origin: SiteID(offer.originSite), sequence: offer.originSequence), at: offer.logSequence))
                     default: try r.skip(field)
                     }
                 }

@@ -122,9 +122,10 @@ public struct HandshakeStateMachine: Sendable {
     }
 
     /// Version 2 added transaction manifests and coverage, version 3 stepped delta
-    /// positions and timestamps (PROTOCOL.md §13); admin sessions work at any of
-    /// them, peer sessions need version 2.
-    public static let supportedVersions: ClosedRange<UInt32> = 1...3
+    /// positions and timestamps, version 4 routes: lazy links that offer transaction
+    /// IDs (PROTOCOL.md §13); admin sessions work at any of them, peer sessions need
+    /// version 2.
+    public static let supportedVersions: ClosedRange<UInt32> = 1...4
     /// The lowest version two peers sync at.
     public static let minimumPeerVersion: UInt32 = 2
     public static let nonceSize = 32

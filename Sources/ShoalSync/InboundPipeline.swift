@@ -51,15 +51,19 @@ public final class InboundPipeline: Sendable {
         public var lane: Lane?
         /// Called once the item is durable (or failed to be).
         public var done: (@Sendable (Result<Void, StoreError>) -> Void)?
+        /// Transactions `source` offered instead of sending (version 4): those not held
+        /// here are noted (`RouteTable`), and the cursor stays below them.
+        public var offered: [RouteTable.Offer]
 
         public init(
             source: SiteID, pieces: [TransactionPiece], cursor: (key: String, through: UInt64, epoch: UInt64)? = nil,
-            lane: Lane? = nil, done: (@Sendable (Result<Void, StoreError>) -> Void)? = nil
+            lane: Lane? = nil, offered: [RouteTable.Offer] = [], done: (@Sendable (Result<Void, StoreError>) -> Void)? = nil
         ) {
             self.source = source
             self.pieces = pieces
             self.cursor = cursor
             self.lane = lane
+            self.offered = offered
             self.done = done
         }
     }
@@ -245,6 +249,7 @@ public final class InboundPipeline: Sendable {
                 }
             }
             let subscriptions = engine.subscriptions
+            let routes = engine.routing.snapshot()
             // One commit for everything taken. Should it fail with the batches of more
             // than one session in it, each session's batches are committed again on
             // their own: one session's batch that the store refuses must not close the
@@ -256,11 +261,14 @@ public final class InboundPipeline: Sendable {
                 let group = groups.removeFirst()
                 do {
                     let started = ContinuousClock.now
-                    let (result, outcome) = try await commit(group, assembler: assembler, subscriptions: subscriptions)
+                    let (result, outcome) = try await commit(
+                        group, assembler: assembler, subscriptions: subscriptions, routes: routes)
                     if !group.isEmpty { applyDuration?.record(duration: ContinuousClock.now - started) }
                     assembler = result.assembler
                     publish(assembler, result.counters, refused: result.refused, subscriptions: subscriptions)
                     engine.registry.countDuplicates(result.duplicates)
+                    // Before the sessions acknowledge: an Ack's held_through stays below the offers noted.
+                    await engine.routing.committed(result.routes, engine: engine)
                     for item in group { item.done?(.success(())) }
                     await committed(result, outcome, newPeers: newPeers, assembler: &assembler, engine: engine, subscriptions: subscriptions)
                     newPeers = []
@@ -417,9 +425,14 @@ public final class InboundPipeline: Sendable {
         /// Per peer, the deltas it sent that this node held already (logged, or
         /// received from another peer for a transaction still waiting).
         var duplicates: [SiteID: UInt64] = [:]
+        /// What the route table learns from the commit.
+        var routes = Routing.Commit()
 
-        mutating func countDuplicates(_ count: Int, from peer: SiteID) {
+        /// `piece` from `peer` brought `new` deltas this node did not hold.
+        mutating func received(_ piece: TransactionPiece, new: Int, from peer: SiteID) {
+            let count = piece.deltas.count - new
             if count > 0 { duplicates[peer, default: 0] += UInt64(count) }
+            if !piece.deltas.isEmpty { routes.receipts.append(.init(id: piece.id, from: peer, duplicate: new == 0)) }
         }
     }
 
@@ -430,7 +443,7 @@ public final class InboundPipeline: Sendable {
 
     /// One SQLite transaction: every item's pieces, the decisions they allow, and the cursors.
     private func commit(
-        _ items: [Item], assembler start: CoverageAssembler, subscriptions: SubscriptionSet
+        _ items: [Item], assembler start: CoverageAssembler, subscriptions: SubscriptionSet, routes: Routing.Snapshot
     ) async throws(StoreError) -> (CommitResult, ApplyOutcome) {
         let now = HybridLogicalClock.systemMilliseconds()
         for item in items {
@@ -481,7 +494,7 @@ public final class InboundPipeline: Sendable {
                                     "dropped a late piece of a remote transaction applied before: this node cannot hold \(refusal)",
                                     metadata: ["shoal.txn": "\(piece.id)", "shoal.peer.site": "\(item.source)"])
                             } else {
-                                result.countDuplicates(piece.deltas.count - (writer.outcome.logged - logged), from: item.source)
+                                result.received(piece, new: writer.outcome.logged - logged, from: item.source)
                             }
                             continue
                         case .refused?:
@@ -508,10 +521,10 @@ public final class InboundPipeline: Sendable {
                                 "dropped a late piece of a remote transaction applied in part: this node cannot hold \(refusal)",
                                 metadata: ["shoal.txn": "\(piece.id)", "shoal.peer.site": "\(item.source)"])
                         } else {
-                            result.countDuplicates(piece.deltas.count - (writer.outcome.logged - logged), from: item.source)
+                            result.received(piece, new: writer.outcome.logged - logged, from: item.source)
                         }
                     } else {
-                        result.countDuplicates(piece.deltas.count - new.count, from: item.source)
+                        result.received(piece, new: new.count, from: item.source)
                         fresh[piece.id, default: ([], [:], [])].deltas += new
                         fresh[piece.id]!.counts.merge(piece.documentDeltaCounts) { max($0, $1) }
                         fresh[piece.id]!.context += piece.context
@@ -578,12 +591,24 @@ public final class InboundPipeline: Sendable {
                 guard let record = a.records[id], record.state != .applied else { continue }
                 try writer.save(record)
             }
+            // Offers of what this node neither holds nor waits for are noted; a cursor
+            // stays below every offer of its peer not resolved, so that after a restart,
+            // which forgets the offers, the peer makes them again (docs/ROUTES.md).
+            func held(_ id: TransactionID) throws -> Bool { try a.records[id] != nil || writer.state(of: id) != nil }
+            var limits = routes.resumeLimits
             for item in items {
+                for offer in item.offered where try !held(offer.id) {
+                    result.routes.offers[item.source, default: []].append(offer)
+                    let before = offer.logSequence &- 1
+                    limits[item.source] = min(limits[item.source] ?? before, before)
+                }
                 if let cursor = item.cursor {
                     try writer.recordCursor(
-                        peer: item.source, subscriptionKey: cursor.key, through: cursor.through, epoch: cursor.epoch)
+                        peer: item.source, subscriptionKey: cursor.key, through: min(cursor.through, limits[item.source] ?? .max),
+                        epoch: cursor.epoch)
                 }
             }
+            for id in routes.noted where try held(id) { result.routes.held.insert(id) }
             result.assembler = a
             return result
         }

@@ -1,5 +1,6 @@
 public import ShoalCRDT
 public import ShoalWire
+import ShoalStore
 import SwiftProtobuf
 
 /// A DeltaBatch a session sends: the pieces of a page read for its peer, the log
@@ -16,6 +17,8 @@ public struct OutboundBatch: Sendable, Hashable {
     public var encoding: PieceCodec.DeltaEncoding
     public var throughSequence: UInt64
     public var subscribeGeneration: UInt64
+    /// Transactions offered instead of sent (version 4, PROTOCOL.md §8.11).
+    public var offered: [RouteTable.Offer] = []
 
     public init(
         pieces: [TransactionPiece], receiver: SubscriptionFilter, encoding: PieceCodec.DeltaEncoding,
@@ -34,7 +37,16 @@ public struct OutboundBatch: Sendable, Hashable {
         (batch.pieces, batch.filters) = PieceCodec.encode(pieces, receiver: receiver, encoding: encoding)
         batch.throughSequence = throughSequence
         batch.subscribeGeneration = subscribeGeneration
+        batch.offered = offered.map(Self.wire)
         return batch
+    }
+
+    static func wire(_ offer: RouteTable.Offer) -> Shoal_V1_Offer {
+        var wire = Shoal_V1_Offer()
+        wire.originSite = offer.id.origin.rawValue
+        wire.originSequence = offer.id.sequence
+        wire.logSequence = offer.logSequence
+        return wire
     }
 
     /// The frame's payload: the bytes SwiftProtobuf writes for `message`.
@@ -52,7 +64,7 @@ public struct OutboundBatch: Sendable, Hashable {
 /// it):
 ///
 /// ```
-/// DeltaBatch     through_sequence(2) subscribe_generation(3) piece(4)* filter(5)*
+/// DeltaBatch     through_sequence(2) subscribe_generation(3) piece(4)* filter(5)* offered(6)*
 /// piece          origin_site(1) origin_sequence(2) delta_count(3) document_count(4)
 ///                collection(5)* document(6)* verdict(7)* last(8) base_timestamp(9) context(10)*
 /// document(6)    collection(1) document_id(2) delta_count(3) delta(4)*
@@ -80,6 +92,7 @@ struct DeltaBatchWriter {
         var filters: [SubscriptionFilter] = []
         for piece in batch.pieces { write(piece, batch, filters: &filters) }
         for filter in PieceCodec.filterMessages(filters) { blob(5, filter) }
+        for offer in batch.offered { blob(6, OutboundBatch.wire(offer)) }
         return out.bytes
     }
 

@@ -32,6 +32,15 @@ public struct PeerSnapshot: Sendable, Hashable {
     public var tlsIdentity: String?
     /// The queries this peer subscribed to on this node.
     public var subscriptions: [SubscriptionSet.Entry]
+    /// The routes the peer asked this node for ("eager", "lazy but 12,34", …), nil
+    /// when it asked for none (every origin in full; a version 3 peer).
+    public var routesGiven: String?
+    /// The routes this node asks the peer for, nil when none (`--no-routes`, version 3).
+    public var routesAsked: String?
+    /// Transactions the peer offered that this node did not hold, and those it then
+    /// asked the peer for (grafts), since this node started.
+    public var offersReceived: UInt64 = 0
+    public var grafts: UInt64 = 0
 }
 
 /// What this node exchanged with one peer site since it started, over every

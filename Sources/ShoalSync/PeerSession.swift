@@ -316,7 +316,6 @@ struct PeerSession: Sendable {
     /// the machine and carries out its actions in order.
     func runSync<I: AsyncIteratorProtocol>(peer: PeerIdentity, iterator: inout I) async throws where I.Element == Frame {
         let (inputs, input) = AsyncStream.makeStream(of: Input.self)
-        let configuration = engine.configuration
         // Listen before the first Subscribe, so no change falls in between.
         let subscriptionChanges = engine.subscriptionChanges.updates()
         let cursorResets = engine.store.cursorResets()
@@ -335,8 +334,28 @@ struct PeerSession: Sendable {
                     .event(.logAppended(through: end.sequence, after: appended.after, collections: appended.collections, echoes: echoes)))
             }, closed: { input.yield(.stopped) })
         defer { logUpdates.cancel() }
+        // A version 4 peer is asked for routes: its first Subscribe carries them.
+        let routed =
+            peer.version >= 4 ? engine.routing.open(peer.siteID) { event in input.yield(.event(event)) } : nil
+        if let routed { input.yield(.event(.routesChanged(routed.0))) }
         input.yield(.event(.ownSubscriptionsChanged(engine.upstreamSubscriptions(for: peer.siteID), fromStart: false)))
         engine.pipeline.peerConnected(peer.siteID)
+        do {
+            try await serveSync(
+                peer: peer, iterator: &iterator, inputs: inputs, input: input, subscriptionChanges: subscriptionChanges,
+                cursorResets: cursorResets)
+        } catch {
+            if let routed { await engine.routing.close(peer.siteID, token: routed.token, engine: engine) }
+            throw error
+        }
+        if let routed { await engine.routing.close(peer.siteID, token: routed.token, engine: engine) }
+    }
+
+    private func serveSync<I: AsyncIteratorProtocol>(
+        peer: PeerIdentity, iterator: inout I, inputs: AsyncStream<Input>, input: AsyncStream<Input>.Continuation,
+        subscriptionChanges: AsyncStream<Int>, cursorResets: AsyncStream<UInt64>
+    ) async throws where I.Element == Frame {
+        let configuration = engine.configuration
 
         var readError: (any Error)?
         try await withThrowingTaskGroup(of: SessionChild.self) { group in
@@ -414,6 +433,7 @@ struct PeerSession: Sendable {
                 let vouchedAt = Freshness.now()
                 pending += machine.handle(.logAdvanced(engine.store.lastCommittedSequence), now: now())
                 machine.localFreshness = engine.freshness.vouching(now: vouchedAt)
+                pending += machine.handle(.heldAdvanced(heldLimit: engine.routing.resumeLimit(for: peer.siteID)), now: now())
             }
             pending += machine.handle(event, now: now())
             while let action = pending.popFirst() {
@@ -478,10 +498,11 @@ struct PeerSession: Sendable {
             let site = peer.siteID
             let echo: (@Sendable (TransactionID) -> Bool)? =
                 request.excludingOrigin == nil ? nil : { @Sendable id in engine.isEcho(id, to: site) }
+            let lazy: (@Sendable (SiteID) -> Bool)? = request.routes.map { routes in { @Sendable origin in !routes.isEager(origin) } }
             let page = try await engine.store.changes(
                 after: request.after, limit: request.limit, byteLimit: request.byteLimit,
                 subscriptions: request.subscriptions, excludingOrigin: request.excludingOrigin, skipping: echo,
-                continuing: request.continuing, resuming: request.resuming)
+                continuing: request.continuing, resuming: request.resuming, isLazy: lazy, offersOpen: request.offersOpen)
             return [.pageRead(page, ticket: request.ticket)]
         case .submit(let batch):
             engine.registry.countDeltas(recordID, in: batch.pieces.reduce(0) { $0 + UInt64($1.deltas.count) })
@@ -489,9 +510,10 @@ struct PeerSession: Sendable {
             engine.pipeline.enqueue(
                 InboundPipeline.Item(
                     source: peer.siteID, pieces: batch.pieces, cursor: batch.cursorKey.map { ($0, batch.through, batch.cursorEpoch) }, lane: lane,
-                    done: { result in
+                    offered: batch.offered,
+                    done: { [engine] result in
                         switch result {
-                        case .success: input.yield(.event(.batchDurable))
+                        case .success: input.yield(.event(.batchDurable(heldLimit: engine.routing.resumeLimit(for: peer.siteID))))
                         case .failure(let error): input.yield(.event(.batchFailed(error.message)))
                         }
                     }))
@@ -519,11 +541,14 @@ struct PeerSession: Sendable {
             if let grown = engine.noteInterest(of: peer.siteID, set) {
                 try await engine.store.saveNeighbourInterest(peer.siteID, grown.filter)
             }
+        case .peerRouted(let routes):
+            engine.registry.update(recordID) { $0.routesGiven = routes?.description }
         case .measuredRoundTrip(let micros):
             engine.registry.update(recordID) { $0.rttMillis = Double(micros) / 1000 }
         case .caughtUp(let peerFreshness):
             // Saved by the node now and then (`ShoalNode`), not here: a session never waits on a write for it.
             engine.freshness.caughtUp(with: peerFreshness)
+            await engine.routing.caughtUp(peer.siteID, engine: engine)
         case .ownTransactionsBack(let key):
             try await engine.store.ownTransactionsBack(peer: peer.siteID, subscriptionKey: key)
             logger.info(

@@ -1,4 +1,5 @@
 public import ShoalCRDT
+public import ShoalStore
 
 /// Which links carry each origin's transactions in full (eager) and which only offer
 /// their IDs (lazy), decided by this node as a subscriber (docs/ROUTES.md).
@@ -55,6 +56,22 @@ public struct RouteTable: Sendable {
             if eager == lazyByDefault { exceptions.insert(origin) } else { exceptions.remove(origin) }
         }
 
+        /// Reads routes as `description` writes them ("eager", "lazy but 00000000000000a1,…").
+        public init?(_ description: String) {
+            let words = description.split(separator: " ")
+            guard let mode = words.first, mode == "eager" || mode == "lazy" else { return nil }
+            var exceptions: Set<SiteID> = []
+            if words.count == 3, words[1] == "but" {
+                for site in words[2].split(separator: ",") {
+                    guard let value = UInt64(site, radix: 16) else { return nil }
+                    exceptions.insert(SiteID(value))
+                }
+            } else if words.count != 1 {
+                return nil
+            }
+            self.init(lazyByDefault: mode == "lazy", exceptions: exceptions)
+        }
+
         public var description: String {
             let listed = exceptions.sorted().map(\.description).joined(separator: ",")
             return lazyByDefault
@@ -74,20 +91,19 @@ public struct RouteTable: Sendable {
     }
 
     /// A transaction a lazy link offered, and where its rows begin in that peer's log.
-    public struct Offer: Sendable, Hashable {
-        public var id: TransactionID
-        public var logSequence: UInt64
-
-        public init(_ id: TransactionID, at logSequence: UInt64) {
-            self.id = id
-            self.logSequence = logSequence
-        }
-    }
+    public typealias Offer = ChangeLogPage.Offer
 
     private struct Link: Sendable {
         var routes: Routes
         /// When it opened, to choose the oldest.
         var opened: UInt64
+        /// Its publisher said this node holds everything it asked of it (a Ping that
+        /// vouched freshness, PROTOCOL.md §8.10): its history is here.
+        var caughtUp = false
+        /// Opened while the link eager by default was still streaming its history: its
+        /// own origin turns eager here once that one caught up, not before, so that the
+        /// history does not come twice.
+        var ownOriginWaits = false
     }
 
     private struct Noted: Sendable {
@@ -121,6 +137,9 @@ public struct RouteTable: Sendable {
     /// How many offers wait to be delivered by an eager link or asked for.
     public var notedCount: Int { noted.count }
 
+    /// The transactions of the offers noted.
+    public var notedIDs: [TransactionID] { Array(noted.keys) }
+
     /// Whether any open link carries `origin` in full.
     public func isCarried(_ origin: SiteID) -> Bool {
         links.values.contains { $0.routes.isEager(origin) }
@@ -128,21 +147,61 @@ public struct RouteTable: Sendable {
 
     // MARK: events
 
-    /// A link opened: the routes to ask it for first (its Subscribe carries them).
-    public mutating func open(_ peer: SiteID, now: UInt64) -> Routes {
-        let routes: Routes
-        if links.values.contains(where: { !$0.routes.lazyByDefault }) {
-            routes = Routes(lazyByDefault: true, exceptions: [peer])
-        } else {
-            routes = .everything
+    /// A link opened: the routes to ask it for first (its Subscribe carries them), and
+    /// the other links' new routes. The neighbour's own origin comes from it alone from
+    /// now on: the links eager for it turn lazy for it, so that neither its history nor
+    /// its live writes come twice while a duplicate would be needed to prune them. While
+    /// the link eager by default is still streaming history (this node is joining), the
+    /// new link only offers, until that one caught up (`caughtUp`): the history comes
+    /// once, from the first neighbour.
+    public mutating func open(_ peer: SiteID, now: UInt64) -> (routes: Routes, actions: [Action]) {
+        guard let carrier = links.first(where: { !$0.value.routes.lazyByDefault }) else {
+            links[peer] = Link(routes: .everything, opened: now)
+            return (.everything, [])
         }
-        links[peer] = Link(routes: routes, opened: now)
-        return routes
+        guard carrier.value.caughtUp else {
+            let routes = Routes(lazyByDefault: true)
+            links[peer] = Link(routes: routes, opened: now, ownOriginWaits: true)
+            return (routes, [])
+        }
+        links[peer] = Link(routes: Routes(lazyByDefault: true), opened: now)
+        let actions = takeOwnOrigin(peer)
+        return (links[peer]!.routes, actions.filter { if case .send(_, let to) = $0 { to != peer } else { true } })
+    }
+
+    /// `peer`'s publisher vouched that this node holds all it asked of it. Once the link
+    /// eager by default has, the links that waited take their own origin.
+    public mutating func caughtUp(_ peer: SiteID) -> [Action] {
+        guard links[peer] != nil, !links[peer]!.caughtUp else { return [] }
+        links[peer]!.caughtUp = true
+        guard !links[peer]!.routes.lazyByDefault else { return [] }
+        var actions: [Action] = []
+        for waiting in links.filter({ $0.value.ownOriginWaits }).keys.sorted() {
+            actions += takeOwnOrigin(waiting)
+        }
+        return actions
+    }
+
+    /// `peer` carries its own origin, and the links that carried it do no more.
+    private mutating func takeOwnOrigin(_ peer: SiteID) -> [Action] {
+        links[peer]!.ownOriginWaits = false
+        var actions: [Action] = []
+        for (other, link) in links.sorted(by: { $0.key < $1.key }) where other != peer && link.routes.isEager(peer) {
+            links[other]!.routes.set(peer, eager: false)
+            actions.append(.send(links[other]!.routes, to: other))
+        }
+        if !links[peer]!.routes.isEager(peer) {
+            links[peer]!.routes.set(peer, eager: true)
+            actions.append(.send(links[peer]!.routes, to: peer))
+        }
+        return actions
     }
 
     /// A link closed. What only it carried moves to another link: the eager default to
-    /// the oldest link left, and each offer noted of an origin no other link carried is
-    /// asked of the link that offered it first, whose origin turns eager there.
+    /// the oldest link left (or, when the closed link was not the default, its own
+    /// origin to the link eager by default), and each offer noted of an origin no
+    /// other link carried is asked of the link that offered it first, whose origin
+    /// turns eager there.
     public mutating func close(_ peer: SiteID, now: UInt64) -> [Action] {
         guard let closed = links.removeValue(forKey: peer) else { return [] }
         for (id, var entry) in noted {
@@ -156,7 +215,13 @@ public struct RouteTable: Sendable {
         if !closed.routes.lazyByDefault, !links.values.contains(where: { !$0.routes.lazyByDefault }),
             let heir = links.min(by: { ($0.value.opened, $0.key) < ($1.value.opened, $1.key) })?.key
         {
-            links[heir]!.routes = .everything
+            // Everything but the origins whose own links are open, which they carry.
+            links[heir]!.routes = Routes(
+                lazyByDefault: false, exceptions: Set(links.filter { $0.key != heir && $0.value.routes.isEager($0.key) }.keys))
+            changed.insert(heir)
+        } else if !isCarried(peer), let heir = links.filter({ !$0.value.routes.lazyByDefault }).min(by: { $0.key < $1.key })?.key {
+            // Its own origin came from it alone: the default link carries it again.
+            links[heir]!.routes.set(peer, eager: true)
             changed.insert(heir)
         }
         var actions: [Action] = []
@@ -232,10 +297,16 @@ public struct RouteTable: Sendable {
     }
 
     /// The tick: each noted offer that no eager link delivered in time is asked of the
-    /// link that offered it first, and its origin turns eager there.
+    /// link that offered it first, and its origin turns eager there. An offer of an
+    /// origin no eager link ever delivered a piece of is asked at once (the origin lies
+    /// beyond that link, as in a line or a tree, or it is the link's own origin with a new
+    /// write: waiting would only add latency); while this node is joining, one of another
+    /// origin after a quarter of `graftAfter`, since its first link may be streaming that
+    /// origin's history, and then it would have delivered some.
     public mutating func tick(now: UInt64, isHeld: (TransactionID) -> Bool) -> [Action] {
         var changed: Set<SiteID> = []
         var actions: [Action] = []
+        let joining = links.values.contains { !$0.routes.lazyByDefault && !$0.caughtUp }
         for (id, entry) in noted.sorted(by: { $0.key < $1.key }) {
             if isHeld(id) {
                 noted[id] = nil
@@ -243,7 +314,10 @@ public struct RouteTable: Sendable {
             }
             let origin = id.origin
             let since = max(entry.at, progress[origin] ?? 0)
-            guard !isCarried(origin) || now >= since + configuration.graftAfterMillis else { continue }
+            let wait =
+                progress[origin] != nil
+                ? configuration.graftAfterMillis : joining && origin != entry.first ? configuration.graftAfterMillis / 4 : 0
+            guard !isCarried(origin) || now >= since + wait else { continue }
             let by = entry.first
             if !links[by]!.routes.isEager(origin) {
                 links[by]!.routes.set(origin, eager: true)

@@ -46,6 +46,8 @@ public struct SessionStateMachine: Sendable {
         public var version: UInt32
         /// How deltas travel in this session: stepped from protocol version 3 on.
         public var deltaEncoding: PieceCodec.DeltaEncoding { PieceCodec.DeltaEncoding(version: version) }
+        /// Whether the session speaks routes: lazy links, offers and `held_through` (version 4).
+        public var hasRoutes: Bool { version >= 4 }
         /// What the peer said it can take: batches are cut to fit it (`BatchFitter`).
         public var peerLimits: PeerLimits
 
@@ -94,8 +96,19 @@ public struct SessionStateMachine: Sendable {
         case cursorRead(
             SubscriptionSet, resumeAfter: UInt64, includeOwn: Bool = false, held: OriginHistory = .none, cursorEpoch: UInt64 = 0)
         case pageRead(ChangeLogPage, ticket: Int)
-        /// The oldest submitted batch is durable (committed or buffered).
-        case batchDurable
+        /// The oldest submitted batch is durable (committed or buffered). `heldLimit`:
+        /// the highest sequence of the peer's log this node may say it holds through,
+        /// below the first offer of the peer it has not resolved (`RouteTable.resumeLimit`).
+        case batchDurable(heldLimit: UInt64? = nil)
+        /// The routes this node asks the peer for changed (`RouteTable`): they go with
+        /// the next Subscribe, or at once in a RouteUpdate once one was sent.
+        case routesChanged(RouteTable.Routes)
+        /// Subscribe again to the same set from its stored cursor (the routes overflowed
+        /// their bound and this link now streams everything, `RouteTable`).
+        case resubscribe
+        /// An offer of the peer was resolved since the last Ack: report how far this node
+        /// holds the peer's log now, if that rose (`Ack.held_only`).
+        case heldAdvanced(heldLimit: UInt64?)
         case batchFailed(String)
     }
 
@@ -112,6 +125,10 @@ public struct SessionStateMachine: Sendable {
         /// The first page after a Subscribe: it may start inside a transaction sent before.
         public var resuming: Bool
         public var ticket: Int
+        /// The routes the peer asked for; nil: every origin eager.
+        public var routes: RouteTable.Routes? = nil
+        /// Lazy transactions offered whose rows go on past the pages read (`ChangeLogPage.offersOpen`).
+        public var offersOpen: Set<TransactionID> = []
     }
 
     /// What the subscriber hands to the inbound pipeline.
@@ -123,6 +140,8 @@ public struct SessionStateMachine: Sendable {
         public var through: UInt64
         /// The cursor epoch the Subscribe it answers was read at (`ResumePoint`).
         public var cursorEpoch: UInt64 = 0
+        /// Transactions the peer offered instead of sending (version 4).
+        public var offered: [RouteTable.Offer] = []
     }
 
     public enum Action: Sendable {
@@ -134,6 +153,8 @@ public struct SessionStateMachine: Sendable {
         case submit(InboundBatch)
         /// Pieces answering this node's TransactionRequest: to the pipeline, no cursor.
         case deliver([TransactionPiece])
+        /// The peer's routes changed (its Subscribe or RouteUpdate), for status.
+        case peerRouted(RouteTable.Routes?)
         case answerTransactionRequest(Shoal_V1_TransactionRequest, SubscriptionSet)
         case answerAttachmentRequest(Shoal_V1_AttachmentRequest)
         case deliverAttachmentChunk(Shoal_V1_AttachmentChunk)
@@ -171,6 +192,11 @@ public struct SessionStateMachine: Sendable {
     private var cursorReadPending = false
     private var resubscribe: (SubscriptionSet, fromStart: Bool)?
     private var pendingDurable: [UInt64] = []
+    /// The routes this node asks the peer for (version 4); nil: none sent, every origin eager.
+    private var ownRoutes: RouteTable.Routes?
+    /// The `through_sequence` of the last batch of the latest Subscribe acknowledged,
+    /// and the `held_through` sent with it or after it.
+    private var lastAcknowledged: (through: UInt64, held: UInt64)?
 
     // Publisher side.
     private var peerSet: SubscriptionSet?
@@ -187,6 +213,14 @@ public struct SessionStateMachine: Sendable {
     private var pageTicket = 0
     private var pageInFlight: Int?
     private var continuing: Set<TransactionID> = []
+    /// The routes the peer asked for (version 4); nil: every origin eager.
+    private var peerRoutes: RouteTable.Routes?
+    /// Lazy transactions offered in this stream whose rows go on.
+    private var offersOpen: Set<TransactionID> = []
+    /// Where each offer sent under the current Subscribe begins in the log, in order,
+    /// until the peer says it holds through it (`Ack.held_through`): the peer holds
+    /// nothing from the first of them on, whatever it acknowledged.
+    private var unresolvedOffers: [UInt64] = []
     /// `through_sequence` of each batch sent and not acknowledged: the current
     /// generation's first, then those of earlier generations.
     private var unacknowledged: [UInt64] = []
@@ -230,7 +264,15 @@ public struct SessionStateMachine: Sendable {
     /// how far behind the peer is, at most. 0 when it asks for nothing.
     public var lag: UInt64 {
         guard let peerSet, !peerSet.isEmpty else { return 0 }
-        return logEnd > acknowledged ? logEnd - acknowledged : 0
+        let held = heldByPeer
+        return logEnd > held ? logEnd - held : 0
+    }
+
+    /// How far the peer holds this node's log under its current Subscribe: what it
+    /// acknowledged, but below the first offer it has not said it resolved.
+    private var heldByPeer: UInt64 {
+        guard let first = unresolvedOffers.first else { return acknowledged }
+        return min(acknowledged, first &- 1)
     }
 
     /// The peer's current subscriptions; nil before its first Subscribe.
@@ -241,8 +283,13 @@ public struct SessionStateMachine: Sendable {
     /// asks for nothing.
     public var peerPosition: UInt64? {
         guard let peerSet, !peerSet.isEmpty else { return nil }
-        return acknowledged
+        return heldByPeer
     }
+
+    /// The routes the peer asked for; nil: every origin eager (or a version 3 peer).
+    public var routesOfPeer: RouteTable.Routes? { peerRoutes }
+    /// The routes this node asks the peer for; nil: none sent.
+    public var routesAsked: RouteTable.Routes? { ownRoutes }
 
     static func micros(_ d: Duration) -> UInt64 {
         UInt64(d.components.seconds) * 1_000_000 + UInt64(d.components.attoseconds / 1_000_000_000_000)
@@ -305,6 +352,7 @@ public struct SessionStateMachine: Sendable {
             subscribe.originThrough = held.through
             subscribe.originThroughTimestamp = held.timestamp
             subscribe.originThroughIndex = held.index
+            if let ownRoutes { subscribe.routes = Self.wire(ownRoutes) }
             subscribe.subscriptions = set.entries.map { entry in
                 var s = Shoal_V1_Subscription()
                 s.id = entry.id
@@ -331,13 +379,18 @@ public struct SessionStateMachine: Sendable {
             for piece in page.pieces {
                 if piece.isLast { continuing.remove(piece.id) } else { continuing.insert(piece.id) }
             }
+            offersOpen = page.offersOpen
+            unresolvedOffers += page.offered.map(\.logSequence)
             let (receiver, encoding, generation) = (peerFilter, configuration.deltaEncoding, peerGeneration)
-            let groups = fitter.fit(page.pieces) { pieces in
+            var groups = fitter.fit(page.pieces) { pieces in
                 OutboundBatch(
                     pieces: pieces, receiver: receiver, encoding: encoding, throughSequence: page.through,
                     subscribeGeneration: generation
                 ).payload().count
             }
+            // Offers go at once, with the page's last batch (about 20 bytes each, a few
+            // thousand at most a page): a lazy link's subscriber grafts on what they name.
+            if !page.offered.isEmpty, groups.isEmpty { groups = [[]] }
             // A page with nothing for the peer is worth a frame only to move its cursor at
             // the end of the log: at once for the first batch of a Subscribe, otherwise at
             // the next tick, so that commits the peer does not want cost it at most one
@@ -350,14 +403,46 @@ public struct SessionStateMachine: Sendable {
             // A page cut in several batches: each but the last leaves the peer's cursor
             // where it was, so that it never resumes past what it holds.
             for (i, group) in (groups.isEmpty ? [[]] : groups).enumerated() {
-                outbox.append(batch(group, through: i == max(groups.count, 1) - 1 ? page.through : before))
+                let last = i == max(groups.count, 1) - 1
+                var next = batch(group, through: last ? page.through : before)
+                if last { next.offered = page.offered }
+                outbox.append(next)
             }
             return sendFromOutbox() + readIfPossible()
-        case .batchDurable:
+        case .batchDurable(let limit):
             guard !pendingDurable.isEmpty else { return [] }
             var ack = Shoal_V1_Ack()
             ack.throughSequence = pendingDurable.removeFirst()
+            if configuration.hasRoutes {
+                ack.heldThrough = min(ack.throughSequence, limit ?? .max)
+                lastAcknowledged = (ack.throughSequence, ack.heldThrough)
+            }
             return [.send(.ack(ack))]
+        case .heldAdvanced(let limit):
+            guard configuration.hasRoutes, let last = lastAcknowledged else { return [] }
+            let held = min(last.through, limit ?? .max)
+            guard held > last.held else { return [] }
+            lastAcknowledged = (last.through, held)
+            var ack = Shoal_V1_Ack()
+            ack.heldOnly = true
+            ack.heldThrough = held
+            return [.send(.ack(ack))]
+        case .routesChanged(let routes):
+            guard configuration.hasRoutes, routes != ownRoutes else { return [] }
+            ownRoutes = routes
+            // Before the first Subscribe, the routes go with it.
+            guard ownGeneration > 0 else { return [] }
+            var update = Shoal_V1_RouteUpdate()
+            update.routes = Self.wire(routes)
+            return [.send(.routeUpdate(update))]
+        case .resubscribe:
+            guard let latest = ownSets[ownGeneration]?.set else { return [] }
+            if cursorReadPending {
+                resubscribe = (resubscribe?.0 ?? latest, resubscribe?.fromStart ?? false)
+                return []
+            }
+            cursorReadPending = true
+            return [.readCursor(latest, fromStart: false)]
         case .batchFailed(let message):
             return close(SyncError(.executionFailed, "could not apply a batch: \(message)"))
         }
@@ -400,6 +485,9 @@ public struct SessionStateMachine: Sendable {
             generation += 1
             resumeAfter = request.resumeAfter
             peerIncludesOwn = request.includeOwnTransactions
+            peerRoutes = configuration.hasRoutes && request.hasRoutes ? Self.routes(request.routes) : nil
+            offersOpen = []
+            unresolvedOffers = []
             sentThrough = request.resumeAfter
             acknowledged = request.resumeAfter
             firstPage = true
@@ -419,7 +507,7 @@ public struct SessionStateMachine: Sendable {
                             through: request.originThrough, index: request.originThroughIndex,
                             timestamp: request.originThroughTimestamp)))
             }
-            return history + [.peerSubscribed(set)] + readIfPossible()
+            return history + [.peerSubscribed(set), .peerRouted(peerRoutes)] + readIfPossible()
         case .deltaBatch(let batch):
             // Tests and tools hand over a message; a session reads the payload itself (`receivedDeltaBatch`).
             do {
@@ -427,7 +515,16 @@ public struct SessionStateMachine: Sendable {
             } catch {
                 return close(SyncError(.protocolViolation, "DeltaBatch does not serialize: \(error)"))
             }
+        case .ack(let ack) where ack.heldOnly:
+            guard configuration.hasRoutes else {
+                return close(SyncError(.protocolViolation, "Ack with held_only in a version \(configuration.version) session"))
+            }
+            resolveOffers(heldThrough: ack.heldThrough)
+            return []
         case .ack(let ack):
+            if configuration.hasRoutes, unacknowledged.contains(ack.throughSequence) {
+                resolveOffers(heldThrough: ack.heldThrough)
+            }
             if let i = unacknowledged.firstIndex(of: ack.throughSequence) {
                 unacknowledged.removeSubrange(...i)
                 // With nothing left in flight, every row through `sentThrough` was either
@@ -463,6 +560,13 @@ public struct SessionStateMachine: Sendable {
             return [.deliverAttachmentChunk(chunk)]
         case .transactionRequest(let request):
             return [.answerTransactionRequest(request, peerSet ?? SubscriptionSet())]
+        case .routeUpdate(let update):
+            guard configuration.hasRoutes else {
+                return close(SyncError(.protocolViolation, "RouteUpdate in a version \(configuration.version) session"))
+            }
+            // Read from the next page on; the stream and its cursor go on as they are.
+            peerRoutes = Self.routes(update.routes)
+            return [.peerRouted(peerRoutes)]
         case .transactionPieces(let answer):
             guard answer.found, answer.hasPiece else { return [] }
             let own = ownSets[ownGeneration]?.set ?? SubscriptionSet()
@@ -516,11 +620,19 @@ public struct SessionStateMachine: Sendable {
         } catch {
             return close(error)
         }
+        guard header.offered.isEmpty || configuration.hasRoutes else {
+            return close(SyncError(.protocolViolation, "DeltaBatch offers transactions in a version \(configuration.version) session"))
+        }
+        guard header.offered.allSatisfy({ $0.id.origin.rawValue != 0 }) else {
+            return close(SyncError(.protocolViolation, "DeltaBatch offers a transaction of origin_site 0"))
+        }
         let key = header.subscribeGeneration == ownGeneration && ownGeneration > 0 ? answered?.key : nil
         pendingDurable.append(header.throughSequence)
         return [
             .submit(
-                InboundBatch(pieces: pieces, cursorKey: key, through: header.throughSequence, cursorEpoch: answered?.epoch ?? 0))
+                InboundBatch(
+                    pieces: pieces, cursorKey: key, through: header.throughSequence, cursorEpoch: answered?.epoch ?? 0,
+                    offered: header.offered))
         ]
     }
 
@@ -592,7 +704,25 @@ public struct SessionStateMachine: Sendable {
                     byteLimit: min(configuration.batchBytes, fitter.limit),
                     subscriptions: peerSet,
                     excludingOrigin: excludesPeersOwn ? configuration.peer : nil,
-                    continuing: continuing, resuming: firstPage && resumeAfter > 0, ticket: pageTicket))
+                    continuing: continuing, resuming: firstPage && resumeAfter > 0, ticket: pageTicket,
+                    routes: peerRoutes, offersOpen: offersOpen))
         ]
+    }
+
+    /// The peer holds through `heldThrough`: the offers it covers are resolved.
+    private mutating func resolveOffers(heldThrough: UInt64) {
+        let resolved = unresolvedOffers.prefix { $0 <= heldThrough }.count
+        if resolved > 0 { unresolvedOffers.removeFirst(resolved) }
+    }
+
+    static func wire(_ routes: RouteTable.Routes) -> Shoal_V1_Routes {
+        var wire = Shoal_V1_Routes()
+        wire.lazyByDefault = routes.lazyByDefault
+        wire.exceptions = routes.exceptions.map(\.rawValue).sorted()
+        return wire
+    }
+
+    static func routes(_ wire: Shoal_V1_Routes) -> RouteTable.Routes {
+        RouteTable.Routes(lazyByDefault: wire.lazyByDefault, exceptions: Set(wire.exceptions.map(SiteID.init)))
     }
 }

@@ -39,6 +39,10 @@ public struct SyncConfiguration: Sendable {
     /// The protocol versions this node offers in Hello (tests narrow it to play an
     /// older peer).
     public var protocolVersions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions
+    /// Whether this node asks version 4 peers to send some origins lazily, as offers,
+    /// so that each change reaches it about once (docs/ROUTES.md). Off (`--no-routes`):
+    /// every link carries every origin in full, as version 3 does.
+    public var routes = true
     /// How long an attachment fetch waits for each chunk it asks a peer for, before it
     /// moves on to the next peer (PROTOCOL.md §8.7).
     public var attachmentChunkWait: Duration = .seconds(10)

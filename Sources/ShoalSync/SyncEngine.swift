@@ -39,6 +39,8 @@ public final class SyncEngine: Sendable {
     private let sessionCounts = Locked<(peers: Int, admins: Int)>((0, 0))
     /// How far each peer acknowledged this node's log, for compaction.
     public let positions = PeerPositions()
+    /// Which links carry each origin in full and which only offer it (docs/ROUTES.md).
+    let routing: Routing
     /// How far this node has caught up with each node, and the newest deletion it forgot.
     public let freshness: Freshness
 
@@ -55,6 +57,7 @@ public final class SyncEngine: Sendable {
             store: store, configuration: configuration.inbound, logger: logger, applyDuration: applyDuration)
         self.advertisedListen = Locked(configuration.listenAddress)
         self.freshness = Freshness(site: store.siteID)
+        self.routing = Routing(enabled: configuration.routes)
         do {
             var interest: [SiteID: SubscriptionSet] = [:]
             for (site, filter) in try store.savedNeighbourInterest() {
@@ -224,7 +227,17 @@ public final class SyncEngine: Sendable {
     }
 
     /// Every session and dial target, for status.
-    public func peers() -> [PeerSnapshot] { registry.snapshots() }
+    public func peers() -> [PeerSnapshot] {
+        registry.snapshots().map { snapshot in
+            guard let site = snapshot.siteID, snapshot.state == "connected" else { return snapshot }
+            var snapshot = snapshot
+            let routes = routing.status(of: site)
+            snapshot.routesAsked = routes.routes?.description
+            snapshot.offersReceived = routes.offers
+            snapshot.grafts = routes.grafts
+            return snapshot
+        }
+    }
 
     /// Bytes and deltas exchanged with each peer site since this node started, over
     /// every session with it, closed ones included.

@@ -183,6 +183,7 @@ public enum ProtoJSON {
         case .attachmentChunk: .attachmentChunk(try Shoal_V1_AttachmentChunk(jsonString: json))
         case .transactionRequest: .transactionRequest(try Shoal_V1_TransactionRequest(jsonString: json))
         case .transactionPieces: .transactionPieces(try Shoal_V1_TransactionPieces(jsonString: json))
+        case .routeUpdate: .routeUpdate(try Shoal_V1_RouteUpdate(jsonString: json))
         case .adminRequest: .adminRequest(try Shoal_V1_AdminRequest(jsonString: json))
         case .adminResponse: .adminResponse(try Shoal_V1_AdminResponse(jsonString: json))
         }
@@ -210,6 +211,7 @@ public enum ProtoJSON {
         case .attachmentChunk(let m): m
         case .transactionRequest(let m): m
         case .transactionPieces(let m): m
+        case .routeUpdate(let m): m
         case .adminRequest(let m): m
         case .adminResponse(let m): m
         }

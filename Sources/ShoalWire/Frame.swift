@@ -55,7 +55,8 @@ public struct Frame: Sendable, Hashable {
 }
 
 /// The message types of the protocol, carried in the header's type byte.
-/// `transactionRequest` and `transactionPieces` exist from version 2 on.
+/// `transactionRequest` and `transactionPieces` exist from version 2 on, `routeUpdate`
+/// from version 4.
 public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
     case hello = 0x01
     case proof = 0x02
@@ -69,6 +70,7 @@ public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible 
     case attachmentChunk = 0x0A
     case transactionRequest = 0x0B
     case transactionPieces = 0x0C
+    case routeUpdate = 0x0D
     case adminRequest = 0x10
     case adminResponse = 0x11
 
@@ -86,6 +88,7 @@ public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible 
         case .attachmentChunk: return "AttachmentChunk"
         case .transactionRequest: return "TransactionRequest"
         case .transactionPieces: return "TransactionPieces"
+        case .routeUpdate: return "RouteUpdate"
         case .adminRequest: return "AdminRequest"
         case .adminResponse: return "AdminResponse"
         }

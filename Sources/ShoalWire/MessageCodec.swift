@@ -30,6 +30,7 @@ public struct MessageCodec: Sendable {
             case .attachmentChunk(let m): bytes = try m.serializedBytes()
             case .transactionRequest(let m): bytes = try m.serializedBytes()
             case .transactionPieces(let m): bytes = try m.serializedBytes()
+            case .routeUpdate(let m): bytes = try m.serializedBytes()
             case .adminRequest(let m): bytes = try m.serializedBytes()
             case .adminResponse(let m): bytes = try m.serializedBytes()
             }
@@ -105,6 +106,7 @@ public struct MessageCodec: Sendable {
             case .attachmentChunk: return .attachmentChunk(try Shoal_V1_AttachmentChunk(serializedBytes: Array(bytes)))
             case .transactionRequest: return .transactionRequest(try Shoal_V1_TransactionRequest(serializedBytes: Array(bytes)))
             case .transactionPieces: return .transactionPieces(try Shoal_V1_TransactionPieces(serializedBytes: Array(bytes)))
+            case .routeUpdate: return .routeUpdate(try Shoal_V1_RouteUpdate(serializedBytes: Array(bytes)))
             case .adminRequest: return .adminRequest(try Shoal_V1_AdminRequest(serializedBytes: Array(bytes)))
             case .adminResponse: return .adminResponse(try Shoal_V1_AdminResponse(serializedBytes: Array(bytes)))
             }

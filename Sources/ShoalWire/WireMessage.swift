@@ -12,6 +12,7 @@ public enum WireMessage: Sendable, Equatable {
     case attachmentChunk(Shoal_V1_AttachmentChunk)
     case transactionRequest(Shoal_V1_TransactionRequest)
     case transactionPieces(Shoal_V1_TransactionPieces)
+    case routeUpdate(Shoal_V1_RouteUpdate)
     case adminRequest(Shoal_V1_AdminRequest)
     case adminResponse(Shoal_V1_AdminResponse)
 
@@ -29,6 +30,7 @@ public enum WireMessage: Sendable, Equatable {
         case .attachmentChunk: return .attachmentChunk
         case .transactionRequest: return .transactionRequest
         case .transactionPieces: return .transactionPieces
+        case .routeUpdate: return .routeUpdate
         case .adminRequest: return .adminRequest
         case .adminResponse: return .adminResponse
         }

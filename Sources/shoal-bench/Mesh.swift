@@ -46,6 +46,8 @@ enum Mesh {
         var links: Int
         var writers: Int
         var documents: Int
+        /// Whether the nodes asked for routes (version 4), or sent every origin on every link.
+        var routes: Bool
         /// Deltas received over every node, those it held already, and the minimum
         /// (each delta written, once at each other node).
         var received: UInt64
@@ -62,7 +64,7 @@ enum Mesh {
 
     /// Starts the topology, writes `documents` (in transactions of 10) spread over the
     /// first `writers` nodes, and waits until every node holds them all.
-    static func run(_ topology: Topology, writers: Int, documents: Int, progress: Progress) async throws -> Figure {
+    static func run(_ topology: Topology, writers: Int, documents: Int, routes: Bool, progress: Progress) async throws -> Figure {
         let directory = TemporaryDirectory(prefix: "shoal-bench-mesh")
         defer { directory.remove() }
         var nodes: [NodeProcess] = []
@@ -72,7 +74,7 @@ enum Mesh {
             nodes.append(
                 try NodeProcess(
                     name: "n\(i)", dataDirectory: directory.path + "/n\(i)",
-                    extra: peers + ["--subscribe", "SELECT * FROM \(collection)"]))
+                    extra: peers + ["--subscribe", "SELECT * FROM \(collection)"] + (routes ? [] : ["--no-routes"])))
         }
         let clients = try nodes.map { AdminClient(node: try HostAndPort(parsing: $0.address), timeout: .seconds(600)) }
         // Every link up: each node sees as many connected peers as it has links.
@@ -83,7 +85,7 @@ enum Mesh {
             }
         }
         let cpuBefore = nodes.map { $0.cpuSeconds ?? 0 }
-        progress.say("  \(topology.name): \(documents) documents on \(writers) writer(s)")
+        progress.say("  \(topology.name): \(documents) documents on \(writers) writer(s), routes \(routes ? "on" : "off")")
         let start = ContinuousClock.now
         try await withThrowingTaskGroup(of: Void.self) { group in
             for w in 0..<writers {
@@ -125,7 +127,7 @@ enum Mesh {
         let deltasPerDocument = UInt64(Workload.deltasPerDocument)
         return Figure(
             topology: topology.name, nodes: topology.nodes, links: topology.edges.count, writers: writers,
-            documents: documents, received: received, duplicate: duplicate,
+            documents: documents, routes: routes, received: received, duplicate: duplicate,
             minimum: UInt64(documents) * deltasPerDocument * UInt64(topology.nodes - 1), bytesReceived: bytes,
             convergeSeconds: converged, cpuSecondsPerNode: cpu.reduce(0, +) / Double(cpu.count))
     }
@@ -135,7 +137,11 @@ enum Mesh {
         var figures: [Figure] = []
         for topology in topologies {
             for writers in [1, 3] {
-                figures.append(try await run(topology, writers: writers, documents: documents, progress: progress))
+                // With routes and without, one after the other on the same machine.
+                for routes in [true, false] {
+                    figures.append(
+                        try await run(topology, writers: writers, documents: documents, routes: routes, progress: progress))
+                }
             }
         }
         return figures
@@ -144,9 +150,9 @@ enum Mesh {
     static func table(_ figures: [Figure]) -> String {
         var out = "shoal-bench --mesh: every node subscribed to all; writes in transactions of 10 documents of \(Workload.deltasPerDocument) deltas\n"
         out += "  received = deltas taken in over every node; minimum = each delta once at each other node\n\n"
-        let header = ["TOPOLOGY", "WRITERS", "DOCS", "RECEIVED", "HELD ALREADY", "MINIMUM", "AMPLIFICATION", "BYTES IN", "CONVERGED s", "CPU s/NODE"]
+        let header = ["TOPOLOGY", "WRITERS", "ROUTES", "DOCS", "RECEIVED", "HELD ALREADY", "MINIMUM", "AMPLIFICATION", "BYTES IN", "CONVERGED s", "CPU s/NODE"]
         let rows = figures.map { f in
-            [f.topology, "\(f.writers)", "\(f.documents)", "\(f.received)", "\(f.duplicate)", "\(f.minimum)",
+            [f.topology, "\(f.writers)", f.routes ? "on" : "off", "\(f.documents)", "\(f.received)", "\(f.duplicate)", "\(f.minimum)",
              String(format: "%.2f×", f.amplification), "\(f.bytesReceived)", String(format: "%.2f", f.convergeSeconds),
              String(format: "%.2f", f.cpuSecondsPerNode)]
         }
@@ -157,7 +163,7 @@ enum Mesh {
     static func json(_ figures: [Figure]) -> String {
         let rows = figures.map { f in
             """
-            {"topology":"\(f.topology)","nodes":\(f.nodes),"links":\(f.links),"writers":\(f.writers),"documents":\(f.documents),\
+            {"topology":"\(f.topology)","nodes":\(f.nodes),"links":\(f.links),"writers":\(f.writers),"routes":\(f.routes),"documents":\(f.documents),\
             "received":\(f.received),"duplicate":\(f.duplicate),"minimum":\(f.minimum),\
             "amplification":\(String(format: "%.3f", f.amplification)),"bytesReceived":\(f.bytesReceived),\
             "convergeSeconds":\(String(format: "%.3f", f.convergeSeconds)),"cpuSecondsPerNode":\(String(format: "%.3f", f.cpuSecondsPerNode))}

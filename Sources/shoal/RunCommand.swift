@@ -56,6 +56,11 @@ struct RunCommand: AsyncParsableCommand {
         help: "Carry changes for neighbours' subscriptions that this node's own do not cover (default: on).")
     var relay: Bool?
 
+    @Flag(
+        inversion: .prefixedNo,
+        help: "Ask peers to offer, not send, what another link brings already, so each change arrives about once (default: on; off sends every origin on every link, as protocol version 3).")
+    var routes: Bool?
+
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error or critical (default: info).")
     var logLevel: String?
 
@@ -122,6 +127,7 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("discovery", discovery.map { .boolean($0) })
         s.setFlag("discovery-interface", discoveryInterface.map { .string($0) })
         s.setFlag("relay", relay.map { .boolean($0) })
+        s.setFlag("routes", routes.map { .boolean($0) })
         s.setFlag("log-level", logLevel.map { .string($0) })
         s.setFlag("log-format", logFormat.map { .string($0) })
         s.setFlag("metrics", metrics.map { .string($0) })

@@ -71,6 +71,11 @@ struct StatusCommand: AsyncParsableCommand {
                         "lastSeenMillisAgo": p.lastSeenMillisAgo.map { .int($0) } ?? .null,
                         "lastError": p.lastError.map(Value.string) ?? .null,
                         "tlsIdentity": p.tlsIdentity.map(Value.string) ?? .null,
+                        "routes": .object([
+                            "given": p.routesGiven.map(Value.string) ?? .null,
+                            "asked": p.routesAsked.map(Value.string) ?? .null,
+                            "offersReceived": .int(Int64(p.offersReceived)), "grafts": .int(Int64(p.grafts)),
+                        ]),
                     ])
                 }),
             "subscriptions": .array(
@@ -182,6 +187,16 @@ struct StatusCommand: AsyncParsableCommand {
             })
         for p in s.peers {
             if let error = p.lastError { out += "  \(p.address): \(error)\n" }
+        }
+        let routed = s.peers.filter { $0.routesGiven != nil || $0.routesAsked != nil }
+        if !routed.isEmpty {
+            out += "\nRoutes (eager: sent in full; lazy: offered, asked for when no eager link brings it)\n"
+            out += render(
+                ["SITE", "NAME", "THIS NODE SENDS", "THIS NODE ASKS", "OFFERS IN", "ASKED"],
+                routed.map { p in
+                    [p.siteID?.description ?? "-", p.name.isEmpty ? "-" : p.name, p.routesGiven ?? "eager", p.routesAsked ?? "eager",
+                     "\(p.offersReceived)", "\(p.grafts)"]
+                })
         }
         if let ratio = s.amplification {
             let (total, duplicate) = s.deltasReceived

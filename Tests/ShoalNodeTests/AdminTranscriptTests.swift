@@ -16,7 +16,7 @@ import Testing
 /// The transcript is recorded from a node the same way, its varying fields set to the
 /// values the file shows; SHOAL_WRITE_VECTORS=1 writes it.
 @Suite struct AdminTranscriptTests {
-    static let path = "v3/admin-transaction.transcript"
+    static let path = "v4/admin-transaction.transcript"
     static let codec = MessageCodec()
 
     @Test(arguments: VectorManifest.entries(.adminTranscript))
@@ -162,13 +162,13 @@ import Testing
             connects over loopback, so neither side proves one (6.2 #8, 6.4). Recorded from a reference
             node; what varies from run to run is set to fixed values, and '<~' names those fields.
             """)
-        w.line(.version(3))
+        w.line(.version(4))
         w.line(.site(SiteID(0x0123_4567_89ab_cdef)))
         w.line(.peer(SiteID(0)))
         w.comment(
             """
-            The handshake: the node's Hello comes at once, versions 1 to 3; the client's is the CLI's (site 0,
-            role ADMIN, no mesh name, versions 1 to 3), and they agree on 3. Both Proofs are empty.
+            The handshake: the node's Hello comes at once, versions 1 to 4; the client's is the CLI's (site 0,
+            role ADMIN, no mesh name, versions 1 to 4), and they agree on 4. Both Proofs are empty.
             """)
         try answer()
         var handshake = HandshakeStateMachine(

@@ -20,6 +20,7 @@ struct NodeSettingsTests {
         relay = false
         log-level = "debug"
         max-frame-size = 65536
+        routes = false
         coverage-wait = 2.5
         max-waiting-transactions = 50
         max-waiting-bytes = 2097152
@@ -62,6 +63,7 @@ struct NodeSettingsTests {
         #expect(configuration.subscriptions == ["SELECT * FROM cars"], "one string is a list of one")
         #expect(configuration.meshName == "home")
         #expect(configuration.discovery == false && configuration.discoveryInterface == "lo" && !configuration.relay)
+        #expect(!configuration.routes)
         #expect(configuration.limits.maximumFrameSize == 65536 && configuration.limits.maximumInflatedSize == 65536)
         #expect(configuration.coverageWait == .milliseconds(2500))
         #expect(configuration.maximumWaitingTransactions == 50 && configuration.maximumWaitingBytes == 2 << 20)

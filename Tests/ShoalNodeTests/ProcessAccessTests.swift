@@ -42,8 +42,8 @@ extension ProcessSuites {
         let made = try ShoalBinary.run(["keygen", mesh])
         #expect(made.status == 0, "\(made.stderr)")
         #expect(made.stderr.contains("wrote a new 32-byte key to \(mesh) (mode 0600)"))
-        var info = stat()
-        #expect(stat(mesh, &info) == 0 && info.st_mode & 0o777 == 0o600)
+        let permissions = try FileManager.default.attributesOfItem(atPath: mesh)[.posixPermissions] as? Int
+        #expect(permissions.map { $0 & 0o777 } == 0o600)
         let before = try String(contentsOfFile: mesh, encoding: .utf8)
         let again = try ShoalBinary.run(["keygen", mesh])
         #expect(again.status == 1)

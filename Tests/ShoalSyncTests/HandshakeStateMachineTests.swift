@@ -55,7 +55,7 @@ import Testing
             Issue.record("expected both established, got \(String(describing: endA)) / \(String(describing: endB))")
             return
         }
-        #expect(seenByA.siteID == SiteID(2) && seenByA.name == "n2" && seenByA.version == 3)
+        #expect(seenByA.siteID == SiteID(2) && seenByA.name == "n2" && seenByA.version == 4)
         #expect(seenByB.siteID == SiteID(1))
         #expect(a.isEstablished && b.isEstablished)
     }

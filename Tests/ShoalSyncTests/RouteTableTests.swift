@@ -1,4 +1,5 @@
 import ShoalCRDT
+import ShoalStore
 import ShoalSync
 import Testing
 
@@ -13,27 +14,63 @@ struct RouteTableTests {
     /// A node that knows A, B and C (a complete mesh of four, from D's side), A first.
     static func mesh() -> RouteTable {
         var table = RouteTable()
-        #expect(table.open(a, now: 0) == .everything, "the first link carries everything")
-        #expect(table.open(b, now: 1) == .init(lazyByDefault: true, exceptions: [b]), "later links carry their own origin only")
-        #expect(table.open(c, now: 2) == .init(lazyByDefault: true, exceptions: [c]))
+        #expect(table.open(a, now: 0) == (.everything, []), "the first link carries everything")
+        #expect(table.caughtUp(a) == [], "A's history is here")
+        // Later links carry their own origin only, and the first no longer carries it.
+        #expect(
+            table.open(b, now: 1)
+                == (.init(lazyByDefault: true, exceptions: [b]), [.send(.init(lazyByDefault: false, exceptions: [b]), to: a)]))
+        #expect(
+            table.open(c, now: 2)
+                == (.init(lazyByDefault: true, exceptions: [c]), [.send(.init(lazyByDefault: false, exceptions: [b, c]), to: a)]))
         return table
+    }
+
+    @Test(arguments: [
+        RouteTable.Routes.everything, .init(lazyByDefault: true), .init(lazyByDefault: true, exceptions: [a]),
+        .init(lazyByDefault: false, exceptions: [b, SiteID(0x0123_4567_89ab_cdef)]),
+    ])
+    func routesReadBackAsStatusPrintsThem(_ routes: RouteTable.Routes) {
+        #expect(RouteTable.Routes(routes.description) == routes)
+        #expect(RouteTable.Routes("sometimes") == nil && RouteTable.Routes("lazy but zz") == nil)
     }
 
     @Test func aCompleteMeshTakesEachOriginFromItself() {
         var table = Self.mesh()
-        #expect(table.routes(for: Self.a)!.isEager(Self.b), "until a duplicate says otherwise, A relays B's writes too")
-        // B's write arrives from B, then A relays it: a duplicate on A's link.
+        for origin in [Self.a, Self.b, Self.c] {
+            let carriers = [Self.a, Self.b, Self.c].filter { table.routes(for: $0)!.isEager(origin) }
+            #expect(carriers == [origin], "\(origin) comes from \(carriers), not from itself alone")
+        }
+        #expect(table.routes(for: Self.a)!.isEager(SiteID(0xF)), "the first link carries every other origin")
         #expect(table.received(Self.t(Self.b, 1), from: Self.b, duplicate: false, now: 10) == [])
-        let actions = table.received(Self.t(Self.b, 1), from: Self.a, duplicate: true, now: 11)
-        #expect(actions == [.send(.init(lazyByDefault: false, exceptions: [Self.b]), to: Self.a)])
-        #expect(!table.routes(for: Self.a)!.isEager(Self.b))
+        // A copy by a lazy link (an ask answered late) prunes nothing.
+        #expect(table.received(Self.t(Self.b, 1), from: Self.a, duplicate: true, now: 11) == [])
         #expect(table.routes(for: Self.b)!.isEager(Self.b))
-        // The same race the other way round: A's copy of C's write comes first.
-        #expect(table.received(Self.t(Self.c, 1), from: Self.a, duplicate: false, now: 12) == [])
-        let second = table.received(Self.t(Self.c, 1), from: Self.c, duplicate: true, now: 13)
-        #expect(second == [.send(.init(lazyByDefault: false, exceptions: [Self.b, Self.c]), to: Self.a)], "the origin's own link is kept, whichever copy came first")
-        // Nothing more to prune: a third copy changes nothing.
-        #expect(table.received(Self.t(Self.c, 1), from: Self.a, duplicate: true, now: 14) == [])
+    }
+
+    /// A node that joins with history to take: its first neighbour streams it all, the
+    /// others only offer until that one caught up, then each carries its own origin.
+    @Test func aJoiningNodeTakesItsHistoryFromItsFirstNeighbourOnly() {
+        var table = RouteTable()
+        _ = table.open(Self.a, now: 0)
+        #expect(table.open(Self.b, now: 1) == (.init(lazyByDefault: true), []), "B offers only, its own origin too")
+        #expect(table.open(Self.c, now: 2) == (.init(lazyByDefault: true), []))
+        #expect(table.routes(for: Self.a) == .everything)
+        #expect(table.caughtUp(Self.b) == [], "a lazy link catching up changes nothing")
+        let actions = table.caughtUp(Self.a)
+        #expect(
+            actions == [
+                .send(.init(lazyByDefault: false, exceptions: [Self.b]), to: Self.a),
+                .send(.init(lazyByDefault: true, exceptions: [Self.b]), to: Self.b),
+                .send(.init(lazyByDefault: false, exceptions: [Self.b, Self.c]), to: Self.a),
+                .send(.init(lazyByDefault: true, exceptions: [Self.c]), to: Self.c),
+            ])
+        #expect(table.caughtUp(Self.a) == [], "once")
+        // A link that opens now takes its own origin at once.
+        #expect(
+            table.open(Self.d, now: 3)
+                == (.init(lazyByDefault: true, exceptions: [Self.d]),
+                    [.send(.init(lazyByDefault: false, exceptions: [Self.b, Self.c, Self.d]), to: Self.a)]))
     }
 
     @Test func onlyLinksEagerForTheOriginArePruned() {
@@ -46,23 +83,32 @@ struct RouteTableTests {
         #expect(table.routes(for: Self.a)!.isEager(far), "never prune the one eager path")
     }
 
-    @Test func twoEagerLinksForAFarOriginBecomeOne() {
+    /// F grafted onto B while A carries everything else: both eager for F. The copy
+    /// that comes second is pruned, whichever link it came by.
+    @Test(arguments: [false, true])
+    func twoEagerLinksForAFarOriginBecomeOne(bFirst: Bool) {
         var table = RouteTable()
         _ = table.open(Self.a, now: 0)
+        _ = table.caughtUp(Self.a)
         _ = table.open(Self.b, now: 1)
         let far = SiteID(0xF)
-        // F grafted onto B after an offer, while A still carries everything.
         _ = table.offered([Self.offer(far, 1, at: 5)], by: Self.b, now: 10, isHeld: Self.nothingHeld)
         let graft = table.tick(now: 10 + 2_000, isHeld: Self.nothingHeld)
         #expect(graft == [.send(.init(lazyByDefault: true, exceptions: [Self.b, far]), to: Self.b), .ask(Self.t(far, 1), of: Self.b)])
-        // Both now deliver F's next transaction; A's copy is first, B's is pruned.
-        _ = table.received(Self.t(far, 2), from: Self.a, duplicate: false, now: 3_000)
-        let prune = table.received(Self.t(far, 2), from: Self.b, duplicate: true, now: 3_001)
-        #expect(prune == [.send(.init(lazyByDefault: true, exceptions: [Self.b]), to: Self.b)])
+        let (first, second) = bFirst ? (Self.b, Self.a) : (Self.a, Self.b)
+        #expect(table.received(Self.t(far, 2), from: first, duplicate: false, now: 3_000) == [])
+        let prune = table.received(Self.t(far, 2), from: second, duplicate: true, now: 3_001)
+        #expect(
+            prune
+                == (bFirst
+                    ? [.send(.init(lazyByDefault: false, exceptions: [Self.b, far]), to: Self.a)]
+                    : [.send(.init(lazyByDefault: true, exceptions: [Self.b]), to: Self.b)]))
+        #expect(table.received(Self.t(far, 2), from: second, duplicate: true, now: 3_002) == [], "nothing more to prune")
     }
 
     @Test func anOfferIsAskedForOnlyWhenNoEagerLinkDeliversIt() {
         var table = Self.mesh()
+        _ = table.received(Self.t(Self.a, 5), from: Self.a, duplicate: false, now: 50)
         // C offers A's transaction 7, which A itself is still sending.
         #expect(table.offered([Self.offer(Self.a, 7, at: 40)], by: Self.c, now: 100, isHeld: Self.nothingHeld) == [])
         #expect(table.tick(now: 1_000, isHeld: Self.nothingHeld) == [], "within graftAfter")
@@ -72,6 +118,26 @@ struct RouteTableTests {
         #expect(actions == [.send(.init(lazyByDefault: true, exceptions: [Self.a, Self.c]), to: Self.c), .ask(Self.t(Self.a, 7), of: Self.c)])
         #expect(table.notedCount == 0)
         #expect(table.tick(now: 10_000, isHeld: Self.nothingHeld) == [], "asked once")
+    }
+
+    /// In a line or a tree an origin beyond a lazy link comes by offers only: its first
+    /// offer is asked at once, not after graftAfter; while this node is joining, after
+    /// a quarter of it.
+    @Test func anOriginNoEagerLinkEverDeliveredIsGraftedAtOnce() {
+        var table = Self.mesh()
+        let far = SiteID(0xF)
+        _ = table.offered([Self.offer(far, 1, at: 9)], by: Self.b, now: 0, isHeld: Self.nothingHeld)
+        #expect(table.tick(now: 1, isHeld: Self.nothingHeld).contains(.ask(Self.t(far, 1), of: Self.b)))
+        var joining = RouteTable()
+        _ = joining.open(Self.a, now: 0)
+        _ = joining.open(Self.b, now: 1)
+        _ = joining.offered([Self.offer(far, 1, at: 9)], by: Self.b, now: 2, isHeld: Self.nothingHeld)
+        #expect(joining.tick(now: 3, isHeld: Self.nothingHeld) == [], "A may still be streaming F's history")
+        #expect(joining.tick(now: 502, isHeld: Self.nothingHeld).contains(.ask(Self.t(far, 1), of: Self.b)), "it would have sent some by now")
+        // A neighbour's own new write, offered while this node joins, is asked at once.
+        _ = joining.open(Self.c, now: 600)
+        _ = joining.offered([Self.offer(Self.c, 1, at: 3)], by: Self.c, now: 601, isHeld: Self.nothingHeld)
+        #expect(joining.tick(now: 601, isHeld: Self.nothingHeld).contains(.ask(Self.t(Self.c, 1), of: Self.c)))
     }
 
     @Test func progressOnAnotherOriginDoesNotHoldAGraftBack() {
@@ -97,14 +163,26 @@ struct RouteTableTests {
         #expect(table.notedCount == 0)
     }
 
-    @Test func anOriginNoLinkCarriesIsAskedForAtTheNextTick() {
+    @Test func whenAnOriginsOwnLinkClosesTheDefaultLinkCarriesItAgain() {
         var table = Self.mesh()
         _ = table.received(Self.t(Self.b, 1), from: Self.b, duplicate: false, now: 0)
-        _ = table.received(Self.t(Self.b, 1), from: Self.a, duplicate: true, now: 1)
-        #expect(table.close(Self.b, now: 5) == [], "B carried only B, and nothing of B was offered")
-        #expect(!table.isCarried(Self.b))
+        #expect(table.close(Self.b, now: 5) == [.send(.init(lazyByDefault: false, exceptions: [Self.c]), to: Self.a)])
+        #expect(table.isCarried(Self.b))
+        // An offer of B's next transaction waits for A, which carries B again.
         _ = table.offered([Self.offer(Self.b, 2, at: 30)], by: Self.c, now: 10, isHeld: Self.nothingHeld)
-        #expect(table.tick(now: 11, isHeld: Self.nothingHeld) == [.send(.init(lazyByDefault: true, exceptions: [Self.b, Self.c]), to: Self.c), .ask(Self.t(Self.b, 2), of: Self.c)])
+        #expect(table.tick(now: 11, isHeld: Self.nothingHeld) == [])
+    }
+
+    @Test func anOriginNoLinkCarriesIsAskedForAtTheNextTick() {
+        // The default link closes with an offer of its own origin noted: the heir takes
+        // the default, and the offer, no longer carried by anyone, is asked at once.
+        var table = RouteTable()
+        _ = table.open(Self.a, now: 0)
+        _ = table.caughtUp(Self.a)
+        _ = table.open(Self.b, now: 1)
+        _ = table.offered([Self.offer(Self.a, 2, at: 30)], by: Self.b, now: 10, isHeld: Self.nothingHeld)
+        let actions = table.close(Self.a, now: 11)
+        #expect(actions == [.send(.everything, to: Self.b), .ask(Self.t(Self.a, 2), of: Self.b)])
     }
 
     @Test func whenTheLinkCarryingEverythingClosesAnotherTakesOver() {
@@ -115,7 +193,7 @@ struct RouteTableTests {
         let actions = table.close(Self.a, now: 100)
         #expect(
             actions == [
-                .send(.everything, to: Self.b),
+                .send(.init(lazyByDefault: false, exceptions: [Self.c]), to: Self.b),
                 .send(.init(lazyByDefault: true, exceptions: [Self.c, far]), to: Self.c),
                 .ask(Self.t(far, 1), of: Self.c),
                 .ask(Self.t(far, 2), of: Self.c),
@@ -139,6 +217,7 @@ struct RouteTableTests {
     @Test func tooManyOffersTurnTheBusiestLinkEager() {
         var table = RouteTable(configuration: .init(maximumNoted: 4))
         _ = table.open(Self.a, now: 0)
+        _ = table.caughtUp(Self.a)
         _ = table.open(Self.b, now: 1)
         _ = table.open(Self.c, now: 2)
         _ = table.offered([Self.offer(Self.d, 1, at: 70)], by: Self.c, now: 3, isHeld: Self.nothingHeld)

@@ -135,7 +135,7 @@ final class SessionHarness {
         let batch = self[who].submitted.removeFirst()
         if let key = batch.cursorKey { self[who].cursors[key] = max(self[who].cursors[key] ?? 0, batch.through) }
         if who == .a { write(.durable) }
-        handle(who, .batchDurable)
+        handle(who, .batchDurable())
     }
 
     /// Makes each batch the side received durable, oldest first, settling after each.

@@ -157,9 +157,9 @@ import Testing
         }
         #expect(b2.pieces.isEmpty && b2.through == 20)
         // Nothing is acknowledged before it is durable, then each in order.
-        #expect(Self.sent(m.handle(.batchDurable, now: 3)) == [Self.ack(10)])
-        #expect(Self.sent(m.handle(.batchDurable, now: 4)) == [Self.ack(20)])
-        #expect(m.handle(.batchDurable, now: 5).isEmpty, "a spurious completion acknowledges nothing")
+        #expect(Self.sent(m.handle(.batchDurable(), now: 3)) == [Self.ack(10)])
+        #expect(Self.sent(m.handle(.batchDurable(), now: 4)) == [Self.ack(20)])
+        #expect(m.handle(.batchDurable(), now: 5).isEmpty, "a spurious completion acknowledges nothing")
     }
 
     @Test func aBatchOfAnEarlierSubscribeRecordsNoCursor() {
@@ -283,7 +283,7 @@ import Testing
             return
         }
         #expect(inbound.cursorKey == SubscriptionSet.refillKey(Self.cars.key))
-        _ = s.handle(.batchDurable, now: 4)
+        _ = s.handle(.batchDurable(), now: 4)
         ping.nonce = 2
         let caughtUp = s.handle(.received(.ping(ping)), now: 5)
         let back = caughtUp.compactMap { if case .ownTransactionsBack(let key) = $0 { key } else { nil } }

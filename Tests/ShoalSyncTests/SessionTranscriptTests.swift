@@ -121,7 +121,7 @@ import Testing
             case .tick(let micros):
                 now = micros
                 try run(.tick)
-            case .durable: try run(.batchDurable)
+            case .durable: try run(.batchDurable())
             case .page(let payload):
                 let request = try #require(pendingPage, "\(at): A reads no page")
                 pendingPage = nil

@@ -29,12 +29,13 @@ import Testing
         }
         func changes(
             after sequence: UInt64, limit: Int, byteLimit: Int, subscriptions: SubscriptionSet, excludingOrigin peer: SiteID?,
-            skipping: (@Sendable (TransactionID) -> Bool)?, continuing: Set<TransactionID>, resuming: Bool
+            skipping: (@Sendable (TransactionID) -> Bool)?, continuing: Set<TransactionID>, resuming: Bool,
+            isLazy: (@Sendable (SiteID) -> Bool)?, offersOpen: Set<TransactionID>
         ) async throws(StoreError) -> ChangeLogPage {
             pages.withLock { $0 += 1 }
             return try await base.changes(
                 after: sequence, limit: limit, byteLimit: byteLimit, subscriptions: subscriptions, excludingOrigin: peer,
-                skipping: skipping, continuing: continuing, resuming: resuming)
+                skipping: skipping, continuing: continuing, resuming: resuming, isLazy: isLazy, offersOpen: offersOpen)
         }
         func transactionPieces(
             _ id: TransactionID, subscriptions: SubscriptionSet, collections: Set<String>, byteLimit: Int

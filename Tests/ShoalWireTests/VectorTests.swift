@@ -136,11 +136,12 @@ import CompressNIO
     }
 
     /// The Hello a node of this version opens with (`HandshakeStateMachine.start`).
-    static var nodeHello: WireMessage {
+    static func nodeHello(versions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions) -> WireMessage {
         var handshake = HandshakeStateMachine(
             configuration: .init(
                 siteID: SiteID(0x0123_4567_89ab_cdef), nodeName: "alpha", meshName: "default", meshKey: nil,
-                listenAddress: "127.0.0.1:7470", freshness: [SiteID(0xfedc_ba98_7654_3210): 1_700_000_000_000],
+                listenAddress: "127.0.0.1:7470", versions: versions,
+                freshness: [SiteID(0xfedc_ba98_7654_3210): 1_700_000_000_000],
                 holdsOthersWrites: true, limits: PeerLimits(maximumFrameSize: 16 << 20, documentSizeHardLimit: 4 << 20)),
             nonce: (0..<32).map { UInt8($0) })
         guard case .send(let hello)? = handshake.start().first else { return .hello(Shoal_V1_Hello()) }
@@ -510,13 +511,95 @@ import CompressNIO
             Definition(
                 path: "v3/hello.hex",
                 comment: """
-                    Hello (type 0x01) of a node of this version, as HandshakeStateMachine writes it: min_version 1,
+                    Hello (type 0x01) of a version 3 node, as HandshakeStateMachine writes it: min_version 1,
                     max_version 3, site_id 0x0123456789abcdef, node_name "alpha", mesh_name "default", nonce
                     00 01 .. 1f, role PEER, listen_address "127.0.0.1:7470", freshness [{site_id 0xfedcba9876543210,
                     through_millis 1700000000000}], holds_only_own_writes false (absent), max_frame_size 16777216,
                     document_size_hard_limit 4194304 (PROTOCOL.md 6.1).
                     """,
-                message: nodeHello),
+                message: nodeHello(versions: 1...3)),
+            Definition(
+                path: "v4/hello.hex",
+                comment: """
+                    Hello (type 0x01) of a node of this version: v3/hello.hex with max_version 4 (PROTOCOL.md 6.1, 13).
+                    """,
+                message: nodeHello()),
+            Definition(
+                path: "v4/subscribe-routes.hex",
+                comment: """
+                    Subscribe (type 0x06), version 4: one subscription "SELECT * FROM cars", resume_after 0,
+                    generation 1, routes {lazy_by_default true, exceptions [0x0123456789abcdef]}: every origin
+                    offered but the publisher's own, which it sends in full (PROTOCOL.md 8.11).
+                    """,
+                message: .subscribe({
+                    var s = Shoal_V1_Subscribe()
+                    s.subscriptions = [subscription("SELECT * FROM cars")]
+                    s.generation = 1
+                    var routes = Shoal_V1_Routes()
+                    routes.lazyByDefault = true
+                    routes.exceptions = [0x0123_4567_89ab_cdef]
+                    s.routes = routes
+                    return s
+                }())),
+            Definition(
+                path: "v4/route-update.hex",
+                comment: """
+                    RouteUpdate (type 0x0D), version 4: routes {lazy_by_default true, exceptions
+                    [0x0123456789abcdef, 0x00000000000000c3]}: origin c3 turns eager on this link (a graft,
+                    PROTOCOL.md 8.11).
+                    """,
+                message: .routeUpdate({
+                    var u = Shoal_V1_RouteUpdate()
+                    var routes = Shoal_V1_Routes()
+                    routes.lazyByDefault = true
+                    routes.exceptions = [0xc3, 0x0123_4567_89ab_cdef]
+                    u.routes = routes
+                    return u
+                }())),
+            Definition(
+                path: "v4/delta-batch-offered.hex",
+                comment: """
+                    DeltaBatch (type 0x07), version 4: no pieces, through_sequence 90, subscribe_generation 1,
+                    offered [{origin_site 0xc3, origin_sequence 17, log_sequence 81}, {origin_site 0xc3,
+                    origin_sequence 18, log_sequence 86}]: two transactions of a lazy origin (PROTOCOL.md 8.11).
+                    """,
+                message: .deltaBatch({
+                    var b = Shoal_V1_DeltaBatch()
+                    b.throughSequence = 90
+                    b.subscribeGeneration = 1
+                    b.offered = [(17, 81), (18, 86)].map { (sequence: UInt64, log: UInt64) in
+                        var o = Shoal_V1_Offer()
+                        o.originSite = 0xc3
+                        o.originSequence = sequence
+                        o.logSequence = log
+                        return o
+                    }
+                    return b
+                }())),
+            Definition(
+                path: "v4/ack-held.hex",
+                comment: """
+                    Ack (type 0x08), version 4: through_sequence 90, held_through 80: the batch through 90 is
+                    durable, and an offer beginning at 81 is not resolved yet (PROTOCOL.md 8.4, 8.11).
+                    """,
+                message: .ack({
+                    var a = Shoal_V1_Ack()
+                    a.throughSequence = 90
+                    a.heldThrough = 80
+                    return a
+                }())),
+            Definition(
+                path: "v4/ack-held-only.hex",
+                comment: """
+                    Ack (type 0x08), version 4: held_through 90, held_only true: the offers up to 90 were
+                    resolved by another link; no batch is acknowledged (PROTOCOL.md 8.11).
+                    """,
+                message: .ack({
+                    var a = Shoal_V1_Ack()
+                    a.heldThrough = 90
+                    a.heldOnly = true
+                    return a
+                }())),
             Definition(
                 path: "v3/delta-batch-compressed.hex",
                 comment: """

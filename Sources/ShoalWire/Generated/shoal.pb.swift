@@ -363,9 +363,62 @@ public nonisolated struct Shoal_V1_Subscribe: Sendable {
 
   public var originThroughIndex: UInt32 = 0
 
+  /// Version 4: which origins' transactions the publisher sends in full on this link
+  /// and which it only offers (PROTOCOL.md section 8.11). Absent: every origin in full.
+  public var routes: Shoal_V1_Routes {
+    get {_routes ?? Shoal_V1_Routes()}
+    set {_routes = newValue}
+  }
+  /// Returns true if `routes` has been explicitly set.
+  public var hasRoutes: Bool {self._routes != nil}
+  /// Clears the value of `routes`. Subsequent reads from it will return its default value.
+  public mutating func clearRoutes() {self._routes = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _routes: Shoal_V1_Routes? = nil
+}
+
+/// Version 4. What a subscriber asks one publisher for: every origin's transactions in
+/// full (eager) or only their IDs (lazy), by default, and the origins that are the
+/// exception to the default.
+public nonisolated struct Shoal_V1_Routes: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var lazyByDefault: Bool = false
+
+  public var exceptions: [UInt64] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Type 0x0D, version 4. New routes for the pages the publisher reads from now on; the
+/// stream goes on from where it is (PROTOCOL.md section 8.11).
+public nonisolated struct Shoal_V1_RouteUpdate: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var routes: Shoal_V1_Routes {
+    get {_routes ?? Shoal_V1_Routes()}
+    set {_routes = newValue}
+  }
+  /// Returns true if `routes` has been explicitly set.
+  public var hasRoutes: Bool {self._routes != nil}
+  /// Clears the value of `routes`. Subsequent reads from it will return its default value.
+  public mutating func clearRoutes() {self._routes = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _routes: Shoal_V1_Routes? = nil
 }
 
 public nonisolated struct Shoal_V1_Subscription: Sendable {
@@ -412,6 +465,28 @@ public nonisolated struct Shoal_V1_DeltaBatch: Sendable {
   /// Subscription sets named by NOT_COVERED verdicts in this batch: verdict filter k
   /// (k >= 1) is filters[k - 1].
   public var filters: [Shoal_V1_SubscriptionFilter] = []
+
+  /// Version 4: transactions of origins lazy for the receiver that this page would
+  /// have sent pieces of, each once per stream, where its rows begin (section 8.11).
+  public var offered: [Shoal_V1_Offer] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Version 4. A transaction a publisher holds and did not send, and the sequence of its
+/// first row in the page that offered it.
+public nonisolated struct Shoal_V1_Offer: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var originSite: UInt64 = 0
+
+  public var originSequence: UInt64 = 0
+
+  public var logSequence: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -668,6 +743,15 @@ public nonisolated struct Shoal_V1_Ack: Sendable {
   // methods supported on all messages.
 
   public var throughSequence: UInt64 = 0
+
+  /// Version 4: below or at this sequence of the publisher's log the sender holds every
+  /// transaction its subscriptions want; 0 in version 3 and earlier (then
+  /// through_sequence says it). Offers not resolved keep it below them (section 8.11).
+  public var heldThrough: UInt64 = 0
+
+  /// Version 4: this Ack only reports held_through (an offer was resolved since the last
+  /// Ack); it acknowledges no batch.
+  public var heldOnly: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1704,6 +1788,18 @@ public nonisolated struct Shoal_V1_PeerStatus: Sendable {
   /// resend): received and dropped. deltas_in - deltas_duplicate were new here.
   public var deltasDuplicate: UInt64 = 0
 
+  /// Version 4 routes (PROTOCOL.md section 8.11): what the peer asked this node for
+  /// ("eager", "lazy but <site>,…"; "" when it asked for none), what this node asks of
+  /// it, the transactions it offered that this node did not hold, and those this node
+  /// then asked it for (grafts), since this node started.
+  public var routesGiven: String = String()
+
+  public var routesAsked: String = String()
+
+  public var offersReceived: UInt64 = 0
+
+  public var grafts: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2022,7 +2118,7 @@ nonisolated extension Shoal_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Subscribe"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subscriptions\0\u{3}resume_after\0\u{1}generation\0\u{3}include_own_transactions\0\u{3}origin_through\0\u{3}origin_through_timestamp\0\u{3}origin_through_index\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subscriptions\0\u{3}resume_after\0\u{1}generation\0\u{3}include_own_transactions\0\u{3}origin_through\0\u{3}origin_through_timestamp\0\u{3}origin_through_index\0\u{1}routes\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2037,12 +2133,17 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
       case 5: try { try decoder.decodeSingularUInt64Field(value: &self.originThrough) }()
       case 6: try { try decoder.decodeSingularFixed64Field(value: &self.originThroughTimestamp) }()
       case 7: try { try decoder.decodeSingularUInt32Field(value: &self.originThroughIndex) }()
+      case 8: try { try decoder.decodeSingularMessageField(value: &self._routes) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.subscriptions.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.subscriptions, fieldNumber: 1)
     }
@@ -2064,6 +2165,9 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
     if self.originThroughIndex != 0 {
       try visitor.visitSingularUInt32Field(value: self.originThroughIndex, fieldNumber: 7)
     }
+    try { if let v = self._routes {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2075,6 +2179,76 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.originThrough != rhs.originThrough {return false}
     if lhs.originThroughTimestamp != rhs.originThroughTimestamp {return false}
     if lhs.originThroughIndex != rhs.originThroughIndex {return false}
+    if lhs._routes != rhs._routes {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_Routes: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Routes"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}lazy_by_default\0\u{1}exceptions\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBoolField(value: &self.lazyByDefault) }()
+      case 2: try { try decoder.decodeRepeatedFixed64Field(value: &self.exceptions) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.lazyByDefault != false {
+      try visitor.visitSingularBoolField(value: self.lazyByDefault, fieldNumber: 1)
+    }
+    if !self.exceptions.isEmpty {
+      try visitor.visitPackedFixed64Field(value: self.exceptions, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_Routes, rhs: Shoal_V1_Routes) -> Bool {
+    if lhs.lazyByDefault != rhs.lazyByDefault {return false}
+    if lhs.exceptions != rhs.exceptions {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_RouteUpdate: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RouteUpdate"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}routes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._routes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._routes {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_RouteUpdate, rhs: Shoal_V1_RouteUpdate) -> Bool {
+    if lhs._routes != rhs._routes {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2122,7 +2296,7 @@ nonisolated extension Shoal_V1_Subscription: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Shoal_V1_DeltaBatch: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".DeltaBatch"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}transactions\0\u{3}through_sequence\0\u{3}subscribe_generation\0\u{1}pieces\0\u{1}filters\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}transactions\0\u{3}through_sequence\0\u{3}subscribe_generation\0\u{1}pieces\0\u{1}filters\0\u{1}offered\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2135,6 +2309,7 @@ nonisolated extension Shoal_V1_DeltaBatch: SwiftProtobuf.Message, SwiftProtobuf.
       case 3: try { try decoder.decodeSingularUInt64Field(value: &self.subscribeGeneration) }()
       case 4: try { try decoder.decodeRepeatedMessageField(value: &self.pieces) }()
       case 5: try { try decoder.decodeRepeatedMessageField(value: &self.filters) }()
+      case 6: try { try decoder.decodeRepeatedMessageField(value: &self.offered) }()
       default: break
       }
     }
@@ -2156,6 +2331,9 @@ nonisolated extension Shoal_V1_DeltaBatch: SwiftProtobuf.Message, SwiftProtobuf.
     if !self.filters.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.filters, fieldNumber: 5)
     }
+    if !self.offered.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.offered, fieldNumber: 6)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2165,6 +2343,47 @@ nonisolated extension Shoal_V1_DeltaBatch: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.subscribeGeneration != rhs.subscribeGeneration {return false}
     if lhs.pieces != rhs.pieces {return false}
     if lhs.filters != rhs.filters {return false}
+    if lhs.offered != rhs.offered {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_Offer: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Offer"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}origin_site\0\u{3}origin_sequence\0\u{3}log_sequence\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularFixed64Field(value: &self.originSite) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.originSequence) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.logSequence) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.originSite != 0 {
+      try visitor.visitSingularFixed64Field(value: self.originSite, fieldNumber: 1)
+    }
+    if self.originSequence != 0 {
+      try visitor.visitSingularUInt64Field(value: self.originSequence, fieldNumber: 2)
+    }
+    if self.logSequence != 0 {
+      try visitor.visitSingularUInt64Field(value: self.logSequence, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_Offer, rhs: Shoal_V1_Offer) -> Bool {
+    if lhs.originSite != rhs.originSite {return false}
+    if lhs.originSequence != rhs.originSequence {return false}
+    if lhs.logSequence != rhs.logSequence {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2687,7 +2906,7 @@ nonisolated extension Shoal_V1_ContextField: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Shoal_V1_Ack: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Ack"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}through_sequence\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}through_sequence\0\u{3}held_through\0\u{3}held_only\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2696,6 +2915,8 @@ nonisolated extension Shoal_V1_Ack: SwiftProtobuf.Message, SwiftProtobuf._Messag
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt64Field(value: &self.throughSequence) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.heldThrough) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.heldOnly) }()
       default: break
       }
     }
@@ -2705,11 +2926,19 @@ nonisolated extension Shoal_V1_Ack: SwiftProtobuf.Message, SwiftProtobuf._Messag
     if self.throughSequence != 0 {
       try visitor.visitSingularUInt64Field(value: self.throughSequence, fieldNumber: 1)
     }
+    if self.heldThrough != 0 {
+      try visitor.visitSingularUInt64Field(value: self.heldThrough, fieldNumber: 2)
+    }
+    if self.heldOnly != false {
+      try visitor.visitSingularBoolField(value: self.heldOnly, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Shoal_V1_Ack, rhs: Shoal_V1_Ack) -> Bool {
     if lhs.throughSequence != rhs.throughSequence {return false}
+    if lhs.heldThrough != rhs.heldThrough {return false}
+    if lhs.heldOnly != rhs.heldOnly {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -4590,7 +4819,7 @@ nonisolated extension Shoal_V1_PendingTransaction: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PeerStatus"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}address\0\u{1}state\0\u{3}rtt_millis\0\u{3}bytes_in\0\u{3}bytes_out\0\u{1}direction\0\u{1}discovered\0\u{3}deltas_in\0\u{3}deltas_out\0\u{3}lag_deltas\0\u{3}last_seen_millis_ago\0\u{3}listen_address\0\u{3}last_error\0\u{3}tls_identity\0\u{3}deltas_duplicate\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}address\0\u{1}state\0\u{3}rtt_millis\0\u{3}bytes_in\0\u{3}bytes_out\0\u{1}direction\0\u{1}discovered\0\u{3}deltas_in\0\u{3}deltas_out\0\u{3}lag_deltas\0\u{3}last_seen_millis_ago\0\u{3}listen_address\0\u{3}last_error\0\u{3}tls_identity\0\u{3}deltas_duplicate\0\u{3}routes_given\0\u{3}routes_asked\0\u{3}offers_received\0\u{1}grafts\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4615,6 +4844,10 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
       case 15: try { try decoder.decodeSingularStringField(value: &self.lastError) }()
       case 16: try { try decoder.decodeSingularStringField(value: &self.tlsIdentity) }()
       case 17: try { try decoder.decodeSingularUInt64Field(value: &self.deltasDuplicate) }()
+      case 18: try { try decoder.decodeSingularStringField(value: &self.routesGiven) }()
+      case 19: try { try decoder.decodeSingularStringField(value: &self.routesAsked) }()
+      case 20: try { try decoder.decodeSingularUInt64Field(value: &self.offersReceived) }()
+      case 21: try { try decoder.decodeSingularUInt64Field(value: &self.grafts) }()
       default: break
       }
     }
@@ -4672,6 +4905,18 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
     if self.deltasDuplicate != 0 {
       try visitor.visitSingularUInt64Field(value: self.deltasDuplicate, fieldNumber: 17)
     }
+    if !self.routesGiven.isEmpty {
+      try visitor.visitSingularStringField(value: self.routesGiven, fieldNumber: 18)
+    }
+    if !self.routesAsked.isEmpty {
+      try visitor.visitSingularStringField(value: self.routesAsked, fieldNumber: 19)
+    }
+    if self.offersReceived != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offersReceived, fieldNumber: 20)
+    }
+    if self.grafts != 0 {
+      try visitor.visitSingularUInt64Field(value: self.grafts, fieldNumber: 21)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -4693,6 +4938,10 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.lastError != rhs.lastError {return false}
     if lhs.tlsIdentity != rhs.tlsIdentity {return false}
     if lhs.deltasDuplicate != rhs.deltasDuplicate {return false}
+    if lhs.routesGiven != rhs.routesGiven {return false}
+    if lhs.routesAsked != rhs.routesAsked {return false}
+    if lhs.offersReceived != rhs.offersReceived {return false}
+    if lhs.grafts != rhs.grafts {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -1,0 +1,89 @@
+import ShoalCRDT
+import ShoalStore
+import ShoalSync
+import ShoalTesting
+import Testing
+
+/// Routes between nodes in one process (PROTOCOL.md §8.11, docs/ROUTES.md): in a mesh
+/// with cycles each change reaches each node about once, a node that joins takes its
+/// history about once, and when the link that carried an origin closes, the others take
+/// over with nothing lost. `ProcessRoutesTests` does the same with `shoal` processes,
+/// and a link that stays open but carries nothing.
+@Suite struct RoutesSyncTests {
+    static let query = MeshLineTests.query
+
+    /// New deltas and all deltas received by `node` over every peer it met.
+    static func counts(_ node: TestNode) -> (received: UInt64, duplicate: UInt64) {
+        let traffic = node.sync.traffic()
+        return (traffic.values.reduce(0) { $0 + $1.deltasIn }, traffic.values.reduce(0) { $0 + $1.deltasDuplicate })
+    }
+
+    static func insert(_ node: TestNode, _ keys: Range<Int>, prefix: String) async throws {
+        for k in keys {
+            _ = try await node.store.execute(
+                "INSERT INTO items DOCUMENTS ({'_id': :k, 'v': :v, 'w': 'x'})",
+                arguments: ["k": .string("\(prefix)\(k)"), "v": .int(Int64(k))])
+        }
+    }
+
+    static func holds(_ node: TestNode, _ count: Int) async throws -> Bool {
+        try await node.store.execute("SELECT * FROM items").items.count == count
+    }
+
+    /// A, B and C all linked; C's link to A carries A's writes. When it closes, B, which
+    /// only offered them, is asked for what it offers and carries A from then on.
+    @Test func whenTheLinkThatCarriedAnOriginClosesAnotherTakesOver() async throws {
+        // Pings every second: a link's own origin moves to it once the first link vouched C caught up.
+        let nodes = try ["a", "b", "c"].map {
+            try TestNode(name: $0, subscriptions: [Self.query]) { $0.keepaliveInterval = .seconds(1) }
+        }
+        defer { nodes.forEach { $0.remove() } }
+        let (a, b, c) = (nodes[0], nodes[1], nodes[2])
+        try await MeshLineTests.withLinks([(b, a), (c, b)][...]) {
+            try await InProcessMesh.withLink(c.sync, a.sync) {
+                // Once the first link to connect vouched C caught up, A comes from A's link alone.
+                @Sendable func carries(_ link: TestNode, _ origin: TestNode) -> Bool {
+                    c.sync.peers().first { $0.siteID == link.sync.siteID }?.routesAsked
+                        .flatMap(RouteTable.Routes.init)?.isEager(origin.sync.siteID) == true
+                }
+                #expect(await InProcessMesh.eventually { carries(a, a) && !carries(b, a) },
+                    "\(c.sync.peers().map { "\($0.name): \($0.routesAsked ?? "-")" })")
+                try await Self.insert(a, 0..<20, prefix: "k")
+                #expect(try await InProcessMesh.eventually { try await Self.holds(c, 20) })
+            }
+            // C – A is gone: A's next writes reach C through B, asked after B's offers.
+            try await Self.insert(a, 20..<40, prefix: "k")
+            #expect(try await InProcessMesh.eventually { try await Self.holds(c, 40) })
+            let fromB = try #require(c.sync.peers().first { $0.siteID == b.sync.siteID })
+            #expect(fromB.routesAsked.flatMap(RouteTable.Routes.init)?.isEager(a.sync.siteID) == true,
+                "A is eager on B now: \(fromB.routesAsked ?? "none")")
+            let (received, duplicate) = Self.counts(c)
+            #expect(received - duplicate == 40 * 3, "each delta new once at C: \(received) received, \(duplicate) held already")
+        }
+    }
+
+    /// Three nodes that wrote their own documents; a fourth joins linked to all three
+    /// and takes the history about once, not once per neighbour.
+    @Test func aNodeThatJoinsTakesTheHistoryAboutOnce() async throws {
+        let nodes = try ["a", "b", "c", "d"].map { try TestNode(name: $0, subscriptions: [Self.query]) }
+        defer { nodes.forEach { $0.remove() } }
+        let (a, b, c, d) = (nodes[0], nodes[1], nodes[2], nodes[3])
+        try await MeshLineTests.withLinks([(b, a), (c, a), (c, b)][...]) {
+            for (i, node) in [a, b, c].enumerated() { try await Self.insert(node, 0..<30, prefix: "n\(i)-") }
+            #expect(try await InProcessMesh.eventually {
+                for node in [a, b, c] where try await !Self.holds(node, 90) { return false }
+                return true
+            })
+            try await MeshLineTests.withLinks([(d, a), (d, b), (d, c)][...]) {
+                #expect(try await InProcessMesh.eventually { try await Self.holds(d, 90) })
+                try await Task.sleep(for: .milliseconds(500))
+                let (received, duplicate) = Self.counts(d)
+                let minimum = UInt64(90 * 3)
+                print("a node joining three: received \(received) deltas, \(duplicate) held already, minimum \(minimum)")
+                #expect(received - duplicate == minimum)
+                // Without routes each neighbour streams the whole history: 3× the minimum.
+                #expect(received * 2 <= minimum * 3, "\(received) deltas received for \(minimum) new")
+            }
+        }
+    }
+}
