@@ -31,7 +31,8 @@ extension Value {
         return nil
     }
 
-    /// A numeric view of ints and doubles, for comparisons and arithmetic.
+    /// A numeric view of ints and doubles, for comparisons and arithmetic; an int
+    /// beyond ±2⁵³ comes out rounded (`doubleValue` says `nil` instead).
     public var numberValue: Double? {
         switch self {
         case .int(let i): return Double(i)
@@ -40,10 +41,56 @@ extension Value {
         }
     }
 
+    /// The number as an `Int`, when it is one exactly: an int, or a double with no
+    /// fraction (`4.0`, which arithmetic with a double makes of a count) that fits.
+    /// `nil` for `4.5`, for a string such as `"4"`, and for every other value.
+    public var intValue: Int? {
+        switch self {
+        case .int(let i): return Int(exactly: i)
+        case .double(let d): return Int(exactly: d)
+        default: return nil
+        }
+    }
+
+    /// The number as a `Double`, when a double holds it exactly: a double, or an int
+    /// within ±2⁵³ (beyond it, `numberValue` gives the nearest double).
+    public var doubleValue: Double? {
+        switch self {
+        case .int(let i): return Double(exactly: i)
+        case .double(let d): return d
+        default: return nil
+        }
+    }
+
+    /// The boolean, or `nil` when this is not a boolean (no number or string is one).
+    public var boolValue: Bool? {
+        if case .bool(let b) = self { return b }
+        return nil
+    }
+
+    /// The array's elements, or `nil` when this is not an array.
+    public var arrayValue: [Value]? {
+        if case .array(let items) = self { return items }
+        return nil
+    }
+
+    /// Whether this is `null`. A field that is missing is no value at all: the
+    /// subscript returns `nil` for it, and `.null` for a field that holds null.
+    public var isNull: Bool {
+        if case .null = self { return true }
+        return false
+    }
+
     /// The member at `key` when this is an object.
     public subscript(key: String) -> Value? {
         guard case .object(let fields) = self else { return nil }
         return fields[key]
+    }
+
+    /// The element at `index` when this is an array and `index` is within it.
+    public subscript(index: Int) -> Value? {
+        guard case .array(let items) = self, items.indices.contains(index) else { return nil }
+        return items[index]
     }
 
     /// The value's kind as a message names it: "null", "a boolean", "an array".
@@ -83,6 +130,14 @@ extension Value: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Expres
     public init(dictionaryLiteral elements: (String, Value)...) {
         self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
     }
+}
+
+extension Value: CustomStringConvertible, CustomDebugStringConvertible {
+    /// The value's canonical JSON, `{"_id":"a","doors":4}`, as `print` shows it.
+    public var description: String { canonicalJSON }
+
+    /// The canonical JSON too, so that `print(items)` shows an array of JSON objects.
+    public var debugDescription: String { canonicalJSON }
 }
 
 extension Value: Comparable {

@@ -35,6 +35,17 @@ extension DocumentStore {
         }
     }
 
+    /// `execute` with arguments of Swift values: `["doors": doors, "owner": name]`, with
+    /// `doors` an `Int` and `name` a `String?` (see `ValueConvertible`). Literals go to
+    /// the other `execute`, where an object literal may mix types (`["_id": "a", "doors": 4]`).
+    public func execute(
+        _ text: String, arguments: [String: any ValueConvertible], hint: String? = nil, isReadOnly: Bool = false,
+        deadline: Deadline? = nil
+    ) async throws(StoreError) -> QueryResult {
+        try await execute(
+            text, arguments: arguments.mapValues(\.shoalValue), hint: hint, isReadOnly: isReadOnly, deadline: deadline)
+    }
+
     /// Runs parsed statements as one transaction; the result is the last statement's.
     ///
     /// This is `transaction` made cheap for the common case: a read is one snapshot

@@ -51,6 +51,11 @@ extension DocumentStore {
         return ObservationSequence(store: self, select: select, arguments: arguments, commits: commits.updates())
     }
 
+    /// `observe` with arguments of Swift values, `["color": color]` (see `ValueConvertible`).
+    public func observe(_ query: String, arguments: [String: any ValueConvertible]) throws(StoreError) -> ObservationSequence {
+        try observe(query, arguments: arguments.mapValues(\.shoalValue))
+    }
+
     /// Calls `handler` with each new state of the query's result (see `observe`),
     /// until the returned observer is cancelled.
     public func registerObserver(
@@ -64,6 +69,13 @@ extension DocumentStore {
             } catch {}
         }
         return StoreObserver(task: task)
+    }
+
+    /// `registerObserver` with arguments of Swift values, `["color": color]` (see `ValueConvertible`).
+    public func registerObserver(
+        _ query: String, arguments: [String: any ValueConvertible], handler: @escaping @Sendable (Observation) -> Void
+    ) throws(StoreError) -> StoreObserver {
+        try registerObserver(query, arguments: arguments.mapValues(\.shoalValue), handler: handler)
     }
 }
 

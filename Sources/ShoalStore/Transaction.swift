@@ -132,6 +132,11 @@ public final class Transaction: Sendable {
         }
     }
 
+    /// `execute` with arguments of Swift values, `["doors": doors]` (see `ValueConvertible`).
+    public func execute(_ dql: String, arguments: [String: any ValueConvertible]) async throws(StoreError) -> QueryResult {
+        try await execute(dql, arguments: arguments.mapValues(\.shoalValue))
+    }
+
     /// Runs parsed statements in this transaction; the result is the last statement's.
     public func execute(_ statements: [ShoalQuery.Statement], arguments: [String: Value] = [:]) async throws(StoreError)
         -> QueryResult
