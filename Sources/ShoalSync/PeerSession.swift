@@ -548,7 +548,7 @@ struct PeerSession: Sendable {
         case .caughtUp(let peerFreshness):
             // Saved by the node now and then (`ShoalNode`), not here: a session never waits on a write for it.
             engine.freshness.caughtUp(with: peerFreshness)
-            await engine.routing.caughtUp(peer.siteID, engine: engine)
+            engine.routing.caughtUp(peer.siteID)
         case .ownTransactionsBack(let key):
             try await engine.store.ownTransactionsBack(peer: peer.siteID, subscriptionKey: key)
             logger.info(

@@ -100,17 +100,23 @@ public struct RouteTable: Sendable {
         /// Its publisher said this node holds everything it asked of it (a Ping that
         /// vouched freshness, PROTOCOL.md §8.10): its history is here.
         var caughtUp = false
-        /// Opened while the link eager by default was still streaming its history: its
-        /// own origin turns eager here once that one caught up, not before, so that the
-        /// history does not come twice.
-        var ownOriginWaits = false
     }
 
     private struct Noted: Sendable {
         /// The links that offered it, first first, with where it begins in their logs.
         var offers: [(peer: SiteID, logSequence: UInt64)]
         var at: UInt64
+        /// The link it was asked of and when: an ask can go unanswered (the link closes
+        /// before it answers), so the offer stays noted until the transaction is held,
+        /// and is asked again, of the next link that offered it, after `graftAfter`.
+        var asked: (peer: SiteID, at: UInt64)?
         var first: SiteID { offers[0].peer }
+
+        /// The link to ask next: the first, or after an ask of one, the one after it.
+        var next: SiteID {
+            guard let asked, let i = offers.firstIndex(where: { $0.peer == asked.peer }) else { return first }
+            return offers[(i + 1) % offers.count].peer
+        }
     }
 
     /// The links eager for its origin that delivered a transaction, in order.
@@ -149,52 +155,29 @@ public struct RouteTable: Sendable {
 
     /// A link opened: the routes to ask it for first (its Subscribe carries them), and
     /// the other links' new routes. The neighbour's own origin comes from it alone from
-    /// now on: the links eager for it turn lazy for it, so that neither its history nor
-    /// its live writes come twice while a duplicate would be needed to prune them. While
-    /// the link eager by default is still streaming history (this node is joining), the
-    /// new link only offers, until that one caught up (`caughtUp`): the history comes
-    /// once, from the first neighbour.
+    /// now on: the links eager for it turn lazy for it, so that its live writes do not
+    /// come twice while a duplicate would be needed to prune them. (Pages the first
+    /// link sent before its RouteUpdate arrives may repeat the neighbour's history, at
+    /// most a window of them: docs/ROUTES.md, "Joining".)
     public mutating func open(_ peer: SiteID, now: UInt64) -> (routes: Routes, actions: [Action]) {
-        guard let carrier = links.first(where: { !$0.value.routes.lazyByDefault }) else {
+        guard links.values.contains(where: { !$0.routes.lazyByDefault }) else {
             links[peer] = Link(routes: .everything, opened: now)
             return (.everything, [])
         }
-        guard carrier.value.caughtUp else {
-            let routes = Routes(lazyByDefault: true)
-            links[peer] = Link(routes: routes, opened: now, ownOriginWaits: true)
-            return (routes, [])
-        }
-        links[peer] = Link(routes: Routes(lazyByDefault: true), opened: now)
-        let actions = takeOwnOrigin(peer)
-        return (links[peer]!.routes, actions.filter { if case .send(_, let to) = $0 { to != peer } else { true } })
-    }
-
-    /// `peer`'s publisher vouched that this node holds all it asked of it. Once the link
-    /// eager by default has, the links that waited take their own origin.
-    public mutating func caughtUp(_ peer: SiteID) -> [Action] {
-        guard links[peer] != nil, !links[peer]!.caughtUp else { return [] }
-        links[peer]!.caughtUp = true
-        guard !links[peer]!.routes.lazyByDefault else { return [] }
+        let routes = Routes(lazyByDefault: true, exceptions: [peer])
         var actions: [Action] = []
-        for waiting in links.filter({ $0.value.ownOriginWaits }).keys.sorted() {
-            actions += takeOwnOrigin(waiting)
-        }
-        return actions
-    }
-
-    /// `peer` carries its own origin, and the links that carried it do no more.
-    private mutating func takeOwnOrigin(_ peer: SiteID) -> [Action] {
-        links[peer]!.ownOriginWaits = false
-        var actions: [Action] = []
-        for (other, link) in links.sorted(by: { $0.key < $1.key }) where other != peer && link.routes.isEager(peer) {
+        for (other, link) in links.sorted(by: { $0.key < $1.key }) where link.routes.isEager(peer) {
             links[other]!.routes.set(peer, eager: false)
             actions.append(.send(links[other]!.routes, to: other))
         }
-        if !links[peer]!.routes.isEager(peer) {
-            links[peer]!.routes.set(peer, eager: true)
-            actions.append(.send(links[peer]!.routes, to: peer))
-        }
-        return actions
+        links[peer] = Link(routes: routes, opened: now)
+        return (routes, actions)
+    }
+
+    /// `peer`'s publisher vouched that this node holds all it asked of it. Until the
+    /// link eager by default has, this node is joining: see `tick`.
+    public mutating func caughtUp(_ peer: SiteID) {
+        links[peer]?.caughtUp = true
     }
 
     /// A link closed. What only it carried moves to another link: the eager default to
@@ -204,13 +187,21 @@ public struct RouteTable: Sendable {
     /// turns eager there.
     public mutating func close(_ peer: SiteID, now: UInt64) -> [Action] {
         guard let closed = links.removeValue(forKey: peer) else { return [] }
+        var lost: Set<TransactionID> = []
         for (id, var entry) in noted {
             entry.offers.removeAll { $0.peer == peer }
+            if entry.asked?.peer == peer {
+                entry.asked = nil
+                lost.insert(id)
+            }
             noted[id] = entry.offers.isEmpty ? nil : entry
         }
-        // Offers of origins no link left carries are asked now: the link that takes the
-        // default over will not stream again what it offered already.
-        let orphans = noted.keys.filter { closed.routes.isEager($0.origin) && !isCarried($0.origin) }
+        // Offers of origins no link left carries, and those asked of the closed link, are
+        // asked now: the link that takes the default over will not stream again what it
+        // offered already.
+        let orphans = noted.filter { id, entry in
+            lost.contains(id) || (entry.asked == nil && closed.routes.isEager(id.origin) && !isCarried(id.origin))
+        }.keys
         var changed: Set<SiteID> = []
         if !closed.routes.lazyByDefault, !links.values.contains(where: { !$0.routes.lazyByDefault }),
             let heir = links.min(by: { ($0.value.opened, $0.key) < ($1.value.opened, $1.key) })?.key
@@ -225,16 +216,20 @@ public struct RouteTable: Sendable {
             changed.insert(heir)
         }
         var actions: [Action] = []
-        for id in orphans.sorted() {
-            let by = noted[id]!.first
-            if !links[by]!.routes.isEager(id.origin) {
-                links[by]!.routes.set(id.origin, eager: true)
-                changed.insert(by)
-            }
-            actions.append(.ask(id, of: by))
-            noted[id] = nil
-        }
+        for id in orphans.sorted() { ask(id, now: now, changed: &changed, actions: &actions) }
         return changed.sorted().map { .send(links[$0]!.routes, to: $0) } + actions
+    }
+
+    /// Asks the next link that offered `id` for it, its origin eager there; the offer
+    /// stays noted until the transaction is held.
+    private mutating func ask(_ id: TransactionID, now: UInt64, changed: inout Set<SiteID>, actions: inout [Action]) {
+        let by = noted[id]!.next
+        if !links[by]!.routes.isEager(id.origin) {
+            links[by]!.routes.set(id.origin, eager: true)
+            changed.insert(by)
+        }
+        actions.append(.ask(id, of: by))
+        noted[id]!.asked = (by, now)
     }
 
     /// A piece of `id` arrived from `peer`; `duplicate` when every delta of it was held
@@ -244,7 +239,8 @@ public struct RouteTable: Sendable {
     public mutating func received(_ id: TransactionID, from peer: SiteID, duplicate: Bool, now: UInt64) -> [Action] {
         guard let link = links[peer] else { return [] }
         let origin = id.origin
-        if !duplicate { noted[id] = nil }
+        // Here now (or waiting for its other pieces): no longer an offer to ask for.
+        noted[id] = nil
         guard link.routes.isEager(origin) else { return [] }
         progress[origin] = now
         guard var delivery = deliveries[id] else {
@@ -297,12 +293,12 @@ public struct RouteTable: Sendable {
     }
 
     /// The tick: each noted offer that no eager link delivered in time is asked of the
-    /// link that offered it first, and its origin turns eager there. An offer of an
+    /// link that offered it first, and its origin turns eager there; one asked and still
+    /// not held after `graftAfter` is asked again, of the next link that offered it. An offer of an
     /// origin no eager link ever delivered a piece of is asked at once (the origin lies
-    /// beyond that link, as in a line or a tree, or it is the link's own origin with a new
-    /// write: waiting would only add latency); while this node is joining, one of another
-    /// origin after a quarter of `graftAfter`, since its first link may be streaming that
-    /// origin's history, and then it would have delivered some.
+    /// beyond that link, as in a line or a tree: waiting would only add latency); while
+    /// this node is joining, after a quarter of `graftAfter`, since its first link may be
+    /// streaming that origin's history, and then it would have delivered some.
     public mutating func tick(now: UInt64, isHeld: (TransactionID) -> Bool) -> [Action] {
         var changed: Set<SiteID> = []
         var actions: [Action] = []
@@ -312,19 +308,17 @@ public struct RouteTable: Sendable {
                 noted[id] = nil
                 continue
             }
+            if let asked = entry.asked {
+                // Asked and not here yet: again, of the next link that offered it, once an
+                // answer had time to come.
+                if now >= asked.at + configuration.graftAfterMillis { ask(id, now: now, changed: &changed, actions: &actions) }
+                continue
+            }
             let origin = id.origin
             let since = max(entry.at, progress[origin] ?? 0)
-            let wait =
-                progress[origin] != nil
-                ? configuration.graftAfterMillis : joining && origin != entry.first ? configuration.graftAfterMillis / 4 : 0
+            let wait = progress[origin] != nil ? configuration.graftAfterMillis : joining ? configuration.graftAfterMillis / 4 : 0
             guard !isCarried(origin) || now >= since + wait else { continue }
-            let by = entry.first
-            if !links[by]!.routes.isEager(origin) {
-                links[by]!.routes.set(origin, eager: true)
-                changed.insert(by)
-            }
-            actions.append(.ask(id, of: by))
-            noted[id] = nil
+            ask(id, now: now, changed: &changed, actions: &actions)
         }
         return changed.sorted().map { .send(links[$0]!.routes, to: $0) } + actions
     }

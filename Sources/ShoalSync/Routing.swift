@@ -1,4 +1,4 @@
-public import ShoalCRDT
+import ShoalCRDT
 import Logging
 import ShoalWire
 
@@ -96,10 +96,9 @@ final class Routing: Sendable {
     }
 
     /// `peer`'s publisher vouched that this node holds all it asked of it.
-    func caughtUp(_ peer: SiteID, engine: SyncEngine) async {
+    func caughtUp(_ peer: SiteID) {
         guard enabled else { return }
-        let actions = state.withLock { $0.table.caughtUp(peer) }
-        await perform(actions, engine: engine)
+        state.withLock { $0.table.caughtUp(peer) }
     }
 
     func snapshot() -> Snapshot {
