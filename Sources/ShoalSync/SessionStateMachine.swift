@@ -352,7 +352,12 @@ public struct SessionStateMachine: Sendable {
             subscribe.originThrough = held.through
             subscribe.originThroughTimestamp = held.timestamp
             subscribe.originThroughIndex = held.index
-            if let ownRoutes { subscribe.routes = Self.wire(ownRoutes) }
+            // A stream that brings this node's own transactions back (after EVICT, or a
+            // store that went back) carries every origin in full: an offer of what this
+            // node evicted would look held here (its transaction was applied), and the
+            // link eager for an origin may not hold what this node evicted. The routes go
+            // back once it is all here (`ownTransactionsBack`).
+            if let ownRoutes, !includeOwn { subscribe.routes = Self.wire(ownRoutes) }
             subscribe.subscriptions = set.entries.map { entry in
                 var s = Shoal_V1_Subscription()
                 s.id = entry.id
@@ -430,8 +435,9 @@ public struct SessionStateMachine: Sendable {
         case .routesChanged(let routes):
             guard configuration.hasRoutes, routes != ownRoutes else { return [] }
             ownRoutes = routes
-            // Before the first Subscribe, the routes go with it.
-            guard ownGeneration > 0 else { return [] }
+            // Before the first Subscribe, the routes go with it; while own transactions
+            // come back, once they are all here.
+            guard ownGeneration > 0, refill == nil else { return [] }
             var update = Shoal_V1_RouteUpdate()
             update.routes = Self.wire(routes)
             return [.send(.routeUpdate(update))]
@@ -548,6 +554,11 @@ public struct SessionStateMachine: Sendable {
                 self.refill = nil
                 ownSets[ownGeneration] = (latest.set, latest.set.key, latest.epoch)
                 actions.append(.ownTransactionsBack(subscriptionKey: latest.set.key))
+                if let ownRoutes {
+                    var update = Shoal_V1_RouteUpdate()
+                    update.routes = Self.wire(ownRoutes)
+                    actions.append(.send(.routeUpdate(update)))
+                }
             }
             return actions
         case .pong(let pong):

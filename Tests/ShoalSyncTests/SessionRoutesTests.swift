@@ -63,6 +63,35 @@ import Testing
         #expect(m.routesAsked == grafted)
     }
 
+    /// After EVICT this node asks for its own transactions back: that stream carries
+    /// every origin in full (an offer of an evicted transaction would look held), and
+    /// the routes come back once the publisher says it is all here.
+    @Test func aStreamThatBringsOwnTransactionsBackCarriesEveryOrigin() {
+        var m = Self.machine()
+        _ = m.handle(.routesChanged(Self.lazyButPeer), now: 0)
+        _ = m.handle(.ownSubscriptionsChanged(T.cars, fromStart: true), now: 0)
+        guard case .subscribe(let refill)? = T.sent(m.handle(.cursorRead(T.cars, resumeAfter: 0, includeOwn: true), now: 1)).first
+        else {
+            Issue.record("no Subscribe")
+            return
+        }
+        #expect(refill.includeOwnTransactions && !refill.hasRoutes)
+        let grafted = RouteTable.Routes(lazyByDefault: true, exceptions: [T.peer, T.origin])
+        #expect(T.sent(m.handle(.routesChanged(grafted), now: 2)).isEmpty, "no RouteUpdate while own transactions come back")
+        _ = m.handle(.received(T.batch([], through: 5, generation: 1)), now: 3)
+        _ = m.handle(.batchDurable(), now: 4)
+        var ping = Shoal_V1_Ping()
+        ping.nonce = 1
+        var vouched = Shoal_V1_Freshness()
+        vouched.siteID = T.peer.rawValue
+        vouched.throughMillis = 10
+        ping.freshness = [vouched]
+        let back = m.handle(.received(.ping(ping)), now: 5)
+        #expect(back.contains { if case .ownTransactionsBack = $0 { true } else { false } })
+        let updates = T.sent(back).compactMap { if case .routeUpdate(let u) = $0 { u } else { nil } }
+        #expect(updates.count == 1 && updates.first?.routes.exceptions.sorted() == [T.origin.rawValue, T.peer.rawValue].sorted())
+    }
+
     @Test func aVersion3SessionSendsNoRoutes() {
         var m = Self.machine(version: 3)
         _ = m.handle(.routesChanged(Self.lazyButPeer), now: 0)
