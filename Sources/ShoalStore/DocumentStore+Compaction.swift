@@ -525,8 +525,11 @@ extension DocumentStore {
         }
     }
 
+    /// A value of `shoal_meta`, through the connection's cached statement: every
+    /// inbound commit reads the cursor epoch when it records a cursor, and compiling
+    /// the query each time was most of what recording one cost.
     static func meta(_ db: Database, _ key: String) throws -> Int64? {
-        try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = ?", arguments: [key])
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT value FROM shoal_meta WHERE key = ?"), arguments: [key])
     }
 
     static func setMeta(_ db: Database, _ key: String, _ value: Int64) throws {

@@ -1,3 +1,5 @@
+import GRDB
+import GRDBSQLite
 import ShoalCRDT
 @testable import ShoalStore
 import ShoalTesting
@@ -114,6 +116,32 @@ import Testing
             try writer.recordCursor(peer: peer, subscriptionKey: "k", through: 5, epoch: after.epoch)
         }
         #expect(try await store.resumePoint(peer: peer, subscriptionKey: "k").through == 5)
+    }
+
+    /// Every inbound commit that records a cursor reads the cursor epoch first: that
+    /// read is the writer connection's cached statement, not one compiled per commit.
+    @Test func recordingACursorReadsTheEpochThroughACachedStatement() async throws {
+        let a = TemporaryDirectory()
+        defer { a.remove() }
+        let store = try DocumentStore(directory: a.path)
+        defer { store.close() }
+        let peer = SiteID(7)
+        let epoch = try await store.resumePoint(peer: peer, subscriptionKey: "k").epoch
+        let (prepared, _) = try await store.writeInbound { writer in
+            try writer.recordCursor(peer: peer, subscriptionKey: "k", through: 1, epoch: epoch)
+            try writer.recordCursor(peer: peer, subscriptionKey: "k", through: 2, epoch: epoch)
+            // The statements the connection holds prepared now, by their SQL.
+            guard let connection = (writer as? InboundWriter)?.db.sqliteConnection else { return [String]() }
+            var sql: [String] = []
+            var statement = sqlite3_next_stmt(connection, nil)
+            while let current = statement {
+                sql.append(String(cString: sqlite3_sql(current)))
+                statement = sqlite3_next_stmt(connection, current)
+            }
+            return sql
+        }
+        #expect(prepared.filter { $0 == "SELECT value FROM shoal_meta WHERE key = ?" }.count == 1)
+        #expect(try await store.resumePoint(peer: peer, subscriptionKey: "k").through == 2)
     }
 
     /// A peer asks about a collection of a transaction this node holds no row of (a
