@@ -637,6 +637,13 @@ public struct SessionStateMachine: Sendable {
         guard header.offered.allSatisfy({ $0.id.origin.rawValue != 0 }) else {
             return close(SyncError(.protocolViolation, "DeltaBatch offers a transaction of origin_site 0"))
         }
+        // An offer begins at a row of the page the batch closes: after 0, at or before its end.
+        if let wrong = header.offered.first(where: { $0.logSequence == 0 || $0.logSequence > header.throughSequence }) {
+            return close(
+                SyncError(
+                    .protocolViolation,
+                    "DeltaBatch offers \(wrong.id) at log sequence \(wrong.logSequence), outside 1…\(header.throughSequence), the batch's through_sequence"))
+        }
         let key = header.subscribeGeneration == ownGeneration && ownGeneration > 0 ? answered?.key : nil
         pendingDurable.append(header.throughSequence)
         return [

@@ -145,6 +145,19 @@ import Testing
         #expect(m.handle(.heldAdvanced(heldLimit: nil), now: 6).isEmpty, "said once")
     }
 
+    @Test(arguments: [(UInt64(0), UInt64(9)), (10, 9)])
+    func anOfferOutsideItsBatchIsRefused(log: UInt64, through: UInt64) {
+        var m = Self.machine()
+        _ = m.handle(.ownSubscriptionsChanged(T.cars, fromStart: false), now: 0)
+        _ = m.handle(.cursorRead(T.cars, resumeAfter: 0), now: 1)
+        let actions = m.handle(.received(Self.batch(offers: [Self.offer(7, at: log)], through: through)), now: 2)
+        guard case .close(let error?)? = actions.last else {
+            Issue.record("not refused: \(actions)")
+            return
+        }
+        #expect(error.message.contains("outside 1…\(through)"), "\(error.message)")
+    }
+
     // MARK: publisher
 
     @Test func pagesAreReadUnderThePeersRoutesAndARouteUpdateChangesTheNextOnes() {
