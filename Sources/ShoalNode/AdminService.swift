@@ -366,6 +366,15 @@ struct AdminService: AdminRequestHandler {
                     SubscriptionInfo(id: entry.id, query: entry.query, origin: peer.siteID?.description ?? peer.address))
             }
         }
+        // What neighbours that are away asked for: still relayed, until they have been
+        // away longer than the compaction horizon.
+        let connected = Set(status.peers.filter { $0.state == "connected" }.compactMap(\.siteID))
+        for (site, set) in node.sync.neighbourInterests.sorted(by: { $0.key.rawValue < $1.key.rawValue })
+        where !connected.contains(site) {
+            for entry in set.entries {
+                status.subscriptions.append(SubscriptionInfo(id: entry.id, query: entry.query, origin: "\(site) (away)"))
+            }
+        }
         status.transactions = transactionStatus()
         let storage = try await node.store.storageStatus()
         let now = Date()

@@ -48,6 +48,12 @@ extension ShoalNode {
                 "peers not heard from for longer than the compaction horizon (\(horizon)) no longer hold back compaction; they resync when they return",
                 metadata: ["shoal.peers": "\(expired.map(\.description).joined(separator: ","))"])
         }
+        let unrelayed = try await sync.forgetInterest(of: expired)
+        if !unrelayed.isEmpty {
+            logger.notice(
+                "no longer relaying for neighbours not heard from for longer than the compaction horizon (\(horizon)): what only they asked for is no longer asked upstream",
+                metadata: ["shoal.peers": "\(unrelayed.map(\.description).joined(separator: ","))"])
+        }
         var purged = try await store.purgeHiddenRegisters()
         var forgotten: UInt64 = 0
         if let tombstonesBefore {

@@ -46,4 +46,14 @@ extension DocumentStore {
                 arguments: [Int64(bitPattern: site.rawValue), text])
         }
     }
+
+    /// Forgets what these neighbours asked this node for.
+    public func forgetNeighbourInterest(_ sites: [SiteID]) async throws(StoreError) {
+        guard !sites.isEmpty else { return }
+        try await write { db in
+            for site in sites {
+                try db.execute(sql: "DELETE FROM neighbour_interest WHERE site = ?", arguments: [Int64(bitPattern: site.rawValue)])
+            }
+        }
+    }
 }

@@ -113,15 +113,53 @@ extension DocumentStore {
         }
     }
 
-    public func resumePoint(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> ResumePoint {
-        try await read { db in
-            let site = Int64(bitPattern: peer.rawValue)
-            let sql = "SELECT through FROM peer_cursor WHERE peer = ? AND subscription_key = ?"
-            let through = try Int64.fetchOne(db, sql: sql, arguments: [site, subscriptionKey]) ?? 0
-            let refill = try Int64.fetchOne(db, sql: sql, arguments: [site, SubscriptionSet.refillKey(subscriptionKey)]) ?? 0
-            return ResumePoint(
-                through: UInt64(through), refill: UInt64(refill), epoch: try Self.cursorEpoch(db))
+    /// Where a stream of `peer`'s log for `subscriptions` resumes: the set's own cursor,
+    /// or the cursor of a set that holds every entry of it, whichever is higher.
+    ///
+    /// What a set's cursor says (every transaction of the peer's log through it that the
+    /// set matches is here) holds for any set with fewer entries: a document a narrower
+    /// set matches, the wider one matched too. So when a neighbour's interest is
+    /// forgotten and the set this node asks for shrinks, the narrower set goes on from
+    /// where the wider one was, and nothing is sent again (ARCHITECTURE.md, "Relaying
+    /// for neighbours"). The set's entries are recorded (`subscription_set`) for the
+    /// sets asked for later.
+    public func resumePoint(peer: SiteID, subscriptions: SubscriptionSet) async throws(StoreError) -> ResumePoint {
+        let key = subscriptions.key
+        let entries = Set(subscriptions.entries.map(\.id))
+        return try await write { db in
+            try db.execute(
+                sql: "INSERT OR IGNORE INTO subscription_set (key, entries) VALUES (?, ?)",
+                arguments: [key, Value.array(entries.sorted().map(Value.string)).canonicalJSON])
+            var point = try Self.resumePoint(db, peer: peer, subscriptionKey: key)
+            let wider = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT c.through AS through, s.entries AS entries FROM peer_cursor c
+                    JOIN subscription_set s ON s.key = c.subscription_key
+                    WHERE c.peer = ? AND c.subscription_key <> ? AND c.through > ?
+                    """,
+                arguments: [Int64(bitPattern: peer.rawValue), key, Int64(clamping: point.through)])
+            for row in wider {
+                guard case .array(let items)? = try? JSON.parse(row["entries"] as String) else { continue }
+                let theirs = Set(items.compactMap(\.stringValue))
+                guard entries.isSubset(of: theirs) else { continue }
+                point.through = max(point.through, UInt64(clamping: row["through"] as Int64))
+            }
+            return point
         }
+    }
+
+    /// The resume point of the set named `subscriptionKey` alone: its own cursor.
+    public func resumePoint(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> ResumePoint {
+        try await read { db in try Self.resumePoint(db, peer: peer, subscriptionKey: subscriptionKey) }
+    }
+
+    static func resumePoint(_ db: Database, peer: SiteID, subscriptionKey: String) throws -> ResumePoint {
+        let site = Int64(bitPattern: peer.rawValue)
+        let sql = "SELECT through FROM peer_cursor WHERE peer = ? AND subscription_key = ?"
+        let through = try Int64.fetchOne(db, sql: sql, arguments: [site, subscriptionKey]) ?? 0
+        let refill = try Int64.fetchOne(db, sql: sql, arguments: [site, SubscriptionSet.refillKey(subscriptionKey)]) ?? 0
+        return ResumePoint(through: UInt64(clamping: through), refill: UInt64(clamping: refill), epoch: try cursorEpoch(db))
     }
 
     /// `peer` streamed its whole log with this node's own transactions in it, and this

@@ -562,6 +562,15 @@ public final class DocumentStore: Sendable {
                     CREATE TABLE neighbour_interest (site INTEGER PRIMARY KEY NOT NULL, subscriptions TEXT NOT NULL);
                     """)
         }
+        migrator.registerMigration("v16-subscription-sets") { db in
+            // The entries of each subscription set a cursor is kept for (`peer_cursor`'s
+            // key is a hash of them): a narrower set resumes from the cursor of a set
+            // that holds all its entries (`DocumentStore.resumePoint(peer:subscriptions:)`).
+            try db.execute(
+                sql: """
+                    CREATE TABLE subscription_set (key TEXT PRIMARY KEY NOT NULL, entries TEXT NOT NULL) WITHOUT ROWID;
+                    """)
+        }
         return migrator
     }
 

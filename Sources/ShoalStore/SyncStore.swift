@@ -23,9 +23,10 @@ public protocol SyncStore: AnyObject, Sendable {
 
     // MARK: Outbound
 
-    /// Where `peer`'s stream under `subscriptionKey` resumes in this node's log, read in
-    /// one snapshot with the cursor epoch a batch of that stream records its cursor under.
-    func resumePoint(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> ResumePoint
+    /// Where `peer`'s stream for `subscriptions` resumes in this node's log (the set's
+    /// cursor, or a wider set's), read in one snapshot with the cursor epoch a batch of
+    /// that stream records its cursor under.
+    func resumePoint(peer: SiteID, subscriptions: SubscriptionSet) async throws(StoreError) -> ResumePoint
     /// `peer`'s stream with this node's own transactions in it caught up: its cursor
     /// becomes the one of `subscriptionKey` (`SubscriptionSet.refillKey`).
     func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(StoreError)
@@ -61,6 +62,8 @@ public protocol SyncStore: AnyObject, Sendable {
     func savedNeighbourInterest() throws(StoreError) -> [SiteID: SubscriptionFilter]
     /// Saves what a neighbour has asked this node for, so a restart keeps relaying it.
     func saveNeighbourInterest(_ site: SiteID, _ filter: SubscriptionFilter) async throws(StoreError)
+    /// Forgets what these neighbours asked this node for.
+    func forgetNeighbourInterest(_ sites: [SiteID]) async throws(StoreError)
     /// `peer` acknowledged this node's log through `through` under `subscriptions`:
     /// what EVICT asks before it drops this node's own writes.
     func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet)

@@ -474,7 +474,7 @@ struct PeerSession: Sendable {
             // A stream asking for this node's own transactions back that stopped part way
             // resumes, asking still (PROTOCOL.md §8.2); otherwise the set's cursor.
             let store = engine.store
-            let point = try await store.resumePoint(peer: peer.siteID, subscriptionKey: set.key)
+            let point = try await store.resumePoint(peer: peer.siteID, subscriptions: set)
             let refill = fromStart ? 0 : point.refill
             let cursor = fromStart ? 0 : refill > 0 ? refill : point.through
             let includeOwn = refill > 0 || (cursor == 0 && store.mayLackOwnTransactions)
@@ -538,8 +538,8 @@ struct PeerSession: Sendable {
             _ = try await engine.store.reconcileOwnHistory(with: held, peer: peer.siteID)
         case .peerSubscribed(let set):
             engine.registry.update(recordID) { $0.subscriptions = set.entries }
-            if let grown = engine.noteInterest(of: peer.siteID, set) {
-                try await engine.store.saveNeighbourInterest(peer.siteID, grown.filter)
+            if let changed = engine.noteInterest(of: peer.siteID, set) {
+                try await engine.store.saveNeighbourInterest(peer.siteID, changed.filter)
             }
         case .peerRouted(let routes):
             engine.registry.update(recordID) { $0.routesGiven = routes?.description }

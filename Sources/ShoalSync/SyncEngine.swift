@@ -16,8 +16,8 @@ public final class SyncEngine: Sendable {
     let logger: Logger
     let registry = PeerRegistry()
     private let localSubscriptions = Locked(SubscriptionSet())
-    /// What each neighbour has asked this node for, by site: the union of every
-    /// Subscribe it sent, saved in the store (see `upstreamSubscriptions(for:)`).
+    /// What each neighbour asks this node for, by site: the set of its last Subscribe,
+    /// saved in the store and kept while it is away (see `noteInterest(of:_:)`).
     private let neighbourInterest = Locked<[SiteID: SubscriptionSet]>([:])
     /// Which peer delivered each remote transaction, so none is echoed back to its only source.
     let deliveries = Locked(DeliveryLedger())
@@ -208,23 +208,41 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// Records what `site` asked for. Interest only grows, and is saved: a neighbour
-    /// that narrows its set, leaves, or has not reconnected since this node restarted,
-    /// keeps being served what it asked for before, so the sets this node sends
-    /// upstream (and the cursors keyed by them) stay the same across its neighbours'
-    /// reconnects and its own restarts. Sessions resubscribe when a set they send
-    /// upstream grows. Returns the neighbour's interest when it grew (to save).
+    /// Records what `site` asks for now, replacing what it asked before. Its Subscribe
+    /// is its own subscriptions and those of the neighbours beyond it, so a narrower one
+    /// means nothing behind it wants the rest any more: the sets this node sends
+    /// upstream narrow with it, and their streams go on from the wider sets' cursors
+    /// (`SyncStore.resumePoint(peer:subscriptions:)`), with nothing sent again. A
+    /// neighbour that leaves is not forgotten then: its interest is kept, saved, across
+    /// its reconnects and this node's restarts, so the sets sent upstream (and the
+    /// cursors keyed by them) stay the same, until it has been away longer than the
+    /// compaction horizon (`forgetInterest(of:)`). Sessions resubscribe when a set
+    /// they send upstream changes. Returns the neighbour's interest when it changed (to save).
     func noteInterest(of site: SiteID, _ set: SubscriptionSet) -> SubscriptionSet? {
-        let grown = neighbourInterest.withLock { interest -> SubscriptionSet? in
-            var known = interest[site] ?? SubscriptionSet()
-            let before = known.key
-            for entry in set.entries { _ = try? known.add(query: entry.query, arguments: entry.arguments) }
-            interest[site] = known
-            return known.key != before ? known : nil
+        let changed = neighbourInterest.withLock { interest -> SubscriptionSet? in
+            guard interest[site]?.key != set.key else { return nil }
+            interest[site] = set
+            return set
         }
-        if grown != nil { subscriptionChanges.publish(0) }
-        return grown
+        if changed != nil { subscriptionChanges.publish(0) }
+        return changed
     }
+
+    /// Forgets what these neighbours asked for, here and in the store, unless they are
+    /// connected (they have been away longer than the compaction horizon: they resync
+    /// when they return), and returns those it knew. Sessions resubscribe upstream with
+    /// the narrower sets, from the wider sets' cursors.
+    public func forgetInterest(of sites: [SiteID]) async throws(StoreError) -> [SiteID] {
+        let away = sites.filter { !registry.isConnected(site: $0) }
+        let forgotten = neighbourInterest.withLock { interest in away.filter { interest.removeValue(forKey: $0) != nil } }
+        guard !forgotten.isEmpty else { return [] }
+        try await store.forgetNeighbourInterest(forgotten)
+        subscriptionChanges.publish(0)
+        return forgotten
+    }
+
+    /// What each neighbour asks this node for, connected or away.
+    public var neighbourInterests: [SiteID: SubscriptionSet] { neighbourInterest.withLock { $0 } }
 
     /// Every session and dial target, for status.
     public func peers() -> [PeerSnapshot] {

@@ -51,5 +51,47 @@ extension ProcessSuites {
         #expect(table.stdout.contains("3 node(s), 2 link(s)"), "\(table.stdout)")
         #expect(b.log().contains("resuming sync after the peer's sequence") || b.log().contains("syncing from the start of the peer's log"))
     }
+
+    /// A – B – C, B subscribed to boats, C to cars. C leaves: B relays cars for it
+    /// still, and `status` lists its interest as away; once C has been away longer
+    /// than B's compaction horizon, B forgets it and asks A for boats alone, from where
+    /// the wider set was: no boat reaches B twice, and later cars stay on A.
+    @Test func aNeighbourAwayLongerThanTheHorizonIsForgotten() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-relay")
+        defer { dirs.remove() }
+        let cars = "SELECT * FROM cars", boats = "SELECT * FROM boats"
+        let b = try NodeProcess(
+            name: "b", dataDirectory: dirs.path + "/b",
+            extra: ["--subscribe", boats, "--compaction-interval", "1", "--compaction-horizon", "2"])
+        let a = try NodeProcess(name: "a", dataDirectory: dirs.path + "/a", extra: ["--peer", b.address, "--subscribe", cars])
+        let c = try NodeProcess(name: "c", dataDirectory: dirs.path + "/c", extra: ["--peer", b.address, "--subscribe", cars])
+        // What status lists of neighbours away: their queries.
+        func away(_ node: NodeProcess) throws -> [String] {
+            (try node.status()["subscriptions"] as? [[String: Any]] ?? []).compactMap { entry in
+                (entry["origin"] as? String)?.hasSuffix("(away)") == true ? entry["query"] as? String : nil
+            }
+        }
+        #expect(try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'first'}); INSERT INTO boats DOCUMENTS ({'_id': 'b0'})").status == 0)
+        #expect(try eventually { try ProcessMeshTests.documents(c).contains { $0["_id"] as? String == "first" } })
+        c.stop()
+        #expect(try eventually { try away(b) == [cars] })
+        // Boats keep B's log growing, so it compacts, and C expires.
+        var i = 1
+        #expect(
+            try eventually(30) {
+                guard try a.exec("INSERT INTO boats DOCUMENTS ({'_id': 'b\(i)'})").status == 0 else { return false }
+                i += 1
+                return try away(b).isEmpty
+            })
+        #expect(b.log().contains("no longer relaying for neighbours not heard from"))
+        #expect(try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'late'}); INSERT INTO boats DOCUMENTS ({'_id': 'marker'})").status == 0)
+        #expect(try eventually { try ProcessMeshTests.documents(b, "SELECT * FROM boats").contains { $0["_id"] as? String == "marker" } })
+        #expect(try ProcessMeshTests.documents(b).map { $0["_id"] as? String } == ["first"], "the late car stayed on A")
+        let received = try #require(try b.status()["received"] as? [String: Any])
+        // The narrower set went on from the wider one's cursor: at most a boat or two in
+        // flight when B resubscribed comes again (from 0, each of the \(i) boats would).
+        #expect(i > 4)
+        #expect((received["duplicate"] as? Int ?? 99) <= 2, "\(received)")
+    }
 }
 }

@@ -118,6 +118,37 @@ import Testing
         #expect(try await store.resumePoint(peer: peer, subscriptionKey: "k").through == 5)
     }
 
+    /// A narrower set resumes from the cursor of a set holding all its entries (what
+    /// that cursor says holds for it), never from one of a set it is not part of, and
+    /// from its own cursor when that is higher.
+    @Test func aNarrowerSetResumesFromTheCursorOfAWiderOne() async throws {
+        let a = TemporaryDirectory()
+        defer { a.remove() }
+        let store = try DocumentStore(directory: a.path)
+        defer { store.close() }
+        let peer = SiteID(7)
+        func set(_ queries: String...) throws -> SubscriptionSet {
+            var set = SubscriptionSet()
+            for query in queries { try set.add(query: query) }
+            return set
+        }
+        let cars = "SELECT * FROM cars", boats = "SELECT * FROM boats", trucks = "SELECT * FROM trucks"
+        let wide = try set(boats, cars), narrow = try set(boats), other = try set(boats, trucks)
+        let start = try await store.resumePoint(peer: peer, subscriptions: wide)
+        #expect(start.through == 0)
+        _ = try await store.writeInbound { writer in
+            try writer.recordCursor(peer: peer, subscriptionKey: wide.key, through: 40, epoch: start.epoch)
+        }
+        #expect(try await store.resumePoint(peer: peer, subscriptions: narrow).through == 40)
+        #expect(try await store.resumePoint(peer: peer, subscriptions: other).through == 0, "trucks were never asked for")
+        #expect(try await store.resumePoint(peer: SiteID(8), subscriptions: narrow).through == 0, "another peer's log")
+        _ = try await store.writeInbound { writer in
+            try writer.recordCursor(peer: peer, subscriptionKey: narrow.key, through: 55, epoch: start.epoch)
+        }
+        #expect(try await store.resumePoint(peer: peer, subscriptions: narrow).through == 55)
+        #expect(try await store.resumePoint(peer: peer, subscriptions: wide).through == 40, "never from a narrower set")
+    }
+
     /// Every inbound commit that records a cursor reads the cursor epoch first: that
     /// read is the writer connection's cached statement, not one compiled per commit.
     @Test func recordingACursorReadsTheEpochThroughACachedStatement() async throws {

@@ -55,6 +55,8 @@ import Testing
             #expect(try await InProcessMesh.eventually {
                 Set(b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.map(\.query)) == [Self.boats, Self.cars]
             })
+            // Saved, not only noted.
+            #expect(try await InProcessMesh.eventually { try b.store.savedNeighbourInterest()[c.sync.siteID] != nil })
         }
         b.stop()
         b = try TestNode(name: "b", subscriptions: [Self.boats], directory: dir)
@@ -64,6 +66,80 @@ import Testing
         _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'while-c-is-away'})")
         try await InProcessMesh.withLink(a.sync, b.sync, redial: true) { [b] () async throws in
             #expect(try await InProcessMesh.eventually { try await Self.count(b, Self.cars) == 1 })
+        }
+    }
+
+    /// A – B – C, B subscribed to boats, C to boats and cars. When C drops cars, B stops
+    /// asking A for them, and both narrower streams (A to B, B to C) go on from the wider
+    /// sets' cursors: the boats each holds are not sent again.
+    @Test func aNeighbourThatNarrowsIsRelayedForNoMoreAndNothingComesAgain() async throws {
+        let a = try TestNode(name: "a", subscriptions: [Self.cars, Self.boats])
+        let b = try TestNode(name: "b", subscriptions: [Self.boats])
+        let c = try TestNode(name: "c", subscriptions: [Self.boats, Self.cars])
+        defer { a.remove(); b.remove(); c.remove() }
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
+                // Writes start once A streams B's wider set (a widening sends the set's history again).
+                #expect(try await InProcessMesh.eventually {
+                    let asked = a.sync.peers().first { $0.siteID == b.sync.siteID }?.subscriptions.map(\.query)
+                    return Set(asked ?? []) == [Self.boats, Self.cars]
+                })
+                // One delta a boat (_id), two a car (_id and n).
+                for i in 0..<5 { _ = try await a.store.execute("INSERT INTO boats DOCUMENTS ({'_id': 'boat-\(i)'})") }
+                for i in 0..<10 { _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'car-\(i)', 'n': \(i)})") }
+                #expect(try await InProcessMesh.eventually {
+                    let (cars, boats) = (try await Self.count(c, Self.cars), try await Self.count(c, Self.boats))
+                    return cars == 10 && boats == 5
+                })
+                func deltasOut(_ from: TestNode, to: TestNode) throws -> UInt64 {
+                    try #require(from.sync.peers().first { $0.siteID == to.sync.siteID }).deltasOut
+                }
+                #expect(try await InProcessMesh.eventually { try deltasOut(a, to: b) == 25 && deltasOut(b, to: c) == 25 })
+                let (ab, bc) = (try deltasOut(a, to: b), try deltasOut(b, to: c))
+                #expect(ab == 25 && bc == 25, "\(ab) \(bc)")
+
+                _ = c.sync.unsubscribe(Self.cars)
+                #expect(try await InProcessMesh.eventually {
+                    a.sync.peers().first { $0.siteID == b.sync.siteID }?.subscriptions.map(\.query) == [Self.boats]
+                })
+                #expect(b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.map(\.query) == [Self.boats])
+                _ = try await a.store.execute(
+                    "INSERT INTO cars DOCUMENTS ({'_id': 'late', 'n': 99}); INSERT INTO boats DOCUMENTS ({'_id': 'marker'})")
+                #expect(try await InProcessMesh.eventually { try await Self.count(c, Self.boats) == 6 })
+                try await Task.sleep(for: .milliseconds(500))
+                // The marker boat alone crossed each link: no boat again, no car.
+                #expect(try deltasOut(a, to: b) == 26, "A -> B")
+                #expect(try deltasOut(b, to: c) == 26, "B -> C")
+                #expect(try await Self.count(b, Self.cars) == 10, "the late car stayed on A")
+                #expect(b.sync.neighbourInterests[c.sync.siteID]?.entries.map(\.query) == [Self.boats])
+            }
+        }
+    }
+
+    /// A neighbour away is relayed for until it is forgotten (the node does so when it
+    /// has been away longer than the compaction horizon); forgotten, its interest is
+    /// gone from the store too, and a connected neighbour is never forgotten.
+    @Test func aNeighbourAwayIsRelayedForUntilForgotten() async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-b")
+        let a = try TestNode(name: "a", subscriptions: [Self.cars])
+        var b = try TestNode(name: "b", subscriptions: [Self.boats], directory: dir)
+        let c = try TestNode(name: "c", subscriptions: [Self.cars])
+        defer { a.remove(); b.remove(); c.remove() }
+        try await InProcessMesh.withLink(c.sync, b.sync) { [b] () async throws in
+            #expect(try await InProcessMesh.eventually { try b.store.savedNeighbourInterest()[c.sync.siteID] != nil })
+            #expect(try await b.sync.forgetInterest(of: [c.sync.siteID]).isEmpty, "connected: kept")
+        }
+        #expect(try await InProcessMesh.eventually { !b.sync.isConnected(to: c.sync.siteID) })
+        #expect(Set(b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.map(\.query)) == [Self.boats, Self.cars])
+        #expect(try await b.sync.forgetInterest(of: [c.sync.siteID, SiteID(12345)]) == [c.sync.siteID])
+        #expect(b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.map(\.query) == [Self.boats])
+        b.stop()
+        b = try TestNode(name: "b", subscriptions: [Self.boats], directory: dir)
+        #expect(b.sync.neighbourInterests.isEmpty, "forgotten in the store too")
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'unwanted'}); INSERT INTO boats DOCUMENTS ({'_id': 'marker'})")
+        try await InProcessMesh.withLink(a.sync, b.sync) { [b] () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(b, Self.boats) == 1 })
+            #expect(try await Self.count(b, Self.cars) == 0)
         }
     }
 

@@ -21,8 +21,8 @@ import Testing
         var clock: HybridLogicalClock { base.clock }
         var systemParameters: SystemParameters { base.systemParameters }
         var mayLackOwnTransactions: Bool { base.mayLackOwnTransactions }
-        func resumePoint(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> ResumePoint {
-            try await base.resumePoint(peer: peer, subscriptionKey: subscriptionKey)
+        func resumePoint(peer: SiteID, subscriptions: SubscriptionSet) async throws(StoreError) -> ResumePoint {
+            try await base.resumePoint(peer: peer, subscriptions: subscriptions)
         }
         func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(StoreError) {
             try await base.ownTransactionsBack(peer: peer, subscriptionKey: subscriptionKey)
@@ -60,6 +60,9 @@ import Testing
         }
         func saveNeighbourInterest(_ site: SiteID, _ filter: SubscriptionFilter) async throws(StoreError) {
             try await base.saveNeighbourInterest(site, filter)
+        }
+        func forgetNeighbourInterest(_ sites: [SiteID]) async throws(StoreError) {
+            try await base.forgetNeighbourInterest(sites)
         }
         func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
             base.notePeerHolding(peer, through: through, subscriptions: subscriptions)
