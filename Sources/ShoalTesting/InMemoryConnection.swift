@@ -15,18 +15,26 @@ public struct InMemoryConnection: Sendable {
         let outgoing: AsyncStream<Frame>.Continuation
         let incoming: AsyncStream<Frame>.Continuation
         let observe: (@Sendable (Frame) -> Void)?
+        let cutBefore: (@Sendable (Frame) -> Bool)?
 
         init(
             outgoing: AsyncStream<Frame>.Continuation, incoming: AsyncStream<Frame>.Continuation,
-            observe: (@Sendable (Frame) -> Void)?
+            observe: (@Sendable (Frame) -> Void)?, cutBefore: (@Sendable (Frame) -> Bool)? = nil
         ) {
             self.outgoing = outgoing
             self.incoming = incoming
             self.observe = observe
+            self.cutBefore = cutBefore
         }
 
         public func write(_ frame: Frame) async throws {
             observe?(frame)
+            if cutBefore?(frame) == true {
+                // The connection breaks with this frame unsent, as a TCP link cut there would.
+                outgoing.finish()
+                incoming.finish()
+                throw CancellationError()
+            }
             if case .terminated = outgoing.yield(frame) {
                 throw CancellationError()
             }
@@ -44,11 +52,16 @@ public struct InMemoryConnection: Sendable {
     /// A new connection whose end `a` is observed as this one's is: the next dial.
     public func another() -> InMemoryConnection { InMemoryConnection(observeFromA: a.transport.observe) }
 
-    /// - Parameter observeFromA: sees every frame end `a` writes, for tests that check what was sent.
-    public init(observeFromA: (@Sendable (Frame) -> Void)? = nil) {
+    /// - Parameters:
+    ///   - observeFromA: sees every frame end `a` writes, for tests that check what was sent.
+    ///   - cutBeforeFromB: asked about every frame end `b` writes; true breaks the
+    ///     connection there, the frame unsent: a link cut part way through a stream.
+    public init(observeFromA: (@Sendable (Frame) -> Void)? = nil, cutBeforeFromB: (@Sendable (Frame) -> Bool)? = nil) {
         let (toB, toBContinuation) = AsyncStream.makeStream(of: Frame.self)
         let (toA, toAContinuation) = AsyncStream.makeStream(of: Frame.self)
         a = End(inbound: toA, transport: Transport(outgoing: toBContinuation, incoming: toAContinuation, observe: observeFromA))
-        b = End(inbound: toB, transport: Transport(outgoing: toAContinuation, incoming: toBContinuation, observe: nil))
+        b = End(
+            inbound: toB,
+            transport: Transport(outgoing: toAContinuation, incoming: toBContinuation, observe: nil, cutBefore: cutBeforeFromB))
     }
 }

@@ -58,6 +58,9 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
         var pairs: [ObjectIdentifier: Pair] = [:]
         /// Every byte forwarded, either way, when the proxy records.
         var transcript: [UInt8] = []
+        /// Bytes the backward direction may still forward before the link is cut
+        /// (`cut(afterBackward:)`); nil: no limit.
+        var backwardBudget: Int?
     }
     /// Whether forwarded bytes are kept for `transcript()`.
     private let recording: Bool
@@ -106,6 +109,13 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
 
     /// Breaks every connection through the proxy and refuses new ones until `restore()`.
     public func cut() { set(Mode(refused: true)) }
+
+    /// Cuts the link, as `cut()` does, once the backward direction (target to dialer) has
+    /// forwarded `bytes` more: a link that breaks part way through what the target sends,
+    /// at a point a test chooses rather than one the timing of the moment does.
+    public func cut(afterBackward bytes: Int) {
+        state.withLock { $0.backwardBudget = max(0, bytes) }
+    }
 
     /// Lets connections through again, each way.
     public func restore() { set(.open) }
@@ -203,13 +213,20 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
                     break loop
                 }
             }
-            let n = recv(source, &buffer, buffer.count, 0)
+            var n = recv(source, &buffer, buffer.count, 0)
             if n <= 0 { break }
             if flow(forward: forward) == .blackhole {
                 state.withLock { _ = $0.holed.insert(ObjectIdentifier(pair)) }
                 continue
             }
             if recording { state.withLock { $0.transcript += buffer[0..<n] } }
+            // Within the backward budget, if one is set: what is left of it goes, then the cut.
+            let budgetSpent = forward ? false : state.withLock { state -> Bool in
+                guard let budget = state.backwardBudget else { return false }
+                n = min(n, budget)
+                state.backwardBudget = budget - n
+                return budget - n == 0
+            }
             var sent = 0
             while sent < n {
                 let m = buffer[sent..<n].withUnsafeBytes { send(destination, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -217,6 +234,11 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
                 sent += m
             }
             if sent < n { break }
+            if budgetSpent {
+                state.withLock { $0.backwardBudget = nil }
+                cut()
+                break
+            }
         }
         shutdown(destination, Int32(SHUT_RDWR))
         shutdown(source, Int32(SHUT_RDWR))

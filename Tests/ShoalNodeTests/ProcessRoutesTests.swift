@@ -83,26 +83,19 @@ extension ProcessSuites {
         #expect(table.stdout.contains("THIS NODE ASKS"), "\(table.stdout)")
     }
 
-    /// A, B and C all linked, C reaching A through a proxy. The proxy then throws away
-    /// every byte both ways, keeping the connection open: A's writes must reach C
-    /// through B (its offers, then a graft) within seconds, while C – A still counts as
-    /// connected (the idle timeout is 30 s).
-    @Test func aLinkThatGoesSilentIsRoutedAroundBeforeItTimesOut() async throws {
-        let dirs = TemporaryDirectory(prefix: "shoal-routes-silent")
-        defer { dirs.remove() }
+    /// A, B and C all linked, C reaching A through a proxy, once A's writes come to C by
+    /// A's link alone (B vouched that C caught up: its first Ping, 5 s in).
+    static func triangleThroughProxy(
+        _ dirs: TemporaryDirectory
+    ) async throws -> (a: NodeProcess, b: NodeProcess, c: NodeProcess, proxy: LoopbackProxy) {
         let a = try NodeProcess(name: "a", dataDirectory: dirs.path + "/a", extra: ["--subscribe", Self.query])
-        defer { a.stop() }
         let b = try NodeProcess(name: "b", dataDirectory: dirs.path + "/b", extra: ["--subscribe", Self.query, "--peer", a.address])
-        defer { b.stop() }
         let proxy = try LoopbackProxy(to: a.port)
-        defer { proxy.stop() }
         let c = try NodeProcess(
             name: "c", dataDirectory: dirs.path + "/c", extra: ["--subscribe", Self.query, "--peer", b.address, "--peer", proxy.address])
-        defer { c.stop() }
         #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
             try await Self.client(c).status().peers.filter { $0.state == "connected" }.count == 2
         })
-        // Once B vouched that C caught up (its first Ping, 5 s in), A's writes come from A only.
         #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
             let peers = try await Self.client(c).status().peers.filter { $0.state == "connected" }
             guard let viaA = peers.first(where: { $0.name == "a" }), let site = viaA.siteID,
@@ -111,6 +104,63 @@ extension ProcessSuites {
             return viaA.routesAsked.flatMap(RouteTable.Routes.init)?.isEager(site) == true
                 && viaB.routesAsked.flatMap(RouteTable.Routes.init)?.isEager(site) == false
         })
+        return (a, b, c, proxy)
+    }
+
+    /// A, B and C all linked, A's writes coming to C by A's link alone. A writes one
+    /// transaction of 3,000 documents, and the link C – A breaks part way through it:
+    /// C takes the transaction through B (which offered it; the closed link hands A's
+    /// origin to B), and a reader on C never sees it in part, only none or all of it.
+    @Test func aLinkCutPartWayThroughALargeTransactionLeavesItWholeThroughTheOthers() async throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-routes-cut")
+        defer { dirs.remove() }
+        let (a, b, c, proxy) = try await Self.triangleThroughProxy(dirs)
+        defer { a.stop(); b.stop(); c.stop(); proxy.stop() }
+        let size = 3_000
+        // 200 bytes a document that do not compress away: the transaction spans many batches.
+        var random = SplitMix(state: 7)
+        let docs = (0..<size).map { i -> Value in
+            let noise = (0..<25).map { _ in String(format: "%08x", UInt32(truncatingIfNeeded: random.next())) }.joined()
+            return ["_id": .string("big-\(i)"), "v": .int(Int64(i)), "noise": .string(noise)]
+        }
+        proxy.cut(afterBackward: 96 << 10)
+        let seen = Shared<Set<UInt64>>([])
+        let stop = Shared(false)
+        let toC = try Self.client(c)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                while !stop.withLock({ $0 }) {
+                    let count = try await toC.status().collections.first { $0.name == "items" }?.documents ?? 0
+                    seen.withLock { _ = $0.insert(count) }
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+            }
+            _ = try await Self.client(a).exec(
+                "INSERT INTO items DOCUMENTS (:docs)", argumentsJSON: Value.object(["docs": .array(docs)]).canonicalJSON)
+            let whole = try await InProcessMesh.eventually(timeout: .seconds(60)) { try await Self.documents(c) == UInt64(size) }
+            stop.withLock { $0 = true }
+            try await group.waitForAll()
+            #expect(whole)
+        }
+        #expect(proxy.mode.refused, "the link was cut part way through")
+        #expect(seen.withLock { $0 }.isSubset(of: [0, UInt64(size)]), "C showed the transaction in part: \(seen.withLock { $0 }.sorted())")
+        let status = try await Self.client(c).status()
+        #expect(!status.peers.contains { $0.name == "a" && $0.state == "connected" })
+        let viaB = try #require(status.peers.first { $0.name == "b" && $0.state == "connected" })
+        let origin = try await Self.client(a).status().siteID
+        #expect(viaB.routesAsked.flatMap(RouteTable.Routes.init)?.isEager(origin) == true, "A comes through B now: \(viaB)")
+        #expect(try await Self.client(b).status().collections.first { $0.name == "items" }?.documents == UInt64(size))
+    }
+
+    /// A, B and C all linked, C reaching A through a proxy. The proxy then throws away
+    /// every byte both ways, keeping the connection open: A's writes must reach C
+    /// through B (its offers, then a graft) within seconds, while C – A still counts as
+    /// connected (the idle timeout is 30 s).
+    @Test func aLinkThatGoesSilentIsRoutedAroundBeforeItTimesOut() async throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-routes-silent")
+        defer { dirs.remove() }
+        let (a, b, c, proxy) = try await Self.triangleThroughProxy(dirs)
+        defer { a.stop(); b.stop(); c.stop(); proxy.stop() }
         try await Self.write(a, 0..<20, prefix: "k")
         #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) { try await Self.documents(c) == 20 })
         proxy.set(LoopbackProxy.Mode(forward: .blackhole, backward: .blackhole))

@@ -2,6 +2,7 @@ import ShoalCRDT
 import ShoalStore
 import ShoalSync
 import ShoalTesting
+import ShoalWire
 import Testing
 
 /// Routes between nodes in one process (PROTOCOL.md §8.11, docs/ROUTES.md): in a mesh
@@ -59,6 +60,55 @@ import Testing
                 "A is eager on B now: \(fromB.routesAsked ?? "none")")
             let (received, duplicate) = Self.counts(c)
             #expect(received - duplicate == 40 * 3, "each delta new once at C: \(received) received, \(duplicate) held already")
+        }
+    }
+
+    /// A, B and C all linked; C's link to A carries A's writes. A writes one transaction
+    /// of 600 documents over many batches, and C – A breaks before the third batch of it:
+    /// C takes the transaction through B (which offered it), and a reader on C never
+    /// sees it in part. `ProcessRoutesTests` cuts a TCP link the same way.
+    @Test func aLinkCutPartWayThroughALargeTransactionLeavesItWhole() async throws {
+        // A page of one log row (a hundred documents): the transaction spans six batches.
+        let nodes = try ["a", "b", "c"].map {
+            try TestNode(name: $0, subscriptions: [Self.query]) { $0.keepaliveInterval = .seconds(1); $0.batchSize = 1 }
+        }
+        defer { nodes.forEach { $0.remove() } }
+        let (a, b, c) = (nodes[0], nodes[1], nodes[2])
+        let armed = Locked<Int?>(nil)
+        let connection = InMemoryConnection(cutBeforeFromB: { frame in
+            guard frame.type == MessageType.deltaBatch.rawValue else { return false }
+            return armed.withLock { sent in
+                guard let count = sent else { return false }
+                sent = count + 1
+                return count + 1 == 3
+            }
+        })
+        try await MeshLineTests.withLinks([(b, a), (c, b)][...]) {
+            try await InProcessMesh.withLink(c.sync, a.sync, connection: connection) {
+                #expect(await InProcessMesh.eventually {
+                    c.sync.peers().first { $0.siteID == a.sync.siteID }?.routesAsked
+                        .flatMap(RouteTable.Routes.init)?.isEager(a.sync.siteID) == true
+                        && c.sync.peers().first { $0.siteID == b.sync.siteID }?.routesAsked
+                            .flatMap(RouteTable.Routes.init)?.isEager(a.sync.siteID) == false
+                })
+                let seen = Locked<Set<Int>>([])
+                let reading = Task {
+                    while !Task.isCancelled {
+                        let count = try await c.store.execute("SELECT * FROM items").items.count
+                        seen.withLock { _ = $0.insert(count) }
+                        try await Task.sleep(for: .milliseconds(5))
+                    }
+                }
+                armed.withLock { $0 = 0 }
+                let docs = (0..<600).map { i -> Value in ["_id": .string("big-\(i)"), "v": .int(Int64(i))] }
+                _ = try await a.store.execute("INSERT INTO items DOCUMENTS (:docs)", arguments: ["docs": .array(docs)])
+                #expect(try await InProcessMesh.eventually { try await Self.holds(c, 600) })
+                reading.cancel()
+                _ = await reading.result
+                #expect(armed.withLock { $0 ?? 0 } >= 3, "the link was cut part way through")
+                #expect(seen.withLock { $0 }.isSubset(of: [0, 600]), "seen on C: \(seen.withLock { $0 }.sorted())")
+                #expect(!c.sync.isConnected(to: a.sync.siteID))
+            }
         }
     }
 
