@@ -1,9 +1,16 @@
 public import ShoalWire
 
 /// Everything a node needs to start, as `shoal run` builds it from its flags.
+///
+/// Built in code, a node keeps to the machine until told otherwise: it listens on
+/// 127.0.0.1:7470 and does not announce itself on the LAN. An app that syncs with
+/// devices around it sets `listen` to `0.0.0.0` (or an interface's address) and
+/// `discovery` to true; `shoal run` does both by default.
 public struct NodeConfiguration: Sendable {
     /// Where the SQLite database lives; created if missing.
     public var dataDirectory: String
+    /// Where the node accepts peers and admin clients (default 127.0.0.1:7470; port 0:
+    /// one the system picks, which `ShoalNode.ready()` returns).
     public var listen: HostAndPort
     /// A readable name for status and logs; defaults to `shoal-` and the site ID's first digits.
     public var name: String?
@@ -16,7 +23,8 @@ public struct NodeConfiguration: Sendable {
     /// The key admin clients (the CLI) prove instead of the mesh key; with neither,
     /// the node takes admin requests from loopback only.
     public var adminKey: [UInt8]?
-    /// LAN discovery of peers over UDP multicast (PROTOCOL.md §16).
+    /// LAN discovery of peers over UDP multicast (PROTOCOL.md §16); default false here,
+    /// true for `shoal run`.
     public var discovery: Bool
     /// The interface discovery announces and listens on, by name (`lo`, `eth0`) or
     /// IPv4 address; nil: every multicast-capable interface with an IPv4 address.
@@ -65,9 +73,9 @@ public struct NodeConfiguration: Sendable {
     public var tls: TLSFiles?
 
     public init(
-        dataDirectory: String, listen: HostAndPort = HostAndPort(host: "0.0.0.0", port: HostAndPort.defaultPort),
+        dataDirectory: String, listen: HostAndPort = HostAndPort(host: "127.0.0.1", port: HostAndPort.defaultPort),
         name: String? = nil, peers: [HostAndPort] = [], subscriptions: [String] = [], meshName: String = "default",
-        meshKey: [UInt8]? = nil, discovery: Bool = true, discoveryInterface: String? = nil, relay: Bool = true, limits: WireLimits = .default,
+        meshKey: [UInt8]? = nil, discovery: Bool = false, discoveryInterface: String? = nil, relay: Bool = true, limits: WireLimits = .default,
         keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
         coverageWait: Duration = .seconds(30), maximumWaitingTransactions: Int = 10_000,
         maximumWaitingBytes: Int = 256 << 20, adminKey: [UInt8]? = nil, resources: ResourceLimits = .init(),

@@ -125,12 +125,17 @@ extension DocumentStore {
 
     /// Runs statements on `db`, writing through `local` (nil in a read-only
     /// transaction, whose caller has refused every mutation already). Returns the
-    /// last statement's result and the collections the mutations named.
+    /// last statement's items, the documents every statement wrote (each once, in
+    /// the order first written), and the collections the mutations named.
     func run(
         _ statements: [ShoalQuery.Statement], arguments: [String: Value], db: Database, local: inout LocalTransaction?
     ) throws -> (result: QueryResult, written: Set<String>) {
         var last = QueryResult()
         var written: Set<String> = []
+        // By collection and the key's bytes, as SQLite tells documents apart: Swift's
+        // `==` takes two canonically equivalent IDs ("é" composed and decomposed) for one.
+        var mutated: [Value] = []
+        var seen: Set<[UInt8]> = []
         for statement in statements {
             if statement.isMutation, local == nil {
                 throw StoreError(.readOnly, "\(statement.summary) writes, but this transaction is read-only")
@@ -161,12 +166,13 @@ extension DocumentStore {
                         metadata: ["shoal.collection": "\(evict.collection)", "shoal.documents": "\(kept.prefix(10).map(\.canonicalJSON).joined(separator: ","))"])
                 }
             }
-            if statement.writesDocuments, let collection = statement.targetCollection { written.insert(collection) }
+            if statement.writesDocuments, let collection = statement.targetCollection {
+                written.insert(collection)
+                let prefix = Array(collection.utf8) + [0]
+                mutated += last.mutatedDocumentIDs.filter { seen.insert(prefix + Array(DocumentKey.make($0).utf8)).inserted }
+            }
         }
-        // By the key's bytes, as SQLite tells documents apart: Swift's `==` takes two
-        // canonically equivalent IDs ("é" composed and decomposed) for one.
-        var seen: Set<[UInt8]> = []
-        last.mutatedDocumentIDs = last.mutatedDocumentIDs.filter { seen.insert(Array(DocumentKey.make($0).utf8)).inserted }
+        last.mutatedDocumentIDs = mutated
         return (last, written)
     }
 

@@ -57,19 +57,32 @@ extension DocumentStore {
     }
 
     /// Calls `handler` with each new state of the query's result (see `observe`),
-    /// until the returned observer is cancelled.
+    /// until the returned observer is cancelled or the store closes. The store holds
+    /// the observer meanwhile (`observers`): dropping the handle does not stop it.
     public func registerObserver(
         _ query: String, arguments: [String: Value] = [:], handler: @escaping @Sendable (Observation) -> Void
     ) throws(StoreError) -> StoreObserver {
         let sequence = try observe(query, arguments: arguments)
+        let registry = liveObservers
+        let observer = StoreObserver(query: query, arguments: arguments)
+        registry.withLock { $0.list.append(observer) }
         // The one task the store starts: a handler API needs someone to iterate for it.
-        let task = Task {
-            do {
-                for try await observation in sequence { handler(observation) }
-            } catch {}
-        }
-        return StoreObserver(task: task)
+        observer.start(
+            Task { [weak observer] in
+                do {
+                    for try await observation in sequence {
+                        guard !Task.isCancelled else { break }
+                        handler(observation)
+                    }
+                } catch {}
+                registry.withLock { $0.list.removeAll { $0 === observer } }
+                observer?.stopped()
+            })
+        return observer
     }
+
+    /// The observers registered and still running, oldest first.
+    public var observers: [StoreObserver] { liveObservers.withLock { $0.list } }
 
     /// `registerObserver` with arguments of Swift values, `["color": color]` (see `ValueConvertible`).
     public func registerObserver(
@@ -79,12 +92,48 @@ extension DocumentStore {
     }
 }
 
-/// A registered observer; it stops when cancelled or when the store closes.
+/// A registered observer; it runs until cancelled or until the store closes, held by
+/// the store (`DocumentStore.observers`) whether or not the caller keeps it.
 public final class StoreObserver: Sendable {
-    let task: Task<Void, Never>
-    init(task: Task<Void, Never>) { self.task = task }
-    public func cancel() { task.cancel() }
-    deinit { task.cancel() }
+    public let query: String
+    public let arguments: [String: Value]
+    private struct State {
+        var task: Task<Void, Never>?
+        var stopped = false
+    }
+    private let state = Locked(State())
+
+    init(query: String, arguments: [String: Value]) {
+        self.query = query
+        self.arguments = arguments
+    }
+
+    func start(_ task: Task<Void, Never>) {
+        let stopped = state.withLock { state -> Bool in
+            state.task = task
+            return state.stopped
+        }
+        if stopped { task.cancel() }
+    }
+
+    func stopped() { state.withLock { $0.stopped = true } }
+
+    /// Whether it no longer runs: cancelled, or the store closed.
+    public var isCancelled: Bool { state.withLock { $0.stopped } }
+
+    /// Stops it: its handler is not called again. A second call does nothing.
+    public func cancel() {
+        let task = state.withLock { state -> Task<Void, Never>? in
+            state.stopped = true
+            return state.task
+        }
+        task?.cancel()
+    }
+}
+
+/// The observers a store runs (`DocumentStore.observers`).
+struct LiveObservers: Sendable {
+    var list: [StoreObserver] = []
 }
 
 /// The states of an observed query; see `DocumentStore.observe`.

@@ -54,6 +54,8 @@ public final class DocumentStore: Sendable {
     let resets = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
     /// Every commit that wrote something: for observers.
     let commits = ChangeFeed<Commit>(bufferingPolicy: .unbounded, replayLatest: false)
+    /// The observers `registerObserver` started and that still run.
+    let liveObservers = Locked(LiveObservers())
     let logger: Logger
     /// Whether EVICT ever removed documents here (then a logged document may lack a body).
     let evictions = Locked(false)

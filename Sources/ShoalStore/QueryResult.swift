@@ -4,7 +4,7 @@ public import ShoalCRDT
 public struct QueryResult: Sendable, Equatable {
     /// Result documents of a SELECT (empty for mutations).
     public var items: [Value]
-    /// The `_id` of every document the last statement wrote, in the order it wrote them.
+    /// The `_id` of every document the statements wrote, each once, in the order first written.
     public var mutatedDocumentIDs: [Value]
     /// The transaction that committed the writes, `nil` when nothing was written.
     public var transactionID: TransactionID?

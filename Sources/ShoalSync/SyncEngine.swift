@@ -15,7 +15,17 @@ public final class SyncEngine: Sendable {
     public let configuration: SyncConfiguration
     let logger: Logger
     let registry = PeerRegistry()
-    private let localSubscriptions = Locked(SubscriptionSet())
+    /// This node's own subscriptions, and who holds each: `subscribe` (configured, or
+    /// an operator's), or handles of `registerSubscription`, counted by entry ID.
+    private let localSubscriptions = Locked(LocalSubscriptions())
+    private struct LocalSubscriptions {
+        var set = SubscriptionSet()
+        var direct: Set<String> = []
+        /// The live handles of each entry, by token: a handle of an entry removed since
+        /// (by `unsubscribe`) holds none, so its cancel cannot take a newer handle's place.
+        var handles: [String: Set<UInt64>] = [:]
+        var nextToken: UInt64 = 0
+    }
     /// What each neighbour asks this node for, by site: the set of its last Subscribe,
     /// saved in the store and kept while it is away (see `noteInterest(of:_:)`).
     private let neighbourInterest = Locked<[SiteID: SubscriptionSet]>([:])
@@ -148,33 +158,71 @@ public final class SyncEngine: Sendable {
     }
 
     /// Adds a sync subscription. Connected peers are told at once and send what
-    /// it matches, including documents they wrote before it existed.
+    /// it matches, including documents they wrote before it existed. It stays until
+    /// `unsubscribe` removes it, whatever handles of `registerSubscription` do.
     @discardableResult
     public func subscribe(_ query: String, arguments: [String: Value] = [:]) throws(StoreError) -> SubscriptionSet.Entry {
-        var set = localSubscriptions.withLock { $0 }
-        let before = set.key
-        let entry = try set.add(query: query, arguments: arguments)
-        localSubscriptions.withLock { $0 = set }
-        if set.key != before { subscriptionChanges.publish(set.entries.count) }
-        return entry
+        try add(query, arguments: arguments, handle: false).entry
     }
 
-    /// Removes a subscription by ID or exact query text; peers are told at once.
+    /// Adds the subscription, as held by `subscribe` or by one more handle, in one step
+    /// so that two at once cannot lose one.
+    private func add(
+        _ query: String, arguments: [String: Value], handle: Bool
+    ) throws(StoreError) -> (entry: SubscriptionSet.Entry, token: UInt64) {
+        var parsed = SubscriptionSet()
+        let entry = try parsed.add(query: query, arguments: arguments)
+        let (changed, token) = localSubscriptions.withLock { state -> (Bool, UInt64) in
+            let before = state.set.key
+            _ = try? state.set.add(query: query, arguments: arguments)
+            state.nextToken += 1
+            if handle { state.handles[entry.id, default: []].insert(state.nextToken) } else { state.direct.insert(entry.id) }
+            return (state.set.key != before, state.nextToken)
+        }
+        if changed { subscriptionChanges.publish(0) }
+        return (entry, token)
+    }
+
+    /// Removes a subscription by ID or exact query text, however it was added and
+    /// whatever handles hold it; peers are told at once.
     @discardableResult
     public func unsubscribe(_ idOrQuery: String) -> SubscriptionSet.Entry? {
-        let removed = localSubscriptions.withLock { $0.remove(idOrQuery: idOrQuery) }
+        let removed = localSubscriptions.withLock { state -> SubscriptionSet.Entry? in
+            guard let removed = state.set.remove(idOrQuery: idOrQuery) else { return nil }
+            state.direct.remove(removed.id)
+            state.handles[removed.id] = nil
+            return removed
+        }
         if removed != nil { subscriptionChanges.publish(0) }
         return removed
     }
 
-    /// Adds a subscription and returns a handle whose `cancel()` removes it again.
+    /// Adds a subscription and returns a handle of its own: the subscription stays while
+    /// any handle of it is not cancelled, or `subscribe` (a configured subscription)
+    /// added it too. Two registrations of one query are two handles.
     public func registerSubscription(_ query: String, arguments: [String: Value] = [:]) throws(StoreError) -> SyncSubscription {
-        let entry = try subscribe(query, arguments: arguments)
-        return SyncSubscription(engine: self, entry: entry)
+        let (entry, token) = try add(query, arguments: arguments, handle: true)
+        return SyncSubscription(engine: self, entry: entry, token: token)
+    }
+
+    /// A handle of `entry` let go: the subscription goes when no handle holds it and
+    /// `subscribe` did not add it.
+    func release(_ entry: SubscriptionSet.Entry, token: UInt64) {
+        let removed = localSubscriptions.withLock { state -> Bool in
+            guard var held = state.handles[entry.id], held.remove(token) != nil else { return false }
+            if !held.isEmpty {
+                state.handles[entry.id] = held
+                return false
+            }
+            state.handles[entry.id] = nil
+            guard !state.direct.contains(entry.id) else { return false }
+            return state.set.remove(idOrQuery: entry.id) != nil
+        }
+        if removed { subscriptionChanges.publish(0) }
     }
 
     /// This node's own subscriptions.
-    public var subscriptions: SubscriptionSet { localSubscriptions.withLock { $0 } }
+    public var subscriptions: SubscriptionSet { localSubscriptions.withLock { $0.set } }
 
     /// What this node asks `peer` for: its own subscriptions and those its other
     /// neighbours asked it for, so that it carries changes for a neighbour whose
@@ -303,16 +351,29 @@ public final class SyncEngine: Sendable {
     }
 }
 
-/// A subscription registered through `SyncEngine.registerSubscription`.
-public struct SyncSubscription: Sendable {
+/// A subscription registered through `SyncEngine.registerSubscription`: one handle,
+/// independent of the others of the same query.
+public final class SyncSubscription: Sendable {
     let engine: SyncEngine
     public let entry: SubscriptionSet.Entry
+    let token: UInt64
+    private let cancelled = Locked(false)
+
+    init(engine: SyncEngine, entry: SubscriptionSet.Entry, token: UInt64) {
+        self.engine = engine
+        self.entry = entry
+        self.token = token
+    }
 
     public var id: String { entry.id }
     public var query: String { entry.query }
+    /// Whether `cancel()` was called on this handle.
+    public var isCancelled: Bool { cancelled.withLock { $0 } }
 
-    /// Stops syncing what only this subscription asked for (data already received stays).
+    /// Lets go of this handle: the subscription stops when no other handle holds it and
+    /// it was not configured (data already received stays). A second call does nothing.
     public func cancel() {
-        engine.unsubscribe(entry.id)
+        guard cancelled.withLock({ was in defer { was = true }; return !was }) else { return }
+        engine.release(entry, token: token)
     }
 }

@@ -135,6 +135,9 @@ struct NodeSettingsTests {
         let configuration = try flags.configuration()
         #expect(configuration.listen == HostAndPort(host: "0.0.0.0", port: 7470))
         #expect(configuration.discovery && configuration.meshName == "default" && configuration.peers.isEmpty)
+        // Built in code, a node keeps to the machine: loopback, no LAN announcements.
+        let embedded = NodeConfiguration(dataDirectory: "/tmp/x")
+        #expect(embedded.listen == HostAndPort(host: "127.0.0.1", port: 7470) && !embedded.discovery)
         #expect(configuration.coverageWait == .seconds(30))
         #expect(try flags.logLevel() == "info")
         #expect(try flags.logFormat() == "text")
