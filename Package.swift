@@ -108,7 +108,9 @@ let package = Package(
         ),
         .target(
             name: "Shoal",
-            dependencies: ["ShoalCRDT", "ShoalNode", "ShoalStore", "ShoalSync"],
+            dependencies: [
+                "ShoalCRDT", "ShoalNode", "ShoalStore", "ShoalSync", .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .executableTarget(

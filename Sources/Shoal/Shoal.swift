@@ -4,3 +4,5 @@
 @_exported import ShoalNode
 @_exported import ShoalStore
 @_exported import ShoalSync
+// `Logger`, which `ShoalNode(configuration:logger:)` takes, without a second import.
+@_exported import struct Logging.Logger

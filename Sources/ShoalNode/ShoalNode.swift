@@ -36,8 +36,18 @@ public final class ShoalNode: Service, Sendable {
     /// When the last "pushed out" notice was logged, so a flood logs a line a minute.
     private let handshakeNotice = Locked<(last: ContinuousClock.Instant?, since: UInt64)>((nil, 0))
     private let readiness = Readiness()
+    /// Whether `run()` was called: a node runs once.
+    private let hasRun = Locked(false)
 
-    public init(configuration: NodeConfiguration, logger: Logger = Logger(label: "shoal")) throws {
+    /// A logger that drops everything: an embedded node's default.
+    public static let silentLogger = Logger(label: "shoal", factory: { _ in SwiftLogNoOpLogHandler() })
+
+    /// Opens the node's store; `run()` starts it.
+    ///
+    /// - Parameter logger: where the node logs (swift-log). The default logs nothing:
+    ///   an app passes its own `Logger` to hear the node, `shoal run` passes one that
+    ///   writes to standard error.
+    public init(configuration: NodeConfiguration, logger: Logger = ShoalNode.silentLogger) throws {
         self.configuration = configuration
         self.logger = logger
         if let problem = SystemParameters.sizeLimitsProblem(
@@ -184,6 +194,11 @@ public final class ShoalNode: Service, Sendable {
     /// shutdown included, so a transaction that holds shutdown up is logged; so do
     /// the store's checkpoints (`DocumentStore.runCheckpoints`).
     public func run() async throws {
+        guard hasRun.withLock({ ran in defer { ran = true }; return !ran }) else {
+            throw NodeError(
+                .stopped,
+                "this node has run already, and its store closed when run() returned: create a new ShoalNode on the same data directory to run again (stopSync() and startSync() pause sync without stopping the node)")
+        }
         let result = await withTaskGroup(of: Void.self) { monitor -> Result<Void, any Error> in
             monitor.addTask { await self.store.monitorTransactions() }
             monitor.addTask { await self.store.runCheckpoints() }
@@ -519,6 +534,10 @@ public final class ShoalNode: Service, Sendable {
         var backoff: Duration = .milliseconds(200)
         var knownSite: SiteID?
         while !Task.isCancelled {
+            if sync.isSyncStopped {
+                try? await Task.sleep(for: .milliseconds(250))
+                continue
+            }
             if let site = knownSite, sync.isConnected(to: site) {
                 // The peer is already connected through its own dial to us; status shows that session.
                 sync.forgetDialTarget(peer.description)
@@ -555,6 +574,10 @@ public final class ShoalNode: Service, Sendable {
         var lastAddress: String?
         defer { if let lastAddress { sync.forgetDialTarget(lastAddress) } }
         while !Task.isCancelled {
+            if sync.isSyncStopped {
+                try? await Task.sleep(for: .milliseconds(250))
+                continue
+            }
             let (fresh, should, address) = discovery.table.withLock { table in
                 (table.isFresh(site, at: .now), table.shouldDial(site, at: .now), table.entries[site]?.address)
             }

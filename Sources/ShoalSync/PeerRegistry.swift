@@ -116,6 +116,14 @@ final class PeerRegistry: Sendable {
         }
     }
 
+    /// The close of every established sync session (not admin ones, nor those still
+    /// in their handshake).
+    func syncSessionClosers() -> [@Sendable () async -> Void] {
+        state.withLock { s in
+            s.records.values.compactMap { r in r.snapshot.state == "connected" ? r.close : nil }
+        }
+    }
+
     func remove(_ id: Int) {
         state.withLock { s in
             guard let closed = s.records.removeValue(forKey: id)?.snapshot, let site = closed.siteID, closed.state != "admin"

@@ -18,6 +18,8 @@ public final class SyncEngine: Sendable {
     /// This node's own subscriptions, and who holds each: `subscribe` (configured, or
     /// an operator's), or handles of `registerSubscription`, counted by entry ID.
     private let localSubscriptions = Locked(LocalSubscriptions())
+    /// Set by `stopSync()`, cleared by `startSync()`.
+    private let syncStopped = Locked(false)
     private struct LocalSubscriptions {
         var set = SubscriptionSet()
         var direct: Set<String> = []
@@ -128,9 +130,28 @@ public final class SyncEngine: Sendable {
 
     public var siteID: SiteID { store.siteID }
 
+    /// Stops syncing: every sync session closes, and until `startSync()` no peer is
+    /// admitted (a peer is told `SHUTTING_DOWN` and dials again later) and the node
+    /// dials none. The store, its queries and observers, and admin clients go on.
+    public func stopSync() async {
+        syncStopped.withLock { $0 = true }
+        for close in registry.syncSessionClosers() { await close() }
+    }
+
+    /// Syncs again after `stopSync()`: peers are admitted, and the node dials its own.
+    public func startSync() {
+        syncStopped.withLock { $0 = false }
+    }
+
+    /// Whether `stopSync()` stopped sync.
+    public var isSyncStopped: Bool { syncStopped.withLock { $0 } }
+
     /// Counts one more established session of `role`, or says which limit refuses it.
     func admitSession(admin: Bool) -> SyncError? {
-        sessionCounts.withLock { counts in
+        if !admin, isSyncStopped {
+            return SyncError(.shuttingDown, "sync is stopped on this node; dial again later")
+        }
+        return sessionCounts.withLock { counts in
             if admin {
                 guard counts.admins < configuration.maximumAdminSessions else {
                     return SyncError(

@@ -47,6 +47,50 @@ import Testing
         }
     }
 
+    /// Sync stops and starts again on one running node: stopped, its sessions close,
+    /// peers are refused and it dials none, while its store goes on; started, what was
+    /// written meanwhile comes. A node runs once: a second `run()` says so.
+    @Test func syncStopsAndStartsAgainAndANodeRunsOnce() async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-embed")
+        defer { dir.remove() }
+        let alpha = try ShoalNode(
+            configuration: NodeConfiguration(
+                dataDirectory: dir.path + "/alpha", listen: HostAndPort(host: "127.0.0.1", port: 0), name: "alpha",
+                subscriptions: ["SELECT * FROM cars"]))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await alpha.run() }
+            let alphaAddress = try await alpha.ready()
+            let beta = try ShoalNode(
+                configuration: NodeConfiguration(
+                    dataDirectory: dir.path + "/beta", listen: HostAndPort(host: "127.0.0.1", port: 0), name: "beta",
+                    peers: [alphaAddress], subscriptions: ["SELECT * FROM cars"]))
+            group.addTask { try await beta.run() }
+            _ = try await beta.ready()
+            func cars() async throws -> Int { try await beta.store.execute("SELECT * FROM cars").items.count }
+            _ = try await alpha.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'before'})")
+            #expect(try await InProcessMesh.eventually { try await cars() == 1 })
+
+            await beta.sync.stopSync()
+            #expect(beta.sync.isSyncStopped)
+            #expect(await InProcessMesh.eventually { !beta.sync.isConnected(to: alpha.siteID) })
+            _ = try await alpha.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'while-stopped'})")
+            try await Task.sleep(for: .seconds(1))
+            #expect(try await cars() == 1, "nothing comes while sync is stopped")
+            #expect(!beta.sync.isConnected(to: alpha.siteID), "nor does it dial")
+            _ = try await beta.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'local'})")
+
+            beta.sync.startSync()
+            #expect(try await InProcessMesh.eventually { try await cars() == 3 })
+            #expect(try await InProcessMesh.eventually {
+                try await alpha.store.execute("SELECT * FROM cars").items.count == 3
+            })
+            group.cancelAll()
+        }
+        await #expect { try await alpha.run() } throws: {
+            ($0 as? NodeError)?.code == .stopped && ($0 as? NodeError)?.message.contains("has run already") == true
+        }
+    }
+
     /// The listen port taken: `ready()` throws what `run()` throws (in words, no stray
     /// parenthesis), a waiter cancelled before the node listens is released at once,
     /// and after the node stopped `ready()` says so instead of waiting for ever.
