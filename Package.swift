@@ -28,6 +28,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl.git", exact: "2.37.6"),
         .package(url: "https://github.com/apple/swift-certificates.git", exact: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1.git", exact: "1.7.4"),
+        // Hubs on PostgreSQL (ShoalPostgres): the Swift server stack's PostgreSQL client.
+        .package(url: "https://github.com/vapor/postgres-nio.git", exact: "1.33.2"),
     ],
     targets: [
         .target(name: "ShoalCRDT", swiftSettings: swiftSettings),
@@ -80,6 +82,19 @@ let package = Package(
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ShoalPostgres",
+            dependencies: [
+                "ShoalCRDT", .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ShoalPostgresTests",
+            dependencies: ["ShoalPostgres", "ShoalCRDT", "ShoalTesting", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(

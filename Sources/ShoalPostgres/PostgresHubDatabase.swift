@@ -1,0 +1,148 @@
+public import Logging
+public import ShoalCRDT
+import PostgresNIO
+
+/// The PostgreSQL database that hubs share: its schema, the one identity every hub on
+/// it has, and the change log's sequence numbers, which no two hubs are ever given.
+///
+/// Several `shoal run --store postgresql://...` processes on one database are one
+/// logical node of the mesh (ARCHITECTURE.md, "Hubs on PostgreSQL"). This is the part
+/// of that store which does not depend on the store contract: the contract, and the
+/// documents, registers and log behind it, build on it.
+///
+/// ```
+///   hub 1 ──┐                        shoal_migration  (name): each migration once
+///   hub 2 ──┼── one database ──────► shoal_meta       (key, value): site, log_end
+///   hub N ──┘                        (an advisory lock serializes hubs that migrate at once)
+/// ```
+public final class PostgresHubDatabase: Sendable {
+    public let location: PostgresLocation
+    let client: PostgresClient
+    let logger: Logger
+
+    /// The advisory lock key hubs take while they migrate ("shoal" in ASCII).
+    static let migrationLock: Int64 = 0x73_68_6F_61_6C
+
+    /// The schema, in order; a migration's name is recorded when it ran, and never changes.
+    static let migrations: [(name: String, statements: [String])] = [
+        (
+            "v1-identity",
+            [
+                "CREATE TABLE shoal_meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+                // The highest change-log sequence given out to any hub (`allocateSequences`).
+                "INSERT INTO shoal_meta (key, value) VALUES ('log_end', 0)",
+            ]
+        )
+    ]
+
+    /// Connects lazily: nothing reaches the server before `run()` runs and a call is made.
+    public init(location: PostgresLocation, logger: Logger) {
+        self.location = location
+        self.logger = logger
+        var configuration = PostgresClient.Configuration(
+            host: location.host, port: location.port, username: location.user, password: location.password,
+            database: location.database, tls: .disable)
+        configuration.options.connectTimeout = .seconds(10)
+        client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+    }
+
+    /// Runs the connection pool until the task is cancelled: every other call needs it running.
+    public func run() async { await client.run() }
+
+    /// Creates or upgrades the schema: the migrations not yet recorded, each in its own
+    /// transaction, under an advisory lock so that hubs starting together take turns.
+    /// Returns the names of the migrations it ran.
+    @discardableResult
+    public func migrate() async throws(PostgresStoreError) -> [String] {
+        try await checkReachable()
+        return try await failing("migrating the schema") {
+            try await client.withTransaction(logger: logger) { connection in
+                try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
+                try await connection.query(
+                    "CREATE TABLE IF NOT EXISTS shoal_migration (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+                    logger: logger)
+                var applied: Set<String> = []
+                for try await name in try await connection.query("SELECT name FROM shoal_migration", logger: logger)
+                    .decode(String.self)
+                {
+                    applied.insert(name)
+                }
+                var ran: [String] = []
+                for migration in Self.migrations where !applied.contains(migration.name) {
+                    for statement in migration.statements {
+                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                    }
+                    try await connection.query("INSERT INTO shoal_migration (name) VALUES (\(migration.name))", logger: logger)
+                    ran.append(migration.name)
+                }
+                return ran
+            }
+        }
+    }
+
+    /// The site ID of the node that the hubs on this database are together: made by the
+    /// first hub to ask, read by every other, the same for ever after.
+    public func siteID() async throws(PostgresStoreError) -> SiteID {
+        try await failing("reading the hub's site ID") {
+            let candidate = Int64(bitPattern: SiteID.random().rawValue)
+            try await client.query(
+                "INSERT INTO shoal_meta (key, value) VALUES ('site', \(candidate)) ON CONFLICT (key) DO NOTHING", logger: logger)
+            for try await value in try await client.query("SELECT value FROM shoal_meta WHERE key = 'site'", logger: logger)
+                .decode(Int64.self)
+            {
+                return SiteID(UInt64(bitPattern: value))
+            }
+            throw PostgresStoreError("the database has no site ID after one was written: is the schema migrated?")
+        }
+    }
+
+    /// Gives out `count` consecutive change-log sequence numbers and returns the first.
+    /// The row lock on `log_end` serializes hubs: no number is given out twice, and a
+    /// block is never interleaved with another hub's.
+    public func allocateSequences(_ count: Int) async throws(PostgresStoreError) -> UInt64 {
+        guard count > 0 else { throw PostgresStoreError("allocating \(count) sequence numbers: at least one") }
+        return try await failing("allocating change-log sequence numbers") {
+            let rows = try await client.query(
+                "UPDATE shoal_meta SET value = value + \(Int64(count)) WHERE key = 'log_end' RETURNING value",
+                logger: logger)
+            for try await end in rows.decode(Int64.self) { return UInt64(end - Int64(count) + 1) }
+            throw PostgresStoreError("the database has no log_end row: is the schema migrated?")
+        }
+    }
+
+    /// Connects once, outside the pool, and says why when that fails: the pool itself
+    /// retries an unreachable server for ever, which would leave a hub starting without
+    /// a word. A hub calls it (through `migrate()`) before it serves.
+    public func checkReachable() async throws(PostgresStoreError) {
+        var configuration = PostgresConnection.Configuration(
+            host: location.host, port: location.port, username: location.user, password: location.password,
+            database: location.database, tls: .disable)
+        configuration.options.connectTimeout = .seconds(10)
+        try await failing("connecting") {
+            let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
+            try await connection.close()
+        }
+    }
+
+    /// Runs one statement that takes no arguments, such as an operator's `CREATE DATABASE`.
+    public func execute(_ sql: String) async throws(PostgresStoreError) {
+        try await failing("running \(sql)") {
+            try await client.query(PostgresQuery(unsafeSQL: sql), logger: logger)
+        }
+    }
+
+    /// Runs `body`, turning what PostgreSQL or the connection throws into an error that
+    /// says what was being done and where.
+    func failing<T>(_ doing: String, _ body: () async throws -> T) async throws(PostgresStoreError) -> T {
+        do {
+            return try await body()
+        } catch let error as PostgresStoreError {
+            throw error
+        } catch let error as PSQLError {
+            let detail = error.serverInfo?[.message] ?? error.underlying.map { "\($0)" } ?? "\(error.code)"
+            throw PostgresStoreError("\(doing) on \(location): \(detail)")
+        } catch {
+            throw PostgresStoreError("\(doing) on \(location): \(error)")
+        }
+    }
+}
