@@ -85,12 +85,12 @@ extension DocumentStore {
     /// length; nil when it is not held here (or only in part, by a fetch under way).
     public func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(StoreError) -> (total: Int, bytes: [UInt8])? {
         try await read { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT length, blob FROM attachment WHERE hash = ?", arguments: [hash])
+            guard let attachment = try AttachmentRecord.fetchOne(db, sql: "\(AttachmentRecord.select) WHERE hash = ?", arguments: [hash])
             else { return nil }
-            let total: Int = row[0]
+            let total = attachment.length
             let start = min(max(offset, 0), total)
             let count = min(max(maximum, 0), total - start)
-            return (total, try Self.blobBytes(db, blob: row[1], from: start, count: count))
+            return (total, try Self.blobBytes(db, blob: attachment.blob, from: start, count: count))
         }
     }
 
@@ -100,19 +100,18 @@ extension DocumentStore {
         let end = start + count
         var bytes: [UInt8] = []
         bytes.reserveCapacity(count)
-        let rows = try Row.fetchCursor(
+        let chunks = try AttachmentChunkRecord.fetchCursor(
             db,
             sql: """
-                SELECT start, data FROM attachment_chunk WHERE blob = ? AND start < ?
+                \(AttachmentChunkRecord.select) WHERE blob = ? AND start < ?
                 AND start >= COALESCE((SELECT MAX(start) FROM attachment_chunk WHERE blob = ? AND start <= ?), 0)
                 ORDER BY start
                 """,
             arguments: [blob, end, blob, start])
-        while let row = try rows.next() {
-            let chunkStart: Int = row[0]
-            let data: Data = row[1]
-            let from = max(start - chunkStart, 0)
-            let to = min(end - chunkStart, data.count)
+        while let chunk = try chunks.next() {
+            let data = chunk.data
+            let from = max(start - chunk.start, 0)
+            let to = min(end - chunk.start, data.count)
             if from < to { bytes += data[data.startIndex + from..<data.startIndex + to] }
         }
         return bytes
@@ -126,10 +125,10 @@ extension DocumentStore {
         let now = Self.milliseconds(Date())
         return try await write { db in
             if let hash,
-                let row = try Row.fetchOne(db, sql: "SELECT blob, received FROM attachment_staging WHERE hash = ?", arguments: [hash])
+                let staging = try StagingRecord.fetchOne(db, sql: "\(StagingRecord.select) WHERE hash = ?", arguments: [hash])
             {
-                try db.execute(sql: "UPDATE attachment_staging SET updated_at = ? WHERE blob = ?", arguments: [now, row[0] as Int64])
-                return (row[0], row[1])
+                try db.execute(sql: "UPDATE attachment_staging SET updated_at = ? WHERE blob = ?", arguments: [now, staging.blob])
+                return (staging.blob, staging.received)
             }
             try db.execute(
                 sql: "INSERT INTO attachment_staging (hash, received, updated_at) VALUES (?, 0, ?)", arguments: [hash, now])
@@ -140,8 +139,8 @@ extension DocumentStore {
     /// How many bytes staging entry `blob` holds, and the hash it expects; nil when it is gone.
     func staging(blob: Int64) async throws(StoreError) -> (received: Int, hash: String?)? {
         try await read { db in
-            try Row.fetchOne(db, sql: "SELECT received, hash FROM attachment_staging WHERE blob = ?", arguments: [blob])
-                .map { ($0[0], $0[1]) }
+            try StagingRecord.fetchOne(db, sql: "\(StagingRecord.select) WHERE blob = ?", arguments: [blob])
+                .map { ($0.received, $0.hash) }
         }
     }
 
@@ -221,19 +220,18 @@ extension DocumentStore {
                         """
                 ).compactMap { $0 })
             var result = AttachmentCollection()
-            let rows = try Row.fetchAll(db, sql: "SELECT hash, length, blob, unreferenced_since FROM attachment")
-            for row in rows {
-                let hash: String = row[0]
-                let since: Int64? = row[3]
+            for attachment in try AttachmentRecord.fetchAll(db, sql: AttachmentRecord.select) {
+                let hash = attachment.hash
+                let since = attachment.unreferencedSince
                 if named.contains(hash) {
                     if since != nil {
                         try db.execute(sql: "UPDATE attachment SET unreferenced_since = NULL WHERE hash = ?", arguments: [hash])
                     }
                 } else if let since, since <= cutoff {
                     try db.execute(sql: "DELETE FROM attachment WHERE hash = ?", arguments: [hash])
-                    try db.execute(sql: "DELETE FROM attachment_chunk WHERE blob = ?", arguments: [row[2] as Int64])
+                    try db.execute(sql: "DELETE FROM attachment_chunk WHERE blob = ?", arguments: [attachment.blob])
                     result.deleted.append(hash)
-                    result.deletedBytes += row[1] as Int
+                    result.deletedBytes += attachment.length
                 } else if since == nil {
                     try db.execute(sql: "UPDATE attachment SET unreferenced_since = ? WHERE hash = ?", arguments: [nowMillis, hash])
                 }
@@ -249,4 +247,83 @@ extension DocumentStore {
     }
 
     static func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
+}
+
+/// A row of `attachment`: an attachment held whole, its bytes in the chunks of `blob`.
+struct AttachmentRecord: Sendable, FetchableRecord {
+    var hash: String
+    var length: Int
+    var blob: Int64
+    /// Unix ms.
+    var storedAt: Int64
+    /// When the sweep first saw no live document name it (Unix ms); nil while named.
+    var unreferencedSince: Int64?
+
+    enum Columns {
+        static let hash = Column("hash")
+        static let length = Column("length")
+        static let blob = Column("blob")
+        static let storedAt = Column("stored_at")
+        static let unreferencedSince = Column("unreferenced_since")
+    }
+
+    static let select = "SELECT hash, length, blob, stored_at, unreferenced_since FROM attachment"
+
+    init(row: Row) throws {
+        let row = StoredRow(row, of: "attachment")
+        hash = try row.value(Columns.hash)
+        length = try row.count(Columns.length)
+        blob = try row.value(Columns.blob)
+        storedAt = try row.value(Columns.storedAt)
+        unreferencedSince = try row.value(Columns.unreferencedSince)
+    }
+}
+
+/// A row of `attachment_chunk`: a run of a blob's bytes from `start`.
+struct AttachmentChunkRecord: Sendable, FetchableRecord {
+    var blob: Int64
+    var start: Int
+    var data: Data
+
+    enum Columns {
+        static let blob = Column("blob")
+        static let start = Column("start")
+        static let data = Column("data")
+    }
+
+    static let select = "SELECT blob, start, data FROM attachment_chunk"
+
+    init(row: Row) throws {
+        let row = StoredRow(row, of: "attachment_chunk")
+        blob = try row.value(Columns.blob)
+        start = try row.count(Columns.start)
+        data = try row.value(Columns.data)
+    }
+}
+
+/// A row of `attachment_staging`: a put or a fetch under way.
+struct StagingRecord: Sendable, FetchableRecord {
+    var blob: Int64
+    /// The hash a fetch expects; nil for a put.
+    var hash: String?
+    var received: Int
+    /// Unix ms.
+    var updatedAt: Int64
+
+    enum Columns {
+        static let blob = Column("blob")
+        static let hash = Column("hash")
+        static let received = Column("received")
+        static let updatedAt = Column("updated_at")
+    }
+
+    static let select = "SELECT blob, hash, received, updated_at FROM attachment_staging"
+
+    init(row: Row) throws {
+        let row = StoredRow(row, of: "attachment_staging")
+        blob = try row.value(Columns.blob)
+        hash = try row.value(Columns.hash)
+        received = try row.count(Columns.received)
+        updatedAt = try row.value(Columns.updatedAt)
+    }
 }

@@ -137,7 +137,7 @@ extension DocumentStore {
     /// Transactions that wrote a row in `(lo, hi]`, lie wholly at or below `through`,
     /// and hold no current value.
     static let supersededTransactions = """
-        SELECT c.txn_site, c.txn_seq, COUNT(*) FROM change_log c
+        SELECT c.txn_site AS txn_site, c.txn_seq AS txn_seq, COUNT(*) AS row_count FROM change_log c
         WHERE (c.txn_site, c.txn_seq) IN (SELECT txn_site, txn_seq FROM change_log WHERE seq > ? AND seq <= ?)
         GROUP BY c.txn_site, c.txn_seq
         HAVING MAX(c.seq) <= ? AND MIN(\(rowSuperseded)) = 1
@@ -152,8 +152,8 @@ extension DocumentStore {
     ) async throws(StoreError) -> CompactionReport {
         let (rows, last) = try await read { db in
             (
-                UInt64(try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM change_log") ?? 0),
-                UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0)
+                try ChangeLogRecord.count(db),
+                try ChangeLogRecord.lastSequence(db)
             )
         }
         let point = min(through, last)
@@ -166,18 +166,16 @@ extension DocumentStore {
             // sequences out again, under peers' cursors that already passed them.
             let chunk = [Int64(bitPattern: low), Int64(bitPattern: high), Int64(bitPattern: min(point, last - 1))]
             let (removedRows, removedTransactions) = try await write { db -> (UInt64, UInt64) in
-                var found: [(site: Int64, sequence: Int64, rows: Int64)] = []
-                let rows = try Row.fetchCursor(
+                let found = try SupersededTransaction.fetchAll(
                     db, sql: Self.supersededTransactions, arguments: StatementArguments(chunk))
-                while let row = try rows.next() { found.append((row[0], row[1], row[2])) }
                 let delete = try db.cachedStatement(sql: "DELETE FROM change_log WHERE txn_site = ? AND txn_seq = ?")
                 var removed: UInt64 = 0
                 for transaction in found {
                     try Self.recordSupersession(db, site: transaction.site, sequence: transaction.sequence)
                     try delete.execute(arguments: [transaction.site, transaction.sequence])
-                    removed += UInt64(transaction.rows)
+                    removed += transaction.rows
                 }
-                try Self.setMeta(db, "compacted_through", Int64(bitPattern: max(point, try Self.meta(db, "compacted_through").map { UInt64($0) } ?? 0)))
+                try Self.setMeta(db, "compacted_through", Int64(bitPattern: max(point, try Self.unsignedMeta(db, "compacted_through"))))
                 try Self.setMeta(db, "compacted_at", Int64(Date().timeIntervalSince1970 * 1000))
                 return (removed, UInt64(found.count))
             }
@@ -194,7 +192,7 @@ extension DocumentStore {
     /// the registers its deltas wrote (or the tombstone that hides them): what
     /// superseded it (`documentSuperseded`), by collection.
     static let supersedingTransactions = """
-        SELECT DISTINCT d.value ->> 0, COALESCE(f.txn_site, f.site), f.txn_seq
+        SELECT DISTINCT d.value ->> 0 AS collection, COALESCE(f.txn_site, f.site) AS txn_site, f.txn_seq AS txn_seq
         FROM change_log c, json_each(shoal_log_documents(c.entries)) d, json_each(d.value -> 2) k, field f
         WHERE c.txn_site = ? AND c.txn_seq = ?
         AND f.collection = d.value ->> 0 AND f.doc_id = d.value ->> 1
@@ -212,9 +210,8 @@ extension DocumentStore {
     /// to complete it, instead of nothing to go on.
     static func recordSupersession(_ db: Database, site: Int64, sequence: Int64) throws {
         var by: [String: Set<TransactionID>] = [:]
-        for row in try Row.fetchAll(db.cachedStatement(sql: supersedingTransactions), arguments: [site, sequence]) {
-            let writer = TransactionID(origin: SiteID(UInt64(bitPattern: row[1])), sequence: UInt64(row[2] as Int64))
-            by[row[0] as String, default: []].insert(writer)
+        for writer in try SupersedingWrite.fetchAll(db.cachedStatement(sql: supersedingTransactions), arguments: [site, sequence]) {
+            by[writer.collection, default: []].insert(writer.transaction)
         }
         guard !by.isEmpty else { return }
         var rest = Verdict.decode(
@@ -265,14 +262,14 @@ extension DocumentStore {
     public func storageStatus() async throws(StoreError) -> StorageStatus {
         try await read { db in
             StorageStatus(
-                changeLogRows: UInt64(try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM change_log") ?? 0),
-                lastSequence: UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0),
-                compactedThrough: UInt64(try Self.meta(db, "compacted_through") ?? 0),
+                changeLogRows: try ChangeLogRecord.count(db),
+                lastSequence: try ChangeLogRecord.lastSequence(db),
+                compactedThrough: try Self.unsignedMeta(db, "compacted_through"),
                 compactedAt: try Self.meta(db, "compacted_at").map { Date(timeIntervalSince1970: Double($0) / 1000) },
-                documentsForgotten: UInt64(max(0, try Self.meta(db, "documents_forgotten") ?? 0)),
-                forgottenThroughMillis: UInt64(max(0, try Self.meta(db, "forgotten_through") ?? 0)),
+                documentsForgotten: try Self.unsignedMeta(db, "documents_forgotten"),
+                forgottenThroughMillis: try Self.unsignedMeta(db, "forgotten_through"),
                 freshness: try Self.freshness(db).entries,
-                freshSinceMillis: UInt64(max(0, try Self.meta(db, "fresh_since") ?? 0)))
+                freshSinceMillis: try Self.unsignedMeta(db, "fresh_since"))
         }
     }
 
@@ -300,7 +297,8 @@ extension DocumentStore {
     /// candidates, with whether it is superseded (NULL collection and key: an entry
     /// that does not decode).
     static let rowsOfCandidateTransactions = """
-        SELECT c.txn_site, c.txn_seq, c.seq, d.value ->> 0, d.value ->> 1, \(documentSuperseded)
+        SELECT c.txn_site AS txn_site, c.txn_seq AS txn_seq, c.seq AS seq, d.value ->> 0 AS collection,
+            d.value ->> 1 AS doc_id, \(documentSuperseded) AS superseded
         FROM change_log c, json_each(shoal_log_documents(c.entries)) d
         WHERE (c.txn_site, c.txn_seq) IN (
             SELECT l.txn_site, l.txn_seq FROM change_log l, json_each(shoal_log_documents(l.entries)) e
@@ -335,7 +333,9 @@ extension DocumentStore {
             guard db.changesCount > 0 else { return 0 }
             var candidates: [DocumentRef: Int64] = [:]
             for row in try Row.fetchAll(db, sql: "SELECT collection, doc_id, millis FROM temp.forget_document") {
-                candidates[DocumentRef(collection: row[0], id: row[1])] = row[2]
+                let row = StoredRow(row, of: "temp.forget_document")
+                candidates[DocumentRef(collection: try row.value(Column("collection")), id: try row.value(Column("doc_id")))] =
+                    try row.value(Column("millis"))
             }
             struct Logged {
                 var documents: Set<DocumentRef> = []
@@ -344,22 +344,22 @@ extension DocumentStore {
                 var current: Set<DocumentRef> = []
             }
             var transactions: [TransactionKey: Logged] = [:]
-            let rows = try Row.fetchCursor(db, sql: Self.rowsOfCandidateTransactions)
-            while let row = try rows.next() {
-                let key = TransactionKey(site: row[0], sequence: row[1])
+            let entries = try CandidateEntry.fetchCursor(db, sql: Self.rowsOfCandidateTransactions)
+            while let entry = try entries.next() {
+                let key = entry.transaction
                 // An entry that does not decode names no candidate, and holds its transaction.
                 let document = DocumentRef(
-                    collection: row[3] as String? ?? "", id: row[4] as String? ?? "unreadable entry of row \(row[2] as Int64)")
+                    collection: entry.collection ?? "", id: entry.documentID ?? "unreadable entry of row \(entry.sequence)")
                 transactions[key, default: Logged()].documents.insert(document)
-                transactions[key]!.highest = max(transactions[key]!.highest, row[2])
-                if !(row[5] as Bool) { transactions[key]!.current.insert(document) }
+                transactions[key]!.highest = max(transactions[key]!.highest, entry.sequence)
+                if !entry.superseded { transactions[key]!.current.insert(document) }
             }
             // A transaction may leave when it lies below the point and each of its entries
             // is superseded or writes a document still to be forgotten; a document is
             // forgotten when every transaction that wrote it may leave. Dropping one
             // candidate can keep another's transaction: repeat until nothing changes.
             // Not the log's last transaction: its sequences would be handed out again.
-            let last = UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0)
+            let last = try ChangeLogRecord.lastSequence(db)
             let point = min(point, last &- 1)
             var forget = Set(candidates.keys)
             var changed = true
@@ -391,7 +391,7 @@ extension DocumentStore {
             try Self.setMeta(db, "documents_forgotten", (try Self.meta(db, "documents_forgotten") ?? 0) + Int64(forget.count))
             return UInt64(forget.count)
         }
-        let through = try await read { db in UInt64(max(0, try Self.meta(db, "forgotten_through") ?? 0)) }
+        let through = try await read { db in try Self.unsignedMeta(db, "forgotten_through") }
         return ForgetReport(documents: forgotten, forgottenThroughMillis: through)
     }
 
@@ -423,6 +423,75 @@ extension DocumentStore {
     struct TransactionKey: Hashable {
         var site: Int64
         var sequence: Int64
+    }
+
+    /// A row of `supersededTransactions`: a transaction compaction may remove, and how
+    /// many rows of the log it has.
+    struct SupersededTransaction: FetchableRecord {
+        var site: Int64
+        var sequence: Int64
+        var rows: UInt64
+
+        enum Columns {
+            static let site = Column("txn_site")
+            static let sequence = Column("txn_seq")
+            static let rows = Column("row_count")
+        }
+
+        init(row: Row) throws {
+            let row = StoredRow(row, of: "change_log")
+            site = try row.value(Columns.site)
+            sequence = try row.value(Columns.sequence)
+            rows = try row.unsigned(Columns.rows)
+        }
+    }
+
+    /// A row of `supersedingTransactions`: a transaction whose write superseded a delta
+    /// of the one compacted, in `collection`.
+    struct SupersedingWrite: FetchableRecord {
+        var collection: String
+        var transaction: TransactionID
+
+        enum Columns {
+            static let collection = Column("collection")
+            static let site = Column("txn_site")
+            static let sequence = Column("txn_seq")
+        }
+
+        init(row: Row) throws {
+            let row = StoredRow(row, of: "field")
+            collection = try row.value(Columns.collection)
+            transaction = TransactionID(origin: SiteID(try row.bitPattern(Columns.site)), sequence: try row.unsigned(Columns.sequence))
+        }
+    }
+
+    /// A row of `rowsOfCandidateTransactions`: a document entry of a change-log row of a
+    /// transaction that wrote a document to forget.
+    struct CandidateEntry: FetchableRecord {
+        var transaction: TransactionKey
+        var sequence: Int64
+        /// Nil for an entry that does not decode, as is `documentID`.
+        var collection: String?
+        var documentID: String?
+        var superseded: Bool
+
+        enum Columns {
+            static let site = Column("txn_site")
+            static let transactionSequence = Column("txn_seq")
+            static let sequence = Column("seq")
+            static let collection = Column("collection")
+            static let documentID = Column("doc_id")
+            static let superseded = Column("superseded")
+        }
+
+        init(row: Row) throws {
+            let row = StoredRow(row, of: "change_log")
+            transaction = TransactionKey(site: try row.value(Columns.site), sequence: try row.value(Columns.transactionSequence))
+            sequence = try row.value(Columns.sequence)
+            collection = try row.value(Columns.collection)
+            documentID = try row.value(Columns.documentID)
+            superseded = try row.value(Columns.superseded)
+        }
     }
 
     /// What the store keeps of a document, live, deleted or forgotten: its registers
@@ -457,9 +526,10 @@ extension DocumentStore {
     static func freshness(_ db: Database) throws -> (entries: [SiteID: UInt64], forgottenThrough: UInt64) {
         var entries: [SiteID: UInt64] = [:]
         for row in try Row.fetchAll(db, sql: "SELECT site, through FROM freshness") {
-            entries[SiteID(UInt64(bitPattern: row[0]))] = UInt64(max(0, row[1] as Int64))
+            let row = StoredRow(row, of: "freshness")
+            entries[SiteID(try row.bitPattern(Column("site")))] = try row.unsigned(Column("through"))
         }
-        return (entries, UInt64(max(0, try meta(db, "forgotten_through") ?? 0)))
+        return (entries, try unsignedMeta(db, "forgotten_through"))
     }
 
     /// Saves this node's freshness entries, each raised (never lowered) to the one given.
@@ -476,7 +546,7 @@ extension DocumentStore {
 
     /// When the store started keeping its freshness (Unix ms; migration `v11-freshness`).
     public func freshSince() async throws(StoreError) -> UInt64 {
-        try await read { db in UInt64(max(0, try Self.meta(db, "fresh_since") ?? 0)) }
+        try await read { db in try Self.unsignedMeta(db, "fresh_since") }
     }
 
     /// Whether the store holds anything another node wrote: a transaction of another
@@ -518,9 +588,10 @@ extension DocumentStore {
     public func peerAcknowledgements() async throws(StoreError) -> [PeerAcknowledgement] {
         try await read { db in
             try Row.fetchAll(db, sql: "SELECT peer, through, heard_at FROM peer_ack ORDER BY through, peer").map { row in
-                PeerAcknowledgement(
-                    peer: SiteID(UInt64(bitPattern: row[0])), through: UInt64(bitPattern: row[1]),
-                    heardAt: Date(timeIntervalSince1970: Double(row[2] as Int64) / 1000))
+                let row = StoredRow(row, of: "peer_ack")
+                return PeerAcknowledgement(
+                    peer: SiteID(try row.bitPattern(Column("peer"))), through: try row.unsigned(Column("through")),
+                    heardAt: Date(timeIntervalSince1970: Double(try row.value(Column("heard_at"), as: Int64.self)) / 1000))
             }
         }
     }
@@ -530,6 +601,12 @@ extension DocumentStore {
     /// the query each time was most of what recording one cost.
     static func meta(_ db: Database, _ key: String) throws -> Int64? {
         try Int64.fetchOne(db.cachedStatement(sql: "SELECT value FROM shoal_meta WHERE key = ?"), arguments: [key])
+    }
+
+    /// A value of `shoal_meta` that counts or marks a position or a time: 0 when absent,
+    /// and a negative one a damaged row.
+    static func unsignedMeta(_ db: Database, _ key: String) throws -> UInt64 {
+        try StoredInteger.unsigned(meta(db, key) ?? 0, table: "shoal_meta", column: "value of \(key)")
     }
 
     static func setMeta(_ db: Database, _ key: String, _ value: Int64) throws {

@@ -354,18 +354,19 @@ extension DocumentStore {
         // A key that fails the predicate's own `_id` comparisons saves reading and
         // parsing its body (the cursor reads a column only when asked).
         let idCheck = Evaluator.idComparisons(predicate)
-        let rows = try Row.fetchCursor(
-            query.reusable ? db.cachedStatement(sql: query.sql) : db.makeStatement(sql: query.sql), arguments: query.arguments)
+        let statement = query.reusable ? try db.cachedStatement(sql: query.sql) : try db.makeStatement(sql: query.sql)
+        let columns = try CandidateColumns(statement)
+        let rows = try Row.fetchCursor(statement, arguments: query.arguments)
         do {
             while enough.map({ out.count < $0 }) ?? true, let row = try rows.next() {
-                let key: String = row[0]
+                let key = try columns.key(row)
                 if let idCheck, let id = try? JSON.parse(key),
                     !(try Evaluator.matches(idCheck, document: .object(["_id": id]), arguments: arguments))
                 {
                     continue
                 }
                 let body: Value
-                if let parsed = try? JSON.parse(row[1] as String) {
+                if let parsed = try? JSON.parse(columns.body(row)) {
                     body = parsed
                 } else {
                     guard let id = try? JSON.parse(key) else { continue }
@@ -479,5 +480,37 @@ struct ParseCache: Sendable {
         guard text.utf8.count <= Self.maximumTextLength else { return }
         if entries.count >= Self.capacity { entries.removeAll(keepingCapacity: true) }
         entries[text] = statements
+    }
+}
+
+/// The columns of the candidate rows a query reads (`candidateQuery`: `doc_id` and
+/// `body` of `document`), their positions looked up by name once per statement: a
+/// query reads many rows, and a row's body only once its key passes.
+struct CandidateColumns {
+    enum Columns {
+        static let key = Column("doc_id")
+        static let body = Column("body")
+    }
+
+    let key: Int
+    let body: Int
+
+    init(_ statement: GRDB.Statement) throws {
+        guard let key = statement.index(ofColumn: Columns.key.name), let body = statement.index(ofColumn: Columns.body.name)
+        else { throw StoreError(.database, "a query's candidate rows have no doc_id or no body column: \(statement.sql)") }
+        self.key = key
+        self.body = body
+    }
+
+    func key(_ row: Row) throws -> String { try Self.text(row, at: key, Columns.key) }
+
+    func body(_ row: Row) throws -> String { try Self.text(row, at: body, Columns.body) }
+
+    private static func text(_ row: Row, at index: Int, _ column: Column) throws -> String {
+        do {
+            return try row.decode(String.self, atIndex: index)
+        } catch {
+            throw StoreError(.database, "table document, column \(column.name) holds no String (\(error)): \(StoredInteger.damaged)")
+        }
     }
 }

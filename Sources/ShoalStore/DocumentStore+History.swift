@@ -65,8 +65,9 @@ extension DocumentStore {
                 db, sql: "SELECT MAX(seq) FROM txn WHERE origin = ? AND state IN (1, 2)",
                 arguments: [Int64(bitPattern: origin.rawValue)])
         else { return .none }
-        let newest = try newestDelta(db, origin: origin, sequence: UInt64(through))
-        return OriginHistory(through: UInt64(through), index: newest?.index ?? 0, timestamp: newest?.timestamp ?? 0)
+        let sequence: UInt64 = try StoredInteger.unsigned(through, table: "txn", column: "seq")
+        let newest = try newestDelta(db, origin: origin, sequence: sequence)
+        return OriginHistory(through: sequence, index: newest?.index ?? 0, timestamp: newest?.timestamp ?? 0)
     }
 
     /// The delta with the newest timestamp (the lowest index among equals) logged here
@@ -75,20 +76,14 @@ extension DocumentStore {
         _ db: Database, origin: SiteID, sequence: UInt64, only: UInt32? = nil
     ) throws -> (index: UInt32, timestamp: UInt64)? {
         var newest: (index: UInt32, timestamp: UInt64)?
-        let rows = try Row.fetchAll(
-            db, sql: "SELECT entries FROM change_log WHERE txn_site = ? AND txn_seq = ?",
-            arguments: [Int64(bitPattern: origin.rawValue), Int64(sequence)])
-        for row in rows {
-            let entries: Data = row[0]
-            try entries.withUnsafeBytes { bytes in
-                try LogEntries.forEach(bytes) { _, _, _, deltas in
-                    try PackedDeltas.forEach(deltas) { index, timestamp, _, _ in
-                        if let only, index != only { return }
-                        if let held = newest, held.timestamp > timestamp || (held.timestamp == timestamp && held.index <= index) {
-                            return
-                        }
-                        newest = (index, timestamp)
+        try ChangeLogRecord.forEach(db, of: TransactionID(origin: origin, sequence: sequence)) { _, entries in
+            try LogEntries.forEach(entries) { _, _, _, deltas in
+                try PackedDeltas.forEach(deltas) { index, timestamp, _, _ in
+                    if let only, index != only { return }
+                    if let held = newest, held.timestamp > timestamp || (held.timestamp == timestamp && held.index <= index) {
+                        return
                     }
+                    newest = (index, timestamp)
                 }
             }
         }
@@ -104,14 +99,14 @@ extension DocumentStore {
         let site = siteID
         // Read first: a session must not wait for the writer to learn that all is well.
         let (looked, confirmed) = try await read { db in
-            (try Self.compare(db, held, site: site), UInt64(try Self.meta(db, "history_confirmed") ?? 0))
+            (try Self.compare(db, held, site: site), try Self.unsignedMeta(db, "history_confirmed"))
         }
         switch looked {
         case .unknown: return .unknown
         case .consistent:
             if held.through > confirmed {
                 try await write { db in
-                    if held.through > UInt64(try Self.meta(db, "history_confirmed") ?? 0) {
+                    if try held.through > Self.unsignedMeta(db, "history_confirmed") {
                         try Self.setMeta(db, "history_confirmed", Int64(held.through))
                     }
                 }
@@ -122,7 +117,7 @@ extension DocumentStore {
         let (verdict, appended) = try await write { db -> (HistoryVerdict, LogEnd.Appended?) in
             // Again inside the write: another session may have repaired it meanwhile.
             guard case .reissued = try Self.compare(db, held, site: site) else { return (.unknown, nil) }
-            let counter = UInt64(try Self.meta(db, "transaction_counter") ?? 0)
+            let counter = try Self.unsignedMeta(db, "transaction_counter")
             return try Self.reissue(db, site: site, above: max(held.through, counter) + Self.reissueGap, counter: counter)
         }
         if case .reissued(let count, let from, let to) = verdict {
@@ -146,7 +141,7 @@ extension DocumentStore {
     /// What `held` says of this store's own history: `.reissued` (of nothing yet) when
     /// it went back.
     static func compare(_ db: Database, _ held: OriginHistory, site: SiteID) throws -> HistoryVerdict {
-        let counter = UInt64(try meta(db, "transaction_counter") ?? 0)
+        let counter = try unsignedMeta(db, "transaction_counter")
         if held.through > counter { return .reissued(count: 0, from: 0, to: 0) }
         // A number this node holds no transaction of is one it gave up (reissued) and is
         // being sent back: nothing to compare yet.
@@ -167,26 +162,28 @@ extension DocumentStore {
     static func reissue(
         _ db: Database, site: SiteID, above base: UInt64, counter: UInt64
     ) throws -> (HistoryVerdict, LogEnd.Appended?) {
-        let confirmed = UInt64(try meta(db, "history_confirmed") ?? 0)
+        let confirmed = try unsignedMeta(db, "history_confirmed")
         let own = Int64(bitPattern: site.rawValue)
         let sequences = try Int64.fetchAll(
             db, sql: "SELECT seq FROM txn WHERE origin = ? AND seq > ? ORDER BY seq", arguments: [own, Int64(confirmed)]
-        ).map { UInt64($0) }
+        ).map { sequence throws -> UInt64 in try StoredInteger.unsigned(sequence, table: "txn", column: "seq") }
         var next = base
         var appended = LogEnd.Appended(after: 0, collections: [], transactions: [])
         var first: UInt64?
         for old in sequences {
             next += 1
-            let rows = try Row.fetchAll(
-                db, sql: "SELECT seq, txn_count, documents, entries FROM change_log WHERE txn_site = ? AND txn_seq = ? ORDER BY seq",
-                arguments: [own, Int64(old)])
+            // Read whole before the copies are written: the log is what they are written to.
+            var rows: [(record: ChangeLogRecord, entries: [UInt8])] = []
+            try ChangeLogRecord.forEach(db, of: TransactionID(origin: site, sequence: old)) { record, entries in
+                rows.append((record, [UInt8](entries)))
+            }
             for row in rows {
                 try db.execute(
-                    sql: LogAppender.insertSQL, arguments: [own, Int64(next), row[1] as Int64, row[2] as Int64, row[3] as Data])
+                    sql: LogAppender.insertSQL,
+                    arguments: [own, Int64(next), Int64(row.record.deltaCount), Int64(row.record.documents), Data(row.entries)])
                 let seq = UInt64(db.lastInsertedRowID)
                 if first == nil { first = seq }
-                let entries: Data = row[3]
-                try entries.withUnsafeBytes { bytes in
+                try row.entries.withUnsafeBytes { bytes in
                     try LogEntries.forEach(bytes) { collection, _, _, _ in
                         appended.collections.insert(collection)
                         appended.documents += 1
@@ -223,7 +220,7 @@ extension DocumentStore {
     public func raiseLog(above sequence: UInt64, peer: SiteID) async throws(StoreError) -> UInt64? {
         guard sequence > lastCommittedSequence else { return nil }
         let moved = try await write { db -> (from: UInt64, to: UInt64)? in
-            let last = UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0)
+            let last = try ChangeLogRecord.lastSequence(db)
             // Read again inside the write: another session may have moved it meanwhile.
             guard sequence > last, last > 0 else { return nil }
             try db.execute(

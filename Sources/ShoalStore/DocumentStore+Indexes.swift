@@ -37,12 +37,14 @@ struct UserIndex: Sendable, Hashable {
 
     static func fetchAll(_ db: Database) throws -> [UserIndex] {
         try Row.fetchAll(db, sql: "SELECT name, collection, paths FROM user_index ORDER BY name").map { row in
+            let row = StoredRow(row, of: "user_index")
+            let name: String = try row.value(Column("name")), collection: String = try row.value(Column("collection"))
             // `[["a", "b"], ["c"]]`, as `CREATE INDEX` wrote it.
-            guard case .array(let paths)? = try? JSON.parse(row[2] as String) else {
-                return UserIndex(name: row[0], collection: row[1], paths: [])
+            guard case .array(let paths)? = try? JSON.parse(row.value(Column("paths"), as: String.self)) else {
+                return UserIndex(name: name, collection: collection, paths: [])
             }
             return UserIndex(
-                name: row[0], collection: row[1],
+                name: name, collection: collection,
                 paths: paths.map { path in
                     guard case .array(let names) = path else { return [] }
                     return names.compactMap(\.stringValue)
@@ -137,14 +139,15 @@ extension DocumentStore {
     static func automaticIndexRows(_ db: Database) throws -> [Value] {
         let rows = try Row.fetchAll(
             db, sql: "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND name LIKE 'document_by_%' ORDER BY name")
-        return rows.compactMap { row -> Value? in
-            guard let path = automaticIndexPath(row[1]) else { return nil }
+        return try rows.compactMap { row -> Value? in
+            let row = StoredRow(row, of: "sqlite_master")
+            guard let path = automaticIndexPath(try row.value(Column("sql"))) else { return nil }
             // `$."a"."b"`, whose components hold no '"': split between the quotes.
             let components = path.dropFirst(2).split(separator: "\".\"").map {
                 String($0).trimmingCharacters(in: CharacterSet(charactersIn: "\""))
             }
             return [
-                "name": .string(row[0]), "collection": .null, "paths": [.string(components.joined(separator: "."))],
+                "name": .string(try row.value(Column("name"))), "collection": .null, "paths": [.string(components.joined(separator: "."))],
                 "automatic": true,
             ]
         }

@@ -17,7 +17,8 @@ extension DocumentStore {
             return try pool.read { db in
                 var out: [SiteID: SubscriptionFilter] = [:]
                 for row in try Row.fetchAll(db, sql: "SELECT site, subscriptions FROM neighbour_interest") {
-                    let text: String = row[1]
+                    let row = StoredRow(row, of: "neighbour_interest")
+                    let text: String = try row.value(Column("subscriptions"))
                     guard case .array(let items)? = try? JSON.parse(text) else { continue }
                     let entries = items.compactMap { item -> SubscriptionFilter.Entry? in
                         guard case .array(let parts) = item, parts.count == 2, case .string(let query) = parts[0],
@@ -25,7 +26,7 @@ extension DocumentStore {
                         else { return nil }
                         return SubscriptionFilter.Entry(query: query, argumentsJSON: arguments)
                     }
-                    out[SiteID(UInt64(bitPattern: row[0]))] = SubscriptionFilter(entries)
+                    out[SiteID(try row.bitPattern(Column("site")))] = SubscriptionFilter(entries)
                 }
                 return out
             }

@@ -27,7 +27,7 @@ extension DocumentStore {
     ) async throws(StoreError) -> ([Value], UInt64) {
         try await read(inline: inline) { db in
             let items = try Self.select(select, arguments: arguments, db: db)
-            let sequence = UInt64(try Int64.fetchOne(db.cachedStatement(sql: "SELECT MAX(seq) FROM change_log")) ?? 0)
+            let sequence = try ChangeLogRecord.lastSequence(db)
             return (items, sequence)
         }
     }

@@ -19,8 +19,9 @@ extension DocumentStore {
     public func savedSubscriptions() async throws(StoreError) -> [SavedSubscription] {
         try await read { db in
             try Row.fetchAll(db, sql: "SELECT id, query, arguments FROM subscription ORDER BY id").map { row in
-                let arguments = try Self.parseBody(row[2]).objectValue ?? [:]
-                return SavedSubscription(id: row[0], query: row[1], arguments: arguments)
+                let row = StoredRow(row, of: "subscription")
+                let arguments = try Self.parseBody(row.value(Column("arguments"))).objectValue ?? [:]
+                return SavedSubscription(id: try row.value(Column("id")), query: try row.value(Column("query")), arguments: arguments)
             }
         }
     }

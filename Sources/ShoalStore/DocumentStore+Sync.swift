@@ -46,24 +46,13 @@ struct LogRow {
     /// How many deltas its transaction wrote to its document.
     var documentDeltas: UInt32
 
-    /// The columns a row of the log is read from, in the order `Column` numbers them.
-    static let select = "SELECT seq, txn_site, txn_seq, txn_count, entries FROM change_log"
-
-    enum Column: Int32 {
-        case sequence, transactionSite, transactionSequence, count, entries
-    }
-
-    /// Appends the deltas of one row of the log to `rows`, in stored order; returns how many.
+    /// Appends the deltas of one row of the log (`ChangeLogRecord`) to `rows`, in
+    /// stored order; returns how many.
     @discardableResult
-    static func decode(_ row: HotStatement.Row, into rows: inout [LogRow]) throws -> Int {
-        func integer(_ column: Column) -> Int64 { row.int64(column.rawValue) }
-        let sequence = UInt64(bitPattern: integer(.sequence))
-        let transaction = TransactionID(
-            origin: SiteID(UInt64(bitPattern: integer(.transactionSite))),
-            sequence: UInt64(bitPattern: integer(.transactionSequence)))
-        let count = UInt32(truncatingIfNeeded: integer(.count))
+    static func decode(_ record: ChangeLogRecord, entries: UnsafeRawBufferPointer, into rows: inout [LogRow]) throws -> Int {
+        let sequence = record.sequence, transaction = record.transaction, count = record.deltaCount
         let before = rows.count
-        try LogEntries.forEach(row.blob(Column.entries.rawValue)) { collection, documentID, documentDeltas, deltas in
+        try LogEntries.forEach(entries) { collection, documentID, documentDeltas, deltas in
             try PackedDeltas.forEach(deltas) { index, timestamp, name, value in
                 rows.append(
                     LogRow(
@@ -78,39 +67,10 @@ struct LogRow {
     }
 }
 
-/// A transaction's row in table `txn`.
-struct StoredTransaction {
-    var deltaCount: UInt32
-    var documentCount: UInt32
-    var collections: [CollectionCount]
-    var state: TransactionRecord.State
-    /// Verdicts on the documents this node does not hold.
-    var rest: [Verdict]
-    var reports: [SiteID: TransactionRecord.Report]
-    var firstSeen: UInt64
-
-    static func fetch(_ db: Database, _ id: TransactionID) throws -> StoredTransaction? {
-        let statement = try db.cachedStatement(
-            sql: "SELECT delta_count, document_count, collections, state, rest, reports, first_seen FROM txn WHERE origin = ? AND seq = ?")
-        guard let row = try Row.fetchOne(statement, arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)])
-        else { return nil }
-        return StoredTransaction(
-            deltaCount: UInt32(row[0] as Int64), documentCount: UInt32(row[1] as Int64),
-            collections: CollectionCount.decode(row[2]) ?? [], state: TransactionRecord.State(rawValue: row[3]) ?? .applied,
-            rest: Verdict.decode(row[4]), reports: TransactionRecord.Report.decode(row[5]),
-            firstSeen: UInt64(row[6] as Int64))
-    }
-}
-
 extension DocumentStore {
     /// The highest sequence of `peer`'s change log applied here under `subscriptionKey`.
     public func cursor(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> UInt64 {
-        try await read { db in
-            UInt64(
-                try Int64.fetchOne(
-                    db, sql: "SELECT through FROM peer_cursor WHERE peer = ? AND subscription_key = ?",
-                    arguments: [Int64(bitPattern: peer.rawValue), subscriptionKey]) ?? 0)
-        }
+        try await read { db in try Self.cursor(db, peer: peer, subscriptionKey: subscriptionKey) }
     }
 
     /// Where a stream of `peer`'s log for `subscriptions` resumes: the set's own cursor,
@@ -143,7 +103,8 @@ extension DocumentStore {
                 guard case .array(let items)? = try? JSON.parse(row["entries"] as String) else { continue }
                 let theirs = Set(items.compactMap(\.stringValue))
                 guard entries.isSubset(of: theirs) else { continue }
-                point.through = max(point.through, UInt64(clamping: row["through"] as Int64))
+                point.through = max(
+                    point.through, try StoredInteger.unsigned(row["through"] as Int64, table: "peer_cursor", column: "through"))
             }
             return point
         }
@@ -155,11 +116,18 @@ extension DocumentStore {
     }
 
     static func resumePoint(_ db: Database, peer: SiteID, subscriptionKey: String) throws -> ResumePoint {
-        let site = Int64(bitPattern: peer.rawValue)
-        let sql = "SELECT through FROM peer_cursor WHERE peer = ? AND subscription_key = ?"
-        let through = try Int64.fetchOne(db, sql: sql, arguments: [site, subscriptionKey]) ?? 0
-        let refill = try Int64.fetchOne(db, sql: sql, arguments: [site, SubscriptionSet.refillKey(subscriptionKey)]) ?? 0
-        return ResumePoint(through: UInt64(clamping: through), refill: UInt64(clamping: refill), epoch: try cursorEpoch(db))
+        ResumePoint(
+            through: try cursor(db, peer: peer, subscriptionKey: subscriptionKey),
+            refill: try cursor(db, peer: peer, subscriptionKey: SubscriptionSet.refillKey(subscriptionKey)),
+            epoch: try cursorEpoch(db))
+    }
+
+    /// A row of `peer_cursor`: its `through`, 0 when there is none.
+    static func cursor(_ db: Database, peer: SiteID, subscriptionKey: String) throws -> UInt64 {
+        let through = try Int64.fetchOne(
+            db.cachedStatement(sql: "SELECT through FROM peer_cursor WHERE peer = ? AND subscription_key = ?"),
+            arguments: [Int64(bitPattern: peer.rawValue), subscriptionKey]) ?? 0
+        return try StoredInteger.unsigned(through, table: "peer_cursor", column: "through")
     }
 
     /// `peer` streamed its whole log with this node's own transactions in it, and this
@@ -224,17 +192,17 @@ extension DocumentStore {
             // transaction it is in, so that ordinary transactions travel whole; past
             // that, or past the byte budget, it ends inside the transaction.
             let stretch = limit * 4
-            var statement = try HotStatement(db, sql: "\(LogRow.select) WHERE seq > ? ORDER BY seq LIMIT ?")
-            statement.bind(sequence)
-            statement.bind(stretch + 1)
+            var statement = try HotStatement(db, sql: "\(ChangeLogRecord.select) WHERE seq > ? ORDER BY seq LIMIT ?")
+            try statement.bind(sequence)
+            try statement.bind(stretch + 1)
             // A row of the log (one document's deltas in one transaction) goes whole into
             // a page or waits for the next: decoded onto the page's end, and taken off
             // again when it does not fit.
             rows.reserveCapacity(min(limit, 4096))
-            try statement.query { row in
+            try ChangeLogRecord.query(&statement) { record, entries in
                 let start = rows.count
                 let previous = rows.last?.delta.transaction
-                guard try LogRow.decode(row, into: &rows) > 0 else { return true }
+                guard try LogRow.decode(record, entries: entries, into: &rows) > 0 else { return true }
                 let first = rows[start]
                 var size = 0
                 for i in start..<rows.count { size += rows[i].delta.valueJSON.utf8.count }
@@ -252,9 +220,7 @@ extension DocumentStore {
             }
             var continuing = continuing
             if resuming, sequence > 0,
-                let before = try Row.fetchOne(
-                    db.cachedStatement(sql: "SELECT txn_site, txn_seq FROM change_log WHERE seq = ?"), arguments: [Int64(sequence)]),
-                rows[0].delta.transaction == TransactionID(origin: SiteID(UInt64(bitPattern: before[0])), sequence: UInt64(before[1] as Int64))
+                let before = try ChangeLogRecord.fetch(db, at: sequence), rows[0].delta.transaction == before.transaction
             {
                 // Resuming inside a transaction's run: its earlier pieces went out before.
                 continuing.insert(rows[0].delta.transaction)
@@ -296,12 +262,8 @@ extension DocumentStore {
         return try await read { db in
             guard let stored = try StoredTransaction.fetch(db, id), stored.state == .applied || stored.state == .partial else { return [] }
             var rows: [LogRow] = []
-            var statement = try HotStatement(db, sql: "\(LogRow.select) WHERE txn_site = ? AND txn_seq = ? ORDER BY seq")
-            statement.bind(id.origin.rawValue)
-            statement.bind(id.sequence)
-            try statement.query { row in
-                try LogRow.decode(row, into: &rows)
-                return true
+            try ChangeLogRecord.forEach(db, of: id) { record, entries in
+                try LogRow.decode(record, entries: entries, into: &rows)
             }
             rows.sort { $0.delta.index < $1.delta.index }
             if !collections.isEmpty { rows = rows.filter { collections.contains($0.delta.collection) } }
@@ -439,17 +401,19 @@ struct PieceReader {
         guard !withContext.isEmpty else { return piece }
         let sent = Set(deltas.map { "\($0.documentID)\u{0}\($0.field)\u{0}\($0.timestamp.rawValue)" })
         for document in withContext {
-            let fields = try Row.fetchAll(
-                db.cachedStatement(
-                    sql: "SELECT name, value, ts, COALESCE(txn_site, site), txn_seq FROM field WHERE collection = ? AND doc_id = ? ORDER BY name"),
-                arguments: [document.collection, document.id])
-            for f in fields where f[3] as Int64 != excluded {
+            var fields = try HotStatement(db, sql: "SELECT \(FieldRecord.columns) FROM field WHERE collection = ? AND doc_id = ? ORDER BY name")
+            try fields.bind(document.collection)
+            try fields.bind(document.id)
+            try fields.query { row in
+                let f = try FieldRecord(row)
+                guard Int64(bitPattern: f.state.transaction.origin.rawValue) != excluded else { return true }
                 let field = ContextField(
-                    document: document, field: f[0], valueJSON: f[1], timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: f[2])),
-                    transaction: TransactionID(origin: SiteID(UInt64(bitPattern: f[3])), sequence: UInt64(f[4] as Int64)))
+                    document: document, field: f.name, valueJSON: f.state.json, timestamp: f.state.version.timestamp,
+                    transaction: f.state.transaction)
                 if field.transaction != id, !sent.contains("\(document.id)\u{0}\(field.field)\u{0}\(field.timestamp.rawValue)") {
                     piece.context.append(field)
                 }
+                return true
             }
         }
         return piece

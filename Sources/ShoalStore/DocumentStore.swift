@@ -207,7 +207,7 @@ public final class DocumentStore: Sendable {
             statistics.withLock { $0.documentsAtRefresh = counted ?? 0 }
             // Sessions learn where the log ends from the feed: from the start, not only at the next commit.
             feed.publish(
-                LogEnd(sequence: UInt64(try pool.read { db in try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") } ?? 0)))
+                LogEnd(sequence: try pool.read { db in try ChangeLogRecord.lastSequence(db) }))
         } catch let error as StoreError {
             throw error
         } catch {
@@ -249,7 +249,7 @@ public final class DocumentStore: Sendable {
 
     /// The cursor epoch now (`ResumePoint`).
     static func cursorEpoch(_ db: Database) throws -> UInt64 {
-        UInt64(try meta(db, cursorEpochKey) ?? 0)
+        try unsignedMeta(db, cursorEpochKey)
     }
 
     /// Below this many bytes free, a disk counts as full when the database cannot open.
@@ -360,22 +360,34 @@ public final class DocumentStore: Sendable {
                         PRIMARY KEY (origin, seq, collection, doc_id, name)) WITHOUT ROWID;
                     """)
             // Transactions logged before: their manifest is what the log holds of them.
+            struct LoggedDocument {
+                var site: Int64, sequence: Int64, deltas: Int64, collection: String, document: String, rows: Int
+            }
             let rows = try Row.fetchAll(
-                db, sql: "SELECT txn_site, txn_seq, MAX(txn_count), collection, doc_id, COUNT(*) FROM change_log GROUP BY txn_site, txn_seq, collection, doc_id ORDER BY txn_site, txn_seq")
+                db,
+                sql: """
+                    SELECT txn_site, txn_seq, MAX(txn_count) AS deltas, collection, doc_id, COUNT(*) AS row_count FROM change_log
+                    GROUP BY txn_site, txn_seq, collection, doc_id ORDER BY txn_site, txn_seq
+                    """
+            ).map { row in
+                let row = StoredRow(row, of: "change_log")
+                return LoggedDocument(
+                    site: try row.value(Column("txn_site")), sequence: try row.value(Column("txn_seq")),
+                    deltas: try row.value(Column("deltas")), collection: try row.value(Column("collection")),
+                    document: try row.value(Column("doc_id")), rows: Int(try row.unsigned(Column("row_count"), as: UInt32.self)))
+            }
             var index = 0
             while index < rows.count {
-                let site: Int64 = rows[index][0], seq: Int64 = rows[index][1]
+                let site = rows[index].site, seq = rows[index].sequence
                 var end = index
                 var deltas: Int64 = 0
-                while end < rows.count, rows[end][0] as Int64 == site, rows[end][1] as Int64 == seq {
-                    deltas = max(deltas, rows[end][2] as Int64)
+                while end < rows.count, rows[end].site == site, rows[end].sequence == seq {
+                    deltas = max(deltas, rows[end].deltas)
                     end += 1
                 }
                 let part = rows[index..<end]
                 let manifest = CollectionCount.manifest(
-                    of: part.flatMap { row in
-                        Array(repeating: (collection: row[3] as String, document: row[4] as String), count: Int(row[5] as Int64))
-                    })
+                    of: part.flatMap { row in Array(repeating: (collection: row.collection, document: row.document), count: row.rows) })
                 try db.execute(
                     sql: "INSERT INTO txn (origin, seq, delta_count, document_count, collections, state) VALUES (?, ?, ?, ?, ?, 1)",
                     arguments: [site, seq, deltas, part.count, CollectionCount.encode(manifest)])
@@ -484,16 +496,20 @@ public final class DocumentStore: Sendable {
                 try insert.execute(arguments: [g.seq, g.collection, g.id, g.site, g.txn, g.count, g.documentDeltas, Data(packed.bytes)])
                 packed.removeAll()
             }
-            while let row = try rows.next() {
-                let seq: Int64 = row[0], collection: String = row[1], id: String = row[2], site: Int64 = row[3], txn: Int64 = row[4]
+            while let next = try rows.next() {
+                let row = StoredRow(next, of: "change_log")
+                let seq: Int64 = try row.value(Column("seq")), collection: String = try row.value(Column("collection"))
+                let id: String = try row.value(Column("doc_id"))
+                let site: Int64 = try row.value(Column("txn_site")), txn: Int64 = try row.value(Column("txn_seq"))
                 if let g = group, g.site == site, g.txn == txn, DocumentRef(collection: g.collection, id: g.id).is(collection: collection, id: id) {
                     group!.seq = max(g.seq, seq)
                 } else {
                     try flush()
-                    group = (seq, collection, id, site, txn, row[5], row[6])
+                    group = (seq, collection, id, site, txn, try row.value(Column("txn_count")), try row.value(Column("doc_deltas")))
                 }
                 packed.append(
-                    index: UInt32(truncatingIfNeeded: row[7] as Int64), timestamp: UInt64(bitPattern: row[8]), name: row[9], value: row[10])
+                    index: try row.unsigned(Column("txn_index")), timestamp: try row.bitPattern(Column("ts")),
+                    name: try row.value(Column("name")), value: try row.value(Column("value")))
             }
             try flush()
             try db.execute(
@@ -529,13 +545,16 @@ public final class DocumentStore: Sendable {
                 documents = 0
                 group = nil
             }
-            while let row = try rows.next() {
-                let seq: Int64 = row[0], site: Int64 = row[3], txn: Int64 = row[4]
+            while let next = try rows.next() {
+                let row = StoredRow(next, of: "change_log")
+                let seq: Int64 = try row.value(Column("seq")), site: Int64 = try row.value(Column("txn_site"))
+                let txn: Int64 = try row.value(Column("txn_seq"))
                 if let g = group, g.site != site || g.txn != txn { try flush() }
-                if group == nil { group = (seq, site, txn, row[5]) } else { group!.seq = seq }
-                let deltas: Data = row[7]
+                if group == nil { group = (seq, site, txn, try row.value(Column("txn_count"))) } else { group!.seq = seq }
+                let deltas: Data = try row.value(Column("deltas"))
                 LogEntries.append(
-                    DocumentRef(collection: row[1], id: row[2]), documentDeltas: Int(row[6] as Int64), deltas: [UInt8](deltas),
+                    DocumentRef(collection: try row.value(Column("collection")), id: try row.value(Column("doc_id"))),
+                    documentDeltas: Int(try row.unsigned(Column("doc_deltas"), as: UInt32.self)), deltas: [UInt8](deltas),
                     to: &entries)
                 documents += 1
                 if documents == LogAppender.documentsPerRow || entries.count >= LogAppender.bytesPerRow { try flush() }
@@ -603,19 +622,23 @@ public final class DocumentStore: Sendable {
 
     /// The highest change-log sequence committed so far.
     public func lastSequence() async throws(StoreError) -> UInt64 {
-        try await read { db in UInt64(try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM change_log") ?? 0) }
+        try await read { db in try ChangeLogRecord.lastSequence(db) }
     }
 
     /// The rows of the change log: what sync streams from, and what compaction trims.
     public func changeLogRowCount() async throws(StoreError) -> UInt64 {
-        try await read { db in UInt64(try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM change_log") ?? 0) }
+        try await read { db in try ChangeLogRecord.count(db) }
     }
 
     /// The number of live documents in each collection, by name.
     public func collectionCounts() async throws(StoreError) -> [(name: String, documents: Int)] {
         try await read { db in
-            try Row.fetchAll(db, sql: "SELECT collection, COUNT(*) FROM document WHERE deleted = 0 GROUP BY collection ORDER BY collection")
-                .map { (name: $0[0] as String, documents: $0[1] as Int) }
+            try Row.fetchAll(
+                db, sql: "SELECT collection, COUNT(*) AS documents FROM document WHERE deleted = 0 GROUP BY collection ORDER BY collection"
+            ).map { row in
+                let row = StoredRow(row, of: "document")
+                return (name: try row.value(Column("collection")), documents: try row.value(Column("documents")))
+            }
         }
     }
 

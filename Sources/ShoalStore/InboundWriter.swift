@@ -35,10 +35,12 @@ public final class InboundWriter: InboundWriting {
 
     /// The state of a transaction this node has a record of, if any.
     public func state(of id: TransactionID) throws -> TransactionRecord.State? {
-        try Int.fetchOne(
-            db.cachedStatement(sql: "SELECT state FROM txn WHERE origin = ? AND seq = ?"),
-            arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]
-        ).flatMap(TransactionRecord.State.init(rawValue:))
+        guard
+            let state = try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT state FROM txn WHERE origin = ? AND seq = ?"),
+                arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)])
+        else { return nil }
+        return try StoredTransaction.state(state, of: id)
     }
 
     /// Keeps a waiting or partial transaction's header, state and reports durable
@@ -109,30 +111,11 @@ public final class InboundWriter: InboundWriting {
         var counts = documentDeltaCounts
         var contextFields = context
         if buffered {
-            for row in try Row.fetchAll(
-                db.cachedStatement(
-                    sql: "SELECT idx, collection, doc_id, doc_deltas, name, value, ts FROM txn_piece WHERE origin = ? AND seq = ? ORDER BY idx"),
-                arguments: [origin, seq])
-            {
-                let document = DocumentRef(collection: row[1], id: row[2])
-                counts[document] = UInt32(row[3] as Int64)
-                all.append(
-                    Delta(
-                        collection: document.collection, documentID: document.id, field: row[4], valueJSON: row[5],
-                        timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row[6])), transaction: id,
-                        index: UInt32(row[0] as Int64), count: record.deltaCount))
+            try BufferedDelta.forEach(db, of: id) { buffered in
+                counts[buffered.document] = buffered.documentDeltas
+                all.append(buffered.delta(of: id, count: record.deltaCount))
             }
-            for row in try Row.fetchAll(
-                db.cachedStatement(
-                    sql: "SELECT collection, doc_id, name, value, ts, src_origin, src_seq FROM txn_context WHERE origin = ? AND seq = ?"),
-                arguments: [origin, seq])
-            {
-                contextFields.append(
-                    ContextField(
-                        document: DocumentRef(collection: row[0], id: row[1]), field: row[2], valueJSON: row[3],
-                        timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row[4])),
-                        transaction: TransactionID(origin: SiteID(UInt64(bitPattern: row[5])), sequence: UInt64(row[6] as Int64))))
-            }
+            try BufferedContextField.forEach(db, of: id) { contextFields.append($0) }
         }
         // Deltas nearly always come in index order: sorting only when they do not spares
         // copying the caller's array (which `all` still shares) a delta at a time.
@@ -149,14 +132,10 @@ public final class InboundWriter: InboundWriting {
         // What the log holds of this transaction already (a late piece, a resend): each
         // delta is logged once. Nothing, for a transaction seen for the first time.
         var logged: [DocumentRef: Set<UInt32>] = [:]
-        var existing = try HotStatement(db, sql: FieldSQL.transactionRows)
-        existing.bind(origin)
-        existing.bind(seq)
-        try existing.query { row in
-            try LogEntries.forEach(row.blob(0)) { collection, id, _, deltas in
+        try ChangeLogRecord.forEach(db, of: id) { _, entries in
+            try LogEntries.forEach(entries) { collection, id, _, deltas in
                 logged[DocumentRef(collection: collection, id: id), default: []].formUnion(try PackedDeltas.indexes(deltas))
             }
-            return true
         }
         // The deltas to log, per touched document (by slot), packed as they come.
         var packs: [PackedDeltas] = []
@@ -341,12 +320,7 @@ extension DocumentStore {
     /// Every waiting and partial transaction, as records: what the pipeline starts from.
     public func transactionRecords() async throws(StoreError) -> [TransactionRecord] {
         try await read { db in
-            let keys = try Row.fetchAll(db, sql: "SELECT origin, seq FROM txn WHERE state IN (0, 2)").map {
-                TransactionID(origin: SiteID(UInt64(bitPattern: $0[0])), sequence: UInt64($0[1] as Int64))
-            }
-            return try keys.compactMap { id in
-                try StoredTransaction.fetch(db, id).map { try Self.record(db, id, $0) }
-            }
+            try StoredTransaction.unfinished(db).map { try Self.record(db, $0.id, $0) }
         }
     }
 
@@ -354,26 +328,20 @@ extension DocumentStore {
         var record = TransactionRecord(
             id: id, deltaCount: stored.deltaCount, documentCount: stored.documentCount, collections: stored.collections,
             state: stored.state, firstSeen: stored.firstSeen, reports: stored.reports)
-        let key: StatementArguments = [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]
-        func hold(_ document: DocumentRef, expected: Int64, _ indexes: [UInt32]) {
-            var progress = record.documents[document] ?? .init(expected: UInt32(expected))
+        func hold(_ document: DocumentRef, expected: UInt32, _ indexes: [UInt32]) {
+            var progress = record.documents[document] ?? .init(expected: expected)
             progress.received.formUnion(indexes)
             record.documents[document] = progress
         }
         if stored.state == .waiting {
-            let sql = "SELECT collection, doc_id, doc_deltas, idx, length(value) FROM txn_piece WHERE origin = ? AND seq = ?"
-            for row in try Row.fetchAll(db, sql: sql, arguments: key) {
-                hold(DocumentRef(collection: row[0], id: row[1]), expected: row[2], [UInt32(row[3] as Int64)])
-                record.bufferedBytes += (row[4] as Int64?).map(Int.init) ?? 0
+            try BufferedDelta.forEach(db, of: id) { buffered in
+                hold(buffered.document, expected: buffered.documentDeltas, [buffered.index])
+                record.bufferedBytes += buffered.valueJSON.utf8.count
             }
         } else {
-            let sql = "SELECT entries FROM change_log WHERE txn_site = ? AND txn_seq = ?"
-            for row in try Row.fetchAll(db, sql: sql, arguments: key) {
-                let entries: Data = row[0]
-                try entries.withUnsafeBytes { bytes in
-                    try LogEntries.forEach(bytes) { collection, id, documentDeltas, deltas in
-                        hold(DocumentRef(collection: collection, id: id), expected: Int64(documentDeltas), try PackedDeltas.indexes(deltas))
-                    }
+            try ChangeLogRecord.forEach(db, of: id) { _, entries in
+                try LogEntries.forEach(entries) { collection, id, documentDeltas, deltas in
+                    hold(DocumentRef(collection: collection, id: id), expected: documentDeltas, try PackedDeltas.indexes(deltas))
                 }
             }
         }

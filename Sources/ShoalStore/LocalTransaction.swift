@@ -61,9 +61,8 @@ struct LocalTransaction {
 
     /// The progress of a transaction that starts now: numbered after the last one committed.
     static func begin(db: Database) throws -> Progress {
-        let previous =
-            try Int64.fetchOne(db.cachedStatement(sql: "SELECT value FROM shoal_meta WHERE key = 'transaction_counter'")) ?? 0
-        return Progress(sequence: previous + 1)
+        let previous = try DocumentStore.unsignedMeta(db, "transaction_counter")
+        return Progress(sequence: Int64(previous) + 1)
     }
 
     static func evaluate(_ expression: Expression, document: Value, arguments: [String: Value]) throws -> Value? {
@@ -341,7 +340,7 @@ struct LocalTransaction {
         var last: UInt64 = 0
         for sequence in own {
             let row = try Int64.fetchOne(statement, arguments: [Int64(bitPattern: site.rawValue), Int64(sequence)]) ?? 0
-            last = max(last, UInt64(row))
+            last = max(last, try StoredInteger.unsigned(row, table: "change_log", column: "seq"))
         }
         return last
     }
@@ -441,8 +440,6 @@ struct LocalTransaction {
 
 /// Change-log and transaction SQL shared by local and remote writes, prepared once per connection.
 enum FieldSQL {
-    /// The log rows of one transaction, in log order.
-    static let transactionRows = "SELECT entries FROM change_log WHERE txn_site = ? AND txn_seq = ? ORDER BY seq"
     static let insertTransaction = """
         INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)

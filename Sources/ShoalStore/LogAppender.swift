@@ -53,11 +53,11 @@ struct LogAppender {
 
     private mutating func flush() throws {
         var statement = try HotStatement(db, sql: Self.insertSQL)
-        statement.bind(site)
-        statement.bind(sequence)
-        statement.bind(deltaCount)
-        statement.bind(documents)
-        statement.bind(entries)
+        try statement.bind(site)
+        try statement.bind(sequence)
+        try statement.bind(deltaCount)
+        try statement.bind(documents)
+        try statement.bind(entries)
         try statement.run()
         let row = UInt64(db.lastInsertedRowID)
         if first == nil { first = row }

@@ -29,10 +29,10 @@ struct MultiRowStatements {
     }
 
     /// Runs the statement for `rows` rows once `bind` has bound its parameters.
-    mutating func run(_ db: Database, rows: Int, _ bind: (inout HotStatement) -> Void) throws {
+    mutating func run(_ db: Database, rows: Int, _ bind: (inout HotStatement) throws -> Void) throws {
         var statement = try statements[rows - 1].take() ?? HotStatement(db, sql: sql[rows - 1])
         defer { statements[rows - 1] = statement }
-        bind(&statement)
+        try bind(&statement)
         try statement.run()
     }
 }

@@ -1,30 +1,41 @@
 import ShoalCRDT
 import GRDB
 
-/// One row of `field`: a register of a document, decoded once.
-struct FieldRecord {
+/// One row of `field` (or of `evicted_counter`, which has its shape): a register of a
+/// document, decoded once.
+struct FieldRecord: Sendable {
     var name: String
     var state: RegisterState
 
-    /// The columns a `FieldRecord` is read from, in the order `Column` numbers them (a
-    /// removal's origin site is `txn_site`; NULL there, from before
-    /// `v4-observed-removals`, means `site`).
-    static let columns = "name, value, ts, site, COALESCE(txn_site, site), txn_seq"
-
-    enum Column: Int32 {
+    /// The columns a `FieldRecord` is read from (a removal's origin site is `txn_site`;
+    /// NULL there, from before `v4-observed-removals`, means `site`).
+    enum Column: Int32, HotColumn {
         case name, value, timestamp, site, transactionSite, transactionSequence
+
+        var name: String {
+            switch self {
+            case .name: "name"
+            case .value: "value"
+            case .timestamp: "ts"
+            case .site: "site"
+            case .transactionSite: "COALESCE(txn_site, site)"
+            case .transactionSequence: "txn_seq"
+            }
+        }
     }
 
-    init(_ row: HotStatement.Row) {
-        name = row.text(Column.name.rawValue)
+    static let columns = Column.selection
+
+    /// `table`: where the row was read from, for errors.
+    init(_ row: HotStatement.Row, of table: String = "field") throws(StoreError) {
+        name = row.text(Column.name)
         state = RegisterState(
-            json: row.text(Column.value.rawValue),
+            json: row.text(Column.value),
             version: RegisterVersion(
-                timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: row.int64(Column.timestamp.rawValue))),
-                site: SiteID(UInt64(bitPattern: row.int64(Column.site.rawValue)))),
+                timestamp: HybridTimestamp(rawValue: row.bitPattern(Column.timestamp)), site: SiteID(row.bitPattern(Column.site))),
             transaction: TransactionID(
-                origin: SiteID(UInt64(bitPattern: row.int64(Column.transactionSite.rawValue))),
-                sequence: UInt64(bitPattern: row.int64(Column.transactionSequence.rawValue))))
+                origin: SiteID(row.bitPattern(Column.transactionSite)),
+                sequence: try row.unsigned(Column.transactionSequence, of: table)))
     }
 }
 
@@ -91,17 +102,17 @@ enum RegisterRows {
             while left > 0 {
                 let rows = min(left, RegisterRows.rowsPerUpsert)
                 try statements.run(db, rows: rows) { statement in
-                    statement.bind(collection)
-                    statement.bind(key)
+                    try statement.bind(collection)
+                    try statement.bind(key)
                     for _ in 0..<rows {
                         let (name, write) = writes[next]
-                        statement.bind(name)
-                        statement.bind(write.state.json)
-                        statement.bind(write.state.version.timestamp.rawValue)
-                        statement.bind(write.state.version.site.rawValue)
-                        statement.bind(write.state.transaction.sequence)
-                        statement.bind(Int64(write.index))
-                        statement.bind(write.state.transaction.origin.rawValue)
+                        try statement.bind(name)
+                        try statement.bind(write.state.json)
+                        try statement.bind(write.state.version.timestamp.rawValue)
+                        try statement.bind(write.state.version.site.rawValue)
+                        try statement.bind(write.state.transaction.sequence)
+                        try statement.bind(Int64(write.index))
+                        try statement.bind(write.state.transaction.origin.rawValue)
                         next = writes.index(after: next)
                     }
                 }
@@ -113,16 +124,16 @@ enum RegisterRows {
     /// Every register of one document (`from`: or every one EVICT kept of it, `loadEvicted`).
     static func load(_ db: Database, collection: String, key: String, from sql: String = load) throws -> DocumentRegisters {
         var statement = try HotStatement(db, sql: sql)
-        return try load(&statement, collection: collection, key: key)
+        return try load(&statement, collection: collection, key: key, table: sql == loadEvicted ? "evicted_counter" : "field")
     }
 
     /// Every register of one document, through a prepared `load` (or `loadEvicted`).
-    static func load(_ statement: inout HotStatement, collection: String, key: String) throws -> DocumentRegisters {
+    static func load(_ statement: inout HotStatement, collection: String, key: String, table: String = "field") throws -> DocumentRegisters {
         var registers: [String: RegisterState] = [:]
-        statement.bind(collection)
-        statement.bind(key)
+        try statement.bind(collection)
+        try statement.bind(key)
         try statement.query { row in
-            let record = FieldRecord(row)
+            let record = try FieldRecord(row, of: table)
             registers[record.name] = record.state
             return true
         }
@@ -135,14 +146,14 @@ enum RegisterRows {
         var merged = try load(db, collection: collection, key: key, from: loadEvicted)
         var statement = try HotStatement(db, sql: upsertEvicted)
         for (name, state) in kept.registers where merged.merge(name, state) {
-            statement.bind(collection)
-            statement.bind(key)
-            statement.bind(name)
-            statement.bind(state.json)
-            statement.bind(state.version.timestamp.rawValue)
-            statement.bind(state.version.site.rawValue)
-            statement.bind(state.transaction.sequence)
-            statement.bind(state.transaction.origin.rawValue)
+            try statement.bind(collection)
+            try statement.bind(key)
+            try statement.bind(name)
+            try statement.bind(state.json)
+            try statement.bind(state.version.timestamp.rawValue)
+            try statement.bind(state.version.site.rawValue)
+            try statement.bind(state.transaction.sequence)
+            try statement.bind(state.transaction.origin.rawValue)
             try statement.run()
         }
     }
@@ -164,9 +175,9 @@ enum RegisterRows {
         switch try body(of: registers, collection: collection, key: key) {
         case .live(let json):
             var statement = try HotStatement(db, sql: saveBody)
-            statement.bind(collection)
-            statement.bind(key)
-            statement.bind(json)
+            try statement.bind(collection)
+            try statement.bind(key)
+            try statement.bind(json)
             try statement.run()
             return json.utf8.count
         case .deleted:
@@ -259,9 +270,9 @@ enum RegisterRows {
         private mutating func flush() throws {
             try statements.run(db, rows: waiting.count) { statement in
                 for body in waiting {
-                    statement.bind(body.collection)
-                    statement.bind(body.key)
-                    statement.bind(body.json)
+                    try statement.bind(body.collection)
+                    try statement.bind(body.key)
+                    try statement.bind(body.json)
                 }
             }
             waiting.removeAll(keepingCapacity: true)

@@ -1,0 +1,80 @@
+import ShoalCRDT
+import GRDB
+
+/// A transaction's row in table `txn`.
+struct StoredTransaction: Sendable {
+    var id: TransactionID
+    var deltaCount: UInt32
+    var documentCount: UInt32
+    var collections: [CollectionCount]
+    var state: TransactionRecord.State
+    /// Verdicts on the documents this node does not hold.
+    var rest: [Verdict]
+    var reports: [SiteID: TransactionRecord.Report]
+    var firstSeen: UInt64
+
+    static let table = "txn"
+
+    enum Column: Int32, HotColumn {
+        case origin, sequence, deltaCount, documentCount, collections, state, rest, reports, firstSeen
+
+        var name: String {
+            switch self {
+            case .origin: "origin"
+            case .sequence: "seq"
+            case .deltaCount: "delta_count"
+            case .documentCount: "document_count"
+            case .collections: "collections"
+            case .state: "state"
+            case .rest: "rest"
+            case .reports: "reports"
+            case .firstSeen: "first_seen"
+            }
+        }
+    }
+
+    static let select = "SELECT \(Column.selection) FROM txn"
+
+    init(_ row: HotStatement.Row) throws(StoreError) {
+        id = TransactionID(origin: SiteID(row.bitPattern(Column.origin)), sequence: try row.unsigned(Column.sequence, of: Self.table))
+        deltaCount = try row.unsigned(Column.deltaCount, of: Self.table)
+        documentCount = try row.unsigned(Column.documentCount, of: Self.table)
+        collections = CollectionCount.decode(row.text(Column.collections)) ?? []
+        state = try Self.state(row.int64(Column.state), of: id)
+        rest = Verdict.decode(row.text(Column.rest))
+        reports = TransactionRecord.Report.decode(row.text(Column.reports))
+        firstSeen = try row.unsigned(Column.firstSeen, of: Self.table)
+    }
+
+    /// A value of column `state` as the state it stands for.
+    static func state(_ value: Int64, of id: TransactionID) throws(StoreError) -> TransactionRecord.State {
+        guard let state = Int(exactly: value).flatMap(TransactionRecord.State.init(rawValue:)) else {
+            throw StoreError(
+                .database,
+                "table txn, column state holds \(value) for transaction \(id), where 0 to 3 belongs: \(StoredInteger.damaged)")
+        }
+        return state
+    }
+
+    /// The row of transaction `id`, nil when this node has none.
+    static func fetch(_ db: Database, _ id: TransactionID) throws -> StoredTransaction? {
+        var statement = try HotStatement(db, sql: "\(select) WHERE origin = ? AND seq = ?", transaction: id)
+        var found: StoredTransaction?
+        try statement.query { row in
+            found = try StoredTransaction(row)
+            return false
+        }
+        return found
+    }
+
+    /// Every transaction waiting or partial: what the inbound pipeline starts from.
+    static func unfinished(_ db: Database) throws -> [StoredTransaction] {
+        var statement = try HotStatement(db, sql: "\(select) WHERE state IN (0, 2)")
+        var found: [StoredTransaction] = []
+        try statement.query { row in
+            found.append(try StoredTransaction(row))
+            return true
+        }
+        return found
+    }
+}
