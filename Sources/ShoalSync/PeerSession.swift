@@ -54,6 +54,11 @@ struct PeerSession: Sendable {
         try await send(codec.encode(message), deltas: Self.deltaCount(message))
     }
 
+    /// Sends a message of the session's machine, in its wire form (`SessionCodec`).
+    func send(_ message: SessionMessage) async throws {
+        try await send(message.wire)
+    }
+
     /// Sends a batch of pieces read for the peer, written straight into its frame.
     func send(_ batch: OutboundBatch) async throws {
         try await send(codec.encode(.deltaBatch, payload: batch.payload()), deltas: batch.deltaCount)
@@ -88,7 +93,7 @@ struct PeerSession: Sendable {
 
     /// The next frame as an event of the session's machine: a DeltaBatch as its
     /// payload, which the machine reads without building its messages (`DeltaBatchReader`),
-    /// any other frame as its message.
+    /// any other frame as its message in Shoal's terms (`SessionCodec`).
     func receiveEvent<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws -> SessionStateMachine.Event?
     where I.Element == Frame {
         guard let frame = try await nextFrame(&iterator) else { return nil }
@@ -97,7 +102,7 @@ struct PeerSession: Sendable {
             if type == .deltaBatch { return .receivedDeltaBatch(Array(payload.readableBytesView)) }
             let message = try codec.decode(type, payload)
             if let deltas = Self.deltaCount(message) { engine.registry.countDeltas(recordID, in: deltas) }
-            return .received(message)
+            return SessionStateMachine.Event(received: message)
         } catch {
             throw await reject(SyncError(error))
         }
@@ -453,7 +458,7 @@ struct PeerSession: Sendable {
     /// A peer that resumes below this node's compaction point resyncs: it ends with
     /// every current value, but until it passes the point it may see a later
     /// transaction without an earlier one that the later one overwrote.
-    private func noteResync(_ subscribe: Shoal_V1_Subscribe, peer: PeerIdentity) {
+    private func noteResync(_ subscribe: SessionMessage.Subscribe, peer: PeerIdentity) {
         let point = engine.positions.compactedThrough
         guard !subscribe.subscriptions.isEmpty, subscribe.resumeAfter < point else { return }
         logger.notice(
@@ -523,7 +528,8 @@ struct PeerSession: Sendable {
         case .answerTransactionRequest(let request, let subscriptions):
             try await answer(
                 request, subscriptions: subscriptions, encoding: PieceCodec.DeltaEncoding(version: peer.version), limits: peer.limits)
-        case .answerAttachmentRequest(let request):
+        case .answerAttachmentRequest(let message):
+            let request = message.wire
             let limit = Int(min(request.maxLength, SyncEngine.chunkSize(frameLimit: peer.limits.framePayload)))
             let chunk = try await engine.answer(request, limit: limit)
             // Bytes the node lacks are fetched beside this loop; "not found" when too many are.
@@ -531,7 +537,7 @@ struct PeerSession: Sendable {
                 try await send(.attachmentChunk(chunk))
             }
         case .deliverAttachmentChunk(let chunk):
-            engine.deliver(chunk)
+            engine.deliver(chunk.wire)
         case .checkLogEnd(let resumeAfter):
             _ = try await engine.store.raiseLog(above: resumeAfter, peer: peer.siteID)
         case .checkHistory(let held):
@@ -578,18 +584,16 @@ struct PeerSession: Sendable {
         return []
     }
 
-    /// Answers a TransactionRequest with what this node holds of the transaction,
-    /// as it would stream it to this peer, in one or more frames.
-    /// Answers a TransactionRequest, a piece a frame, each cut to fit what the asker
+    /// Answers a TransactionRequest with what this node holds of the transaction, as it
+    /// would stream it to this peer: a piece a frame, each cut to fit what the asker
     /// takes (`BatchFitter`), what it cannot take withheld with an `overLimit` verdict.
     private func answer(
-        _ request: Shoal_V1_TransactionRequest, subscriptions: SubscriptionSet, encoding: PieceCodec.DeltaEncoding,
+        _ request: SessionMessage.TransactionRequest, subscriptions: SubscriptionSet, encoding: PieceCodec.DeltaEncoding,
         limits: PeerLimits
     ) async throws {
-        let id = TransactionID(origin: SiteID(request.originSite), sequence: request.originSequence)
         var fitter = BatchFitter(limits: limits)
         let pieces = try await engine.store.transactionPieces(
-            id, subscriptions: subscriptions, collections: Set(request.collections),
+            request.transaction, subscriptions: subscriptions, collections: Set(request.collections),
             byteLimit: min(engine.configuration.batchBytes, fitter.limit))
         var answer = Shoal_V1_TransactionPieces()
         answer.requestID = request.requestID

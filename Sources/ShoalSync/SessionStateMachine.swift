@@ -1,11 +1,11 @@
 public import ShoalCRDT
 public import ShoalStore
 public import ShoalWire
-import SwiftProtobuf
 
-/// A sync session after the handshake, as a value type: it takes events (a frame
+/// A sync session after the handshake, as a value type: it takes events (a message
 /// received, a page of the log read, a commit done, a timer) and returns what to
-/// do. `PeerSession` carries the actions out and feeds back their results.
+/// do. `PeerSession` carries the actions out and feeds back their results. Messages
+/// are Shoal's own (`SessionMessage`); their wire form is met only at `SessionCodec.swift`.
 ///
 /// ```
 ///            ┌──────────── subscriber (what this node asks for) ─────────────┐
@@ -72,9 +72,12 @@ public struct SessionStateMachine: Sendable {
     }
 
     public enum Event: Sendable {
-        case received(WireMessage)
+        case received(SessionMessage)
         /// A DeltaBatch frame's payload, inflated: read without building its messages.
         case receivedDeltaBatch([UInt8])
+        /// A frame that has no place in an established session (a Hello, a Proof, an
+        /// admin message): `Event(received:)` makes it of those.
+        case receivedOutOfPlace(MessageType)
         /// Part of a frame arrived (`InboundProgress`): the peer is alive, though
         /// nothing whole has come since.
         case inboundProgress
@@ -145,7 +148,7 @@ public struct SessionStateMachine: Sendable {
     }
 
     public enum Action: Sendable {
-        case send(WireMessage)
+        case send(SessionMessage)
         /// Send a DeltaBatch, written straight from the pieces read (`OutboundBatch.payload`).
         case sendBatch(OutboundBatch)
         case readCursor(SubscriptionSet, fromStart: Bool)
@@ -155,9 +158,9 @@ public struct SessionStateMachine: Sendable {
         case deliver([TransactionPiece])
         /// The peer's routes changed (its Subscribe or RouteUpdate), for status.
         case peerRouted(RouteTable.Routes?)
-        case answerTransactionRequest(Shoal_V1_TransactionRequest, SubscriptionSet)
-        case answerAttachmentRequest(Shoal_V1_AttachmentRequest)
-        case deliverAttachmentChunk(Shoal_V1_AttachmentChunk)
+        case answerTransactionRequest(SessionMessage.TransactionRequest, SubscriptionSet)
+        case answerAttachmentRequest(SessionMessage.AttachmentRequest)
+        case deliverAttachmentChunk(SessionMessage.AttachmentChunk)
         /// The peer's subscriptions, for status.
         case peerSubscribed(SubscriptionSet)
         /// The peer says how far it holds this node's own transactions: check this
@@ -304,6 +307,9 @@ public struct SessionStateMachine: Sendable {
         case .received(let message):
             lastInbound = now
             return received(message, now: now)
+        case .receivedOutOfPlace(let type):
+            lastInbound = now
+            return close(SyncError(.protocolViolation, "unexpected \(type) frame in an established session"))
         case .inboundProgress:
             lastInbound = now
             return []
@@ -315,10 +321,8 @@ public struct SessionStateMachine: Sendable {
             guard now >= nextPing else { return owed }
             nextPing = now &+ Self.micros(configuration.keepaliveInterval)
             pingNonce += 1
-            var ping = Shoal_V1_Ping()
-            ping.nonce = pingNonce
-            ping.sentAtMicros = now
-            if peerSet != nil, lag == 0, inFlight == 0 { ping.freshness = Freshness.wire(localFreshness) }
+            let vouches = peerSet != nil && lag == 0 && inFlight == 0
+            let ping = SessionMessage.Ping(nonce: pingNonce, sentAtMicros: now, freshness: vouches ? Freshness.list(localFreshness) : [])
             return owed + [.send(.ping(ping))]
         case .logAdvanced(let sequence):
             logEnd = max(logEnd, sequence)
@@ -345,26 +349,15 @@ public struct SessionStateMachine: Sendable {
             // of its own, so that one stopped part way resumes asking for them still.
             ownSets[ownGeneration] = (set, includeOwn ? SubscriptionSet.refillKey(set.key) : set.key, epoch)
             refill = includeOwn ? (ownGeneration, false) : nil
-            var subscribe = Shoal_V1_Subscribe()
-            subscribe.resumeAfter = resumeAfter
-            subscribe.generation = ownGeneration
-            subscribe.includeOwnTransactions = includeOwn
-            subscribe.originThrough = held.through
-            subscribe.originThroughTimestamp = held.timestamp
-            subscribe.originThroughIndex = held.index
             // A stream that brings this node's own transactions back (after EVICT, or a
             // store that went back) carries every origin in full: an offer of what this
             // node evicted would look held here (its transaction was applied), and the
             // link eager for an origin may not hold what this node evicted. The routes go
             // back once it is all here (`ownTransactionsBack`).
-            if let ownRoutes, !includeOwn { subscribe.routes = Self.wire(ownRoutes) }
-            subscribe.subscriptions = set.entries.map { entry in
-                var s = Shoal_V1_Subscription()
-                s.id = entry.id
-                s.query = entry.query
-                s.argumentsJson = ArgumentsJSON.encode(entry.arguments)
-                return s
-            }
+            let subscribe = SessionMessage.Subscribe(
+                subscriptions: set.entries.map(SessionMessage.Subscription.init), resumeAfter: resumeAfter,
+                generation: ownGeneration, includeOwnTransactions: includeOwn, originHistory: held,
+                routes: includeOwn ? nil : ownRoutes)
             var actions: [Action] = [.send(.subscribe(subscribe))]
             if let (next, fromStart) = resubscribe {
                 resubscribe = nil
@@ -416,31 +409,24 @@ public struct SessionStateMachine: Sendable {
             return sendFromOutbox() + readIfPossible()
         case .batchDurable(let limit):
             guard !pendingDurable.isEmpty else { return [] }
-            var ack = Shoal_V1_Ack()
-            ack.throughSequence = pendingDurable.removeFirst()
-            if configuration.hasRoutes {
-                ack.heldThrough = min(ack.throughSequence, limit ?? .max)
-                lastAcknowledged = (ack.throughSequence, ack.heldThrough)
-            }
-            return [.send(.ack(ack))]
+            let through = pendingDurable.removeFirst()
+            guard configuration.hasRoutes else { return [.send(.ack(.batch(through: through)))] }
+            let held = min(through, limit ?? .max)
+            lastAcknowledged = (through, held)
+            return [.send(.ack(.batch(through: through, heldThrough: held)))]
         case .heldAdvanced(let limit):
             guard configuration.hasRoutes, let last = lastAcknowledged else { return [] }
             let held = min(last.through, limit ?? .max)
             guard held > last.held else { return [] }
             lastAcknowledged = (last.through, held)
-            var ack = Shoal_V1_Ack()
-            ack.heldOnly = true
-            ack.heldThrough = held
-            return [.send(.ack(ack))]
+            return [.send(.ack(.heldOnly(heldThrough: held)))]
         case .routesChanged(let routes):
             guard configuration.hasRoutes, routes != ownRoutes else { return [] }
             ownRoutes = routes
             // Before the first Subscribe, the routes go with it; while own transactions
             // come back, once they are all here.
             guard ownGeneration > 0, refill == nil else { return [] }
-            var update = Shoal_V1_RouteUpdate()
-            update.routes = Self.wire(routes)
-            return [.send(.routeUpdate(update))]
+            return [.send(.routeUpdate(routes))]
         case .resubscribe:
             guard let latest = ownSets[ownGeneration]?.set else { return [] }
             if cursorReadPending {
@@ -459,7 +445,7 @@ public struct SessionStateMachine: Sendable {
         return [.close(error)]
     }
 
-    private mutating func received(_ message: WireMessage, now: UInt64) -> [Action] {
+    private mutating func received(_ message: SessionMessage, now: UInt64) -> [Action] {
         switch message {
         case .subscribe(let request):
             // Subscribes may cross on the wire: only a newer one replaces the current.
@@ -479,7 +465,7 @@ public struct SessionStateMachine: Sendable {
                             "subscription query of \(s.query.utf8.count) bytes refused: this node takes queries of at most \(configuration.maximumQueryLength) bytes (--max-query-length)"))
                 }
                 do {
-                    try set.add(query: s.query, arguments: try ArgumentsJSON.parse(s.argumentsJson))
+                    try set.add(query: s.query, arguments: try s.arguments.get())
                 } catch {
                     return close(SyncError(.invalidQuery, "subscription '\(s.query)' rejected: \(error)"))
                 }
@@ -491,7 +477,7 @@ public struct SessionStateMachine: Sendable {
             generation += 1
             resumeAfter = request.resumeAfter
             peerIncludesOwn = request.includeOwnTransactions
-            peerRoutes = configuration.hasRoutes && request.hasRoutes ? Self.routes(request.routes) : nil
+            peerRoutes = configuration.hasRoutes ? request.routes : nil
             offersOpen = []
             unresolvedOffers = []
             sentThrough = request.resumeAfter
@@ -506,42 +492,28 @@ public struct SessionStateMachine: Sendable {
             outbox = []
             pageInFlight = nil
             var history: [Action] = request.resumeAfter > 0 ? [.checkLogEnd(resumeAfter: request.resumeAfter)] : []
-            if request.originThrough > 0 {
-                history.append(
-                    .checkHistory(
-                        OriginHistory(
-                            through: request.originThrough, index: request.originThroughIndex,
-                            timestamp: request.originThroughTimestamp)))
-            }
+            if request.originHistory.through > 0 { history.append(.checkHistory(request.originHistory)) }
             return history + [.peerSubscribed(set), .peerRouted(peerRoutes)] + readIfPossible()
-        case .deltaBatch(let batch):
-            // Tests and tools hand over a message; a session reads the payload itself (`receivedDeltaBatch`).
-            do {
-                return receivedBatch(try batch.serializedBytes())
-            } catch {
-                return close(SyncError(.protocolViolation, "DeltaBatch does not serialize: \(error)"))
-            }
-        case .ack(let ack) where ack.heldOnly:
+        case .ack(.heldOnly(let heldThrough)):
             guard configuration.hasRoutes else {
                 return close(SyncError(.protocolViolation, "Ack with held_only in a version \(configuration.version) session"))
             }
-            resolveOffers(heldThrough: ack.heldThrough)
+            resolveOffers(heldThrough: heldThrough)
             return []
-        case .ack(let ack):
-            if configuration.hasRoutes, unacknowledged.contains(ack.throughSequence) {
-                resolveOffers(heldThrough: ack.heldThrough)
+        case .ack(.batch(let through, let heldThrough)):
+            if configuration.hasRoutes, unacknowledged.contains(through) {
+                resolveOffers(heldThrough: heldThrough)
             }
-            if let i = unacknowledged.firstIndex(of: ack.throughSequence) {
+            if let i = unacknowledged.firstIndex(of: through) {
                 unacknowledged.removeSubrange(...i)
                 // With nothing left in flight, every row through `sentThrough` was either
                 // acknowledged or had nothing for the peer.
-                acknowledged = max(acknowledged, unacknowledged.isEmpty && outbox.isEmpty ? sentThrough : ack.throughSequence)
-            } else if let i = earlierUnacknowledged.firstIndex(of: ack.throughSequence) {
+                acknowledged = max(acknowledged, unacknowledged.isEmpty && outbox.isEmpty ? sentThrough : through)
+            } else if let i = earlierUnacknowledged.firstIndex(of: through) {
                 earlierUnacknowledged.removeSubrange(...i)
             } else {
                 return close(
-                    SyncError(
-                        .protocolViolation, "Ack for sequence \(ack.throughSequence), which no unacknowledged DeltaBatch carries"))
+                    SyncError(.protocolViolation, "Ack for sequence \(through), which no unacknowledged DeltaBatch carries"))
             }
             return sendFromOutbox() + readIfPossible()
         case .ping(let ping):
@@ -554,11 +526,7 @@ public struct SessionStateMachine: Sendable {
                 self.refill = nil
                 ownSets[ownGeneration] = (latest.set, latest.set.key, latest.epoch)
                 actions.append(.ownTransactionsBack(subscriptionKey: latest.set.key))
-                if let ownRoutes {
-                    var update = Shoal_V1_RouteUpdate()
-                    update.routes = Self.wire(ownRoutes)
-                    actions.append(.send(.routeUpdate(update)))
-                }
+                if let ownRoutes { actions.append(.send(.routeUpdate(ownRoutes))) }
             }
             return actions
         case .pong(let pong):
@@ -571,28 +539,23 @@ public struct SessionStateMachine: Sendable {
             return [.deliverAttachmentChunk(chunk)]
         case .transactionRequest(let request):
             return [.answerTransactionRequest(request, peerSet ?? SubscriptionSet())]
-        case .routeUpdate(let update):
+        case .routeUpdate(let routes):
             guard configuration.hasRoutes else {
                 return close(SyncError(.protocolViolation, "RouteUpdate in a version \(configuration.version) session"))
             }
             // Read from the next page on; the stream and its cursor go on as they are.
-            peerRoutes = Self.routes(update.routes)
+            peerRoutes = routes
             return [.peerRouted(peerRoutes)]
         case .transactionPieces(let answer):
-            guard answer.found, answer.hasPiece else { return [] }
             let own = ownSets[ownGeneration]?.set ?? SubscriptionSet()
             do throws(SyncError) {
-                let pieces = try PieceCodec.decode(
-                    [answer.piece], filters: answer.filters, receiver: own.filter, collections: own.collections,
-                    encoding: configuration.deltaEncoding, what: "TransactionPieces")
-                return [.deliver(pieces)]
+                let pieces = try answer.pieces(receiver: own.filter, collections: own.collections, encoding: configuration.deltaEncoding)
+                return pieces.map { [.deliver($0)] } ?? []
             } catch {
                 return close(error)
             }
         case .error(let error):
-            return close(SyncError(received: error))
-        case .hello, .proof, .adminRequest, .adminResponse:
-            return close(SyncError(.protocolViolation, "unexpected \(message.type) frame in an established session"))
+            return close(error)
         }
     }
 
@@ -731,16 +694,5 @@ public struct SessionStateMachine: Sendable {
     private mutating func resolveOffers(heldThrough: UInt64) {
         let resolved = unresolvedOffers.prefix { $0 <= heldThrough }.count
         if resolved > 0 { unresolvedOffers.removeFirst(resolved) }
-    }
-
-    static func wire(_ routes: RouteTable.Routes) -> Shoal_V1_Routes {
-        var wire = Shoal_V1_Routes()
-        wire.lazyByDefault = routes.lazyByDefault
-        wire.exceptions = routes.exceptions.map(\.rawValue).sorted()
-        return wire
-    }
-
-    static func routes(_ wire: Shoal_V1_Routes) -> RouteTable.Routes {
-        RouteTable.Routes(lazyByDefault: wire.lazyByDefault, exceptions: Set(wire.exceptions.map(SiteID.init)))
     }
 }
