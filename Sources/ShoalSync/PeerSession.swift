@@ -27,7 +27,8 @@ struct PeerSession: Sendable {
     /// Whether the other end is on loopback (or in memory): only such admin clients
     /// may skip proving a key to a node that has none.
     let remoteIsLoopback: Bool
-    let shared = SessionShared()
+    /// When an admin session is idle: fed every frame received, its requests and a timer.
+    let watchdog: SharedAdminWatchdog
     /// What this session hands the inbound pipeline commits in order, and none of it
     /// after a commit of it fails.
     let lane = InboundPipeline.Lane()
@@ -48,6 +49,7 @@ struct PeerSession: Sendable {
         self.remoteAddress = remoteAddress
         self.admin = admin
         self.remoteIsLoopback = remoteIsLoopback
+        self.watchdog = SharedAdminWatchdog(idleTimeout: engine.configuration.idleTimeout)
     }
 
     func send(_ message: WireMessage) async throws {
@@ -117,7 +119,7 @@ struct PeerSession: Sendable {
             throw await reject(SyncError(error))
         }
         guard let frame else { return nil }
-        shared.touch()
+        watchdog.handle(.frameReceived)
         engine.registry.update(recordID) {
             $0.bytesIn += UInt64(frame.wireSize)
             $0.lastHeard = .now
@@ -247,15 +249,16 @@ struct PeerSession: Sendable {
     /// (no frame, nor 16 KiB of one, while no request is running) is disconnected.
     func serveAdmin<I: AsyncIteratorProtocol>(_ iterator: inout I, connection admin: (any AdminConnection)?) async throws
     where I.Element == Frame {
-        let idleTimeout = engine.configuration.idleTimeout
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { [transport, shared] in
+            group.addTask { [transport, watchdog] in
                 var progress = InboundProgress(bytes: transport.inboundBytes?.bytes ?? 0)
                 while true {
                     try await Task.sleep(for: .seconds(1))
                     // A request still arriving (part of a large frame) is not idleness.
-                    if let counter = transport.inboundBytes, progress.advanced(to: counter.bytes) { shared.touch() }
-                    if shared.idle(longerThan: idleTimeout) && !shared.isBusy {
+                    if let counter = transport.inboundBytes, progress.advanced(to: counter.bytes) {
+                        watchdog.handle(.inboundProgress)
+                    }
+                    if watchdog.handle(.tick) == .close {
                         await transport.close()
                         return
                     }
@@ -276,20 +279,20 @@ struct PeerSession: Sendable {
                     }
                     guard let request = AdminRequest(wire: wire) else {
                         try await respond(.failure(.protocolViolation, "empty admin request"))
-                        shared.touch()
+                        watchdog.handle(.answerSent)
                         continue
                     }
+                    watchdog.handle(.requestStarted)
                     if case .observe = request {
-                        shared.beginWork()  // an observing client may stay silent for as long as it likes
-                        group.addTask { [shared] in
-                            defer { shared.endWork() }
+                        // An observing client may stay silent for as long as it likes.
+                        group.addTask { [watchdog] in
+                            defer { watchdog.handle(.requestEnded) }
                             try await admin.handle(request, deadline: deadline, respond: respond)
                         }
                     } else {
-                        shared.beginWork()
-                        defer { shared.endWork() }
+                        defer { watchdog.handle(.requestEnded) }
                         try await admin.handle(request, deadline: deadline, respond: respond)
-                        shared.touch()
+                        watchdog.handle(.answerSent)
                     }
                 case .ping(let ping):
                     try await send(.pong(ping))
@@ -617,19 +620,19 @@ struct PeerSession: Sendable {
     }
 }
 
-/// State the tasks of an admin session share, behind a lock.
-final class SessionShared: Sendable {
-    private let lastInbound = Locked(ContinuousClock.now)
-    private let busyCount = Locked(0)
+/// An admin session's watchdog, which its request loop and its timer task share:
+/// the decisions are `AdminWatchdog`'s, under a lock, on the session's clock.
+final class SharedAdminWatchdog: Sendable {
+    private let start = ContinuousClock.now
+    private let machine: Locked<AdminWatchdog>
 
-    func touch() { lastInbound.withLock { $0 = .now } }
+    init(idleTimeout: Duration) {
+        machine = Locked(AdminWatchdog(idleTimeout: idleTimeout, now: 0))
+    }
 
-    /// Requests running now; an admin session is idle only when there are none.
-    func beginWork() { busyCount.withLock { $0 += 1 } }
-    func endWork() { busyCount.withLock { $0 -= 1 } }
-    var isBusy: Bool { busyCount.withLock { $0 > 0 } }
-
-    func idle(longerThan limit: Duration) -> Bool {
-        lastInbound.withLock { ContinuousClock.now - $0 > limit }
+    @discardableResult
+    func handle(_ event: AdminWatchdog.Event) -> AdminWatchdog.Action? {
+        // The clock is read under the lock, so that times reach the machine in order.
+        machine.withLock { $0.handle(event, now: SessionStateMachine.micros(ContinuousClock.now - start)) }
     }
 }
