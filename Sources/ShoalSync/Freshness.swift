@@ -127,22 +127,49 @@ public final class Freshness: Sendable {
 }
 
 extension Freshness {
-    /// Entries as the wire carries them, newest first.
-    static func wire(_ entries: [SiteID: UInt64]) -> [Shoal_V1_Freshness] {
-        entries.sorted { ($0.value, $0.key.rawValue) > ($1.value, $1.key.rawValue) }.map { site, through in
-            var entry = Shoal_V1_Freshness()
-            entry.siteID = site.rawValue
-            entry.throughMillis = through
-            return entry
+    /// One entry as a message carries it: a node, and the time on its clock through
+    /// which the sender holds its log.
+    public struct Entry: Sendable, Hashable {
+        public var site: SiteID
+        /// Unix ms on that node's clock.
+        public var throughMillis: UInt64
+
+        public init(site: SiteID, throughMillis: UInt64) {
+            self.site = site
+            self.throughMillis = throughMillis
         }
     }
 
-    /// Entries from the wire; a site named twice keeps its newest time, site 0 is dropped.
-    static func entries(_ wire: [Shoal_V1_Freshness]) -> [SiteID: UInt64] {
+    /// Entries as a message carries them, newest first.
+    public static func list(_ entries: [SiteID: UInt64]) -> [Entry] {
+        entries.sorted { ($0.value, $0.key.rawValue) > ($1.value, $1.key.rawValue) }.map { Entry(site: $0, throughMillis: $1) }
+    }
+
+    /// Entries a message carries; a site named twice keeps its newest time, site 0 is dropped.
+    public static func entries(_ list: [Entry]) -> [SiteID: UInt64] {
         var entries: [SiteID: UInt64] = [:]
-        for entry in wire where entry.siteID != 0 {
-            entries[SiteID(entry.siteID), default: 0] = max(entries[SiteID(entry.siteID), default: 0], entry.throughMillis)
+        for entry in list where entry.site.rawValue != 0 {
+            entries[entry.site, default: 0] = max(entries[entry.site, default: 0], entry.throughMillis)
         }
         return entries
+    }
+
+    /// Entries as the wire carries them, newest first.
+    static func wire(_ entries: [SiteID: UInt64]) -> [Shoal_V1_Freshness] { wire(list(entries)) }
+
+    static func wire(_ list: [Entry]) -> [Shoal_V1_Freshness] {
+        list.map { entry in
+            var wire = Shoal_V1_Freshness()
+            wire.siteID = entry.site.rawValue
+            wire.throughMillis = entry.throughMillis
+            return wire
+        }
+    }
+
+    /// Entries from the wire, as `entries(_:)` reads them.
+    static func entries(_ wire: [Shoal_V1_Freshness]) -> [SiteID: UInt64] { entries(list(wire)) }
+
+    static func list(_ wire: [Shoal_V1_Freshness]) -> [Entry] {
+        wire.map { Entry(site: SiteID($0.siteID), throughMillis: $0.throughMillis) }
     }
 }

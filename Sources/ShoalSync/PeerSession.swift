@@ -27,7 +27,8 @@ struct PeerSession: Sendable {
     /// Whether the other end is on loopback (or in memory): only such admin clients
     /// may skip proving a key to a node that has none.
     let remoteIsLoopback: Bool
-    let shared = SessionShared()
+    /// When an admin session is idle: fed every frame received, its requests and a timer.
+    let watchdog: SharedAdminWatchdog
     /// What this session hands the inbound pipeline commits in order, and none of it
     /// after a commit of it fails.
     let lane = InboundPipeline.Lane()
@@ -48,10 +49,16 @@ struct PeerSession: Sendable {
         self.remoteAddress = remoteAddress
         self.admin = admin
         self.remoteIsLoopback = remoteIsLoopback
+        self.watchdog = SharedAdminWatchdog(idleTimeout: engine.configuration.idleTimeout)
     }
 
     func send(_ message: WireMessage) async throws {
         try await send(codec.encode(message), deltas: Self.deltaCount(message))
+    }
+
+    /// Sends a message of the session's machine, in its wire form (`SessionCodec`).
+    func send(_ message: SessionMessage) async throws {
+        try await send(message.wire)
     }
 
     /// Sends a batch of pieces read for the peer, written straight into its frame.
@@ -88,7 +95,7 @@ struct PeerSession: Sendable {
 
     /// The next frame as an event of the session's machine: a DeltaBatch as its
     /// payload, which the machine reads without building its messages (`DeltaBatchReader`),
-    /// any other frame as its message.
+    /// any other frame as its message in Shoal's terms (`SessionCodec`).
     func receiveEvent<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws -> SessionStateMachine.Event?
     where I.Element == Frame {
         guard let frame = try await nextFrame(&iterator) else { return nil }
@@ -97,7 +104,7 @@ struct PeerSession: Sendable {
             if type == .deltaBatch { return .receivedDeltaBatch(Array(payload.readableBytesView)) }
             let message = try codec.decode(type, payload)
             if let deltas = Self.deltaCount(message) { engine.registry.countDeltas(recordID, in: deltas) }
-            return .received(message)
+            return SessionStateMachine.Event(received: message)
         } catch {
             throw await reject(SyncError(error))
         }
@@ -112,7 +119,7 @@ struct PeerSession: Sendable {
             throw await reject(SyncError(error))
         }
         guard let frame else { return nil }
-        shared.touch()
+        watchdog.handle(.frameReceived)
         engine.registry.update(recordID) {
             $0.bytesIn += UInt64(frame.wireSize)
             $0.lastHeard = .now
@@ -242,15 +249,16 @@ struct PeerSession: Sendable {
     /// (no frame, nor 16 KiB of one, while no request is running) is disconnected.
     func serveAdmin<I: AsyncIteratorProtocol>(_ iterator: inout I, connection admin: (any AdminConnection)?) async throws
     where I.Element == Frame {
-        let idleTimeout = engine.configuration.idleTimeout
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { [transport, shared] in
+            group.addTask { [transport, watchdog] in
                 var progress = InboundProgress(bytes: transport.inboundBytes?.bytes ?? 0)
                 while true {
                     try await Task.sleep(for: .seconds(1))
                     // A request still arriving (part of a large frame) is not idleness.
-                    if let counter = transport.inboundBytes, progress.advanced(to: counter.bytes) { shared.touch() }
-                    if shared.idle(longerThan: idleTimeout) && !shared.isBusy {
+                    if let counter = transport.inboundBytes, progress.advanced(to: counter.bytes) {
+                        watchdog.handle(.inboundProgress)
+                    }
+                    if watchdog.handle(.tick) == .close {
                         await transport.close()
                         return
                     }
@@ -271,20 +279,20 @@ struct PeerSession: Sendable {
                     }
                     guard let request = AdminRequest(wire: wire) else {
                         try await respond(.failure(.protocolViolation, "empty admin request"))
-                        shared.touch()
+                        watchdog.handle(.answerSent)
                         continue
                     }
+                    watchdog.handle(.requestStarted)
                     if case .observe = request {
-                        shared.beginWork()  // an observing client may stay silent for as long as it likes
-                        group.addTask { [shared] in
-                            defer { shared.endWork() }
+                        // An observing client may stay silent for as long as it likes.
+                        group.addTask { [watchdog] in
+                            defer { watchdog.handle(.requestEnded) }
                             try await admin.handle(request, deadline: deadline, respond: respond)
                         }
                     } else {
-                        shared.beginWork()
-                        defer { shared.endWork() }
+                        defer { watchdog.handle(.requestEnded) }
                         try await admin.handle(request, deadline: deadline, respond: respond)
-                        shared.touch()
+                        watchdog.handle(.answerSent)
                     }
                 case .ping(let ping):
                     try await send(.pong(ping))
@@ -453,7 +461,7 @@ struct PeerSession: Sendable {
     /// A peer that resumes below this node's compaction point resyncs: it ends with
     /// every current value, but until it passes the point it may see a later
     /// transaction without an earlier one that the later one overwrote.
-    private func noteResync(_ subscribe: Shoal_V1_Subscribe, peer: PeerIdentity) {
+    private func noteResync(_ subscribe: SessionMessage.Subscribe, peer: PeerIdentity) {
         let point = engine.positions.compactedThrough
         guard !subscribe.subscriptions.isEmpty, subscribe.resumeAfter < point else { return }
         logger.notice(
@@ -523,7 +531,8 @@ struct PeerSession: Sendable {
         case .answerTransactionRequest(let request, let subscriptions):
             try await answer(
                 request, subscriptions: subscriptions, encoding: PieceCodec.DeltaEncoding(version: peer.version), limits: peer.limits)
-        case .answerAttachmentRequest(let request):
+        case .answerAttachmentRequest(let message):
+            let request = message.wire
             let limit = Int(min(request.maxLength, SyncEngine.chunkSize(frameLimit: peer.limits.framePayload)))
             let chunk = try await engine.answer(request, limit: limit)
             // Bytes the node lacks are fetched beside this loop; "not found" when too many are.
@@ -531,7 +540,7 @@ struct PeerSession: Sendable {
                 try await send(.attachmentChunk(chunk))
             }
         case .deliverAttachmentChunk(let chunk):
-            engine.deliver(chunk)
+            engine.deliver(chunk.wire)
         case .checkLogEnd(let resumeAfter):
             _ = try await engine.store.raiseLog(above: resumeAfter, peer: peer.siteID)
         case .checkHistory(let held):
@@ -578,18 +587,16 @@ struct PeerSession: Sendable {
         return []
     }
 
-    /// Answers a TransactionRequest with what this node holds of the transaction,
-    /// as it would stream it to this peer, in one or more frames.
-    /// Answers a TransactionRequest, a piece a frame, each cut to fit what the asker
+    /// Answers a TransactionRequest with what this node holds of the transaction, as it
+    /// would stream it to this peer: a piece a frame, each cut to fit what the asker
     /// takes (`BatchFitter`), what it cannot take withheld with an `overLimit` verdict.
     private func answer(
-        _ request: Shoal_V1_TransactionRequest, subscriptions: SubscriptionSet, encoding: PieceCodec.DeltaEncoding,
+        _ request: SessionMessage.TransactionRequest, subscriptions: SubscriptionSet, encoding: PieceCodec.DeltaEncoding,
         limits: PeerLimits
     ) async throws {
-        let id = TransactionID(origin: SiteID(request.originSite), sequence: request.originSequence)
         var fitter = BatchFitter(limits: limits)
         let pieces = try await engine.store.transactionPieces(
-            id, subscriptions: subscriptions, collections: Set(request.collections),
+            request.transaction, subscriptions: subscriptions, collections: Set(request.collections),
             byteLimit: min(engine.configuration.batchBytes, fitter.limit))
         var answer = Shoal_V1_TransactionPieces()
         answer.requestID = request.requestID
@@ -613,19 +620,19 @@ struct PeerSession: Sendable {
     }
 }
 
-/// State the tasks of an admin session share, behind a lock.
-final class SessionShared: Sendable {
-    private let lastInbound = Locked(ContinuousClock.now)
-    private let busyCount = Locked(0)
+/// An admin session's watchdog, which its request loop and its timer task share:
+/// the decisions are `AdminWatchdog`'s, under a lock, on the session's clock.
+final class SharedAdminWatchdog: Sendable {
+    private let start = ContinuousClock.now
+    private let machine: Locked<AdminWatchdog>
 
-    func touch() { lastInbound.withLock { $0 = .now } }
+    init(idleTimeout: Duration) {
+        machine = Locked(AdminWatchdog(idleTimeout: idleTimeout, now: 0))
+    }
 
-    /// Requests running now; an admin session is idle only when there are none.
-    func beginWork() { busyCount.withLock { $0 += 1 } }
-    func endWork() { busyCount.withLock { $0 -= 1 } }
-    var isBusy: Bool { busyCount.withLock { $0 > 0 } }
-
-    func idle(longerThan limit: Duration) -> Bool {
-        lastInbound.withLock { ContinuousClock.now - $0 > limit }
+    @discardableResult
+    func handle(_ event: AdminWatchdog.Event) -> AdminWatchdog.Action? {
+        // The clock is read under the lock, so that times reach the machine in order.
+        machine.withLock { $0.handle(event, now: SessionStateMachine.micros(ContinuousClock.now - start)) }
     }
 }

@@ -238,7 +238,7 @@ import Testing
             return nil
         }
         let fromPayload = try #require(try submitted { .receivedDeltaBatch($0.payload()) })
-        let fromMessage = try #require(try submitted { .received(.deltaBatch($0.message)) })
+        let fromMessage = try #require(try submitted { SessionStateMachine.Event(received: .deltaBatch($0.message)) })
         #expect(fromPayload.pieces == fromMessage.pieces && fromPayload.through == 9 && fromPayload.cursorKey == fromMessage.cursorKey)
         #expect(fromPayload.pieces.map(\.id) == pieces.map(\.id))
     }

@@ -116,7 +116,7 @@ import Testing
     @Test func aPingVouchesOnlyWhileThePeerIsCaughtUp() {
         var m = SessionStateMachineTests.machine(window: 2)
         m.localFreshness = [Self.a: 777, Self.c: 5]
-        func ping(at now: UInt64) -> Shoal_V1_Ping? {
+        func ping(at now: UInt64) -> SessionMessage.Ping? {
             for action in m.handle(.tick, now: now) { if case .send(.ping(let p)) = action { return p } }
             return nil
         }
@@ -134,14 +134,9 @@ import Testing
         _ = m.handle(.logAdvanced(30), now: 15_100_000)
         #expect(ping(at: 20_000_000)?.freshness.isEmpty == true, "behind again")
 
-        var received = Shoal_V1_Ping()
-        received.nonce = 3
-        var entry = Shoal_V1_Freshness()
-        entry.siteID = 0xB
-        entry.throughMillis = 555
-        received.freshness = [entry]
+        var received = SessionMessage.Ping(nonce: 3, sentAtMicros: 0, freshness: [Freshness.Entry(site: SiteID(0xB), throughMillis: 555)])
         let actions = m.handle(.received(.ping(received)), now: 20_100_000)
-        #expect(SessionStateMachineTests.sent(actions) == [.pong(received)])
+        #expect(SessionStateMachineTests.sent(actions) == [SessionMessage.pong(received).wire])
         #expect(actions.contains { if case .caughtUp(let vouched) = $0 { return vouched == [Self.b: 555] } else { return false } })
         received.freshness = []
         #expect(!m.handle(.received(.ping(received)), now: 20_200_000).contains { if case .caughtUp = $0 { return true } else { return false } })

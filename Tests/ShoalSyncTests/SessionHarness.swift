@@ -247,10 +247,10 @@ final class SessionHarness {
             if type == .deltaBatch {
                 handle(who, .receivedDeltaBatch(Array(payload.readableBytesView)))
             } else {
-                handle(who, .received(try codec.decode(type, payload)))
+                handle(who, SessionStateMachine.Event(received: try codec.decode(type, payload)))
             }
         } catch {
-            handle(who, .received(.fatal(.malformedFrame, "\(error)")))
+            handle(who, SessionStateMachine.Event(received: .fatal(.malformedFrame, "\(error)")))
         }
     }
 
@@ -261,7 +261,7 @@ final class SessionHarness {
         for action in actions {
             switch action {
             case .send(let message):
-                send(who, to: other, codec.encode(message), except: Self.variable(message))
+                send(who, to: other, codec.encode(message.wire), except: Self.variable(message.wire))
             case .sendBatch(let batch):
                 send(who, to: other, codec.encode(.deltaBatch, payload: batch.payload()), except: [])
             case .readCursor(let set, _):

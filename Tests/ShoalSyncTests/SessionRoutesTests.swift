@@ -19,14 +19,9 @@ import Testing
                 maximumBatchesInFlight: 4, maximumBatchesPending: 8, version: version))
     }
 
-    static func subscribe(routes: RouteTable.Routes?, generation: UInt64 = 1) -> WireMessage {
+    static func subscribe(routes: RouteTable.Routes?, generation: UInt64 = 1) -> SessionMessage {
         guard case .subscribe(var s) = T.subscribe(T.cars, generation: generation) else { return T.subscribe(T.cars, generation: 1) }
-        if let routes {
-            var wire = Shoal_V1_Routes()
-            wire.lazyByDefault = routes.lazyByDefault
-            wire.exceptions = routes.exceptions.map(\.rawValue).sorted()
-            s.routes = wire
-        }
+        s.routes = routes
         return .subscribe(s)
     }
 
@@ -78,14 +73,9 @@ import Testing
         #expect(refill.includeOwnTransactions && !refill.hasRoutes)
         let grafted = RouteTable.Routes(lazyByDefault: true, exceptions: [T.peer, T.origin])
         #expect(T.sent(m.handle(.routesChanged(grafted), now: 2)).isEmpty, "no RouteUpdate while own transactions come back")
-        _ = m.handle(.received(T.batch([], through: 5, generation: 1)), now: 3)
+        _ = m.handle(T.batch([], through: 5, generation: 1), now: 3)
         _ = m.handle(.batchDurable(), now: 4)
-        var ping = Shoal_V1_Ping()
-        ping.nonce = 1
-        var vouched = Shoal_V1_Freshness()
-        vouched.siteID = T.peer.rawValue
-        vouched.throughMillis = 10
-        ping.freshness = [vouched]
+        let ping = SessionMessage.Ping(nonce: 1, sentAtMicros: 0, freshness: [Freshness.Entry(site: T.peer, throughMillis: 10)])
         let back = m.handle(.received(.ping(ping)), now: 5)
         #expect(back.contains { if case .ownTransactionsBack = $0 { true } else { false } })
         let updates = T.sent(back).compactMap { if case .routeUpdate(let u) = $0 { u } else { nil } }
@@ -102,10 +92,10 @@ import Testing
         }
         #expect(!subscribe.hasRoutes)
         let offered = Self.batch(offers: [Self.offer(1, at: 5)], through: 5)
-        #expect(m.handle(.received(offered), now: 2).contains { if case .close = $0 { true } else { false } })
+        #expect(m.handle(offered, now: 2).contains { if case .close = $0 { true } else { false } })
     }
 
-    static func batch(offers: [RouteTable.Offer], through: UInt64) -> WireMessage {
+    static func batch(offers: [RouteTable.Offer], through: UInt64) -> SessionStateMachine.Event {
         var b = Shoal_V1_DeltaBatch()
         b.throughSequence = through
         b.subscribeGeneration = 1
@@ -116,14 +106,14 @@ import Testing
             w.logSequence = o.logSequence
             return w
         }
-        return .deltaBatch(b)
+        return SessionStateMachine.Event(received: .deltaBatch(b))
     }
 
     @Test func offersGoToThePipelineAndAcksSayHowFarThisNodeHolds() {
         var m = Self.machine()
         _ = m.handle(.ownSubscriptionsChanged(T.cars, fromStart: false), now: 0)
         _ = m.handle(.cursorRead(T.cars, resumeAfter: 0), now: 1)
-        let actions = m.handle(.received(Self.batch(offers: [Self.offer(7, at: 5)], through: 9)), now: 2)
+        let actions = m.handle(Self.batch(offers: [Self.offer(7, at: 5)], through: 9), now: 2)
         guard case .submit(let inbound)? = actions.first else {
             Issue.record("not submitted: \(actions)")
             return
@@ -150,7 +140,7 @@ import Testing
         var m = Self.machine()
         _ = m.handle(.ownSubscriptionsChanged(T.cars, fromStart: false), now: 0)
         _ = m.handle(.cursorRead(T.cars, resumeAfter: 0), now: 1)
-        let actions = m.handle(.received(Self.batch(offers: [Self.offer(7, at: log)], through: through)), now: 2)
+        let actions = m.handle(Self.batch(offers: [Self.offer(7, at: log)], through: through), now: 2)
         guard case .close(let error?)? = actions.last else {
             Issue.record("not refused: \(actions)")
             return
@@ -168,7 +158,7 @@ import Testing
         #expect(m.routesOfPeer == Self.lazyButPeer)
         var update = Shoal_V1_RouteUpdate()
         update.routes.lazyByDefault = false
-        let changed = m.handle(.received(.routeUpdate(update)), now: 2)
+        let changed = m.handle(SessionStateMachine.Event(received: .routeUpdate(update)), now: 2)
         #expect(changed.contains { if case .peerRouted(let r) = $0 { r == .everything } else { false } })
         // The page already being read is answered; the next one is read under the new routes.
         let next = Self.pageRequest(
@@ -186,16 +176,10 @@ import Testing
         #expect(batches.count == 1 && batches[0].offered == [Self.offer(1, at: 3)] && batches[0].pieces.count == 1)
         #expect(batches[0].message.offered.count == 1)
         // The Ack moves the window but, held_through 2, not the peer past the offer.
-        var ack = Shoal_V1_Ack()
-        ack.throughSequence = 10
-        ack.heldThrough = 2
-        _ = m.handle(.received(.ack(ack)), now: 3)
+        _ = m.handle(.received(.ack(.batch(through: 10, heldThrough: 2))), now: 3)
         #expect(m.inFlight == 0 && m.peerPosition == 2 && m.lag == 8)
         // Resolved elsewhere: a held_only Ack frees nothing and moves the position.
-        var report = Shoal_V1_Ack()
-        report.heldOnly = true
-        report.heldThrough = 10
-        #expect(!m.handle(.received(.ack(report)), now: 4).contains { if case .close = $0 { true } else { false } })
+        #expect(!m.handle(.received(.ack(.heldOnly(heldThrough: 10))), now: 4).contains { if case .close = $0 { true } else { false } })
         #expect(m.peerPosition == 10 && m.lag == 0)
     }
 
@@ -218,10 +202,8 @@ import Testing
         _ = m.handle(.logAdvanced(10), now: 0)
         let request = Self.pageRequest(m.handle(.received(Self.subscribe(routes: Self.lazyButPeer)), now: 1))
         #expect(request?.routes == nil, "a version 3 session reads every origin eagerly")
-        #expect(m.handle(.received(.routeUpdate(Shoal_V1_RouteUpdate())), now: 2).contains { if case .close = $0 { true } else { false } })
+        #expect(m.handle(SessionStateMachine.Event(received: .routeUpdate(Shoal_V1_RouteUpdate())), now: 2).contains { if case .close = $0 { true } else { false } })
         var n = Self.machine(version: 3)
-        var report = Shoal_V1_Ack()
-        report.heldOnly = true
-        #expect(n.handle(.received(.ack(report)), now: 0).contains { if case .close = $0 { true } else { false } })
+        #expect(n.handle(.received(.ack(.heldOnly(heldThrough: 0))), now: 0).contains { if case .close = $0 { true } else { false } })
     }
 }

@@ -25,18 +25,12 @@ import Testing
     static let cars = set("SELECT * FROM cars")
 
     static func subscribe(_ set: SubscriptionSet, generation: UInt64, resumeAfter: UInt64 = 0, includeOwn: Bool = false)
-        -> WireMessage
+        -> SessionMessage
     {
-        var s = Shoal_V1_Subscribe()
-        s.generation = generation
-        s.resumeAfter = resumeAfter
-        s.includeOwnTransactions = includeOwn
-        s.subscriptions = set.entries.map { e in
-            var w = Shoal_V1_Subscription()
-            w.query = e.query
-            return w
-        }
-        return .subscribe(s)
+        .subscribe(
+            SessionMessage.Subscribe(
+                subscriptions: set.entries.map { SessionMessage.Subscription(id: "", query: $0.query) }, resumeAfter: resumeAfter,
+                generation: generation, includeOwnTransactions: includeOwn))
     }
 
     static func piece(_ seq: UInt64, collection: String = "cars") -> TransactionPiece {
@@ -50,8 +44,9 @@ import Testing
             ], documentDeltaCounts: [DocumentRef(collection: collection, id: "\"d\(seq)\""): 1], isLast: true)
     }
 
+    /// A DeltaBatch received, as the session reads it: its payload.
     static func batch(_ pieces: [TransactionPiece], through: UInt64, generation: UInt64, for receiver: SubscriptionSet = cars)
-        -> WireMessage
+        -> SessionStateMachine.Event
     {
         let (wire, filters) = PieceCodec.encode(pieces, receiver: receiver.filter)
         var b = Shoal_V1_DeltaBatch()
@@ -59,19 +54,16 @@ import Testing
         b.filters = filters
         b.throughSequence = through
         b.subscribeGeneration = generation
-        return .deltaBatch(b)
+        return SessionStateMachine.Event(received: .deltaBatch(b))
     }
 
-    static func ack(_ through: UInt64) -> WireMessage {
-        var a = Shoal_V1_Ack()
-        a.throughSequence = through
-        return .ack(a)
-    }
+    static func ack(_ through: UInt64) -> SessionMessage { .ack(.batch(through: through)) }
 
+    /// What the actions send, in its wire form.
     static func sent(_ actions: [SessionStateMachine.Action]) -> [WireMessage] {
         actions.compactMap {
             switch $0 {
-            case .send(let m): return m
+            case .send(let m): return m.wire
             case .sendBatch(let batch): return .deltaBatch(batch.message)
             default: return nil
             }
@@ -144,21 +136,21 @@ import Testing
         var m = Self.machine()
         _ = m.handle(.ownSubscriptionsChanged(Self.cars, fromStart: false), now: 0)
         _ = m.handle(.cursorRead(Self.cars, resumeAfter: 0), now: 0)
-        let one = m.handle(.received(Self.batch([Self.piece(1)], through: 10, generation: 1)), now: 1)
+        let one = m.handle(Self.batch([Self.piece(1)], through: 10, generation: 1), now: 1)
         guard case .submit(let b1)? = one.first else {
             Issue.record("expected a submit, got \(one)")
             return
         }
         #expect(b1.cursorKey == Self.cars.key && b1.through == 10 && b1.pieces == [Self.piece(1)])
-        let two = m.handle(.received(Self.batch([], through: 20, generation: 1)), now: 2)
+        let two = m.handle(Self.batch([], through: 20, generation: 1), now: 2)
         guard case .submit(let b2)? = two.first else {
             Issue.record("expected a submit")
             return
         }
         #expect(b2.pieces.isEmpty && b2.through == 20)
         // Nothing is acknowledged before it is durable, then each in order.
-        #expect(Self.sent(m.handle(.batchDurable(), now: 3)) == [Self.ack(10)])
-        #expect(Self.sent(m.handle(.batchDurable(), now: 4)) == [Self.ack(20)])
+        #expect(Self.sent(m.handle(.batchDurable(), now: 3)) == [Self.ack(10).wire])
+        #expect(Self.sent(m.handle(.batchDurable(), now: 4)) == [Self.ack(20).wire])
         #expect(m.handle(.batchDurable(), now: 5).isEmpty, "a spurious completion acknowledges nothing")
     }
 
@@ -167,14 +159,14 @@ import Testing
         _ = m.handle(.cursorRead(Self.cars, resumeAfter: 0), now: 0)
         let wider = Self.set("SELECT * FROM cars", "SELECT * FROM boats")
         _ = m.handle(.cursorRead(wider, resumeAfter: 0), now: 0)
-        let old = m.handle(.received(Self.batch([Self.piece(1)], through: 5, generation: 1)), now: 1)
+        let old = m.handle(Self.batch([Self.piece(1)], through: 5, generation: 1), now: 1)
         guard case .submit(let b)? = old.first else {
             Issue.record("expected a submit")
             return
         }
         #expect(b.cursorKey == nil, "applied, but not filed under the new set's cursor")
         // Boats were not part of generation 1: a batch of it carrying boats breaks the protocol.
-        let wrong = m.handle(.received(Self.batch([Self.piece(2, collection: "boats")], through: 6, generation: 1)), now: 2)
+        let wrong = m.handle(Self.batch([Self.piece(2, collection: "boats")], through: 6, generation: 1), now: 2)
         #expect(Self.closed(wrong)??.code == .protocolViolation)
     }
 
@@ -185,10 +177,10 @@ import Testing
             return m
         }
         var m = fresh()
-        let future = m.handle(.received(Self.batch([], through: 1, generation: 2)), now: 1)
+        let future = m.handle(Self.batch([], through: 1, generation: 2), now: 1)
         #expect(Self.closed(future)??.message == "DeltaBatch answers Subscribe generation 2, but the latest sent is 1")
         m = fresh()
-        let boats = m.handle(.received(Self.batch([Self.piece(1, collection: "boats")], through: 1, generation: 1)), now: 1)
+        let boats = m.handle(Self.batch([Self.piece(1, collection: "boats")], through: 1, generation: 1), now: 1)
         #expect(
             Self.closed(boats)??.message
                 == "DeltaBatch: transaction 000000000000000a:1 carries collection 'boats', which this node did not subscribe to")
@@ -198,18 +190,18 @@ import Testing
         for version: UInt32 in [2, 3] {
             var old = SessionStateMachine(configuration: .init(peer: Self.peer, version: version))
             _ = old.handle(.cursorRead(Self.cars, resumeAfter: 0), now: 0)
-            let refused = Self.closed(old.handle(.received(.deltaBatch(v1)), now: 1))
+            let refused = Self.closed(old.handle(SessionStateMachine.Event(received: .deltaBatch(v1)), now: 1))
             #expect(refused??.code == .protocolViolation)
             #expect(refused??.message == "DeltaBatch: version 1 transactions in a version \(version) session")
         }
         m = fresh()
         var bad = Self.piece(1)
         bad.deltas[0].valueJSON = "{not json"
-        #expect(Self.closed(m.handle(.received(Self.batch([bad], through: 1, generation: 1)), now: 1))??.code == .executionFailed)
+        #expect(Self.closed(m.handle(Self.batch([bad], through: 1, generation: 1), now: 1))??.code == .executionFailed)
         // A peer that floods batches without waiting for Acks is cut off.
         m = fresh()
-        for i in 1...3 { _ = m.handle(.received(Self.batch([], through: UInt64(i), generation: 1)), now: 1) }
-        let flood = m.handle(.received(Self.batch([], through: 4, generation: 1)), now: 1)
+        for i in 1...3 { _ = m.handle(Self.batch([], through: UInt64(i), generation: 1), now: 1) }
+        let flood = m.handle(Self.batch([], through: 4, generation: 1), now: 1)
         #expect(Self.closed(flood)??.message == "more than 3 DeltaBatches sent without waiting for an Ack")
         #expect(m.isClosed && m.handle(.tick, now: 99_000_000).isEmpty, "a closed machine does nothing more")
     }
@@ -269,15 +261,10 @@ import Testing
             return
         }
         #expect(resumed.includeOwnTransactions && resumed.resumeAfter == 7)
-        var ping = Shoal_V1_Ping()
-        ping.nonce = 1
-        var vouched = Shoal_V1_Freshness()
-        vouched.siteID = Self.peer.rawValue
-        vouched.throughMillis = 1_000
-        ping.freshness = [vouched]
+        var ping = SessionMessage.Ping(nonce: 1, sentAtMicros: 0, freshness: [Freshness.Entry(site: Self.peer, throughMillis: 1_000)])
         let early = s.handle(.received(.ping(ping)), now: 2)
         #expect(!early.contains { if case .ownTransactionsBack = $0 { true } else { false } }, "no batch of that Subscribe yet")
-        let submitted = s.handle(.received(Self.batch([Self.piece(8)], through: 8, generation: 1)), now: 3)
+        let submitted = s.handle(Self.batch([Self.piece(8)], through: 8, generation: 1), now: 3)
         guard case .submit(let inbound)? = submitted.first else {
             Issue.record("expected the batch submitted")
             return
@@ -288,7 +275,7 @@ import Testing
         let caughtUp = s.handle(.received(.ping(ping)), now: 5)
         let back = caughtUp.compactMap { if case .ownTransactionsBack(let key) = $0 { key } else { nil } }
         #expect(back == [Self.cars.key])
-        let next = s.handle(.received(Self.batch([Self.piece(9)], through: 9, generation: 1)), now: 6)
+        let next = s.handle(Self.batch([Self.piece(9)], through: 9, generation: 1), now: 6)
         guard case .submit(let later)? = next.first else {
             Issue.record("expected the batch submitted")
             return
@@ -458,7 +445,7 @@ import Testing
         sub.query = "DELETE FROM cars"
         s.subscriptions = [sub]
         s.generation = 1
-        #expect(Self.closed(m.handle(.received(.subscribe(s)), now: 0))??.code == .invalidQuery)
+        #expect(Self.closed(m.handle(SessionStateMachine.Event(received: .subscribe(s)), now: 0))??.code == .invalidQuery)
     }
 
     // MARK: Keepalive and the rest
@@ -482,9 +469,8 @@ import Testing
             return
         }
         #expect(rtt == 250_000)
-        var theirs = Shoal_V1_Ping()
-        theirs.nonce = 4
-        #expect(Self.sent(m.handle(.received(.ping(theirs)), now: 6_000_000)) == [.pong(theirs)])
+        let theirs = SessionMessage.Ping(nonce: 4, sentAtMicros: 0)
+        #expect(Self.sent(m.handle(.received(.ping(theirs)), now: 6_000_000)) == [SessionMessage.pong(theirs).wire])
         // Last frame at 6 s: at 36 s it has been 30 s, not more; at 36.1 s the session closes, silently.
         _ = m.handle(.tick, now: 10_000_000)
         #expect(Self.closed(m.handle(.tick, now: 36_000_000)) == nil)
@@ -504,14 +490,12 @@ import Testing
 
     @Test func framesOutOfPlaceAndErrors() {
         var m = Self.machine()
-        #expect(Self.closed(m.handle(.received(.hello(Shoal_V1_Hello())), now: 0))??.message == "unexpected Hello frame in an established session")
+        #expect(Self.closed(m.handle(SessionStateMachine.Event(received: .hello(Shoal_V1_Hello())), now: 0))??.message == "unexpected Hello frame in an established session")
         m = Self.machine()
-        let error = m.handle(.received(.fatal(.shuttingDown, "bye")), now: 0)
+        let error = m.handle(SessionStateMachine.Event(received: .fatal(.shuttingDown, "bye")), now: 0)
         #expect(Self.closed(error)??.fromPeer == true)
         m = Self.machine()
-        var request = Shoal_V1_TransactionRequest()
-        request.originSite = 0xA
-        request.originSequence = 3
+        let request = SessionMessage.TransactionRequest(requestID: 0, transaction: TransactionID(origin: SiteID(0xA), sequence: 3))
         _ = m.handle(.received(Self.subscribe(Self.cars, generation: 1)), now: 0)
         guard case .answerTransactionRequest(let r, let set)? = m.handle(.received(.transactionRequest(request)), now: 1).first else {
             Issue.record("expected an answer")
@@ -522,7 +506,7 @@ import Testing
         var pieces = Shoal_V1_TransactionPieces()
         pieces.found = true
         pieces.piece = PieceCodec.encode([Self.piece(3)], receiver: Self.cars.filter).pieces[0]
-        guard case .deliver(let delivered)? = m.handle(.received(.transactionPieces(pieces)), now: 3).first else {
+        guard case .deliver(let delivered)? = m.handle(SessionStateMachine.Event(received: .transactionPieces(pieces)), now: 3).first else {
             Issue.record("expected the pieces to go to the pipeline")
             return
         }

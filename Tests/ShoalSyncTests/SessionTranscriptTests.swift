@@ -89,7 +89,7 @@ import Testing
             }
             for action in machine!.handle(event, now: now) {
                 switch action {
-                case .send(let m): outbound.append(bytes(m))
+                case .send(let m): outbound.append(bytes(m.wire))
                 case .sendBatch(let batch):
                     var buffer = ByteBuffer()
                     codec.encode(.deltaBatch, payload: batch.payload()).encode(into: &buffer)
@@ -137,7 +137,7 @@ import Testing
                 if type == .deltaBatch {
                     try run(.receivedDeltaBatch(Array(payload.readableBytesView)))
                 } else {
-                    try run(.received(try codec.decode(type, payload)))
+                    try run(SessionStateMachine.Event(received: try codec.decode(type, payload)))
                 }
             case .sent(let expected, let except):
                 guard !outbound.isEmpty else {

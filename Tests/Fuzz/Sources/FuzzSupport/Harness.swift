@@ -43,7 +43,7 @@ public enum Harness {
         _ = try? own.add(query: "SELECT * FROM boats WHERE size > 2")
         _ = machine.handle(.cursorRead(own, resumeAfter: 0), now: 0)
         _ = machine.handle(.logAdvanced(10), now: 1)
-        for action in machine.handle(.received(message), now: 2) {
+        for action in machine.handle(SessionStateMachine.Event(received: message), now: 2) {
             if case .submit(let batch) = action {
                 for piece in batch.pieces {
                     precondition(piece.id.origin.rawValue != 0, "a piece of origin 0 got through")

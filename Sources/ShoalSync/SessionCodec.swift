@@ -1,0 +1,183 @@
+import Foundation
+import ShoalCRDT
+import ShoalStore
+public import ShoalWire
+import SwiftProtobuf
+
+// Sync session messages to and from their wire form (PROTOCOL.md §8 and §9): the one
+// place `SessionStateMachine`'s messages meet the generated types.
+
+extension SessionMessage {
+    /// The session message `wire` is; nil for a DeltaBatch (a session reads its payload,
+    /// `SessionStateMachine.Event.receivedDeltaBatch`) and for the frames of a
+    /// handshake or of an admin session.
+    public init?(wire: WireMessage) {
+        switch wire {
+        case .subscribe(let s): self = .subscribe(Subscribe(wire: s))
+        case .ack(let a): self = .ack(a.heldOnly ? .heldOnly(heldThrough: a.heldThrough) : .batch(through: a.throughSequence, heldThrough: a.heldThrough))
+        case .ping(let p): self = .ping(Ping(wire: p))
+        case .pong(let p): self = .pong(Ping(wire: p))
+        case .routeUpdate(let u): self = .routeUpdate(RouteTable.Routes(wire: u.routes))
+        case .transactionRequest(let r):
+            self = .transactionRequest(
+                TransactionRequest(
+                    requestID: r.requestID, transaction: TransactionID(origin: SiteID(r.originSite), sequence: r.originSequence),
+                    collections: r.collections))
+        case .transactionPieces(let p): self = .transactionPieces(TransactionPieces(wire: p))
+        case .attachmentRequest(let r): self = .attachmentRequest(AttachmentRequest(wire: r))
+        case .attachmentChunk(let c): self = .attachmentChunk(AttachmentChunk(wire: c))
+        case .error(let e): self = .error(SyncError(received: e))
+        case .hello, .proof, .deltaBatch, .adminRequest, .adminResponse: return nil
+        }
+    }
+
+    /// The wire form. An Error is sent fatal: a session ends with it.
+    public var wire: WireMessage {
+        switch self {
+        case .subscribe(let s): return .subscribe(s.wire)
+        case .ack(let ack):
+            var wire = Shoal_V1_Ack()
+            switch ack {
+            case .batch(let through, let held):
+                wire.throughSequence = through
+                wire.heldThrough = held
+            case .heldOnly(let held):
+                wire.heldOnly = true
+                wire.heldThrough = held
+            }
+            return .ack(wire)
+        case .ping(let p): return .ping(p.wire)
+        case .pong(let p): return .pong(p.wire)
+        case .routeUpdate(let routes):
+            var update = Shoal_V1_RouteUpdate()
+            update.routes = routes.wire
+            return .routeUpdate(update)
+        case .transactionRequest(let r):
+            var wire = Shoal_V1_TransactionRequest()
+            wire.requestID = r.requestID
+            wire.originSite = r.transaction.origin.rawValue
+            wire.originSequence = r.transaction.sequence
+            wire.collections = r.collections
+            return .transactionRequest(wire)
+        case .transactionPieces(let p): return .transactionPieces(p.wire)
+        case .attachmentRequest(let r): return .attachmentRequest(r.wire)
+        case .attachmentChunk(let c): return .attachmentChunk(c.wire)
+        case .error(let error): return error.frame
+        }
+    }
+}
+
+extension SessionMessage.Subscribe {
+    init(wire: Shoal_V1_Subscribe) {
+        self.init(
+            subscriptions: wire.subscriptions.map(SessionMessage.Subscription.init(wire:)), resumeAfter: wire.resumeAfter,
+            generation: wire.generation, includeOwnTransactions: wire.includeOwnTransactions,
+            originHistory: OriginHistory(
+                through: wire.originThrough, index: wire.originThroughIndex, timestamp: wire.originThroughTimestamp),
+            routes: wire.hasRoutes ? RouteTable.Routes(wire: wire.routes) : nil)
+    }
+
+    var wire: Shoal_V1_Subscribe {
+        var wire = Shoal_V1_Subscribe()
+        wire.resumeAfter = resumeAfter
+        wire.generation = generation
+        wire.includeOwnTransactions = includeOwnTransactions
+        wire.originThrough = originHistory.through
+        wire.originThroughTimestamp = originHistory.timestamp
+        wire.originThroughIndex = originHistory.index
+        if let routes { wire.routes = routes.wire }
+        wire.subscriptions = subscriptions.map(\.wire)
+        return wire
+    }
+}
+
+extension SessionMessage.Subscription {
+    init(wire: Shoal_V1_Subscription) {
+        let arguments: Result<[String: Value], SessionMessage.MalformedArguments>
+        do {
+            arguments = .success(try ArgumentsJSON.parse(wire.argumentsJson))
+        } catch {
+            arguments = .failure(SessionMessage.MalformedArguments(text: wire.argumentsJson, problem: error))
+        }
+        self.init(id: wire.id, query: wire.query, arguments: arguments)
+    }
+
+    var wire: Shoal_V1_Subscription {
+        var wire = Shoal_V1_Subscription()
+        wire.id = id
+        wire.query = query
+        switch arguments {
+        case .success(let arguments): wire.argumentsJson = ArgumentsJSON.encode(arguments)
+        case .failure(let malformed): wire.argumentsJson = malformed.text
+        }
+        return wire
+    }
+}
+
+extension SessionMessage.Ping {
+    init(wire: Shoal_V1_Ping) {
+        self.init(nonce: wire.nonce, sentAtMicros: wire.sentAtMicros, freshness: Freshness.list(wire.freshness))
+        unknownFields = Array(wire.unknownFields.data)
+    }
+
+    var wire: Shoal_V1_Ping {
+        var wire = Shoal_V1_Ping()
+        wire.nonce = nonce
+        wire.sentAtMicros = sentAtMicros
+        wire.freshness = Freshness.wire(freshness)
+        guard !unknownFields.isEmpty else { return wire }
+        // After the known fields, as SwiftProtobuf writes a message it read: the bytes
+        // were read as unknown fields of this very message, so they read so again.
+        do {
+            return try Shoal_V1_Ping(serializedBytes: try wire.serializedBytes() + unknownFields)
+        } catch {
+            preconditionFailure("a Ping's unknown fields do not read back: \(error)")
+        }
+    }
+}
+
+extension SessionMessage.TransactionPieces {
+    /// The answer's piece, checked and read as a DeltaBatch's are (PROTOCOL.md §8.5)
+    /// against what this node asked for; nil when the peer found nothing.
+    func pieces(
+        receiver: SubscriptionFilter, collections: Set<String>, encoding: PieceCodec.DeltaEncoding
+    ) throws(SyncError) -> [TransactionPiece]? {
+        guard wire.found, wire.hasPiece else { return nil }
+        return try PieceCodec.decode(
+            [wire.piece], filters: wire.filters, receiver: receiver, collections: collections, encoding: encoding,
+            what: "TransactionPieces")
+    }
+}
+
+extension RouteTable.Routes {
+    init(wire: Shoal_V1_Routes) {
+        self.init(lazyByDefault: wire.lazyByDefault, exceptions: Set(wire.exceptions.map(SiteID.init)))
+    }
+
+    var wire: Shoal_V1_Routes {
+        var wire = Shoal_V1_Routes()
+        wire.lazyByDefault = lazyByDefault
+        wire.exceptions = exceptions.map(\.rawValue).sorted()
+        return wire
+    }
+}
+
+extension SessionStateMachine.Event {
+    /// The event of `wire` received: a session message, a DeltaBatch's payload, or a
+    /// frame that has no place in an established session.
+    public init(received wire: WireMessage) {
+        if let message = SessionMessage(wire: wire) {
+            self = .received(message)
+        } else if case .deltaBatch(let batch) = wire {
+            // Tests and tools hand over a message; a session reads the frame's payload itself.
+            do {
+                self = .receivedDeltaBatch(try batch.serializedBytes())
+            } catch {
+                // Serialization fails only for messages missing required fields, which proto3 has none of.
+                preconditionFailure("protobuf serialization failed: \(error)")
+            }
+        } else {
+            self = .receivedOutOfPlace(wire.type)
+        }
+    }
+}

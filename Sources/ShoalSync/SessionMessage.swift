@@ -1,0 +1,156 @@
+public import ShoalCRDT
+public import ShoalStore
+package import ShoalWire
+
+/// A message of a sync session after the handshake, in Shoal's own terms
+/// (PROTOCOL.md §8 and §9).
+///
+/// `SessionStateMachine` reads and writes these; `SessionCodec.swift` is the one
+/// place they meet the generated wire messages. A DeltaBatch is not one of them: a
+/// session reads a received one straight from its payload (`DeltaBatchReader`) and
+/// writes its own straight into theirs (`OutboundBatch`).
+public enum SessionMessage: Sendable, Hashable {
+    case subscribe(Subscribe)
+    case ack(Ack)
+    case ping(Ping)
+    /// The answer to a Ping, its fields echoed.
+    case pong(Ping)
+    /// Version 4: new routes for the pages the publisher reads from now on.
+    case routeUpdate(RouteTable.Routes)
+    case transactionRequest(TransactionRequest)
+    case transactionPieces(TransactionPieces)
+    case attachmentRequest(AttachmentRequest)
+    case attachmentChunk(AttachmentChunk)
+    /// The peer's Error: the session ends.
+    case error(SyncError)
+
+    /// What the sender wants from the receiver; it replaces every earlier Subscribe.
+    public struct Subscribe: Sendable, Hashable {
+        public var subscriptions: [Subscription]
+        /// Resume after this sequence of the receiver's log (0: from the start).
+        public var resumeAfter: UInt64
+        /// Numbers the Subscribes of one session, from 1, increasing; a DeltaBatch echoes it.
+        public var generation: UInt64
+        /// The sender may lack some of its own transactions: the receiver streams them too.
+        public var includeOwnTransactions: Bool
+        /// How far the sender holds the receiver's own transactions (`origin_through`
+        /// and one delta of that transaction); `.none`: it says nothing.
+        public var originHistory: OriginHistory
+        /// Version 4: the routes the sender asks for; nil: every origin in full.
+        public var routes: RouteTable.Routes?
+
+        public init(
+            subscriptions: [Subscription], resumeAfter: UInt64 = 0, generation: UInt64, includeOwnTransactions: Bool = false,
+            originHistory: OriginHistory = .none, routes: RouteTable.Routes? = nil
+        ) {
+            self.subscriptions = subscriptions
+            self.resumeAfter = resumeAfter
+            self.generation = generation
+            self.includeOwnTransactions = includeOwnTransactions
+            self.originHistory = originHistory
+            self.routes = routes
+        }
+    }
+
+    /// One subscription of a Subscribe.
+    public struct Subscription: Sendable, Hashable {
+        /// Chosen by the subscriber (a hash of the query); the publisher does not rely on it.
+        public var id: String
+        public var query: String
+        /// The query's named arguments, read from their JSON where the message is
+        /// decoded (`ArgumentsJSON`, the one reader of arguments). A text that is not
+        /// arguments is kept, with why, for the publisher to refuse in its turn.
+        public var arguments: Result<[String: Value], MalformedArguments>
+
+        public init(id: String, query: String, arguments: Result<[String: Value], MalformedArguments> = .success([:])) {
+            self.id = id
+            self.query = query
+            self.arguments = arguments
+        }
+
+        /// A subscription of `set`, as this node sends it.
+        public init(_ entry: SubscriptionSet.Entry) {
+            self.init(id: entry.id, query: entry.query, arguments: .success(entry.arguments))
+        }
+    }
+
+    /// An `arguments_json` that is not arguments: the text as received, and why.
+    public struct MalformedArguments: Error, Sendable, Hashable, CustomStringConvertible {
+        public var text: String
+        public var problem: ArgumentsJSON.Error
+
+        public init(text: String, problem: ArgumentsJSON.Error) {
+            self.text = text
+            self.problem = problem
+        }
+
+        public var description: String { problem.description }
+    }
+
+    /// The receiver of batches holds them durably.
+    public enum Ack: Sendable, Hashable {
+        /// It holds every batch through the one whose `through_sequence` is `through`.
+        /// `heldThrough` (version 4): below or at it, it holds every transaction its
+        /// subscriptions want, offers not resolved keeping it below them; 0 before version 4.
+        case batch(through: UInt64, heldThrough: UInt64 = 0)
+        /// Version 4: only how far it holds (an offer was resolved since the last Ack);
+        /// it acknowledges no batch.
+        case heldOnly(heldThrough: UInt64)
+    }
+
+    /// Keepalive, and what the sender vouches while the receiver is caught up with it.
+    public struct Ping: Sendable, Hashable {
+        /// Counts 1, 2, 3, … per session.
+        public var nonce: UInt64
+        /// The sender's monotonic clock, µs since the session began.
+        public var sentAtMicros: UInt64
+        /// The sender's freshness (PROTOCOL.md §8.10) in the order it sent it, so that
+        /// a Pong echoes it unchanged; empty when it vouches nothing.
+        public var freshness: [Freshness.Entry]
+        /// The fields of a received Ping that this version does not know, as they came:
+        /// a Pong echoes them too, as it echoes every field.
+        package var unknownFields: [UInt8] = []
+
+        public init(nonce: UInt64, sentAtMicros: UInt64, freshness: [Freshness.Entry] = []) {
+            self.nonce = nonce
+            self.sentAtMicros = sentAtMicros
+            self.freshness = freshness
+        }
+    }
+
+    /// Asks for the pieces of a transaction the sender misses under its own subscriptions.
+    public struct TransactionRequest: Sendable, Hashable {
+        public var requestID: UInt64
+        public var transaction: TransactionID
+        /// The collections where documents are missing; empty: every collection.
+        public var collections: [String]
+
+        public init(requestID: UInt64, transaction: TransactionID, collections: [String] = []) {
+            self.requestID = requestID
+            self.transaction = transaction
+            self.collections = collections
+        }
+    }
+
+    /// One frame of the answer to a TransactionRequest, read against the asker's
+    /// subscriptions when it arrives (`pieces(receiver:collections:encoding:)`).
+    public struct TransactionPieces: Sendable, Hashable {
+        package var wire: Shoal_V1_TransactionPieces
+
+        package init(wire: Shoal_V1_TransactionPieces) { self.wire = wire }
+    }
+
+    /// A request for part of an attachment's bytes, passed to the engine unread.
+    public struct AttachmentRequest: Sendable, Hashable {
+        package var wire: Shoal_V1_AttachmentRequest
+
+        package init(wire: Shoal_V1_AttachmentRequest) { self.wire = wire }
+    }
+
+    /// Part of an attachment's bytes, passed to the engine unread.
+    public struct AttachmentChunk: Sendable, Hashable {
+        package var wire: Shoal_V1_AttachmentChunk
+
+        package init(wire: Shoal_V1_AttachmentChunk) { self.wire = wire }
+    }
+}

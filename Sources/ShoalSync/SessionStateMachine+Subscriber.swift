@@ -1,0 +1,260 @@
+import ShoalCRDT
+import ShoalStore
+
+extension SessionStateMachine {
+    /// The subscriber's side of a session: what this node asks the peer for, and the
+    /// batches the peer sends for it.
+    ///
+    /// ```
+    ///  idle ──own set──► awaitingCursor ──cursorRead──► subscribed ──own set changed──► awaitingCursor …
+    ///                     │ own set changed meanwhile: it waits as `next` (one Subscribe at a time)
+    ///                     └ cursorRead with `next` waiting ──► Subscribe sent, awaitingCursor for `next`
+    /// ```
+    ///
+    /// Batches are read in every phase against the set of the Subscribe they answer,
+    /// and acknowledged in order once durable.
+    struct Subscriber: Sendable {
+        enum State: Sendable {
+            /// Nothing asked for yet, and no cursor being read.
+            case idle
+            /// A cursor is being read for the next Subscribe.
+            case awaitingCursor(AwaitingCursorState)
+            /// The latest Subscribe is sent, and no cursor is being read.
+            case subscribed(SubscribedState)
+        }
+
+        struct AwaitingCursorState: Sendable {
+            /// The latest Subscribe sent, which batches still answer meanwhile; nil before the first.
+            var latest: SubscribedState?
+            /// A change of this node's set while the cursor is read, asked for once it is
+            /// read: the newest set wins, and "from the start" sticks.
+            var next: Request?
+        }
+
+        struct Request: Sendable {
+            var subscriptions: SubscriptionSet
+            var fromStart: Bool
+        }
+
+        /// A Subscribe this node sent.
+        struct SubscribedState: Sendable {
+            var generation: UInt64
+            var subscriptions: SubscriptionSet
+            /// Where the pipeline records `through` for the batches answering it.
+            var cursorKey: String
+            /// The cursor epoch it was read at (`ResumePoint`).
+            var cursorEpoch: UInt64
+            var ownTransactions: OwnTransactions
+        }
+
+        /// Whether a Subscribe asks for this node's own transactions back, and how far that got.
+        enum OwnTransactions: Sendable, Hashable {
+            /// The peer leaves them out: this node holds them.
+            case leftOut
+            /// Asked for (`include_own_transactions`); no batch answering the Subscribe yet.
+            case askedBack
+            /// A batch answering it came, so a Ping that vouches now speaks of this stream:
+            /// at the next one, they are all back.
+            case comingBack
+        }
+
+        let configuration: Configuration
+        private(set) var state: State = .idle
+        /// The Subscribes sent before the latest, by generation: a batch is read against
+        /// the set of the one it answers.
+        private var earlier: [UInt64: SubscribedState] = [:]
+        /// `through_sequence` of each batch handed to the pipeline and not yet durable, oldest first.
+        private var pendingDurable: [UInt64] = []
+        /// The routes this node asks the peer for (version 4); nil: none sent, every origin eager.
+        private(set) var routes: RouteTable.Routes?
+        /// The `through_sequence` of the last batch acknowledged, and the `held_through`
+        /// sent with it or after it.
+        private var lastAcknowledged: (through: UInt64, held: UInt64)?
+
+        init(configuration: Configuration) {
+            self.configuration = configuration
+        }
+
+        /// The latest Subscribe sent; nil before the first.
+        var latest: SubscribedState? {
+            switch state {
+            case .idle: nil
+            case .awaitingCursor(let waiting): waiting.latest
+            case .subscribed(let latest): latest
+            }
+        }
+
+        var latestGeneration: UInt64 { latest?.generation ?? 0 }
+
+        private mutating func updateLatest(_ body: (inout SubscribedState) -> Void) {
+            switch state {
+            case .idle: break
+            case .awaitingCursor(var waiting):
+                guard var latest = waiting.latest else { break }
+                body(&latest)
+                waiting.latest = latest
+                state = .awaitingCursor(waiting)
+            case .subscribed(var latest):
+                body(&latest)
+                state = .subscribed(latest)
+            }
+        }
+
+        mutating func subscriptionsChanged(to set: SubscriptionSet, fromStart: Bool) -> [Action] {
+            if case .awaitingCursor(var waiting) = state {
+                // One Subscribe at a time: the highest generation always carries the newest set.
+                waiting.next = Request(subscriptions: set, fromStart: fromStart || (waiting.next?.fromStart ?? false))
+                state = .awaitingCursor(waiting)
+                return []
+            }
+            // A change elsewhere (a neighbour's interest) may leave this peer's set as it was.
+            if !fromStart, let latest, latest.subscriptions.key == set.key { return [] }
+            state = .awaitingCursor(AwaitingCursorState(latest: latest))
+            return [.readCursor(set, fromStart: fromStart)]
+        }
+
+        /// Subscribe again to the latest set from its stored cursor.
+        mutating func resubscribe() -> [Action] {
+            guard let latest else { return [] }
+            if case .awaitingCursor(var waiting) = state {
+                waiting.next = waiting.next ?? Request(subscriptions: latest.subscriptions, fromStart: false)
+                state = .awaitingCursor(waiting)
+                return []
+            }
+            state = .awaitingCursor(AwaitingCursorState(latest: latest))
+            return [.readCursor(latest.subscriptions, fromStart: false)]
+        }
+
+        /// The cursor for `set` is read: the Subscribe goes out, and a change that waited
+        /// meanwhile has its cursor read next.
+        mutating func cursorRead(
+            _ set: SubscriptionSet, resumeAfter: UInt64, includeOwn: Bool, held: OriginHistory, cursorEpoch: UInt64
+        ) -> [Action] {
+            let next: Request? = if case .awaitingCursor(let waiting) = state { waiting.next } else { nil }
+            let previous = latest
+            if let previous { earlier[previous.generation] = previous }
+            // A stream with this node's own transactions in it is recorded under a cursor
+            // of its own, so that one stopped part way resumes asking for them still.
+            let sent = SubscribedState(
+                generation: (previous?.generation ?? 0) + 1, subscriptions: set,
+                cursorKey: includeOwn ? SubscriptionSet.refillKey(set.key) : set.key, cursorEpoch: cursorEpoch,
+                ownTransactions: includeOwn ? .askedBack : .leftOut)
+            state = .subscribed(sent)
+            // A stream that brings this node's own transactions back (after EVICT, or a
+            // store that went back) carries every origin in full: an offer of what this
+            // node evicted would look held here (its transaction was applied), and the
+            // link eager for an origin may not hold what this node evicted. The routes go
+            // back once it is all here (`peerCaughtUp`).
+            let subscribe = SessionMessage.Subscribe(
+                subscriptions: set.entries.map(SessionMessage.Subscription.init), resumeAfter: resumeAfter,
+                generation: sent.generation, includeOwnTransactions: includeOwn, originHistory: held,
+                routes: includeOwn ? nil : routes)
+            var actions: [Action] = [.send(.subscribe(subscribe))]
+            if let waiting = next, waiting.fromStart || waiting.subscriptions.key != set.key {
+                state = .awaitingCursor(AwaitingCursorState(latest: sent))
+                actions.append(.readCursor(waiting.subscriptions, fromStart: waiting.fromStart))
+            }
+            return actions
+        }
+
+        /// A DeltaBatch's payload: checked against the session (its Subscribe, the
+        /// batches pending) and read into pieces for the pipeline.
+        mutating func receivedBatch(_ payload: [UInt8]) throws(SyncError) -> [Action] {
+            let batch = try DeltaBatchReader(payload: payload)
+            let header = batch.header
+            guard !header.hasVersion1Transactions else {
+                throw SyncError(
+                    .protocolViolation, "DeltaBatch: version 1 transactions in a version \(configuration.version) session")
+            }
+            let current = latestGeneration
+            guard header.subscribeGeneration <= current else {
+                throw SyncError(
+                    .protocolViolation,
+                    "DeltaBatch answers Subscribe generation \(header.subscribeGeneration), but the latest sent is \(current)")
+            }
+            guard pendingDurable.count < configuration.maximumBatchesPending else {
+                throw SyncError(
+                    .protocolViolation,
+                    "more than \(configuration.maximumBatchesPending) DeltaBatches sent without waiting for an Ack")
+            }
+            if header.subscribeGeneration == current {
+                updateLatest { if $0.ownTransactions == .askedBack { $0.ownTransactions = .comingBack } }
+            }
+            let answers = header.subscribeGeneration
+            let answered = answers == 0 || answers == current ? latest : earlier[answers]
+            let own = answered?.subscriptions ?? SubscriptionSet()
+            let pieces = try batch.pieces(receiver: own.filter, collections: own.collections, encoding: configuration.deltaEncoding)
+            guard header.offered.isEmpty || configuration.hasRoutes else {
+                throw SyncError(
+                    .protocolViolation, "DeltaBatch offers transactions in a version \(configuration.version) session")
+            }
+            guard header.offered.allSatisfy({ $0.id.origin.rawValue != 0 }) else {
+                throw SyncError(.protocolViolation, "DeltaBatch offers a transaction of origin_site 0")
+            }
+            // An offer begins at a row of the page the batch closes: after 0, at or before its end.
+            if let wrong = header.offered.first(where: { $0.logSequence == 0 || $0.logSequence > header.throughSequence }) {
+                throw SyncError(
+                    .protocolViolation,
+                    "DeltaBatch offers \(wrong.id) at log sequence \(wrong.logSequence), outside 1…\(header.throughSequence), the batch's through_sequence"
+                )
+            }
+            let key = answers == current && current > 0 ? answered?.cursorKey : nil
+            pendingDurable.append(header.throughSequence)
+            return [
+                .submit(
+                    InboundBatch(
+                        pieces: pieces, cursorKey: key, through: header.throughSequence, cursorEpoch: answered?.cursorEpoch ?? 0,
+                        offered: header.offered))
+            ]
+        }
+
+        /// Pieces answering this node's TransactionRequest, read against its latest set.
+        func received(_ answer: SessionMessage.TransactionPieces) throws(SyncError) -> [Action] {
+            let own = latest?.subscriptions ?? SubscriptionSet()
+            let pieces = try answer.pieces(receiver: own.filter, collections: own.collections, encoding: configuration.deltaEncoding)
+            return pieces.map { [.deliver($0)] } ?? []
+        }
+
+        /// The oldest batch submitted is durable: its Ack goes out.
+        mutating func batchDurable(heldLimit: UInt64?) -> [Action] {
+            guard !pendingDurable.isEmpty else { return [] }
+            let through = pendingDurable.removeFirst()
+            guard configuration.hasRoutes else { return [.send(.ack(.batch(through: through)))] }
+            let held = min(through, heldLimit ?? .max)
+            lastAcknowledged = (through, held)
+            return [.send(.ack(.batch(through: through, heldThrough: held)))]
+        }
+
+        /// An offer was resolved: a held_only Ack says so, if this node holds further now.
+        mutating func heldAdvanced(heldLimit: UInt64?) -> [Action] {
+            guard configuration.hasRoutes, let last = lastAcknowledged else { return [] }
+            let held = min(last.through, heldLimit ?? .max)
+            guard held > last.held else { return [] }
+            lastAcknowledged = (last.through, held)
+            return [.send(.ack(.heldOnly(heldThrough: held)))]
+        }
+
+        mutating func routesChanged(to routes: RouteTable.Routes) -> [Action] {
+            guard configuration.hasRoutes, routes != self.routes else { return [] }
+            self.routes = routes
+            // Before the first Subscribe, the routes go with it; while own transactions
+            // come back, once they are all here.
+            guard let latest, latest.ownTransactions == .leftOut else { return [] }
+            return [.send(.routeUpdate(routes))]
+        }
+
+        /// The peer vouched that this node has all it asked for. Under the Subscribe that
+        /// asked for this node's own transactions, once a batch answering it came first
+        /// (so that the Ping speaks of it): all are back.
+        mutating func peerCaughtUp() -> [Action] {
+            guard let latest, latest.ownTransactions == .comingBack else { return [] }
+            updateLatest { latest in
+                latest.cursorKey = latest.subscriptions.key
+                latest.ownTransactions = .leftOut
+            }
+            var actions: [Action] = [.ownTransactionsBack(subscriptionKey: latest.subscriptions.key)]
+            if let routes { actions.append(.send(.routeUpdate(routes))) }
+            return actions
+        }
+    }
+}
