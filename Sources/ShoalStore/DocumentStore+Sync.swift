@@ -401,7 +401,7 @@ struct PieceReader {
         guard !withContext.isEmpty else { return piece }
         let sent = Set(deltas.map { "\($0.documentID)\u{0}\($0.field)\u{0}\($0.timestamp.rawValue)" })
         for document in withContext {
-            var fields = try HotStatement(db, sql: "SELECT \(FieldRecord.columns) FROM field WHERE collection = ? AND doc_id = ? ORDER BY name")
+            var fields = try HotStatement(db, sql: FieldRecord.contextSQL)
             try fields.bind(document.collection)
             try fields.bind(document.id)
             try fields.query { row in

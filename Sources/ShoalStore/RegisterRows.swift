@@ -25,6 +25,8 @@ struct FieldRecord: Sendable {
     }
 
     static let columns = Column.selection
+    /// A document's registers in name order, for the context a piece carries.
+    static let contextSQL = "SELECT \(columns) FROM field WHERE collection = ? AND doc_id = ? ORDER BY name"
 
     /// `table`: where the row was read from, for errors.
     init(_ row: HotStatement.Row, of table: String = "field") throws(StoreError) {

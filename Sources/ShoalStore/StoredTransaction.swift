@@ -34,6 +34,8 @@ struct StoredTransaction: Sendable {
     }
 
     static let select = "SELECT \(Column.selection) FROM txn"
+    static let byID = "\(select) WHERE origin = ? AND seq = ?"
+    static let unfinishedSQL = "\(select) WHERE state IN (0, 2)"
 
     init(_ row: HotStatement.Row) throws(StoreError) {
         id = TransactionID(origin: SiteID(row.bitPattern(Column.origin)), sequence: try row.unsigned(Column.sequence, of: Self.table))
@@ -58,7 +60,7 @@ struct StoredTransaction: Sendable {
 
     /// The row of transaction `id`, nil when this node has none.
     static func fetch(_ db: Database, _ id: TransactionID) throws -> StoredTransaction? {
-        var statement = try HotStatement(db, sql: "\(select) WHERE origin = ? AND seq = ?", transaction: id)
+        var statement = try HotStatement(db, sql: byID, transaction: id)
         var found: StoredTransaction?
         try statement.query { row in
             found = try StoredTransaction(row)
@@ -69,7 +71,7 @@ struct StoredTransaction: Sendable {
 
     /// Every transaction waiting or partial: what the inbound pipeline starts from.
     static func unfinished(_ db: Database) throws -> [StoredTransaction] {
-        var statement = try HotStatement(db, sql: "\(select) WHERE state IN (0, 2)")
+        var statement = try HotStatement(db, sql: unfinishedSQL)
         var found: [StoredTransaction] = []
         try statement.query { row in
             found.append(try StoredTransaction(row))
