@@ -66,7 +66,10 @@ extension ProcessSuites {
             for node in nodes() { statuses.append(try await client(node).status(digests: true)) }
             let digests = Set(statuses.map { $0.collections.first { $0.name == "items" }?.digest ?? "none" })
             let logs = Set(statuses.map(\.changeLogSequence))
-            return digests.count == 1 && !digests.contains("none") && logs.count == 1
+            // And every link acknowledged all its sender holds: the counts below are final
+            // (a node that has everything may still be sending it on to the next).
+            let quiet = statuses.allSatisfy { $0.peers.allSatisfy { $0.state != "connected" || $0.lagDeltas == 0 } }
+            return digests.count == 1 && !digests.contains("none") && logs.count == 1 && quiet
         }
         #expect(converged, "digests: \(statuses.map { $0.collections.first?.digest ?? "-" })")
         let documents = statuses.first?.collections.first { $0.name == "items" }?.documents ?? 0
