@@ -366,12 +366,12 @@ struct AdminService: AdminRequestHandler {
                     SubscriptionInfo(id: entry.id, query: entry.query, origin: peer.siteID?.description ?? peer.address))
             }
         }
-        // What neighbours that are away asked for: still relayed, until they have been
-        // away longer than the compaction horizon.
+        // What nodes that are away asked for, neither they nor any neighbour that passed it
+        // on connected now: still relayed, until not heard of for the compaction horizon.
         let connected = Set(status.peers.filter { $0.state == "connected" }.compactMap(\.siteID))
-        for (site, set) in node.sync.neighbourInterests.sorted(by: { $0.key.rawValue < $1.key.rawValue })
-        where !connected.contains(site) {
-            for entry in set.entries {
+        for (site, interest) in node.sync.relayedInterest.sorted(by: { $0.key.rawValue < $1.key.rawValue })
+        where !connected.contains(site) && interest.heardFrom.isDisjoint(with: connected) {
+            for entry in interest.subscriptions.entries {
                 status.subscriptions.append(SubscriptionInfo(id: entry.id, query: entry.query, origin: "\(site) (away)"))
             }
         }

@@ -48,10 +48,10 @@ extension ShoalNode {
                 "peers not heard from for longer than the compaction horizon (\(horizon)) no longer hold back compaction; they resync when they return",
                 metadata: ["shoal.peers": "\(expired.map(\.description).joined(separator: ","))"])
         }
-        let unrelayed = try await sync.forgetInterest(of: expired)
+        let unrelayed = try await sync.forgetInterest(of: expired, horizon: horizon)
         if !unrelayed.isEmpty {
             logger.notice(
-                "no longer relaying for neighbours not heard from for longer than the compaction horizon (\(horizon)): what only they asked for is no longer asked upstream",
+                "no longer relaying for nodes not heard of for longer than the compaction horizon (\(horizon)): what only they asked for is no longer asked upstream",
                 metadata: ["shoal.peers": "\(unrelayed.map(\.description).joined(separator: ","))"])
         }
         var purged = try await store.purgeHiddenRegisters()

@@ -1,22 +1,40 @@
 public import ShoalCRDT
 import GRDB
 
-/// What each neighbour asked this node for, kept across restarts.
+/// The interest of one node of the mesh as a relay keeps it: what it subscribes to,
+/// when it said so, and which neighbours passed it on (`InterestTable` in ShoalSync
+/// holds the rules).
+public struct SavedInterest: Sendable, Hashable {
+    public var filter: SubscriptionFilter
+    /// The origin's clock when it stated `filter`; 0: a neighbour that states none.
+    public var generation: UInt64
+    /// The neighbours whose latest Subscribe listed it.
+    public var heardFrom: [SiteID]
+
+    public init(filter: SubscriptionFilter, generation: UInt64, heardFrom: [SiteID]) {
+        self.filter = filter
+        self.generation = generation
+        self.heardFrom = heardFrom
+    }
+}
+
+/// What the nodes this node relays for asked for, kept across restarts.
 ///
-/// A relay asks its peers for its own subscriptions and those its neighbours asked it
-/// for (ARCHITECTURE.md, "Relaying for neighbours"). Were that interest rebuilt only as
-/// neighbours reconnect, a relay that restarts would first subscribe upstream with its
-/// own, narrower set, apply what arrives with verdicts for that narrower set, and relay
-/// them so: the neighbours behind it would wait on those transactions and, once the
-/// origin compacted the rest away, hold them in part for ever. Saved, the first
+/// A relay asks its peers for its own subscriptions and those of the nodes it carries
+/// changes for (ARCHITECTURE.md, "Relaying for neighbours"). Were that interest rebuilt
+/// only as neighbours reconnect, a relay that restarts would first subscribe upstream
+/// with its own, narrower set, apply what arrives with verdicts for that narrower set,
+/// and relay them so: the neighbours behind it would wait on those transactions and,
+/// once the origin compacted the rest away, hold them in part for ever. Saved, the first
 /// Subscribe after a restart is the one before it, and its cursors apply at once.
 extension DocumentStore {
-    /// The saved interest of every neighbour (table `neighbour_interest`, `v15-neighbour-interest`).
-    public func savedNeighbourInterest() throws(StoreError) -> [SiteID: SubscriptionFilter] {
+    /// The saved interest of every origin (table `neighbour_interest`, `v15-neighbour-interest`
+    /// and `v17-interest-origins`).
+    public func savedInterest() throws(StoreError) -> [SiteID: SavedInterest] {
         do {
             return try pool.read { db in
-                var out: [SiteID: SubscriptionFilter] = [:]
-                for row in try Row.fetchAll(db, sql: "SELECT site, subscriptions FROM neighbour_interest") {
+                var out: [SiteID: SavedInterest] = [:]
+                for row in try Row.fetchAll(db, sql: "SELECT site, subscriptions, generation, heard_from FROM neighbour_interest") {
                     let row = StoredRow(row, of: "neighbour_interest")
                     let text: String = try row.value(Column("subscriptions"))
                     guard case .array(let items)? = try? JSON.parse(text) else { continue }
@@ -26,7 +44,14 @@ extension DocumentStore {
                         else { return nil }
                         return SubscriptionFilter.Entry(query: query, argumentsJSON: arguments)
                     }
-                    out[SiteID(try row.bitPattern(Column("site")))] = SubscriptionFilter(entries)
+                    let heard: String = try row.value(Column("heard_from"))
+                    var heardFrom: [SiteID] = []
+                    if case .array(let sites)? = try? JSON.parse(heard) {
+                        heardFrom = sites.compactMap { if case .string(let hex) = $0 { SiteID(hex: hex) } else { nil } }
+                    }
+                    out[SiteID(try row.bitPattern(Column("site")))] = SavedInterest(
+                        filter: SubscriptionFilter(entries), generation: try row.bitPattern(Column("generation")),
+                        heardFrom: heardFrom)
                 }
                 return out
             }
@@ -35,25 +60,27 @@ extension DocumentStore {
         }
     }
 
-    /// Saves what `site` has asked this node for, replacing what was saved of it.
-    public func saveNeighbourInterest(_ site: SiteID, _ filter: SubscriptionFilter) async throws(StoreError) {
-        let text = Value.array(filter.entries.map { .array([.string($0.query), .string($0.argumentsJSON)]) }).canonicalJSON
+    /// Saves the interest of these origins, replacing what was saved of them, and
+    /// forgets that of `forgetting`.
+    public func saveInterest(_ interest: [SiteID: SavedInterest], forgetting: [SiteID]) async throws(StoreError) {
+        guard !interest.isEmpty || !forgetting.isEmpty else { return }
         try await write { db in
-            try db.execute(
-                sql: """
-                    INSERT INTO neighbour_interest (site, subscriptions) VALUES (?, ?)
-                    ON CONFLICT (site) DO UPDATE SET subscriptions = excluded.subscriptions
-                    """,
-                arguments: [Int64(bitPattern: site.rawValue), text])
-        }
-    }
-
-    /// Forgets what these neighbours asked this node for.
-    public func forgetNeighbourInterest(_ sites: [SiteID]) async throws(StoreError) {
-        guard !sites.isEmpty else { return }
-        try await write { db in
-            for site in sites {
+            for site in forgetting {
                 try db.execute(sql: "DELETE FROM neighbour_interest WHERE site = ?", arguments: [Int64(bitPattern: site.rawValue)])
+            }
+            for (site, saved) in interest {
+                let text = Value.array(saved.filter.entries.map { .array([.string($0.query), .string($0.argumentsJSON)]) })
+                let heard = Value.array(saved.heardFrom.sorted().map { .string($0.description) })
+                try db.execute(
+                    sql: """
+                        INSERT INTO neighbour_interest (site, subscriptions, generation, heard_from) VALUES (?, ?, ?, ?)
+                        ON CONFLICT (site) DO UPDATE SET subscriptions = excluded.subscriptions,
+                            generation = excluded.generation, heard_from = excluded.heard_from
+                        """,
+                    arguments: [
+                        Int64(bitPattern: site.rawValue), text.canonicalJSON, Int64(bitPattern: saved.generation),
+                        heard.canonicalJSON,
+                    ])
             }
         }
     }

@@ -592,6 +592,18 @@ public final class DocumentStore: Sendable {
                     CREATE TABLE subscription_set (key TEXT PRIMARY KEY NOT NULL, entries TEXT NOT NULL) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v17-interest-origins") { db in
+            // Interest by the node that stated it (`InterestTable`): `site` is now that
+            // origin, `generation` its clock when it stated the set (0: a neighbour that
+            // states none, whose whole Subscribe is kept), `heard_from` the neighbours whose
+            // latest Subscribe listed it, as a JSON array of site IDs in hex.
+            try db.execute(
+                sql: """
+                    ALTER TABLE neighbour_interest ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE neighbour_interest ADD COLUMN heard_from TEXT NOT NULL DEFAULT '[]';
+                    UPDATE neighbour_interest SET heard_from = json_array(printf('%016x', site));
+                    """)
+        }
         return migrator
     }
 

@@ -58,12 +58,12 @@ public protocol SyncStore: AnyObject, Sendable {
     /// A peer resumes after `sequence` of this node's log: if the log ends below it
     /// (it went back), moves every row above it (`DocumentStore+History.swift`).
     func raiseLog(above sequence: UInt64, peer: SiteID) async throws(StoreError) -> UInt64?
-    /// What each neighbour asked this node for, as saved before (read once, at start).
-    func savedNeighbourInterest() throws(StoreError) -> [SiteID: SubscriptionFilter]
-    /// Saves what a neighbour has asked this node for, so a restart keeps relaying it.
-    func saveNeighbourInterest(_ site: SiteID, _ filter: SubscriptionFilter) async throws(StoreError)
-    /// Forgets what these neighbours asked this node for.
-    func forgetNeighbourInterest(_ sites: [SiteID]) async throws(StoreError)
+    /// The interest this node relays for, by the node that stated it, as saved before
+    /// (read once, at start).
+    func savedInterest() throws(StoreError) -> [SiteID: SavedInterest]
+    /// Saves the interest of these origins, replacing what was saved of them, and
+    /// forgets that of `forgetting`, so a restart keeps relaying what it relayed.
+    func saveInterest(_ interest: [SiteID: SavedInterest], forgetting: [SiteID]) async throws(StoreError)
     /// `peer` acknowledged this node's log through `through` under `subscriptions`:
     /// what EVICT asks before it drops this node's own writes.
     func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet)

@@ -346,7 +346,7 @@ struct PeerSession: Sendable {
         let routed =
             peer.version >= 4 ? engine.routing.open(peer.siteID) { event in input.yield(.event(event)) } : nil
         if let routed { input.yield(.event(.routesChanged(routed.0))) }
-        input.yield(.event(.ownSubscriptionsChanged(engine.upstreamSubscriptions(for: peer.siteID), fromStart: false)))
+        input.yield(.event(.upstreamChanged(engine.upstream(for: peer.siteID), fromStart: false)))
         engine.pipeline.peerConnected(peer.siteID)
         do {
             try await serveSync(
@@ -383,7 +383,7 @@ struct PeerSession: Sendable {
             }
             group.addTask { [engine] in
                 for await _ in subscriptionChanges {
-                    input.yield(.event(.ownSubscriptionsChanged(engine.upstreamSubscriptions(for: peer.siteID), fromStart: false)))
+                    input.yield(.event(.upstreamChanged(engine.upstream(for: peer.siteID), fromStart: false)))
                 }
                 return .other
             }
@@ -394,7 +394,7 @@ struct PeerSession: Sendable {
             group.addTask { [engine] in
                 // After EVICT, ask for everything again, whatever a racing batch recorded.
                 for await _ in cursorResets {
-                    input.yield(.event(.ownSubscriptionsChanged(engine.upstreamSubscriptions(for: peer.siteID), fromStart: true)))
+                    input.yield(.event(.upstreamChanged(engine.upstream(for: peer.siteID), fromStart: true)))
                 }
                 return .other
             }
@@ -545,11 +545,10 @@ struct PeerSession: Sendable {
             _ = try await engine.store.raiseLog(above: resumeAfter, peer: peer.siteID)
         case .checkHistory(let held):
             _ = try await engine.store.reconcileOwnHistory(with: held, peer: peer.siteID)
-        case .peerSubscribed(let set):
+        case .peerSubscribed(let set, let interests):
             engine.registry.update(recordID) { $0.subscriptions = set.entries }
-            if let changed = engine.noteInterest(of: peer.siteID, set) {
-                try await engine.store.saveNeighbourInterest(peer.siteID, changed.filter)
-            }
+            let changed = engine.noteInterest(of: peer.siteID, subscriptions: set, interests: interests)
+            try await engine.store.saveInterest(changed, forgetting: [])
         case .peerRouted(let routes):
             engine.registry.update(recordID) { $0.routesGiven = routes?.description }
         case .measuredRoundTrip(let micros):

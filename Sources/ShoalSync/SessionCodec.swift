@@ -74,7 +74,15 @@ extension SessionMessage.Subscribe {
             generation: wire.generation, includeOwnTransactions: wire.includeOwnTransactions,
             originHistory: OriginHistory(
                 through: wire.originThrough, index: wire.originThroughIndex, timestamp: wire.originThroughTimestamp),
-            routes: wire.hasRoutes ? RouteTable.Routes(wire: wire.routes) : nil)
+            routes: wire.hasRoutes ? RouteTable.Routes(wire: wire.routes) : nil,
+            interests: wire.interests.isEmpty
+                ? nil
+                : wire.interests.map { interest in
+                    SessionMessage.Interest(
+                        origin: SiteID(interest.origin), generation: interest.generation,
+                        subscriptions: interest.subscriptions.map(SessionMessage.Subscription.init(wire:)))
+                },
+            continues: wire.continues)
     }
 
     var wire: Shoal_V1_Subscribe {
@@ -87,6 +95,14 @@ extension SessionMessage.Subscribe {
         wire.originThroughIndex = originHistory.index
         if let routes { wire.routes = routes.wire }
         wire.subscriptions = subscriptions.map(\.wire)
+        wire.continues = continues
+        wire.interests = (interests ?? []).map { interest in
+            var wire = Shoal_V1_Interest()
+            wire.origin = interest.origin.rawValue
+            wire.generation = interest.generation
+            wire.subscriptions = interest.subscriptions.map(\.wire)
+            return wire
+        }
         return wire
     }
 }

@@ -38,10 +38,17 @@ public enum SessionMessage: Sendable, Hashable {
         public var originHistory: OriginHistory
         /// Version 4: the routes the sender asks for; nil: every origin in full.
         public var routes: RouteTable.Routes?
+        /// Version 4: the interest of each node the sender carries changes for, its own
+        /// first (`InterestTable`); nil: none listed, the sender's subscriptions are its own.
+        public var interests: [Interest]?
+        /// Version 4: nothing is to be sent again: the set is the one the receiver serves,
+        /// and only `interests` or `routes` changed (its stream goes on).
+        public var continues: Bool
 
         public init(
             subscriptions: [Subscription], resumeAfter: UInt64 = 0, generation: UInt64, includeOwnTransactions: Bool = false,
-            originHistory: OriginHistory = .none, routes: RouteTable.Routes? = nil
+            originHistory: OriginHistory = .none, routes: RouteTable.Routes? = nil, interests: [Interest]? = nil,
+            continues: Bool = false
         ) {
             self.subscriptions = subscriptions
             self.resumeAfter = resumeAfter
@@ -49,6 +56,40 @@ public enum SessionMessage: Sendable, Hashable {
             self.includeOwnTransactions = includeOwnTransactions
             self.originHistory = originHistory
             self.routes = routes
+            self.interests = interests
+            self.continues = continues
+        }
+
+        /// The same, with `interests` stated as this node keeps them.
+        public init(
+            subscriptions: [Subscription], resumeAfter: UInt64 = 0, generation: UInt64, includeOwnTransactions: Bool = false,
+            originHistory: OriginHistory = .none, routes: RouteTable.Routes? = nil, interests stated: [InterestTable.Stated]?,
+            continues: Bool = false
+        ) {
+            self.init(
+                subscriptions: subscriptions, resumeAfter: resumeAfter, generation: generation,
+                includeOwnTransactions: includeOwnTransactions, originHistory: originHistory, routes: routes,
+                interests: stated.map { $0.map(Interest.init) }, continues: continues)
+        }
+    }
+
+    /// Version 4: what one node of the mesh subscribes to for itself, stated at
+    /// `generation` (its clock then): a higher generation of one origin replaces a lower.
+    public struct Interest: Sendable, Hashable {
+        public var origin: SiteID
+        public var generation: UInt64
+        public var subscriptions: [Subscription]
+
+        public init(origin: SiteID, generation: UInt64, subscriptions: [Subscription]) {
+            self.origin = origin
+            self.generation = generation
+            self.subscriptions = subscriptions
+        }
+
+        public init(_ stated: InterestTable.Stated) {
+            self.init(
+                origin: stated.origin, generation: stated.generation,
+                subscriptions: stated.subscriptions.entries.map(Subscription.init))
         }
     }
 

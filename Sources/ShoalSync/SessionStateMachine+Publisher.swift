@@ -132,21 +132,46 @@ extension SessionStateMachine {
                     "Subscribe carries \(request.subscriptions.count) subscriptions; this node serves at most \(configuration.maximumSubscriptions) per peer (--max-subscriptions-per-peer)"
                 )
             }
-            var set = SubscriptionSet()
-            for s in request.subscriptions {
-                guard s.query.utf8.count <= configuration.maximumQueryLength else {
+            let set = try subscriptionSet(request.subscriptions)
+            var stated: [InterestTable.Stated]?
+            // Version 4 lists them; a version 3 session ignores them, as it does routes.
+            if let interests = request.interests, configuration.hasRoutes {
+                guard interests.count <= InterestTable.maximumOrigins else {
                     throw SyncError(
-                        .invalidQuery,
-                        "subscription query of \(s.query.utf8.count) bytes refused: this node takes queries of at most \(configuration.maximumQueryLength) bytes (--max-query-length)"
-                    )
+                        .limitExceeded,
+                        "Subscribe lists the interest of \(interests.count) nodes; this node keeps at most \(InterestTable.maximumOrigins)")
                 }
-                do {
-                    try set.add(query: s.query, arguments: try s.arguments.get())
-                } catch {
-                    throw SyncError(.invalidQuery, "subscription '\(s.query)' rejected: \(error)")
+                stated = []
+                for interest in interests {
+                    guard interest.origin.rawValue != 0 else {
+                        throw SyncError(.protocolViolation, "Subscribe lists an interest of origin 0")
+                    }
+                    guard interest.subscriptions.count <= configuration.maximumSubscriptions else {
+                        throw SyncError(
+                            .limitExceeded,
+                            "Subscribe lists \(interest.subscriptions.count) subscriptions of node \(interest.origin); this node serves at most \(configuration.maximumSubscriptions) per peer (--max-subscriptions-per-peer)"
+                        )
+                    }
+                    stated?.append(
+                        InterestTable.Stated(
+                            origin: interest.origin, generation: interest.generation,
+                            subscriptions: try subscriptionSet(interest.subscriptions)))
                 }
             }
             let routes = configuration.hasRoutes ? request.routes : nil
+            if let routes { try Self.check(routes) }
+            var history: [Action] = request.resumeAfter > 0 ? [.checkLogEnd(resumeAfter: request.resumeAfter)] : []
+            if request.originHistory.through > 0 { history.append(.checkHistory(request.originHistory)) }
+            // The same set, and the peer wants nothing again (it only says more of others,
+            // or asks for other routes): the stream goes on, its next batches answering this one.
+            if request.continues, configuration.hasRoutes, !request.includeOwnTransactions, case .streaming(var current) = state,
+                current.subscriptions.key == set.key, !current.includesOwn
+            {
+                current.generation = request.generation
+                current.routes = routes
+                state = .streaming(current)
+                return history + [.peerSubscribed(set, interests: stated), .peerRouted(routes)] + (streaming { $0.readIfPossible() } ?? [])
+            }
             let next: StreamingState
             switch state {
             case .awaitingSubscribe(let waiting):
@@ -163,9 +188,37 @@ extension SessionStateMachine {
                 preconditionFailure("publisher state read while it changes")
             }
             state = .streaming(next)
-            var history: [Action] = request.resumeAfter > 0 ? [.checkLogEnd(resumeAfter: request.resumeAfter)] : []
-            if request.originHistory.through > 0 { history.append(.checkHistory(request.originHistory)) }
-            return history + [.peerSubscribed(set), .peerRouted(routes)] + (streaming { $0.readIfPossible() } ?? [])
+            return history + [.peerSubscribed(set, interests: stated), .peerRouted(routes)] + (streaming { $0.readIfPossible() } ?? [])
+        }
+
+        /// Origins named as exceptions in one Routes at most (PROTOCOL.md §8.11, Bounds).
+        static let maximumRouteExceptions = 65_536
+
+        static func check(_ routes: RouteTable.Routes) throws(SyncError) {
+            guard routes.exceptions.count <= maximumRouteExceptions else {
+                throw SyncError(
+                    .limitExceeded,
+                    "Routes name \(routes.exceptions.count) origins as exceptions; this node takes at most \(maximumRouteExceptions)")
+            }
+        }
+
+        /// The subscriptions of a Subscribe, checked as this node serves them.
+        private func subscriptionSet(_ subscriptions: [SessionMessage.Subscription]) throws(SyncError) -> SubscriptionSet {
+            var set = SubscriptionSet()
+            for s in subscriptions {
+                guard s.query.utf8.count <= configuration.maximumQueryLength else {
+                    throw SyncError(
+                        .invalidQuery,
+                        "subscription query of \(s.query.utf8.count) bytes refused: this node takes queries of at most \(configuration.maximumQueryLength) bytes (--max-query-length)"
+                    )
+                }
+                do {
+                    try set.add(query: s.query, arguments: try s.arguments.get())
+                } catch {
+                    throw SyncError(.invalidQuery, "subscription '\(s.query)' rejected: \(error)")
+                }
+            }
+            return set
         }
 
         mutating func acknowledged(_ ack: SessionMessage.Ack) throws(SyncError) -> [Action] {
@@ -189,6 +242,7 @@ extension SessionStateMachine {
             guard configuration.hasRoutes else {
                 throw SyncError(.protocolViolation, "RouteUpdate in a version \(configuration.version) session")
             }
+            try Self.check(routes)
             if case .awaitingSubscribe(var waiting) = state {
                 waiting.routes = routes
                 state = .awaitingSubscribe(waiting)
@@ -211,7 +265,8 @@ extension SessionStateMachine.Publisher {
         let subscriptions: SubscriptionSet
         let collections: Set<String>
         let filter: SubscriptionFilter
-        let generation: UInt64
+        /// The generation of the Subscribe the stream answers (one that continued it, the latest).
+        var generation: UInt64
         let resumeAfter: UInt64
         /// Whether the Subscribe asked for the peer's own transactions (it evicted):
         /// otherwise pages leave them out, and echoes of what it sent (PROTOCOL.md §8.3).

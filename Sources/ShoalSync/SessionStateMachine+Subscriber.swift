@@ -29,11 +29,20 @@ extension SessionStateMachine {
             /// A change of this node's set while the cursor is read, asked for once it is
             /// read: the newest set wins, and "from the start" sticks.
             var next: Request?
+            /// The statements to send with the set whose cursor is being read.
+            var interests: [InterestTable.Stated]?
+            /// The stream is to start again from the cursor read (from the start, or a
+            /// resubscribe), even for the set the peer serves now.
+            var restart = false
         }
 
         struct Request: Sendable {
             var subscriptions: SubscriptionSet
+            /// The statements of the nodes the set is for (`InterestTable`); nil: none sent.
+            var interests: [InterestTable.Stated]?
             var fromStart: Bool
+            /// A resubscribe: the stream starts again from the cursor, whatever the set.
+            var restart = false
         }
 
         /// A Subscribe this node sent.
@@ -45,6 +54,22 @@ extension SessionStateMachine {
             /// The cursor epoch it was read at (`ResumePoint`).
             var cursorEpoch: UInt64
             var ownTransactions: OwnTransactions
+            /// The statements it listed; nil: none.
+            var interests: [InterestTable.Stated]? = nil
+
+            /// Whether a Subscribe of `set` and `interests` would tell the peer nothing new.
+            func asks(_ set: SubscriptionSet, _ interests: [InterestTable.Stated]?) -> Bool {
+                subscriptions.key == set.key && Subscriber.same(self.interests, interests)
+            }
+        }
+
+        /// Two lists of statements as the peer sees them (origins and sets, not generations).
+        static func same(_ a: [InterestTable.Stated]?, _ b: [InterestTable.Stated]?) -> Bool {
+            switch (a, b) {
+            case (nil, nil): true
+            case (let a?, let b?): InterestTable.sameContent(a, b)
+            default: false
+            }
         }
 
         /// Whether a Subscribe asks for this node's own transactions back, and how far that got.
@@ -100,16 +125,20 @@ extension SessionStateMachine {
             }
         }
 
-        mutating func subscriptionsChanged(to set: SubscriptionSet, fromStart: Bool) -> [Action] {
+        mutating func subscriptionsChanged(
+            to set: SubscriptionSet, interests: [InterestTable.Stated]? = nil, fromStart: Bool
+        ) -> [Action] {
             if case .awaitingCursor(var waiting) = state {
                 // One Subscribe at a time: the highest generation always carries the newest set.
-                waiting.next = Request(subscriptions: set, fromStart: fromStart || (waiting.next?.fromStart ?? false))
+                waiting.next = Request(
+                    subscriptions: set, interests: interests, fromStart: fromStart || (waiting.next?.fromStart ?? false),
+                    restart: waiting.next?.restart ?? false)
                 state = .awaitingCursor(waiting)
                 return []
             }
-            // A change elsewhere (a neighbour's interest) may leave this peer's set as it was.
-            if !fromStart, let latest, latest.subscriptions.key == set.key { return [] }
-            state = .awaitingCursor(AwaitingCursorState(latest: latest))
+            // A change elsewhere (a neighbour's interest) may leave what this peer is told as it was.
+            if !fromStart, let latest, latest.asks(set, interests) { return [] }
+            state = .awaitingCursor(AwaitingCursorState(latest: latest, interests: interests, restart: fromStart))
             return [.readCursor(set, fromStart: fromStart)]
         }
 
@@ -117,11 +146,13 @@ extension SessionStateMachine {
         mutating func resubscribe() -> [Action] {
             guard let latest else { return [] }
             if case .awaitingCursor(var waiting) = state {
-                waiting.next = waiting.next ?? Request(subscriptions: latest.subscriptions, fromStart: false)
+                var next = waiting.next ?? Request(subscriptions: latest.subscriptions, interests: latest.interests, fromStart: false)
+                next.restart = true
+                waiting.next = next
                 state = .awaitingCursor(waiting)
                 return []
             }
-            state = .awaitingCursor(AwaitingCursorState(latest: latest))
+            state = .awaitingCursor(AwaitingCursorState(latest: latest, interests: latest.interests, restart: true))
             return [.readCursor(latest.subscriptions, fromStart: false)]
         }
 
@@ -131,14 +162,20 @@ extension SessionStateMachine {
             _ set: SubscriptionSet, resumeAfter: UInt64, includeOwn: Bool, held: OriginHistory, cursorEpoch: UInt64
         ) -> [Action] {
             let next: Request? = if case .awaitingCursor(let waiting) = state { waiting.next } else { nil }
+            let interests: [InterestTable.Stated]? = if case .awaitingCursor(let waiting) = state { waiting.interests } else { nil }
+            let restart = if case .awaitingCursor(let waiting) = state { waiting.restart } else { true }
             let previous = latest
+            // Only what it says of others changed: the peer's stream may go on, nothing sent again.
+            let continues =
+                configuration.hasRoutes && !restart && !includeOwn && previous?.subscriptions.key == set.key
+                && previous?.ownTransactions == .leftOut
             if let previous { earlier[previous.generation] = previous }
             // A stream with this node's own transactions in it is recorded under a cursor
             // of its own, so that one stopped part way resumes asking for them still.
             let sent = SubscribedState(
                 generation: (previous?.generation ?? 0) + 1, subscriptions: set,
                 cursorKey: includeOwn ? SubscriptionSet.refillKey(set.key) : set.key, cursorEpoch: cursorEpoch,
-                ownTransactions: includeOwn ? .askedBack : .leftOut)
+                ownTransactions: includeOwn ? .askedBack : .leftOut, interests: interests)
             state = .subscribed(sent)
             // A stream that brings this node's own transactions back (after EVICT, or a
             // store that went back) carries every origin in full: an offer of what this
@@ -148,10 +185,11 @@ extension SessionStateMachine {
             let subscribe = SessionMessage.Subscribe(
                 subscriptions: set.entries.map(SessionMessage.Subscription.init), resumeAfter: resumeAfter,
                 generation: sent.generation, includeOwnTransactions: includeOwn, originHistory: held,
-                routes: includeOwn ? nil : routes)
+                routes: includeOwn ? nil : routes, interests: configuration.hasRoutes ? interests : nil, continues: continues)
             var actions: [Action] = [.send(.subscribe(subscribe))]
-            if let waiting = next, waiting.fromStart || waiting.subscriptions.key != set.key {
-                state = .awaitingCursor(AwaitingCursorState(latest: sent))
+            if let waiting = next, waiting.fromStart || waiting.restart || !sent.asks(waiting.subscriptions, waiting.interests) {
+                state = .awaitingCursor(
+                    AwaitingCursorState(latest: sent, interests: waiting.interests, restart: waiting.fromStart || waiting.restart))
                 actions.append(.readCursor(waiting.subscriptions, fromStart: waiting.fromStart))
             }
             return actions

@@ -99,6 +99,9 @@ public struct SessionStateMachine: Sendable {
         case logAppended(through: UInt64, after: UInt64, collections: Set<String>, echoes: Bool)
         /// This node's subscriptions changed (`fromStart`: after EVICT, ask for everything again).
         case ownSubscriptionsChanged(SubscriptionSet, fromStart: Bool)
+        /// What this node asks the peer for changed: the set, or the statements of the
+        /// nodes it is for (`InterestTable`) that go with it (`fromStart` as above).
+        case upstreamChanged(InterestTable.Upstream, fromStart: Bool)
         /// The cursor this node holds for `subscriptions` on this peer's log.
         /// `includeOwn`: this node may lack some of its own transactions (it evicted, or
         /// its store went back), so the peer streams them too, from `resumeAfter` on: 0,
@@ -171,7 +174,8 @@ public struct SessionStateMachine: Sendable {
         case answerAttachmentRequest(SessionMessage.AttachmentRequest)
         case deliverAttachmentChunk(SessionMessage.AttachmentChunk)
         /// The peer's subscriptions, for status.
-        case peerSubscribed(SubscriptionSet)
+        /// The peer subscribed to `SubscriptionSet`, listing these statements (nil: none).
+        case peerSubscribed(SubscriptionSet, interests: [InterestTable.Stated]?)
         /// The peer says how far it holds this node's own transactions: check this
         /// node's history against it before anything is sent (PROTOCOL.md §8.2).
         case checkHistory(OriginHistory)
@@ -270,6 +274,8 @@ public struct SessionStateMachine: Sendable {
             return publisher.logAppended(through: through, after: after, collections: collections, echoes: echoes)
         case .ownSubscriptionsChanged(let set, let fromStart):
             return subscriber.subscriptionsChanged(to: set, fromStart: fromStart)
+        case .upstreamChanged(let upstream, let fromStart):
+            return subscriber.subscriptionsChanged(to: upstream.subscriptions, interests: upstream.interests, fromStart: fromStart)
         case .cursorRead(let set, let resumeAfter, let includeOwn, let held, let epoch):
             return subscriber.cursorRead(set, resumeAfter: resumeAfter, includeOwn: includeOwn, held: held, cursorEpoch: epoch)
         case .pageRead(let page, let ticket):

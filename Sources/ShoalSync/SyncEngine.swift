@@ -27,10 +27,16 @@ public final class SyncEngine: Sendable {
         /// (by `unsubscribe`) holds none, so its cancel cannot take a newer handle's place.
         var handles: [String: Set<UInt64>] = [:]
         var nextToken: UInt64 = 0
+        /// This node's clock when `set` last changed: the generation its Subscribes state
+        /// it under (`InterestTable`); set at start, so a restart states it anew.
+        var generation: UInt64 = 0
     }
-    /// What each neighbour asks this node for, by site: the set of its last Subscribe,
-    /// saved in the store and kept while it is away (see `noteInterest(of:_:)`).
-    private let neighbourInterest = Locked<[SiteID: SubscriptionSet]>([:])
+    /// What the nodes this node relays for subscribe to, by origin, saved in the store
+    /// and kept while they are away (see `noteInterest(of:subscriptions:interests:)`).
+    private let interest: Locked<InterestTable>
+    /// The compaction horizon (ms) of the last `forgetInterest`: a statement older than
+    /// it, of an origin not heard from since, is not taken again from a neighbour.
+    private let interestHorizon = Locked<UInt64?>(nil)
     /// Which peer delivered each remote transaction, so none is echoed back to its only source.
     let deliveries = Locked(DeliveryLedger())
 
@@ -70,24 +76,25 @@ public final class SyncEngine: Sendable {
         self.advertisedListen = Locked(configuration.listenAddress)
         self.freshness = Freshness(site: store.siteID)
         self.routing = Routing(enabled: configuration.routes)
+        localSubscriptions.withLock { $0.generation = store.clock.tick().rawValue }
+        var kept: [SiteID: InterestTable.Entry] = [:]
         do {
-            var interest: [SiteID: SubscriptionSet] = [:]
-            for (site, filter) in try store.savedNeighbourInterest() {
+            for (site, saved) in try store.savedInterest() {
                 // A saved query this version no longer parses is left out, as a neighbour
                 // asking for it now would be refused.
                 var set = SubscriptionSet()
-                for entry in filter.entries {
+                for entry in saved.filter.entries {
                     guard let arguments = try? ArgumentsJSON.parse(entry.argumentsJSON) else { continue }
                     _ = try? set.add(query: entry.query, arguments: arguments)
                 }
-                interest[site] = set
+                kept[site] = InterestTable.Entry(subscriptions: set, generation: saved.generation, heardFrom: Set(saved.heardFrom))
             }
-            neighbourInterest.withLock { $0 = interest }
         } catch {
             logger.warning(
                 "could not read what neighbours asked this node for before it restarted; relaying for them again as they subscribe",
                 metadata: ["shoal.error": "\(error)"])
         }
+        self.interest = Locked(InterestTable(local: store.siteID, entries: kept))
     }
 
     /// Where this node accepts connections, as Hello tells peers: the configured
@@ -193,9 +200,11 @@ public final class SyncEngine: Sendable {
     ) throws(StoreError) -> (entry: SubscriptionSet.Entry, token: UInt64) {
         var parsed = SubscriptionSet()
         let entry = try parsed.add(query: query, arguments: arguments)
+        let stated = store.clock.tick().rawValue
         let (changed, token) = localSubscriptions.withLock { state -> (Bool, UInt64) in
             let before = state.set.key
             _ = try? state.set.add(query: query, arguments: arguments)
+            if state.set.key != before { state.generation = max(state.generation + 1, stated) }
             state.nextToken += 1
             if handle { state.handles[entry.id, default: []].insert(state.nextToken) } else { state.direct.insert(entry.id) }
             return (state.set.key != before, state.nextToken)
@@ -208,8 +217,10 @@ public final class SyncEngine: Sendable {
     /// whatever handles hold it; peers are told at once.
     @discardableResult
     public func unsubscribe(_ idOrQuery: String) -> SubscriptionSet.Entry? {
+        let stated = store.clock.tick().rawValue
         let removed = localSubscriptions.withLock { state -> SubscriptionSet.Entry? in
             guard let removed = state.set.remove(idOrQuery: idOrQuery) else { return nil }
+            state.generation = max(state.generation + 1, stated)
             state.direct.remove(removed.id)
             state.handles[removed.id] = nil
             return removed
@@ -229,6 +240,7 @@ public final class SyncEngine: Sendable {
     /// A handle of `entry` let go: the subscription goes when no handle holds it and
     /// `subscribe` did not add it.
     func release(_ entry: SubscriptionSet.Entry, token: UInt64) {
+        let stated = store.clock.tick().rawValue
         let removed = localSubscriptions.withLock { state -> Bool in
             guard var held = state.handles[entry.id], held.remove(token) != nil else { return false }
             if !held.isEmpty {
@@ -236,8 +248,9 @@ public final class SyncEngine: Sendable {
                 return false
             }
             state.handles[entry.id] = nil
-            guard !state.direct.contains(entry.id) else { return false }
-            return state.set.remove(idOrQuery: entry.id) != nil
+            guard !state.direct.contains(entry.id), state.set.remove(idOrQuery: entry.id) != nil else { return false }
+            state.generation = max(state.generation + 1, stated)
+            return true
         }
         if removed { subscriptionChanges.publish(0) }
     }
@@ -245,26 +258,29 @@ public final class SyncEngine: Sendable {
     /// This node's own subscriptions.
     public var subscriptions: SubscriptionSet { localSubscriptions.withLock { $0.set } }
 
-    /// What this node asks `peer` for: its own subscriptions and those its other
-    /// neighbours asked it for, so that it carries changes for a neighbour whose
+    /// What this node asks `peer` for: its own subscriptions and those of the nodes it
+    /// relays for (`InterestTable`), so that it carries changes for a node whose
     /// subscriptions its own do not cover (A and C subscribed to cars sync through a
-    /// B subscribed to boats). Neighbours ask the same of theirs, so interest spreads
-    /// along every path of the mesh; it never goes back to the peer it came from.
-    public func upstreamSubscriptions(for peer: SiteID) -> SubscriptionSet {
-        var set = subscriptions
-        guard configuration.relayForNeighbours else { return set }
-        let others = neighbourInterest.withLock { $0.filter { $0.key != peer }.map(\.value) }
-        for theirs in others {
-            for entry in theirs.entries { _ = try? set.add(query: entry.query, arguments: entry.arguments) }
+    /// B subscribed to boats); and the statements of those nodes, its own first, for the
+    /// peer to pass on in its turn. Nodes do the same with theirs, so interest spreads
+    /// along every path of the mesh; it never goes back to a peer that alone brought it.
+    public func upstream(for peer: SiteID) -> InterestTable.Upstream {
+        let (own, generation) = localSubscriptions.withLock { ($0.set, $0.generation) }
+        let stated = InterestTable.Stated(origin: store.siteID, generation: generation, subscriptions: own)
+        guard configuration.relayForNeighbours else { return InterestTable.Upstream(subscriptions: own, interests: [stated]) }
+        return interest.withLock { table in
+            InterestTable.Upstream(subscriptions: table.upstream(own: own, for: peer), interests: table.stated(own: stated, for: peer))
         }
-        return set
     }
 
-    /// Everything this node carries, for itself and for its neighbours: what decides
-    /// whether a remote transaction is whole here (PROTOCOL.md §8.8).
+    /// The subscriptions of `upstream(for:)`.
+    public func upstreamSubscriptions(for peer: SiteID) -> SubscriptionSet { upstream(for: peer).subscriptions }
+
+    /// Everything this node carries, for itself and for the nodes it relays for: what
+    /// decides whether a remote transaction is whole here (PROTOCOL.md §8.8).
     public var carriedSubscriptions: SubscriptionSet {
         var set = subscriptions
-        for theirs in neighbourInterest.withLock({ Array($0.values) }) {
+        for theirs in interest.withLock({ $0.carried }) {
             for entry in theirs.entries { _ = try? set.add(query: entry.query, arguments: entry.arguments) }
         }
         return set
@@ -277,41 +293,75 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// Records what `site` asks for now, replacing what it asked before. Its Subscribe
-    /// is its own subscriptions and those of the neighbours beyond it, so a narrower one
-    /// means nothing behind it wants the rest any more: the sets this node sends
-    /// upstream narrow with it, and their streams go on from the wider sets' cursors
-    /// (`SyncStore.resumePoint(peer:subscriptions:)`), with nothing sent again. A
-    /// neighbour that leaves is not forgotten then: its interest is kept, saved, across
-    /// its reconnects and this node's restarts, so the sets sent upstream (and the
-    /// cursors keyed by them) stay the same, until it has been away longer than the
-    /// compaction horizon (`forgetInterest(of:)`). Sessions resubscribe when a set
-    /// they send upstream changes. Returns the neighbour's interest when it changed (to save).
-    func noteInterest(of site: SiteID, _ set: SubscriptionSet) -> SubscriptionSet? {
-        let changed = neighbourInterest.withLock { interest -> SubscriptionSet? in
-            guard interest[site]?.key != set.key else { return nil }
-            interest[site] = set
-            return set
+    /// Records a Subscribe of the neighbour `site`: the statements it lists, or, from a
+    /// neighbour that lists none, its whole set (`InterestTable.learn`). A newer statement
+    /// of an origin replaces the older one, so a narrower set means nothing there wants
+    /// the rest any more: the sets this node sends upstream narrow with it, and their
+    /// streams go on from the wider sets' cursors (`SyncStore.resumePoint(peer:subscriptions:)`),
+    /// with nothing sent again. A node that leaves is not forgotten then: its interest is
+    /// kept, saved, across reconnects and this node's restarts, so the sets sent upstream
+    /// (and the cursors keyed by them) stay the same, until it has not been heard of for
+    /// longer than the compaction horizon (`forgetInterest`). Sessions resubscribe when
+    /// what they send upstream changes. Returns the entries that changed, to save.
+    func noteInterest(
+        of site: SiteID, subscriptions set: SubscriptionSet, interests: [InterestTable.Stated]?
+    ) -> [SiteID: SavedInterest] {
+        let horizon = interestHorizon.withLock { $0 }
+        let fresh = horizon == nil ? [:] : freshness.entries
+        let now = HybridLogicalClock.systemMilliseconds()
+        let (saved, shows) = interest.withLock { table -> ([SiteID: SavedInterest], Bool) in
+            let (changed, shows) = table.learn(from: site, subscriptions: set, interests: interests) { origin, generation in
+                guard let horizon else { return false }
+                return Self.isStale(generation: generation, heard: fresh[origin], horizon: horizon, now: now)
+            }
+            var saved: [SiteID: SavedInterest] = [:]
+            for origin in changed {
+                guard let entry = table.entries[origin] else { continue }
+                saved[origin] = SavedInterest(
+                    filter: entry.subscriptions.filter, generation: entry.generation, heardFrom: entry.heardFrom.sorted())
+            }
+            return (saved, shows)
         }
-        if changed != nil { subscriptionChanges.publish(0) }
-        return changed
+        if shows { subscriptionChanges.publish(0) }
+        return saved
     }
 
-    /// Forgets what these neighbours asked for, here and in the store, unless they are
-    /// connected (they have been away longer than the compaction horizon: they resync
-    /// when they return), and returns those it knew. Sessions resubscribe upstream with
-    /// the narrower sets, from the wider sets' cursors.
-    public func forgetInterest(of sites: [SiteID]) async throws(StoreError) -> [SiteID] {
-        let away = sites.filter { !registry.isConnected(site: $0) }
-        let forgotten = neighbourInterest.withLock { interest in away.filter { interest.removeValue(forKey: $0) != nil } }
+    /// Whether a statement of `generation` (an origin's clock) is older than the horizon,
+    /// and nothing heard of its origin since (`heard`: this node's freshness for it, Unix ms).
+    static func isStale(generation: UInt64, heard: UInt64?, horizon: UInt64, now: UInt64) -> Bool {
+        generation != 0 && max(HybridTimestamp(rawValue: generation).milliseconds, heard ?? 0) &+ horizon < now
+    }
+
+    /// Forgets what these nodes asked for, here and in the store: those of `sites` (peers
+    /// away longer than the compaction horizon: they resync when they return) unless
+    /// connected, and every origin whose statement is older than `horizon` with nothing
+    /// heard of it since (its freshness here, PROTOCOL.md §8.10) and not connected: it
+    /// left the mesh, or its part of it, that long ago. Returns those it knew. Sessions
+    /// resubscribe upstream with the narrower sets, from the wider sets' cursors.
+    public func forgetInterest(of sites: [SiteID], horizon: Duration? = nil) async throws(StoreError) -> [SiteID] {
+        let away = Set(sites.filter { !registry.isConnected(site: $0) })
+        let horizonMillis = horizon.map { UInt64($0.components.seconds) * 1000 + UInt64($0.components.attoseconds / 1_000_000_000_000_000) }
+        if let horizonMillis { interestHorizon.withLock { $0 = horizonMillis } }
+        let fresh = freshness.entries
+        let now = HybridLogicalClock.systemMilliseconds()
+        let forgotten = interest.withLock { table in
+            table.forget { origin, entry in
+                if away.contains(origin) { return true }
+                guard let horizonMillis, !registry.isConnected(site: origin) else { return false }
+                return Self.isStale(generation: entry.generation, heard: fresh[origin], horizon: horizonMillis, now: now)
+            }
+        }
         guard !forgotten.isEmpty else { return [] }
-        try await store.forgetNeighbourInterest(forgotten)
+        try await store.saveInterest([:], forgetting: forgotten)
         subscriptionChanges.publish(0)
         return forgotten
     }
 
-    /// What each neighbour asks this node for, connected or away.
-    public var neighbourInterests: [SiteID: SubscriptionSet] { neighbourInterest.withLock { $0 } }
+    /// What the nodes this node relays for asked for, by origin, connected or away.
+    public var relayedInterest: [SiteID: InterestTable.Entry] { interest.withLock { $0.entries } }
+
+    /// What each node this node relays for asks it for, connected or away.
+    public var neighbourInterests: [SiteID: SubscriptionSet] { interest.withLock { $0.entries.mapValues(\.subscriptions) } }
 
     /// Every session and dial target, for status.
     public func peers() -> [PeerSnapshot] {

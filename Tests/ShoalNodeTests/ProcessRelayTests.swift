@@ -52,6 +52,42 @@ extension ProcessSuites {
         #expect(b.log().contains("resuming sync after the peer's sequence") || b.log().contains("syncing from the start of the peer's log"))
     }
 
+    /// A ring of four processes, all subscribed to boats: D subscribes to cars with
+    /// `shoal subscribe`, and every node's peers then serve cars for it; once D
+    /// unsubscribes, no node is served cars by any peer any more, round the ring both
+    /// ways, and a car written then stays where it was written.
+    @Test func aQueryDroppedInARingIsForgottenAllRoundIt() throws {
+        let dirs = TemporaryDirectory(prefix: "shoal-ring")
+        defer { dirs.remove() }
+        let boats = ["--subscribe", "SELECT * FROM boats"]
+        let a = try NodeProcess(name: "a", dataDirectory: dirs.path + "/a", extra: boats)
+        let b = try NodeProcess(name: "b", dataDirectory: dirs.path + "/b", extra: boats + ["--peer", a.address])
+        let c = try NodeProcess(name: "c", dataDirectory: dirs.path + "/c", extra: boats + ["--peer", b.address])
+        let d = try NodeProcess(name: "d", dataDirectory: dirs.path + "/d", extra: boats + ["--peer", c.address, "--peer", a.address])
+        let nodes = [a, b, c, d]
+        // The queries each node's peers send it, and the interest it keeps of nodes away.
+        func served(_ node: NodeProcess) throws -> Set<String> {
+            let list = try node.status()["subscriptions"] as? [[String: Any]] ?? []
+            return Set(list.filter { $0["origin"] as? String != "local" }.compactMap { $0["query"] as? String })
+        }
+        #expect(try eventually(30) { try nodes.allSatisfy { try ProcessMeshTests.peers($0).filter { $0["state"] as? String == "connected" }.count == 2 } })
+        let subscribe = try ShoalBinary.run(["subscribe", "--node", d.address, "SELECT * FROM cars"])
+        #expect(subscribe.status == 0, "\(subscribe.stderr)")
+        // B, two hops from D either way, is asked for cars by both its neighbours.
+        #expect(try eventually(30) { try served(b).contains("SELECT * FROM cars") })
+        let unsubscribe = try ShoalBinary.run(["unsubscribe", "--node", d.address, "SELECT * FROM cars"])
+        #expect(unsubscribe.status == 0, "\(unsubscribe.stderr)")
+        #expect(try eventually(30) { try nodes.allSatisfy { try served($0) == ["SELECT * FROM boats"] } }, "no node is asked for cars")
+        Thread.sleep(forTimeInterval: 1)
+        #expect(try nodes.allSatisfy { try served($0) == ["SELECT * FROM boats"] }, "and nothing brings it back round")
+        #expect(try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'late'}); INSERT INTO boats DOCUMENTS ({'_id': 'marker'})").status == 0)
+        #expect(try eventually { try ProcessMeshTests.documents(c, "SELECT * FROM boats").count == 1 })
+        Thread.sleep(forTimeInterval: 0.5)
+        for node in [b, c, d] {
+            #expect(try ProcessMeshTests.documents(node, "SELECT * FROM cars").isEmpty, "the car stayed on A")
+        }
+    }
+
     /// A – B – C, B subscribed to boats, C to cars. C leaves: B relays cars for it
     /// still, and `status` lists its interest as away; once C has been away longer
     /// than B's compaction horizon, B forgets it and asks A for boats alone, from where
@@ -84,7 +120,7 @@ extension ProcessSuites {
                 i += 1
                 return try away(b).isEmpty
             })
-        #expect(b.log().contains("no longer relaying for neighbours not heard from"))
+        #expect(b.log().contains("no longer relaying for nodes not heard of"))
         #expect(try a.exec("INSERT INTO cars DOCUMENTS ({'_id': 'late'}); INSERT INTO boats DOCUMENTS ({'_id': 'marker'})").status == 0)
         #expect(try eventually { try ProcessMeshTests.documents(b, "SELECT * FROM boats").contains { $0["_id"] as? String == "marker" } })
         #expect(try ProcessMeshTests.documents(b).map { $0["_id"] as? String } == ["first"], "the late car stayed on A")

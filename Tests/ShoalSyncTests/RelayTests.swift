@@ -56,7 +56,7 @@ import Testing
                 Set(b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.map(\.query)) == [Self.boats, Self.cars]
             })
             // Saved, not only noted.
-            #expect(try await InProcessMesh.eventually { try b.store.savedNeighbourInterest()[c.sync.siteID] != nil })
+            #expect(try await InProcessMesh.eventually { try b.store.savedInterest()[c.sync.siteID] != nil })
         }
         b.stop()
         b = try TestNode(name: "b", subscriptions: [Self.boats], directory: dir)
@@ -116,6 +116,51 @@ import Testing
         }
     }
 
+    /// A ring of four: D's query reaches every node along both ways round, and comes
+    /// back round to D's neighbours from the far side. Once D drops it, every node stops
+    /// asking for it: each node states its own interest with a generation, a newer
+    /// statement replaces an older one wherever it arrives, and nobody passes the old
+    /// one round again (`InterestTable`). Interest with no origin would keep the dropped
+    /// query asked for round the ring for ever.
+    @Test func aQueryDroppedInARingIsForgottenAllRoundIt() async throws {
+        let nodes = try ["a", "b", "c", "d"].map { try TestNode(name: $0, subscriptions: [Self.boats]) }
+        defer { nodes.forEach { $0.remove() } }
+        let (a, b, c, d) = (nodes[0], nodes[1], nodes[2], nodes[3])
+        let ring = [(a, b), (b, c), (c, d), (d, a)]
+        @Sendable func asked(_ node: TestNode, of peer: TestNode) -> Set<String> {
+            Set(node.sync.upstreamSubscriptions(for: peer.sync.siteID).entries.map(\.query))
+        }
+        // What the node asks, and what the peer serves it (its Subscribe has arrived).
+        @Sendable func served(_ node: TestNode, by peer: TestNode) -> Set<String>? {
+            peer.sync.peers().first { $0.siteID == node.sync.siteID && $0.state == "connected" }.map { Set($0.subscriptions.map(\.query)) }
+        }
+        @Sendable func everyLinkAsks(_ queries: Set<String>) -> Bool {
+            ring.allSatisfy { x, y in
+                asked(x, of: y) == queries && asked(y, of: x) == queries && served(x, by: y) == queries && served(y, by: x) == queries
+            }
+        }
+        try await MeshLineTests.withLinks(ring[...]) {
+            try d.sync.subscribe(Self.cars)
+            // B is two hops from D either way: it asks both its neighbours for D's cars.
+            #expect(try await InProcessMesh.eventually { asked(b, of: a).contains(Self.cars) && asked(b, of: c).contains(Self.cars) })
+            _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'early'})")
+            #expect(try await InProcessMesh.eventually { try await Self.count(d, Self.cars) == 1 })
+
+            _ = d.sync.unsubscribe(Self.cars)
+            #expect(try await InProcessMesh.eventually { everyLinkAsks([Self.boats]) }, "no node asks any other for cars")
+            // And it stays so: nothing brings the old statement back round.
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(everyLinkAsks([Self.boats]))
+            #expect(nodes.allSatisfy { node in node.sync.relayedInterest.values.allSatisfy { $0.subscriptions.entries.map(\.query) == [Self.boats] } })
+            _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'late'}); INSERT INTO boats DOCUMENTS ({'_id': 'marker'})")
+            #expect(try await InProcessMesh.eventually { try await Self.count(c, Self.boats) == 1 })
+            try await Task.sleep(for: .milliseconds(300))
+            for node in [b, c, d] {
+                #expect(try await Self.count(node, "SELECT * FROM cars WHERE _id = 'late'") == 0, "the late car stayed on A")
+            }
+        }
+    }
+
     /// A neighbour away is relayed for until it is forgotten (the node does so when it
     /// has been away longer than the compaction horizon); forgotten, its interest is
     /// gone from the store too, and a connected neighbour is never forgotten.
@@ -126,7 +171,7 @@ import Testing
         let c = try TestNode(name: "c", subscriptions: [Self.cars])
         defer { a.remove(); b.remove(); c.remove() }
         try await InProcessMesh.withLink(c.sync, b.sync) { [b] () async throws in
-            #expect(try await InProcessMesh.eventually { try b.store.savedNeighbourInterest()[c.sync.siteID] != nil })
+            #expect(try await InProcessMesh.eventually { try b.store.savedInterest()[c.sync.siteID] != nil })
             #expect(try await b.sync.forgetInterest(of: [c.sync.siteID]).isEmpty, "connected: kept")
         }
         #expect(try await InProcessMesh.eventually { !b.sync.isConnected(to: c.sync.siteID) })

@@ -212,7 +212,7 @@ import Testing
         var m = Self.machine(window: 2)
         #expect(m.handle(.logAdvanced(50), now: 0).isEmpty, "nothing asked for yet")
         let subscribed = m.handle(.received(Self.subscribe(Self.cars, generation: 1)), now: 1)
-        guard case .peerSubscribed(let set)? = subscribed.first, let r1 = Self.pageRequest(subscribed) else {
+        guard case .peerSubscribed(let set, nil)? = subscribed.first, let r1 = Self.pageRequest(subscribed) else {
             Issue.record("expected peerSubscribed and a page read, got \(subscribed)")
             return
         }

@@ -55,14 +55,11 @@ import Testing
         func raiseLog(above sequence: UInt64, peer: SiteID) async throws(StoreError) -> UInt64? {
             try await base.raiseLog(above: sequence, peer: peer)
         }
-        func savedNeighbourInterest() throws(StoreError) -> [SiteID: SubscriptionFilter] {
-            try base.savedNeighbourInterest()
+        func savedInterest() throws(StoreError) -> [SiteID: SavedInterest] {
+            try base.savedInterest()
         }
-        func saveNeighbourInterest(_ site: SiteID, _ filter: SubscriptionFilter) async throws(StoreError) {
-            try await base.saveNeighbourInterest(site, filter)
-        }
-        func forgetNeighbourInterest(_ sites: [SiteID]) async throws(StoreError) {
-            try await base.forgetNeighbourInterest(sites)
+        func saveInterest(_ interest: [SiteID: SavedInterest], forgetting: [SiteID]) async throws(StoreError) {
+            try await base.saveInterest(interest, forgetting: forgetting)
         }
         func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
             base.notePeerHolding(peer, through: through, subscriptions: subscriptions)

@@ -542,6 +542,34 @@ import CompressNIO
                     return s
                 }())),
             Definition(
+                path: "v4/subscribe-interests.hex",
+                comment: """
+                    Subscribe (type 0x06), version 4, from a relay subscribed to boats that carries cars for
+                    node c3: subscriptions ["SELECT * FROM boats", "SELECT * FROM cars"], resume_after 40,
+                    generation 2, interests [{origin 0x0123456789abcdef (the sender), generation
+                    0x018bcfe568000000 (its clock at 1700000000000 ms), ["SELECT * FROM boats"]}, {origin 0xc3,
+                    generation 0x018bcfe56c000002, ["SELECT * FROM cars"]}], continues true: only what it says of
+                    c3 changed, the publisher's stream goes on (PROTOCOL.md 8.2).
+                    """,
+                message: .subscribe({
+                    var s = Shoal_V1_Subscribe()
+                    s.subscriptions = [subscription("SELECT * FROM boats"), subscription("SELECT * FROM cars")]
+                    s.resumeAfter = 40
+                    s.generation = 2
+                    s.interests = [
+                        (0x0123_4567_89ab_cdef, 0x018b_cfe5_6800_0000, "SELECT * FROM boats"),
+                        (0xc3, 0x018b_cfe5_6c00_0002, "SELECT * FROM cars"),
+                    ].map { (origin: UInt64, generation: UInt64, query: String) in
+                        var i = Shoal_V1_Interest()
+                        i.origin = origin
+                        i.generation = generation
+                        i.subscriptions = [subscription(query)]
+                        return i
+                    }
+                    s.continues = true
+                    return s
+                }())),
+            Definition(
                 path: "v4/route-update.hex",
                 comment: """
                     RouteUpdate (type 0x0D), version 4: routes {lazy_by_default true, exceptions

@@ -374,11 +374,40 @@ public nonisolated struct Shoal_V1_Subscribe: Sendable {
   /// Clears the value of `routes`. Subsequent reads from it will return its default value.
   public mutating func clearRoutes() {self._routes = nil}
 
+  /// Version 4: the interest of each node the sender carries changes for, its own
+  /// first (PROTOCOL.md section 8.2). Absent: the sender's subscriptions are its own.
+  public var interests: [Shoal_V1_Interest] = []
+
+  /// Version 4: the sender wants nothing sent again: its subscriptions are those of the
+  /// Subscribe the publisher serves, and only its interests or routes changed. A
+  /// publisher serving that set without include_own_transactions goes on from where its
+  /// stream is (PROTOCOL.md section 8.2).
+  public var continues: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _routes: Shoal_V1_Routes? = nil
+}
+
+/// Version 4. What one node of the mesh subscribes to for itself, and when it said so
+/// (PROTOCOL.md section 8.2): a higher generation of the same origin replaces a lower.
+public nonisolated struct Shoal_V1_Interest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var origin: UInt64 = 0
+
+  /// The origin's hybrid logical clock when it stated this set (section 5.3).
+  public var generation: UInt64 = 0
+
+  public var subscriptions: [Shoal_V1_Subscription] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 /// Version 4. What a subscriber asks one publisher for: every origin's transactions in
@@ -2118,7 +2147,7 @@ nonisolated extension Shoal_V1_Ping: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
 nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Subscribe"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subscriptions\0\u{3}resume_after\0\u{1}generation\0\u{3}include_own_transactions\0\u{3}origin_through\0\u{3}origin_through_timestamp\0\u{3}origin_through_index\0\u{1}routes\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}subscriptions\0\u{3}resume_after\0\u{1}generation\0\u{3}include_own_transactions\0\u{3}origin_through\0\u{3}origin_through_timestamp\0\u{3}origin_through_index\0\u{1}routes\0\u{1}interests\0\u{1}continues\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2134,6 +2163,8 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
       case 6: try { try decoder.decodeSingularFixed64Field(value: &self.originThroughTimestamp) }()
       case 7: try { try decoder.decodeSingularUInt32Field(value: &self.originThroughIndex) }()
       case 8: try { try decoder.decodeSingularMessageField(value: &self._routes) }()
+      case 9: try { try decoder.decodeRepeatedMessageField(value: &self.interests) }()
+      case 10: try { try decoder.decodeSingularBoolField(value: &self.continues) }()
       default: break
       }
     }
@@ -2168,6 +2199,12 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
     try { if let v = self._routes {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
     } }()
+    if !self.interests.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.interests, fieldNumber: 9)
+    }
+    if self.continues != false {
+      try visitor.visitSingularBoolField(value: self.continues, fieldNumber: 10)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2180,6 +2217,48 @@ nonisolated extension Shoal_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.originThroughTimestamp != rhs.originThroughTimestamp {return false}
     if lhs.originThroughIndex != rhs.originThroughIndex {return false}
     if lhs._routes != rhs._routes {return false}
+    if lhs.interests != rhs.interests {return false}
+    if lhs.continues != rhs.continues {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_Interest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Interest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}origin\0\u{1}generation\0\u{1}subscriptions\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularFixed64Field(value: &self.origin) }()
+      case 2: try { try decoder.decodeSingularFixed64Field(value: &self.generation) }()
+      case 3: try { try decoder.decodeRepeatedMessageField(value: &self.subscriptions) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.origin != 0 {
+      try visitor.visitSingularFixed64Field(value: self.origin, fieldNumber: 1)
+    }
+    if self.generation != 0 {
+      try visitor.visitSingularFixed64Field(value: self.generation, fieldNumber: 2)
+    }
+    if !self.subscriptions.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.subscriptions, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_Interest, rhs: Shoal_V1_Interest) -> Bool {
+    if lhs.origin != rhs.origin {return false}
+    if lhs.generation != rhs.generation {return false}
+    if lhs.subscriptions != rhs.subscriptions {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

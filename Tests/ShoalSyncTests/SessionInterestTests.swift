@@ -1,0 +1,124 @@
+import ShoalCRDT
+import ShoalStore
+import ShoalSync
+import ShoalWire
+import Testing
+
+/// What a version 4 Subscribe says of the nodes the subscriber relays for, both roles,
+/// with no transport (PROTOCOL.md §8.2, `interests` and `continues`).
+@Suite struct SessionInterestTests {
+    typealias T = SessionStateMachineTests
+    static let other = SiteID(0x77)
+
+    static func upstream(_ set: SubscriptionSet, _ stated: [(SiteID, UInt64, SubscriptionSet)]) -> InterestTable.Upstream {
+        InterestTable.Upstream(
+            subscriptions: set, interests: stated.map { InterestTable.Stated(origin: $0.0, generation: $0.1, subscriptions: $0.2) })
+    }
+
+    static func subscribe(_ actions: [SessionStateMachine.Action]) -> Shoal_V1_Subscribe? {
+        for case .subscribe(let s) in T.sent(actions) { return s }
+        return nil
+    }
+
+    // MARK: subscriber
+
+    @Test func statementsGoWithTheSubscribeAndOnlyANewOneSendsAnother() {
+        var m = SessionRoutesTests.machine()
+        let first = Self.upstream(T.cars, [(T.peer, 1, T.cars), (Self.other, 5, T.cars)])
+        _ = m.handle(.upstreamChanged(first, fromStart: false), now: 0)
+        guard let s1 = Self.subscribe(m.handle(.cursorRead(T.cars, resumeAfter: 0), now: 1)) else {
+            Issue.record("no Subscribe")
+            return
+        }
+        #expect(s1.interests.map(\.origin) == [T.peer.rawValue, Self.other.rawValue])
+        #expect(s1.interests.map(\.generation) == [1, 5] && !s1.continues)
+        // Only a generation newer: the peer would learn nothing, nothing is sent.
+        let restated = Self.upstream(T.cars, [(T.peer, 2, T.cars), (Self.other, 5, T.cars)])
+        #expect(m.handle(.upstreamChanged(restated, fromStart: false), now: 2).isEmpty)
+        // Another node's set changed, this node's set did not: a Subscribe that continues.
+        let narrowed = Self.upstream(T.cars, [(T.peer, 2, T.cars), (Self.other, 6, SubscriptionSet())])
+        guard case .readCursor? = m.handle(.upstreamChanged(narrowed, fromStart: false), now: 3).first,
+            let s2 = Self.subscribe(m.handle(.cursorRead(T.cars, resumeAfter: 9), now: 4))
+        else {
+            Issue.record("no second Subscribe")
+            return
+        }
+        #expect(s2.continues && s2.generation == 2 && s2.resumeAfter == 9 && s2.interests[1].subscriptions.isEmpty)
+        // A resubscribe (routes overflowed) starts the stream again: it never continues.
+        _ = m.handle(.resubscribe, now: 5)
+        let s3 = Self.subscribe(m.handle(.cursorRead(T.cars, resumeAfter: 4), now: 6))
+        #expect(s3?.continues == false && s3?.resumeAfter == 4)
+        // A new set does not continue either.
+        let wider = T.set("SELECT * FROM cars", "SELECT * FROM boats")
+        _ = m.handle(.upstreamChanged(Self.upstream(wider, [(T.peer, 3, wider)]), fromStart: false), now: 7)
+        #expect(Self.subscribe(m.handle(.cursorRead(wider, resumeAfter: 0), now: 8))?.continues == false)
+    }
+
+    @Test func aVersion3SessionListsNoStatements() {
+        var m = SessionRoutesTests.machine(version: 3)
+        _ = m.handle(.upstreamChanged(Self.upstream(T.cars, [(T.peer, 1, T.cars)]), fromStart: false), now: 0)
+        let s = Self.subscribe(m.handle(.cursorRead(T.cars, resumeAfter: 0), now: 1))
+        #expect(s != nil && s?.interests.isEmpty == true)
+    }
+
+    // MARK: publisher
+
+    static func subscribeMessage(
+        generation: UInt64, resumeAfter: UInt64, continues: Bool, interests: [SessionMessage.Interest]? = nil
+    ) -> SessionMessage {
+        guard case .subscribe(var s) = T.subscribe(T.cars, generation: generation, resumeAfter: resumeAfter) else {
+            return T.subscribe(T.cars, generation: generation)
+        }
+        s.continues = continues
+        s.interests = interests
+        return .subscribe(s)
+    }
+
+    @Test func aSubscribeThatContinuesLeavesTheStreamWhereItIs() {
+        var m = SessionRoutesTests.machine()
+        let interests = [SessionMessage.Interest(origin: T.peer, generation: 1, subscriptions: [])]
+        let first = m.handle(.received(Self.subscribeMessage(generation: 1, resumeAfter: 0, continues: false, interests: interests)), now: 0)
+        guard case .peerSubscribed(_, let stated)? = first.first(where: { if case .peerSubscribed = $0 { true } else { false } }) else {
+            Issue.record("no peerSubscribed: \(first)")
+            return
+        }
+        #expect(stated?.map(\.origin) == [T.peer])
+        let r1 = SessionRoutesTests.pageRequest(m.handle(.logAdvanced(50), now: 1)) ?? SessionRoutesTests.pageRequest(first)
+        guard let r1 else {
+            Issue.record("no page read")
+            return
+        }
+        let read = m.handle(.pageRead(ChangeLogPage(pieces: [T.piece(1)], through: 20), ticket: r1.ticket), now: 2)
+        #expect(T.sent(read).count == 1, "one batch through 20")
+        // Continues: no page read from its resume_after; the next batch answers generation 2.
+        let continued = m.handle(.received(Self.subscribeMessage(generation: 2, resumeAfter: 5, continues: true)), now: 3)
+        let r2 = SessionRoutesTests.pageRequest(continued) ?? SessionRoutesTests.pageRequest(read)
+        #expect(r2?.after == 20, "goes on after 20, not from 5")
+        // Does not continue: read again from its resume_after.
+        let restarted = m.handle(.received(Self.subscribeMessage(generation: 3, resumeAfter: 5, continues: false)), now: 4)
+        #expect(SessionRoutesTests.pageRequest(restarted)?.after == 5)
+    }
+
+    @Test func statementsAndRoutesAreBounded() {
+        var m = SessionRoutesTests.machine()
+        let many = (1...4_097).map { SessionMessage.Interest(origin: SiteID(UInt64($0)), generation: 1, subscriptions: []) }
+        let over = m.handle(.received(Self.subscribeMessage(generation: 1, resumeAfter: 0, continues: false, interests: many)), now: 0)
+        #expect(T.closed(over)??.code == .limitExceeded)
+
+        var zero = SessionRoutesTests.machine()
+        let origin0 = [SessionMessage.Interest(origin: SiteID(0), generation: 1, subscriptions: [])]
+        let refused = zero.handle(.received(Self.subscribeMessage(generation: 1, resumeAfter: 0, continues: false, interests: origin0)), now: 0)
+        #expect(T.closed(refused)??.code == .protocolViolation)
+
+        var routed = SessionRoutesTests.machine()
+        _ = routed.handle(.received(Self.subscribeMessage(generation: 1, resumeAfter: 0, continues: false)), now: 0)
+        let exceptions = Set((1...65_537).map { SiteID(UInt64($0)) })
+        let tooMany = routed.handle(.received(.routeUpdate(RouteTable.Routes(lazyByDefault: true, exceptions: exceptions))), now: 1)
+        #expect(T.closed(tooMany)??.code == .limitExceeded)
+        var fine = SessionRoutesTests.machine()
+        _ = fine.handle(.received(Self.subscribeMessage(generation: 1, resumeAfter: 0, continues: false)), now: 0)
+        let atLimit = fine.handle(
+            .received(.routeUpdate(RouteTable.Routes(lazyByDefault: true, exceptions: Set((1...65_536).map { SiteID(UInt64($0)) })))), now: 1)
+        #expect(T.closed(atLimit) == nil)
+    }
+}
