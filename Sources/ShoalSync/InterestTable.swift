@@ -16,9 +16,15 @@ public import ShoalStore
 ///       g above what is kept of O   ──► O's set replaced; heard from N only
 ///       g equal                     ──► heard from N too
 ///       g below                     ──► ignored: a newer statement replaced it
-///   a Subscribe of N that no longer lists O ──► O no longer heard from N (kept: O is away)
 ///   O not heard of for longer than the compaction horizon ──► forgotten (`forget`)
 /// ```
+///
+/// A Subscribe to a peer lists this node's own statement and those the peer has not
+/// told it of at their generation (the peer holds those already), so in a complete mesh
+/// each statement crosses each link about once; and one is sent only when it would tell
+/// the peer something new (`Upstream.tellsNothingNew`). A statement a neighbour leaves
+/// out is therefore not a sign that it stopped carrying it: what it carried is kept
+/// until a newer statement, or the horizon, replaces it.
 ///
 /// A newer statement replaces an older one wherever it arrives, so a narrower set
 /// reaches every node whatever the cycles, and nothing passes a stale one back over it.
@@ -38,10 +44,11 @@ public struct InterestTable: Sendable, Hashable {
             self.interests = interests
         }
 
-        /// Whether a Subscribe of `other` would tell the peer nothing new: the same set,
-        /// the same origins with the same sets (generations aside).
-        public func sameContent(as other: Upstream) -> Bool {
-            subscriptions.key == other.subscriptions.key && InterestTable.sameContent(interests, other.interests)
+        /// Whether a Subscribe of this would tell the peer nothing that `sent` did not:
+        /// the same set, and each origin with the set `sent` listed for it (generations
+        /// aside; a statement left out, the peer holds already).
+        public func tellsNothingNew(since sent: Upstream) -> Bool {
+            subscriptions.key == sent.subscriptions.key && InterestTable.nothingNew(in: interests, since: sent.interests)
         }
     }
 
@@ -63,8 +70,8 @@ public struct InterestTable: Sendable, Hashable {
     public struct Entry: Sendable, Hashable {
         public var subscriptions: SubscriptionSet
         public var generation: UInt64
-        /// The neighbours whose latest Subscribe listed this generation (or, with
-        /// generation 0, the neighbour itself); empty: none of them now.
+        /// The neighbours that listed this generation (or, with generation 0, the
+        /// neighbour itself): they carry it, and hold it.
         public var heardFrom: Set<SiteID>
 
         public init(subscriptions: SubscriptionSet, generation: UInt64, heardFrom: Set<SiteID>) {
@@ -114,9 +121,7 @@ public struct InterestTable: Sendable, Hashable {
             }
             return (changed, view != before)
         }
-        var listed = Set<SiteID>()
         for stated in interests where stated.origin != local && stated.origin.rawValue != 0 {
-            listed.insert(stated.origin)
             if var entry = entries[stated.origin] {
                 if stated.generation > entry.generation {
                     entry = Entry(subscriptions: stated.subscriptions, generation: stated.generation, heardFrom: [neighbour])
@@ -139,12 +144,6 @@ public struct InterestTable: Sendable, Hashable {
                 changed.insert(stated.origin)
             }
         }
-        for (origin, entry) in entries where !listed.contains(origin) && entry.heardFrom.contains(neighbour) {
-            // A neighbour that used to state nothing is now listed by itself (above); any
-            // other origin it no longer lists is no longer heard from it.
-            entries[origin]!.heardFrom.remove(neighbour)
-            changed.insert(origin)
-        }
         return (changed, view != before)
     }
 
@@ -165,11 +164,11 @@ public struct InterestTable: Sendable, Hashable {
     }
 
     /// What a Subscribe to `peer` lists: this node's own statement first, then every
-    /// origin it relays for that the peer did not alone tell it of, by origin. Origins
-    /// that state nothing are listed with generation 0.
+    /// origin it relays for but the peer's own and those the peer told it of (it holds
+    /// them), by origin. Origins that state nothing are listed with generation 0.
     public func stated(own: Stated, for peer: SiteID) -> [Stated] {
         [own]
-            + entries.sorted(by: { $0.key < $1.key }).filter { asked($0.key, $0.value, of: peer) }.map {
+            + entries.sorted(by: { $0.key < $1.key }).filter { $0.key != peer && !$0.value.heardFrom.contains(peer) }.map {
                 Stated(origin: $0.key, generation: $0.value.generation, subscriptions: $0.value.subscriptions)
             }
     }
@@ -184,8 +183,11 @@ public struct InterestTable: Sendable, Hashable {
         return gone
     }
 
-    /// Compares two lists of statements as a peer sees them: origins and sets, not generations.
-    public static func sameContent(_ a: [Stated], _ b: [Stated]) -> Bool {
-        a.count == b.count && zip(a, b).allSatisfy { $0.origin == $1.origin && $0.subscriptions.key == $1.subscriptions.key }
+    /// Whether `list` holds no origin with another set than `sent` listed for it
+    /// (generations aside): an origin `sent` left out, or listed with another set, is new.
+    public static func nothingNew(in list: [Stated], since sent: [Stated]) -> Bool {
+        var told: [SiteID: String] = [:]
+        for stated in sent { told[stated.origin] = stated.subscriptions.key }
+        return list.allSatisfy { told[$0.origin] == $0.subscriptions.key }
     }
 }

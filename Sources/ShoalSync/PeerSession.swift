@@ -383,6 +383,10 @@ struct PeerSession: Sendable {
             }
             group.addTask { [engine] in
                 for await _ in subscriptionChanges {
+                    // Changes that come together (a mesh forming, statements arriving from
+                    // every neighbour) make one Subscribe: the feed keeps the newest while
+                    // this waits, and what to ask is read after.
+                    try? await Task.sleep(for: SyncEngine.upstreamSettle)
                     input.yield(.event(.upstreamChanged(engine.upstream(for: peer.siteID), fromStart: false)))
                 }
                 return .other

@@ -86,10 +86,14 @@ public enum SessionMessage: Sendable, Hashable {
             self.subscriptions = subscriptions
         }
 
+        /// `stated`, its subscriptions without their `id` (a receiver computes its own,
+        /// PROTOCOL.md §8.2): a relay lists many of them.
         public init(_ stated: InterestTable.Stated) {
             self.init(
                 origin: stated.origin, generation: stated.generation,
-                subscriptions: stated.subscriptions.entries.map(Subscription.init))
+                subscriptions: stated.subscriptions.entries.map {
+                    Subscription(id: "", query: $0.query, arguments: .success($0.arguments))
+                })
         }
     }
 

@@ -57,19 +57,29 @@ extension SessionStateMachine {
             /// The statements it listed; nil: none.
             var interests: [InterestTable.Stated]? = nil
 
-            /// Whether a Subscribe of `set` and `interests` would tell the peer nothing new.
-            func asks(_ set: SubscriptionSet, _ interests: [InterestTable.Stated]?) -> Bool {
-                subscriptions.key == set.key && Subscriber.same(self.interests, interests)
-            }
         }
 
-        /// Two lists of statements as the peer sees them (origins and sets, not generations).
-        static func same(_ a: [InterestTable.Stated]?, _ b: [InterestTable.Stated]?) -> Bool {
-            switch (a, b) {
-            case (nil, nil): true
-            case (let a?, let b?): InterestTable.sameContent(a, b)
-            default: false
-            }
+        /// The set of each origin this session last listed to the peer (its key): the
+        /// peer keeps what it was told, so a statement is listed again only when its
+        /// origin's set has changed since.
+        private var told: [SiteID: String] = [:]
+
+        /// Whether a Subscribe of `set` and `interests` would tell the peer nothing that
+        /// `latest` and the statements listed before did not.
+        private func tellsNothingNew(_ set: SubscriptionSet, _ interests: [InterestTable.Stated]?, after latest: SubscribedState) -> Bool {
+            guard latest.subscriptions.key == set.key else { return false }
+            guard let interests else { return latest.interests == nil }
+            return latest.interests != nil && interests.allSatisfy { told[$0.origin] == $0.subscriptions.key }
+        }
+
+        /// What a Subscribe lists of `interests`: this node's own statement (the first),
+        /// then those not listed to the peer before in this session.
+        private mutating func unsaid(_ interests: [InterestTable.Stated]?) -> [InterestTable.Stated]? {
+            guard let interests else { return nil }
+            let list = interests.enumerated().filter { $0.offset == 0 || told[$0.element.origin] != $0.element.subscriptions.key }
+                .map(\.element)
+            for stated in list { told[stated.origin] = stated.subscriptions.key }
+            return list
         }
 
         /// Whether a Subscribe asks for this node's own transactions back, and how far that got.
@@ -137,7 +147,7 @@ extension SessionStateMachine {
                 return []
             }
             // A change elsewhere (a neighbour's interest) may leave what this peer is told as it was.
-            if !fromStart, let latest, latest.asks(set, interests) { return [] }
+            if !fromStart, let latest, tellsNothingNew(set, interests, after: latest) { return [] }
             state = .awaitingCursor(AwaitingCursorState(latest: latest, interests: interests, restart: fromStart))
             return [.readCursor(set, fromStart: fromStart)]
         }
@@ -185,9 +195,9 @@ extension SessionStateMachine {
             let subscribe = SessionMessage.Subscribe(
                 subscriptions: set.entries.map(SessionMessage.Subscription.init), resumeAfter: resumeAfter,
                 generation: sent.generation, includeOwnTransactions: includeOwn, originHistory: held,
-                routes: includeOwn ? nil : routes, interests: configuration.hasRoutes ? interests : nil, continues: continues)
+                routes: includeOwn ? nil : routes, interests: configuration.hasRoutes ? unsaid(interests) : nil, continues: continues)
             var actions: [Action] = [.send(.subscribe(subscribe))]
-            if let waiting = next, waiting.fromStart || waiting.restart || !sent.asks(waiting.subscriptions, waiting.interests) {
+            if let waiting = next, waiting.fromStart || waiting.restart || !tellsNothingNew(waiting.subscriptions, waiting.interests, after: sent) {
                 state = .awaitingCursor(
                     AwaitingCursorState(latest: sent, interests: waiting.interests, restart: waiting.fromStart || waiting.restart))
                 actions.append(.readCursor(waiting.subscriptions, fromStart: waiting.fromStart))

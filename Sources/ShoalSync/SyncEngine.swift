@@ -273,6 +273,10 @@ public final class SyncEngine: Sendable {
         }
     }
 
+    /// How long a session waits after a change of what it asks its peer for before it
+    /// reads it, so that changes arriving together make one Subscribe.
+    static let upstreamSettle: Duration = .milliseconds(50)
+
     /// The subscriptions of `upstream(for:)`.
     public func upstreamSubscriptions(for peer: SiteID) -> SubscriptionSet { upstream(for: peer).subscriptions }
 

@@ -55,15 +55,32 @@ import Testing
         #expect(table.entries[Self.me] == nil)
     }
 
-    @Test func aNeighbourThatNoLongerListsAnOriginNoLongerCarriesItButItIsKept() {
+    @Test func aStatementLeftOutIsStillCarriedAndNotToldBackToWhoHoldsIt() {
         var table = InterestTable(local: Self.me)
         _ = table.learn(from: Self.n1, subscriptions: Self.set(), interests: [Self.stated(Self.n1, 5), Self.stated(Self.o, 7, Self.cars)])
+        // n1 leaves O out now (it lists only what this node lacks): still carried by n1.
         let result = table.learn(from: Self.n1, subscriptions: Self.set(), interests: [Self.stated(Self.n1, 5)])
-        #expect(result.changed == [Self.o] && result.shows)
-        #expect(table.entries[Self.o]?.heardFrom == [], "away: still relayed for, until forgotten")
-        #expect(Self.queries(table.upstream(own: Self.set(), for: Self.n1)) == [Self.cars])
+        #expect(result.changed.isEmpty && !result.shows)
+        #expect(table.entries[Self.o]?.heardFrom == [Self.n1])
+        #expect(Self.queries(table.upstream(own: Self.set(), for: Self.n1)).isEmpty, "n1 carries O itself")
+        #expect(Self.queries(table.upstream(own: Self.set(), for: Self.n2)) == [Self.cars])
+        let own = Self.stated(Self.me, 1)
+        #expect(table.stated(own: own, for: Self.n1).map(\.origin) == [Self.me], "n1 holds O's statement: not told back")
+        #expect(table.stated(own: own, for: Self.n2).map(\.origin) == [Self.me, Self.n1, Self.o])
+        // n2 tells it of O too: n2 is no longer told of O either.
+        _ = table.learn(from: Self.n2, subscriptions: Self.set(), interests: [Self.stated(Self.n2, 2), Self.stated(Self.o, 7, Self.cars)])
+        #expect(table.stated(own: own, for: Self.n2).map(\.origin) == [Self.me, Self.n1])
         #expect(table.forget { origin, _ in origin == Self.o } == [Self.o])
-        #expect(table.upstream(own: Self.set(), for: Self.n1).isEmpty)
+        #expect(table.upstream(own: Self.set(), for: Self.n2).isEmpty)
+    }
+
+    @Test func aListThatOnlyLeavesOutWhatThePeerHoldsTellsItNothingNew() {
+        let cars = Self.stated(Self.o, 7, Self.cars)
+        let own = Self.stated(Self.me, 1, Self.boats)
+        #expect(InterestTable.nothingNew(in: [own], since: [own, cars]))
+        #expect(InterestTable.nothingNew(in: [Self.stated(Self.me, 2, Self.boats), cars], since: [own, cars]), "a generation alone")
+        #expect(!InterestTable.nothingNew(in: [own, Self.stated(Self.o, 8)], since: [own, cars]), "a new set")
+        #expect(!InterestTable.nothingNew(in: [own, Self.stated(Self.n1, 3)], since: [own, cars]), "a new origin")
     }
 
     @Test func aGenerationAloneChangesNothingAPeerSees() {

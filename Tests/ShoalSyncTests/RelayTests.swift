@@ -134,9 +134,11 @@ import Testing
         @Sendable func served(_ node: TestNode, by peer: TestNode) -> Set<String>? {
             peer.sync.peers().first { $0.siteID == node.sync.siteID && $0.state == "connected" }.map { Set($0.subscriptions.map(\.query)) }
         }
+        // A link the machine starved long enough to close (a loaded test run) serves nothing.
         @Sendable func everyLinkAsks(_ queries: Set<String>) -> Bool {
             ring.allSatisfy { x, y in
-                asked(x, of: y) == queries && asked(y, of: x) == queries && served(x, by: y) == queries && served(y, by: x) == queries
+                asked(x, of: y) == queries && asked(y, of: x) == queries
+                    && (served(x, by: y) ?? queries) == queries && (served(y, by: x) ?? queries) == queries
             }
         }
         try await MeshLineTests.withLinks(ring[...]) {
@@ -147,7 +149,13 @@ import Testing
             #expect(try await InProcessMesh.eventually { try await Self.count(d, Self.cars) == 1 })
 
             _ = d.sync.unsubscribe(Self.cars)
-            #expect(try await InProcessMesh.eventually { everyLinkAsks([Self.boats]) }, "no node asks any other for cars")
+            let settled = await InProcessMesh.eventually { everyLinkAsks([Self.boats]) }
+            #expect(settled, "no node asks any other for cars")
+            if !settled {
+                for (x, y) in ring + ring.map({ ($1, $0) }) {
+                    print("\(x.sync.configuration.nodeName) asks \(y.sync.configuration.nodeName) for \(asked(x, of: y)), served \(served(x, by: y) ?? [])")
+                }
+            }
             // And it stays so: nothing brings the old statement back round.
             try await Task.sleep(for: .milliseconds(300))
             #expect(everyLinkAsks([Self.boats]))

@@ -44,6 +44,9 @@ import Testing
             return
         }
         #expect(s2.continues && s2.generation == 2 && s2.resumeAfter == 9 && s2.interests[1].subscriptions.isEmpty)
+        // A list that only leaves out what the peer holds (it told this node of it) sends nothing.
+        let shorter = Self.upstream(T.cars, [(T.peer, 2, T.cars)])
+        #expect(m.handle(.upstreamChanged(shorter, fromStart: false), now: 5).isEmpty)
         // A resubscribe (routes overflowed) starts the stream again: it never continues.
         _ = m.handle(.resubscribe, now: 5)
         let s3 = Self.subscribe(m.handle(.cursorRead(T.cars, resumeAfter: 4), now: 6))
@@ -52,6 +55,24 @@ import Testing
         let wider = T.set("SELECT * FROM cars", "SELECT * FROM boats")
         _ = m.handle(.upstreamChanged(Self.upstream(wider, [(T.peer, 3, wider)]), fromStart: false), now: 7)
         #expect(Self.subscribe(m.handle(.cursorRead(wider, resumeAfter: 0), now: 8))?.continues == false)
+    }
+
+    /// Found by `ProcessRelayTests.aQueryDroppedInARingIsForgottenAllRoundIt`: a node's
+    /// set that goes back to one it had is news to a peer told the set between.
+    @Test func aSetThatGoesBackToAnEarlierOneIsListedAgain() {
+        var m = SessionRoutesTests.machine()
+        let boats = T.set("SELECT * FROM boats"), both = T.set("SELECT * FROM boats", "SELECT * FROM cars")
+        var generation: UInt64 = 1
+        func send(_ theirs: SubscriptionSet, _ set: SubscriptionSet) -> Shoal_V1_Subscribe? {
+            generation += 1
+            _ = m.handle(.upstreamChanged(Self.upstream(set, [(T.peer, 1, T.cars), (Self.other, generation, theirs)]), fromStart: false), now: generation)
+            return Self.subscribe(m.handle(.cursorRead(set, resumeAfter: 0), now: generation))
+        }
+        #expect(send(boats, T.cars)?.interests.count == 2)
+        #expect(send(both, both)?.interests.map(\.origin) == [T.peer.rawValue, Self.other.rawValue])
+        let back = send(boats, T.cars)
+        #expect(back?.interests.map(\.origin) == [T.peer.rawValue, Self.other.rawValue], "boats again: the peer holds cars and boats")
+        #expect(back?.interests.last?.subscriptions.map(\.query) == ["SELECT * FROM boats"])
     }
 
     @Test func aVersion3SessionListsNoStatements() {
