@@ -60,8 +60,8 @@ extension DocumentStore {
         }
     }
 
-    /// Saves the interest of these origins, replacing what was saved of them, and
-    /// forgets that of `forgetting`.
+    /// Saves the interest of these origins, replacing what was saved of them unless
+    /// that was of a higher generation (saves may cross), and forgets that of `forgetting`.
     public func saveInterest(_ interest: [SiteID: SavedInterest], forgetting: [SiteID]) async throws(StoreError) {
         guard !interest.isEmpty || !forgetting.isEmpty else { return }
         try await write { db in
@@ -76,6 +76,7 @@ extension DocumentStore {
                         INSERT INTO neighbour_interest (site, subscriptions, generation, heard_from) VALUES (?, ?, ?, ?)
                         ON CONFLICT (site) DO UPDATE SET subscriptions = excluded.subscriptions,
                             generation = excluded.generation, heard_from = excluded.heard_from
+                        WHERE excluded.generation >= neighbour_interest.generation
                         """,
                     arguments: [
                         Int64(bitPattern: site.rawValue), text.canonicalJSON, Int64(bitPattern: saved.generation),

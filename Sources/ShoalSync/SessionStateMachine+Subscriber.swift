@@ -72,6 +72,18 @@ extension SessionStateMachine {
             return latest.interests != nil && interests.allSatisfy { told[$0.origin] == $0.subscriptions.key }
         }
 
+        /// The peer's Subscribe listed these statements: it holds at least them, so what
+        /// this session remembers listing to it gives way to them. A set of the peer's
+        /// that is not the one this node would list (it learned an older statement
+        /// elsewhere, or listed one back) is listed to it again, at once.
+        mutating func peerListed(_ statements: [InterestTable.Stated]) -> [Action] {
+            for stated in statements { told[stated.origin] = stated.subscriptions.key }
+            guard case .subscribed(let latest) = state, !tellsNothingNew(latest.subscriptions, latest.interests, after: latest) else {
+                return []
+            }
+            return subscriptionsChanged(to: latest.subscriptions, interests: latest.interests, fromStart: false)
+        }
+
         /// What a Subscribe lists of `interests`: this node's own statement (the first),
         /// then those not listed to the peer before in this session.
         private mutating func unsaid(_ interests: [InterestTable.Stated]?) -> [InterestTable.Stated]? {
@@ -138,6 +150,8 @@ extension SessionStateMachine {
         mutating func subscriptionsChanged(
             to set: SubscriptionSet, interests: [InterestTable.Stated]? = nil, fromStart: Bool
         ) -> [Action] {
+            // A version 3 peer takes no statements: only the set tells it anything.
+            let interests = configuration.hasRoutes ? interests : nil
             if case .awaitingCursor(var waiting) = state {
                 // One Subscribe at a time: the highest generation always carries the newest set.
                 waiting.next = Request(
@@ -156,9 +170,9 @@ extension SessionStateMachine {
         mutating func resubscribe() -> [Action] {
             guard let latest else { return [] }
             if case .awaitingCursor(var waiting) = state {
-                var next = waiting.next ?? Request(subscriptions: latest.subscriptions, interests: latest.interests, fromStart: false)
-                next.restart = true
-                waiting.next = next
+                // The Subscribe whose cursor is being read, or the one waiting after it,
+                // starts the stream again: not `latest`, which they replace.
+                if waiting.next != nil { waiting.next!.restart = true } else { waiting.restart = true }
                 state = .awaitingCursor(waiting)
                 return []
             }

@@ -301,7 +301,9 @@ public struct SessionStateMachine: Sendable {
     private mutating func received(_ message: SessionMessage, now: UInt64) throws(SyncError) -> [Action] {
         switch message {
         case .subscribe(let request):
-            return try publisher.subscribed(request)
+            let actions = try publisher.subscribed(request)
+            for case .peerSubscribed(_, let listed?) in actions { return actions + subscriber.peerListed(listed) }
+            return actions
         case .ack(let ack):
             return try publisher.acknowledged(ack)
         case .ping(let ping):

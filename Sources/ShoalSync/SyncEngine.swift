@@ -76,10 +76,14 @@ public final class SyncEngine: Sendable {
         self.advertisedListen = Locked(configuration.listenAddress)
         self.freshness = Freshness(site: store.siteID)
         self.routing = Routing(enabled: configuration.routes)
-        localSubscriptions.withLock { $0.generation = store.clock.tick().rawValue }
         var kept: [SiteID: InterestTable.Entry] = [:]
+        // This node states its set anew at start, above any generation it stated before
+        // (saved under its own site): a clock that went back must not date it lower.
+        var stated = store.clock.tick().rawValue
         do {
-            for (site, saved) in try store.savedInterest() {
+            let saved = try store.savedInterest()
+            if let before = saved[store.siteID]?.generation { stated = max(stated, before &+ 1) }
+            for (site, saved) in saved where site != store.siteID {
                 // A saved query this version no longer parses is left out, as a neighbour
                 // asking for it now would be refused.
                 var set = SubscriptionSet()
@@ -95,6 +99,22 @@ public final class SyncEngine: Sendable {
                 metadata: ["shoal.error": "\(error)"])
         }
         self.interest = Locked(InterestTable(local: store.siteID, entries: kept))
+        localSubscriptions.withLock { $0.generation = stated }
+        saveOwnStatement()
+    }
+
+    /// Saves the generation this node last stated its set under, so that a restart
+    /// states it above (`neighbour_interest`, under its own site).
+    private func saveOwnStatement() {
+        let (set, generation) = localSubscriptions.withLock { ($0.set, $0.generation) }
+        let own = SavedInterest(filter: set.filter, generation: generation, heardFrom: [])
+        Task { [store, logger] in
+            do {
+                try await store.saveInterest([store.siteID: own], forgetting: [])
+            } catch {
+                logger.warning("could not save the generation of this node's subscriptions", metadata: ["shoal.error": "\(error)"])
+            }
+        }
     }
 
     /// Where this node accepts connections, as Hello tells peers: the configured
@@ -209,7 +229,10 @@ public final class SyncEngine: Sendable {
             if handle { state.handles[entry.id, default: []].insert(state.nextToken) } else { state.direct.insert(entry.id) }
             return (state.set.key != before, state.nextToken)
         }
-        if changed { subscriptionChanges.publish(0) }
+        if changed {
+            saveOwnStatement()
+            subscriptionChanges.publish(0)
+        }
         return (entry, token)
     }
 
@@ -225,7 +248,10 @@ public final class SyncEngine: Sendable {
             state.handles[removed.id] = nil
             return removed
         }
-        if removed != nil { subscriptionChanges.publish(0) }
+        if removed != nil {
+            saveOwnStatement()
+            subscriptionChanges.publish(0)
+        }
         return removed
     }
 
@@ -252,7 +278,10 @@ public final class SyncEngine: Sendable {
             state.generation = max(state.generation + 1, stated)
             return true
         }
-        if removed { subscriptionChanges.publish(0) }
+        if removed {
+            saveOwnStatement()
+            subscriptionChanges.publish(0)
+        }
     }
 
     /// This node's own subscriptions.
@@ -313,6 +342,10 @@ public final class SyncEngine: Sendable {
         let horizon = interestHorizon.withLock { $0 }
         let fresh = horizon == nil ? [:] : freshness.entries
         let now = HybridLogicalClock.systemMilliseconds()
+        // A statement dated beyond the clock drift a write may have is not taken: it would
+        // outrank every later statement of its origin, and never grow old.
+        let latest = now &+ store.clock.maximumDrift
+        let interests = interests?.filter { HybridTimestamp(rawValue: $0.generation).milliseconds <= latest }
         let (saved, shows) = interest.withLock { table -> ([SiteID: SavedInterest], Bool) in
             let (changed, shows) = table.learn(from: site, subscriptions: set, interests: interests) { origin, generation in
                 guard let horizon else { return false }
@@ -350,7 +383,10 @@ public final class SyncEngine: Sendable {
         let now = HybridLogicalClock.systemMilliseconds()
         let forgotten = interest.withLock { table in
             table.forget { origin, entry in
-                if away.contains(origin) { return true }
+                // A peer whose position expired: what it stated itself as a neighbour (or,
+                // asked outright, whatever it stated). A statement of its own that came by
+                // other nodes lives on while they speak of it (freshness, below).
+                if away.contains(origin), entry.generation == 0 || horizonMillis == nil { return true }
                 guard let horizonMillis, !registry.isConnected(site: origin) else { return false }
                 return Self.isStale(generation: entry.generation, heard: fresh[origin], horizon: horizonMillis, now: now)
             }

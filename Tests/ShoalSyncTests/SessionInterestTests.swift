@@ -75,6 +75,49 @@ import Testing
         #expect(back?.interests.last?.subscriptions.map(\.query) == ["SELECT * FROM boats"])
     }
 
+    /// The peer lists an origin's set other than the one this node would list (it
+    /// learned an older statement elsewhere): this node lists its own again at once.
+    @Test func aPeerThatListsAnotherSetIsToldAgain() {
+        var m = SessionRoutesTests.machine()
+        let cars = Self.upstream(T.cars, [(T.peer, 1, T.cars), (Self.other, 5, T.cars)])
+        _ = m.handle(.upstreamChanged(cars, fromStart: false), now: 0)
+        #expect(Self.subscribe(m.handle(.cursorRead(T.cars, resumeAfter: 0), now: 1))?.interests.count == 2)
+        let older = [SessionMessage.Interest(origin: Self.other, generation: 4, subscriptions: [])]
+        let actions = m.handle(.received(Self.subscribeMessage(generation: 1, resumeAfter: 0, continues: false, interests: older)), now: 2)
+        guard actions.contains(where: { if case .readCursor = $0 { true } else { false } }) else {
+            Issue.record("no new Subscribe: \(actions)")
+            return
+        }
+        let again = Self.subscribe(m.handle(.cursorRead(T.cars, resumeAfter: 0), now: 3))
+        #expect(again?.continues == true && again?.interests.last?.origin == Self.other.rawValue)
+        #expect(again?.interests.last?.subscriptions.map(\.query) == ["SELECT * FROM cars"])
+    }
+
+    /// A resubscribe while a cursor is read restarts that Subscribe; it does not send the
+    /// older set after it.
+    @Test func aResubscribeWhileACursorIsReadRestartsThatSubscribe() {
+        var m = SessionRoutesTests.machine()
+        _ = m.handle(.upstreamChanged(Self.upstream(T.cars, [(T.peer, 1, T.cars)]), fromStart: false), now: 0)
+        _ = m.handle(.cursorRead(T.cars, resumeAfter: 0), now: 1)
+        let wider = T.set("SELECT * FROM cars", "SELECT * FROM boats")
+        guard case .readCursor? = m.handle(.upstreamChanged(Self.upstream(wider, [(T.peer, 2, wider)]), fromStart: false), now: 2).first else {
+            Issue.record("no cursor read for the wider set")
+            return
+        }
+        #expect(m.handle(.resubscribe, now: 3).isEmpty)
+        let sent = m.handle(.cursorRead(wider, resumeAfter: 7), now: 4)
+        #expect(Self.subscribe(sent)?.continues == false && Self.subscribe(sent)?.subscriptions.count == 2)
+        #expect(!sent.contains { if case .readCursor = $0 { true } else { false } }, "not the older set after it")
+    }
+
+    /// A version 3 peer hears only of the set: statements that change alone send nothing.
+    @Test func aVersion3PeerIsNotResubscribedForStatements() {
+        var m = SessionRoutesTests.machine(version: 3)
+        _ = m.handle(.upstreamChanged(Self.upstream(T.cars, [(T.peer, 1, T.cars)]), fromStart: false), now: 0)
+        _ = m.handle(.cursorRead(T.cars, resumeAfter: 0), now: 1)
+        #expect(m.handle(.upstreamChanged(Self.upstream(T.cars, [(T.peer, 1, T.cars), (Self.other, 3, T.cars)]), fromStart: false), now: 2).isEmpty)
+    }
+
     @Test func aVersion3SessionListsNoStatements() {
         var m = SessionRoutesTests.machine(version: 3)
         _ = m.handle(.upstreamChanged(Self.upstream(T.cars, [(T.peer, 1, T.cars)]), fromStart: false), now: 0)
