@@ -30,6 +30,10 @@ enum FaultKind: String, CaseIterable, Sendable {
     case disk
     /// One node started with a smaller frame and document size limit than the others.
     case limits
+    /// `shoal subscribe` on a node to a collection it does not hold (one of the
+    /// workload's, or one nobody writes), and `shoal unsubscribe` 1 to 10 s later: the
+    /// mesh's relays widen and narrow for it while everything else goes on.
+    case interest
 
     /// The known bug this fault finds on the code as it is, not fixed yet: `--skip-known`
     /// leaves it out, as CI does. Remove the entry with the fix, so CI runs the fault again.
@@ -53,6 +57,7 @@ enum FaultKind: String, CaseIterable, Sendable {
         case .skew: 2
         case .disk: 1
         case .limits: 0
+        case .interest: 2
         }
     }
 }
@@ -227,6 +232,30 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
             }
         case .limits:
             break
+        case .interest:
+            guard let node = freeNode(&random) else { return }
+            let held = cluster.nodes[node].collections
+            let others = workload.universe.names.filter { !held.contains($0) }
+            let collection = others.randomElement(using: &random) ?? "unwritten"
+            let query = "SELECT * FROM \(collection)"
+            let seconds = Double.random(in: 1...10, using: &random)
+            let client = cluster.client(node, timeout: 10)
+            do {
+                _ = try await withTimeout(10) { try await client.subscribe(query) }
+                recorder.fault("interest", "n\(node) subscribes to \(collection) for \(String(format: "%.1f", seconds)) s")
+            } catch {
+                recorder.say("n\(node) could not subscribe to \(collection): \(error)")
+                return
+            }
+            later(seconds, "unsubscribe", node: node) { [self] in
+                do {
+                    _ = try await withTimeout(10) { [cluster] in try await cluster.client(node, timeout: 10).unsubscribe(query) }
+                    recorder.say("n\(node) unsubscribed from \(collection)")
+                } catch {
+                    recorder.say("n\(node) could not unsubscribe from \(collection): \(error)")
+                }
+                release(node: node)
+            }
         }
     }
 
