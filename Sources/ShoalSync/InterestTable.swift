@@ -22,7 +22,8 @@ public import ShoalStore
 /// A Subscribe to a peer lists this node's own statement and those the peer has not
 /// told it of at their generation (the peer holds those already), so in a complete mesh
 /// each statement crosses each link about once; and one is sent only when it would tell
-/// the peer something new (`Upstream.tellsNothingNew`). A statement a neighbour leaves
+/// the peer something new (`SessionStateMachine.Subscriber`, which remembers per session
+/// what it listed of each origin). A statement a neighbour leaves
 /// out is therefore not a sign that it stopped carrying it: what it carried is kept
 /// until a newer statement, or the horizon, replaces it.
 ///
@@ -42,13 +43,6 @@ public struct InterestTable: Sendable, Hashable {
         public init(subscriptions: SubscriptionSet, interests: [Stated]) {
             self.subscriptions = subscriptions
             self.interests = interests
-        }
-
-        /// Whether a Subscribe of this would tell the peer nothing that `sent` did not:
-        /// the same set, and each origin with the set `sent` listed for it (generations
-        /// aside; a statement left out, the peer holds already).
-        public func tellsNothingNew(since sent: Upstream) -> Bool {
-            subscriptions.key == sent.subscriptions.key && InterestTable.nothingNew(in: interests, since: sent.interests)
         }
     }
 
@@ -181,13 +175,5 @@ public struct InterestTable: Sendable, Hashable {
         let gone = entries.filter { body($0.key, $0.value) }.keys.sorted()
         for origin in gone { entries[origin] = nil }
         return gone
-    }
-
-    /// Whether `list` holds no origin with another set than `sent` listed for it
-    /// (generations aside): an origin `sent` left out, or listed with another set, is new.
-    public static func nothingNew(in list: [Stated], since sent: [Stated]) -> Bool {
-        var told: [SiteID: String] = [:]
-        for stated in sent { told[stated.origin] = stated.subscriptions.key }
-        return list.allSatisfy { told[$0.origin] == $0.subscriptions.key }
     }
 }

@@ -74,15 +74,6 @@ import Testing
         #expect(table.upstream(own: Self.set(), for: Self.n2).isEmpty)
     }
 
-    @Test func aListThatOnlyLeavesOutWhatThePeerHoldsTellsItNothingNew() {
-        let cars = Self.stated(Self.o, 7, Self.cars)
-        let own = Self.stated(Self.me, 1, Self.boats)
-        #expect(InterestTable.nothingNew(in: [own], since: [own, cars]))
-        #expect(InterestTable.nothingNew(in: [Self.stated(Self.me, 2, Self.boats), cars], since: [own, cars]), "a generation alone")
-        #expect(!InterestTable.nothingNew(in: [own, Self.stated(Self.o, 8)], since: [own, cars]), "a new set")
-        #expect(!InterestTable.nothingNew(in: [own, Self.stated(Self.n1, 3)], since: [own, cars]), "a new origin")
-    }
-
     @Test func aGenerationAloneChangesNothingAPeerSees() {
         var table = InterestTable(local: Self.me)
         _ = table.learn(from: Self.n1, subscriptions: Self.set(), interests: [Self.stated(Self.o, 7, Self.cars)])
