@@ -1,5 +1,4 @@
 import ShoalCRDT
-import ShoalWire
 
 /// The AttachmentRequests a sync session could not answer from the store, on their
 /// way to the session's relaying task; at most `limit` are relayed at once, each
@@ -11,7 +10,7 @@ import ShoalWire
 final class AttachmentRelays: Sendable {
     /// A request, with the most bytes its answer may carry to this peer.
     struct Request: Sendable {
-        var message: Shoal_V1_AttachmentRequest
+        var message: SessionMessage.AttachmentRequest
         var limit: Int
     }
 

@@ -16,8 +16,8 @@ struct AttachmentRoute: Sendable, Equatable {
     /// The sites the request passed through, the asker last.
     let path: [SiteID]
 
-    init(via: [UInt64], asker: SiteID) {
-        var path = via.map(SiteID.init)
+    init(via: [SiteID], asker: SiteID) {
+        var path = via
         if !path.contains(asker) { path.append(asker) }
         self.path = path
     }

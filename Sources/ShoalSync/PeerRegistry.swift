@@ -71,7 +71,7 @@ final class PeerRegistry: Sendable {
         var snapshot: PeerSnapshot
         var close: (@Sendable () async -> Void)?
         /// Sends on an established sync session (for requests such as attachment fetches).
-        var send: (@Sendable (WireMessage) async throws -> Void)?
+        var send: (@Sendable (SessionMessage) async throws -> Void)?
     }
 
     private struct State {
@@ -102,12 +102,12 @@ final class PeerRegistry: Sendable {
         }
     }
 
-    func setSender(_ id: Int, _ send: @escaping @Sendable (WireMessage) async throws -> Void) {
+    func setSender(_ id: Int, _ send: @escaping @Sendable (SessionMessage) async throws -> Void) {
         state.withLock { $0.records[id]?.send = send }
     }
 
     /// The senders of every connected sync session, with the peer's site.
-    func connectedSenders() -> [(site: SiteID, send: @Sendable (WireMessage) async throws -> Void)] {
+    func connectedSenders() -> [(site: SiteID, send: @Sendable (SessionMessage) async throws -> Void)] {
         state.withLock { s in
             s.records.values.compactMap { r in
                 guard r.snapshot.state == "connected", let site = r.snapshot.siteID, let send = r.send else { return nil }

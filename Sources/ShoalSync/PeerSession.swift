@@ -52,13 +52,13 @@ struct PeerSession: Sendable {
         self.watchdog = SharedAdminWatchdog(idleTimeout: engine.configuration.idleTimeout)
     }
 
-    func send(_ message: WireMessage) async throws {
-        try await send(codec.encode(message), deltas: Self.deltaCount(message))
-    }
-
     /// Sends a message of the session's machine, in its wire form (`SessionCodec`).
     func send(_ message: SessionMessage) async throws {
         try await send(message.wire)
+    }
+
+    private func send(_ message: WireMessage) async throws {
+        try await send(codec.encode(message), deltas: Self.deltaCount(message))
     }
 
     /// Sends a batch of pieces read for the peer, written straight into its frame.
@@ -140,13 +140,8 @@ struct PeerSession: Sendable {
 
     /// The deltas a frame carries, for the per-link counts in status.
     static func deltaCount(_ message: WireMessage) -> UInt64? {
-        func count(_ pieces: [Shoal_V1_TransactionPiece]) -> UInt64 {
-            pieces.reduce(0) { sum, piece in sum + piece.documents.reduce(0) { $0 + UInt64($1.deltas.count) } }
-        }
-        switch message {
-        case .transactionPieces(let answer): return answer.hasPiece ? count([answer.piece]) : nil
-        default: return nil
-        }
+        guard case .transactionPieces(let answer) = message, answer.hasPiece else { return nil }
+        return answer.piece.documents.reduce(0) { $0 + UInt64($1.deltas.count) }
     }
 
     func run<Inbound: AsyncSequence & Sendable>(inbound: Inbound) async throws -> PeerIdentity?
@@ -535,8 +530,7 @@ struct PeerSession: Sendable {
         case .answerTransactionRequest(let request, let subscriptions):
             try await answer(
                 request, subscriptions: subscriptions, encoding: PieceCodec.DeltaEncoding(version: peer.version), limits: peer.limits)
-        case .answerAttachmentRequest(let message):
-            let request = message.wire
+        case .answerAttachmentRequest(let request):
             let limit = Int(min(request.maxLength, SyncEngine.chunkSize(frameLimit: peer.limits.framePayload)))
             let chunk = try await engine.answer(request, limit: limit)
             // Bytes the node lacks are fetched beside this loop; "not found" when too many are.
@@ -544,7 +538,7 @@ struct PeerSession: Sendable {
                 try await send(.attachmentChunk(chunk))
             }
         case .deliverAttachmentChunk(let chunk):
-            engine.deliver(chunk.wire)
+            engine.deliver(chunk)
         case .checkLogEnd(let resumeAfter):
             _ = try await engine.store.raiseLog(above: resumeAfter, peer: peer.siteID)
         case .checkHistory(let held):
@@ -601,24 +595,17 @@ struct PeerSession: Sendable {
         let pieces = try await engine.store.transactionPieces(
             request.transaction, subscriptions: subscriptions, collections: Set(request.collections),
             byteLimit: min(engine.configuration.batchBytes, fitter.limit))
-        var answer = Shoal_V1_TransactionPieces()
-        answer.requestID = request.requestID
         guard !pieces.isEmpty else {
-            try await send(.transactionPieces(answer))
+            try await send(.transactionPieces(SessionMessage.TransactionPieces(requestID: request.requestID, encoded: nil)))
             return
         }
-        answer.found = true
-        func filled(_ piece: TransactionPiece) -> Shoal_V1_TransactionPieces {
-            var filled = answer
-            let (wire, filters) = PieceCodec.encode([piece], receiver: subscriptions.filter, encoding: encoding)
-            filled.piece = wire[0]
-            filled.filters = filters
-            return filled
+        func answer(_ piece: TransactionPiece) -> SessionMessage.TransactionPieces {
+            SessionMessage.TransactionPieces(requestID: request.requestID, piece: piece, receiver: subscriptions.filter, encoding: encoding)
         }
         for piece in pieces {
             // One piece in, so every group out is one piece.
-            let groups = fitter.fit([piece]) { group in (try? filled(group[0]).serializedBytes() as [UInt8])?.count ?? .max }
-            for group in groups { try await send(.transactionPieces(filled(group[0]))) }
+            let groups = fitter.fit([piece]) { group in answer(group[0]).encodedSize }
+            for group in groups { try await send(.transactionPieces(answer(group[0]))) }
         }
     }
 }

@@ -23,9 +23,14 @@ extension SessionMessage {
                 TransactionRequest(
                     requestID: r.requestID, transaction: TransactionID(origin: SiteID(r.originSite), sequence: r.originSequence),
                     collections: r.collections))
-        case .transactionPieces(let p): self = .transactionPieces(TransactionPieces(wire: p))
-        case .attachmentRequest(let r): self = .attachmentRequest(AttachmentRequest(wire: r))
-        case .attachmentChunk(let c): self = .attachmentChunk(AttachmentChunk(wire: c))
+        case .transactionPieces(let p): self = .transactionPieces(TransactionPieces(requestID: p.requestID, encoded: p.found ? p : nil))
+        case .attachmentRequest(let r):
+            self = .attachmentRequest(
+                AttachmentRequest(requestID: r.requestID, hash: r.hash, offset: r.offset, maxLength: r.maxLength, via: r.via.map(SiteID.init)))
+        case .attachmentChunk(let c):
+            self = .attachmentChunk(
+                AttachmentChunk(
+                    requestID: c.requestID, hash: c.hash, found: c.found, offset: c.offset, totalLength: c.totalLength, data: Array(c.data)))
         case .error(let e): self = .error(SyncError(received: e))
         case .hello, .proof, .deltaBatch, .adminRequest, .adminResponse: return nil
         }
@@ -59,9 +64,34 @@ extension SessionMessage {
             wire.originSequence = r.transaction.sequence
             wire.collections = r.collections
             return .transactionRequest(wire)
-        case .transactionPieces(let p): return .transactionPieces(p.wire)
-        case .attachmentRequest(let r): return .attachmentRequest(r.wire)
-        case .attachmentChunk(let c): return .attachmentChunk(c.wire)
+        case .transactionPieces(let p):
+            guard var wire = p.encoded else {
+                var notFound = Shoal_V1_TransactionPieces()
+                notFound.requestID = p.requestID
+                return .transactionPieces(notFound)
+            }
+            wire.requestID = p.requestID
+            wire.found = true
+            return .transactionPieces(wire)
+        case .attachmentRequest(let r):
+            var wire = Shoal_V1_AttachmentRequest()
+            wire.requestID = r.requestID
+            wire.hash = r.hash
+            wire.offset = r.offset
+            wire.maxLength = r.maxLength
+            wire.via = r.via.map(\.rawValue)
+            return .attachmentRequest(wire)
+        case .attachmentChunk(let c):
+            var wire = Shoal_V1_AttachmentChunk()
+            wire.requestID = c.requestID
+            wire.hash = c.hash
+            wire.found = c.found
+            if c.found {
+                wire.offset = c.offset
+                wire.totalLength = c.totalLength
+                wire.data = Data(c.data)
+            }
+            return .attachmentChunk(wire)
         case .error(let error): return error.frame
         }
     }
@@ -153,14 +183,33 @@ extension SessionMessage.Ping {
 }
 
 extension SessionMessage.TransactionPieces {
+    /// The answer to request `requestID` carrying `piece`, encoded as a DeltaBatch's
+    /// pieces are for a receiver subscribed to `receiver`.
+    init(requestID: UInt64, piece: TransactionPiece, receiver: SubscriptionFilter, encoding: PieceCodec.DeltaEncoding) {
+        let (pieces, filters) = PieceCodec.encode([piece], receiver: receiver, encoding: encoding)
+        var wire = Shoal_V1_TransactionPieces()
+        wire.found = true
+        wire.piece = pieces[0]
+        wire.filters = filters
+        self.init(requestID: requestID, encoded: wire)
+    }
+
+    /// The size of the message's wire form, without the frame header.
+    var encodedSize: Int {
+        guard case .transactionPieces(let wire) = SessionMessage.transactionPieces(self).wire,
+            let bytes = try? wire.serializedBytes() as [UInt8]
+        else { return .max }
+        return bytes.count
+    }
+
     /// The answer's piece, checked and read as a DeltaBatch's are (PROTOCOL.md §8.5)
     /// against what this node asked for; nil when the peer found nothing.
     func pieces(
         receiver: SubscriptionFilter, collections: Set<String>, encoding: PieceCodec.DeltaEncoding
     ) throws(SyncError) -> [TransactionPiece]? {
-        guard wire.found, wire.hasPiece else { return nil }
+        guard let encoded, encoded.hasPiece else { return nil }
         return try PieceCodec.decode(
-            [wire.piece], filters: wire.filters, receiver: receiver, collections: collections, encoding: encoding,
+            [encoded.piece], filters: encoded.filters, receiver: receiver, collections: collections, encoding: encoding,
             what: "TransactionPieces")
     }
 }

@@ -177,25 +177,69 @@ public enum SessionMessage: Sendable, Hashable {
         }
     }
 
-    /// One frame of the answer to a TransactionRequest, read against the asker's
-    /// subscriptions when it arrives (`pieces(receiver:collections:encoding:)`).
+    /// One frame of the answer to a TransactionRequest: a piece of the transaction as
+    /// the answering node would stream it to the asker, or "not found". The piece stays
+    /// in its encoded form until it arrives: it is read against the asker's
+    /// subscriptions then (`pieces(receiver:collections:encoding:)`, `SessionCodec.swift`).
     public struct TransactionPieces: Sendable, Hashable {
-        package var wire: Shoal_V1_TransactionPieces
+        public var requestID: UInt64
+        /// The piece and its filters, encoded (`PieceCodec`); nil: the sender holds nothing of it.
+        package var encoded: Shoal_V1_TransactionPieces?
 
-        package init(wire: Shoal_V1_TransactionPieces) { self.wire = wire }
+        package init(requestID: UInt64, encoded: Shoal_V1_TransactionPieces?) {
+            self.requestID = requestID
+            self.encoded = encoded
+        }
     }
 
-    /// A request for part of an attachment's bytes, passed to the engine unread.
+    /// A request for part of an attachment's bytes (PROTOCOL.md §9).
     public struct AttachmentRequest: Sendable, Hashable {
-        package var wire: Shoal_V1_AttachmentRequest
+        public var requestID: UInt64
+        /// SHA-256 of the attachment's bytes, 64 lowercase hex digits.
+        public var hash: String
+        public var offset: UInt64
+        /// At most this many bytes are to come back.
+        public var maxLength: UInt32
+        /// The nodes the request passed through, the one that began the fetch first.
+        public var via: [SiteID]
 
-        package init(wire: Shoal_V1_AttachmentRequest) { self.wire = wire }
+        public init(requestID: UInt64, hash: String, offset: UInt64, maxLength: UInt32, via: [SiteID] = []) {
+            self.requestID = requestID
+            self.hash = hash
+            self.offset = offset
+            self.maxLength = maxLength
+            self.via = via
+        }
     }
 
-    /// Part of an attachment's bytes, passed to the engine unread.
+    /// Part of an attachment's bytes, or "not found" (`found` false, nothing else set).
     public struct AttachmentChunk: Sendable, Hashable {
-        package var wire: Shoal_V1_AttachmentChunk
+        public var requestID: UInt64
+        public var hash: String
+        public var found: Bool
+        public var offset: UInt64
+        public var totalLength: UInt64
+        public var data: [UInt8]
 
-        package init(wire: Shoal_V1_AttachmentChunk) { self.wire = wire }
+        public init(requestID: UInt64, hash: String, found: Bool, offset: UInt64 = 0, totalLength: UInt64 = 0, data: [UInt8] = []) {
+            self.requestID = requestID
+            self.hash = hash
+            self.found = found
+            self.offset = offset
+            self.totalLength = totalLength
+            self.data = data
+        }
+
+        /// The answer to `request` when the bytes are not held.
+        public static func notFound(_ request: AttachmentRequest) -> AttachmentChunk {
+            AttachmentChunk(requestID: request.requestID, hash: request.hash, found: false)
+        }
+
+        /// The answer to `request` with `bytes` from its offset, of an attachment of `total` bytes.
+        public static func found(_ request: AttachmentRequest, total: Int, bytes: [UInt8]) -> AttachmentChunk {
+            AttachmentChunk(
+                requestID: request.requestID, hash: request.hash, found: true, offset: request.offset, totalLength: UInt64(total),
+                data: bytes)
+        }
     }
 }

@@ -80,7 +80,7 @@ extension SyncEngine {
                     expected == nil || expected == total, writer.received + chunk.data.count <= total
                 else { break }  // a peer that does not hold it, or answers out of line: try the next
                 expected = total
-                try await writer.append(Array(chunk.data))
+                try await writer.append(chunk.data)
                 note(hash) { $0.staged = StagedBytes(blob: writer.blob, received: writer.received, total: total) }
                 progress(writer.received, total)
                 if writer.received >= total {
@@ -147,17 +147,17 @@ extension SyncEngine {
 
     /// The answer to an AttachmentRequest from this node's store: the bytes asked
     /// for, at most `limit` of them, or "not found".
-    func answer(_ request: Shoal_V1_AttachmentRequest, limit: Int) async throws(StoreError) -> Shoal_V1_AttachmentChunk {
+    func answer(_ request: SessionMessage.AttachmentRequest, limit: Int) async throws(StoreError) -> SessionMessage.AttachmentChunk {
         guard let offset = Int(exactly: request.offset),
             let held = try await store.attachmentChunk(hash: request.hash, offset: offset, maximum: limit)
-        else { return Self.notFound(request) }
-        return Self.found(request, total: held.total, bytes: held.bytes)
+        else { return .notFound(request) }
+        return .found(request, total: held.total, bytes: held.bytes)
     }
 
     /// Answers the AttachmentRequests a session hands over (`AttachmentRelays`), each
     /// as `relay` does, until the session ends.
     func serveRelays(
-        _ relays: AttachmentRelays, asker: SiteID, send: @escaping @Sendable (Shoal_V1_AttachmentChunk) async throws -> Void
+        _ relays: AttachmentRelays, asker: SiteID, send: @escaping @Sendable (SessionMessage.AttachmentChunk) async throws -> Void
     ) async {
         await withTaskGroup(of: Void.self) { group in
             for await request in relays.requests {
@@ -180,8 +180,8 @@ extension SyncEngine {
     /// without them, the wait ran out, or the request may not go further. A fetch this
     /// call started runs on to its end, so the node then holds what it carried.
     func relay(
-        _ request: Shoal_V1_AttachmentRequest, from asker: SiteID, limit: Int,
-        answer: @Sendable (Shoal_V1_AttachmentChunk) async throws -> Void
+        _ request: SessionMessage.AttachmentRequest, from asker: SiteID, limit: Int,
+        answer: @Sendable (SessionMessage.AttachmentChunk) async throws -> Void
     ) async {
         let hash = request.hash
         let deadline = ContinuousClock.now + configuration.attachmentRelayWait
@@ -189,7 +189,7 @@ extension SyncEngine {
         let decision = route.decide(
             local: siteID, connected: registry.connectedSenders().map(\.site), maximumPath: Self.attachmentRelayPath)
         guard AttachmentToken.isHash(hash), Int(exactly: request.offset) != nil, decision != .cycle else {
-            try? await answer(Self.notFound(request))
+            try? await answer(.notFound(request))
             return
         }
         // Follow the fetch running, or start one if the request may go further.
@@ -226,9 +226,9 @@ extension SyncEngine {
     /// answer, so the two would only wait on each other (two nodes fetching the same
     /// bytes, each through the other).
     private func relayedChunk(
-        _ request: Shoal_V1_AttachmentRequest, limit: Int, following serial: UInt64?, path: [SiteID],
+        _ request: SessionMessage.AttachmentRequest, limit: Int, following serial: UInt64?, path: [SiteID],
         until deadline: ContinuousClock.Instant
-    ) async -> Shoal_V1_AttachmentChunk {
+    ) async -> SessionMessage.AttachmentChunk {
         let hash = request.hash
         let offset = Int(request.offset)
         while true {
@@ -240,16 +240,16 @@ extension SyncEngine {
                 return fetch
             }
             if let held = try? await answer(request, limit: limit), held.found { return held }
-            guard let running, !path.contains(where: { $0 == running.asking }) else { return Self.notFound(request) }
+            guard let running, !path.contains(where: { $0 == running.asking }) else { return .notFound(request) }
             if let staged = running.staged, offset < staged.received {
                 let count = min(limit, staged.received - offset)
                 if let bytes = try? await store.stagedAttachmentBytes(blob: staged.blob, from: offset, count: count),
                     bytes.count == count
                 {
-                    return Self.found(request, total: staged.total, bytes: bytes)
+                    return .found(request, total: staged.total, bytes: bytes)
                 }
             }
-            guard ContinuousClock.now < deadline, !Task.isCancelled else { return Self.notFound(request) }
+            guard ContinuousClock.now < deadline, !Task.isCancelled else { return .notFound(request) }
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { for await _ in changed {} }
                 group.addTask { try? await Task.sleep(until: deadline) }
@@ -259,46 +259,28 @@ extension SyncEngine {
         }
     }
 
-    static func found(_ request: Shoal_V1_AttachmentRequest, total: Int, bytes: [UInt8]) -> Shoal_V1_AttachmentChunk {
-        var chunk = notFound(request)
-        chunk.found = true
-        chunk.offset = request.offset
-        chunk.totalLength = UInt64(total)
-        chunk.data = Data(bytes)
-        return chunk
-    }
-
-    static func notFound(_ request: Shoal_V1_AttachmentRequest) -> Shoal_V1_AttachmentChunk {
-        var chunk = Shoal_V1_AttachmentChunk()
-        chunk.requestID = request.requestID
-        chunk.hash = request.hash
-        return chunk
-    }
-
     // MARK: Requests
 
     private func requestChunk(
-        hash: String, offset: Int, via: [SiteID], send: @Sendable (WireMessage) async throws -> Void, timeout: Duration
-    ) async -> Shoal_V1_AttachmentChunk? {
-        let (stream, continuation) = AsyncStream.makeStream(of: Shoal_V1_AttachmentChunk.self)
+        hash: String, offset: Int, via: [SiteID], send: @Sendable (SessionMessage) async throws -> Void, timeout: Duration
+    ) async -> SessionMessage.AttachmentChunk? {
+        let (stream, continuation) = AsyncStream.makeStream(of: SessionMessage.AttachmentChunk.self)
         let id = attachmentRequests.withLock { state -> UInt64 in
             state.next += 1
             state.waiting[state.next] = continuation
             return state.next
         }
         defer { _ = attachmentRequests.withLock { $0.waiting.removeValue(forKey: id) } }
-        var request = Shoal_V1_AttachmentRequest()
-        request.requestID = id
-        request.hash = hash
-        request.offset = UInt64(offset)
-        request.maxLength = Self.chunkSize(frameLimit: min(configuration.limits.maximumFrameSize, configuration.limits.maximumInflatedSize))
-        request.via = via.map(\.rawValue)
+        let request = SessionMessage.AttachmentRequest(
+            requestID: id, hash: hash, offset: UInt64(offset),
+            maxLength: Self.chunkSize(frameLimit: min(configuration.limits.maximumFrameSize, configuration.limits.maximumInflatedSize)),
+            via: via)
         do {
             try await send(.attachmentRequest(request))
         } catch {
             return nil
         }
-        return await withTaskGroup(of: Shoal_V1_AttachmentChunk?.self) { group in
+        return await withTaskGroup(of: SessionMessage.AttachmentChunk?.self) { group in
             group.addTask {
                 for await chunk in stream { return chunk }
                 return nil
@@ -313,7 +295,7 @@ extension SyncEngine {
     }
 
     /// Hands a received chunk to the fetch waiting for it.
-    func deliver(_ chunk: Shoal_V1_AttachmentChunk) {
+    func deliver(_ chunk: SessionMessage.AttachmentChunk) {
         let waiter = attachmentRequests.withLock { $0.waiting.removeValue(forKey: chunk.requestID) }
         waiter?.yield(chunk)
         waiter?.finish()
@@ -324,7 +306,7 @@ extension SyncEngine {
 /// of each hash.
 struct AttachmentRequests: Sendable {
     var next: UInt64 = 0
-    var waiting: [UInt64: AsyncStream<Shoal_V1_AttachmentChunk>.Continuation] = [:]
+    var waiting: [UInt64: AsyncStream<SessionMessage.AttachmentChunk>.Continuation] = [:]
     var fetching: [String: AttachmentFetch] = [:]
     /// The serial of the last fetch begun, so a relay knows the one it follows ended.
     var lastFetch: UInt64 = 0

@@ -135,16 +135,13 @@ public final class SyncEngine: Sendable {
     /// Sends a TransactionRequest to the connected peers the question is for;
     /// returns the peers asked.
     func ask(_ question: InboundPipeline.Question) async -> [SiteID] {
-        var request = Shoal_V1_TransactionRequest()
-        request.originSite = question.id.origin.rawValue
-        request.originSequence = question.id.sequence
-        request.collections = question.collections
         var asked: [SiteID] = []
         for (site, send) in registry.connectedSenders() where question.asks(site) {
-            request.requestID = requestIDs.withLock { id in
+            let requestID = requestIDs.withLock { id in
                 id += 1
                 return id
             }
+            let request = SessionMessage.TransactionRequest(requestID: requestID, transaction: question.id, collections: question.collections)
             do {
                 try await send(.transactionRequest(request))
                 asked.append(site)

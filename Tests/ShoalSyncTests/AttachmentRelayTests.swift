@@ -35,7 +35,7 @@ import Testing
         RouteCase(via: [0xB, 0xA], asker: a, connected: [a, c], expected: .cycle),
     ])
     func aRequestGoesOnlyWhereItHasNotBeen(_ route: RouteCase) {
-        let decision = AttachmentRoute(via: route.via, asker: route.asker)
+        let decision = AttachmentRoute(via: route.via.map(SiteID.init), asker: route.asker)
             .decide(local: Self.b, connected: route.connected, maximumPath: SyncEngine.attachmentRelayPath)
         #expect(decision == route.expected)
     }
