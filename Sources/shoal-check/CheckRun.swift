@@ -63,7 +63,7 @@ struct CheckRun {
                 while recorder.now() < deadline {
                     try? await Task.sleep(for: .milliseconds(Int.random(in: 300...1500, using: &random)))
                     guard let node = cluster.running.randomElement(using: &random) else { continue }
-                    let collections = cluster.nodes[node].collections.subtracting(cluster.nodes[node].excused)
+                    let collections = cluster.checkedMidRun(node)
                     if let read = try? await workload.read(node, collections: collections, timeout: 5) { recorder.record(read) }
                 }
             }

@@ -54,6 +54,10 @@ final class Cluster: @unchecked Sendable {  // mutable state behind `state`
         var epochs: [Int]
         /// The copy of each node's data directory, when one was taken: its path, epoch and time.
         var copies: [Int: (path: String, epoch: Int, at: Double)] = [:]
+        /// Collections a node dropped for a while during the run (the `narrow` fault):
+        /// until the run's end, reads taken mid-run leave them out, since such a node
+        /// rightly shows the other collections of a transaction ahead of these.
+        var narrowed: [Int: Set<String>] = [:]
     }
 
     let nodes: [Node]
@@ -81,6 +85,15 @@ final class Cluster: @unchecked Sendable {  // mutable state behind `state`
     func epoch(_ i: Int) -> Int { state.withLock { $0.epochs[i] } }
     var running: [Int] { state.withLock { s in nodes.indices.filter { s.life[$0] == .running } } }
     func copy(of i: Int) -> (path: String, epoch: Int, at: Double)? { state.withLock { $0.copies[i] } }
+
+    /// The collections node `i` is checked on mid-run: those it subscribes to, less the
+    /// ones its limits excuse and the ones it dropped for a while.
+    func checkedMidRun(_ i: Int) -> Set<String> {
+        state.withLock { nodes[i].collections.subtracting(nodes[i].excused).subtracting($0.narrowed[i] ?? []) }
+    }
+
+    /// Leaves `collection` out of node `i`'s mid-run reads until the run ends.
+    func narrow(_ i: Int, _ collection: String) { state.withLock { _ = $0.narrowed[i, default: []].insert(collection) } }
 
     func client(_ i: Int, timeout: Double = 10) -> AdminClient {
         AdminClient(node: HostAndPort(host: "127.0.0.1", port: nodes[i].port), timeout: .milliseconds(Int(timeout * 1000)))

@@ -34,6 +34,11 @@ enum FaultKind: String, CaseIterable, Sendable {
     /// workload's, or one nobody writes), and `shoal unsubscribe` 1 to 10 s later: the
     /// mesh's relays widen and narrow for it while everything else goes on.
     case interest
+    /// `shoal unsubscribe` on a node from one of its own collections, and `shoal
+    /// subscribe` again 1 to 10 s later: it must then catch up on what it missed,
+    /// although it held the collection's history up to the drop, while its relays keep
+    /// carrying the collection for its neighbours.
+    case narrow
 
     /// The known bug this fault finds on the code as it is, not fixed yet: `--skip-known`
     /// leaves it out, as CI does. Remove the entry with the fix, so CI runs the fault again.
@@ -58,6 +63,7 @@ enum FaultKind: String, CaseIterable, Sendable {
         case .disk: 1
         case .limits: 0
         case .interest: 2
+        case .narrow: 2
         }
     }
 }
@@ -232,6 +238,11 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
             }
         case .limits:
             break
+        case .narrow:
+            guard let node = freeNode(&random, { !self.cluster.nodes[$0].collections.subtracting(self.cluster.nodes[$0].excused).isEmpty }) else { return }
+            let own = cluster.nodes[node].collections.subtracting(cluster.nodes[node].excused).sorted()
+            let collection = own.randomElement(using: &random)!
+            await narrow(node, collection, for: Double.random(in: 1...10, using: &random))
         case .interest:
             guard let node = freeNode(&random) else { return }
             let held = cluster.nodes[node].collections
@@ -255,6 +266,30 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
                     recorder.say("n\(node) could not unsubscribe from \(collection): \(error)")
                 }
                 release(node: node)
+            }
+        }
+    }
+
+    /// `narrow`: node `node` drops `collection`, one of its own, for `seconds`.
+    private func narrow(_ node: Int, _ collection: String, for seconds: Double) async {
+        let query = "SELECT * FROM \(collection)"
+        cluster.narrow(node, collection)
+        do {
+            _ = try await withTimeout(10) { [cluster] in try await cluster.client(node, timeout: 10).unsubscribe(query) }
+            recorder.fault("narrow", "n\(node) drops its own \(collection) for \(String(format: "%.1f", seconds)) s")
+        } catch {
+            recorder.say("n\(node) could not drop \(collection): \(error)")
+            return
+        }
+        // The node is not held busy: a kill, restart or restore meanwhile brings back its
+        // configured subscriptions, which is part of what this fault tries.
+        later(seconds, "subscribe") { [self] in
+            do {
+                _ = try await withTimeout(10) { [cluster] in try await cluster.client(node, timeout: 10).subscribe(query) }
+                recorder.say("n\(node) subscribes to \(collection) again")
+            } catch {
+                // A node that was down meanwhile came back with its configured subscriptions.
+                recorder.say("n\(node) could not subscribe to \(collection) again: \(error)")
             }
         }
     }
