@@ -110,6 +110,7 @@ extension SessionStateMachine {
         /// The Subscribes sent before the latest, by generation: a batch is read against
         /// the set of the one it answers.
         private var earlier: [UInt64: SubscribedState] = [:]
+        static let earlierKept = 64
         /// `through_sequence` of each batch handed to the pipeline and not yet durable, oldest first.
         private var pendingDurable: [UInt64] = []
         /// The routes this node asks the peer for (version 4); nil: none sent, every origin eager.
@@ -193,7 +194,12 @@ extension SessionStateMachine {
             let continues =
                 configuration.hasRoutes && !restart && !includeOwn && previous?.subscriptions.key == set.key
                 && previous?.ownTransactions == .leftOut
-            if let previous { earlier[previous.generation] = previous }
+            if let previous {
+                earlier[previous.generation] = previous
+                // A batch answers one of the last few Subscribes: a session whose interest
+                // changes all day keeps a bounded list.
+                if earlier.count > Self.earlierKept, let oldest = earlier.keys.min() { earlier[oldest] = nil }
+            }
             // A stream with this node's own transactions in it is recorded under a cursor
             // of its own, so that one stopped part way resumes asking for them still.
             let sent = SubscribedState(
@@ -260,7 +266,11 @@ extension SessionStateMachine {
                     "DeltaBatch offers \(wrong.id) at log sequence \(wrong.logSequence), outside 1…\(header.throughSequence), the batch's through_sequence"
                 )
             }
-            let key = answers == current && current > 0 ? answered?.cursorKey : nil
+            // Filed under the set of the Subscribe the batch answers, whichever generation:
+            // its stream runs on from that Subscribe's resume_after, so it is that set's
+            // progress. An earlier Subscribe's batch filing nothing would leave a cursor
+            // behind what is applied when a `continues` Subscribe took over the stream.
+            let key = answers > 0 ? answered?.cursorKey : nil
             pendingDurable.append(header.throughSequence)
             return [
                 .submit(
