@@ -124,10 +124,12 @@ let package = Package(
         .target(
             name: "Shoal",
             dependencies: [
-                "ShoalCRDT", "ShoalNode", "ShoalStore", "ShoalSync", .product(name: "Logging", package: "swift-log"),
+                "ShoalCRDT", "ShoalNode", "ShoalStore", "ShoalSync", "ShoalWire", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
+        // An app that embeds a node, importing only `Shoal`; CI runs it.
+        .executableTarget(name: "shoal-example", dependencies: ["Shoal"], path: "Examples/EmbeddedApp", swiftSettings: swiftSettings),
         .executableTarget(
             name: "shoal-bench",
             dependencies: [
@@ -180,7 +182,7 @@ let package = Package(
         .testTarget(
             name: "ShoalNodeTests",
             dependencies: [
-                "Shoal", "ShoalCRDT", "ShoalNode", "ShoalSync", "ShoalTesting", "ShoalWire", "shoal",
+                "Shoal", "ShoalCRDT", "ShoalNode", "ShoalStore", "ShoalSync", "ShoalTesting", "ShoalWire", "shoal",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -1,8 +1,43 @@
-// `import Shoal` gives an app the whole public API: the node, its store and sync
-// engine, and the value types they speak in.
-@_exported import ShoalCRDT
-@_exported import ShoalNode
-@_exported import ShoalStore
-@_exported import ShoalSync
+// `import Shoal` gives an app what it embeds a node with, and nothing else: the node
+// and its configuration, the store's queries, transactions and live queries, the sync
+// engine's subscriptions and peers, the values documents are made of, and the errors.
+// Each name is re-exported on its own (members and extensions come with it); the
+// modules behind them (ShoalNode, ShoalStore, ShoalSync, ShoalCRDT, ShoalWire) hold the
+// rest for the `shoal` tools and the tests. docs/ARCHITECTURE.md, "The app's surface",
+// lists these with the reason for each; a name added here is added there.
+
+// The node.
+@_exported import class ShoalNode.ShoalNode
+@_exported import struct ShoalNode.NodeConfiguration
+@_exported import struct ShoalNode.HostAndPort
+@_exported import struct ShoalNode.ResourceLimits
+@_exported import struct ShoalNode.TLSFiles
+@_exported import struct ShoalWire.WireLimits
+@_exported import struct ShoalNode.NodeError
+
+// The store: queries, transactions, live queries.
+@_exported import class ShoalStore.DocumentStore
+@_exported import struct ShoalStore.QueryResult
+@_exported import class ShoalStore.StoreTransaction
+@_exported import enum ShoalStore.TransactionCompletion
+@_exported import struct ShoalStore.TransactionResult
+@_exported import struct ShoalStore.TransactionInfo
+@_exported import struct ShoalStore.QueryUpdate
+@_exported import struct ShoalStore.QueryUpdates
+@_exported import class ShoalStore.StoreObserver
+@_exported import struct ShoalStore.AttachmentToken
+@_exported import struct ShoalStore.StoreError
+
+// Sync: subscriptions and peers.
+@_exported import class ShoalSync.SyncEngine
+@_exported import class ShoalSync.SyncSubscription
+@_exported import struct ShoalSync.PeerSnapshot
+
+// Values.
+@_exported import enum ShoalCRDT.Value
+@_exported import protocol ShoalCRDT.ValueConvertible
+@_exported import struct ShoalCRDT.TransactionID
+@_exported import struct ShoalCRDT.SiteID
+
 // `Logger`, which `ShoalNode(configuration:logger:)` takes, without a second import.
 @_exported import struct Logging.Logger

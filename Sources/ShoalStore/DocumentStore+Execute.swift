@@ -27,7 +27,7 @@ extension DocumentStore {
         do {
             if isReadOnly, statements.contains(where: \.isMutation) {
                 // Parsed again with each statement's text, to name the one that writes.
-                try Transaction.refuseMutations(statements, sources: try? Parser.parseStatements(text), info: info)
+                try StoreTransaction.refuseMutations(statements, sources: try? Parser.parseStatements(text), info: info)
             }
             return try await execute(statements, arguments: arguments, info: info, deadline: deadline)
         } catch {

@@ -13,7 +13,7 @@ public struct Commit: Sendable, Equatable {
 }
 
 /// One state of an observed query's result.
-public struct Observation: Sendable, Equatable {
+public struct QueryUpdate: Sendable, Equatable {
     public var items: [Value]
     /// The transactions whose commit produced this state; empty for the first state.
     public var transactions: [TransactionID]
@@ -37,7 +37,7 @@ extension DocumentStore {
     ///
     /// The sequence does its work in the task that iterates it and ends when the
     /// store closes.
-    public func observe(_ query: String, arguments: [String: Value] = [:]) throws(StoreError) -> ObservationSequence {
+    public func observe(_ query: String, arguments: [String: Value] = [:]) throws(StoreError) -> QueryUpdates {
         let statement: ShoalQuery.Statement
         do {
             statement = try Parser.parseStatement(query)
@@ -48,11 +48,11 @@ extension DocumentStore {
             throw StoreError(.invalidQuery, "only a SELECT can be observed: \(query)")
         }
         // Listen before the first read, so no commit falls between the two.
-        return ObservationSequence(store: self, select: select, arguments: arguments, commits: commits.updates())
+        return QueryUpdates(store: self, select: select, arguments: arguments, commits: commits.updates())
     }
 
     /// `observe` with arguments of Swift values, `["color": color]` (see `ValueConvertible`).
-    public func observe(_ query: String, arguments: [String: any ValueConvertible]) throws(StoreError) -> ObservationSequence {
+    public func observe(_ query: String, arguments: [String: any ValueConvertible]) throws(StoreError) -> QueryUpdates {
         try observe(query, arguments: arguments.mapValues(\.shoalValue))
     }
 
@@ -60,7 +60,7 @@ extension DocumentStore {
     /// until the returned observer is cancelled or the store closes. The store holds
     /// the observer meanwhile (`observers`): dropping the handle does not stop it.
     public func registerObserver(
-        _ query: String, arguments: [String: Value] = [:], handler: @escaping @Sendable (Observation) -> Void
+        _ query: String, arguments: [String: Value] = [:], handler: @escaping @Sendable (QueryUpdate) -> Void
     ) throws(StoreError) -> StoreObserver {
         let sequence = try observe(query, arguments: arguments)
         let registry = liveObservers
@@ -86,7 +86,7 @@ extension DocumentStore {
 
     /// `registerObserver` with arguments of Swift values, `["color": color]` (see `ValueConvertible`).
     public func registerObserver(
-        _ query: String, arguments: [String: any ValueConvertible], handler: @escaping @Sendable (Observation) -> Void
+        _ query: String, arguments: [String: any ValueConvertible], handler: @escaping @Sendable (QueryUpdate) -> Void
     ) throws(StoreError) -> StoreObserver {
         try registerObserver(query, arguments: arguments.mapValues(\.shoalValue), handler: handler)
     }
@@ -137,8 +137,8 @@ struct LiveObservers: Sendable {
 }
 
 /// The states of an observed query; see `DocumentStore.observe`.
-public struct ObservationSequence: AsyncSequence, Sendable {
-    public typealias Element = Observation
+public struct QueryUpdates: AsyncSequence, Sendable {
+    public typealias Element = QueryUpdate
     let store: DocumentStore
     let select: SelectStatement
     let arguments: [String: Value]
@@ -162,11 +162,11 @@ public struct ObservationSequence: AsyncSequence, Sendable {
             return result
         }
 
-        public mutating func next() async throws -> Observation? {
+        public mutating func next() async throws -> QueryUpdate? {
             guard var previous = last else {
                 let (items, _) = try await snapshot()
                 last = items
-                return Observation(items: items, transactions: [])
+                return QueryUpdate(items: items, transactions: [])
             }
             while let commit = await commits.next() {
                 guard commit.collections.contains(select.collection) else { continue }
@@ -181,7 +181,7 @@ public struct ObservationSequence: AsyncSequence, Sendable {
                 }
                 if items != previous {
                     last = items
-                    return Observation(items: items, transactions: transactions)
+                    return QueryUpdate(items: items, transactions: transactions)
                 }
                 previous = items
             }

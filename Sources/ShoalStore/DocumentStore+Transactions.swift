@@ -44,7 +44,7 @@ extension DocumentStore {
     /// - Parameter hint: free text naming the work, shown in the long-transaction log.
     @discardableResult
     nonisolated(nonsending) public func transaction(
-        hint: String? = nil, isReadOnly: Bool = false, _ body: (Transaction) async throws -> TransactionCompletion
+        hint: String? = nil, isReadOnly: Bool = false, _ body: (StoreTransaction) async throws -> TransactionCompletion
     ) async throws -> TransactionResult {
         let (completion, transaction) = try await runTransaction(hint: hint, isReadOnly: isReadOnly) { tx in
             let completion = try await body(tx)
@@ -58,14 +58,14 @@ extension DocumentStore {
     /// `body` returns and rolls back when it throws; returns what `body` returned.
     /// The committed `TransactionID` is `tx.transactionID` once this returns.
     nonisolated(nonsending) public func transaction<T>(
-        hint: String? = nil, isReadOnly: Bool = false, _ body: (Transaction) async throws -> T
+        hint: String? = nil, isReadOnly: Bool = false, _ body: (StoreTransaction) async throws -> T
     ) async throws -> T {
         try await runTransaction(hint: hint, isReadOnly: isReadOnly) { tx in (try await body(tx), .commit) }.0
     }
 
     nonisolated(nonsending) func runTransaction<T>(
-        hint: String?, isReadOnly: Bool, _ body: (Transaction) async throws -> (T, TransactionCompletion)
-    ) async throws -> (T, Transaction) {
+        hint: String?, isReadOnly: Bool, _ body: (StoreTransaction) async throws -> (T, TransactionCompletion)
+    ) async throws -> (T, StoreTransaction) {
         let info = TransactionInfo(id: LocalTransaction.randomID(), hint: hint, isReadOnly: isReadOnly)
         let marks = OpenTransactions.marks
         let nested = marks.contains { $0.store == ObjectIdentifier(self) }
@@ -81,7 +81,7 @@ extension DocumentStore {
             } catch {
                 throw StoreError.wrapping(error, "taking a snapshot for a read-only transaction")
             }
-            let transaction = Transaction(info: info, store: self, snapshot: snapshot)
+            let transaction = StoreTransaction(info: info, store: self, snapshot: snapshot)
             do {
                 let (value, completion) = try await OpenTransactions.$marks.withValue(inside) {
                     try await body(transaction)
@@ -96,7 +96,7 @@ extension DocumentStore {
 
         try await acquireGate(nested: nested)
         defer { gate.release() }
-        let transaction = Transaction(info: info, store: self, snapshot: nil)
+        let transaction = StoreTransaction(info: info, store: self, snapshot: nil)
         do {
             try transaction.begin()
             let (value, completion) = try await OpenTransactions.$marks.withValue(inside) {
@@ -205,7 +205,7 @@ extension DocumentStore {
         guard let open = marks.last(where: { $0.store == ObjectIdentifier(self) && !$0.info.isReadOnly }) else { return }
         throw StoreError(
             .nestedTransaction,
-            "a read-write transaction (\(open.info.described)) is open in this task; use its Transaction to write, or finish it first")
+            "a read-write transaction (\(open.info.described)) is open in this task; write through that transaction (the `tx` its closure was given), or finish it first")
     }
 
     /// Waits for the write gate, until `deadline` at most; a refusal, a deadline

@@ -1,6 +1,8 @@
 import Foundation
 import NIOCore
 import Shoal
+import ShoalNode
+import ShoalStore
 import ShoalCRDT
 import ShoalSync
 import ShoalTesting

@@ -1,5 +1,8 @@
 import Foundation
 import Shoal
+import ShoalNode
+import ShoalStore
+import ShoalSync
 import ShoalTesting
 import ShoalCRDT
 import Testing

@@ -1,4 +1,5 @@
 import Shoal
+import ShoalNode
 import ShoalTesting
 import ShoalWire
 import ShoalCRDT
@@ -34,7 +35,7 @@ import Testing
 
             // The embedded API: a subscription registered at run time, and an observer.
             let boats = try beta.sync.registerSubscription("SELECT * FROM boats WHERE size > :min", arguments: ["min": 2])
-            let seen = Locked<[Observation]>([])
+            let seen = Locked<[QueryUpdate]>([])
             let observer = try beta.store.registerObserver("SELECT * FROM boats") { o in seen.withLock { $0.append(o) } }
             defer { observer.cancel() }
             #expect(await InProcessMesh.eventually { seen.withLock { $0.count } == 1 }, "the current result first")

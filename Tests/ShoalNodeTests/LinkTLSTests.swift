@@ -2,6 +2,10 @@ import Foundation
 import NIOCore
 import NIOEmbedded
 import Shoal
+import ShoalCRDT
+import ShoalNode
+import ShoalStore
+import ShoalSync
 import ShoalTesting
 import Testing
 

@@ -1,6 +1,10 @@
 import Foundation
 import NIOCore
 import Shoal
+import ShoalCRDT
+import ShoalNode
+import ShoalStore
+import ShoalSync
 import ShoalTesting
 import ShoalWire
 import Testing

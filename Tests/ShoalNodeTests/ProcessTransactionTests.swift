@@ -1,5 +1,7 @@
 import Foundation
 import Shoal
+import ShoalStore
+import ShoalSync
 import ShoalCRDT
 import ShoalNode
 import ShoalWire

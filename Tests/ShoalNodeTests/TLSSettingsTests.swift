@@ -1,5 +1,9 @@
 import Foundation
 import Shoal
+import ShoalCRDT
+import ShoalNode
+import ShoalStore
+import ShoalSync
 import ShoalTesting
 import Testing
 

@@ -128,7 +128,7 @@ final class EventLog: Sendable {
 
     @Test func theValueFormCommitsWhenTheBodyReturns() async throws {
         try await Self.withStore { store in
-            var captured: Transaction?
+            var captured: StoreTransaction?
             let count = try await store.transaction(hint: "value") { tx in
                 captured = tx
                 _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'a'}), ({'_id': 'b'})")
@@ -379,7 +379,7 @@ final class EventLog: Sendable {
                     _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'a'})")
                     let expected =
                         "a read-write transaction (hint 'outer', ID \(tx.info.id)) is open in this task; "
-                        + "use its Transaction to write, or finish it first"
+                        + "write through that transaction (the `tx` its closure was given), or finish it first"
                     let nested = await #expect(throws: StoreError.self) {
                         try await store.transaction(hint: "inner") { _ in .commit }
                     }

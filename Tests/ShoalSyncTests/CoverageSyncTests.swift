@@ -205,7 +205,7 @@ import Testing
         let connection = InMemoryConnection(observeFromA: { frame in
             if case .deltaBatch(let batch)? = try? codec.decode(frame), !batch.pieces.isEmpty { frames.withLock { $0 += 1 } }
         })
-        let seen = Locked<[Observation]>([])
+        let seen = Locked<[QueryUpdate]>([])
         let observer = try b.store.registerObserver("SELECT COUNT(*) AS n FROM blobs") { o in seen.withLock { $0.append(o) } }
         defer { observer.cancel() }
         let counts = Locked<Set<Int64>>([])

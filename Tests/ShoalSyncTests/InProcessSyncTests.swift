@@ -266,7 +266,7 @@ extension InProcessSyncTests {
     @Test func deletesReplicateAndObserversSeeRemoteTransactions() async throws {
         let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"])
         defer { a.remove(); b.remove() }
-        let seen = Locked<[Observation]>([])
+        let seen = Locked<[QueryUpdate]>([])
         let observer = try b.store.registerObserver("SELECT * FROM cars") { observation in
             seen.withLock { $0.append(observation) }
         }

@@ -65,7 +65,7 @@ public struct TransactionResult: Sendable, Hashable {
 /// `execute` may be called from child tasks of the body (calls run one at a time,
 /// in the order they reach the writer); calling it after the transaction ended
 /// throws `StoreError.Code.closed`.
-public final class Transaction: Sendable {
+public final class StoreTransaction: Sendable {
     public let info: TransactionInfo
     let store: DocumentStore
 
