@@ -56,7 +56,9 @@ extension SessionStateMachine {
             var ownTransactions: OwnTransactions
             /// The statements it listed; nil: none.
             var interests: [InterestTable.Stated]? = nil
-
+            /// The generation whose Subscribe began the stream this one belongs to: its
+            /// own, or, for a Subscribe that `continues`, that of the one it continues.
+            var stream: UInt64 = 0
         }
 
         /// The set of each origin this session last listed to the peer (its key): the
@@ -110,7 +112,6 @@ extension SessionStateMachine {
         /// The Subscribes sent before the latest, by generation: a batch is read against
         /// the set of the one it answers.
         private var earlier: [UInt64: SubscribedState] = [:]
-        static let earlierKept = 64
         /// `through_sequence` of each batch handed to the pipeline and not yet durable, oldest first.
         private var pendingDurable: [UInt64] = []
         /// The routes this node asks the peer for (version 4); nil: none sent, every origin eager.
@@ -194,18 +195,15 @@ extension SessionStateMachine {
             let continues =
                 configuration.hasRoutes && !restart && !includeOwn && previous?.subscriptions.key == set.key
                 && previous?.ownTransactions == .leftOut
-            if let previous {
-                earlier[previous.generation] = previous
-                // A batch answers one of the last few Subscribes: a session whose interest
-                // changes all day keeps a bounded list.
-                if earlier.count > Self.earlierKept, let oldest = earlier.keys.min() { earlier[oldest] = nil }
-            }
+            if let previous { earlier[previous.generation] = previous }
             // A stream with this node's own transactions in it is recorded under a cursor
             // of its own, so that one stopped part way resumes asking for them still.
+            let generation = (previous?.generation ?? 0) + 1
             let sent = SubscribedState(
-                generation: (previous?.generation ?? 0) + 1, subscriptions: set,
+                generation: generation, subscriptions: set,
                 cursorKey: includeOwn ? SubscriptionSet.refillKey(set.key) : set.key, cursorEpoch: cursorEpoch,
-                ownTransactions: includeOwn ? .askedBack : .leftOut, interests: interests)
+                ownTransactions: includeOwn ? .askedBack : .leftOut, interests: interests,
+                stream: continues ? (previous?.stream ?? generation) : generation)
             state = .subscribed(sent)
             // A stream that brings this node's own transactions back (after EVICT, or a
             // store that went back) carries every origin in full: an offer of what this
@@ -250,6 +248,8 @@ extension SessionStateMachine {
             }
             let answers = header.subscribeGeneration
             let answered = answers == 0 || answers == current ? latest : earlier[answers]
+            // Generations only rise along the stream: no batch answers an older Subscribe now.
+            if answers > 0, earlier.keys.contains(where: { $0 < answers }) { earlier = earlier.filter { $0.key >= answers } }
             let own = answered?.subscriptions ?? SubscriptionSet()
             let pieces = try batch.pieces(receiver: own.filter, collections: own.collections, encoding: configuration.deltaEncoding)
             guard header.offered.isEmpty || configuration.hasRoutes else {
@@ -266,11 +266,13 @@ extension SessionStateMachine {
                     "DeltaBatch offers \(wrong.id) at log sequence \(wrong.logSequence), outside 1…\(header.throughSequence), the batch's through_sequence"
                 )
             }
-            // Filed under the set of the Subscribe the batch answers, whichever generation:
-            // its stream runs on from that Subscribe's resume_after, so it is that set's
-            // progress. An earlier Subscribe's batch filing nothing would leave a cursor
-            // behind what is applied when a `continues` Subscribe took over the stream.
-            let key = answers > 0 ? answered?.cursorKey : nil
+            // Filed when the batch belongs to the stream the latest Subscribe serves: its
+            // own, or one the latest only `continues` (same set, nothing sent again), whose
+            // batches run on from where that stream began. Filing nothing for those left the
+            // cursor behind what was applied once the stream went quiet. A batch of a stream
+            // a later Subscribe restarted files nothing: the restart read the cursor before
+            // it, and may have forgotten offers that held the cursor back (routes overflow).
+            let key = answers > 0 && answered?.stream == latest?.stream ? answered?.cursorKey : nil
             pendingDurable.append(header.throughSequence)
             return [
                 .submit(

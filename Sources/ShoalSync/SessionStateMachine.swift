@@ -150,7 +150,8 @@ public struct SessionStateMachine: Sendable {
     public struct InboundBatch: Sendable, Hashable {
         public var pieces: [TransactionPiece]
         /// Where to record `through` for this peer: the key of the subscription set the
-        /// batch answers, when it answers this node's latest Subscribe.
+        /// batch answers, when it belongs to the stream this node's latest Subscribe
+        /// serves (that Subscribe's, or one the latest only continues).
         public var cursorKey: String?
         public var through: UInt64
         /// The cursor epoch the Subscribe it answers was read at (`ResumePoint`).

@@ -57,6 +57,31 @@ import Testing
         #expect(Self.subscribe(m.handle(.cursorRead(wider, resumeAfter: 0), now: 8))?.continues == false)
     }
 
+    /// Batches still in flight for a Subscribe that a later one only `continues` belong
+    /// to the same stream: they file their progress under its set, or the cursor stays
+    /// behind what was applied once the stream goes quiet (found by
+    /// `RelayTests.aNodeThatDropsItsOwnCollectionCatchesUpOnlyOnWhatItMissed`: a set
+    /// taken up again brought its history again). A resubscribe restarts the stream:
+    /// batches of the stream before it file nothing, since offers it forgot may have held
+    /// the cursor back.
+    @Test func aContinuedStreamFilesItsEarlierBatchesAndARestartedOneDoesNot() {
+        var m = SessionRoutesTests.machine()
+        func key(_ actions: [SessionStateMachine.Action]) -> String?? {
+            guard case .submit(let batch)? = actions.first else { return .none }
+            return .some(batch.cursorKey)
+        }
+        _ = m.handle(.upstreamChanged(Self.upstream(T.cars, [(T.peer, 1, T.cars), (Self.other, 5, T.cars)]), fromStart: false), now: 0)
+        _ = m.handle(.cursorRead(T.cars, resumeAfter: 0), now: 1)
+        _ = m.handle(.upstreamChanged(Self.upstream(T.cars, [(T.peer, 1, T.cars), (Self.other, 6, SubscriptionSet())]), fromStart: false), now: 2)
+        #expect(Self.subscribe(m.handle(.cursorRead(T.cars, resumeAfter: 0), now: 3))?.continues == true)
+        #expect(key(m.handle(T.batch([T.piece(1)], through: 5, generation: 1), now: 4)) == .some(T.cars.key), "the stream continued")
+        #expect(key(m.handle(T.batch([T.piece(2)], through: 6, generation: 2), now: 5)) == .some(T.cars.key))
+        _ = m.handle(.resubscribe, now: 6)
+        #expect(Self.subscribe(m.handle(.cursorRead(T.cars, resumeAfter: 4), now: 7))?.continues == false)
+        #expect(key(m.handle(T.batch([T.piece(3)], through: 8, generation: 2), now: 8)) == .some(nil), "restarted: files nothing")
+        #expect(key(m.handle(T.batch([T.piece(4)], through: 5, generation: 3), now: 9)) == .some(T.cars.key))
+    }
+
     /// Found by `ProcessRelayTests.aQueryDroppedInARingIsForgottenAllRoundIt`: a node's
     /// set that goes back to one it had is news to a peer told the set between.
     @Test func aSetThatGoesBackToAnEarlierOneIsListedAgain() {

@@ -485,7 +485,8 @@ public nonisolated struct Shoal_V1_DeltaBatch: Sendable {
   public var throughSequence: UInt64 = 0
 
   /// The generation of the Subscribe this batch was read under. A receiver records
-  /// through_sequence as its resume point only when this is its latest Subscribe.
+  /// through_sequence as its resume point only when this is its latest Subscribe, or
+  /// one that its latest only continues (PROTOCOL.md 8.5).
   public var subscribeGeneration: UInt64 = 0
 
   /// Versions 2 and 3: pieces of transactions, in the sender's log order.
