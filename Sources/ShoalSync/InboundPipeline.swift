@@ -77,6 +77,7 @@ public final class InboundPipeline: Sendable {
     /// failure and its next one resumes from the cursor that is durable.
     public final class Lane: Sendable {
         private let failure = Locked<StoreError?>(nil)
+        private let cursorsStopped = Locked(false)
 
         public init() {}
 
@@ -84,6 +85,16 @@ public final class InboundPipeline: Sendable {
         public var failed: StoreError? { failure.withLock { $0 } }
 
         func fail(_ error: StoreError) { failure.withLock { if $0 == nil { $0 = error } } }
+
+        /// Whether this lane's items record their cursors when they commit.
+        public var recordsCursors: Bool { !cursorsStopped.withLock { $0 } }
+
+        /// From now on, this lane's items are applied but record no cursor. A session
+        /// whose link closes calls it before the routes forget that link's offers: the
+        /// offers were what held its cursor below transactions not delivered yet, so a
+        /// batch still queued then must not carry the cursor past them (docs/ROUTES.md,
+        /// "Bounds"). Its next session resumes from the cursor stored before.
+        public func stopRecordingCursors() { cursorsStopped.withLock { $0 = true } }
     }
 
     /// Counters and the transactions held back, for status.
@@ -602,7 +613,7 @@ public final class InboundPipeline: Sendable {
                     let before = offer.logSequence &- 1
                     limits[item.source] = min(limits[item.source] ?? before, before)
                 }
-                if let cursor = item.cursor {
+                if let cursor = item.cursor, item.lane?.recordsCursors ?? true {
                     try writer.recordCursor(
                         peer: item.source, subscriptionKey: cursor.key, through: min(cursor.through, limits[item.source] ?? .max),
                         epoch: cursor.epoch)

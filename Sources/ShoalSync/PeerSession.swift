@@ -348,10 +348,16 @@ struct PeerSession: Sendable {
                 peer: peer, iterator: &iterator, inputs: inputs, input: input, subscriptionChanges: subscriptionChanges,
                 cursorResets: cursorResets)
         } catch {
-            if let routed { await engine.routing.close(peer.siteID, token: routed.token, engine: engine) }
+            if let routed {
+                lane.stopRecordingCursors()
+                await engine.routing.close(peer.siteID, token: routed.token, engine: engine)
+            }
             throw error
         }
-        if let routed { await engine.routing.close(peer.siteID, token: routed.token, engine: engine) }
+        if let routed {
+            lane.stopRecordingCursors()
+            await engine.routing.close(peer.siteID, token: routed.token, engine: engine)
+        }
     }
 
     private func serveSync<I: AsyncIteratorProtocol>(
