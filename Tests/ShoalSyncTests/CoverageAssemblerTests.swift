@@ -276,4 +276,23 @@ import Testing
         b.add(u.piece(sending: ["y"], last: false), from: Self.origin, now: 1_000)
         #expect(Self.decide(&b, boats) == [.apply([u.id])])
     }
+
+    /// A peer's last piece says a covered collection holds what this node cannot take
+    /// (`overLimit`): the transaction can never be whole here, so it is refused whole,
+    /// and the assembler lets go of it as it decides: the decision carries the record
+    /// (found by FuzzCoverage, whose harness expected the record still held).
+    @Test func aTransactionOverTheLimitOfACoveredCollectionIsRefusedAndLetGo() {
+        var a = CoverageAssembler()
+        let t = Txn(5, ["x", "y"])
+        a.add(t.piece(sending: ["x"], last: true, verdicts: [.overLimit]), from: Self.origin, now: 1_000)
+        let decisions = Self.decide(&a)
+        #expect(decisions.count == 1)
+        guard case .refuse(let record, let collections)? = decisions.first else {
+            Issue.record("expected a refusal, got \(decisions)")
+            return
+        }
+        #expect(record.id == t.id && collections == ["accounts"])
+        #expect(a.records[t.id] == nil && a.waitingCount == 0)
+        #expect(Self.decide(&a, now: 100_000).isEmpty, "nothing of it comes back")
+    }
 }

@@ -131,8 +131,9 @@ public enum Harness {
     /// A sequence of pieces, from the protobuf form of a DeltaBatch: each decoded and
     /// checked as a peer's (PieceCodec), then handed to a coverage assembler from one
     /// of three peers, deciding after each as the inbound pipeline does. Whatever
-    /// arrives, every decision names a transaction the assembler holds, none is
-    /// applied twice, and once the coverage wait has passed nothing is left waiting.
+    /// arrives, every decision names a transaction the assembler holds (a refusal one
+    /// it has just let go of), none is applied twice or after it was refused, and once
+    /// the coverage wait has passed nothing is left waiting.
     public static func coverage(_ data: [UInt8]) {
         guard let batch = try? Shoal_V1_DeltaBatch(serializedBytes: data) else { return }
         var own = SubscriptionSet()
@@ -161,9 +162,9 @@ public enum Harness {
                 case .ask(let id, _):
                     assembler.noteAsked(id, peers: [SiteID(0xC)])
                 case .refuse(let record, _):
-                    precondition(assembler.records[record.id] != nil, "refusing \(record.id), which the assembler does not hold")
+                    // The assembler lets go of what it refuses as it decides (the decision carries the record).
+                    precondition(assembler.records[record.id] == nil, "refused \(record.id), which the assembler still holds")
                     precondition(!applied.contains(record.id), "\(record.id) refused after it was applied")
-                    assembler.remove(record.id)
                 }
             }
         }
