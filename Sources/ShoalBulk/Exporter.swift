@@ -1,4 +1,4 @@
-public import ShoalCRDT
+import ShoalCRDT
 public import ShoalNode
 import ShoalQuery
 import Foundation

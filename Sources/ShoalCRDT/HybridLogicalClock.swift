@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+package import Glibc
+#elseif canImport(Darwin)
+package import Darwin
+#endif
 
 /// A hybrid logical clock: monotonic, close to wall time, and advanced past every
 /// timestamp it has seen, so a write that follows a received write always wins
@@ -38,7 +43,7 @@ public final class HybridLogicalClock: Sendable {
 
     /// A wall-clock reading in milliseconds since 1970, for any reading: 0 for one
     /// before 1970 (a negative `tv_sec`), and at most `HybridTimestamp.maximumMilliseconds`.
-    public static func milliseconds(of reading: timespec) -> UInt64 {
+    package static func milliseconds(of reading: timespec) -> UInt64 {
         guard reading.tv_sec >= 0 else { return 0 }
         let seconds = UInt64(reading.tv_sec)
         let limit = HybridTimestamp.maximumMilliseconds
@@ -98,9 +103,9 @@ public final class HybridLogicalClock: Sendable {
 }
 
 #if canImport(Glibc)
-import Glibc
+public import Glibc
 #elseif canImport(Musl)
-import Musl
+public import Musl
 #elseif canImport(Darwin)
-import Darwin
+public import Darwin
 #endif

@@ -4,7 +4,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
-import Darwin
+public import Darwin
 #endif
 
 /// An advisory lock on a data directory, held for as long as a node uses it.

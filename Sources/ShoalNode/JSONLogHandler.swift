@@ -1,6 +1,6 @@
 public import Logging
 import ShoalCRDT
-import Foundation
+public import Foundation
 
 #if canImport(Glibc)
 import Glibc

@@ -3,11 +3,11 @@ import Foundation
 #if canImport(Glibc)
 // `stat` is reachable through CoreFoundation and NIO's C module as well once the TLS
 // libraries are linked: the C library's is named.
-import CoreFoundation
+package import CoreFoundation
 import Glibc
 private typealias FileInfo = Glibc.stat
 #elseif canImport(Darwin)
-import Darwin
+package import Darwin
 private typealias FileInfo = Darwin.stat
 #endif
 

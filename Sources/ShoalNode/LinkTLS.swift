@@ -4,7 +4,7 @@ import NIOSSL
 import NIOTLS
 import ShoalCRDT
 import SwiftASN1
-import X509
+package import X509
 
 /// TLS for a node's or a client's links (PROTOCOL.md §17): the files loaded and
 /// checked once, the contexts for dialing and accepting, and the check of a peer's

@@ -1,8 +1,8 @@
 import Metrics
 public import Prometheus
-import ShoalCRDT
-import ShoalStore
-import ShoalSync
+public import ShoalCRDT
+public import ShoalStore
+public import ShoalSync
 import Foundation
 
 /// A node's metrics in Prometheus's text format, from a registry of its own.

@@ -1,6 +1,6 @@
 public import Logging
 public import ShoalCRDT
-import PostgresNIO
+public import PostgresNIO
 
 /// The PostgreSQL database that hubs share: its schema, the one identity every hub on
 /// it has, and the change log's sequence numbers, which no two hubs are ever given.

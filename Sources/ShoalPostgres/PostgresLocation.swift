@@ -1,5 +1,5 @@
 public import ShoalCRDT
-import Foundation
+public import Foundation
 
 /// Where a hub's PostgreSQL database is: `postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE`.
 ///

@@ -1,4 +1,4 @@
-import ShoalCRDT
+public import ShoalCRDT
 
 /// Parses DQL text into statements.
 public enum Parser {

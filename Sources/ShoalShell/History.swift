@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// The lines entered before, and where Up and Down are in them.
 ///

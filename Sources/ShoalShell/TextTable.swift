@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 public import ShoalCRDT
 
 /// Rows of text in aligned columns under a header, as `shoal status` and the

@@ -1,4 +1,4 @@
-import Crypto
+public import Crypto
 public import Foundation
 public import ShoalCRDT
 

@@ -1,4 +1,4 @@
-import ShoalCRDT
+public import ShoalCRDT
 
 /// Fans one producer's events out to any number of async listeners.
 ///

@@ -1,6 +1,6 @@
 public import ShoalCRDT
 public import Foundation
-import GRDB
+public import GRDB
 
 /// What the change log holds and how far compaction has gone, for `status`.
 public struct StorageStatus: Sendable, Hashable {

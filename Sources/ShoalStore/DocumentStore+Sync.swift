@@ -1,7 +1,7 @@
 public import ShoalCRDT
-import ShoalQuery
-import GRDB
-import Logging
+public import ShoalQuery
+public import GRDB
+public import Logging
 
 /// A page of the change log read for one peer: pieces of the transactions in it
 /// that the peer's subscriptions want, in log order.

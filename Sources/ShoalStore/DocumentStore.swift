@@ -1,9 +1,9 @@
 public import ShoalCRDT
-import ShoalQuery
+public import ShoalQuery
 public import Logging
 public import Metrics
-import GRDB
-import Foundation
+public import GRDB
+public import Foundation
 
 /// A node's embedded database: documents in collections, every field a
 /// last-writer-wins register, and the change log that sync streams from.

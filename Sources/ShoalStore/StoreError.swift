@@ -1,5 +1,5 @@
 public import ShoalQuery
-import GRDB
+public import GRDB
 
 /// Everything the store refuses, in words a user can act on.
 public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {

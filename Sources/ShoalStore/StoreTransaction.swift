@@ -1,7 +1,7 @@
 public import ShoalCRDT
 public import ShoalQuery
-import GRDB
-import Metrics
+public import GRDB
+public import Metrics
 
 /// What a transaction's body asks for when it returns.
 public enum TransactionCompletion: Sendable, Hashable {

@@ -1,5 +1,5 @@
 public import ShoalCRDT
-import ShoalQuery
+public import ShoalQuery
 
 /// The store's run-time parameters: what `ALTER SYSTEM SET` changes and `SHOW` reads.
 ///

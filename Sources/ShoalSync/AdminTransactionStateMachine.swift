@@ -1,4 +1,4 @@
-import ShoalStore
+public import ShoalStore
 
 /// What one admin connection may do with the transaction it holds, request by request.
 ///

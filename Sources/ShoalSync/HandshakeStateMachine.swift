@@ -1,7 +1,7 @@
 public import ShoalCRDT
 public import ShoalWire
-import Crypto
-import Foundation
+public import Crypto
+public import Foundation
 
 /// Who the other side turned out to be, once the handshake succeeds.
 public struct PeerIdentity: Sendable, Hashable {

@@ -1,7 +1,7 @@
 public import ShoalCRDT
 public import ShoalWire
-import ShoalStore
-import SwiftProtobuf
+public import ShoalStore
+public import SwiftProtobuf
 
 /// A DeltaBatch a session sends: the pieces of a page read for its peer, the log
 /// position they bring the peer to and the Subscribe they answer.

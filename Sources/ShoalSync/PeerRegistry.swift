@@ -1,6 +1,6 @@
 public import ShoalCRDT
-import ShoalStore
-import ShoalWire
+public import ShoalStore
+public import ShoalWire
 
 /// What status shows of one connection or dial target.
 public struct PeerSnapshot: Sendable, Hashable {

@@ -1,7 +1,7 @@
 public import ShoalCRDT
 public import ShoalWire
-import Foundation
-import SwiftProtobuf
+public import Foundation
+public import SwiftProtobuf
 
 /// Turns transaction pieces into their wire form and back, checking what a peer
 /// sent (PROTOCOL.md §8.5).

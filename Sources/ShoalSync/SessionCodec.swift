@@ -1,8 +1,8 @@
-import Foundation
-import ShoalCRDT
-import ShoalStore
+public import Foundation
+public import ShoalCRDT
+public import ShoalStore
 public import ShoalWire
-import SwiftProtobuf
+public import SwiftProtobuf
 
 // Sync session messages to and from their wire form (PROTOCOL.md §8 and §9): the one
 // place `SessionStateMachine`'s messages meet the generated types.

@@ -1,9 +1,9 @@
-import ShoalCRDT
+public import ShoalCRDT
 public import ShoalStore
-import Logging
-import ShoalWire
-import Synchronization
-import Foundation
+public import Logging
+public import ShoalWire
+public import Synchronization
+public import Foundation
 
 extension SyncEngine {
     /// The most bytes one AttachmentChunk carries (1 MiB).

@@ -1,5 +1,5 @@
 public import NIOCore
-import Synchronization
+public import Synchronization
 
 /// Counts every byte a connection receives, whole frames or not.
 ///

@@ -1,6 +1,6 @@
 public import NIOCore
-import CompressNIO
-import SwiftProtobuf
+public import CompressNIO
+public import SwiftProtobuf
 
 /// Turns messages into frames and back, compressing large payloads.
 ///
