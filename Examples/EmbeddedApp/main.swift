@@ -4,7 +4,8 @@
 //
 // Two nodes in one process sync over TCP on 127.0.0.1: documents written as Codable
 // structs and read back as them, a live query, subscriptions registered and cancelled,
-// sync stopped and started, and a port already taken reported as an error.
+// sync stopped and started, a transaction rolled back by the app's own error, and a
+// port already taken reported as an error.
 import Foundation
 import Observation
 import Shoal
@@ -81,6 +82,25 @@ func run() async throws {
         try await waitFor("the observer to see car c") { seen.get() == 2 }
         step("a transaction of two cars (\(moved.transactionID.map { "\($0)" } ?? "none")) crossed whole")
 
+        // The app's own error out of a transaction: one typed error, the app's inside it.
+        struct OutOfStock: Error {}
+        let thrown: ShoalError?
+        do throws(ShoalError) {
+            try await alpha.store.transaction(hint: "sell a car") { tx in
+                _ = try await tx.execute("UPDATE cars SET color = 'sold' WHERE _id = 'a'")
+                throw OutOfStock()
+            }
+            thrown = nil
+        } catch {
+            thrown = error
+        }
+        guard let thrown, thrown.code == .aborted, thrown.underlyingError is OutOfStock else {
+            throw ExampleFailure(description: "a transaction whose body threw OutOfStock threw \(String(describing: thrown))")
+        }
+        let color = try await alpha.store.execute("SELECT color FROM cars WHERE _id = 'a'").items.first?["color"]
+        guard color == "blue" else { throw ExampleFailure(description: "a rolled-back transaction left color \(String(describing: color))") }
+        step("a transaction whose body threw rolled back: \(thrown)")
+
         // Two handles of one subscription: it stays until both are cancelled.
         let first = try beta.sync.registerSubscription("SELECT * FROM boats")
         let second = try beta.sync.registerSubscription("SELECT * FROM boats")
@@ -116,7 +136,7 @@ func run() async throws {
                 inner.cancelAll()
             }
             throw ExampleFailure(description: "a third node started on alpha's port")
-        } catch let error as NodeError {
+        } catch let error as ShoalError where error.code == .invalidConfiguration {
             step("a third node on alpha's port: \(error)")
         }
 

@@ -1,6 +1,6 @@
 // `import Shoal` gives an app what it embeds a node with, and nothing else: the node
 // and its configuration, the store's queries, transactions and live queries, the sync
-// engine's subscriptions and peers, the values documents are made of, and the errors.
+// engine's subscriptions and peers, the values documents are made of, and the one error.
 // Each name is re-exported on its own (members and extensions come with it); the
 // modules behind them (ShoalNode, ShoalStore, ShoalSync, ShoalCRDT, ShoalWire) hold the
 // rest for the `shoal` tools and the tests. docs/ARCHITECTURE.md, "The app's surface",
@@ -13,7 +13,6 @@
 @_exported import struct ShoalNode.ResourceLimits
 @_exported import struct ShoalNode.TLSFiles
 @_exported import struct ShoalWire.WireLimits
-@_exported import struct ShoalNode.NodeError
 
 // The store: queries, transactions, live queries.
 @_exported import class ShoalStore.DocumentStore
@@ -26,12 +25,14 @@
 @_exported import struct ShoalStore.QueryUpdates
 @_exported import class ShoalStore.StoreObserver
 @_exported import struct ShoalStore.AttachmentToken
-@_exported import struct ShoalStore.StoreError
 
 // Sync: subscriptions and peers.
 @_exported import class ShoalSync.SyncEngine
 @_exported import class ShoalSync.SyncSubscription
 @_exported import struct ShoalSync.PeerSnapshot
+
+// The one error everything throws.
+@_exported import struct ShoalStore.ShoalError
 
 // Values.
 @_exported import enum ShoalCRDT.Value

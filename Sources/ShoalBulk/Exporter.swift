@@ -1,4 +1,5 @@
 import ShoalCRDT
+public import ShoalStore
 public import ShoalNode
 import ShoalQuery
 import Foundation
@@ -83,8 +84,8 @@ public struct Exporter: Sendable {
     /// one's key), hands each page's items to `write`, and counts the matches at the
     /// end through `exec` (a statement, returning its items' canonical JSON).
     public func run(
-        page: (_ afterKey: String, _ limit: Int) async throws(NodeError) -> (itemsJSON: [String], lastKey: String),
-        exec: (_ statement: String) async throws(NodeError) -> [String],
+        page: (_ afterKey: String, _ limit: Int) async throws(ShoalError) -> (itemsJSON: [String], lastKey: String),
+        exec: (_ statement: String) async throws(ShoalError) -> [String],
         write: ([String]) throws -> Void
     ) async throws -> Report {
         var report = Report()
@@ -99,7 +100,7 @@ public struct Exporter: Sendable {
             guard items.count >= limit else { break }
             // Each page must start past the one before, or the export would never end.
             guard after.utf8.lexicographicallyPrecedes(lastKey.utf8) else {
-                throw NodeError(.protocolError, "the node answered a page of \(items.count) document(s) whose last key does not follow the last page's")
+                throw ShoalError(.protocolError, "the node answered a page of \(items.count) document(s) whose last key does not follow the last page's")
             }
             after = lastKey
             if let largest = items.lazy.map(\.utf8.count).max() {

@@ -1,4 +1,5 @@
 public import ShoalCRDT
+public import ShoalStore
 public import ShoalNode
 
 /// What an import did: `shoal import --json` prints it.
@@ -78,7 +79,7 @@ public struct Importer: Sendable {
     /// (unless `skipBad`): the documents before that record are sent first.
     public func run(
         read: () throws -> [UInt8]?,
-        exec: @escaping (_ statement: String, _ argumentsJSON: String) async throws(NodeError) -> Int,
+        exec: @escaping (_ statement: String, _ argumentsJSON: String) async throws(ShoalError) -> Int,
         progress: @escaping (ImportProgress) -> Void = { _ in }
     ) async -> ImportReport {
         var run = Run(importer: self, exec: exec, progress: progress)
@@ -88,7 +89,7 @@ public struct Importer: Sendable {
 
     private struct Run {
         let importer: Importer
-        let exec: (String, String) async throws(NodeError) -> Int
+        let exec: (String, String) async throws(ShoalError) -> Int
         let progress: (ImportProgress) -> Void
         let clock = ContinuousClock()
         let start: ContinuousClock.Instant
@@ -96,7 +97,7 @@ public struct Importer: Sendable {
         var batcher: ImportBatcher
         var bytesRead = 0
 
-        init(importer: Importer, exec: @escaping (String, String) async throws(NodeError) -> Int, progress: @escaping (ImportProgress) -> Void) {
+        init(importer: Importer, exec: @escaping (String, String) async throws(ShoalError) -> Int, progress: @escaping (ImportProgress) -> Void) {
             self.importer = importer
             self.exec = exec
             self.progress = progress
@@ -179,7 +180,7 @@ public struct Importer: Sendable {
         mutating func send(_ batch: ImportBatch) async -> Bool {
             let lines = batch.firstLine == batch.lastLine ? "line \(batch.firstLine ?? 0)" : "lines \(batch.firstLine ?? 0)–\(batch.lastLine ?? 0)"
             let written: Int
-            do throws(NodeError) {
+            do throws(ShoalError) {
                 written = try await exec(batch.statement(collection: importer.collection), batch.argumentsJSON)
             } catch where error.code == .requestFailed && importer.skipBad {
                 if batch.count == 1 {

@@ -1,7 +1,7 @@
 import ShoalWire
 import ShoalCRDT
 public import ShoalSync
-import ShoalStore
+public import ShoalStore
 import NIOCore
 import NIOPosix
 import Foundation
@@ -14,7 +14,7 @@ import Foundation
 /// A one-response request (`exec`, `status`, `subscribe`, …) carries `timeout` as its
 /// budget (PROTOCOL.md §10.2): the node starts and commits no write after it and
 /// answers that nothing was written. The client waits `grace` longer for that
-/// answer; if none comes, it cannot know what happened and says so (`NodeError.Code.timedOut`).
+/// answer; if none comes, it cannot know what happened and says so (`ShoalError.Code.timedOut`).
 ///
 /// ```
 ///  connect, handshake ──► send (budget T) ─────────────── T ─────── T + grace
@@ -44,34 +44,34 @@ public struct AdminClient: Sendable {
     /// `hint` in the node's log should it stay open long.
     public func exec(
         _ statements: String, argumentsJSON: String = "", hint: String? = nil, readOnly: Bool = false
-    ) async throws(NodeError) -> ExecResult {
+    ) async throws(ShoalError) -> ExecResult {
         let request = AdminRequest.exec(statements: statements, argumentsJSON: argumentsJSON, hint: hint, readOnly: readOnly)
         guard case .exec(let result) = try await send(request) else {
-            throw NodeError(.protocolError, "the node answered exec with something else")
+            throw ShoalError(.protocolError, "the node answered exec with something else")
         }
         return result
     }
 
     /// The node's status; with `digests`, each collection's digest too (it reads every document).
-    public func status(digests: Bool = false) async throws(NodeError) -> NodeStatus {
+    public func status(digests: Bool = false) async throws(ShoalError) -> NodeStatus {
         guard case .status(let status) = try await send(.status(digests: digests)) else {
-            throw NodeError(.protocolError, "the node answered status with something else")
+            throw ShoalError(.protocolError, "the node answered status with something else")
         }
         return status
     }
 
     /// Adds a saved subscription on the node.
-    public func subscribe(_ query: String, argumentsJSON: String = "") async throws(NodeError) -> SubscriptionInfo {
+    public func subscribe(_ query: String, argumentsJSON: String = "") async throws(ShoalError) -> SubscriptionInfo {
         guard case .subscription(let info) = try await send(.subscribe(query: query, argumentsJSON: argumentsJSON)) else {
-            throw NodeError(.protocolError, "the node answered subscribe with something else")
+            throw ShoalError(.protocolError, "the node answered subscribe with something else")
         }
         return info
     }
 
     /// Removes a saved subscription, by ID or exact query text.
-    public func unsubscribe(_ idOrQuery: String) async throws(NodeError) -> SubscriptionInfo {
+    public func unsubscribe(_ idOrQuery: String) async throws(ShoalError) -> SubscriptionInfo {
         guard case .subscription(let info) = try await send(.unsubscribe(idOrQuery: idOrQuery)) else {
-            throw NodeError(.protocolError, "the node answered unsubscribe with something else")
+            throw ShoalError(.protocolError, "the node answered unsubscribe with something else")
         }
         return info
     }
@@ -81,10 +81,10 @@ public struct AdminClient: Sendable {
 
     /// Stores bytes on the node as an attachment, in one request (they must fit a
     /// frame); returns the token as canonical JSON.
-    public func putAttachment(_ data: [UInt8], metadataJSON: String = "") async throws(NodeError) -> String {
+    public func putAttachment(_ data: [UInt8], metadataJSON: String = "") async throws(ShoalError) -> String {
         guard case .attachment(let token) = try await send(.attachmentPut(AttachmentPutPart(data: data, metadataJSON: metadataJSON)))
         else {
-            throw NodeError(.protocolError, "the node answered attachment put with something else")
+            throw ShoalError(.protocolError, "the node answered attachment put with something else")
         }
         return token
     }
@@ -95,7 +95,7 @@ public struct AdminClient: Sendable {
     public func putAttachment(
         file path: String, metadataJSON: String = "", partSize: Int = Int(SyncEngine.attachmentChunkSize),
         progress: @escaping @Sendable (Int, Int) -> Void = { _, _ in }
-    ) async throws(NodeError) -> String {
+    ) async throws(ShoalError) -> String {
         try await failing("attachment put to \(node)") {
             try await withSession { session in
                 try await session.putAttachment(file: path, metadataJSON: metadataJSON, partSize: partSize, progress: progress)
@@ -109,7 +109,7 @@ public struct AdminClient: Sendable {
     /// from 0, which the first part's `offset` shows.
     public func getAttachment(
         hash: String, offset: UInt64 = 0, handler: @escaping @Sendable (AttachmentPart) throws -> Void
-    ) async throws(NodeError) {
+    ) async throws(ShoalError) {
         try await failing("attachment get from \(node)") {
             let last = try await exchange(.attachmentGet(hash: hash, offset: offset)) { response in
                 switch response {
@@ -117,17 +117,17 @@ public struct AdminClient: Sendable {
                     try handler(part)
                     return part.isLast
                 case .failure(_, let message):
-                    throw NodeError(.requestFailed, message)
+                    throw ShoalError(.requestFailed, message)
                 default:
-                    throw NodeError(.protocolError, "the node answered attachment get with something else")
+                    throw ShoalError(.protocolError, "the node answered attachment get with something else")
                 }
             }
-            if last == nil { throw NodeError(.connectionFailed, "\(node) closed the connection before the whole attachment arrived") }
+            if last == nil { throw ShoalError(.connectionFailed, "\(node) closed the connection before the whole attachment arrived") }
         }
     }
 
-    /// Runs `body`, turning what it throws into a `NodeError` (`nodeError`).
-    private func failing<T>(_ what: String? = nil, _ body: () async throws -> T) async throws(NodeError) -> T {
+    /// Runs `body`, turning what it throws into a `ShoalError` (`nodeError`).
+    private func failing<T>(_ what: String? = nil, _ body: () async throws -> T) async throws(ShoalError) -> T {
         do {
             return try await body()
         } catch {
@@ -135,23 +135,23 @@ public struct AdminClient: Sendable {
         }
     }
 
-    /// What a failed request means to the caller: a `NodeError` as it is, a refused
+    /// What a failed request means to the caller: a `ShoalError` as it is, a refused
     /// handshake as such, anything else as `what` failed (or, without it, as the node
     /// out of reach).
-    private func nodeError(_ error: any Error, _ what: String? = nil) -> NodeError {
-        if let error = error as? NodeError { return error }
+    private func nodeError(_ error: any Error, _ what: String? = nil) -> ShoalError {
+        if let error = error as? ShoalError { return error }
         if let error = error as? SyncError {
-            return NodeError(.connectionFailed, "\(node) refused the connection: \(error.description)")
+            return ShoalError(.connectionFailed, "\(node) refused the connection: \(error.description)")
         }
-        if let tls = LinkTLS.explain(error, peer: "\(node)", own: nil) { return NodeError(.connectionFailed, tls) }
-        return NodeError(.connectionFailed, what.map { "\($0) failed: \(error)" } ?? "cannot reach a Shoal node at \(node): \(error)")
+        if let tls = LinkTLS.explain(error, peer: "\(node)", own: nil) { return ShoalError(.connectionFailed, tls) }
+        return ShoalError(.connectionFailed, what.map { "\($0) failed: \(error)" } ?? "cannot reach a Shoal node at \(node): \(error)")
     }
 
     /// Compacts the node's change log (and runs VACUUM when asked), handing each
     /// progress report to `handler`; returns the last one.
     public func compact(
         vacuum: Bool = false, handler: @escaping @Sendable (CompactionProgress) -> Void = { _ in }
-    ) async throws(NodeError) -> CompactionProgress {
+    ) async throws(ShoalError) -> CompactionProgress {
         try await failing {
             let last = try await exchange(.compact(vacuum: vacuum)) { response in
                 switch response {
@@ -159,13 +159,13 @@ public struct AdminClient: Sendable {
                     handler(progress)
                     return progress.done
                 case .failure(_, let message):
-                    throw NodeError(.requestFailed, message)
+                    throw ShoalError(.requestFailed, message)
                 default:
-                    throw NodeError(.protocolError, "the node answered compact with something else")
+                    throw ShoalError(.protocolError, "the node answered compact with something else")
                 }
             }
             guard case .compaction(let progress)? = last else {
-                throw NodeError(.connectionFailed, "\(node) closed the connection before the compaction finished")
+                throw ShoalError(.connectionFailed, "\(node) closed the connection before the compaction finished")
             }
             return progress
         }
@@ -175,7 +175,7 @@ public struct AdminClient: Sendable {
     /// cancelled or the node goes away.
     public func observe(
         _ query: String, argumentsJSON: String = "", handler: @escaping @Sendable (ObservationUpdate) -> Void
-    ) async throws(NodeError) {
+    ) async throws(ShoalError) {
         do {
             _ = try await exchange(.observe(query: query, argumentsJSON: argumentsJSON)) { response in
                 switch response {
@@ -183,16 +183,16 @@ public struct AdminClient: Sendable {
                     handler(observation)
                     return false
                 case .failure(_, let message):
-                    throw NodeError(.requestFailed, message)
+                    throw ShoalError(.requestFailed, message)
                 default:
-                    throw NodeError(.protocolError, "the node answered observe with something else")
+                    throw ShoalError(.protocolError, "the node answered observe with something else")
                 }
             }
-            throw NodeError(.connectionFailed, "\(node) closed the connection")
+            throw ShoalError(.connectionFailed, "\(node) closed the connection")
         } catch is CancellationError {
             return
         } catch {
-            if Task.isCancelled, !(error is NodeError) { return }
+            if Task.isCancelled, !(error is ShoalError) { return }
             throw nodeError(error)
         }
     }
@@ -208,12 +208,12 @@ public struct AdminClient: Sendable {
     /// Sends a one-response request with `timeout` as its budget and waits for the
     /// answer: connecting and the handshake within `timeout` (or nothing is sent),
     /// then the answer within `timeout` and `grace` of sending it (or its outcome is unknown).
-    func send(_ request: AdminRequest) async throws(NodeError) -> AdminResponse {
+    func send(_ request: AdminRequest) async throws(ShoalError) -> AdminResponse {
         // Encoded before connecting, as `exchange` does.
         let frame = MessageCodec(limits: .default).encode(.adminRequest(request.wire(budget: timeout)))
         let sending = Locked(Sending.notYet)
         let start = ContinuousClock.now
-        let notSent = NodeError(
+        let notSent = ShoalError(
             .connectionFailed,
             "could not connect to \(node) and shake hands within \(Self.seconds(timeout)) s: the request was not sent")
         let response: AdminResponse
@@ -229,15 +229,15 @@ public struct AdminClient: Sendable {
                         guard go else { throw notSent }  // the timer gave up first
                         do {
                             return try await session.exchange(frame, id: 0) { _ in true }
-                        } catch let error as NodeError {
+                        } catch let error as ShoalError {
                             throw error
                         } catch {
-                            throw NodeError(
+                            throw ShoalError(
                                 .connectionFailed, "the connection to \(node) failed after the request was sent (\(error))\(Self.unknownOutcome)")
                         }
                     }
                     guard let response else {
-                        throw NodeError(.connectionFailed, "\(node) closed the connection before answering\(Self.unknownOutcome)")
+                        throw ShoalError(.connectionFailed, "\(node) closed the connection before answering\(Self.unknownOutcome)")
                     }
                     return response
                 }
@@ -252,7 +252,7 @@ public struct AdminClient: Sendable {
                     }
                     guard let sentAt else { throw notSent }
                     try await Task.sleep(until: sentAt + timeout + Self.grace)
-                    throw NodeError(
+                    throw ShoalError(
                         .timedOut,
                         "no answer from \(node) within \(Self.seconds(timeout + Self.grace)) s (a timeout of \(Self.seconds(timeout)) s and \(Self.seconds(Self.grace)) s of grace)\(Self.unknownOutcome)")
                 }
@@ -263,7 +263,7 @@ public struct AdminClient: Sendable {
             throw nodeError(error)
         }
         if case .failure(_, let message) = response {
-            throw NodeError(.requestFailed, message)
+            throw ShoalError(.requestFailed, message)
         }
         return response
     }
@@ -297,7 +297,7 @@ public struct AdminClient: Sendable {
     public func withSession<T>(_ body: (AdminSession) async throws -> T) async throws -> T {
         let group = MultiThreadedEventLoopGroup.singleton
         let limits = WireLimits.default
-        let tls = try self.tls.map { files throws(NodeError) in try LinkTLS(files: files) }
+        let tls = try self.tls.map { files throws(ShoalError) in try LinkTLS(files: files) }
         let timeout = self.timeout
         let connection = try await ClientBootstrap(group: group)
             .connectTimeout(.seconds(5))
@@ -326,7 +326,7 @@ public struct AdminClient: Sendable {
                     if !error.fromPeer { try? await outbound.write(codec.encode(error.frame)) }
                 })
             guard case .established = outcome else {
-                throw NodeError(.connectionFailed, "\(node) closed the connection during the handshake")
+                throw ShoalError(.connectionFailed, "\(node) closed the connection during the handshake")
             }
             return try await body(AdminSession(node: node, iterator: iterator, outbound: outbound, codec: codec))
         }
@@ -356,10 +356,10 @@ public final class AdminSession {
     /// Runs statements in one transaction, as `AdminClient.exec` does.
     public func exec(
         _ statements: String, argumentsJSON: String = "", hint: String? = nil, readOnly: Bool = false
-    ) async throws(NodeError) -> ExecResult {
+    ) async throws(ShoalError) -> ExecResult {
         let request = AdminRequest.exec(statements: statements, argumentsJSON: argumentsJSON, hint: hint, readOnly: readOnly)
         guard case .exec(let result) = try await answer(request) else {
-            throw NodeError(.protocolError, "the node answered exec with something else")
+            throw ShoalError(.protocolError, "the node answered exec with something else")
         }
         return result
     }
@@ -369,16 +369,16 @@ public final class AdminSession {
     /// key order, read on one snapshot: the next page starts after `lastKey`.
     public func page(
         _ query: String, argumentsJSON: String = "", after afterKey: String, limit: Int
-    ) async throws(NodeError) -> PageResult {
+    ) async throws(ShoalError) -> PageResult {
         let response: AdminResponse
         do {
             response = try await answer(.page(query: query, argumentsJSON: argumentsJSON, afterKey: afterKey, limit: limit))
         } catch where error.code == .protocolError {
-            throw NodeError(
+            throw ShoalError(
                 .protocolError, "\(node) does not read pages by key, which export needs (it is older than this shoal: upgrade it): \(error.message)")
         }
         guard case .page(let result) = response else {
-            throw NodeError(.protocolError, "the node answered page with something else")
+            throw ShoalError(.protocolError, "the node answered page with something else")
         }
         return result
     }
@@ -408,7 +408,7 @@ public final class AdminSession {
         var ids: [UInt64] = []  // of the requests sent and not answered, oldest first
         var sent = 0
         var answeredCount = 0
-        var failure: NodeError?
+        var failure: ShoalError?
         while answeredCount < sent || (failure == nil && sent < count) {
             while failure == nil && sent < count && ids.count < window {
                 let (statements, arguments) = try request(sent)
@@ -422,7 +422,7 @@ public final class AdminSession {
             }
             let frame = try await connectionErrors { try await self.iterator.next() }
             guard let frame else {
-                throw NodeError(.connectionFailed, "\(node) closed the connection with \(sent - answeredCount) requests unanswered")
+                throw ShoalError(.connectionFailed, "\(node) closed the connection with \(sent - answeredCount) requests unanswered")
             }
             switch try await connectionErrors({ try self.codec.decode(frame) }) {
             case .adminResponse(let wire) where wire.requestID == ids.first:
@@ -433,11 +433,11 @@ public final class AdminSession {
                 case .exec(let result)?:
                     try answered(index, result)
                 case .failure(_, let message)?:
-                    if failure == nil { failure = NodeError(.requestFailed, "request \(index) of \(count): \(message)") }
+                    if failure == nil { failure = ShoalError(.requestFailed, "request \(index) of \(count): \(message)") }
                 default:
-                    throw NodeError(.protocolError, "the node answered exec request \(index) with something else")
+                    throw ShoalError(.protocolError, "the node answered exec request \(index) with something else")
                 }
-            case .error(let error): throw NodeError(.requestFailed, error.message)
+            case .error(let error): throw ShoalError(.requestFailed, error.message)
             default: continue
             }
         }
@@ -445,9 +445,9 @@ public final class AdminSession {
     }
 
     /// The node's status, as `AdminClient.status` gives it.
-    public func status(digests: Bool = false) async throws(NodeError) -> NodeStatus {
+    public func status(digests: Bool = false) async throws(ShoalError) -> NodeStatus {
         guard case .status(let status) = try await answer(.status(digests: digests)) else {
-            throw NodeError(.protocolError, "the node answered status with something else")
+            throw ShoalError(.protocolError, "the node answered status with something else")
         }
         return status
     }
@@ -455,30 +455,30 @@ public final class AdminSession {
     /// Opens a transaction that this connection holds until `commit`, `rollback`, or
     /// the connection closing (which rolls it back); `exec` runs in it meanwhile. A
     /// read-write one waits for the node's writer, then keeps other writers waiting.
-    public func begin(hint: String? = nil, readOnly: Bool = false) async throws(NodeError) -> SessionTransaction {
+    public func begin(hint: String? = nil, readOnly: Bool = false) async throws(ShoalError) -> SessionTransaction {
         try await transaction(.begin(hint: hint, readOnly: readOnly))
     }
 
     /// Commits the connection's transaction; `transactionID` names what it wrote.
-    public func commit() async throws(NodeError) -> SessionTransaction {
+    public func commit() async throws(ShoalError) -> SessionTransaction {
         try await transaction(.commit)
     }
 
     /// Rolls back the connection's transaction.
-    public func rollback() async throws(NodeError) -> SessionTransaction {
+    public func rollback() async throws(ShoalError) -> SessionTransaction {
         try await transaction(.rollback)
     }
 
-    private func transaction(_ request: AdminRequest) async throws(NodeError) -> SessionTransaction {
+    private func transaction(_ request: AdminRequest) async throws(ShoalError) -> SessionTransaction {
         guard case .transaction(let transaction) = try await answer(request) else {
-            throw NodeError(.protocolError, "the node answered \(request.name) with something else")
+            throw ShoalError(.protocolError, "the node answered \(request.name) with something else")
         }
         return transaction
     }
 
     /// Sends a Ping and waits for its Pong: activity that keeps an idle connection open
     /// (the node closes admin connections silent for its idle timeout).
-    public func ping() async throws(NodeError) {
+    public func ping() async throws(ShoalError) {
         var ping = Shoal_V1_Ping()
         ping.nonce = nextID
         nextID += 1
@@ -487,31 +487,31 @@ public final class AdminSession {
             while let frame = try await iterator.next() {
                 switch try codec.decode(frame) {
                 case .pong(let pong) where pong.nonce == ping.nonce: return
-                case .error(let error): throw NodeError(.requestFailed, error.message)
+                case .error(let error): throw ShoalError(.requestFailed, error.message)
                 default: continue
                 }
             }
-        } catch let error as NodeError {
+        } catch let error as ShoalError {
             throw error
         } catch {
-            throw NodeError(.connectionFailed, "the connection to \(node) failed: \(error)")
+            throw ShoalError(.connectionFailed, "the connection to \(node) failed: \(error)")
         }
-        throw NodeError(.connectionFailed, "\(node) closed the connection")
+        throw ShoalError(.connectionFailed, "\(node) closed the connection")
     }
 
     /// Streams a file to the node as an attachment, `partSize` bytes per request,
     /// as `AdminClient.putAttachment(file:)` does.
     public func putAttachment(
         file path: String, metadataJSON: String, partSize: Int, progress: @Sendable (Int, Int) -> Void
-    ) async throws(NodeError) -> String {
-        guard let handle = FileHandle(forReadingAtPath: path) else { throw NodeError(.file, "cannot read \(path)") }
+    ) async throws(ShoalError) -> String {
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw ShoalError(.file, "cannot read \(path)") }
         defer { try? handle.close() }
         let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
-        func read() throws(NodeError) -> [UInt8] {
+        func read() throws(ShoalError) -> [UInt8] {
             do {
                 return Array(try handle.read(upToCount: max(partSize, 1)) ?? Data())
             } catch {
-                throw NodeError(.file, "cannot read \(path): \(error.localizedDescription)")
+                throw ShoalError(.file, "cannot read \(path): \(error.localizedDescription)")
             }
         }
         var uploadID: UInt64 = 0
@@ -530,41 +530,41 @@ public final class AdminSession {
             case .uploaded(let id, let received) where received == offset:
                 uploadID = id
             case .attachment:
-                throw NodeError(.protocolError, "\(node) does not take attachments in parts; it stored the first part alone")
+                throw ShoalError(.protocolError, "\(node) does not take attachments in parts; it stored the first part alone")
             default:
-                throw NodeError(.protocolError, "the node answered a part of attachment put with something else")
+                throw ShoalError(.protocolError, "the node answered a part of attachment put with something else")
             }
             data = next
         }
     }
 
-    /// `body`, its failures other than `NodeError` reported as the connection's.
-    private func connectionErrors<T>(_ body: () async throws -> T) async throws(NodeError) -> T {
+    /// `body`, its failures other than `ShoalError` reported as the connection's.
+    private func connectionErrors<T>(_ body: () async throws -> T) async throws(ShoalError) -> T {
         do {
             return try await body()
-        } catch let error as NodeError {
+        } catch let error as ShoalError {
             throw error
         } catch {
-            throw NodeError(.connectionFailed, "the connection to \(node) failed: \(error)")
+            throw ShoalError(.connectionFailed, "the connection to \(node) failed: \(error)")
         }
     }
 
     /// Sends a one-response request under the next request ID and returns its answer.
-    private func answer(_ request: AdminRequest) async throws(NodeError) -> AdminResponse {
+    private func answer(_ request: AdminRequest) async throws(ShoalError) -> AdminResponse {
         let id = nextID
         nextID += 1
         let response: AdminResponse?
         do {
             response = try await exchange(codec.encode(.adminRequest(request.wire(requestID: id))), id: id) { _ in true }
-        } catch let error as NodeError {
+        } catch let error as ShoalError {
             throw error
         } catch {
-            throw NodeError(.connectionFailed, "the connection to \(node) failed: \(error)")
+            throw ShoalError(.connectionFailed, "the connection to \(node) failed: \(error)")
         }
-        guard let response else { throw NodeError(.connectionFailed, "\(node) closed the connection before answering") }
+        guard let response else { throw ShoalError(.connectionFailed, "\(node) closed the connection before answering") }
         switch response {
-        case .failure(.protocolViolation, let message): throw NodeError(.protocolError, message)
-        case .failure(_, let message): throw NodeError(.requestFailed, message)
+        case .failure(.protocolViolation, let message): throw ShoalError(.protocolError, message)
+        case .failure(_, let message): throw ShoalError(.requestFailed, message)
         default: return response
         }
     }
@@ -580,10 +580,10 @@ public final class AdminSession {
             switch try codec.decode(frame) {
             case .adminResponse(let wire) where wire.requestID == id:
                 guard let response = AdminResponse(wire: wire) else {
-                    throw NodeError(.protocolError, "\(node) sent an empty admin response")
+                    throw ShoalError(.protocolError, "\(node) sent an empty admin response")
                 }
                 if try await onResponse(response) { return response }
-            case .error(let error): throw NodeError(.requestFailed, error.message)
+            case .error(let error): throw ShoalError(.requestFailed, error.message)
             default: continue
             }
         }
@@ -598,7 +598,7 @@ public final class AdminSession {
             try await outbound.write(frame)
         } catch {
             while let frame = try? await iterator.next() {
-                if case .error(let refusal)? = try? codec.decode(frame) { throw NodeError(.requestFailed, refusal.message) }
+                if case .error(let refusal)? = try? codec.decode(frame) { throw ShoalError(.requestFailed, refusal.message) }
             }
             throw error
         }

@@ -36,7 +36,7 @@ struct AdminService: AdminRequestHandler {
             _ request: AdminRequest, deadline: Deadline?, respond: @escaping @Sendable (AdminResponse) async throws -> Void
         ) async throws {
             let action = machine.withLock { $0.receive(request) }
-            let outcome: Result<AdminResponse, StoreError>
+            let outcome: Result<AdminResponse, ShoalError>
             switch action {
             case .serve:
                 return try await service.handle(request, deadline: deadline, respond: respond)
@@ -51,7 +51,7 @@ struct AdminService: AdminRequestHandler {
                 }
             case .runInTransaction:
                 guard case .exec(let statements, let argumentsJSON, _, _) = request else { return }
-                do throws(StoreError) {
+                do throws(ShoalError) {
                     try service.checkQueryLength(request)
                     outcome = await holder.send(.exec(statements: statements, arguments: try AdminService.arguments(argumentsJSON)))
                 } catch {
@@ -70,7 +70,7 @@ struct AdminService: AdminRequestHandler {
     }
 
     /// A store error as the admin response that reports it.
-    static func failure(_ error: StoreError) -> AdminResponse {
+    static func failure(_ error: ShoalError) -> AdminResponse {
         .failure(error.code == .invalidQuery ? .invalidQuery : .executionFailed, error.message)
     }
 
@@ -84,7 +84,7 @@ struct AdminService: AdminRequestHandler {
         _ request: AdminRequest, deadline: Deadline? = nil, respond: @escaping @Sendable (AdminResponse) async throws -> Void
     ) async throws {
         let response: AdminResponse
-        do throws(StoreError) {
+        do throws(ShoalError) {
             try checkQueryLength(request)
             switch request {
             case .exec(let statements, let argumentsJSON, let hint, let readOnly):
@@ -109,7 +109,7 @@ struct AdminService: AdminRequestHandler {
                                     itemsJSON: observation.items.map(\.canonicalJSON),
                                     transactionIDs: observation.transactions.map(\.description))))
                     }
-                } catch let error as StoreError {
+                } catch let error as ShoalError {
                     throw error
                 } catch {
                     return  // the client went away
@@ -133,11 +133,11 @@ struct AdminService: AdminRequestHandler {
                 response = .compaction(last)
             case .attachmentGet(let hash, let offset):
                 guard AttachmentToken.isHash(hash) else {
-                    throw StoreError(.invalidQuery, "'\(hash)' is not an attachment ID (64 hex digits, from the token's \"attachment\")")
+                    throw ShoalError(.invalidQuery, "'\(hash)' is not an attachment ID (64 hex digits, from the token's \"attachment\")")
                 }
                 let total = try await node.sync.fetchAttachment(hash: hash)
                 guard offset <= UInt64(total) else {
-                    throw StoreError(.invalidQuery, "offset \(offset) is past the end of attachment \(hash), which has \(total) bytes")
+                    throw ShoalError(.invalidQuery, "offset \(offset) is past the end of attachment \(hash), which has \(total) bytes")
                 }
                 try await sendAttachment(hash: hash, from: Int(offset), respond: respond)
                 return
@@ -162,12 +162,12 @@ struct AdminService: AdminRequestHandler {
 
     /// Stores one part of an attachment put: the answer to the last part is the
     /// token, to the others how far the upload got.
-    func putAttachment(_ part: AttachmentPutPart) async throws(StoreError) -> AdminResponse {
+    func putAttachment(_ part: AttachmentPutPart) async throws(ShoalError) -> AdminResponse {
         let metadata = part.more ? [:] : try Self.arguments(part.metadataJSON)
         var writer: AttachmentWriter
         if part.uploadID == 0 {
             guard part.offset == 0 else {
-                throw StoreError(.invalidQuery, "the first part of an attachment put starts at offset 0, not \(part.offset)")
+                throw ShoalError(.invalidQuery, "the first part of an attachment put starts at offset 0, not \(part.offset)")
             }
             writer = try await node.store.attachmentWriter()
         } else if let held = uploads.withLock({ $0.removeValue(forKey: part.uploadID) }) {
@@ -175,11 +175,11 @@ struct AdminService: AdminRequestHandler {
         } else if let staged = try await node.store.attachmentWriter(resuming: Int64(bitPattern: part.uploadID)), staged.expectedHash == nil {
             writer = staged
         } else {
-            throw StoreError(.invalidQuery, "attachment upload \(part.uploadID) is unknown here: finished, or abandoned and collected; put the file again")
+            throw ShoalError(.invalidQuery, "attachment upload \(part.uploadID) is unknown here: finished, or abandoned and collected; put the file again")
         }
         let limit = SyncEngine.maximumAttachmentSize
         guard writer.received + part.data.count <= limit else {
-            throw StoreError(.tooLarge, "an attachment may have at most \(limit) bytes (peers fetch no larger one); this one has more")
+            throw ShoalError(.tooLarge, "an attachment may have at most \(limit) bytes (peers fetch no larger one); this one has more")
         }
         // A part out of line fails here and leaves the upload as it was.
         try await writer.append(part.data)
@@ -195,12 +195,12 @@ struct AdminService: AdminRequestHandler {
     /// `SyncEngine.attachmentChunkSize`, the last one reaching its end.
     func sendAttachment(
         hash: String, from offset: Int, respond: @escaping @Sendable (AdminResponse) async throws -> Void
-    ) async throws(StoreError) {
+    ) async throws(ShoalError) {
         var offset = offset
         while true {
             guard let part = try await node.store.attachmentChunk(hash: hash, offset: offset, maximum: Int(SyncEngine.attachmentChunkSize))
             else {
-                throw StoreError(.invalidDocument, "attachment \(hash) was collected while it was being sent")
+                throw ShoalError(.invalidDocument, "attachment \(hash) was collected while it was being sent")
             }
             let chunk = AttachmentPart(hash: hash, offset: UInt64(offset), totalLength: UInt64(part.total), data: part.bytes)
             do {
@@ -214,7 +214,7 @@ struct AdminService: AdminRequestHandler {
     }
 
     /// Refuses DQL text longer than `maximumQueryLength` before it is parsed.
-    func checkQueryLength(_ request: AdminRequest) throws(StoreError) {
+    func checkQueryLength(_ request: AdminRequest) throws(ShoalError) {
         let text: String
         switch request {
         case .exec(let statements, _, _, _): text = statements
@@ -223,21 +223,21 @@ struct AdminService: AdminRequestHandler {
         }
         let limit = node.sync.configuration.maximumQueryLength
         guard text.utf8.count <= limit else {
-            throw StoreError(
+            throw ShoalError(
                 .invalidQuery,
                 "the statement text is \(text.utf8.count) bytes; this node takes at most \(limit) (--max-query-length). Pass large values as arguments (--args @FILE)")
         }
     }
 
-    static func arguments(_ json: String) throws(StoreError) -> [String: Value] {
+    static func arguments(_ json: String) throws(ShoalError) -> [String: Value] {
         do {
             return try ArgumentsJSON.parse(json)
         } catch {
-            throw StoreError(.invalidQuery, error.message())
+            throw ShoalError(.invalidQuery, error.message())
         }
     }
 
-    func subscribe(_ query: String, argumentsJSON: String) async throws(StoreError) -> SubscriptionInfo {
+    func subscribe(_ query: String, argumentsJSON: String) async throws(ShoalError) -> SubscriptionInfo {
         let arguments = try Self.arguments(argumentsJSON)
         // Check, save, then go live: a subscription that runs is one that survives a restart.
         var check = SubscriptionSet()
@@ -245,7 +245,7 @@ struct AdminService: AdminRequestHandler {
         let limit = node.sync.configuration.maximumSubscriptionsPerPeer
         let own = node.sync.subscriptions.entries
         guard own.count < limit || own.contains(where: { $0.id == parsed.id }) else {
-            throw StoreError(
+            throw ShoalError(
                 .tooLarge,
                 "this node has \(own.count) subscriptions, as many as a peer takes in one Subscribe (--max-subscriptions-per-peer); remove one first")
         }
@@ -254,13 +254,16 @@ struct AdminService: AdminRequestHandler {
         return SubscriptionInfo(id: entry.id, query: entry.query, origin: "local")
     }
 
-    func unsubscribe(_ idOrQuery: String) async throws(StoreError) -> SubscriptionInfo {
-        guard let entry = node.sync.unsubscribe(idOrQuery) else {
+    func unsubscribe(_ idOrQuery: String) async throws(ShoalError) -> SubscriptionInfo {
+        let entry: SubscriptionSet.Entry
+        do throws(ShoalError) {
+            entry = try node.sync.unsubscribe(idOrQuery)
+        } catch {
             // A saved subscription that no longer parses is not live, but can still be removed.
             if try await node.store.removeSavedSubscription(id: idOrQuery) {
                 return SubscriptionInfo(id: idOrQuery, query: "", origin: "local")
             }
-            throw StoreError(
+            throw ShoalError(
                 .invalidQuery,
                 "no subscription has the ID or query '\(idOrQuery)' (shoal status lists them)")
         }
@@ -306,7 +309,7 @@ struct AdminService: AdminRequestHandler {
     /// before `deadline`, or writes nothing.
     func execute(
         _ statements: String, argumentsJSON: String, hint: String?, readOnly: Bool, deadline: Deadline? = nil
-    ) async throws(StoreError) -> ExecResult {
+    ) async throws(ShoalError) -> ExecResult {
         let arguments = try Self.arguments(argumentsJSON)
         // One access to the writer from BEGIN to COMMIT (a `transaction` would take three).
         let result = try await node.store.execute(
@@ -322,14 +325,14 @@ struct AdminService: AdminRequestHandler {
 
     /// A collection's digest (DATA_MODEL.md §17): SHA-256 of its live documents'
     /// canonical JSON, sorted, each followed by a newline.
-    func digest(of collection: String) async throws(StoreError) -> String? {
+    func digest(of collection: String) async throws(ShoalError) -> String? {
         guard !collection.contains("`") else { return nil }
         let bodies = try await node.store.execute("SELECT * FROM `\(collection)`").items.map(\.canonicalJSON)
             .sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         return AttachmentToken.hash(of: Array(bodies.map { $0 + "\n" }.joined().utf8))
     }
 
-    func status(digests: Bool = false) async throws(StoreError) -> NodeStatus {
+    func status(digests: Bool = false) async throws(ShoalError) -> NodeStatus {
         var status = NodeStatus(
             siteID: node.siteID, name: node.name,
             listen: node.listenAddress?.description ?? node.configuration.listen.description,

@@ -1,4 +1,5 @@
 import ShoalCRDT
+public import ShoalStore
 import Foundation
 
 #if canImport(Glibc)
@@ -25,16 +26,16 @@ public final class DataDirectoryLock: Sendable {
     /// Takes the lock, creating the directory and the file if needed.
     ///
     /// Throws at once, without waiting, if another node holds it.
-    public init(directory: String) throws(NodeError) {
+    public init(directory: String) throws(ShoalError) {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
-            throw NodeError(.invalidConfiguration, "cannot create data directory \(directory): \(error.localizedDescription)")
+            throw ShoalError(.invalidConfiguration, "cannot create data directory \(directory): \(error.localizedDescription)")
         }
         let path = (directory as NSString).appendingPathComponent(Self.fileName)
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard fd >= 0 else {
-            throw NodeError(.invalidConfiguration, "cannot open \(path): \(String(cString: strerror(errno)))")
+            throw ShoalError(.invalidConfiguration, "cannot open \(path): \(String(cString: strerror(errno)))")
         }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             let reason = errno
@@ -42,11 +43,11 @@ public final class DataDirectoryLock: Sendable {
             let n = pread(fd, &buffer, buffer.count, 0)
             close(fd)
             guard reason == EWOULDBLOCK else {
-                throw NodeError(.invalidConfiguration, "cannot lock \(path): \(String(cString: strerror(reason)))")
+                throw ShoalError(.invalidConfiguration, "cannot lock \(path): \(String(cString: strerror(reason)))")
             }
             let holder = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : ""
             let who = Int32(holder).map { $0 == getpid() ? "this process" : "process \($0)" } ?? "another process"
-            throw NodeError(
+            throw ShoalError(
                 .dataDirectoryInUse,
                 "the data directory \(directory) is in use by another Shoal node (\(who) holds \(path)); stop that node first, or give this one another --data directory"
             )

@@ -1,4 +1,5 @@
-import Foundation
+package import Foundation
+public import ShoalStore
 
 #if canImport(Glibc)
 // `stat` is reachable through CoreFoundation and NIO's C module as well once the TLS
@@ -24,26 +25,26 @@ public enum KeyFile {
     public static let generatedSize = 32
 
     /// Reads a key file; the error names the file and says what to do.
-    public static func read(path: String, purpose: String = "mesh key") throws(NodeError) -> [UInt8] {
+    public static func read(path: String, purpose: String = "mesh key") throws(ShoalError) -> [UInt8] {
         var info = FileInfo()
         guard stat(path, &info) == 0 else {
-            throw NodeError(.keyFile, "cannot read the \(purpose) file \(path): \(String(cString: strerror(errno)))")
+            throw ShoalError(.keyFile, "cannot read the \(purpose) file \(path): \(String(cString: strerror(errno)))")
         }
         let mode = info.st_mode & 0o777
         guard mode & 0o077 == 0 else {
-            throw NodeError(
+            throw ShoalError(
                 .keyFile,
                 "the \(purpose) file \(path) is open to other users (mode \(String(mode, radix: 8))); anyone who reads it can join the mesh or run statements on the node. Make it private: chmod 600 \(path)"
             )
         }
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw NodeError(.keyFile, "cannot read the \(purpose) file \(path)")
+            throw ShoalError(.keyFile, "cannot read the \(purpose) file \(path)")
         }
         var bytes = Array(data)
         while let last = bytes.last, [0x20, 0x0A, 0x0D, 0x09].contains(last) { bytes.removeLast() }
         while let first = bytes.first, [0x20, 0x0A, 0x0D, 0x09].contains(first) { bytes.removeFirst() }
         guard bytes.count >= minimumSize else {
-            throw NodeError(
+            throw ShoalError(
                 .keyFile,
                 "the \(purpose) in \(path) is \(bytes.count) bytes; use at least \(minimumSize) (shoal keygen FILE makes one)"
             )
@@ -54,7 +55,7 @@ public enum KeyFile {
     /// Writes a fresh random key to a new file readable by its owner only (mode 0600).
     ///
     /// Refuses to replace an existing file: a key in use would be lost.
-    public static func generate(path: String) throws(NodeError) {
+    public static func generate(path: String) throws(ShoalError) {
         var random = SystemRandomNumberGenerator()
         let key = (0..<generatedSize).map { _ in UInt8.random(in: 0...255, using: &random) }
         try create(path: path, contents: Array((Data(key).base64EncodedString() + "\n").utf8), mode: 0o600)
@@ -62,14 +63,14 @@ public enum KeyFile {
 
     /// Writes `contents` to a new file with exactly `mode`, flushed to disk; refuses to
     /// replace an existing file (a key or certificate in use would be lost).
-    package static func create(path: String, contents: [UInt8], mode: mode_t) throws(NodeError) {
+    package static func create(path: String, contents: [UInt8], mode: mode_t) throws(ShoalError) {
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         guard fd >= 0 else {
             let reason = errno
             if reason == EEXIST {
-                throw NodeError(.keyFile, "\(path) exists already; not replacing it (a key in use would be lost). Remove it first, or choose another file")
+                throw ShoalError(.keyFile, "\(path) exists already; not replacing it (a key in use would be lost). Remove it first, or choose another file")
             }
-            throw NodeError(.keyFile, "cannot create \(path): \(String(cString: strerror(reason)))")
+            throw ShoalError(.keyFile, "cannot create \(path): \(String(cString: strerror(reason)))")
         }
         defer { close(fd) }
         // The umask may have taken bits away, never added any; set exactly `mode` all the same.
@@ -78,7 +79,7 @@ public enum KeyFile {
         guard written == contents.count, fsync(fd) == 0 else {
             let reason = String(cString: strerror(errno))
             unlink(path)
-            throw NodeError(.keyFile, "cannot write \(path): \(reason)")
+            throw ShoalError(.keyFile, "cannot write \(path): \(reason)")
         }
     }
 

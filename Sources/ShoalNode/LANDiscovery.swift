@@ -1,4 +1,5 @@
 import ShoalCRDT
+import ShoalStore
 import ShoalSync
 import Logging
 import NIOCore
@@ -72,12 +73,12 @@ final class LANDiscovery: Sendable {
 
     /// The interfaces `selection` names (an interface name or one of its IPv4
     /// addresses), or, without one, every multicast-capable interface with an IPv4 address.
-    static func interfaces(_ selection: String?) throws(NodeError) -> [Interface] {
+    static func interfaces(_ selection: String?) throws(ShoalError) -> [Interface] {
         let devices: [NIONetworkDevice]
         do {
             devices = try System.enumerateDevices()
         } catch {
-            throw NodeError(.invalidConfiguration, "cannot list the network interfaces for discovery: \(error)")
+            throw ShoalError(.invalidConfiguration, "cannot list the network interfaces for discovery: \(error)")
         }
         let ipv4 = devices.compactMap { device -> Interface? in
             guard let address = device.address, case .v4 = address else { return nil }
@@ -88,7 +89,7 @@ final class LANDiscovery: Sendable {
         let chosen = ipv4.filter { $0.name == selection || $0.host == selection }
         guard !chosen.isEmpty else {
             let names = ipv4.map { "\($0.name) (\($0.host))" }.joined(separator: ", ")
-            throw NodeError(
+            throw ShoalError(
                 .invalidConfiguration,
                 "--discovery-interface \(selection): no interface of that name or IPv4 address (this machine has \(names))")
         }

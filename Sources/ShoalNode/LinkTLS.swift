@@ -1,4 +1,5 @@
 import Foundation
+package import ShoalStore
 import NIOCore
 import NIOSSL
 import NIOTLS
@@ -10,7 +11,7 @@ package import X509
 /// checked once, the contexts for dialing and accepting, and the check of a peer's
 /// certificate.
 ///
-/// Every failure to load is a `NodeError` naming the file, raised when the node or
+/// Every failure to load is a `ShoalError` naming the file, raised when the node or
 /// client starts rather than at its first connection. A peer's certificate is
 /// checked here rather than by BoringSSL's verifier, so that a refusal says why
 /// (another CA, expired, not yet valid); TLS itself still proves that the peer
@@ -24,13 +25,13 @@ package struct LinkTLS: Sendable {
     private let serverContext: NIOSSLContext
     private let clientContext: NIOSSLContext
 
-    init(files: TLSFiles) throws(NodeError) {
+    init(files: TLSFiles) throws(ShoalError) {
         self.files = files
         let certificatePEM = try Self.read(files.certificate, "TLS certificate")
         let keyPEM = try Self.read(files.key, "TLS key")
         let authorityPEM = try Self.read(files.authority, "TLS CA certificate")
         if let mode = KeyFile.modeOpenToOthers(path: files.key) {
-            throw NodeError(
+            throw ShoalError(
                 .keyFile,
                 "the TLS key file \(files.key) is open to other users (mode \(String(mode, radix: 8))); anyone who reads it can pass for this node. Make it private: chmod 600 \(files.key)")
         }
@@ -38,26 +39,26 @@ package struct LinkTLS: Sendable {
         do {
             certificate = try Certificate(pemEncoded: certificatePEM)
         } catch {
-            throw NodeError(.invalidConfiguration, "the TLS certificate file \(files.certificate) holds no PEM certificate (\(error))")
+            throw ShoalError(.invalidConfiguration, "the TLS certificate file \(files.certificate) holds no PEM certificate (\(error))")
         }
         do {
             key = try Certificate.PrivateKey(pemEncoded: keyPEM)
         } catch {
-            throw NodeError(.keyFile, "the TLS key file \(files.key) holds no PEM private key (\(error))")
+            throw ShoalError(.keyFile, "the TLS key file \(files.key) holds no PEM private key (\(error))")
         }
         do {
             authority = try Certificate(pemEncoded: authorityPEM)
         } catch {
-            throw NodeError(.invalidConfiguration, "the TLS CA file \(files.authority) holds no PEM certificate (\(error))")
+            throw ShoalError(.invalidConfiguration, "the TLS CA file \(files.authority) holds no PEM certificate (\(error))")
         }
         guard key.publicKey == certificate.publicKey else {
-            throw NodeError(
+            throw ShoalError(
                 .keyFile,
                 "the TLS key in \(files.key) does not match the certificate in \(files.certificate): it is the key of another certificate")
         }
         identity = Self.commonName(certificate)
         if let problem = Self.issuerProblem(certificate, authority: authority) {
-            throw NodeError(
+            throw ShoalError(
                 .invalidConfiguration,
                 "the TLS certificate \(files.certificate) (\(identity)) was not issued by the CA in \(files.authority): \(problem)")
         }
@@ -79,18 +80,18 @@ package struct LinkTLS: Sendable {
             serverContext = try NIOSSLContext(configuration: server)
             clientContext = try NIOSSLContext(configuration: client)
         } catch {
-            throw NodeError(
+            throw ShoalError(
                 .invalidConfiguration,
                 "cannot use the TLS files \(files.certificate), \(files.key) and \(files.authority): \(error)")
         }
     }
 
-    private static func read(_ path: String, _ what: String) throws(NodeError) -> String {
+    private static func read(_ path: String, _ what: String) throws(ShoalError) -> String {
         guard FileManager.default.isReadableFile(atPath: path), let data = FileManager.default.contents(atPath: path),
             let text = String(data: data, encoding: .utf8)
         else {
             let reason = FileManager.default.fileExists(atPath: path) ? "it is not readable" : "there is no such file"
-            throw NodeError(.invalidConfiguration, "cannot read the \(what) file \(path): \(reason)")
+            throw ShoalError(.invalidConfiguration, "cannot read the \(what) file \(path): \(reason)")
         }
         return text
     }
@@ -142,7 +143,7 @@ package struct LinkTLS: Sendable {
 
     /// Adds TLS to a new connection, before anything else in its pipeline, and
     /// returns a future that succeeds with the peer's identity once the TLS handshake
-    /// is over, or fails with a `NodeError` saying why it was not.
+    /// is over, or fails with a `ShoalError` saying why it was not.
     func secure(_ channel: any Channel, dialing: Bool, timeout: Duration) throws -> EventLoopFuture<String> {
         let verdict = Verdict()
         let authority = self.authority
@@ -235,20 +236,20 @@ final class TLSHandshakeHandler: ChannelInboundHandler, RemovableChannelHandler 
         let seconds = AdminClient.seconds(timeout)
         let (whole, fraction) = timeout.components
         timer = loop.assumeIsolated().scheduleTask(in: .nanoseconds(whole * 1_000_000_000 + fraction / 1_000_000_000)) { [self] in
-            finish(.failure(NodeError(.connectionFailed, "no TLS handshake within \(seconds) s")))
+            finish(.failure(ShoalError(.connectionFailed, "no TLS handshake within \(seconds) s")))
             channel.close(promise: nil)
         }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        finish(.failure(NodeError(.connectionFailed, "the connection closed during the TLS handshake")))
+        finish(.failure(ShoalError(.connectionFailed, "the connection closed during the TLS handshake")))
     }
 
     private func peer(_ context: ChannelHandlerContext) -> String {
         context.channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" } ?? "the peer"
     }
 
-    private func finish(_ result: Result<String, NodeError>) {
+    private func finish(_ result: Result<String, ShoalError>) {
         guard !done else { return }
         done = true
         timer?.cancel()
@@ -269,7 +270,7 @@ final class TLSHandshakeHandler: ChannelInboundHandler, RemovableChannelHandler 
             let message =
                 verdict.state.withLock { $0.refusal }.map { "refused \(peer): \($0)" }
                 ?? own.explain(error, peer: peer) ?? "TLS with \(peer) failed: \(error)"
-            finish(.failure(NodeError(.connectionFailed, message)))
+            finish(.failure(ShoalError(.connectionFailed, message)))
         }
         context.fireErrorCaught(error)
     }
@@ -277,7 +278,7 @@ final class TLSHandshakeHandler: ChannelInboundHandler, RemovableChannelHandler 
     func channelInactive(context: ChannelHandlerContext) {
         finish(
             .failure(
-                NodeError(
+                ShoalError(
                     .connectionFailed,
                     "\(peer(context)) closed the connection during the TLS handshake (a plaintext node, or one that refused this side's certificate?)")))
         context.fireChannelInactive()

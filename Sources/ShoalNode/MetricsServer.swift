@@ -1,4 +1,5 @@
 import Logging
+import ShoalStore
 import ShoalCRDT
 import NIOCore
 import NIOHTTP1
@@ -51,7 +52,7 @@ struct MetricsServer {
     static let maximumBodyBytes = 64 * 1024
 
     /// Binds `address`; a failure is a configuration error naming the address.
-    static func bind(_ address: HostAndPort, group: any EventLoopGroup) async throws(NodeError) -> MetricsServer {
+    static func bind(_ address: HostAndPort, group: any EventLoopGroup) async throws(ShoalError) -> MetricsServer {
         do {
             let server = try await ServerBootstrap(group: group)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -63,7 +64,7 @@ struct MetricsServer {
                 }
             return MetricsServer(server: server)
         } catch {
-            throw NodeError(.invalidConfiguration, "cannot serve metrics on \(address) (--metrics): \(NodeError.describe(error))")
+            throw ShoalError(.invalidConfiguration, "cannot serve metrics on \(address) (--metrics): \(ShoalError.describe(error))")
         }
     }
 

@@ -1,4 +1,5 @@
 public import ShoalWire
+public import ShoalStore
 
 /// Everything a node needs to start, as `shoal run` builds it from its flags.
 ///
@@ -115,7 +116,7 @@ public struct NodeConfiguration: Sendable {
 
     /// Reads a mesh key file: its bytes, with surrounding white space trimmed. A file
     /// other users may read is refused (`KeyFile.read`).
-    public static func readMeshKey(path: String) throws(NodeError) -> [UInt8] {
+    public static func readMeshKey(path: String) throws(ShoalError) -> [UInt8] {
         try KeyFile.read(path: path)
     }
 }

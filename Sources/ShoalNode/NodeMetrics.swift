@@ -149,7 +149,7 @@ public final class NodeMetrics: Sendable {
 
 extension ShoalNode {
     /// Reads the node's current state, as `status` does, for a scrape.
-    func metricsReading() async throws(StoreError) -> NodeMetrics.Reading {
+    func metricsReading() async throws(ShoalError) -> NodeMetrics.Reading {
         var reading = NodeMetrics.Reading()
         reading.peers = sync.peers()
         reading.traffic = sync.traffic()
@@ -166,7 +166,7 @@ extension ShoalNode {
     }
 
     /// This node's metrics in Prometheus's text format, read now.
-    public func renderMetrics() async throws(StoreError) -> String {
+    package func renderMetrics() async throws(ShoalError) -> String {
         metrics.render(try await metricsReading())
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import ShoalStore
+public import ShoalStore
 import ShoalWire
 import TOMLKit
 
@@ -120,24 +120,24 @@ public struct NodeSettings: Sendable, Hashable {
     /// Relative paths in it (`data`, `mesh-key-file`) are taken from the file's
     /// directory, so a file and its data can move together. A syntax error, an unknown
     /// key or a value of the wrong type is reported with the file, the line and the key.
-    public static func load(file path: String) throws(NodeError) -> NodeSettings {
+    public static func load(file path: String) throws(ShoalError) -> NodeSettings {
         guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
-            throw NodeError(.invalidConfiguration, "cannot read the config file \(path)")
+            throw ShoalError(.invalidConfiguration, "cannot read the config file \(path)")
         }
         return try parse(text, file: path)
     }
 
     /// Parses config text; `file` names it in errors and anchors relative paths.
-    public static func parse(_ text: String, file: String) throws(NodeError) -> NodeSettings {
+    public static func parse(_ text: String, file: String) throws(ShoalError) -> NodeSettings {
         let table: TOMLTable
         do {
             table = try TOMLTable(string: text)
         } catch let error as TOMLParseError {
-            throw NodeError(
+            throw ShoalError(
                 .invalidConfiguration,
                 "\(file):\(error.source.begin.line):\(error.source.begin.column): \(error.description)")
         } catch {
-            throw NodeError(.invalidConfiguration, "\(file): \(error)")
+            throw ShoalError(.invalidConfiguration, "\(file): \(error)")
         }
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
         /// The line that assigns `name`, for messages (TOML puts each key on its own line).
@@ -160,15 +160,15 @@ public struct NodeSettings: Sendable, Hashable {
                 let known = keys.map(\.name)
                 let hint = known.first { $0.replacingOccurrences(of: "_", with: "-") == name.replacingOccurrences(of: "_", with: "-") }
                     ?? known.min { distance($0, name) < distance($1, name) }.flatMap { distance($0, name) <= 3 ? $0 : nil }
-                throw NodeError(
+                throw ShoalError(
                     .invalidConfiguration,
                     "\(origin): unknown key '\(name)'\(hint.map { " (did you mean '\($0)'?)" } ?? ""); the keys are the flags of shoal run: \(known.joined(separator: ", "))")
             }
             guard let raw = table[name] else { continue }
-            func wrongType(_ expected: String) -> NodeError {
+            func wrongType(_ expected: String) -> ShoalError {
                 let found = raw.type.description
                 let article = "aeiou".contains(found.first ?? "x") ? "an" : "a"
-                return NodeError(.invalidConfiguration, "\(origin): '\(name)' must be \(expected), not \(article) \(found)")
+                return ShoalError(.invalidConfiguration, "\(origin): '\(name)' must be \(expected), not \(article) \(found)")
             }
             var value: Value
             switch key.kind {
@@ -249,12 +249,12 @@ public struct NodeSettings: Sendable, Hashable {
         return nil
     }
 
-    private func invalid(_ name: String, _ problem: String) -> NodeError {
-        NodeError(.invalidConfiguration, "\(origins[name] ?? "--\(name)"): \(problem)")
+    private func invalid(_ name: String, _ problem: String) -> ShoalError {
+        ShoalError(.invalidConfiguration, "\(origins[name] ?? "--\(name)"): \(problem)")
     }
 
     /// The log level (`info` unless set); the executable bootstraps logging with it.
-    public func logLevel() throws(NodeError) -> String {
+    public func logLevel() throws(ShoalError) -> String {
         let level = string("log-level") ?? "info"
         guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(level) else {
             throw invalid("log-level", "'\(level)' is not one of trace, debug, info, notice, warning, error, critical")
@@ -263,7 +263,7 @@ public struct NodeSettings: Sendable, Hashable {
     }
 
     /// The log format (`text` unless set): `text` lines, or `json`, one object per line.
-    public func logFormat() throws(NodeError) -> String {
+    public func logFormat() throws(ShoalError) -> String {
         let format = string("log-format") ?? "text"
         guard ["text", "json"].contains(format) else {
             throw invalid("log-format", "'\(format)' is not one of text, json")
@@ -272,9 +272,9 @@ public struct NodeSettings: Sendable, Hashable {
     }
 
     /// The node configuration these settings describe, with the defaults for what they leave out.
-    public func configuration() throws(NodeError) -> NodeConfiguration {
+    public func configuration() throws(ShoalError) -> NodeConfiguration {
         guard let data = string("data"), !data.isEmpty else {
-            throw NodeError(.invalidConfiguration, "no data directory: give --data DIR, or data = \"DIR\" in the config file")
+            throw ShoalError(.invalidConfiguration, "no data directory: give --data DIR, or data = \"DIR\" in the config file")
         }
         let listen: HostAndPort
         do {
@@ -415,7 +415,7 @@ public struct NodeSettings: Sendable, Hashable {
     /// The TLS files, loaded and checked once here so that a missing one, a key that
     /// does not match its certificate or a certificate another CA issued stops the
     /// node at start; nil when none is set.
-    public func tls() throws(NodeError) -> TLSFiles? {
+    public func tls() throws(ShoalError) -> TLSFiles? {
         let names = ["tls-cert", "tls-key", "tls-ca"]
         let given = names.filter { string($0) != nil }
         guard !given.isEmpty else { return nil }

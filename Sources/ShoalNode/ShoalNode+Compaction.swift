@@ -28,9 +28,9 @@ extension ShoalNode {
     /// the horizon), removes the transactions below it that hold no current value,
     /// and runs VACUUM when asked. `progress` hears the sequence reached and the
     /// report so far, after each chunk.
-    public func compact(
+    package func compact(
         vacuum: Bool = false, progress: @Sendable (UInt64, CompactionReport) async -> Void = { _, _ in }
-    ) async throws(StoreError) -> CompactionOutcome {
+    ) async throws(ShoalError) -> CompactionOutcome {
         let horizon = configuration.compactionHorizon
         let before = NodeMetrics.storeSize(directory: configuration.dataDirectory)
         let now = Date()
@@ -116,7 +116,7 @@ extension ShoalNode {
             } catch {
                 return
             }
-            do throws(StoreError) {
+            do throws(ShoalError) {
                 let last = try await store.lastSequence()
                 // Peers' positions are taken whether or not the log grew, so they stay current.
                 if last == lastSeen {

@@ -17,7 +17,7 @@ public final class ShoalNode: Service, Sendable {
     public let store: DocumentStore
     public let sync: SyncEngine
     /// This node's own metrics registry; `--metrics` serves it over HTTP.
-    public let metrics: NodeMetrics
+    package let metrics: NodeMetrics
     let logger: Logger
     let group: MultiThreadedEventLoopGroup
     /// LAN discovery, unless it is off.
@@ -47,15 +47,15 @@ public final class ShoalNode: Service, Sendable {
     /// - Parameter logger: where the node logs (swift-log). The default logs nothing:
     ///   an app passes its own `Logger` to hear the node, `shoal run` passes one that
     ///   writes to standard error.
-    public init(configuration: NodeConfiguration, logger: Logger = ShoalNode.silentLogger) throws {
+    public init(configuration: NodeConfiguration, logger: Logger = ShoalNode.silentLogger) throws(ShoalError) {
         self.configuration = configuration
         self.logger = logger
         if let problem = SystemParameters.sizeLimitsProblem(
             soft: Int64(configuration.resources.documentSizeSoftLimit), hard: Int64(configuration.resources.documentSizeHardLimit))
         {
-            throw NodeError(.invalidConfiguration, problem)
+            throw ShoalError(.invalidConfiguration, problem)
         }
-        self.tlsState = Locked(try configuration.tls.map { files throws(NodeError) in try LinkTLS(files: files) })
+        self.tlsState = Locked(try configuration.tls.map { files throws(ShoalError) in try LinkTLS(files: files) })
         // Before the database opens: a second node on the same directory stops here.
         self.dataLock = try DataDirectoryLock(directory: configuration.dataDirectory)
         let resources = configuration.resources
@@ -134,7 +134,7 @@ public final class ShoalNode: Service, Sendable {
     public var securityWarnings: [String] { Self.securityWarnings(configuration) }
 
     /// The warnings a node with this configuration gives.
-    public static func securityWarnings(_ configuration: NodeConfiguration) -> [String] {
+    package static func securityWarnings(_ configuration: NodeConfiguration) -> [String] {
         guard !configuration.listen.isLoopback, configuration.meshKey == nil else { return [] }
         let admin =
             configuration.adminKey == nil
@@ -158,7 +158,7 @@ public final class ShoalNode: Service, Sendable {
     /// new name; throws, keeping the files in use, when the new ones do not load.
     /// Nil (and nothing read) when the node has no TLS.
     @discardableResult
-    public func reloadTLS() throws(NodeError) -> String? {
+    public func reloadTLS() throws(ShoalError) -> String? {
         guard let files = configuration.tls else { return nil }
         let fresh = try LinkTLS(files: files)
         tlsState.withLock { $0 = fresh }
@@ -181,9 +181,9 @@ public final class ShoalNode: Service, Sendable {
     /// Waits until the listener accepts connections and returns its address.
     ///
     /// Throws what ended `run()` before it listened (a port taken, a store that could not
-    /// open: the error `run()` throws), `NodeError.Code.stopped` once the node has
-    /// stopped, and `CancellationError` when the waiting task is cancelled.
-    public func ready() async throws -> HostAndPort {
+    /// open: the error `run()` throws), `.stopped` once the node has stopped, and
+    /// `.cancelled` when the waiting task is cancelled.
+    public func ready() async throws(ShoalError) -> HostAndPort {
         try await readiness.wait()
     }
 
@@ -193,9 +193,14 @@ public final class ShoalNode: Service, Sendable {
     /// The store's long-transaction monitor runs alongside for the whole time,
     /// shutdown included, so a transaction that holds shutdown up is logged; so do
     /// the store's checkpoints (`DocumentStore.runCheckpoints`).
-    public func run() async throws {
+    ///
+    /// Returns when it was cancelled or shut down gracefully; throws a `ShoalError`
+    /// when it could not start (a port taken: `.invalidConfiguration`, a data
+    /// directory another node holds: `.dataDirectoryInUse`, ...) or stopped on an
+    /// error, and `.stopped` when called a second time.
+    public func run() async throws(ShoalError) {
         guard hasRun.withLock({ ran in defer { ran = true }; return !ran }) else {
-            throw NodeError(
+            throw ShoalError(
                 .stopped,
                 "this node has run already, and its store closed when run() returned: create a new ShoalNode on the same data directory to run again (stopSync() and startSync() pause sync without stopping the node)")
         }
@@ -216,14 +221,17 @@ public final class ShoalNode: Service, Sendable {
             monitor.cancelAll()
             return result
         }
-        switch result {
-        case .failure(let error) where !(error is CancellationError): readiness.end(error)
-        default: readiness.end(NodeError(.stopped, "the node has stopped"))
-        }
+        let failure: ShoalError? =
+            switch result {
+            case .failure(let error as ShoalError): error
+            case .failure(is CancellationError), .success: nil
+            case .failure(let error): ShoalError(.stopped, "the node stopped on an error: \(error)", underlyingError: error)
+            }
+        readiness.end(failure ?? ShoalError(.stopped, "the node has stopped"))
         dataLock.release()
         try? await group.shutdownGracefully()
         logger.info("stopped", metadata: ["shoal.site": "\(siteID)"])
-        if case .failure(let error) = result, !(error is CancellationError) { throw error }
+        if let failure { throw failure }
     }
 
     private func serve() async throws {
@@ -248,7 +256,7 @@ public final class ShoalNode: Service, Sendable {
                     }
                 }
         } catch {
-            throw NodeError(.invalidConfiguration, "cannot listen on \(configuration.listen): \(NodeError.describe(error))")
+            throw ShoalError(.invalidConfiguration, "cannot listen on \(configuration.listen): \(ShoalError.describe(error))")
         }
         let address = HostAndPort(
             host: configuration.listen.host, port: server.channel.localAddress?.port ?? configuration.listen.port)
@@ -469,7 +477,7 @@ public final class ShoalNode: Service, Sendable {
         do {
             identity = try await connection.tlsIdentity()
         } catch {
-            noteTLSRefusal("TLS: \((error as? NodeError)?.message ?? "\(error)")", remote: remote)
+            noteTLSRefusal("TLS: \((error as? ShoalError)?.message ?? "\(error)")", remote: remote)
             // Through the async channel, so that its writer is finished, not dropped (which traps).
             try? await connection.frames.executeThenClose { _, _ in }
             return
@@ -688,7 +696,7 @@ public final class ShoalNode: Service, Sendable {
             return .refused(error.peer)
         } catch {
             if !Task.isCancelled { logger.debug("dial \(peer) failed: \(error)") }
-            let message = (error as? NodeError)?.message ?? tls?.explain(error, peer: peer.description) ?? "\(error)"
+            let message = (error as? ShoalError)?.message ?? tls?.explain(error, peer: peer.description) ?? "\(error)"
             sync.noteDialTarget(peer.description, state: "disconnected", error: message, discovered: discovered)
             return .failed
         }
@@ -713,7 +721,7 @@ struct ChannelTransport: SessionTransport {
     }
 }
 
-extension NodeError {
+extension ShoalError {
     /// An error from a socket call in words: "Address already in use (errno 98)",
     /// without the call's name that NIO puts before it.
     static func describe(_ error: any Error) -> String {

@@ -36,13 +36,13 @@ final class TransactionHolder: Sendable {
     /// Where the answer to one command goes, exactly once: a command dropped
     /// unanswered (the stream ended, the task was cancelled) answers on release.
     final class Reply: Sendable {
-        private let continuation: Locked<CheckedContinuation<Result<AdminResponse, StoreError>, Never>?>
+        private let continuation: Locked<CheckedContinuation<Result<AdminResponse, ShoalError>, Never>?>
 
-        init(_ continuation: CheckedContinuation<Result<AdminResponse, StoreError>, Never>) {
+        init(_ continuation: CheckedContinuation<Result<AdminResponse, ShoalError>, Never>) {
             self.continuation = Locked(continuation)
         }
 
-        func resume(_ result: Result<AdminResponse, StoreError>) {
+        func resume(_ result: Result<AdminResponse, ShoalError>) {
             continuation.withLock { c in
                 defer { c = nil }
                 return c
@@ -50,7 +50,7 @@ final class TransactionHolder: Sendable {
         }
 
         deinit {
-            resume(.failure(StoreError(.closed, "the connection's transaction ended before it answered")))
+            resume(.failure(ShoalError(.closed, "the connection's transaction ended before it answered")))
         }
     }
 
@@ -68,11 +68,11 @@ final class TransactionHolder: Sendable {
     }
 
     /// Hands `command` to `run` and waits for its answer.
-    func send(_ command: Command) async -> Result<AdminResponse, StoreError> {
+    func send(_ command: Command) async -> Result<AdminResponse, ShoalError> {
         await withCheckedContinuation { c in
             let reply = Reply(c)
             if case .terminated = continuation.yield(Envelope(command: command, reply: reply)) {
-                reply.resume(.failure(StoreError(.closed, "the connection is closing")))
+                reply.resume(.failure(ShoalError(.closed, "the connection is closing")))
             }
         }
     }
@@ -87,7 +87,7 @@ final class TransactionHolder: Sendable {
         var iterator = commands.makeAsyncIterator()
         while let envelope = await iterator.next() {
             guard case .begin(let hint, let readOnly) = envelope.command else {
-                envelope.reply.resume(.failure(StoreError(.closed, "this connection holds no transaction")))
+                envelope.reply.resume(.failure(ShoalError(.closed, "this connection holds no transaction")))
                 continue
             }
             await hold(hint: hint, readOnly: readOnly, begun: envelope.reply, commands: &iterator)
@@ -110,9 +110,9 @@ final class TransactionHolder: Sendable {
                 while let envelope = await commands.next() {
                     switch envelope.command {
                     case .begin:
-                        envelope.reply.resume(.failure(StoreError(.closed, "this connection already holds a transaction")))
+                        envelope.reply.resume(.failure(ShoalError(.closed, "this connection already holds a transaction")))
                     case .exec(let statements, let arguments):
-                        do throws(StoreError) {
+                        do throws(ShoalError) {
                             let result = try await tx.execute(statements, arguments: arguments)
                             envelope.reply.resume(.success(.exec(ExecResult(result, transactionID: nil))))
                         } catch {
@@ -133,7 +133,7 @@ final class TransactionHolder: Sendable {
             closed.ageSeconds = HeldTransactions.age(since: since, now: .now)
             ending?.resume(.success(.transaction(closed)))
         } catch {
-            let failure = (error as? StoreError) ?? StoreError(.database, "the transaction failed: \(error)")
+            let failure = (error as? ShoalError) ?? ShoalError(.database, "the transaction failed: \(error)")
             (opened == nil ? begun : ending)?.resume(.failure(failure))
         }
         if let opened { held.remove(opened.id) }

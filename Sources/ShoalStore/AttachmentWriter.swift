@@ -27,7 +27,7 @@ public struct AttachmentDigest: @unchecked Sendable {
 /// picks it up where it stopped (`DocumentStore.attachmentWriter(fetching:)`,
 /// `attachmentWriter(resuming:)`), hashing again what is already stored.
 public struct AttachmentWriter: Sendable {
-    public let store: any AttachmentStaging
+    package let store: any AttachmentStaging
     /// The staging entry: an admin put's upload ID.
     public let blob: Int64
     /// The hash the bytes must have (a fetch); nil for a put.
@@ -37,7 +37,7 @@ public struct AttachmentWriter: Sendable {
     private var digest: AttachmentDigest
 
     /// A writer of staging entry `blob`, which holds `received` bytes whose hash so far is `digest`.
-    public init(store: any AttachmentStaging, blob: Int64, expectedHash: String?, received: Int, digest: AttachmentDigest) {
+    package init(store: any AttachmentStaging, blob: Int64, expectedHash: String?, received: Int, digest: AttachmentDigest) {
         self.store = store
         self.blob = blob
         self.expectedHash = expectedHash
@@ -46,7 +46,7 @@ public struct AttachmentWriter: Sendable {
     }
 
     /// Stores `bytes` after those already received.
-    public mutating func append(_ bytes: [UInt8]) async throws(StoreError) {
+    public mutating func append(_ bytes: [UInt8]) async throws(ShoalError) {
         try await store.appendStaged(blob: blob, offset: received, bytes: bytes)
         digest.update(bytes)
         received += bytes.count
@@ -54,55 +54,55 @@ public struct AttachmentWriter: Sendable {
 
     /// Checks the bytes against the expected hash (if any) and makes them an
     /// attachment; a mismatch discards them and throws.
-    public func finish(metadata: [String: Value] = [:]) async throws(StoreError) -> AttachmentToken {
+    public func finish(metadata: [String: Value] = [:]) async throws(ShoalError) -> AttachmentToken {
         let hash = digest.finalize()
         if let expectedHash, expectedHash != hash {
             try await store.discardStaging(blob: blob)
-            throw StoreError(.invalidDocument, "attachment bytes do not match their hash \(expectedHash); they were dropped")
+            throw ShoalError(.invalidDocument, "attachment bytes do not match their hash \(expectedHash); they were dropped")
         }
         try await store.completeStaging(blob: blob, hash: hash, length: received)
         return AttachmentToken(hash: hash, length: received, metadata: metadata)
     }
 
     /// Deletes what was stored.
-    public func discard() async throws(StoreError) {
+    public func discard() async throws(ShoalError) {
         try await store.discardStaging(blob: blob)
     }
 }
 
 /// Where an `AttachmentWriter` keeps bytes on their way in: staging entries, by blob.
-public protocol AttachmentStaging: Sendable {
+package protocol AttachmentStaging: Sendable {
     /// Appends bytes to a staging entry, which must hold exactly `offset` bytes.
-    func appendStaged(blob: Int64, offset: Int, bytes: [UInt8]) async throws(StoreError)
+    func appendStaged(blob: Int64, offset: Int, bytes: [UInt8]) async throws(ShoalError)
     /// Turns a staging entry whose bytes hash to `hash` into an attachment.
-    func completeStaging(blob: Int64, hash: String, length: Int) async throws(StoreError)
+    func completeStaging(blob: Int64, hash: String, length: Int) async throws(ShoalError)
     /// Deletes a staging entry and its bytes.
-    func discardStaging(blob: Int64) async throws(StoreError)
+    func discardStaging(blob: Int64) async throws(ShoalError)
 }
 
 extension DocumentStore: AttachmentStaging {
     /// A writer for new bytes (a put); its `blob` is the upload ID.
-    public func attachmentWriter() async throws(StoreError) -> AttachmentWriter {
+    package func attachmentWriter() async throws(ShoalError) -> AttachmentWriter {
         let staging = try await openStaging(hash: nil)
         return AttachmentWriter(store: self, blob: staging.blob, expectedHash: nil, received: 0, digest: AttachmentDigest())
     }
 
     /// A writer for the bytes `hash` names, continuing what an earlier, interrupted
     /// fetch of them stored (`received` says how far that got).
-    public func attachmentWriter(fetching hash: String) async throws(StoreError) -> AttachmentWriter {
+    package func attachmentWriter(fetching hash: String) async throws(ShoalError) -> AttachmentWriter {
         let staging = try await openStaging(hash: hash)
         return try await resumedWriter(blob: staging.blob, expectedHash: hash, received: staging.received)
     }
 
     /// A writer continuing upload `blob` after the one that began it is gone (the
     /// node restarted); nil when no such upload is staged.
-    public func attachmentWriter(resuming blob: Int64) async throws(StoreError) -> AttachmentWriter? {
+    package func attachmentWriter(resuming blob: Int64) async throws(ShoalError) -> AttachmentWriter? {
         guard let staging = try await staging(blob: blob) else { return nil }
         return try await resumedWriter(blob: blob, expectedHash: staging.hash, received: staging.received)
     }
 
     /// Hashes the `received` bytes already staged, a chunk at a time.
-    private func resumedWriter(blob: Int64, expectedHash: String?, received: Int) async throws(StoreError) -> AttachmentWriter {
+    private func resumedWriter(blob: Int64, expectedHash: String?, received: Int) async throws(ShoalError) -> AttachmentWriter {
         var digest = AttachmentDigest()
         var offset = 0
         while offset < received {

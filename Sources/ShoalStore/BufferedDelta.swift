@@ -33,7 +33,7 @@ struct BufferedDelta: Sendable {
 
     static let ofTransaction = "SELECT \(Column.selection) FROM txn_piece WHERE origin = ? AND seq = ? ORDER BY idx"
 
-    init(_ row: HotStatement.Row) throws(StoreError) {
+    init(_ row: HotStatement.Row) throws(ShoalError) {
         index = try row.unsigned(Column.index, of: Self.table)
         document = DocumentRef(collection: row.text(Column.collection), id: row.text(Column.documentID))
         documentDeltas = try row.unsigned(Column.documentDeltas, of: Self.table)
@@ -83,7 +83,7 @@ struct BufferedContextField: Sendable {
 
     static let ofTransaction = "SELECT \(Column.selection) FROM txn_context WHERE origin = ? AND seq = ?"
 
-    init(_ row: HotStatement.Row) throws(StoreError) {
+    init(_ row: HotStatement.Row) throws(ShoalError) {
         field = ContextField(
             document: DocumentRef(collection: row.text(Column.collection), id: row.text(Column.documentID)),
             field: row.text(Column.field), valueJSON: row.text(Column.value),

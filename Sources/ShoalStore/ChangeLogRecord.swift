@@ -37,7 +37,7 @@ struct ChangeLogRecord: Sendable {
     static let ofTransaction = "\(select) WHERE txn_site = ? AND txn_seq = ? ORDER BY seq"
     static let atSequence = "\(select) WHERE seq = ?"
 
-    init(_ row: HotStatement.Row) throws(StoreError) {
+    init(_ row: HotStatement.Row) throws(ShoalError) {
         sequence = try row.unsigned(Column.sequence, of: Self.table)
         transaction = TransactionID(
             origin: SiteID(row.bitPattern(Column.transactionSite)),

@@ -31,19 +31,19 @@ public struct Deadline: Sendable, Hashable {
     /// Whether the budget has run out at `now`.
     public func hasPassed(at now: ContinuousClock.Instant = .now) -> Bool { now >= instant }
 
-    /// Throws `StoreError.Code.deadlineExceeded` if the budget has run out at `now`.
-    public func check(_ stage: Stage, at now: ContinuousClock.Instant = .now) throws(StoreError) {
+    /// Throws `ShoalError.Code.deadlineExceeded` if the budget has run out at `now`.
+    public func check(_ stage: Stage, at now: ContinuousClock.Instant = .now) throws(ShoalError) {
         if hasPassed(at: now) { throw exceeded(stage) }
     }
 
     /// The error of a request whose budget ran out at `stage`: nothing of it was written.
-    public func exceeded(_ stage: Stage) -> StoreError {
+    public func exceeded(_ stage: Stage) -> ShoalError {
         let when =
             switch stage {
             case .waitingForWriter: "while it waited for the node's writer (another transaction held it)"
             case .beforeCommit: "before it committed"
             }
-        return StoreError(
+        return ShoalError(
             .deadlineExceeded,
             "the request's budget of \(budget.wholeMilliseconds) ms ran out \(when): nothing was written, so it was not applied and can be retried")
     }

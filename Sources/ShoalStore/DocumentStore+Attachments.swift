@@ -59,14 +59,14 @@ public struct AttachmentCollection: Sendable, Hashable {
 
 extension DocumentStore {
     /// Stores bytes and returns the token to put in an ATTACHMENT field.
-    public func putAttachment(_ bytes: [UInt8], metadata: [String: Value] = [:]) async throws(StoreError) -> AttachmentToken {
+    public func putAttachment(_ bytes: [UInt8], metadata: [String: Value] = [:]) async throws(ShoalError) -> AttachmentToken {
         var writer = try await attachmentWriter()
         try await writer.append(bytes)
         return try await writer.finish(metadata: metadata)
     }
 
     /// Stores fetched bytes after checking they are what `hash` names.
-    public func storeAttachment(_ bytes: [UInt8], hash: String) async throws(StoreError) {
+    package func storeAttachment(_ bytes: [UInt8], hash: String) async throws(ShoalError) {
         var writer = try await attachmentWriter(fetching: hash)
         if writer.received > 0 {
             try await writer.discard()
@@ -77,13 +77,13 @@ extension DocumentStore {
     }
 
     /// The length of a locally held attachment, or nil.
-    public func attachmentLength(hash: String) async throws(StoreError) -> Int? {
+    public func attachmentLength(hash: String) async throws(ShoalError) -> Int? {
         try await read { db in try Int.fetchOne(db, sql: "SELECT length FROM attachment WHERE hash = ?", arguments: [hash]) }
     }
 
     /// Up to `maximum` bytes of a local attachment from `offset`, with its total
     /// length; nil when it is not held here (or only in part, by a fetch under way).
-    public func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(StoreError) -> (total: Int, bytes: [UInt8])? {
+    public func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(ShoalError) -> (total: Int, bytes: [UInt8])? {
         try await read { db in
             guard let attachment = try AttachmentRecord.fetchOne(db, sql: "\(AttachmentRecord.select) WHERE hash = ?", arguments: [hash])
             else { return nil }
@@ -121,7 +121,7 @@ extension DocumentStore {
 
     /// Opens a staging entry: for a fetch of `hash`, the one an earlier fetch left
     /// (so it resumes) or a new one; for a put (`hash` nil), always a new one.
-    func openStaging(hash: String?) async throws(StoreError) -> (blob: Int64, received: Int) {
+    func openStaging(hash: String?) async throws(ShoalError) -> (blob: Int64, received: Int) {
         let now = Self.milliseconds(Date())
         return try await write { db in
             if let hash,
@@ -137,7 +137,7 @@ extension DocumentStore {
     }
 
     /// How many bytes staging entry `blob` holds, and the hash it expects; nil when it is gone.
-    func staging(blob: Int64) async throws(StoreError) -> (received: Int, hash: String?)? {
+    func staging(blob: Int64) async throws(ShoalError) -> (received: Int, hash: String?)? {
         try await read { db in
             try StagingRecord.fetchOne(db, sql: "\(StagingRecord.select) WHERE blob = ?", arguments: [blob])
                 .map { ($0.received, $0.hash) }
@@ -145,15 +145,15 @@ extension DocumentStore {
     }
 
     /// Appends bytes to a staging entry, which must hold exactly `offset` bytes.
-    public func appendStaged(blob: Int64, offset: Int, bytes: [UInt8]) async throws(StoreError) {
+    package func appendStaged(blob: Int64, offset: Int, bytes: [UInt8]) async throws(ShoalError) {
         let now = Self.milliseconds(Date())
         try await write { db in
             guard let received = try Int.fetchOne(db, sql: "SELECT received FROM attachment_staging WHERE blob = ?", arguments: [blob])
             else {
-                throw StoreError(.invalidDocument, "attachment upload \(blob) is unknown here: finished, abandoned or collected")
+                throw ShoalError(.invalidDocument, "attachment upload \(blob) is unknown here: finished, abandoned or collected")
             }
             guard received == offset else {
-                throw StoreError(.invalidDocument, "attachment upload \(blob) holds \(received) bytes; a part at offset \(offset) does not follow on")
+                throw ShoalError(.invalidDocument, "attachment upload \(blob) holds \(received) bytes; a part at offset \(offset) does not follow on")
             }
             if !bytes.isEmpty {
                 try db.execute(
@@ -167,13 +167,13 @@ extension DocumentStore {
 
     /// Bytes of a staging entry: to hash again what an earlier run stored, and for a
     /// relay to pass on what its fetch has stored so far.
-    public func stagedAttachmentBytes(blob: Int64, from start: Int, count: Int) async throws(StoreError) -> [UInt8] {
+    package func stagedAttachmentBytes(blob: Int64, from start: Int, count: Int) async throws(ShoalError) -> [UInt8] {
         try await read { db in try Self.blobBytes(db, blob: blob, from: start, count: count) }
     }
 
     /// Turns a staging entry whose bytes hash to `hash` into an attachment (or drops
     /// it, when the same bytes are held already).
-    public func completeStaging(blob: Int64, hash: String, length: Int) async throws(StoreError) {
+    package func completeStaging(blob: Int64, hash: String, length: Int) async throws(ShoalError) {
         let now = Self.milliseconds(Date())
         try await write { db in
             try db.execute(sql: "DELETE FROM attachment_staging WHERE blob = ?", arguments: [blob])
@@ -188,7 +188,7 @@ extension DocumentStore {
     }
 
     /// Deletes a staging entry and its bytes.
-    public func discardStaging(blob: Int64) async throws(StoreError) {
+    package func discardStaging(blob: Int64) async throws(ShoalError) {
         try await write { db in
             try db.execute(sql: "DELETE FROM attachment_staging WHERE blob = ?", arguments: [blob])
             try db.execute(sql: "DELETE FROM attachment_chunk WHERE blob = ?", arguments: [blob])
@@ -205,7 +205,7 @@ extension DocumentStore {
     /// deletes those marked `horizon` or longer ago. So a put has `horizon` to have its
     /// token written, and bytes survive a token's brief absence. It all happens in one
     /// write, so a token committed before the sweep is always seen by it.
-    public func collectAttachments(horizon: Duration, now: Date = Date()) async throws(StoreError) -> AttachmentCollection {
+    package func collectAttachments(horizon: Duration, now: Date = Date()) async throws(ShoalError) -> AttachmentCollection {
         let nowMillis = Self.milliseconds(now)
         let cutoff = nowMillis - Int64(horizon / .milliseconds(1))
         return try await write { db in

@@ -22,7 +22,7 @@ extension DocumentStore {
     /// lock the writer or the readers wait for; when nothing was committed since the
     /// last one it does nothing. Durability is unchanged: a commit is in the log
     /// (and, with `synchronousFull`, on disk) before it returns, whenever the copy runs.
-    public func runCheckpoints(interval: Duration = .milliseconds(500)) async {
+    package func runCheckpoints(interval: Duration = .milliseconds(500)) async {
         let connection: DatabaseQueue
         do {
             var configuration = Configuration()

@@ -147,9 +147,9 @@ extension DocumentStore {
     /// lies wholly at or below `through`; `progress` hears after each chunk how far
     /// the scan got (sequence) and the report so far. Returns the report. `after`
     /// limits the scan to transactions with a row above it (0: the whole log).
-    public func compactChangeLog(
+    package func compactChangeLog(
         after start: UInt64 = 0, through: UInt64, progress: @Sendable (UInt64, CompactionReport) async -> Void = { _, _ in }
-    ) async throws(StoreError) -> CompactionReport {
+    ) async throws(ShoalError) -> CompactionReport {
         let (rows, last) = try await read { db in
             (
                 try ChangeLogRecord.count(db),
@@ -239,7 +239,7 @@ extension DocumentStore {
 
     /// Removes the registers that the tombstones of deleted documents hide (see
     /// `hiddenRegisters`); returns how many. Runs as one write.
-    public func purgeHiddenRegisters() async throws(StoreError) -> Int {
+    package func purgeHiddenRegisters() async throws(ShoalError) -> Int {
         try await write { db in
             try db.execute(sql: Self.hiddenRegisters)
             return db.changesCount
@@ -247,7 +247,7 @@ extension DocumentStore {
     }
 
     /// Runs SQLite's `VACUUM`, giving the file's free pages back to the file system.
-    public func vacuum() async throws(StoreError) {
+    package func vacuum() async throws(ShoalError) {
         try await write(inTransaction: false) { db in
             try db.execute(sql: "VACUUM")
             // The rewritten pages sit in the write-ahead log until a checkpoint: move them
@@ -259,7 +259,7 @@ extension DocumentStore {
         }
     }
 
-    public func storageStatus() async throws(StoreError) -> StorageStatus {
+    package func storageStatus() async throws(ShoalError) -> StorageStatus {
         try await read { db in
             StorageStatus(
                 changeLogRows: try ChangeLogRecord.count(db),
@@ -319,7 +319,7 @@ extension DocumentStore {
     /// or writes a document forgotten with it. A document created in one transaction
     /// with others that live on stays (tombstone and all) until they are overwritten
     /// or deleted too. Runs as one write.
-    public func forgetDeletedDocuments(deletedBefore: UInt64, through point: UInt64) async throws(StoreError) -> ForgetReport {
+    package func forgetDeletedDocuments(deletedBefore: UInt64, through point: UInt64) async throws(ShoalError) -> ForgetReport {
         let expiry = Self.lastTimestamp(beforeMillis: deletedBefore)
         let forgotten = try await write { db -> UInt64 in
             try db.execute(
@@ -406,7 +406,7 @@ extension DocumentStore {
     /// `forgotten_through` to the newest removal forgotten. The log keeps the rows
     /// that wrote them; a replica that streams them holds a removal again, which
     /// changes no body. Returns how many registers went. Runs as one write.
-    public func forgetRemovals(removedBefore: UInt64) async throws(StoreError) -> Int {
+    package func forgetRemovals(removedBefore: UInt64) async throws(ShoalError) -> Int {
         let expiry = Self.lastTimestamp(beforeMillis: removedBefore)
         return try await write { db in
             guard let newest = try Int64.fetchOne(db, sql: "SELECT MAX(ts) FROM field WHERE \(Self.expiredRemovals)", arguments: [expiry])
@@ -497,7 +497,7 @@ extension DocumentStore {
     /// What the store keeps of a document, live, deleted or forgotten: its registers
     /// (the tombstone among them), whether it has a body row, and its change-log rows.
     /// The log is scanned whole: for checks, not for a hot path.
-    public func retained(_ document: DocumentRef) async throws(StoreError) -> (registers: Int, body: Bool, logRows: Int) {
+    package func retained(_ document: DocumentRef) async throws(ShoalError) -> (registers: Int, body: Bool, logRows: Int) {
         try await read { db in
             let arguments: StatementArguments = [document.collection, document.id]
             return (
@@ -515,11 +515,11 @@ extension DocumentStore {
     }
 
     /// This node's freshness entries and the newest deletion it forgot (ShoalSync's `Freshness`).
-    public func savedFreshness() throws(StoreError) -> (entries: [SiteID: UInt64], forgottenThrough: UInt64) {
+    package func savedFreshness() throws(ShoalError) -> (entries: [SiteID: UInt64], forgottenThrough: UInt64) {
         do {
             return try pool.read { db in try Self.freshness(db) }
         } catch {
-            throw StoreError.wrapping(error, "database read")
+            throw ShoalError.wrapping(error, "database read")
         }
     }
 
@@ -533,7 +533,7 @@ extension DocumentStore {
     }
 
     /// Saves this node's freshness entries, each raised (never lowered) to the one given.
-    public func saveFreshness(_ entries: [SiteID: UInt64]) async throws(StoreError) {
+    package func saveFreshness(_ entries: [SiteID: UInt64]) async throws(ShoalError) {
         guard !entries.isEmpty else { return }
         try await write { db in
             let upsert = try db.cachedStatement(
@@ -545,7 +545,7 @@ extension DocumentStore {
     }
 
     /// When the store started keeping its freshness (Unix ms; migration `v11-freshness`).
-    public func freshSince() async throws(StoreError) -> UInt64 {
+    package func freshSince() async throws(ShoalError) -> UInt64 {
         try await read { db in try Self.unsignedMeta(db, "fresh_since") }
     }
 
@@ -553,7 +553,7 @@ extension DocumentStore {
     /// origin, applied, waiting or evicted since (the `txn` table keeps a row for each).
     /// A store that holds only its own writes cannot bring back a document another node
     /// deleted: the others had it from this node, and know its transactions as applied.
-    public func holdsOthersWrites() async throws(StoreError) -> Bool {
+    package func holdsOthersWrites() async throws(ShoalError) -> Bool {
         let site = Int64(bitPattern: siteID.rawValue)
         return try await read { db in
             try Bool.fetchOne(
@@ -567,7 +567,7 @@ extension DocumentStore {
 
     /// Saves what peers acknowledged; `forget`: peers that no longer hold the log
     /// (they ask for nothing, or were unheard past the horizon).
-    public func savePeerAcknowledgements(_ acknowledgements: [PeerAcknowledgement], forget: [SiteID] = []) async throws(StoreError) {
+    package func savePeerAcknowledgements(_ acknowledgements: [PeerAcknowledgement], forget: [SiteID] = []) async throws(ShoalError) {
         guard !acknowledgements.isEmpty || !forget.isEmpty else { return }
         try await write { db in
             for a in acknowledgements {
@@ -585,7 +585,7 @@ extension DocumentStore {
     }
 
     /// Every peer position saved, lowest first.
-    public func peerAcknowledgements() async throws(StoreError) -> [PeerAcknowledgement] {
+    package func peerAcknowledgements() async throws(ShoalError) -> [PeerAcknowledgement] {
         try await read { db in
             try Row.fetchAll(db, sql: "SELECT peer, through, heard_at FROM peer_ack ORDER BY through, peer").map { row in
                 let row = StoredRow(row, of: "peer_ack")

@@ -16,11 +16,11 @@ extension DocumentStore {
     ///
     /// With a `deadline`, statements that write wait for the writer until then at
     /// most and commit only before it; past it they fail with
-    /// `StoreError.Code.deadlineExceeded` and nothing is written. Reads ignore it.
+    /// `ShoalError.Code.deadlineExceeded` and nothing is written. Reads ignore it.
     public func execute(
         _ text: String, arguments: [String: Value] = [:], hint: String? = nil, isReadOnly: Bool = false,
         deadline: Deadline? = nil
-    ) async throws(StoreError) -> QueryResult {
+    ) async throws(ShoalError) -> QueryResult {
         let statements = try parse(text)
         let info = TransactionInfo(
             id: LocalTransaction.randomID(), hint: hint, isReadOnly: isReadOnly || !statements.contains(where: \.isMutation))
@@ -41,7 +41,7 @@ extension DocumentStore {
     public func execute(
         _ text: String, arguments: [String: any ValueConvertible], hint: String? = nil, isReadOnly: Bool = false,
         deadline: Deadline? = nil
-    ) async throws(StoreError) -> QueryResult {
+    ) async throws(ShoalError) -> QueryResult {
         try await execute(
             text, arguments: arguments.mapValues(\.shoalValue), hint: hint, isReadOnly: isReadOnly, deadline: deadline)
     }
@@ -51,7 +51,7 @@ extension DocumentStore {
     /// This is `transaction` made cheap for the common case: a read is one snapshot
     /// read, and a write takes the gate and runs in one database access from
     /// `BEGIN IMMEDIATE` to `COMMIT` (no SAVEPOINT: any failure rolls back the whole).
-    public func execute(_ statements: [ShoalQuery.Statement], arguments: [String: Value] = [:]) async throws(StoreError)
+    package func execute(_ statements: [ShoalQuery.Statement], arguments: [String: Value] = [:]) async throws(ShoalError)
         -> QueryResult
     {
         let info = TransactionInfo(
@@ -61,7 +61,7 @@ extension DocumentStore {
 
     private func execute(
         _ statements: [ShoalQuery.Statement], arguments: [String: Value], info: TransactionInfo, deadline: Deadline? = nil
-    ) async throws(StoreError) -> QueryResult {
+    ) async throws(ShoalError) -> QueryResult {
         let mutates = !info.isReadOnly
         let marks = OpenTransactions.marks
         let nested = marks.contains { $0.store == ObjectIdentifier(self) }
@@ -113,7 +113,7 @@ extension DocumentStore {
             outcome = try await quickWrite(work)
         } catch {
             rollBackOpenTransaction()
-            throw StoreError.wrapping(error, "database write")
+            throw ShoalError.wrapping(error, "database write")
         }
         indexedPaths.withLock { $0.formUnion(outcome.indexes) }
         if statements.contains(where: \.changesIndexes) { await reloadUserIndexes() }
@@ -138,7 +138,7 @@ extension DocumentStore {
         var seen: Set<[UInt8]> = []
         for statement in statements {
             if statement.isMutation, local == nil {
-                throw StoreError(.readOnly, "\(statement.summary) writes, but this transaction is read-only")
+                throw ShoalError(.readOnly, "\(statement.summary) writes, but this transaction is read-only")
             }
             switch statement {
             case .select(let select):
@@ -177,13 +177,13 @@ extension DocumentStore {
     }
 
     /// `ALTER SYSTEM SET` or `SHOW` on this store's parameters: in memory, at once.
-    func applySystem(_ statement: SystemStatement, arguments: [String: Value]) throws(StoreError) -> [Value] {
+    func applySystem(_ statement: SystemStatement, arguments: [String: Value]) throws(ShoalError) -> [Value] {
         do throws(QueryError) {
             return try parameters.withLock { parameters throws(QueryError) in
                 try parameters.apply(statement, arguments: arguments)
             }
         } catch {
-            throw StoreError(error)
+            throw ShoalError(error)
         }
     }
 
@@ -257,7 +257,7 @@ extension DocumentStore {
     }
 
     /// SQLite's plan for the candidate query of a SELECT (for tests and diagnostics).
-    func candidatePlan(_ query: String, arguments: [String: Value] = [:]) async throws(StoreError) -> String {
+    func candidatePlan(_ query: String, arguments: [String: Value] = [:]) async throws(ShoalError) -> String {
         guard case .select(let select)? = try? Parser.parseStatement(query) else { return "" }
         let keyOrder = !(select.orderBy.isEmpty && select.limit != nil)
         let candidates = Self.candidateQuery(
@@ -269,7 +269,7 @@ extension DocumentStore {
     }
 
     /// How many JSON-path indexes the store creates by itself (each costs space and write time).
-    public static let maximumAutomaticIndexes = 32
+    package static let maximumAutomaticIndexes = 32
 
     /// A SELECT's answer. Documents whose stored body cannot be read are left out and
     /// their keys passed to `unreadable`.
@@ -291,7 +291,7 @@ extension DocumentStore {
     }
 
     /// The items a SELECT returns of `documents`: each whole, or as its SELECT list says.
-    static func project(_ documents: [Value], _ select: SelectStatement, arguments: [String: Value]) throws(StoreError) -> [Value] {
+    static func project(_ documents: [Value], _ select: SelectStatement, arguments: [String: Value]) throws(ShoalError) -> [Value] {
         guard !select.projection.isEmpty else { return documents }
         do {
             return try documents.map { doc throws(QueryError) in
@@ -304,7 +304,7 @@ extension DocumentStore {
                 return .object(out)
             }
         } catch {
-            throw StoreError(error)
+            throw ShoalError(error)
         }
     }
 
@@ -343,7 +343,7 @@ extension DocumentStore {
             skip = try count(offset, arguments: arguments, clause: "OFFSET") ?? 0
             take = try count(limit, arguments: arguments, clause: "LIMIT")
         } catch {
-            throw StoreError(error)
+            throw ShoalError(error)
         }
         // Without ORDER BY the first `skip + take` matches are the answer.
         let enough = orderBy.isEmpty ? take.map { skip.addingReportingOverflow($0).partialValue } : nil
@@ -393,7 +393,7 @@ extension DocumentStore {
                 }.map(\.0)
             }
         } catch let error as QueryError {
-            throw StoreError(error)
+            throw ShoalError(error)
         }
         if skip > 0 || take != nil { out = Array(out.dropFirst(skip).prefix(take ?? Int.max)) }
         return out
@@ -434,13 +434,13 @@ extension DocumentStore {
     }
 
     /// The statements of `text`, from the cache when it was parsed lately.
-    func parse(_ text: String) throws(StoreError) -> [ShoalQuery.Statement] {
+    func parse(_ text: String) throws(ShoalError) -> [ShoalQuery.Statement] {
         if let statements = parsed.withLock({ $0.statements(of: text) }) { return statements }
         let statements: [ShoalQuery.Statement]
         do throws(QueryError) {
             statements = try Parser.parse(text)
         } catch {
-            throw StoreError(error)
+            throw ShoalError(error)
         }
         parsed.withLock { $0.remember(statements, of: text) }
         return statements
@@ -459,7 +459,7 @@ extension DocumentStore {
         do {
             return try JSON.parse(text)
         } catch {
-            throw StoreError(.database, "a stored document is not valid JSON: \(error)")
+            throw ShoalError(.database, "a stored document is not valid JSON: \(error)")
         }
     }
 }
@@ -497,7 +497,7 @@ struct CandidateColumns {
 
     init(_ statement: GRDB.Statement) throws {
         guard let key = statement.index(ofColumn: Columns.key.name), let body = statement.index(ofColumn: Columns.body.name)
-        else { throw StoreError(.database, "a query's candidate rows have no doc_id or no body column: \(statement.sql)") }
+        else { throw ShoalError(.database, "a query's candidate rows have no doc_id or no body column: \(statement.sql)") }
         self.key = key
         self.body = body
     }
@@ -510,7 +510,7 @@ struct CandidateColumns {
         do {
             return try row.decode(String.self, atIndex: index)
         } catch {
-            throw StoreError(.database, "table document, column \(column.name) holds no String (\(error)): \(StoredInteger.damaged)")
+            throw ShoalError(.database, "table document, column \(column.name) holds no String (\(error)): \(StoredInteger.damaged)")
         }
     }
 }

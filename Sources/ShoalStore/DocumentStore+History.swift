@@ -55,7 +55,7 @@ public enum HistoryVerdict: Sendable, Hashable {
 ///   the start, which brings back the ones it lost.
 extension DocumentStore {
     /// How far this store holds `origin`'s transactions.
-    public func history(of origin: SiteID) async throws(StoreError) -> OriginHistory {
+    package func history(of origin: SiteID) async throws(ShoalError) -> OriginHistory {
         try await read { db in try Self.history(db, of: origin) }
     }
 
@@ -94,7 +94,7 @@ extension DocumentStore {
     /// and when the store went back, commits this node's unconfirmed transactions again
     /// under new numbers and restarts every cursor so that peers send its own
     /// transactions back (see the extension's summary).
-    public func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(StoreError) -> HistoryVerdict {
+    package func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(ShoalError) -> HistoryVerdict {
         guard held.through > 0 else { return .unknown }
         let site = siteID
         // Read first: a session must not wait for the writer to learn that all is well.
@@ -217,7 +217,7 @@ extension DocumentStore {
     /// sent them. Moved, every row is above every cursor a peer can hold: each peer is
     /// sent the log again from its cursor (what it holds already is not logged twice).
     /// Returns the new end, or nil when the log did not end below `sequence`.
-    public func raiseLog(above sequence: UInt64, peer: SiteID) async throws(StoreError) -> UInt64? {
+    package func raiseLog(above sequence: UInt64, peer: SiteID) async throws(ShoalError) -> UInt64? {
         guard sequence > lastCommittedSequence else { return nil }
         let moved = try await write { db -> (from: UInt64, to: UInt64)? in
             let last = try ChangeLogRecord.lastSequence(db)

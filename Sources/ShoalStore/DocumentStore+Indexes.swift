@@ -131,8 +131,8 @@ extension DocumentStore {
         }
     }
 
-    static func indexError(_ message: String, at position: SourcePosition) -> StoreError {
-        StoreError(QueryError(message, position: position))
+    static func indexError(_ message: String, at position: SourcePosition) -> ShoalError {
+        ShoalError(QueryError(message, position: position))
     }
 
     /// The automatic indexes, as `SHOW INDEXES` rows: they serve every collection.

@@ -30,7 +30,7 @@ public struct SavedInterest: Sendable, Hashable {
 extension DocumentStore {
     /// The saved interest of every origin (table `neighbour_interest`, `v15-neighbour-interest`
     /// and `v17-interest-origins`).
-    public func savedInterest() throws(StoreError) -> [SiteID: SavedInterest] {
+    package func savedInterest() throws(ShoalError) -> [SiteID: SavedInterest] {
         do {
             return try pool.read { db in
                 var out: [SiteID: SavedInterest] = [:]
@@ -56,13 +56,13 @@ extension DocumentStore {
                 return out
             }
         } catch {
-            throw StoreError.wrapping(error, "database read")
+            throw ShoalError.wrapping(error, "database read")
         }
     }
 
     /// Saves the interest of these origins, replacing what was saved of them unless
     /// that was of a higher generation (saves may cross), and forgets that of `forgetting`.
-    public func saveInterest(_ interest: [SiteID: SavedInterest], forgetting: [SiteID]) async throws(StoreError) {
+    package func saveInterest(_ interest: [SiteID: SavedInterest], forgetting: [SiteID]) async throws(ShoalError) {
         guard !interest.isEmpty || !forgetting.isEmpty else { return }
         try await write { db in
             for site in forgetting {

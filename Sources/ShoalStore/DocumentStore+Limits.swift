@@ -15,7 +15,7 @@ extension DocumentStore {
         for (collection, key, bytes) in written where Int64(bytes) > soft {
             let size = Int64(bytes)
             if size > limits.documentSizeHardLimitBytes {
-                throw StoreError(
+                throw ShoalError(
                     .tooLarge,
                     "document \(key) in \(collection) would be \(size) bytes, over the hard limit of \(limits.documentSizeHardLimitBytes) bytes (document_size_hard_limit_bytes); nothing of the statement was written"
                 )

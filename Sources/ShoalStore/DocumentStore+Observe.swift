@@ -24,7 +24,7 @@ extension DocumentStore {
     /// `inline`: the read is expected to be short (`read(inline:)`).
     func snapshot(
         _ select: SelectStatement, arguments: [String: Value], inline: Bool = false
-    ) async throws(StoreError) -> ([Value], UInt64) {
+    ) async throws(ShoalError) -> ([Value], UInt64) {
         try await read(inline: inline) { db in
             let items = try Self.select(select, arguments: arguments, db: db)
             let sequence = try ChangeLogRecord.lastSequence(db)
@@ -37,22 +37,22 @@ extension DocumentStore {
     ///
     /// The sequence does its work in the task that iterates it and ends when the
     /// store closes.
-    public func observe(_ query: String, arguments: [String: Value] = [:]) throws(StoreError) -> QueryUpdates {
+    public func observe(_ query: String, arguments: [String: Value] = [:]) throws(ShoalError) -> QueryUpdates {
         let statement: ShoalQuery.Statement
         do {
             statement = try Parser.parseStatement(query)
         } catch {
-            throw StoreError(error)
+            throw ShoalError(error)
         }
         guard case .select(let select) = statement else {
-            throw StoreError(.invalidQuery, "only a SELECT can be observed: \(query)")
+            throw ShoalError(.invalidQuery, "only a SELECT can be observed: \(query)")
         }
         // Listen before the first read, so no commit falls between the two.
         return QueryUpdates(store: self, select: select, arguments: arguments, commits: commits.updates())
     }
 
     /// `observe` with arguments of Swift values, `["color": color]` (see `ValueConvertible`).
-    public func observe(_ query: String, arguments: [String: any ValueConvertible]) throws(StoreError) -> QueryUpdates {
+    public func observe(_ query: String, arguments: [String: any ValueConvertible]) throws(ShoalError) -> QueryUpdates {
         try observe(query, arguments: arguments.mapValues(\.shoalValue))
     }
 
@@ -61,7 +61,7 @@ extension DocumentStore {
     /// the observer meanwhile (`observers`): dropping the handle does not stop it.
     public func registerObserver(
         _ query: String, arguments: [String: Value] = [:], handler: @escaping @Sendable (QueryUpdate) -> Void
-    ) throws(StoreError) -> StoreObserver {
+    ) throws(ShoalError) -> StoreObserver {
         let sequence = try observe(query, arguments: arguments)
         let registry = liveObservers
         let observer = StoreObserver(query: query, arguments: arguments)
@@ -87,7 +87,7 @@ extension DocumentStore {
     /// `registerObserver` with arguments of Swift values, `["color": color]` (see `ValueConvertible`).
     public func registerObserver(
         _ query: String, arguments: [String: any ValueConvertible], handler: @escaping @Sendable (QueryUpdate) -> Void
-    ) throws(StoreError) -> StoreObserver {
+    ) throws(ShoalError) -> StoreObserver {
         try registerObserver(query, arguments: arguments.mapValues(\.shoalValue), handler: handler)
     }
 }

@@ -25,15 +25,15 @@ extension DocumentStore {
     /// two Unicode forms, equal, though they are distinct documents, and it does not
     /// order booleans, arrays or objects at all. `query` is one SELECT, with a WHERE and
     /// a SELECT list if need be, without ORDER BY, LIMIT, OFFSET or COUNT(*).
-    public func page(_ query: String, arguments: [String: Value] = [:], after key: String, limit: Int) async throws(StoreError)
+    package func page(_ query: String, arguments: [String: Value] = [:], after key: String, limit: Int) async throws(ShoalError)
         -> DocumentPage
     {
         let statements = try parse(query)
         guard statements.count == 1, case .select(let select) = statements[0] else {
-            throw StoreError(.invalidQuery, "pages are read of one SELECT statement, as in SELECT * FROM cars WHERE color = 'blue'")
+            throw ShoalError(.invalidQuery, "pages are read of one SELECT statement, as in SELECT * FROM cars WHERE color = 'blue'")
         }
-        if let problem = select.pagingProblem { throw StoreError(.invalidQuery, problem) }
-        guard limit > 0 else { throw StoreError(.invalidQuery, "a page holds at least one document; it was asked for \(limit)") }
+        if let problem = select.pagingProblem { throw ShoalError(.invalidQuery, problem) }
+        guard limit > 0 else { throw ShoalError(.invalidQuery, "a page holds at least one document; it was asked for \(limit)") }
         await createIndexesIfWriterIsFree(for: statements, arguments: arguments)
         do {
             return try await read { db in

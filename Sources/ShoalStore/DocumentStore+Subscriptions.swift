@@ -16,7 +16,7 @@ public struct SavedSubscription: Sendable, Equatable {
 
 extension DocumentStore {
     /// The subscriptions added at run time and not removed since.
-    public func savedSubscriptions() async throws(StoreError) -> [SavedSubscription] {
+    package func savedSubscriptions() async throws(ShoalError) -> [SavedSubscription] {
         try await read { db in
             try Row.fetchAll(db, sql: "SELECT id, query, arguments FROM subscription ORDER BY id").map { row in
                 let row = StoredRow(row, of: "subscription")
@@ -26,7 +26,7 @@ extension DocumentStore {
         }
     }
 
-    public func saveSubscription(_ subscription: SavedSubscription) async throws(StoreError) {
+    package func saveSubscription(_ subscription: SavedSubscription) async throws(ShoalError) {
         try await write { db in
             try db.execute(
                 sql: "INSERT INTO subscription (id, query, arguments) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
@@ -36,7 +36,7 @@ extension DocumentStore {
 
     /// Removes a saved subscription; returns whether there was one.
     @discardableResult
-    public func removeSavedSubscription(id: String) async throws(StoreError) -> Bool {
+    package func removeSavedSubscription(id: String) async throws(ShoalError) -> Bool {
         try await write { db in
             try db.execute(sql: "DELETE FROM subscription WHERE id = ?", arguments: [id])
             return db.changesCount > 0

@@ -69,7 +69,7 @@ struct LogRow {
 
 extension DocumentStore {
     /// The highest sequence of `peer`'s change log applied here under `subscriptionKey`.
-    public func cursor(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> UInt64 {
+    package func cursor(peer: SiteID, subscriptionKey: String) async throws(ShoalError) -> UInt64 {
         try await read { db in try Self.cursor(db, peer: peer, subscriptionKey: subscriptionKey) }
     }
 
@@ -83,7 +83,7 @@ extension DocumentStore {
     /// where the wider one was, and nothing is sent again (ARCHITECTURE.md, "Relaying
     /// for neighbours"). The set's entries are recorded (`subscription_set`) for the
     /// sets asked for later.
-    public func resumePoint(peer: SiteID, subscriptions: SubscriptionSet) async throws(StoreError) -> ResumePoint {
+    package func resumePoint(peer: SiteID, subscriptions: SubscriptionSet) async throws(ShoalError) -> ResumePoint {
         let key = subscriptions.key
         let entries = Set(subscriptions.entries.map(\.id))
         return try await write { db in
@@ -111,7 +111,7 @@ extension DocumentStore {
     }
 
     /// The resume point of the set named `subscriptionKey` alone: its own cursor.
-    public func resumePoint(peer: SiteID, subscriptionKey: String) async throws(StoreError) -> ResumePoint {
+    package func resumePoint(peer: SiteID, subscriptionKey: String) async throws(ShoalError) -> ResumePoint {
         try await read { db in try Self.resumePoint(db, peer: peer, subscriptionKey: subscriptionKey) }
     }
 
@@ -133,7 +133,7 @@ extension DocumentStore {
     /// `peer` streamed its whole log with this node's own transactions in it, and this
     /// node applied it: the cursor of that stream (`SubscriptionSet.refillKey`) becomes
     /// the cursor of `subscriptionKey` (it passed over nothing the set wants).
-    public func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(StoreError) {
+    package func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(ShoalError) {
         try await write { db in
             let site = Int64(bitPattern: peer.rawValue)
             let refill = SubscriptionSet.refillKey(subscriptionKey)
@@ -177,12 +177,12 @@ extension DocumentStore {
     ///   would carry a delta (PROTOCOL.md §8.11): once per stream (`offersOpen` holds
     ///   those offered whose rows go on), never one in `continuing` (begun eagerly, it
     ///   stays eager to its last piece).
-    public func changes(
+    package func changes(
         after sequence: UInt64, limit: Int, byteLimit: Int = 4 << 20, subscriptions: SubscriptionSet,
         excludingOrigin peer: SiteID? = nil, skipping: (@Sendable (TransactionID) -> Bool)? = nil,
         continuing: Set<TransactionID> = [], resuming: Bool = false,
         isLazy: (@Sendable (SiteID) -> Bool)? = nil, offersOpen: Set<TransactionID> = []
-    ) async throws(StoreError) -> ChangeLogPage {
+    ) async throws(ShoalError) -> ChangeLogPage {
         // A page near the log's end (a session keeping up) is short: read it on this thread.
         return try await read(inline: lastCommittedSequence &- sequence <= Self.shortPageRows) { db in
             var rows: [LogRow] = []
@@ -256,9 +256,9 @@ extension DocumentStore {
     /// `subscriptions` that asked for it: what `changes` would have sent of it,
     /// restricted to `collections` (all when empty), cut into pieces of about
     /// `byteLimit` bytes. Empty when the transaction is not applied here.
-    public func transactionPieces(
+    package func transactionPieces(
         _ id: TransactionID, subscriptions: SubscriptionSet, collections: Set<String> = [], byteLimit: Int = 4 << 20
-    ) async throws(StoreError) -> [TransactionPiece] {
+    ) async throws(ShoalError) -> [TransactionPiece] {
         return try await read { db in
             guard let stored = try StoredTransaction.fetch(db, id), stored.state == .applied || stored.state == .partial else { return [] }
             var rows: [LogRow] = []

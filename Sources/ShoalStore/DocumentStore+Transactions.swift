@@ -29,15 +29,18 @@ extension DocumentStore {
     ///   receive it; `.rollback` undoes it and tells nobody.
     /// - A read-only transaction (`isReadOnly`) reads one snapshot of the database
     ///   for its whole life, concurrently with the writer and other readers. A
-    ///   statement that writes throws `StoreError.Code.readOnly`.
+    ///   statement that writes throws `ShoalError.Code.readOnly`.
     ///
-    /// If `body` throws, the transaction rolls back and the error is rethrown. An
-    /// error thrown by `tx.execute` and caught in `body` undoes that call only.
+    /// If `body` throws, the transaction rolls back and `transaction` throws: a
+    /// `ShoalError` as it is (one `tx.execute` threw, say), a `CancellationError` as
+    /// `.cancelled`, and any other error as `.aborted` with the error itself in
+    /// `underlyingError`. An error thrown by `tx.execute` and caught in `body` undoes
+    /// that call only.
     ///
     /// Inside a read-write transaction, write through `tx`: starting another
     /// read-write transaction or calling a store mutation (`execute` with a write,
     /// `putAttachment`, ...) from the same task or its child tasks throws
-    /// `StoreError.Code.nestedTransaction` at once (it could only wait for itself).
+    /// `ShoalError.Code.nestedTransaction` at once (it could only wait for itself).
     /// Reading beside it (`execute` with SELECTs, read-only transactions) is allowed
     /// and sees the last committed state, not `tx`'s writes.
     ///
@@ -45,7 +48,7 @@ extension DocumentStore {
     @discardableResult
     nonisolated(nonsending) public func transaction(
         hint: String? = nil, isReadOnly: Bool = false, _ body: (StoreTransaction) async throws -> TransactionCompletion
-    ) async throws -> TransactionResult {
+    ) async throws(ShoalError) -> TransactionResult {
         let (completion, transaction) = try await runTransaction(hint: hint, isReadOnly: isReadOnly) { tx in
             let completion = try await body(tx)
             return (completion, completion)
@@ -55,17 +58,18 @@ extension DocumentStore {
     }
 
     /// Runs `body` in a transaction (see the other `transaction`) that commits when
-    /// `body` returns and rolls back when it throws; returns what `body` returned.
-    /// The committed `TransactionID` is `tx.transactionID` once this returns.
+    /// `body` returns and rolls back when it throws (thrown as the other says);
+    /// returns what `body` returned. The committed `TransactionID` is
+    /// `tx.transactionID` once this returns.
     nonisolated(nonsending) public func transaction<T>(
         hint: String? = nil, isReadOnly: Bool = false, _ body: (StoreTransaction) async throws -> T
-    ) async throws -> T {
+    ) async throws(ShoalError) -> T {
         try await runTransaction(hint: hint, isReadOnly: isReadOnly) { tx in (try await body(tx), .commit) }.0
     }
 
     nonisolated(nonsending) func runTransaction<T>(
         hint: String?, isReadOnly: Bool, _ body: (StoreTransaction) async throws -> (T, TransactionCompletion)
-    ) async throws -> (T, StoreTransaction) {
+    ) async throws(ShoalError) -> (T, StoreTransaction) {
         let info = TransactionInfo(id: LocalTransaction.randomID(), hint: hint, isReadOnly: isReadOnly)
         let marks = OpenTransactions.marks
         let nested = marks.contains { $0.store == ObjectIdentifier(self) }
@@ -79,7 +83,7 @@ extension DocumentStore {
             do {
                 snapshot = try pool.makeSnapshot()
             } catch {
-                throw StoreError.wrapping(error, "taking a snapshot for a read-only transaction")
+                throw ShoalError.wrapping(error, "taking a snapshot for a read-only transaction")
             }
             let transaction = StoreTransaction(info: info, store: self, snapshot: snapshot)
             do {
@@ -90,7 +94,7 @@ extension DocumentStore {
                 return (value, transaction)
             } catch {
                 transaction.endReading(.rollback)
-                throw error
+                throw ShoalError(thrownByTransactionBody: error, info)
             }
         }
 
@@ -110,15 +114,15 @@ extension DocumentStore {
         } catch {
             // Before the gate is released (the deferred release runs after this).
             transaction.rollBack()
-            throw error
+            throw ShoalError(thrownByTransactionBody: error, info)
         }
     }
 
     /// The transactions running now, oldest first (for diagnostics and tests).
-    public var runningTransactions: [TransactionInfo] { running.transactions }
+    package var runningTransactions: [TransactionInfo] { running.transactions }
 
     /// The store's run-time parameters (`ALTER SYSTEM SET` changes them).
-    public var systemParameters: SystemParameters { parameters.withLock { $0 } }
+    package var systemParameters: SystemParameters { parameters.withLock { $0 } }
 
     /// Logs the transactions that stay open too long, until the task is cancelled
     /// or the store closes. `ShoalNode.run` runs it; an app that uses a
@@ -130,7 +134,7 @@ extension DocumentStore {
     /// transaction's ID and hint, whether it is read-only, and how long it has been
     /// open. The monitor wakes when the next report is due, and at least once a
     /// second so that new parameter values apply (at most every 10 ms).
-    public func monitorTransactions() async {
+    package func monitorTransactions() async {
         let clock = ContinuousClock()
         while !running.isClosed {
             let parameters = systemParameters
@@ -178,7 +182,7 @@ extension DocumentStore {
     ///
     /// Called inside one of this store's transactions, it cannot wait for that one:
     /// it waits for the others, closes, and that transaction then fails to commit.
-    public func shutdown() async {
+    package func shutdown() async {
         running.close(completely: false)
         gate.close(admittingNested: true)
         let own = OpenTransactions.marks.filter { $0.store == ObjectIdentifier(self) }
@@ -196,21 +200,21 @@ extension DocumentStore {
         if acquired { gate.release() }
     }
 
-    static let shuttingDown = StoreError(
+    static let shuttingDown = ShoalError(
         .closed, "the store is shutting down or closed: it accepts no new transactions or writes")
 
     /// Throws when a read-write transaction of this store is open in this task: a write
     /// here would wait for the gate that transaction holds.
-    func refuseWriteBesideOpenTransaction(_ marks: [OpenTransactions.Mark]) throws(StoreError) {
+    func refuseWriteBesideOpenTransaction(_ marks: [OpenTransactions.Mark]) throws(ShoalError) {
         guard let open = marks.last(where: { $0.store == ObjectIdentifier(self) && !$0.info.isReadOnly }) else { return }
-        throw StoreError(
+        throw ShoalError(
             .nestedTransaction,
-            "a read-write transaction (\(open.info.described)) is open in this task; write through that transaction (the `tx` its closure was given), or finish it first")
+            "a \(open.info.described) is open in this task; write through that transaction (the `tx` its closure was given), or finish it first")
     }
 
     /// Waits for the write gate, until `deadline` at most; a refusal, a deadline
     /// passed or cancellation becomes a store error.
-    func acquireGate(nested: Bool, deadline: Deadline? = nil) async throws(StoreError) {
+    func acquireGate(nested: Bool, deadline: Deadline? = nil) async throws(ShoalError) {
         do {
             try await gate.acquire(nested: nested, deadline: deadline?.instant)
         } catch WriteGate.Refusal.deadlinePassed {
@@ -218,7 +222,7 @@ extension DocumentStore {
         } catch is WriteGate.Refusal {
             throw Self.shuttingDown
         } catch {
-            throw StoreError(.cancelled, "cancelled while waiting for the store's writer")
+            throw ShoalError(.cancelled, "cancelled while waiting for the store's writer")
         }
     }
 

@@ -31,8 +31,8 @@ public final class DocumentStore: Sendable {
     /// random one at each opening, never the site ID, so that a store restored from a
     /// copy (which no opening can tell from the original) never writes a contribution
     /// from the copy's total over the one its peers hold (DATA_MODEL.md §7).
-    public let counterSite = SiteID.random()
-    public let clock: HybridLogicalClock
+    package let counterSite = SiteID.random()
+    package let clock: HybridLogicalClock
     let pool: DatabasePool
     /// Short reads on the calling thread (`read(inline:)`); nil if it could not be opened.
     let inlineReader: InlineReader?
@@ -60,7 +60,7 @@ public final class DocumentStore: Sendable {
     /// Whether EVICT ever removed documents here (then a logged document may lack a body).
     let evictions = Locked(false)
     /// What peers acknowledged of this node's log, for EVICT (noted by sync sessions).
-    public let peerHoldings = PeerHoldings()
+    package let peerHoldings = PeerHoldings()
     /// Local read-write transactions committed since the store opened.
     let localCommits = Locked<UInt64>(0)
     /// Whether the last write of `execute`, or of a `Transaction`'s statements, took
@@ -80,13 +80,13 @@ public final class DocumentStore: Sendable {
 
     /// Whether this store has ever evicted documents, and so may lack some of its
     /// own transactions until its peers send them back.
-    public var mayLackOwnTransactions: Bool { evictedSomething }
+    package var mayLackOwnTransactions: Bool { evictedSomething }
 
     /// Times each local commit that wrote something (its change-log rows and COMMIT), if given.
     let commitDuration: Metrics.Timer?
 
     /// Local read-write transactions committed since the store opened.
-    public var committedLocalTransactions: UInt64 { localCommits.withLock { $0 } }
+    package var committedLocalTransactions: UInt64 { localCommits.withLock { $0 } }
     /// The one writer, taken by every write in order of arrival.
     let gate = WriteGate()
     /// The transactions running now: for the long-transaction log and for shutdown.
@@ -109,19 +109,19 @@ public final class DocumentStore: Sendable {
     ///   - synchronousFull: `PRAGMA synchronous = FULL`: every commit is on disk
     ///     before it returns, so an acknowledged one survives a power failure too, at the
     ///     cost of an fsync per commit. Otherwise NORMAL, safe against the process dying.
-    public init(
+    package init(
         directory: String, logger: Logger = Logger(label: "shoal.store"),
         parameters: SystemParameters = SystemParameters(),
         wallClock: @escaping @Sendable () -> UInt64 = HybridLogicalClock.systemMilliseconds,
         commitDuration: Metrics.Timer? = nil, synchronousFull: Bool = false
-    ) throws(StoreError) {
+    ) throws(ShoalError) {
         self.logger = logger
         self.commitDuration = commitDuration
         self.parameters = Locked(parameters)
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
-            throw StoreError(.database, "cannot create data directory \(directory): \(error.localizedDescription)")
+            throw ShoalError(.database, "cannot create data directory \(directory): \(error.localizedDescription)")
         }
         let path = (directory as NSString).appendingPathComponent("shoal.sqlite")
         var configuration = Configuration()
@@ -208,7 +208,7 @@ public final class DocumentStore: Sendable {
             // Sessions learn where the log ends from the feed: from the start, not only at the next commit.
             feed.publish(
                 LogEnd(sequence: try pool.read { db in try ChangeLogRecord.lastSequence(db) }))
-        } catch let error as StoreError {
+        } catch let error as ShoalError {
             throw error
         } catch {
             throw Self.openFailure(error, path: path, directory: directory)
@@ -261,17 +261,17 @@ public final class DocumentStore: Sendable {
     /// must size its shared-memory index (`shoal.sqlite-shm`) and may write its log
     /// (`shoal.sqlite-wal`), and both fail. The space left on the disk tells that
     /// case apart.
-    static func openFailure(_ error: any Error, path: String, directory: String) -> StoreError {
+    static func openFailure(_ error: any Error, path: String, directory: String) -> ShoalError {
         if let error = error as? DatabaseError, error.resultCode == .SQLITE_FULL || error.resultCode == .SQLITE_IOERR,
             let free = availableBytes(directory), free < fullDiskMargin
         {
-            return StoreError(
+            return ShoalError(
                 .database,
                 "cannot open the database at \(path): the disk that holds \(directory) is full (\(free) bytes free; SQLite: \(error.message ?? "disk I/O error")). "
                     + "SQLite needs room beside the database for its shared-memory index (shoal.sqlite-shm) and write-ahead log (shoal.sqlite-wal) before it can read anything. "
                     + "Free some space on that disk, or move the data directory to a larger one, and start again; nothing was written")
         }
-        return StoreError(.database, "cannot open the database at \(path): \(error)")
+        return ShoalError(.database, "cannot open the database at \(path): \(error)")
     }
 
     /// Bytes an unprivileged process may still write on the filesystem that holds `directory`.
@@ -633,17 +633,17 @@ public final class DocumentStore: Sendable {
     }
 
     /// The highest change-log sequence committed so far.
-    public func lastSequence() async throws(StoreError) -> UInt64 {
+    package func lastSequence() async throws(ShoalError) -> UInt64 {
         try await read { db in try ChangeLogRecord.lastSequence(db) }
     }
 
     /// The rows of the change log: what sync streams from, and what compaction trims.
-    public func changeLogRowCount() async throws(StoreError) -> UInt64 {
+    package func changeLogRowCount() async throws(ShoalError) -> UInt64 {
         try await read { db in try ChangeLogRecord.count(db) }
     }
 
     /// The number of live documents in each collection, by name.
-    public func collectionCounts() async throws(StoreError) -> [(name: String, documents: Int)] {
+    package func collectionCounts() async throws(ShoalError) -> [(name: String, documents: Int)] {
         try await read { db in
             try Row.fetchAll(
                 db, sql: "SELECT collection, COUNT(*) AS documents FROM document WHERE deleted = 0 GROUP BY collection ORDER BY collection"
@@ -655,25 +655,25 @@ public final class DocumentStore: Sendable {
     }
 
     /// A stream that yields whenever the change log grows, with its new end.
-    public func changeLogUpdates() -> AsyncStream<LogEnd> { feed.updates() }
+    package func changeLogUpdates() -> AsyncStream<LogEnd> { feed.updates() }
 
-    public func listenToChangeLog(
+    package func listenToChangeLog(
         _ handler: @escaping @Sendable (LogEnd) -> Void, closed: @escaping @Sendable () -> Void
     ) -> ChangeFeedListening {
         feed.listen(handler, finished: closed)
     }
 
     /// The change log's last sequence as of the latest commit (or the store's opening).
-    public var lastCommittedSequence: UInt64 { feed.latest?.sequence ?? 0 }
+    package var lastCommittedSequence: UInt64 { feed.latest?.sequence ?? 0 }
 
     /// A stream that yields when EVICT removed local data, so sessions should
     /// resubscribe from their (restarted) cursors and refill what subscriptions match.
-    public func cursorResets() -> AsyncStream<UInt64> { resets.updates() }
+    package func cursorResets() -> AsyncStream<UInt64> { resets.updates() }
 
     /// Closes the store now, whatever is running, and ends every `changeLogUpdates()`
     /// stream. `shutdown()` waits for running transactions first; this is for tests
     /// and for callers that know nothing runs.
-    public func close() {
+    package func close() {
         running.close(completely: true)
         gate.close(admittingNested: false)
         feed.finishAll()
@@ -688,12 +688,12 @@ public final class DocumentStore: Sendable {
     /// `InlineReader`); otherwise on one of the pool's readers.
     func read<T: Sendable>(
         inline: Bool = false, _ body: @escaping @Sendable (Database) throws -> T
-    ) async throws(StoreError) -> T {
+    ) async throws(ShoalError) -> T {
         do {
             if inline, let inlineReader, let result = try inlineReader.read(body) { return result }
             return try await pool.unsafeRead { db in try Self.inTransaction(db, .deferred, body) }
         } catch {
-            throw StoreError.wrapping(error, "database read")
+            throw ShoalError.wrapping(error, "database read")
         }
     }
 
@@ -702,7 +702,7 @@ public final class DocumentStore: Sendable {
     /// deltas, attachments, saved subscriptions).
     ///
     /// It waits in line behind a running read-write transaction, and throws
-    /// `StoreError.Code.nestedTransaction` at once when called from inside one of this
+    /// `ShoalError.Code.nestedTransaction` at once when called from inside one of this
     /// store's (it would wait for itself).
     ///
     /// With `inline`, for a write known to be short, `body` runs on the calling thread:
@@ -711,7 +711,7 @@ public final class DocumentStore: Sendable {
     /// and back.
     func write<T: Sendable>(
         inTransaction: Bool = true, inline: Bool = false, _ body: @escaping @Sendable (Database) throws -> T
-    ) async throws(StoreError) -> T {
+    ) async throws(ShoalError) -> T {
         let marks = OpenTransactions.marks
         try refuseWriteBesideOpenTransaction(marks)
         try await acquireGate(nested: marks.contains { $0.store == ObjectIdentifier(self) })
@@ -723,7 +723,7 @@ public final class DocumentStore: Sendable {
                 ? try await pool.writeWithoutTransaction { db in try Self.inTransaction(db, .immediate, body) }
                 : try await pool.writeWithoutTransaction(body)
         } catch {
-            throw StoreError.wrapping(error, "database write")
+            throw ShoalError.wrapping(error, "database write")
         }
     }
 

@@ -152,7 +152,7 @@ struct HotStatement {
         /// A count or a sequence: a negative or too large value throws, naming `table` and the column.
         func unsigned<T: FixedWidthInteger & UnsignedInteger>(
             _ column: some HotColumn, of table: String, as type: T.Type = T.self
-        ) throws(StoreError) -> T {
+        ) throws(ShoalError) -> T {
             try StoredInteger.unsigned(int64(column), table: table, column: column.name)
         }
 

@@ -299,9 +299,9 @@ extension DocumentStore {
     /// Runs `body` in one write transaction, then tells observers and sessions what
     /// it applied. Returns what `body` returned and what was applied. `short`: a small
     /// write, run on the calling thread (`write(inline:)`).
-    public func writeInbound<T: Sendable>(
+    package func writeInbound<T: Sendable>(
         short: Bool = false, _ body: @escaping @Sendable (any InboundWriting) throws -> T
-    ) async throws(StoreError) -> (T, ApplyOutcome) {
+    ) async throws(ShoalError) -> (T, ApplyOutcome) {
         let (result, outcome, commit, last, appended) = try await write(inline: short) { db in
             let writer = InboundWriter(db: db, store: self)
             let result = try body(writer)
@@ -318,7 +318,7 @@ extension DocumentStore {
     }
 
     /// Every waiting and partial transaction, as records: what the pipeline starts from.
-    public func transactionRecords() async throws(StoreError) -> [TransactionRecord] {
+    package func transactionRecords() async throws(ShoalError) -> [TransactionRecord] {
         try await read { db in
             try StoredTransaction.unfinished(db).map { try Self.record(db, $0.id, $0) }
         }
@@ -356,9 +356,9 @@ extension DocumentStore {
     /// does with a transaction once it is whole; tools and tests that hold whole
     /// transactions use it directly.
     @discardableResult
-    public func applyRemote(
+    package func applyRemote(
         _ pieces: [TransactionPiece], from peer: SiteID, subscriptionKey: String? = nil, through: UInt64 = 0
-    ) async throws(StoreError) -> ApplyOutcome {
+    ) async throws(ShoalError) -> ApplyOutcome {
         for piece in pieces {
             for delta in piece.deltas { clock.observe(delta.timestamp) }
         }

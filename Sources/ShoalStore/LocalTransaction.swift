@@ -69,14 +69,14 @@ struct LocalTransaction {
         do {
             return try Evaluator.evaluate(expression, document: document, arguments: arguments)
         } catch {
-            throw StoreError(error)
+            throw ShoalError(error)
         }
     }
 
     /// An ATTACHMENT field holds a token (or takes a bare attachment ID, turned into one).
     static func attachmentValue(_ value: Value, field: String, collection: String) throws -> Value {
         guard let token = AttachmentToken(value) else {
-            throw StoreError(
+            throw ShoalError(
                 .invalidDocument,
                 "\(collection): field \(field) is an ATTACHMENT; give it the token `shoal attachment put` printed")
         }
@@ -92,13 +92,13 @@ struct LocalTransaction {
             case .object?: documents = [value!]
             case .array(let items)?: documents = items
             default:
-                throw StoreError(
+                throw ShoalError(
                     .invalidDocument,
                     "INSERT INTO \(insert.collection): a document must be a JSON object, got \(value?.typeName ?? "nothing")")
             }
             for document in documents {
                 guard case .object(var fields) = document else {
-                    throw StoreError(
+                    throw ShoalError(
                         .invalidDocument,
                         "INSERT INTO \(insert.collection): a document must be a JSON object, got \(document.typeName)")
                 }
@@ -110,7 +110,7 @@ struct LocalTransaction {
                 }
                 if fields["_id"] == nil || fields["_id"] == .null {
                     guard !insert.initial else {
-                        throw StoreError(
+                        throw ShoalError(
                             .invalidDocument,
                             "INSERT INTO \(insert.collection) INITIAL DOCUMENTS: every initial document needs an _id, so that all peers insert the same one")
                     }
@@ -142,7 +142,7 @@ struct LocalTransaction {
         } else if !registers.isEmpty, let existing = try loadBody(collection: collection, key: key) {
             switch conflict {
             case .fail:
-                throw StoreError(
+                throw ShoalError(
                     .documentExists,
                     "INSERT INTO \(collection): a document with _id \(id.canonicalJSON) already exists (use ON ID CONFLICT DO UPDATE to overwrite it, or DO NOTHING to keep it)")
             case .doNothing:
@@ -165,7 +165,7 @@ struct LocalTransaction {
 
     mutating func update(_ update: UpdateStatement, arguments: [String: Value]) throws -> [Value] {
         for operation in update.counterOperations where operation.path.count != 1 {
-            throw StoreError(
+            throw ShoalError(
                 QueryError(
                     "APPLY works on top-level COUNTER fields; \(operation.path.joined(separator: ".")) is nested",
                     position: operation.position))
@@ -190,13 +190,13 @@ struct LocalTransaction {
                 case .restart(let expression):
                     let value = try expression.map { try Self.evaluate($0, document: original, arguments: arguments) } ?? .int(0)
                     guard let value, value.numberValue != nil else {
-                        throw StoreError(QueryError("RESTART WITH needs a number", position: operation.position))
+                        throw ShoalError(QueryError("RESTART WITH needs a number", position: operation.position))
                     }
                     counters.append((operation.path[0], .restart(value)))
                 case .increment(let expression):
                     let amount = try Self.evaluate(expression, document: original, arguments: arguments)
                     guard let amount, amount.numberValue != nil else {
-                        throw StoreError(
+                        throw ShoalError(
                             QueryError(
                                 "INCREMENT BY needs a number, got \(amount?.typeName ?? "nothing")", position: operation.position))
                     }
@@ -253,7 +253,7 @@ struct LocalTransaction {
         do {
             try body(&editor)
         } catch {
-            throw StoreError(.invalidDocument, "\(collection) \(key): \(error.description)")
+            throw ShoalError(.invalidDocument, "\(collection) \(key): \(error.description)")
         }
         if !kept.isEmpty { try RegisterRows.dropEvicted(db, collection: collection, key: key, kept: kept, now: editor.registers) }
         guard !editor.written.isEmpty else { return false }

@@ -29,7 +29,7 @@ struct FieldRecord: Sendable {
     static let contextSQL = "SELECT \(columns) FROM field WHERE collection = ? AND doc_id = ? ORDER BY name"
 
     /// `table`: where the row was read from, for errors.
-    init(_ row: HotStatement.Row, of table: String = "field") throws(StoreError) {
+    init(_ row: HotStatement.Row, of table: String = "field") throws(ShoalError) {
         name = row.text(Column.name)
         state = RegisterState(
             json: row.text(Column.value),
@@ -195,7 +195,7 @@ enum RegisterRows {
     static func body(of registers: DocumentRegisters, collection: String, key: String) throws -> DocumentRegisters.Body.Text {
         let body = try materialize(registers, collection: collection, key: key)
         if case .live(let json) = body, let refusal = DocumentLimits.depthRefusal(body: json) {
-            throw StoreError(.invalidDocument, "document \(key) in \(collection) cannot be written: \(refusal); nothing of the statement was written")
+            throw ShoalError(.invalidDocument, "document \(key) in \(collection) cannot be written: \(refusal); nothing of the statement was written")
         }
         return body
     }
@@ -205,7 +205,7 @@ enum RegisterRows {
         do {
             return try registers.materializedJSON(key: key)
         } catch {
-            throw StoreError(.database, "a stored register of \(collection) \(key) is not valid JSON: \(error)")
+            throw ShoalError(.database, "a stored register of \(collection) \(key) is not valid JSON: \(error)")
         }
     }
 
@@ -282,14 +282,14 @@ enum RegisterRows {
     }
 
     /// Whether a user may write this top-level field name.
-    static func checkWritable(_ name: String, collection: String) throws(StoreError) {
+    static func checkWritable(_ name: String, collection: String) throws(ShoalError) {
         // By byte: both are ASCII controls, which no other character's UTF-8 contains
         // (and `String.contains` of a `Character` walks grapheme clusters).
         if name.utf8.contains(where: { $0 == Counter.separatorByte || $0 == RegisterName.pathSeparatorByte }) {
-            throw StoreError(.invalidDocument, "\(collection): field names may not contain the characters U+001E or U+001F")
+            throw ShoalError(.invalidDocument, "\(collection): field names may not contain the characters U+001E or U+001F")
         }
         if name.hasPrefix("_") && name != "_id" {
-            throw StoreError(
+            throw ShoalError(
                 .invalidDocument,
                 "\(collection): field names beginning with '_' are reserved (got '\(name)'); only _id may be written")
         }

@@ -12,21 +12,24 @@ public enum TransactionCompletion: Sendable, Hashable {
 /// Who a transaction is: its unique ID, the hint it was given, and its kind.
 public struct TransactionInfo: Sendable, Hashable {
     /// Unique among every transaction of every store: 128 random bits as 32 hex digits.
-    /// It names the transaction in logs; the ID it commits under is a `TransactionID`.
-    public var id: String
+    /// The node's own handle for it (the long-transaction log, an admin session's
+    /// transaction in `status`); an app names a transaction by the `TransactionID` it
+    /// commits under, in `TransactionResult` and `StoreTransaction.transactionID`.
+    package var id: String
     /// Free text from whoever started the transaction ("nightly import"), shown in logs.
     public var hint: String?
     public var isReadOnly: Bool
 
-    public init(id: String, hint: String?, isReadOnly: Bool) {
+    package init(id: String, hint: String?, isReadOnly: Bool) {
         self.id = id
         self.hint = hint
         self.isReadOnly = isReadOnly
     }
 
-    /// "hint 'x', ID 1f…" or "no hint, ID 1f…", for messages.
+    /// "read-write transaction 'nightly import'" or "read-only transaction", for
+    /// messages: errors name a transaction by its kind and hint, never by a second ID.
     var described: String {
-        (hint.map { "hint '\($0)'" } ?? "no hint") + ", ID \(id)"
+        (isReadOnly ? "read-only transaction" : "read-write transaction") + (hint.map { " '\($0)'" } ?? "")
     }
 }
 
@@ -64,7 +67,7 @@ public struct TransactionResult: Sendable, Hashable {
 ///
 /// `execute` may be called from child tasks of the body (calls run one at a time,
 /// in the order they reach the writer); calling it after the transaction ended
-/// throws `StoreError.Code.closed`.
+/// throws `ShoalError.Code.closed`.
 public final class StoreTransaction: Sendable {
     public let info: TransactionInfo
     let store: DocumentStore
@@ -72,7 +75,7 @@ public final class StoreTransaction: Sendable {
     enum Phase: Sendable {
         case open
         /// The database rolled the SQLite transaction back, or could not undo a statement.
-        case aborted(StoreError)
+        case aborted(ShoalError)
         case committed
         case rolledBack
     }
@@ -108,7 +111,7 @@ public final class StoreTransaction: Sendable {
 
     /// Lets this transaction commit only before `deadline`: checked right before
     /// COMMIT, where it can still be abandoned whole. Past it the commit throws
-    /// `StoreError.Code.deadlineExceeded` and the transaction rolls back.
+    /// `ShoalError.Code.deadlineExceeded` and the transaction rolls back.
     public func mustCommit(before deadline: Deadline) {
         state.withLock { $0.deadline = deadline }
     }
@@ -118,12 +121,12 @@ public final class StoreTransaction: Sendable {
     ///
     /// Results carry no `transactionID`: the transaction has none before it commits
     /// (see `transactionID` and `TransactionResult`).
-    public func execute(_ dql: String, arguments: [String: Value] = [:]) async throws(StoreError) -> QueryResult {
+    public func execute(_ dql: String, arguments: [String: Value] = [:]) async throws(ShoalError) -> QueryResult {
         let parsed: [ParsedStatement]
         do throws(QueryError) {
             parsed = try Parser.parseStatements(dql)
         } catch {
-            throw StoreError(error)
+            throw ShoalError(error)
         }
         do {
             return try await run(parsed.map(\.statement), sources: parsed, arguments: arguments)
@@ -133,23 +136,23 @@ public final class StoreTransaction: Sendable {
     }
 
     /// `execute` with arguments of Swift values, `["doors": doors]` (see `ValueConvertible`).
-    public func execute(_ dql: String, arguments: [String: any ValueConvertible]) async throws(StoreError) -> QueryResult {
+    public func execute(_ dql: String, arguments: [String: any ValueConvertible]) async throws(ShoalError) -> QueryResult {
         try await execute(dql, arguments: arguments.mapValues(\.shoalValue))
     }
 
     /// Runs parsed statements in this transaction; the result is the last statement's.
-    public func execute(_ statements: [ShoalQuery.Statement], arguments: [String: Value] = [:]) async throws(StoreError)
+    public func execute(_ statements: [ShoalQuery.Statement], arguments: [String: Value] = [:]) async throws(ShoalError)
         -> QueryResult
     {
         try await run(statements, sources: nil, arguments: arguments)
     }
 
     func run(_ statements: [ShoalQuery.Statement], sources: [ParsedStatement]?, arguments: [String: Value])
-        async throws(StoreError) -> QueryResult
+        async throws(ShoalError) -> QueryResult
     {
         if info.isReadOnly {
             try refuseMutations(statements, sources: sources)
-            let snapshot = try state.withLock { s throws(StoreError) -> DatabaseSnapshot in
+            let snapshot = try state.withLock { s throws(ShoalError) -> DatabaseSnapshot in
                 guard case .open = s.phase, let snapshot = s.snapshot else { throw unusable(s.phase) }
                 return snapshot
             }
@@ -160,7 +163,7 @@ public final class StoreTransaction: Sendable {
                     return try store.run(statements, arguments: arguments, db: db, local: &none).result
                 }
             } catch {
-                throw StoreError.wrapping(error, "reading in transaction \(info.id)")
+                throw ShoalError.wrapping(error, "reading in \(info.described)")
             }
         }
         let missing = store.missingIndexPaths(
@@ -170,7 +173,7 @@ public final class StoreTransaction: Sendable {
             // start of this access is still current when it is stored back at its end.
             // After a quick one, the next runs on this thread (`DocumentStore.quickWrite`).
             let work: @Sendable (Database) throws -> QueryResult = { [store] db in
-                let progress = try self.state.withLock { s throws(StoreError) -> LocalTransaction.Progress in
+                let progress = try self.state.withLock { s throws(ShoalError) -> LocalTransaction.Progress in
                     guard case .open = s.phase, let progress = s.progress else { throw self.unusable(s.phase) }
                     return progress
                 }
@@ -195,7 +198,7 @@ public final class StoreTransaction: Sendable {
             }
             return try await store.quickWrite(work)
         } catch {
-            throw StoreError.wrapping(error, "running a statement in transaction \(info.id)")
+            throw ShoalError.wrapping(error, "running a statement in \(info.described)")
         }
     }
 
@@ -207,7 +210,7 @@ public final class StoreTransaction: Sendable {
             try db.execute(sql: "RELEASE SAVEPOINT shoal_execute")
             if db.isInsideTransaction { return }
         } catch {}
-        let reason = StoreError.wrapping(error, "running a statement")
+        let reason = ShoalError.wrapping(error, "running a statement")
         state.withLock { s in
             if case .open = s.phase { s.phase = .aborted(reason) }
         }
@@ -215,46 +218,46 @@ public final class StoreTransaction: Sendable {
 
     /// A read-only transaction refuses the whole request when any statement writes,
     /// naming the first that does.
-    private func refuseMutations(_ statements: [ShoalQuery.Statement], sources: [ParsedStatement]?) throws(StoreError) {
+    private func refuseMutations(_ statements: [ShoalQuery.Statement], sources: [ParsedStatement]?) throws(ShoalError) {
         try Self.refuseMutations(statements, sources: sources, info: info)
     }
 
     /// Throws, naming the first statement that writes, if any does (see the method).
     static func refuseMutations(
         _ statements: [ShoalQuery.Statement], sources: [ParsedStatement]?, info: TransactionInfo
-    ) throws(StoreError) {
+    ) throws(ShoalError) {
         guard let index = statements.firstIndex(where: \.isMutation) else { return }
         let source = sources.map { $0[index] }
         let named = source?.text ?? statements[index].summary
         let message =
-            "\(named) writes, but transaction \(info.id)\(info.hint.map { " (hint '\($0)')" } ?? "") is read-only; "
+            "\(named) writes, but it runs in \(info.described); "
             + "nothing ran: run it in a read-write transaction"
-        guard let source else { throw StoreError(.readOnly, message) }
+        guard let source else { throw ShoalError(.readOnly, message) }
         let error = QueryError(message, position: source.position)
-        throw StoreError(.readOnly, error.description, queryError: error)
+        throw ShoalError(.readOnly, error.description, queryError: error)
     }
 
     /// Why this transaction takes no more statements.
-    private func unusable(_ phase: Phase) -> StoreError {
+    private func unusable(_ phase: Phase) -> ShoalError {
         switch phase {
         case .open:
-            return StoreError(.closed, "transaction \(info.id) has no database access (it never began)")
+            return ShoalError(.closed, "\(info.described) has no database access (it never began)")
         case .aborted(let reason):
-            return StoreError(
+            return ShoalError(
                 reason.code,
-                "transaction \(info.id) was abandoned by the database after an error and can only roll back: \(reason.message)")
+                "\(info.described) was abandoned by the database after an error and can only roll back: \(reason.message)")
         case .committed:
-            return StoreError(
-                .closed, "transaction \(info.id) has already \(info.isReadOnly ? "ended" : "committed"): start a new one")
+            return ShoalError(
+                .closed, "\(info.described) has already \(info.isReadOnly ? "ended" : "committed"): start a new one")
         case .rolledBack:
-            return StoreError(
-                .closed, "transaction \(info.id) has already \(info.isReadOnly ? "ended" : "rolled back"): start a new one")
+            return ShoalError(
+                .closed, "\(info.described) has already \(info.isReadOnly ? "ended" : "rolled back"): start a new one")
         }
     }
 
     /// `BEGIN IMMEDIATE`, and the number the transaction will commit under: two short
     /// statements, run on this thread (the gate is held, so the writer's queue is idle).
-    func begin() throws(StoreError) {
+    func begin() throws(ShoalError) {
         do {
             let progress = try DocumentStore.writeHere(store.pool, transaction: false) { db in
                 try DocumentStore.beginImmediate(db)
@@ -264,13 +267,13 @@ public final class StoreTransaction: Sendable {
         } catch {
             // BEGIN may have run before the access failed.
             store.rollBackOpenTransaction()
-            throw StoreError.wrapping(error, "beginning a read-write transaction")
+            throw ShoalError.wrapping(error, "beginning a read-write transaction")
         }
     }
 
     /// Logs the deltas under one transaction ID, commits, and tells observers.
-    func commit() async throws(StoreError) {
-        let (progress, written, newIndexes, changedIndexes, deadline) = try state.withLock { s throws(StoreError) in
+    func commit() async throws(ShoalError) {
+        let (progress, written, newIndexes, changedIndexes, deadline) = try state.withLock { s throws(ShoalError) in
             guard case .open = s.phase, let progress = s.progress else { throw unusable(s.phase) }
             return (progress, s.written, s.newIndexes, s.changedIndexes, s.deadline)
         }
@@ -290,7 +293,7 @@ public final class StoreTransaction: Sendable {
             }
             committed = try await store.quickWrite(timed: false, work)
         } catch {
-            throw StoreError.wrapping(error, "committing transaction \(info.id)")
+            throw ShoalError.wrapping(error, "committing \(info.described)")
         }
         if committed != nil { store.commitDuration?.record(duration: ContinuousClock.now - started) }
         state.withLock { s in
@@ -346,12 +349,12 @@ extension ShoalQuery.Statement {
     }
 }
 
-extension StoreError {
+extension ShoalError {
     /// The error with the query text attached to its position, so its message shows
     /// the offending line with a caret under the mistake.
-    func locating(in text: String) -> StoreError {
+    func locating(in text: String) -> ShoalError {
         guard var query = queryError, query.position != nil, query.query == nil else { return self }
         query.query = text
-        return StoreError(code, query.detailedDescription, queryError: query)
+        return ShoalError(code, query.detailedDescription, queryError: query)
     }
 }

@@ -2,7 +2,7 @@ import GRDB
 
 /// A row of one table (or one query's result) decoded by column name, every
 /// conversion checked: what no version of Shoal writes (a NULL where a value belongs,
-/// a negative count) throws a `StoreError` naming the table and the column, where a
+/// a negative count) throws a `ShoalError` naming the table and the column, where a
 /// subscript of GRDB's `Row` would trap.
 ///
 /// Records decode themselves through it in their `init(row:)`, by their `Columns`.
@@ -21,7 +21,7 @@ struct StoredRow {
         do {
             return try row.decode(Value.self, forColumn: column)
         } catch {
-            throw StoreError(
+            throw ShoalError(
                 .database,
                 "table \(table), column \(column.name) holds no \(Value.self) (\(error)): \(StoredInteger.damaged)")
         }
@@ -53,9 +53,9 @@ enum StoredInteger {
 
     static func unsigned<T: FixedWidthInteger & UnsignedInteger>(
         _ value: Int64, table: String, column: String, as type: T.Type = T.self
-    ) throws(StoreError) -> T {
+    ) throws(ShoalError) -> T {
         guard let converted = T(exactly: value) else {
-            throw StoreError(
+            throw ShoalError(
                 .database, "table \(table), column \(column) holds \(value), where a whole number from 0 to \(T.max) belongs: \(damaged)")
         }
         return converted

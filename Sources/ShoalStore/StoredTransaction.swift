@@ -37,7 +37,7 @@ struct StoredTransaction: Sendable {
     static let byID = "\(select) WHERE origin = ? AND seq = ?"
     static let unfinishedSQL = "\(select) WHERE state IN (0, 2)"
 
-    init(_ row: HotStatement.Row) throws(StoreError) {
+    init(_ row: HotStatement.Row) throws(ShoalError) {
         id = TransactionID(origin: SiteID(row.bitPattern(Column.origin)), sequence: try row.unsigned(Column.sequence, of: Self.table))
         deltaCount = try row.unsigned(Column.deltaCount, of: Self.table)
         documentCount = try row.unsigned(Column.documentCount, of: Self.table)
@@ -49,9 +49,9 @@ struct StoredTransaction: Sendable {
     }
 
     /// A value of column `state` as the state it stands for.
-    static func state(_ value: Int64, of id: TransactionID) throws(StoreError) -> TransactionRecord.State {
+    static func state(_ value: Int64, of id: TransactionID) throws(ShoalError) -> TransactionRecord.State {
         guard let state = Int(exactly: value).flatMap(TransactionRecord.State.init(rawValue:)) else {
-            throw StoreError(
+            throw ShoalError(
                 .database,
                 "table txn, column state holds \(value) for transaction \(id), where 0 to 3 belongs: \(StoredInteger.damaged)")
         }

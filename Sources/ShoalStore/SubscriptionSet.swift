@@ -44,18 +44,18 @@ public struct SubscriptionSet: Sendable, Hashable {
 
     /// Parses `query`, which must be one SELECT statement.
     @discardableResult
-    public mutating func add(query: String, arguments: [String: Value] = [:]) throws(StoreError) -> Entry {
+    public mutating func add(query: String, arguments: [String: Value] = [:]) throws(ShoalError) -> Entry {
         let statement: ShoalQuery.Statement
         do {
             statement = try Parser.parseStatement(query)
         } catch {
-            throw StoreError(error)
+            throw ShoalError(error)
         }
         guard case .select(let select) = statement else {
-            throw StoreError(.invalidQuery, "a subscription must be a SELECT statement: \(query)")
+            throw ShoalError(.invalidQuery, "a subscription must be a SELECT statement: \(query)")
         }
         if !select.orderBy.isEmpty || select.limit != nil || select.offset != nil || !select.projection.isEmpty {
-            throw StoreError(
+            throw ShoalError(
                 .invalidQuery,
                 "a subscription selects whole documents: use SELECT * FROM collection [WHERE ...] without ORDER BY, LIMIT, OFFSET or a projection: \(query)")
         }
@@ -141,14 +141,14 @@ extension SubscriptionSet {
     }
 
     /// Parses a filter received from a peer.
-    public init(_ filter: SubscriptionFilter) throws(StoreError) {
+    public init(_ filter: SubscriptionFilter) throws(ShoalError) {
         self.init()
         for entry in filter.entries {
             let arguments: [String: Value]
             do {
                 arguments = try ArgumentsJSON.parse(entry.argumentsJSON)
             } catch {
-                throw StoreError(.invalidQuery, "\(error.message(naming: "the arguments of subscription '\(entry.query)'"))")
+                throw ShoalError(.invalidQuery, "\(error.message(naming: "the arguments of subscription '\(entry.query)'"))")
             }
             try add(query: entry.query, arguments: arguments)
         }

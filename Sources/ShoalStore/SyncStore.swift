@@ -10,7 +10,7 @@ public import ShoalCRDT
 /// Inbound, the pipeline starts from the transactions left waiting or partial
 /// (`transactionRecords`) and does each commit in one write transaction
 /// (`writeInbound`) through an `InboundWriting`.
-public protocol SyncStore: AnyObject, Sendable {
+package protocol SyncStore: AnyObject, Sendable {
     /// This node's site.
     var siteID: SiteID { get }
     /// The clock remote timestamps are observed on.
@@ -26,10 +26,10 @@ public protocol SyncStore: AnyObject, Sendable {
     /// Where `peer`'s stream for `subscriptions` resumes in this node's log (the set's
     /// cursor, or a wider set's), read in one snapshot with the cursor epoch a batch of
     /// that stream records its cursor under.
-    func resumePoint(peer: SiteID, subscriptions: SubscriptionSet) async throws(StoreError) -> ResumePoint
+    func resumePoint(peer: SiteID, subscriptions: SubscriptionSet) async throws(ShoalError) -> ResumePoint
     /// `peer`'s stream with this node's own transactions in it caught up: its cursor
     /// becomes the one of `subscriptionKey` (`SubscriptionSet.refillKey`).
-    func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(StoreError)
+    func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(ShoalError)
     /// The next page of the change log after `sequence`, as pieces for `subscriptions`,
     /// without the transactions `skipping` names (nil: none), offering those of the
     /// origins `isLazy` names instead of sending them.
@@ -37,11 +37,11 @@ public protocol SyncStore: AnyObject, Sendable {
         after sequence: UInt64, limit: Int, byteLimit: Int, subscriptions: SubscriptionSet,
         excludingOrigin peer: SiteID?, skipping: (@Sendable (TransactionID) -> Bool)?, continuing: Set<TransactionID>,
         resuming: Bool, isLazy: (@Sendable (SiteID) -> Bool)?, offersOpen: Set<TransactionID>
-    ) async throws(StoreError) -> ChangeLogPage
+    ) async throws(ShoalError) -> ChangeLogPage
     /// The pieces of one logged transaction, for a peer that asks about it.
     func transactionPieces(
         _ id: TransactionID, subscriptions: SubscriptionSet, collections: Set<String>, byteLimit: Int
-    ) async throws(StoreError) -> [TransactionPiece]
+    ) async throws(ShoalError) -> [TransactionPiece]
     /// Calls `handler` with the change log's end, now and each time it grows, with what
     /// the commit appended (from the committing task: it must only hand it on), and
     /// `closed` when the store closes.
@@ -51,19 +51,19 @@ public protocol SyncStore: AnyObject, Sendable {
     /// A signal each time EVICT restarts every peer cursor.
     func cursorResets() -> AsyncStream<UInt64>
     /// How far this store holds `origin`'s transactions (sent in a Subscribe to it).
-    func history(of origin: SiteID) async throws(StoreError) -> OriginHistory
+    func history(of origin: SiteID) async throws(ShoalError) -> OriginHistory
     /// Checks what `peer` holds of this node's own transactions against this store,
     /// and repairs a history that went back (`DocumentStore+History.swift`).
-    func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(StoreError) -> HistoryVerdict
+    func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(ShoalError) -> HistoryVerdict
     /// A peer resumes after `sequence` of this node's log: if the log ends below it
     /// (it went back), moves every row above it (`DocumentStore+History.swift`).
-    func raiseLog(above sequence: UInt64, peer: SiteID) async throws(StoreError) -> UInt64?
+    func raiseLog(above sequence: UInt64, peer: SiteID) async throws(ShoalError) -> UInt64?
     /// The interest this node relays for, by the node that stated it, as saved before
     /// (read once, at start).
-    func savedInterest() throws(StoreError) -> [SiteID: SavedInterest]
+    func savedInterest() throws(ShoalError) -> [SiteID: SavedInterest]
     /// Saves the interest of these origins, replacing what was saved of them, and
     /// forgets that of `forgetting`, so a restart keeps relaying what it relayed.
-    func saveInterest(_ interest: [SiteID: SavedInterest], forgetting: [SiteID]) async throws(StoreError)
+    func saveInterest(_ interest: [SiteID: SavedInterest], forgetting: [SiteID]) async throws(ShoalError)
     /// `peer` acknowledged this node's log through `through` under `subscriptions`:
     /// what EVICT asks before it drops this node's own writes.
     func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet)
@@ -71,35 +71,35 @@ public protocol SyncStore: AnyObject, Sendable {
     var lastCommittedSequence: UInt64 { get }
     /// Whether the store holds anything another node wrote: a peer that holds only its
     /// own writes cannot bring back a document another node forgot (ShoalSync's `Freshness`).
-    func holdsOthersWrites() async throws(StoreError) -> Bool
+    func holdsOthersWrites() async throws(ShoalError) -> Bool
 
     // MARK: Inbound
 
     /// Every waiting and partial transaction: what the inbound pipeline starts from.
-    func transactionRecords() async throws(StoreError) -> [TransactionRecord]
+    func transactionRecords() async throws(ShoalError) -> [TransactionRecord]
     /// Runs `body` in one write transaction; returns what it returned and what was
     /// applied. `short`: the caller knows the write is small (up to about a thousand deltas),
     /// and the store may run it on the calling thread.
     func writeInbound<T: Sendable>(
         short: Bool, _ body: @escaping @Sendable (any InboundWriting) throws -> T
-    ) async throws(StoreError) -> (T, ApplyOutcome)
+    ) async throws(ShoalError) -> (T, ApplyOutcome)
 
     // MARK: Attachments
 
-    func attachmentLength(hash: String) async throws(StoreError) -> Int?
+    func attachmentLength(hash: String) async throws(ShoalError) -> Int?
     /// A writer for the bytes `hash` names, continuing what an interrupted fetch of
     /// them stored; its `finish` checks the hash.
-    func attachmentWriter(fetching hash: String) async throws(StoreError) -> AttachmentWriter
-    func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(StoreError) -> (total: Int, bytes: [UInt8])?
+    func attachmentWriter(fetching hash: String) async throws(ShoalError) -> AttachmentWriter
+    func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(ShoalError) -> (total: Int, bytes: [UInt8])?
     /// `count` bytes from `start` of the staging entry `blob` (an `AttachmentWriter`'s),
     /// fewer when it holds fewer: what a fetch under way has stored so far.
-    func stagedAttachmentBytes(blob: Int64, from start: Int, count: Int) async throws(StoreError) -> [UInt8]
+    func stagedAttachmentBytes(blob: Int64, from start: Int, count: Int) async throws(ShoalError) -> [UInt8]
 }
 
 /// The store operations of one inbound commit, all inside the same write transaction:
 /// the durable buffer of waiting transactions, the apply of whole or partial ones,
 /// and peer cursors.
-public protocol InboundWriting: AnyObject {
+package protocol InboundWriting: AnyObject {
     /// What the calls so far applied.
     var outcome: ApplyOutcome { get }
     /// The state of a transaction this node has a record of, if any.
@@ -152,7 +152,7 @@ public struct ResumePoint: Sendable, Hashable {
 }
 
 extension DocumentStore: SyncStore {
-    public func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
+    package func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
         peerHoldings.note(peer, through: through, subscriptions: subscriptions)
     }
 }

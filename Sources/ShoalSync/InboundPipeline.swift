@@ -50,14 +50,14 @@ public final class InboundPipeline: Sendable {
         /// one has failed.
         public var lane: Lane?
         /// Called once the item is durable (or failed to be).
-        public var done: (@Sendable (Result<Void, StoreError>) -> Void)?
+        public var done: (@Sendable (Result<Void, ShoalError>) -> Void)?
         /// Transactions `source` offered instead of sending (version 4): those not held
         /// here are noted (`RouteTable`), and the cursor stays below them.
         public var offered: [RouteTable.Offer]
 
         public init(
             source: SiteID, pieces: [TransactionPiece], cursor: (key: String, through: UInt64, epoch: UInt64)? = nil,
-            lane: Lane? = nil, offered: [RouteTable.Offer] = [], done: (@Sendable (Result<Void, StoreError>) -> Void)? = nil
+            lane: Lane? = nil, offered: [RouteTable.Offer] = [], done: (@Sendable (Result<Void, ShoalError>) -> Void)? = nil
         ) {
             self.source = source
             self.pieces = pieces
@@ -76,15 +76,15 @@ public final class InboundPipeline: Sendable {
     /// would resume past transactions it never applied. The session closes on the
     /// failure and its next one resumes from the cursor that is durable.
     public final class Lane: Sendable {
-        private let failure = Locked<StoreError?>(nil)
+        private let failure = Locked<ShoalError?>(nil)
         private let cursorsStopped = Locked(false)
 
         public init() {}
 
         /// The error of the commit that failed an item of this lane, if one did.
-        public var failed: StoreError? { failure.withLock { $0 } }
+        public var failed: ShoalError? { failure.withLock { $0 } }
 
-        func fail(_ error: StoreError) { failure.withLock { if $0 == nil { $0 = error } } }
+        func fail(_ error: ShoalError) { failure.withLock { if $0 == nil { $0 = error } } }
 
         /// Whether this lane's items record their cursors when they commit.
         public var recordsCursors: Bool { !cursorsStopped.withLock { $0 } }
@@ -455,7 +455,7 @@ public final class InboundPipeline: Sendable {
     /// One SQLite transaction: every item's pieces, the decisions they allow, and the cursors.
     private func commit(
         _ items: [Item], assembler start: CoverageAssembler, subscriptions: SubscriptionSet, routes: Routing.Snapshot
-    ) async throws(StoreError) -> (CommitResult, ApplyOutcome) {
+    ) async throws(ShoalError) -> (CommitResult, ApplyOutcome) {
         let now = HybridLogicalClock.systemMilliseconds()
         for item in items {
             for piece in item.pieces {

@@ -50,7 +50,7 @@ public final class PeerPositions: Sendable {
     public func compact(
         _ store: DocumentStore, horizon: Duration, now: Date = Date(),
         progress: @Sendable (UInt64, CompactionReport) async -> Void = { _, _ in }
-    ) async throws(StoreError) -> (report: CompactionReport, heldBy: SiteID?, expired: [SiteID]) {
+    ) async throws(ShoalError) -> (report: CompactionReport, heldBy: SiteID?, expired: [SiteID]) {
         let taken = take()
         try await store.savePeerAcknowledgements(taken.acknowledgements, forget: taken.forget)
         let (point, heldBy, expired) = CompactionPoint.compute(

@@ -7,12 +7,12 @@ public import Foundation
 
 extension SyncEngine {
     /// The most bytes one AttachmentChunk carries (1 MiB).
-    public static let attachmentChunkSize: UInt32 = 1 << 20
+    @usableFromInline package static let attachmentChunkSize: UInt32 = 1 << 20
 
     /// The most bytes of an attachment one AttachmentChunk carries to a node whose
     /// frames hold at most `frameLimit` bytes: 1 MiB, or less to leave room for the
     /// chunk's other fields (its hash, offsets and tags, under 256 bytes).
-    public static func chunkSize(frameLimit: Int) -> UInt32 {
+    package static func chunkSize(frameLimit: Int) -> UInt32 {
         UInt32(clamping: max(1, min(Int(attachmentChunkSize), frameLimit - 256)))
     }
     /// The largest attachment a node fetches from a peer (256 MiB): a peer's claim
@@ -21,7 +21,7 @@ extension SyncEngine {
 
     /// A node relays an AttachmentRequest it cannot answer only while the request has
     /// passed fewer nodes than this (4), its asker included (`AttachmentRoute`).
-    public static let attachmentRelayPath = 4
+    package static let attachmentRelayPath = 4
 
     /// Makes sure the attachment is held locally, fetching it chunk by chunk from
     /// connected peers when it is not, waiting `timeout` for each chunk
@@ -36,13 +36,13 @@ extension SyncEngine {
     /// bytes fetches them from its own peers in turn (`relay`).
     public func fetchAttachment(
         hash: String, timeout: Duration? = nil, progress: @Sendable (Int, Int) -> Void = { _, _ in }
-    ) async throws(StoreError) -> Int {
+    ) async throws(ShoalError) -> Int {
         if let length = try await store.attachmentLength(hash: hash) {
             progress(length, length)
             return length
         }
         guard await beginFetch(hash) else {
-            throw StoreError(.invalidDocument, "the fetch of attachment \(hash) was cancelled while another fetch of it ran")
+            throw ShoalError(.invalidDocument, "the fetch of attachment \(hash) was cancelled while another fetch of it ran")
         }
         defer { endFetch(hash) }
         if let length = try await store.attachmentLength(hash: hash) {  // fetched while this one waited
@@ -57,7 +57,7 @@ extension SyncEngine {
     /// (`beginFetch`); relays of the hash follow what it asks and stores (`note`).
     private func fetch(
         _ hash: String, via: [SiteID], timeout: Duration, progress: @Sendable (Int, Int) -> Void = { _, _ in }
-    ) async throws(StoreError) -> Int {
+    ) async throws(ShoalError) -> Int {
         var writer = try await store.attachmentWriter(fetching: hash)
         if writer.received > 0 {
             logger.info(
@@ -97,7 +97,7 @@ extension SyncEngine {
                 if chunk.data.isEmpty { break }
             }
         }
-        throw StoreError(
+        throw ShoalError(
             .invalidDocument,
             tried.isEmpty
                 ? "attachment \(hash) is not held here and no peer is connected to fetch it from"
@@ -147,7 +147,7 @@ extension SyncEngine {
 
     /// The answer to an AttachmentRequest from this node's store: the bytes asked
     /// for, at most `limit` of them, or "not found".
-    func answer(_ request: SessionMessage.AttachmentRequest, limit: Int) async throws(StoreError) -> SessionMessage.AttachmentChunk {
+    func answer(_ request: SessionMessage.AttachmentRequest, limit: Int) async throws(ShoalError) -> SessionMessage.AttachmentChunk {
         guard let offset = Int(exactly: request.offset),
             let held = try await store.attachmentChunk(hash: request.hash, offset: offset, maximum: limit)
         else { return .notFound(request) }

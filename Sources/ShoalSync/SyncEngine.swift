@@ -11,8 +11,8 @@ public import Metrics
 /// frames and a `SessionTransport`. The node hands it TCP connections; tests hand
 /// it in-memory pairs.
 public final class SyncEngine: Sendable {
-    public let store: any SyncStore
-    public let configuration: SyncConfiguration
+    package let store: any SyncStore
+    package let configuration: SyncConfiguration
     let logger: Logger
     let registry = PeerRegistry()
     /// This node's own subscriptions, and who holds each: `subscribe` (configured, or
@@ -51,20 +51,20 @@ public final class SyncEngine: Sendable {
     let subscriptionChanges = ChangeFeed<Int>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
     let attachmentRequests = Locked(AttachmentRequests())
     /// Everything received goes through here to the store.
-    public let pipeline: InboundPipeline
+    package let pipeline: InboundPipeline
     private let requestIDs = Locked<UInt64>(0)
     /// Established sessions by role, against `maximumPeers` and `maximumAdminSessions`.
     private let sessionCounts = Locked<(peers: Int, admins: Int)>((0, 0))
     /// How far each peer acknowledged this node's log, for compaction.
-    public let positions = PeerPositions()
+    package let positions = PeerPositions()
     /// Which links carry each origin in full and which only offer it (docs/ROUTES.md).
     let routing: Routing
     /// How far this node has caught up with each node, and the newest deletion it forgot.
-    public let freshness: Freshness
+    package let freshness: Freshness
 
     /// - Parameter applyDuration: records how long each commit of received
     ///   transactions took, one sample per SQLite transaction of the inbound pipeline.
-    public init(
+    package init(
         store: any SyncStore, configuration: SyncConfiguration, logger: Logger = Logger(label: "shoal.sync"),
         applyDuration: Metrics.Timer? = nil
     ) {
@@ -119,7 +119,7 @@ public final class SyncEngine: Sendable {
 
     /// Where this node accepts connections, as Hello tells peers: the configured
     /// address until the node has bound its listener, then the bound one.
-    public var listenAddress: String {
+    package var listenAddress: String {
         get { advertisedListen.withLock { $0 } }
         set { advertisedListen.withLock { $0 = newValue } }
     }
@@ -128,7 +128,7 @@ public final class SyncEngine: Sendable {
     /// transactions that wait for coverage) until the task is cancelled. A node runs
     /// it for as long as it serves; sessions hand it their batches and wait for it.
     /// Calls beside one that runs already wait to take over when it ends.
-    public func run() async {
+    package func run() async {
         await pipeline.run(engine: self)
     }
 
@@ -206,7 +206,7 @@ public final class SyncEngine: Sendable {
     /// it matches, including documents they wrote before it existed. It stays until
     /// `unsubscribe` removes it, whatever handles of `registerSubscription` do.
     @discardableResult
-    public func subscribe(_ query: String, arguments: [String: Value] = [:]) throws(StoreError) -> SubscriptionSet.Entry {
+    public func subscribe(_ query: String, arguments: [String: Value] = [:]) throws(ShoalError) -> SubscriptionSet.Entry {
         try add(query, arguments: arguments, handle: false).entry
     }
 
@@ -214,7 +214,7 @@ public final class SyncEngine: Sendable {
     /// so that two at once cannot lose one.
     private func add(
         _ query: String, arguments: [String: Value], handle: Bool
-    ) throws(StoreError) -> (entry: SubscriptionSet.Entry, token: UInt64) {
+    ) throws(ShoalError) -> (entry: SubscriptionSet.Entry, token: UInt64) {
         var parsed = SubscriptionSet()
         let entry = try parsed.add(query: query, arguments: arguments)
         let stated = store.clock.tick().rawValue
@@ -234,9 +234,10 @@ public final class SyncEngine: Sendable {
     }
 
     /// Removes a subscription by ID or exact query text, however it was added and
-    /// whatever handles hold it; peers are told at once.
+    /// whatever handles hold it; peers are told at once. Returns what it removed;
+    /// throws `.invalidQuery` when no subscription has that ID or query.
     @discardableResult
-    public func unsubscribe(_ idOrQuery: String) -> SubscriptionSet.Entry? {
+    public func unsubscribe(_ idOrQuery: String) throws(ShoalError) -> SubscriptionSet.Entry {
         let stated = store.clock.tick().rawValue
         let removed = localSubscriptions.withLock { state -> SubscriptionSet.Entry? in
             guard let removed = state.set.remove(idOrQuery: idOrQuery) else { return nil }
@@ -245,17 +246,18 @@ public final class SyncEngine: Sendable {
             state.handles[removed.id] = nil
             return removed
         }
-        if removed != nil {
-            saveOwnStatement()
-            subscriptionChanges.publish(0)
+        guard let removed else {
+            throw ShoalError(.invalidQuery, "no subscription has the ID or query '\(idOrQuery)' (subscriptions lists them)")
         }
+        saveOwnStatement()
+        subscriptionChanges.publish(0)
         return removed
     }
 
     /// Adds a subscription and returns a handle of its own: the subscription stays while
     /// any handle of it is not cancelled, or `subscribe` (a configured subscription)
     /// added it too. Two registrations of one query are two handles.
-    public func registerSubscription(_ query: String, arguments: [String: Value] = [:]) throws(StoreError) -> SyncSubscription {
+    public func registerSubscription(_ query: String, arguments: [String: Value] = [:]) throws(ShoalError) -> SyncSubscription {
         let (entry, token) = try add(query, arguments: arguments, handle: true)
         return SyncSubscription(engine: self, entry: entry, token: token)
     }
@@ -290,7 +292,7 @@ public final class SyncEngine: Sendable {
     /// B subscribed to boats); and the statements of those nodes, its own first, for the
     /// peer to pass on in its turn. Nodes do the same with theirs, so interest spreads
     /// along every path of the mesh; it never goes back to a peer that alone brought it.
-    public func upstream(for peer: SiteID) -> InterestTable.Upstream {
+    package func upstream(for peer: SiteID) -> InterestTable.Upstream {
         let (own, generation) = localSubscriptions.withLock { ($0.set, $0.generation) }
         let stated = InterestTable.Stated(origin: store.siteID, generation: generation, subscriptions: own)
         guard configuration.relayForNeighbours else { return InterestTable.Upstream(subscriptions: own, interests: [stated]) }
@@ -304,11 +306,11 @@ public final class SyncEngine: Sendable {
     static let upstreamSettle: Duration = .milliseconds(50)
 
     /// The subscriptions of `upstream(for:)`.
-    public func upstreamSubscriptions(for peer: SiteID) -> SubscriptionSet { upstream(for: peer).subscriptions }
+    package func upstreamSubscriptions(for peer: SiteID) -> SubscriptionSet { upstream(for: peer).subscriptions }
 
     /// Everything this node carries, for itself and for the nodes it relays for: what
     /// decides whether a remote transaction is whole here (PROTOCOL.md §8.8).
-    public var carriedSubscriptions: SubscriptionSet {
+    package var carriedSubscriptions: SubscriptionSet {
         var set = subscriptions
         for theirs in interest.withLock({ $0.carried }) {
             for entry in theirs.entries { _ = try? set.add(query: entry.query, arguments: entry.arguments) }
@@ -372,7 +374,7 @@ public final class SyncEngine: Sendable {
     /// heard of it since (its freshness here, PROTOCOL.md §8.10) and not connected: it
     /// left the mesh, or its part of it, that long ago. Returns those it knew. Sessions
     /// resubscribe upstream with the narrower sets, from the wider sets' cursors.
-    public func forgetInterest(of sites: [SiteID], horizon: Duration? = nil) async throws(StoreError) -> [SiteID] {
+    package func forgetInterest(of sites: [SiteID], horizon: Duration? = nil) async throws(ShoalError) -> [SiteID] {
         let away = Set(sites.filter { !registry.isConnected(site: $0) })
         let horizonMillis = horizon.map { UInt64($0.components.seconds) * 1000 + UInt64($0.components.attoseconds / 1_000_000_000_000_000) }
         if let horizonMillis { interestHorizon.withLock { $0 = horizonMillis } }
@@ -395,10 +397,10 @@ public final class SyncEngine: Sendable {
     }
 
     /// What the nodes this node relays for asked for, by origin, connected or away.
-    public var relayedInterest: [SiteID: InterestTable.Entry] { interest.withLock { $0.entries } }
+    package var relayedInterest: [SiteID: InterestTable.Entry] { interest.withLock { $0.entries } }
 
     /// What each node this node relays for asks it for, connected or away.
-    public var neighbourInterests: [SiteID: SubscriptionSet] { interest.withLock { $0.entries.mapValues(\.subscriptions) } }
+    package var neighbourInterests: [SiteID: SubscriptionSet] { interest.withLock { $0.entries.mapValues(\.subscriptions) } }
 
     /// Every session and dial target, for status.
     public func peers() -> [PeerSnapshot] {
@@ -415,17 +417,17 @@ public final class SyncEngine: Sendable {
 
     /// Bytes and deltas exchanged with each peer site since this node started, over
     /// every session with it, closed ones included.
-    public func traffic() -> [SiteID: PeerTraffic] { registry.traffic() }
+    package func traffic() -> [SiteID: PeerTraffic] { registry.traffic() }
 
     /// Whether a session with `site` is established now.
-    public func isConnected(to site: SiteID) -> Bool { registry.isConnected(site: site) }
+    package func isConnected(to site: SiteID) -> Bool { registry.isConnected(site: site) }
 
     /// Records the state of an address the node dials, for status.
-    public func noteDialTarget(_ address: String, state: String, error: String? = nil, discovered: Bool = false) {
+    package func noteDialTarget(_ address: String, state: String, error: String? = nil, discovered: Bool = false) {
         registry.setDialTarget(address, state: state, error: error, discovered: discovered)
     }
 
-    public func forgetDialTarget(_ address: String) { registry.removeDialTarget(address) }
+    package func forgetDialTarget(_ address: String) { registry.removeDialTarget(address) }
 
     /// Runs one connection to its end: handshake, then the session.
     ///
@@ -435,7 +437,7 @@ public final class SyncEngine: Sendable {
     /// that prove no key when this node has none. `tlsIdentity` is the peer's
     /// certificate name on a TLS link, shown by status.
     @discardableResult
-    public func serve<Inbound: AsyncSequence & Sendable>(
+    package func serve<Inbound: AsyncSequence & Sendable>(
         inbound: Inbound, transport: some SessionTransport, direction: ConnectionDirection, remoteAddress: String,
         admin: (any AdminRequestHandler)? = nil, discovered: Bool = false, remoteIsLoopback: Bool = true,
         tlsIdentity: String? = nil

@@ -1,4 +1,5 @@
 import Foundation
+import ShoalStore
 import ShoalCRDT
 import ShoalCheck
 import ShoalNode
@@ -272,7 +273,7 @@ struct Workload: Sendable {
                 added.merge(statement.increments) { $1 }
             }
             record(.acknowledged, transactionID: answers.transactionID, writes: done, increments: added, uncertain: [])
-        } catch let error as NodeError where error.code == .requestFailed {
+        } catch let error as ShoalError where error.code == .requestFailed {
             record(.refused, writes: writes, increments: increments, uncertain: uncertain)
         } catch {
             // Lost before COMMIT was sent: the connection's end rolled it back.
@@ -332,7 +333,7 @@ struct Workload: Sendable {
                 return nil
             })
             outcome = .acknowledged
-        } catch let error as NodeError where error.code == .requestFailed {
+        } catch let error as ShoalError where error.code == .requestFailed {
             documents = []
             outcome = .refused
         } catch {}

@@ -44,7 +44,7 @@ struct AttachmentCommand: AsyncParsableCommand {
             }
             do {
                 print(try await client.client().putAttachment(file: file, metadataJSON: metadataJSON))
-            } catch let error as NodeError {
+            } catch let error as ShoalError {
                 throw fail(error.message)
             }
         }
@@ -95,7 +95,7 @@ struct AttachmentCommand: AsyncParsableCommand {
                         printError("received \(sink.received) of \(chunk.totalLength) bytes")
                     }
                 }
-            } catch let error as NodeError {
+            } catch let error as ShoalError {
                 sink.close()
                 throw fail(error.message + (resumed > 0 ? " (resuming \(partial) at byte \(resumed); --no-resume starts over)" : ""))
             }
@@ -162,15 +162,15 @@ final class DownloadSink: Sendable {
                 try? FileManager.default.removeItem(atPath: path)
             }
             guard chunk.offset == UInt64(state.received) else {
-                throw NodeError(.protocolError, "the node sent bytes from \(chunk.offset), expected \(state.received)")
+                throw ShoalError(.protocolError, "the node sent bytes from \(chunk.offset), expected \(state.received)")
             }
             if state.handle == nil {
                 if !FileManager.default.fileExists(atPath: path) {
                     guard FileManager.default.createFile(atPath: path, contents: nil) else {
-                        throw NodeError(.file, "cannot write \(path)")
+                        throw ShoalError(.file, "cannot write \(path)")
                     }
                 }
-                guard let handle = FileHandle(forWritingAtPath: path) else { throw NodeError(.file, "cannot write \(path)") }
+                guard let handle = FileHandle(forWritingAtPath: path) else { throw ShoalError(.file, "cannot write \(path)") }
                 try handle.truncate(atOffset: UInt64(state.received))
                 try handle.seekToEnd()
                 state.handle = handle

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ShoalStore
 import ShoalNode
 import Foundation
 
@@ -36,8 +37,8 @@ struct ClientOptions: ParsableArguments {
     func client() throws -> AdminClient {
         let address = try HostAndPort(parsing: node)
         let key =
-            try adminKeyFile.map { path throws(NodeError) in try KeyFile.read(path: path, purpose: "admin key") }
-            ?? meshKeyFile.map { path throws(NodeError) in try KeyFile.read(path: path) }
+            try adminKeyFile.map { path throws(ShoalError) in try KeyFile.read(path: path, purpose: "admin key") }
+            ?? meshKeyFile.map { path throws(ShoalError) in try KeyFile.read(path: path) }
         return AdminClient(node: address, meshKey: key, timeout: .seconds(timeout), tls: try tls.files())
     }
 
@@ -45,7 +46,7 @@ struct ClientOptions: ParsableArguments {
     func clientOrFail() throws(ExitCode) -> AdminClient {
         do {
             return try client()
-        } catch let error as NodeError {
+        } catch let error as ShoalError {
             throw fail(error.message)
         } catch {
             throw fail("\(error)")

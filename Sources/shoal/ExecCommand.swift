@@ -1,4 +1,5 @@
 import ArgumentParser
+import ShoalStore
 import ShoalCRDT
 import ShoalNode
 import ShoalSync
@@ -41,7 +42,7 @@ struct ExecCommand: AsyncParsableCommand {
         let response: ExecResult
         do {
             response = try await client.client().exec(statements, argumentsJSON: arguments, hint: hint, readOnly: readOnly)
-        } catch let error as NodeError {
+        } catch let error as ShoalError {
             throw fail(error.message)
         }
         if json {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ShoalStore
 import Foundation
 import ShoalBulk
 import ShoalNode
@@ -46,11 +47,11 @@ struct ExportCommand: AsyncParsableCommand {
         do {
             report = try await client.client().withSession { session in
                 try await exporter.run(
-                    page: { (afterKey: String, limit: Int) async throws(NodeError) -> (itemsJSON: [String], lastKey: String) in
+                    page: { (afterKey: String, limit: Int) async throws(ShoalError) -> (itemsJSON: [String], lastKey: String) in
                         let page = try await session.page(exporter.query.statement, after: afterKey, limit: limit)
                         return (page.itemsJSON, page.lastKey)
                     },
-                    exec: { (statement: String) async throws(NodeError) -> [String] in
+                    exec: { (statement: String) async throws(ShoalError) -> [String] in
                         try await session.exec(statement, hint: "shoal export", readOnly: true).itemsJSON
                     },
                     write: { items in

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ShoalStore
 import Foundation
 import ShoalBulk
 import ShoalCRDT
@@ -103,7 +104,7 @@ struct ImportCommand: AsyncParsableCommand {
                         guard let data = try input.read(upToCount: 1 << 16), !data.isEmpty else { return nil }
                         return [UInt8](data)
                     },
-                    exec: { (statement: String, arguments: String) async throws(NodeError) -> Int in
+                    exec: { (statement: String, arguments: String) async throws(ShoalError) -> Int in
                         try await session.exec(statement, argumentsJSON: arguments, hint: "shoal import").mutatedDocumentIDs.count
                     },
                     progress: meter.show)
@@ -133,7 +134,7 @@ struct ImportCommand: AsyncParsableCommand {
 /// What to say when a session with the node could not be opened or broke.
 func connectionMessage(_ error: any Error, node: String) -> String {
     switch error {
-    case let error as NodeError: error.message
+    case let error as ShoalError: error.message
     default: "cannot reach a Shoal node at \(node): \(error)"
     }
 }

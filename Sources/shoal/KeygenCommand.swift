@@ -1,4 +1,5 @@
 import ArgumentParser
+import ShoalStore
 import ShoalNode
 
 struct KeygenCommand: ParsableCommand {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ShoalStore
 import Foundation
 import ShoalCRDT
 import ShoalNode
@@ -69,33 +70,33 @@ enum MeshCertificates {
     static func loadAuthority(directory: String) throws -> (Certificate, Certificate.PrivateKey) {
         let certificatePath = authorityFile(directory)
         let keyPath = (directory as NSString).appendingPathComponent("ca.key")
-        func text(_ path: String) throws(NodeError) -> String {
+        func text(_ path: String) throws(ShoalError) -> String {
             guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
-                throw NodeError(.file, "cannot read \(path): is \(directory) a CA directory that shoal cert ca wrote?")
+                throw ShoalError(.file, "cannot read \(path): is \(directory) a CA directory that shoal cert ca wrote?")
             }
             return text
         }
         let certificate: Certificate
         do {
             certificate = try Certificate(pemEncoded: try text(certificatePath))
-        } catch let error as NodeError {
+        } catch let error as ShoalError {
             throw error
         } catch {
-            throw NodeError(.file, "\(certificatePath) holds no PEM certificate (\(error))")
+            throw ShoalError(.file, "\(certificatePath) holds no PEM certificate (\(error))")
         }
         guard case .isCertificateAuthority? = try? certificate.extensions.basicConstraints else {
-            throw NodeError(.file, "\(certificatePath) is not a CA certificate (its basic constraints do not say so)")
+            throw ShoalError(.file, "\(certificatePath) is not a CA certificate (its basic constraints do not say so)")
         }
         let key: Certificate.PrivateKey
         do {
             key = try Certificate.PrivateKey(pemEncoded: try text(keyPath))
-        } catch let error as NodeError {
+        } catch let error as ShoalError {
             throw error
         } catch {
-            throw NodeError(.file, "\(keyPath) holds no PEM private key (\(error))")
+            throw ShoalError(.file, "\(keyPath) holds no PEM private key (\(error))")
         }
         guard key.publicKey == certificate.publicKey else {
-            throw NodeError(.file, "the key in \(keyPath) is not the key of the CA certificate \(certificatePath)")
+            throw ShoalError(.file, "the key in \(keyPath) is not the key of the CA certificate \(certificatePath)")
         }
         return (certificate, key)
     }
@@ -105,13 +106,13 @@ enum MeshCertificates {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
-            throw NodeError(.file, "cannot create the directory \(directory): \(error.localizedDescription)")
+            throw ShoalError(.file, "cannot create the directory \(directory): \(error.localizedDescription)")
         }
         let written = Written(
             certificate: (directory as NSString).appendingPathComponent("\(stem).pem"),
             key: (directory as NSString).appendingPathComponent("\(stem).key"))
         for path in [written.certificate, written.key] where FileManager.default.fileExists(atPath: path) {
-            throw NodeError(.file, "\(path) exists already; not replacing it. Remove it first, or choose another --out")
+            throw ShoalError(.file, "\(path) exists already; not replacing it. Remove it first, or choose another --out")
         }
         try KeyFile.create(path: written.key, contents: Array(try key.serializeAsPEM().pemString.utf8 + [0x0A]), mode: 0o600)
         try KeyFile.create(
@@ -138,6 +139,6 @@ enum MeshCertificates {
     }
 
     static func message(_ error: any Error) -> String {
-        (error as? NodeError)?.message ?? "\(error)"
+        (error as? ShoalError)?.message ?? "\(error)"
     }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ShoalStore
 import Foundation
 import ShoalCRDT
 import ShoalNode
@@ -33,7 +34,7 @@ struct MeshCommand: AsyncParsableCommand {
         let first: AdminClient
         do {
             first = try client.client()
-        } catch let error as NodeError {
+        } catch let error as ShoalError {
             throw fail(error.message)
         }
         var seen: [SiteID: Seen] = [:]

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ShoalStore
 import Foundation
 import ShoalNode
 import ShoalSync
@@ -39,7 +40,7 @@ struct ObserveCommand: AsyncParsableCommand {
                 }
                 fflush(nil)
             }
-        } catch let error as NodeError {
+        } catch let error as ShoalError {
             throw fail(error.message)
         }
     }

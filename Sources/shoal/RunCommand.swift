@@ -1,4 +1,5 @@
 import ArgumentParser
+import ShoalStore
 import Logging
 import ServiceLifecycle
 import UnixSignals
@@ -150,8 +151,8 @@ struct RunCommand: AsyncParsableCommand {
         let configuration: NodeConfiguration
         let level: Logger.Level
         let json: Bool
-        do throws(NodeError) {
-            settings = try flags.overriding(config.map { path throws(NodeError) in try NodeSettings.load(file: path) } ?? NodeSettings())
+        do throws(ShoalError) {
+            settings = try flags.overriding(config.map { path throws(ShoalError) in try NodeSettings.load(file: path) } ?? NodeSettings())
             configuration = try settings.configuration()
             level = Logger.Level(rawValue: try settings.logLevel())!
             json = try settings.logFormat() == "json"

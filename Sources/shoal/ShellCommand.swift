@@ -1,4 +1,5 @@
 import ArgumentParser
+public import ShoalStore
 import Foundation
 import ShoalCRDT
 import ShoalNode
@@ -35,7 +36,7 @@ struct ShellCommand: AsyncParsableCommand {
             try await client.withSession { session in
                 try await shell.run(session: session, lines: lines)
             }
-        } catch let error as NodeError {
+        } catch let error as ShoalError {
             throw fail(shell.explain(error))
         } catch {
             throw fail("cannot reach a Shoal node at \(self.client.node): \(error)")
@@ -123,7 +124,7 @@ struct Shell {
             return true
         } catch let error as ShellError {
             printError("shoal: \(error.message)")
-        } catch let error as NodeError where error.code == .requestFailed {
+        } catch let error as ShoalError where error.code == .requestFailed {
             printError("shoal: \(error.message)")
         }
         // Anything else (the connection failed) ends the shell through its caller.
@@ -172,7 +173,7 @@ struct Shell {
     }
 
     /// The message for a connection that failed, saying what became of the transaction.
-    func explain(_ error: NodeError) -> String {
+    func explain(_ error: ShoalError) -> String {
         guard let open else { return error.message }
         return "\(error.message); transaction \(open.id) was not committed (the node rolls it back)"
     }

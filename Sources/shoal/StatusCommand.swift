@@ -1,4 +1,5 @@
 import ArgumentParser
+import ShoalStore
 import Foundation
 import ShoalCRDT
 import ShoalNode

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ShoalStore
 import ShoalCRDT
 import ShoalNode
 import ShoalSync
@@ -30,7 +31,7 @@ struct SubscribeCommand: AsyncParsableCommand {
         let status: SubscriptionInfo
         do {
             status = try await client.client().subscribe(query, argumentsJSON: arguments)
-        } catch let error as NodeError {
+        } catch let error as ShoalError {
             throw fail(error.message)
         }
         print(json ? subscriptionJSON(status) : "subscribed \(status.id): \(status.query)")
@@ -55,7 +56,7 @@ struct UnsubscribeCommand: AsyncParsableCommand {
         let status: SubscriptionInfo
         do {
             status = try await client.client().unsubscribe(subscription)
-        } catch let error as NodeError {
+        } catch let error as ShoalError {
             throw fail(error.message)
         }
         print(json ? subscriptionJSON(status) : "unsubscribed \(status.id): \(status.query)")

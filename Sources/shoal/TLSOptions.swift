@@ -1,4 +1,5 @@
 import ArgumentParser
+import ShoalStore
 import ShoalNode
 
 /// The TLS flags of `shoal run` and of every command that reaches a node: the same
@@ -23,7 +24,7 @@ struct TLSOptions: ParsableArguments {
     }
 
     /// The files, loaded and checked; nil when none is given.
-    func files() throws(NodeError) -> TLSFiles? {
+    func files() throws(ShoalError) -> TLSFiles? {
         var settings = NodeSettings()
         add(to: &settings)
         return try settings.tls()

@@ -1,4 +1,5 @@
 import ShoalBulk
+import ShoalStore
 import ShoalCRDT
 import ShoalNode
 import Testing
@@ -57,11 +58,11 @@ struct ExportQueryTests {
         let exporter = Exporter(query: try ExportQuery("SELECT * FROM c"), pageSize: pageSize)
         var printed: [String] = []
         let report = try await exporter.run(
-            page: { (after: String, limit: Int) throws(NodeError) -> (itemsJSON: [String], lastKey: String) in
+            page: { (after: String, limit: Int) throws(ShoalError) -> (itemsJSON: [String], lastKey: String) in
                 #expect(limit <= pageSize)
                 return collection.page(after: after, limit: limit)
             },
-            exec: { (statement: String) throws(NodeError) -> [String] in collection.count(statement) },
+            exec: { (statement: String) throws(ShoalError) -> [String] in collection.count(statement) },
             write: { printed += $0 })
         #expect(printed == collection.documents.map(\.json))
         #expect(report.matching == ids.count && report.documents == ids.count)
@@ -72,13 +73,13 @@ struct ExportQueryTests {
     @Test func aPageThatDoesNotMoveOnEndsTheExport() async throws {
         let exporter = Exporter(query: try ExportQuery("SELECT * FROM c"), pageSize: 2)
         var pages = 0
-        await #expect(throws: NodeError.self) {
+        await #expect(throws: ShoalError.self) {
             _ = try await exporter.run(
-                page: { (_: String, limit: Int) throws(NodeError) -> (itemsJSON: [String], lastKey: String) in
+                page: { (_: String, limit: Int) throws(ShoalError) -> (itemsJSON: [String], lastKey: String) in
                     pages += 1
                     return (Array(repeating: "{\"_id\":1}", count: limit), "1")
                 },
-                exec: { (_: String) throws(NodeError) -> [String] in [] },
+                exec: { (_: String) throws(ShoalError) -> [String] in [] },
                 write: { _ in })
         }
         #expect(pages == 2)
@@ -95,11 +96,11 @@ struct ExportQueryTests {
         var limits: [Int] = []
         var printed = 0
         _ = try await exporter.run(
-            page: { (after: String, limit: Int) throws(NodeError) -> (itemsJSON: [String], lastKey: String) in
+            page: { (after: String, limit: Int) throws(ShoalError) -> (itemsJSON: [String], lastKey: String) in
                 limits.append(limit)
                 return collection.page(after: after, limit: limit)
             },
-            exec: { (statement: String) throws(NodeError) -> [String] in collection.count(statement) },
+            exec: { (statement: String) throws(ShoalError) -> [String] in collection.count(statement) },
             write: { printed += $0.count })
         #expect(printed == 300)
         #expect(limits.prefix(4) == [1, 3, 3, 3])

@@ -1,4 +1,5 @@
 import ShoalBulk
+import ShoalStore
 import ShoalCRDT
 import ShoalNode
 import Testing
@@ -14,11 +15,11 @@ final class FakeNode: Sendable {
         self.refuse = refuse
     }
 
-    func exec(_ statement: String, _ argumentsJSON: String) throws(NodeError) -> Int {
+    func exec(_ statement: String, _ argumentsJSON: String) throws(ShoalError) -> Int {
         let arguments = (try? JSON.parse(argumentsJSON)) ?? .null
         guard case .object(let documents) = arguments else { return 0 }
         for document in documents.values {
-            if let message = refuse(document) { throw NodeError(.requestFailed, message) }
+            if let message = refuse(document) { throw ShoalError(.requestFailed, message) }
         }
         batches.withLock { $0.append((statement, arguments)) }
         let ids = documents.values.compactMap { $0["_id"].map { Array($0.canonicalJSON.utf8) } }
@@ -45,7 +46,7 @@ func runImport(_ text: String, _ importer: Importer, node: FakeNode, chunk: Int 
             defer { rest = rest.dropFirst(chunk) }
             return Array(rest.prefix(chunk))
         },
-        exec: { (statement: String, arguments: String) throws(NodeError) -> Int in try node.exec(statement, arguments) })
+        exec: { (statement: String, arguments: String) throws(ShoalError) -> Int in try node.exec(statement, arguments) })
 }
 
 struct ImporterTests {

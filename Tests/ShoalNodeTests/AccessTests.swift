@@ -18,7 +18,7 @@ import Glibc
         let dir = TemporaryDirectory(prefix: "shoal-lock")
         defer { dir.remove() }
         let first = try DataDirectoryLock(directory: dir.path + "/data")
-        #expect(throws: NodeError.self) { try DataDirectoryLock(directory: dir.path + "/data") }
+        #expect(throws: ShoalError.self) { try DataDirectoryLock(directory: dir.path + "/data") }
         do {
             _ = try DataDirectoryLock(directory: dir.path + "/data")
         } catch {
@@ -43,7 +43,7 @@ import Glibc
             do {
                 _ = try ShoalNode(configuration: configuration)
                 Issue.record("a second node opened the same data directory")
-            } catch let error as NodeError {
+            } catch let error as ShoalError {
                 #expect(error.code == .dataDirectoryInUse)
             }
             #expect(try await first.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'b'})").transactionID != nil)

@@ -57,7 +57,7 @@ import Testing
             var built: [Int] = []
             var answered: [Int] = []
             try await client.withSession { session in
-                let error = await #expect(throws: NodeError.self) {
+                let error = await #expect(throws: ShoalError.self) {
                     try await session.execPipelined(count: 10, inFlight: 3) { i in
                         built.append(i)
                         return i == 2 ? ("INSERT INTO cars DOCUMENTS (", "") : Self.insert(i)

@@ -88,7 +88,7 @@ import Testing
             group.cancelAll()
         }
         await #expect { try await alpha.run() } throws: {
-            ($0 as? NodeError)?.code == .stopped && ($0 as? NodeError)?.message.contains("has run already") == true
+            ($0 as? ShoalError)?.code == .stopped && ($0 as? ShoalError)?.message.contains("has run already") == true
         }
     }
 
@@ -111,18 +111,18 @@ import Testing
             // A waiter cancelled before anything happens returns at once.
             let early = Task { try await second.ready() }
             early.cancel()
-            await #expect(throws: CancellationError.self) { try await early.value }
+            await #expect { try await early.value } throws: { ($0 as? ShoalError)?.code == .cancelled }
             // run() fails on the port; ready() throws the same error.
             let waiting = Task { try await second.ready() }
-            var ran: NodeError?
-            do { try await second.run() } catch let error as NodeError { ran = error }
+            var ran: ShoalError?
+            do { try await second.run() } catch let error as ShoalError { ran = error }
             let message = try #require(ran?.message)
             #expect(message == "cannot listen on \(taken): Address already in use (errno 98)", "\(message)")
-            await #expect { try await waiting.value } throws: { ($0 as? NodeError)?.message == message }
-            await #expect { try await second.ready() } throws: { ($0 as? NodeError)?.message == message }
+            await #expect { try await waiting.value } throws: { ($0 as? ShoalError)?.message == message }
+            await #expect { try await second.ready() } throws: { ($0 as? ShoalError)?.message == message }
             group.cancelAll()
         }
-        await #expect { try await first.ready() } throws: { ($0 as? NodeError)?.code == .stopped }
+        await #expect { try await first.ready() } throws: { ($0 as? ShoalError)?.code == .stopped }
     }
 
     /// `exec` requests run as transactions: with the hint they carry, behind the
@@ -153,11 +153,11 @@ import Testing
             #expect(update.mutatedDocumentIDs == ["\"a\""], "it ran after the app's transaction committed")
             #expect(update.transactionID == "\(node.siteID):2")
 
-            let refused = await #expect(throws: NodeError.self) {
+            let refused = await #expect(throws: ShoalError.self) {
                 try await client.exec("SELECT * FROM cars; DELETE FROM cars", hint: "report", readOnly: true)
             }
-            #expect(refused?.message.contains("DELETE FROM cars writes, but transaction") == true, "\(refused?.message ?? "")")
-            #expect(refused?.message.contains("(hint 'report') is read-only") == true)
+            #expect(refused?.message.contains("DELETE FROM cars writes, but it runs in read-only transaction 'report'") == true, "\(refused?.message ?? "")")
+            #expect(refused?.message.contains("runs in read-only transaction 'report'; nothing ran") == true)
             let read = try await client.exec("SELECT color FROM cars", readOnly: true)
             #expect(read.itemsJSON == [#"{"color":"red"}"#] && read.transactionID == nil)
             group.cancelAll()

@@ -46,7 +46,7 @@ extension ProcessSuites {
         static func message(_ result: Result<String, any Error>) -> String {
             switch result {
             case .success(let name): "identified as \(name)"
-            case .failure(let error): (error as? NodeError)?.message ?? "\(error)"
+            case .failure(let error): (error as? ShoalError)?.message ?? "\(error)"
             }
         }
 

@@ -1,4 +1,5 @@
 import Foundation
+import ShoalStore
 import ShoalNode
 import ShoalTesting
 import ShoalWire
@@ -150,7 +151,7 @@ struct NodeSettingsTests {
         #expect(try flags.configuration().tombstoneHorizon == .seconds(86_400 * 60), "unset, at least the compaction horizon")
         flags.setFlag("tombstone-horizon", .seconds(0))
         #expect(try flags.configuration().tombstoneHorizon == nil, "0 keeps tombstones")
-        #expect(throws: NodeError.self) { try NodeSettings().configuration() }
+        #expect(throws: ShoalError.self) { try NodeSettings().configuration() }
     }
 
     /// A soft document size limit may not be above the hard one; left unset, it follows
@@ -161,7 +162,7 @@ struct NodeSettingsTests {
         flags.setFlag("document-size-hard-limit", .integer(100_000))
         #expect(try flags.configuration().resources.documentSizeSoftLimit == 100_000)
         flags.setFlag("document-size-soft-limit", .integer(100_001))
-        let error = #expect(throws: NodeError.self) { try flags.configuration() }
+        let error = #expect(throws: ShoalError.self) { try flags.configuration() }
         #expect(
             error?.message
                 == "--document-size-soft-limit: the soft document size limit (100001 bytes) would be above the hard one (100000 bytes); the soft limit, at which a write is only logged, must be at most the hard limit, at which it is refused: lower it or raise document-size-hard-limit")
@@ -170,7 +171,7 @@ struct NodeSettingsTests {
         var resources = ResourceLimits()
         resources.documentSizeSoftLimit = resources.documentSizeHardLimit + 1
         let embedded = NodeConfiguration(dataDirectory: "/tmp/x", listen: HostAndPort(host: "127.0.0.1", port: 0), resources: resources)
-        #expect(throws: NodeError.self) { try ShoalNode(configuration: embedded) }
+        #expect(throws: ShoalError.self) { try ShoalNode(configuration: embedded) }
     }
 
     @Test(arguments: [
@@ -207,7 +208,7 @@ struct NodeSettingsTests {
         ),
     ])
     func mistakesNameTheLineAndTheKey(text: String, expected: String) {
-        let error = #expect(throws: NodeError.self) {
+        let error = #expect(throws: ShoalError.self) {
             let settings = try NodeSettings.parse(text, file: "shoal.toml")
             _ = try settings.configuration()
             _ = try settings.logLevel()

@@ -1,4 +1,5 @@
 import Foundation
+import ShoalStore
 import ShoalNode
 import ShoalTesting
 import ShoalWire
@@ -136,7 +137,7 @@ extension ProcessSuites {
                         try await refused.ping()
                     }
                     Issue.record("round \(round): a ping on a refused connection succeeded")
-                } catch let error as NodeError {
+                } catch let error as ShoalError {
                     #expect(error.code == .requestFailed, "round \(round): \(error)")
                     #expect(error.message == expected, "round \(round)")
                 }
@@ -146,7 +147,7 @@ extension ProcessSuites {
                         return try await refused.exec("SELECT * FROM cars")
                     }
                     Issue.record("round \(round): an exec on a refused connection succeeded")
-                } catch let error as NodeError {
+                } catch let error as ShoalError {
                     #expect(error.code == .requestFailed, "round \(round): \(error)")
                     #expect(error.message == expected, "round \(round)")
                 }

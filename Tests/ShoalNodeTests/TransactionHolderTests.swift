@@ -101,7 +101,7 @@ import Testing
             try await client.withSession { session in
                 _ = try await session.begin(hint: "holds the writer")
                 let started = ContinuousClock.now
-                let error = await #expect(throws: NodeError.self) {
+                let error = await #expect(throws: ShoalError.self) {
                     try await impatient.exec("INSERT INTO cars DOCUMENTS ({'_id': 'late'})")
                 }
                 let elapsed = ContinuousClock.now - started
@@ -139,17 +139,17 @@ import Testing
         try await Self.withNode { _, client in
             try await client.withSession { session in
                 await #expect { try await session.commit() } throws: {
-                    ($0 as? NodeError)?.message.contains("COMMIT without a transaction") == true
+                    ($0 as? ShoalError)?.message.contains("COMMIT without a transaction") == true
                 }
                 await #expect { try await session.rollback() } throws: {
-                    ($0 as? NodeError)?.message.contains("ROLLBACK without a transaction") == true
+                    ($0 as? ShoalError)?.message.contains("ROLLBACK without a transaction") == true
                 }
                 let open = try await session.begin(readOnly: true)
                 await #expect { try await session.begin() } throws: {
-                    ($0 as? NodeError)?.message.contains("BEGIN inside a transaction") == true
+                    ($0 as? ShoalError)?.message.contains("BEGIN inside a transaction") == true
                 }
                 await #expect { try await session.exec("INSERT INTO cars DOCUMENTS ({'_id': 'a'})") } throws: {
-                    ($0 as? NodeError)?.message.contains("read-only") == true
+                    ($0 as? ShoalError)?.message.contains("read-only") == true
                 }
                 let ended = try await session.rollback()
                 #expect(ended.id == open.id && ended.state == .rolledBack)

@@ -60,13 +60,13 @@ import Testing
         let other = AttachmentToken.hash(of: Self.bytes(10, seed: 1))
         var wrong = try await store.attachmentWriter(fetching: other)
         try await wrong.append(Self.bytes(10, seed: 2))
-        await #expect(throws: StoreError.self) { _ = try await wrong.finish() }
+        await #expect(throws: ShoalError.self) { _ = try await wrong.finish() }
         #expect(try await store.attachmentLength(hash: other) == nil)
         #expect(try await store.attachmentWriter(fetching: other).received == 0)
         // A part that does not follow on is refused and changes nothing.
         var writer = try await store.attachmentWriter()
         try await writer.append([1, 2, 3])
-        await #expect(throws: StoreError.self) { try await store.appendStaged(blob: writer.blob, offset: 2, bytes: [9]) }
+        await #expect(throws: ShoalError.self) { try await store.appendStaged(blob: writer.blob, offset: 2, bytes: [9]) }
         #expect(try await store.attachmentWriter(resuming: writer.blob)?.received == 3)
     }
 

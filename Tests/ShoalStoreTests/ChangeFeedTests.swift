@@ -120,7 +120,7 @@ import Testing
             #expect(result.items == [.object(["n": .int(Int64(i))])])
         }
         for _ in 0..<2 {
-            let error = await #expect(throws: StoreError.self) { try await store.execute("SELEC n FROM cars") }
+            let error = await #expect(throws: ShoalError.self) { try await store.execute("SELEC n FROM cars") }
             #expect(error?.code == .invalidQuery)
         }
     }

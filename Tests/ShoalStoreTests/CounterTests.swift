@@ -62,7 +62,7 @@ import Testing
         #expect(try await Self.value(two) == 97)
         await #expect {
             try await one.execute("UPDATE c APPLY n INCREMENT BY 'x' WHERE _id = 'k'")
-        } throws: { ($0 as? StoreError)?.message.contains("needs a number") == true }
+        } throws: { ($0 as? ShoalError)?.message.contains("needs a number") == true }
     }
 
     @Test func aDeletedCounterStartsAgainFromZero() async throws {

@@ -16,7 +16,7 @@ import Testing
         let deadline = Deadline(budget: .milliseconds(2_000), from: read)
         let now = read + .milliseconds(elapsed)
         #expect(deadline.hasPassed(at: now) == passed)
-        var thrown: StoreError?
+        var thrown: ShoalError?
         do { try deadline.check(.beforeCommit, at: now) } catch { thrown = error }
         #expect(thrown?.code == (passed ? .deadlineExceeded : nil))
     }
@@ -90,7 +90,7 @@ import Testing
             _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'k'}); UPDATE c APPLY n INCREMENT BY 1 WHERE _id = 'k'")
             let holding = Latch()
             let release = Latch()
-            let gaveUp = Locked<StoreError?>(nil)
+            let gaveUp = Locked<ShoalError?>(nil)
             try await withHangGuard {
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
@@ -102,7 +102,7 @@ import Testing
                     }
                     try await holding.wait()
                     group.addTask {
-                        do throws(StoreError) {
+                        do throws(ShoalError) {
                             _ = try await store.execute(
                                 "UPDATE c APPLY n INCREMENT BY 1 WHERE _id = 'k'", deadline: Deadline(budget: .milliseconds(300)))
                         } catch {
@@ -131,7 +131,7 @@ import Testing
             _ = try await store.execute("INSERT INTO c DOCUMENTS \(documents)")
             let logged = try await store.lastSequence()
             // The writer is free: it starts at once, and 5,000 updates outlast 20 ms.
-            let error = await #expect(throws: StoreError.self) {
+            let error = await #expect(throws: ShoalError.self) {
                 try await store.execute("UPDATE c SET n = 1", deadline: Deadline(budget: .milliseconds(20)))
             }
             #expect(error?.code == .deadlineExceeded)
@@ -139,7 +139,7 @@ import Testing
             #expect(try await store.execute("SELECT COUNT(*) AS n FROM c WHERE n = 1").items == [["n": 0]])
             #expect(try await store.lastSequence() == logged, "only the insert is in the log")
             // Past its budget before it starts, a write is refused though the writer is free.
-            let late = await #expect(throws: StoreError.self) {
+            let late = await #expect(throws: ShoalError.self) {
                 try await store.execute(
                     "UPDATE c SET n = 2", deadline: Deadline(budget: .milliseconds(5), from: .now - .seconds(1)))
             }
@@ -152,7 +152,7 @@ import Testing
 
     @Test func aTransactionThatMustCommitBeforeAPassedDeadlineRollsBack() async throws {
         try await TransactionTests.withStore { store in
-            let error = await #expect(throws: StoreError.self) {
+            let error = await #expect(throws: ShoalError.self) {
                 try await store.transaction(hint: "late commit") { tx in
                     _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'a'})")
                     tx.mustCommit(before: Deadline(budget: .milliseconds(100), from: .now - .seconds(1)))

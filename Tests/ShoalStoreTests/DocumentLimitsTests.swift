@@ -35,7 +35,7 @@ import Testing
             // The document is the first level, and the last name holds a number: a path of
             // 128 names nests 128 objects deep.
             _ = try await store.execute("UPDATE t SET \(Self.path(128)) = 1 WHERE _id = 'x'")
-            let error = try await #require(throws: StoreError.self) {
+            let error = try await #require(throws: ShoalError.self) {
                 try await store.execute("UPDATE t SET \(Self.path(129)) = 1 WHERE _id = 'x'")
             }
             #expect(error.code == .invalidDocument)
@@ -54,7 +54,7 @@ import Testing
                 "UPDATE t SET f = :v WHERE _id = 'x'", "INSERT INTO t DOCUMENTS ({'_id': 'y', 'f': :v})",
                 "INSERT INTO t DOCUMENTS ({'_id': 'x', 'f': :v}) ON ID CONFLICT DO UPDATE",
             ] {
-                let error = try await #require(throws: StoreError.self, "\(statement)") {
+                let error = try await #require(throws: ShoalError.self, "\(statement)") {
                     try await store.execute(statement, arguments: ["v": Self.nested(128)])
                 }
                 #expect(error.code == .invalidDocument)

@@ -19,7 +19,7 @@ import Testing
             _ = try await store.execute("ALTER SYSTEM SET document_size_hard_limit_bytes = \(limit)")
             let x100 = String(repeating: "x", count: 100), x101 = x100 + "x"
             #expect(try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', 'v': :v})", arguments: ["v": .string(x100)]).transactionID != nil)
-            let error = try await #require(throws: StoreError.self) {
+            let error = try await #require(throws: ShoalError.self) {
                 try await store.execute("UPDATE c SET v = :v WHERE _id = 'a'", arguments: ["v": .string(x101)])
             }
             #expect(error.code == .tooLarge)
@@ -28,7 +28,7 @@ import Testing
                     "document \"a\" in c would be \(limit + 1) bytes, over the hard limit of \(limit) bytes (document_size_hard_limit_bytes); nothing of the statement was written"))
             #expect(try await store.execute("SELECT v FROM c").items == [["v": .string(x100)]], "the refused update left nothing")
             // An insert too: refused whole.
-            await #expect(throws: StoreError.self) {
+            await #expect(throws: ShoalError.self) {
                 try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'b', 'v': :v})", arguments: ["v": .string(x101)])
             }
             // Inside a transaction, the refused statement is undone and the rest commits.
@@ -37,7 +37,7 @@ import Testing
                 do {
                     _ = try await tx.execute("UPDATE c SET v = :v WHERE _id = 'c'", arguments: ["v": .string(x101 + x101)])
                     Issue.record("an oversized update went through")
-                } catch let error as StoreError {
+                } catch let error as ShoalError {
                     #expect(error.code == .tooLarge)
                 }
                 return .commit
@@ -72,7 +72,7 @@ import Testing
             for statement in [
                 "ALTER SYSTEM SET document_size_soft_limit_bytes = 4194305", "ALTER SYSTEM SET document_size_hard_limit_bytes = 1000",
             ] {
-                let error = try await #require(throws: StoreError.self) { try await store.execute(statement) }
+                let error = try await #require(throws: ShoalError.self) { try await store.execute(statement) }
                 #expect(error.code == .invalidQuery)
                 #expect(error.message.contains("refused: the soft document size limit ("), "\(error.message)")
                 #expect(error.message.contains("must be at most the hard limit"), "\(error.message)")

@@ -45,7 +45,7 @@ import Testing
             await #expect {
                 try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'a': 2})")
             } throws: { error in
-                (error as? StoreError)?.code == .documentExists
+                (error as? ShoalError)?.code == .documentExists
             }
             let nothing = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'a': 2}) ON ID CONFLICT DO NOTHING")
             #expect(nothing.mutatedDocumentIDs.isEmpty && nothing.transactionID == nil)
@@ -76,7 +76,7 @@ import Testing
             #expect(r.items == [["_id": "a", "n": 2]])
             #expect(r.transactionID?.sequence == 1)
             // A failing statement rolls back the ones before it.
-            await #expect(throws: StoreError.self) {
+            await #expect(throws: ShoalError.self) {
                 try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'b'}); INSERT INTO c DOCUMENTS ({'_id': 'a'})")
             }
             #expect(try await store.execute("SELECT * FROM c WHERE _id = 'b'").items.isEmpty)
@@ -89,13 +89,13 @@ import Testing
             do {
                 _ = try await store.execute("SELECT * FORM cars")
                 Issue.record("expected an error")
-            } catch let error as StoreError {
+            } catch let error as ShoalError {
                 #expect(error.code == .invalidQuery)
                 #expect(error.queryError?.position?.column == 10)
                 #expect(error.message.contains("line 1, column 10"))
             }
-            await #expect(throws: StoreError.self) { try await store.execute("UPDATE c SET _id = 'q'") }
-            await #expect(throws: StoreError.self) { try await store.execute("INSERT INTO c DOCUMENTS (:d)", arguments: ["d": 5]) }
+            await #expect(throws: ShoalError.self) { try await store.execute("UPDATE c SET _id = 'q'") }
+            await #expect(throws: ShoalError.self) { try await store.execute("INSERT INTO c DOCUMENTS (:d)", arguments: ["d": 5]) }
         }
     }
 

@@ -126,7 +126,7 @@ import Testing
         let (dir, store) = try Self.open()
         defer { store.close(); dir.remove() }
         _ = try await store.execute("CREATE INDEX by_year ON cars (year)")
-        let error = try await #require(throws: StoreError.self) { try await store.execute(statement) }
+        let error = try await #require(throws: ShoalError.self) { try await store.execute(statement) }
         #expect(error.code == .invalidQuery)
         #expect(error.message.hasPrefix(message), "\(error.message)")
         #expect(try await Self.names(store) == ["by_year"], "nothing changed")
@@ -143,7 +143,7 @@ import Testing
         #expect(automatic["automatic"] == true)
         #expect(automatic["collection"] == .null)
         let name = try #require(automatic["name"]?.stringValue)
-        let error = try await #require(throws: StoreError.self) { try await store.execute("DROP INDEX \(name)") }
+        let error = try await #require(throws: ShoalError.self) { try await store.execute("DROP INDEX \(name)") }
         #expect(error.message.contains("is an automatic index"), "\(error.message)")
         let existing = try await store.execute("CREATE INDEX IF NOT EXISTS p ON cars (price); CREATE INDEX IF NOT EXISTS P ON other (x)")
         #expect(existing.items == [["name": "p", "collection": "cars", "paths": ["price"], "automatic": false]])
@@ -152,7 +152,7 @@ import Testing
     @Test func aRolledBackCreateLeavesNoIndex() async throws {
         let (dir, store) = try Self.open()
         defer { store.close(); dir.remove() }
-        await #expect(throws: StoreError.self) {
+        await #expect(throws: ShoalError.self) {
             try await store.execute("CREATE INDEX by_year ON cars (year); INSERT INTO cars DOCUMENTS ({_id: 1}), ({_id: 1})")
         }
         #expect(try await Self.names(store).isEmpty)

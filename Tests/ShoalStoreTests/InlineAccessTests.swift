@@ -82,7 +82,7 @@ import Testing
             #expect(next.transactions == [result.transactionID!])
             // A failing one rolls back and the next goes through the pool.
             store.quickExecutes.withLock { $0 = true }
-            await #expect(throws: StoreError.self) {
+            await #expect(throws: ShoalError.self) {
                 try await store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'a', 'n': 8})")
             }
             #expect(!store.quickExecutes.withLock { $0 })

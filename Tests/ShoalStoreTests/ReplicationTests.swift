@@ -342,8 +342,8 @@ import Testing
         #expect(pieces.last?.verdicts == [Verdict(collection: "c", coverage: .notCovered(red.filter))])
         #expect(red.key != SubscriptionSet().key)
         var invalid = SubscriptionSet()
-        #expect(throws: StoreError.self) { try invalid.add(query: "UPDATE c SET a = 1") }
-        #expect(throws: StoreError.self) { try invalid.add(query: "SELECT * FROM c LIMIT 3") }
+        #expect(throws: ShoalError.self) { try invalid.add(query: "UPDATE c SET a = 1") }
+        #expect(throws: ShoalError.self) { try invalid.add(query: "SELECT * FROM c LIMIT 3") }
     }
 
     /// A document that starts matching a filtered subscription arrives whole,

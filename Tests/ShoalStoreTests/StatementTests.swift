@@ -89,11 +89,11 @@ import Testing
     ])
     func aPageIsReadOfOneSelectInKeyOrder(query: String, message: String) async throws {
         try await Self.withStore { store in
-            let error = await #expect(throws: StoreError.self) { try await store.page(query, after: "", limit: 1) }
+            let error = await #expect(throws: ShoalError.self) { try await store.page(query, after: "", limit: 1) }
             #expect(error?.code == .invalidQuery && error?.message.contains(message) == true, "\(String(describing: error))")
             let count = try await store.execute("SELECT COUNT(*) FROM c").items
             #expect(count == [["$1": 0]])
-            await #expect(throws: StoreError.self) { try await store.page("SELECT * FROM c", after: "", limit: 0) }
+            await #expect(throws: ShoalError.self) { try await store.page("SELECT * FROM c", after: "", limit: 0) }
         }
     }
 
@@ -179,21 +179,21 @@ import Testing
         try await Self.withStore { store in
             await #expect {
                 try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a', '_secret': 1})")
-            } throws: { ($0 as? StoreError)?.message.contains("reserved") == true }
+            } throws: { ($0 as? ShoalError)?.message.contains("reserved") == true }
             // The separators of nested paths and counter sites, anywhere in a name, even
             // after a character that combines with what follows it.
             for name in ["a\u{1E}b", "\u{1F}", "é\u{1F}", "x\u{301}\u{1E}"] {
                 await #expect {
                     try await store.execute("INSERT INTO c DOCUMENTS (:d)", arguments: ["d": ["_id": "z", .init(name): 1]])
-                } throws: { ($0 as? StoreError)?.message.contains("may not contain the characters U+001E or U+001F") == true }
+                } throws: { ($0 as? ShoalError)?.message.contains("may not contain the characters U+001E or U+001F") == true }
             }
             #expect(await (try? store.execute("SELECT * FROM c WHERE _id = 'z'"))?.items.isEmpty == true)
             await #expect {
                 try await store.execute("INSERT INTO COLLECTION c (photo ATTACHMENT) DOCUMENTS ({'_id': 'p', 'photo': 'not a token'})")
-            } throws: { ($0 as? StoreError)?.message.contains("is an ATTACHMENT") == true }
+            } throws: { ($0 as? ShoalError)?.message.contains("is an ATTACHMENT") == true }
             await #expect {
                 try await store.execute("UPDATE COLLECTION c (n COUNTER) APPLY a.b INCREMENT BY 1")
-            } throws: { ($0 as? StoreError)?.message.contains("nested") == true }
+            } throws: { ($0 as? ShoalError)?.message.contains("nested") == true }
         }
     }
 

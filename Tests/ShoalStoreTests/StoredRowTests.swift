@@ -6,7 +6,7 @@ import ShoalTesting
 import Testing
 
 /// Rows are decoded once per shape, every conversion checked: a row no version of
-/// Shoal writes (planted here with raw SQL) fails the read with a `StoreError` naming
+/// Shoal writes (planted here with raw SQL) fails the read with a `ShoalError` naming
 /// the table and the column, where a positional read converted to an unsigned type
 /// trapped; and every SQLite call `HotStatement` makes has its result code checked.
 @Suite struct StoredRowTests {
@@ -132,7 +132,7 @@ import Testing
         try await Self.withStore { store in
             try await damage.read(store)
             try await store.write { db in try db.execute(sql: damage.sql) }
-            let error = await #expect(throws: StoreError.self) { try await damage.read(store) }
+            let error = await #expect(throws: ShoalError.self) { try await damage.read(store) }
             #expect(error?.code == .database)
             #expect(error?.message.contains("table \(damage.table)") == true, "\(error?.message ?? "")")
             #expect(error?.message.contains(damage.column) == true, "\(error?.message ?? "")")

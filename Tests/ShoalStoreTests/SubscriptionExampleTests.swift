@@ -18,7 +18,7 @@ import Testing
     @Test(arguments: examples.subscriptions)
     func subscription(_ example: DQLExamples.Parse) {
         var set = SubscriptionSet()
-        do throws(StoreError) {
+        do throws(ShoalError) {
             try set.add(query: example.text)
             #expect(example.accepted, "accepted, though DQL.md says it is refused")
         } catch {

@@ -85,20 +85,36 @@ final class EventLog: Sendable {
 
     struct Abandon: Error {}
 
-    @Test func throwingFromTheBodyRollsBackAndRethrows() async throws {
+    /// A body that throws rolls the transaction back, and `transaction` throws one
+    /// typed error: `.aborted` carrying the app's own error, a `ShoalError` as it was.
+    @Test func throwingFromTheBodyRollsBackAndThrowsTheAppsErrorInside() async throws {
         try await Self.withStore { (store: DocumentStore) async throws in
-            await #expect(throws: Abandon.self) {
+            let aborted = await #expect(throws: ShoalError.self) {
                 try await store.transaction(hint: "doomed") { tx in
                     _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'gone'})")
                     throw Abandon()
                 }
             }
-            await #expect(throws: Abandon.self) {
+            #expect(aborted?.code == .aborted)
+            #expect(aborted?.underlyingError is Abandon)
+            #expect(aborted?.message.contains("transaction 'doomed'") == true, "\(aborted?.message ?? "")")
+            let generic = await #expect(throws: ShoalError.self) {
                 let _: Int = try await store.transaction { tx in
                     _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'gone too'})")
                     throw Abandon()
                 }
             }
+            #expect(generic?.underlyingError is Abandon)
+            // A store error the body lets through is thrown as it is.
+            let own = await #expect(throws: ShoalError.self) {
+                try await store.transaction { tx in
+                    _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'gone three'})")
+                    _ = try await tx.execute("SELEKT")
+                    return .commit
+                }
+            }
+            #expect(own?.code == .invalidQuery)
+            #expect(own?.underlyingError == nil)
             #expect(try await store.execute("SELECT * FROM c").items.isEmpty)
             #expect(try await store.lastSequence() == 0)
             #expect(store.runningTransactions.isEmpty)
@@ -109,7 +125,7 @@ final class EventLog: Sendable {
         try await Self.withStore { store in
             let result = try await store.transaction { tx in
                 _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'a'})")
-                let error = await #expect(throws: StoreError.self) {
+                let error = await #expect(throws: ShoalError.self) {
                     // b is inserted, then the duplicate a fails: the whole call is undone.
                     try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'b'}); INSERT INTO c DOCUMENTS ({'_id': 'a'})")
                 }
@@ -138,7 +154,7 @@ final class EventLog: Sendable {
             let tx = try #require(captured)
             let id = try #require(tx.transactionID)
             #expect(try await store.changes(after: 0, limit: 100, subscriptions: try Self.everything("c")).pieces.map(\.id) == [id])
-            let late = await #expect(throws: StoreError.self) { try await tx.execute("SELECT * FROM c") }
+            let late = await #expect(throws: ShoalError.self) { try await tx.execute("SELECT * FROM c") }
             #expect(late?.code == .closed && late?.message.contains("has already committed") == true)
             // A body that writes nothing commits nothing.
             let idle = try await store.transaction { tx in try await tx.execute("SELECT * FROM c").items.count }
@@ -291,17 +307,17 @@ final class EventLog: Sendable {
         try await Self.withStore { store in
             _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'a'})")
             let result = try await store.transaction(hint: "report", isReadOnly: true) { tx in
-                let error = try await #require(throws: StoreError.self) {
+                let error = try await #require(throws: ShoalError.self) {
                     try await tx.execute("SELECT * FROM c;\n  UPDATE c SET n = 1")
                 }
                 #expect(error.code == .readOnly)
                 #expect(
                     error.message.hasPrefix(
-                        "line 2, column 3: UPDATE c SET n = 1 writes, but transaction \(tx.info.id) (hint 'report') is read-only; nothing ran"),
+                        "line 2, column 3: UPDATE c SET n = 1 writes, but it runs in read-only transaction 'report'; nothing ran"),
                     "\(error.message)")
                 #expect(error.message.hasSuffix("UPDATE c SET n = 1\n  ^"), "the offending line is shown")
                 for statement in ["INSERT INTO c DOCUMENTS ({'_id': 'b'})", "DELETE FROM c", "EVICT FROM c"] {
-                    let refused = await #expect(throws: StoreError.self) { try await tx.execute(statement) }
+                    let refused = await #expect(throws: ShoalError.self) { try await tx.execute(statement) }
                     #expect(refused?.code == .readOnly && refused?.message.contains(statement) == true)
                 }
                 #expect(try await tx.execute("SELECT * FROM c").items == [["_id": "a"]], "it can still read")
@@ -378,9 +394,9 @@ final class EventLog: Sendable {
                 let result = try await store.transaction(hint: "outer") { tx in
                     _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'a'})")
                     let expected =
-                        "a read-write transaction (hint 'outer', ID \(tx.info.id)) is open in this task; "
+                        "a read-write transaction 'outer' is open in this task; "
                         + "write through that transaction (the `tx` its closure was given), or finish it first"
-                    let nested = await #expect(throws: StoreError.self) {
+                    let nested = await #expect(throws: ShoalError.self) {
                         try await store.transaction(hint: "inner") { _ in .commit }
                     }
                     #expect(nested?.code == .nestedTransaction && nested?.message == expected)
@@ -393,11 +409,11 @@ final class EventLog: Sendable {
                         ("value transaction", { _ = try await store.transaction { _ in 1 } }),
                     ]
                     for (name, misuse) in misuses {
-                        let error = await #expect(throws: StoreError.self, "\(name)") { try await misuse() }
+                        let error = await #expect(throws: ShoalError.self, "\(name)") { try await misuse() }
                         #expect(error?.code == .nestedTransaction, "\(name)")
                     }
                     // Child tasks inherit the mark, so they are refused too instead of waiting.
-                    let fromChild = await #expect(throws: StoreError.self) {
+                    let fromChild = await #expect(throws: ShoalError.self) {
                         try await withThrowingTaskGroup(of: Void.self) { group in
                             group.addTask { _ = try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'c'})") }
                             try await group.waitForAll()
@@ -440,8 +456,8 @@ final class EventLog: Sendable {
                         if case .failure(let error) = result { failures.append(error) }
                     }
                     #expect(failures.count == 2)
-                    #expect(failures.contains { $0 is CancellationError }, "the body's own error is rethrown")
-                    #expect(failures.contains { ($0 as? StoreError)?.code == .cancelled })
+                    // Both as `.cancelled`: the body's own CancellationError and the waiter's.
+                    #expect(failures.allSatisfy { ($0 as? ShoalError)?.code == .cancelled }, "\(failures)")
                 }
             }
             #expect(store.gate.waiterCount == 0)
@@ -551,7 +567,7 @@ final class EventLog: Sendable {
     ])
     func systemParameterErrorsNameTheKnownParameters(text: String, column: Int, message: String) async throws {
         try await Self.withStore { store in
-            let error = try await #require(throws: StoreError.self) { try await store.execute(text) }
+            let error = try await #require(throws: ShoalError.self) { try await store.execute(text) }
             #expect(error.code == .invalidQuery)
             #expect(error.queryError?.message == message)
             #expect(error.queryError?.position?.column == column)
@@ -583,9 +599,9 @@ final class EventLog: Sendable {
                 }
                 // Once shutdown has begun, new work is refused with a clear error.
                 #expect(await InProcessMesh.eventually { (try? await store.execute("SELECT * FROM c")) == nil })
-                let refused = await #expect(throws: StoreError.self) { try await store.transaction { _ in .commit } }
+                let refused = await #expect(throws: ShoalError.self) { try await store.transaction { _ in .commit } }
                 #expect(refused?.code == .closed && refused?.message.contains("shutting down") == true)
-                let write = await #expect(throws: StoreError.self) { try await store.putAttachment([1]) }
+                let write = await #expect(throws: ShoalError.self) { try await store.putAttachment([1]) }
                 #expect(write?.code == .closed)
                 #expect(!shutDown.isOpen, "shutdown waits while a transaction runs")
                 #expect(store.runningTransactions.map(\.hint) == ["last words"])
@@ -604,7 +620,7 @@ final class EventLog: Sendable {
         defer { dir.remove() }
         let store = try DocumentStore(directory: dir.path)
         let error = try await withHangGuard {
-            await #expect(throws: StoreError.self) {
+            await #expect(throws: ShoalError.self) {
                 try await store.transaction(hint: "closes its own store") { tx in
                     _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'lost'})")
                     await store.shutdown()
@@ -614,7 +630,7 @@ final class EventLog: Sendable {
         }
         #expect(error?.code == .database, "the commit fails on the closed store: \(String(describing: error))")
         #expect(store.runningTransactions.isEmpty)
-        let refused = await #expect(throws: StoreError.self) { try await store.execute("SELECT * FROM c") }
+        let refused = await #expect(throws: ShoalError.self) { try await store.execute("SELECT * FROM c") }
         #expect(refused?.code == .closed)
         let reopened = try DocumentStore(directory: dir.path)
         defer { reopened.close() }

@@ -97,7 +97,7 @@ import Testing
             await #expect {
                 try await c.sync.fetchAttachment(hash: nobody)
             } throws: { error in
-                (error as? StoreError)?.message.contains("none of the connected peers") == true
+                (error as? ShoalError)?.message.contains("none of the connected peers") == true
             }
             let took = ContinuousClock.now - started
             print("a fetch nobody can serve ended after \(took) in a triangle")

@@ -253,7 +253,7 @@ extension InProcessSyncTests {
             #expect(evicted.mutatedDocumentIDs == ["g"])
             #expect(try await InProcessMesh.eventually { try await Self.count(b) == 2 })
             // After unsubscribing, new writes no longer arrive.
-            #expect(b.sync.unsubscribe("SELECT * FROM boats") != nil)
+            #expect(try b.sync.unsubscribe("SELECT * FROM boats").query == "SELECT * FROM boats")
             #expect(await InProcessMesh.eventually {
                 a.sync.peers().first?.subscriptions.contains { $0.query.contains("boats") } == false
             })
@@ -302,7 +302,7 @@ extension InProcessSyncTests {
             #expect(steps.withLock { $0 } == [1 << 20, 2 << 20, bytes.count], "three 1 MiB chunks")
             let stored = try #require(try await b.store.attachmentChunk(hash: token.hash, offset: 0, maximum: .max))
             #expect(stored.bytes == bytes)
-            await #expect(throws: StoreError.self) {
+            await #expect(throws: ShoalError.self) {
                 try await b.sync.fetchAttachment(hash: String(repeating: "0", count: 64), timeout: .seconds(2))
             }
         }

@@ -13,7 +13,7 @@ import Testing
     /// waits until it is durable.
     static func commit(_ node: TestNode, peer: SiteID, key: String, through: UInt64, lane: InboundPipeline.Lane) async throws {
         let epoch = try await node.store.resumePoint(peer: peer, subscriptionKey: key).epoch
-        let result = await withCheckedContinuation { (done: CheckedContinuation<Result<Void, StoreError>, Never>) in
+        let result = await withCheckedContinuation { (done: CheckedContinuation<Result<Void, ShoalError>, Never>) in
             node.sync.pipeline.enqueue(
                 InboundPipeline.Item(source: peer, pieces: [], cursor: (key, through, epoch), lane: lane, done: { done.resume(returning: $0) }))
         }

@@ -103,7 +103,7 @@ import Testing
                 let (ab, bc) = (try deltasOut(a, to: b), try deltasOut(b, to: c))
                 #expect(ab == 25 && bc == 25, "\(ab) \(bc)")
 
-                _ = c.sync.unsubscribe(Self.cars)
+                try c.sync.unsubscribe(Self.cars)
                 #expect(try await InProcessMesh.eventually {
                     a.sync.peers().first { $0.siteID == b.sync.siteID }?.subscriptions.map(\.query) == [Self.boats]
                 })
@@ -153,7 +153,7 @@ import Testing
             _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'early'})")
             #expect(try await InProcessMesh.eventually { try await Self.count(d, Self.cars) == 1 })
 
-            _ = d.sync.unsubscribe(Self.cars)
+            try d.sync.unsubscribe(Self.cars)
             let settled = await InProcessMesh.eventually { everyLinkAsks([Self.boats]) }
             #expect(settled, "no node asks any other for cars")
             if !settled {
@@ -204,7 +204,7 @@ import Testing
             #expect(try await InProcessMesh.eventually {
                 try await d.store.resumePoint(peer: a.sync.siteID, subscriptionKey: wide.key).through >= 20
             })
-            _ = d.sync.unsubscribe(Self.cars)
+            try d.sync.unsubscribe(Self.cars)
             #expect(try await InProcessMesh.eventually { asks(d, of: a) == [Self.boats] })
             let before = received(d)
             // Missed by D: 5 cars, and a transaction writing a car and a boat.

@@ -33,10 +33,19 @@ import Testing
         #expect(Self.queries(node) == [Self.cars])
         // An operator's unsubscribe removes it, whatever holds it; a later cancel changes nothing.
         let again = try node.sync.registerSubscription(Self.cars)
-        #expect(node.sync.unsubscribe(Self.cars) != nil)
+        #expect(try node.sync.unsubscribe(Self.cars).query == Self.cars)
         #expect(Self.queries(node).isEmpty)
         _ = try node.sync.registerSubscription(Self.cars)
         again.cancel()
         #expect(Self.queries(node) == [Self.cars], "the newer registration holds it")
+    }
+
+    /// Unsubscribing what is not there is an error, not a nil to miss.
+    @Test func unsubscribingWhatIsNotThereThrows() throws {
+        let node = try TestNode(name: "a")
+        defer { node.remove() }
+        let error = #expect(throws: ShoalError.self) { try node.sync.unsubscribe(Self.cars) }
+        #expect(error?.code == .invalidQuery)
+        #expect(error?.message.contains("no subscription has the ID or query 'SELECT * FROM cars'") == true)
     }
 }

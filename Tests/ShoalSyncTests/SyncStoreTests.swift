@@ -21,17 +21,17 @@ import Testing
         var clock: HybridLogicalClock { base.clock }
         var systemParameters: SystemParameters { base.systemParameters }
         var mayLackOwnTransactions: Bool { base.mayLackOwnTransactions }
-        func resumePoint(peer: SiteID, subscriptions: SubscriptionSet) async throws(StoreError) -> ResumePoint {
+        func resumePoint(peer: SiteID, subscriptions: SubscriptionSet) async throws(ShoalError) -> ResumePoint {
             try await base.resumePoint(peer: peer, subscriptions: subscriptions)
         }
-        func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(StoreError) {
+        func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(ShoalError) {
             try await base.ownTransactionsBack(peer: peer, subscriptionKey: subscriptionKey)
         }
         func changes(
             after sequence: UInt64, limit: Int, byteLimit: Int, subscriptions: SubscriptionSet, excludingOrigin peer: SiteID?,
             skipping: (@Sendable (TransactionID) -> Bool)?, continuing: Set<TransactionID>, resuming: Bool,
             isLazy: (@Sendable (SiteID) -> Bool)?, offersOpen: Set<TransactionID>
-        ) async throws(StoreError) -> ChangeLogPage {
+        ) async throws(ShoalError) -> ChangeLogPage {
             pages.withLock { $0 += 1 }
             return try await base.changes(
                 after: sequence, limit: limit, byteLimit: byteLimit, subscriptions: subscriptions, excludingOrigin: peer,
@@ -39,7 +39,7 @@ import Testing
         }
         func transactionPieces(
             _ id: TransactionID, subscriptions: SubscriptionSet, collections: Set<String>, byteLimit: Int
-        ) async throws(StoreError) -> [TransactionPiece] {
+        ) async throws(ShoalError) -> [TransactionPiece] {
             try await base.transactionPieces(id, subscriptions: subscriptions, collections: collections, byteLimit: byteLimit)
         }
         func listenToChangeLog(
@@ -48,25 +48,25 @@ import Testing
             base.listenToChangeLog(handler, closed: closed)
         }
         func cursorResets() -> AsyncStream<UInt64> { base.cursorResets() }
-        func history(of origin: SiteID) async throws(StoreError) -> OriginHistory { try await base.history(of: origin) }
-        func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(StoreError) -> HistoryVerdict {
+        func history(of origin: SiteID) async throws(ShoalError) -> OriginHistory { try await base.history(of: origin) }
+        func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(ShoalError) -> HistoryVerdict {
             try await base.reconcileOwnHistory(with: held, peer: peer)
         }
-        func raiseLog(above sequence: UInt64, peer: SiteID) async throws(StoreError) -> UInt64? {
+        func raiseLog(above sequence: UInt64, peer: SiteID) async throws(ShoalError) -> UInt64? {
             try await base.raiseLog(above: sequence, peer: peer)
         }
-        func savedInterest() throws(StoreError) -> [SiteID: SavedInterest] {
+        func savedInterest() throws(ShoalError) -> [SiteID: SavedInterest] {
             try base.savedInterest()
         }
-        func saveInterest(_ interest: [SiteID: SavedInterest], forgetting: [SiteID]) async throws(StoreError) {
+        func saveInterest(_ interest: [SiteID: SavedInterest], forgetting: [SiteID]) async throws(ShoalError) {
             try await base.saveInterest(interest, forgetting: forgetting)
         }
         func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
             base.notePeerHolding(peer, through: through, subscriptions: subscriptions)
         }
         var lastCommittedSequence: UInt64 { base.lastCommittedSequence }
-        func holdsOthersWrites() async throws(StoreError) -> Bool { try await base.holdsOthersWrites() }
-        func transactionRecords() async throws(StoreError) -> [TransactionRecord] { try await base.transactionRecords() }
+        func holdsOthersWrites() async throws(ShoalError) -> Bool { try await base.holdsOthersWrites() }
+        func transactionRecords() async throws(ShoalError) -> [TransactionRecord] { try await base.transactionRecords() }
         /// When set, the next commit that logs deltas is rolled back and, once the latch
         /// opens, fails as a full disk would.
         let failNextApply = Locked<Latch?>(nil)
@@ -113,13 +113,13 @@ import Testing
             }
             func loadRecord(_ id: TransactionID) throws -> TransactionRecord? { try base.loadRecord(id) }
             func fail(_ id: TransactionID) throws {
-                if id.origin == refused { throw StoreError(.database, "a transaction of \(refused) refused (injected)") }
+                if id.origin == refused { throw ShoalError(.database, "a transaction of \(refused) refused (injected)") }
             }
         }
 
         func writeInbound<T: Sendable>(
             short: Bool, _ body: @escaping @Sendable (any InboundWriting) throws -> T
-        ) async throws(StoreError) -> (T, ApplyOutcome) {
+        ) async throws(ShoalError) -> (T, ApplyOutcome) {
             commits.withLock { $0 += 1 }
             if let release = holdNext.withLock({ latch in defer { latch = nil }; return latch }) {
                 holding.withLock { $0 = true }
@@ -131,7 +131,7 @@ import Testing
             }
             if let release = failNextApply.withLock({ $0 }) {
                 let rolledBack = Locked(false)
-                do throws(StoreError) {
+                do throws(ShoalError) {
                     let (result, outcome) = try await base.writeInbound(short: short) { writer in
                         let result = try body(writer)
                         if writer.outcome.logged > 0 {
@@ -145,21 +145,21 @@ import Testing
                     guard rolledBack.withLock({ $0 }) else { throw error }
                     failNextApply.withLock { $0 = nil }
                     try? await release.wait()
-                    throw StoreError(.database, "the disk that holds the data directory is full (injected)")
+                    throw ShoalError(.database, "the disk that holds the data directory is full (injected)")
                 }
             }
             let (result, outcome) = try await base.writeInbound(short: short, body)
             hints.withLock { $0.append((short, outcome.logged)) }
             return (result, outcome)
         }
-        func attachmentLength(hash: String) async throws(StoreError) -> Int? { try await base.attachmentLength(hash: hash) }
-        func attachmentWriter(fetching hash: String) async throws(StoreError) -> AttachmentWriter {
+        func attachmentLength(hash: String) async throws(ShoalError) -> Int? { try await base.attachmentLength(hash: hash) }
+        func attachmentWriter(fetching hash: String) async throws(ShoalError) -> AttachmentWriter {
             try await base.attachmentWriter(fetching: hash)
         }
-        func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(StoreError) -> (total: Int, bytes: [UInt8])? {
+        func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(ShoalError) -> (total: Int, bytes: [UInt8])? {
             try await base.attachmentChunk(hash: hash, offset: offset, maximum: maximum)
         }
-        func stagedAttachmentBytes(blob: Int64, from start: Int, count: Int) async throws(StoreError) -> [UInt8] {
+        func stagedAttachmentBytes(blob: Int64, from start: Int, count: Int) async throws(ShoalError) -> [UInt8] {
             try await base.stagedAttachmentBytes(blob: blob, from: start, count: count)
         }
     }
