@@ -3,11 +3,29 @@ public import ShoalWire
 public import Crypto
 public import Foundation
 
+/// What a side of a session is: a node of the mesh, or an admin client (the CLI).
+public enum PeerRole: Sendable, Hashable {
+    case peer
+    case admin
+
+    /// A Hello's role: anything but admin (a role a later version adds) is a peer.
+    init(_ wire: Shoal_V1_Role) {
+        self = wire == .admin ? .admin : .peer
+    }
+
+    var wire: Shoal_V1_Role {
+        switch self {
+        case .peer: .peer
+        case .admin: .admin
+        }
+    }
+}
+
 /// Who the other side turned out to be, once the handshake succeeds.
 public struct PeerIdentity: Sendable, Hashable {
     public var siteID: SiteID
     public var name: String
-    public var role: Shoal_V1_Role
+    public var role: PeerRole
     public var listenAddress: String
     /// The protocol version both sides speak: the highest in both ranges.
     public var version: UInt32
@@ -69,7 +87,7 @@ public struct HandshakeStateMachine: Sendable {
         /// none: true on loopback (and in-memory) connections, false on connections from
         /// any other address, whose admin clients are refused.
         public var acceptsKeylessAdmin: Bool
-        public var role: Shoal_V1_Role
+        public var role: PeerRole
         public var listenAddress: String
         public var versions: ClosedRange<UInt32>
         /// This node's freshness, sent in Hello (see `Freshness`).
@@ -84,7 +102,7 @@ public struct HandshakeStateMachine: Sendable {
         public var limits: PeerLimits
 
         public init(
-            siteID: SiteID, nodeName: String, meshName: String, meshKey: [UInt8]?, role: Shoal_V1_Role = .peer,
+            siteID: SiteID, nodeName: String, meshName: String, meshKey: [UInt8]?, role: PeerRole = .peer,
             listenAddress: String = "", versions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions,
             adminKey: [UInt8]? = nil, acceptsKeylessAdmin: Bool = true, freshness: [SiteID: UInt64] = [:],
             holdsOthersWrites: Bool = true, forgottenThrough: UInt64 = 0, limits: PeerLimits = .unknown
@@ -161,7 +179,7 @@ public struct HandshakeStateMachine: Sendable {
         hello.nodeName = configuration.nodeName
         hello.meshName = configuration.meshName
         hello.nonce = Data(nonce)
-        hello.role = configuration.role
+        hello.role = configuration.role.wire
         hello.listenAddress = configuration.listenAddress
         if configuration.role != .admin {
             hello.freshness = Freshness.wire(configuration.freshness)
@@ -251,7 +269,7 @@ public struct HandshakeStateMachine: Sendable {
                 "mesh name mismatch: the peer is in mesh '\(hello.meshName)', this node is in mesh '\(configuration.meshName)'"
             )
         }
-        let key = self.key(for: hello.role)
+        let key = self.key(for: PeerRole(hello.role))
         if peerIsAdmin, key == nil, !configuration.acceptsKeylessAdmin {
             return fail(
                 .meshKeyMismatch,
@@ -279,13 +297,13 @@ public struct HandshakeStateMachine: Sendable {
 
     /// The key the other side must prove, and this side proves to it: the admin key
     /// for an admin client when this node has one, the mesh key otherwise.
-    func key(for role: Shoal_V1_Role) -> [UInt8]? {
+    func key(for role: PeerRole) -> [UInt8]? {
         role == .admin && configuration.role != .admin ? configuration.adminKey ?? configuration.meshKey : configuration.meshKey
     }
 
     private mutating func receiveProof(_ proof: Shoal_V1_Proof, hello: Shoal_V1_Hello) -> [Action] {
         let peerSite = SiteID(hello.siteID)
-        switch (key(for: hello.role), proof.mac.isEmpty) {
+        switch (key(for: PeerRole(hello.role)), proof.mac.isEmpty) {
         case (nil, true):
             break
         case (nil, false):
@@ -302,7 +320,7 @@ public struct HandshakeStateMachine: Sendable {
         }
         state = .established
         let identity = PeerIdentity(
-            siteID: peerSite, name: hello.nodeName, role: hello.role, listenAddress: hello.listenAddress,
+            siteID: peerSite, name: hello.nodeName, role: PeerRole(hello.role), listenAddress: hello.listenAddress,
             version: min(hello.maxVersion, configuration.versions.upperBound),
             limits: PeerLimits(
                 maximumFrameSize: Int(clamping: hello.maxFrameSize), documentSizeHardLimit: Int(clamping: hello.documentSizeHardLimit)))

@@ -32,7 +32,7 @@ public struct OutboundBatch: Sendable, Hashable {
     }
 
     /// The batch as protobuf messages: what `payload()` decodes to.
-    public var message: Shoal_V1_DeltaBatch {
+    package var message: Shoal_V1_DeltaBatch {
         var batch = Shoal_V1_DeltaBatch()
         (batch.pieces, batch.filters) = PieceCodec.encode(pieces, receiver: receiver, encoding: encoding)
         batch.throughSequence = throughSequence

@@ -118,7 +118,7 @@ final class RawPeer {
 
     /// Runs the handshake as a peer (or an admin client) in mesh `mesh`; returns the node's identity.
     @discardableResult
-    func handshake(mesh: String = "default", role: Shoal_V1_Role = .peer) throws -> PeerIdentity {
+    func handshake(mesh: String = "default", role: PeerRole = .peer) throws -> PeerIdentity {
         var machine = HandshakeStateMachine(
             configuration: .init(
                 siteID: role == .admin ? SiteID(0) : site, nodeName: "raw", meshName: role == .admin ? "" : mesh,

@@ -59,7 +59,7 @@ import Testing
     }
 
     static func machine(
-        site: SiteID, freshness: [SiteID: UInt64] = [:], holds: Bool = true, forgotten: UInt64 = 0, role: Shoal_V1_Role = .peer
+        site: SiteID, freshness: [SiteID: UInt64] = [:], holds: Bool = true, forgotten: UInt64 = 0, role: PeerRole = .peer
     ) -> HandshakeStateMachine {
         HandshakeStateMachine(
             configuration: .init(

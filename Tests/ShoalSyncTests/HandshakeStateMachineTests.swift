@@ -7,7 +7,7 @@ import Testing
     static let key = Array("correct horse battery staple".utf8)
 
     static func machine(
-        site: UInt64, mesh: String = "default", key: [UInt8]? = nil, role: Shoal_V1_Role = .peer,
+        site: UInt64, mesh: String = "default", key: [UInt8]? = nil, role: PeerRole = .peer,
         versions: ClosedRange<UInt32> = HandshakeStateMachine.supportedVersions
     ) -> HandshakeStateMachine {
         HandshakeStateMachine(
