@@ -1,6 +1,6 @@
 import ShoalCRDT
 public import ShoalStore
-public import ShoalNode
+import ShoalNode
 import ShoalQuery
 import Foundation
 

@@ -1,6 +1,6 @@
 public import ShoalCRDT
 public import ShoalStore
-public import ShoalNode
+import ShoalNode
 
 /// What an import did: `shoal import --json` prints it.
 public struct ImportReport: Sendable, Hashable {

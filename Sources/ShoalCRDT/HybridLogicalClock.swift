@@ -1,8 +1,3 @@
-#if canImport(Glibc)
-package import Glibc
-#elseif canImport(Darwin)
-package import Darwin
-#endif
 
 /// A hybrid logical clock: monotonic, close to wall time, and advanced past every
 /// timestamp it has seen, so a write that follows a received write always wins
@@ -103,9 +98,9 @@ public final class HybridLogicalClock: Sendable {
 }
 
 #if canImport(Glibc)
-public import Glibc
+package import Glibc
 #elseif canImport(Musl)
-public import Musl
+package import Musl
 #elseif canImport(Darwin)
-public import Darwin
+package import Darwin
 #endif

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-public import Glibc
+import Glibc
 #elseif canImport(Musl)
 public import Musl
 #elseif canImport(Darwin)

@@ -1,14 +1,14 @@
-package import Foundation
+import Foundation
 public import ShoalStore
 
 #if canImport(Glibc)
 // `stat` is reachable through CoreFoundation and NIO's C module as well once the TLS
 // libraries are linked: the C library's is named.
-package import CoreFoundation
+import CoreFoundation
 import Glibc
 private typealias FileInfo = Glibc.stat
 #elseif canImport(Darwin)
-package import Darwin
+import Darwin
 private typealias FileInfo = Darwin.stat
 #endif
 
@@ -63,8 +63,8 @@ public enum KeyFile {
 
     /// Writes `contents` to a new file with exactly `mode`, flushed to disk; refuses to
     /// replace an existing file (a key or certificate in use would be lost).
-    package static func create(path: String, contents: [UInt8], mode: mode_t) throws(ShoalError) {
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+    package static func create(path: String, contents: [UInt8], mode: UInt16) throws(ShoalError) {
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode_t(mode))
         guard fd >= 0 else {
             let reason = errno
             if reason == EEXIST {
@@ -74,7 +74,7 @@ public enum KeyFile {
         }
         defer { close(fd) }
         // The umask may have taken bits away, never added any; set exactly `mode` all the same.
-        _ = fchmod(fd, mode)
+        _ = fchmod(fd, mode_t(mode))
         let written = contents.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         guard written == contents.count, fsync(fd) == 0 else {
             let reason = String(cString: strerror(errno))
@@ -85,10 +85,10 @@ public enum KeyFile {
 
     /// A file's permission bits when its group or other users may read or write it;
     /// nil when they may not (or it cannot be read).
-    package static func modeOpenToOthers(path: String) -> mode_t? {
+    package static func modeOpenToOthers(path: String) -> UInt16? {
         var info = FileInfo()
         guard stat(path, &info) == 0 else { return nil }
         let mode = info.st_mode & 0o777
-        return mode & 0o077 == 0 ? nil : mode
+        return mode & 0o077 == 0 ? nil : UInt16(mode)
     }
 }

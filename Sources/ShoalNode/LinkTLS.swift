@@ -1,5 +1,5 @@
 import Foundation
-package import ShoalStore
+import ShoalStore
 import NIOCore
 import NIOSSL
 import NIOTLS

@@ -1,7 +1,7 @@
 import Metrics
 public import Prometheus
 public import ShoalCRDT
-public import ShoalStore
+package import ShoalStore
 public import ShoalSync
 import Foundation
 

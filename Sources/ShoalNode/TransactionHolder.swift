@@ -133,8 +133,7 @@ final class TransactionHolder: Sendable {
             closed.ageSeconds = HeldTransactions.age(since: since, now: .now)
             ending?.resume(.success(.transaction(closed)))
         } catch {
-            let failure = (error as? ShoalError) ?? ShoalError(.database, "the transaction failed: \(error)")
-            (opened == nil ? begun : ending)?.resume(.failure(failure))
+            (opened == nil ? begun : ending)?.resume(.failure(error))
         }
         if let opened { held.remove(opened.id) }
     }

@@ -1,6 +1,6 @@
 public import Logging
 public import ShoalCRDT
-public import PostgresNIO
+import PostgresNIO
 
 /// The PostgreSQL database that hubs share: its schema, the one identity every hub on
 /// it has, and the change log's sequence numbers, which no two hubs are ever given.
@@ -126,7 +126,7 @@ public final class PostgresHubDatabase: Sendable {
 
     /// Runs one statement that takes no arguments, such as an operator's `CREATE DATABASE`.
     public func execute(_ sql: String) async throws(PostgresStoreError) {
-        try await failing("running \(sql)") {
+        _ = try await failing("running \(sql)") {
             try await client.query(PostgresQuery(unsafeSQL: sql), logger: logger)
         }
     }

@@ -1,4 +1,4 @@
-public import ShoalCRDT
+import ShoalCRDT
 public import Foundation
 
 /// Where a hub's PostgreSQL database is: `postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE`.

@@ -1,4 +1,4 @@
-public import ShoalCRDT
+import ShoalCRDT
 
 /// Parses DQL text into statements.
 public enum Parser {

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// The lines entered before, and where Up and Down are in them.
 ///

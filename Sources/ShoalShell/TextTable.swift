@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import ShoalCRDT
 
 /// Rows of text in aligned columns under a header, as `shoal status` and the

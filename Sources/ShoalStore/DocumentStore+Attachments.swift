@@ -1,6 +1,6 @@
 public import ShoalCRDT
-public import Foundation
-public import GRDB
+package import Foundation
+import GRDB
 
 /// The value an ATTACHMENT field holds: a last-writer-wins token naming bytes by
 /// their SHA-256. The bytes live outside documents and travel only when asked for.

@@ -1,6 +1,6 @@
-public import Foundation
-public import GRDB
-public import Logging
+import Foundation
+import GRDB
+import Logging
 
 extension DocumentStore {
     /// Pages the write-ahead log may hold before a commit checkpoints it inline (16 MB

@@ -1,6 +1,6 @@
 public import ShoalCRDT
 public import Foundation
-public import GRDB
+import GRDB
 
 /// What the change log holds and how far compaction has gone, for `status`.
 public struct StorageStatus: Sendable, Hashable {

@@ -1,9 +1,9 @@
 public import ShoalCRDT
-public import ShoalQuery
-public import GRDB
-public import Synchronization
-public import Logging
-public import Metrics
+package import ShoalQuery
+import GRDB
+import Synchronization
+import Logging
+import Metrics
 
 extension DocumentStore {
     /// Parses and runs one or more `;`-separated DQL statements as one transaction.

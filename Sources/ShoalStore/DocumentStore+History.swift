@@ -1,7 +1,7 @@
-public import ShoalCRDT
-public import Foundation
-public import GRDB
-public import Logging
+package import ShoalCRDT
+import Foundation
+import GRDB
+import Logging
 
 /// How far a node holds one origin's transactions: the highest sequence applied, and
 /// one delta it holds of that transaction, by its index in the transaction and its

@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import GRDB
+import GRDB
 
 /// The interest of one node of the mesh as a relay keeps it: what it subscribes to,
 /// when it said so, and which neighbours passed it on (`InterestTable` in ShoalSync

@@ -1,7 +1,7 @@
 public import ShoalCRDT
-public import ShoalQuery
-public import Synchronization
-public import GRDB
+import ShoalQuery
+import Synchronization
+import GRDB
 
 /// A commit that changed documents: what observers wake up for.
 public struct Commit: Sendable, Equatable {

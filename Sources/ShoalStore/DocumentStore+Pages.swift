@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import ShoalQuery
+import ShoalQuery
 
 /// One page of a SELECT's documents in key order (`DocumentStore.page`).
 public struct DocumentPage: Sendable, Equatable {

@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import GRDB
+import GRDB
 
 /// A subscription saved in the store, re-added every time the node starts.
 public struct SavedSubscription: Sendable, Equatable {

@@ -1,8 +1,8 @@
-public import ShoalCRDT
-public import ShoalQuery
-public import GRDB
-public import Logging
-public import Synchronization
+import ShoalCRDT
+import ShoalQuery
+import GRDB
+import Logging
+import Synchronization
 
 /// The transactions open in the current task, across stores, innermost last.
 ///

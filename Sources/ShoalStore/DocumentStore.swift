@@ -1,9 +1,9 @@
 public import ShoalCRDT
-public import ShoalQuery
-public import Logging
-public import Metrics
-public import GRDB
-public import Foundation
+import ShoalQuery
+package import Logging
+package import Metrics
+import GRDB
+import Foundation
 
 /// A node's embedded database: documents in collections, every field a
 /// last-writer-wins register, and the change log that sync streams from.

@@ -1,7 +1,7 @@
 public import ShoalCRDT
-public import GRDB
-public import Foundation
-public import Logging
+import GRDB
+import Foundation
+import Logging
 
 /// What applying remote transactions did in one commit.
 public struct ApplyOutcome: Sendable, Equatable {

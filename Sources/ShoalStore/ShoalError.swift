@@ -1,5 +1,5 @@
 public import ShoalQuery
-public import GRDB
+import GRDB
 
 /// Everything Shoal refuses or fails at, in words a user can act on: the one error
 /// the store, sync, the node and the admin client throw, each call with typed

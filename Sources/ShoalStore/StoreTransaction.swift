@@ -1,7 +1,7 @@
 public import ShoalCRDT
 public import ShoalQuery
-public import GRDB
-public import Metrics
+import GRDB
+import Metrics
 
 /// What a transaction's body asks for when it returns.
 public enum TransactionCompletion: Sendable, Hashable {

@@ -1,4 +1,4 @@
-public import ShoalCRDT
+package import ShoalCRDT
 
 /// What sync does with a store, and nothing more: ShoalSync reaches the store only
 /// through this protocol, so that another store (another engine, a test double) can

@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import ShoalQuery
+import ShoalQuery
 
 /// The store's run-time parameters: what `ALTER SYSTEM SET` changes and `SHOW` reads.
 ///

@@ -1,7 +1,7 @@
-public import ShoalCRDT
-public import ShoalStore
-public import ShoalWire
-public import Foundation
+import ShoalCRDT
+package import ShoalStore
+package import ShoalWire
+import Foundation
 
 // Admin requests and responses to and from their wire form (PROTOCOL.md §10).
 // Only ShoalSync and ShoalNode see the generated messages; the CLI sees Shoal's types.

@@ -1,4 +1,4 @@
-public import ShoalStore
+package import ShoalStore
 
 /// What one admin connection may do with the transaction it holds, request by request.
 ///

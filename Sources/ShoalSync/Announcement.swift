@@ -1,7 +1,7 @@
 public import ShoalCRDT
-public import ShoalWire
-public import Crypto
-public import Foundation
+import ShoalWire
+import Crypto
+import Foundation
 
 /// What a node tells its LAN about itself, once a second or two, over UDP multicast
 /// (PROTOCOL.md §16): who it is, which mesh it is in and where to connect to it.

@@ -1,8 +1,8 @@
 public import ShoalCRDT
-public import ShoalWire
-public import Foundation
+import ShoalWire
+import Foundation
 public import ShoalStore
-public import SwiftProtobuf
+import SwiftProtobuf
 
 /// Reads a received DeltaBatch payload straight into checked transaction pieces
 /// (PROTOCOL.md §8.5), the mirror of `DeltaBatchWriter`:

@@ -1,6 +1,6 @@
 public import ShoalCRDT
-public import Foundation
-public import ShoalWire
+import Foundation
+import ShoalWire
 
 /// How recently this node caught up with each node of the mesh, and the newest
 /// deletion it has forgotten: what decides whether a peer may hold documents

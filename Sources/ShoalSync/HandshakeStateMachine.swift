@@ -1,7 +1,7 @@
 public import ShoalCRDT
 public import ShoalWire
-public import Crypto
-public import Foundation
+import Crypto
+import Foundation
 
 /// What a side of a session is: a node of the mesh, or an admin client (the CLI).
 public enum PeerRole: Sendable, Hashable {

@@ -1,8 +1,8 @@
 public import ShoalCRDT
 public import ShoalStore
-public import Logging
-public import Metrics
-public import Foundation
+import Logging
+import Metrics
+import Foundation
 
 /// One node's inbound pipeline: every session hands it the pieces it receives, it
 /// puts transactions together (`CoverageAssembler`), and it commits as many whole

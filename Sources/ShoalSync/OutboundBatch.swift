@@ -1,7 +1,7 @@
 public import ShoalCRDT
-public import ShoalWire
+package import ShoalWire
 public import ShoalStore
-public import SwiftProtobuf
+import SwiftProtobuf
 
 /// A DeltaBatch a session sends: the pieces of a page read for its peer, the log
 /// position they bring the peer to and the Subscribe they answer.

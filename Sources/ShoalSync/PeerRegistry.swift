@@ -1,6 +1,6 @@
 public import ShoalCRDT
 public import ShoalStore
-public import ShoalWire
+import ShoalWire
 
 /// What status shows of one connection or dial target.
 public struct PeerSnapshot: Sendable, Hashable {

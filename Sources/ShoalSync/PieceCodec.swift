@@ -1,7 +1,7 @@
 public import ShoalCRDT
 public import ShoalWire
-public import Foundation
-public import SwiftProtobuf
+import Foundation
+import SwiftProtobuf
 
 /// Turns transaction pieces into their wire form and back, checking what a peer
 /// sent (PROTOCOL.md §8.5).

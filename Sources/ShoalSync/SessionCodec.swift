@@ -1,8 +1,8 @@
-public import Foundation
-public import ShoalCRDT
-public import ShoalStore
+import Foundation
+import ShoalCRDT
+import ShoalStore
 public import ShoalWire
-public import SwiftProtobuf
+import SwiftProtobuf
 
 // Sync session messages to and from their wire form (PROTOCOL.md §8 and §9): the one
 // place `SessionStateMachine`'s messages meet the generated types.

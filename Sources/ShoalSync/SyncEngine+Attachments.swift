@@ -1,9 +1,9 @@
-public import ShoalCRDT
+import ShoalCRDT
 public import ShoalStore
-public import Logging
-public import ShoalWire
-public import Synchronization
-public import Foundation
+import Logging
+import ShoalWire
+import Synchronization
+import Foundation
 
 extension SyncEngine {
     /// The most bytes one AttachmentChunk carries (1 MiB).

@@ -1,8 +1,8 @@
 public import ShoalCRDT
 public import ShoalStore
-public import ShoalWire
-public import Logging
-public import Metrics
+package import ShoalWire
+package import Logging
+package import Metrics
 
 /// Runs a node's sessions: the handshake on every connection, then either the
 /// sync protocol (peers) or admin requests (the CLI).

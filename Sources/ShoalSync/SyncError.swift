@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import ShoalWire
+package import ShoalWire
 
 /// Why a session ended or a sync step failed, in words an operator can act on.
 public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {

@@ -1,4 +1,4 @@
-public import SwiftProtobuf
+import SwiftProtobuf
 
 /// The protobuf payload of a LAN discovery datagram (PROTOCOL.md §16); the datagram's
 /// header and MAC are ShoalSync's `Announcement`.

@@ -1,5 +1,5 @@
 public import NIOCore
-public import Synchronization
+import Synchronization
 
 /// Counts every byte a connection receives, whole frames or not.
 ///

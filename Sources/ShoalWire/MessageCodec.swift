@@ -1,6 +1,6 @@
 public import NIOCore
-public import CompressNIO
-public import SwiftProtobuf
+import CompressNIO
+import SwiftProtobuf
 
 /// Turns messages into frames and back, compressing large payloads.
 ///

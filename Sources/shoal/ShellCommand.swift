@@ -1,5 +1,5 @@
 import ArgumentParser
-public import ShoalStore
+import ShoalStore
 import Foundation
 import ShoalCRDT
 import ShoalNode

@@ -34,6 +34,7 @@ enum ReadmeExamples {
         let names = try await node.store.transaction(isReadOnly: true) { tx in
             try await tx.execute("SELECT name FROM accounts").items   // one snapshot, beside the writer
         }
+        print(names)
     }
 
     static func example3(node: ShoalNode) async throws {
@@ -47,6 +48,7 @@ enum ReadmeExamples {
             "INSERT INTO cars DOCUMENTS (:car)", arguments: ["car": try Value(encoding: Car(_id: "b", doors: doors))])
         let cars = try await node.store.execute(
             "SELECT * FROM cars WHERE doors >= :doors", arguments: ["doors": doors]).items.decode(as: Car.self)
+        print(cars)
     }
 
     static func example4(node: ShoalNode) async throws {
@@ -56,7 +58,7 @@ enum ReadmeExamples {
                 _ = try await tx.execute("UPDATE cars SET color = 'sold' WHERE _id = 'a'")
                 throw OutOfStock()
             }
-        } catch let error as ShoalError where error.underlyingError is OutOfStock {
+        } catch where error.underlyingError is OutOfStock {   // `error` is a ShoalError
             print("nothing sold")   // rolled back
         }
     }
