@@ -1,7 +1,7 @@
 public import ShoalCRDT
-public import ShoalQuery
-public import GRDB
-public import Logging
+import ShoalQuery
+import GRDB
+import Logging
 
 /// A page of the change log read for one peer: pieces of the transactions in it
 /// that the peer's subscriptions want, in log order.
@@ -287,208 +287,67 @@ extension DocumentStore {
     }
 }
 
-/// Builds the pieces of one page for one peer, remembering per document whether
-/// the subscriptions match it.
+/// What the planner asks of the database while it builds one page's pieces for one
+/// peer: the bodies that decide a WHERE, transaction records, current fields for
+/// context, and whether the log still holds a transaction. The decisions are
+/// `PiecePlanner`'s.
 struct PieceReader {
     let db: Database
-    let subscriptions: SubscriptionSet
-    let excluded: Int64?
-    let context: Bool
-    var matches: [DocumentRef: Bool] = [:]
+    var planner: PiecePlanner
 
     init(db: Database, subscriptions: SubscriptionSet, excluded: SiteID?, context: Bool = true) {
         self.db = db
-        self.subscriptions = subscriptions
-        self.excluded = excluded.map { Int64(bitPattern: $0.rawValue) }
-        self.context = context
+        self.planner = PiecePlanner(subscriptions: subscriptions, excluded: excluded, context: context)
     }
 
-    /// Whether the peer's subscriptions want a logged document's deltas.
-    ///
-    /// The log is what this node owes the mesh: every logged delta goes to every peer
-    /// that wants its document, whether or not this node still holds the document
-    /// (EVICT removes a document's registers and body, never its log). A document this
-    /// node cannot judge, because it holds no body for it (evicted, or left with no live
-    /// field) or one it cannot read (stored past the limits by an older version), is
-    /// sent: a subscriber can only get more than it asked for, never less, and no
-    /// verdict could explain withholding it (DATA_MODEL.md §11).
-    mutating func matches(_ document: DocumentRef) throws -> Bool {
-        // No WHERE to evaluate: the document is wanted whatever its body (a deleted one
-        // keeps its tombstone to send, an evicted one its log). Nothing to read or remember.
-        if subscriptions.takesWholeCollection(document.collection) { return true }
-        if let known = matches[document] { return known }
-        let body = try String.fetchOne(
-            db.cachedStatement(sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ?"),
-            arguments: [document.collection, document.id])
-        let matched = body.map { text in
-            guard let parsed = try? JSON.parse(text) else { return true }
-            return subscriptions.matches(collection: document.collection, document: parsed)
-        } ?? true
-        matches[document] = matched
-        return matched
+    /// Reads the bodies the planner needs to judge `rows`.
+    mutating func judge(_ rows: ArraySlice<LogRow>) throws {
+        for document in planner.bodiesNeeded(rows) {
+            let body = try String.fetchOne(
+                db.cachedStatement(sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ?"),
+                arguments: [document.collection, document.id])
+            planner.judge(document, body: body)
+        }
     }
 
     /// Whether a piece of `id` from `rows` would carry a delta for the peer.
     mutating func carries(_ id: TransactionID, rows: ArraySlice<LogRow>) throws -> Bool {
-        if let excluded, Int64(bitPattern: id.origin.rawValue) == excluded { return false }
-        var judged: DocumentRef?
-        for row in rows {
-            if let judged, judged.is(collection: row.delta.collection, id: row.delta.documentID) { continue }
-            let document = DocumentRef(collection: row.delta.collection, id: row.delta.documentID)
-            if try subscriptions.names(collection: document.collection) && matches(document) { return true }
-            judged = document
-        }
-        return false
+        try judge(rows)
+        return planner.carries(id, rows: rows)
     }
 
     mutating func piece(
         _ id: TransactionID, rows: ArraySlice<LogRow>, isLast: Bool, continuing: Bool
     ) throws -> TransactionPiece? {
-        if let excluded, Int64(bitPattern: id.origin.rawValue) == excluded { return nil }
-        var deltas: [Delta] = []
-        deltas.reserveCapacity(rows.count)
-        var counts: [DocumentRef: UInt32] = [:]
-        var withContext: [DocumentRef] = []
-        // A transaction's rows come grouped by document: a run of one document's rows
-        // is judged once (its collection wanted, its body matched, a WHERE that may
-        // read its fields), and only the last of those looks at each delta.
-        var run: (document: DocumentRef, matched: Bool, filtered: Bool)?
-        for row in rows {
-            let document: DocumentRef
-            let matched: Bool
-            let filtered: Bool
-            if let run, run.document.is(collection: row.delta.collection, id: row.delta.documentID) {
-                (document, matched, filtered) = run
-            } else {
-                document = DocumentRef(collection: row.delta.collection, id: row.delta.documentID)
-                matched = try subscriptions.names(collection: document.collection) && matches(document)
-                filtered = matched && context && subscriptions.filters(collection: document.collection)
-                run = (document, matched, filtered)
-                // Every row of a document in a transaction carries the same count.
-                if matched { counts[document] = row.documentDeltas }
-            }
-            guard matched else { continue }
-            deltas.append(row.delta)
-            if filtered, subscriptions.matchMayDependOn(collection: document.collection, field: row.delta.field),
-                !withContext.contains(document)
-            {
-                withContext.append(document)
-            }
-        }
-        guard !deltas.isEmpty || (isLast && continuing) else { return nil }
-        // The log keeps a document's deltas together; a piece carries them in transaction order.
-        if !deltas.isEmpty, !zip(deltas, deltas.dropFirst()).allSatisfy({ $0.index < $1.index }) {
-            deltas.sort { $0.index < $1.index }
-        }
-        let stored = try StoredTransaction.fetch(db, id)
-        guard let first = rows.first?.delta else {
-            // An answer about collections this node holds no row of (`transactionPieces`):
-            // a last piece with no deltas, its manifest from the transaction's record and
-            // its verdicts saying why, as `changes` would have said them.
-            guard isLast, let stored else { return nil }
-            var piece = TransactionPiece(
-                id: id, deltaCount: stored.deltaCount, documentCount: stored.documentCount, collections: stored.collections,
-                deltas: [], documentDeltaCounts: [:], isLast: true)
-            piece.verdicts = try latestSuperseding(Self.heldNoRowVerdicts(stored, subscriptions: subscriptions))
-            return piece
-        }
-        var piece = TransactionPiece(
-            id: id, deltaCount: stored?.deltaCount ?? first.count,
-            documentCount: stored?.documentCount ?? UInt32(Set(rows.map { DocumentRef(collection: $0.delta.collection, id: $0.delta.documentID) }).count),
-            collections: stored?.collections ?? CollectionCount.manifest(of: rows.map { (collection: $0.delta.collection, document: $0.delta.documentID) }),
-            deltas: deltas, documentDeltaCounts: counts, isLast: isLast)
-        if isLast { piece.verdicts = try lastPieceVerdicts(id, piece.collections, rest: latestSuperseding(stored?.rest ?? [])) }
-        guard !withContext.isEmpty else { return piece }
-        let sent = Set(deltas.map { "\($0.documentID)\u{0}\($0.field)\u{0}\($0.timestamp.rawValue)" })
-        for document in withContext {
-            var fields = try HotStatement(db, sql: FieldRecord.contextSQL)
-            try fields.bind(document.collection)
-            try fields.bind(document.id)
-            try fields.query { row in
-                let f = try FieldRecord(row)
-                guard Int64(bitPattern: f.state.transaction.origin.rawValue) != excluded else { return true }
-                let field = ContextField(
-                    document: document, field: f.name, valueJSON: f.state.json, timestamp: f.state.version.timestamp,
-                    transaction: f.state.transaction)
-                if field.transaction != id, !sent.contains("\(document.id)\u{0}\(field.field)\u{0}\(field.timestamp.rawValue)") {
-                    piece.context.append(field)
-                }
+        try judge(rows)
+        guard
+            var planned = try planner.plan(
+                id, rows: rows, isLast: isLast, continuing: continuing, record: { try StoredTransaction.fetch(db, id) },
+                superseding: latestSuperseding)
+        else { return nil }
+        for document in planned.contextDocuments {
+            var fields: [(name: String, state: RegisterState)] = []
+            var statement = try HotStatement(db, sql: FieldRecord.contextSQL)
+            try statement.bind(document.collection)
+            try statement.bind(document.id)
+            try statement.query { row in
+                let field = try FieldRecord(row)
+                fields.append((field.name, field.state))
                 return true
             }
+            planner.addContext(to: &planned, document: document, fields: fields)
         }
-        return piece
+        return planned.piece
     }
 
-    /// `verdicts` with each transaction a `SUPERSEDED` names that compaction took out of
-    /// this node's log since replaced by what it recorded superseded that one, and so
-    /// on: the transactions named are then ones the log still holds (or this node never
-    /// held), which a peer streaming the log gets. Named as recorded, a transaction
-    /// compacted in turn was never sent to a peer that resynced from the compacted log,
-    /// and the transaction it vouched for stayed partial there for ever (shoal-check:
-    /// a restored node held 19 so, every document it covered there).
+    /// `PiecePlanner.latestSuperseding` over this database.
     func latestSuperseding(_ verdicts: [Verdict]) throws -> [Verdict] {
-        guard verdicts.contains(where: { if case .superseded = $0.coverage { true } else { false } }) else { return verdicts }
-        let inLog = try db.cachedStatement(sql: "SELECT 1 FROM change_log WHERE txn_site = ? AND txn_seq = ? LIMIT 1")
-        return try verdicts.map { verdict in
-            guard case .superseded(let named) = verdict.coverage else { return verdict }
-            var latest: Set<TransactionID> = []
-            var seen: Set<TransactionID> = []
-            var queue = named
-            while let id = queue.popLast() {
-                guard seen.insert(id).inserted else { continue }
-                let arguments: StatementArguments = [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]
-                if try Int64.fetchOne(inLog, arguments: arguments) != nil {
-                    latest.insert(id)
-                    continue
-                }
-                // Out of the log: what compaction recorded superseded it in this collection.
-                let later = (try StoredTransaction.fetch(db, id)?.rest ?? []).flatMap { recorded -> [TransactionID] in
-                    guard recorded.collection == verdict.collection, case .superseded(let ids) = recorded.coverage else { return [] }
-                    return ids
-                }
-                if later.isEmpty { latest.insert(id) } else { queue += later }
-                if latest.count > DocumentStore.supersessionLimit {
-                    return Verdict(collection: verdict.collection, coverage: .unknown)
-                }
-            }
-            return Verdict(collection: verdict.collection, coverage: .superseded(latest.sorted()))
-        }
-    }
-
-    /// What a node says of a transaction of which it holds no row in the collections
-    /// asked about. Per collection: what it recorded (`rest`: documents it never held,
-    /// and, once compaction took the transaction's rows, the transactions that
-    /// superseded them), behind `notCovered` by the asker's set (vacuous: it withholds
-    /// nothing); with nothing recorded, its rows went before compaction recorded what
-    /// superseded them, and it can only say `unknown`. Never `notCovered` alone, which
-    /// would vouch for deltas it does not hold.
-    static func heldNoRowVerdicts(_ stored: StoredTransaction, subscriptions: SubscriptionSet) -> [Verdict] {
-        var verdicts: [Verdict] = []
-        for count in stored.collections {
-            let recorded = stored.rest.filter { $0.collection == count.collection }
-            if recorded.isEmpty {
-                verdicts.append(Verdict(collection: count.collection, coverage: .unknown))
-            } else {
-                verdicts.append(Verdict(collection: count.collection, coverage: .notCovered(subscriptions.filter)))
-                verdicts += recorded
-            }
-        }
-        return verdicts
-    }
-
-    /// For each collection of the manifest: what this node logged and withholds does
-    /// not match the peer's subscriptions (`notCovered` by them: it sends everything it
-    /// logged that they may want, `matches`); what it never logged is what its own
-    /// sources said (`rest`).
-    func lastPieceVerdicts(_ id: TransactionID, _ collections: [CollectionCount], rest: [Verdict]) throws -> [Verdict] {
-        let filter = subscriptions.filter
-        var verdicts: [Verdict] = []
-        for count in collections {
-            verdicts.append(Verdict(collection: count.collection, coverage: .notCovered(filter)))
-            for verdict in rest where verdict.collection == count.collection && !verdicts.contains(verdict) {
-                verdicts.append(verdict)
-            }
-        }
-        return verdicts
+        try PiecePlanner.latestSuperseding(
+            verdicts, limit: DocumentStore.supersessionLimit,
+            inLog: { id in
+                let inLog = try db.cachedStatement(sql: "SELECT 1 FROM change_log WHERE txn_site = ? AND txn_seq = ? LIMIT 1")
+                return try Int64.fetchOne(inLog, arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]) != nil
+            },
+            recorded: { id in try StoredTransaction.fetch(db, id)?.rest ?? [] })
     }
 }

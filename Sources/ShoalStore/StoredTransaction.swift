@@ -37,6 +37,20 @@ struct StoredTransaction: Sendable {
     static let byID = "\(select) WHERE origin = ? AND seq = ?"
     static let unfinishedSQL = "\(select) WHERE state IN (0, 2)"
 
+    init(
+        id: TransactionID, deltaCount: UInt32, documentCount: UInt32, collections: [CollectionCount],
+        state: TransactionRecord.State, rest: [Verdict], reports: [SiteID: TransactionRecord.Report], firstSeen: UInt64
+    ) {
+        self.id = id
+        self.deltaCount = deltaCount
+        self.documentCount = documentCount
+        self.collections = collections
+        self.state = state
+        self.rest = rest
+        self.reports = reports
+        self.firstSeen = firstSeen
+    }
+
     init(_ row: HotStatement.Row) throws(ShoalError) {
         id = TransactionID(origin: SiteID(row.bitPattern(Column.origin)), sequence: try row.unsigned(Column.sequence, of: Self.table))
         deltaCount = try row.unsigned(Column.deltaCount, of: Self.table)
