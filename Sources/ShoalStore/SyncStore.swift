@@ -94,6 +94,18 @@ package protocol SyncStore: AnyObject, Sendable {
     /// `count` bytes from `start` of the staging entry `blob` (an `AttachmentWriter`'s),
     /// fewer when it holds fewer: what a fetch under way has stored so far.
     func stagedAttachmentBytes(blob: Int64, from start: Int, count: Int) async throws(ShoalError) -> [UInt8]
+
+    // MARK: Compaction (`PeerPositions.compact`)
+
+    /// The highest change-log sequence committed so far.
+    func lastSequence() async throws(ShoalError) -> UInt64
+    /// Saves what peers acknowledged (the highest of each) and forgets `forget`.
+    func savePeerAcknowledgements(_ acknowledgements: [PeerAcknowledgement], forget: [SiteID]) async throws(ShoalError)
+    func peerAcknowledgements() async throws(ShoalError) -> [PeerAcknowledgement]
+    /// Removes the transactions through `through` that hold no current value.
+    func compactChangeLog(
+        after start: UInt64, through: UInt64, progress: @Sendable (UInt64, CompactionReport) async -> Void
+    ) async throws(ShoalError) -> CompactionReport
 }
 
 /// The store operations of one inbound commit, all inside the same write transaction:

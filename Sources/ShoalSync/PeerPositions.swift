@@ -1,6 +1,6 @@
 public import ShoalCRDT
 public import ShoalStore
-public import Foundation
+package import Foundation
 
 /// What connected peers acknowledged of this node's change log, noted by their
 /// sessions as it happens and taken by compaction, which saves it (`peer_ack`) and
@@ -47,8 +47,8 @@ public final class PeerPositions: Sendable {
     /// acknowledged, forgets peers unheard for longer than `horizon`, and runs to the
     /// lowest position left (`CompactionPoint`). Returns the report, the peer that
     /// held the point back, and the peers that no longer count.
-    public func compact(
-        _ store: DocumentStore, horizon: Duration, now: Date = Date(),
+    package func compact(
+        _ store: any SyncStore, horizon: Duration, now: Date = Date(),
         progress: @Sendable (UInt64, CompactionReport) async -> Void = { _, _ in }
     ) async throws(ShoalError) -> (report: CompactionReport, heldBy: SiteID?, expired: [SiteID]) {
         let taken = take()
@@ -57,7 +57,7 @@ public final class PeerPositions: Sendable {
             lastSequence: try await store.lastSequence(), acknowledgements: try await store.peerAcknowledgements(),
             horizon: Double(horizon.components.seconds) + Double(horizon.components.attoseconds) / 1e18, now: now)
         try await store.savePeerAcknowledgements([], forget: expired)
-        let report = try await store.compactChangeLog(through: point, progress: progress)
+        let report = try await store.compactChangeLog(after: 0, through: point, progress: progress)
         compactedThrough = report.through
         return (report, heldBy, expired)
     }

@@ -17,6 +17,17 @@ import Testing
         let hints = Locked<[(short: Bool, logged: Int)]>([])
         init(_ base: DocumentStore) { self.base = base }
 
+        func lastSequence() async throws(ShoalError) -> UInt64 { try await base.lastSequence() }
+        func savePeerAcknowledgements(_ acknowledgements: [PeerAcknowledgement], forget: [SiteID]) async throws(ShoalError) {
+            try await base.savePeerAcknowledgements(acknowledgements, forget: forget)
+        }
+        func peerAcknowledgements() async throws(ShoalError) -> [PeerAcknowledgement] { try await base.peerAcknowledgements() }
+        func compactChangeLog(
+            after start: UInt64, through: UInt64, progress: @Sendable (UInt64, CompactionReport) async -> Void
+        ) async throws(ShoalError) -> CompactionReport {
+            try await base.compactChangeLog(after: start, through: through, progress: progress)
+        }
+
         var siteID: SiteID { base.siteID }
         var clock: HybridLogicalClock { base.clock }
         var systemParameters: SystemParameters { base.systemParameters }
