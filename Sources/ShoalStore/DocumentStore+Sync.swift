@@ -303,17 +303,21 @@ struct PieceReader {
     /// Reads the bodies the planner needs to judge `rows`.
     mutating func judge(_ rows: ArraySlice<LogRow>) throws {
         for document in planner.bodiesNeeded(rows) {
-            let body = try String.fetchOne(
-                db.cachedStatement(sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ?"),
-                arguments: [document.collection, document.id])
-            planner.judge(document, body: body)
+            planner.judge(document, body: try Self.body(db, of: document))
         }
+    }
+
+    /// The body this node holds of `document`, `nil` when none.
+    static func body(_ db: Database, of document: DocumentRef) throws -> String? {
+        try String.fetchOne(
+            db.cachedStatement(sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ?"),
+            arguments: [document.collection, document.id])
     }
 
     /// Whether a piece of `id` from `rows` would carry a delta for the peer.
     mutating func carries(_ id: TransactionID, rows: ArraySlice<LogRow>) throws -> Bool {
-        try judge(rows)
-        return planner.carries(id, rows: rows)
+        let db = db
+        return try planner.carries(id, rows: rows) { try Self.body(db, of: $0) }
     }
 
     mutating func piece(

@@ -49,13 +49,16 @@ struct PiecePlanner {
     func bodiesNeeded(_ rows: ArraySlice<LogRow>) -> [DocumentRef] {
         guard let first = rows.first, !isExcluded(first.delta.transaction) else { return [] }
         var needed: [DocumentRef] = []
+        // Rows come grouped by document, but not always (a transaction's rows sorted by
+        // delta index): a set keeps the check linear in the rows.
+        var listed: Set<DocumentRef> = []
         var last: DocumentRef?
         for row in rows {
             if let last, last.is(collection: row.delta.collection, id: row.delta.documentID) { continue }
             let document = DocumentRef(collection: row.delta.collection, id: row.delta.documentID)
             last = document
             guard subscriptions.names(collection: document.collection), !subscriptions.takesWholeCollection(document.collection),
-                matched[document] == nil, !needed.contains(document)
+                matched[document] == nil, listed.insert(document).inserted
             else { continue }
             needed.append(document)
         }
@@ -92,15 +95,21 @@ struct PiecePlanner {
         return known
     }
 
-    /// Whether a piece of `id` from `rows` would carry a delta for the peer.
-    func carries(_ id: TransactionID, rows: ArraySlice<LogRow>) -> Bool {
+    /// Whether a piece of `id` from `rows` would carry a delta for the peer (a lazy
+    /// origin's transaction is then offered). Stops at the first document it wants,
+    /// reading (`body`) only the bodies it must judge before that one.
+    mutating func carries(_ id: TransactionID, rows: ArraySlice<LogRow>, body: (DocumentRef) throws -> String?) rethrows -> Bool {
         if isExcluded(id) { return false }
         var judged: DocumentRef?
         for row in rows {
             if let judged, judged.is(collection: row.delta.collection, id: row.delta.documentID) { continue }
             let document = DocumentRef(collection: row.delta.collection, id: row.delta.documentID)
-            if wants(document) { return true }
             judged = document
+            guard subscriptions.names(collection: document.collection) else { continue }
+            if !subscriptions.takesWholeCollection(document.collection), matched[document] == nil {
+                judge(document, body: try body(document))
+            }
+            if wants(document) { return true }
         }
         return false
     }

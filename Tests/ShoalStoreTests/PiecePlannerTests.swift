@@ -71,7 +71,8 @@ import Testing
         let id = TransactionID(origin: Self.origin, sequence: 2)
         let rows = Self.rows(id, [("cars", "\"evicted\"", "color", "\"blue\""), ("cars", "\"broken\"", "color", "\"blue\"")])
         _ = Self.judge(&planner, rows[...], ["\"broken\"": "{not json"])
-        #expect(planner.carries(id, rows: rows[...]))
+        let carried = planner.carries(id, rows: rows[...], body: { _ in Issue.record("judged already"); return nil })
+        #expect(carried)
         let planned = try #require(planner.plan(id, rows: rows[...], isLast: false, continuing: false, record: { nil }, superseding: { $0 }))
         #expect(planned.piece.deltas.count == 2)
         #expect(planned.piece.verdicts.isEmpty, "verdicts go on the last piece only")
@@ -82,10 +83,33 @@ import Testing
         let id = TransactionID(origin: Self.peer, sequence: 3)
         let rows = Self.rows(id, [("cars", "\"r\"", "color", "\"red\"")])
         #expect(Self.judge(&planner, rows[...], [:]).isEmpty)
-        #expect(!planner.carries(id, rows: rows[...]))
+        let carried = planner.carries(id, rows: rows[...], body: { _ in Issue.record("read for the peer's own"); return nil })
+        #expect(!carried)
         var asked = false
         #expect(planner.plan(id, rows: rows[...], isLast: true, continuing: true, record: { asked = true; return nil }, superseding: { $0 }) == nil)
         #expect(!asked)
+    }
+
+    /// Deciding whether to offer a lazy origin's transaction stops at the first document
+    /// the peer wants: the bodies after it are never read.
+    @Test func carriesReadsBodiesOnlyUpToTheFirstWantedDocument() throws {
+        var planner = PiecePlanner(subscriptions: try Self.subscriptions("SELECT * FROM cars WHERE color = 'red'"), excluded: Self.peer)
+        let id = TransactionID(origin: Self.origin, sequence: 8)
+        let rows = Self.rows(id, (0..<1_000).map { ("cars", "\"c\($0)\"", "color", "\"red\"") })
+        var read: [String] = []
+        let carried = planner.carries(id, rows: rows[...]) { document in
+            read.append(document.id)
+            return document.id == "\"c0\"" ? #"{"_id":"c0","color":"blue"}"# : #"{"_id":"x","color":"red"}"#
+        }
+        #expect(carried)
+        #expect(read == ["\"c0\"", "\"c1\""])
+        // A thousand documents, each listed once however their rows interleave.
+        var fresh = PiecePlanner(subscriptions: planner.subscriptions, excluded: nil)
+        let interleaved = Self.rows(
+            id, (0..<1_000).flatMap { [("cars", "\"c\($0)\"", "color", "\"red\""), ("cars", "\"c\($0 / 2)\"", "doors", "4")] })
+        #expect(fresh.bodiesNeeded(interleaved[...]).count == 1_000)
+        fresh.judge(DocumentRef(collection: "cars", id: "\"c0\""), body: nil)
+        #expect(fresh.bodiesNeeded(interleaved[...]).count == 999)
     }
 
     /// Nothing wanted: no piece, and no record read, unless it is the last piece of a
@@ -95,7 +119,8 @@ import Testing
         let id = TransactionID(origin: Self.origin, sequence: 4)
         let rows = Self.rows(id, [("cars", "\"g\"", "color", "\"green\""), ("boats", "\"b\"", "size", "3")], sequence: 9)
         _ = Self.judge(&planner, rows[...], ["\"g\"": #"{"_id":"g","color":"green"}"#])
-        #expect(!planner.carries(id, rows: rows[...]))
+        let carried = planner.carries(id, rows: rows[...], body: { _ in nil })
+        #expect(!carried)
         var reads = 0
         let record = { () -> StoredTransaction? in
             reads += 1
