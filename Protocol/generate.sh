@@ -20,6 +20,7 @@ fi
 mkdir -p Sources/ShoalWire/Generated
 protoc --plugin=protoc-gen-swift="$plugin" \
   --swift_opt=Visibility=Public \
+  --swift_opt=UseAccessLevelOnImports=true \
   --swift_out=Sources/ShoalWire/Generated \
   -I Protocol Protocol/shoal.proto
 echo "generated Sources/ShoalWire/Generated/shoal.pb.swift"
