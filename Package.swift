@@ -44,10 +44,18 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The store contract and the values it speaks in, with no engine: what ShoalSync
+        // is written against, and what each engine (SQLite in ShoalStore, PostgreSQL in
+        // ShoalPostgres) implements.
+        .target(
+            name: "ShoalStorage",
+            dependencies: ["ShoalCRDT", "ShoalQuery", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "ShoalStore",
             dependencies: [
-                "ShoalCRDT", "ShoalQuery",
+                "ShoalCRDT", "ShoalQuery", "ShoalStorage",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -59,7 +67,7 @@ let package = Package(
         .target(
             name: "ShoalSync",
             dependencies: [
-                "ShoalCRDT", "ShoalQuery", "ShoalStore", "ShoalWire",
+                "ShoalCRDT", "ShoalQuery", "ShoalStorage", "ShoalWire",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -69,7 +77,7 @@ let package = Package(
         .target(
             name: "ShoalNode",
             dependencies: [
-                "ShoalCRDT", "ShoalQuery", "ShoalStore", "ShoalSync", "ShoalWire",
+                "ShoalCRDT", "ShoalQuery", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -100,7 +108,7 @@ let package = Package(
         ),
         .target(
             name: "ShoalBulk",
-            dependencies: ["ShoalCRDT", "ShoalQuery", "ShoalNode"],
+            dependencies: ["ShoalCRDT", "ShoalQuery", "ShoalStorage", "ShoalNode"],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -111,7 +119,7 @@ let package = Package(
         .executableTarget(
             name: "shoal",
             dependencies: [
-                "ShoalNode", "ShoalCRDT", "ShoalSync", "ShoalStore", "ShoalBulk", "ShoalShell",
+                "ShoalNode", "ShoalCRDT", "ShoalSync", "ShoalStorage", "ShoalStore", "ShoalBulk", "ShoalShell",
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -125,7 +133,7 @@ let package = Package(
         .target(
             name: "Shoal",
             dependencies: [
-                "ShoalCRDT", "ShoalNode", "ShoalStore", "ShoalSync", "ShoalWire", .product(name: "Logging", package: "swift-log"),
+                "ShoalCRDT", "ShoalNode", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalWire", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -134,7 +142,7 @@ let package = Package(
         .executableTarget(
             name: "shoal-bench",
             dependencies: [
-                "ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalNode", "ShoalWire", "ShoalTesting",
+                "ShoalCRDT", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalNode", "ShoalWire", "ShoalTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
@@ -152,7 +160,7 @@ let package = Package(
         .target(
             name: "ShoalTesting",
             dependencies: [
-                "ShoalCRDT", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode", .product(name: "Logging", package: "swift-log"),
+                "ShoalCRDT", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode", .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ],
             swiftSettings: swiftSettings
@@ -169,13 +177,13 @@ let package = Package(
         ),
         .testTarget(
             name: "ShoalStoreTests",
-            dependencies: ["ShoalStore", "ShoalTesting", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["ShoalStorage", "ShoalStore", "ShoalSync", "ShoalTesting", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "ShoalSyncTests",
             dependencies: [
-                "ShoalSync", "ShoalTesting", "ShoalWire", .product(name: "NIOCore", package: "swift-nio"),
+                "ShoalSync", "ShoalStorage", "ShoalTesting", "ShoalWire", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"), .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -183,7 +191,7 @@ let package = Package(
         .testTarget(
             name: "ShoalNodeTests",
             dependencies: [
-                "Shoal", "ShoalCRDT", "ShoalNode", "ShoalStore", "ShoalSync", "ShoalTesting", "ShoalWire", "shoal",
+                "Shoal", "ShoalCRDT", "ShoalNode", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalTesting", "ShoalWire", "shoal",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -20,11 +20,11 @@
 @_exported import class ShoalStore.StoreTransaction
 @_exported import enum ShoalStore.TransactionCompletion
 @_exported import struct ShoalStore.TransactionResult
-@_exported import struct ShoalStore.TransactionInfo
+@_exported import struct ShoalStorage.TransactionInfo
 @_exported import struct ShoalStore.QueryUpdate
 @_exported import struct ShoalStore.QueryUpdates
 @_exported import class ShoalStore.StoreObserver
-@_exported import struct ShoalStore.AttachmentToken
+@_exported import struct ShoalStorage.AttachmentToken
 
 // Sync: subscriptions and peers.
 @_exported import class ShoalSync.SyncEngine
@@ -32,7 +32,7 @@
 @_exported import struct ShoalSync.PeerSnapshot
 
 // The one error everything throws.
-@_exported import struct ShoalStore.ShoalError
+@_exported import struct ShoalStorage.ShoalError
 
 // Values.
 @_exported import enum ShoalCRDT.Value

@@ -1,5 +1,5 @@
 import ShoalCRDT
-public import ShoalStore
+public import ShoalStorage
 import ShoalNode
 import ShoalQuery
 import Foundation

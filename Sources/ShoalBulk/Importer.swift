@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import ShoalStore
+public import ShoalStorage
 import ShoalNode
 
 /// What an import did: `shoal import --json` prints it.

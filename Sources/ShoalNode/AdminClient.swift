@@ -1,7 +1,7 @@
 import ShoalWire
 import ShoalCRDT
 public import ShoalSync
-public import ShoalStore
+public import ShoalStorage
 import NIOCore
 import NIOPosix
 import Foundation

@@ -1,6 +1,7 @@
 import ShoalCRDT
-import ShoalQuery
 import ShoalStore
+import ShoalQuery
+import ShoalStorage
 import ShoalSync
 import Foundation
 import Synchronization

@@ -1,5 +1,5 @@
 import Foundation
-public import ShoalStore
+public import ShoalStorage
 
 #if canImport(Glibc)
 // `stat` is reachable through CoreFoundation and NIO's C module as well once the TLS

@@ -1,5 +1,5 @@
 import Foundation
-import ShoalStore
+import ShoalStorage
 import NIOCore
 import NIOSSL
 import NIOTLS

@@ -1,5 +1,5 @@
 import Logging
-import ShoalStore
+import ShoalStorage
 import ShoalCRDT
 import NIOCore
 import NIOHTTP1

@@ -1,5 +1,5 @@
 public import ShoalWire
-public import ShoalStore
+public import ShoalStorage
 
 /// Everything a node needs to start, as `shoal run` builds it from its flags.
 ///

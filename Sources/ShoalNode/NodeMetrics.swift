@@ -1,7 +1,8 @@
 import Metrics
+public import ShoalStore
 public import Prometheus
 public import ShoalCRDT
-package import ShoalStore
+package import ShoalStorage
 public import ShoalSync
 import Foundation
 

@@ -1,5 +1,5 @@
 import Foundation
-public import ShoalStore
+public import ShoalStorage
 import ShoalWire
 import TOMLKit
 

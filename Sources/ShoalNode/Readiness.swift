@@ -1,5 +1,5 @@
 import ShoalCRDT
-import ShoalStore
+import ShoalStorage
 
 /// Whether a node listens yet, for `ShoalNode.ready()`: waiting, listening at an
 /// address, or ended (run() failed before it listened, or the node stopped). Waiters

@@ -1,3 +1,4 @@
+public import ShoalStorage
 public import ShoalStore
 import ShoalCRDT
 import ShoalSync

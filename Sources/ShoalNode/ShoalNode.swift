@@ -1,5 +1,6 @@
 public import ShoalCRDT
 public import ShoalStore
+public import ShoalStorage
 public import ShoalSync
 import ShoalWire
 public import Logging

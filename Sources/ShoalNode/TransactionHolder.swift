@@ -1,5 +1,6 @@
 import ShoalCRDT
 import ShoalStore
+import ShoalStorage
 import ShoalSync
 
 /// Holds the transaction of one admin connection across its requests.

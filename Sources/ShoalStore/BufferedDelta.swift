@@ -1,4 +1,5 @@
 import ShoalCRDT
+import ShoalStorage
 import GRDB
 
 /// One row of `txn_piece`, the durable buffer: a delta of a transaction waiting for

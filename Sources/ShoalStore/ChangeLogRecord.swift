@@ -1,4 +1,5 @@
 import ShoalCRDT
+import ShoalStorage
 import GRDB
 
 /// One row of `change_log`: a run of one transaction's documents, its header decoded

@@ -1,4 +1,5 @@
 import Foundation
+import ShoalStorage
 import GRDB
 import Logging
 

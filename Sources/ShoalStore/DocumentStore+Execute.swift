@@ -1,4 +1,5 @@
 public import ShoalCRDT
+public import ShoalStorage
 package import ShoalQuery
 import GRDB
 import Synchronization

@@ -1,4 +1,5 @@
 public import ShoalCRDT
+public import ShoalStorage
 import ShoalQuery
 import Synchronization
 import GRDB

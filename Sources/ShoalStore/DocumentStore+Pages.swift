@@ -1,4 +1,5 @@
 public import ShoalCRDT
+package import ShoalStorage
 import ShoalQuery
 
 /// One page of a SELECT's documents in key order (`DocumentStore.page`).

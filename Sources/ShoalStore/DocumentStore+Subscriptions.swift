@@ -1,4 +1,5 @@
 public import ShoalCRDT
+package import ShoalStorage
 import GRDB
 
 /// A subscription saved in the store, re-added every time the node starts.

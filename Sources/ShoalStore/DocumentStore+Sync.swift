@@ -1,51 +1,11 @@
-public import ShoalCRDT
+package import ShoalCRDT
+package import ShoalStorage
 import ShoalQuery
 import GRDB
 import Logging
 
-/// A page of the change log read for one peer: pieces of the transactions in it
-/// that the peer's subscriptions want, in log order.
-public struct ChangeLogPage: Sendable, Equatable {
-    public var pieces: [TransactionPiece]
-    /// The last sequence examined, matched or not: the peer may resume after it.
-    public var through: UInt64
-    /// Transactions of origins lazy for the peer that the page would have sent pieces
-    /// of, with the sequence of their first row in it (PROTOCOL.md §8.11).
-    public var offered: [Offer] = []
-    /// The lazy transactions offered (in this page or earlier ones of the stream) whose
-    /// run of rows goes on past the page: later pages neither send nor offer them.
-    public var offersOpen: Set<TransactionID> = []
 
-    public init(pieces: [TransactionPiece], through: UInt64, offered: [Offer] = [], offersOpen: Set<TransactionID> = []) {
-        self.pieces = pieces
-        self.through = through
-        self.offered = offered
-        self.offersOpen = offersOpen
-    }
-
-    /// A transaction a page offers instead of sending it, and where its rows begin.
-    public struct Offer: Sendable, Hashable {
-        public var id: TransactionID
-        public var logSequence: UInt64
-
-        public init(_ id: TransactionID, at logSequence: UInt64) {
-            self.id = id
-            self.logSequence = logSequence
-        }
-    }
-
-    /// Every delta of the page, in order.
-    public var deltas: [Delta] { pieces.flatMap(\.deltas) }
-}
-
-/// One delta of the change log with the row it is stored in, decoded once.
-struct LogRow {
-    /// The sequence of its row: every delta of a run of one transaction's documents shares it.
-    var sequence: UInt64
-    var delta: Delta
-    /// How many deltas its transaction wrote to its document.
-    var documentDeltas: UInt32
-
+extension LogRow {
     /// Appends the deltas of one row of the log (`ChangeLogRecord`) to `rows`, in
     /// stored order; returns how many.
     @discardableResult
@@ -155,43 +115,19 @@ extension DocumentStore {
     /// thread, in about a millisecond at most.
     static let shortPageRows: UInt64 = 4
 
-    /// Reads the change log after `sequence` for a peer with `subscriptions`.
-    ///
-    /// Reads about `limit` rows (more, up to 4 times as many, to finish the transaction
-    /// the limit falls in) and at most about `byteLimit` bytes of values (at least one
-    /// row), and turns them into pieces of their transactions:
-    /// - a piece carries the deltas of documents whose **current** body the
-    ///   subscriptions match; rows of transactions that `peer` originated are left out
-    ///   (it holds its own writes), and so are those `skipping` names (the peer sent
-    ///   them here), before any piece of them is built;
-    /// - a piece is the transaction's last when the transaction's run of rows ends in
-    ///   this page (`resuming`: the page follows a resume point, so a run it starts in
-    ///   the middle of counts as continuing); the last piece carries a verdict for each collection of the
-    ///   manifest (`lastPieceVerdicts`). A transaction in `continuing` (one that
-    ///   earlier pages sent part of) gets its last piece even when it carries no delta;
-    ///   any other transaction with nothing to send is left out;
-    /// - when a sent delta writes a field that a subscription's WHERE reads, the
-    ///   document may have just started to match: the piece also carries the
-    ///   document's other current fields as context;
-    /// - a transaction whose origin `isLazy` is not sent but offered, if a piece of it
-    ///   would carry a delta (PROTOCOL.md §8.11): once per stream (`offersOpen` holds
-    ///   those offered whose rows go on), never one in `continuing` (begun eagerly, it
-    ///   stays eager to its last piece).
-    package func changes(
-        after sequence: UInt64, limit: Int, byteLimit: Int = 4 << 20, subscriptions: SubscriptionSet,
-        excludingOrigin peer: SiteID? = nil, skipping: (@Sendable (TransactionID) -> Bool)? = nil,
-        continuing: Set<TransactionID> = [], resuming: Bool = false,
-        isLazy: (@Sendable (SiteID) -> Bool)? = nil, offersOpen: Set<TransactionID> = []
-    ) async throws(ShoalError) -> ChangeLogPage {
+    /// The most keys a batched read (`bodies`, `storedTransactions`, `currentFields`)
+    /// may name to run on the calling thread (`read(inline:)`): each is one lookup by
+    /// primary key, a few microseconds.
+    static let shortReadKeys = 64
+
+    package func logPage(
+        after sequence: UInt64, limit: Int, stretch: Int, byteLimit: Int, records wanted: @escaping @Sendable (TransactionID) -> Bool
+    ) async throws(ShoalError) -> LogPage {
         // A page near the log's end (a session keeping up) is short: read it on this thread.
-        return try await read(inline: lastCommittedSequence &- sequence <= Self.shortPageRows) { db in
+        try await read(inline: lastCommittedSequence &- sequence <= Self.shortPageRows) { db in
             var rows: [LogRow] = []
             var bytes = 0
-            var next: LogRow?
-            // A page may run past `limit` rows (up to 4 times as many) to finish the
-            // transaction it is in, so that ordinary transactions travel whole; past
-            // that, or past the byte budget, it ends inside the transaction.
-            let stretch = limit * 4
+            var next: TransactionID?
             var statement = try HotStatement(db, sql: "\(ChangeLogRecord.select) WHERE seq > ? ORDER BY seq LIMIT ?")
             try statement.bind(sequence)
             try statement.bind(stretch + 1)
@@ -208,150 +144,136 @@ extension DocumentStore {
                 for i in start..<rows.count { size += rows[i].delta.valueJSON.utf8.count }
                 let full = start >= limit && first.delta.transaction != previous
                 if start > 0 && (full || rows.count > stretch || bytes + size > byteLimit) {
-                    next = first
+                    next = first.delta.transaction
                     rows.removeSubrange(start...)
                     return false
                 }
                 bytes += size
                 return true
             }
-            guard let lastRow = rows.last else {
-                return ChangeLogPage(pieces: [], through: sequence, offersOpen: offersOpen)
+            guard !rows.isEmpty else { return LogPage(rows: [], next: nil) }
+            // The records of the page's transactions, from the page's own snapshot.
+            var records: [TransactionID: StoredTransaction] = [:]
+            var last: TransactionID?
+            for row in rows where row.delta.transaction != last {
+                let id = row.delta.transaction
+                last = id
+                if records[id] == nil, wanted(id), let record = try StoredTransaction.fetch(db, id) { records[id] = record }
             }
-            var continuing = continuing
-            if resuming, sequence > 0,
-                let before = try ChangeLogRecord.fetch(db, at: sequence), rows[0].delta.transaction == before.transaction
-            {
-                // Resuming inside a transaction's run: its earlier pieces went out before.
-                continuing.insert(rows[0].delta.transaction)
-            }
-            var reader = PieceReader(db: db, subscriptions: subscriptions, excluded: peer)
-            var page = ChangeLogPage(pieces: [], through: lastRow.sequence, offersOpen: offersOpen)
-            var start = 0
-            while start < rows.count {
-                let id = rows[start].delta.transaction
-                var end = start
-                while end < rows.count, rows[end].delta.transaction == id { end += 1 }
-                let isLast = end < rows.count || next?.delta.transaction != id
-                defer { start = end }
-                if skipping?(id) == true { continue }
-                if !continuing.contains(id), let isLazy, page.offersOpen.contains(id) || isLazy(id.origin) {
-                    // Lazy: offered at its first run with something for the peer, then passed over.
-                    if !page.offersOpen.contains(id), try reader.carries(id, rows: rows[start..<end]) {
-                        page.offered.append(ChangeLogPage.Offer(id, at: rows[start].sequence))
-                        page.offersOpen.insert(id)
-                    }
-                    if isLast { page.offersOpen.remove(id) }
-                    continue
-                }
-                if let piece = try reader.piece(id, rows: rows[start..<end], isLast: isLast, continuing: continuing.contains(id)) {
-                    page.pieces.append(piece)
-                }
-            }
-            return page
+            let previous = sequence > 0 ? try Self.loggedTransaction(db, at: sequence) : nil
+            return LogPage(rows: rows, next: next, previous: previous, records: records)
         }
     }
 
-    /// Every piece this node holds of one transaction, for a peer with
-    /// `subscriptions` that asked for it: what `changes` would have sent of it,
-    /// restricted to `collections` (all when empty), cut into pieces of about
-    /// `byteLimit` bytes. Empty when the transaction is not applied here.
-    package func transactionPieces(
-        _ id: TransactionID, subscriptions: SubscriptionSet, collections: Set<String> = [], byteLimit: Int = 4 << 20
-    ) async throws(ShoalError) -> [TransactionPiece] {
-        return try await read { db in
-            guard let stored = try StoredTransaction.fetch(db, id), stored.state == .applied || stored.state == .partial else { return [] }
+    package func logPage(of id: TransactionID) async throws(ShoalError) -> LogPage {
+        try await read { db in
             var rows: [LogRow] = []
             try ChangeLogRecord.forEach(db, of: id) { record, entries in
                 try LogRow.decode(record, entries: entries, into: &rows)
             }
-            rows.sort { $0.delta.index < $1.delta.index }
-            if !collections.isEmpty { rows = rows.filter { collections.contains($0.delta.collection) } }
-            var reader = PieceReader(db: db, subscriptions: subscriptions, excluded: nil, context: false)
-            var pieces: [TransactionPiece] = []
-            var start = 0
-            repeat {
-                var end = start
-                var bytes = 0
-                while end < rows.count, end == start || bytes + rows[end].delta.valueJSON.utf8.count <= byteLimit {
-                    bytes += rows[end].delta.valueJSON.utf8.count
-                    end += 1
+            let record = try StoredTransaction.fetch(db, id)
+            return LogPage(rows: rows, next: nil, records: record.map { [id: $0] } ?? [:])
+        }
+    }
+
+    /// The transaction of the log's row `sequence`, its header alone; nil when no row has it.
+    static func loggedTransaction(_ db: Database, at sequence: UInt64) throws -> TransactionID? {
+        var statement = try HotStatement(db, sql: "SELECT \(TransactionColumn.selection) FROM change_log WHERE seq = ?")
+        try statement.bind(sequence)
+        var found: TransactionID?
+        try statement.query { row in
+            found = TransactionID(
+                origin: SiteID(row.bitPattern(TransactionColumn.site)),
+                sequence: try row.unsigned(TransactionColumn.sequence, of: ChangeLogRecord.table))
+            return false
+        }
+        return found
+    }
+
+    package func logHolds(_ ids: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> {
+        guard !ids.isEmpty else { return [] }
+        return try await read(inline: ids.count <= Self.shortReadKeys) { db in
+            var statement = try HotStatement(db, sql: "SELECT 1 FROM change_log WHERE txn_site = ? AND txn_seq = ? LIMIT 1")
+            var held: Set<TransactionID> = []
+            for id in ids {
+                try statement.bind(id.origin.rawValue)
+                try statement.bind(id.sequence)
+                try statement.query { _ in
+                    held.insert(id)
+                    return false
                 }
-                if let piece = try reader.piece(id, rows: rows[start..<end], isLast: end == rows.count, continuing: true) {
-                    pieces.append(piece)
+            }
+            return held
+        }
+    }
+
+    package func bodies(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRef: String] {
+        guard !documents.isEmpty else { return [:] }
+        return try await read(inline: documents.count <= Self.shortReadKeys) { db in
+            var statement = try HotStatement(db, sql: "SELECT \(BodyColumn.selection) FROM document WHERE collection = ? AND doc_id = ?")
+            var bodies: [DocumentRef: String] = [:]
+            for document in documents {
+                try statement.bind(document.collection)
+                try statement.bind(document.id)
+                try statement.query { row in
+                    bodies[document] = row.text(BodyColumn.body)
+                    return false
                 }
-                start = end
-            } while start < rows.count
-            return pieces
+            }
+            return bodies
+        }
+    }
+
+    package func storedTransactions(_ ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: StoredTransaction] {
+        guard !ids.isEmpty else { return [:] }
+        return try await read(inline: ids.count <= Self.shortReadKeys) { db in
+            var records: [TransactionID: StoredTransaction] = [:]
+            for id in ids {
+                if let record = try StoredTransaction.fetch(db, id) { records[id] = record }
+            }
+            return records
+        }
+    }
+
+    package func currentFields(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRef: [FieldRecord]] {
+        guard !documents.isEmpty else { return [:] }
+        return try await read(inline: documents.count <= Self.shortReadKeys) { db in
+            var statement = try HotStatement(db, sql: FieldRecord.contextSQL)
+            var fields: [DocumentRef: [FieldRecord]] = [:]
+            for document in documents {
+                try statement.bind(document.collection)
+                try statement.bind(document.id)
+                var found: [FieldRecord] = []
+                try statement.query { row in
+                    found.append(try FieldRecord(row))
+                    return true
+                }
+                fields[document] = found
+            }
+            return fields
         }
     }
 }
 
-/// What the planner asks of the database while it builds one page's pieces for one
-/// peer: the bodies that decide a WHERE, transaction records, current fields for
-/// context, and whether the log still holds a transaction. The decisions are
-/// `PiecePlanner`'s.
-struct PieceReader {
-    let db: Database
-    var planner: PiecePlanner
-
-    init(db: Database, subscriptions: SubscriptionSet, excluded: SiteID?, context: Bool = true) {
-        self.db = db
-        self.planner = PiecePlanner(subscriptions: subscriptions, excluded: excluded, context: context)
+extension DocumentStore: SyncStore {
+    package func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
+        peerHoldings.note(peer, through: through, subscriptions: subscriptions)
     }
+}
 
-    /// Reads the bodies the planner needs to judge `rows`.
-    mutating func judge(_ rows: ArraySlice<LogRow>) throws {
-        for document in planner.bodiesNeeded(rows) {
-            planner.judge(document, body: try Self.body(db, of: document))
+/// The one column `bodies(of:)` reads.
+private enum BodyColumn: Int32, HotColumn {
+    case body
+    var name: String { "body" }
+}
+
+/// The columns `loggedTransaction` reads of a log row: its transaction, without the entries.
+private enum TransactionColumn: Int32, HotColumn {
+    case site, sequence
+    var name: String {
+        switch self {
+        case .site: "txn_site"
+        case .sequence: "txn_seq"
         }
-    }
-
-    /// The body this node holds of `document`, `nil` when none.
-    static func body(_ db: Database, of document: DocumentRef) throws -> String? {
-        try String.fetchOne(
-            db.cachedStatement(sql: "SELECT body FROM document WHERE collection = ? AND doc_id = ?"),
-            arguments: [document.collection, document.id])
-    }
-
-    /// Whether a piece of `id` from `rows` would carry a delta for the peer.
-    mutating func carries(_ id: TransactionID, rows: ArraySlice<LogRow>) throws -> Bool {
-        let db = db
-        return try planner.carries(id, rows: rows) { try Self.body(db, of: $0) }
-    }
-
-    mutating func piece(
-        _ id: TransactionID, rows: ArraySlice<LogRow>, isLast: Bool, continuing: Bool
-    ) throws -> TransactionPiece? {
-        try judge(rows)
-        guard
-            var planned = try planner.plan(
-                id, rows: rows, isLast: isLast, continuing: continuing, record: { try StoredTransaction.fetch(db, id) },
-                superseding: latestSuperseding)
-        else { return nil }
-        for document in planned.contextDocuments {
-            var fields: [(name: String, state: RegisterState)] = []
-            var statement = try HotStatement(db, sql: FieldRecord.contextSQL)
-            try statement.bind(document.collection)
-            try statement.bind(document.id)
-            try statement.query { row in
-                let field = try FieldRecord(row)
-                fields.append((field.name, field.state))
-                return true
-            }
-            planner.addContext(to: &planned, document: document, fields: fields)
-        }
-        return planned.piece
-    }
-
-    /// `PiecePlanner.latestSuperseding` over this database.
-    func latestSuperseding(_ verdicts: [Verdict]) throws -> [Verdict] {
-        try PiecePlanner.latestSuperseding(
-            verdicts, limit: DocumentStore.supersessionLimit,
-            inLog: { id in
-                let inLog = try db.cachedStatement(sql: "SELECT 1 FROM change_log WHERE txn_site = ? AND txn_seq = ? LIMIT 1")
-                return try Int64.fetchOne(inLog, arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)]) != nil
-            },
-            recorded: { id in try StoredTransaction.fetch(db, id)?.rest ?? [] })
     }
 }

@@ -1,4 +1,5 @@
 import ShoalCRDT
+public import ShoalStorage
 import ShoalQuery
 import GRDB
 import Logging

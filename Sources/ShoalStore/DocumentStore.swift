@@ -1,4 +1,5 @@
 public import ShoalCRDT
+package import ShoalStorage
 import ShoalQuery
 package import Logging
 package import Metrics

@@ -1,4 +1,5 @@
 import GRDB
+import ShoalStorage
 import Synchronization
 
 /// One read-only connection for short reads, run on the calling thread.

@@ -1,4 +1,5 @@
 import ShoalCRDT
+import ShoalStorage
 import ShoalQuery
 import GRDB
 

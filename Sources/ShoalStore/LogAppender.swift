@@ -1,4 +1,5 @@
 import ShoalCRDT
+import ShoalStorage
 import GRDB
 
 /// Appends one transaction's change-log rows: the local commit and the remote apply

@@ -1,4 +1,5 @@
 import GRDB
+import ShoalStorage
 
 /// One INSERT for each number of rows from 1 to `maximumRows`, prepared when first
 /// used: what the writers use to put several rows in one statement.

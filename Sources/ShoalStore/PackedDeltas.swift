@@ -1,4 +1,5 @@
 import ShoalCRDT
+import ShoalStorage
 
 /// The deltas one transaction wrote to one document, as an entry of a change-log
 /// row holds them (`LogEntries`).

@@ -1,4 +1,5 @@
 public import ShoalCRDT
+public import ShoalStorage
 
 /// What each peer has acknowledged of this node's change log, and under which
 /// subscriptions: what EVICT asks before it drops this node's own writes.

@@ -1,12 +1,10 @@
 import ShoalCRDT
+import ShoalStorage
 import GRDB
 
-/// One row of `field` (or of `evicted_counter`, which has its shape): a register of a
-/// document, decoded once.
-struct FieldRecord: Sendable {
-    var name: String
-    var state: RegisterState
-
+/// How the SQLite store reads a `FieldRecord`: a row of `field` (or of
+/// `evicted_counter`, which has its shape), decoded once.
+extension FieldRecord {
     /// The columns a `FieldRecord` is read from (a removal's origin site is `txn_site`;
     /// NULL there, from before `v4-observed-removals`, means `site`).
     enum Column: Int32, HotColumn {
@@ -30,14 +28,15 @@ struct FieldRecord: Sendable {
 
     /// `table`: where the row was read from, for errors.
     init(_ row: HotStatement.Row, of table: String = "field") throws(ShoalError) {
-        name = row.text(Column.name)
-        state = RegisterState(
+        self.init(
+            name: row.text(Column.name),
+            state: RegisterState(
             json: row.text(Column.value),
             version: RegisterVersion(
                 timestamp: HybridTimestamp(rawValue: row.bitPattern(Column.timestamp)), site: SiteID(row.bitPattern(Column.site))),
             transaction: TransactionID(
                 origin: SiteID(row.bitPattern(Column.transactionSite)),
-                sequence: try row.unsigned(Column.transactionSequence, of: table)))
+                sequence: try row.unsigned(Column.transactionSequence, of: table))))
     }
 }
 

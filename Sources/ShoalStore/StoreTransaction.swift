@@ -1,4 +1,5 @@
 public import ShoalCRDT
+public import ShoalStorage
 public import ShoalQuery
 import GRDB
 import Metrics
@@ -7,30 +8,6 @@ import Metrics
 public enum TransactionCompletion: Sendable, Hashable {
     case commit
     case rollback
-}
-
-/// Who a transaction is: its unique ID, the hint it was given, and its kind.
-public struct TransactionInfo: Sendable, Hashable {
-    /// Unique among every transaction of every store: 128 random bits as 32 hex digits.
-    /// The node's own handle for it (the long-transaction log, an admin session's
-    /// transaction in `status`); an app names a transaction by the `TransactionID` it
-    /// commits under, in `TransactionResult` and `StoreTransaction.transactionID`.
-    package var id: String
-    /// Free text from whoever started the transaction ("nightly import"), shown in logs.
-    public var hint: String?
-    public var isReadOnly: Bool
-
-    package init(id: String, hint: String?, isReadOnly: Bool) {
-        self.id = id
-        self.hint = hint
-        self.isReadOnly = isReadOnly
-    }
-
-    /// "read-write transaction 'nightly import'" or "read-only transaction", for
-    /// messages: errors name a transaction by its kind and hint, never by a second ID.
-    var described: String {
-        (isReadOnly ? "read-only transaction" : "read-write transaction") + (hint.map { " '\($0)'" } ?? "")
-    }
 }
 
 /// How a transaction ended.

@@ -1,4 +1,5 @@
 import GRDB
+import ShoalStorage
 
 /// A row of one table (or one query's result) decoded by column name, every
 /// conversion checked: what no version of Shoal writes (a NULL where a value belongs,

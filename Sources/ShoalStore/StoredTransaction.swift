@@ -1,18 +1,8 @@
 import ShoalCRDT
+import ShoalStorage
 import GRDB
 
-/// A transaction's row in table `txn`.
-struct StoredTransaction: Sendable {
-    var id: TransactionID
-    var deltaCount: UInt32
-    var documentCount: UInt32
-    var collections: [CollectionCount]
-    var state: TransactionRecord.State
-    /// Verdicts on the documents this node does not hold.
-    var rest: [Verdict]
-    var reports: [SiteID: TransactionRecord.Report]
-    var firstSeen: UInt64
-
+extension StoredTransaction {
     static let table = "txn"
 
     enum Column: Int32, HotColumn {
@@ -37,29 +27,15 @@ struct StoredTransaction: Sendable {
     static let byID = "\(select) WHERE origin = ? AND seq = ?"
     static let unfinishedSQL = "\(select) WHERE state IN (0, 2)"
 
-    init(
-        id: TransactionID, deltaCount: UInt32, documentCount: UInt32, collections: [CollectionCount],
-        state: TransactionRecord.State, rest: [Verdict], reports: [SiteID: TransactionRecord.Report], firstSeen: UInt64
-    ) {
-        self.id = id
-        self.deltaCount = deltaCount
-        self.documentCount = documentCount
-        self.collections = collections
-        self.state = state
-        self.rest = rest
-        self.reports = reports
-        self.firstSeen = firstSeen
-    }
-
     init(_ row: HotStatement.Row) throws(ShoalError) {
-        id = TransactionID(origin: SiteID(row.bitPattern(Column.origin)), sequence: try row.unsigned(Column.sequence, of: Self.table))
-        deltaCount = try row.unsigned(Column.deltaCount, of: Self.table)
-        documentCount = try row.unsigned(Column.documentCount, of: Self.table)
-        collections = CollectionCount.decode(row.text(Column.collections)) ?? []
-        state = try Self.state(row.int64(Column.state), of: id)
-        rest = Verdict.decode(row.text(Column.rest))
-        reports = TransactionRecord.Report.decode(row.text(Column.reports))
-        firstSeen = try row.unsigned(Column.firstSeen, of: Self.table)
+        let id = TransactionID(origin: SiteID(row.bitPattern(Column.origin)), sequence: try row.unsigned(Column.sequence, of: Self.table))
+        self.init(
+            id: id, deltaCount: try row.unsigned(Column.deltaCount, of: Self.table),
+            documentCount: try row.unsigned(Column.documentCount, of: Self.table),
+            collections: CollectionCount.decode(row.text(Column.collections)) ?? [],
+            state: try Self.state(row.int64(Column.state), of: id), rest: Verdict.decode(row.text(Column.rest)),
+            reports: TransactionRecord.Report.decode(row.text(Column.reports)),
+            firstSeen: try row.unsigned(Column.firstSeen, of: Self.table))
     }
 
     /// A value of column `state` as the state it stands for.

@@ -1,4 +1,5 @@
 import ShoalCRDT
+import ShoalStorage
 
 /// The transactions running in one store: what the long-transaction log reports,
 /// and what shutdown waits for.

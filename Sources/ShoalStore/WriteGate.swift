@@ -1,4 +1,5 @@
 import ShoalCRDT
+import ShoalStorage
 
 /// The store's one writer, handed out in order of arrival.
 ///

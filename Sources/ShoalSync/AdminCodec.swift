@@ -1,5 +1,5 @@
 import ShoalCRDT
-package import ShoalStore
+package import ShoalStorage
 package import ShoalWire
 import Foundation
 

@@ -1,4 +1,4 @@
-package import ShoalStore
+package import ShoalStorage
 
 /// What one admin connection may do with the transaction it holds, request by request.
 ///

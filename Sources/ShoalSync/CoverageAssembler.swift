@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import ShoalStore
+public import ShoalStorage
 
 /// Puts remote transactions together from their pieces and decides when each one
 /// can be applied, whole, without ever showing half of one as whole.

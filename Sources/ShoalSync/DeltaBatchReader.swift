@@ -1,7 +1,7 @@
 public import ShoalCRDT
 import ShoalWire
 import Foundation
-public import ShoalStore
+public import ShoalStorage
 import SwiftProtobuf
 
 /// Reads a received DeltaBatch payload straight into checked transaction pieces

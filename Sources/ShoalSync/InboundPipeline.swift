@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import ShoalStore
+public import ShoalStorage
 import Logging
 import Metrics
 import Foundation

@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import ShoalStore
+public import ShoalStorage
 
 /// What the nodes this node relays for subscribe to, by the node that stated it.
 ///

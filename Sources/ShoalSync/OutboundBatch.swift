@@ -1,6 +1,6 @@
 public import ShoalCRDT
 package import ShoalWire
-public import ShoalStore
+public import ShoalStorage
 import SwiftProtobuf
 
 /// A DeltaBatch a session sends: the pieces of a page read for its peer, the log

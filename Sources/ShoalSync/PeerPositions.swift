@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import ShoalStore
+public import ShoalStorage
 package import Foundation
 
 /// What connected peers acknowledged of this node's change log, noted by their

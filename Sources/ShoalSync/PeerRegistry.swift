@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import ShoalStore
+public import ShoalStorage
 import ShoalWire
 
 /// What status shows of one connection or dial target.

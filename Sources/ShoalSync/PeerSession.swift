@@ -1,5 +1,5 @@
 import ShoalCRDT
-import ShoalStore
+import ShoalStorage
 import ShoalWire
 import Logging
 import NIOCore

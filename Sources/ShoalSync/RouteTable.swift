@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import ShoalStore
+public import ShoalStorage
 
 /// Which links carry each origin's transactions in full (eager) and which only offer
 /// their IDs (lazy), decided by this node as a subscriber (docs/ROUTES.md).

@@ -1,6 +1,6 @@
 import Foundation
 import ShoalCRDT
-import ShoalStore
+import ShoalStorage
 public import ShoalWire
 import SwiftProtobuf
 

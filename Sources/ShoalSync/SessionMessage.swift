@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import ShoalStore
+public import ShoalStorage
 package import ShoalWire
 
 /// A message of a sync session after the handshake, in Shoal's own terms

@@ -1,5 +1,5 @@
 import ShoalCRDT
-import ShoalStore
+import ShoalStorage
 
 extension SessionStateMachine {
     /// The publisher's side of a session: what the peer asks this node for, and the

@@ -1,5 +1,5 @@
 import ShoalCRDT
-import ShoalStore
+import ShoalStorage
 
 extension SessionStateMachine {
     /// The subscriber's side of a session: what this node asks the peer for, and the

@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import ShoalStore
+public import ShoalStorage
 public import ShoalWire
 
 /// A sync session after the handshake, as a value type: it takes events (a message

@@ -1,4 +1,4 @@
-public import ShoalStore
+public import ShoalStorage
 public import ShoalWire
 
 /// The outbound half of a connection, as the sync layer sees it.

@@ -1,5 +1,5 @@
 import ShoalCRDT
-public import ShoalStore
+public import ShoalStorage
 import Logging
 import ShoalWire
 import Synchronization

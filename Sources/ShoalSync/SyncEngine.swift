@@ -1,5 +1,5 @@
 public import ShoalCRDT
-public import ShoalStore
+public import ShoalStorage
 package import ShoalWire
 package import Logging
 package import Metrics

@@ -2,6 +2,7 @@ public import Logging
 import Foundation
 public import ShoalCRDT
 public import ShoalStore
+import ShoalStorage
 public import ShoalSync
 import ShoalWire
 

@@ -1,3 +1,4 @@
+import Foundation
 import ShoalCRDT
 
 /// A one-shot signal between tasks: `open()` once, and every `wait()` returns.
@@ -12,6 +13,19 @@ public final class Latch: Sendable {
 
     public func wait() async throws {
         while !isOpen { try await Task.sleep(for: .milliseconds(5)) }
+    }
+
+    /// Blocks the calling thread until the latch opens, for code that cannot await (a
+    /// store's synchronous write body); false when `limit` passed first, so that a test
+    /// waiting for what cannot happen fails rather than hangs.
+    @discardableResult
+    public func waitBlocking(limit: Duration = .seconds(20)) -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while !isOpen {
+            if ContinuousClock.now >= deadline { return false }
+            usleep(1_000)
+        }
+        return true
     }
 }
 

@@ -1,6 +1,6 @@
 import Foundation
-import ShoalCRDT
 import ShoalStore
+import ShoalCRDT
 import ShoalSync
 import ShoalTesting
 

@@ -1,6 +1,6 @@
 import Foundation
-import ShoalCRDT
 import ShoalStore
+import ShoalCRDT
 import ShoalTesting
 
 /// Local writes through Shoal's own API (`DocumentStore.execute`, in process): the

@@ -1,6 +1,6 @@
 import Foundation
-import GRDB
 import ShoalStore
+import GRDB
 import ShoalTesting
 
 /// The limit: SQLite through GRDB, upserting the same documents into the tables Shoal

@@ -1,5 +1,5 @@
 import Foundation
-import ShoalStore
+import ShoalStorage
 import ShoalCRDT
 import ShoalCheck
 import ShoalNode

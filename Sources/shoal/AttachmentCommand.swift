@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import ShoalCRDT
 import ShoalNode
-import ShoalStore
+import ShoalStorage
 import ShoalSync
 
 struct AttachmentCommand: AsyncParsableCommand {

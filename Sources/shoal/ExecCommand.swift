@@ -1,5 +1,5 @@
 import ArgumentParser
-import ShoalStore
+import ShoalStorage
 import ShoalCRDT
 import ShoalNode
 import ShoalSync

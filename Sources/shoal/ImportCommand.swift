@@ -1,5 +1,5 @@
 import ArgumentParser
-import ShoalStore
+import ShoalStorage
 import Foundation
 import ShoalBulk
 import ShoalCRDT

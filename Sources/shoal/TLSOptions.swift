@@ -1,5 +1,5 @@
 import ArgumentParser
-import ShoalStore
+import ShoalStorage
 import ShoalNode
 
 /// The TLS flags of `shoal run` and of every command that reaches a node: the same

@@ -1,5 +1,6 @@
 import ShoalBulk
 import ShoalStore
+import ShoalStorage
 import ShoalCRDT
 import ShoalNode
 import Testing

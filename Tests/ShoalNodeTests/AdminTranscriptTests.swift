@@ -3,6 +3,7 @@ import NIOCore
 import Shoal
 import ShoalNode
 import ShoalStore
+import ShoalStorage
 import ShoalCRDT
 import ShoalSync
 import ShoalTesting

@@ -2,6 +2,7 @@ import Foundation
 import Shoal
 import ShoalNode
 import ShoalStore
+import ShoalStorage
 import ShoalSync
 import ShoalTesting
 import ShoalCRDT

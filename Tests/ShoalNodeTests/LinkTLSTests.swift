@@ -5,6 +5,7 @@ import Shoal
 import ShoalCRDT
 import ShoalNode
 import ShoalStore
+import ShoalStorage
 import ShoalSync
 import ShoalTesting
 import Testing

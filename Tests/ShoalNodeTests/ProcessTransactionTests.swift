@@ -1,6 +1,7 @@
 import Foundation
 import Shoal
 import ShoalStore
+import ShoalStorage
 import ShoalSync
 import ShoalCRDT
 import ShoalNode

@@ -3,6 +3,7 @@ import Shoal
 import ShoalCRDT
 import ShoalNode
 import ShoalStore
+import ShoalStorage
 import ShoalSync
 import ShoalTesting
 import Testing

@@ -1,6 +1,7 @@
 import Foundation
 import ShoalNode
 import ShoalStore
+import ShoalStorage
 import ShoalSync
 import ShoalTesting
 import Testing

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import ShoalCRDT
 @testable import ShoalStore
+import ShoalStorage
 import ShoalTesting
 import Testing
 

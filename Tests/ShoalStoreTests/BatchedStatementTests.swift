@@ -2,6 +2,8 @@ import Foundation
 import GRDB
 import ShoalCRDT
 @testable import ShoalStore
+import ShoalStorage
+import ShoalSync
 import ShoalTesting
 import Testing
 

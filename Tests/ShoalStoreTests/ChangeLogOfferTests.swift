@@ -1,5 +1,7 @@
 import ShoalCRDT
 @testable import ShoalStore
+import ShoalStorage
+import ShoalSync
 import ShoalTesting
 import Testing
 

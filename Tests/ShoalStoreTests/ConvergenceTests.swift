@@ -1,6 +1,8 @@
 import Foundation
 import ShoalCRDT
 import ShoalStore
+import ShoalStorage
+import ShoalSync
 import ShoalTesting
 import Testing
 

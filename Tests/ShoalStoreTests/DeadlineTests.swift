@@ -1,5 +1,6 @@
 import ShoalCRDT
 @testable import ShoalStore
+import ShoalStorage
 import ShoalTesting
 import Testing
 

@@ -6,6 +6,8 @@ import ShoalTesting
 import Testing
 
 @testable import ShoalStore
+import ShoalStorage
+import ShoalSync
 
 /// What a store can hold of one document (`DocumentLimits`), on every path that
 /// writes one: a local statement refuses what could not be read back, a received

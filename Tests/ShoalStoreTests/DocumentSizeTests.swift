@@ -1,6 +1,7 @@
 import Logging
 import ShoalCRDT
 import ShoalStore
+import ShoalStorage
 import ShoalTesting
 import Testing
 

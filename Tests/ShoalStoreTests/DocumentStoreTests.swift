@@ -1,6 +1,7 @@
 import ShoalCRDT
 import ShoalQuery
 import ShoalStore
+import ShoalStorage
 import ShoalTesting
 import Testing
 

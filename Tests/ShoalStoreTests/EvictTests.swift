@@ -1,5 +1,6 @@
 import ShoalCRDT
 import ShoalStore
+import ShoalStorage
 import ShoalTesting
 import Testing
 

@@ -2,6 +2,7 @@ import GRDB
 import ShoalCRDT
 import ShoalQuery
 @testable import ShoalStore
+import ShoalStorage
 import ShoalTesting
 import Testing
 

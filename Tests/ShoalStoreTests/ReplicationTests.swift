@@ -2,6 +2,8 @@ import GRDB
 import GRDBSQLite
 import ShoalCRDT
 @testable import ShoalStore
+import ShoalStorage
+import ShoalSync
 import ShoalTesting
 import Testing
 

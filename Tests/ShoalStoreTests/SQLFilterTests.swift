@@ -1,6 +1,7 @@
 import ShoalCRDT
 import ShoalQuery
 @testable import ShoalStore
+import ShoalStorage
 import ShoalTesting
 import Synchronization
 import Testing

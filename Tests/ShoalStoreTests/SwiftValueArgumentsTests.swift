@@ -1,6 +1,7 @@
 import Foundation
 import ShoalCRDT
 import ShoalStore
+import ShoalStorage
 import Testing
 
 /// Swift variables as query arguments, and results read into the app's structs.

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 @testable import ShoalStore
+import ShoalStorage
 import ShoalTesting
 import Testing
 

@@ -2,6 +2,8 @@ import Logging
 import ShoalCRDT
 import ShoalQuery
 @testable import ShoalStore
+import ShoalStorage
+import ShoalSync
 import ShoalTesting
 import Testing
 

@@ -1,4 +1,5 @@
 import ShoalStore
+import ShoalStorage
 import ShoalSync
 import ShoalWire
 import Testing

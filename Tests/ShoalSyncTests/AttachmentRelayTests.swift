@@ -1,6 +1,7 @@
 import Foundation
 import ShoalCRDT
 import ShoalStore
+import ShoalStorage
 @testable import ShoalSync
 import ShoalTesting
 import ShoalWire

@@ -1,6 +1,7 @@
 @testable import ShoalSync
 import ShoalCRDT
 import ShoalStore
+import ShoalStorage
 import ShoalTesting
 import Testing
 

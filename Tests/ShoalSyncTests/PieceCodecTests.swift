@@ -1,6 +1,7 @@
 import Foundation
 import ShoalCRDT
 import ShoalStore
+import ShoalStorage
 import ShoalSync
 import ShoalTesting
 import ShoalWire

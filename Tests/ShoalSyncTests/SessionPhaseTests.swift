@@ -1,5 +1,6 @@
 import ShoalCRDT
 import ShoalStore
+import ShoalStorage
 @testable import ShoalSync
 import Testing
 

@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import ShoalCRDT
 import ShoalStore
+import ShoalStorage
 import ShoalSync
 import ShoalTesting
 import ShoalWire

@@ -1,6 +1,7 @@
 import Foundation
 import ShoalCRDT
 import ShoalStore
+import ShoalStorage
 import ShoalSync
 import ShoalTesting
 import Testing
@@ -38,20 +39,22 @@ import Testing
         func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(ShoalError) {
             try await base.ownTransactionsBack(peer: peer, subscriptionKey: subscriptionKey)
         }
-        func changes(
-            after sequence: UInt64, limit: Int, byteLimit: Int, subscriptions: SubscriptionSet, excludingOrigin peer: SiteID?,
-            skipping: (@Sendable (TransactionID) -> Bool)?, continuing: Set<TransactionID>, resuming: Bool,
-            isLazy: (@Sendable (SiteID) -> Bool)?, offersOpen: Set<TransactionID>
-        ) async throws(ShoalError) -> ChangeLogPage {
+        func logPage(
+            after sequence: UInt64, limit: Int, stretch: Int, byteLimit: Int, records: @escaping @Sendable (TransactionID) -> Bool
+        ) async throws(ShoalError) -> LogPage {
             pages.withLock { $0 += 1 }
-            return try await base.changes(
-                after: sequence, limit: limit, byteLimit: byteLimit, subscriptions: subscriptions, excludingOrigin: peer,
-                skipping: skipping, continuing: continuing, resuming: resuming, isLazy: isLazy, offersOpen: offersOpen)
+            return try await base.logPage(after: sequence, limit: limit, stretch: stretch, byteLimit: byteLimit, records: records)
         }
-        func transactionPieces(
-            _ id: TransactionID, subscriptions: SubscriptionSet, collections: Set<String>, byteLimit: Int
-        ) async throws(ShoalError) -> [TransactionPiece] {
-            try await base.transactionPieces(id, subscriptions: subscriptions, collections: collections, byteLimit: byteLimit)
+        func logPage(of id: TransactionID) async throws(ShoalError) -> LogPage { try await base.logPage(of: id) }
+        func logHolds(_ ids: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> { try await base.logHolds(ids) }
+        func bodies(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRef: String] {
+            try await base.bodies(of: documents)
+        }
+        func storedTransactions(_ ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: StoredTransaction] {
+            try await base.storedTransactions(ids)
+        }
+        func currentFields(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRef: [FieldRecord]] {
+            try await base.currentFields(of: documents)
         }
         func listenToChangeLog(
             _ handler: @escaping @Sendable (LogEnd) -> Void, closed: @escaping @Sendable () -> Void

@@ -1,5 +1,6 @@
 import ShoalCRDT
-@testable import ShoalStore
+@testable import ShoalSync
+import ShoalStorage
 import Testing
 
 /// The rules that make a peer's pieces out of log rows, with no database: the bodies
@@ -42,7 +43,7 @@ import Testing
         return needed
     }
 
-    @Test func aWholeCollectionNeedsNoBodyAndAWhereNeedsEachDocumentsOnce() throws {
+    @Test func aWholeCollectionNeedsNoBodyAndAWhereNeedsEachDocumentsOnce() async throws {
         var planner = PiecePlanner(
             subscriptions: try Self.subscriptions("SELECT * FROM boats", "SELECT * FROM cars WHERE color = 'red'"), excluded: Self.peer)
         let id = TransactionID(origin: Self.origin, sequence: 1)
@@ -54,7 +55,7 @@ import Testing
         #expect(needed == [DocumentRef(collection: "cars", id: "\"r\""), DocumentRef(collection: "cars", id: "\"g\"")])
         #expect(planner.bodiesNeeded(rows[...]).isEmpty, "judged once for the page")
         let planned = try #require(
-            planner.plan(id, rows: rows[...], isLast: true, continuing: false, record: { nil }, superseding: { $0 }))
+            await planner.plan(id, rows: rows[...], isLast: true, continuing: false, record: { nil }, superseding: { $0 }))
         #expect(planned.piece.deltas.map(\.documentID) == ["\"b\"", "\"r\"", "\"r\""])
         #expect(planned.piece.documentDeltaCounts == [DocumentRef(collection: "boats", id: "\"b\""): 1, DocumentRef(collection: "cars", id: "\"r\""): 2])
         // No record: the manifest is the rows' own, and the last piece says what it withholds.
@@ -66,43 +67,69 @@ import Testing
 
     /// A document this node holds no body of, or one it cannot read, is sent: a
     /// subscriber may get more than it asked for, never less.
-    @Test func aDocumentWithNoReadableBodyIsSent() throws {
+    @Test func aDocumentWithNoReadableBodyIsSent() async throws {
         var planner = PiecePlanner(subscriptions: try Self.subscriptions("SELECT * FROM cars WHERE color = 'red'"), excluded: nil)
         let id = TransactionID(origin: Self.origin, sequence: 2)
         let rows = Self.rows(id, [("cars", "\"evicted\"", "color", "\"blue\""), ("cars", "\"broken\"", "color", "\"blue\"")])
         _ = Self.judge(&planner, rows[...], ["\"broken\"": "{not json"])
-        let carried = planner.carries(id, rows: rows[...], body: { _ in Issue.record("judged already"); return nil })
+        let carried = await planner.carries(id, rows: rows[...], bodies: { _ in Issue.record("judged already"); return [:] })
         #expect(carried)
-        let planned = try #require(planner.plan(id, rows: rows[...], isLast: false, continuing: false, record: { nil }, superseding: { $0 }))
+        let planned = try #require(await planner.plan(id, rows: rows[...], isLast: false, continuing: false, record: { nil }, superseding: { $0 }))
         #expect(planned.piece.deltas.count == 2)
         #expect(planned.piece.verdicts.isEmpty, "verdicts go on the last piece only")
     }
 
-    @Test func thePeersOwnTransactionsAreNeitherReadNorPlanned() throws {
+    @Test func thePeersOwnTransactionsAreNeitherReadNorPlanned() async throws {
         var planner = PiecePlanner(subscriptions: try Self.subscriptions("SELECT * FROM cars WHERE color = 'red'"), excluded: Self.peer)
         let id = TransactionID(origin: Self.peer, sequence: 3)
         let rows = Self.rows(id, [("cars", "\"r\"", "color", "\"red\"")])
         #expect(Self.judge(&planner, rows[...], [:]).isEmpty)
-        let carried = planner.carries(id, rows: rows[...], body: { _ in Issue.record("read for the peer's own"); return nil })
+        let carried = await planner.carries(id, rows: rows[...], bodies: { _ in Issue.record("read for the peer's own"); return [:] })
         #expect(!carried)
         var asked = false
-        #expect(planner.plan(id, rows: rows[...], isLast: true, continuing: true, record: { asked = true; return nil }, superseding: { $0 }) == nil)
+        #expect(await planner.plan(id, rows: rows[...], isLast: true, continuing: true, record: { asked = true; return nil }, superseding: { $0 }) == nil)
         #expect(!asked)
     }
 
     /// Deciding whether to offer a lazy origin's transaction stops at the first document
-    /// the peer wants: the bodies after it are never read.
-    @Test func carriesReadsBodiesOnlyUpToTheFirstWantedDocument() throws {
-        var planner = PiecePlanner(subscriptions: try Self.subscriptions("SELECT * FROM cars WHERE color = 'red'"), excluded: Self.peer)
+    /// the peer wants: the bodies after its chunk are never read, and those before it
+    /// are read a chunk at a time.
+    @Test func carriesReadsBodiesOnlyUpToTheFirstWantedDocument() async throws {
+        let subscriptions = try Self.subscriptions("SELECT * FROM cars WHERE color = 'red'")
         let id = TransactionID(origin: Self.origin, sequence: 8)
         let rows = Self.rows(id, (0..<1_000).map { ("cars", "\"c\($0)\"", "color", "\"red\"") })
-        var read: [String] = []
-        let carried = planner.carries(id, rows: rows[...]) { document in
-            read.append(document.id)
-            return document.id == "\"c0\"" ? #"{"_id":"c0","color":"blue"}"# : #"{"_id":"x","color":"red"}"#
+        func body(_ document: DocumentRef, wantedFrom first: Int) -> String {
+            let n = Int(document.id.dropFirst(2).dropLast())!
+            return n < first ? #"{"_id":"x","color":"blue"}"# : #"{"_id":"x","color":"red"}"#
+        }
+        // One at a time: the first two bodies, the second wanted.
+        var planner = PiecePlanner(subscriptions: subscriptions, excluded: Self.peer)
+        var read: [[String]] = []
+        var carried = await planner.carries(id, rows: rows[...], chunk: 1) { documents in
+            read.append(documents.map(\.id))
+            return Dictionary(uniqueKeysWithValues: documents.map { ($0, body($0, wantedFrom: 1)) })
         }
         #expect(carried)
-        #expect(read == ["\"c0\"", "\"c1\""])
+        #expect(read == [["\"c0\""], ["\"c1\""]])
+        // Chunks of 64, the first wanted document the 100th: two reads, not a hundred.
+        planner = PiecePlanner(subscriptions: subscriptions, excluded: Self.peer)
+        read = []
+        carried = await planner.carries(id, rows: rows[...], chunk: 64) { documents in
+            read.append(documents.map(\.id))
+            return Dictionary(uniqueKeysWithValues: documents.map { ($0, body($0, wantedFrom: 99)) })
+        }
+        #expect(carried)
+        #expect(read.map(\.count) == [64, 64])
+        #expect(read.first?.first == "\"c0\"" && read.last?.first == "\"c64\"")
+        // None wanted: every body read once, 16 reads for 1,000 documents.
+        planner = PiecePlanner(subscriptions: subscriptions, excluded: Self.peer)
+        read = []
+        carried = await planner.carries(id, rows: rows[...]) { documents in
+            read.append(documents.map(\.id))
+            return Dictionary(uniqueKeysWithValues: documents.map { ($0, body($0, wantedFrom: 1_000)) })
+        }
+        #expect(!carried)
+        #expect(read.count == 16 && Set(read.joined()).count == 1_000)
         // A thousand documents, each listed once however their rows interleave.
         var fresh = PiecePlanner(subscriptions: planner.subscriptions, excluded: nil)
         let interleaved = Self.rows(
@@ -114,21 +141,21 @@ import Testing
 
     /// Nothing wanted: no piece, and no record read, unless it is the last piece of a
     /// transaction earlier pieces began, which then goes out empty with the manifest.
-    @Test func aPieceWithNothingForThePeerGoesOutOnlyToEndWhatWasBegun() throws {
+    @Test func aPieceWithNothingForThePeerGoesOutOnlyToEndWhatWasBegun() async throws {
         var planner = PiecePlanner(subscriptions: try Self.subscriptions("SELECT * FROM cars WHERE color = 'red'"), excluded: Self.peer)
         let id = TransactionID(origin: Self.origin, sequence: 4)
         let rows = Self.rows(id, [("cars", "\"g\"", "color", "\"green\""), ("boats", "\"b\"", "size", "3")], sequence: 9)
         _ = Self.judge(&planner, rows[...], ["\"g\"": #"{"_id":"g","color":"green"}"#])
-        let carried = planner.carries(id, rows: rows[...], body: { _ in nil })
+        let carried = await planner.carries(id, rows: rows[...], bodies: { _ in [:] })
         #expect(!carried)
         var reads = 0
         let record = { () -> StoredTransaction? in
             reads += 1
             return Self.record(id, rest: [Verdict(collection: "cars", coverage: .unknown)])
         }
-        #expect(planner.plan(id, rows: rows[...], isLast: true, continuing: false, record: record, superseding: { $0 }) == nil)
+        #expect(await planner.plan(id, rows: rows[...], isLast: true, continuing: false, record: record, superseding: { $0 }) == nil)
         #expect(reads == 0)
-        let ending = try #require(planner.plan(id, rows: rows[...], isLast: true, continuing: true, record: record, superseding: { $0 }))
+        let ending = try #require(await planner.plan(id, rows: rows[...], isLast: true, continuing: true, record: record, superseding: { $0 }))
         #expect(reads == 1)
         #expect(ending.piece.deltas.isEmpty && ending.piece.isLast)
         #expect(ending.piece.deltaCount == 3 && ending.piece.collections.map(\.collection) == ["boats", "cars"], "the record's manifest")
@@ -142,12 +169,12 @@ import Testing
 
     /// A delta on a field the WHERE reads brings the document's other current fields,
     /// but not those the piece carries, those of the transaction itself, or the peer's.
-    @Test func contextLeavesOutWhatThePieceCarriesAndWhatThePeerWrote() throws {
+    @Test func contextLeavesOutWhatThePieceCarriesAndWhatThePeerWrote() async throws {
         var planner = PiecePlanner(subscriptions: try Self.subscriptions("SELECT * FROM cars WHERE color = 'red'"), excluded: Self.peer)
         let id = TransactionID(origin: Self.origin, sequence: 5)
         let rows = Self.rows(id, [("cars", "\"r\"", "color", "\"red\"")])
         _ = Self.judge(&planner, rows[...], ["\"r\"": #"{"_id":"r","color":"red","doors":4}"#])
-        var planned = try #require(planner.plan(id, rows: rows[...], isLast: true, continuing: false, record: { nil }, superseding: { $0 }))
+        var planned = try #require(await planner.plan(id, rows: rows[...], isLast: true, continuing: false, record: { nil }, superseding: { $0 }))
         let document = DocumentRef(collection: "cars", id: "\"r\"")
         #expect(planned.contextDocuments == [document])
         func state(_ json: String, _ timestamp: UInt64, _ transaction: TransactionID) -> RegisterState {
@@ -159,10 +186,10 @@ import Testing
         planner.addContext(
             to: &planned, document: document,
             fields: [
-                ("color", state("\"red\"", 1_000, id)),  // what the piece carries
-                ("doors", state("4", 500, older)),
-                ("seats", state("2", 600, id)),  // the transaction's own, sent in another piece
-                ("wheels", state("4", 700, TransactionID(origin: Self.peer, sequence: 1))),  // the peer's
+                FieldRecord(name: "color", state: state("\"red\"", 1_000, id)),  // what the piece carries
+                FieldRecord(name: "doors", state: state("4", 500, older)),
+                FieldRecord(name: "seats", state: state("2", 600, id)),  // the transaction's own, sent in another piece
+                FieldRecord(name: "wheels", state: state("4", 700, TransactionID(origin: Self.peer, sequence: 1))),  // the peer's
             ])
         #expect(planned.piece.context.map(\.field) == ["doors"])
         #expect(planned.piece.context.first?.transaction == older)
@@ -170,7 +197,7 @@ import Testing
 
     /// A transaction a SUPERSEDED names that the log no longer holds is replaced by
     /// what compaction recorded superseded it, transitively; too many say `unknown`.
-    @Test func supersessionIsFollowedToWhatTheLogHolds() throws {
+    @Test func supersessionIsFollowedToWhatTheLogHolds() async throws {
         let a = TransactionID(origin: Self.origin, sequence: 1)
         let b = TransactionID(origin: Self.origin, sequence: 2)
         let c = TransactionID(origin: Self.origin, sequence: 3)
@@ -179,29 +206,34 @@ import Testing
             b: [Verdict(collection: "cars", coverage: .superseded([c]))],
         ]
         let verdicts = [Verdict(collection: "cars", coverage: .superseded([a])), Verdict(collection: "cars", coverage: .unknown)]
-        let latest = PiecePlanner.latestSuperseding(verdicts, limit: 10, inLog: { $0 == c }, recorded: { recorded[$0] ?? [] })
+        var rounds: [[TransactionID]] = []
+        let latest = await PiecePlanner.latestSuperseding(
+            verdicts, limit: 10, inLog: { ids in rounds.append(ids); return Set(ids.filter { $0 == c }) },
+            recorded: { ids in recorded.filter { ids.contains($0.key) } })
+        #expect(rounds == [[a], [b], [c]], "one question a round")
         #expect(latest == [Verdict(collection: "cars", coverage: .superseded([c])), Verdict(collection: "cars", coverage: .unknown)])
         let many = (10..<20).map { TransactionID(origin: Self.origin, sequence: UInt64($0)) }
         // Counted while the chase runs outside the log: `a`, gone, was superseded by ten gone too.
-        let capped = PiecePlanner.latestSuperseding(
-            [Verdict(collection: "cars", coverage: .superseded([a]))], limit: 5, inLog: { _ in false },
-            recorded: { $0 == a ? [Verdict(collection: "cars", coverage: .superseded(many))] : [] })
+        let capped = await PiecePlanner.latestSuperseding(
+            [Verdict(collection: "cars", coverage: .superseded([a]))], limit: 5, inLog: { _ in [] },
+            recorded: { ids in ids.contains(a) ? [a: [Verdict(collection: "cars", coverage: .superseded(many))]] : [:] })
         #expect(capped == [Verdict(collection: "cars", coverage: .unknown)])
         var asked = 0
-        let untouched = PiecePlanner.latestSuperseding(
-            [Verdict(collection: "cars", coverage: .unknown)], limit: 5, inLog: { _ in asked += 1; return true }, recorded: { _ in [] })
+        let untouched = await PiecePlanner.latestSuperseding(
+            [Verdict(collection: "cars", coverage: .unknown)], limit: 5, inLog: { ids in asked += 1; return Set(ids) },
+            recorded: { _ in [:] })
         #expect(untouched == [Verdict(collection: "cars", coverage: .unknown)] && asked == 0)
     }
 
     /// Asked for a transaction's collections of which this node holds no row: one last
     /// piece with the record's manifest, vouching only for what it recorded.
-    @Test func aTransactionHeldWithNoRowsIsAnsweredFromItsRecord() throws {
+    @Test func aTransactionHeldWithNoRowsIsAnsweredFromItsRecord() async throws {
         let planner = PiecePlanner(subscriptions: try Self.subscriptions("SELECT * FROM cars"), excluded: nil, context: false)
         let id = TransactionID(origin: Self.origin, sequence: 6)
         let later = TransactionID(origin: Self.origin, sequence: 7)
         let record = Self.record(id, rest: [Verdict(collection: "cars", coverage: .superseded([later]))])
         let planned = try #require(
-            planner.plan(id, rows: ArraySlice<LogRow>(), isLast: true, continuing: true, record: { record }, superseding: { $0 }))
+            await planner.plan(id, rows: ArraySlice<LogRow>(), isLast: true, continuing: true, record: { record }, superseding: { $0 }))
         #expect(planned.piece.deltas.isEmpty && planned.piece.deltaCount == 3)
         #expect(
             planned.piece.verdicts == [

@@ -19,7 +19,7 @@ public struct SubscriptionSet: Sendable, Hashable {
             return fields
         }
 
-        static func collectFields(_ e: Expression, into fields: inout Set<String>) {
+        package static func collectFields(_ e: Expression, into fields: inout Set<String>) {
             switch e {
             case .path(let p): if let first = p.first { fields.insert(first) }
             case .literal, .parameter: break
@@ -125,12 +125,12 @@ public struct SubscriptionSet: Sendable, Hashable {
     /// The collections any subscription names.
     public var collections: Set<String> { Set(entries.map(\.statement.collection)) }
 
-    static func identifier(query: String, arguments: [String: Value]) -> String {
+    package static func identifier(query: String, arguments: [String: Value]) -> String {
         hash(query + "\u{0}" + Value.object(arguments).canonicalJSON)
     }
 
     /// FNV-1a, 64 bits, as 16 hex digits: stable across runs and platforms.
-    static func hash(_ text: String) -> String { StableHash.fnv1a(text) }
+    package static func hash(_ text: String) -> String { StableHash.fnv1a(text) }
 }
 
 extension SubscriptionSet {
@@ -178,13 +178,13 @@ extension SubscriptionSet {
         }
     }
 
-    static func conjuncts(_ e: Expression) -> [Expression] {
+    package static func conjuncts(_ e: Expression) -> [Expression] {
         if case .binary(.and, let l, let r) = e { return conjuncts(l) + conjuncts(r) }
         return [e]
     }
 
     /// `e` with every parameter replaced by its value (a missing one stays a parameter).
-    static func resolve(_ e: Expression, _ arguments: [String: Value]) -> Expression {
+    package static func resolve(_ e: Expression, _ arguments: [String: Value]) -> Expression {
         switch e {
         case .parameter(let name): return arguments[name].map(Expression.literal) ?? e
         case .literal, .path, .countAll: return e

@@ -1,5 +1,5 @@
 public import ShoalCRDT
-import ShoalQuery
+package import ShoalQuery
 
 /// The store's run-time parameters: what `ALTER SYSTEM SET` changes and `SHOW` reads.
 ///
@@ -50,15 +50,15 @@ public struct SystemParameters: Sendable, Hashable {
     }
 
     /// One parameter: its DQL name, what it takes, and where it lives in the struct.
-    struct Definition: Sendable {
-        let name: String
+    package struct Definition: Sendable {
+        package let name: String
         /// What the value must be, for error messages.
-        let takes: String
-        let keyPath: any WritableKeyPath<SystemParameters, Int64> & Sendable
+        package let takes: String
+        package let keyPath: any WritableKeyPath<SystemParameters, Int64> & Sendable
     }
 
     /// Every parameter, in name order (the order `SHOW ALL` lists them in).
-    static let definitions: [Definition] = [
+    package static let definitions: [Definition] = [
         Definition(
             name: "document_size_hard_limit_bytes", takes: "a whole number of bytes, at least 1",
             keyPath: \.documentSizeHardLimitBytes),
@@ -74,12 +74,12 @@ public struct SystemParameters: Sendable, Hashable {
     ]
 
     /// "a (what it takes) and b (what it takes)", for messages.
-    static var known: String {
+    package static var known: String {
         let items = definitions.map { "\($0.name) (\($0.takes))" }
         return items.dropLast().joined(separator: ", ") + (items.count > 1 ? " and " : "") + (items.last ?? "")
     }
 
-    static func definition(named name: String, at position: SourcePosition) throws(QueryError) -> Definition {
+    package static func definition(named name: String, at position: SourcePosition) throws(QueryError) -> Definition {
         guard let definition = definitions.first(where: { $0.name == name.lowercased() }) else {
             throw QueryError("unknown system parameter '\(name)': the parameters are \(known)", position: position)
         }
@@ -87,12 +87,12 @@ public struct SystemParameters: Sendable, Hashable {
     }
 
     /// `[{"name": ..., "value": ...}]` for one parameter.
-    func row(_ definition: Definition) -> Value {
+    package func row(_ definition: Definition) -> Value {
         ["name": .string(definition.name), "value": .int(self[keyPath: definition.keyPath])]
     }
 
     /// Runs `ALTER SYSTEM SET` or `SHOW` on these parameters and returns the result rows.
-    mutating func apply(_ statement: SystemStatement, arguments: [String: Value]) throws(QueryError) -> [Value] {
+    package mutating func apply(_ statement: SystemStatement, arguments: [String: Value]) throws(QueryError) -> [Value] {
         switch statement {
         case .showAll:
             return Self.definitions.map(row)

@@ -1,4 +1,5 @@
 import ShoalCRDT
+import ShoalStorage
 
 /// The rules that turn rows of the change log into the pieces one peer gets, with no
 /// database: which documents the peer's subscriptions want, which transactions are
@@ -96,18 +97,30 @@ struct PiecePlanner {
     }
 
     /// Whether a piece of `id` from `rows` would carry a delta for the peer (a lazy
-    /// origin's transaction is then offered). Stops at the first document it wants,
-    /// reading (`body`) only the bodies it must judge before that one.
-    mutating func carries(_ id: TransactionID, rows: ArraySlice<LogRow>, body: (DocumentRef) throws -> String?) rethrows -> Bool {
+    /// origin's transaction is then offered). Stops at the first document it wants:
+    /// the bodies it must judge are read (`bodies`) `chunk` at a time, in row order, so
+    /// that a transaction whose first document is wanted costs one short read, and one
+    /// of a thousand documents none of which is wanted, a few reads rather than a
+    /// thousand.
+    mutating func carries<E: Error>(
+        _ id: TransactionID, rows: ArraySlice<LogRow>, chunk: Int = 64,
+        bodies: ([DocumentRef]) async throws(E) -> [DocumentRef: String]
+    ) async throws(E) -> Bool {
         if isExcluded(id) { return false }
+        let needed = bodiesNeeded(rows)
+        var nextNeeded = 0
         var judged: DocumentRef?
         for row in rows {
             if let judged, judged.is(collection: row.delta.collection, id: row.delta.documentID) { continue }
             let document = DocumentRef(collection: row.delta.collection, id: row.delta.documentID)
             judged = document
             guard subscriptions.names(collection: document.collection) else { continue }
-            if !subscriptions.takesWholeCollection(document.collection), matched[document] == nil {
-                judge(document, body: try body(document))
+            if !subscriptions.takesWholeCollection(document.collection), matched[document] == nil, nextNeeded < needed.count {
+                // This document and the next ones still to judge, in one read.
+                let batch = Array(needed[nextNeeded..<min(needed.count, nextNeeded + max(1, chunk))])
+                nextNeeded += batch.count
+                let read = try await bodies(batch)
+                for document in batch { judge(document, body: read[document]) }
             }
             if wants(document) { return true }
         }
@@ -116,15 +129,15 @@ struct PiecePlanner {
 
     /// The piece of `id` that `rows` make for the peer, or `nil` when it has nothing
     /// for it: a piece with no delta goes out only as the last piece of a transaction
-    /// that earlier pieces began (`continuing`). `record` reads what this node recorded
+    /// that earlier pieces began (`continuing`). `record` gives what this node recorded
     /// of the transaction (its manifest and `rest`; `nil` when nothing), asked only for
     /// a piece that goes out; `superseding` gives `rest` with each transaction
     /// compaction took out of the log replaced by those that superseded it
     /// (`latestSuperseding`).
-    func plan(
+    func plan<E: Error>(
         _ id: TransactionID, rows: ArraySlice<LogRow>, isLast: Bool, continuing: Bool,
-        record: () throws -> StoredTransaction?, superseding: ([Verdict]) throws -> [Verdict]
-    ) rethrows -> PlannedPiece? {
+        record: () throws(E) -> StoredTransaction?, superseding: ([Verdict]) async throws(E) -> [Verdict]
+    ) async throws(E) -> PlannedPiece? {
         if isExcluded(id) { return nil }
         var deltas: [Delta] = []
         deltas.reserveCapacity(rows.count)
@@ -170,7 +183,7 @@ struct PiecePlanner {
             var piece = TransactionPiece(
                 id: id, deltaCount: record.deltaCount, documentCount: record.documentCount, collections: record.collections,
                 deltas: [], documentDeltaCounts: [:], isLast: true)
-            piece.verdicts = try superseding(Self.heldNoRowVerdicts(record, subscriptions: subscriptions))
+            piece.verdicts = try await superseding(Self.heldNoRowVerdicts(record, subscriptions: subscriptions))
             return PlannedPiece(piece: piece, contextDocuments: [], sent: [])
         }
         var piece = TransactionPiece(
@@ -182,7 +195,7 @@ struct PiecePlanner {
             deltas: deltas, documentDeltaCounts: counts, isLast: isLast)
         if isLast {
             piece.verdicts = Self.lastPieceVerdicts(
-                piece.collections, filter: subscriptions.filter, rest: try superseding(record?.rest ?? []))
+                piece.collections, filter: subscriptions.filter, rest: try await superseding(record?.rest ?? []))
         }
         let sent = withContext.isEmpty ? [] : Set(deltas.map { Self.sentKey($0.documentID, $0.field, $0.timestamp) })
         return PlannedPiece(piece: piece, contextDocuments: withContext, sent: sent)
@@ -193,7 +206,7 @@ struct PiecePlanner {
     /// a field a subscription reads, the document may have just started to match.
     /// Leaves out fields the piece carries, fields of the transaction itself, and
     /// fields the peer wrote.
-    func addContext(to planned: inout PlannedPiece, document: DocumentRef, fields: [(name: String, state: RegisterState)]) {
+    func addContext(to planned: inout PlannedPiece, document: DocumentRef, fields: [FieldRecord]) {
         for f in fields where f.state.transaction.origin != excluded {
             let field = ContextField(
                 document: document, field: f.name, valueJSON: f.state.json, timestamp: f.state.version.timestamp,
@@ -219,35 +232,46 @@ struct PiecePlanner {
     /// a restored node held 19 so, every document it covered there). More than `limit`
     /// transactions make the verdict `unknown`.
     ///
-    /// `inLog` says whether the log holds a row of a transaction; `recorded` what this
-    /// node recorded of one (its `rest`), empty when nothing.
-    static func latestSuperseding(
-        _ verdicts: [Verdict], limit: Int, inLog: (TransactionID) throws -> Bool, recorded: (TransactionID) throws -> [Verdict]
-    ) rethrows -> [Verdict] {
+    /// The chase goes a round at a time, each round asking about all the transactions
+    /// it reached at once: `inLog` says which of them the log holds a row of;
+    /// `recorded` what this node recorded of each (its `rest`; left out when nothing).
+    static func latestSuperseding<E: Error>(
+        _ verdicts: [Verdict], limit: Int, inLog: ([TransactionID]) async throws(E) -> Set<TransactionID>,
+        recorded: ([TransactionID]) async throws(E) -> [TransactionID: [Verdict]]
+    ) async throws(E) -> [Verdict] {
         guard verdicts.contains(where: { if case .superseded = $0.coverage { true } else { false } }) else { return verdicts }
-        return try verdicts.map { verdict in
-            guard case .superseded(let named) = verdict.coverage else { return verdict }
+        var result: [Verdict] = []
+        result.reserveCapacity(verdicts.count)
+        for verdict in verdicts {
+            guard case .superseded(let named) = verdict.coverage else {
+                result.append(verdict)
+                continue
+            }
             var latest: Set<TransactionID> = []
             var seen: Set<TransactionID> = []
-            var queue = named
-            while let id = queue.popLast() {
-                guard seen.insert(id).inserted else { continue }
-                if try inLog(id) {
-                    latest.insert(id)
-                    continue
+            var round = named.filter { seen.insert($0).inserted }
+            while !round.isEmpty, latest.count <= limit {
+                let held = try await inLog(round)
+                let gone = round.filter { !held.contains($0) }
+                latest.formUnion(held)
+                // Out of the log: what compaction recorded superseded each in this collection.
+                let records = gone.isEmpty ? [:] : try await recorded(gone)
+                var next: [TransactionID] = []
+                for id in gone {
+                    let later = (records[id] ?? []).flatMap { recorded -> [TransactionID] in
+                        guard recorded.collection == verdict.collection, case .superseded(let ids) = recorded.coverage else { return [] }
+                        return ids
+                    }
+                    if later.isEmpty { latest.insert(id) } else { next += later.filter { seen.insert($0).inserted } }
                 }
-                // Out of the log: what compaction recorded superseded it in this collection.
-                let later = try recorded(id).flatMap { recorded -> [TransactionID] in
-                    guard recorded.collection == verdict.collection, case .superseded(let ids) = recorded.coverage else { return [] }
-                    return ids
-                }
-                if later.isEmpty { latest.insert(id) } else { queue += later }
-                if latest.count > limit {
-                    return Verdict(collection: verdict.collection, coverage: .unknown)
-                }
+                round = next
             }
-            return Verdict(collection: verdict.collection, coverage: .superseded(latest.sorted()))
+            result.append(
+                Verdict(
+                    collection: verdict.collection,
+                    coverage: latest.count > limit ? .unknown : .superseded(latest.sorted())))
         }
+        return result
     }
 
     /// What a node says of a transaction of which it holds no row in the collections

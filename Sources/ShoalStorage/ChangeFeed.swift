@@ -114,7 +114,7 @@ public final class ChangeFeed<Element: Sendable>: Sendable {
 /// A handler listening to a `ChangeFeed`; `cancel()` stops it (idempotent).
 public struct ChangeFeedListening: Sendable {
     private let stop: @Sendable () -> Void
-    init(_ stop: @escaping @Sendable () -> Void) { self.stop = stop }
+    package init(_ stop: @escaping @Sendable () -> Void) { self.stop = stop }
     public func cancel() { stop() }
 }
 

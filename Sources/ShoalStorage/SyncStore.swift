@@ -1,15 +1,17 @@
 package import ShoalCRDT
 
 /// What sync does with a store, and nothing more: ShoalSync reaches the store only
-/// through this protocol, so that another store (another engine, a test double) can
-/// sit under the same sessions and inbound pipeline. `DocumentStore` is the one in use.
+/// through this protocol, so that another engine (PostgreSQL, a test double) can sit
+/// under the same sessions and inbound pipeline. `DocumentStore` (SQLite) is the one
+/// in use. Its operations are reads and writes of rows; the rules of what a peer gets
+/// and of what a received transaction does are ShoalSync's.
 ///
-/// Outbound, a session reads the change log after a peer's cursor as pieces of
-/// transactions (`changes`), answers questions about one transaction
-/// (`transactionPieces`), and wakes when the log grows or cursors restart.
-/// Inbound, the pipeline starts from the transactions left waiting or partial
-/// (`transactionRecords`) and does each commit in one write transaction
-/// (`writeInbound`) through an `InboundWriting`.
+/// Outbound, a session reads the change log after a peer's cursor (`logPage`), and
+/// ShoalSync's piece planner turns its rows into pieces with the bodies, records and
+/// current fields it asks for (`SyncStore.changes`, `transactionPieces`); it wakes
+/// when the log grows or cursors restart. Inbound, the pipeline starts from the
+/// transactions left waiting or partial (`transactionRecords`) and does each commit
+/// in one write transaction (`writeInbound`) through an `InboundWriting`.
 package protocol SyncStore: AnyObject, Sendable {
     /// This node's site.
     var siteID: SiteID { get }
@@ -30,18 +32,38 @@ package protocol SyncStore: AnyObject, Sendable {
     /// `peer`'s stream with this node's own transactions in it caught up: its cursor
     /// becomes the one of `subscriptionKey` (`SubscriptionSet.refillKey`).
     func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(ShoalError)
-    /// The next page of the change log after `sequence`, as pieces for `subscriptions`,
-    /// without the transactions `skipping` names (nil: none), offering those of the
-    /// origins `isLazy` names instead of sending them.
-    func changes(
-        after sequence: UInt64, limit: Int, byteLimit: Int, subscriptions: SubscriptionSet,
-        excludingOrigin peer: SiteID?, skipping: (@Sendable (TransactionID) -> Bool)?, continuing: Set<TransactionID>,
-        resuming: Bool, isLazy: (@Sendable (SiteID) -> Bool)?, offersOpen: Set<TransactionID>
-    ) async throws(ShoalError) -> ChangeLogPage
-    /// The pieces of one logged transaction, for a peer that asks about it.
-    func transactionPieces(
-        _ id: TransactionID, subscriptions: SubscriptionSet, collections: Set<String>, byteLimit: Int
-    ) async throws(ShoalError) -> [TransactionPiece]
+    // MARK: Reading the log (ShoalSync's `PiecePlanner` decides what of it a peer gets)
+    //
+    // Each call reads one committed state, at least as new as the one the call before
+    // it read (read committed, never going back); two calls may see different states.
+    // The planner relies on no more: what must agree with a page's rows (their records,
+    // which the verdicts come from) comes with the page. A body read later is what a
+    // later page would have been judged by, and a current field read later is still
+    // what PROTOCOL.md §8.3 asks context to be: what the node holds now (which may
+    // include a field of a transaction after the page, as it may when the page does not
+    // reach the log's end).
+
+    /// The rows of the change log after `sequence`, in order, each row whole: rows until
+    /// `limit` deltas, then more to finish the transaction the limit falls in while the
+    /// page stays within `stretch` deltas, and within `byteLimit` bytes of values (one
+    /// row at least, whatever its size); with the records of their transactions that
+    /// `records` names, and the transactions on either side, all read in one snapshot
+    /// (`LogPage`).
+    func logPage(
+        after sequence: UInt64, limit: Int, stretch: Int, byteLimit: Int, records: @escaping @Sendable (TransactionID) -> Bool
+    ) async throws(ShoalError) -> LogPage
+    /// Every row the log holds of transaction `id`, in log order, with its record, in
+    /// one snapshot (`next` and `previous` are nil).
+    func logPage(of id: TransactionID) async throws(ShoalError) -> LogPage
+    /// Which of the transactions `ids` the log holds a row of.
+    func logHolds(_ ids: [TransactionID]) async throws(ShoalError) -> Set<TransactionID>
+    /// The bodies (canonical JSON) this node holds of `documents`; one it holds no body
+    /// of is left out.
+    func bodies(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRef: String]
+    /// What this node recorded of the transactions `ids`; one with no record is left out.
+    func storedTransactions(_ ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: StoredTransaction]
+    /// The current registers of `documents`, each document's in name order.
+    func currentFields(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRef: [FieldRecord]]
     /// Calls `handler` with the change log's end, now and each time it grows, with what
     /// the commit appended (from the committing task: it must only hand it on), and
     /// `closed` when the store closes.
@@ -160,11 +182,5 @@ public struct ResumePoint: Sendable, Hashable {
         self.through = through
         self.refill = refill
         self.epoch = epoch
-    }
-}
-
-extension DocumentStore: SyncStore {
-    package func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
-        peerHoldings.note(peer, through: through, subscriptions: subscriptions)
     }
 }

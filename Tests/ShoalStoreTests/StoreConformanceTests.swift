@@ -1,0 +1,330 @@
+import Foundation
+import ShoalCRDT
+import ShoalStorage
+import ShoalStore
+import ShoalTesting
+import Testing
+
+/// What every store engine must do for sync, through `SyncStore` alone: each test runs
+/// once per engine (`Engine`), and a new engine joins by adding a case. The rules of
+/// what a peer gets and of what a received transaction does are ShoalSync's, tested
+/// without a store (`PiecePlannerTests`, `CoverageAssemblerTests`); this suite checks
+/// the rows under them: what a write leaves, what the reads give back, and the
+/// isolation the contract states.
+@Suite struct StoreConformanceTests {
+    /// The engines under test.
+    enum Engine: String, CaseIterable, CustomStringConvertible {
+        case sqlite
+
+        var description: String { rawValue }
+
+        /// Opens an empty store of this engine, runs `body`, and closes and removes it.
+        func withStore(_ body: (any SyncStore) async throws -> Void) async throws {
+            switch self {
+            case .sqlite:
+                let dir = TemporaryDirectory()
+                defer { dir.remove() }
+                let store = try DocumentStore(directory: dir.path)
+                defer { store.close() }
+                try await body(store)
+            }
+        }
+    }
+
+    static let origin = SiteID(0xA11CE)
+    static let peer = SiteID(0xB0B)
+
+    /// A received transaction: `writes` are (collection, document, field, value JSON),
+    /// in delta order, with its record and per-document counts.
+    struct Received {
+        var record: TransactionRecord
+        var deltas: [Delta]
+        var counts: [DocumentRef: UInt32]
+
+        init(
+            _ sequence: UInt64, _ writes: [(String, String, String, String)], at time: UInt64 = 1_000,
+            state: TransactionRecord.State = .applied
+        ) {
+            let id = TransactionID(origin: StoreConformanceTests.origin, sequence: sequence)
+            deltas = writes.enumerated().map { index, write in
+                Delta(
+                    collection: write.0, documentID: Value.string(write.1).canonicalJSON, field: write.2, valueJSON: write.3,
+                    timestamp: HybridTimestamp(rawValue: (time + sequence) << 16 + UInt64(index)), transaction: id,
+                    index: UInt32(index), count: UInt32(writes.count))
+            }
+            counts = [:]
+            for delta in deltas { counts[DocumentRef(collection: delta.collection, id: delta.documentID), default: 0] += 1 }
+            var manifest: [String: (documents: Set<String>, deltas: UInt32)] = [:]
+            for delta in deltas {
+                manifest[delta.collection, default: ([], 0)].documents.insert(delta.documentID)
+                manifest[delta.collection, default: ([], 0)].deltas += 1
+            }
+            record = TransactionRecord(
+                id: id, deltaCount: UInt32(deltas.count), documentCount: UInt32(counts.count),
+                collections: manifest.keys.sorted().map {
+                    CollectionCount(collection: $0, documents: UInt32(manifest[$0]!.documents.count), deltas: manifest[$0]!.deltas)
+                },
+                state: state, firstSeen: 0)
+        }
+
+        var id: TransactionID { record.id }
+    }
+
+    /// Applies `transactions` whole, in one write.
+    static func apply(_ transactions: [Received], to store: any SyncStore) async throws {
+        _ = try await store.writeInbound(short: false) { writer in
+            for t in transactions {
+                let refusal = try writer.apply(
+                    t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: .applied,
+                    rest: [])
+                #expect(refusal == nil)
+            }
+        }
+    }
+
+    static func subscriptions(_ queries: String...) throws -> SubscriptionSet {
+        var set = SubscriptionSet()
+        for query in queries { try set.add(query: query) }
+        return set
+    }
+
+    static func ref(_ collection: String, _ id: String) -> DocumentRef {
+        DocumentRef(collection: collection, id: Value.string(id).canonicalJSON)
+    }
+
+    // MARK: What a write leaves, read back
+
+    @Test(arguments: Engine.allCases)
+    func anAppliedTransactionIsReadBackRowByRow(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let t = Received(1, [("cars", "a", "color", "\"red\""), ("cars", "a", "doors", "4"), ("boats", "b", "size", "3")])
+            try await Self.apply([t], to: store)
+
+            let logged = try await store.logPage(of: t.id)
+            let rows = logged.rows
+            #expect(rows.map(\.delta).sorted { $0.index < $1.index } == t.deltas)
+            #expect(logged.records[t.id]?.state == .applied && logged.next == nil && logged.previous == nil)
+            #expect(rows.allSatisfy { $0.documentDeltas == t.counts[DocumentRef(collection: $0.delta.collection, id: $0.delta.documentID)] })
+            let page = try await store.logPage(after: 0, limit: 100, stretch: 400, byteLimit: 1 << 20, records: { _ in true })
+            #expect(page.rows == rows && page.next == nil && page.previous == nil)
+            #expect(page.records[t.id] == logged.records[t.id], "the page's records come with it")
+            let absent = TransactionID(origin: Self.origin, sequence: 7)
+            #expect(try await store.logHolds([t.id, absent]) == [t.id])
+            let unasked = try await store.logPage(after: 0, limit: 100, stretch: 400, byteLimit: 1 << 20, records: { _ in false })
+            #expect(unasked.rows == rows && unasked.records.isEmpty, "records only of the transactions asked for")
+
+            let records = try await store.storedTransactions([t.id, TransactionID(origin: Self.origin, sequence: 9)])
+            #expect(records.count == 1, "a transaction with no record is left out")
+            let record = try #require(records[t.id])
+            #expect(record.state == .applied && record.deltaCount == 3 && record.documentCount == 2)
+            #expect(record.collections == t.record.collections)
+
+            let bodies = try await store.bodies(of: [Self.ref("cars", "a"), Self.ref("boats", "b"), Self.ref("cars", "none")])
+            #expect(bodies.count == 2, "a document with no body is left out")
+            #expect(try JSON.parse(try #require(bodies[Self.ref("cars", "a")])) == ["_id": "a", "color": "red", "doors": 4])
+
+            let fields = try await store.currentFields(of: [Self.ref("cars", "a")])
+            let names = try #require(fields[Self.ref("cars", "a")]).map(\.name)
+            #expect(names.contains("color") && names.contains("doors"))
+            #expect(names == names.sorted(), "in name order")
+            let color = try #require(fields[Self.ref("cars", "a")]?.first { $0.name == "color" })
+            #expect(color.state.json == "\"red\"" && color.state.transaction == t.id)
+
+            // A page after the transaction's last row names it as the one it follows.
+            let second = Received(2, [("cars", "a", "color", "\"blue\"")])
+            try await Self.apply([second], to: store)
+            let last = try #require(rows.last)
+            let following = try await store.logPage(after: last.sequence, limit: 100, stretch: 400, byteLimit: 1 << 20, records: { _ in true })
+            #expect(following.rows.map(\.delta) == second.deltas)
+            #expect(following.previous == t.id, "the transaction of the row the page follows")
+            #expect(following.records.keys.sorted() == [second.id])
+        }
+    }
+
+    /// A page holds whole rows: about `limit` deltas, finishing the transaction the limit
+    /// falls in while within `stretch`; past the stretch or the byte budget it ends
+    /// inside a transaction, at least one row long, and names what comes next.
+    @Test(arguments: Engine.allCases)
+    func aPageEndsAtATransactionWithinItsStretchAndBudget(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let transactions = (1...3).map { n in
+                Received(UInt64(n), (0..<4).map { ("cars", "c\(n)-\($0)", "v", "\"\(String(repeating: "x", count: 10))\"") })
+            }
+            try await Self.apply(transactions, to: store)
+
+            // The limit (5) falls in the second transaction: finished, the third waits.
+            let stretched = try await store.logPage(after: 0, limit: 5, stretch: 20, byteLimit: 1 << 20, records: { _ in true })
+            #expect(Set(stretched.rows.map(\.delta.transaction)) == [transactions[0].id, transactions[1].id])
+            #expect(stretched.rows.count == 8 && stretched.next == transactions[2].id)
+
+            // No room to finish it: the page ends inside a large transaction, within its
+            // stretch, and names that transaction as what comes next.
+            let large = Received(4, (0..<300).map { ("boats", "b\($0)", "v", "\($0)") })
+            try await Self.apply([large], to: store)
+            let end = try #require(stretched.rows.last?.sequence)
+            let thirdEnd = try #require(try await store.logPage(of: transactions[2].id).rows.last?.sequence)
+            #expect(thirdEnd > end)
+            let cut = try await store.logPage(after: thirdEnd, limit: 10, stretch: 200, byteLimit: 1 << 20, records: { _ in true })
+            #expect(!cut.rows.isEmpty && cut.rows.count <= 200)
+            #expect(cut.rows.allSatisfy { $0.delta.transaction == large.id })
+            #expect(cut.next == large.id)
+
+            // A byte budget smaller than one row still reads that row.
+            let tiny = try await store.logPage(after: 0, limit: 100, stretch: 400, byteLimit: 1, records: { _ in true })
+            #expect(!tiny.rows.isEmpty && tiny.rows.allSatisfy { $0.sequence == tiny.rows[0].sequence })
+            #expect(tiny.next != nil)
+
+            // Read on to the end: every delta once, in log order, then nothing and nothing next.
+            var all: [LogRow] = []
+            var after: UInt64 = 0
+            while true {
+                let page = try await store.logPage(after: after, limit: 7, stretch: 28, byteLimit: 1 << 20, records: { _ in true })
+                guard let last = page.rows.last else {
+                    #expect(page.next == nil)
+                    break
+                }
+                #expect(last.sequence > after)
+                all += page.rows
+                after = last.sequence
+            }
+            #expect(all.count == 3 * 4 + 300)
+            #expect(Set(all.map(\.delta)).count == all.count)
+            #expect(zip(all, all.dropFirst()).allSatisfy { $0.sequence <= $1.sequence })
+        }
+    }
+
+    // MARK: Atomicity and isolation
+
+    /// A write whose body fails leaves nothing of it: no log row, no body, no record,
+    /// no cursor, and the log's end where it was.
+    @Test(arguments: Engine.allCases)
+    func aWriteThatFailsLeavesNothing(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let t = Received(1, [("cars", "a", "color", "\"red\""), ("cars", "b", "color", "\"blue\"")])
+            let before = try await store.lastSequence()
+            let cars = try Self.subscriptions("SELECT * FROM cars")
+            let epoch = try await store.resumePoint(peer: Self.peer, subscriptions: cars).epoch
+            await #expect(throws: ShoalError.self) {
+                _ = try await store.writeInbound(short: false) { writer in
+                    _ = try writer.apply(
+                        t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: nil, rest: [])
+                    try writer.recordCursor(peer: Self.peer, subscriptionKey: cars.key, through: 7, epoch: epoch)
+                    throw ShoalError(.database, "the disk is full (injected)")
+                }
+            }
+            #expect(try await store.lastSequence() == before)
+            #expect(try await store.logPage(of: t.id).rows.isEmpty)
+            #expect(try await store.bodies(of: [Self.ref("cars", "a"), Self.ref("cars", "b")]).isEmpty)
+            #expect(try await store.storedTransactions([t.id]).isEmpty)
+            #expect(try await store.resumePoint(peer: Self.peer, subscriptions: cars).through == 0)
+            // The same cursor, recorded by a write that commits, is there: the check above could fail.
+            _ = try await store.writeInbound(short: false) { writer in
+                try writer.recordCursor(peer: Self.peer, subscriptionKey: cars.key, through: 7, epoch: epoch)
+            }
+            #expect(try await store.resumePoint(peer: Self.peer, subscriptions: cars).through == 7)
+        }
+    }
+
+    /// Readers see a write all at once when it commits, never its middle: a read made
+    /// while the write is open sees none of it.
+    @Test(arguments: Engine.allCases)
+    func aReadDuringAWriteSeesNoneOfIt(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let t = Received(1, [("cars", "a", "color", "\"red\""), ("cars", "b", "color", "\"blue\"")])
+            let applied = Latch()
+            let readDone = Latch()
+            // Timeline: the write applies, then waits; the read runs and finishes; the write commits.
+            async let write: Void = {
+                _ = try await store.writeInbound(short: false) { writer in
+                    _ = try writer.apply(
+                        t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: nil, rest: [])
+                    applied.open()
+                    #expect(readDone.waitBlocking(), "the read waited for the write")
+                }
+            }()
+            try await applied.wait()
+            let during = try await store.bodies(of: [Self.ref("cars", "a"), Self.ref("cars", "b")])
+            let loggedDuring = try await !store.logHolds([t.id]).isEmpty
+            readDone.open()
+            try await write
+            #expect(during.isEmpty && !loggedDuring)
+            #expect(try await store.bodies(of: [Self.ref("cars", "a"), Self.ref("cars", "b")]).count == 2)
+            #expect(try await store.logHolds([t.id]) == [t.id])
+        }
+    }
+
+    // MARK: Records, the buffer, cursors
+
+    /// A waiting transaction's pieces wait in the durable buffer under its record; it
+    /// shows among the records the pipeline starts from, and once applied from the
+    /// buffer it is whole and no longer waits.
+    @Test(arguments: Engine.allCases)
+    func aBufferedTransactionWaitsThenAppliesWhole(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let t = Received(1, [("cars", "a", "color", "\"red\""), ("cars", "b", "color", "\"blue\"")], state: .waiting)
+            let first = Array(t.deltas.prefix(1))
+            let firstCounts = [Self.ref("cars", "a"): UInt32(1)]
+            _ = try await store.writeInbound(short: false) { writer in
+                try writer.save(t.record)
+                try writer.buffer(first, documentDeltaCounts: firstCounts, context: [], of: t.id)
+            }
+            let waiting = try await store.transactionRecords()
+            #expect(waiting.map(\.id) == [t.id] && waiting.first?.state == .waiting)
+            #expect(try await store.logPage(of: t.id).rows.isEmpty, "buffered, not logged")
+            #expect(try await store.bodies(of: [Self.ref("cars", "a")]).isEmpty, "nothing of it shows")
+
+            let rest = Array(t.deltas.dropFirst())
+            _ = try await store.writeInbound(short: false) { writer in
+                #expect(try writer.state(of: t.id) == .waiting)
+                var record = try #require(try writer.loadRecord(t.id))
+                record.state = .applied
+                _ = try writer.apply(
+                    record, deltas: rest, documentDeltaCounts: [Self.ref("cars", "b"): 1], context: [], buffered: true,
+                    state: .applied, rest: [])
+            }
+            #expect(try await store.transactionRecords().isEmpty)
+            #expect(try await store.storedTransactions([t.id])[t.id]?.state == .applied)
+            #expect(Set(try await store.logPage(of: t.id).rows.map(\.delta)) == Set(t.deltas))
+            #expect(try await store.bodies(of: [Self.ref("cars", "a"), Self.ref("cars", "b")]).count == 2)
+        }
+    }
+
+    /// A refused transaction is recorded as refused, writes nothing and does not wait.
+    @Test(arguments: Engine.allCases)
+    func aRefusedTransactionIsRecordedAndWritesNothing(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let t = Received(1, [("cars", "a", "color", "\"red\"")], state: .waiting)
+            _ = try await store.writeInbound(short: false) { writer in
+                try writer.save(t.record)
+                try writer.buffer(t.deltas, documentDeltaCounts: t.counts, context: [], of: t.id)
+                try writer.refuse(t.record, reason: "document \"a\" in cars: too large (test)")
+            }
+            let (state, _) = try await store.writeInbound(short: false) { writer in try writer.state(of: t.id) }
+            #expect(state == .refused)
+            #expect(try await store.transactionRecords().isEmpty)
+            #expect(try await store.logPage(of: t.id).rows.isEmpty)
+            #expect(try await store.bodies(of: [Self.ref("cars", "a")]).isEmpty)
+        }
+    }
+
+    /// A cursor only goes up, and a stream resumes from its set's cursor or from a wider
+    /// set's; a cursor recorded under an epoch that is not the store's is not recorded.
+    @Test(arguments: Engine.allCases)
+    func cursorsOnlyGoUpAndANarrowerSetResumesWhereAWiderOneWas(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let wide = try Self.subscriptions("SELECT * FROM cars", "SELECT * FROM boats")
+            let narrow = try Self.subscriptions("SELECT * FROM cars")
+            let epoch = try await store.resumePoint(peer: Self.peer, subscriptions: wide).epoch
+            _ = try await store.resumePoint(peer: Self.peer, subscriptions: narrow)
+            _ = try await store.writeInbound(short: false) { writer in
+                try writer.recordCursor(peer: Self.peer, subscriptionKey: wide.key, through: 40, epoch: epoch)
+                try writer.recordCursor(peer: Self.peer, subscriptionKey: wide.key, through: 30, epoch: epoch)
+                try writer.recordCursor(peer: Self.peer, subscriptionKey: narrow.key, through: 10, epoch: epoch)
+                try writer.recordCursor(peer: Self.peer, subscriptionKey: narrow.key, through: 90, epoch: epoch &+ 1)
+            }
+            #expect(try await store.resumePoint(peer: Self.peer, subscriptions: wide).through == 40, "never down")
+            #expect(try await store.resumePoint(peer: Self.peer, subscriptions: narrow).through == 40, "the wider set's")
+            #expect(try await store.resumePoint(peer: SiteID(0xC0C0), subscriptions: narrow).through == 0, "per peer")
+        }
+    }
+}
