@@ -100,10 +100,13 @@ package protocol SyncStore: AnyObject, Sendable {
     /// Every waiting and partial transaction: what the inbound pipeline starts from.
     func transactionRecords() async throws(ShoalError) -> [TransactionRecord]
     /// Runs `body` in one write transaction; returns what it returned and what was
-    /// applied. `short`: the caller knows the write is small (up to about a thousand deltas),
-    /// and the store may run it on the calling thread.
+    /// applied. The transaction is serializable (one writer at a time) and all or
+    /// nothing: when `body` throws, or the commit fails, nothing of it stays, and no
+    /// reader sees any of it before it commits. `short`: the caller knows the write is
+    /// small (up to about a thousand deltas), and the store may run it on the calling
+    /// thread.
     func writeInbound<T: Sendable>(
-        short: Bool, _ body: @escaping @Sendable (any InboundWriting) throws -> T
+        short: Bool, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
     ) async throws(ShoalError) -> (T, ApplyOutcome)
 
     // MARK: Attachments
@@ -133,33 +136,33 @@ package protocol SyncStore: AnyObject, Sendable {
 /// The store operations of one inbound commit, all inside the same write transaction:
 /// the durable buffer of waiting transactions, the apply of whole or partial ones,
 /// and peer cursors.
-package protocol InboundWriting: AnyObject {
+package protocol InboundWriting: AnyObject, Sendable {
     /// What the calls so far applied.
     var outcome: ApplyOutcome { get }
     /// The state of a transaction this node has a record of, if any.
-    func state(of id: TransactionID) throws -> TransactionRecord.State?
+    func state(of id: TransactionID) async throws(ShoalError) -> TransactionRecord.State?
     /// Records a waiting transaction: its header and reports.
-    func save(_ record: TransactionRecord) throws
+    func save(_ record: TransactionRecord) async throws(ShoalError)
     /// Keeps pieces of a waiting transaction in the durable buffer.
-    func buffer(_ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID) throws
+    func buffer(_ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID) async throws(ShoalError)
     /// Applies a transaction (with what the buffer holds of it when `buffered`), or,
     /// when a body it would write breaks `DocumentLimits`, writes nothing and says why.
     @discardableResult
     func apply(
         _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
         context: [ContextField], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
-    ) throws -> DocumentRefusal?
+    ) async throws(ShoalError) -> DocumentRefusal?
     /// Records a transaction as refused for good (`reason`: which document, which
     /// limit), dropping what the buffer holds of it.
-    func refuse(_ record: TransactionRecord, reason: String) throws
+    func refuse(_ record: TransactionRecord, reason: String) async throws(ShoalError)
     /// Marks a partial transaction whole.
-    func markApplied(_ id: TransactionID, rest: [Verdict]) throws
+    func markApplied(_ id: TransactionID, rest: [Verdict]) async throws(ShoalError)
     /// Records `through` as the resume point for `peer`'s log under `subscriptionKey`,
     /// unless every cursor was forgotten since `epoch` was read (`ResumePoint`): then the
     /// batch belongs to a stream that no longer counts, and nothing is recorded.
-    func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) throws
+    func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) async throws(ShoalError)
     /// Reads back a waiting or partial transaction's record.
-    func loadRecord(_ id: TransactionID) throws -> TransactionRecord?
+    func loadRecord(_ id: TransactionID) async throws(ShoalError) -> TransactionRecord?
 }
 
 /// Where a peer's stream resumes: the cursor of a subscription set, the cursor of the

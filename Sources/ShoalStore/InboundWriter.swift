@@ -9,22 +9,84 @@ import Logging
 /// (`DocumentStore.writeInbound`): the durable buffer of waiting transactions, the
 /// apply of whole (or partial) ones, and peer cursors. Every call is part of the
 /// same SQLite transaction, so a crash keeps all of a commit or none of it.
-public final class InboundWriter: InboundWriting {
-    let db: Database
+///
+/// Each call is one access to the writer connection (`access`), on which
+/// `writeInbound` began the transaction: on this thread when the write is short,
+/// otherwise as `quickWrite` decides.
+///
+/// Unchecked: its state is guarded by the store's write gate, which the task of
+/// `writeInbound` holds for the writer's whole life and which calls it one call at a
+/// time; nothing else ever sees it.
+final class InboundWriter: InboundWriting, @unchecked Sendable {
     let store: DocumentStore
+    /// Whether every access runs on the calling thread (a short write).
+    let inline: Bool
     var commit = Commit(transactions: [], collections: [], sequence: 0)
     var lastSequence: UInt64?
     /// What this commit appended to the change log (`after` set at the first row).
     var appended = LogEnd.Appended(after: 0, collections: [], transactions: [])
-    public private(set) var outcome = ApplyOutcome()
+    private(set) var outcome = ApplyOutcome()
 
-    init(db: Database, store: DocumentStore) {
-        self.db = db
+    init(store: DocumentStore, inline: Bool) {
         self.store = store
+        self.inline = inline
     }
 
+    /// Runs `body` on the writer connection, inside the transaction `writeInbound` began.
+    func access<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(ShoalError) -> T {
+        do {
+            return inline ? try DocumentStore.writeHere(store.pool, transaction: false, body) : try await store.quickWrite(body)
+        } catch {
+            throw ShoalError.wrapping(error, "database write")
+        }
+    }
+
+    func state(of id: TransactionID) async throws(ShoalError) -> TransactionRecord.State? {
+        try await access { db in try self.state(db, of: id) }
+    }
+
+    func save(_ record: TransactionRecord) async throws(ShoalError) {
+        try await access { db in try self.save(db, record) }
+    }
+
+    func buffer(
+        _ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID
+    ) async throws(ShoalError) {
+        try await access { db in try self.buffer(db, deltas, documentDeltaCounts: documentDeltaCounts, context: context, of: id) }
+    }
+
+    @discardableResult
+    func apply(
+        _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField],
+        buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
+    ) async throws(ShoalError) -> DocumentRefusal? {
+        try await access { db in
+            try self.apply(
+                db, record, deltas: deltas, documentDeltaCounts: documentDeltaCounts, context: context, buffered: buffered,
+                state: state, rest: rest)
+        }
+    }
+
+    func refuse(_ record: TransactionRecord, reason: String) async throws(ShoalError) {
+        try await access { db in try self.refuse(db, record, reason: reason) }
+    }
+
+    func markApplied(_ id: TransactionID, rest: [Verdict]) async throws(ShoalError) {
+        try await access { db in try self.markApplied(db, id, rest: rest) }
+    }
+
+    func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) async throws(ShoalError) {
+        try await access { db in try self.recordCursor(db, peer: peer, subscriptionKey: subscriptionKey, through: through, epoch: epoch) }
+    }
+
+    func loadRecord(_ id: TransactionID) async throws(ShoalError) -> TransactionRecord? {
+        try await access { db in try self.loadRecord(db, id) }
+    }
+
+    // MARK: On the writer connection
+
     /// The state of a transaction this node has a record of, if any.
-    public func state(of id: TransactionID) throws -> TransactionRecord.State? {
+    private func state(_ db: Database, of id: TransactionID) throws -> TransactionRecord.State? {
         guard
             let state = try Int64.fetchOne(
                 db.cachedStatement(sql: "SELECT state FROM txn WHERE origin = ? AND seq = ?"),
@@ -35,7 +97,7 @@ public final class InboundWriter: InboundWriting {
 
     /// Keeps a waiting or partial transaction's header, state and reports durable
     /// (its `rest`, recorded when it was applied in part, stays as it is).
-    public func save(_ record: TransactionRecord) throws {
+    private func save(_ db: Database, _ record: TransactionRecord) throws {
         try db.cachedStatement(
             sql: """
                 INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen)
@@ -50,7 +112,9 @@ public final class InboundWriter: InboundWriting {
     }
 
     /// Puts the deltas of a waiting transaction in the durable buffer.
-    public func buffer(_ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID) throws {
+    private func buffer(
+        _ db: Database, _ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID
+    ) throws {
         let origin = Int64(bitPattern: id.origin.rawValue), seq = Int64(id.sequence)
         let insert = try db.cachedStatement(
             sql: """
@@ -90,10 +154,9 @@ public final class InboundWriter: InboundWriting {
     /// Every body it would write is checked against `DocumentLimits` first: if one
     /// breaks them, nothing of the transaction is written (its buffer stays) and the
     /// refusal is returned, for the caller to `refuse` it whole.
-    @discardableResult
-    public func apply(
-        _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
-        context: [ContextField] = [], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
+    private func apply(
+        _ db: Database, _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
+        context: [ContextField], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
     ) throws -> DocumentRefusal? {
         let id = record.id
         let origin = Int64(bitPattern: id.origin.rawValue), seq = Int64(id.sequence)
@@ -221,7 +284,7 @@ public final class InboundWriter: InboundWriting {
 
     /// Records a transaction as refused, never to be applied (`DocumentLimits`), and
     /// drops whatever of it the durable buffer holds.
-    public func refuse(_ record: TransactionRecord, reason: String) throws {
+    private func refuse(_ db: Database, _ record: TransactionRecord, reason: String) throws {
         let origin = Int64(bitPattern: record.id.origin.rawValue), seq = Int64(record.id.sequence)
         try db.cachedStatement(sql: "DELETE FROM txn_piece WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
         try db.cachedStatement(sql: "DELETE FROM txn_context WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
@@ -256,7 +319,7 @@ public final class InboundWriter: InboundWriting {
 
     /// Marks a partial transaction whole, with nothing left to apply, and what this
     /// node now says of the documents it does not hold.
-    public func markApplied(_ id: TransactionID, rest: [Verdict]) throws {
+    private func markApplied(_ db: Database, _ id: TransactionID, rest: [Verdict]) throws {
         try db.cachedStatement(sql: "UPDATE txn SET state = ?, rest = ?, reports = '' WHERE origin = ? AND seq = ?").execute(
             arguments: [
                 TransactionRecord.State.applied.rawValue, Verdict.encode(rest), Int64(bitPattern: id.origin.rawValue),
@@ -266,7 +329,7 @@ public final class InboundWriter: InboundWriting {
     }
 
     /// Records `through` as the resume point for `peer`'s log under `subscriptionKey`.
-    public func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) throws {
+    private func recordCursor(_ db: Database, peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) throws {
         guard epoch == (try DocumentStore.cursorEpoch(db)) else { return }
         try db.cachedStatement(
             sql: """
@@ -278,7 +341,7 @@ public final class InboundWriter: InboundWriting {
 
     /// Reads back a partial transaction's record: its header and reports from `txn`,
     /// what is held of it from the change log.
-    public func loadRecord(_ id: TransactionID) throws -> TransactionRecord? {
+    private func loadRecord(_ db: Database, _ id: TransactionID) throws -> TransactionRecord? {
         guard let stored = try StoredTransaction.fetch(db, id), stored.state == .waiting || stored.state == .partial
         else { return nil }
         return try DocumentStore.record(db, id, stored)
@@ -290,14 +353,29 @@ extension DocumentStore {
     /// it applied. Returns what `body` returned and what was applied. `short`: a small
     /// write, run on the calling thread (`write(inline:)`).
     package func writeInbound<T: Sendable>(
-        short: Bool = false, _ body: @escaping @Sendable (any InboundWriting) throws -> T
+        short: Bool = false, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
     ) async throws(ShoalError) -> (T, ApplyOutcome) {
-        let (result, outcome, commit, last, appended) = try await write(inline: short) { db in
-            let writer = InboundWriter(db: db, store: self)
-            let result = try body(writer)
-            self.refreshStatisticsIfGrown(db, logged: writer.appended.documents)
-            return (result, writer.outcome, writer.commit, writer.lastSequence, writer.appended)
+        let marks = OpenTransactions.marks
+        try refuseWriteBesideOpenTransaction(marks)
+        try await acquireGate(nested: marks.contains { $0.store == ObjectIdentifier(self) })
+        defer { gate.release() }
+        let writer = InboundWriter(store: self, inline: short)
+        let result: T
+        do {
+            try await writer.access { db in try Self.beginImmediate(db) }
+            result = try await body(writer)
+            let logged = writer.appended.documents
+            try await writer.access { db in
+                self.refreshStatisticsIfGrown(db, logged: logged)
+                try db.cachedStatement(sql: "COMMIT").execute()
+            }
+        } catch {
+            // What the body wrote goes, even when the task was cancelled (an async access
+            // would refuse to run then, and leave the transaction open behind the gate).
+            rollBackOpenTransaction()
+            throw error
         }
+        let (outcome, commit, last, appended) = (writer.outcome, writer.commit, writer.lastSequence, writer.appended)
         if let last { feed.publish(LogEnd(sequence: last, appended: appended)) }
         if !commit.transactions.isEmpty {
             var commit = commit
@@ -354,17 +432,17 @@ extension DocumentStore {
         }
         let now = HybridLogicalClock.systemMilliseconds()
         let epoch = try await read { db in try Self.cursorEpoch(db) }
-        let ((), outcome) = try await writeInbound { writer in
+        let ((), outcome) = try await writeInbound { writer async throws(ShoalError) in
             for piece in pieces {
                 let record = TransactionRecord(
                     id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,
                     collections: piece.collections, state: .applied, firstSeen: now)
-                try writer.apply(
+                try await writer.apply(
                     record, deltas: piece.deltas, documentDeltaCounts: piece.documentDeltaCounts, context: piece.context,
                     buffered: false, state: .applied, rest: [])
             }
             if let subscriptionKey {
-                try writer.recordCursor(peer: peer, subscriptionKey: subscriptionKey, through: through, epoch: epoch)
+                try await writer.recordCursor(peer: peer, subscriptionKey: subscriptionKey, through: through, epoch: epoch)
             }
         }
         return outcome

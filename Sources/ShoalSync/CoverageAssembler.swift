@@ -223,6 +223,21 @@ public struct CoverageAssembler: Sendable {
         stuck.remove(id)
     }
 
+    /// The transactions the last reports of held transactions name as superseding
+    /// (`superseded` verdicts), other than themselves: what `decide` asks `isApplied`
+    /// about, so a caller can read their states first.
+    public func supersedingNamed() -> Set<TransactionID> {
+        var named: Set<TransactionID> = []
+        for record in records.values where record.state == .waiting || record.state == .partial {
+            for report in record.reports.values where report.isLast {
+                for verdict in report.verdicts {
+                    if case .superseded(let ids) = verdict.coverage { named.formUnion(ids.filter { $0 != record.id }) }
+                }
+            }
+        }
+        return named
+    }
+
     /// Decides what can be applied now.
     ///
     /// - Parameter isApplied: whether a transaction the assembler does not hold is

@@ -478,7 +478,7 @@ public final class InboundPipeline: Sendable {
         let deltas = items.reduce(0) { $0 + $1.pieces.reduce(0) { $0 + $1.deltas.count } }
         let short = !items.isEmpty && deltas <= Self.shortCommitDeltas && start.waitingCount == 0
         let logger = self.logger
-        return try await store.writeInbound(short: short) { writer in
+        return try await store.writeInbound(short: short) { writer async throws(ShoalError) in
             var result = CommitResult(assembler: start)
             var a = start
             // What this commit received of each waiting transaction, not yet in the buffer.
@@ -489,7 +489,7 @@ public final class InboundPipeline: Sendable {
             for item in items {
                 for piece in item.pieces {
                     if a.records[piece.id] == nil {
-                        switch try writer.state(of: piece.id) {
+                        switch try await writer.state(of: piece.id) {
                         case .applied?:
                             // A late piece of a transaction applied whole (a wider subscription, another path).
                             var record = TransactionRecord(
@@ -497,7 +497,7 @@ public final class InboundPipeline: Sendable {
                                 collections: piece.collections, state: .applied, firstSeen: now)
                             record.documents = [:]
                             let logged = writer.outcome.logged
-                            if let refusal = try writer.apply(
+                            if let refusal = try await writer.apply(
                                 record, deltas: piece.deltas, documentDeltaCounts: piece.documentDeltaCounts,
                                 context: piece.context, buffered: false, state: nil, rest: nil)
                             {
@@ -512,7 +512,7 @@ public final class InboundPipeline: Sendable {
                             // Refused whole before: nothing of it is ever applied here.
                             continue
                         case .partial?, .waiting?:
-                            if let record = try writer.loadRecord(piece.id) { a.adopt(record) }
+                            if let record = try await writer.loadRecord(piece.id) { a.adopt(record) }
                         case nil:
                             created.insert(piece.id)
                         }
@@ -523,7 +523,7 @@ public final class InboundPipeline: Sendable {
                     if record.state == .partial {
                         // Applied in part: the log says which of the deltas were held.
                         let logged = writer.outcome.logged
-                        if let refusal = try writer.apply(
+                        if let refusal = try await writer.apply(
                             record, deltas: new, documentDeltaCounts: piece.documentDeltaCounts, context: piece.context,
                             buffered: false, state: .partial, rest: a.rest(of: piece.id, subscriptions: subscriptions))
                         {
@@ -542,21 +542,24 @@ public final class InboundPipeline: Sendable {
                     }
                 }
             }
-            let decisions = a.decide(subscriptions: subscriptions, now: now) { id in
-                ((try? writer.state(of: id)) ?? nil).map { $0 != .waiting } ?? false
+            // The transactions the verdicts name as superseding, read before deciding.
+            var applied: Set<TransactionID> = []
+            for id in a.supersedingNamed() {
+                if let state = try await writer.state(of: id), state != .waiting { applied.insert(id) }
             }
+            let decisions = a.decide(subscriptions: subscriptions, now: now) { applied.contains($0) }
             for decision in decisions {
                 switch decision {
                 case .apply(let ids):
                     for id in ids {
                         let record = a.records[id]!
                         let received = fresh.removeValue(forKey: id)
-                        if let refusal = try writer.apply(
+                        if let refusal = try await writer.apply(
                             record, deltas: received?.deltas ?? [], documentDeltaCounts: received?.counts ?? [:],
                             context: received?.context ?? [], buffered: !created.contains(id), state: .applied,
                             rest: a.rest(of: id, subscriptions: subscriptions))
                         {
-                            try Self.refuse(record, refusal.description, writer: writer, assembler: &a, into: &result, now: now)
+                            try await Self.refuse(record, refusal.description, writer: writer, assembler: &a, into: &result, now: now)
                             continue
                         }
                         a.remove(id)
@@ -566,25 +569,25 @@ public final class InboundPipeline: Sendable {
                 case .applyPartially(let id, let reason):
                     let record = a.records[id]!
                     let received = fresh.removeValue(forKey: id)
-                    if let refusal = try writer.apply(
+                    if let refusal = try await writer.apply(
                         record, deltas: received?.deltas ?? [], documentDeltaCounts: received?.counts ?? [:],
                         context: received?.context ?? [], buffered: !created.contains(id),
                         state: .partial, rest: a.rest(of: id, subscriptions: subscriptions))
                     {
-                        try Self.refuse(record, refusal.description, writer: writer, assembler: &a, into: &result, now: now)
+                        try await Self.refuse(record, refusal.description, writer: writer, assembler: &a, into: &result, now: now)
                         continue
                     }
                     a.releaseBuffer(id)
                     result.partial.append((reason, [id]))
                     if reason == .overflow { result.counters.overflows += 1 }
                 case .completed(let id):
-                    try writer.markApplied(id, rest: a.rest(of: id, subscriptions: subscriptions))
+                    try await writer.markApplied(id, rest: a.rest(of: id, subscriptions: subscriptions))
                     a.remove(id)
                     result.applied.append(id)
                     result.counters.completed += 1
                 case .refuse(let record, let collections):
                     fresh[record.id] = nil
-                    try Self.refuse(
+                    try await Self.refuse(
                         record,
                         "a peer holds documents of \(collections.joined(separator: ", ")) in it that are over what this node said it takes (its frame limit, --max-frame-size, or its document size limit, document_size_hard_limit_bytes), or over what a relay between them takes",
                         writer: writer, assembler: &a, into: &result, now: now)
@@ -596,30 +599,34 @@ public final class InboundPipeline: Sendable {
             }
             for (id, received) in fresh {
                 guard let record = a.records[id], record.state == .waiting else { continue }
-                try writer.buffer(received.deltas, documentDeltaCounts: received.counts, context: received.context, of: id)
+                try await writer.buffer(received.deltas, documentDeltaCounts: received.counts, context: received.context, of: id)
             }
             for id in touched {
                 guard let record = a.records[id], record.state != .applied else { continue }
-                try writer.save(record)
+                try await writer.save(record)
             }
             // Offers of what this node neither holds nor waits for are noted; a cursor
             // stays below every offer of its peer not resolved, so that after a restart,
             // which forgets the offers, the peer makes them again (docs/ROUTES.md).
-            func held(_ id: TransactionID) throws -> Bool { try a.records[id] != nil || writer.state(of: id) != nil }
+            let records = a.records
+            func held(_ id: TransactionID) async throws(ShoalError) -> Bool {
+                if records[id] != nil { return true }
+                return try await writer.state(of: id) != nil
+            }
             var limits = routes.resumeLimits
             for item in items {
-                for offer in item.offered where try !held(offer.id) {
+                for offer in item.offered where try await !held(offer.id) {
                     result.routes.offers[item.source, default: []].append(offer)
                     let before = offer.logSequence &- 1
                     limits[item.source] = min(limits[item.source] ?? before, before)
                 }
                 if let cursor = item.cursor, item.lane?.recordsCursors ?? true {
-                    try writer.recordCursor(
+                    try await writer.recordCursor(
                         peer: item.source, subscriptionKey: cursor.key, through: min(cursor.through, limits[item.source] ?? .max),
                         epoch: cursor.epoch)
                 }
             }
-            for id in routes.noted where try held(id) { result.routes.held.insert(id) }
+            for id in routes.noted where try await held(id) { result.routes.held.insert(id) }
             result.assembler = a
             return result
         }
@@ -631,8 +638,8 @@ public final class InboundPipeline: Sendable {
     private static func refuse(
         _ record: TransactionRecord, _ reason: String, writer: any InboundWriting,
         assembler: inout CoverageAssembler, into result: inout CommitResult, now: UInt64
-    ) throws {
-        try writer.refuse(record, reason: reason)
+    ) async throws(ShoalError) {
+        try await writer.refuse(record, reason: reason)
         assembler.remove(record.id)
         result.refused.append(Status.Refused(id: record.id, reason: reason, from: record.reports.keys.sorted(), at: now))
     }

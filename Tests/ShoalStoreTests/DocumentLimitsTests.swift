@@ -84,18 +84,18 @@ import ShoalSync
         try await TransactionTests.withStore { store in
             let (record, deltas) = Self.deepTransaction(SiteID(0xA))
             let before = try await store.lastSequence()
-            let (refusal, _) = try await store.writeInbound { writer in
-                let refusal = try writer.apply(
+            let (refusal, _) = try await store.writeInbound { writer async throws(ShoalError) in
+                let refusal = try await writer.apply(
                     record, deltas: deltas, documentDeltaCounts: [DocumentRef(collection: "t", id: "\"fine\""): 1, DocumentRef(collection: "t", id: "\"deep\""): 2],
                     context: [], buffered: false, state: .applied, rest: [])
-                if let refusal { try writer.refuse(record, reason: refusal.description) }
+                if let refusal { try await writer.refuse(record, reason: refusal.description) }
                 return refusal
             }
             #expect(refusal?.document == DocumentRef(collection: "t", id: "\"deep\""))
             #expect(refusal?.reason == .tooDeep(limit: 128))
             #expect(try await store.lastSequence() == before, "nothing logged, so nothing relayed")
             #expect(try await store.execute("SELECT _id FROM t").items.isEmpty, "not even the document that fits")
-            let (state, _) = try await store.writeInbound { writer in try writer.state(of: record.id) }
+            let (state, _) = try await store.writeInbound { writer async throws(ShoalError) in try await writer.state(of: record.id) }
             #expect(state == .refused)
             #expect(try await store.transactionRecords().isEmpty, "a refused transaction does not wait")
         }
@@ -113,8 +113,8 @@ import ShoalSync
             let record = TransactionRecord(
                 id: id, deltaCount: 1, documentCount: 1, collections: [CollectionCount(collection: "t", documents: 1, deltas: 1)],
                 state: .applied, firstSeen: 0)
-            let (refusal, _) = try await store.writeInbound { writer in
-                try writer.apply(
+            let (refusal, _) = try await store.writeInbound { writer async throws(ShoalError) in
+                try await writer.apply(
                     record, deltas: deltas, documentDeltaCounts: [DocumentRef(collection: "t", id: "\"big\""): 1], context: [],
                     buffered: false, state: .applied, rest: [])
             }

@@ -103,19 +103,19 @@ import Testing
         _ = try await writer.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'v': 1})")
         try await store.applyRemote(try await Self.transactions(in: writer), from: peer)
         let before = try await store.resumePoint(peer: peer, subscriptionKey: "k")
-        _ = try await store.writeInbound { writer in
-            try writer.recordCursor(peer: peer, subscriptionKey: "k", through: 10, epoch: before.epoch)
+        _ = try await store.writeInbound { writer async throws(ShoalError) in
+            try await writer.recordCursor(peer: peer, subscriptionKey: "k", through: 10, epoch: before.epoch)
         }
         #expect(try await store.resumePoint(peer: peer, subscriptionKey: "k") == ResumePoint(through: 10, epoch: before.epoch))
         _ = try await store.execute("EVICT FROM c")
         let after = try await store.resumePoint(peer: peer, subscriptionKey: "k")
         #expect(after.through == 0 && after.epoch == before.epoch + 1)
-        _ = try await store.writeInbound { writer in
-            try writer.recordCursor(peer: peer, subscriptionKey: "k", through: 292, epoch: before.epoch)
+        _ = try await store.writeInbound { writer async throws(ShoalError) in
+            try await writer.recordCursor(peer: peer, subscriptionKey: "k", through: 292, epoch: before.epoch)
         }
         #expect(try await store.resumePoint(peer: peer, subscriptionKey: "k").through == 0, "a stale stream's batch")
-        _ = try await store.writeInbound { writer in
-            try writer.recordCursor(peer: peer, subscriptionKey: "k", through: 5, epoch: after.epoch)
+        _ = try await store.writeInbound { writer async throws(ShoalError) in
+            try await writer.recordCursor(peer: peer, subscriptionKey: "k", through: 5, epoch: after.epoch)
         }
         #expect(try await store.resumePoint(peer: peer, subscriptionKey: "k").through == 5)
     }
@@ -138,14 +138,14 @@ import Testing
         let wide = try set(boats, cars), narrow = try set(boats), other = try set(boats, trucks)
         let start = try await store.resumePoint(peer: peer, subscriptions: wide)
         #expect(start.through == 0)
-        _ = try await store.writeInbound { writer in
-            try writer.recordCursor(peer: peer, subscriptionKey: wide.key, through: 40, epoch: start.epoch)
+        _ = try await store.writeInbound { writer async throws(ShoalError) in
+            try await writer.recordCursor(peer: peer, subscriptionKey: wide.key, through: 40, epoch: start.epoch)
         }
         #expect(try await store.resumePoint(peer: peer, subscriptions: narrow).through == 40)
         #expect(try await store.resumePoint(peer: peer, subscriptions: other).through == 0, "trucks were never asked for")
         #expect(try await store.resumePoint(peer: SiteID(8), subscriptions: narrow).through == 0, "another peer's log")
-        _ = try await store.writeInbound { writer in
-            try writer.recordCursor(peer: peer, subscriptionKey: narrow.key, through: 55, epoch: start.epoch)
+        _ = try await store.writeInbound { writer async throws(ShoalError) in
+            try await writer.recordCursor(peer: peer, subscriptionKey: narrow.key, through: 55, epoch: start.epoch)
         }
         #expect(try await store.resumePoint(peer: peer, subscriptions: narrow).through == 55)
         #expect(try await store.resumePoint(peer: peer, subscriptions: wide).through == 40, "never from a narrower set")
@@ -160,18 +160,20 @@ import Testing
         defer { store.close() }
         let peer = SiteID(7)
         let epoch = try await store.resumePoint(peer: peer, subscriptionKey: "k").epoch
-        let (prepared, _) = try await store.writeInbound { writer in
-            try writer.recordCursor(peer: peer, subscriptionKey: "k", through: 1, epoch: epoch)
-            try writer.recordCursor(peer: peer, subscriptionKey: "k", through: 2, epoch: epoch)
+        let (prepared, _) = try await store.writeInbound { writer async throws(ShoalError) in
+            try await writer.recordCursor(peer: peer, subscriptionKey: "k", through: 1, epoch: epoch)
+            try await writer.recordCursor(peer: peer, subscriptionKey: "k", through: 2, epoch: epoch)
             // The statements the connection holds prepared now, by their SQL.
-            guard let connection = (writer as? InboundWriter)?.db.sqliteConnection else { return [String]() }
-            var sql: [String] = []
-            var statement = sqlite3_next_stmt(connection, nil)
-            while let current = statement {
-                sql.append(String(cString: sqlite3_sql(current)))
-                statement = sqlite3_next_stmt(connection, current)
+            guard let writer = writer as? InboundWriter else { return [String]() }
+            return try await writer.access { db in
+                var sql: [String] = []
+                var statement = sqlite3_next_stmt(db.sqliteConnection, nil)
+                while let current = statement {
+                    sql.append(String(cString: sqlite3_sql(current)))
+                    statement = sqlite3_next_stmt(db.sqliteConnection, current)
+                }
+                return sql
             }
-            return sql
         }
         #expect(prepared.filter { $0 == "SELECT value FROM shoal_meta WHERE key = ?" }.count == 1)
         #expect(try await store.resumePoint(peer: peer, subscriptionKey: "k").through == 2)

@@ -72,9 +72,9 @@ import Testing
 
     /// Applies `transactions` whole, in one write.
     static func apply(_ transactions: [Received], to store: any SyncStore) async throws {
-        _ = try await store.writeInbound(short: false) { writer in
+        _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
             for t in transactions {
-                let refusal = try writer.apply(
+                let refusal = try await writer.apply(
                     t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: .applied,
                     rest: [])
                 #expect(refusal == nil)
@@ -205,10 +205,10 @@ import Testing
             let cars = try Self.subscriptions("SELECT * FROM cars")
             let epoch = try await store.resumePoint(peer: Self.peer, subscriptions: cars).epoch
             await #expect(throws: ShoalError.self) {
-                _ = try await store.writeInbound(short: false) { writer in
-                    _ = try writer.apply(
+                _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                    _ = try await writer.apply(
                         t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: nil, rest: [])
-                    try writer.recordCursor(peer: Self.peer, subscriptionKey: cars.key, through: 7, epoch: epoch)
+                    try await writer.recordCursor(peer: Self.peer, subscriptionKey: cars.key, through: 7, epoch: epoch)
                     throw ShoalError(.database, "the disk is full (injected)")
                 }
             }
@@ -218,10 +218,41 @@ import Testing
             #expect(try await store.storedTransactions([t.id]).isEmpty)
             #expect(try await store.resumePoint(peer: Self.peer, subscriptions: cars).through == 0)
             // The same cursor, recorded by a write that commits, is there: the check above could fail.
-            _ = try await store.writeInbound(short: false) { writer in
-                try writer.recordCursor(peer: Self.peer, subscriptionKey: cars.key, through: 7, epoch: epoch)
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.recordCursor(peer: Self.peer, subscriptionKey: cars.key, through: 7, epoch: epoch)
             }
             #expect(try await store.resumePoint(peer: Self.peer, subscriptions: cars).through == 7)
+        }
+    }
+
+    /// A write whose task is cancelled in the middle leaves nothing, and leaves the store
+    /// able to write: no transaction stays open behind it.
+    @Test(arguments: Engine.allCases)
+    func aCancelledWriteLeavesNothingAndTheNextOneCommits(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let t = Received(1, [("cars", "a", "color", "\"red\"")])
+            let later = Received(2, [("cars", "b", "color", "\"blue\"")])
+            let applied = Latch()
+            let task = Task {
+                try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                    _ = try await writer.apply(
+                        t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: .applied,
+                        rest: [])
+                    applied.open()
+                    while !Task.isCancelled { try? await Task.sleep(for: .milliseconds(5)) }
+                    // Cancelled: the next access may refuse to run, or the body gives up.
+                    _ = try await writer.state(of: t.id)
+                    throw ShoalError(.cancelled, "cancelled (test)")
+                }
+            }
+            try await applied.wait()
+            task.cancel()
+            let outcome = await task.result
+            #expect(throws: ShoalError.self) { try outcome.get() }
+            #expect(try await store.logPage(of: t.id).rows.isEmpty)
+            #expect(try await store.bodies(of: [Self.ref("cars", "a")]).isEmpty)
+            try await Self.apply([later], to: store)
+            #expect(try await store.bodies(of: [Self.ref("cars", "b")]).count == 1)
         }
     }
 
@@ -235,8 +266,8 @@ import Testing
             let readDone = Latch()
             // Timeline: the write applies, then waits; the read runs and finishes; the write commits.
             async let write: Void = {
-                _ = try await store.writeInbound(short: false) { writer in
-                    _ = try writer.apply(
+                _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                    _ = try await writer.apply(
                         t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: nil, rest: [])
                     applied.open()
                     #expect(readDone.waitBlocking(), "the read waited for the write")
@@ -264,9 +295,9 @@ import Testing
             let t = Received(1, [("cars", "a", "color", "\"red\""), ("cars", "b", "color", "\"blue\"")], state: .waiting)
             let first = Array(t.deltas.prefix(1))
             let firstCounts = [Self.ref("cars", "a"): UInt32(1)]
-            _ = try await store.writeInbound(short: false) { writer in
-                try writer.save(t.record)
-                try writer.buffer(first, documentDeltaCounts: firstCounts, context: [], of: t.id)
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.save(t.record)
+                try await writer.buffer(first, documentDeltaCounts: firstCounts, context: [], of: t.id)
             }
             let waiting = try await store.transactionRecords()
             #expect(waiting.map(\.id) == [t.id] && waiting.first?.state == .waiting)
@@ -274,11 +305,11 @@ import Testing
             #expect(try await store.bodies(of: [Self.ref("cars", "a")]).isEmpty, "nothing of it shows")
 
             let rest = Array(t.deltas.dropFirst())
-            _ = try await store.writeInbound(short: false) { writer in
-                #expect(try writer.state(of: t.id) == .waiting)
-                var record = try #require(try writer.loadRecord(t.id))
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                #expect(try await writer.state(of: t.id) == .waiting)
+                guard var record = try await writer.loadRecord(t.id) else { throw ShoalError(.database, "no record of \(t.id)") }
                 record.state = .applied
-                _ = try writer.apply(
+                _ = try await writer.apply(
                     record, deltas: rest, documentDeltaCounts: [Self.ref("cars", "b"): 1], context: [], buffered: true,
                     state: .applied, rest: [])
             }
@@ -294,12 +325,12 @@ import Testing
     func aRefusedTransactionIsRecordedAndWritesNothing(engine: Engine) async throws {
         try await engine.withStore { store in
             let t = Received(1, [("cars", "a", "color", "\"red\"")], state: .waiting)
-            _ = try await store.writeInbound(short: false) { writer in
-                try writer.save(t.record)
-                try writer.buffer(t.deltas, documentDeltaCounts: t.counts, context: [], of: t.id)
-                try writer.refuse(t.record, reason: "document \"a\" in cars: too large (test)")
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.save(t.record)
+                try await writer.buffer(t.deltas, documentDeltaCounts: t.counts, context: [], of: t.id)
+                try await writer.refuse(t.record, reason: "document \"a\" in cars: too large (test)")
             }
-            let (state, _) = try await store.writeInbound(short: false) { writer in try writer.state(of: t.id) }
+            let (state, _) = try await store.writeInbound(short: false) { writer async throws(ShoalError) in try await writer.state(of: t.id) }
             #expect(state == .refused)
             #expect(try await store.transactionRecords().isEmpty)
             #expect(try await store.logPage(of: t.id).rows.isEmpty)
@@ -316,11 +347,11 @@ import Testing
             let narrow = try Self.subscriptions("SELECT * FROM cars")
             let epoch = try await store.resumePoint(peer: Self.peer, subscriptions: wide).epoch
             _ = try await store.resumePoint(peer: Self.peer, subscriptions: narrow)
-            _ = try await store.writeInbound(short: false) { writer in
-                try writer.recordCursor(peer: Self.peer, subscriptionKey: wide.key, through: 40, epoch: epoch)
-                try writer.recordCursor(peer: Self.peer, subscriptionKey: wide.key, through: 30, epoch: epoch)
-                try writer.recordCursor(peer: Self.peer, subscriptionKey: narrow.key, through: 10, epoch: epoch)
-                try writer.recordCursor(peer: Self.peer, subscriptionKey: narrow.key, through: 90, epoch: epoch &+ 1)
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.recordCursor(peer: Self.peer, subscriptionKey: wide.key, through: 40, epoch: epoch)
+                try await writer.recordCursor(peer: Self.peer, subscriptionKey: wide.key, through: 30, epoch: epoch)
+                try await writer.recordCursor(peer: Self.peer, subscriptionKey: narrow.key, through: 10, epoch: epoch)
+                try await writer.recordCursor(peer: Self.peer, subscriptionKey: narrow.key, through: 90, epoch: epoch &+ 1)
             }
             #expect(try await store.resumePoint(peer: Self.peer, subscriptions: wide).through == 40, "never down")
             #expect(try await store.resumePoint(peer: Self.peer, subscriptions: narrow).through == 40, "the wider set's")

@@ -32,9 +32,9 @@ import Testing
         let record = TransactionRecord(
             id: id, deltaCount: 3, documentCount: 1, collections: CollectionCount.manifest(documents: [("c", 3)]),
             state: .waiting, firstSeen: 1)
-        _ = try await store.writeInbound { writer in
-            try writer.save(record)
-            try writer.buffer(deltas, documentDeltaCounts: [document: 3], context: [], of: id)
+        _ = try await store.writeInbound { writer async throws(ShoalError) in
+            try await writer.save(record)
+            try await writer.buffer(deltas, documentDeltaCounts: [document: 3], context: [], of: id)
         }
         let other = DocumentRef(collection: "c", id: "\"e\"")
         let applied = TransactionID(origin: SiteID(43), sequence: 1)
@@ -63,8 +63,8 @@ import Testing
             #expect(record.documents[Self.document]?.expected == 3)
             #expect(record.documents[Self.document]?.received == [0, 1, 2])
             #expect(record.bufferedBytes == 3 * "\"é0\"".utf8.count)
-            _ = try await store.writeInbound { writer in
-                try writer.apply(
+            _ = try await store.writeInbound { writer async throws(ShoalError) in
+                try await writer.apply(
                     record, deltas: [], documentDeltaCounts: [:], context: [], buffered: true, state: .applied, rest: [])
             }
             #expect(try await store.execute("SELECT * FROM c WHERE _id = 'd'").items.map(\.canonicalJSON)
@@ -91,7 +91,7 @@ import Testing
             _ = try await store.transactionRecords()
         },
         Damage(sql: "UPDATE txn SET state = 9 WHERE origin = 43", table: "txn", column: "state") { store in
-            _ = try await store.writeInbound { writer in try writer.state(of: TransactionID(origin: SiteID(43), sequence: 1)) }
+            _ = try await store.writeInbound { writer async throws(ShoalError) in try await writer.state(of: TransactionID(origin: SiteID(43), sequence: 1)) }
         },
         Damage(sql: "UPDATE txn_piece SET idx = -1 WHERE idx = 2", table: "txn_piece", column: "idx") { store in
             _ = try await store.transactionRecords()

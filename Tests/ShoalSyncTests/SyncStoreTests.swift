@@ -94,7 +94,7 @@ import Testing
         let refuse = Locked<SiteID?>(nil)
 
         /// Forwards to the store's writer, and throws on a transaction of `refused` origin.
-        final class RefusingWriter: InboundWriting {
+        final class RefusingWriter: InboundWriting, Sendable {
             let base: any InboundWriting
             let refused: SiteID
             init(_ base: any InboundWriting, refusing refused: SiteID) {
@@ -102,37 +102,37 @@ import Testing
                 self.refused = refused
             }
             var outcome: ApplyOutcome { base.outcome }
-            func state(of id: TransactionID) throws -> TransactionRecord.State? { try base.state(of: id) }
-            func save(_ record: TransactionRecord) throws {
+            func state(of id: TransactionID) async throws(ShoalError) -> TransactionRecord.State? { try await base.state(of: id) }
+            func save(_ record: TransactionRecord) async throws(ShoalError) {
                 try fail(record.id)
-                try base.save(record)
+                try await base.save(record)
             }
-            func buffer(_ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID) throws {
+            func buffer(_ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID) async throws(ShoalError) {
                 try fail(id)
-                try base.buffer(deltas, documentDeltaCounts: documentDeltaCounts, context: context, of: id)
+                try await base.buffer(deltas, documentDeltaCounts: documentDeltaCounts, context: context, of: id)
             }
             func apply(
                 _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
                 context: [ContextField], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
-            ) throws -> DocumentRefusal? {
+            ) async throws(ShoalError) -> DocumentRefusal? {
                 try fail(record.id)
-                return try base.apply(
+                return try await base.apply(
                     record, deltas: deltas, documentDeltaCounts: documentDeltaCounts, context: context, buffered: buffered, state: state,
                     rest: rest)
             }
-            func refuse(_ record: TransactionRecord, reason: String) throws { try base.refuse(record, reason: reason) }
-            func markApplied(_ id: TransactionID, rest: [Verdict]) throws { try base.markApplied(id, rest: rest) }
-            func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) throws {
-                try base.recordCursor(peer: peer, subscriptionKey: subscriptionKey, through: through, epoch: epoch)
+            func refuse(_ record: TransactionRecord, reason: String) async throws(ShoalError) { try await base.refuse(record, reason: reason) }
+            func markApplied(_ id: TransactionID, rest: [Verdict]) async throws(ShoalError) { try await base.markApplied(id, rest: rest) }
+            func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) async throws(ShoalError) {
+                try await base.recordCursor(peer: peer, subscriptionKey: subscriptionKey, through: through, epoch: epoch)
             }
-            func loadRecord(_ id: TransactionID) throws -> TransactionRecord? { try base.loadRecord(id) }
-            func fail(_ id: TransactionID) throws {
+            func loadRecord(_ id: TransactionID) async throws(ShoalError) -> TransactionRecord? { try await base.loadRecord(id) }
+            func fail(_ id: TransactionID) throws(ShoalError) {
                 if id.origin == refused { throw ShoalError(.database, "a transaction of \(refused) refused (injected)") }
             }
         }
 
         func writeInbound<T: Sendable>(
-            short: Bool, _ body: @escaping @Sendable (any InboundWriting) throws -> T
+            short: Bool, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
         ) async throws(ShoalError) -> (T, ApplyOutcome) {
             commits.withLock { $0 += 1 }
             if let release = holdNext.withLock({ latch in defer { latch = nil }; return latch }) {
@@ -141,16 +141,18 @@ import Testing
                 holding.withLock { $0 = false }
             }
             if let refused = refuse.withLock({ $0 }) {
-                return try await base.writeInbound(short: short) { writer in try body(RefusingWriter(writer, refusing: refused)) }
+                return try await base.writeInbound(short: short) { writer async throws(ShoalError) in
+                    try await body(RefusingWriter(writer, refusing: refused))
+                }
             }
             if let release = failNextApply.withLock({ $0 }) {
                 let rolledBack = Locked(false)
                 do throws(ShoalError) {
-                    let (result, outcome) = try await base.writeInbound(short: short) { writer in
-                        let result = try body(writer)
+                    let (result, outcome) = try await base.writeInbound(short: short) { writer async throws(ShoalError) in
+                        let result = try await body(writer)
                         if writer.outcome.logged > 0 {
                             rolledBack.withLock { $0 = true }
-                            throw CancellationError()
+                            throw ShoalError(.cancelled, "rolled back (injected)")
                         }
                         return result
                     }
