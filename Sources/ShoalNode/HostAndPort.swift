@@ -1,6 +1,6 @@
-
-import ShoalStore/// A `HOST:PORT` pair as the CLI and config take it (`[::1]:7470` for IPv6).
 public import ShoalStorage
+
+/// A `HOST:PORT` pair as the CLI and config take it (`[::1]:7470` for IPv6).
 public struct HostAndPort: Sendable, Hashable, CustomStringConvertible {
     public var host: String
     public var port: Int

@@ -135,7 +135,8 @@ package protocol SyncStore: AnyObject, Sendable {
 
 /// The store operations of one inbound commit, all inside the same write transaction:
 /// the durable buffer of waiting transactions, the apply of whole or partial ones,
-/// and peer cursors.
+/// and peer cursors. A body makes its calls one at a time, each awaited (never two at
+/// once, as `async let` would), and none after `writeInbound` returns: those throw.
 package protocol InboundWriting: AnyObject, Sendable {
     /// What the calls so far applied.
     var outcome: ApplyOutcome { get }

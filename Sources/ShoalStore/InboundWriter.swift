@@ -11,12 +11,16 @@ import Logging
 /// same SQLite transaction, so a crash keeps all of a commit or none of it.
 ///
 /// Each call is one access to the writer connection (`access`), on which
-/// `writeInbound` began the transaction: on this thread when the write is short,
-/// otherwise as `quickWrite` decides.
+/// `writeInbound` began the transaction. A call that does little (a state, a record,
+/// a cursor, an apply of at most `smallApply` deltas) runs on the calling thread: the
+/// gate keeps every other writer out, so the writer's queue is idle. A larger apply,
+/// and the commit, go to the writer's queue unless the whole write is short, so that
+/// a long access never holds a thread of the concurrency pool.
 ///
 /// Unchecked: its state is guarded by the store's write gate, which the task of
-/// `writeInbound` holds for the writer's whole life and which calls it one call at a
-/// time; nothing else ever sees it.
+/// `writeInbound` holds for the writer's whole life, and by the contract's rule that a
+/// body makes its calls one at a time, each awaited (`InboundWriting`); after
+/// `writeInbound` returns, every call throws (`ended`).
 final class InboundWriter: InboundWriting, @unchecked Sendable {
     let store: DocumentStore
     /// Whether every access runs on the calling thread (a short write).
@@ -26,20 +30,44 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
     /// What this commit appended to the change log (`after` set at the first row).
     var appended = LogEnd.Appended(after: 0, collections: [], transactions: [])
     private(set) var outcome = ApplyOutcome()
+    /// Set once the transaction committed or rolled back.
+    private let ended = Locked(false)
+
+    /// The most deltas an apply may bring to run on the calling thread in a write that
+    /// is not short (about a millisecond of work).
+    static let smallApply = 256
 
     init(store: DocumentStore, inline: Bool) {
         self.store = store
         self.inline = inline
     }
 
-    /// Runs `body` on the writer connection, inside the transaction `writeInbound` began.
-    func access<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(ShoalError) -> T {
+    /// Runs `body` on the writer connection, inside the transaction `writeInbound`
+    /// began; on this thread unless `long` (and the write is not short). Throws when the
+    /// transaction is no longer open: the write ended, or SQLite rolled it back (an
+    /// interrupted statement), so that nothing is ever written outside it.
+    func access<T: Sendable>(
+        long: Bool = false, opening: Bool = false, _ body: @escaping @Sendable (Database) throws -> T
+    ) async throws(ShoalError) -> T {
+        guard !ended.withLock({ $0 }) else {
+            throw ShoalError(.closed, "the inbound write has ended: nothing more can be written in it")
+        }
+        let checked: @Sendable (Database) throws -> T = { db in
+            guard opening || db.isInsideTransaction else {
+                throw ShoalError(.database, "the inbound write's transaction was rolled back by the database; nothing of it was kept")
+            }
+            return try body(db)
+        }
         do {
-            return inline ? try DocumentStore.writeHere(store.pool, transaction: false, body) : try await store.quickWrite(body)
+            if inline || !long { return try DocumentStore.writeHere(store.pool, transaction: false, checked) }
+            return try await store.pool.writeWithoutTransaction(checked)
         } catch {
             throw ShoalError.wrapping(error, "database write")
         }
     }
+
+    /// The transaction committed or rolled back: later calls throw.
+    func end() { ended.withLock { $0 = true } }
 
     func state(of id: TransactionID) async throws(ShoalError) -> TransactionRecord.State? {
         try await access { db in try self.state(db, of: id) }
@@ -52,7 +80,9 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
     func buffer(
         _ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID
     ) async throws(ShoalError) {
-        try await access { db in try self.buffer(db, deltas, documentDeltaCounts: documentDeltaCounts, context: context, of: id) }
+        try await access(long: deltas.count > Self.smallApply) { db in
+            try self.buffer(db, deltas, documentDeltaCounts: documentDeltaCounts, context: context, of: id)
+        }
     }
 
     @discardableResult
@@ -60,7 +90,7 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
         _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField],
         buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
     ) async throws(ShoalError) -> DocumentRefusal? {
-        try await access { db in
+        try await access(long: buffered || deltas.count > Self.smallApply) { db in
             try self.apply(
                 db, record, deltas: deltas, documentDeltaCounts: documentDeltaCounts, context: context, buffered: buffered,
                 state: state, rest: rest)
@@ -360,12 +390,18 @@ extension DocumentStore {
         try await acquireGate(nested: marks.contains { $0.store == ObjectIdentifier(self) })
         defer { gate.release() }
         let writer = InboundWriter(store: self, inline: short)
+        defer { writer.end() }
+        // A write the body starts in this task would wait for the gate this one holds.
+        let inside = marks + [
+            OpenTransactions.Mark(
+                store: ObjectIdentifier(self), info: TransactionInfo(id: "inbound", hint: "received transactions", isReadOnly: false))
+        ]
         let result: T
         do {
-            try await writer.access { db in try Self.beginImmediate(db) }
-            result = try await body(writer)
+            try await writer.access(opening: true) { db in try Self.beginImmediate(db) }
+            result = try await OpenTransactions.$marks.withValue(inside) { try await body(writer) }
             let logged = writer.appended.documents
-            try await writer.access { db in
+            try await writer.access(long: true) { db in
                 self.refreshStatisticsIfGrown(db, logged: logged)
                 try db.cachedStatement(sql: "COMMIT").execute()
             }
@@ -373,7 +409,7 @@ extension DocumentStore {
             // What the body wrote goes, even when the task was cancelled (an async access
             // would refuse to run then, and leave the transaction open behind the gate).
             rollBackOpenTransaction()
-            throw error
+            throw (error as? ShoalError) ?? ShoalError.wrapping(error, "database write")
         }
         let (outcome, commit, last, appended) = (writer.outcome, writer.commit, writer.lastSequence, writer.appended)
         if let last { feed.publish(LogEnd(sequence: last, appended: appended)) }

@@ -545,7 +545,8 @@ public final class InboundPipeline: Sendable {
             // The transactions the verdicts name as superseding, read before deciding.
             var applied: Set<TransactionID> = []
             for id in a.supersedingNamed() {
-                if let state = try await writer.state(of: id), state != .waiting { applied.insert(id) }
+                // A state that cannot be read counts as not applied, as it always did.
+                if let state = (try? await writer.state(of: id)) ?? nil, state != .waiting { applied.insert(id) }
             }
             let decisions = a.decide(subscriptions: subscriptions, now: now) { applied.contains($0) }
             for decision in decisions {

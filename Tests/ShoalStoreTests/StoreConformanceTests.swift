@@ -256,6 +256,36 @@ import Testing
         }
     }
 
+    /// A writer kept past its write refuses every call, and a write begun inside a
+    /// write's body is refused at once rather than waiting for the one it is inside.
+    @Test(arguments: Engine.allCases)
+    func aWriterOutlivesNothingAndAWriteInsideAWriteIsRefused(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let t = Received(1, [("cars", "a", "color", "\"red\"")])
+            let (kept, _) = try await store.writeInbound(short: false) { writer async throws(ShoalError) in writer }
+            await #expect(throws: ShoalError.self) {
+                _ = try await kept.apply(
+                    t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: .applied,
+                    rest: [])
+            }
+            #expect(try await store.bodies(of: [Self.ref("cars", "a")]).isEmpty, "nothing written outside a write")
+
+            let inner = try await withHangGuard {
+                try await store.writeInbound(short: false) { _ async throws(ShoalError) -> ShoalError.Code? in
+                    do {
+                        _ = try await store.writeInbound(short: false) { _ async throws(ShoalError) in () }
+                        return nil
+                    } catch {
+                        return (error as? ShoalError)?.code
+                    }
+                }.0
+            }
+            #expect(inner == .nestedTransaction)
+            try await Self.apply([t], to: store)
+            #expect(try await store.bodies(of: [Self.ref("cars", "a")]).count == 1, "the store still writes")
+        }
+    }
+
     /// Readers see a write all at once when it commits, never its middle: a read made
     /// while the write is open sees none of it.
     @Test(arguments: Engine.allCases)
