@@ -34,8 +34,9 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
     private let ended = Locked(false)
 
     /// The most deltas an apply may bring to run on the calling thread in a write that
-    /// is not short (about a millisecond of work).
-    static let smallApply = 256
+    /// is not short: as many as a whole short write (`InboundPipeline.shortCommitDeltas`),
+    /// about a millisecond of work.
+    static let smallApply = 1024
 
     init(store: DocumentStore, inline: Bool) {
         self.store = store
