@@ -1,5 +1,5 @@
 import Metrics
-public import ShoalStore
+import ShoalStore
 public import Prometheus
 public import ShoalCRDT
 package import ShoalStorage

@@ -1,5 +1,5 @@
 public import ShoalStorage
-public import ShoalStore
+import ShoalStore
 import ShoalCRDT
 import ShoalSync
 import Logging

@@ -1,5 +1,5 @@
-public import ShoalCRDT
-public import ShoalStorage
+package import ShoalCRDT
+package import ShoalStorage
 import GRDB
 import Foundation
 import Logging
