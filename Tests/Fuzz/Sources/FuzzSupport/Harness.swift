@@ -3,6 +3,7 @@ import NIOCore
 import Shoal
 import ShoalCRDT
 import ShoalNode
+import ShoalStorage
 import ShoalStore
 import ShoalSync
 import ShoalQuery
