@@ -45,15 +45,7 @@ public struct SubscriptionSet: Sendable, Hashable {
     /// Parses `query`, which must be one SELECT statement.
     @discardableResult
     public mutating func add(query: String, arguments: [String: Value] = [:]) throws(ShoalError) -> Entry {
-        let statement: ShoalQuery.Statement
-        do {
-            statement = try Parser.parseStatement(query)
-        } catch {
-            throw ShoalError(error)
-        }
-        guard case .select(let select) = statement else {
-            throw ShoalError(.invalidQuery, "a subscription must be a SELECT statement: \(query)")
-        }
+        let select = try SelectStatement.parseOne(query, as: "a subscription")
         if !select.orderBy.isEmpty || select.limit != nil || select.offset != nil || !select.projection.isEmpty {
             throw ShoalError(
                 .invalidQuery,

@@ -11,7 +11,9 @@ package import ShoalCRDT
 /// current fields it asks for (`SyncStore.changes`, `transactionPieces`); it wakes
 /// when the log grows or cursors restart. Inbound, the pipeline starts from the
 /// transactions left waiting or partial (`transactionRecords`) and does each commit
-/// in one write transaction (`writeInbound`) through an `InboundWriting`.
+/// in one write transaction (`writeInbound`) through an `InboundWriting`, whose reads
+/// (the buffer, what the log holds, registers) ShoalSync's `InboundApplier` turns into
+/// the rows to write (`AppliedRows`).
 package protocol SyncStore: AnyObject, Sendable {
     /// This node's site.
     var siteID: SiteID { get }
@@ -146,13 +148,16 @@ package protocol InboundWriting: AnyObject, Sendable {
     func save(_ record: TransactionRecord) async throws(ShoalError)
     /// Keeps pieces of a waiting transaction in the durable buffer.
     func buffer(_ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID) async throws(ShoalError)
-    /// Applies a transaction (with what the buffer holds of it when `buffered`), or,
-    /// when a body it would write breaks `DocumentLimits`, writes nothing and says why.
-    @discardableResult
-    func apply(
-        _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
-        context: [ContextField], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
-    ) async throws(ShoalError) -> DocumentRefusal?
+    /// What the durable buffer holds of transaction `id` (which wrote `deltaCount`
+    /// deltas in all, as each of its deltas says).
+    func buffered(of id: TransactionID, deltaCount: UInt32) async throws(ShoalError) -> BufferedPieces
+    /// Which deltas of transaction `id` the change log holds, by document (their
+    /// indexes in the transaction); empty for a transaction it holds nothing of.
+    func loggedIndexes(of id: TransactionID) async throws(ShoalError) -> [DocumentRef: Set<UInt32>]
+    /// The registers of `documents`, in their order (empty for a document with none).
+    func registers(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRegisters]
+    /// Writes the rows of one apply, as they are (`AppliedRows`).
+    func write(_ rows: AppliedRows) async throws(ShoalError)
     /// Records a transaction as refused for good (`reason`: which document, which
     /// limit), dropping what the buffer holds of it.
     func refuse(_ record: TransactionRecord, reason: String) async throws(ShoalError)
@@ -160,8 +165,9 @@ package protocol InboundWriting: AnyObject, Sendable {
     func markApplied(_ id: TransactionID, rest: [Verdict]) async throws(ShoalError)
     /// Records `through` as the resume point for `peer`'s log under `subscriptionKey`,
     /// unless every cursor was forgotten since `epoch` was read (`ResumePoint`): then the
-    /// batch belongs to a stream that no longer counts, and nothing is recorded.
-    func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) async throws(ShoalError)
+    /// batch belongs to a stream that no longer counts, and nothing is recorded. With
+    /// `epoch` nil, records it under the epoch in force.
+    func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64?) async throws(ShoalError)
     /// Reads back a waiting or partial transaction's record.
     func loadRecord(_ id: TransactionID) async throws(ShoalError) -> TransactionRecord?
 }

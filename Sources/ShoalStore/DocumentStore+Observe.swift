@@ -39,15 +39,7 @@ extension DocumentStore {
     /// The sequence does its work in the task that iterates it and ends when the
     /// store closes.
     public func observe(_ query: String, arguments: [String: Value] = [:]) throws(ShoalError) -> QueryUpdates {
-        let statement: ShoalQuery.Statement
-        do {
-            statement = try Parser.parseStatement(query)
-        } catch {
-            throw ShoalError(error)
-        }
-        guard case .select(let select) = statement else {
-            throw ShoalError(.invalidQuery, "only a SELECT can be observed: \(query)")
-        }
+        let select = try SelectStatement.parseOne(query, as: "an observed query")
         // Listen before the first read, so no commit falls between the two.
         return QueryUpdates(store: self, select: select, arguments: arguments, commits: commits.updates())
     }

@@ -86,16 +86,20 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
         }
     }
 
-    @discardableResult
-    func apply(
-        _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField],
-        buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
-    ) async throws(ShoalError) -> DocumentRefusal? {
-        try await access(long: buffered || deltas.count > Self.smallApply) { db in
-            try self.apply(
-                db, record, deltas: deltas, documentDeltaCounts: documentDeltaCounts, context: context, buffered: buffered,
-                state: state, rest: rest)
-        }
+    func buffered(of id: TransactionID, deltaCount: UInt32) async throws(ShoalError) -> BufferedPieces {
+        try await access(long: true) { db in try self.buffered(db, of: id, deltaCount: deltaCount) }
+    }
+
+    func loggedIndexes(of id: TransactionID) async throws(ShoalError) -> [DocumentRef: Set<UInt32>] {
+        try await access { db in try self.loggedIndexes(db, of: id) }
+    }
+
+    func registers(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRegisters] {
+        try await access(long: documents.count > Self.smallApply / 4) { db in try self.registers(db, of: documents) }
+    }
+
+    func write(_ rows: AppliedRows) async throws(ShoalError) {
+        try await access(long: rows.dropBuffer || rows.deltas.count > Self.smallApply) { db in try self.write(db, rows) }
     }
 
     func refuse(_ record: TransactionRecord, reason: String) async throws(ShoalError) {
@@ -106,7 +110,7 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
         try await access { db in try self.markApplied(db, id, rest: rest) }
     }
 
-    func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) async throws(ShoalError) {
+    func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64?) async throws(ShoalError) {
         try await access { db in try self.recordCursor(db, peer: peer, subscriptionKey: subscriptionKey, through: through, epoch: epoch) }
     }
 
@@ -173,115 +177,54 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
         }
     }
 
-    /// Applies a transaction's deltas: those given and, with `buffered`, those in
-    /// the durable buffer (which it then clears), plus context fields; records its
-    /// state and the verdicts on what this node does not hold (`rest`), which it
-    /// passes on when it relays the transaction. With `state` and `rest` nil (a late
-    /// piece of a transaction applied before), its record is left as it is.
-    ///
-    /// Each delta is logged once (a piece already logged is not logged again) and
-    /// merged last-writer-wins; the bodies of the documents it changed are rebuilt once.
-    ///
-    /// Every body it would write is checked against `DocumentLimits` first: if one
-    /// breaks them, nothing of the transaction is written (its buffer stays) and the
-    /// refusal is returned, for the caller to `refuse` it whole.
-    private func apply(
-        _ db: Database, _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
-        context: [ContextField], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
-    ) throws -> DocumentRefusal? {
-        let id = record.id
-        let origin = Int64(bitPattern: id.origin.rawValue), seq = Int64(id.sequence)
-        var all = deltas
-        var counts = documentDeltaCounts
-        var contextFields = context
-        if buffered {
-            try BufferedDelta.forEach(db, of: id) { buffered in
-                counts[buffered.document] = buffered.documentDeltas
-                all.append(buffered.delta(of: id, count: record.deltaCount))
-            }
-            try BufferedContextField.forEach(db, of: id) { contextFields.append($0) }
+    /// What the buffer holds of transaction `id`, which wrote `deltaCount` deltas.
+    private func buffered(_ db: Database, of id: TransactionID, deltaCount: UInt32) throws -> BufferedPieces {
+        var pieces = BufferedPieces()
+        try BufferedDelta.forEach(db, of: id) { buffered in
+            pieces.documentDeltaCounts[buffered.document] = buffered.documentDeltas
+            pieces.deltas.append(buffered.delta(of: id, count: deltaCount))
         }
-        // Deltas nearly always come in index order: sorting only when they do not spares
-        // copying the caller's array (which `all` still shares) a delta at a time.
-        if all.indices.dropFirst().contains(where: { all[$0 - 1].index > all[$0].index }) {
-            all.sort { $0.index < $1.index }
-        }
-        // Each document's registers are loaded once, merged in memory (in place, in
-        // `touched`), and what won is saved. A transaction's deltas come grouped by
-        // document, so a run of one document's deltas looks it up once.
-        var statements = try RegisterRows.Statements(db)
-        var touched: [Touched] = []
-        var slots: [DocumentRef: Int] = [:]
-        slots.reserveCapacity(Int(record.documentCount))
-        // What the log holds of this transaction already (a late piece, a resend): each
-        // delta is logged once. Nothing, for a transaction seen for the first time.
+        try BufferedContextField.forEach(db, of: id) { pieces.context.append($0) }
+        return pieces
+    }
+
+    /// Which deltas of transaction `id` the log holds, by document.
+    private func loggedIndexes(_ db: Database, of id: TransactionID) throws -> [DocumentRef: Set<UInt32>] {
         var logged: [DocumentRef: Set<UInt32>] = [:]
         try ChangeLogRecord.forEach(db, of: id) { _, entries in
             try LogEntries.forEach(entries) { collection, id, _, deltas in
                 logged[DocumentRef(collection: collection, id: id), default: []].formUnion(try PackedDeltas.indexes(deltas))
             }
         }
-        // The deltas to log, per touched document (by slot), packed as they come.
-        var packs: [PackedDeltas] = []
-        var previous: UInt32?
-        var run: (collection: String, id: String, slot: Int)?
-        for delta in all {
-            let slot: Int
-            if let run, DocumentRef(collection: run.collection, id: run.id).is(collection: delta.collection, id: delta.documentID) {
-                slot = run.slot
-            } else {
-                let document = DocumentRef(collection: delta.collection, id: delta.documentID)
-                slot = try self.slot(for: document, expecting: Int(counts[document] ?? 1), &touched, &slots, &statements)
-                run = (delta.collection, delta.documentID, slot)
-            }
-            // `all` is in index order: a delta given twice (buffered and again) is adjacent.
-            if delta.index != previous, logged.isEmpty || logged[touched[slot].document]?.contains(delta.index) != true {
-                while packs.count <= slot { packs.append(PackedDeltas()) }
-                packs[slot].append(index: delta.index, timestamp: delta.timestamp.rawValue, name: delta.field, value: delta.valueJSON)
-            }
-            previous = delta.index
-            // Merged even when logged before: EVICT keeps the log but not the fields, and a
-            // refill must bring them back. A duplicate simply loses LWW (equal version).
-            let state = RegisterState(delta: delta, parsed: delta.parsed)
-            if touched[slot].registers.merge(delta.field, state) {
-                touched[slot].won[delta.field] = (state, delta.index)
-            }
+        return logged
+    }
+
+    /// The registers of `documents`, in order, through one prepared statement.
+    private func registers(_ db: Database, of documents: [DocumentRef]) throws -> [DocumentRegisters] {
+        var load = try HotStatement(db, sql: RegisterRows.load)
+        return try documents.map { document in
+            try RegisterRows.load(&load, collection: document.collection, key: document.id)
         }
-        for field in contextFields {
-            let i = try slot(for: field.document, expecting: 1, &touched, &slots, &statements)
-            let state = RegisterState(delta: field.delta, parsed: field.delta.parsed)
-            if touched[i].registers.merge(field.field, state) {
-                touched[i].won[field.field] = (state, 0)
-            }
-        }
-        // What this node can hold, checked before anything is written.
-        let limits = store.systemParameters.documentLimits
-        var bodies: [DocumentRegisters.Body.Text?] = Array(repeating: nil, count: touched.count)
-        for (slot, entry) in touched.enumerated() where !entry.won.isEmpty {
-            let body = try RegisterRows.materialize(entry.registers, collection: entry.document.collection, key: entry.document.id)
-            if case .live(let json) = body {
-                switch limits.check(body: json) {
-                case .fits: break
-                case .overSoft(let bytes):
-                    store.logger.warning(
-                        "transaction \(id) makes document \(entry.document.id) in \(entry.document.collection) \(bytes) bytes, over the soft document size limit of \(limits.softBytes) bytes (document_size_soft_limit_bytes)",
-                        metadata: ["shoal.txn": "\(id)", "shoal.collection": "\(entry.document.collection)"])
-                case .refused(let reason):
-                    return DocumentRefusal(document: entry.document, reason: reason)
-                }
-            }
-            bodies[slot] = body
-        }
-        if buffered {
+    }
+
+    /// Writes the rows of one apply (`AppliedRows`), in the order it gives.
+    private func write(_ db: Database, _ rows: AppliedRows) throws {
+        let id = rows.record.id
+        let origin = Int64(bitPattern: id.origin.rawValue), seq = Int64(id.sequence)
+        if rows.dropBuffer {
             try db.cachedStatement(sql: "DELETE FROM txn_piece WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
             try db.cachedStatement(sql: "DELETE FROM txn_context WHERE origin = ? AND seq = ?").execute(arguments: [origin, seq])
         }
-        // The log leaves out what it holds already (`logged`).
-        var log = LogAppender(db, site: id.origin.rawValue, sequence: id.sequence, deltaCount: Int(record.deltaCount))
-        for (slot, pack) in packs.enumerated() where !pack.isEmpty {
-            let document = touched[slot].document
-            try log.append(document, deltaCount: Int(counts[document] ?? 1), pack.bytes)
-            appended.collections.insert(document.collection)
+        var log = LogAppender(db, site: id.origin.rawValue, sequence: id.sequence, deltaCount: Int(rows.record.deltaCount))
+        var pack = PackedDeltas()
+        for document in rows.documents where !document.logged.isEmpty {
+            pack.removeAll()
+            for position in document.logged {
+                let delta = rows.deltas[position]
+                pack.append(index: delta.index, timestamp: delta.timestamp.rawValue, name: delta.field, value: delta.valueJSON)
+            }
+            try log.append(document.document, deltaCount: Int(document.deltaCount), pack.bytes)
+            appended.collections.insert(document.document.collection)
             appended.documents += 1
             outcome.logged += pack.count
         }
@@ -291,26 +234,29 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
             lastSequence = last
             if appended.transactions.last != id { appended.transactions.append(id) }
         }
+        var upserts = RegisterRows.Upserts(db)
+        var bodies = RegisterRows.Bodies(db)
         var dirty = 0
-        for (slot, entry) in touched.enumerated() where !entry.won.isEmpty {
-            let document = entry.document
-            try statements.upsert.save(collection: document.collection, key: document.id, entry.won)
-            outcome.won += entry.won.count
-            try statements.bodies.save(collection: document.collection, key: document.id, body: bodies[slot]!)
-            commit.collections.insert(document.collection)
+        for document in rows.documents where !document.won.isEmpty {
+            guard let body = document.body else { preconditionFailure("a document whose registers changed has a body to save") }
+            let ref = document.document
+            try upserts.save(collection: ref.collection, key: ref.id, document.won)
+            outcome.won += document.won.count
+            try bodies.save(collection: ref.collection, key: ref.id, body: body)
+            commit.collections.insert(ref.collection)
             dirty += 1
         }
-        try statements.bodies.finish()
+        try bodies.finish()
         outcome.changedDocuments += dirty
-        if let state, let rest {
+        let record = rows.record
+        if let state = rows.state, let rest = rows.rest {
             try db.cachedStatement(sql: FieldSQL.insertTransaction).execute(arguments: [
                 origin, seq, Int64(record.deltaCount), Int64(record.documentCount), CollectionCount.encode(record.collections),
                 state.rawValue, Verdict.encode(rest), state == .applied ? "" : TransactionRecord.Report.encode(record.reports),
                 Int64(bitPattern: record.firstSeen),
             ])
         }
-        if (state != nil || dirty > 0), !commit.transactions.contains(id) { commit.transactions.append(id) }
-        return nil
+        if (rows.state != nil || dirty > 0), !commit.transactions.contains(id) { commit.transactions.append(id) }
     }
 
     /// Records a transaction as refused, never to be applied (`DocumentLimits`), and
@@ -331,23 +277,6 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
         ])
     }
 
-    /// A document's registers as an apply merges them, and the writes that won.
-    typealias Touched = (document: DocumentRef, registers: DocumentRegisters, won: [String: (state: RegisterState, index: UInt32)])
-
-    /// Where `document` is in `touched`, loading its registers the first time, with
-    /// room for the `expecting` deltas this apply brings it.
-    private func slot(
-        for document: DocumentRef, expecting: Int, _ touched: inout [Touched], _ slots: inout [DocumentRef: Int],
-        _ statements: inout RegisterRows.Statements
-    ) throws -> Int {
-        if let known = slots[document] { return known }
-        var loaded = try RegisterRows.load(&statements.load, collection: document.collection, key: document.id)
-        loaded.reserveCapacity(loaded.registers.count + expecting)
-        touched.append((document, loaded, Dictionary(minimumCapacity: expecting)))
-        slots[document] = touched.count - 1
-        return touched.count - 1
-    }
-
     /// Marks a partial transaction whole, with nothing left to apply, and what this
     /// node now says of the documents it does not hold.
     private func markApplied(_ db: Database, _ id: TransactionID, rest: [Verdict]) throws {
@@ -360,8 +289,8 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
     }
 
     /// Records `through` as the resume point for `peer`'s log under `subscriptionKey`.
-    private func recordCursor(_ db: Database, peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) throws {
-        guard epoch == (try DocumentStore.cursorEpoch(db)) else { return }
+    private func recordCursor(_ db: Database, peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64?) throws {
+        if let epoch, epoch != (try DocumentStore.cursorEpoch(db)) { return }
         try db.cachedStatement(
             sql: """
                 INSERT INTO peer_cursor (peer, subscription_key, through) VALUES (?, ?, ?)
@@ -451,37 +380,5 @@ extension DocumentStore {
             }
         }
         return record
-    }
-}
-
-extension DocumentStore {
-    /// Applies pieces received from `peer` at once, each as a whole transaction, in
-    /// one commit, and records `through` as that peer's cursor under
-    /// `subscriptionKey` (nil: record nothing). This is what the inbound pipeline
-    /// does with a transaction once it is whole; tools and tests that hold whole
-    /// transactions use it directly.
-    @discardableResult
-    package func applyRemote(
-        _ pieces: [TransactionPiece], from peer: SiteID, subscriptionKey: String? = nil, through: UInt64 = 0
-    ) async throws(ShoalError) -> ApplyOutcome {
-        for piece in pieces {
-            for delta in piece.deltas { clock.observe(delta.timestamp) }
-        }
-        let now = HybridLogicalClock.systemMilliseconds()
-        let epoch = try await read { db in try Self.cursorEpoch(db) }
-        let ((), outcome) = try await writeInbound { writer async throws(ShoalError) in
-            for piece in pieces {
-                let record = TransactionRecord(
-                    id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,
-                    collections: piece.collections, state: .applied, firstSeen: now)
-                try await writer.apply(
-                    record, deltas: piece.deltas, documentDeltaCounts: piece.documentDeltaCounts, context: piece.context,
-                    buffered: false, state: .applied, rest: [])
-            }
-            if let subscriptionKey {
-                try await writer.recordCursor(peer: peer, subscriptionKey: subscriptionKey, through: through, epoch: epoch)
-            }
-        }
-        return outcome
     }
 }

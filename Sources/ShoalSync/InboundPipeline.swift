@@ -478,6 +478,7 @@ public final class InboundPipeline: Sendable {
         let deltas = items.reduce(0) { $0 + $1.pieces.reduce(0) { $0 + $1.deltas.count } }
         let short = !items.isEmpty && deltas <= Self.shortCommitDeltas && start.waitingCount == 0
         let logger = self.logger
+        let limits = store.systemParameters.documentLimits
         return try await store.writeInbound(short: short) { writer async throws(ShoalError) in
             var result = CommitResult(assembler: start)
             var a = start
@@ -499,7 +500,7 @@ public final class InboundPipeline: Sendable {
                             let logged = writer.outcome.logged
                             if let refusal = try await writer.apply(
                                 record, deltas: piece.deltas, documentDeltaCounts: piece.documentDeltaCounts,
-                                context: piece.context, buffered: false, state: nil, rest: nil)
+                                context: piece.context, buffered: false, state: nil, rest: nil, limits: limits, logger: logger)
                             {
                                 logger.warning(
                                     "dropped a late piece of a remote transaction applied before: this node cannot hold \(refusal)",
@@ -525,7 +526,8 @@ public final class InboundPipeline: Sendable {
                         let logged = writer.outcome.logged
                         if let refusal = try await writer.apply(
                             record, deltas: new, documentDeltaCounts: piece.documentDeltaCounts, context: piece.context,
-                            buffered: false, state: .partial, rest: a.rest(of: piece.id, subscriptions: subscriptions))
+                            buffered: false, state: .partial, rest: a.rest(of: piece.id, subscriptions: subscriptions), limits: limits,
+                            logger: logger)
                         {
                             // Applied in part already, so it cannot be refused whole: this part stays out.
                             logger.warning(
@@ -558,7 +560,7 @@ public final class InboundPipeline: Sendable {
                         if let refusal = try await writer.apply(
                             record, deltas: received?.deltas ?? [], documentDeltaCounts: received?.counts ?? [:],
                             context: received?.context ?? [], buffered: !created.contains(id), state: .applied,
-                            rest: a.rest(of: id, subscriptions: subscriptions))
+                            rest: a.rest(of: id, subscriptions: subscriptions), limits: limits, logger: logger)
                         {
                             try await Self.refuse(record, refusal.description, writer: writer, assembler: &a, into: &result, now: now)
                             continue
@@ -573,7 +575,7 @@ public final class InboundPipeline: Sendable {
                     if let refusal = try await writer.apply(
                         record, deltas: received?.deltas ?? [], documentDeltaCounts: received?.counts ?? [:],
                         context: received?.context ?? [], buffered: !created.contains(id),
-                        state: .partial, rest: a.rest(of: id, subscriptions: subscriptions))
+                        state: .partial, rest: a.rest(of: id, subscriptions: subscriptions), limits: limits, logger: logger)
                     {
                         try await Self.refuse(record, refusal.description, writer: writer, assembler: &a, into: &result, now: now)
                         continue

@@ -40,11 +40,11 @@ extension SyncStore {
         // A page may run past `limit` deltas (up to 4 times as many) to finish the
         // transaction it is in, so that ordinary transactions travel whole; past that,
         // or past the byte budget, it ends inside the transaction.
-        // Records only of what may make a piece: not of the peer's own transactions, of
-        // those it sent here, or of a lazy origin's not begun (offered, or passed over).
         let read = try await logPage(
             after: sequence, limit: limit, stretch: limit * 4, byteLimit: byteLimit,
             records: { id in
+                // Records only of what may make a piece: not of the peer's own transactions,
+                // of those it sent here, or of a lazy origin's not begun (offered, or passed over).
                 guard id.origin != peer, skipping?(id) != true else { return false }
                 // A page after a resume point may find a lazy origin's transaction begun.
                 guard let isLazy, !resuming, !continuing.contains(id) else { return true }

@@ -87,7 +87,7 @@ import ShoalSync
             let (refusal, _) = try await store.writeInbound { writer async throws(ShoalError) in
                 let refusal = try await writer.apply(
                     record, deltas: deltas, documentDeltaCounts: [DocumentRef(collection: "t", id: "\"fine\""): 1, DocumentRef(collection: "t", id: "\"deep\""): 2],
-                    context: [], buffered: false, state: .applied, rest: [])
+                    context: [], buffered: false, state: .applied, rest: [], limits: store.systemParameters.documentLimits, logger: Logger(label: "shoal.test"))
                 if let refusal { try await writer.refuse(record, reason: refusal.description) }
                 return refusal
             }
@@ -116,7 +116,7 @@ import ShoalSync
             let (refusal, _) = try await store.writeInbound { writer async throws(ShoalError) in
                 try await writer.apply(
                     record, deltas: deltas, documentDeltaCounts: [DocumentRef(collection: "t", id: "\"big\""): 1], context: [],
-                    buffered: false, state: .applied, rest: [])
+                    buffered: false, state: .applied, rest: [], limits: store.systemParameters.documentLimits, logger: Logger(label: "shoal.test"))
             }
             // `{"_id":"big","v":"yyy…"}`: the body with its `_id`, 18 bytes, the 200 y and the closing 2.
             #expect(refusal?.reason == .tooLarge(bytes: 220, limit: 100))

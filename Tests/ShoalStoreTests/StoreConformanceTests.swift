@@ -1,8 +1,10 @@
 import Foundation
 import ShoalCRDT
 import ShoalStorage
+import ShoalSync
 import ShoalStore
 import ShoalTesting
+import Logging
 import Testing
 
 /// What every store engine must do for sync, through `SyncStore` alone: each test runs
@@ -76,7 +78,7 @@ import Testing
             for t in transactions {
                 let refusal = try await writer.apply(
                     t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: .applied,
-                    rest: [])
+                    rest: [], limits: store.systemParameters.documentLimits, logger: Logger(label: "shoal.test"))
                 #expect(refusal == nil)
             }
         }
@@ -207,7 +209,7 @@ import Testing
             await #expect(throws: ShoalError.self) {
                 _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
                     _ = try await writer.apply(
-                        t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: nil, rest: [])
+                        t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: nil, rest: [], limits: store.systemParameters.documentLimits, logger: Logger(label: "shoal.test"))
                     try await writer.recordCursor(peer: Self.peer, subscriptionKey: cars.key, through: 7, epoch: epoch)
                     throw ShoalError(.database, "the disk is full (injected)")
                 }
@@ -237,7 +239,7 @@ import Testing
                 try await store.writeInbound(short: false) { writer async throws(ShoalError) in
                     _ = try await writer.apply(
                         t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: .applied,
-                        rest: [])
+                        rest: [], limits: store.systemParameters.documentLimits, logger: Logger(label: "shoal.test"))
                     applied.open()
                     while !Task.isCancelled { try? await Task.sleep(for: .milliseconds(5)) }
                     // Cancelled: the next access may refuse to run, or the body gives up.
@@ -266,7 +268,7 @@ import Testing
             await #expect(throws: ShoalError.self) {
                 _ = try await kept.apply(
                     t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: .applied,
-                    rest: [])
+                    rest: [], limits: store.systemParameters.documentLimits, logger: Logger(label: "shoal.test"))
             }
             #expect(try await store.bodies(of: [Self.ref("cars", "a")]).isEmpty, "nothing written outside a write")
 
@@ -298,7 +300,7 @@ import Testing
             async let write: Void = {
                 _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
                     _ = try await writer.apply(
-                        t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: nil, rest: [])
+                        t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: nil, rest: [], limits: store.systemParameters.documentLimits, logger: Logger(label: "shoal.test"))
                     applied.open()
                     #expect(readDone.waitBlocking(), "the read waited for the write")
                 }
@@ -341,12 +343,68 @@ import Testing
                 record.state = .applied
                 _ = try await writer.apply(
                     record, deltas: rest, documentDeltaCounts: [Self.ref("cars", "b"): 1], context: [], buffered: true,
-                    state: .applied, rest: [])
+                    state: .applied, rest: [], limits: store.systemParameters.documentLimits, logger: Logger(label: "shoal.test"))
             }
             #expect(try await store.transactionRecords().isEmpty)
             #expect(try await store.storedTransactions([t.id])[t.id]?.state == .applied)
             #expect(Set(try await store.logPage(of: t.id).rows.map(\.delta)) == Set(t.deltas))
             #expect(try await store.bodies(of: [Self.ref("cars", "a"), Self.ref("cars", "b")]).count == 2)
+        }
+    }
+
+    /// The reads an apply is decided on give back what the writes stored: the buffer's
+    /// deltas, counts and context; which deltas the log holds; the registers. And the
+    /// rows an apply decided are written as they are, the buffer dropped when they say.
+    @Test(arguments: Engine.allCases)
+    func theRowsAnApplyReadsAreTheRowsWritten(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let t = Received(1, [("cars", "a", "color", "\"red\""), ("cars", "b", "color", "\"blue\"")], state: .waiting)
+            let a = Self.ref("cars", "a"), b = Self.ref("cars", "b")
+            let context = ContextField(
+                document: b, field: "seats", valueJSON: "5", timestamp: HybridTimestamp(rawValue: 7 << 16),
+                transaction: TransactionID(origin: Self.peer, sequence: 4))
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.save(t.record)
+                try await writer.buffer(Array(t.deltas.prefix(1)), documentDeltaCounts: [a: 1], context: [context], of: t.id)
+            }
+            let (reads, _) = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                (
+                    try await writer.buffered(of: t.id, deltaCount: t.record.deltaCount), try await writer.loggedIndexes(of: t.id),
+                    try await writer.registers(of: [a, b])
+                )
+            }
+            #expect(reads.0.deltas == Array(t.deltas.prefix(1)))
+            #expect(reads.0.documentDeltaCounts == [a: 1])
+            #expect(reads.0.context == [context])
+            #expect(reads.1.isEmpty, "nothing logged of a buffered transaction")
+            #expect(reads.2.map(\.registers.isEmpty) == [true, true])
+
+            // Rows as an applier would decide them: document a logs delta 0 and its color
+            // wins; the record says applied; the buffer goes.
+            let red = RegisterState(delta: t.deltas[0])
+            var record = t.record
+            record.state = .applied
+            let rows = AppliedRows(
+                record: record, deltas: t.deltas,
+                documents: [
+                    AppliedRows.Document(
+                        document: a, deltaCount: 1, logged: [0], won: ["color": (red, 0)], body: .live(#"{"_id":"a","color":"red"}"#))
+                ],
+                dropBuffer: true, state: .applied, rest: [])
+            let (after, outcome) = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.write(rows)
+                return (
+                    try await writer.buffered(of: t.id, deltaCount: t.record.deltaCount), try await writer.loggedIndexes(of: t.id),
+                    try await writer.registers(of: [a])
+                )
+            }
+            #expect(after.0.deltas.isEmpty && after.0.context.isEmpty, "the buffer dropped")
+            #expect(after.1 == [a: [0]])
+            #expect(after.2.first?.registers == ["color": red])
+            #expect(outcome.logged == 1 && outcome.won == 1 && outcome.changedDocuments == 1)
+            #expect(try await store.bodies(of: [a, b]) == [a: #"{"_id":"a","color":"red"}"#])
+            #expect(try await store.storedTransactions([t.id])[t.id]?.state == .applied)
+            #expect(try await store.transactionRecords().isEmpty)
         }
     }
 

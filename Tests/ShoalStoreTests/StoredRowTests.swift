@@ -5,6 +5,7 @@ import ShoalCRDT
 import ShoalStorage
 import ShoalSync
 import ShoalTesting
+import Logging
 import Testing
 
 /// Rows are decoded once per shape, every conversion checked: a row no version of
@@ -65,7 +66,7 @@ import Testing
             #expect(record.bufferedBytes == 3 * "\"é0\"".utf8.count)
             _ = try await store.writeInbound { writer async throws(ShoalError) in
                 try await writer.apply(
-                    record, deltas: [], documentDeltaCounts: [:], context: [], buffered: true, state: .applied, rest: [])
+                    record, deltas: [], documentDeltaCounts: [:], context: [], buffered: true, state: .applied, rest: [], limits: store.systemParameters.documentLimits, logger: Logger(label: "shoal.test"))
             }
             #expect(try await store.execute("SELECT * FROM c WHERE _id = 'd'").items.map(\.canonicalJSON)
                 == [#"{"_id":"d","f0":"é0","f1":"é1","f2":"é2"}"#])

@@ -1,6 +1,7 @@
 import ShoalCRDT
 import ShoalStore
 import ShoalStorage
+import ShoalSync
 import ShoalTesting
 import Testing
 

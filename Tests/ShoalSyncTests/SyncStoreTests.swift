@@ -4,6 +4,7 @@ import ShoalStore
 import ShoalStorage
 import ShoalSync
 import ShoalTesting
+import Logging
 import Testing
 
 /// Sync reaches the store only through `SyncStore`: a store of another kind (here
@@ -111,18 +112,23 @@ import Testing
                 try fail(id)
                 try await base.buffer(deltas, documentDeltaCounts: documentDeltaCounts, context: context, of: id)
             }
-            func apply(
-                _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32],
-                context: [ContextField], buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?
-            ) async throws(ShoalError) -> DocumentRefusal? {
-                try fail(record.id)
-                return try await base.apply(
-                    record, deltas: deltas, documentDeltaCounts: documentDeltaCounts, context: context, buffered: buffered, state: state,
-                    rest: rest)
+            func buffered(of id: TransactionID, deltaCount: UInt32) async throws(ShoalError) -> BufferedPieces {
+                try await base.buffered(of: id, deltaCount: deltaCount)
+            }
+            func loggedIndexes(of id: TransactionID) async throws(ShoalError) -> [DocumentRef: Set<UInt32>] {
+                try fail(id)
+                return try await base.loggedIndexes(of: id)
+            }
+            func registers(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRegisters] {
+                try await base.registers(of: documents)
+            }
+            func write(_ rows: AppliedRows) async throws(ShoalError) {
+                try fail(rows.record.id)
+                try await base.write(rows)
             }
             func refuse(_ record: TransactionRecord, reason: String) async throws(ShoalError) { try await base.refuse(record, reason: reason) }
             func markApplied(_ id: TransactionID, rest: [Verdict]) async throws(ShoalError) { try await base.markApplied(id, rest: rest) }
-            func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64) async throws(ShoalError) {
+            func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64?) async throws(ShoalError) {
                 try await base.recordCursor(peer: peer, subscriptionKey: subscriptionKey, through: through, epoch: epoch)
             }
             func loadRecord(_ id: TransactionID) async throws(ShoalError) -> TransactionRecord? { try await base.loadRecord(id) }
