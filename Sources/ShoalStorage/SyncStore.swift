@@ -142,8 +142,9 @@ package protocol SyncStore: AnyObject, Sendable {
 package protocol InboundWriting: AnyObject, Sendable {
     /// What the calls so far applied.
     var outcome: ApplyOutcome { get }
-    /// The state of a transaction this node has a record of, if any.
-    func state(of id: TransactionID) async throws(ShoalError) -> TransactionRecord.State?
+    /// The states of the transactions `ids` this node has a record of (one it has no
+    /// record of is left out).
+    func states(of ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: TransactionRecord.State]
     /// Records a waiting transaction: its header and reports.
     func save(_ record: TransactionRecord) async throws(ShoalError)
     /// Keeps pieces of a waiting transaction in the durable buffer.
@@ -192,5 +193,12 @@ public struct ResumePoint: Sendable, Hashable {
         self.through = through
         self.refill = refill
         self.epoch = epoch
+    }
+}
+
+extension InboundWriting {
+    /// The state of a transaction this node has a record of, if any.
+    package func state(of id: TransactionID) async throws(ShoalError) -> TransactionRecord.State? {
+        try await states(of: [id])[id]
     }
 }

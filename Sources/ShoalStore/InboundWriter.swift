@@ -70,8 +70,14 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
     /// The transaction committed or rolled back: later calls throw.
     func end() { ended.withLock { $0 = true } }
 
-    func state(of id: TransactionID) async throws(ShoalError) -> TransactionRecord.State? {
-        try await access { db in try self.state(db, of: id) }
+    func states(of ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: TransactionRecord.State] {
+        try await access(long: ids.count > Self.smallApply / 4) { db in
+            var states: [TransactionID: TransactionRecord.State] = [:]
+            for id in ids {
+                if let state = try self.state(db, of: id) { states[id] = state }
+            }
+            return states
+        }
     }
 
     func save(_ record: TransactionRecord) async throws(ShoalError) {

@@ -92,11 +92,12 @@ package struct InboundApplier: Sendable {
     /// simply loses, at an equal version). `state` and `rest`: the record's new state
     /// and verdicts (nil: leave it as it is); `dropBuffer`: the buffer held some of it.
     package func plan(
-        logged: [DocumentRef: Set<UInt32>], registers: [DocumentRegisters], limits: DocumentLimits,
+        logged: [DocumentRef: Set<UInt32>], registers: consuming [DocumentRegisters], limits: DocumentLimits,
         state: TransactionRecord.State?, rest: [Verdict]?, dropBuffer: Bool
     ) throws(ShoalError) -> Plan {
+        // Consumed, and merged in place: a copy would copy each document's registers at
+        // its first merge.
         precondition(registers.count == documents.count, "one register set per document")
-        var registers = registers
         var written = documents.map { document in
             let count = documentDeltaCounts[document] ?? 1
             return AppliedRows.Document(document: document, deltaCount: count, won: Dictionary(minimumCapacity: Int(count)))

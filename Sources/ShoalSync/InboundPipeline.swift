@@ -452,7 +452,8 @@ public final class InboundPipeline: Sendable {
     /// transaction of a hundred documents, or a few smaller ones, apply on this thread.
     static let shortCommitDeltas = 1024
 
-    /// One SQLite transaction: every item's pieces, the decisions they allow, and the cursors.
+    /// One write transaction: every item's pieces, the decisions they allow, and the
+    /// cursors, as `InboundCommitPlan` decides them.
     private func commit(
         _ items: [Item], assembler start: CoverageAssembler, subscriptions: SubscriptionSet, routes: Routing.Snapshot
     ) async throws(ShoalError) -> (CommitResult, ApplyOutcome) {
@@ -480,171 +481,66 @@ public final class InboundPipeline: Sendable {
         let logger = self.logger
         let limits = store.systemParameters.documentLimits
         return try await store.writeInbound(short: short) { writer async throws(ShoalError) in
-            var result = CommitResult(assembler: start)
-            var a = start
-            // What this commit received of each waiting transaction, not yet in the buffer.
-            var fresh: [TransactionID: (deltas: [Delta], counts: [DocumentRef: UInt32], context: [ContextField])] = [:]
-            // Transactions first heard of in this commit: nothing of them is in the buffer yet.
-            var created: Set<TransactionID> = []
-            var touched: Set<TransactionID> = []
+            // What the plan decides on: the states of the transactions it does not hold,
+            // and the records of those waiting or partial.
+            let ids = InboundCommitPlan.toRead(items, assembler: start, routes: routes)
+            let states = ids.isEmpty ? [:] : try await writer.states(of: ids)
+            var records: [TransactionID: TransactionRecord] = [:]
+            for (id, state) in states where state == .waiting || state == .partial {
+                if let record = try await writer.loadRecord(id) { records[id] = record }
+            }
+            var plan = InboundCommitPlan(assembler: start, subscriptions: subscriptions, now: now, states: states, records: records)
             for item in items {
                 for piece in item.pieces {
-                    if a.records[piece.id] == nil {
-                        switch try await writer.state(of: piece.id) {
-                        case .applied?:
-                            // A late piece of a transaction applied whole (a wider subscription, another path).
-                            var record = TransactionRecord(
-                                id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,
-                                collections: piece.collections, state: .applied, firstSeen: now)
-                            record.documents = [:]
-                            let logged = writer.outcome.logged
-                            if let refusal = try await writer.apply(
-                                record, deltas: piece.deltas, documentDeltaCounts: piece.documentDeltaCounts,
-                                context: piece.context, buffered: false, state: nil, rest: nil, limits: limits, logger: logger)
-                            {
-                                logger.warning(
-                                    "dropped a late piece of a remote transaction applied before: this node cannot hold \(refusal)",
-                                    metadata: ["shoal.txn": "\(piece.id)", "shoal.peer.site": "\(item.source)"])
-                            } else {
-                                result.received(piece, new: writer.outcome.logged - logged, from: item.source)
-                            }
-                            continue
-                        case .refused?:
-                            // Refused whole before: nothing of it is ever applied here.
-                            continue
-                        case .partial?, .waiting?:
-                            if let record = try await writer.loadRecord(piece.id) { a.adopt(record) }
-                        case nil:
-                            created.insert(piece.id)
-                        }
-                    }
-                    let new = a.add(piece, from: item.source, now: now)
-                    touched.insert(piece.id)
-                    let record = a.records[piece.id]!
-                    if record.state == .partial {
-                        // Applied in part: the log says which of the deltas were held.
-                        let logged = writer.outcome.logged
-                        if let refusal = try await writer.apply(
-                            record, deltas: new, documentDeltaCounts: piece.documentDeltaCounts, context: piece.context,
-                            buffered: false, state: .partial, rest: a.rest(of: piece.id, subscriptions: subscriptions), limits: limits,
-                            logger: logger)
-                        {
-                            // Applied in part already, so it cannot be refused whole: this part stays out.
-                            logger.warning(
-                                "dropped a late piece of a remote transaction applied in part: this node cannot hold \(refusal)",
-                                metadata: ["shoal.txn": "\(piece.id)", "shoal.peer.site": "\(item.source)"])
-                        } else {
-                            result.received(piece, new: writer.outcome.logged - logged, from: item.source)
-                        }
-                    } else {
-                        result.received(piece, new: new.count, from: item.source)
-                        fresh[piece.id, default: ([], [:], [])].deltas += new
-                        fresh[piece.id]!.counts.merge(piece.documentDeltaCounts) { max($0, $1) }
-                        fresh[piece.id]!.context += piece.context
+                    if let apply = plan.receive(piece, from: item.source) {
+                        try await Self.carryOut([.apply(apply)], of: &plan, writer: writer, limits: limits, logger: logger)
                     }
                 }
             }
-            // The transactions the verdicts name as superseding, read before deciding.
-            var applied: Set<TransactionID> = []
-            for id in a.supersedingNamed() {
-                // A state that cannot be read counts as not applied, as it always did.
-                if let state = (try? await writer.state(of: id)) ?? nil, state != .waiting { applied.insert(id) }
+            // The transactions the verdicts name as superseding, read before deciding; a
+            // state that cannot be read counts as not applied, as it always did.
+            let named = plan.supersedingNamed
+            let superseding = named.isEmpty ? [:] : ((try? await writer.states(of: named.sorted())) ?? [:])
+            for decision in plan.decide(isApplied: { superseding[$0].map { $0 != .waiting } ?? false }) {
+                try await Self.carryOut(plan.steps(for: decision), of: &plan, writer: writer, limits: limits, logger: logger)
             }
-            let decisions = a.decide(subscriptions: subscriptions, now: now) { applied.contains($0) }
-            for decision in decisions {
-                switch decision {
-                case .apply(let ids):
-                    for id in ids {
-                        let record = a.records[id]!
-                        let received = fresh.removeValue(forKey: id)
-                        if let refusal = try await writer.apply(
-                            record, deltas: received?.deltas ?? [], documentDeltaCounts: received?.counts ?? [:],
-                            context: received?.context ?? [], buffered: !created.contains(id), state: .applied,
-                            rest: a.rest(of: id, subscriptions: subscriptions), limits: limits, logger: logger)
-                        {
-                            try await Self.refuse(record, refusal.description, writer: writer, assembler: &a, into: &result, now: now)
-                            continue
-                        }
-                        a.remove(id)
-                        result.applied.append(id)
-                        result.counters.applied += 1
-                    }
-                case .applyPartially(let id, let reason):
-                    let record = a.records[id]!
-                    let received = fresh.removeValue(forKey: id)
-                    if let refusal = try await writer.apply(
-                        record, deltas: received?.deltas ?? [], documentDeltaCounts: received?.counts ?? [:],
-                        context: received?.context ?? [], buffered: !created.contains(id),
-                        state: .partial, rest: a.rest(of: id, subscriptions: subscriptions), limits: limits, logger: logger)
-                    {
-                        try await Self.refuse(record, refusal.description, writer: writer, assembler: &a, into: &result, now: now)
-                        continue
-                    }
-                    a.releaseBuffer(id)
-                    result.partial.append((reason, [id]))
-                    if reason == .overflow { result.counters.overflows += 1 }
-                case .completed(let id):
-                    try await writer.markApplied(id, rest: a.rest(of: id, subscriptions: subscriptions))
-                    a.remove(id)
-                    result.applied.append(id)
-                    result.counters.completed += 1
-                case .refuse(let record, let collections):
-                    fresh[record.id] = nil
-                    try await Self.refuse(
-                        record,
-                        "a peer holds documents of \(collections.joined(separator: ", ")) in it that are over what this node said it takes (its frame limit, --max-frame-size, or its document size limit, document_size_hard_limit_bytes), or over what a relay between them takes",
-                        writer: writer, assembler: &a, into: &result, now: now)
-                case .ask(let id, let collections):
-                    let reporters = Set(a.records[id]?.reports.filter(\.value.isLast).keys.map { $0 } ?? [])
-                    // Those that sent their last piece already said what they hold.
-                    result.questions.append(Question(id: id, collections: collections, only: nil, except: reporters))
-                }
-            }
-            for (id, received) in fresh {
-                guard let record = a.records[id], record.state == .waiting else { continue }
-                try await writer.buffer(received.deltas, documentDeltaCounts: received.counts, context: received.context, of: id)
-            }
-            for id in touched {
-                guard let record = a.records[id], record.state != .applied else { continue }
-                try await writer.save(record)
-            }
-            // Offers of what this node neither holds nor waits for are noted; a cursor
-            // stays below every offer of its peer not resolved, so that after a restart,
-            // which forgets the offers, the peer makes them again (docs/ROUTES.md).
-            let records = a.records
-            func held(_ id: TransactionID) async throws(ShoalError) -> Bool {
-                if records[id] != nil { return true }
-                return try await writer.state(of: id) != nil
-            }
-            var limits = routes.resumeLimits
-            for item in items {
-                for offer in item.offered where try await !held(offer.id) {
-                    result.routes.offers[item.source, default: []].append(offer)
-                    let before = offer.logSequence &- 1
-                    limits[item.source] = min(limits[item.source] ?? before, before)
-                }
-                if let cursor = item.cursor, item.lane?.recordsCursors ?? true {
-                    try await writer.recordCursor(
-                        peer: item.source, subscriptionKey: cursor.key, through: min(cursor.through, limits[item.source] ?? .max),
-                        epoch: cursor.epoch)
-                }
-            }
-            for id in routes.noted where try await held(id) { result.routes.held.insert(id) }
-            result.assembler = a
-            return result
+            try await Self.carryOut(plan.finish(items, routes: routes), of: &plan, writer: writer, limits: limits, logger: logger)
+            return plan.result
         }
     }
 
-    /// Refuses a transaction whole: this node cannot hold a document it writes. Its
-    /// buffered pieces go, its record says so, and the assembler forgets it, so the
-    /// transactions of its origin behind it no longer wait for it.
-    private static func refuse(
-        _ record: TransactionRecord, _ reason: String, writer: any InboundWriting,
-        assembler: inout CoverageAssembler, into result: inout CommitResult, now: UInt64
+    /// Carries out `steps` in order, each apply followed at once by what the plan says
+    /// follows it (`InboundCommitPlan.applied`).
+    private static func carryOut(
+        _ steps: [InboundCommitPlan.Step], of plan: inout InboundCommitPlan, writer: any InboundWriting, limits: DocumentLimits,
+        logger: Logger
     ) async throws(ShoalError) {
-        try await writer.refuse(record, reason: reason)
-        assembler.remove(record.id)
-        result.refused.append(Status.Refused(id: record.id, reason: reason, from: record.reports.keys.sorted(), at: now))
+        var steps = steps
+        var next = 0
+        while next < steps.count {
+            let step = steps[next]
+            next += 1
+            switch step {
+            case .apply(let apply):
+                let logged = writer.outcome.logged
+                let refusal = try await writer.apply(
+                    apply.record, deltas: apply.deltas, documentDeltaCounts: apply.counts, context: apply.context,
+                    buffered: apply.buffered, state: apply.state, rest: apply.rest, limits: limits, logger: logger)
+                steps.insert(contentsOf: plan.applied(apply, refusal: refusal, newlyLogged: writer.outcome.logged - logged), at: next)
+            case .markApplied(let id, let rest):
+                try await writer.markApplied(id, rest: rest)
+            case .refuse(let record, let reason):
+                try await writer.refuse(record, reason: reason)
+            case .buffer(let id, let deltas, let counts, let context):
+                try await writer.buffer(deltas, documentDeltaCounts: counts, context: context, of: id)
+            case .save(let record):
+                try await writer.save(record)
+            case .recordCursor(let peer, let key, let through, let epoch):
+                try await writer.recordCursor(peer: peer, subscriptionKey: key, through: through, epoch: epoch)
+            case .warn(let message, let id, let peer):
+                logger.warning("\(message)", metadata: ["shoal.txn": "\(id)", "shoal.peer.site": "\(peer)"])
+            }
+        }
     }
 
     /// The refusals status keeps, newest last.

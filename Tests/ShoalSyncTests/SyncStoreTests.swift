@@ -103,7 +103,9 @@ import Testing
                 self.refused = refused
             }
             var outcome: ApplyOutcome { base.outcome }
-            func state(of id: TransactionID) async throws(ShoalError) -> TransactionRecord.State? { try await base.state(of: id) }
+            func states(of ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: TransactionRecord.State] {
+                try await base.states(of: ids)
+            }
             func save(_ record: TransactionRecord) async throws(ShoalError) {
                 try fail(record.id)
                 try await base.save(record)

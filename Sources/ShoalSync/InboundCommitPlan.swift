@@ -1,0 +1,270 @@
+import ShoalCRDT
+import ShoalStorage
+
+/// What one inbound commit does, decided on values: which received pieces are applied
+/// at once (late pieces of transactions applied before, pieces of partial ones), what
+/// the coverage assembler decides, which transactions are refused, what waits in the
+/// buffer, and which cursors and offers are recorded. `InboundPipeline.commit` reads
+/// what the plan asks (the states and records of the transactions it names), carries
+/// out its steps in one write transaction, and tells it how each apply went.
+///
+/// ```
+///  reads: states, records ─► receive each piece ─► (apply now) ─► decide ─► steps ─► finish
+///                                                                  ▲           │
+///                                                       applied(…) └───────────┘ refusal: refuse it whole
+/// ```
+///
+/// Every transaction it touches ends the commit with a record (applied, partial,
+/// waiting or refused), and no commit removes one: so what the store held before the
+/// commit, with what the commit touched, is what it holds after (`held`).
+struct InboundCommitPlan: Sendable {
+    private(set) var assembler: CoverageAssembler
+    private(set) var result: InboundPipeline.CommitResult
+    private let subscriptions: SubscriptionSet
+    private let now: UInt64
+    /// The states the store held before the commit, of the transactions `toRead` named.
+    private let states: [TransactionID: TransactionRecord.State]
+    /// The records of those waiting or partial, as the store held them.
+    private let records: [TransactionID: TransactionRecord]
+    /// The transactions the assembler held when the commit began.
+    private let started: Set<TransactionID>
+    /// What this commit received of each waiting transaction, not yet in the buffer.
+    private var fresh: [TransactionID: (deltas: [Delta], counts: [DocumentRef: UInt32], context: [ContextField])] = [:]
+    /// Transactions first heard of in this commit: nothing of them is in the buffer yet.
+    private var created: Set<TransactionID> = []
+    /// Transactions a piece of this commit was added to the assembler for.
+    private var touched: Set<TransactionID> = []
+
+    /// A step of the commit, for the store.
+    enum Step: Sendable {
+        case apply(Apply)
+        case markApplied(TransactionID, rest: [Verdict])
+        case refuse(TransactionRecord, reason: String)
+        case buffer(TransactionID, deltas: [Delta], counts: [DocumentRef: UInt32], context: [ContextField])
+        case save(TransactionRecord)
+        case recordCursor(peer: SiteID, key: String, through: UInt64, epoch: UInt64)
+        /// Something to log as a warning: a piece dropped.
+        case warn(String, id: TransactionID, peer: SiteID)
+    }
+
+    /// An apply (`InboundWriting.apply`), and why: what follows when it is refused.
+    struct Apply: Sendable {
+        enum Kind: Sendable, Equatable {
+            /// A late piece of a transaction applied whole before (a wider subscription,
+            /// another path), from `peer`.
+            case latePiece(TransactionPiece, peer: SiteID)
+            /// A piece of a transaction applied in part before, from `peer`.
+            case partialPiece(TransactionPiece, peer: SiteID)
+            /// A waiting transaction, now whole.
+            case whole
+            /// A waiting transaction applied in part, for `reason`.
+            case partial(CoverageAssembler.PartialReason)
+        }
+
+        var kind: Kind
+        var record: TransactionRecord
+        var deltas: [Delta]
+        var counts: [DocumentRef: UInt32]
+        var context: [ContextField]
+        /// Whether the buffer holds some of it.
+        var buffered: Bool
+        var state: TransactionRecord.State?
+        var rest: [Verdict]?
+    }
+
+    /// The transactions whose state (and record, when waiting or partial) a commit of
+    /// `items` must read first: those of its pieces and offers, and those the routes
+    /// noted, that `assembler` does not hold.
+    static func toRead(_ items: [InboundPipeline.Item], assembler: CoverageAssembler, routes: Routing.Snapshot) -> [TransactionID] {
+        var ids: Set<TransactionID> = []
+        for item in items {
+            for piece in item.pieces where assembler.records[piece.id] == nil { ids.insert(piece.id) }
+            for offer in item.offered where assembler.records[offer.id] == nil { ids.insert(offer.id) }
+        }
+        for id in routes.noted where assembler.records[id] == nil { ids.insert(id) }
+        return ids.sorted()
+    }
+
+    /// `states`: those of `toRead`'s transactions the store has a record of;
+    /// `records`: the records of those waiting or partial.
+    init(
+        assembler: CoverageAssembler, subscriptions: SubscriptionSet, now: UInt64,
+        states: [TransactionID: TransactionRecord.State], records: [TransactionID: TransactionRecord]
+    ) {
+        self.assembler = assembler
+        self.result = InboundPipeline.CommitResult(assembler: assembler)
+        self.subscriptions = subscriptions
+        self.now = now
+        self.states = states
+        self.records = records
+        self.started = Set(assembler.records.keys)
+    }
+
+    /// Takes one received piece: adds it to its transaction, and returns the apply it
+    /// needs now, if any (a late piece of a transaction applied whole or in part).
+    mutating func receive(_ piece: TransactionPiece, from source: SiteID) -> Apply? {
+        if assembler.records[piece.id] == nil {
+            switch states[piece.id] {
+            case .applied?:
+                var record = TransactionRecord(
+                    id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,
+                    collections: piece.collections, state: .applied, firstSeen: now)
+                record.documents = [:]
+                return Apply(
+                    kind: .latePiece(piece, peer: source), record: record, deltas: piece.deltas, counts: piece.documentDeltaCounts,
+                    context: piece.context, buffered: false, state: nil, rest: nil)
+            case .refused?:
+                // Refused whole before: nothing of it is ever applied here.
+                return nil
+            case .partial?, .waiting?:
+                if let record = records[piece.id] { assembler.adopt(record) }
+            case nil:
+                created.insert(piece.id)
+            }
+        }
+        let new = assembler.add(piece, from: source, now: now)
+        touched.insert(piece.id)
+        let record = assembler.records[piece.id]!
+        if record.state == .partial {
+            // Applied in part: the log says which of the deltas were held.
+            return Apply(
+                kind: .partialPiece(piece, peer: source), record: record, deltas: new, counts: piece.documentDeltaCounts,
+                context: piece.context, buffered: false, state: .partial, rest: assembler.rest(of: piece.id, subscriptions: subscriptions))
+        }
+        result.received(piece, new: new.count, from: source)
+        fresh[piece.id, default: ([], [:], [])].deltas += new
+        fresh[piece.id]!.counts.merge(piece.documentDeltaCounts) { max($0, $1) }
+        fresh[piece.id]!.context += piece.context
+        return nil
+    }
+
+    /// The transactions the verdicts of waiting ones name as superseding: whether they
+    /// are applied here is read before deciding.
+    var supersedingNamed: Set<TransactionID> { assembler.supersedingNamed() }
+
+    /// What the assembler decides, `isApplied` saying which superseding transactions
+    /// this node applied.
+    mutating func decide(isApplied: (TransactionID) -> Bool) -> [CoverageAssembler.Decision] {
+        assembler.decide(subscriptions: subscriptions, now: now, isApplied: isApplied)
+    }
+
+    /// The steps of one decision, in order (`applied` is told how each apply went).
+    mutating func steps(for decision: CoverageAssembler.Decision) -> [Step] {
+        switch decision {
+        case .apply(let ids):
+            return ids.map { id in
+                let received = fresh.removeValue(forKey: id)
+                return .apply(
+                    Apply(
+                        kind: .whole, record: assembler.records[id]!, deltas: received?.deltas ?? [], counts: received?.counts ?? [:],
+                        context: received?.context ?? [], buffered: !created.contains(id), state: .applied,
+                        rest: assembler.rest(of: id, subscriptions: subscriptions)))
+            }
+        case .applyPartially(let id, let reason):
+            let received = fresh.removeValue(forKey: id)
+            return [
+                .apply(
+                    Apply(
+                        kind: .partial(reason), record: assembler.records[id]!, deltas: received?.deltas ?? [],
+                        counts: received?.counts ?? [:], context: received?.context ?? [], buffered: !created.contains(id),
+                        state: .partial, rest: assembler.rest(of: id, subscriptions: subscriptions)))
+            ]
+        case .completed(let id):
+            let rest = assembler.rest(of: id, subscriptions: subscriptions)
+            assembler.remove(id)
+            result.applied.append(id)
+            result.counters.completed += 1
+            return [.markApplied(id, rest: rest)]
+        case .refuse(let record, let collections):
+            fresh[record.id] = nil
+            return [
+                refuse(
+                    record,
+                    "a peer holds documents of \(collections.joined(separator: ", ")) in it that are over what this node said it takes (its frame limit, --max-frame-size, or its document size limit, document_size_hard_limit_bytes), or over what a relay between them takes"
+                )
+            ]
+        case .ask(let id, let collections):
+            // Those that sent their last piece already said what they hold.
+            let reporters = Set(assembler.records[id]?.reports.filter(\.value.isLast).keys.map { $0 } ?? [])
+            result.questions.append(InboundPipeline.Question(id: id, collections: collections, only: nil, except: reporters))
+            return []
+        }
+    }
+
+    /// How an apply went: `refusal`, a body this node cannot hold (nothing was
+    /// written); `newlyLogged`, the deltas it logged that the log did not hold. Returns
+    /// what follows: a warning, or the transaction refused whole.
+    mutating func applied(_ apply: Apply, refusal: DocumentRefusal?, newlyLogged: Int) -> [Step] {
+        let id = apply.record.id
+        switch apply.kind {
+        case .latePiece(let piece, let peer), .partialPiece(let piece, let peer):
+            guard let refusal else {
+                result.received(piece, new: newlyLogged, from: peer)
+                return []
+            }
+            // Applied (in part) already, so it cannot be refused whole: this piece stays out.
+            let before = apply.state == nil ? "applied before" : "applied in part"
+            return [.warn("dropped a late piece of a remote transaction \(before): this node cannot hold \(refusal)", id: id, peer: peer)]
+        case .whole:
+            if let refusal { return [refuse(apply.record, refusal.description)] }
+            assembler.remove(id)
+            result.applied.append(id)
+            result.counters.applied += 1
+            return []
+        case .partial(let reason):
+            if let refusal { return [refuse(apply.record, refusal.description)] }
+            assembler.releaseBuffer(id)
+            result.partial.append((reason, [id]))
+            if reason == .overflow { result.counters.overflows += 1 }
+            return []
+        }
+    }
+
+    /// Refuses a transaction whole: this node cannot hold a document it writes. Its
+    /// buffered pieces go, its record says so, and the assembler forgets it, so the
+    /// transactions of its origin behind it no longer wait for it.
+    private mutating func refuse(_ record: TransactionRecord, _ reason: String) -> Step {
+        assembler.remove(record.id)
+        result.refused.append(
+            InboundPipeline.Status.Refused(id: record.id, reason: reason, from: record.reports.keys.sorted(), at: now))
+        return .refuse(record, reason: reason)
+    }
+
+    /// Whether the store holds a record of `id` once this commit is written.
+    private func held(_ id: TransactionID) -> Bool {
+        assembler.records[id] != nil || started.contains(id) || touched.contains(id) || states[id] != nil
+    }
+
+    /// The commit's last steps: the pieces of transactions still waiting go to the
+    /// buffer, every record touched is saved, and each item's cursor is recorded, below
+    /// the offers of its peer not resolved (so that after a restart, which forgets
+    /// them, the peer makes them again: docs/ROUTES.md). The result is then whole.
+    mutating func finish(_ items: [InboundPipeline.Item], routes: Routing.Snapshot) -> [Step] {
+        var steps: [Step] = []
+        for (id, received) in fresh.sorted(by: { $0.key < $1.key }) {
+            guard let record = assembler.records[id], record.state == .waiting else { continue }
+            steps.append(.buffer(id, deltas: received.deltas, counts: received.counts, context: received.context))
+        }
+        for id in touched.sorted() {
+            guard let record = assembler.records[id], record.state != .applied else { continue }
+            steps.append(.save(record))
+        }
+        var limits = routes.resumeLimits
+        for item in items {
+            for offer in item.offered where !held(offer.id) {
+                result.routes.offers[item.source, default: []].append(offer)
+                let before = offer.logSequence &- 1
+                limits[item.source] = min(limits[item.source] ?? before, before)
+            }
+            if let cursor = item.cursor, item.lane?.recordsCursors ?? true {
+                steps.append(
+                    .recordCursor(
+                        peer: item.source, key: cursor.key, through: min(cursor.through, limits[item.source] ?? .max),
+                        epoch: cursor.epoch))
+            }
+        }
+        for id in routes.noted where held(id) { result.routes.held.insert(id) }
+        result.assembler = assembler
+        return steps
+    }
+}

@@ -1,0 +1,157 @@
+import ShoalCRDT
+import ShoalStorage
+@testable import ShoalSync
+import Testing
+
+/// One inbound commit's decisions on values: pieces and what the store held in, steps
+/// out, no store.
+@Suite struct InboundCommitPlanTests {
+    typealias Txn = CoverageAssemblerTests.Txn
+    static let relay = CoverageAssemblerTests.relay
+    static let all = CoverageAssemblerTests.all
+
+    static func plan(
+        _ items: [InboundPipeline.Item], assembler: CoverageAssembler = CoverageAssembler(),
+        states: [TransactionID: TransactionRecord.State] = [:], records: [TransactionID: TransactionRecord] = [:]
+    ) -> InboundCommitPlan {
+        InboundCommitPlan(assembler: assembler, subscriptions: all, now: 1_000, states: states, records: records)
+    }
+
+    /// Receives every piece, decides, and finishes, as the pipeline does; each apply
+    /// goes as `refuse` says (a refusal for the transactions it names).
+    static func run(
+        _ plan: inout InboundCommitPlan, _ items: [InboundPipeline.Item], refuse: Set<TransactionID> = [],
+        applied: Set<TransactionID> = [], routes: Routing.Snapshot = .init()
+    ) -> [InboundCommitPlan.Step] {
+        var steps: [InboundCommitPlan.Step] = []
+        func carry(_ new: [InboundCommitPlan.Step]) {
+            for step in new {
+                steps.append(step)
+                if case .apply(let apply) = step {
+                    let refusal = refuse.contains(apply.record.id)
+                        ? DocumentRefusal(document: DocumentRef(collection: "accounts", id: "x"), reason: .tooDeep(limit: 128)) : nil
+                    carry(plan.applied(apply, refusal: refusal, newlyLogged: refusal == nil ? apply.deltas.count : 0))
+                }
+            }
+        }
+        for item in items {
+            for piece in item.pieces {
+                if let apply = plan.receive(piece, from: item.source) { carry([.apply(apply)]) }
+            }
+        }
+        for decision in plan.decide(isApplied: { applied.contains($0) }) { carry(plan.steps(for: decision)) }
+        carry(plan.finish(items, routes: routes))
+        return steps
+    }
+
+    static func names(_ steps: [InboundCommitPlan.Step]) -> [String] {
+        steps.map { step in
+            switch step {
+            case .apply(let a):
+                switch a.kind {
+                case .latePiece: "late \(a.record.id.sequence)"
+                case .partialPiece: "partial piece \(a.record.id.sequence)"
+                case .whole: "apply \(a.record.id.sequence)\(a.buffered ? " buffered" : "")"
+                case .partial: "apply partially \(a.record.id.sequence)"
+                }
+            case .markApplied(let id, _): "mark applied \(id.sequence)"
+            case .refuse(let record, _): "refuse \(record.id.sequence)"
+            case .buffer(let id, let deltas, _, _): "buffer \(id.sequence) (\(deltas.count))"
+            case .save(let record): "save \(record.id.sequence) \(record.state)"
+            case .recordCursor(_, _, let through, _): "cursor \(through)"
+            case .warn(_, let id, _): "warn \(id.sequence)"
+            }
+        }
+    }
+
+    @Test func whatTheStoreMustReadFirstIsWhatTheAssemblerDoesNotHold() {
+        let t1 = Txn(1, ["x"]), t2 = Txn(2, ["y"]), t3 = Txn(3, ["z"])
+        var assembler = CoverageAssembler()
+        _ = assembler.add(t1.piece(sending: ["x"], last: false), from: Self.relay, now: 0)
+        let items = [
+            InboundPipeline.Item(
+                source: Self.relay, pieces: [t1.piece(sending: ["x"]), t2.piece(sending: ["y"])],
+                offered: [RouteTable.Offer(t3.id, at: 9)])
+        ]
+        let noted = TransactionID(origin: SiteID(0xD), sequence: 4)
+        #expect(InboundCommitPlan.toRead(items, assembler: assembler, routes: .init(noted: [noted])) == [t2.id, t3.id, noted].sorted())
+    }
+
+    @Test func aWholeNewTransactionIsAppliedFromThePiecesAloneAndTheCursorRecorded() {
+        let t = Txn(1, ["x", "y"])
+        let items = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["x", "y"])], cursor: ("k", 40, 0))]
+        var plan = Self.plan(items)
+        let steps = Self.run(&plan, items)
+        #expect(Self.names(steps) == ["apply 1", "cursor 40"])
+        #expect(plan.result.applied == [t.id])
+        #expect(plan.result.assembler.records.isEmpty)
+    }
+
+    /// A transaction missing pieces waits: its pieces go to the buffer and its record is
+    /// saved; when the rest comes in a later commit, it applies with what was buffered.
+    @Test func aTransactionMissingPiecesWaitsInTheBufferThenAppliesWithIt() {
+        let t = Txn(1, ["x", "y"])
+        let first = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["x"], last: false)], cursor: ("k", 10, 0))]
+        var plan = Self.plan(first)
+        #expect(Self.names(Self.run(&plan, first)) == ["buffer 1 (2)", "save 1 waiting", "cursor 10"])
+        let second = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["y"])], cursor: ("k", 20, 0))]
+        var next = Self.plan(second, assembler: plan.result.assembler)
+        #expect(Self.names(Self.run(&next, second)) == ["apply 1 buffered", "cursor 20"])
+        #expect(next.result.applied == [t.id])
+    }
+
+    /// A transaction the store applied before gets its late piece applied at once, with
+    /// its record left alone; one it refused gets nothing.
+    @Test func lateAndRefusedPiecesFollowWhatTheStoreHeld() {
+        let applied = Txn(1, ["x"]), refused = Txn(2, ["y"])
+        let items = [
+            InboundPipeline.Item(
+                source: Self.relay, pieces: [applied.piece(sending: ["x"]), refused.piece(sending: ["y"])], cursor: ("k", 5, 0))
+        ]
+        var plan = Self.plan(items, states: [applied.id: .applied, refused.id: .refused])
+        let steps = Self.run(&plan, items)
+        #expect(Self.names(steps) == ["late 1", "cursor 5"])
+        if case .apply(let late) = steps.first { #expect(late.state == nil && late.rest == nil) }
+        #expect(plan.result.applied.isEmpty && plan.result.refused.isEmpty)
+    }
+
+    /// An apply refused (a body this node cannot hold) refuses the transaction whole:
+    /// the assembler forgets it, and the result says why. A late piece refused is only
+    /// dropped, with a warning.
+    @Test func anApplyRefusedRefusesTheTransactionWholeAndALatePieceIsDropped() {
+        let t = Txn(1, ["x"]), late = Txn(2, ["y"])
+        let items = [InboundPipeline.Item(source: Self.relay, pieces: [late.piece(sending: ["y"]), t.piece(sending: ["x"])])]
+        var plan = Self.plan(items, states: [late.id: .applied])
+        let steps = Self.run(&plan, items, refuse: [t.id, late.id])
+        #expect(Self.names(steps) == ["late 2", "warn 2", "apply 1", "refuse 1"])
+        #expect(plan.result.refused.map(\.id) == [t.id])
+        #expect(plan.result.applied.isEmpty)
+        #expect(plan.result.assembler.records[t.id] == nil)
+    }
+
+    /// A cursor stays below an offer of a transaction this node does not hold; one it
+    /// holds (a record before, or touched by this commit) does not hold it back.
+    @Test func aCursorStaysBelowAnOfferNotHeld() {
+        let t = Txn(1, ["x"]), offered = Txn(2, ["y"]), known = Txn(3, ["z"])
+        let items = [
+            InboundPipeline.Item(
+                source: Self.relay, pieces: [t.piece(sending: ["x"])], cursor: ("k", 100, 0),
+                offered: [RouteTable.Offer(offered.id, at: 60), RouteTable.Offer(known.id, at: 30), RouteTable.Offer(t.id, at: 20)])
+        ]
+        var plan = Self.plan(items, states: [known.id: .applied])
+        let steps = Self.run(&plan, items, routes: .init(noted: [known.id, offered.id]))
+        #expect(Self.names(steps) == ["apply 1", "cursor 59"])
+        #expect(plan.result.routes.offers[Self.relay] == [RouteTable.Offer(offered.id, at: 60)])
+        #expect(plan.result.routes.held == [known.id])
+    }
+
+    /// A lane that stopped recording cursors applies, and records none.
+    @Test func aLaneThatStoppedRecordingCursorsRecordsNone() {
+        let t = Txn(1, ["x"])
+        let lane = InboundPipeline.Lane()
+        lane.stopRecordingCursors()
+        let items = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["x"])], cursor: ("k", 7, 0), lane: lane)]
+        var plan = Self.plan(items)
+        #expect(Self.names(Self.run(&plan, items)) == ["apply 1"])
+    }
+}
