@@ -6,16 +6,21 @@ import Logging
 
 
 /// The store operations of the inbound pipeline, run inside one write transaction
-/// (`DocumentStore.writeInbound`): the durable buffer of waiting transactions, the
-/// apply of whole (or partial) ones, and peer cursors. Every call is part of the
-/// same SQLite transaction, so a crash keeps all of a commit or none of it.
+/// (`DocumentStore.writeInbound`): transaction states and records, the durable buffer
+/// of waiting transactions, what the log holds of a transaction, registers, the rows
+/// of an apply (as ShoalSync's `InboundApplier` decided them), and peer cursors. Every
+/// call is part of the same SQLite transaction, so a crash keeps all of a commit or
+/// none of it.
 ///
 /// Each call is one access to the writer connection (`access`), on which
-/// `writeInbound` began the transaction. A call that does little (a state, a record,
-/// a cursor, an apply of at most `smallApply` deltas) runs on the calling thread: the
-/// gate keeps every other writer out, so the writer's queue is idle. A larger apply,
-/// and the commit, go to the writer's queue unless the whole write is short, so that
-/// a long access never holds a thread of the concurrency pool.
+/// `writeInbound` began the transaction. A call that does little (states, a record,
+/// a cursor, the registers of at most `smallApply / 4` documents, the rows of an apply
+/// of at most `smallApply` deltas) runs on the calling thread: the gate keeps every
+/// other writer out, so the writer's queue is idle. A larger one, a read of the buffer,
+/// the rows of an apply that empties it, and the commit go to the writer's queue unless
+/// the whole write is short, so that a long access never holds a thread of the
+/// concurrency pool (the apply's own merge of more than 1,024 deltas runs off it too,
+/// `InboundWriting.planHere`).
 ///
 /// Unchecked: its state is guarded by the store's write gate, which the task of
 /// `writeInbound` holds for the writer's whole life, and by the contract's rule that a
@@ -244,8 +249,10 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
         var bodies = RegisterRows.Bodies(db)
         var dirty = 0
         for document in rows.documents where !document.won.isEmpty {
-            guard let body = document.body else { preconditionFailure("a document whose registers changed has a body to save") }
             let ref = document.document
+            guard let body = document.body else {
+                throw ShoalError(.database, "an apply of \(id) changed registers of \(ref.id) in \(ref.collection) without a body to save")
+            }
             try upserts.save(collection: ref.collection, key: ref.id, document.won)
             outcome.won += document.won.count
             try bodies.save(collection: ref.collection, key: ref.id, body: body)

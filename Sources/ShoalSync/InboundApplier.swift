@@ -97,7 +97,10 @@ package struct InboundApplier: Sendable {
     ) throws(ShoalError) -> Plan {
         // Consumed, and merged in place: a copy would copy each document's registers at
         // its first merge.
-        precondition(registers.count == documents.count, "one register set per document")
+        guard registers.count == documents.count else {
+            throw ShoalError(
+                .database, "the store read the registers of \(registers.count) documents for an apply that touches \(documents.count)")
+        }
         var written = documents.map { document in
             let count = documentDeltaCounts[document] ?? 1
             return AppliedRows.Document(document: document, deltaCount: count, won: Dictionary(minimumCapacity: Int(count)))

@@ -479,8 +479,11 @@ public final class InboundPipeline: Sendable {
         let deltas = items.reduce(0) { $0 + $1.pieces.reduce(0) { $0 + $1.deltas.count } }
         let short = !items.isEmpty && deltas <= Self.shortCommitDeltas && start.waitingCount == 0
         let logger = self.logger
-        let limits = store.systemParameters.documentLimits
+        let store = self.store
         return try await store.writeInbound(short: short) { writer async throws(ShoalError) in
+            // Read once the write holds the gate: `ALTER SYSTEM SET` may have changed them
+            // while it waited.
+            let limits = store.systemParameters.documentLimits
             // What the plan decides on: the states of the transactions it does not hold,
             // and the records of those waiting or partial.
             let ids = InboundCommitPlan.toRead(items, assembler: start, routes: routes)
@@ -498,9 +501,17 @@ public final class InboundPipeline: Sendable {
                 }
             }
             // The transactions the verdicts name as superseding, read before deciding; a
-            // state that cannot be read counts as not applied, as it always did.
-            let named = plan.supersedingNamed
-            let superseding = named.isEmpty ? [:] : ((try? await writer.states(of: named.sorted())) ?? [:])
+            // state that cannot be read counts as not applied, as it always did (when the
+            // batch fails, each is read alone, so that one bad row costs only its own).
+            let named = plan.supersedingNamed.sorted()
+            var superseding: [TransactionID: TransactionRecord.State] = [:]
+            if !named.isEmpty {
+                if let states = try? await writer.states(of: named) {
+                    superseding = states
+                } else {
+                    for id in named { superseding[id] = (try? await writer.state(of: id)) ?? nil }
+                }
+            }
             for decision in plan.decide(isApplied: { superseding[$0].map { $0 != .waiting } ?? false }) {
                 try await Self.carryOut(plan.steps(for: decision), of: &plan, writer: writer, limits: limits, logger: logger)
             }

@@ -1,3 +1,4 @@
+import Foundation
 package import Logging
 package import ShoalCRDT
 package import ShoalStorage
@@ -20,7 +21,17 @@ extension InboundWriting {
         let logged = try await loggedIndexes(of: record.id)
         let applier = InboundApplier(record, deltas: deltas, documentDeltaCounts: documentDeltaCounts, context: context, buffered: held)
         let registers = try await self.registers(of: applier.documents)
-        switch try applier.plan(logged: logged, registers: registers, limits: limits, state: state, rest: rest, dropBuffer: buffered) {
+        let plan: InboundApplier.Plan
+        if applier.deltas.count > Self.planHere {
+            let handed = Handover(registers)
+            plan = try await Self.offThePool { () throws(ShoalError) in
+                try applier.plan(
+                    logged: logged, registers: handed.take(), limits: limits, state: state, rest: rest, dropBuffer: buffered)
+            }
+        } else {
+            plan = try applier.plan(logged: logged, registers: registers, limits: limits, state: state, rest: rest, dropBuffer: buffered)
+        }
+        switch plan {
         case .refuse(let refusal):
             return refusal
         case .write(let rows, let overSoftLimit):
@@ -32,6 +43,41 @@ extension InboundWriting {
             try await write(rows)
             return nil
         }
+    }
+}
+
+extension InboundWriting {
+    /// The most deltas an apply is planned with on the calling task's thread (as many
+    /// as a whole short write); a larger one is planned on a thread of Dispatch's, so
+    /// that a merge of many thousands of deltas never holds one of the concurrency
+    /// pool's few threads for its length.
+    static var planHere: Int { 1024 }
+
+    /// Runs `body` on a thread of Dispatch's, and returns what it returned.
+    static func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws(ShoalError) -> T) async throws(ShoalError) -> T {
+        let result: Result<T, ShoalError> = await withCheckedContinuation { continuation in
+            DispatchQueue.global(qos: .userInitiated).async {
+                continuation.resume(returning: Result { () throws(ShoalError) -> T in try body() })
+            }
+        }
+        return try result.get()
+    }
+}
+
+/// A value handed to the one closure that takes it, so that the closure holds the only
+/// reference and can change it in place (a captured value is shared with the closure's
+/// context, and the first change would copy it).
+///
+/// Unchecked: it is taken once, by one thread, after the thread that made it let it go
+/// (a Dispatch hand-over orders the two); nothing else touches it.
+private final class Handover<Value>: @unchecked Sendable {
+    private var value: Value?
+
+    init(_ value: consuming Value) { self.value = value }
+
+    func take() -> Value {
+        guard let value = value.take() else { preconditionFailure("a hand-over is taken once") }
+        return value
     }
 }
 
@@ -50,8 +96,8 @@ extension SyncStore {
             for delta in piece.deltas { clock.observe(delta.timestamp) }
         }
         let now = HybridLogicalClock.systemMilliseconds()
-        let limits = systemParameters.documentLimits
         let ((), outcome) = try await writeInbound(short: false) { writer async throws(ShoalError) in
+            let limits = self.systemParameters.documentLimits
             for piece in pieces {
                 let record = TransactionRecord(
                     id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,

@@ -405,6 +405,46 @@ import Testing
             #expect(try await store.bodies(of: [a, b]) == [a: #"{"_id":"a","color":"red"}"#])
             #expect(try await store.storedTransactions([t.id])[t.id]?.state == .applied)
             #expect(try await store.transactionRecords().isEmpty)
+            #expect(try await store.logPage(of: t.id).rows.map(\.documentDeltas) == [1], "the entry's delta count as given")
+
+            // A late piece (no state): the record stays as it is, and a buffer not dropped stays.
+            let other = Received(2, [("cars", "c", "color", "\"green\"")], state: .waiting)
+            let c = Self.ref("cars", "c")
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.save(other.record)
+                try await writer.buffer(other.deltas, documentDeltaCounts: [c: 1], context: [], of: other.id)
+                try await writer.write(
+                    AppliedRows(
+                        record: other.record, deltas: other.deltas,
+                        documents: [AppliedRows.Document(document: c, deltaCount: 3, logged: [0])], dropBuffer: false, state: nil,
+                        rest: nil))
+            }
+            #expect(try await store.storedTransactions([other.id])[other.id]?.state == .waiting)
+            #expect(try await store.logPage(of: other.id).rows.map(\.documentDeltas) == [3])
+            #expect(try await store.bodies(of: [c]).isEmpty, "no register won, no body")
+            let (kept, _) = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.buffered(of: other.id, deltaCount: 1)
+            }
+            #expect(kept.deltas == other.deltas)
+        }
+    }
+
+    /// A transaction of more deltas than an apply plans on the calling thread
+    /// (`InboundWriting.planHere`, planned on a Dispatch thread) writes every document
+    /// and logs every delta, as a small one does.
+    @Test(arguments: Engine.allCases)
+    func aLargeTransactionAppliesWhole(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let writes = (0..<1_500).map { i in ("cars", "c\(i % 300)", "f\(i / 300)", "\(i)") }
+            let t = Received(1, writes)
+            #expect(t.deltas.count > 1_024)
+            try await Self.apply([t], to: store)
+            let documents = (0..<300).map { Self.ref("cars", "c\($0)") }
+            let bodies = try await store.bodies(of: documents)
+            #expect(bodies.count == 300)
+            #expect(bodies[Self.ref("cars", "c7")] == #"{"_id":"c7","f0":7,"f1":307,"f2":607,"f3":907,"f4":1207}"#)
+            #expect(try await store.logPage(of: t.id).rows.count == 1_500)
+            #expect(try await store.currentFields(of: [Self.ref("cars", "c299")])[Self.ref("cars", "c299")]?.count == 5)
         }
     }
 

@@ -111,7 +111,11 @@ import Testing
         var plan = Self.plan(items, states: [applied.id: .applied, refused.id: .refused])
         let steps = Self.run(&plan, items)
         #expect(Self.names(steps) == ["late 1", "cursor 5"])
-        if case .apply(let late) = steps.first { #expect(late.state == nil && late.rest == nil) }
+        guard case .apply(let late) = steps.first else {
+            Issue.record("the first step is not the late piece's apply")
+            return
+        }
+        #expect(late.state == nil && late.rest == nil)
         #expect(plan.result.applied.isEmpty && plan.result.refused.isEmpty)
     }
 
@@ -127,6 +131,36 @@ import Testing
         #expect(plan.result.refused.map(\.id) == [t.id])
         #expect(plan.result.applied.isEmpty)
         #expect(plan.result.assembler.records[t.id] == nil)
+    }
+
+    /// Of two transactions one decision applies, the first refused does not stop the
+    /// second: the refusal follows its own apply, and the second applies.
+    @Test func aRefusalInADecisionOfSeveralRefusesThatOneAlone() {
+        let a = Txn(1, ["x"]), b = Txn(2, ["y"])
+        let items = [InboundPipeline.Item(source: Self.relay, pieces: [a.piece(sending: ["x"]), b.piece(sending: ["y"])])]
+        var plan = Self.plan(items)
+        #expect(Self.names(Self.run(&plan, items, refuse: [a.id])) == ["apply 1", "refuse 1", "apply 2"])
+        #expect(plan.result.refused.map(\.id) == [a.id])
+        #expect(plan.result.applied == [b.id])
+    }
+
+    /// An offer of a transaction the assembler held when the commit began is held, even
+    /// when this commit applies it without a piece of it (it waited behind an earlier one
+    /// of its origin): no read at the end says so, the plan knows.
+    @Test func anOfferOfATransactionHeldAtTheStartIsHeld() {
+        let t1 = Txn(1, ["x", "y"]), t2 = Txn(2, ["x"])
+        let first = [InboundPipeline.Item(source: Self.relay, pieces: [t1.piece(sending: ["x"], last: false), t2.piece(sending: ["x"])])]
+        var plan = Self.plan(first)
+        _ = Self.run(&plan, first)
+        #expect(Set(plan.result.assembler.records.keys) == [t1.id, t2.id], "the second waits behind the first")
+        let second = [
+            InboundPipeline.Item(
+                source: Self.relay, pieces: [t1.piece(sending: ["y"])], cursor: ("k", 50, 0), offered: [RouteTable.Offer(t2.id, at: 10)])
+        ]
+        var next = Self.plan(second, assembler: plan.result.assembler)
+        #expect(Self.names(Self.run(&next, second, routes: .init(noted: [t2.id]))) == ["apply 1 buffered", "apply 2 buffered", "cursor 50"])
+        #expect(next.result.routes.held == [t2.id])
+        #expect(next.result.routes.offers.isEmpty)
     }
 
     /// A cursor stays below an offer of a transaction this node does not hold; one it
