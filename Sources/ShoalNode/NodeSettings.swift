@@ -22,11 +22,52 @@ public struct NodeSettings: Sendable, Hashable {
         case seconds
     }
 
-    /// One setting a node takes.
+    /// One setting a node takes: what it sets, and what it is when nothing sets it.
+    /// `configuration()` takes an unset key's default from here, and `shoal run --help`
+    /// and the config reference show it from here, so the three cannot disagree.
     public struct Key: Sendable, Hashable {
         public var name: String
         public var kind: Kind
+        /// What it sets, without its default.
         public var summary: String
+        /// What an unset key is, when that is one value (nil: nothing, or what the note says).
+        public var defaultValue: Value?
+        /// Words on the default, after its value or in its place ("7 days", "every
+        /// multicast-capable one").
+        public var defaultNote: String?
+
+        public init(name: String, kind: Kind, summary: String, default value: Value? = nil, note: String? = nil) {
+            self.name = name
+            self.kind = kind
+            self.summary = summary
+            self.defaultValue = value
+            self.defaultNote = note
+        }
+
+        /// The default as `--help` shows it: "30", "0.0.0.0:7470; port 0 picks one".
+        public var defaultText: String? {
+            let value = defaultValue.map { value -> String in
+                switch value {
+                case .string(let s): s
+                case .strings(let s): s.joined(separator: ", ")
+                case .boolean(let b): b ? "on" : "off"
+                case .integer(let n): "\(n)"
+                case .seconds(let d): d == d.rounded() ? "\(Int(d))" : "\(d)"
+                }
+            }
+            switch (value, defaultNote) {
+            case (let value?, let note?): return "\(value), \(note)"
+            case (let value?, nil): return value
+            case (nil, let note?): return note
+            case (nil, nil): return nil
+            }
+        }
+
+        /// The summary with its default: a flag's help.
+        public var help: String {
+            let sentence = summary.prefix(1).uppercased() + summary.dropFirst()
+            return defaultText.map { "\(sentence) (default: \($0))." } ?? "\(sentence)."
+        }
     }
 
     public enum Value: Sendable, Hashable {
@@ -38,45 +79,111 @@ public struct NodeSettings: Sendable, Hashable {
     }
 
     /// Every key, in the order the example file and `--help` list them.
-    public static let keys: [Key] = [
-        Key(name: "data", kind: .string, summary: "directory for the node's database (created if missing); required"),
-        Key(name: "listen", kind: .string, summary: "HOST:PORT to accept peers and the CLI on (default 0.0.0.0:7470; port 0 picks one)"),
-        Key(name: "name", kind: .string, summary: "a readable name (default shoal- and the site ID's first digits)"),
-        Key(name: "peer", kind: .strings, summary: "peers to dial and keep dialing, HOST:PORT"),
-        Key(name: "subscribe", kind: .strings, summary: "sync subscriptions, SELECT * FROM c [WHERE ...]"),
-        Key(name: "mesh", kind: .string, summary: "the mesh name; peers must use the same one (default \"default\")"),
-        Key(name: "mesh-key-file", kind: .string, summary: "a file holding the mesh key (at least 16 bytes)"),
-        Key(name: "admin-key-file", kind: .string, summary: "a file holding the key admin clients (the CLI) prove instead of the mesh key"),
-        Key(name: "tls-cert", kind: .string, summary: "this node's TLS certificate (PEM), issued by the mesh's CA: with tls-key and tls-ca, every link is TLS 1.3 with certificates on both sides (default: plaintext links)"),
-        Key(name: "tls-key", kind: .string, summary: "the private key of tls-cert (PEM), readable by its owner only"),
-        Key(name: "tls-ca", kind: .string, summary: "the mesh's CA certificate (PEM): peers must present a certificate it issued"),
-        Key(name: "discovery", kind: .boolean, summary: "find peers of the same mesh on the LAN (default true)"),
-        Key(name: "discovery-interface", kind: .string, summary: "the interface discovery uses, NAME or IPV4 (default: every multicast-capable one)"),
-        Key(name: "relay", kind: .boolean, summary: "carry changes for neighbours' subscriptions this node's own do not cover (default true)"),
-        Key(name: "routes", kind: .boolean, summary: "ask peers to offer, not send, what another link brings already, so each change arrives about once (default true)"),
-        Key(name: "log-level", kind: .string, summary: "trace, debug, info, notice, warning, error or critical (default info)"),
-        Key(name: "log-format", kind: .string, summary: "text, or json: one JSON object per line (default text)"),
-        Key(name: "synchronous", kind: .string, summary: "normal, or full: every commit on disk before it is acknowledged, so a power failure loses nothing acknowledged, at an fsync per commit (default normal)"),
-        Key(name: "metrics", kind: .string, summary: "HOST:PORT to serve Prometheus metrics on, GET /metrics over plain HTTP; no authentication, so loopback or a trusted network only (default: off; port 0 picks one)"),
-        Key(name: "compaction-interval", kind: .seconds, summary: "seconds between change-log compactions; 0 turns them off (default 300)"),
-        Key(name: "compaction-horizon", kind: .seconds, summary: "seconds after which a peer not heard from no longer holds back compaction; it resyncs when it returns (default 604800, 7 days)"),
-        Key(name: "tombstone-horizon", kind: .seconds, summary: "seconds a deleted document's tombstone is kept before compaction forgets the document; peers that learned the mesh's deletions longer ago are then refused as stale; 0 keeps tombstones (default 2592000, 30 days)"),
-        Key(name: "max-frame-size", kind: .integer, summary: "the largest frame accepted, in bytes (default 16777216)"),
-        Key(name: "coverage-wait", kind: .seconds, summary: "seconds a remote transaction waits for pieces its subscriptions cover (default 30)"),
-        Key(name: "max-waiting-transactions", kind: .integer, summary: "remote transactions held back at most (default 10000)"),
-        Key(name: "max-waiting-bytes", kind: .integer, summary: "bytes of remote transactions held back at most (default 268435456)"),
-        Key(name: "attachment-horizon", kind: .seconds, summary: "seconds attachment bytes no document names are kept before they are deleted; 0 keeps them (default 86400)"),
-        Key(name: "idle-timeout", kind: .seconds, summary: "seconds without a frame from the other side before a session is closed (default 30)"),
-        Key(name: "handshake-timeout", kind: .seconds, summary: "seconds a new connection has to finish its handshake (default 10)"),
-        Key(name: "max-handshakes", kind: .integer, summary: "accepted connections in their handshake at once; one more closes the one that has waited longest (default 128)"),
-        Key(name: "max-peers", kind: .integer, summary: "peers this node syncs with at once; one more is refused (default 64)"),
-        Key(name: "max-admin-connections", kind: .integer, summary: "admin (CLI) connections served at once; one more is refused (default 32)"),
-        Key(name: "max-subscriptions-per-peer", kind: .integer, summary: "subscriptions a peer may hold on this node, and this node's own (default 256)"),
-        Key(name: "max-query-length", kind: .integer, summary: "bytes of DQL text in one request or subscription query (default 65536)"),
-        Key(name: "max-pending-outbound-bytes", kind: .integer, summary: "bytes queued for one connection before writers wait; a peer that reads none of them for the idle timeout is cut off (default 4194304)"),
-        Key(name: "document-size-soft-limit", kind: .integer, summary: "document size in bytes over which a write is logged (default 262144)"),
-        Key(name: "document-size-hard-limit", kind: .integer, summary: "document size in bytes over which a write, or a received transaction, is refused (default 4194304)"),
-    ]
+    public static let keys: [Key] = {
+        let limits = ResourceLimits()
+        return [
+            Key(name: "data", kind: .string, summary: "directory for the node's database (created if missing); required"),
+            Key(
+                name: "listen", kind: .string, summary: "address to accept peers and the CLI on, HOST:PORT",
+                default: .string("0.0.0.0:\(HostAndPort.defaultPort)"), note: "port 0 picks a free one"),
+            Key(name: "name", kind: .string, summary: "a readable name for this node", note: "shoal- and its site ID's first digits"),
+            Key(name: "peer", kind: .strings, summary: "a peer to connect to and keep connecting to, HOST:PORT; repeat for several"),
+            Key(name: "subscribe", kind: .strings, summary: "a sync subscription: a SELECT query of what to replicate from peers, SELECT * FROM c [WHERE ...]; repeatable"),
+            Key(name: "mesh", kind: .string, summary: "the mesh name; peers must use the same one", default: .string("default")),
+            Key(name: "mesh-key-file", kind: .string, summary: "a file holding the mesh key (at least 16 bytes); peers must hold the same key"),
+            Key(name: "admin-key-file", kind: .string, summary: "a file holding the key admin clients (the CLI) must prove instead of the mesh key"),
+            Key(
+                name: "tls-cert", kind: .string,
+                summary: "this node's TLS certificate (PEM), issued by the mesh's CA: with tls-key and tls-ca, every link is TLS 1.3 with certificates on both sides",
+                note: "plaintext links"),
+            Key(name: "tls-key", kind: .string, summary: "the private key of tls-cert (PEM), readable by its owner only"),
+            Key(name: "tls-ca", kind: .string, summary: "the mesh's CA certificate (PEM): peers must present a certificate it issued"),
+            Key(name: "discovery", kind: .boolean, summary: "look for peers of the same mesh on the LAN", default: .boolean(true)),
+            Key(
+                name: "discovery-interface", kind: .string,
+                summary: "the interface LAN discovery announces and listens on, by name (lo, eth0) or IPv4 address",
+                note: "every multicast-capable one"),
+            Key(
+                name: "relay", kind: .boolean, summary: "carry changes for neighbours' subscriptions that this node's own do not cover",
+                default: .boolean(true)),
+            Key(
+                name: "routes", kind: .boolean,
+                summary: "ask peers to offer, not send, what another link brings already, so each change arrives about once (off sends every origin on every link, as protocol version 3)",
+                default: .boolean(true)),
+            Key(name: "log-level", kind: .string, summary: "log level: trace, debug, info, notice, warning, error or critical", default: .string("info")),
+            Key(name: "log-format", kind: .string, summary: "log format: text, or json for one JSON object per line", default: .string("text")),
+            Key(
+                name: "synchronous", kind: .string,
+                summary: "normal, or full: every commit on disk before it is acknowledged, so a power failure loses nothing acknowledged, at an fsync per commit",
+                default: .string("normal")),
+            Key(
+                name: "metrics", kind: .string,
+                summary: "serve Prometheus metrics on HOST:PORT, GET /metrics over plain HTTP (port 0 picks a free one); it has no authentication: use loopback or a trusted network",
+                note: "off"),
+            Key(
+                name: "compaction-interval", kind: .seconds, summary: "seconds between change-log compactions; 0 turns them off",
+                default: .seconds(300)),
+            Key(
+                name: "compaction-horizon", kind: .seconds,
+                summary: "seconds after which a peer not heard from no longer holds back compaction; it resyncs when it returns",
+                default: .seconds(604_800), note: "7 days"),
+            Key(
+                name: "tombstone-horizon", kind: .seconds,
+                summary: "seconds a deleted document's tombstone is kept before compaction forgets the document; peers that learned the mesh's deletions longer ago are then refused as stale; 0 keeps tombstones",
+                default: .seconds(2_592_000), note: "30 days, or the compaction horizon when that is longer"),
+            Key(
+                name: "max-frame-size", kind: .integer, summary: "the largest frame accepted, in bytes",
+                default: .integer(WireLimits.default.maximumFrameSize)),
+            Key(
+                name: "coverage-wait", kind: .seconds,
+                summary: "seconds a remote transaction waits for pieces its subscriptions cover before what arrived is applied (and reported as partial)",
+                default: .seconds(30)),
+            Key(
+                name: "max-waiting-transactions", kind: .integer,
+                summary: "remote transactions held back at most; over it the oldest is applied in part", default: .integer(10_000)),
+            Key(
+                name: "max-waiting-bytes", kind: .integer,
+                summary: "bytes of remote transactions held back at most; over it the oldest is applied in part", default: .integer(256 << 20)),
+            Key(
+                name: "attachment-horizon", kind: .seconds,
+                summary: "seconds attachment bytes no document names are kept before they are deleted (and unfinished puts and fetches left untouched); 0 keeps them",
+                default: .seconds(86_400)),
+            Key(
+                name: "idle-timeout", kind: .seconds, summary: "seconds without a frame from the other side before a session is closed",
+                default: .seconds(30)),
+            Key(
+                name: "handshake-timeout", kind: .seconds, summary: "seconds a new connection has to finish its handshake",
+                default: .seconds(Double(limits.handshakeTimeout.components.seconds))),
+            Key(
+                name: "max-handshakes", kind: .integer,
+                summary: "accepted connections in their handshake at once; one more closes the one that has waited longest",
+                default: .integer(limits.maximumHandshakes)),
+            Key(
+                name: "max-peers", kind: .integer, summary: "peers this node syncs with at once; one more is refused",
+                default: .integer(limits.maximumPeers)),
+            Key(
+                name: "max-admin-connections", kind: .integer, summary: "admin (CLI) connections served at once; one more is refused",
+                default: .integer(limits.maximumAdminConnections)),
+            Key(
+                name: "max-subscriptions-per-peer", kind: .integer, summary: "subscriptions a peer may hold on this node, and this node's own",
+                default: .integer(limits.maximumSubscriptionsPerPeer)),
+            Key(
+                name: "max-query-length", kind: .integer, summary: "bytes of DQL text in one request or subscription query",
+                default: .integer(limits.maximumQueryLength)),
+            Key(
+                name: "max-pending-outbound-bytes", kind: .integer,
+                summary: "bytes queued for one connection before writers wait; a peer that reads none of them for the idle timeout is cut off",
+                default: .integer(limits.maximumPendingOutboundBytes)),
+            Key(
+                name: "document-size-soft-limit", kind: .integer,
+                summary: "document size in bytes over which a write is logged; the store's document_size_soft_limit_bytes",
+                default: .integer(limits.documentSizeSoftLimit), note: "or the hard limit when that is lower"),
+            Key(
+                name: "document-size-hard-limit", kind: .integer,
+                summary: "document size in bytes over which a write, or a received transaction, is refused; the store's document_size_hard_limit_bytes",
+                default: .integer(limits.documentSizeHardLimit)),
+        ]
+    }()
 
     public static func key(_ name: String) -> Key? { keys.first { $0.name == name } }
 
@@ -249,13 +356,42 @@ public struct NodeSettings: Sendable, Hashable {
         return nil
     }
 
+    /// `name`'s value, or its default (`Key.defaultValue`).
+    private func stringOrDefault(_ name: String) -> String {
+        if let s = string(name) { return s }
+        guard case .string(let s)? = Self.key(name)?.defaultValue else { preconditionFailure("\(name) has no default string") }
+        return s
+    }
+
+    private func integerOrDefault(_ name: String) -> Int {
+        if let n = integer(name) { return n }
+        guard case .integer(let n)? = Self.key(name)?.defaultValue else { preconditionFailure("\(name) has no default integer") }
+        return n
+    }
+
+    private func secondsOrDefault(_ name: String) -> Double {
+        if let d = seconds(name) { return d }
+        return Self.defaultSeconds(name)
+    }
+
+    private static func defaultSeconds(_ name: String) -> Double {
+        guard case .seconds(let d)? = key(name)?.defaultValue else { preconditionFailure("\(name) has no default in seconds") }
+        return d
+    }
+
+    private func booleanOrDefault(_ name: String) -> Bool {
+        if case .boolean(let b)? = values[name] { return b }
+        guard case .boolean(let b)? = Self.key(name)?.defaultValue else { preconditionFailure("\(name) has no default boolean") }
+        return b
+    }
+
     private func invalid(_ name: String, _ problem: String) -> ShoalError {
         ShoalError(.invalidConfiguration, "\(origins[name] ?? "--\(name)"): \(problem)")
     }
 
     /// The log level (`info` unless set); the executable bootstraps logging with it.
     public func logLevel() throws(ShoalError) -> String {
-        let level = string("log-level") ?? "info"
+        let level = stringOrDefault("log-level")
         guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(level) else {
             throw invalid("log-level", "'\(level)' is not one of trace, debug, info, notice, warning, error, critical")
         }
@@ -264,7 +400,7 @@ public struct NodeSettings: Sendable, Hashable {
 
     /// The log format (`text` unless set): `text` lines, or `json`, one object per line.
     public func logFormat() throws(ShoalError) -> String {
-        let format = string("log-format") ?? "text"
+        let format = stringOrDefault("log-format")
         guard ["text", "json"].contains(format) else {
             throw invalid("log-format", "'\(format)' is not one of text, json")
         }
@@ -278,7 +414,7 @@ public struct NodeSettings: Sendable, Hashable {
         }
         let listen: HostAndPort
         do {
-            listen = try HostAndPort(parsing: string("listen") ?? "0.0.0.0:\(HostAndPort.defaultPort)")
+            listen = try HostAndPort(parsing: stringOrDefault("listen"))
         } catch {
             throw invalid("listen", error.message)
         }
@@ -298,7 +434,7 @@ public struct NodeSettings: Sendable, Hashable {
                 throw invalid("subscribe", "'\(query)': \(error.message)")
             }
         }
-        let mesh = string("mesh") ?? "default"
+        let mesh = stringOrDefault("mesh")
         if mesh.isEmpty { throw invalid("mesh", "the mesh name must not be empty") }
         // Both travel in the Hello, which must fit the handshake's frame limit.
         for key in ["mesh", "name"] where (string(key)?.utf8.count ?? 0) > Self.maximumNameLength {
@@ -312,14 +448,13 @@ public struct NodeSettings: Sendable, Hashable {
                 throw invalid("mesh-key-file", error.message)
             }
         }
-        let frame = integer("max-frame-size") ?? WireLimits.default.maximumFrameSize
+        let frame = integerOrDefault("max-frame-size")
         if frame < 1024 { throw invalid("max-frame-size", "must be at least 1024 bytes") }
-        var wait = 30.0
-        if case .seconds(let s)? = values["coverage-wait"] { wait = s }
+        let wait = secondsOrDefault("coverage-wait")
         if !(wait >= 0 && wait <= 86_400) { throw invalid("coverage-wait", "must be between 0 and 86400 seconds") }
-        let waitingTransactions = integer("max-waiting-transactions") ?? 10_000
+        let waitingTransactions = integerOrDefault("max-waiting-transactions")
         if waitingTransactions < 1 { throw invalid("max-waiting-transactions", "must be at least 1") }
-        let waitingBytes = integer("max-waiting-bytes") ?? 256 << 20
+        let waitingBytes = integerOrDefault("max-waiting-bytes")
         if waitingBytes < 1 << 20 { throw invalid("max-waiting-bytes", "must be at least 1048576 (1 MiB)") }
         var adminKey: [UInt8]?
         if let path = string("admin-key-file") {
@@ -329,11 +464,11 @@ public struct NodeSettings: Sendable, Hashable {
                 throw invalid("admin-key-file", error.message)
             }
         }
-        let horizon = seconds("attachment-horizon") ?? 86_400
+        let horizon = secondsOrDefault("attachment-horizon")
         if !(horizon >= 0 && horizon <= 315_360_000) { throw invalid("attachment-horizon", "must be between 0 and 315360000 seconds (ten years)") }
-        let idle = seconds("idle-timeout") ?? 30
+        let idle = secondsOrDefault("idle-timeout")
         if !(idle >= 1 && idle <= 86_400) { throw invalid("idle-timeout", "must be between 1 and 86400 seconds") }
-        let handshake = seconds("handshake-timeout") ?? 10
+        let handshake = secondsOrDefault("handshake-timeout")
         if !(handshake >= 0.1 && handshake <= 3_600) { throw invalid("handshake-timeout", "must be between 0.1 and 3600 seconds") }
         let defaults = ResourceLimits()
         var resources = defaults
@@ -361,7 +496,7 @@ public struct NodeSettings: Sendable, Hashable {
             if n < 64 << 10 { throw invalid("max-pending-outbound-bytes", "must be at least 65536") }
             resources.maximumPendingOutboundBytes = n
         }
-        let synchronous = string("synchronous") ?? "normal"
+        let synchronous = stringOrDefault("synchronous")
         guard ["normal", "full"].contains(synchronous) else {
             throw invalid("synchronous", "'\(synchronous)' is not one of normal, full")
         }
@@ -373,16 +508,16 @@ public struct NodeSettings: Sendable, Hashable {
                 throw invalid("metrics", error.message)
             }
         }
-        let compactionInterval = seconds("compaction-interval") ?? 300
+        let compactionInterval = secondsOrDefault("compaction-interval")
         if !(compactionInterval == 0 || (compactionInterval >= 1 && compactionInterval <= 86_400 * 30)) {
             throw invalid("compaction-interval", "must be 0 (off) or between 1 and 2592000 seconds")
         }
-        let compactionHorizon = seconds("compaction-horizon") ?? 604_800
+        let compactionHorizon = secondsOrDefault("compaction-horizon")
         if !(compactionHorizon >= 1 && compactionHorizon <= 86_400 * 3650) {
             throw invalid("compaction-horizon", "must be between 1 and 315360000 seconds")
         }
         // Unset, it is 30 days, or the compaction horizon when that is longer.
-        let tombstoneHorizon = seconds("tombstone-horizon") ?? max(2_592_000, compactionHorizon)
+        let tombstoneHorizon = seconds("tombstone-horizon") ?? max(Self.defaultSeconds("tombstone-horizon"), compactionHorizon)
         if !(tombstoneHorizon == 0 || (tombstoneHorizon >= 1 && tombstoneHorizon <= 86_400 * 3650)) {
             throw invalid("tombstone-horizon", "must be 0 (keep tombstones) or between 1 and 315360000 seconds")
         }
@@ -392,10 +527,8 @@ public struct NodeSettings: Sendable, Hashable {
                 "must be at least the compaction horizon (\(Int(compactionHorizon)) s): a peer still holding compaction back must not find a deletion forgotten")
         }
         let tlsFiles = try tls()
-        var relay = true
-        if case .boolean(let b)? = values["relay"] { relay = b }
-        var discovery = true
-        if case .boolean(let b)? = values["discovery"] { discovery = b }
+        let relay = booleanOrDefault("relay")
+        let discovery = booleanOrDefault("discovery")
         var configuration = NodeConfiguration(
             dataDirectory: data, listen: listen, name: string("name"), peers: peers, subscriptions: strings("subscribe"),
             meshName: mesh, meshKey: meshKey, discovery: discovery, discoveryInterface: string("discovery-interface"), relay: relay,
@@ -408,7 +541,7 @@ public struct NodeSettings: Sendable, Hashable {
             compactionInterval: compactionInterval == 0 ? nil : .milliseconds(Int64(compactionInterval * 1000)),
             compactionHorizon: .milliseconds(Int64(compactionHorizon * 1000)),
             tombstoneHorizon: tombstoneHorizon == 0 ? nil : .milliseconds(Int64(tombstoneHorizon * 1000)), tls: tlsFiles)
-        if case .boolean(let b)? = values["routes"] { configuration.routes = b }
+        configuration.routes = booleanOrDefault("routes")
         return configuration
     }
 

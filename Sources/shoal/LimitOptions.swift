@@ -4,40 +4,34 @@ import ShoalNode
 /// `shoal run`'s flags for the node's resource limits (PROTOCOL.md §12). Each is
 /// also a config-file key (`NodeSettings`), which checks the values.
 struct LimitOptions: ParsableArguments {
-    @Option(name: .long, help: "Seconds without a frame from the other side before a session is closed (default: 30).")
+    @Option(name: .long, help: .setting("idle-timeout"))
     var idleTimeout: Double?
 
-    @Option(name: .long, help: "Seconds a new connection has to finish its handshake (default: 10).")
+    @Option(name: .long, help: .setting("handshake-timeout"))
     var handshakeTimeout: Double?
 
-    @Option(
-        name: .long,
-        help: "Accepted connections in their handshake at once; one more closes the one that has waited longest (default: 128).")
+    @Option(name: .long, help: .setting("max-handshakes"))
     var maxHandshakes: Int?
 
-    @Option(name: .long, help: "Peers this node syncs with at once; one more is refused (default: 64).")
+    @Option(name: .long, help: .setting("max-peers"))
     var maxPeers: Int?
 
-    @Option(name: .long, help: "Admin (CLI) connections served at once; one more is refused (default: 32).")
+    @Option(name: .long, help: .setting("max-admin-connections"))
     var maxAdminConnections: Int?
 
-    @Option(name: .long, help: "Subscriptions a peer may hold on this node, and this node's own (default: 256).")
+    @Option(name: .long, help: .setting("max-subscriptions-per-peer"))
     var maxSubscriptionsPerPeer: Int?
 
-    @Option(name: .long, help: "Bytes of DQL text in one request or subscription query (default: 65536).")
+    @Option(name: .long, help: .setting("max-query-length"))
     var maxQueryLength: Int?
 
-    @Option(
-        name: .long,
-        help: "Bytes queued for one connection before writers wait; a peer that reads none of them for the idle timeout is cut off (default: 4194304).")
+    @Option(name: .long, help: .setting("max-pending-outbound-bytes"))
     var maxPendingOutboundBytes: Int?
 
-    @Option(name: .long, help: "Document size in bytes over which a write is logged (document_size_soft_limit_bytes; default: 262144).")
+    @Option(name: .long, help: .setting("document-size-soft-limit"))
     var documentSizeSoftLimit: Int?
 
-    @Option(
-        name: .long,
-        help: "Document size in bytes over which a write, or a received transaction, is refused (document_size_hard_limit_bytes; default: 4194304).")
+    @Option(name: .long, help: .setting("document-size-hard-limit"))
     var documentSizeHardLimit: Int?
 
     /// Adds the limits given on the command line to `settings`.
@@ -52,5 +46,14 @@ struct LimitOptions: ParsableArguments {
         settings.setFlag("max-pending-outbound-bytes", maxPendingOutboundBytes.map { .integer($0) })
         settings.setFlag("document-size-soft-limit", documentSizeSoftLimit.map { .integer($0) })
         settings.setFlag("document-size-hard-limit", documentSizeHardLimit.map { .integer($0) })
+    }
+}
+
+extension ArgumentHelp {
+    /// A `shoal run` flag's help: its setting's summary and default (`NodeSettings.Key`),
+    /// so that `--help`, the config file and the node agree on what an unset flag is.
+    static func setting(_ name: String) -> ArgumentHelp {
+        guard let key = NodeSettings.key(name) else { preconditionFailure("\(name) is not a setting") }
+        return ArgumentHelp(key.help)
     }
 }

@@ -20,94 +20,76 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .long, help: "A TOML file of settings; flags given here override it.")
     var config: String?
 
-    @Option(name: .long, help: "Directory for the node's database (created if missing).")
+    @Option(name: .long, help: .setting("data"))
     var data: String?
 
-    @Option(name: .long, help: "Address to accept peers and the CLI on, HOST:PORT (default 0.0.0.0:7470; port 0: any free port).")
+    @Option(name: .long, help: .setting("listen"))
     var listen: String?
 
-    @Option(name: .long, help: "A readable name for this node (default: shoal- and its site ID's first digits).")
+    @Option(name: .long, help: .setting("name"))
     var name: String?
 
-    @Option(name: .long, help: "A peer to connect to, HOST:PORT. Repeat for several.")
+    @Option(name: .long, help: .setting("peer"))
     var peer: [String] = []
 
-    @Option(name: .long, help: "A sync subscription: a SELECT query of what to replicate from peers. Repeatable.")
+    @Option(name: .long, help: .setting("subscribe"))
     var subscribe: [String] = []
 
-    @Option(name: .long, help: "The mesh name; peers must use the same one (default: default).")
+    @Option(name: .long, help: .setting("mesh"))
     var mesh: String?
 
-    @Option(name: .long, help: "A file holding the mesh key (at least 16 bytes); peers must hold the same key.")
+    @Option(name: .long, help: .setting("mesh-key-file"))
     var meshKeyFile: String?
 
-    @Option(name: .long, help: "A file holding the key admin clients (the CLI) must prove instead of the mesh key.")
+    @Option(name: .long, help: .setting("admin-key-file"))
     var adminKeyFile: String?
 
-    @Flag(inversion: .prefixedNo, help: "Look for peers of the same mesh on the LAN (default: on).")
+    @Flag(inversion: .prefixedNo, help: .setting("discovery"))
     var discovery: Bool?
 
-    @Option(
-        name: .long,
-        help: "The interface LAN discovery announces and listens on, by name (lo, eth0) or IPv4 address (default: every multicast-capable one).")
+    @Option(name: .long, help: .setting("discovery-interface"))
     var discoveryInterface: String?
 
-    @Flag(
-        inversion: .prefixedNo,
-        help: "Carry changes for neighbours' subscriptions that this node's own do not cover (default: on).")
+    @Flag(inversion: .prefixedNo, help: .setting("relay"))
     var relay: Bool?
 
-    @Flag(
-        inversion: .prefixedNo,
-        help: "Ask peers to offer, not send, what another link brings already, so each change arrives about once (default: on; off sends every origin on every link, as protocol version 3).")
+    @Flag(inversion: .prefixedNo, help: .setting("routes"))
     var routes: Bool?
 
-    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error or critical (default: info).")
+    @Option(name: .long, help: .setting("log-level"))
     var logLevel: String?
 
-    @Option(name: .long, help: "Log format: text, or json for one JSON object per line (default: text).")
+    @Option(name: .long, help: .setting("log-format"))
     var logFormat: String?
 
-    @Option(
-        name: .long,
-        help: "normal, or full: every commit on disk before it is acknowledged, so a power failure loses nothing acknowledged, at an fsync per commit (default: normal).")
+    @Option(name: .long, help: .setting("synchronous"))
     var synchronous: String?
 
-    @Option(
-        name: .long,
-        help: "Serve Prometheus metrics on HOST:PORT, GET /metrics over plain HTTP (port 0: any free port). It has no authentication: use loopback or a trusted network.")
+    @Option(name: .long, help: .setting("metrics"))
     var metrics: String?
 
-    @Option(name: .long, help: "Seconds between change-log compactions; 0 turns them off (default: 300).")
+    @Option(name: .long, help: .setting("compaction-interval"))
     var compactionInterval: Double?
 
-    @Option(
-        name: .long,
-        help: "Seconds after which a peer not heard from no longer holds back compaction; it resyncs when it returns (default: 604800, 7 days).")
+    @Option(name: .long, help: .setting("compaction-horizon"))
     var compactionHorizon: Double?
 
-    @Option(
-        name: .long,
-        help: "Seconds a deleted document's tombstone is kept before compaction forgets the document; peers that learned the mesh's deletions longer ago are then refused as stale; 0 keeps tombstones (default: 2592000, 30 days; at least the compaction horizon).")
+    @Option(name: .long, help: .setting("tombstone-horizon"))
     var tombstoneHorizon: Double?
 
-    @Option(name: .long, help: "The largest frame accepted, in bytes (default: 16777216).")
+    @Option(name: .long, help: .setting("max-frame-size"))
     var maxFrameSize: Int?
 
-    @Option(
-        name: .long,
-        help: "Seconds a remote transaction waits for pieces its subscriptions cover before what arrived is applied (and reported as partial) (default: 30).")
+    @Option(name: .long, help: .setting("coverage-wait"))
     var coverageWait: Double?
 
-    @Option(name: .long, help: "Remote transactions held back at most; over it the oldest is applied in part (default: 10000).")
+    @Option(name: .long, help: .setting("max-waiting-transactions"))
     var maxWaitingTransactions: Int?
 
-    @Option(name: .long, help: "Bytes of remote transactions held back at most; over it the oldest is applied in part (default: 268435456).")
+    @Option(name: .long, help: .setting("max-waiting-bytes"))
     var maxWaitingBytes: Int?
 
-    @Option(
-        name: .long,
-        help: "Seconds attachment bytes no document names are kept before they are deleted (and unfinished puts and fetches left untouched); 0 keeps them (default: 86400).")
+    @Option(name: .long, help: .setting("attachment-horizon"))
     var attachmentHorizon: Double?
 
     @OptionGroup(title: "Limits") var limits: LimitOptions

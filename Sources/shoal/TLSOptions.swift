@@ -14,7 +14,7 @@ struct TLSOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp(TLSOptions.summary("tls-ca"), valueName: "file"))
     var tlsCa: String?
 
-    static func summary(_ key: String) -> String { NodeSettings.key(key)?.summary ?? key }
+    static func summary(_ key: String) -> String { NodeSettings.key(key)?.help ?? key }
 
     /// Adds the files given on the command line to `settings`.
     func add(to settings: inout NodeSettings) {

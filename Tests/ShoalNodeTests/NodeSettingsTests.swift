@@ -93,6 +93,39 @@ struct NodeSettingsTests {
         }))
     }
 
+    /// What an unset key becomes is its stated default (`NodeSettings.Key.defaultValue`,
+    /// which `--help` and the example file show): read back from the configuration a file
+    /// with nothing but `data` resolves to. A key given a default without a line here fails.
+    @Test func everyUnsetKeyBecomesItsStatedDefault() throws {
+        let settings = try NodeSettings.parse("data = \"db\"", file: "/tmp/shoal.toml")
+        let c = try settings.configuration()
+        func seconds(_ d: Duration?) -> NodeSettings.Value {
+            guard let d else { return .seconds(0) }
+            return .seconds(Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18)
+        }
+        let resolved: [String: NodeSettings.Value] = [
+            "listen": .string(c.listen.description), "mesh": .string(c.meshName), "discovery": .boolean(c.discovery),
+            "relay": .boolean(c.relay), "routes": .boolean(c.routes), "log-level": .string(try settings.logLevel()),
+            "log-format": .string(try settings.logFormat()), "synchronous": .string(c.synchronousFull ? "full" : "normal"),
+            "compaction-interval": seconds(c.compactionInterval), "compaction-horizon": seconds(c.compactionHorizon),
+            "tombstone-horizon": seconds(c.tombstoneHorizon), "max-frame-size": .integer(c.limits.maximumFrameSize),
+            "coverage-wait": seconds(c.coverageWait), "max-waiting-transactions": .integer(c.maximumWaitingTransactions),
+            "max-waiting-bytes": .integer(c.maximumWaitingBytes), "attachment-horizon": seconds(c.attachmentHorizon),
+            "idle-timeout": seconds(c.idleTimeout), "handshake-timeout": seconds(c.resources.handshakeTimeout),
+            "max-handshakes": .integer(c.resources.maximumHandshakes), "max-peers": .integer(c.resources.maximumPeers),
+            "max-admin-connections": .integer(c.resources.maximumAdminConnections),
+            "max-subscriptions-per-peer": .integer(c.resources.maximumSubscriptionsPerPeer),
+            "max-query-length": .integer(c.resources.maximumQueryLength),
+            "max-pending-outbound-bytes": .integer(c.resources.maximumPendingOutboundBytes),
+            "document-size-soft-limit": .integer(c.resources.documentSizeSoftLimit),
+            "document-size-hard-limit": .integer(c.resources.documentSizeHardLimit),
+        ]
+        let stated = NodeSettings.keys.filter { $0.defaultValue != nil }
+        #expect(Set(resolved.keys) == Set(stated.map(\.name)))
+        for key in stated { #expect(resolved[key.name] == key.defaultValue, "\(key.name)") }
+        #expect(NodeSettings.key("idle-timeout")?.help == "Seconds without a frame from the other side before a session is closed (default: 30).")
+    }
+
     /// deploy/shoal.example.toml parses, and shows every key (most commented out, with their defaults).
     @Test func theExampleFileShowsEveryKey() throws {
         let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -105,6 +138,17 @@ struct NodeSettingsTests {
                 line.hasPrefix("\(key.name) = ") || line.hasPrefix("# \(key.name) = ")
             }
             #expect(shown, "\(key.name) is missing from deploy/shoal.example.toml")
+            // A key with one default shows it, as TOML writes it.
+            guard let value = key.defaultValue else { continue }
+            let toml: String
+            switch value {
+            case .string(let s): toml = "\"\(s)\""
+            case .strings(let s): toml = "[" + s.map { "\"\($0)\"" }.joined(separator: ", ") + "]"
+            case .boolean(let b): toml = "\(b)"
+            case .integer(let n): toml = "\(n)"
+            case .seconds(let d): toml = d == d.rounded() ? "\(Int(d))" : "\(d)"
+            }
+            #expect(text.contains("# \(key.name) = \(toml)\n"), "deploy/shoal.example.toml shows \(key.name)'s default as \(toml)")
         }
         // Uncommenting every example line still gives a valid file.
         let all = text.split(separator: "\n", omittingEmptySubsequences: false).map { line in

@@ -19,6 +19,12 @@ extension ProcessSuites {
         flags.remove("version")
         flags.remove("config")
         #expect(flags == Set(NodeSettings.keys.map(\.name)), "\(help.stdout)")
+        // Each flag's default, as the node takes it (lines rewrapped as one).
+        let text = help.stdout.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        for key in NodeSettings.keys {
+            guard let shown = key.defaultText else { continue }
+            #expect(text.contains("(default: \(shown))"), "shoal run --help shows \(key.name)'s default, \(shown)")
+        }
     }
 
     @Test func aNodeStartsFromAFileAndFlagsWin() throws {
