@@ -209,14 +209,21 @@ public struct DocumentRegisters: Sendable, Hashable {
     public func hasMapBase(_ name: String) -> Bool { registers[name]?.isEmptyObject ?? false }
 
     /// What `site`'s increments read of this document: its own contributions, the
-    /// base of each of those counters, and the tombstone. EVICT keeps these, since
-    /// an increment made before peers send the document back must carry on from
+    /// base of every counter anyone incremented, and the tombstone. EVICT keeps these,
+    /// since an increment made before peers send the document back must carry on from
     /// them (`DocumentEditor.init(registers:remembered:…)`).
+    ///
+    /// The base of a counter `site` has not incremented yet is kept too: without it, an
+    /// increment on the document sent back in part (another field before the base)
+    /// would count in epoch zero, which the base, once back, would not count: an
+    /// acknowledged increment lost (found by shoal-check: a node restarted, so under a
+    /// new contribution, evicted a collection and decremented a counter of it).
     public func counters(of site: SiteID) -> DocumentRegisters {
         var kept: [String: RegisterState] = [:]
-        for (name, state) in registers where Counter.isContribution(name, of: site) {
-            kept[name] = state
-            if let counter = Counter.counterName(ofContribution: name), let base = registers[counter] { kept[counter] = base }
+        for (name, state) in registers {
+            guard let counter = Counter.counterName(ofContribution: name) else { continue }
+            if Counter.isContribution(name, of: site) { kept[name] = state }
+            if let base = registers[counter] { kept[counter] = base }
         }
         if !kept.isEmpty, let tombstone = registers[RegisterName.tombstone] { kept[RegisterName.tombstone] = tombstone }
         return DocumentRegisters(kept)

@@ -134,10 +134,10 @@ struct CheckRun {
             let node = count - 1
             let mountPoint = dataDirectories[node]
             try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-            if Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=64m", "tmpfs", mountPoint]) == 0 {
+            if Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=512m", "tmpfs", mountPoint]) == 0 {
                 // The ballast goes beside the data, on the same filesystem.
                 diskNode = (node, mountPoint + "/ballast")
-                notes.append("n\(node)'s data directory is on a 64 MiB tmpfs")
+                notes.append("n\(node)'s data directory is on a 512 MiB tmpfs")
             } else {
                 notes.append("disk: skipped: mounting a tmpfs is not permitted here (needs root and mount rights)")
             }

@@ -26,7 +26,7 @@ enum FaultKind: String, CaseIterable, Sendable {
     case compact
     /// A node's wall clock set 90 s or 5 min off, or 3 h ahead (past the drift limit), through libfaketime.
     case skew
-    /// The disk of one node's data directory (a 64 MiB tmpfs) filled for 1 to 6 s.
+    /// The disk of one node's data directory (a 512 MiB tmpfs) filled for 1 to 6 s.
     case disk
     /// One node started with a smaller frame and document size limit than the others.
     case limits

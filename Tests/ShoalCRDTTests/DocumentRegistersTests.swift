@@ -306,6 +306,33 @@ import Testing
         #expect(refilled.covers("n\u{1F}0000000000000001", kept["n\u{1F}0000000000000001"]!))
     }
 
+    /// EVICT keeps the base of a counter this site never incremented too: an increment
+    /// after EVICT, on the document sent back in part (another field, not the base),
+    /// counts in the epoch the site knew, and is not lost when the base comes back.
+    @Test func anIncrementAfterEvictCountsInTheKnownEpochWithoutAContributionOfItsOwn() throws {
+        let a = SiteID(1), b = SiteID(2)
+        var creator = DocumentEditor(
+            registers: DocumentRegisters(), site: b, clock: HybridLogicalClock(wallClock: { 1_000 }), transaction: TransactionID(origin: b, sequence: 1))
+        try creator.insert(["_id": "d", "n": 10], names: ["_id", "n"], initial: false, kinds: [:])
+        try creator.update(counters: [("n", .increment(5))], assignments: [], unsets: [], kinds: [:], original: [:])
+        let held = creator.registers
+        let kept = held.counters(of: a)
+        #expect(kept["n"] == held["n"], "the base is kept though a has no contribution to n")
+        #expect(kept.registers.keys.allSatisfy { !Counter.isContribution($0, of: b) }, "another site's contributions are not")
+        // Evicted, then sent back in part: a later write of another field, without the base.
+        var partial = DocumentRegisters()
+        partial.set(
+            "w", RegisterState(json: "1", version: RegisterVersion(timestamp: HybridTimestamp(rawValue: 1_500 << 16), site: b),
+                transaction: TransactionID(origin: b, sequence: 2)))
+        var after = DocumentEditor(
+            registers: partial, remembered: kept, site: a, clock: HybridLogicalClock(wallClock: { 2_000 }),
+            transaction: TransactionID(origin: a, sequence: 1))
+        try after.update(counters: [("n", .increment(-2))], assignments: [], unsets: [], kinds: [:], original: [:])
+        var refilled = after.registers
+        for (name, state) in held.registers { refilled.merge(name, state) }
+        #expect(try refilled.materialize(key: "\"d\"") == .live(["_id": "d", "n": 13, "w": 1]))
+    }
+
     // MARK: Maps and their `{}` base
 
     static func editor(_ registers: DocumentRegisters, site: UInt64, wall: UInt64, sequence: UInt64 = 1) -> DocumentEditor {
