@@ -218,14 +218,20 @@ public struct DocumentRegisters: Sendable, Hashable {
     /// would count in epoch zero, which the base, once back, would not count: an
     /// acknowledged increment lost (found by shoal-check: a node restarted, so under a
     /// new contribution, evicted a collection and decremented a counter of it).
+    ///
+    /// The tombstone is kept whenever the document has a counter, for the same reason:
+    /// a counter with no base (a document deleted and written again without it) counts
+    /// in the tombstone's epoch.
     public func counters(of site: SiteID) -> DocumentRegisters {
         var kept: [String: RegisterState] = [:]
+        var hasCounter = false
         for (name, state) in registers {
             guard let counter = Counter.counterName(ofContribution: name) else { continue }
+            hasCounter = true
             if Counter.isContribution(name, of: site) { kept[name] = state }
             if let base = registers[counter] { kept[counter] = base }
         }
-        if !kept.isEmpty, let tombstone = registers[RegisterName.tombstone] { kept[RegisterName.tombstone] = tombstone }
+        if hasCounter, let tombstone = registers[RegisterName.tombstone] { kept[RegisterName.tombstone] = tombstone }
         return DocumentRegisters(kept)
     }
 

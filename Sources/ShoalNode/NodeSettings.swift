@@ -153,7 +153,7 @@ public struct NodeSettings: Sendable, Hashable {
                 default: .seconds(30)),
             Key(
                 name: "handshake-timeout", kind: .seconds, summary: "seconds a new connection has to finish its handshake",
-                default: .seconds(Double(limits.handshakeTimeout.components.seconds))),
+                default: .seconds(Double(limits.handshakeTimeout.components.seconds) + Double(limits.handshakeTimeout.components.attoseconds) / 1e18)),
             Key(
                 name: "max-handshakes", kind: .integer,
                 summary: "accepted connections in their handshake at once; one more closes the one that has waited longest",

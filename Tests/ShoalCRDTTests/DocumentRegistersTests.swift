@@ -333,6 +333,34 @@ import Testing
         #expect(try refilled.materialize(key: "\"d\"") == .live(["_id": "d", "n": 13, "w": 1]))
     }
 
+    /// A counter with no base counts in the tombstone's epoch: EVICT keeps the
+    /// tombstone of a document with a counter even when it keeps nothing else of it, so
+    /// an increment after EVICT counts in that epoch, not in epoch zero.
+    @Test func anIncrementAfterEvictCountsInTheTombstonesEpochWhenTheCounterHasNoBase() throws {
+        let a = SiteID(1), b = SiteID(2)
+        var writer = DocumentEditor(
+            registers: DocumentRegisters(), site: b, clock: HybridLogicalClock(wallClock: { 1_000 }), transaction: TransactionID(origin: b, sequence: 1))
+        try writer.insert(["_id": "d", "w": 1], names: ["_id", "w"], initial: false, kinds: [:])
+        try writer.delete()
+        try writer.insert(["_id": "d", "w": 2], names: ["_id", "w"], initial: false, kinds: [:])
+        try writer.update(counters: [("n", .increment(5))], assignments: [], unsets: [], kinds: [:], original: [:])
+        let held = writer.registers
+        #expect(held["n"] == nil && held[RegisterName.tombstone] != nil, "no base, a tombstone")
+        let kept = held.counters(of: a)
+        #expect(kept[RegisterName.tombstone] == held[RegisterName.tombstone])
+        var partial = DocumentRegisters()
+        partial.set(
+            "w", RegisterState(json: "3", version: RegisterVersion(timestamp: HybridTimestamp(rawValue: 1_500 << 16), site: b),
+                transaction: TransactionID(origin: b, sequence: 2)))
+        var after = DocumentEditor(
+            registers: partial, remembered: kept, site: a, clock: HybridLogicalClock(wallClock: { 2_000 }),
+            transaction: TransactionID(origin: a, sequence: 1))
+        try after.update(counters: [("n", .increment(-2))], assignments: [], unsets: [], kinds: [:], original: [:])
+        var refilled = after.registers
+        for (name, state) in held.registers { refilled.merge(name, state) }
+        #expect(try refilled.materialize(key: "\"d\"") == .live(["_id": "d", "n": 3, "w": 3]))
+    }
+
     // MARK: Maps and their `{}` base
 
     static func editor(_ registers: DocumentRegisters, site: UInt64, wall: UInt64, sequence: UInt64 = 1) -> DocumentEditor {
