@@ -319,18 +319,27 @@ import Testing
         let kept = held.counters(of: a)
         #expect(kept["n"] == held["n"], "the base is kept though a has no contribution to n")
         #expect(kept.registers.keys.allSatisfy { !Counter.isContribution($0, of: b) }, "another site's contributions are not")
-        // Evicted, then sent back in part: a later write of another field, without the base.
+        let refilled = try Self.decrementedAfterEvict(held, kept: kept, site: a, writer: b, w: "1")
+        #expect(try refilled.materialize(key: "\"d\"") == .live(["_id": "d", "n": 13, "w": 1]))
+    }
+
+    /// `site` decrements `n` by 2 after EVICT (remembering `kept`), on the document sent
+    /// back in part (a later write of `w` by `writer`, without the counter's base); then
+    /// everything `held` comes back. Returns the registers then.
+    static func decrementedAfterEvict(
+        _ held: DocumentRegisters, kept: DocumentRegisters, site: SiteID, writer: SiteID, w: String
+    ) throws -> DocumentRegisters {
         var partial = DocumentRegisters()
         partial.set(
-            "w", RegisterState(json: "1", version: RegisterVersion(timestamp: HybridTimestamp(rawValue: 1_500 << 16), site: b),
-                transaction: TransactionID(origin: b, sequence: 2)))
+            "w", RegisterState(json: w, version: RegisterVersion(timestamp: HybridTimestamp(rawValue: 1_500 << 16), site: writer),
+                transaction: TransactionID(origin: writer, sequence: 2)))
         var after = DocumentEditor(
-            registers: partial, remembered: kept, site: a, clock: HybridLogicalClock(wallClock: { 2_000 }),
-            transaction: TransactionID(origin: a, sequence: 1))
+            registers: partial, remembered: kept, site: site, clock: HybridLogicalClock(wallClock: { 2_000 }),
+            transaction: TransactionID(origin: site, sequence: 1))
         try after.update(counters: [("n", .increment(-2))], assignments: [], unsets: [], kinds: [:], original: [:])
         var refilled = after.registers
         for (name, state) in held.registers { refilled.merge(name, state) }
-        #expect(try refilled.materialize(key: "\"d\"") == .live(["_id": "d", "n": 13, "w": 1]))
+        return refilled
     }
 
     /// A counter with no base counts in the tombstone's epoch: EVICT keeps the
@@ -348,16 +357,7 @@ import Testing
         #expect(held["n"] == nil && held[RegisterName.tombstone] != nil, "no base, a tombstone")
         let kept = held.counters(of: a)
         #expect(kept[RegisterName.tombstone] == held[RegisterName.tombstone])
-        var partial = DocumentRegisters()
-        partial.set(
-            "w", RegisterState(json: "3", version: RegisterVersion(timestamp: HybridTimestamp(rawValue: 1_500 << 16), site: b),
-                transaction: TransactionID(origin: b, sequence: 2)))
-        var after = DocumentEditor(
-            registers: partial, remembered: kept, site: a, clock: HybridLogicalClock(wallClock: { 2_000 }),
-            transaction: TransactionID(origin: a, sequence: 1))
-        try after.update(counters: [("n", .increment(-2))], assignments: [], unsets: [], kinds: [:], original: [:])
-        var refilled = after.registers
-        for (name, state) in held.registers { refilled.merge(name, state) }
+        let refilled = try Self.decrementedAfterEvict(held, kept: kept, site: a, writer: b, w: "3")
         #expect(try refilled.materialize(key: "\"d\"") == .live(["_id": "d", "n": 3, "w": 3]))
     }
 
