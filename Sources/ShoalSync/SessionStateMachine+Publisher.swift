@@ -409,15 +409,21 @@ extension SessionStateMachine.Publisher {
         }
 
         /// The peer acknowledged the batch through `through`: the window frees up to it.
+        ///
+        /// The peer acknowledges batches in the order they were sent, so while batches of
+        /// earlier Subscribes wait for theirs, an Ack is theirs: a restarted stream may send
+        /// a batch through the same sequence as an earlier one, and taking the earlier's Ack
+        /// for it would count the new batch durable before it is, then refuse its own Ack.
         mutating func acknowledged(through: UInt64, heldThrough: UInt64) throws(SyncError) -> [Action] {
-            if let i = unacknowledged.firstIndex(of: through) {
+            if let i = earlierUnacknowledged.firstIndex(of: through) {
+                earlierUnacknowledged.removeSubrange(...i)
+            } else if let i = unacknowledged.firstIndex(of: through) {
+                earlierUnacknowledged.removeAll()
                 if configuration.hasRoutes { resolveOffers(heldThrough: heldThrough) }
                 unacknowledged.removeSubrange(...i)
                 // With nothing left in flight, every row through `sentThrough` was either
                 // acknowledged or had nothing for the peer.
                 acknowledged = max(acknowledged, unacknowledged.isEmpty && outbox.isEmpty ? sentThrough : through)
-            } else if let i = earlierUnacknowledged.firstIndex(of: through) {
-                earlierUnacknowledged.removeSubrange(...i)
             } else {
                 throw SyncError.unexpectedAck(through)
             }

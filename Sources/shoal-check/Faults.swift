@@ -283,14 +283,23 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
         }
         // The node is not held busy: a kill, restart or restore meanwhile brings back its
         // configured subscriptions, which is part of what this fault tries.
-        later(seconds, "subscribe") { [self] in
-            do {
-                _ = try await withTimeout(10) { [cluster] in try await cluster.client(node, timeout: 10).subscribe(query) }
-                recorder.say("n\(node) subscribes to \(collection) again")
-            } catch {
-                // A node that was down meanwhile came back with its configured subscriptions.
-                recorder.say("n\(node) could not subscribe to \(collection) again: \(error)")
+        later(seconds, "subscribe") { [self] in await subscribeAgain(node, collection) }
+    }
+
+    /// Subscribes node `node` to `collection` again after `narrow`, trying again every 2 s
+    /// while it does not answer: a node frozen meanwhile keeps its narrowed subscription
+    /// (only a restart brings back the configured ones), and would rightly lack the
+    /// collection at the end.
+    private func subscribeAgain(_ node: Int, _ collection: String, attempt: Int = 1) async {
+        do {
+            _ = try await withTimeout(10) { [cluster] in
+                try await cluster.client(node, timeout: 10).subscribe("SELECT * FROM \(collection)")
             }
+            recorder.say("n\(node) subscribes to \(collection) again")
+        } catch {
+            recorder.say("n\(node) could not subscribe to \(collection) again (attempt \(attempt)): \(error)")
+            guard attempt < 20 else { return }
+            later(2, "subscribe") { [self] in await subscribeAgain(node, collection, attempt: attempt + 1) }
         }
     }
 
@@ -421,6 +430,8 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
             case .running: break
             }
         }
+        // What failed while a node was frozen or down tries again, now that all run.
+        for _ in 0..<20 where state.withLock({ !$0.pending.isEmpty }) { await runDue(all: true) }
     }
 }
 

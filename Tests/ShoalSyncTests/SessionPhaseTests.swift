@@ -196,4 +196,37 @@ import Testing
         #expect(try p.acknowledged(.batch(through: 20)).isEmpty, "a late Ack of the old stream is still valid")
         #expect(throws: SyncError.self) { try p.acknowledged(.batch(through: 20)) }
     }
+
+    /// Acks come in the order batches went out: while batches of an earlier Subscribe wait,
+    /// an Ack is theirs, even when the restarted stream sent a batch through the same
+    /// sequence. Taking it for the new one counted that batch held before the peer had it,
+    /// and the new stream's own first Ack then closed the session.
+    @Test func anAckThroughASequenceBothStreamsSentIsTheEarlierStreamsFirst() throws {
+        var p = Publisher(configuration: Self.configuration())
+        _ = p.logAdvanced(to: 12)
+        let cars = SessionMessage.Subscribe(subscriptions: [.init(id: "", query: "SELECT * FROM cars")], generation: 1)
+        let first = try #require(T.pageRequest(try p.subscribed(cars)))
+        _ = p.pageRead(ChangeLogPage(pieces: [T.piece(1)], through: 12), ticket: first.ticket)
+        let second = try #require(T.pageRequest(p.logAdvanced(to: 20)))
+        _ = p.pageRead(ChangeLogPage(pieces: [T.piece(2)], through: 20), ticket: second.ticket)
+        guard case .streaming(let old) = p.state else { return }
+        #expect(old.unacknowledged == [12, 20])
+        var newer = cars
+        newer.generation = 2
+        newer.resumeAfter = 8
+        let restarted = try #require(T.pageRequest(try p.subscribed(newer)))
+        let next = try #require(T.pageRequest(p.pageRead(ChangeLogPage(pieces: [T.piece(1)], through: 15), ticket: restarted.ticket)))
+        _ = p.pageRead(ChangeLogPage(pieces: [T.piece(2)], through: 20), ticket: next.ticket)
+        guard case .streaming(let stream) = p.state else { return }
+        #expect(stream.earlierUnacknowledged == [12, 20] && stream.unacknowledged == [15, 20])
+        _ = try p.acknowledged(.batch(through: 12))
+        _ = try p.acknowledged(.batch(through: 20))
+        guard case .streaming(let afterOld) = p.state else { return }
+        #expect(afterOld.earlierUnacknowledged.isEmpty && afterOld.unacknowledged == [15, 20])
+        #expect(afterOld.heldByPeer == 8, "the old stream's Acks say nothing of what the new one sent")
+        _ = try p.acknowledged(.batch(through: 15))
+        _ = try p.acknowledged(.batch(through: 20))
+        guard case .streaming(let done) = p.state else { return }
+        #expect(done.unacknowledged.isEmpty && done.heldByPeer == 20)
+    }
 }
