@@ -77,7 +77,7 @@ let package = Package(
         .target(
             name: "ShoalNode",
             dependencies: [
-                "ShoalCRDT", "ShoalQuery", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalWire",
+                "ShoalCRDT", "ShoalQuery", "ShoalStorage", "ShoalSync", "ShoalWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -119,7 +119,7 @@ let package = Package(
         .executableTarget(
             name: "shoal",
             dependencies: [
-                "ShoalNode", "ShoalCRDT", "ShoalSync", "ShoalStorage", "ShoalStore", "ShoalBulk", "ShoalShell",
+                "Shoal", "ShoalNode", "ShoalCRDT", "ShoalSync", "ShoalStorage", "ShoalBulk", "ShoalShell",
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -167,7 +167,7 @@ let package = Package(
         ),
         .testTarget(name: "ShoalCheckTests", dependencies: ["ShoalCheck", "ShoalCRDT"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalCRDTTests", dependencies: ["ShoalCRDT", "ShoalTesting"], swiftSettings: swiftSettings),
-        .testTarget(name: "ShoalBulkTests", dependencies: ["ShoalBulk", "ShoalCRDT", "ShoalNode"], swiftSettings: swiftSettings),
+        .testTarget(name: "ShoalBulkTests", dependencies: ["ShoalBulk", "ShoalCRDT", "ShoalNode", "ShoalStorage", "ShoalStore"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalShellTests", dependencies: ["ShoalShell", "ShoalCRDT"], swiftSettings: swiftSettings),
         .testTarget(name: "ShoalQueryTests", dependencies: ["ShoalQuery", "ShoalCRDT", "ShoalTesting"], swiftSettings: swiftSettings),
         .testTarget(

@@ -2,7 +2,7 @@
 // and its configuration, the store's queries, transactions and live queries, the sync
 // engine's subscriptions and peers, the values documents are made of, and the one error.
 // Each name is re-exported on its own (members and extensions come with it); the
-// modules behind them (ShoalNode, ShoalStore, ShoalSync, ShoalCRDT, ShoalWire) hold the
+// modules behind them (ShoalNode, ShoalStorage, ShoalSync, ShoalCRDT, ShoalWire) hold the
 // rest for the `shoal` tools and the tests. docs/ARCHITECTURE.md, "The app's surface",
 // lists these with the reason for each; a name added here is added there.
 
@@ -15,16 +15,17 @@
 @_exported import struct ShoalWire.WireLimits
 
 // The store: queries, transactions, live queries.
-@_exported import class ShoalStore.DocumentStore
-@_exported import struct ShoalStore.QueryResult
-@_exported import class ShoalStore.StoreTransaction
-@_exported import enum ShoalStore.TransactionCompletion
-@_exported import struct ShoalStore.TransactionResult
+@_exported import protocol ShoalStorage.DocumentDatabase
+@_exported import struct ShoalStorage.QueryResult
+@_exported import protocol ShoalStorage.DocumentTransaction
+@_exported import enum ShoalStorage.TransactionCompletion
+@_exported import struct ShoalStorage.TransactionResult
 @_exported import struct ShoalStorage.TransactionInfo
-@_exported import struct ShoalStore.QueryUpdate
-@_exported import struct ShoalStore.QueryUpdates
-@_exported import class ShoalStore.StoreObserver
+@_exported import struct ShoalStorage.QueryUpdate
+@_exported import struct ShoalStorage.QueryUpdates
+@_exported import class ShoalStorage.StoreObserver
 @_exported import struct ShoalStorage.AttachmentToken
+@_exported import struct ShoalStorage.Deadline
 
 // Sync: subscriptions and peers.
 @_exported import class ShoalSync.SyncEngine

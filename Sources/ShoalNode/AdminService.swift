@@ -1,5 +1,4 @@
 import ShoalCRDT
-import ShoalStore
 import ShoalQuery
 import ShoalStorage
 import ShoalSync
@@ -92,7 +91,7 @@ struct AdminService: AdminRequestHandler {
                 response = .exec(
                     try await execute(statements, argumentsJSON: argumentsJSON, hint: hint, readOnly: readOnly, deadline: deadline))
             case .page(let query, let argumentsJSON, let afterKey, let limit):
-                let page = try await node.store.page(query, arguments: try Self.arguments(argumentsJSON), after: afterKey, limit: limit)
+                let page = try await node.storage.page(query, arguments: try Self.arguments(argumentsJSON), after: afterKey, limit: limit)
                 response = .page(PageResult(itemsJSON: page.items.map(\.canonicalJSON), lastKey: page.lastKey ?? ""))
             case .status(let digests):
                 response = .status(try await status(digests: digests))
@@ -101,7 +100,7 @@ struct AdminService: AdminRequestHandler {
             case .unsubscribe(let idOrQuery):
                 response = .subscription(try await unsubscribe(idOrQuery))
             case .observe(let query, let argumentsJSON):
-                let observations = try node.store.observe(query, arguments: try Self.arguments(argumentsJSON))
+                let observations = try node.storage.observe(query, arguments: try Self.arguments(argumentsJSON))
                 do {
                     for try await observation in observations {
                         try await respond(
@@ -170,10 +169,10 @@ struct AdminService: AdminRequestHandler {
             guard part.offset == 0 else {
                 throw ShoalError(.invalidQuery, "the first part of an attachment put starts at offset 0, not \(part.offset)")
             }
-            writer = try await node.store.attachmentWriter()
+            writer = try await node.storage.attachmentWriter()
         } else if let held = uploads.withLock({ $0.removeValue(forKey: part.uploadID) }) {
             writer = held
-        } else if let staged = try await node.store.attachmentWriter(resuming: Int64(bitPattern: part.uploadID)), staged.expectedHash == nil {
+        } else if let staged = try await node.storage.attachmentWriter(resuming: Int64(bitPattern: part.uploadID)), staged.expectedHash == nil {
             writer = staged
         } else {
             throw ShoalError(.invalidQuery, "attachment upload \(part.uploadID) is unknown here: finished, or abandoned and collected; put the file again")
@@ -199,7 +198,7 @@ struct AdminService: AdminRequestHandler {
     ) async throws(ShoalError) {
         var offset = offset
         while true {
-            guard let part = try await node.store.attachmentChunk(hash: hash, offset: offset, maximum: Int(SyncEngine.attachmentChunkSize))
+            guard let part = try await node.storage.attachmentChunk(hash: hash, offset: offset, maximum: Int(SyncEngine.attachmentChunkSize))
             else {
                 throw ShoalError(.invalidDocument, "attachment \(hash) was collected while it was being sent")
             }
@@ -250,7 +249,7 @@ struct AdminService: AdminRequestHandler {
                 .tooLarge,
                 "this node has \(own.count) subscriptions, as many as a peer takes in one Subscribe (--max-subscriptions-per-peer); remove one first")
         }
-        try await node.store.saveSubscription(SavedSubscription(id: parsed.id, query: parsed.query, arguments: arguments))
+        try await node.storage.saveSubscription(SavedSubscription(id: parsed.id, query: parsed.query, arguments: arguments))
         let entry = try node.sync.subscribe(query, arguments: arguments)
         return SubscriptionInfo(id: entry.id, query: entry.query, origin: "local")
     }
@@ -261,14 +260,14 @@ struct AdminService: AdminRequestHandler {
             entry = try node.sync.unsubscribe(idOrQuery)
         } catch {
             // A saved subscription that no longer parses is not live, but can still be removed.
-            if try await node.store.removeSavedSubscription(id: idOrQuery) {
+            if try await node.storage.removeSavedSubscription(id: idOrQuery) {
                 return SubscriptionInfo(id: idOrQuery, query: "", origin: "local")
             }
             throw ShoalError(
                 .invalidQuery,
                 "no subscription has the ID or query '\(idOrQuery)' (shoal status lists them)")
         }
-        try await node.store.removeSavedSubscription(id: entry.id)
+        try await node.storage.removeSavedSubscription(id: entry.id)
         return SubscriptionInfo(id: entry.id, query: entry.query, origin: "local")
     }
 
@@ -283,7 +282,7 @@ struct AdminService: AdminRequestHandler {
                 askedPeers: p.askedPeers.map(\.description), reason: p.reason, missingCollections: p.missingCollections)
         }
         var t = NodeStatus.Transactions()
-        t.committedLocal = node.store.committedLocalTransactions
+        t.committedLocal = node.storage.committedLocalTransactions
         t.appliedRemote = pipeline.appliedRemote
         t.waitingForCoverage = UInt64(pipeline.waiting.count)
         t.appliedPartial = UInt64(pipeline.partial.count)
@@ -313,7 +312,7 @@ struct AdminService: AdminRequestHandler {
     ) async throws(ShoalError) -> ExecResult {
         let arguments = try Self.arguments(argumentsJSON)
         // One access to the writer from BEGIN to COMMIT (a `transaction` would take three).
-        let result = try await node.store.execute(
+        let result = try await node.storage.execute(
             statements, arguments: arguments, hint: hint, isReadOnly: readOnly, deadline: deadline)
         return ExecResult(result, transactionID: result.transactionID)
     }
@@ -328,7 +327,7 @@ struct AdminService: AdminRequestHandler {
     /// canonical JSON, sorted, each followed by a newline.
     func digest(of collection: String) async throws(ShoalError) -> String? {
         guard !collection.contains("`") else { return nil }
-        let bodies = try await node.store.execute("SELECT * FROM `\(collection)`").items.map(\.canonicalJSON)
+        let bodies = try await node.storage.execute("SELECT * FROM `\(collection)`").items.map(\.canonicalJSON)
             .sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         return AttachmentToken.hash(of: Array(bodies.map { $0 + "\n" }.joined().utf8))
     }
@@ -337,7 +336,7 @@ struct AdminService: AdminRequestHandler {
         var status = NodeStatus(
             siteID: node.siteID, name: node.name,
             listen: node.listenAddress?.description ?? node.configuration.listen.description,
-            meshName: node.configuration.meshName, changeLogSequence: try await node.store.lastSequence())
+            meshName: node.configuration.meshName, changeLogSequence: try await node.storage.lastSequence())
         status.warnings = node.securityWarnings
         status.linkSecurity = node.linkSecurity
         status.tlsIdentity = node.tlsIdentity
@@ -380,19 +379,19 @@ struct AdminService: AdminRequestHandler {
             }
         }
         status.transactions = transactionStatus()
-        let storage = try await node.store.storageStatus()
+        let storage = try await node.storage.storageStatus()
         let now = Date()
         status.storage = NodeStatus.Storage(
-            storeBytes: NodeMetrics.storeSize(directory: node.configuration.dataDirectory),
+            storeBytes: node.storage.storeBytes(),
             changeLogRows: storage.changeLogRows, compactedThrough: storage.compactedThrough,
             compactedAtMillis: storage.compactedAt.map { UInt64(max(0, $0.timeIntervalSince1970 * 1000)) },
-            peerPositions: try await node.store.peerAcknowledgements().map { a in
+            peerPositions: try await node.storage.peerAcknowledgements().map { a in
                 NodeStatus.PeerPosition(
                     siteID: a.peer, through: a.through, heardSecondsAgo: UInt64(max(0, now.timeIntervalSince(a.heardAt))))
             }, documentsForgotten: storage.documentsForgotten,
             forgottenThroughMillis: storage.forgottenThroughMillis == 0 ? nil : storage.forgottenThroughMillis,
             freshness: node.sync.freshness.entries)
-        for collection in try await node.store.collectionCounts() {
+        for collection in try await node.storage.collectionCounts() {
             status.collections.append(
                 NodeStatus.Collection(
                     name: collection.name, documents: UInt64(collection.documents),

@@ -1,5 +1,4 @@
 import Metrics
-import ShoalStore
 public import Prometheus
 public import ShoalCRDT
 package import ShoalStorage
@@ -11,7 +10,7 @@ import Foundation
 /// Most values are read when Prometheus scrapes, from what the node already keeps
 /// for `shoal status` (peers, their bytes and deltas, lag, transaction counts, the
 /// change log), so the sync and store paths carry no counters for them. Only the two
-/// latency histograms are fed as work happens, one sample per SQLite commit.
+/// latency histograms are fed as work happens, one sample per store commit.
 ///
 /// The registry belongs to the node rather than to the process-wide `MetricsSystem`,
 /// so several nodes in one process (tests, apps that embed two) keep apart.
@@ -20,7 +19,7 @@ public final class NodeMetrics: Sendable {
     public let registry: PrometheusCollectorRegistry
     /// Local commits that wrote something: change-log rows and `COMMIT`.
     let commitDuration: Metrics.Timer
-    /// Commits of received transactions by the inbound pipeline, one per SQLite transaction.
+    /// Commits of received transactions by the inbound pipeline, one per store write transaction.
     let remoteApplyDuration: Metrics.Timer
     /// Scrapes take turns: each sets the values it read, then emits them. Holds the
     /// per-peer lag gauges last set, to drop those of peers that went away.
@@ -49,7 +48,7 @@ public final class NodeMetrics: Sendable {
             "shoal_commit_duration_seconds", "Time to commit a local read-write transaction that wrote something.")
         remoteApplyDuration = timer(
             "shoal_remote_apply_duration_seconds",
-            "Time to commit one batch of received transactions (one SQLite transaction of the inbound pipeline).")
+            "Time to commit one batch of received transactions (one write transaction of the inbound pipeline).")
     }
 
     static func descriptor(_ name: String, _ help: String) -> MetricNameDescriptor {
@@ -130,20 +129,10 @@ public final class NodeMetrics: Sendable {
                 .set(Double(reading.waiting))
             gauge("shoal_transactions_partial", "Remote transactions applied in part, still missing pieces.")
                 .set(Double(reading.partial))
-            gauge("shoal_store_size_bytes", "Size of the node's SQLite files (database, WAL and shared memory).")
+            gauge("shoal_store_size_bytes", "Size of the node's store on disk (SQLite: the database, WAL and shared-memory files).")
                 .set(Double(reading.storeBytes))
             gauge("shoal_change_log_rows", "Rows in the change log.").set(Double(reading.changeLogRows))
             return registry.emitToString()
-        }
-    }
-
-    /// The bytes of the SQLite files (`shoal.sqlite`, `-wal`, `-shm`) in `directory`.
-    static func storeSize(directory: String) -> UInt64 {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        return names.filter { $0.hasPrefix("shoal.sqlite") }.reduce(0) { total, name in
-            let path = (directory as NSString).appendingPathComponent(name)
-            let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.uint64Value ?? 0
-            return total + size
         }
     }
 }
@@ -154,15 +143,15 @@ extension ShoalNode {
         var reading = NodeMetrics.Reading()
         reading.peers = sync.peers()
         reading.traffic = sync.traffic()
-        reading.committedLocal = store.committedLocalTransactions
+        reading.committedLocal = storage.committedLocalTransactions
         let pipeline = sync.pipeline.status
         reading.appliedRemote = pipeline.appliedRemote
         reading.completedLater = pipeline.completedLater
         reading.refused = pipeline.refused
         reading.waiting = pipeline.waiting.count
         reading.partial = pipeline.partial.count
-        reading.storeBytes = NodeMetrics.storeSize(directory: configuration.dataDirectory)
-        reading.changeLogRows = try await store.changeLogRowCount()
+        reading.storeBytes = storage.storeBytes()
+        reading.changeLogRows = try await storage.changeLogRowCount()
         return reading
     }
 

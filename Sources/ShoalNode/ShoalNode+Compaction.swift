@@ -1,5 +1,4 @@
 public import ShoalStorage
-import ShoalStore
 import ShoalCRDT
 import ShoalSync
 import Logging
@@ -33,17 +32,17 @@ extension ShoalNode {
         vacuum: Bool = false, progress: @Sendable (UInt64, CompactionReport) async -> Void = { _, _ in }
     ) async throws(ShoalError) -> CompactionOutcome {
         let horizon = configuration.compactionHorizon
-        let before = NodeMetrics.storeSize(directory: configuration.dataDirectory)
+        let before = storage.storeBytes()
         let now = Date()
         // Documents deleted before this are forgotten once every counted peer has passed
         // their DELETE; nothing is until the store has kept its freshness for a whole
         // horizon, so every peer it met meanwhile carries an entry for it (PROTOCOL.md §8.10).
-        let freshSince = try await store.freshSince()
+        let freshSince = try await storage.freshSince()
         let tombstonesBefore = configuration.tombstoneHorizon.flatMap { horizon -> UInt64? in
             let before = UInt64(max(0, (now.timeIntervalSince1970 - Double(horizon.components.seconds)) * 1000))
             return before >= freshSince ? before : nil
         }
-        let (report, heldBy, expired) = try await sync.positions.compact(store, horizon: horizon, now: now, progress: progress)
+        let (report, heldBy, expired) = try await sync.positions.compact(storage, horizon: horizon, now: now, progress: progress)
         if !expired.isEmpty {
             logger.notice(
                 "peers not heard from for longer than the compaction horizon (\(horizon)) no longer hold back compaction; they resync when they return",
@@ -55,11 +54,11 @@ extension ShoalNode {
                 "no longer relaying for nodes not heard of for longer than the compaction horizon (\(horizon)): what only they asked for is no longer asked upstream",
                 metadata: ["shoal.peers": "\(unrelayed.map(\.description).joined(separator: ","))"])
         }
-        var purged = try await store.purgeHiddenRegisters()
+        var purged = try await storage.purgeHiddenRegisters()
         var forgotten: UInt64 = 0
         if let tombstonesBefore {
-            purged += try await store.forgetRemovals(removedBefore: tombstonesBefore)
-            let forget = try await store.forgetDeletedDocuments(deletedBefore: tombstonesBefore, through: report.through)
+            purged += try await storage.forgetRemovals(removedBefore: tombstonesBefore)
+            let forget = try await storage.forgetDeletedDocuments(deletedBefore: tombstonesBefore, through: report.through)
             forgotten = forget.documents
             sync.freshness.forgot(through: forget.forgottenThroughMillis)
             if forget.documents > 0 {
@@ -68,11 +67,11 @@ extension ShoalNode {
                     metadata: ["shoal.tombstone.horizon": "\(configuration.tombstoneHorizon.map { "\($0)" } ?? "-")"])
             }
         }
-        if vacuum { try await store.vacuum() }
+        if vacuum { try await storage.vacuum() }
         let outcome = CompactionOutcome(
             report: report, heldBy: heldBy?.description, expiredPeers: expired.map(\.description), registersPurged: purged,
             documentsForgotten: forgotten,
-            storeBytesBefore: before, storeBytesAfter: NodeMetrics.storeSize(directory: configuration.dataDirectory),
+            storeBytesBefore: before, storeBytesAfter: storage.storeBytes(),
             vacuumed: vacuum)
         if report.rowsRemoved > 0 || purged > 0 || vacuum {
             logger.info(
@@ -99,7 +98,7 @@ extension ShoalNode {
     func saveFreshness() async {
         guard let changes = sync.freshness.takeChanges() else { return }
         do {
-            try await store.saveFreshness(changes)
+            try await storage.saveFreshness(changes)
         } catch {
             sync.freshness.saveFailed()
             logger.warning("could not save the node's freshness: \(error); trying again later")
@@ -118,11 +117,11 @@ extension ShoalNode {
                 return
             }
             do throws(ShoalError) {
-                let last = try await store.lastSequence()
+                let last = try await storage.lastSequence()
                 // Peers' positions are taken whether or not the log grew, so they stay current.
                 if last == lastSeen {
                     let taken = sync.positions.take()
-                    try await store.savePeerAcknowledgements(taken.acknowledgements, forget: taken.forget)
+                    try await storage.savePeerAcknowledgements(taken.acknowledgements, forget: taken.forget)
                     continue
                 }
                 lastSeen = last

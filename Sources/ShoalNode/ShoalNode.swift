@@ -1,5 +1,4 @@
 public import ShoalCRDT
-public import ShoalStore
 public import ShoalStorage
 public import ShoalSync
 import ShoalWire
@@ -7,15 +6,20 @@ public import Logging
 public import ServiceLifecycle
 import NIOCore
 import NIOPosix
+import Foundation
 
 /// A Shoal node: an embedded store, a TCP listener, dialers for its peers, and
 /// the admin endpoint the CLI talks to — all on one port, one protocol.
 ///
-/// Apps embed it (`ShoalNode(configuration:)`, then `run()` inside a task or a
-/// `ServiceGroup`) or use `store` directly; `shoal run` does the same.
+/// Apps embed it (`ShoalNode(configuration:)`, from `import Shoal`, opens it on the
+/// SQLite store; then `run()` inside a task or a `ServiceGroup`) and query `store`;
+/// `shoal run` does the same.
 public final class ShoalNode: Service, Sendable {
     public let configuration: NodeConfiguration
-    public let store: DocumentStore
+    /// The store an app queries: DQL, transactions, live queries, attachments.
+    public var store: any DocumentDatabase { storage }
+    /// The same store, with what sync and the node's upkeep ask of it.
+    package let storage: any NodeStore
     public let sync: SyncEngine
     /// This node's own metrics registry; `--metrics` serves it over HTTP.
     package let metrics: NodeMetrics
@@ -43,12 +47,12 @@ public final class ShoalNode: Service, Sendable {
     /// A logger that drops everything: an embedded node's default.
     public static let silentLogger = Logger(label: "shoal", factory: { _ in SwiftLogNoOpLogHandler() })
 
-    /// Opens the node's store; `run()` starts it.
+    /// Opens the node's store with `openStore`; `run()` starts the node. The `Shoal`
+    /// module's `init(configuration:logger:)` opens the SQLite store in the data directory.
     ///
-    /// - Parameter logger: where the node logs (swift-log). The default logs nothing:
-    ///   an app passes its own `Logger` to hear the node, `shoal run` passes one that
-    ///   writes to standard error.
-    public init(configuration: NodeConfiguration, logger: Logger = ShoalNode.silentLogger) throws(ShoalError) {
+    /// - Parameter logger: where the node logs (swift-log). An app passes its own
+    ///   `Logger` to hear the node, `shoal run` passes one that writes to standard error.
+    package init(configuration: NodeConfiguration, logger: Logger, openStore: StoreOpener) throws(ShoalError) {
         self.configuration = configuration
         self.logger = logger
         if let problem = SystemParameters.sizeLimitsProblem(
@@ -62,14 +66,15 @@ public final class ShoalNode: Service, Sendable {
         let resources = configuration.resources
         let metrics = NodeMetrics()
         self.metrics = metrics
-        let store = try DocumentStore(
-            directory: configuration.dataDirectory, logger: logger,
-            parameters: SystemParameters(
-                documentSizeSoftLimitBytes: Int64(resources.documentSizeSoftLimit),
-                documentSizeHardLimitBytes: Int64(resources.documentSizeHardLimit)),
-            commitDuration: metrics.commitDuration, synchronousFull: configuration.synchronousFull)
-        self.store = store
-        let name = configuration.name ?? "shoal-\(String(store.siteID.description.prefix(6)))"
+        let store = try openStore(
+            StoreOpening(
+                configuration: configuration, logger: logger,
+                parameters: SystemParameters(
+                    documentSizeSoftLimitBytes: Int64(resources.documentSizeSoftLimit),
+                    documentSizeHardLimitBytes: Int64(resources.documentSizeHardLimit)),
+                commitDuration: metrics.commitDuration))
+        self.storage = store
+        let name = configuration.name ?? "shoal-\(String(storage.siteID.description.prefix(6)))"
         var syncConfiguration = SyncConfiguration(
             nodeName: name, meshName: configuration.meshName, meshKey: configuration.meshKey,
             listenAddress: configuration.listen.description, limits: configuration.limits,
@@ -87,13 +92,13 @@ public final class ShoalNode: Service, Sendable {
         syncConfiguration.routes = configuration.routes
         self.sync = SyncEngine(
             store: store, configuration: syncConfiguration, logger: logger, applyDuration: metrics.remoteApplyDuration)
-        let saved = try store.savedFreshness()
+        let saved = try storage.savedFreshness()
         sync.freshness.load(entries: saved.entries, forgottenThrough: saved.forgottenThrough)
         for query in configuration.subscriptions {
             try sync.subscribe(query)
         }
         self.discovery = configuration.discovery
-            ? LANDiscovery(interfaces: try LANDiscovery.interfaces(configuration.discoveryInterface), ownSite: store.siteID)
+            ? LANDiscovery(interfaces: try LANDiscovery.interfaces(configuration.discoveryInterface), ownSite: storage.siteID)
             : nil
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         self.handshakes = HandshakeGate(capacity: resources.maximumHandshakes)
@@ -116,7 +121,7 @@ public final class ShoalNode: Service, Sendable {
 
     /// Re-adds the subscriptions saved by `shoal subscribe` on earlier runs.
     private func restoreSavedSubscriptions() async throws {
-        for saved in try await store.savedSubscriptions() {
+        for saved in try await storage.savedSubscriptions() {
             do {
                 try sync.subscribe(saved.query, arguments: saved.arguments)
             } catch {
@@ -146,7 +151,7 @@ public final class ShoalNode: Service, Sendable {
         ]
     }
 
-    public var siteID: SiteID { store.siteID }
+    public var siteID: SiteID { storage.siteID }
 
     /// How this node's links are carried: `tls` or `plaintext`.
     public var linkSecurity: String { tls == nil ? "plaintext" : "tls" }
@@ -193,7 +198,7 @@ public final class ShoalNode: Service, Sendable {
     ///
     /// The store's long-transaction monitor runs alongside for the whole time,
     /// shutdown included, so a transaction that holds shutdown up is logged; so do
-    /// the store's checkpoints (`DocumentStore.runCheckpoints`).
+    /// the store's checkpoints (`NodeStore.maintain`).
     ///
     /// Returns when it was cancelled or shut down gracefully; throws a `ShoalError`
     /// when it could not start (a port taken: `.invalidConfiguration`, a data
@@ -206,8 +211,8 @@ public final class ShoalNode: Service, Sendable {
                 "this node has run already, and its store closed when run() returned: create a new ShoalNode on the same data directory to run again (stopSync() and startSync() pause sync without stopping the node)")
         }
         let result = await withTaskGroup(of: Void.self) { monitor -> Result<Void, any Error> in
-            monitor.addTask { await self.store.monitorTransactions() }
-            monitor.addTask { await self.store.runCheckpoints() }
+            monitor.addTask { await self.storage.monitorTransactions() }
+            monitor.addTask { await self.storage.maintain() }
             let result: Result<Void, any Error>
             do {
                 try await cancelWhenGracefulShutdown {
@@ -218,7 +223,7 @@ public final class ShoalNode: Service, Sendable {
                 result = .failure(error)
             }
             await saveFreshness()
-            await store.shutdown()
+            await storage.shutdown()
             monitor.cancelAll()
             return result
         }
@@ -238,7 +243,7 @@ public final class ShoalNode: Service, Sendable {
     private func serve() async throws {
         try await restoreSavedSubscriptions()
         // A peer resuming below the point compaction reached is told it resyncs.
-        sync.positions.compactedThrough = try await store.storageStatus().compactedThrough
+        sync.positions.compactedThrough = try await storage.storageStatus().compactedThrough
         let limits = configuration.limits
         let pending = Self.writeBufferWaterMark(configuration.resources)
         let handshakeTimeout = configuration.resources.handshakeTimeout
@@ -321,7 +326,7 @@ public final class ShoalNode: Service, Sendable {
     }
 
     /// Sweeps attachments no live document names until cancelled: each sweep deletes
-    /// those unnamed for `horizon` (`DocumentStore.collectAttachments`). It sweeps a few
+    /// those unnamed for `horizon` (`NodeStore.collectAttachments`). It sweeps a few
     /// times per horizon, at most every ten minutes and at least every half second.
     func collectAttachments(horizon: Duration) async {
         let interval = max(min(horizon / 4, .seconds(600)), .milliseconds(500))
@@ -332,7 +337,7 @@ public final class ShoalNode: Service, Sendable {
                 return
             }
             do {
-                let swept = try await store.collectAttachments(horizon: horizon)
+                let swept = try await storage.collectAttachments(horizon: horizon, now: Date())
                 if !swept.deleted.isEmpty || swept.abandonedStagings > 0 {
                     logger.info(
                         "collected \(swept.deleted.count) attachments no document names (\(swept.deletedBytes) bytes) and \(swept.abandonedStagings) unfinished puts or fetches",

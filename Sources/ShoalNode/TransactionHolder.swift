@@ -1,5 +1,4 @@
 import ShoalCRDT
-import ShoalStore
 import ShoalStorage
 import ShoalSync
 
@@ -55,13 +54,13 @@ final class TransactionHolder: Sendable {
         }
     }
 
-    let store: DocumentStore
+    let store: any DocumentDatabase
     let client: String
     let held: HeldTransactions
     private let commands: AsyncStream<Envelope>
     private let continuation: AsyncStream<Envelope>.Continuation
 
-    init(store: DocumentStore, client: String, held: HeldTransactions) {
+    init(store: any DocumentDatabase, client: String, held: HeldTransactions) {
         self.store = store
         self.client = client
         self.held = held

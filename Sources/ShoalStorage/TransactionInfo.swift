@@ -3,7 +3,7 @@ public struct TransactionInfo: Sendable, Hashable {
     /// Unique among every transaction of every store: 128 random bits as 32 hex digits.
     /// The node's own handle for it (the long-transaction log, an admin session's
     /// transaction in `status`); an app names a transaction by the `TransactionID` it
-    /// commits under, in `TransactionResult` and `StoreTransaction.transactionID`.
+    /// commits under, in `TransactionResult` and `DocumentTransaction.transactionID`.
     package var id: String
     /// Free text from whoever started the transaction ("nightly import"), shown in logs.
     public var hint: String?

@@ -4,19 +4,9 @@ package import Foundation
 import GRDB
 
 
-/// What `collectAttachments` did in one sweep.
-public struct AttachmentCollection: Sendable, Hashable {
-    /// Attachments deleted: no live document named them for the whole horizon.
-    public var deleted: [String] = []
-    /// Bytes those attachments held.
-    public var deletedBytes: Int = 0
-    /// Staging entries (unfinished puts and fetches) deleted, untouched for the horizon.
-    public var abandonedStagings: Int = 0
-}
-
 extension DocumentStore {
     /// Stores bytes and returns the token to put in an ATTACHMENT field.
-    public func putAttachment(_ bytes: [UInt8], metadata: [String: Value] = [:]) async throws(ShoalError) -> AttachmentToken {
+    public func putAttachment(_ bytes: [UInt8], metadata: [String: Value]) async throws(ShoalError) -> AttachmentToken {
         var writer = try await attachmentWriter()
         try await writer.append(bytes)
         return try await writer.finish(metadata: metadata)

@@ -14,8 +14,8 @@ extension DocumentStore {
 
     /// Copies the write-ahead log back into the database every `interval`, on a
     /// connection of its own, until the store closes or the task is cancelled.
-    /// `ShoalNode.run` runs it; an app that uses a `DocumentStore` on its own may run
-    /// it in a task of its own.
+    /// `ShoalNode.run` runs it (through `maintain`); a tool that opens a
+    /// `DocumentStore` on its own may run it in a task of its own.
     ///
     /// SQLite's default checkpoints inside the commit that fills the log past 1,000
     /// pages: that commit (one in a hundred one-document writes) waited for the copy
@@ -53,6 +53,18 @@ extension DocumentStore {
                 // Busy (another checkpoint runs) or closing: the next round tries again.
                 logger.debug("checkpoint skipped", metadata: ["shoal.error": "\(error)"])
             }
+        }
+    }
+}
+
+extension DocumentStore {
+    /// The node's background upkeep of this store: checkpoints every 0.5 s.
+    package func maintain() async { await runCheckpoints() }
+
+    /// The bytes of the SQLite files (`shoal.sqlite`, `-wal`, `-shm`).
+    package func storeBytes() -> UInt64 {
+        [pool.path, pool.path + "-wal", pool.path + "-shm"].reduce(0) { total, path in
+            total + ((try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.uint64Value ?? 0)
         }
     }
 }

@@ -1,57 +1,7 @@
-public import ShoalCRDT
+package import ShoalCRDT
 package import ShoalStorage
-public import Foundation
+import Foundation
 import GRDB
-
-/// What the change log holds and how far compaction has gone, for `status`.
-public struct StorageStatus: Sendable, Hashable {
-    /// Rows in the change log now.
-    public var changeLogRows: UInt64
-    /// The log's last sequence.
-    public var lastSequence: UInt64
-    /// The highest sequence a compaction ran through (0: never).
-    public var compactedThrough: UInt64
-    /// When that compaction ran (nil: never).
-    public var compactedAt: Date?
-    /// Deleted documents forgotten after the tombstone horizon, in all.
-    public var documentsForgotten: UInt64
-    /// The newest deletion forgotten, Unix ms (0: none).
-    public var forgottenThroughMillis: UInt64
-    /// This node's freshness: for each node, the time on its clock through which this
-    /// store holds its log (ShoalSync's `Freshness`).
-    public var freshness: [SiteID: UInt64]
-    /// When the store started keeping its freshness (Unix ms).
-    public var freshSinceMillis: UInt64
-
-    public init(
-        changeLogRows: UInt64, lastSequence: UInt64, compactedThrough: UInt64, compactedAt: Date?,
-        documentsForgotten: UInt64 = 0, forgottenThroughMillis: UInt64 = 0, freshness: [SiteID: UInt64] = [:],
-        freshSinceMillis: UInt64 = 0
-    ) {
-        self.changeLogRows = changeLogRows
-        self.lastSequence = lastSequence
-        self.compactedThrough = compactedThrough
-        self.compactedAt = compactedAt
-        self.documentsForgotten = documentsForgotten
-        self.forgottenThroughMillis = forgottenThroughMillis
-        self.freshness = freshness
-        self.freshSinceMillis = freshSinceMillis
-    }
-}
-
-/// What forgetting deleted documents did.
-public struct ForgetReport: Sendable, Hashable {
-    /// Documents forgotten by this run.
-    public var documents: UInt64
-    /// The newest deletion this store has forgotten, Unix ms, this run's included (0: none).
-    public var forgottenThroughMillis: UInt64
-
-    public init(documents: UInt64, forgottenThroughMillis: UInt64) {
-        self.documents = documents
-        self.forgottenThroughMillis = forgottenThroughMillis
-    }
-}
-
 
 /// Change-log compaction: a transaction every one of whose registers has since been
 /// overwritten leaves the log.

@@ -18,9 +18,10 @@ extension DocumentStore {
     /// With a `deadline`, statements that write wait for the writer until then at
     /// most and commit only before it; past it they fail with
     /// `ShoalError.Code.deadlineExceeded` and nothing is written. Reads ignore it.
-    public func execute(
-        _ text: String, arguments: [String: Value] = [:], hint: String? = nil, isReadOnly: Bool = false,
-        deadline: Deadline? = nil
+    ///
+    /// `DocumentDatabase.execute`, the call to use, comes here.
+    public func perform(
+        _ text: String, arguments: [String: Value], hint: String?, isReadOnly: Bool, deadline: Deadline?
     ) async throws(ShoalError) -> QueryResult {
         let statements = try parse(text)
         let info = TransactionInfo(
@@ -34,17 +35,6 @@ extension DocumentStore {
         } catch {
             throw error.locating(in: text)
         }
-    }
-
-    /// `execute` with arguments of Swift values: `["doors": doors, "owner": name]`, with
-    /// `doors` an `Int` and `name` a `String?` (see `ValueConvertible`). Literals go to
-    /// the other `execute`, where an object literal may mix types (`["_id": "a", "doors": 4]`).
-    public func execute(
-        _ text: String, arguments: [String: any ValueConvertible], hint: String? = nil, isReadOnly: Bool = false,
-        deadline: Deadline? = nil
-    ) async throws(ShoalError) -> QueryResult {
-        try await execute(
-            text, arguments: arguments.mapValues(\.shoalValue), hint: hint, isReadOnly: isReadOnly, deadline: deadline)
     }
 
     /// Runs parsed statements as one transaction; the result is the last statement's.

@@ -1,19 +1,6 @@
-public import ShoalCRDT
+package import ShoalCRDT
 package import ShoalStorage
 import ShoalQuery
-
-/// One page of a SELECT's documents in key order (`DocumentStore.page`).
-public struct DocumentPage: Sendable, Equatable {
-    /// The documents, each whole or as the SELECT list says.
-    public var items: [Value]
-    /// The key of the last document: where the next page starts; nil when there is none.
-    public var lastKey: String?
-
-    public init(items: [Value], lastKey: String?) {
-        self.items = items
-        self.lastKey = lastKey
-    }
-}
 
 extension DocumentStore {
     /// Up to `limit` documents that `query` matches and whose key sorts after `key`

@@ -1,19 +1,6 @@
-public import ShoalCRDT
+import ShoalCRDT
 package import ShoalStorage
 import GRDB
-
-/// A subscription saved in the store, re-added every time the node starts.
-public struct SavedSubscription: Sendable, Equatable {
-    public var id: String
-    public var query: String
-    public var arguments: [String: Value]
-
-    public init(id: String, query: String, arguments: [String: Value]) {
-        self.id = id
-        self.query = query
-        self.arguments = arguments
-    }
-}
 
 extension DocumentStore {
     /// The subscriptions added at run time and not removed since.

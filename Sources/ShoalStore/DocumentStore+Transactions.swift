@@ -1,4 +1,4 @@
-import ShoalCRDT
+public import ShoalCRDT
 public import ShoalStorage
 import ShoalQuery
 import GRDB
@@ -21,51 +21,13 @@ enum OpenTransactions {
 }
 
 extension DocumentStore {
-    /// Runs `body` in a transaction and commits or rolls back as it returns.
-    ///
-    /// - A read-write transaction (the default) is serializable: it holds the store's
-    ///   writer from before `body` runs until it commits, so its reads and writes see
-    ///   no other writer's. Others wait for it, in order of arrival. If it wrote,
-    ///   it commits under one `TransactionID`, observers hear of it once, and peers
-    ///   receive it; `.rollback` undoes it and tells nobody.
-    /// - A read-only transaction (`isReadOnly`) reads one snapshot of the database
-    ///   for its whole life, concurrently with the writer and other readers. A
-    ///   statement that writes throws `ShoalError.Code.readOnly`.
-    ///
-    /// If `body` throws, the transaction rolls back and `transaction` throws: a
-    /// `ShoalError` as it is (one `tx.execute` threw, say), a `CancellationError` as
-    /// `.cancelled`, and any other error as `.aborted` with the error itself in
-    /// `underlyingError`. An error thrown by `tx.execute` and caught in `body` undoes
-    /// that call only.
-    ///
-    /// Inside a read-write transaction, write through `tx`: starting another
-    /// read-write transaction or calling a store mutation (`execute` with a write,
-    /// `putAttachment`, ...) from the same task or its child tasks throws
-    /// `ShoalError.Code.nestedTransaction` at once (it could only wait for itself).
-    /// Reading beside it (`execute` with SELECTs, read-only transactions) is allowed
-    /// and sees the last committed state, not `tx`'s writes.
-    ///
-    /// - Parameter hint: free text naming the work, shown in the long-transaction log.
-    @discardableResult
-    nonisolated(nonsending) public func transaction(
-        hint: String? = nil, isReadOnly: Bool = false, _ body: (StoreTransaction) async throws -> TransactionCompletion
-    ) async throws(ShoalError) -> TransactionResult {
-        let (completion, transaction) = try await runTransaction(hint: hint, isReadOnly: isReadOnly) { tx in
-            let completion = try await body(tx)
-            return (completion, completion)
-        }
-        return TransactionResult(
-            info: transaction.info, completion: completion, transactionID: transaction.transactionID)
-    }
-
-    /// Runs `body` in a transaction (see the other `transaction`) that commits when
-    /// `body` returns and rolls back when it throws (thrown as the other says);
-    /// returns what `body` returned. The committed `TransactionID` is
-    /// `tx.transactionID` once this returns.
-    nonisolated(nonsending) public func transaction<T>(
-        hint: String? = nil, isReadOnly: Bool = false, _ body: (StoreTransaction) async throws -> T
-    ) async throws(ShoalError) -> T {
-        try await runTransaction(hint: hint, isReadOnly: isReadOnly) { tx in (try await body(tx), .commit) }.0
+    /// Runs `body` in a transaction (`runTransaction`): `DocumentDatabase.transaction`,
+    /// the call to use, comes here.
+    nonisolated(nonsending) public func performTransaction<T>(
+        hint: String?, isReadOnly: Bool, _ body: (any DocumentTransaction) async throws -> (T, TransactionCompletion)
+    ) async throws(ShoalError) -> (value: T, info: TransactionInfo, transactionID: TransactionID?) {
+        let (value, transaction) = try await runTransaction(hint: hint, isReadOnly: isReadOnly) { tx in try await body(tx) }
+        return (value, transaction.info, transaction.transactionID)
     }
 
     nonisolated(nonsending) func runTransaction<T>(
@@ -126,7 +88,7 @@ extension DocumentStore {
     package var systemParameters: SystemParameters { parameters.withLock { $0 } }
 
     /// Logs the transactions that stay open too long, until the task is cancelled
-    /// or the store closes. `ShoalNode.run` runs it; an app that uses a
+    /// or the store closes. `ShoalNode.run` runs it; a tool that opens a
     /// `DocumentStore` on its own runs it in a task of its own.
     ///
     /// A transaction still open `transaction_duration_before_logging_ms` after it

@@ -4,28 +4,6 @@ public import ShoalQuery
 import GRDB
 import Metrics
 
-/// What a transaction's body asks for when it returns.
-public enum TransactionCompletion: Sendable, Hashable {
-    case commit
-    case rollback
-}
-
-/// How a transaction ended.
-public struct TransactionResult: Sendable, Hashable {
-    public var info: TransactionInfo
-    /// What the body returned (a body that throws has no result: the error is rethrown).
-    public var completion: TransactionCompletion
-    /// The ID the transaction committed under: nil after a rollback, for a read-only
-    /// transaction, and when it wrote nothing.
-    public var transactionID: TransactionID?
-
-    public init(info: TransactionInfo, completion: TransactionCompletion, transactionID: TransactionID?) {
-        self.info = info
-        self.completion = completion
-        self.transactionID = transactionID
-    }
-}
-
 /// An open transaction of a `DocumentStore`, handed to the body of `store.transaction`.
 ///
 /// A read-write transaction holds the store's writer (an SQLite transaction begun
@@ -45,7 +23,7 @@ public struct TransactionResult: Sendable, Hashable {
 /// `execute` may be called from child tasks of the body (calls run one at a time,
 /// in the order they reach the writer); calling it after the transaction ended
 /// throws `ShoalError.Code.closed`.
-public final class StoreTransaction: Sendable {
+public final class StoreTransaction: DocumentTransaction {
     public let info: TransactionInfo
     let store: DocumentStore
 
@@ -98,7 +76,7 @@ public final class StoreTransaction: Sendable {
     ///
     /// Results carry no `transactionID`: the transaction has none before it commits
     /// (see `transactionID` and `TransactionResult`).
-    public func execute(_ dql: String, arguments: [String: Value] = [:]) async throws(ShoalError) -> QueryResult {
+    public func execute(_ dql: String, arguments: [String: Value]) async throws(ShoalError) -> QueryResult {
         let parsed: [ParsedStatement]
         do throws(QueryError) {
             parsed = try Parser.parseStatements(dql)
@@ -110,11 +88,6 @@ public final class StoreTransaction: Sendable {
         } catch {
             throw error.locating(in: dql)
         }
-    }
-
-    /// `execute` with arguments of Swift values, `["doors": doors]` (see `ValueConvertible`).
-    public func execute(_ dql: String, arguments: [String: any ValueConvertible]) async throws(ShoalError) -> QueryResult {
-        try await execute(dql, arguments: arguments.mapValues(\.shoalValue))
     }
 
     /// Runs parsed statements in this transaction; the result is the last statement's.

@@ -1,3 +1,4 @@
+import ShoalStorage
 import Foundation
 import ShoalStore
 import ShoalCRDT

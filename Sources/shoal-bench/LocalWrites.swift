@@ -1,5 +1,6 @@
 import Foundation
 import ShoalStore
+import ShoalStorage
 import ShoalCRDT
 import ShoalTesting
 

@@ -4,6 +4,7 @@ import Logging
 import ServiceLifecycle
 import UnixSignals
 import ShoalNode
+import Shoal
 
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

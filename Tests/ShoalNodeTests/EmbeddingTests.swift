@@ -143,7 +143,7 @@ import Testing
                     appInside.open()
                     // Commit only once the CLI's request is waiting, hint and all.
                     #expect(await InProcessMesh.eventually {
-                        node.store.runningTransactions.contains { $0.hint == "from the CLI" && !$0.isReadOnly }
+                        node.storage.runningTransactions.contains { $0.hint == "from the CLI" && !$0.isReadOnly }
                     })
                     return .commit
                 }

@@ -1,3 +1,4 @@
+import Shoal
 import Foundation
 import ShoalStore
 import ShoalStorage

@@ -1,3 +1,4 @@
+import Shoal
 import Foundation
 import ShoalNode
 import ShoalStore
@@ -35,11 +36,11 @@ import Testing
         try await Task.sleep(for: .milliseconds(1_200))
         let kept = try await keeping.compact()
         #expect(kept.documentsForgotten == 0 && keeping.sync.freshness.forgottenThrough == 0, "no horizon: tombstones stay")
-        #expect(try await keeping.store.storageStatus().documentsForgotten == 0)
+        #expect(try await keeping.storage.storageStatus().documentsForgotten == 0)
         let forgot = try await forgetting.compact()
         #expect(forgot.documentsForgotten == 1, "\(forgot)")
         #expect(forgetting.sync.freshness.forgottenThrough > 0, "the handshake now refuses stale peers")
-        #expect(try await forgetting.store.storageStatus().documentsForgotten == 1)
+        #expect(try await forgetting.storage.storageStatus().documentsForgotten == 1)
         #expect(try await forgetting.compact().documentsForgotten == 0, "nothing more the second time")
     }
 }

@@ -40,7 +40,7 @@ import Testing
                 #expect(try await Self.count(client) == 0)
                 let held = try await client.status().transactions.sessions
                 #expect(held.map(\.id) == [open.id] && held.first?.hint == "by hand")
-                #expect(node.store.runningTransactions.contains { $0.id == open.id && $0.hint == "by hand" })
+                #expect(node.storage.runningTransactions.contains { $0.id == open.id && $0.hint == "by hand" })
                 let committed = try await session.commit()
                 #expect(committed.state == .committed && committed.id == open.id && committed.transactionID != nil)
             }
@@ -132,7 +132,7 @@ import Testing
             #expect(try await InProcessMesh.eventually(timeout: .seconds(5)) {
                 try await client.status().transactions.sessions.isEmpty
             })
-            #expect(!node.store.runningTransactions.contains { $0.hint == "abandoned" })
+            #expect(!node.storage.runningTransactions.contains { $0.hint == "abandoned" })
         }
     }
 

@@ -146,7 +146,7 @@ final class EventLog: Sendable {
 
     @Test func theValueFormCommitsWhenTheBodyReturns() async throws {
         try await Self.withStore { store in
-            var captured: StoreTransaction?
+            var captured: (any DocumentTransaction)?
             let count = try await store.transaction(hint: "value") { tx in
                 captured = tx
                 _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'a'}), ({'_id': 'b'})")

@@ -1,5 +1,4 @@
 public import ShoalCRDT
-import ShoalStorage
 
 /// What running statements returns: the result of the last one.
 public struct QueryResult: Sendable, Equatable {
