@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
-read -ra targets <<< "${SHOAL_FUZZ_TARGETS:-FuzzFrameDecoder FuzzMessages FuzzInflate FuzzJSON FuzzDQL FuzzCoverage FuzzBatchReader}"
+read -ra targets <<< "${SHOAL_FUZZ_TARGETS:-FuzzFrameDecoder FuzzMessages FuzzInflate FuzzJSON FuzzDQL FuzzCoverage FuzzBatchReader FuzzPermissions}"
 scripts/setup.sh
 flags=(--package-path Tests/Fuzz --scratch-path .build-fuzz -Xswiftc -sanitize=fuzzer,address -Xswiftc -use-ld=lld)
 swift build "${flags[@]}"

@@ -16,12 +16,12 @@ struct AdminService: AdminRequestHandler {
 
     /// Serves one connection: its transaction, if it opens one, is held by a child
     /// task beside `body`, and rolled back once `body` ends, however it ends.
-    func serve(client: String, _ body: (any AdminConnection) async throws -> Void) async throws {
+    func serve(client: String, role: PeerRights.AdminRole, _ body: (any AdminConnection) async throws -> Void) async throws {
         let holder = TransactionHolder(store: node.store, client: client, held: held)
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await holder.run() }
             defer { holder.finish() }
-            try await body(Connection(service: self, holder: holder))
+            try await body(Connection(service: self, holder: holder, role: role))
         }
     }
 
@@ -29,11 +29,34 @@ struct AdminService: AdminRequestHandler {
     struct Connection: AdminConnection {
         let service: AdminService
         let holder: TransactionHolder
+        /// What the client's certificate lets it do here (`AccessRules`).
+        let role: PeerRights.AdminRole
         /// Touched by one request at a time: requests of a connection are handled in order.
         let machine = Locked(AdminTransactionStateMachine())
 
         func handle(
             _ request: AdminRequest, deadline: Deadline?, respond: @escaping @Sendable (AdminResponse) async throws -> Void
+        ) async throws {
+            if let refusal = role.refusal(of: request) ?? AdminService.systemRefusal(request, role: role) {
+                return try await respond(.failure(.executionFailed, refusal))
+            }
+            let restricted = role.restricting(request)
+            if restricted != request {
+                // A write refused only because the role made the exec read-only says so.
+                let original = respond
+                let respond: @Sendable (AdminResponse) async throws -> Void = { response in
+                    guard case .failure(let code, let message) = response else { return try await original(response) }
+                    let role = " (this client's certificate gives it the admin role 'read' on this node: its queries run read-only)"
+                    try await original(.failure(code, message + role))
+                }
+                return try await handle(restricted, deadline: deadline, respond: respond, role: role)
+            }
+            return try await handle(request, deadline: deadline, respond: respond, role: role)
+        }
+
+        private func handle(
+            _ request: AdminRequest, deadline: Deadline?, respond: @escaping @Sendable (AdminResponse) async throws -> Void,
+            role: PeerRights.AdminRole
         ) async throws {
             let action = machine.withLock { $0.receive(request) }
             let outcome: Result<AdminResponse, ShoalError>
@@ -67,6 +90,16 @@ struct AdminService: AdminRequestHandler {
             case .failure(let error): try await respond(AdminService.failure(error))
             }
         }
+    }
+
+    /// Why a client of `role` may not run `request`'s statements: `ALTER SYSTEM` needs
+    /// `.operate`. Nil when it may, or when they do not parse (the store says why).
+    static func systemRefusal(_ request: AdminRequest, role: PeerRights.AdminRole) -> String? {
+        guard role < .operate, case .exec(let text, _, _, _) = request, text.localizedCaseInsensitiveContains("system"),
+            let statements = try? Parser.parseStatements(text),
+            statements.contains(where: { if case .system(.set) = $0.statement { true } else { false } })
+        else { return nil }
+        return "this client's certificate gives it the admin role '\(role.rawValue)' on this node (its permissions file), and ALTER SYSTEM needs 'operate'"
     }
 
     /// A store error as the admin response that reports it.
@@ -267,7 +300,7 @@ struct AdminService: AdminRequestHandler {
                 .invalidQuery,
                 "no subscription has the ID or query '\(idOrQuery)' (shoal status lists them)")
         }
-        try await node.storage.removeSavedSubscription(id: entry.id)
+        _ = try await node.storage.removeSavedSubscription(id: entry.id)
         return SubscriptionInfo(id: entry.id, query: entry.query, origin: "local")
     }
 

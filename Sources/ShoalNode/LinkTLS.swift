@@ -22,6 +22,8 @@ package struct LinkTLS: Sendable {
     let authority: Certificate
     /// This side's name: its certificate's subject common name.
     let identity: String
+    /// The serial numbers of revoked certificates (`TLSFiles.revoked`), normalized.
+    let revoked: Set<String>
     private let serverContext: NIOSSLContext
     private let clientContext: NIOSSLContext
 
@@ -57,6 +59,7 @@ package struct LinkTLS: Sendable {
                 "the TLS key in \(files.key) does not match the certificate in \(files.certificate): it is the key of another certificate")
         }
         identity = Self.commonName(certificate)
+        revoked = try files.revoked.map { path throws(ShoalError) in try Self.revokedSerials(Self.read(path, "revoked certificates")) } ?? []
         if let problem = Self.issuerProblem(certificate, authority: authority) {
             throw ShoalError(
                 .invalidConfiguration,
@@ -130,15 +133,53 @@ package struct LinkTLS: Sendable {
     }
 
     /// Why a peer presenting `leaf` is refused at `now`, or nil when the certificate
-    /// was issued by the mesh's CA and is valid now. Only the first certificate a peer
-    /// presents counts: the CA must have issued it directly.
-    static func refusal(of leaf: Certificate, authority: Certificate, at now: Date) -> String? {
+    /// was issued by the mesh's CA, is valid now and is not revoked. Only the first
+    /// certificate a peer presents counts: the CA must have issued it directly.
+    static func refusal(of leaf: Certificate, authority: Certificate, at now: Date, revoked: Set<String> = []) -> String? {
         let name = commonName(leaf)
         if let problem = issuerProblem(leaf, authority: authority) {
             return "its certificate (\(name)) was not issued by this mesh's CA (\(commonName(authority))): \(problem)"
         }
+        let serial = serialText(leaf.serialNumber.bytes)
+        if revoked.contains(serial) { return "its certificate (\(name), serial \(serial)) is revoked (tls-revoked)" }
         if let problem = validityProblem(leaf, at: now) { return "its certificate (\(name)) \(problem)" }
         return nil
+    }
+
+    /// A serial number as lowercase hex without leading zeros ("0" for zero).
+    static func serialText(_ bytes: some Collection<UInt8>) -> String {
+        let hex = bytes.map { byte in
+            let digits = String(byte, radix: 16)
+            return digits.count == 1 ? "0" + digits : digits
+        }.joined()
+        let trimmed = hex.drop { $0 == "0" }
+        return trimmed.isEmpty ? "0" : String(trimmed)
+    }
+
+    /// The serial numbers a revocation file names: one a line, in hex, with `serial=`
+    /// and colons allowed; blank lines and `#` comments skipped. A line that is not
+    /// hex is refused, with its number.
+    static func revokedSerials(_ text: String) throws(ShoalError) -> Set<String> {
+        var serials: Set<String> = []
+        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            var line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+            line = line.trimmingCharacters(in: .whitespaces)
+            guard !line.isEmpty else { continue }
+            if line.lowercased().hasPrefix("serial=") { line = String(line.dropFirst("serial=".count)) }
+            line = line.replacingOccurrences(of: ":", with: "").lowercased()
+            guard !line.isEmpty, line.count <= 64, line.allSatisfy(\.isHexDigit) else {
+                throw ShoalError(
+                    .invalidConfiguration,
+                    "line \(index + 1) of the revoked certificates file is not a serial number in hex: \(raw.prefix(80))")
+            }
+            let bytes = stride(from: line.count % 2 == 0 ? 0 : -1, to: line.count, by: 2).map { start -> UInt8 in
+                let from = line.index(line.startIndex, offsetBy: max(start, 0))
+                let to = line.index(line.startIndex, offsetBy: start + 2)
+                return UInt8(line[from..<to], radix: 16)!
+            }
+            serials.insert(serialText(bytes))
+        }
+        return serials
     }
 
     /// Adds TLS to a new connection, before anything else in its pipeline, and
@@ -147,6 +188,7 @@ package struct LinkTLS: Sendable {
     func secure(_ channel: any Channel, dialing: Bool, timeout: Duration) throws -> EventLoopFuture<String> {
         let verdict = Verdict()
         let authority = self.authority
+        let revoked = self.revoked
         let check: NIOSSLCustomVerificationCallback = { presented, promise in
             let chain = presented.map { try? Certificate(derEncoded: $0.toDERBytes()) }
             guard let leaf = chain.first ?? nil else {
@@ -154,7 +196,7 @@ package struct LinkTLS: Sendable {
                 promise.succeed(.failed)
                 return
             }
-            if let refusal = Self.refusal(of: leaf, authority: authority, at: Date()) {
+            if let refusal = Self.refusal(of: leaf, authority: authority, at: Date(), revoked: revoked) {
                 verdict.state.withLock { $0.refusal = refusal }
                 promise.succeed(.failed)
             } else {

@@ -72,6 +72,10 @@ public struct NodeConfiguration: Sendable {
     /// Mutual TLS on every peer link and admin connection (PROTOCOL.md §17); nil:
     /// plaintext links, as the node says at start and in status.
     public var tls: TLSFiles?
+    /// A TOML file of what each peer may read, write and administer, by the name its
+    /// certificate gives it (docs/PERMISSIONS.md); needs `tls`. Nil: every peer the
+    /// mesh's CA vouches for may do everything.
+    public var permissions: String?
 
     public init(
         dataDirectory: String, listen: HostAndPort = HostAndPort(host: "127.0.0.1", port: HostAndPort.defaultPort),

@@ -98,6 +98,14 @@ public struct NodeSettings: Sendable, Hashable {
                 note: "plaintext links"),
             Key(name: "tls-key", kind: .string, summary: "the private key of tls-cert (PEM), readable by its owner only"),
             Key(name: "tls-ca", kind: .string, summary: "the mesh's CA certificate (PEM): peers must present a certificate it issued"),
+            Key(
+                name: "tls-revoked", kind: .string,
+                summary: "a file of revoked certificates, one serial number in hex a line (openssl x509 -noout -serial): a peer presenting one is refused; re-read on SIGHUP",
+                note: "none"),
+            Key(
+                name: "permissions", kind: .string,
+                summary: "a TOML file of what each peer may read, write and administer, by its certificate's name (needs TLS; docs/PERMISSIONS.md); re-read on SIGHUP",
+                note: "every peer the CA vouches for may do everything"),
             Key(name: "discovery", kind: .boolean, summary: "look for peers of the same mesh on the LAN", default: .boolean(true)),
             Key(
                 name: "discovery-interface", kind: .string,
@@ -310,7 +318,7 @@ public struct NodeSettings: Sendable, Hashable {
                     throw wrongType("a number of seconds")
                 }
             }
-            if ["data", "mesh-key-file", "admin-key-file", "tls-cert", "tls-key", "tls-ca"].contains(name), case .string(let p) = value, !p.hasPrefix("/"), !directory.isEmpty {
+            if ["data", "mesh-key-file", "admin-key-file", "tls-cert", "tls-key", "tls-ca", "tls-revoked", "permissions"].contains(name), case .string(let p) = value, !p.hasPrefix("/"), !directory.isEmpty {
                 value = .string((directory as NSString).appendingPathComponent(p))
             }
             settings.set(name, value, origin: origin)
@@ -527,6 +535,13 @@ public struct NodeSettings: Sendable, Hashable {
                 "must be at least the compaction horizon (\(Int(compactionHorizon)) s): a peer still holding compaction back must not find a deletion forgotten")
         }
         let tlsFiles = try tls()
+        let permissions = string("permissions")
+        if let permissions {
+            guard tlsFiles != nil else {
+                throw invalid("permissions", "names peers by their certificates: it needs TLS (tls-cert, tls-key and tls-ca)")
+            }
+            _ = try AccessRulesFile.load(permissions)
+        }
         let relay = booleanOrDefault("relay")
         let discovery = booleanOrDefault("discovery")
         var configuration = NodeConfiguration(
@@ -542,6 +557,7 @@ public struct NodeSettings: Sendable, Hashable {
             compactionHorizon: .milliseconds(Int64(compactionHorizon * 1000)),
             tombstoneHorizon: tombstoneHorizon == 0 ? nil : .milliseconds(Int64(tombstoneHorizon * 1000)), tls: tlsFiles)
         configuration.routes = booleanOrDefault("routes")
+        configuration.permissions = permissions
         return configuration
     }
 
@@ -551,12 +567,18 @@ public struct NodeSettings: Sendable, Hashable {
     public func tls() throws(ShoalError) -> TLSFiles? {
         let names = ["tls-cert", "tls-key", "tls-ca"]
         let given = names.filter { string($0) != nil }
-        guard !given.isEmpty else { return nil }
+        guard !given.isEmpty else {
+            if string("tls-revoked") != nil {
+                throw invalid("tls-revoked", "names certificates a TLS peer may present: it needs tls-cert, tls-key and tls-ca")
+            }
+            return nil
+        }
         if let missing = names.first(where: { string($0) == nil }) {
             throw invalid(
                 given[0], "TLS needs all three of tls-cert, tls-key and tls-ca; \(missing) is missing (shoal cert makes them)")
         }
-        let files = TLSFiles(certificate: string("tls-cert")!, key: string("tls-key")!, authority: string("tls-ca")!)
+        let files = TLSFiles(
+            certificate: string("tls-cert")!, key: string("tls-key")!, authority: string("tls-ca")!, revoked: string("tls-revoked"))
         _ = try LinkTLS(files: files)
         return files
     }

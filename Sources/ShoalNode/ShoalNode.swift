@@ -90,6 +90,14 @@ public final class ShoalNode: Service, Sendable {
             maximumSubscriptionsPerPeer: resources.maximumSubscriptionsPerPeer,
             maximumQueryLength: resources.maximumQueryLength)
         syncConfiguration.routes = configuration.routes
+        if let permissions = configuration.permissions {
+            guard configuration.tls != nil else {
+                throw ShoalError(
+                    .invalidConfiguration,
+                    "the permissions file \(permissions) names peers by their certificates: it needs TLS (tls-cert, tls-key and tls-ca)")
+            }
+            syncConfiguration.accessRules = try AccessRulesFile.load(permissions)
+        }
         self.sync = SyncEngine(
             store: store, configuration: syncConfiguration, logger: logger, applyDuration: metrics.remoteApplyDuration)
         let saved = try storage.savedFreshness()
@@ -171,6 +179,20 @@ public final class ShoalNode: Service, Sendable {
         logger.notice("reloaded the TLS files: new connections present \(fresh.identity) and check peers against \(files.authority); live sessions go on")
         if let problem = fresh.ownValidityProblem() { logger.warning("\(problem): peers will refuse it until it is replaced") }
         return fresh.identity
+    }
+
+    /// Reads the permissions file again, as `shoal run` does on SIGHUP, and puts its
+    /// rules in force: a live session whose peer they give other rights is closed, to
+    /// start again under them. Returns the number of rules; throws, keeping the rules in
+    /// force, when the file does not load. Nil (and nothing read) when the node has none.
+    @discardableResult
+    public func reloadPermissions() async throws(ShoalError) -> Int? {
+        guard let path = configuration.permissions else { return nil }
+        let rules = try AccessRulesFile.load(path)
+        let closed = await sync.setAccessRules(rules)
+        logger.notice(
+            "reloaded the permissions in \(path): \(rules.rules.count) rules; \(closed) sessions whose peers they change were closed, to start again under them")
+        return rules.rules.count
     }
 
     /// The start log's words for `linkSecurity`.

@@ -10,10 +10,15 @@ public struct TLSFiles: Sendable, Hashable {
     /// Readable by its owner only (mode 0600); a key others may read is refused.
     public var key: String
     public var authority: String
+    /// A file naming revoked certificates, one serial number in hex a line (as
+    /// `openssl x509 -noout -serial` prints it, `serial=` and colons allowed; `#`
+    /// starts a comment): a peer presenting one is refused. Nil: none is revoked.
+    public var revoked: String?
 
-    public init(certificate: String, key: String, authority: String) {
+    public init(certificate: String, key: String, authority: String, revoked: String? = nil) {
         self.certificate = certificate
         self.key = key
         self.authority = authority
+        self.revoked = revoked
     }
 }

@@ -54,11 +54,16 @@ public final class InboundPipeline: Sendable {
         /// Transactions `source` offered instead of sending (version 4): those not held
         /// here are noted (`RouteTable`), and the cursor stays below them.
         public var offered: [RouteTable.Offer]
+        /// What `source` may write here (`AccessRules`): a transaction whose manifest
+        /// names another collection is refused whole.
+        public var mayWrite: PeerRights.Write
 
         public init(
             source: SiteID, pieces: [TransactionPiece], cursor: (key: String, through: UInt64, epoch: UInt64)? = nil,
-            lane: Lane? = nil, offered: [RouteTable.Offer] = [], done: (@Sendable (Result<Void, ShoalError>) -> Void)? = nil
+            lane: Lane? = nil, offered: [RouteTable.Offer] = [], mayWrite: PeerRights.Write = .everything,
+            done: (@Sendable (Result<Void, ShoalError>) -> Void)? = nil
         ) {
+            self.mayWrite = mayWrite
             self.source = source
             self.pieces = pieces
             self.cursor = cursor
@@ -495,8 +500,13 @@ public final class InboundPipeline: Sendable {
             var plan = InboundCommitPlan(assembler: start, subscriptions: subscriptions, now: now, states: states, records: records)
             for item in items {
                 for piece in item.pieces {
-                    if let apply = plan.receive(piece, from: item.source) {
+                    switch plan.receive(piece, from: item.source, mayWrite: item.mayWrite) {
+                    case .apply(let apply):
                         try await Self.carryOut([.apply(apply)], of: &plan, writer: writer, limits: limits, logger: logger)
+                    case .refuse(let step):
+                        try await Self.carryOut([step], of: &plan, writer: writer, limits: limits, logger: logger)
+                    case nil:
+                        break
                     }
                 }
             }

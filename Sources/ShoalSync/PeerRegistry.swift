@@ -116,6 +116,12 @@ final class PeerRegistry: Sendable {
         }
     }
 
+    /// The close of every session, admin ones included, whose peer's certificate name
+    /// (nil: none) `matching` picks.
+    func closers(matching: (String?) -> Bool) -> [@Sendable () async -> Void] {
+        state.withLock { s in s.records.values.compactMap { matching($0.snapshot.tlsIdentity) ? $0.close : nil } }
+    }
+
     /// The close of every established sync session (not admin ones, nor those still
     /// in their handshake).
     func syncSessionClosers() -> [@Sendable () async -> Void] {

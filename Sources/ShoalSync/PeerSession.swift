@@ -27,6 +27,11 @@ struct PeerSession: Sendable {
     /// Whether the other end is on loopback (or in memory): only such admin clients
     /// may skip proving a key to a node that has none.
     let remoteIsLoopback: Bool
+    /// What the peer may do here (`AccessRules`), fixed for the session: new rules
+    /// close the sessions they change (`SyncEngine.setAccessRules`).
+    let rights: PeerRights
+    /// Whether what the peer may read changed since it last synced (`SyncEngine.setAccessRules`).
+    let resendFromStart: Bool
     /// When an admin session is idle: fed every frame received, its requests and a timer.
     let watchdog: SharedAdminWatchdog
     /// What this session hands the inbound pipeline commits in order, and none of it
@@ -40,8 +45,11 @@ struct PeerSession: Sendable {
 
     init(
         engine: SyncEngine, recordID: Int, transport: any SessionTransport, direction: ConnectionDirection,
-        remoteAddress: String, admin: (any AdminRequestHandler)?, remoteIsLoopback: Bool = true
+        remoteAddress: String, admin: (any AdminRequestHandler)?, remoteIsLoopback: Bool = true,
+        rights: PeerRights = .everything, resendFromStart: Bool = false
     ) {
+        self.rights = rights
+        self.resendFromStart = resendFromStart
         self.engine = engine
         self.recordID = recordID
         self.transport = transport
@@ -234,7 +242,7 @@ struct PeerSession: Sendable {
     /// endpoint that ends with this session (rolling back the transaction it holds).
     func serveAdmin<I: AsyncIteratorProtocol>(_ iterator: inout I) async throws where I.Element == Frame {
         guard let admin else { return try await serveAdmin(&iterator, connection: nil) }
-        try await admin.serve(client: remoteAddress) { connection in
+        try await admin.serve(client: remoteAddress, role: rights.admin) { connection in
             try await serveAdmin(&iterator, connection: connection)
         }
     }
@@ -421,15 +429,15 @@ struct PeerSession: Sendable {
         let configuration = engine.configuration
         let start = ContinuousClock.now
         func now() -> UInt64 { SessionStateMachine.micros(ContinuousClock.now - start) }
-        var machine = SessionStateMachine(
-            configuration: .init(
-                peer: peer.siteID, keepaliveInterval: configuration.keepaliveInterval, idleTimeout: configuration.idleTimeout,
-                batchSize: configuration.batchSize, batchBytes: configuration.batchBytes,
-                maximumBatchesInFlight: configuration.maximumBatchesInFlight,
-                maximumSubscriptions: configuration.maximumSubscriptionsPerPeer,
-                maximumQueryLength: configuration.maximumQueryLength,
-                version: peer.version, peerLimits: peer.limits),
-            now: now())
+        var sessionConfiguration = SessionStateMachine.Configuration(
+            peer: peer.siteID, keepaliveInterval: configuration.keepaliveInterval, idleTimeout: configuration.idleTimeout,
+            batchSize: configuration.batchSize, batchBytes: configuration.batchBytes,
+            maximumBatchesInFlight: configuration.maximumBatchesInFlight,
+            maximumSubscriptions: configuration.maximumSubscriptionsPerPeer,
+            maximumQueryLength: configuration.maximumQueryLength,
+            version: peer.version, peerLimits: peer.limits, rights: rights)
+        sessionConfiguration.resendFromStart = resendFromStart
+        var machine = SessionStateMachine(configuration: sessionConfiguration, now: now())
         for await next in inputs {
             let event: SessionStateMachine.Event
             switch next {
@@ -523,7 +531,7 @@ struct PeerSession: Sendable {
             engine.pipeline.enqueue(
                 InboundPipeline.Item(
                     source: peer.siteID, pieces: batch.pieces, cursor: batch.cursorKey.map { ($0, batch.through, batch.cursorEpoch) }, lane: lane,
-                    offered: batch.offered,
+                    offered: batch.offered, mayWrite: rights.write,
                     done: { [engine] result in
                         switch result {
                         case .success: input.yield(.event(.batchDurable(heldLimit: engine.routing.resumeLimit(for: peer.siteID))))
@@ -532,7 +540,7 @@ struct PeerSession: Sendable {
                     }))
         case .deliver(let pieces):
             engine.noteDelivered(pieces, by: peer.siteID)
-            engine.pipeline.enqueue(InboundPipeline.Item(source: peer.siteID, pieces: pieces, lane: lane))
+            engine.pipeline.enqueue(InboundPipeline.Item(source: peer.siteID, pieces: pieces, lane: lane, mayWrite: rights.write))
         case .answerTransactionRequest(let request, let subscriptions):
             try await answer(
                 request, subscriptions: subscriptions, encoding: PieceCodec.DeltaEncoding(version: peer.version), limits: peer.limits)

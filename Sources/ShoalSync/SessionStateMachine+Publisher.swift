@@ -43,9 +43,13 @@ extension SessionStateMachine {
 
         let configuration: Configuration
         private(set) var state: State = .awaitingSubscribe(AwaitingSubscribeState())
+        /// Whether the peer's first Subscribe with subscriptions streams from the log's
+        /// start whatever cursor it resumes at (`Configuration.resendFromStart`).
+        private var resendPending: Bool
 
         init(configuration: Configuration) {
             self.configuration = configuration
+            self.resendPending = configuration.resendFromStart
         }
 
         private var stream: StreamingState? {
@@ -126,6 +130,13 @@ extension SessionStateMachine {
         mutating func subscribed(_ request: SessionMessage.Subscribe) throws(SyncError) -> [Action] {
             // Subscribes may cross on the wire: only a newer one replaces the current.
             guard request.generation == 0 || request.generation > (stream?.generation ?? 0) else { return [] }
+            var request = request
+            if resendPending, !request.subscriptions.isEmpty {
+                // What the peer may read changed since its cursor: all of it again.
+                resendPending = false
+                request.resumeAfter = 0
+                request.continues = false
+            }
             guard request.subscriptions.count <= configuration.maximumSubscriptions else {
                 throw SyncError(
                     .limitExceeded,
@@ -202,7 +213,8 @@ extension SessionStateMachine {
             }
         }
 
-        /// The subscriptions of a Subscribe, checked as this node serves them.
+        /// The subscriptions of a Subscribe, checked as this node serves them, and cut down
+        /// to what the peer may read here.
         private func subscriptionSet(_ subscriptions: [SessionMessage.Subscription]) throws(SyncError) -> SubscriptionSet {
             var set = SubscriptionSet()
             for s in subscriptions {
@@ -218,7 +230,7 @@ extension SessionStateMachine {
                     throw SyncError(.invalidQuery, "subscription '\(s.query)' rejected: \(error)")
                 }
             }
-            return set
+            return configuration.rights.cut(set)
         }
 
         mutating func acknowledged(_ ack: SessionMessage.Ack) throws(SyncError) -> [Action] {

@@ -59,13 +59,22 @@ public struct SessionStateMachine: Sendable {
         public var hasRoutes: Bool { version >= 4 }
         /// What the peer said it can take: batches are cut to fit it (`BatchFitter`).
         public var peerLimits: PeerLimits
+        /// What this node lets the peer do (`AccessRules`): its subscriptions are cut
+        /// down to what it may read before anything is read for it.
+        public var rights: PeerRights
+        /// Whether the peer's first Subscribe streams from the log's start, whatever
+        /// cursor it resumes at: what it may read here changed since it last synced, and
+        /// its cursor does not say what it lacks of what it may read now.
+        public var resendFromStart = false
 
         public init(
             peer: SiteID, keepaliveInterval: Duration = .seconds(5), idleTimeout: Duration = .seconds(30),
             batchSize: Int = 2048, batchBytes: Int = 4 << 20, maximumBatchesInFlight: Int = 4, maximumBatchesPending: Int = 64,
             maximumSubscriptions: Int = 256, maximumQueryLength: Int = 64 << 10,
-            version: UInt32 = HandshakeStateMachine.minimumPeerVersion, peerLimits: PeerLimits = .unknown
+            version: UInt32 = HandshakeStateMachine.minimumPeerVersion, peerLimits: PeerLimits = .unknown,
+            rights: PeerRights = .everything
         ) {
+            self.rights = rights
             self.peerLimits = peerLimits
             self.peer = peer
             self.keepaliveInterval = keepaliveInterval

@@ -36,8 +36,9 @@ public enum ConnectionDirection: String, Sendable, Hashable {
 /// connection ended.
 public protocol AdminRequestHandler: Sendable {
     /// Runs `body` with the handler of one connection's requests; `client` is the
-    /// connection's remote address.
-    func serve(client: String, _ body: (any AdminConnection) async throws -> Void) async throws
+    /// connection's remote address, and `role` what its certificate lets it do
+    /// (`AccessRules`; `.operate` without rules).
+    func serve(client: String, role: PeerRights.AdminRole, _ body: (any AdminConnection) async throws -> Void) async throws
 }
 
 /// The requests of one admin connection.

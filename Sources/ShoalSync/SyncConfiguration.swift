@@ -46,6 +46,8 @@ public struct SyncConfiguration: Sendable {
     /// How long an attachment fetch waits for each chunk it asks a peer for, before it
     /// moves on to the next peer (PROTOCOL.md §8.7).
     public var attachmentChunkWait: Duration = .seconds(10)
+    /// What each peer may do, by its certificate's name (`AccessRules`); none: everything.
+    public var accessRules: AccessRules = .none
     /// How long a node asked for attachment bytes it does not hold waits for its own
     /// fetch of them before it answers "not found": shorter than the asker's wait for a
     /// chunk (`attachmentChunkWait`), so the asker hears an answer (PROTOCOL.md §8.7).

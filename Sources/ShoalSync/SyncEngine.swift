@@ -61,6 +61,11 @@ public final class SyncEngine: Sendable {
     let routing: Routing
     /// How far this node has caught up with each node, and the newest deletion it forgot.
     package let freshness: Freshness
+    /// What each peer may do here; `setAccessRules` changes them.
+    private let rules: Locked<AccessRules>
+    /// What each peer, by certificate name, was last allowed to read by a session since
+    /// this node started: a session under other read rights streams from the log's start.
+    private let servedReads = Locked<[String: PeerRights.Read]>([:])
 
     /// - Parameter applyDuration: records how long each commit of received
     ///   transactions took, one sample per SQLite transaction of the inbound pipeline.
@@ -75,6 +80,7 @@ public final class SyncEngine: Sendable {
             store: store, configuration: configuration.inbound, logger: logger, applyDuration: applyDuration)
         self.advertisedListen = Locked(configuration.listenAddress)
         self.freshness = Freshness(site: store.siteID)
+        self.rules = Locked(configuration.accessRules)
         self.routing = Routing(enabled: configuration.routes)
         var kept: [SiteID: InterestTable.Entry] = [:]
         // This node states its set anew at start, above any generation it stated before
@@ -435,7 +441,25 @@ public final class SyncEngine: Sendable {
     /// closed); throws `SyncError` when either side rejected the other.
     /// `remoteIsLoopback` false (a TCP peer beyond loopback) refuses admin clients
     /// that prove no key when this node has none. `tlsIdentity` is the peer's
-    /// certificate name on a TLS link, shown by status.
+    /// certificate name on a TLS link, shown by status; its rights here are the
+    /// `accessRules` give it.
+    /// What each peer may do here now.
+    package var accessRules: AccessRules { rules.withLock { $0 } }
+
+    /// Puts `new` rules in force. A live session whose peer the change gives other
+    /// rights is closed, to start again under them; the others go on. Returns how many
+    /// were closed.
+    @discardableResult
+    package func setAccessRules(_ new: AccessRules) async -> Int {
+        let old = rules.withLock { rules in
+            defer { rules = new }
+            return rules
+        }
+        let closers = registry.closers { identity in old.rights(of: identity) != new.rights(of: identity) }
+        for close in closers { await close() }
+        return closers.count
+    }
+
     @discardableResult
     package func serve<Inbound: AsyncSequence & Sendable>(
         inbound: Inbound, transport: some SessionTransport, direction: ConnectionDirection, remoteAddress: String,
@@ -446,9 +470,16 @@ public final class SyncEngine: Sendable {
             direction: direction, address: remoteAddress, discovered: discovered, tlsIdentity: tlsIdentity,
             close: { await transport.close() })
         defer { registry.remove(id) }
+        let rights = accessRules.rights(of: tlsIdentity)
+        let resend = tlsIdentity.map { identity in
+            servedReads.withLock { served in
+                defer { served[identity] = rights.read }
+                return served[identity].map { $0 != rights.read } ?? false
+            }
+        } ?? false
         let session = PeerSession(
             engine: self, recordID: id, transport: transport, direction: direction, remoteAddress: remoteAddress,
-            admin: admin, remoteIsLoopback: remoteIsLoopback)
+            admin: admin, remoteIsLoopback: remoteIsLoopback, rights: rights, resendFromStart: resend)
         // The session owns the connection: whatever ends it, the connection closes.
         do {
             let identity = try await session.run(inbound: inbound)

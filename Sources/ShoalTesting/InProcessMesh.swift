@@ -19,9 +19,12 @@ public enum InProcessMesh {
     /// - Parameter redial: when a session ends before `body` does (an idle timeout
     ///   while the machine is starved, a refusal), `a` dials again 100 ms later over a
     ///   new connection, as a node's dialer does. Without it the link stays down.
+    /// - Parameter names: the names `a` and `b` are known by, as their certificates
+    ///   would give them on a TLS link: each side's rights are its `accessRules`' for
+    ///   the other's name.
     public static func withLink<T: Sendable>(
         _ a: SyncEngine, _ b: SyncEngine, connection: InMemoryConnection = InMemoryConnection(), redial: Bool = false,
-        _ body: @Sendable () async throws -> T
+        names: (a: String?, b: String?) = (nil, nil), _ body: @Sendable () async throws -> T
     ) async throws -> T {
         // The connection in use, and whether the body is done (then no new one is made).
         let current = Locked((link: connection, closed: false))
@@ -35,12 +38,12 @@ public enum InProcessMesh {
                         sessions.addTask { [link] in
                             _ = try? await a.serve(
                                 inbound: link.a.inbound, transport: link.a.transport, direction: .outbound,
-                                remoteAddress: "memory:b")
+                                remoteAddress: "memory:b", tlsIdentity: names.b)
                         }
                         sessions.addTask { [link] in
                             _ = try? await b.serve(
                                 inbound: link.b.inbound, transport: link.b.transport, direction: .inbound,
-                                remoteAddress: "memory:a")
+                                remoteAddress: "memory:a", tlsIdentity: names.a)
                         }
                     }
                     guard redial else { return }

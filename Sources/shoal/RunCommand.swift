@@ -97,6 +97,9 @@ struct RunCommand: AsyncParsableCommand {
 
     @OptionGroup(title: "TLS") var tls: TLSOptions
 
+    @Option(name: .long, help: ArgumentHelp(TLSOptions.summary("permissions"), valueName: "file"))
+    var permissions: String?
+
     /// The flags given, as settings.
     var flags: NodeSettings {
         var s = NodeSettings()
@@ -126,6 +129,7 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("attachment-horizon", attachmentHorizon.map { .seconds($0) })
         limits.add(to: &s)
         tls.add(to: &s)
+        s.setFlag("permissions", permissions.map { .string($0) })
         return s
     }
 
@@ -173,14 +177,19 @@ struct RunCommand: AsyncParsableCommand {
         }
     }
 
-    /// Re-reads the node's TLS files on every SIGHUP until cancelled; a reload that
-    /// fails is logged and leaves the files in use as they were.
+    /// Re-reads the node's TLS files and permissions on every SIGHUP until cancelled; a
+    /// reload that fails is logged and leaves what is in use as it was.
     static func reloadOnHangUp(_ node: ShoalNode, logger: Logger) async {
         for await _ in await UnixSignalsSequence(trapping: .sighup) {
             do {
                 if try node.reloadTLS() == nil { logger.notice("SIGHUP: this node has no TLS files to re-read") }
             } catch {
                 logger.error("SIGHUP: the TLS files were not reloaded, the ones in use stay: \(error.message)")
+            }
+            do {
+                _ = try await node.reloadPermissions()
+            } catch {
+                logger.error("SIGHUP: the permissions were not reloaded, the rules in force stay: \(error.message)")
             }
         }
     }

@@ -14,6 +14,9 @@ struct TLSOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp(TLSOptions.summary("tls-ca"), valueName: "file"))
     var tlsCa: String?
 
+    @Option(name: .long, help: ArgumentHelp(TLSOptions.summary("tls-revoked"), valueName: "file"))
+    var tlsRevoked: String?
+
     static func summary(_ key: String) -> String { NodeSettings.key(key)?.help ?? key }
 
     /// Adds the files given on the command line to `settings`.
@@ -21,6 +24,7 @@ struct TLSOptions: ParsableArguments {
         settings.setFlag("tls-cert", tlsCert.map { .string($0) })
         settings.setFlag("tls-key", tlsKey.map { .string($0) })
         settings.setFlag("tls-ca", tlsCa.map { .string($0) })
+        settings.setFlag("tls-revoked", tlsRevoked.map { .string($0) })
     }
 
     /// The files, loaded and checked; nil when none is given.

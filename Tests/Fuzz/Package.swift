@@ -33,5 +33,6 @@ let package = Package(
         fuzzTarget("FuzzDQL"),
         fuzzTarget("FuzzCoverage"),
         fuzzTarget("FuzzBatchReader"),
+        fuzzTarget("FuzzPermissions"),
     ]
 )

@@ -9,6 +9,8 @@ import ShoalStorage
 import ShoalSync
 import ShoalTesting
 import Testing
+import SwiftASN1
+import X509
 
 @testable import ShoalNode
 
@@ -73,6 +75,47 @@ extension ProcessSuites {
                 Self.message(strange.dialer).contains("its certificate (stranger) was not issued by this mesh's CA (test mesh CA)"),
                 "\(Self.message(strange.dialer))")
             #expect(Self.message(strange.acceptor).contains("refused this side's certificate"), "\(Self.message(strange.acceptor))")
+        }
+
+        /// A certificate whose serial number the revocation file names is refused by the
+        /// side that checks it, with its name and serial, however the file writes it.
+        @Test func aRevokedCertificateIsRefusedWithItsSerial() throws {
+            let dir = TemporaryDirectory(prefix: "shoal-link-tls")
+            defer { dir.remove() }
+            let pki = try MeshPKI(in: dir.path)
+            let lost = try pki.issue("till-9")
+            var files = try pki.issue("hub")
+            files.revoked = dir.path + "/revoked.txt"
+            let kept = try pki.issue("till-1")
+            let serial = LinkTLS.serialText(
+                try Certificate(pemEncoded: String(contentsOfFile: lost.certificate, encoding: .utf8)).serialNumber.bytes)
+            // As openssl prints it: upper case, with a prefix; and with colons, after a comment.
+            let colons = stride(from: 0, to: serial.count, by: 2).map { i -> String in
+                let start = serial.index(serial.startIndex, offsetBy: i)
+                return String(serial[start..<serial.index(start, offsetBy: min(2, serial.count - i))])
+            }.joined(separator: ":")
+            for line in ["serial=\(serial.uppercased())", "# lost on 2026-11-28\n\(colons)  # till 9"] {
+                try line.write(toFile: dir.path + "/revoked.txt", atomically: true, encoding: .utf8)
+                let hub = try LinkTLS(files: files)
+                let refused = try Self.handshake(dialer: try LinkTLS(files: lost), acceptor: hub)
+                #expect(
+                    Self.message(refused.acceptor).contains("its certificate (till-9, serial \(serial)) is revoked"),
+                    "\(Self.message(refused.acceptor))")
+                #expect(try Self.handshake(dialer: try LinkTLS(files: kept), acceptor: hub).acceptor.get() == "till-1")
+            }
+        }
+
+        @Test(arguments: [
+            ("serial=0A1B", ["a1b"]), ("0a:1b\n\n  # nothing\n00ff", ["a1b", "ff"]), ("00", ["0"]), ("ABC", ["abc"]),
+        ])
+        func aRevocationFileReadsSerialsInHex(text: String, serials: [String]) throws {
+            #expect(try LinkTLS.revokedSerials(text) == Set(serials))
+        }
+
+        @Test func aRevocationFileLineThatIsNotHexIsRefusedWithItsNumber() {
+            #expect {
+                _ = try LinkTLS.revokedSerials("0a1b\nnot-a-serial")
+            } throws: { ($0 as? ShoalError)?.message.contains("line 2 of the revoked certificates file") == true }
         }
 
         /// Two nodes embedded in one process, on loopback TCP with TLS: they sync, and each

@@ -48,6 +48,8 @@ struct NodeSettingsTests {
         tls-cert = "node/node.pem"
         tls-key = "node/node.key"
         tls-ca = "ca/ca.pem"
+        tls-revoked = "revoked.txt"
+        permissions = "rules.toml"
         """
 
     @Test func aFileSetsEveryKey() throws {
@@ -56,6 +58,8 @@ struct NodeSettingsTests {
         try writePrivateFile(dir.path + "/mesh.key", " correct horse battery staple\n")
         try writePrivateFile(dir.path + "/admin.key", "the admin's own sixteen bytes")
         let node = try MeshPKI(in: dir.path).issue("node")
+        try "[[peer]]\nname = \"till-*\"\nread = [\"menu\"]\n".write(toFile: dir.path + "/rules.toml", atomically: true, encoding: .utf8)
+        try "serial=0A:1B # a lost till\n".write(toFile: dir.path + "/revoked.txt", atomically: true, encoding: .utf8)
         let settings = try NodeSettings.parse(Self.file, file: dir.path + "/shoal.toml")
         let configuration = try settings.configuration()
         #expect(configuration.dataDirectory == dir.path + "/db", "a relative path is taken from the file's directory")
@@ -86,7 +90,9 @@ struct NodeSettingsTests {
         #expect(configuration.compactionHorizon == .seconds(3600))
         #expect(configuration.tombstoneHorizon == .seconds(7200))
         #expect(configuration.attachmentHorizon == .seconds(90))
-        #expect(configuration.tls == node, "TLS files are taken from the file's directory too")
+        #expect(configuration.tls?.revoked == dir.path + "/revoked.txt")
+        #expect(configuration.tls.map { TLSFiles(certificate: $0.certificate, key: $0.key, authority: $0.authority) } == node, "TLS files are taken from the file's directory too")
+        #expect(configuration.permissions == dir.path + "/rules.toml")
         #expect(settings.origin(of: "max-frame-size") == dir.path + "/shoal.toml:13 (max-frame-size)")
         // Every key appears in the file above, so a key added without a test shows here.
         #expect(Set(NodeSettings.keys.map(\.name)) == Set(Self.file.split(separator: "\n").compactMap { line in
@@ -162,7 +168,8 @@ struct NodeSettingsTests {
         let file = try NodeSettings.parse(
             Self.file.replacingOccurrences(of: "mesh-key-file = \"mesh.key\"\n", with: "")
                 .replacingOccurrences(of: "admin-key-file = \"admin.key\"\n", with: "")
-                .split(separator: "\n").filter { !$0.hasPrefix("tls-") }.joined(separator: "\n"), file: "shoal.toml")
+                .split(separator: "\n").filter { !$0.hasPrefix("tls-") && !$0.hasPrefix("permissions") }.joined(separator: "\n"),
+            file: "shoal.toml")
         var flags = NodeSettings()
         flags.setFlag("listen", .string("127.0.0.1:0"))
         flags.setFlag("peer", .strings(["127.0.0.1:9000"]))
@@ -174,6 +181,23 @@ struct NodeSettingsTests {
         #expect(configuration.discovery == true)
         #expect(configuration.name == "kitchen", "what the flags leave out comes from the file")
         #expect(configuration.dataDirectory == "db", "no directory to anchor a bare file name to")
+    }
+
+    /// Rules and revocations name peers by their certificates: either without TLS is
+    /// refused at start, with the key that set it.
+    @Test func permissionsWithoutTLSAreRefused() throws {
+        var flags = NodeSettings()
+        flags.setFlag("data", .string("/tmp/x"))
+        flags.setFlag("permissions", .string("/tmp/rules.toml"))
+        #expect {
+            _ = try flags.configuration()
+        } throws: { ($0 as? ShoalError)?.message.contains("it needs TLS") == true }
+        var revoked = NodeSettings()
+        revoked.setFlag("data", .string("/tmp/x"))
+        revoked.setFlag("tls-revoked", .string("/tmp/revoked.txt"))
+        #expect {
+            _ = try revoked.configuration()
+        } throws: { ($0 as? ShoalError)?.message.contains("it needs tls-cert, tls-key and tls-ca") == true }
     }
 
     @Test func defaultsWithoutAFile() throws {

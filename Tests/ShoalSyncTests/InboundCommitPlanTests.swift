@@ -36,7 +36,11 @@ import Testing
         }
         for item in items {
             for piece in item.pieces {
-                if let apply = plan.receive(piece, from: item.source) { carry([.apply(apply)]) }
+                switch plan.receive(piece, from: item.source, mayWrite: item.mayWrite) {
+                case .apply(let apply): carry([.apply(apply)])
+                case .refuse(let step): carry([step])
+                case nil: break
+                }
             }
         }
         for decision in plan.decide(isApplied: { applied.contains($0) }) { carry(plan.steps(for: decision)) }
@@ -187,5 +191,41 @@ import Testing
         let items = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["x"])], cursor: ("k", 7, 0), lane: lane)]
         var plan = Self.plan(items)
         #expect(Self.names(Self.run(&plan, items)) == ["apply 1"])
+    }
+
+    /// A piece from a sender that may not write a collection the transaction's manifest
+    /// names refuses the transaction whole, buffered pieces and all, before anything of
+    /// it is applied; a sender that may write it goes on as before.
+    @Test func aTransactionWrittenWhereItsSenderMayNotWriteIsRefusedWhole() {
+        let t = Txn(1, ["x", "y"]), other = Txn(2, ["z"])
+        let items = [
+            InboundPipeline.Item(
+                source: Self.relay, pieces: [t.piece(sending: ["x"], last: false)], cursor: ("k", 5, 0),
+                mayWrite: .collections(["orders"])),
+            InboundPipeline.Item(source: Self.relay, pieces: [other.piece(sending: ["z"])], mayWrite: .collections(["accounts"])),
+        ]
+        var plan = Self.plan(items)
+        let steps = Self.run(&plan, items)
+        #expect(Self.names(steps) == ["refuse 1", "apply 2", "cursor 5"])
+        guard case .refuse(_, let reason)? = steps.first else { return }
+        #expect(reason.contains("may not write accounts"))
+        #expect(plan.result.refused.map(\.id) == [t.id] && plan.result.applied == [other.id])
+        #expect(plan.result.assembler.records[t.id] == nil)
+        // Waiting with pieces buffered from a sender that may: refused whole all the same.
+        var waiting = CoverageAssembler()
+        _ = waiting.add(t.piece(sending: ["x"], last: false), from: Self.relay, now: 1)
+        let late = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["y"])], mayWrite: .collections([]))]
+        var again = Self.plan(late, assembler: waiting)
+        #expect(Self.names(Self.run(&again, late)) == ["refuse 1"])
+    }
+
+    /// A transaction this node applied (from a sender that may) gets nothing from one
+    /// that may not: its late piece is dropped, not applied, and nothing is refused.
+    @Test func aLatePieceFromASenderThatMayNotWriteIsDropped() {
+        let t = Txn(1, ["x"])
+        let items = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["x"])], mayWrite: .collections([]))]
+        var plan = Self.plan(items, states: [t.id: .applied])
+        #expect(Self.names(Self.run(&plan, items)).isEmpty)
+        #expect(plan.result.refused.isEmpty && plan.result.applied.isEmpty)
     }
 }

@@ -190,7 +190,9 @@ import Testing
 
 /// An admin endpoint that answers nothing: the tests only count sessions.
 struct NoAdmin: AdminRequestHandler, AdminConnection {
-    func serve(client: String, _ body: (any AdminConnection) async throws -> Void) async throws { try await body(self) }
+    func serve(client: String, role: PeerRights.AdminRole, _ body: (any AdminConnection) async throws -> Void) async throws {
+        try await body(self)
+    }
     func handle(
         _ request: AdminRequest, deadline: Deadline?, respond: @escaping @Sendable (AdminResponse) async throws -> Void
     ) async throws {}

@@ -92,6 +92,30 @@ public enum Harness {
         }
     }
 
+    /// Any text as a permissions file (docs/PERMISSIONS.md): refused with a message, or
+    /// read into rules that hold: a name without wildcards matches itself, and a
+    /// subscription set cut down for any name asks only for collections its rights let
+    /// it read, each subscription whole or restricted by the rule's condition.
+    public static func permissions(_ data: [UInt8]) {
+        let text = String(decoding: data, as: UTF8.self)
+        guard let rules = try? AccessRulesFile.parse(text, file: "fuzz.toml") else { return }
+        var asked = SubscriptionSet()
+        for query in ["SELECT * FROM menu", "SELECT * FROM orders WHERE total > 5 -- note", "SELECT * FROM `odd``name`", "SELECT * FROM staff"] {
+            _ = try? asked.add(query: query)
+        }
+        for rule in rules.rules {
+            if !rule.pattern.contains("*"), !rule.pattern.contains("?") {
+                precondition(AccessRules.matches(rule.pattern, rule.pattern), "a name does not match itself: \(rule.pattern)")
+            }
+            let rights = rules.rights(of: rule.pattern)
+            let cut = rights.cut(asked)
+            if case .collections(let readable) = rights.read {
+                precondition(cut.collections.isSubset(of: Set(readable.keys)), "a cut set asks for what the rule does not let it read")
+            }
+            _ = rights.forbiddenWrites(["menu", "orders", "staff"])
+        }
+    }
+
     /// A DeltaBatch payload (its first byte picks the session's version: even 2,
     /// odd 3), read straight into pieces (`DeltaBatchReader`) and, beside it, decoded
     /// by SwiftProtobuf and checked from the messages. The reader refuses what
