@@ -167,7 +167,7 @@ package struct LinkTLS: Sendable {
             guard !line.isEmpty else { continue }
             if line.lowercased().hasPrefix("serial=") { line = String(line.dropFirst("serial=".count)) }
             line = line.replacingOccurrences(of: ":", with: "").lowercased()
-            guard !line.isEmpty, line.count <= 64, line.allSatisfy(\.isHexDigit) else {
+            guard !line.isEmpty, line.count <= 64, line.unicodeScalars.allSatisfy({ ("0"..."9").contains($0) || ("a"..."f").contains($0) }) else {
                 throw ShoalError(
                     .invalidConfiguration,
                     "line \(index + 1) of the revoked certificates file is not a serial number in hex: \(raw.prefix(80))")

@@ -39,6 +39,10 @@ public struct SubscriptionSet: Sendable, Hashable {
     }
 
     public private(set) var entries: [Entry] = []
+    /// Collections whose documents are sent only when a body this node holds shows they
+    /// match: one a rule lets a peer read in part (`PeerRights.cut`). Elsewhere a
+    /// document this node cannot judge (deleted with no body, evicted) is sent.
+    package var withheldUnlessShown: Set<String> = []
 
     public init() {}
 

@@ -11,9 +11,10 @@ import ShoalQuery
 ///
 /// Rights are enforced where data moves, per link: a peer's subscriptions are cut
 /// down to what it may read before any piece is planned for it (`PeerRights.cut`), and
-/// a received transaction whose manifest names a collection its sender may not write is
-/// refused whole (`InboundCommitPlan`). A relay vouches for what it forwards up to its
-/// own rights: it refused, whole, what its own senders could not write.
+/// a received piece whose manifest or context names a collection its sender may not
+/// write is refused, nothing of its transaction applied from that peer
+/// (`InboundCommitPlan`). A relay vouches for what it forwards up to its own rights: it
+/// refused what its own senders could not write.
 public struct AccessRules: Sendable, Hashable {
     public struct Rule: Sendable, Hashable {
         /// A certificate name, with `*` for any run of characters and `?` for one.
@@ -123,9 +124,10 @@ public struct PeerRights: Sendable, Hashable {
     /// may not read is left out, and one to a collection it may read only in part gets
     /// the rule's condition too (`... WHERE (its own) AND (the rule's)`).
     ///
-    /// The cut set has subscriptions of its own, so its key differs from the uncut
-    /// set's: when a rule changes, the peer's cursor under the old set is not taken for
-    /// the new one.
+    /// In a collection readable in part, a document this node holds no body of (deleted,
+    /// evicted) is withheld rather than sent (`withheldUnlessShown`). The peer keeps its
+    /// cursor under its own, uncut set: what a change of rules owes it is sent by
+    /// `SessionStateMachine.Configuration.resendFromStart`.
     public func cut(_ subscriptions: SubscriptionSet) -> SubscriptionSet {
         guard case .collections(let readable) = read else { return subscriptions }
         var cut = SubscriptionSet()
@@ -133,6 +135,7 @@ public struct PeerRights: Sendable, Hashable {
             let collection = entry.statement.collection
             guard let condition = readable[collection] else { continue }
             let query = condition.map { Self.restrict(entry.query, collection: collection, to: $0) } ?? entry.query
+            if condition != nil { cut.withheldUnlessShown.insert(collection) }
             // A condition was parsed when the rules were read, and the peer's query when
             // it subscribed: their conjunction parses. Should it not, the subscription
             // is left out rather than sent whole.
@@ -151,17 +154,20 @@ public struct PeerRights: Sendable, Hashable {
         return head + "(\n" + own + "\n) AND (\n" + condition + "\n)"
     }
 
-    /// The text after a SELECT's WHERE keyword, without a final `;`; nil when it has none.
+    /// The text of a SELECT's WHERE condition, from the token after WHERE to the last
+    /// token before the end and any final `;` (comments after it left out); nil when it
+    /// has none.
     package static func whereText(_ query: String) -> String? {
         guard let tokens = try? Lexer.tokenize(query),
-            let keyword = tokens.first(where: { $0.kind == .keyword(.where) })
+            let keyword = tokens.firstIndex(where: { $0.kind == .keyword(.where) })
         else { return nil }
-        let scalars = Array(query)
-        let start = keyword.position.offset + keyword.text.count
-        guard start <= scalars.count else { return nil }
-        var text = String(scalars[start...])
-        while let last = text.last, last.isWhitespace || last == ";" { text.removeLast() }
-        return text.drop { $0.isWhitespace }.description
+        let condition = tokens[(keyword + 1)...].filter { $0.kind != .end }
+        let last = condition.lastIndex { $0.kind != .symbol(.semicolon) }
+        guard let first = condition.first, let last else { return nil }
+        let characters = Array(query)
+        let end = condition[last].position.offset + condition[last].text.count
+        guard first.position.offset < end, end <= characters.count else { return nil }
+        return String(characters[first.position.offset..<end])
     }
 
     /// A collection name as DQL writes any name: in backticks, a backtick doubled.

@@ -100,40 +100,25 @@ struct InboundCommitPlan: Sendable {
         self.started = Set(assembler.records.keys)
     }
 
-    /// What receiving a piece needs done at once.
-    enum Receipt: Sendable {
-        /// A late piece of a transaction applied whole or in part.
-        case apply(Apply)
-        /// The transaction refused whole: its sender may not write where it writes.
-        case refuse(Step)
-    }
-
-    /// Takes one received piece: adds it to its transaction, and returns what it needs
-    /// done now, if anything.
+    /// Takes one received piece: adds it to its transaction, and returns the apply it
+    /// needs now, if any (a late piece of a transaction applied whole or in part).
     ///
-    /// A piece whose manifest names a collection `source` may not write (`mayWrite`)
-    /// adds nothing: its transaction is refused whole when this node has applied none
-    /// of it, and the piece is dropped when it has (from a sender that may).
-    mutating func receive(_ piece: TransactionPiece, from source: SiteID, mayWrite: PeerRights.Write = .everything) -> Receipt? {
-        let forbidden = mayWrite == .everything ? [] : PeerRights(read: .everything, write: mayWrite, admin: .none)
-            .forbiddenWrites(piece.collections.map(\.collection))
-        if !forbidden.isEmpty {
-            let state = assembler.records[piece.id]?.state ?? states[piece.id]
-            switch state {
-            case .applied?, .partial?, .refused?:
+    /// A piece whose manifest or context names a collection `source` may not write
+    /// (`mayWrite`) is refused: it adds nothing, and the transaction is left as it was,
+    /// to be applied whole if a peer that may write it sends it. Refusing the
+    /// transaction itself would let a peer with no rights veto any transaction, even
+    /// one it made up the ID of.
+    mutating func receive(_ piece: TransactionPiece, from source: SiteID, mayWrite: PeerRights.Write = .everything) -> Apply? {
+        if mayWrite != .everything {
+            let written = piece.collections.map(\.collection) + piece.context.map(\.document.collection)
+            let forbidden = PeerRights(read: .everything, write: mayWrite, admin: .none).forbiddenWrites(written)
+            if !forbidden.isEmpty {
+                result.forbidden.append(
+                    InboundPipeline.Status.Refused(
+                        id: piece.id,
+                        reason: "peer \(source) may not write \(forbidden.joined(separator: ", ")) on this node (its permissions), and the transaction writes there",
+                        from: [source], at: now))
                 return nil
-            case .waiting?, nil:
-                let record = assembler.records[piece.id] ?? records[piece.id]
-                    ?? TransactionRecord(
-                        id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,
-                        collections: piece.collections, state: .waiting, firstSeen: now)
-                fresh[piece.id] = nil
-                touched.insert(piece.id)
-                return .refuse(
-                    refuse(
-                        record,
-                        "peer \(source) may not write \(forbidden.joined(separator: ", ")) on this node (its permissions), and the transaction writes there"
-                    ))
             }
         }
         if assembler.records[piece.id] == nil {
@@ -143,10 +128,9 @@ struct InboundCommitPlan: Sendable {
                     id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,
                     collections: piece.collections, state: .applied, firstSeen: now)
                 record.documents = [:]
-                return .apply(
-                    Apply(
-                        kind: .latePiece(piece, peer: source), record: record, deltas: piece.deltas,
-                        counts: piece.documentDeltaCounts, context: piece.context, buffered: false, state: nil, rest: nil))
+                return Apply(
+                    kind: .latePiece(piece, peer: source), record: record, deltas: piece.deltas, counts: piece.documentDeltaCounts,
+                    context: piece.context, buffered: false, state: nil, rest: nil)
             case .refused?:
                 // Refused whole before: nothing of it is ever applied here.
                 return nil
@@ -161,11 +145,9 @@ struct InboundCommitPlan: Sendable {
         let record = assembler.records[piece.id]!
         if record.state == .partial {
             // Applied in part: the log says which of the deltas were held.
-            return .apply(
-                Apply(
-                    kind: .partialPiece(piece, peer: source), record: record, deltas: new, counts: piece.documentDeltaCounts,
-                    context: piece.context, buffered: false, state: .partial,
-                    rest: assembler.rest(of: piece.id, subscriptions: subscriptions)))
+            return Apply(
+                kind: .partialPiece(piece, peer: source), record: record, deltas: new, counts: piece.documentDeltaCounts,
+                context: piece.context, buffered: false, state: .partial, rest: assembler.rest(of: piece.id, subscriptions: subscriptions))
         }
         result.received(piece, new: new.count, from: source)
         fresh[piece.id, default: ([], [:], [])].deltas += new

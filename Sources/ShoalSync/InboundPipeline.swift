@@ -281,7 +281,7 @@ public final class InboundPipeline: Sendable {
                         group, assembler: assembler, subscriptions: subscriptions, routes: routes)
                     if !group.isEmpty { applyDuration?.record(duration: ContinuousClock.now - started) }
                     assembler = result.assembler
-                    publish(assembler, result.counters, refused: result.refused, subscriptions: subscriptions)
+                    publish(assembler, result.counters, refused: result.refused + result.forbidden, subscriptions: subscriptions)
                     engine.registry.countDuplicates(result.duplicates)
                     // Before the sessions acknowledge: an Ack's held_through stays below the offers noted.
                     await engine.routing.committed(result.routes, engine: engine)
@@ -330,6 +330,12 @@ public final class InboundPipeline: Sendable {
             logger.debug(
                 "applied remote transactions",
                 metadata: ["shoal.sync.transactions": "\(result.applied.count)", "shoal.sync.deltas": "\(outcome.logged)"])
+        }
+        for refused in result.forbidden {
+            logger.warning(
+                "refused a piece of remote transaction \(refused.id): \(refused.reason). It is applied here only if a peer that may write it sends it",
+                metadata: ["shoal.txn": "\(refused.id)", "shoal.peer.site": "\(refused.from.map(\.description).joined(separator: ","))"])
+            for peer in refused.from { engine.registry.noteError(site: peer, "refused transaction \(refused.id): \(refused.reason)") }
         }
         for refused in result.refused {
             logger.warning(
@@ -435,6 +441,8 @@ public final class InboundPipeline: Sendable {
         var assembler: CoverageAssembler
         var applied: [TransactionID] = []
         var refused: [Status.Refused] = []
+        /// Pieces refused because their sender may not write where they write (`AccessRules`).
+        var forbidden: [Status.Refused] = []
         var partial: [(CoverageAssembler.PartialReason, [TransactionID])] = []
         var questions: [Question] = []
         var counters = Counters()
@@ -500,13 +508,8 @@ public final class InboundPipeline: Sendable {
             var plan = InboundCommitPlan(assembler: start, subscriptions: subscriptions, now: now, states: states, records: records)
             for item in items {
                 for piece in item.pieces {
-                    switch plan.receive(piece, from: item.source, mayWrite: item.mayWrite) {
-                    case .apply(let apply):
+                    if let apply = plan.receive(piece, from: item.source, mayWrite: item.mayWrite) {
                         try await Self.carryOut([.apply(apply)], of: &plan, writer: writer, limits: limits, logger: logger)
-                    case .refuse(let step):
-                        try await Self.carryOut([step], of: &plan, writer: writer, limits: limits, logger: logger)
-                    case nil:
-                        break
                     }
                 }
             }

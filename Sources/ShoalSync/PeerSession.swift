@@ -32,6 +32,8 @@ struct PeerSession: Sendable {
     let rights: PeerRights
     /// Whether what the peer may read changed since it last synced (`SyncEngine.setAccessRules`).
     let resendFromStart: Bool
+    /// Notes the peer's read rights as served, once it subscribed under them.
+    let served: (@Sendable () -> Void)?
     /// When an admin session is idle: fed every frame received, its requests and a timer.
     let watchdog: SharedAdminWatchdog
     /// What this session hands the inbound pipeline commits in order, and none of it
@@ -46,8 +48,9 @@ struct PeerSession: Sendable {
     init(
         engine: SyncEngine, recordID: Int, transport: any SessionTransport, direction: ConnectionDirection,
         remoteAddress: String, admin: (any AdminRequestHandler)?, remoteIsLoopback: Bool = true,
-        rights: PeerRights = .everything, resendFromStart: Bool = false
+        rights: PeerRights = .everything, resendFromStart: Bool = false, served: (@Sendable () -> Void)? = nil
     ) {
+        self.served = served
         self.rights = rights
         self.resendFromStart = resendFromStart
         self.engine = engine
@@ -559,6 +562,7 @@ struct PeerSession: Sendable {
             _ = try await engine.store.reconcileOwnHistory(with: held, peer: peer.siteID)
         case .peerSubscribed(let set, let interests):
             engine.registry.update(recordID) { $0.subscriptions = set.entries }
+            served?()
             let changed = engine.noteInterest(of: peer.siteID, subscriptions: set, interests: interests)
             try await engine.store.saveInterest(changed, forgetting: [])
         case .peerRouted(let routes):

@@ -76,11 +76,16 @@ struct PiecePlanner {
     /// field) or one it cannot read (stored past the limits by an older version), is
     /// sent: a subscriber can only get more than it asked for, never less, and no
     /// verdict could explain withholding it (DATA_MODEL.md §11).
+    ///
+    /// A collection a rule lets the peer read only in part is the exception
+    /// (`withheldUnlessShown`): there a document this node cannot judge is withheld, since
+    /// sending it could give the peer what the rule's condition keeps from it.
     mutating func judge(_ document: DocumentRef, body: String?) {
+        let unknown = !subscriptions.withheldUnlessShown.contains(document.collection)
         matched[document] = body.map { text in
-            guard let parsed = try? JSON.parse(text) else { return true }
+            guard let parsed = try? JSON.parse(text) else { return unknown }
             return subscriptions.matches(collection: document.collection, document: parsed)
-        } ?? true
+        } ?? unknown
     }
 
     /// Whether the peer wants a document's deltas; its body must have been judged

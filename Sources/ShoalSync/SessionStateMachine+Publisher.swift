@@ -143,7 +143,9 @@ extension SessionStateMachine {
                     "Subscribe carries \(request.subscriptions.count) subscriptions; this node serves at most \(configuration.maximumSubscriptions) per peer (--max-subscriptions-per-peer)"
                 )
             }
-            let set = try subscriptionSet(request.subscriptions)
+            // Cut down to what the peer may read here; the interest it states for other
+            // nodes is theirs, kept as stated (their own links cut it).
+            let set = configuration.rights.cut(try subscriptionSet(request.subscriptions))
             var stated: [InterestTable.Stated]?
             // Version 4 lists them; a version 3 session ignores them, as it does routes.
             if let interests = request.interests, configuration.hasRoutes {
@@ -213,8 +215,7 @@ extension SessionStateMachine {
             }
         }
 
-        /// The subscriptions of a Subscribe, checked as this node serves them, and cut down
-        /// to what the peer may read here.
+        /// The subscriptions of a Subscribe, checked as this node serves them.
         private func subscriptionSet(_ subscriptions: [SessionMessage.Subscription]) throws(SyncError) -> SubscriptionSet {
             var set = SubscriptionSet()
             for s in subscriptions {
@@ -230,7 +231,7 @@ extension SessionStateMachine {
                     throw SyncError(.invalidQuery, "subscription '\(s.query)' rejected: \(error)")
                 }
             }
-            return configuration.rights.cut(set)
+            return set
         }
 
         mutating func acknowledged(_ ack: SessionMessage.Ack) throws(SyncError) -> [Action] {

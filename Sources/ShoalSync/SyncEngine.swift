@@ -63,8 +63,9 @@ public final class SyncEngine: Sendable {
     package let freshness: Freshness
     /// What each peer may do here; `setAccessRules` changes them.
     private let rules: Locked<AccessRules>
-    /// What each peer, by certificate name, was last allowed to read by a session since
-    /// this node started: a session under other read rights streams from the log's start.
+    /// What each peer, by certificate name, was last allowed to read by a session that
+    /// served its subscriptions since this node started: a session under other read
+    /// rights streams from the log's start.
     private let servedReads = Locked<[String: PeerRights.Read]>([:])
 
     /// - Parameter applyDuration: records how long each commit of received
@@ -471,15 +472,21 @@ public final class SyncEngine: Sendable {
             close: { await transport.close() })
         defer { registry.remove(id) }
         let rights = accessRules.rights(of: tlsIdentity)
-        let resend = tlsIdentity.map { identity in
-            servedReads.withLock { served in
-                defer { served[identity] = rights.read }
-                return served[identity].map { $0 != rights.read } ?? false
-            }
-        } ?? false
+        // Noted as served once the peer subscribes under these rights: a session that
+        // ends before, an admin one, or the loser of two crossing dials leaves the
+        // resend owed to the next.
+        var resend = false
+        var served: (@Sendable () -> Void)?
+        if let identity = tlsIdentity {
+            let read = rights.read
+            let before = servedReads.withLock { $0[identity] }
+            resend = before.map { $0 != read } ?? false
+            let reads = servedReads
+            served = { reads.withLock { $0[identity] = read } }
+        }
         let session = PeerSession(
             engine: self, recordID: id, transport: transport, direction: direction, remoteAddress: remoteAddress,
-            admin: admin, remoteIsLoopback: remoteIsLoopback, rights: rights, resendFromStart: resend)
+            admin: admin, remoteIsLoopback: remoteIsLoopback, rights: rights, resendFromStart: resend, served: served)
         // The session owns the connection: whatever ends it, the connection closes.
         do {
             let identity = try await session.run(inbound: inbound)

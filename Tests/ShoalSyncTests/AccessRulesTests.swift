@@ -68,6 +68,31 @@ import Testing
         #expect(cut.matches(collection: "orders", document: Self.order("north", total: 10)))
     }
 
+    /// Where a rule lets a peer read a collection in part, a document this node holds no
+    /// body of (deleted, evicted) cannot be shown to match, and is withheld: elsewhere it
+    /// is sent, as it always was.
+    @Test func aDocumentWithNoBodyIsWithheldWhereARuleReadsInPart() throws {
+        let cut = Self.till.cut(try Self.set("SELECT * FROM menu", "SELECT * FROM orders"))
+        #expect(cut.withheldUnlessShown == ["orders"])
+        var planner = PiecePlanner(subscriptions: cut, excluded: nil)
+        let deleted = DocumentRef(collection: "orders", id: "\"south-1\""), shown = DocumentRef(collection: "orders", id: "\"n\"")
+        planner.judge(deleted, body: nil)
+        planner.judge(shown, body: #"{"_id":"n","store":"north"}"#)
+        #expect(!planner.wants(deleted) && planner.wants(shown))
+        #expect(planner.wants(DocumentRef(collection: "menu", id: "\"gone\"")), "a whole collection: sent whatever its body")
+    }
+
+    /// The peer's condition is taken token by token: a final `;` and a comment after it
+    /// do not break the cut query, which would leave the subscription out.
+    @Test func aFinalSemicolonAndCommentAreLeftOutOfThePeersCondition() throws {
+        #expect(PeerRights.whereText("SELECT * FROM orders WHERE total > 5; -- note") == "total > 5")
+        #expect(PeerRights.whereText("SELECT * FROM orders WHERE name = 'a WHERE b' ;") == "name = 'a WHERE b'")
+        #expect(PeerRights.whereText("SELECT * FROM `where` WHERE `é` = 'ü'") == "`é` = 'ü'")
+        #expect(PeerRights.whereText("SELECT * FROM orders") == nil)
+        let cut = Self.till.cut(try Self.set("SELECT * FROM orders WHERE total > 5; -- note"))
+        #expect(cut.entries.count == 1 && cut.matches(collection: "orders", document: Self.order("north", total: 10)))
+    }
+
     @Test func theCollectionsAPeerMayNotWriteAreNamed() {
         #expect(Self.till.forbiddenWrites(["orders", "staff", "menu", "staff"]) == ["menu", "staff"])
         #expect(Self.till.forbiddenWrites(["orders"]).isEmpty)

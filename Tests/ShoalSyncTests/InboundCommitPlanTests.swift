@@ -36,11 +36,7 @@ import Testing
         }
         for item in items {
             for piece in item.pieces {
-                switch plan.receive(piece, from: item.source, mayWrite: item.mayWrite) {
-                case .apply(let apply): carry([.apply(apply)])
-                case .refuse(let step): carry([step])
-                case nil: break
-                }
+                if let apply = plan.receive(piece, from: item.source, mayWrite: item.mayWrite) { carry([.apply(apply)]) }
             }
         }
         for decision in plan.decide(isApplied: { applied.contains($0) }) { carry(plan.steps(for: decision)) }
@@ -193,39 +189,42 @@ import Testing
         #expect(Self.names(Self.run(&plan, items)) == ["apply 1"])
     }
 
-    /// A piece from a sender that may not write a collection the transaction's manifest
-    /// names refuses the transaction whole, buffered pieces and all, before anything of
-    /// it is applied; a sender that may write it goes on as before.
-    @Test func aTransactionWrittenWhereItsSenderMayNotWriteIsRefusedWhole() {
+    /// A piece from a sender that may not write a collection its manifest names is
+    /// refused and adds nothing: the transaction is not applied in part, not refused for
+    /// good, and a peer that may write it still brings it whole. A piece whose context
+    /// names such a collection is refused the same way.
+    @Test func aPieceWrittenWhereItsSenderMayNotWriteIsRefusedAndTheTransactionLeftToOthers() {
         let t = Txn(1, ["x", "y"]), other = Txn(2, ["z"])
         let items = [
             InboundPipeline.Item(
-                source: Self.relay, pieces: [t.piece(sending: ["x"], last: false)], cursor: ("k", 5, 0),
-                mayWrite: .collections(["orders"])),
+                source: Self.relay, pieces: [t.piece(sending: ["x", "y"])], cursor: ("k", 5, 0), mayWrite: .collections(["orders"])),
             InboundPipeline.Item(source: Self.relay, pieces: [other.piece(sending: ["z"])], mayWrite: .collections(["accounts"])),
         ]
         var plan = Self.plan(items)
-        let steps = Self.run(&plan, items)
-        #expect(Self.names(steps) == ["refuse 1", "apply 2", "cursor 5"])
-        guard case .refuse(_, let reason)? = steps.first else { return }
-        #expect(reason.contains("may not write accounts"))
-        #expect(plan.result.refused.map(\.id) == [t.id] && plan.result.applied == [other.id])
-        #expect(plan.result.assembler.records[t.id] == nil)
-        // Waiting with pieces buffered from a sender that may: refused whole all the same.
+        #expect(Self.names(Self.run(&plan, items)) == ["apply 2", "cursor 5"])
+        #expect(plan.result.forbidden.map(\.id) == [t.id] && plan.result.forbidden.first?.reason.contains("may not write accounts") == true)
+        #expect(plan.result.refused.isEmpty && plan.result.applied == [other.id])
+        #expect(plan.result.assembler.records[t.id] == nil, "nothing of it is held")
+        // Waiting with a piece from a sender that may: a forbidden piece changes nothing,
+        // and the allowed sender's last piece then applies it whole.
         var waiting = CoverageAssembler()
         _ = waiting.add(t.piece(sending: ["x"], last: false), from: Self.relay, now: 1)
-        let late = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["y"])], mayWrite: .collections([]))]
-        var again = Self.plan(late, assembler: waiting)
-        #expect(Self.names(Self.run(&again, late)) == ["refuse 1"])
-    }
-
-    /// A transaction this node applied (from a sender that may) gets nothing from one
-    /// that may not: its late piece is dropped, not applied, and nothing is refused.
-    @Test func aLatePieceFromASenderThatMayNotWriteIsDropped() {
-        let t = Txn(1, ["x"])
-        let items = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["x"])], mayWrite: .collections([]))]
-        var plan = Self.plan(items, states: [t.id: .applied])
-        #expect(Self.names(Self.run(&plan, items)).isEmpty)
-        #expect(plan.result.refused.isEmpty && plan.result.applied.isEmpty)
+        let forbidden = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["y"])], mayWrite: .collections([]))]
+        var again = Self.plan(forbidden, assembler: waiting)
+        #expect(Self.names(Self.run(&again, forbidden)).isEmpty && again.result.assembler.records[t.id]?.state == .waiting)
+        let allowed = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["y"])])]
+        var last = Self.plan(allowed, assembler: again.result.assembler)
+        #expect(Self.names(Self.run(&last, allowed)) == ["apply 1 buffered"])
+        // Context in a collection the sender may not write is a write too.
+        var piece = other.piece(sending: ["z"])
+        piece.context = [
+            ContextField(
+                document: DocumentRef(collection: "staff", id: "me"), field: "pay", valueJSON: "1000000",
+                timestamp: HybridTimestamp(rawValue: 1 << 40), transaction: other.id)
+        ]
+        let sneaky = [InboundPipeline.Item(source: Self.relay, pieces: [piece], mayWrite: .collections(["accounts"]))]
+        var context = Self.plan(sneaky)
+        #expect(Self.names(Self.run(&context, sneaky)).isEmpty)
+        #expect(context.result.forbidden.first?.reason.contains("may not write staff") == true)
     }
 }
