@@ -12,7 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
-read -ra targets <<< "${SHOAL_FUZZ_TARGETS:-FuzzFrameDecoder FuzzMessages FuzzInflate FuzzJSON FuzzDQL FuzzCoverage FuzzBatchReader FuzzPermissions}"
+# FuzzPermissions is not in the default list yet: it found that TOMLKit's toml++
+# aborts the process on some malformed TOML (an assert in parse_key, release builds
+# too: `[[= x` in a config or permissions file), which Shoal must turn into an error;
+# docs/RELIABILITY.md, "Known defects". Run it by name until the reader is replaced.
+read -ra targets <<< "${SHOAL_FUZZ_TARGETS:-FuzzFrameDecoder FuzzMessages FuzzInflate FuzzJSON FuzzDQL FuzzCoverage FuzzBatchReader}"
 scripts/setup.sh
 flags=(--package-path Tests/Fuzz --scratch-path .build-fuzz -Xswiftc -sanitize=fuzzer,address -Xswiftc -use-ld=lld)
 swift build "${flags[@]}"
