@@ -12,11 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
-# FuzzPermissions is not in the default list yet: it found that TOMLKit's toml++
-# aborts the process on some malformed TOML (an assert in parse_key, release builds
-# too: `[[= x` in a config or permissions file), which Shoal must turn into an error;
-# docs/RELIABILITY.md, "Known defects". Run it by name until the reader is replaced.
-read -ra targets <<< "${SHOAL_FUZZ_TARGETS:-FuzzFrameDecoder FuzzMessages FuzzInflate FuzzJSON FuzzDQL FuzzCoverage FuzzBatchReader}"
+read -ra targets <<< "${SHOAL_FUZZ_TARGETS:-FuzzFrameDecoder FuzzMessages FuzzInflate FuzzJSON FuzzDQL FuzzCoverage FuzzBatchReader FuzzPermissions}"
 scripts/setup.sh
 flags=(--package-path Tests/Fuzz --scratch-path .build-fuzz -Xswiftc -sanitize=fuzzer,address -Xswiftc -use-ld=lld)
 swift build "${flags[@]}"
@@ -28,14 +24,8 @@ for target in "${targets[@]}"; do
   mkdir -p ".build-fuzz/corpus/$target"
   log=".build-fuzz/$target.log"
   status=0
-  extra=()
-  # TOMLKit's C++ bridge does not free what it allocates for a parsed table
-  # (TOMLTable(string:), tableGetKeys): LeakSanitizer stops at the first input. The
-  # leak is TOMLKit's, a few hundred bytes per file read at start or SIGHUP; every
-  # other check stays on for this target.
-  if [ "$target" = FuzzPermissions ]; then extra=(-detect_leaks=0); fi
   "$bin/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2560 -max_len=65536 -print_final_stats=1 \
-    "${extra[@]}" -artifact_prefix=".build-fuzz/crashes/$target-" ".build-fuzz/corpus/$target" "Tests/Fuzz/Corpus/$target" \
+    -artifact_prefix=".build-fuzz/crashes/$target-" ".build-fuzz/corpus/$target" "Tests/Fuzz/Corpus/$target" \
     > "$log" 2>&1 || status=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   took=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)

@@ -2,7 +2,6 @@ import Foundation
 public import ShoalStorage
 public import ShoalSync
 import ShoalQuery
-import TOMLKit
 
 /// Reads a node's access rules from a TOML file (`--permissions FILE`): one `[[peer]]`
 /// table per rule, in the order they are tried.
@@ -35,12 +34,9 @@ public enum AccessRulesFile {
     public static func parse(_ text: String, file: String) throws(ShoalError) -> AccessRules {
         let table: TOMLTable
         do {
-            table = try TOMLTable(string: text)
-        } catch let error as TOMLParseError {
-            throw ShoalError(
-                .invalidConfiguration, "\(file):\(error.source.begin.line):\(error.source.begin.column): \(error.description)")
+            table = try TOML.parse(text)
         } catch {
-            throw ShoalError(.invalidConfiguration, "\(file): \(error)")
+            throw ShoalError(.invalidConfiguration, "\(file):\(error.line):\(error.column): \(error.message)")
         }
         for key in table.keys where key != "peer" {
             throw ShoalError(

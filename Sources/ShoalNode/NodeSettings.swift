@@ -1,7 +1,6 @@
 import Foundation
 public import ShoalStorage
 import ShoalWire
-import TOMLKit
 
 /// What `shoal run` is told, from its flags and a config file, before it becomes
 /// a `NodeConfiguration`.
@@ -246,31 +245,14 @@ public struct NodeSettings: Sendable, Hashable {
     public static func parse(_ text: String, file: String) throws(ShoalError) -> NodeSettings {
         let table: TOMLTable
         do {
-            table = try TOMLTable(string: text)
-        } catch let error as TOMLParseError {
-            throw ShoalError(
-                .invalidConfiguration,
-                "\(file):\(error.source.begin.line):\(error.source.begin.column): \(error.description)")
+            table = try TOML.parse(text)
         } catch {
-            throw ShoalError(.invalidConfiguration, "\(file): \(error)")
-        }
-        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
-        /// The line that assigns `name`, for messages (TOML puts each key on its own line).
-        func line(of name: String) -> Int {
-            for (i, line) in lines.enumerated() {
-                var rest = line.drop { $0 == " " || $0 == "\t" }
-                for quote in ["\"", "'"] where rest.hasPrefix(quote) { rest = rest.dropFirst() }
-                if rest.hasPrefix("[\(name)]") || rest.hasPrefix("[[\(name)]]") { return i + 1 }
-                guard rest.hasPrefix(name) else { continue }
-                let after = rest.dropFirst(name.count).drop { $0 == " " || $0 == "\t" || $0 == "\"" || $0 == "'" }
-                if after.hasPrefix("=") { return i + 1 }
-            }
-            return 1
+            throw ShoalError(.invalidConfiguration, "\(file):\(error.line):\(error.column): \(error.message)")
         }
         let directory = (file as NSString).deletingLastPathComponent
         var settings = NodeSettings()
         for name in table.keys {
-            let origin = "\(file):\(line(of: name)) (\(name))"
+            let origin = "\(file):\(table.line(of: name) ?? 1) (\(name))"
             guard let key = Self.key(name) else {
                 let known = keys.map(\.name)
                 let hint = known.first { $0.replacingOccurrences(of: "_", with: "-") == name.replacingOccurrences(of: "_", with: "-") }
@@ -281,7 +263,7 @@ public struct NodeSettings: Sendable, Hashable {
             }
             guard let raw = table[name] else { continue }
             func wrongType(_ expected: String) -> ShoalError {
-                let found = raw.type.description
+                let found = raw.typeName
                 let article = "aeiou".contains(found.first ?? "x") ? "an" : "a"
                 return ShoalError(.invalidConfiguration, "\(origin): '\(name)' must be \(expected), not \(article) \(found)")
             }

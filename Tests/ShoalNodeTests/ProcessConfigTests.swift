@@ -74,6 +74,12 @@ extension ProcessSuites {
         let run = try ShoalBinary.run(["run", "--config", file])
         #expect(run.status == 1)
         #expect(run.stderr.contains("bad.toml:3 (max-frame-size): 'max-frame-size' must be an integer, not a string"), "\(run.stderr)")
+        // Malformed TOML is refused with its line and column, never a crash (the C++
+        // reader Shoal used aborted, exit 134, on this text).
+        try "data = \"db\"\n[[= [\"orderme = \"ar\n".write(toFile: file, atomically: true, encoding: .utf8)
+        let malformed = try ShoalBinary.run(["run", "--config", file])
+        #expect(malformed.status == 1)
+        #expect(malformed.stderr.contains("bad.toml:2:3: expected a key"), "\(malformed.stderr)")
         let missing = try ShoalBinary.run(["run", "--config", dirs.path + "/nothing.toml"])
         #expect(missing.status == 1 && missing.stderr.contains("cannot read the config file"), "\(missing.stderr)")
     }

@@ -83,6 +83,17 @@ extension ProcessSuites {
                 ["exec", "--node", hub.address] + reader.arguments + ["INSERT INTO menu DOCUMENTS ({'_id': 'forged'})"])
             #expect(write.status != 0 && write.stderr.contains("admin role 'read'"), "\(write.stderr)")
             #expect(try Self.count(hub, "SELECT * FROM menu WHERE _id = 'forged'") == 0)
+
+            // A malformed rules file sent with SIGHUP is refused, naming its line, and the
+            // rules in force stay: the hub keeps serving (the C++ reader Shoal used
+            // aborted the process on this text).
+            try "[[peer]]\nname = \"till-*\"\n[[= [\"orderme = \"ar\n".write(
+                toFile: dir.path + "/permissions.toml", atomically: true, encoding: .utf8)
+            hub.signal(SIGHUP)
+            #expect(eventually(15) { hub.log().contains("permissions.toml:3:3: expected a key") }, "\(hub.log())")
+            #expect(try hub.exec("INSERT INTO menu DOCUMENTS ({'_id': 'after'})").status == 0)
+            #expect(try eventually(30) { try Self.count(far, "SELECT * FROM menu WHERE _id = 'after'") == 1 }, "\(far.log())")
+            #expect(try Self.count(till, "SELECT * FROM orders") == 2, "the till's own orders only")
         }
     }
 }

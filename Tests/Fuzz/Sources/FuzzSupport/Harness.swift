@@ -92,12 +92,18 @@ public enum Harness {
         }
     }
 
-    /// Any text as a permissions file (docs/PERMISSIONS.md): refused with a message, or
-    /// read into rules that hold: a name without wildcards matches itself, and a
-    /// subscription set cut down for any name asks only for collections its rights let
-    /// it read, each subscription whole or restricted by the rule's condition.
+    /// Any text as a permissions file (docs/PERMISSIONS.md) and as a config file: both
+    /// read by Shoal's TOML reader, refused with a message or read; rules read hold: a
+    /// name without wildcards matches itself, and a subscription set cut down for any
+    /// name asks only for collections its rights let it read, each subscription whole
+    /// or restricted by the rule's condition.
     public static func permissions(_ data: [UInt8]) {
         let text = String(decoding: data, as: UTF8.self)
+        do {
+            _ = try NodeSettings.parse(text, file: "/fuzz/shoal.toml")
+        } catch {
+            precondition(error.message.hasPrefix("/fuzz/shoal.toml"), "a config error that does not name its file: \(error.message)")
+        }
         guard let rules = try? AccessRulesFile.parse(text, file: "fuzz.toml") else { return }
         var asked = SubscriptionSet()
         for query in ["SELECT * FROM menu", "SELECT * FROM orders WHERE total > 5 -- note", "SELECT * FROM `odd``name`", "SELECT * FROM staff"] {
