@@ -309,7 +309,7 @@ public struct AdminClient: Sendable {
                 }
             }
         do {
-            _ = try await connection.tlsIdentity()
+            _ = try await connection.tlsPeer()
         } catch {
             try? await connection.frames.executeThenClose { _, _ in }
             throw error

@@ -37,8 +37,8 @@ struct AdminService: AdminRequestHandler {
         func handle(
             _ request: AdminRequest, deadline: Deadline?, respond: @escaping @Sendable (AdminResponse) async throws -> Void
         ) async throws {
-            if let refusal = role.refusal(of: request) ?? AdminService.systemRefusal(request, role: role) {
-                return try await respond(.failure(.executionFailed, refusal))
+            if let refusal = role.refusal(of: request) ?? AdminService.statementRefusal(request, role: role) {
+                return try await respond(.failure(.permissionDenied, refusal))
             }
             let restricted = role.restricting(request)
             if restricted != request {
@@ -92,14 +92,32 @@ struct AdminService: AdminRequestHandler {
         }
     }
 
-    /// Why a client of `role` may not run `request`'s statements: `ALTER SYSTEM` needs
-    /// `.operate`. Nil when it may, or when they do not parse (the store says why).
-    static func systemRefusal(_ request: AdminRequest, role: PeerRights.AdminRole) -> String? {
-        guard role < .operate, case .exec(let text, _, _, _) = request, text.localizedCaseInsensitiveContains("system"),
-            let statements = try? Parser.parseStatements(text),
-            statements.contains(where: { if case .system(.set) = $0.statement { true } else { false } })
+    /// Why a client of `role` may not run `request`'s statements: one that writes needs
+    /// `.write`, `ALTER SYSTEM` needs `.operate`. Nil when it may, or when they do not
+    /// parse (the store says why). A client of role `read` runs its execs read-only
+    /// besides (`AdminRole.restricting`), so a write this misses is refused by the store.
+    static func statementRefusal(_ request: AdminRequest, role: PeerRights.AdminRole) -> String? {
+        guard role < .operate, case .exec(let text, _, _, _) = request,
+            // Role write may do all but ALTER SYSTEM: no need to parse what cannot hold it.
+            role < .write || text.localizedCaseInsensitiveContains("system"),
+            let statements = try? Parser.parseStatements(text)
         else { return nil }
-        return "this client's certificate gives it the admin role '\(role.rawValue)' on this node (its permissions file), and ALTER SYSTEM needs 'operate'"
+        let prefix = "this client's certificate gives it the admin role '\(role.rawValue)' on this node (its permissions file)"
+        if statements.contains(where: { if case .system(.set) = $0.statement { true } else { false } }) {
+            return prefix + ", and ALTER SYSTEM needs 'operate'"
+        }
+        if role < .write, let write = statements.first(where: { $0.statement.isMutation }) {
+            let what =
+                switch write.statement {
+                case .insert: "INSERT on \(write.statement.collection)"
+                case .update: "UPDATE on \(write.statement.collection)"
+                case .delete: "DELETE on \(write.statement.collection)"
+                case .evict: "EVICT on \(write.statement.collection)"
+                default: "an index change"
+                }
+            return prefix + ", and \(what) needs 'write'"
+        }
+        return nil
     }
 
     /// A store error as the admin response that reports it.

@@ -185,7 +185,7 @@ package struct LinkTLS: Sendable {
     /// Adds TLS to a new connection, before anything else in its pipeline, and
     /// returns a future that succeeds with the peer's identity once the TLS handshake
     /// is over, or fails with a `ShoalError` saying why it was not.
-    func secure(_ channel: any Channel, dialing: Bool, timeout: Duration) throws -> EventLoopFuture<String> {
+    func secure(_ channel: any Channel, dialing: Bool, timeout: Duration) throws -> EventLoopFuture<Peer> {
         let verdict = Verdict()
         let authority = self.authority
         let revoked = self.revoked
@@ -200,7 +200,10 @@ package struct LinkTLS: Sendable {
                 verdict.state.withLock { $0.refusal = refusal }
                 promise.succeed(.failed)
             } else {
-                verdict.state.withLock { $0.identity = Self.commonName(leaf) }
+                verdict.state.withLock {
+                    $0.identity = Self.commonName(leaf)
+                    $0.serial = Self.serialText(leaf.serialNumber.bytes)
+                }
                 promise.succeed(.certificateVerified)
             }
         }
@@ -208,16 +211,24 @@ package struct LinkTLS: Sendable {
             dialing
             ? try NIOSSLClientHandler(context: clientContext, serverHostname: nil, customVerificationCallback: check)
             : NIOSSLServerHandler(context: serverContext, customVerificationCallback: check)
-        let promise = channel.eventLoop.makePromise(of: String.self)
+        let promise = channel.eventLoop.makePromise(of: Peer.self)
         try channel.pipeline.syncOperations.addHandler(handler)
         try channel.pipeline.syncOperations.addHandler(
             TLSHandshakeHandler(promise: promise, verdict: verdict, timeout: timeout, own: self))
         return promise.futureResult
     }
 
+    /// The other side of a TLS link, as its certificate says.
+    struct Peer: Sendable, Hashable {
+        /// The subject's common name: who the peer is.
+        var name: String
+        /// The serial number, as `serialText` writes it (what `tls-revoked` lists).
+        var serial: String
+    }
+
     /// What the custom check of a peer's certificate decided, for the handshake's outcome.
     final class Verdict: Sendable {
-        let state = Locked<(identity: String?, refusal: String?)>((nil, nil))
+        let state = Locked<(identity: String?, serial: String?, refusal: String?)>((nil, nil, nil))
     }
 
     /// What a failure on a TLS link means to an operator, or nil when `error` is not
@@ -258,14 +269,14 @@ final class TLSHandshakeHandler: ChannelInboundHandler, RemovableChannelHandler 
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
 
-    private let promise: EventLoopPromise<String>
+    private let promise: EventLoopPromise<LinkTLS.Peer>
     private let verdict: LinkTLS.Verdict
     private let timeout: Duration
     private let own: LinkTLS
     private var timer: Scheduled<Void>?
     private var done = false
 
-    init(promise: EventLoopPromise<String>, verdict: LinkTLS.Verdict, timeout: Duration, own: LinkTLS) {
+    init(promise: EventLoopPromise<LinkTLS.Peer>, verdict: LinkTLS.Verdict, timeout: Duration, own: LinkTLS) {
         self.promise = promise
         self.verdict = verdict
         self.timeout = timeout
@@ -291,7 +302,7 @@ final class TLSHandshakeHandler: ChannelInboundHandler, RemovableChannelHandler 
         context.channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" } ?? "the peer"
     }
 
-    private func finish(_ result: Result<String, ShoalError>) {
+    private func finish(_ result: Result<LinkTLS.Peer, ShoalError>) {
         guard !done else { return }
         done = true
         timer?.cancel()
@@ -300,8 +311,8 @@ final class TLSHandshakeHandler: ChannelInboundHandler, RemovableChannelHandler 
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let event = event as? TLSUserEvent, case .handshakeCompleted = event {
-            let identity = verdict.state.withLock { $0.identity } ?? "?"
-            finish(.success(identity))
+            let peer = verdict.state.withLock { LinkTLS.Peer(name: $0.identity ?? "?", serial: $0.serial ?? "?") }
+            finish(.success(peer))
         }
         context.fireUserInboundEventTriggered(event)
     }

@@ -34,6 +34,25 @@ public final class ShoalNode: Service, Sendable {
     /// When each refusal of a connection during TLS was last logged, so a peer
     /// redialing with a bad certificate logs a line a minute.
     private let tlsNotices = Locked<[String: ContinuousClock.Instant]>([:])
+    /// The TLS links being served, by channel: what `reloadTLS` closes when their
+    /// certificates are revoked.
+    private let tlsLinks = Locked<[ObjectIdentifier: (peer: LinkTLS.Peer, channel: any Channel)]>([:])
+
+    /// Notes `peer`'s link on `channel` as served until the returned closure is called.
+    /// A link whose handshake checked the revocation list `reloadTLS` has since replaced
+    /// is checked again here, after it is noted: the reload either closes it or left
+    /// the new list for this check.
+    private func serving(_ peer: LinkTLS.Peer?, on channel: any Channel) -> @Sendable () -> Void {
+        guard let peer else { return {} }
+        let key = ObjectIdentifier(channel)
+        tlsLinks.withLock { $0[key] = (peer, channel) }
+        if let revoked = tls?.revoked, revoked.contains(peer.serial) {
+            logger.warning("closing the link of \(peer.name): its certificate (serial \(peer.serial)) is revoked (tls-revoked)")
+            channel.close(promise: nil)
+        }
+        let links = tlsLinks
+        return { links.withLock { _ = $0.removeValue(forKey: key) } }
+    }
     /// Held from `init` until `run()` has closed the store (or the node is released).
     let dataLock: DataDirectoryLock
     /// Accepted connections still in their handshake (`--max-handshakes`).
@@ -90,6 +109,9 @@ public final class ShoalNode: Service, Sendable {
             maximumSubscriptionsPerPeer: resources.maximumSubscriptionsPerPeer,
             maximumQueryLength: resources.maximumQueryLength)
         syncConfiguration.routes = configuration.routes
+        if configuration.tls != nil {
+            syncConfiguration.servedReadsFile = (configuration.dataDirectory as NSString).appendingPathComponent("served-reads.json")
+        }
         if let permissions = configuration.permissions {
             guard configuration.tls != nil else {
                 throw ShoalError(
@@ -168,15 +190,24 @@ public final class ShoalNode: Service, Sendable {
     public var tlsIdentity: String? { tls?.identity }
 
     /// Reads the TLS files again, as `shoal run` does on SIGHUP: connections opened
-    /// from now on use them, live sessions keep going on theirs. Returns this node's
-    /// new name; throws, keeping the files in use, when the new ones do not load.
+    /// from now on use them, live sessions keep going on theirs, except those of peers
+    /// whose certificates the new revocation list names, which are closed. Returns this
+    /// node's new name; throws, keeping the files in use, when the new ones do not load.
     /// Nil (and nothing read) when the node has no TLS.
     @discardableResult
     public func reloadTLS() throws(ShoalError) -> String? {
         guard let files = configuration.tls else { return nil }
         let fresh = try LinkTLS(files: files)
         tlsState.withLock { $0 = fresh }
-        logger.notice("reloaded the TLS files: new connections present \(fresh.identity) and check peers against \(files.authority); live sessions go on")
+        logger.notice(
+            "reloaded the TLS files: new connections present \(fresh.identity) and check peers against \(files.authority); live sessions go on, but for those of revoked certificates")
+        let revoked = tlsLinks.withLock { $0.values.filter { fresh.revoked.contains($0.peer.serial) } }
+        for link in revoked {
+            logger.warning(
+                "closing the link of \(link.peer.name): its certificate (serial \(link.peer.serial)) is now revoked (tls-revoked)",
+                metadata: ["shoal.peer.address": "\(link.channel.remoteAddress.map { "\($0)" } ?? "?")"])
+            link.channel.close(promise: nil)
+        }
         if let problem = fresh.ownValidityProblem() { logger.warning("\(problem): peers will refuse it until it is replaced") }
         return fresh.identity
     }
@@ -425,12 +456,12 @@ public final class ShoalNode: Service, Sendable {
         let inboundBytes: InboundByteCounter
         /// On a TLS link: the peer's identity once the TLS handshake is over, which
         /// comes before any Shoal frame.
-        let tlsHandshake: EventLoopFuture<String>?
+        let tlsHandshake: EventLoopFuture<LinkTLS.Peer>?
 
         var channel: any Channel { frames.channel }
 
-        /// Waits for the TLS handshake, when there is one: the peer's identity, or nil on a plaintext link.
-        func tlsIdentity() async throws -> String? {
+        /// Waits for the TLS handshake, when there is one: the peer's certificate, or nil on a plaintext link.
+        func tlsPeer() async throws -> LinkTLS.Peer? {
             try await tlsHandshake?.get()
         }
     }
@@ -501,15 +532,17 @@ public final class ShoalNode: Service, Sendable {
             noteHandshakesPushedOut()
         }
         defer { handshakes.leave(ticket) }
-        let identity: String?
+        let tlsPeer: LinkTLS.Peer?
         do {
-            identity = try await connection.tlsIdentity()
+            tlsPeer = try await connection.tlsPeer()
         } catch {
             noteTLSRefusal("TLS: \((error as? ShoalError)?.message ?? "\(error)")", remote: remote)
             // Through the async channel, so that its writer is finished, not dropped (which traps).
             try? await connection.frames.executeThenClose { _, _ in }
             return
         }
+        let served = serving(tlsPeer, on: connection.channel)
+        defer { served() }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.closeWhenStalled(connection.channel, remote: remote) }
             do {
@@ -519,7 +552,7 @@ public final class ShoalNode: Service, Sendable {
                         onEstablished: { self.handshakes.leave(ticket) })
                     try await sync.serve(
                         inbound: inbound, transport: transport, direction: .inbound, remoteAddress: remote, admin: admin,
-                        remoteIsLoopback: loopback, tlsIdentity: identity)
+                        remoteIsLoopback: loopback, tlsIdentity: tlsPeer?.name)
                 }
             } catch {
                 logger.info("inbound session ended: \(error)", metadata: ["shoal.peer.address": "\(remote)"])
@@ -677,13 +710,15 @@ public final class ShoalNode: Service, Sendable {
                         try Self.wrap(channel, limits: limits, tls: self.tls, dialing: true, timeout: handshakeTimeout)
                     }
                 }
-            let tlsIdentity: String?
+            let tlsPeer: LinkTLS.Peer?
             do {
-                tlsIdentity = try await connection.tlsIdentity()
+                tlsPeer = try await connection.tlsPeer()
             } catch {
                 try? await connection.frames.executeThenClose { _, _ in }
                 throw error
             }
+            let served = serving(tlsPeer, on: connection.channel)
+            defer { served() }
             let identity = try await withThrowingTaskGroup(of: PeerIdentity?.self) { group in
                 group.addTask {
                     await self.closeWhenStalled(connection.channel, remote: peer.description)
@@ -695,7 +730,7 @@ public final class ShoalNode: Service, Sendable {
                         writer: outbound, channel: connection.channel, inboundBytes: connection.inboundBytes)
                     return try await sync.serve(
                         inbound: inbound, transport: transport, direction: .outbound, remoteAddress: peer.description,
-                        discovered: discovered, tlsIdentity: tlsIdentity)
+                        discovered: discovered, tlsIdentity: tlsPeer?.name)
                 }
             }
             sync.noteDialTarget(peer.description, state: "disconnected", discovered: discovered)

@@ -285,6 +285,18 @@ public final class InboundPipeline: Sendable {
                     engine.registry.countDuplicates(result.duplicates)
                     // Before the sessions acknowledge: an Ack's held_through stays below the offers noted.
                     await engine.routing.committed(result.routes, engine: engine)
+                    // Before the Acks go out: each carries what its peer is to be told of.
+                    for refused in result.forbidden {
+                        for site in refused.from {
+                            engine.registry.noteRefusal(.init(id: refused.id, code: .permissionDenied, reason: refused.reason), to: site)
+                        }
+                    }
+                    for refused in result.refused {
+                        for site in refused.from {
+                            engine.registry.noteRefusal(
+                                .init(id: refused.id, code: .limitExceeded, reason: "this node cannot hold it: \(refused.reason)"), to: site)
+                        }
+                    }
                     for item in group { item.done?(.success(())) }
                     await committed(result, outcome, newPeers: newPeers, assembler: &assembler, engine: engine, subscriptions: subscriptions)
                     newPeers = []

@@ -80,6 +80,9 @@ final class PeerRegistry: Sendable {
         /// the closed ones (a live session's bytes are in its record).
         var totals: [SiteID: PeerTraffic] = [:]
         var dialTargets: [String: PeerSnapshot] = [:]
+        /// Per peer site, the transactions of its that this node refused and has not yet
+        /// told it of (`SessionMessage.Ack.batch`'s `refused`).
+        var untold: [SiteID: [SessionMessage.Refusal]] = [:]
         var nextID = 0
     }
 
@@ -136,6 +139,10 @@ final class PeerRegistry: Sendable {
             else { return }
             s.totals[site, default: PeerTraffic()].bytesIn += closed.bytesIn
             s.totals[site, default: PeerTraffic()].bytesOut += closed.bytesOut
+            // Refusals are told only to a site with a session: none left, none kept.
+            if !s.records.values.contains(where: { $0.snapshot.siteID == site && $0.snapshot.state != "admin" }) {
+                s.untold[site] = nil
+            }
         }
     }
 
@@ -191,6 +198,45 @@ final class PeerRegistry: Sendable {
             for (id, record) in s.records where record.snapshot.siteID == site && record.snapshot.state != "admin" {
                 s.records[id]!.snapshot.lastError = error
             }
+        }
+    }
+
+    /// Notes that `site` is to be told of `refusal` with its next Ack: at most
+    /// `Refusal.perAck` wait per site, and only for a site with a session now (this
+    /// node logs every refusal; a site with no session is not told of it).
+    func noteRefusal(_ refusal: SessionMessage.Refusal, to site: SiteID) {
+        var refusal = refusal
+        if refusal.reason.utf8.count > SessionMessage.Refusal.maximumReasonBytes {
+            // Cut at a character's start, so that no half character is sent.
+            var cut = refusal.reason.utf8.prefix(SessionMessage.Refusal.maximumReasonBytes - 3)
+            while let last = cut.last, last & 0xC0 == 0x80 { cut = cut.dropLast() }
+            if let last = cut.last, last >= 0xC0 { cut = cut.dropLast() }
+            refusal.reason = String(decoding: cut, as: UTF8.self) + "..."
+        }
+        state.withLock { s in
+            guard s.records.values.contains(where: { $0.snapshot.siteID == site && $0.snapshot.state != "admin" }) else { return }
+            var waiting = s.untold[site, default: []]
+            guard waiting.count < SessionMessage.Refusal.perAck, !waiting.contains(refusal) else { return }
+            waiting.append(refusal)
+            s.untold[site] = waiting
+        }
+    }
+
+    /// The refusals `site` is to be told of, taken, oldest first, as many as fit in
+    /// `bytes` (each counted as its reason and 32 bytes): they go with the Ack being
+    /// sent, which must fit the peer's frame limit. The rest wait for the next Ack.
+    func takeRefusals(for site: SiteID, fitting bytes: Int) -> [SessionMessage.Refusal] {
+        state.withLock { s in
+            guard var waiting = s.untold[site] else { return [] }
+            var used = 0
+            let count = waiting.prefix { refusal in
+                used += refusal.reason.utf8.count + 32
+                return used <= bytes
+            }.count
+            let taken = Array(waiting.prefix(count))
+            waiting.removeFirst(count)
+            s.untold[site] = waiting.isEmpty ? nil : waiting
+            return taken
         }
     }
 

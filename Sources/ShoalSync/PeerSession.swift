@@ -328,6 +328,12 @@ struct PeerSession: Sendable {
     /// Drives the session's state machine: the parent task reads frames, child tasks
     /// turn timers and local changes into events, and one loop feeds every event to
     /// the machine and carries out its actions in order.
+    /// What a peer's refusal refused, in words: a piece for want of rights leaves the
+    /// transaction to others; one the peer cannot hold is refused whole.
+    static func refused(_ refusal: SessionMessage.Refusal) -> String {
+        refusal.code == .permissionDenied ? "this node's piece of transaction \(refusal.id)" : "transaction \(refusal.id) whole"
+    }
+
     func runSync<I: AsyncIteratorProtocol>(peer: PeerIdentity, iterator: inout I) async throws where I.Element == Frame {
         let (inputs, input) = AsyncStream.makeStream(of: Input.self)
         // Listen before the first Subscribe, so no change falls in between.
@@ -537,7 +543,12 @@ struct PeerSession: Sendable {
                     offered: batch.offered, mayWrite: rights.write,
                     done: { [engine] result in
                         switch result {
-                        case .success: input.yield(.event(.batchDurable(heldLimit: engine.routing.resumeLimit(for: peer.siteID))))
+                        case .success:
+                            input.yield(
+                                .event(
+                                    .batchDurable(
+                                        heldLimit: engine.routing.resumeLimit(for: peer.siteID),
+                                        refused: engine.registry.takeRefusals(for: peer.siteID, fitting: peer.limits.framePayload / 2))))
                         case .failure(let error): input.yield(.event(.batchFailed(error.message)))
                         }
                     }))
@@ -581,6 +592,20 @@ struct PeerSession: Sendable {
         case .warn(let message):
             logger.warning(
                 "\(message)", metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
+        case .peerRefused(let refusals):
+            for refusal in refusals {
+                logger.warning(
+                    "peer \(peer.name) refused \(Self.refused(refusal)): \(refusal.reason) (\(refusal.code.name))",
+                    metadata: [
+                        "shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)", "shoal.txn": "\(refusal.id)",
+                    ])
+            }
+            if let last = refusals.last {
+                let more = refusals.count > 1 ? " (and \(refusals.count - 1) more, in the log)" : ""
+                engine.registry.update(recordID) {
+                    $0.lastError = "it refused \(Self.refused(last)): \(last.reason) (\(last.code.name))\(more)"
+                }
+            }
         case .close(let error):
             guard let error else {
                 logger.warning(

@@ -14,7 +14,11 @@ extension SessionMessage {
     public init?(wire: WireMessage) {
         switch wire {
         case .subscribe(let s): self = .subscribe(Subscribe(wire: s))
-        case .ack(let a): self = .ack(a.heldOnly ? .heldOnly(heldThrough: a.heldThrough) : .batch(through: a.throughSequence, heldThrough: a.heldThrough))
+        case .ack(let a):
+            let refused = a.refused.map {
+                Refusal(id: TransactionID(origin: SiteID($0.originSite), sequence: $0.originSequence), code: SyncError.Code(wire: $0.code), reason: $0.reason)
+            }
+            self = .ack(a.heldOnly ? .heldOnly(heldThrough: a.heldThrough) : .batch(through: a.throughSequence, heldThrough: a.heldThrough, refused: refused))
         case .ping(let p): self = .ping(Ping(wire: p))
         case .pong(let p): self = .pong(Ping(wire: p))
         case .routeUpdate(let u): self = .routeUpdate(RouteTable.Routes(wire: u.routes))
@@ -43,9 +47,17 @@ extension SessionMessage {
         case .ack(let ack):
             var wire = Shoal_V1_Ack()
             switch ack {
-            case .batch(let through, let held):
+            case .batch(let through, let held, let refused):
                 wire.throughSequence = through
                 wire.heldThrough = held
+                wire.refused = refused.map { refusal in
+                    var wire = Shoal_V1_Refusal()
+                    wire.originSite = refusal.id.origin.rawValue
+                    wire.originSequence = refusal.id.sequence
+                    wire.code = refusal.code.wire
+                    wire.reason = refusal.reason
+                    return wire
+                }
             case .heldOnly(let held):
                 wire.heldOnly = true
                 wire.heldThrough = held

@@ -137,10 +137,33 @@ public enum SessionMessage: Sendable, Hashable {
         /// It holds every batch through the one whose `through_sequence` is `through`.
         /// `heldThrough` (version 4): below or at it, it holds every transaction its
         /// subscriptions want, offers not resolved keeping it below them; 0 before version 4.
-        case batch(through: UInt64, heldThrough: UInt64 = 0)
+        /// `refused`: transactions that came through the receiver of this Ack and that
+        /// its sender refused whole since its last Ack, for the log and status only.
+        case batch(through: UInt64, heldThrough: UInt64 = 0, refused: [Refusal] = [])
         /// Version 4: only how far it holds (an offer was resolved since the last Ack);
         /// it acknowledges no batch.
         case heldOnly(heldThrough: UInt64)
+    }
+
+    /// A transaction refused whole, and why (`Ack.refused`, PROTOCOL.md §8.8).
+    public struct Refusal: Sendable, Hashable {
+        /// At most this many go in one Ack; the refusing node logs the rest.
+        public static let perAck = 64
+        /// A longer reason is cut to this many bytes before it is sent.
+        public static let maximumReasonBytes = 256
+
+        public var id: TransactionID
+        /// `.permissionDenied` (the sender may not write where it writes) or
+        /// `.limitExceeded` (the refusing node cannot hold it).
+        public var code: SyncError.Code
+        /// For an operator.
+        public var reason: String
+
+        public init(id: TransactionID, code: SyncError.Code, reason: String) {
+            self.id = id
+            self.code = code
+            self.reason = reason
+        }
     }
 
     /// Keepalive, and what the sender vouches while the receiver is caught up with it.

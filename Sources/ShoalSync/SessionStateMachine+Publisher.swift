@@ -242,10 +242,14 @@ extension SessionStateMachine {
                 }
                 streaming { $0.resolveOffers(heldThrough: held) }
                 return []
-            case .batch(let through, let held):
+            case .batch(let through, let held, let refused):
+                guard refused.count <= SessionMessage.Refusal.perAck else {
+                    throw SyncError(
+                        .protocolViolation, "Ack refuses \(refused.count) transactions; an Ack refuses at most \(SessionMessage.Refusal.perAck)")
+                }
                 let actions = try streaming { stream throws(SyncError) in try stream.acknowledged(through: through, heldThrough: held) }
                 guard let actions else { throw SyncError.unexpectedAck(through) }
-                return actions
+                return refused.isEmpty ? actions : actions + [.peerRefused(refused)]
             }
         }
 

@@ -290,13 +290,14 @@ extension SessionStateMachine {
         }
 
         /// The oldest batch submitted is durable: its Ack goes out.
-        mutating func batchDurable(heldLimit: UInt64?) -> [Action] {
+        mutating func batchDurable(heldLimit: UInt64?, refused: [SessionMessage.Refusal] = []) -> [Action] {
             guard !pendingDurable.isEmpty else { return [] }
             let through = pendingDurable.removeFirst()
-            guard configuration.hasRoutes else { return [.send(.ack(.batch(through: through)))] }
+            let refused = Array(refused.prefix(SessionMessage.Refusal.perAck))
+            guard configuration.hasRoutes else { return [.send(.ack(.batch(through: through, refused: refused)))] }
             let held = min(through, heldLimit ?? .max)
             lastAcknowledged = (through, held)
-            return [.send(.ack(.batch(through: through, heldThrough: held)))]
+            return [.send(.ack(.batch(through: through, heldThrough: held, refused: refused)))]
         }
 
         /// An offer was resolved: a held_only Ack says so, if this node holds further now.

@@ -123,7 +123,8 @@ public struct SessionStateMachine: Sendable {
         /// The oldest submitted batch is durable (committed or buffered). `heldLimit`:
         /// the highest sequence of the peer's log this node may say it holds through,
         /// below the first offer of the peer it has not resolved (`RouteTable.resumeLimit`).
-        case batchDurable(heldLimit: UInt64? = nil)
+        /// `refused`: what this node refused whole of what the peer sent, for its Ack.
+        case batchDurable(heldLimit: UInt64? = nil, refused: [SessionMessage.Refusal] = [])
         /// The routes this node asks the peer for changed (`RouteTable`): they go with
         /// the next Subscribe, or at once in a RouteUpdate once one was sent.
         case routesChanged(RouteTable.Routes)
@@ -203,6 +204,9 @@ public struct SessionStateMachine: Sendable {
         case ownTransactionsBack(subscriptionKey: String)
         /// Something the operator should know, to log with the peer's address (the session goes on).
         case warn(String)
+        /// The peer refused transactions this node sent it (its Ack said so): log them
+        /// and show the last in the peer's status.
+        case peerRefused([SessionMessage.Refusal])
         /// Send the error unless it came from the peer (or is nil: a silent close), then close.
         case close(SyncError?)
     }
@@ -290,8 +294,8 @@ public struct SessionStateMachine: Sendable {
             return subscriber.cursorRead(set, resumeAfter: resumeAfter, includeOwn: includeOwn, held: held, cursorEpoch: epoch)
         case .pageRead(let page, let ticket):
             return publisher.pageRead(page, ticket: ticket)
-        case .batchDurable(let limit):
-            return subscriber.batchDurable(heldLimit: limit)
+        case .batchDurable(let limit, let refused):
+            return subscriber.batchDurable(heldLimit: limit, refused: refused)
         case .heldAdvanced(let limit):
             return subscriber.heldAdvanced(heldLimit: limit)
         case .routesChanged(let routes):

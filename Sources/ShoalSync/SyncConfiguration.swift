@@ -48,6 +48,9 @@ public struct SyncConfiguration: Sendable {
     public var attachmentChunkWait: Duration = .seconds(10)
     /// What each peer may do, by its certificate's name (`AccessRules`); none: everything.
     public var accessRules: AccessRules = .none
+    /// Where to keep what each peer was last allowed to read (`ServedReads`), so that
+    /// rules that change while the node is stopped are noticed; nil: in memory only.
+    public var servedReadsFile: String?
     /// How long a node asked for attachment bytes it does not hold waits for its own
     /// fetch of them before it answers "not found": shorter than the asker's wait for a
     /// chunk (`attachmentChunkWait`), so the asker hears an answer (PROTOCOL.md §8.7).

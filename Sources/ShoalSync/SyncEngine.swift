@@ -64,9 +64,9 @@ public final class SyncEngine: Sendable {
     /// What each peer may do here; `setAccessRules` changes them.
     private let rules: Locked<AccessRules>
     /// What each peer, by certificate name, was last allowed to read by a session that
-    /// served its subscriptions since this node started: a session under other read
-    /// rights streams from the log's start.
-    private let servedReads = Locked<[String: PeerRights.Read]>([:])
+    /// served its subscriptions: a session under other read rights streams from the
+    /// log's start.
+    private let servedReads: ServedReads
 
     /// - Parameter applyDuration: records how long each commit of received
     ///   transactions took, one sample per SQLite transaction of the inbound pipeline.
@@ -82,6 +82,10 @@ public final class SyncEngine: Sendable {
         self.advertisedListen = Locked(configuration.listenAddress)
         self.freshness = Freshness(site: store.siteID)
         self.rules = Locked(configuration.accessRules)
+        self.servedReads = ServedReads(file: configuration.servedReadsFile) { problem in
+            logger.warning(
+                "\(problem). A peer whose read rights changed while this node was stopped is not sent what it may newly read until it subscribes again")
+        }
         self.routing = Routing(enabled: configuration.routes)
         var kept: [SiteID: InterestTable.Entry] = [:]
         // This node states its set anew at start, above any generation it stated before
@@ -479,10 +483,17 @@ public final class SyncEngine: Sendable {
         var served: (@Sendable () -> Void)?
         if let identity = tlsIdentity {
             let read = rights.read
-            let before = servedReads.withLock { $0[identity] }
-            resend = before.map { $0 != read } ?? false
+            resend = servedReads.changed(identity, read)
             let reads = servedReads
-            served = { reads.withLock { $0[identity] = read } }
+            let logger = logger
+            served = {
+                do {
+                    try reads.note(identity, read)
+                } catch {
+                    logger.error(
+                        "could not note what \(identity) may read: \(error). Should its read rights change while this node is stopped, it is not sent what it may newly read")
+                }
+            }
         }
         let session = PeerSession(
             engine: self, recordID: id, transport: transport, direction: direction, remoteAddress: remoteAddress,

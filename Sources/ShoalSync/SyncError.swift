@@ -19,6 +19,8 @@ public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
         case executionFailed
         case limitExceeded
         case staleReplica
+        /// The sender's rights on this node do not allow what it asked (PROTOCOL.md §17).
+        case permissionDenied
         /// A code this version does not know, by its number.
         case unrecognized(Int)
     }
@@ -61,6 +63,7 @@ extension SyncError.Code {
         case .executionFailed: return "EXECUTION_FAILED"
         case .limitExceeded: return "LIMIT_EXCEEDED"
         case .staleReplica: return "STALE_REPLICA"
+        case .permissionDenied: return "PERMISSION_DENIED"
         case .unrecognized(let n): return "UNRECOGNIZED(\(n))"
         }
     }
@@ -81,6 +84,7 @@ extension SyncError.Code {
         case .executionFailed: self = .executionFailed
         case .limitExceeded: self = .limitExceeded
         case .staleReplica: self = .staleReplica
+        case .permissionDenied: self = .permissionDenied
         case .UNRECOGNIZED(let n): self = .unrecognized(n)
         }
     }
@@ -101,6 +105,7 @@ extension SyncError.Code {
         case .executionFailed: return .executionFailed
         case .limitExceeded: return .limitExceeded
         case .staleReplica: return .staleReplica
+        case .permissionDenied: return .permissionDenied
         case .unrecognized(let n): return .UNRECOGNIZED(n)
         }
     }

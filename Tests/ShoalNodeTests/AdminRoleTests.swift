@@ -27,8 +27,11 @@ import Testing
 
     static func exec(_ text: String) -> AdminRequest { .exec(statements: text, argumentsJSON: "", hint: nil, readOnly: false) }
 
+    /// The message of a refusal for want of a role: a failure with PERMISSION_DENIED.
     static func refusal(_ response: AdminResponse) -> String? {
-        if case .failure(_, let message) = response { message } else { nil }
+        guard case .failure(let code, let message) = response else { return nil }
+        #expect(code == .permissionDenied, "\(message)")
+        return message
     }
 
     @Test func aReadOnlyClientReadsButCannotWrite() async throws {
@@ -41,6 +44,7 @@ import Testing
         #expect(answers.count == 5)
         #expect(Self.refusal(answers[0]) == nil)
         #expect(Self.refusal(answers[1])?.contains("admin role 'read'") == true)
+        #expect(Self.refusal(answers[1])?.contains("INSERT on cars needs 'write'") == true)
         #expect(Self.refusal(answers[2])?.contains("needs 'write'") == true)
         #expect(Self.refusal(answers[3])?.contains("needs 'operate'") == true)
         #expect(Self.refusal(answers[4]) == nil)

@@ -22,8 +22,8 @@ extension ProcessSuites {
         /// returns what each side's handshake future gave: the peer's name or the error.
         static func handshake(dialer: LinkTLS, acceptor: LinkTLS) throws -> (dialer: Result<String, any Error>, acceptor: Result<String, any Error>) {
             let client = EmbeddedChannel(), server = EmbeddedChannel()
-            let clientDone = try dialer.secure(client, dialing: true, timeout: .seconds(10))
-            let serverDone = try acceptor.secure(server, dialing: false, timeout: .seconds(10))
+            let clientDone = try dialer.secure(client, dialing: true, timeout: .seconds(10)).map(\.name)
+            let serverDone = try acceptor.secure(server, dialing: false, timeout: .seconds(10)).map(\.name)
             let address = try SocketAddress(ipAddress: "127.0.0.1", port: 7470)
             _ = server.connect(to: address)
             _ = client.connect(to: address)
@@ -144,6 +144,52 @@ extension ProcessSuites {
                 #expect(alpha.sync.peers().contains { $0.state == "connected" && $0.tlsIdentity == "beta" })
                 let status = try await AdminClient(node: try await alpha.ready(), tls: try pki.issue("cli")).status()
                 #expect(status.linkSecurity == "tls" && status.tlsIdentity == "alpha")
+                group.cancelAll()
+            }
+        }
+
+        /// A certificate revoked while its peer is connected: the reload that reads the
+        /// new list closes that peer's live session (and only its), and its redials are
+        /// refused, while a session of a peer not revoked goes on.
+        @Test func aReloadThatRevokesALiveSessionsCertificateClosesIt() async throws {
+            let dir = TemporaryDirectory(prefix: "shoal-link-tls")
+            defer { dir.remove() }
+            let pki = try MeshPKI(in: dir.path)
+            let loopback = HostAndPort(host: "127.0.0.1", port: 0)
+            var hubFiles = try pki.issue("hub")
+            hubFiles.revoked = dir.path + "/revoked.txt"
+            try "# none yet\n".write(toFile: dir.path + "/revoked.txt", atomically: true, encoding: .utf8)
+            let hub = try ShoalNode(
+                configuration: NodeConfiguration(
+                    dataDirectory: dir.path + "/hub", listen: loopback, name: "hub", discovery: false, tls: hubFiles))
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await hub.run() }
+                var tills: [ShoalNode] = []
+                var lostCertificate = ""
+                for name in ["till-1", "till-9"] {
+                    let files = try pki.issue(name)
+                    lostCertificate = files.certificate
+                    let till = try ShoalNode(
+                        configuration: NodeConfiguration(
+                            dataDirectory: dir.path + "/" + name, listen: loopback, name: name, peers: [try await hub.ready()],
+                            subscriptions: ["SELECT * FROM menu"], discovery: false, tls: files))
+                    group.addTask { try await till.run() }
+                    _ = try await till.ready()
+                    tills.append(till)
+                }
+                func connected(_ name: String) -> Bool { hub.sync.peers().contains { $0.state == "connected" && $0.tlsIdentity == name } }
+                #expect(try await InProcessMesh.eventually { connected("till-1") && connected("till-9") })
+                let lost = try Certificate(pemEncoded: String(contentsOfFile: lostCertificate, encoding: .utf8))
+                try "\(LinkTLS.serialText(lost.serialNumber.bytes))\n".write(toFile: dir.path + "/revoked.txt", atomically: true, encoding: .utf8)
+                #expect(try hub.reloadTLS() == "hub")
+                #expect(try await InProcessMesh.eventually { !connected("till-9") })
+                _ = try await hub.store.execute("INSERT INTO menu DOCUMENTS ({'_id': 'soup'})")
+                #expect(try await InProcessMesh.eventually { try await tills[0].store.execute("SELECT * FROM menu").items.count == 1 })
+                #expect(connected("till-1"), "the session of a peer not revoked goes on")
+                // till-9 redials every few seconds: each is refused, so it never gets the soup.
+                try await Task.sleep(for: .seconds(2))
+                #expect(!connected("till-9"))
+                #expect(try await tills[1].store.execute("SELECT * FROM menu").items.isEmpty)
                 group.cancelAll()
             }
         }

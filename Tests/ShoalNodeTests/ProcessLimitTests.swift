@@ -75,6 +75,10 @@ extension ProcessSuites {
         let peer = try #require(try ProcessMeshTests.peers(b).first { $0["state"] as? String == "connected" })
         #expect((peer["lastError"] as? String)?.contains("refused transaction") == true, "\(peer)")
         #expect(b.log().contains("refused a remote transaction whole"))
+        // a is told in b's Ack (PROTOCOL.md §8.8): its log and its status for b say so.
+        #expect(eventually(20) { a.log().contains("peer beta refused transaction") }, "\(a.log())")
+        let told = try #require(try ProcessMeshTests.peers(a).first { $0["state"] as? String == "connected" })
+        #expect((told["lastError"] as? String)?.hasSuffix("(LIMIT_EXCEEDED)") == true, "\(told)")
         // One session all along: no reconnect loop.
         #expect(b.log().components(separatedBy: "peer connected").count == 2, "\(b.log())")
         #expect(b.isRunning && a.isRunning)

@@ -74,6 +74,10 @@ extension ProcessSuites {
             #expect(try Self.count(hub, "SELECT * FROM orders WHERE _id = 'mixed'") == 0, "never applied in part")
             #expect(try Self.count(hub, "SELECT * FROM staff") == 0)
             #expect(hub.log().contains("may not write staff on this node"), "\(hub.log())")
+            // The till is told: its log, and its status for the hub (PERMISSION_DENIED).
+            #expect(eventually(20) { till.log().contains("peer hub refused this node's piece of transaction") }, "\(till.log())")
+            let told = try #require(try ProcessMeshTests.peers(till).first { $0["address"] as? String == hub.address })
+            #expect((told["lastError"] as? String)?.hasSuffix("(PERMISSION_DENIED)") == true, "\(told)")
 
             // The read-only client.
             let reader = try pki.issue("reader")
@@ -82,6 +86,7 @@ extension ProcessSuites {
             let write = try ShoalBinary.run(
                 ["exec", "--node", hub.address] + reader.arguments + ["INSERT INTO menu DOCUMENTS ({'_id': 'forged'})"])
             #expect(write.status != 0 && write.stderr.contains("admin role 'read'"), "\(write.stderr)")
+            #expect(write.stderr.contains("INSERT on menu needs 'write'"), "\(write.stderr)")
             #expect(try Self.count(hub, "SELECT * FROM menu WHERE _id = 'forged'") == 0)
 
             // A malformed rules file sent with SIGHUP is refused, naming its line, and the

@@ -1,3 +1,4 @@
+import Foundation
 import ShoalCRDT
 import ShoalStore
 import ShoalStorage
@@ -62,6 +63,13 @@ import Testing
             #expect(try await Self.count(hub, "SELECT * FROM staff") == 0)
             let refusals = hub.sync.pipeline.status.recentRefusals
             #expect(refusals.count == 1 && refusals.first?.reason.contains("may not write staff") == true)
+            // The till is told, in the hub's Ack: its status for the hub says so.
+            let told = try await InProcessMesh.eventually {
+                till.sync.peers().first { $0.siteID == hub.store.siteID }?.lastError?.contains("may not write staff") == true
+            }
+            #expect(told, "\(till.sync.peers().map { $0.lastError ?? "none" })")
+            let error = till.sync.peers().first { $0.siteID == hub.store.siteID }?.lastError ?? ""
+            #expect(error.hasPrefix("it refused this node's piece of transaction \(refusals.first!.id): ") && error.hasSuffix("(PERMISSION_DENIED)"), "\(error)")
         }
     }
 
@@ -84,5 +92,40 @@ import Testing
             // Rules that change nothing for a peer leave its session alone.
             #expect(await hub.sync.setAccessRules(AccessRules(rules: [.init(pattern: "till-*", rights: .everything)])) == 0)
         }
+    }
+
+    /// Rules widened while the hub was stopped: the hub kept what the till was served
+    /// under (`ServedReads`, in its directory), so the restarted hub sees the change and
+    /// sends the till what it may newly read from the log's start, orders written
+    /// before included. Without the file the till resumed from its cursor and never got
+    /// them.
+    @Test func rulesWidenedWhileTheHubWasStoppedBringWhatWasWrittenBefore() async throws {
+        let directory = TemporaryDirectory(prefix: "shoal-hub")
+        let file = directory.path + "/served-reads.json"
+        let till = try TestNode(name: "till-1", subscriptions: ["SELECT * FROM menu", "SELECT * FROM orders"])
+        defer { till.remove(); directory.remove() }
+        do {
+            let hub = try TestNode(
+                name: "hub", directory: directory, configure: { $0.accessRules = Self.menuOnly; $0.servedReadsFile = file })
+            _ = try await hub.store.execute("INSERT INTO menu DOCUMENTS ({'_id': 'soup'}); INSERT INTO orders DOCUMENTS ({'_id': 'o1'})")
+            try await InProcessMesh.withLink(till.sync, hub.sync, names: (a: "till-1", b: "hub")) { () async throws in
+                #expect(try await InProcessMesh.eventually { try await Self.count(till, "SELECT * FROM menu") == 1 })
+                _ = try await hub.store.execute("INSERT INTO menu DOCUMENTS ({'_id': 'bread'})")
+                #expect(try await InProcessMesh.eventually { try await Self.count(till, "SELECT * FROM menu") == 2 })
+            }
+            #expect(try await Self.count(till, "SELECT * FROM orders") == 0)
+            hub.stop()
+        }
+        #expect(FileManager.default.fileExists(atPath: file))
+        let hub = try TestNode(
+            name: "hub", directory: directory,
+            configure: { $0.accessRules = AccessRules(rules: [.init(pattern: "*", rights: .everything)]); $0.servedReadsFile = file })
+        defer { hub.stop() }
+        try await InProcessMesh.withLink(till.sync, hub.sync, names: (a: "till-1", b: "hub")) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(till, "SELECT * FROM orders") == 1 })
+        }
+        // Served once under the wider rules: a third start resumes from the cursor again.
+        #expect(ServedReads(file: file).changed("till-1", .everything) == false)
+        #expect(ServedReads(file: file).changed("till-1", Self.menuOnly.rights(of: "till-1").read))
     }
 }

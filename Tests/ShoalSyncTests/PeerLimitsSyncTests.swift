@@ -122,6 +122,13 @@ import Testing
             let peer = b.sync.peers().first { $0.siteID == a.store.siteID }
             #expect(peer?.state == "connected")
             #expect(peer?.lastError?.contains("refused transaction \(second.transactionID!)") == true, "\(peer?.lastError ?? "none")")
+            // And a is told, in b's Ack (PROTOCOL.md §8.8): its status for b names it.
+            let told = try await InProcessMesh.eventually {
+                a.sync.peers().first { $0.siteID == b.store.siteID }?.lastError?.contains(
+                    "it refused transaction \(second.transactionID!) whole: this node cannot hold it: document \"medium\"") == true
+            }
+            #expect(told, "\(a.sync.peers().map { $0.lastError ?? "none" })")
+            #expect(a.sync.peers().first { $0.siteID == b.store.siteID }?.lastError?.contains("(LIMIT_EXCEEDED)") == true)
         }
     }
 }

@@ -67,3 +67,40 @@ struct NodeStatusAmplificationTests {
         #expect(status.amplification == nil, "only copies: no new delta to divide by")
     }
 }
+
+extension PeerRegistryTests {
+    /// Refusals wait for a peer's next Ack while it has a session: as many as fit in the
+    /// byte budget go, the rest wait for the next; a long reason is cut at a character;
+    /// none are kept once its last session ends, and none are noted without one.
+    @Test func refusalsWaitForTheNextAckWhileThePeerHasASession() {
+        let registry = PeerRegistry()
+        let local = SiteID(1), peer = SiteID(2)
+        func refusal(_ n: UInt64, _ reason: String = "may not write staff") -> SessionMessage.Refusal {
+            .init(id: TransactionID(origin: peer, sequence: n), code: .permissionDenied, reason: reason)
+        }
+        registry.noteRefusal(refusal(1), to: peer)
+        #expect(registry.takeRefusals(for: peer, fitting: 10_000).isEmpty, "no session: nothing kept")
+
+        let session = registry.open(direction: .inbound, address: "127.0.0.1:1") {}
+        _ = registry.establish(session, site: peer, localSite: local)
+        for n: UInt64 in 1...3 { registry.noteRefusal(refusal(n), to: peer) }
+        registry.noteRefusal(refusal(3), to: peer)
+        let long = String(repeating: "é", count: 300)
+        registry.noteRefusal(refusal(4, long), to: peer)
+        // Each counts its reason (19 bytes) and 32: two fit in 152, not three (153).
+        #expect(registry.takeRefusals(for: peer, fitting: 152).map(\.id.sequence) == [1, 2])
+        let rest = registry.takeRefusals(for: peer, fitting: 10_000)
+        #expect(rest.map(\.id.sequence) == [3, 4], "the third noted once")
+        let cut = rest.last?.reason ?? ""
+        #expect(cut.utf8.count <= SessionMessage.Refusal.maximumReasonBytes && cut.hasSuffix("...") && !cut.contains("\u{FFFD}"))
+        #expect(registry.takeRefusals(for: peer, fitting: 10_000).isEmpty, "taken once")
+
+        for n in 5...70 { registry.noteRefusal(refusal(UInt64(n)), to: peer) }
+        registry.remove(session)
+        let again = registry.open(direction: .inbound, address: "127.0.0.1:2") {}
+        _ = registry.establish(again, site: peer, localSite: local)
+        #expect(registry.takeRefusals(for: peer, fitting: 100_000).isEmpty, "dropped with the last session")
+        for n in 1...70 { registry.noteRefusal(refusal(UInt64(n)), to: peer) }
+        #expect(registry.takeRefusals(for: peer, fitting: 100_000).count == SessionMessage.Refusal.perAck)
+    }
+}

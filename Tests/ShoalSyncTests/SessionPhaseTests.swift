@@ -230,3 +230,38 @@ import Testing
         #expect(done.unacknowledged.isEmpty && done.heldByPeer == 20)
     }
 }
+
+extension SessionPhaseTests {
+    /// A receiver tells the sender of transactions it refused whole in its next Ack
+    /// (PROTOCOL.md §8.8): at most `Refusal.perAck` of them, through the wire and back;
+    /// the sender is asked to log them, and an Ack listing more breaks the protocol.
+    @Test func refusalsRideTheNextAckAndTheSenderIsToldOfThem() throws {
+        let refusals = (1...70).map {
+            SessionMessage.Refusal(id: TransactionID(origin: SiteID(7), sequence: UInt64($0)), code: .permissionDenied, reason: "may not write staff")
+        }
+        var s = Subscriber(configuration: Self.configuration())
+        _ = s.subscriptionsChanged(to: T.cars, fromStart: false)
+        _ = s.cursorRead(T.cars, resumeAfter: 0, includeOwn: false, held: .none, cursorEpoch: 0)
+        _ = try s.receivedBatch(Self.payload(through: 5, generation: 1))
+        let actions = s.batchDurable(heldLimit: nil, refused: refusals)
+        var sent: SessionMessage.Ack?
+        for case .send(.ack(let ack)) in actions { sent = ack }
+        guard case .batch(through: 5, heldThrough: 0, let told)? = sent else {
+            Issue.record("no Ack through 5: \(actions)")
+            return
+        }
+        #expect(told == Array(refusals.prefix(SessionMessage.Refusal.perAck)))
+        // Through the wire and back, codes and all.
+        let decoded = SessionMessage(wire: SessionMessage.ack(.batch(through: 5, refused: told)).wire)
+        #expect(decoded == .ack(.batch(through: 5, refused: told)))
+
+        var p = Publisher(configuration: Self.configuration())
+        _ = p.logAdvanced(to: 5)
+        let request = try #require(T.pageRequest(try p.subscribed(SessionMessage.Subscribe(subscriptions: [.init(id: "", query: "SELECT * FROM cars")], generation: 1))))
+        _ = p.pageRead(ChangeLogPage(pieces: [T.piece(1)], through: 5), ticket: request.ticket)
+        let tooMany = #expect(throws: SyncError.self) { try p.acknowledged(.batch(through: 5, refused: refusals)) }
+        #expect(tooMany?.code == .protocolViolation)
+        let heard = try p.acknowledged(.batch(through: 5, refused: Array(told.prefix(2))))
+        #expect(heard.contains { if case .peerRefused(let r) = $0 { r == Array(told.prefix(2)) } else { false } })
+    }
+}

@@ -87,6 +87,11 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
   /// The peer may hold documents this node deleted and has since forgotten: it must
   /// start again from an empty store (PROTOCOL.md section 8.10).
   case staleReplica // = 13
+
+  /// The sender's rights on this node (its certificate's name and the node's
+  /// permissions) do not allow what it asked: an admin request beyond its role, or a
+  /// transaction writing where it may not (only in Ack.refused; PROTOCOL.md section 17).
+  case permissionDenied // = 14
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -109,6 +114,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     case 11: self = .executionFailed
     case 12: self = .limitExceeded
     case 13: self = .staleReplica
+    case 14: self = .permissionDenied
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -129,6 +135,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     case .executionFailed: return 11
     case .limitExceeded: return 12
     case .staleReplica: return 13
+    case .permissionDenied: return 14
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -149,6 +156,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     .executionFailed,
     .limitExceeded,
     .staleReplica,
+    .permissionDenied,
   ]
 
 }
@@ -782,6 +790,33 @@ public nonisolated struct Shoal_V1_Ack: Sendable {
   /// Version 4: this Ack only reports held_through (an offer was resolved since the last
   /// Ack); it acknowledges no batch.
   public var heldOnly: Bool = false
+
+  /// What the sender refused of what the receiver sent it since its last Ack: a
+  /// transaction whole, or the receiver's piece of one (section 8.8). For the
+  /// receiver's log and status only; they change nothing else. At most 64.
+  public var refused: [Shoal_V1_Refusal] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A transaction refused whole, and why (in Ack.refused).
+public nonisolated struct Shoal_V1_Refusal: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var originSite: UInt64 = 0
+
+  public var originSequence: UInt64 = 0
+
+  /// PERMISSION_DENIED: the link's sender may not write where it writes;
+  /// LIMIT_EXCEEDED: the refusing node cannot hold it (its limits).
+  public var code: Shoal_V1_ErrorCode = .unspecified
+
+  /// English text for an operator; do not parse it.
+  public var reason: String = String()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1909,7 +1944,7 @@ nonisolated extension Shoal_V1_Role: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension Shoal_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_PROTOCOL_VIOLATION\0\u{1}ERROR_CODE_UNSUPPORTED_VERSION\0\u{1}ERROR_CODE_MESH_MISMATCH\0\u{1}ERROR_CODE_MESH_KEY_MISMATCH\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_INVALID_QUERY\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_DUPLICATE_SESSION\0\u{1}ERROR_CODE_EXECUTION_FAILED\0\u{1}ERROR_CODE_LIMIT_EXCEEDED\0\u{1}ERROR_CODE_STALE_REPLICA\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_PROTOCOL_VIOLATION\0\u{1}ERROR_CODE_UNSUPPORTED_VERSION\0\u{1}ERROR_CODE_MESH_MISMATCH\0\u{1}ERROR_CODE_MESH_KEY_MISMATCH\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_INVALID_QUERY\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_DUPLICATE_SESSION\0\u{1}ERROR_CODE_EXECUTION_FAILED\0\u{1}ERROR_CODE_LIMIT_EXCEEDED\0\u{1}ERROR_CODE_STALE_REPLICA\0\u{1}ERROR_CODE_PERMISSION_DENIED\0")
 }
 
 nonisolated extension Shoal_V1_Coverage: SwiftProtobuf._ProtoNameProviding {
@@ -2986,7 +3021,7 @@ nonisolated extension Shoal_V1_ContextField: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Shoal_V1_Ack: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Ack"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}through_sequence\0\u{3}held_through\0\u{3}held_only\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}through_sequence\0\u{3}held_through\0\u{3}held_only\0\u{1}refused\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2997,6 +3032,7 @@ nonisolated extension Shoal_V1_Ack: SwiftProtobuf.Message, SwiftProtobuf._Messag
       case 1: try { try decoder.decodeSingularUInt64Field(value: &self.throughSequence) }()
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.heldThrough) }()
       case 3: try { try decoder.decodeSingularBoolField(value: &self.heldOnly) }()
+      case 4: try { try decoder.decodeRepeatedMessageField(value: &self.refused) }()
       default: break
       }
     }
@@ -3012,6 +3048,9 @@ nonisolated extension Shoal_V1_Ack: SwiftProtobuf.Message, SwiftProtobuf._Messag
     if self.heldOnly != false {
       try visitor.visitSingularBoolField(value: self.heldOnly, fieldNumber: 3)
     }
+    if !self.refused.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.refused, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3019,6 +3058,52 @@ nonisolated extension Shoal_V1_Ack: SwiftProtobuf.Message, SwiftProtobuf._Messag
     if lhs.throughSequence != rhs.throughSequence {return false}
     if lhs.heldThrough != rhs.heldThrough {return false}
     if lhs.heldOnly != rhs.heldOnly {return false}
+    if lhs.refused != rhs.refused {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Shoal_V1_Refusal: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Refusal"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}origin_site\0\u{3}origin_sequence\0\u{1}code\0\u{1}reason\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularFixed64Field(value: &self.originSite) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.originSequence) }()
+      case 3: try { try decoder.decodeSingularEnumField(value: &self.code) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.reason) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.originSite != 0 {
+      try visitor.visitSingularFixed64Field(value: self.originSite, fieldNumber: 1)
+    }
+    if self.originSequence != 0 {
+      try visitor.visitSingularUInt64Field(value: self.originSequence, fieldNumber: 2)
+    }
+    if self.code != .unspecified {
+      try visitor.visitSingularEnumField(value: self.code, fieldNumber: 3)
+    }
+    if !self.reason.isEmpty {
+      try visitor.visitSingularStringField(value: self.reason, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Shoal_V1_Refusal, rhs: Shoal_V1_Refusal) -> Bool {
+    if lhs.originSite != rhs.originSite {return false}
+    if lhs.originSequence != rhs.originSequence {return false}
+    if lhs.code != rhs.code {return false}
+    if lhs.reason != rhs.reason {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
