@@ -12,8 +12,9 @@ import PostgresNIO
 ///
 /// ```
 ///   hub 1 ──┐                        shoal_migration  (name): each migration once
-///   hub 2 ──┼── one database ──────► shoal_meta       (key, value): site, log_end
-///   hub N ──┘                        (an advisory lock serializes hubs that migrate at once)
+///   hub 2 ──┼── one database ──────► shoal_meta       (key, value): site, log_end, clock
+///   hub N ──┘        ▲               (an advisory lock serializes hubs that migrate at once)
+///                    └──── NOTIFY shoal_log, 'N': the log now ends at N (`followLog`)
 /// ```
 public final class PostgresHubDatabase: Sendable {
     public let location: PostgresLocation
@@ -32,8 +33,18 @@ public final class PostgresHubDatabase: Sendable {
                 // The highest change-log sequence given out to any hub (`allocateSequences`).
                 "INSERT INTO shoal_meta (key, value) VALUES ('log_end', 0)",
             ]
-        )
+        ),
+        (
+            "v2-clock",
+            [
+                // The highest hybrid timestamp leased to any hub (`leaseTimestamps`).
+                "INSERT INTO shoal_meta (key, value) VALUES ('clock', 0)"
+            ]
+        ),
     ]
+
+    /// The channel on which hubs say how far the shared change log runs (`notifyLogEnd`).
+    static let logChannel = "shoal_log"
 
     /// Connects lazily: nothing reaches the server before `run()` runs and a call is made.
     public init(location: PostgresLocation, logger: Logger) {
@@ -107,6 +118,61 @@ public final class PostgresHubDatabase: Sendable {
                 logger: logger)
             for try await end in rows.decode(Int64.self) { return UInt64(end - Int64(count) + 1) }
             throw PostgresStoreError("the database has no log_end row: is the schema migrated?")
+        }
+    }
+
+    /// Leases `count` hybrid timestamps (PROTOCOL.md §5.3) above `floor` and above every
+    /// one leased before, to any hub: the range returned is this hub's alone. A hub's
+    /// clock (`HubClock`) issues its timestamps from such leases, so that two hubs of
+    /// one site never write the same timestamp, even in the same millisecond; the row
+    /// lock on `clock` orders leases as it orders sequence numbers.
+    public func leaseTimestamps(_ count: Int, above floor: UInt64) async throws(PostgresStoreError) -> ClosedRange<UInt64> {
+        guard count > 0 else { throw PostgresStoreError("leasing \(count) timestamps: at least one") }
+        // Stored as BIGINT: timestamps of the year 6429 and later (bit 63) do not fit.
+        guard floor < UInt64(Int64.max) - UInt64(count) else {
+            throw PostgresStoreError("leasing timestamps above \(HybridTimestamp(rawValue: floor)): beyond what the hubs' clock row holds")
+        }
+        return try await failing("leasing hybrid timestamps") {
+            let rows = try await client.query(
+                "UPDATE shoal_meta SET value = GREATEST(value, \(Int64(floor))) + \(Int64(count)) WHERE key = 'clock' RETURNING value",
+                logger: logger)
+            for try await end in rows.decode(Int64.self) { return UInt64(end - Int64(count) + 1)...UInt64(end) }
+            throw PostgresStoreError("the database has no clock row: is the schema migrated?")
+        }
+    }
+
+    /// Tells every hub following the log (`followLog`) that it now runs through
+    /// `sequence`. Sent in a transaction, PostgreSQL delivers it when that commits.
+    public func notifyLogEnd(_ sequence: UInt64) async throws(PostgresStoreError) {
+        _ = try await failing("announcing the change log's end") {
+            try await client.query("SELECT pg_notify(\(Self.logChannel), \(String(sequence)))", logger: logger)
+        }
+    }
+
+    /// Follows what hubs announce of the change log's end (`notifyLogEnd`), calling
+    /// `announced` with each sequence, in the order PostgreSQL delivers them, until the
+    /// task is cancelled or the connection fails. `listening` is called once the
+    /// server listens: announcements after it are delivered.
+    ///
+    /// A hub's wake-up, not its record: PostgreSQL drops what it announced while a hub
+    /// was not listening (reconnecting, say), so a hub reads the log from where it is
+    /// each time it starts following, and on a slow timer as well.
+    public func followLog(
+        listening: @Sendable () -> Void = {}, _ announced: @Sendable (UInt64) async -> Void
+    ) async throws(PostgresStoreError) {
+        try await failing("following the change log's announcements") {
+            try await client.withConnection { connection in
+                try await connection.listen(on: Self.logChannel) { notifications in
+                    listening()
+                    for try await notification in notifications {
+                        guard let sequence = UInt64(notification.payload) else {
+                            logger.warning("ignoring an announcement on \(Self.logChannel) that is not a sequence number: \(notification.payload.prefix(80))")
+                            continue
+                        }
+                        await announced(sequence)
+                    }
+                }
+            }
         }
     }
 
