@@ -3,18 +3,24 @@ public import ShoalCRDT
 /// A hub's hybrid logical clock (PROTOCOL.md §5.3), which issues timestamps only from
 /// ranges leased from the hubs' database (`PostgresHubDatabase.leaseTimestamps`).
 ///
-/// Every hub on a database writes as one site, and a register's winner is decided by
-/// its timestamp: two hubs that issued the same timestamp to the same field would
-/// leave the mesh with two values of equal rank. A lease is a range no other hub is
-/// ever given, so no timestamp is issued twice; leases rise, so each hub's timestamps
-/// rise; the database keeps the highest, so a restarted hub starts above it.
+/// Every hub on a database writes as one site: the clock's ticks must not repeat
+/// across hubs. A lease is a range no other hub is ever given, so no tick is issued
+/// twice; each hub's ticks rise; the database keeps the highest lease, so a restarted
+/// hub's ticks start above every one leased before. (Which write to a field wins is
+/// kept right by the rule that a write takes a timestamp above the one it overwrites,
+/// PROTOCOL.md §5.3, under serializable writes: ARCHITECTURE.md, "Hubs on PostgreSQL".)
 ///
 /// As any node's clock, a tick is above every timestamp issued or observed, and keeps
 /// up with the wall clock: a lease whose next timestamp has fallen more than
-/// `maximumLag` behind the wall clock, or below one observed, is given up for a new one
-/// above them, so a hub idle for a while does not write in the past. One round trip to
-/// the database per lease: `leaseSize` timestamps, or fewer when the clock moves on
-/// first (at most one lease per `maximumLag` under steady writes).
+/// `maximumLag` behind the wall clock (read when `tick` is called), or is not above one
+/// observed, is given up for a new one above them, so a hub idle for a while does not
+/// write in the past. A round trip to the database per lease: one per `leaseSize`
+/// ticks, per `maximumLag` of steady writes, or per timestamp observed above the lease
+/// (a lease spans less than a millisecond); ticks that find the lease used up at once
+/// each lease, and the highest lease is kept.
+///
+/// Not yet a store's clock: `SyncStore.clock` is a `HybridLogicalClock`, whose tick
+/// neither waits nor fails, and this one may wait for a lease.
 public final class HubClock: Sendable {
     /// How many timestamps one lease holds: a transaction of many fields, or a burst of
     /// small ones within a millisecond, takes them without another round trip.
@@ -71,7 +77,7 @@ public final class HubClock: Sendable {
         let lagging = HybridTimestamp(milliseconds: milliseconds - min(milliseconds, maximumLag), counter: 0).rawValue
         while true {
             let step: Step = state.withLock { s in
-                guard s.next <= s.end, s.next > s.last, s.next >= lagging else { return .lease(above: max(s.last + 1, wall) - 1) }
+                guard s.next <= s.end, s.next > s.last, s.next >= lagging else { return .lease(above: max(s.last, wall > 0 ? wall - 1 : 0)) }
                 s.last = s.next
                 s.next += 1
                 return .issued(s.last)
@@ -87,7 +93,7 @@ public final class HubClock: Sendable {
                     // Two ticks may lease at once: keep the higher lease, whose values
                     // are above the other's and above everything either saw.
                     if leased.upperBound > s.end {
-                        s.next = max(leased.lowerBound, s.last + 1)
+                        s.next = max(leased.lowerBound, s.last &+ 1)
                         s.end = leased.upperBound
                     }
                 }
@@ -100,8 +106,8 @@ public final class HubClock: Sendable {
     /// any node's clock does (PROTOCOL.md §5.3).
     @discardableResult
     public func observe(_ remote: HybridTimestamp) -> Bool {
-        let limit = HybridTimestamp(
-            milliseconds: min(now() + maximumDrift, HybridTimestamp.maximumMilliseconds), counter: .max)
+        let (ahead, overflow) = now().addingReportingOverflow(maximumDrift)
+        let limit = HybridTimestamp(milliseconds: overflow ? HybridTimestamp.maximumMilliseconds : min(ahead, HybridTimestamp.maximumMilliseconds), counter: .max)
         guard remote <= limit else { return false }
         state.withLock { $0.last = max($0.last, remote.rawValue) }
         return true

@@ -142,7 +142,10 @@ public final class PostgresHubDatabase: Sendable {
     }
 
     /// Tells every hub following the log (`followLog`) that it now runs through
-    /// `sequence`. Sent in a transaction, PostgreSQL delivers it when that commits.
+    /// `sequence`: a hub announces after it commits. On a connection of its own, this
+    /// is not part of the commit: a hub that stops between the two announces nothing
+    /// (the followers' slow timer finds it), and announcements of two hubs may arrive
+    /// out of order (a follower takes the highest it heard).
     public func notifyLogEnd(_ sequence: UInt64) async throws(PostgresStoreError) {
         _ = try await failing("announcing the change log's end") {
             try await client.query("SELECT pg_notify(\(Self.logChannel), \(String(sequence)))", logger: logger)
@@ -152,7 +155,9 @@ public final class PostgresHubDatabase: Sendable {
     /// Follows what hubs announce of the change log's end (`notifyLogEnd`), calling
     /// `announced` with each sequence, in the order PostgreSQL delivers them, until the
     /// task is cancelled or the connection fails. `listening` is called once the
-    /// server listens: announcements after it are delivered.
+    /// server listens: announcements after it are delivered. Cancelled, it returns or
+    /// throws, depending on where it was: a caller that follows again on an error
+    /// checks `Task.isCancelled` first.
     ///
     /// A hub's wake-up, not its record: PostgreSQL drops what it announced while a hub
     /// was not listening (reconnecting, say), so a hub reads the log from where it is

@@ -46,6 +46,42 @@ import Testing
         #expect(row.leases.withLock { $0 } < 200, "ticks come from leases, not a round trip each")
     }
 
+    /// One hub's writers ticking at once while leases are slow and timestamps are
+    /// observed: leases overlap in time and a lower one may arrive after a higher, yet
+    /// no tick repeats, each writer's rise, and a tick after an observe is above it.
+    @Test func oneClockTickedAtOnceWhileLeasesAreSlowNeverRepeats() async throws {
+        let row = Row()
+        let wall = Locked<UInt64>(1_700_000_000_000)
+        let hub = HubClock(
+            lease: { count, floor in
+                try? await Task.sleep(for: .microseconds(Int.random(in: 0...300)))
+                return row.lease(count, floor)
+            }, now: { wall.withLock { ms in ms += UInt64.random(in: 0...20) == 0 ? 1 : 0; return ms } })
+        let issued = try await withThrowingTaskGroup(of: [UInt64].self) { group in
+            for writer in 0..<4 {
+                group.addTask {
+                    var mine: [UInt64] = []
+                    for n in 0..<1_500 {
+                        if writer == 0, n % 100 == 0 {
+                            let seen = HybridTimestamp(milliseconds: wall.withLock { $0 } + 2, counter: 9)
+                            #expect(hub.observe(seen))
+                            let next = try await hub.tick()
+                            #expect(next > seen)
+                            mine.append(next.rawValue)
+                        } else {
+                            mine.append(try await hub.tick().rawValue)
+                        }
+                    }
+                    return mine
+                }
+            }
+            return try await group.reduce(into: [[UInt64]]()) { $0.append($1) }
+        }
+        for mine in issued { #expect(zip(mine, mine.dropFirst()).allSatisfy { $0 < $1 }) }
+        let all = issued.flatMap { $0 }
+        #expect(Set(all).count == all.count, "no tick issued twice")
+    }
+
     @Test func aTickKeepsUpWithTheWallClockAndWithWhatItObserved() async throws {
         let row = Row()
         let wall = Locked<UInt64>(1_700_000_000_000)

@@ -164,12 +164,14 @@ struct PostgresHubDatabaseTests {
             let listening = AsyncStream.makeStream(of: Void.self)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
+                    // Should following fail before it listens, the wait below ends too.
+                    defer { listening.continuation.finish() }
                     try await hubs[1].followLog(listening: { listening.continuation.yield() }) { sequence in
                         heard.withLock { $0.append(sequence) }
                     }
                 }
                 var ready = listening.stream.makeAsyncIterator()
-                _ = await ready.next()
+                try #require(await ready.next() != nil, "following the log failed before it listened")
                 for sequence in 1...50 { try await hubs[0].notifyLogEnd(UInt64(sequence)) }
                 while heard.withLock({ $0.count }) < 50 { try await Task.sleep(for: .milliseconds(10)) }
                 #expect(heard.withLock { $0 } == Array(1...50))
