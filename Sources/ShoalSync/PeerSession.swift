@@ -325,15 +325,15 @@ struct PeerSession: Sendable {
         case stopped
     }
 
-    /// Drives the session's state machine: the parent task reads frames, child tasks
-    /// turn timers and local changes into events, and one loop feeds every event to
-    /// the machine and carries out its actions in order.
     /// What a peer's refusal refused, in words: a piece for want of rights leaves the
     /// transaction to others; one the peer cannot hold is refused whole.
     static func refused(_ refusal: SessionMessage.Refusal) -> String {
         refusal.code == .permissionDenied ? "this node's piece of transaction \(refusal.id)" : "transaction \(refusal.id) whole"
     }
 
+    /// Drives the session's state machine: the parent task reads frames, child tasks
+    /// turn timers and local changes into events, and one loop feeds every event to
+    /// the machine and carries out its actions in order.
     func runSync<I: AsyncIteratorProtocol>(peer: PeerIdentity, iterator: inout I) async throws where I.Element == Frame {
         let (inputs, input) = AsyncStream.makeStream(of: Input.self)
         // Listen before the first Subscribe, so no change falls in between.
