@@ -94,14 +94,17 @@ let package = Package(
         .target(
             name: "ShoalPostgres",
             dependencies: [
-                "ShoalCRDT", .product(name: "PostgresNIO", package: "postgres-nio"),
+                "ShoalCRDT", "ShoalStorage", .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "ShoalPostgresTests",
-            dependencies: ["ShoalPostgres", "ShoalCRDT", "ShoalTesting", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "ShoalPostgres", "ShoalCRDT", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalTesting",
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -140,9 +143,11 @@ let package = Package(
         .executableTarget(
             name: "shoal-bench",
             dependencies: [
-                "ShoalCRDT", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalNode", "ShoalWire", "ShoalTesting",
+                "ShoalCRDT", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalNode", "ShoalWire", "ShoalTesting", "ShoalPostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -158,7 +163,7 @@ let package = Package(
         .target(
             name: "ShoalTesting",
             dependencies: [
-                "ShoalCRDT", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode", .product(name: "Logging", package: "swift-log"),
+                "ShoalCRDT", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalWire", "ShoalNode", "ShoalPostgres", .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ],
             swiftSettings: swiftSettings
@@ -175,7 +180,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ShoalStoreTests",
-            dependencies: ["ShoalStorage", "ShoalStore", "ShoalSync", "ShoalTesting", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["ShoalStorage", "ShoalStore", "ShoalPostgres", "ShoalSync", "ShoalTesting", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

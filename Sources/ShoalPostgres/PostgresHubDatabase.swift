@@ -1,6 +1,6 @@
 public import Logging
 public import ShoalCRDT
-import PostgresNIO
+package import PostgresNIO
 
 /// The PostgreSQL database that hubs share: its schema, the one identity every hub on
 /// it has, and the change log's sequence numbers, which no two hubs are ever given.
@@ -41,6 +41,66 @@ public final class PostgresHubDatabase: Sendable {
                 "INSERT INTO shoal_meta (key, value) VALUES ('clock', 0)"
             ]
         ),
+        (
+            // The store's tables (`PostgresStore`), as docs/ARCHITECTURE.md "The SQLite
+            // schema" describes them; unsigned 64-bit values (sites, timestamps) are
+            // BIGINT bit patterns, as there.
+            "v3-store",
+            [
+                // Raised each time every peer cursor is forgotten (`ResumePoint`).
+                "INSERT INTO shoal_meta (key, value) VALUES ('cursor_epoch', 0)",
+                """
+                CREATE TABLE document (
+                    collection TEXT COLLATE "C" NOT NULL, doc_id TEXT COLLATE "C" NOT NULL, body TEXT NOT NULL, deleted BOOLEAN NOT NULL DEFAULT false,
+                    PRIMARY KEY (collection, doc_id))
+                """,
+                """
+                CREATE TABLE field (
+                    collection TEXT COLLATE "C" NOT NULL, doc_id TEXT COLLATE "C" NOT NULL, name TEXT COLLATE "C" NOT NULL, value TEXT NOT NULL,
+                    ts BIGINT NOT NULL, site BIGINT NOT NULL, txn_site BIGINT NOT NULL, txn_seq BIGINT NOT NULL,
+                    txn_index BIGINT NOT NULL, PRIMARY KEY (collection, doc_id, name))
+                """,
+                // A row per run of one transaction's documents, its entries packed (`LogEntries`).
+                """
+                CREATE TABLE change_log (
+                    seq BIGINT PRIMARY KEY, txn_site BIGINT NOT NULL, txn_seq BIGINT NOT NULL, txn_count BIGINT NOT NULL,
+                    documents BIGINT NOT NULL, entries BYTEA NOT NULL)
+                """,
+                "CREATE INDEX change_log_by_transaction ON change_log (txn_site, txn_seq)",
+                """
+                CREATE TABLE txn (
+                    origin BIGINT NOT NULL, seq BIGINT NOT NULL, delta_count BIGINT NOT NULL, document_count BIGINT NOT NULL,
+                    collections TEXT NOT NULL, state BIGINT NOT NULL, rest TEXT NOT NULL DEFAULT '',
+                    reports TEXT NOT NULL DEFAULT '', first_seen BIGINT NOT NULL, refusal TEXT,
+                    PRIMARY KEY (origin, seq))
+                """,
+                "CREATE INDEX txn_unfinished ON txn (state) WHERE state IN (0, 2)",
+                """
+                CREATE TABLE txn_piece (
+                    origin BIGINT NOT NULL, seq BIGINT NOT NULL, idx BIGINT NOT NULL, collection TEXT COLLATE "C" NOT NULL,
+                    doc_id TEXT COLLATE "C" NOT NULL, doc_deltas BIGINT NOT NULL, name TEXT COLLATE "C" NOT NULL, value TEXT NOT NULL,
+                    ts BIGINT NOT NULL, PRIMARY KEY (origin, seq, idx))
+                """,
+                """
+                CREATE TABLE txn_context (
+                    origin BIGINT NOT NULL, seq BIGINT NOT NULL, collection TEXT COLLATE "C" NOT NULL, doc_id TEXT COLLATE "C" NOT NULL,
+                    name TEXT COLLATE "C" NOT NULL, value TEXT NOT NULL, ts BIGINT NOT NULL, src_origin BIGINT NOT NULL,
+                    src_seq BIGINT NOT NULL, PRIMARY KEY (origin, seq, collection, doc_id, name))
+                """,
+                """
+                CREATE TABLE peer_cursor (
+                    peer BIGINT NOT NULL, subscription_key TEXT COLLATE "C" NOT NULL, through BIGINT NOT NULL,
+                    PRIMARY KEY (peer, subscription_key))
+                """,
+                "CREATE TABLE subscription_set (key TEXT COLLATE \"C\" PRIMARY KEY, entries TEXT NOT NULL)",
+                "CREATE TABLE peer_ack (peer BIGINT PRIMARY KEY, through BIGINT NOT NULL, heard_at BIGINT NOT NULL)",
+                """
+                CREATE TABLE neighbour_interest (
+                    site BIGINT PRIMARY KEY, subscriptions TEXT NOT NULL, generation BIGINT NOT NULL,
+                    heard_from TEXT NOT NULL)
+                """,
+            ]
+        ),
     ]
 
     /// The channel on which hubs say how far the shared change log runs (`notifyLogEnd`).
@@ -56,6 +116,9 @@ public final class PostgresHubDatabase: Sendable {
         configuration.options.connectTimeout = .seconds(10)
         client = PostgresClient(configuration: configuration, backgroundLogger: logger)
     }
+
+    /// The connection pool, for a caller that runs its own SQL (the benchmark's baseline).
+    package var pool: PostgresClient { client }
 
     /// Runs the connection pool until the task is cancelled: every other call needs it running.
     public func run() async { await client.run() }
@@ -209,11 +272,14 @@ public final class PostgresHubDatabase: Sendable {
             return try await body()
         } catch let error as PostgresStoreError {
             throw error
-        } catch let error as PSQLError {
-            let detail = error.serverInfo?[.message] ?? error.underlying.map { "\($0)" } ?? "\(error.code)"
-            throw PostgresStoreError("\(doing) on \(location): \(detail)")
         } catch {
-            throw PostgresStoreError("\(doing) on \(location): \(error)")
+            throw PostgresStoreError("\(doing) on \(location): \(Self.describe(error))")
         }
+    }
+
+    /// What went wrong, in PostgreSQL's words when the server said it.
+    static func describe(_ error: any Error) -> String {
+        guard let error = error as? PSQLError else { return "\(error)" }
+        return error.serverInfo?[.message] ?? error.underlying.map { "\($0)" } ?? "\(error.code)"
     }
 }

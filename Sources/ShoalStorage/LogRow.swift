@@ -43,3 +43,28 @@ package struct LogPage: Sendable, Hashable {
         self.records = records
     }
 }
+
+extension LogRow {
+    /// Appends the deltas of one row of the log to `rows`, in stored order: the row's
+    /// `sequence`, the `transaction` it is of (which wrote `deltaCount` deltas in all)
+    /// and its `entries` (`LogEntries`). Returns how many.
+    @discardableResult
+    package static func decode(
+        sequence: UInt64, transaction: TransactionID, deltaCount: UInt32, entries: UnsafeRawBufferPointer, into rows: inout [LogRow]
+    ) throws -> Int {
+        let before = rows.count
+        try LogEntries.forEach(entries) { collection, documentID, documentDeltas, deltas in
+            try PackedDeltas.forEach(deltas) { index, timestamp, name, value in
+                rows.append(
+                    LogRow(
+                        sequence: sequence,
+                        delta: Delta(
+                            collection: collection, documentID: documentID, field: name, valueJSON: value,
+                            timestamp: HybridTimestamp(rawValue: timestamp), transaction: transaction, index: index,
+                            count: deltaCount),
+                        documentDeltas: documentDeltas))
+            }
+        }
+        return rows.count - before
+    }
+}

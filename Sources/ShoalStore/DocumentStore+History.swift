@@ -45,15 +45,7 @@ extension DocumentStore {
     ) throws -> (index: UInt32, timestamp: UInt64)? {
         var newest: (index: UInt32, timestamp: UInt64)?
         try ChangeLogRecord.forEach(db, of: TransactionID(origin: origin, sequence: sequence)) { _, entries in
-            try LogEntries.forEach(entries) { _, _, _, deltas in
-                try PackedDeltas.forEach(deltas) { index, timestamp, _, _ in
-                    if let only, index != only { return }
-                    if let held = newest, held.timestamp > timestamp || (held.timestamp == timestamp && held.index <= index) {
-                        return
-                    }
-                    newest = (index, timestamp)
-                }
-            }
+            try OriginHistory.newestDelta(in: entries, only: only, above: &newest)
         }
         return newest
     }

@@ -21,22 +21,10 @@ extension DocumentStore {
                 var out: [SiteID: SavedInterest] = [:]
                 for row in try Row.fetchAll(db, sql: "SELECT site, subscriptions, generation, heard_from FROM neighbour_interest") {
                     let row = StoredRow(row, of: "neighbour_interest")
-                    let text: String = try row.value(Column("subscriptions"))
-                    guard case .array(let items)? = try? JSON.parse(text) else { continue }
-                    let entries = items.compactMap { item -> SubscriptionFilter.Entry? in
-                        guard case .array(let parts) = item, parts.count == 2, case .string(let query) = parts[0],
-                            case .string(let arguments) = parts[1]
-                        else { return nil }
-                        return SubscriptionFilter.Entry(query: query, argumentsJSON: arguments)
-                    }
-                    let heard: String = try row.value(Column("heard_from"))
-                    var heardFrom: [SiteID] = []
-                    if case .array(let sites)? = try? JSON.parse(heard) {
-                        heardFrom = sites.compactMap { if case .string(let hex) = $0 { SiteID(hex: hex) } else { nil } }
-                    }
-                    out[SiteID(try row.bitPattern(Column("site")))] = SavedInterest(
-                        filter: SubscriptionFilter(entries), generation: try row.bitPattern(Column("generation")),
-                        heardFrom: heardFrom)
+                    let saved = SavedInterest(
+                        subscriptionsText: try row.value(Column("subscriptions")), generation: try row.bitPattern(Column("generation")),
+                        heardFromText: try row.value(Column("heard_from")))
+                    if let saved { out[SiteID(try row.bitPattern(Column("site")))] = saved }
                 }
                 return out
             }
@@ -54,8 +42,6 @@ extension DocumentStore {
                 try db.execute(sql: "DELETE FROM neighbour_interest WHERE site = ?", arguments: [Int64(bitPattern: site.rawValue)])
             }
             for (site, saved) in interest {
-                let text = Value.array(saved.filter.entries.map { .array([.string($0.query), .string($0.argumentsJSON)]) })
-                let heard = Value.array(saved.heardFrom.sorted().map { .string($0.description) })
                 try db.execute(
                     sql: """
                         INSERT INTO neighbour_interest (site, subscriptions, generation, heard_from) VALUES (?, ?, ?, ?)
@@ -64,8 +50,8 @@ extension DocumentStore {
                         WHERE excluded.generation >= neighbour_interest.generation
                         """,
                     arguments: [
-                        Int64(bitPattern: site.rawValue), text.canonicalJSON, Int64(bitPattern: saved.generation),
-                        heard.canonicalJSON,
+                        Int64(bitPattern: site.rawValue), saved.subscriptionsText, Int64(bitPattern: saved.generation),
+                        saved.heardFromText,
                     ])
             }
         }

@@ -10,20 +10,8 @@ extension LogRow {
     /// stored order; returns how many.
     @discardableResult
     static func decode(_ record: ChangeLogRecord, entries: UnsafeRawBufferPointer, into rows: inout [LogRow]) throws -> Int {
-        let sequence = record.sequence, transaction = record.transaction, count = record.deltaCount
-        let before = rows.count
-        try LogEntries.forEach(entries) { collection, documentID, documentDeltas, deltas in
-            try PackedDeltas.forEach(deltas) { index, timestamp, name, value in
-                rows.append(
-                    LogRow(
-                        sequence: sequence,
-                        delta: Delta(
-                            collection: collection, documentID: documentID, field: name, valueJSON: value,
-                            timestamp: HybridTimestamp(rawValue: timestamp), transaction: transaction, index: index, count: count),
-                        documentDeltas: documentDeltas))
-            }
-        }
-        return rows.count - before
+        try decode(
+            sequence: record.sequence, transaction: record.transaction, deltaCount: record.deltaCount, entries: entries, into: &rows)
     }
 }
 
@@ -125,32 +113,14 @@ extension DocumentStore {
     ) async throws(ShoalError) -> LogPage {
         // A page near the log's end (a session keeping up) is short: read it on this thread.
         try await read(inline: lastCommittedSequence &- sequence <= Self.shortPageRows) { db in
-            var rows: [LogRow] = []
-            var bytes = 0
-            var next: TransactionID?
+            var page = LogPageFitting(limit: limit, stretch: stretch, byteLimit: byteLimit)
             var statement = try HotStatement(db, sql: "\(ChangeLogRecord.select) WHERE seq > ? ORDER BY seq LIMIT ?")
             try statement.bind(sequence)
             try statement.bind(stretch + 1)
-            // A row of the log (one document's deltas in one transaction) goes whole into
-            // a page or waits for the next: decoded onto the page's end, and taken off
-            // again when it does not fit.
-            rows.reserveCapacity(min(limit, 4096))
             try ChangeLogRecord.query(&statement) { record, entries in
-                let start = rows.count
-                let previous = rows.last?.delta.transaction
-                guard try LogRow.decode(record, entries: entries, into: &rows) > 0 else { return true }
-                let first = rows[start]
-                var size = 0
-                for i in start..<rows.count { size += rows[i].delta.valueJSON.utf8.count }
-                let full = start >= limit && first.delta.transaction != previous
-                if start > 0 && (full || rows.count > stretch || bytes + size > byteLimit) {
-                    next = first.delta.transaction
-                    rows.removeSubrange(start...)
-                    return false
-                }
-                bytes += size
-                return true
+                try page.offer { rows in try LogRow.decode(record, entries: entries, into: &rows) }
             }
+            let (rows, next) = (page.rows, page.next)
             guard !rows.isEmpty else { return LogPage(rows: [], next: nil) }
             // The records of the page's transactions, from the page's own snapshot.
             var records: [TransactionID: StoredTransaction] = [:]

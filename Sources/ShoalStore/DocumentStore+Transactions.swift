@@ -5,21 +5,6 @@ import GRDB
 import Logging
 import Synchronization
 
-/// The transactions open in the current task, across stores, innermost last.
-///
-/// A read-write transaction holds its store's write gate while its body runs; a
-/// write of the same store started in the same task (or a child task, which
-/// inherits this) would wait for that gate forever. Marking the open transactions
-/// here lets the store refuse such a write at once, with a message, instead.
-enum OpenTransactions {
-    struct Mark: Sendable {
-        let store: ObjectIdentifier
-        let info: TransactionInfo
-    }
-
-    @TaskLocal static var marks: [Mark] = []
-}
-
 extension DocumentStore {
     /// Runs `body` in a transaction (`runTransaction`): `DocumentDatabase.transaction`,
     /// the call to use, comes here.

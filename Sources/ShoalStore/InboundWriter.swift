@@ -372,25 +372,14 @@ extension DocumentStore {
     }
 
     static func record(_ db: Database, _ id: TransactionID, _ stored: StoredTransaction) throws -> TransactionRecord {
-        var record = TransactionRecord(
-            id: id, deltaCount: stored.deltaCount, documentCount: stored.documentCount, collections: stored.collections,
-            state: stored.state, firstSeen: stored.firstSeen, reports: stored.reports)
-        func hold(_ document: DocumentRef, expected: UInt32, _ indexes: [UInt32]) {
-            var progress = record.documents[document] ?? .init(expected: expected)
-            progress.received.formUnion(indexes)
-            record.documents[document] = progress
-        }
+        var record = TransactionRecord(stored)
         if stored.state == .waiting {
             try BufferedDelta.forEach(db, of: id) { buffered in
-                hold(buffered.document, expected: buffered.documentDeltas, [buffered.index])
+                record.hold(buffered.document, expected: buffered.documentDeltas, [buffered.index])
                 record.bufferedBytes += buffered.valueJSON.utf8.count
             }
         } else {
-            try ChangeLogRecord.forEach(db, of: id) { _, entries in
-                try LogEntries.forEach(entries) { collection, id, documentDeltas, deltas in
-                    hold(DocumentRef(collection: collection, id: id), expected: documentDeltas, try PackedDeltas.indexes(deltas))
-                }
-            }
+            try ChangeLogRecord.forEach(db, of: id) { _, entries in try record.holdLogged(entries) }
         }
         return record
     }

@@ -12,10 +12,8 @@ import GRDB
 /// site, sequence and delta count are written once per row. Each row takes the
 /// largest `seq` so far plus one, so the rows written are `first...last`.
 struct LogAppender {
-    /// The most documents one row holds.
-    static let documentsPerRow = 128
-    /// The bytes past which a row is written without waiting for more documents.
-    static let bytesPerRow = 64 << 10
+    static let documentsPerRow = LogEntries.documentsPerRow
+    static let bytesPerRow = LogEntries.bytesPerRow
 
     static let insertSQL = """
         INSERT INTO change_log (txn_site, txn_seq, txn_count, documents, entries) VALUES (?, ?, ?, ?, ?)

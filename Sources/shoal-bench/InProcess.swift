@@ -55,29 +55,11 @@ enum InProcess: String, CaseIterable, Sendable {
             let a = try TestNode(name: "a")
             let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM probe"])
             defer { a.remove(); b.remove() }
-            _ = try await a.store.execute("INSERT INTO probe DOCUMENTS ({'_id': 'p', 'n': -1})")
-            let (seen, continuation) = AsyncStream.makeStream(of: (Int64, ContinuousClock.Instant).self)
-            let observer = try b.store.registerObserver("SELECT n FROM probe WHERE _id = 'p'") { observation in
-                let now = ContinuousClock.now
-                if case .int(let n)? = observation.items.first?["n"] { continuation.yield((n, now)) }
-            }
-            defer { observer.cancel() }
+            let probe = try await ProbeLatency(writer: a.store, reader: b.store)
+            defer { probe.observer.cancel() }
             let start = ContinuousClock.now
             let latencies = try await InProcessMesh.withLink(a.sync, b.sync) { () async throws -> [Double] in
-                var latencies: [Double] = []
-                var arrivals = seen.makeAsyncIterator()
-                while let (n, _) = await arrivals.next(), n != -1 {}
-                for i in 0..<documents {
-                    let t = ContinuousClock.now
-                    _ = try await a.store.execute("UPDATE probe SET n = :n WHERE _id = 'p'", arguments: ["n": .int(Int64(i))])
-                    while let (n, at) = await arrivals.next() {
-                        if n == Int64(i) {
-                            latencies.append(seconds(at - t) * 1000)
-                            break
-                        }
-                    }
-                }
-                return latencies
+                try await probe.measure(writer: a.store, samples: documents)
             }
             let elapsed = seconds(ContinuousClock.now - start)
             let figure = Latency.Figure(label: "latency", latencies: latencies)

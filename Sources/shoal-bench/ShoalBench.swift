@@ -59,6 +59,11 @@ struct ShoalBench: AsyncParsableCommand {
     @Option(name: .long, help: "Pairs of runs for --tls (default 2).")
     var pairs = 2
 
+    @Option(
+        name: .long,
+        help: "Only the hub suite, in process, on the PostgreSQL server at this URL (scripts/postgres.sh start DIR prints one): the server's own insert rate, one device into one hub, two into two, and the latency across hubs.")
+    var hubs: String?
+
     func validate() throws {
         if let documents, documents < 100 || documents % 100 != 0 {
             throw ValidationError("--documents must be a multiple of 100, at least 100")
@@ -66,10 +71,20 @@ struct ShoalBench: AsyncParsableCommand {
         if let samples, samples < 10 { throw ValidationError("--samples must be at least 10") }
         if inFlight < 1 || inFlight > 64 { throw ValidationError("--in-flight must be from 1 to 64") }
         if pairs < 1 || pairs > 50 { throw ValidationError("--pairs must be from 1 to 50") }
-        if [mesh, tls, scale].filter({ $0 }).count > 1 { throw ValidationError("--mesh, --tls and --scale each run a suite of their own: give one") }
+        if [mesh, tls, scale, hubs != nil].filter({ $0 }).count > 1 {
+            throw ValidationError("--mesh, --tls, --scale and --hubs each run a suite of their own: give one")
+        }
     }
 
     func run() async throws {
+        if let hubs {
+            let count = documents ?? (quick ? 10_000 : 100_000)
+            let progress = Progress(enabled: !json)
+            let result = try await Hubs.measure(
+                server: hubs, documents: count, samples: samples ?? (quick ? 200 : 1_000), progress: { progress.say($0) })
+            print(json ? Hubs.json(result) : Hubs.table(result))
+            return
+        }
         if tls {
             let plan = Plan(
                 documents: documents ?? (quick ? 10_000 : 100_000), singleWrites: 0, samples: samples ?? (quick ? 200 : 1_000),

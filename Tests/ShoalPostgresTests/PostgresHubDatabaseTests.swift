@@ -61,28 +61,7 @@ struct PostgresHubDatabaseTests {
     static func withDatabase(
         hubs count: Int = 1, _ body: @Sendable ([PostgresHubDatabase]) async throws -> Void
     ) async throws {
-        let admin = PostgresHubDatabase(location: try PostgresLocation(parsing: try #require(server)), logger: logger)
-        let name = "shoal_test_\(UInt32.random(in: 0...UInt32.max))"
-        var location = admin.location
-        location.database = name
-        let hubs = (0..<count).map { _ in PostgresHubDatabase(location: location, logger: logger) }
-        try await withThrowingTaskGroup(of: Void.self) { outer in
-            outer.addTask { await admin.run() }
-            try await admin.execute("CREATE DATABASE \(name)")
-            let result: Result<Void, any Error> = await withTaskGroup(of: Void.self) { group in
-                for hub in hubs { group.addTask { await hub.run() } }
-                defer { group.cancelAll() }
-                do {
-                    return .success(try await body(hubs))
-                } catch {
-                    return .failure(error)
-                }
-            }
-            // The hubs' connections are closed now: the database can go.
-            try await admin.execute("DROP DATABASE \(name) WITH (FORCE)")
-            outer.cancelAll()
-            try result.get()
-        }
+        try await TemporaryPostgresDatabase.withDatabase(hubs: count, logger: logger, body)
     }
 
     @Test func migratingTwiceRunsEachMigrationOnce() async throws {
@@ -91,7 +70,7 @@ struct PostgresHubDatabaseTests {
             async let first = hubs[0].migrate()
             async let second = hubs[1].migrate()
             let ran = try await [first, second]
-            #expect(ran.flatMap { $0 } == ["v1-identity", "v2-clock"], "\(ran)")
+            #expect(ran.flatMap { $0 } == ["v1-identity", "v2-clock", "v3-store"], "\(ran)")
             #expect(try await hubs[0].migrate().isEmpty)
         }
     }

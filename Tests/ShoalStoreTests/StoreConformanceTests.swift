@@ -3,6 +3,7 @@ import ShoalCRDT
 import ShoalStorage
 import ShoalSync
 import ShoalStore
+import ShoalPostgres
 import ShoalTesting
 import Logging
 import Testing
@@ -14,14 +15,22 @@ import Testing
 /// the rows under them: what a write leaves, what the reads give back, and the
 /// isolation the contract states.
 @Suite struct StoreConformanceTests {
-    /// The engines under test.
+    /// The engines under test: PostgreSQL (`PostgresStore`, a hub's) when a server was
+    /// started (`SHOAL_POSTGRES_URL`; `scripts/test.sh` and `.ci/run` start one).
     enum Engine: String, CaseIterable, CustomStringConvertible {
         case sqlite
+        case postgres
+
+        static var allCases: [Engine] {
+            if TemporaryPostgresDatabase.serverURL != nil { return [.sqlite, .postgres] }
+            print("StoreConformanceTests: SQLite only; \(TemporaryPostgresDatabase.skipReason)")
+            return [.sqlite]
+        }
 
         var description: String { rawValue }
 
         /// Opens an empty store of this engine, runs `body`, and closes and removes it.
-        func withStore(_ body: (any SyncStore) async throws -> Void) async throws {
+        func withStore(_ body: @Sendable (any SyncStore) async throws -> Void) async throws {
             switch self {
             case .sqlite:
                 let dir = TemporaryDirectory()
@@ -29,6 +38,12 @@ import Testing
                 let store = try DocumentStore(directory: dir.path)
                 defer { store.close() }
                 try await body(store)
+            case .postgres:
+                try await TemporaryPostgresDatabase.withDatabase { hubs in
+                    let store = try await PostgresStore.open(hubs[0], logger: Logger(label: "shoal.test.postgres"))
+                    defer { store.close() }
+                    try await body(store)
+                }
             }
         }
     }

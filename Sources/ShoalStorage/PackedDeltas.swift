@@ -1,5 +1,4 @@
-import ShoalCRDT
-import ShoalStorage
+package import ShoalCRDT
 
 /// The deltas one transaction wrote to one document, as an entry of a change-log
 /// row holds them (`LogEntries`).
@@ -11,18 +10,20 @@ import ShoalStorage
 ///           name       varint length, then UTF-8 bytes
 ///           value      varint length, then UTF-8 bytes (JSON, or a removal register)
 /// ```
-struct PackedDeltas {
-    private(set) var bytes: [UInt8] = []
-    private(set) var count = 0
+package struct PackedDeltas {
+    package private(set) var bytes: [UInt8] = []
+    package private(set) var count = 0
 
-    var isEmpty: Bool { count == 0 }
+    package var isEmpty: Bool { count == 0 }
 
-    mutating func removeAll() {
+    package init() {}
+
+    package mutating func removeAll() {
         bytes.removeAll(keepingCapacity: true)
         count = 0
     }
 
-    mutating func append(index: UInt32, timestamp: UInt64, name: String, value: String) {
+    package mutating func append(index: UInt32, timestamp: UInt64, name: String, value: String) {
         Self.writeVarint(UInt64(index), to: &bytes)
         Self.writeVarint(timestamp, to: &bytes)
         Self.writeString(name, to: &bytes)
@@ -30,7 +31,7 @@ struct PackedDeltas {
         count += 1
     }
 
-    static func writeVarint(_ value: UInt64, to bytes: inout [UInt8]) {
+    package static func writeVarint(_ value: UInt64, to bytes: inout [UInt8]) {
         var value = value
         while value >= 0x80 {
             bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
@@ -39,7 +40,7 @@ struct PackedDeltas {
         bytes.append(UInt8(value))
     }
 
-    static func writeString(_ text: String, to bytes: inout [UInt8]) {
+    package static func writeString(_ text: String, to bytes: inout [UInt8]) {
         var text = text
         text.withUTF8 { utf8 in
             writeVarint(UInt64(utf8.count), to: &bytes)
@@ -48,12 +49,12 @@ struct PackedDeltas {
     }
 
     /// A stored row that does not decode: it was not written by this code.
-    struct Malformed: Error, CustomStringConvertible {
-        var description: String { "a change-log row's entries do not decode" }
+    package struct Malformed: Error, CustomStringConvertible {
+        package var description: String { "a change-log row's entries do not decode" }
     }
 
     /// Hands each delta of `bytes` to `body`, in stored order.
-    static func forEach(
+    package static func forEach(
         _ bytes: UnsafeRawBufferPointer, _ body: (_ index: UInt32, _ timestamp: UInt64, _ name: String, _ value: String) throws -> Void
     ) throws {
         var reader = Reader(bytes: bytes)
@@ -67,7 +68,7 @@ struct PackedDeltas {
     }
 
     /// The indexes of `bytes`' deltas, without decoding their names and values.
-    static func indexes(_ bytes: UnsafeRawBufferPointer) throws -> [UInt32] {
+    package static func indexes(_ bytes: UnsafeRawBufferPointer) throws -> [UInt32] {
         var reader = Reader(bytes: bytes)
         var indexes: [UInt32] = []
         while reader.offset < bytes.count {
@@ -79,11 +80,15 @@ struct PackedDeltas {
         return indexes
     }
 
-    struct Reader {
-        let bytes: UnsafeRawBufferPointer
-        var offset = 0
+    package struct Reader {
+        package let bytes: UnsafeRawBufferPointer
+        package var offset = 0
 
-        mutating func varint() throws -> UInt64 {
+        package init(bytes: UnsafeRawBufferPointer) {
+            self.bytes = bytes
+        }
+
+        package mutating func varint() throws -> UInt64 {
             var value: UInt64 = 0
             var shift: UInt64 = 0
             while offset < bytes.count, shift < 64 {
@@ -96,18 +101,18 @@ struct PackedDeltas {
             throw Malformed()
         }
 
-        mutating func skipString() throws {
+        package mutating func skipString() throws {
             let length = try varint()
             guard length <= UInt64(bytes.count - offset) else { throw Malformed() }
             offset += Int(length)
         }
 
-        mutating func string() throws -> String {
+        package mutating func string() throws -> String {
             String(decoding: try slice(), as: UTF8.self)
         }
 
         /// A length-prefixed run of bytes.
-        mutating func slice() throws -> UnsafeRawBufferPointer {
+        package mutating func slice() throws -> UnsafeRawBufferPointer {
             let length = try varint()
             guard length <= UInt64(bytes.count - offset) else { throw Malformed() }
             let start = offset
@@ -118,7 +123,7 @@ struct PackedDeltas {
 }
 
 /// The documents one change-log row holds (column `entries`): the row is a run of up
-/// to `LogAppender.documentsPerRow` documents of one transaction, each with its
+/// to `documentsPerRow` documents of one transaction, each with its
 /// deltas packed (`PackedDeltas`), instead of a row per document, which is what a
 /// commit and a page read cost (ARCHITECTURE.md, "The change log").
 ///
@@ -129,9 +134,14 @@ struct PackedDeltas {
 ///            doc_deltas  varint   how many deltas the transaction wrote to the document
 ///            deltas      varint length, then PackedDeltas bytes
 /// ```
-enum LogEntries {
+package enum LogEntries {
+    /// The most documents one row holds.
+    package static let documentsPerRow = 128
+    /// The bytes past which a row is written without waiting for more documents.
+    package static let bytesPerRow = 64 << 10
+
     /// Appends one document's entry to `bytes`.
-    static func append(_ document: DocumentRef, documentDeltas: Int, deltas: [UInt8], to bytes: inout [UInt8]) {
+    package static func append(_ document: DocumentRef, documentDeltas: Int, deltas: [UInt8], to bytes: inout [UInt8]) {
         PackedDeltas.writeString(document.collection, to: &bytes)
         PackedDeltas.writeString(document.id, to: &bytes)
         PackedDeltas.writeVarint(UInt64(documentDeltas), to: &bytes)
@@ -141,7 +151,7 @@ enum LogEntries {
 
     /// Hands each entry of `bytes` to `body`, in stored order: its document's
     /// collection and key, its delta count in the transaction, and its packed deltas.
-    static func forEach(
+    package static func forEach(
         _ bytes: UnsafeRawBufferPointer,
         _ body: (_ collection: String, _ id: String, _ documentDeltas: UInt32, _ deltas: UnsafeRawBufferPointer) throws -> Void
     ) throws {

@@ -1,5 +1,4 @@
 import ShoalCRDT
-import ShoalStorage
 
 /// The store's one writer, handed out in order of arrival.
 ///
@@ -23,9 +22,9 @@ import ShoalStorage
 ///
 /// A caller with a deadline waits until then at most: it leaves the queue as a
 /// cancelled one does, and never holds the gate after its deadline has passed.
-final class WriteGate: Sendable {
+package final class WriteGate: Sendable {
     /// Why the gate refused a caller.
-    enum Refusal: Error {
+    package enum Refusal: Error {
         /// The store is shutting down or closed.
         case closing
         /// The caller's deadline passed before its turn came.
@@ -54,6 +53,8 @@ final class WriteGate: Sendable {
 
     private let state = Locked(State())
 
+    package init() {}
+
     /// Waits until this task holds the gate.
     ///
     /// - Parameters:
@@ -65,7 +66,7 @@ final class WriteGate: Sendable {
     ///   - deadline: when given, the caller waits until then at most, and a caller
     ///     whose deadline has already passed is refused even if the gate is free.
     /// - Throws: `CancellationError`, `Refusal.closing`, or `Refusal.deadlinePassed`.
-    func acquire(nested: Bool = false, cancellable: Bool = true, deadline: ContinuousClock.Instant? = nil) async throws {
+    package func acquire(nested: Bool = false, cancellable: Bool = true, deadline: ContinuousClock.Instant? = nil) async throws {
         if let deadline, ContinuousClock.now >= deadline { throw Refusal.deadlinePassed }
         let id: Int? = try state.withLock { s throws(Refusal) in
             if s.refuses(nested: nested) { throw Refusal.closing }
@@ -144,7 +145,7 @@ final class WriteGate: Sendable {
     }
 
     /// Takes the gate only if it is free and nobody waits; never suspends.
-    func tryAcquire() -> Bool {
+    package func tryAcquire() -> Bool {
         state.withLock { s in
             guard !s.closing, !s.closed, !s.held, s.waiters.isEmpty else { return false }
             s.held = true
@@ -153,10 +154,10 @@ final class WriteGate: Sendable {
     }
 
     /// How many tasks wait for the gate now (for tests and diagnostics).
-    var waiterCount: Int { state.withLock { $0.waiters.count } }
+    package var waiterCount: Int { state.withLock { $0.waiters.count } }
 
     /// Hands the gate to the first waiter, or frees it.
-    func release() {
+    package func release() {
         let next = state.withLock { s -> Waiter? in
             precondition(s.held, "the write gate was released by a task that did not hold it")
             guard !s.waiters.isEmpty else {
@@ -170,7 +171,7 @@ final class WriteGate: Sendable {
 
     /// Refuses new callers from now on: those not nested in running work, or, once
     /// `admittingNested` is false, everyone, waiters included.
-    func close(admittingNested: Bool) {
+    package func close(admittingNested: Bool) {
         let refused = state.withLock { s -> [Waiter] in
             s.closing = true
             guard !admittingNested else { return [] }

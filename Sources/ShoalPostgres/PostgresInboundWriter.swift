@@ -1,0 +1,436 @@
+import Logging
+import NIOCore
+package import ShoalCRDT
+package import ShoalStorage
+import PostgresNIO
+
+extension PostgresStore {
+    package func writeInbound<T: Sendable>(
+        short: Bool, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
+    ) async throws(ShoalError) -> (T, ApplyOutcome) {
+        let marks = OpenTransactions.marks
+        if let open = marks.last(where: { $0.store == ObjectIdentifier(self) && !$0.info.isReadOnly }) {
+            throw ShoalError(
+                .nestedTransaction,
+                "a \(open.info.described) is open in this task; write through that transaction, or finish it first")
+        }
+        do {
+            try await gate.acquire()
+        } catch is WriteGate.Refusal {
+            throw ShoalError(.closed, "the store is closed")
+        } catch {
+            throw ShoalError(.cancelled, "cancelled while waiting for the store's writer")
+        }
+        defer { gate.release() }
+        let inside = marks + [
+            OpenTransactions.Mark(
+                store: ObjectIdentifier(self), info: TransactionInfo(id: "inbound", hint: "received transactions", isReadOnly: false))
+        ]
+        let (result, writer) = try await withWriter("applying received transactions") { writer in
+            try await OpenTransactions.$marks.withValue(inside) { try await body(writer) }
+        }
+        if let last = writer.lastSequence { publish(LogEnd(sequence: last, appended: writer.appended)) }
+        return (result, writer.outcome)
+    }
+
+    /// Runs `body` with a writer in one database transaction that holds `log_end`'s row
+    /// lock from its start to its commit (the hubs' one writer), and commits it; rolls
+    /// it back when `body` or the commit throws.
+    func withWriter<T: Sendable>(
+        _ doing: String, _ body: (PostgresInboundWriter) async throws -> T
+    ) async throws(ShoalError) -> (T, PostgresInboundWriter) {
+        try await failing(doing) {
+            try await database.client.withConnection { connection in
+                try await connection.query("BEGIN ISOLATION LEVEL READ COMMITTED", logger: logger)
+                let writer = PostgresInboundWriter(store: self, connection: connection)
+                defer { writer.end() }
+                do {
+                    let rows = try await connection.query(
+                        "SELECT value FROM shoal_meta WHERE key = 'log_end' FOR UPDATE", logger: logger)
+                    var end: Int64?
+                    for try await value in rows.decode(Int64.self) { end = value }
+                    guard let end else { throw ShoalError(.database, "the database has no log_end row: is the schema migrated?") }
+                    writer.logEnd = try Stored.unsigned(end, "shoal_meta", "value of log_end")
+                    let result = try await body(writer)
+                    if let last = writer.lastSequence {
+                        try await connection.query(
+                            "UPDATE shoal_meta SET value = \(Int64(last)) WHERE key = 'log_end'", logger: logger)
+                        // Delivered when the transaction commits, and only then, in commit order.
+                        try await connection.query(
+                            "SELECT pg_notify(\(PostgresHubDatabase.logChannel), \(String(last)))", logger: logger)
+                    }
+                    try await connection.query("COMMIT", logger: logger)
+                    return (result, writer)
+                } catch {
+                    await Self.rollBack(connection, logger: logger)
+                    throw error
+                }
+            }
+        }
+    }
+}
+
+/// The store operations of one inbound commit on PostgreSQL (`InboundWriting`), all in
+/// the one database transaction `withWriter` began on `connection`.
+///
+/// Unchecked: its state is guarded by the store's write gate and `log_end`'s row lock,
+/// which the writing task holds for the writer's whole life, and by the contract's rule
+/// that a body makes its calls one at a time, each awaited; after the write ends every
+/// call throws (`ended`).
+final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
+    let store: PostgresStore
+    let connection: PostgresConnection
+    var logger: Logger { store.logger }
+    /// The log's last sequence given out when the write began (`log_end`).
+    var logEnd: UInt64 = 0
+    /// The last sequence this write appended, nil before its first row.
+    var lastSequence: UInt64?
+    /// What this write appended to the change log.
+    var appended = LogEnd.Appended(after: 0, collections: [], transactions: [])
+    private(set) var outcome = ApplyOutcome()
+    private let ended = Locked(false)
+
+    init(store: PostgresStore, connection: PostgresConnection) {
+        self.store = store
+        self.connection = connection
+    }
+
+    func end() { ended.withLock { $0 = true } }
+
+    /// Runs `body` inside the write, unless the write has ended.
+    private func access<T>(_ doing: String, _ body: () async throws -> T) async throws(ShoalError) -> T {
+        guard !ended.withLock({ $0 }) else {
+            throw ShoalError(.closed, "the inbound write has ended: nothing more can be written in it")
+        }
+        return try await store.failing(doing, body)
+    }
+
+    private func query(_ query: PostgresQuery) async throws -> PostgresRowSequence {
+        try await connection.query(query, logger: logger)
+    }
+
+    private static func key(_ id: TransactionID) -> (Int64, Int64) {
+        (Int64(bitPattern: id.origin.rawValue), Int64(bitPattern: id.sequence))
+    }
+
+    func states(of ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: TransactionRecord.State] {
+        guard !ids.isEmpty else { return [:] }
+        return try await access("reading transaction states") {
+            let (sites, sequences) = PostgresStore.columns(ids)
+            let rows = try await query(
+                """
+                SELECT origin, seq, state FROM txn
+                WHERE (origin, seq) IN (SELECT * FROM UNNEST(\(sites)::bigint[], \(sequences)::bigint[]))
+                """)
+            var states: [TransactionID: TransactionRecord.State] = [:]
+            for try await (origin, sequence, state) in rows.decode((Int64, Int64, Int64).self) {
+                let id = TransactionID(origin: SiteID(UInt64(bitPattern: origin)), sequence: try Stored.unsigned(sequence, "txn", "seq"))
+                guard let value = Int(exactly: state).flatMap(TransactionRecord.State.init(rawValue:)) else {
+                    throw ShoalError(.database, "table txn, column state holds \(state) for transaction \(id), where 0 to 3 belongs")
+                }
+                states[id] = value
+            }
+            return states
+        }
+    }
+
+    func save(_ record: TransactionRecord) async throws(ShoalError) {
+        let (origin, seq) = Self.key(record.id)
+        try await access("saving a waiting transaction") {
+            try await query(
+                """
+                INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen)
+                VALUES (\(origin), \(seq), \(Int64(record.deltaCount)), \(Int64(record.documentCount)),
+                    \(CollectionCount.encode(record.collections)), \(Int64(record.state.rawValue)), '',
+                    \(TransactionRecord.Report.encode(record.reports)), \(Int64(bitPattern: record.firstSeen)))
+                ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, reports = excluded.reports
+                """)
+        }
+    }
+
+    func buffer(
+        _ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID
+    ) async throws(ShoalError) {
+        let (origin, seq) = Self.key(id)
+        try await access("buffering a waiting transaction's pieces") {
+            if !deltas.isEmpty {
+                let counts = deltas.map { Int64(documentDeltaCounts[DocumentRef(collection: $0.collection, id: $0.documentID)] ?? 1) }
+                try await query(
+                    """
+                    INSERT INTO txn_piece (origin, seq, idx, collection, doc_id, doc_deltas, name, value, ts)
+                    SELECT \(origin), \(seq), * FROM UNNEST(
+                        \(deltas.map { Int64($0.index) })::bigint[], \(deltas.map(\.collection))::text[],
+                        \(deltas.map(\.documentID))::text[], \(counts)::bigint[], \(deltas.map(\.field))::text[],
+                        \(deltas.map(\.valueJSON))::text[], \(deltas.map { Int64(bitPattern: $0.timestamp.rawValue) })::bigint[])
+                    ON CONFLICT DO NOTHING
+                    """)
+            }
+            // The last of each field wins, as one statement may not update a row twice.
+            var latest: [String: ContextField] = [:]
+            var order: [String] = []
+            for field in context {
+                let key = "\(field.document.collection)\u{0}\(field.document.id)\u{0}\(field.field)"
+                if latest.updateValue(field, forKey: key) == nil { order.append(key) }
+            }
+            let fields = order.map { latest[$0]! }
+            guard !fields.isEmpty else { return }
+            try await query(
+                """
+                INSERT INTO txn_context (origin, seq, collection, doc_id, name, value, ts, src_origin, src_seq)
+                SELECT \(origin), \(seq), * FROM UNNEST(
+                    \(fields.map(\.document.collection))::text[], \(fields.map(\.document.id))::text[], \(fields.map(\.field))::text[],
+                    \(fields.map(\.valueJSON))::text[], \(fields.map { Int64(bitPattern: $0.timestamp.rawValue) })::bigint[],
+                    \(fields.map { Int64(bitPattern: $0.transaction.origin.rawValue) })::bigint[],
+                    \(fields.map { Int64(bitPattern: $0.transaction.sequence) })::bigint[])
+                ON CONFLICT (origin, seq, collection, doc_id, name) DO UPDATE SET value = excluded.value, ts = excluded.ts,
+                    src_origin = excluded.src_origin, src_seq = excluded.src_seq
+                """)
+        }
+    }
+
+    func buffered(of id: TransactionID, deltaCount: UInt32) async throws(ShoalError) -> BufferedPieces {
+        try await access("reading the durable buffer") {
+            var pieces = BufferedPieces()
+            for row in try await PostgresStore.bufferedDeltas(connection, of: id, deltaCount: deltaCount, logger: logger) {
+                pieces.documentDeltaCounts[row.document] = row.documentDeltas
+                pieces.deltas.append(row.delta)
+            }
+            pieces.context = try await PostgresStore.bufferedContext(connection, of: id, logger: logger)
+            return pieces
+        }
+    }
+
+    func loggedIndexes(of id: TransactionID) async throws(ShoalError) -> [DocumentRef: Set<UInt32>] {
+        try await access("reading what the change log holds of a transaction") {
+            var logged: [DocumentRef: Set<UInt32>] = [:]
+            for row in try await PostgresStore.logRows(connection, PostgresStore.ofTransaction(id), logger: logger) {
+                try row.entries.withUnsafeReadableBytes { entries in
+                    try LogEntries.forEach(entries) { collection, key, _, deltas in
+                        logged[DocumentRef(collection: collection, id: key), default: []].formUnion(try PackedDeltas.indexes(deltas))
+                    }
+                }
+            }
+            return logged
+        }
+    }
+
+    func registers(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRegisters] {
+        guard !documents.isEmpty else { return [] }
+        return try await access("reading registers") {
+            let rows = try await PostgresStore.registerRows(connection, of: documents, logger: logger)
+            return documents.map { document in
+                var registers: [String: RegisterState] = [:]
+                for field in rows[document] ?? [] { registers[field.name] = field.state }
+                return DocumentRegisters(registers)
+            }
+        }
+    }
+
+    func write(_ rows: AppliedRows) async throws(ShoalError) {
+        let id = rows.record.id
+        let (origin, seq) = Self.key(id)
+        try await access("writing an applied transaction") {
+            if rows.dropBuffer {
+                try await query("DELETE FROM txn_piece WHERE origin = \(origin) AND seq = \(seq)")
+                try await query("DELETE FROM txn_context WHERE origin = \(origin) AND seq = \(seq)")
+            }
+            try await appendLog(rows)
+            try await saveRegisters(rows)
+            let record = rows.record
+            if let state = rows.state, let rest = rows.rest {
+                try await query(
+                    """
+                    INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen)
+                    VALUES (\(origin), \(seq), \(Int64(record.deltaCount)), \(Int64(record.documentCount)),
+                        \(CollectionCount.encode(record.collections)), \(Int64(state.rawValue)), \(Verdict.encode(rest)),
+                        \(state == .applied ? "" : TransactionRecord.Report.encode(record.reports)), \(Int64(bitPattern: record.firstSeen)))
+                    ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, rest = excluded.rest,
+                        reports = excluded.reports, delta_count = excluded.delta_count,
+                        document_count = excluded.document_count, collections = excluded.collections
+                    """)
+            }
+        }
+    }
+
+    /// Logs what `rows` says to log: runs of the transaction's documents, a row each
+    /// (`LogEntries.documentsPerRow`, `bytesPerRow`), numbered on from the log's end.
+    private func appendLog(_ rows: AppliedRows) async throws {
+        let id = rows.record.id
+        var sequences: [Int64] = []
+        var documents: [Int64] = []
+        var entries: [ByteBuffer] = []
+        var run: [UInt8] = []
+        var runDocuments = 0
+        var next = (lastSequence ?? logEnd) + 1
+        func flush() {
+            sequences.append(Int64(next))
+            documents.append(Int64(runDocuments))
+            entries.append(ByteBuffer(bytes: run))
+            next += 1
+            run.removeAll(keepingCapacity: true)
+            runDocuments = 0
+        }
+        var pack = PackedDeltas()
+        for document in rows.documents where !document.logged.isEmpty {
+            pack.removeAll()
+            for position in document.logged {
+                let delta = rows.deltas[position]
+                pack.append(index: delta.index, timestamp: delta.timestamp.rawValue, name: delta.field, value: delta.valueJSON)
+            }
+            LogEntries.append(document.document, documentDeltas: Int(document.deltaCount), deltas: pack.bytes, to: &run)
+            runDocuments += 1
+            appended.collections.insert(document.document.collection)
+            appended.documents += 1
+            outcome.logged += pack.count
+            if runDocuments == LogEntries.documentsPerRow || run.count >= LogEntries.bytesPerRow { flush() }
+        }
+        if runDocuments > 0 { flush() }
+        guard let first = sequences.first, let last = sequences.last else { return }
+        let (origin, seq) = Self.key(id)
+        try await query(
+            """
+            INSERT INTO change_log (seq, txn_site, txn_seq, txn_count, documents, entries)
+            SELECT s, \(origin), \(seq), \(Int64(rows.record.deltaCount)), d, e
+            FROM UNNEST(\(sequences)::bigint[], \(documents)::bigint[], \(entries)::bytea[]) AS t(s, d, e)
+            """)
+        if lastSequence == nil { appended.after = UInt64(first) - 1 }
+        lastSequence = UInt64(last)
+        if appended.transactions.last != id { appended.transactions.append(id) }
+    }
+
+    /// Upserts the registers that won and saves each changed document's body.
+    private func saveRegisters(_ rows: AppliedRows) async throws {
+        let id = rows.record.id
+        var collections: [String] = [], keys: [String] = [], names: [String] = [], values: [String] = []
+        var timestamps: [Int64] = [], sites: [Int64] = [], transactionSites: [Int64] = [], transactionSequences: [Int64] = []
+        var indexes: [Int64] = []
+        var live: [DocumentRef: String] = [:]
+        var gone: [DocumentRef: Bool] = [:]  // true: deleted, keeps its last body; false: absent, no row
+        var changed: [DocumentRef] = []
+        for document in rows.documents where !document.won.isEmpty {
+            let ref = document.document
+            guard let body = document.body else {
+                throw ShoalError(.database, "an apply of \(id) changed registers of \(ref.id) in \(ref.collection) without a body to save")
+            }
+            for (name, write) in document.won {
+                collections.append(ref.collection)
+                keys.append(ref.id)
+                names.append(name)
+                values.append(write.state.json)
+                timestamps.append(Int64(bitPattern: write.state.version.timestamp.rawValue))
+                sites.append(Int64(bitPattern: write.state.version.site.rawValue))
+                transactionSites.append(Int64(bitPattern: write.state.transaction.origin.rawValue))
+                transactionSequences.append(Int64(bitPattern: write.state.transaction.sequence))
+                indexes.append(Int64(write.index))
+            }
+            outcome.won += document.won.count
+            switch body {
+            case .live(let json):
+                live[ref] = json
+                gone[ref] = nil
+            case .deleted:
+                live[ref] = nil
+                gone[ref] = true
+            case .absent:
+                live[ref] = nil
+                gone[ref] = false
+            }
+            if !changed.contains(ref) { changed.append(ref) }
+        }
+        guard !changed.isEmpty else { return }
+        // A register named twice (a document listed twice) keeps its last write: one
+        // statement may not update a row twice.
+        var last: [String: Int] = [:]
+        for i in names.indices { last["\(collections[i])\u{0}\(keys[i])\u{0}\(names[i])"] = i }
+        let keep = last.values.sorted()
+        if keep.count < names.count {
+            func pick<E>(_ column: [E]) -> [E] { keep.map { column[$0] } }
+            (collections, keys, names, values) = (pick(collections), pick(keys), pick(names), pick(values))
+            (timestamps, sites, transactionSites, transactionSequences, indexes) =
+                (pick(timestamps), pick(sites), pick(transactionSites), pick(transactionSequences), pick(indexes))
+        }
+        try await query(
+            """
+            INSERT INTO field (collection, doc_id, name, value, ts, site, txn_site, txn_seq, txn_index)
+            SELECT * FROM UNNEST(\(collections)::text[], \(keys)::text[], \(names)::text[], \(values)::text[],
+                \(timestamps)::bigint[], \(sites)::bigint[], \(transactionSites)::bigint[], \(transactionSequences)::bigint[],
+                \(indexes)::bigint[])
+            ON CONFLICT (collection, doc_id, name) DO UPDATE SET value = excluded.value, ts = excluded.ts,
+                site = excluded.site, txn_site = excluded.txn_site, txn_seq = excluded.txn_seq, txn_index = excluded.txn_index
+            """)
+        if !live.isEmpty {
+            let refs = Array(live.keys)
+            try await query(
+                """
+                INSERT INTO document (collection, doc_id, body, deleted)
+                SELECT c, k, b, false FROM UNNEST(\(refs.map(\.collection))::text[], \(refs.map(\.id))::text[],
+                    \(refs.map { live[$0]! })::text[]) AS t(c, k, b)
+                ON CONFLICT (collection, doc_id) DO UPDATE SET body = excluded.body, deleted = false
+                """)
+        }
+        let deleted = gone.filter(\.value).map(\.key), absent = gone.filter { !$0.value }.map(\.key)
+        if !deleted.isEmpty {
+            try await query(
+                """
+                UPDATE document SET deleted = true
+                WHERE (collection, doc_id) IN (SELECT * FROM UNNEST(\(deleted.map(\.collection))::text[], \(deleted.map(\.id))::text[]))
+                """)
+        }
+        if !absent.isEmpty {
+            try await query(
+                """
+                DELETE FROM document
+                WHERE (collection, doc_id) IN (SELECT * FROM UNNEST(\(absent.map(\.collection))::text[], \(absent.map(\.id))::text[]))
+                """)
+        }
+        outcome.changedDocuments += changed.count
+    }
+
+    func refuse(_ record: TransactionRecord, reason: String) async throws(ShoalError) {
+        let (origin, seq) = Self.key(record.id)
+        try await access("recording a refused transaction") {
+            try await query("DELETE FROM txn_piece WHERE origin = \(origin) AND seq = \(seq)")
+            try await query("DELETE FROM txn_context WHERE origin = \(origin) AND seq = \(seq)")
+            try await query(
+                """
+                INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen, refusal)
+                VALUES (\(origin), \(seq), \(Int64(record.deltaCount)), \(Int64(record.documentCount)),
+                    \(CollectionCount.encode(record.collections)), \(Int64(TransactionRecord.State.refused.rawValue)), '', '',
+                    \(Int64(bitPattern: record.firstSeen)), \(reason))
+                ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, reports = '', refusal = excluded.refusal
+                """)
+        }
+    }
+
+    func markApplied(_ id: TransactionID, rest: [Verdict]) async throws(ShoalError) {
+        let (origin, seq) = Self.key(id)
+        try await access("marking a partial transaction whole") {
+            try await query(
+                """
+                UPDATE txn SET state = \(Int64(TransactionRecord.State.applied.rawValue)), rest = \(Verdict.encode(rest)), reports = ''
+                WHERE origin = \(origin) AND seq = \(seq)
+                """)
+        }
+    }
+
+    func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64?) async throws(ShoalError) {
+        try await access("recording a peer's cursor") {
+            if let epoch, epoch != (try await PostgresStore.meta(connection, "cursor_epoch", logger: logger)) { return }
+            try await query(
+                """
+                INSERT INTO peer_cursor (peer, subscription_key, through)
+                VALUES (\(Int64(bitPattern: peer.rawValue)), \(subscriptionKey), \(Int64(clamping: through)))
+                ON CONFLICT (peer, subscription_key) DO UPDATE SET through = GREATEST(peer_cursor.through, excluded.through)
+                """)
+        }
+    }
+
+    func loadRecord(_ id: TransactionID) async throws(ShoalError) -> TransactionRecord? {
+        try await access("reading a transaction's record") {
+            guard let stored = try await PostgresStore.storedTransactions(connection, [id], logger: logger)[id],
+                stored.state == .waiting || stored.state == .partial
+            else { return nil }
+            return try await PostgresStore.record(connection, stored, logger: logger)
+        }
+    }
+}

@@ -1,0 +1,594 @@
+package import Logging
+package import ShoalCRDT
+package import ShoalStorage
+import Foundation
+import PostgresNIO
+
+/// The sync side of a hub's store on PostgreSQL: what ShoalSync reads and writes
+/// (`SyncStore`), on the tables of migration `v3-store`, shared by every hub process on
+/// the database (docs/ARCHITECTURE.md, "Hubs on PostgreSQL").
+///
+/// ```
+///   writeInbound ──► local write gate ──► BEGIN (READ COMMITTED)
+///                                         SELECT log_end FOR UPDATE   ◄── one writer across hubs
+///                                         … InboundWriting calls …
+///                                         UPDATE log_end; pg_notify    (delivered at commit)
+///                                         COMMIT ──► this hub's feed ──► its sessions
+///   reads ──► REPEATABLE READ READ ONLY snapshots: never wait for the writer
+/// ```
+///
+/// Every writing transaction takes `log_end`'s row lock first and holds it to its
+/// commit, so hubs write one at a time, as one SQLite node does: sequences are given
+/// out in commit order (a reader never sees a row appear below one it already read),
+/// and each writer reads what the one before it committed. A hub's own gate queues its
+/// writers before they take a connection, so that waiting writers do not hold the
+/// pool's connections.
+///
+/// The rows are those of the SQLite store (docs/ARCHITECTURE.md, "The SQLite schema"),
+/// with the log's entries packed the same way (`LogEntries`); unsigned 64-bit values
+/// are BIGINT bit patterns, and keys compare byte by byte (`COLLATE "C"`), as SQLite's do.
+///
+/// Built so far: the contract's log, records, buffer, registers and cursors, the
+/// store's saved interest and peer positions, and following the other hubs' commits.
+/// Not yet: local writes (a hub's own transactions, which `DocumentDatabase` brings),
+/// attachments, compaction, and repairing a database that went back; those calls say
+/// so with an error.
+package final class PostgresStore: SyncStore, Sendable {
+    package let database: PostgresHubDatabase
+    package let siteID: SiteID
+    package let clock: HybridLogicalClock
+    package let systemParameters: SystemParameters
+    let logger: Logger
+
+    /// Queues this hub's writers, first come first served, before they take a connection.
+    let gate = WriteGate()
+    /// The log's end as this hub last knew it: its own commits, and the others' as announced.
+    let feed = ChangeFeed<LogEnd>(bufferingPolicy: .bufferingNewest(1), replayLatest: true)
+    /// Fires when every peer cursor was forgotten (no call does that yet on PostgreSQL).
+    let resets = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
+    /// The interest saved, as read at open (`savedInterest` is read once, at start).
+    let interestAtOpen: [SiteID: SavedInterest]
+    /// What peers acknowledged of this node's log, by peer (for EVICT, which is not yet built here).
+    let holdings = Locked<[SiteID: UInt64]>([:])
+    /// The highest end of the log told to the feed (`publish`).
+    let told = Locked<UInt64>(0)
+
+    private init(
+        database: PostgresHubDatabase, siteID: SiteID, clock: HybridLogicalClock, systemParameters: SystemParameters,
+        interest: [SiteID: SavedInterest], logger: Logger
+    ) {
+        self.database = database
+        self.siteID = siteID
+        self.clock = clock
+        self.systemParameters = systemParameters
+        self.interestAtOpen = interest
+        self.logger = logger
+    }
+
+    /// Opens the store on `database`, whose connection pool must be running
+    /// (`PostgresHubDatabase.run()`): migrates the schema, reads the site every hub on it
+    /// shares and where the log ends.
+    package static func open(
+        _ database: PostgresHubDatabase, systemParameters: SystemParameters = SystemParameters(),
+        clock: HybridLogicalClock = HybridLogicalClock(), logger: Logger
+    ) async throws(ShoalError) -> PostgresStore {
+        let site: SiteID
+        do {
+            try await database.migrate()
+            site = try await database.siteID()
+        } catch {
+            throw ShoalError(.database, error.message)
+        }
+        let interest = try await Self.readInterest(database, logger: logger)
+        let store = PostgresStore(
+            database: database, siteID: site, clock: clock, systemParameters: systemParameters, interest: interest,
+            logger: logger)
+        store.feed.publish(LogEnd(sequence: try await store.lastSequence()))
+        store.told.withLock { $0 = store.lastCommittedSequence }
+        return store
+    }
+
+    /// Ends every listener of the log and of cursor resets; the pool is the caller's to stop.
+    package func close() {
+        gate.close(admittingNested: false)
+        feed.finishAll()
+        resets.finishAll()
+    }
+
+    // MARK: Running SQL
+
+    /// Runs `body`, turning what PostgreSQL or the connection throws into a `ShoalError`
+    /// that says what was being done and where.
+    func failing<T>(_ doing: String, _ body: () async throws -> T) async throws(ShoalError) -> T {
+        do {
+            return try await body()
+        } catch let error as ShoalError {
+            throw error
+        } catch is CancellationError {
+            throw ShoalError(.cancelled, "cancelled while \(doing)")
+        } catch {
+            throw ShoalError(.database, "\(doing) on \(database.location): \(PostgresHubDatabase.describe(error))")
+        }
+    }
+
+    /// Runs `body` on one connection in a read-only snapshot (`REPEATABLE READ`): every
+    /// query it makes sees the same committed state, and none waits for a writer.
+    func snapshot<T: Sendable>(_ doing: String, _ body: (PostgresConnection) async throws -> T) async throws(ShoalError) -> T {
+        try await failing(doing) {
+            try await database.client.withConnection { connection in
+                try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
+                do {
+                    let result = try await body(connection)
+                    try await connection.query("COMMIT", logger: logger)
+                    return result
+                } catch {
+                    await Self.rollBack(connection, logger: logger)
+                    throw error
+                }
+            }
+        }
+    }
+
+    /// Runs one statement outside any writer (a single statement is atomic on its own).
+    func run(_ doing: String, _ query: PostgresQuery) async throws(ShoalError) {
+        _ = try await failing(doing) { try await database.client.query(query, logger: logger) }
+    }
+
+    /// Rolls back what `connection` has open; a connection that cannot is closed, so that
+    /// the pool never hands out one inside a transaction.
+    static func rollBack(_ connection: PostgresConnection, logger: Logger) async {
+        do {
+            try await connection.query("ROLLBACK", logger: logger)
+        } catch {
+            try? await connection.close()
+        }
+    }
+
+    // MARK: Outbound
+
+    package var mayLackOwnTransactions: Bool { false }
+
+    package func resumePoint(peer: SiteID, subscriptions: SubscriptionSet) async throws(ShoalError) -> ResumePoint {
+        let key = subscriptions.key
+        let entries = Set(subscriptions.entries.map(\.id))
+        let entriesText = Value.array(entries.sorted().map(Value.string)).canonicalJSON
+        let site = Int64(bitPattern: peer.rawValue)
+        try await run(
+            "recording a subscription set",
+            "INSERT INTO subscription_set (key, entries) VALUES (\(key), \(entriesText)) ON CONFLICT (key) DO NOTHING")
+        return try await snapshot("reading where a peer's stream resumes") { connection in
+            var point = try await Self.resumePoint(connection, peer: peer, subscriptionKey: key, logger: logger)
+            let wider = try await connection.query(
+                """
+                SELECT c.through, s.entries FROM peer_cursor c JOIN subscription_set s ON s.key = c.subscription_key
+                WHERE c.peer = \(site) AND c.subscription_key <> \(key) AND c.through > \(Int64(clamping: point.through))
+                """, logger: logger)
+            for try await (through, text) in wider.decode((Int64, String).self) {
+                guard case .array(let items)? = try? JSON.parse(text) else { continue }
+                guard entries.isSubset(of: Set(items.compactMap(\.stringValue))) else { continue }
+                point.through = max(point.through, try Stored.unsigned(through, "peer_cursor", "through"))
+            }
+            return point
+        }
+    }
+
+    static func resumePoint(
+        _ connection: PostgresConnection, peer: SiteID, subscriptionKey: String, logger: Logger
+    ) async throws -> ResumePoint {
+        let site = Int64(bitPattern: peer.rawValue)
+        let refillKey = SubscriptionSet.refillKey(subscriptionKey)
+        var point = ResumePoint(through: 0, refill: 0, epoch: try await meta(connection, "cursor_epoch", logger: logger))
+        let rows = try await connection.query(
+            """
+            SELECT subscription_key, through FROM peer_cursor
+            WHERE peer = \(site) AND subscription_key IN (\(subscriptionKey), \(refillKey))
+            """, logger: logger)
+        for try await (key, through) in rows.decode((String, Int64).self) {
+            let value: UInt64 = try Stored.unsigned(through, "peer_cursor", "through")
+            if key == subscriptionKey { point.through = value } else { point.refill = value }
+        }
+        return point
+    }
+
+    /// A value of `shoal_meta` that counts or marks: 0 when absent.
+    static func meta(_ connection: PostgresConnection, _ key: String, logger: Logger) async throws -> UInt64 {
+        let rows = try await connection.query("SELECT value FROM shoal_meta WHERE key = \(key)", logger: logger)
+        for try await value in rows.decode(Int64.self) { return try Stored.unsigned(value, "shoal_meta", "value of \(key)") }
+        return 0
+    }
+
+    package func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(ShoalError) {
+        let site = Int64(bitPattern: peer.rawValue)
+        let refill = SubscriptionSet.refillKey(subscriptionKey)
+        try await run(
+            "taking over a refilled stream's cursor",
+            """
+            WITH taken AS (DELETE FROM peer_cursor WHERE peer = \(site) AND subscription_key = \(refill) RETURNING through)
+            INSERT INTO peer_cursor (peer, subscription_key, through) SELECT \(site), \(subscriptionKey), through FROM taken
+            ON CONFLICT (peer, subscription_key) DO UPDATE SET through = GREATEST(peer_cursor.through, excluded.through)
+            """)
+    }
+
+    /// The most rows one query of a page reads: a page reads on in such steps, within
+    /// its snapshot, so that a page of small rows is one round trip and one of large
+    /// rows holds no more than this many in memory beyond the page.
+    static let pageRowsPerQuery = 64
+
+    package func logPage(
+        after sequence: UInt64, limit: Int, stretch: Int, byteLimit: Int, records wanted: @escaping @Sendable (TransactionID) -> Bool
+    ) async throws(ShoalError) -> LogPage {
+        try await snapshot("reading the change log") { connection in
+            var page = LogPageFitting(limit: limit, stretch: stretch, byteLimit: byteLimit)
+            var cursor = Int64(sequence)
+            reading: while true {
+                let batch = try await Self.logRows(
+                    connection, "seq > \(cursor) ORDER BY seq LIMIT \(Self.pageRowsPerQuery)", logger: logger)
+                for row in batch where try !page.offer({ rows in try row.decode(into: &rows) }) { break reading }
+                guard batch.count == Self.pageRowsPerQuery, let last = batch.last else { break }
+                cursor = Int64(last.sequence)
+            }
+            let (rows, next) = (page.rows, page.next)
+            guard !rows.isEmpty else { return LogPage(rows: [], next: nil) }
+            var ids: [TransactionID] = []
+            for row in rows where row.delta.transaction != ids.last { ids.append(row.delta.transaction) }
+            let records = try await Self.storedTransactions(connection, Array(Set(ids.filter(wanted))), logger: logger)
+            let previous =
+                sequence > 0
+                ? try await Self.logRows(connection, "seq = \(Int64(sequence))", logger: logger).first?.transaction : nil
+            return LogPage(rows: rows, next: next, previous: previous, records: records)
+        }
+    }
+
+    package func logPage(of id: TransactionID) async throws(ShoalError) -> LogPage {
+        try await snapshot("reading a transaction's rows of the change log") { connection in
+            var rows: [LogRow] = []
+            for row in try await Self.logRows(connection, Self.ofTransaction(id), logger: logger) { try row.decode(into: &rows) }
+            let records = try await Self.storedTransactions(connection, [id], logger: logger)
+            return LogPage(rows: rows, next: nil, records: records)
+        }
+    }
+
+    /// The condition of a transaction's log rows, in log order.
+    static func ofTransaction(_ id: TransactionID) -> String {
+        "txn_site = \(Int64(bitPattern: id.origin.rawValue)) AND txn_seq = \(Int64(id.sequence)) ORDER BY seq"
+    }
+
+    package func logHolds(_ ids: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> {
+        guard !ids.isEmpty else { return [] }
+        let (sites, sequences) = Self.columns(ids)
+        return try await failing("reading which transactions the change log holds") {
+            let rows = try await database.client.query(
+                """
+                SELECT DISTINCT txn_site, txn_seq FROM change_log
+                WHERE (txn_site, txn_seq) IN (SELECT * FROM UNNEST(\(sites)::bigint[], \(sequences)::bigint[]))
+                """, logger: logger)
+            var held: Set<TransactionID> = []
+            for try await (site, sequence) in rows.decode((Int64, Int64).self) {
+                held.insert(TransactionID(origin: SiteID(UInt64(bitPattern: site)), sequence: try Stored.unsigned(sequence, "change_log", "txn_seq")))
+            }
+            return held
+        }
+    }
+
+    package func bodies(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRef: String] {
+        guard !documents.isEmpty else { return [:] }
+        let collections = documents.map(\.collection), keys = documents.map(\.id)
+        return try await failing("reading document bodies") {
+            let rows = try await database.client.query(
+                """
+                SELECT collection, doc_id, body FROM document
+                WHERE (collection, doc_id) IN (SELECT * FROM UNNEST(\(collections)::text[], \(keys)::text[]))
+                """, logger: logger)
+            var bodies: [DocumentRef: String] = [:]
+            for try await (collection, key, body) in rows.decode((String, String, String).self) {
+                bodies[DocumentRef(collection: collection, id: key)] = body
+            }
+            return bodies
+        }
+    }
+
+    package func storedTransactions(_ ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: StoredTransaction] {
+        guard !ids.isEmpty else { return [:] }
+        return try await snapshot("reading transaction records") { connection in
+            try await Self.storedTransactions(connection, ids, logger: logger)
+        }
+    }
+
+    package func currentFields(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRef: [FieldRecord]] {
+        guard !documents.isEmpty else { return [:] }
+        return try await snapshot("reading current fields") { connection in
+            var fields = try await Self.registerRows(connection, of: documents, logger: logger)
+            for document in documents where fields[document] == nil { fields[document] = [] }
+            return fields
+        }
+    }
+
+    package func listenToChangeLog(
+        _ handler: @escaping @Sendable (LogEnd) -> Void, closed: @escaping @Sendable () -> Void
+    ) -> ChangeFeedListening {
+        feed.listen(handler, finished: closed)
+    }
+
+    package func cursorResets() -> AsyncStream<UInt64> { resets.updates() }
+
+    package var lastCommittedSequence: UInt64 { feed.latest?.sequence ?? 0 }
+
+    package func history(of origin: SiteID) async throws(ShoalError) -> OriginHistory {
+        let site = Int64(bitPattern: origin.rawValue)
+        return try await snapshot("reading how far this hub holds a node's transactions") { connection in
+            let rows = try await connection.query(
+                "SELECT MAX(seq) FROM txn WHERE origin = \(site) AND state IN (1, 2)", logger: logger)
+            var through: UInt64?
+            for try await value in rows.decode(Int64?.self) { through = try value.map { v throws in try Stored.unsigned(v, "txn", "seq") } }
+            guard let through else { return .none }
+            let newest = try await Self.newestDelta(connection, TransactionID(origin: origin, sequence: through), logger: logger)
+            return OriginHistory(through: through, index: newest?.index ?? 0, timestamp: newest?.timestamp ?? 0)
+        }
+    }
+
+    /// The delta with the newest timestamp (the lowest index among equals) logged of
+    /// transaction `id`, or `only` that index's; nil when none is.
+    static func newestDelta(
+        _ connection: PostgresConnection, _ id: TransactionID, only: UInt32? = nil, logger: Logger
+    ) async throws -> (index: UInt32, timestamp: UInt64)? {
+        var newest: (index: UInt32, timestamp: UInt64)?
+        for row in try await logRows(connection, ofTransaction(id), logger: logger) {
+            try row.entries.withUnsafeReadableBytes { entries in try OriginHistory.newestDelta(in: entries, only: only, above: &newest) }
+        }
+        return newest
+    }
+
+    /// A hub writes no transaction of its own yet (`DocumentDatabase` is not built on
+    /// PostgreSQL), so a peer can hold only what this store holds: consistent when its
+    /// transaction of that number is the same, and a database that went back otherwise,
+    /// which cannot be repaired here yet and is refused.
+    package func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(ShoalError) -> HistoryVerdict {
+        guard held.through > 0, held.timestamp != 0 else { return .unknown }
+        let own = try await history(of: siteID)
+        let newest = try await snapshot("comparing this hub's history with a peer's") { connection in
+            try await Self.newestDelta(connection, TransactionID(origin: siteID, sequence: held.through), only: held.index, logger: logger)
+        }
+        if held.through <= own.through, let newest {
+            guard newest.timestamp == held.timestamp else { throw Self.wentBack(held, peer: peer) }
+            return .consistent
+        }
+        if held.through <= own.through { return .unknown }
+        throw Self.wentBack(held, peer: peer)
+    }
+
+    static func wentBack(_ held: OriginHistory, peer: SiteID) -> ShoalError {
+        ShoalError(
+            .database,
+            "peer \(peer) holds this hub's transactions through \(held.through), which its database does not: the database went back (a restored backup), which hubs on PostgreSQL cannot repair yet")
+    }
+
+    package func raiseLog(above sequence: UInt64, peer: SiteID) async throws(ShoalError) -> UInt64? {
+        let last = try await lastSequence()
+        guard sequence > last else { return nil }
+        throw ShoalError(
+            .database,
+            "peer \(peer) resumes after sequence \(sequence) of this hub's change log, which ends at \(last): the database went back (a restored backup), which hubs on PostgreSQL cannot repair yet")
+    }
+
+    package func savedInterest() throws(ShoalError) -> [SiteID: SavedInterest] { interestAtOpen }
+
+    static func readInterest(_ database: PostgresHubDatabase, logger: Logger) async throws(ShoalError) -> [SiteID: SavedInterest] {
+        do {
+            let rows = try await database.client.query(
+                "SELECT site, subscriptions, generation, heard_from FROM neighbour_interest", logger: logger)
+            var interest: [SiteID: SavedInterest] = [:]
+            for try await (site, subscriptions, generation, heard) in rows.decode((Int64, String, Int64, String).self) {
+                if let saved = SavedInterest(
+                    subscriptionsText: subscriptions, generation: UInt64(bitPattern: generation), heardFromText: heard)
+                {
+                    interest[SiteID(UInt64(bitPattern: site))] = saved
+                }
+            }
+            return interest
+        } catch {
+            throw ShoalError(.database, "reading the saved interest on \(database.location): \(PostgresHubDatabase.describe(error))")
+        }
+    }
+
+    package func saveInterest(_ interest: [SiteID: SavedInterest], forgetting: [SiteID]) async throws(ShoalError) {
+        guard !interest.isEmpty || !forgetting.isEmpty else { return }
+        let forget = forgetting.map { Int64(bitPattern: $0.rawValue) }
+        let sites = interest.keys.map { Int64(bitPattern: $0.rawValue) }
+        let saved = interest.keys.map { interest[$0]! }
+        let texts = saved.map(\.subscriptionsText), generations = saved.map { Int64(bitPattern: $0.generation) }
+        let heard = saved.map(\.heardFromText)
+        _ = try await failing("saving the interest this hub relays for") {
+            try await database.client.withTransaction(logger: logger) { connection in
+                try await connection.query("DELETE FROM neighbour_interest WHERE site = ANY(\(forget)::bigint[])", logger: logger)
+                try await connection.query(
+                    """
+                    INSERT INTO neighbour_interest (site, subscriptions, generation, heard_from)
+                    SELECT * FROM UNNEST(\(sites)::bigint[], \(texts)::text[], \(generations)::bigint[], \(heard)::text[])
+                    ON CONFLICT (site) DO UPDATE SET subscriptions = excluded.subscriptions,
+                        generation = excluded.generation, heard_from = excluded.heard_from
+                    WHERE excluded.generation >= neighbour_interest.generation
+                    """, logger: logger)
+            }
+        }
+    }
+
+    package func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
+        holdings.withLock { $0[peer] = max($0[peer] ?? 0, through) }
+    }
+
+    package func holdsOthersWrites() async throws(ShoalError) -> Bool {
+        let site = Int64(bitPattern: siteID.rawValue)
+        return try await failing("reading whether this hub holds others' writes") {
+            let rows = try await database.client.query(
+                "SELECT EXISTS (SELECT 1 FROM txn WHERE origin <> \(site))", logger: logger)
+            for try await held in rows.decode(Bool.self) { return held }
+            return true
+        }
+    }
+
+    // MARK: Inbound
+
+    package func transactionRecords() async throws(ShoalError) -> [TransactionRecord] {
+        try await snapshot("reading the transactions waiting or partial") { connection in
+            let rows = try await connection.query(
+                PostgresQuery(unsafeSQL: "\(StoredTransactionRow.select) WHERE state IN (0, 2)"), logger: logger)
+            var stored: [StoredTransaction] = []
+            for try await row in rows.decode(StoredTransactionRow.Columns.self) { stored.append(try StoredTransactionRow.make(row)) }
+            var records: [TransactionRecord] = []
+            for transaction in stored.sorted(by: { ($0.id.origin, $0.id.sequence) < ($1.id.origin, $1.id.sequence) }) {
+                records.append(try await Self.record(connection, transaction, logger: logger))
+            }
+            return records
+        }
+    }
+
+    /// A waiting or partial transaction as a record: its header and reports from `txn`,
+    /// what is held of it from the buffer (waiting) or the change log (partial).
+    static func record(_ connection: PostgresConnection, _ stored: StoredTransaction, logger: Logger) async throws -> TransactionRecord {
+        var record = TransactionRecord(stored)
+        if stored.state == .waiting {
+            for delta in try await bufferedDeltas(connection, of: stored.id, logger: logger) {
+                record.hold(delta.document, expected: delta.documentDeltas, [delta.delta.index])
+                record.bufferedBytes += delta.delta.valueJSON.utf8.count
+            }
+        } else {
+            for row in try await logRows(connection, ofTransaction(stored.id), logger: logger) {
+                try row.entries.withUnsafeReadableBytes { entries in try record.holdLogged(entries) }
+            }
+        }
+        return record
+    }
+
+    // MARK: Attachments (not yet kept on PostgreSQL)
+
+    static let noAttachments = ShoalError(.database, "attachments are not yet kept by hubs on PostgreSQL")
+
+    package func attachmentLength(hash: String) async throws(ShoalError) -> Int? { nil }
+
+    package func attachmentWriter(fetching hash: String) async throws(ShoalError) -> AttachmentWriter { throw Self.noAttachments }
+
+    package func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(ShoalError) -> (total: Int, bytes: [UInt8])? {
+        nil
+    }
+
+    package func stagedAttachmentBytes(blob: Int64, from start: Int, count: Int) async throws(ShoalError) -> [UInt8] {
+        throw Self.noAttachments
+    }
+
+    // MARK: Compaction
+
+    package func lastSequence() async throws(ShoalError) -> UInt64 {
+        try await failing("reading the change log's end") {
+            let rows = try await database.client.query("SELECT MAX(seq) FROM change_log", logger: logger)
+            for try await last in rows.decode(Int64?.self) { return try last.map { v throws in try Stored.unsigned(v, "change_log", "seq") } ?? 0 }
+            return 0
+        }
+    }
+
+    package func savePeerAcknowledgements(_ acknowledgements: [PeerAcknowledgement], forget: [SiteID]) async throws(ShoalError) {
+        guard !acknowledgements.isEmpty || !forget.isEmpty else { return }
+        var latest: [SiteID: PeerAcknowledgement] = [:]
+        for a in acknowledgements { latest[a.peer] = a }
+        let peers = latest.keys.map { Int64(bitPattern: $0.rawValue) }
+        let through = latest.values.map { Int64(bitPattern: $0.through) }
+        let heard = latest.values.map { Int64($0.heardAt.timeIntervalSince1970 * 1000) }
+        let forgotten = forget.map { Int64(bitPattern: $0.rawValue) }
+        _ = try await failing("saving what peers acknowledged") {
+            try await database.client.withTransaction(logger: logger) { connection in
+                try await connection.query(
+                    """
+                    INSERT INTO peer_ack (peer, through, heard_at) SELECT * FROM UNNEST(\(peers)::bigint[], \(through)::bigint[], \(heard)::bigint[])
+                    ON CONFLICT (peer) DO UPDATE SET through = excluded.through, heard_at = excluded.heard_at
+                    """, logger: logger)
+                try await connection.query("DELETE FROM peer_ack WHERE peer = ANY(\(forgotten)::bigint[])", logger: logger)
+            }
+        }
+    }
+
+    package func peerAcknowledgements() async throws(ShoalError) -> [PeerAcknowledgement] {
+        try await failing("reading what peers acknowledged") {
+            let rows = try await database.client.query("SELECT peer, through, heard_at FROM peer_ack ORDER BY through, peer", logger: logger)
+            var acknowledgements: [PeerAcknowledgement] = []
+            for try await (peer, through, heard) in rows.decode((Int64, Int64, Int64).self) {
+                acknowledgements.append(
+                    PeerAcknowledgement(
+                        peer: SiteID(UInt64(bitPattern: peer)), through: UInt64(bitPattern: through),
+                        heardAt: Date(timeIntervalSince1970: Double(heard) / 1000)))
+            }
+            return acknowledgements
+        }
+    }
+
+    package func compactChangeLog(
+        after start: UInt64, through: UInt64, progress: @Sendable (UInt64, CompactionReport) async -> Void
+    ) async throws(ShoalError) -> CompactionReport {
+        throw ShoalError(.database, "compacting the change log is not yet built for hubs on PostgreSQL")
+    }
+
+    // MARK: Following the other hubs
+
+    /// Hears the other hubs' commits until the task is cancelled: each announced end of
+    /// the log above this hub's wakes its sessions (`listenToChangeLog`). It reads the
+    /// log's end each time it starts listening, and every `interval` besides, since
+    /// PostgreSQL drops what it announced while this hub was not listening.
+    package func followOtherHubs(every interval: Duration = .seconds(5)) async {
+        let (started, listening) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                while !Task.isCancelled {
+                    do {
+                        try await self.database.followLog(listening: { listening.yield() }) { self.publish(LogEnd(sequence: $0)) }
+                    } catch {
+                        if Task.isCancelled { break }
+                        self.logger.warning("following the other hubs' commits failed, trying again in a second: \(error)")
+                    }
+                    try? await Task.sleep(for: .seconds(1))
+                }
+                listening.finish()
+            }
+            group.addTask {
+                for await _ in started {
+                    if let last = try? await self.lastSequence() { self.publish(LogEnd(sequence: last)) }
+                }
+            }
+            group.addTask {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: interval)
+                    if let last = try? await self.lastSequence() { self.publish(LogEnd(sequence: last)) }
+                }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Tells this hub's sessions where the log ends: after its own commit, or another
+    /// hub's as announced or read. Only an end past the last one told is told, so the
+    /// end a session sees never goes back when announcements and commits cross.
+    func publish(_ end: LogEnd) {
+        told.withLock { told in
+            guard end.sequence > told else { return }
+            told = end.sequence
+            feed.publish(end)
+        }
+    }
+
+    // MARK: Columns
+
+    /// Two columns of transaction IDs, for `UNNEST`.
+    static func columns(_ ids: [TransactionID]) -> (sites: [Int64], sequences: [Int64]) {
+        (ids.map { Int64(bitPattern: $0.origin.rawValue) }, ids.map { Int64(bitPattern: $0.sequence) })
+    }
+}
+
+/// Reading stored integers: a value no version of Shoal writes fails the read with the
+/// table and column, never a trap.
+enum Stored {
+    static func unsigned<T: FixedWidthInteger & UnsignedInteger>(_ value: Int64, _ table: String, _ column: String) throws -> T {
+        guard let converted = T(exactly: value) else {
+            throw ShoalError(
+                .database, "table \(table), column \(column) holds \(value), which no version of Shoal writes: the database was changed by hand or is damaged")
+        }
+        return converted
+    }
+}

@@ -1,0 +1,44 @@
+import Foundation
+public import Logging
+public import ShoalPostgres
+
+/// A database of its own on the PostgreSQL server the tests use, if one was started
+/// (`SHOAL_POSTGRES_URL`, which `scripts/postgres.sh start DIR` prints and `.ci/run`
+/// sets): created for one test and dropped after it.
+public enum TemporaryPostgresDatabase {
+    /// The server's URL, nil when no server was started.
+    public static let serverURL = ProcessInfo.processInfo.environment["SHOAL_POSTGRES_URL"]
+
+    /// Why tests of PostgreSQL are skipped, when they are.
+    public static let skipReason = "SHOAL_POSTGRES_URL is not set: scripts/postgres.sh start DIR starts a server"
+
+    /// Runs `body` with `count` running clients of a new database, then drops it.
+    public static func withDatabase<T: Sendable>(
+        hubs count: Int = 1, logger: Logger = Logger(label: "shoal.test.postgres"),
+        _ body: @Sendable ([PostgresHubDatabase]) async throws -> T
+    ) async throws -> T {
+        guard let serverURL else { throw PostgresStoreError(skipReason) }
+        let admin = PostgresHubDatabase(location: try PostgresLocation(parsing: serverURL), logger: logger)
+        let name = "shoal_test_\(UInt32.random(in: 0...UInt32.max))"
+        var location = admin.location
+        location.database = name
+        let hubs = (0..<count).map { _ in PostgresHubDatabase(location: location, logger: logger) }
+        return try await withThrowingTaskGroup(of: Void.self) { outer in
+            outer.addTask { await admin.run() }
+            try await admin.execute("CREATE DATABASE \(name)")
+            let result: Result<T, any Error> = await withTaskGroup(of: Void.self) { group in
+                for hub in hubs { group.addTask { await hub.run() } }
+                defer { group.cancelAll() }
+                do {
+                    return .success(try await body(hubs))
+                } catch {
+                    return .failure(error)
+                }
+            }
+            // The hubs' connections are closed now: the database can go.
+            try await admin.execute("DROP DATABASE \(name) WITH (FORCE)")
+            outer.cancelAll()
+            return try result.get()
+        }
+    }
+}

@@ -1,0 +1,228 @@
+import Foundation
+import Logging
+import NIOCore
+import PostgresNIO
+import ShoalCRDT
+import ShoalPostgres
+import ShoalStorage
+import ShoalStore
+import ShoalSync
+import ShoalTesting
+
+/// Hubs on PostgreSQL (`shoal-bench --hubs postgresql://…`), in this process: each hub a
+/// `SyncEngine` over a `PostgresStore`, each device a SQLite node, linked over the
+/// in-memory transport, so what is measured is the store and the database, not TCP.
+/// Every figure comes with PostgreSQL's own rate on the same server in the same run.
+enum Hubs {
+    struct Result: Sendable {
+        var documents: Int
+        /// The same rows a hub writes per document (its body and a register per field),
+        /// 100 documents per transaction, in multi-row statements (`UNNEST`), on the same server.
+        var baselineDocumentsPerSecond: Double
+        /// One device replicating into one hub.
+        var oneHubDocumentsPerSecond: Double
+        /// Two devices replicating into two hubs of one database at once (half the documents each).
+        var twoHubsDocumentsPerSecond: Double
+        /// CPU seconds this process used during each: hubs, devices and the client side of PostgreSQL.
+        var oneHubCPUSeconds: Double
+        var twoHubsCPUSeconds: Double
+        /// A write on a device behind hub 1 until an observer on a device behind hub 2 fires, idle.
+        var latency: Latency.Figure
+    }
+
+    static let logger: Logger = {
+        var logger = Logger(label: "shoal.bench.hubs")
+        logger.logLevel = .warning
+        return logger
+    }()
+
+    static func measure(
+        server: String, documents: Int, samples: Int, progress: (String) -> Void
+    ) async throws -> Result {
+        setenv("SHOAL_POSTGRES_URL", server, 1)
+        progress("hubs: PostgreSQL's own rate, \(documents) documents")
+        let baseline = try await TemporaryPostgresDatabase.withDatabase { databases in
+            try await insertRate(databases[0], documents: documents)
+        }
+        progress("hubs: one device into one hub")
+        let one = try await replicate(hubs: 1, documents: documents)
+        progress("hubs: two devices into two hubs")
+        let two = try await replicate(hubs: 2, documents: documents)
+        progress("hubs: latency across hubs, \(samples) samples")
+        let latency = try await crossHubLatency(samples: samples)
+        return Result(
+            documents: documents, baselineDocumentsPerSecond: baseline, oneHubDocumentsPerSecond: one.rate,
+            twoHubsDocumentsPerSecond: two.rate, oneHubCPUSeconds: one.cpu, twoHubsCPUSeconds: two.cpu, latency: latency)
+    }
+
+    /// PostgreSQL inserting what a hub writes of `documents` documents (a `document` row
+    /// and a `field` row per field, in the hub's own tables), 100 to a transaction, a
+    /// multi-row statement per table.
+    static func insertRate(_ database: PostgresHubDatabase, documents: Int) async throws -> Double {
+        _ = try await PostgresStore.open(database, logger: logger)
+        let client = database.pool
+        let start = ContinuousClock.now
+        var first = 0
+        while first < documents {
+            let range = first..<min(first + 100, documents)
+            var keys: [String] = [], bodies: [String] = []
+            var fieldKeys: [String] = [], names: [String] = [], values: [String] = [], stamps: [Int64] = []
+            for n in range {
+                let document = Workload.json(n..<(n + 1)).dropFirst().dropLast()
+                let key = "\"d\(n)\""
+                keys.append(key)
+                bodies.append(String(document))
+                for (name, value) in [
+                    ("_id", key), ("color", "\"\(["red", "green", "blue"][n % 3])\""), ("n", "\(n)"), ("ok", "\(n % 2 == 0)"),
+                    ("size", "\(n % 7)"), ("title", "\"document \(n)\""),
+                ] {
+                    fieldKeys.append(key)
+                    names.append(name)
+                    values.append(value)
+                    stamps.append(Int64(n))
+                }
+            }
+            try await client.withTransaction(logger: logger) { connection in
+                try await connection.query(
+                    """
+                    INSERT INTO document (collection, doc_id, body, deleted)
+                    SELECT 'docs', k, b, false FROM UNNEST(\(keys)::text[], \(bodies)::text[]) AS t(k, b)
+                    """, logger: logger)
+                try await connection.query(
+                    """
+                    INSERT INTO field (collection, doc_id, name, value, ts, site, txn_site, txn_seq, txn_index)
+                    SELECT 'docs', k, n, v, s, 1, 1, 1, 0 FROM UNNEST(\(fieldKeys)::text[], \(names)::text[], \(values)::text[], \(stamps)::bigint[]) AS t(k, n, v, s)
+                    """, logger: logger)
+            }
+            first = range.upperBound
+        }
+        return Double(documents) / seconds(ContinuousClock.now - start)
+    }
+
+    /// `hubs` hubs on one new database and a device behind each, subscribed to docs;
+    /// the devices' `documents` documents (split between them), written beforehand, 100
+    /// to a transaction; the rate from linking until the last hub holds every one.
+    static func replicate(hubs count: Int, documents: Int) async throws -> (rate: Double, cpu: Double) {
+        let defaults: (inout SyncConfiguration) -> Void = { $0.batchSize = SyncConfiguration(nodeName: "").batchSize }
+        let devices = try (0..<count).map { i in try TestNode(name: "device\(i + 1)", configure: defaults) }
+        defer { for device in devices { device.remove() } }
+        let share = documents / count
+        for (i, device) in devices.enumerated() {
+            var first = i * share
+            while first < (i + 1) * share {
+                let end = min(first + 100, (i + 1) * share)
+                _ = try await device.store.execute(
+                    "INSERT INTO docs DOCUMENTS (:docs)", arguments: ["docs": try JSON.parse(Workload.json(first..<end))])
+                first = end
+            }
+        }
+        let total = share * count
+        return try await TemporaryPostgresDatabase.withDatabase(hubs: count) { databases in
+            var stores: [PostgresStore] = []
+            for database in databases { stores.append(try await PostgresStore.open(database, logger: logger)) }
+            defer { for store in stores { store.close() } }
+            let engines = stores.enumerated().map { i, store in
+                SyncEngine(store: store, configuration: SyncConfiguration(nodeName: "hub\(i + 1)"), logger: logger)
+            }
+            for engine in engines { try engine.subscribe("SELECT * FROM docs") }
+            let cpuBefore = processCPUSeconds()
+            let start = ContinuousClock.now
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (device, hub) in zip(devices, engines) {
+                    group.addTask {
+                        try await InProcessMesh.withLink(device.sync, hub) { () async throws in
+                            let arrived = try await InProcessMesh.eventually(timeout: .seconds(3600)) {
+                                try await documentCount(databases[0]) >= total
+                            }
+                            if !arrived { throw BenchError("the documents did not reach the hubs") }
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let elapsed = seconds(ContinuousClock.now - start)
+            return (Double(total) / elapsed, processCPUSeconds() - cpuBefore)
+        }
+    }
+
+    static func documentCount(_ database: PostgresHubDatabase) async throws -> Int {
+        let rows = try await database.pool.query(
+            "SELECT count(*) FROM document WHERE collection = 'docs' AND NOT deleted", logger: logger)
+        for try await count in rows.decode(Int64.self) { return Int(count) }
+        return 0
+    }
+
+    /// A one-document UPDATE on a device behind hub 1 until an observer on a device
+    /// behind hub 2 sees it, one at a time, idle.
+    static func crossHubLatency(samples: Int) async throws -> Latency.Figure {
+        let a = try TestNode(name: "a")
+        let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM probe"])
+        defer {
+            a.remove()
+            b.remove()
+        }
+        let probe = try await ProbeLatency(writer: a.store, reader: b.store)
+        defer { probe.observer.cancel() }
+        let latencies = try await TemporaryPostgresDatabase.withDatabase(hubs: 2) { databases in
+            var stores: [PostgresStore] = []
+            for database in databases { stores.append(try await PostgresStore.open(database, logger: logger)) }
+            defer { for store in stores { store.close() } }
+            let engines = stores.enumerated().map { i, store in
+                SyncEngine(store: store, configuration: SyncConfiguration(nodeName: "hub\(i + 1)"), logger: logger)
+            }
+            for engine in engines { try engine.subscribe("SELECT * FROM probe") }
+            return try await withThrowingTaskGroup(of: Void.self) { group in
+                // The slow timer at an hour: only the announcements carry a commit across.
+                for store in stores { group.addTask { await store.followOtherHubs(every: .seconds(3600)) } }
+                defer { group.cancelAll() }
+                return try await InProcessMesh.withLink(a.sync, engines[0]) { () async throws -> [Double] in
+                    try await InProcessMesh.withLink(b.sync, engines[1]) { () async throws -> [Double] in
+                        try await probe.measure(writer: a.store, samples: samples, pause: .milliseconds(5))
+                    }
+                }
+            }
+        }
+        return Latency.Figure(label: "cross-hub", latencies: latencies)
+    }
+
+    /// CPU seconds (user and system) this process has used.
+    static func processCPUSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec)
+            + Double(usage.ru_stime.tv_usec) / 1e6
+    }
+
+    static func table(_ r: Result) -> String {
+        let rows: [[String]] = [
+            ["PostgreSQL's own inserts (same rows, 100 per transaction)", String(format: "%.0f docs/s", r.baselineDocumentsPerSecond), ""],
+            [
+                "one device into one hub", String(format: "%.0f docs/s", r.oneHubDocumentsPerSecond),
+                String(format: "%.2fx PostgreSQL's; %.1f CPU s", r.oneHubDocumentsPerSecond / r.baselineDocumentsPerSecond, r.oneHubCPUSeconds),
+            ],
+            [
+                "two devices into two hubs", String(format: "%.0f docs/s", r.twoHubsDocumentsPerSecond),
+                String(format: "%.2fx one hub; %.1f CPU s", r.twoHubsDocumentsPerSecond / r.oneHubDocumentsPerSecond, r.twoHubsCPUSeconds),
+            ],
+            [
+                "device -> hub 1 -> PostgreSQL -> hub 2 -> device observer", String(format: "p50 %.2f ms", r.latency.p50),
+                String(format: "p99 %.2f ms, max %.2f ms (%d samples)", r.latency.p99, r.latency.max, r.latency.samples),
+            ],
+        ]
+        return "shoal-bench --hubs: \(r.documents) documents of 5 fields, in process (hubs and devices over the in-memory transport)\n"
+            + renderTable(["FIGURE", "", ""], rows)
+    }
+
+    static func json(_ r: Result) -> String {
+        let object: [String: Any] = [
+            "documents": r.documents, "baselineDocumentsPerSecond": r.baselineDocumentsPerSecond,
+            "oneHubDocumentsPerSecond": r.oneHubDocumentsPerSecond, "twoHubsDocumentsPerSecond": r.twoHubsDocumentsPerSecond,
+            "oneHubCPUSeconds": r.oneHubCPUSeconds, "twoHubsCPUSeconds": r.twoHubsCPUSeconds,
+            "crossHubLatency": [
+                "samples": r.latency.samples, "p50Millis": r.latency.p50, "p99Millis": r.latency.p99, "maxMillis": r.latency.max,
+            ],
+        ]
+        let data = try! JSONSerialization.data(withJSONObject: ["hubs": object], options: [.sortedKeys])
+        return String(decoding: data, as: UTF8.self)
+    }
+}
