@@ -9,6 +9,11 @@ public struct TransactionID: Sendable, Hashable, Comparable, CustomStringConvert
         self.sequence = sequence
     }
 
+    /// The highest sequence a transaction may have (2^63 - 1): stores keep sequences as
+    /// signed 64-bit integers, and a node counts its transactions from 1, so a higher
+    /// one can only come from a peer breaking the protocol (PROTOCOL.md 8.5).
+    public static let maximumSequence = UInt64(Int64.max)
+
     public init?(_ text: some StringProtocol) {
         let parts = text.split(separator: ":")
         guard parts.count == 2, let site = SiteID(hex: parts[0]), let seq = UInt64(parts[1]) else { return nil }

@@ -44,7 +44,8 @@ public final class PostgresHubDatabase: Sendable {
         (
             // The store's tables (`PostgresStore`), as docs/ARCHITECTURE.md "The SQLite
             // schema" describes them; unsigned 64-bit values (sites, timestamps) are
-            // BIGINT bit patterns, as there.
+            // BIGINT bit patterns, as there. Field names are BYTEA (UTF-8): a JSON key
+            // may hold U+0000, which TEXT cannot.
             "v3-store",
             [
                 // Raised each time every peer cursor is forgotten (`ResumePoint`).
@@ -56,7 +57,7 @@ public final class PostgresHubDatabase: Sendable {
                 """,
                 """
                 CREATE TABLE field (
-                    collection TEXT COLLATE "C" NOT NULL, doc_id TEXT COLLATE "C" NOT NULL, name TEXT COLLATE "C" NOT NULL, value TEXT NOT NULL,
+                    collection TEXT COLLATE "C" NOT NULL, doc_id TEXT COLLATE "C" NOT NULL, name BYTEA NOT NULL, value TEXT NOT NULL,
                     ts BIGINT NOT NULL, site BIGINT NOT NULL, txn_site BIGINT NOT NULL, txn_seq BIGINT NOT NULL,
                     txn_index BIGINT NOT NULL, PRIMARY KEY (collection, doc_id, name))
                 """,
@@ -78,13 +79,13 @@ public final class PostgresHubDatabase: Sendable {
                 """
                 CREATE TABLE txn_piece (
                     origin BIGINT NOT NULL, seq BIGINT NOT NULL, idx BIGINT NOT NULL, collection TEXT COLLATE "C" NOT NULL,
-                    doc_id TEXT COLLATE "C" NOT NULL, doc_deltas BIGINT NOT NULL, name TEXT COLLATE "C" NOT NULL, value TEXT NOT NULL,
+                    doc_id TEXT COLLATE "C" NOT NULL, doc_deltas BIGINT NOT NULL, name BYTEA NOT NULL, value TEXT NOT NULL,
                     ts BIGINT NOT NULL, PRIMARY KEY (origin, seq, idx))
                 """,
                 """
                 CREATE TABLE txn_context (
                     origin BIGINT NOT NULL, seq BIGINT NOT NULL, collection TEXT COLLATE "C" NOT NULL, doc_id TEXT COLLATE "C" NOT NULL,
-                    name TEXT COLLATE "C" NOT NULL, value TEXT NOT NULL, ts BIGINT NOT NULL, src_origin BIGINT NOT NULL,
+                    name BYTEA NOT NULL, value TEXT NOT NULL, ts BIGINT NOT NULL, src_origin BIGINT NOT NULL,
                     src_seq BIGINT NOT NULL, PRIMARY KEY (origin, seq, collection, doc_id, name))
                 """,
                 """
@@ -103,6 +104,17 @@ public final class PostgresHubDatabase: Sendable {
         ),
     ]
 
+    /// What every connection of a hub sets: a hub that stops answering in the middle of a
+    /// write (its machine gone, the network cut) must not hold `log_end`'s lock, and so
+    /// every hub's writes, for the hours the default TCP keepalives take. The server
+    /// probes an idle connection after 10 s, gives up after three probes 5 s apart, and
+    /// ends a transaction left idle for a minute (a hub's writer never waits that long
+    /// between its statements).
+    static let sessionParameters: [(String, String)] = [
+        ("tcp_keepalives_idle", "10"), ("tcp_keepalives_interval", "5"), ("tcp_keepalives_count", "3"),
+        ("idle_in_transaction_session_timeout", "60000"),
+    ]
+
     /// The channel on which hubs say how far the shared change log runs (`notifyLogEnd`).
     static let logChannel = "shoal_log"
 
@@ -114,6 +126,7 @@ public final class PostgresHubDatabase: Sendable {
             host: location.host, port: location.port, username: location.user, password: location.password,
             database: location.database, tls: .disable)
         configuration.options.connectTimeout = .seconds(10)
+        configuration.options.additionalStartupParameters = Self.sessionParameters
         client = PostgresClient(configuration: configuration, backgroundLogger: logger)
     }
 

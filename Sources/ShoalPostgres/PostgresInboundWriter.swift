@@ -52,6 +52,9 @@ extension PostgresStore {
                     guard let end else { throw ShoalError(.database, "the database has no log_end row: is the schema migrated?") }
                     writer.logEnd = try Stored.unsigned(end, "shoal_meta", "value of log_end")
                     let result = try await body(writer)
+                    if writer.aborted {
+                        throw ShoalError(.database, "\(doing): a statement failed, and PostgreSQL rolled the write back; nothing of it was kept")
+                    }
                     if let last = writer.lastSequence {
                         try await connection.query(
                             "UPDATE shoal_meta SET value = \(Int64(last)) WHERE key = 'log_end'", logger: logger)
@@ -89,6 +92,13 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     var appended = LogEnd.Appended(after: 0, collections: [], transactions: [])
     private(set) var outcome = ApplyOutcome()
     private let ended = Locked(false)
+    /// The registers this write knows each document it read holds (`registers(of:)`, then
+    /// what it wrote): a register not among them is new, and is inserted rather than
+    /// upserted. The writer's lock keeps every other writer out, so none can appear
+    /// meanwhile; a document this write never read is upserted.
+    private var held: [DocumentRef: Set<String>] = [:]
+    /// The documents it read that had a body row (live or deleted).
+    private var bodied: Set<DocumentRef> = []
 
     init(store: PostgresStore, connection: PostgresConnection) {
         self.store = store
@@ -97,12 +107,25 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
 
     func end() { ended.withLock { $0 = true } }
 
-    /// Runs `body` inside the write, unless the write has ended.
+    /// Set once a statement of this write failed: PostgreSQL has aborted the transaction,
+    /// whose COMMIT would then roll back without an error. The write must not report it
+    /// committed, even when its body caught the error and went on.
+    private(set) var aborted = false
+
+    /// Runs `body` inside the write, unless the write has ended or its transaction was aborted.
     private func access<T>(_ doing: String, _ body: () async throws -> T) async throws(ShoalError) -> T {
         guard !ended.withLock({ $0 }) else {
             throw ShoalError(.closed, "the inbound write has ended: nothing more can be written in it")
         }
-        return try await store.failing(doing, body)
+        guard !aborted else {
+            throw ShoalError(.database, "\(doing): an earlier statement of this write failed, and PostgreSQL rolled it back")
+        }
+        do {
+            return try await store.failing(doing, body)
+        } catch {
+            aborted = true
+            throw error
+        }
     }
 
     private func query(_ query: PostgresQuery) async throws -> PostgresRowSequence {
@@ -160,16 +183,17 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                     INSERT INTO txn_piece (origin, seq, idx, collection, doc_id, doc_deltas, name, value, ts)
                     SELECT \(origin), \(seq), * FROM UNNEST(
                         \(deltas.map { Int64($0.index) })::bigint[], \(deltas.map(\.collection))::text[],
-                        \(deltas.map(\.documentID))::text[], \(counts)::bigint[], \(deltas.map(\.field))::text[],
+                        \(deltas.map(\.documentID))::text[], \(counts)::bigint[], \(deltas.map { Stored.bytes($0.field) })::bytea[],
                         \(deltas.map(\.valueJSON))::text[], \(deltas.map { Int64(bitPattern: $0.timestamp.rawValue) })::bigint[])
                     ON CONFLICT DO NOTHING
                     """)
             }
-            // The last of each field wins, as one statement may not update a row twice.
-            var latest: [String: ContextField] = [:]
-            var order: [String] = []
+            // The last of each field wins, as one statement may not update a row twice
+            // (keyed by bytes: canonically equivalent names are two fields).
+            var latest: [Stored.RegisterKey: ContextField] = [:]
+            var order: [Stored.RegisterKey] = []
             for field in context {
-                let key = "\(field.document.collection)\u{0}\(field.document.id)\u{0}\(field.field)"
+                let key = Stored.RegisterKey(field.document.collection, field.document.id, field.field)
                 if latest.updateValue(field, forKey: key) == nil { order.append(key) }
             }
             let fields = order.map { latest[$0]! }
@@ -178,7 +202,8 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                 """
                 INSERT INTO txn_context (origin, seq, collection, doc_id, name, value, ts, src_origin, src_seq)
                 SELECT \(origin), \(seq), * FROM UNNEST(
-                    \(fields.map(\.document.collection))::text[], \(fields.map(\.document.id))::text[], \(fields.map(\.field))::text[],
+                    \(fields.map(\.document.collection))::text[], \(fields.map(\.document.id))::text[],
+                    \(fields.map { Stored.bytes($0.field) })::bytea[],
                     \(fields.map(\.valueJSON))::text[], \(fields.map { Int64(bitPattern: $0.timestamp.rawValue) })::bigint[],
                     \(fields.map { Int64(bitPattern: $0.transaction.origin.rawValue) })::bigint[],
                     \(fields.map { Int64(bitPattern: $0.transaction.sequence) })::bigint[])
@@ -221,6 +246,9 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
             return documents.map { document in
                 var registers: [String: RegisterState] = [:]
                 for field in rows[document] ?? [] { registers[field.name] = field.state }
+                held[document] = Set(registers.keys)
+                // A document with no register has no body row either (RegisterRows' rule).
+                if !registers.isEmpty { bodied.insert(document) }
                 return DocumentRegisters(registers)
             }
         }
@@ -339,34 +367,47 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         }
         guard !changed.isEmpty else { return }
         // A register named twice (a document listed twice) keeps its last write: one
-        // statement may not update a row twice.
-        var last: [String: Int] = [:]
-        for i in names.indices { last["\(collections[i])\u{0}\(keys[i])\u{0}\(names[i])"] = i }
-        let keep = last.values.sorted()
-        if keep.count < names.count {
-            func pick<E>(_ column: [E]) -> [E] { keep.map { column[$0] } }
-            (collections, keys, names, values) = (pick(collections), pick(keys), pick(names), pick(values))
-            (timestamps, sites, transactionSites, transactionSequences, indexes) =
-                (pick(timestamps), pick(sites), pick(transactionSites), pick(transactionSequences), pick(indexes))
+        // statement may not update a row twice. A register this write knows is new is
+        // inserted, the rest upserted: PostgreSQL's upsert costs about twice an insert.
+        var last: [Stored.RegisterKey: Int] = [:]
+        for i in names.indices { last[Stored.RegisterKey(collections[i], keys[i], names[i])] = i }
+        var inserts: [Int] = [], upserts: [Int] = []
+        for i in last.values.sorted() {
+            let document = DocumentRef(collection: collections[i], id: keys[i])
+            if let known = held[document], !known.contains(names[i]) { inserts.append(i) } else { upserts.append(i) }
+            held[document]?.insert(names[i])
         }
-        try await query(
-            """
-            INSERT INTO field (collection, doc_id, name, value, ts, site, txn_site, txn_seq, txn_index)
-            SELECT * FROM UNNEST(\(collections)::text[], \(keys)::text[], \(names)::text[], \(values)::text[],
-                \(timestamps)::bigint[], \(sites)::bigint[], \(transactionSites)::bigint[], \(transactionSequences)::bigint[],
-                \(indexes)::bigint[])
-            ON CONFLICT (collection, doc_id, name) DO UPDATE SET value = excluded.value, ts = excluded.ts,
-                site = excluded.site, txn_site = excluded.txn_site, txn_seq = excluded.txn_seq, txn_index = excluded.txn_index
-            """)
-        if !live.isEmpty {
-            let refs = Array(live.keys)
+        for (rows, upsert) in [(inserts, false), (upserts, true)] where !rows.isEmpty {
+            func pick<E>(_ column: [E]) -> [E] { rows.map { column[$0] } }
+            let conflict =
+                upsert
+                ? """
+                ON CONFLICT (collection, doc_id, name) DO UPDATE SET value = excluded.value, ts = excluded.ts,
+                    site = excluded.site, txn_site = excluded.txn_site, txn_seq = excluded.txn_seq, txn_index = excluded.txn_index
+                """ : ""
             try await query(
                 """
-                INSERT INTO document (collection, doc_id, body, deleted)
-                SELECT c, k, b, false FROM UNNEST(\(refs.map(\.collection))::text[], \(refs.map(\.id))::text[],
-                    \(refs.map { live[$0]! })::text[]) AS t(c, k, b)
-                ON CONFLICT (collection, doc_id) DO UPDATE SET body = excluded.body, deleted = false
+                INSERT INTO field (collection, doc_id, name, value, ts, site, txn_site, txn_seq, txn_index)
+                SELECT * FROM UNNEST(\(pick(collections))::text[], \(pick(keys))::text[], \(pick(names).map(Stored.bytes))::bytea[],
+                    \(pick(values))::text[], \(pick(timestamps))::bigint[], \(pick(sites))::bigint[],
+                    \(pick(transactionSites))::bigint[], \(pick(transactionSequences))::bigint[], \(pick(indexes))::bigint[])
+                \(unescaped: conflict)
                 """)
+        }
+        if !live.isEmpty {
+            let refs = Array(live.keys)
+            let (new, old) = (refs.filter { held[$0] != nil && !bodied.contains($0) }, refs.filter { held[$0] == nil || bodied.contains($0) })
+            for (batch, upsert) in [(new, false), (old, true)] where !batch.isEmpty {
+                let conflict = upsert ? "ON CONFLICT (collection, doc_id) DO UPDATE SET body = excluded.body, deleted = false" : ""
+                try await query(
+                    """
+                    INSERT INTO document (collection, doc_id, body, deleted)
+                    SELECT c, k, b, false FROM UNNEST(\(batch.map(\.collection))::text[], \(batch.map(\.id))::text[],
+                        \(batch.map { live[$0]! })::text[]) AS t(c, k, b)
+                    \(unescaped: conflict)
+                    """)
+            }
+            bodied.formUnion(refs)
         }
         let deleted = gone.filter(\.value).map(\.key), absent = gone.filter { !$0.value }.map(\.key)
         if !deleted.isEmpty {
@@ -383,6 +424,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                 WHERE (collection, doc_id) IN (SELECT * FROM UNNEST(\(absent.map(\.collection))::text[], \(absent.map(\.id))::text[]))
                 """)
         }
+        bodied.subtract(absent)
         outcome.changedDocuments += changed.count
     }
 

@@ -73,19 +73,20 @@ extension PostgresStore {
         let collections = documents.map(\.collection), keys = documents.map(\.id)
         let rows = try await connection.query(
             """
-            SELECT collection, doc_id, name, value, ts, site, txn_site, txn_seq FROM field
-            WHERE (collection, doc_id) IN (SELECT * FROM UNNEST(\(collections)::text[], \(keys)::text[]))
-            ORDER BY collection, doc_id, name
+            SELECT f.collection, f.doc_id, f.name, f.value, f.ts, f.site, f.txn_site, f.txn_seq
+            FROM (SELECT DISTINCT * FROM UNNEST(\(collections)::text[], \(keys)::text[])) AS t(c, k)
+            JOIN field f ON f.collection = t.c AND f.doc_id = t.k
+            ORDER BY f.collection, f.doc_id, f.name
             """, logger: logger)
         var fields: [DocumentRef: [FieldRecord]] = [:]
         for try await (collection, key, name, value, ts, site, txnSite, txnSeq) in rows.decode(
-            (String, String, String, String, Int64, Int64, Int64, Int64).self)
+            (String, String, ByteBuffer, String, Int64, Int64, Int64, Int64).self)
         {
             let state = RegisterState(
                 json: value,
                 version: RegisterVersion(timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: ts)), site: SiteID(UInt64(bitPattern: site))),
                 transaction: TransactionID(origin: SiteID(UInt64(bitPattern: txnSite)), sequence: try Stored.unsigned(txnSeq, "field", "txn_seq")))
-            fields[DocumentRef(collection: collection, id: key), default: []].append(FieldRecord(name: name, state: state))
+            fields[DocumentRef(collection: collection, id: key), default: []].append(FieldRecord(name: Stored.name(name), state: state))
         }
         return fields
     }
@@ -109,14 +110,14 @@ extension PostgresStore {
             """, logger: logger)
         var buffered: [BufferedRow] = []
         for try await (index, collection, key, documentDeltas, name, value, ts) in rows.decode(
-            (Int64, String, String, Int64, String, String, Int64).self)
+            (Int64, String, String, Int64, ByteBuffer, String, Int64).self)
         {
             let document = DocumentRef(collection: collection, id: key)
             buffered.append(
                 BufferedRow(
                     document: document, documentDeltas: try Stored.unsigned(documentDeltas, "txn_piece", "doc_deltas"),
                     delta: Delta(
-                        collection: collection, documentID: key, field: name, valueJSON: value,
+                        collection: collection, documentID: key, field: Stored.name(name), valueJSON: value,
                         timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: ts)), transaction: id,
                         index: try Stored.unsigned(index, "txn_piece", "idx"), count: deltaCount)))
         }
@@ -133,11 +134,11 @@ extension PostgresStore {
             """, logger: logger)
         var context: [ContextField] = []
         for try await (collection, key, name, value, ts, origin, sequence) in rows.decode(
-            (String, String, String, String, Int64, Int64, Int64).self)
+            (String, String, ByteBuffer, String, Int64, Int64, Int64).self)
         {
             context.append(
                 ContextField(
-                    document: DocumentRef(collection: collection, id: key), field: name, valueJSON: value,
+                    document: DocumentRef(collection: collection, id: key), field: Stored.name(name), valueJSON: value,
                     timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: ts)),
                     transaction: TransactionID(
                         origin: SiteID(UInt64(bitPattern: origin)), sequence: try Stored.unsigned(sequence, "txn_context", "src_seq"))))

@@ -2,6 +2,7 @@ package import Logging
 package import ShoalCRDT
 package import ShoalStorage
 import Foundation
+import NIOCore
 import PostgresNIO
 
 /// The sync side of a hub's store on PostgreSQL: what ShoalSync reads and writes
@@ -200,13 +201,16 @@ package final class PostgresStore: SyncStore, Sendable {
     package func ownTransactionsBack(peer: SiteID, subscriptionKey: String) async throws(ShoalError) {
         let site = Int64(bitPattern: peer.rawValue)
         let refill = SubscriptionSet.refillKey(subscriptionKey)
-        try await run(
-            "taking over a refilled stream's cursor",
-            """
-            WITH taken AS (DELETE FROM peer_cursor WHERE peer = \(site) AND subscription_key = \(refill) RETURNING through)
-            INSERT INTO peer_cursor (peer, subscription_key, through) SELECT \(site), \(subscriptionKey), through FROM taken
-            ON CONFLICT (peer, subscription_key) DO UPDATE SET through = GREATEST(peer_cursor.through, excluded.through)
-            """)
+        // Under the writer's lock, as every write of cursors: a cursor recorded at once
+        // by an inbound write cannot interleave with it.
+        _ = try await withWriter("taking over a refilled stream's cursor") { writer in
+            try await writer.connection.query(
+                """
+                WITH taken AS (DELETE FROM peer_cursor WHERE peer = \(site) AND subscription_key = \(refill) RETURNING through)
+                INSERT INTO peer_cursor (peer, subscription_key, through) SELECT \(site), \(subscriptionKey), through FROM taken
+                ON CONFLICT (peer, subscription_key) DO UPDATE SET through = GREATEST(peer_cursor.through, excluded.through)
+                """, logger: logger)
+        }
     }
 
     /// The most rows one query of a page reads: a page reads on in such steps, within
@@ -250,7 +254,7 @@ package final class PostgresStore: SyncStore, Sendable {
 
     /// The condition of a transaction's log rows, in log order.
     static func ofTransaction(_ id: TransactionID) -> String {
-        "txn_site = \(Int64(bitPattern: id.origin.rawValue)) AND txn_seq = \(Int64(id.sequence)) ORDER BY seq"
+        "txn_site = \(Int64(bitPattern: id.origin.rawValue)) AND txn_seq = \(Int64(bitPattern: id.sequence)) ORDER BY seq"
     }
 
     package func logHolds(_ ids: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> {
@@ -343,17 +347,16 @@ package final class PostgresStore: SyncStore, Sendable {
     /// transaction of that number is the same, and a database that went back otherwise,
     /// which cannot be repaired here yet and is refused.
     package func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(ShoalError) -> HistoryVerdict {
-        guard held.through > 0, held.timestamp != 0 else { return .unknown }
+        guard held.through > 0 else { return .unknown }
         let own = try await history(of: siteID)
+        if held.through > own.through { throw Self.wentBack(held, peer: peer) }
+        guard held.timestamp != 0 else { return .unknown }
         let newest = try await snapshot("comparing this hub's history with a peer's") { connection in
             try await Self.newestDelta(connection, TransactionID(origin: siteID, sequence: held.through), only: held.index, logger: logger)
         }
-        if held.through <= own.through, let newest {
-            guard newest.timestamp == held.timestamp else { throw Self.wentBack(held, peer: peer) }
-            return .consistent
-        }
-        if held.through <= own.through { return .unknown }
-        throw Self.wentBack(held, peer: peer)
+        guard let newest else { return .unknown }
+        guard newest.timestamp == held.timestamp else { throw Self.wentBack(held, peer: peer) }
+        return .consistent
     }
 
     static func wentBack(_ held: OriginHistory, peer: SiteID) -> ShoalError {
@@ -581,9 +584,29 @@ package final class PostgresStore: SyncStore, Sendable {
     }
 }
 
-/// Reading stored integers: a value no version of Shoal writes fails the read with the
-/// table and column, never a trap.
+/// Reading and writing stored values: a value no version of Shoal writes fails the read
+/// with the table and column, never a trap.
 enum Stored {
+    /// A field name as its column holds it (BYTEA: UTF-8, U+0000 included).
+    static func bytes(_ name: String) -> ByteBuffer { ByteBuffer(string: name) }
+
+    /// A field name read back.
+    static func name(_ buffer: ByteBuffer) -> String { String(buffer: buffer) }
+
+    /// A register's key compared byte by byte, as the tables compare it: Swift's `==`
+    /// on strings takes canonically equivalent names as one.
+    struct RegisterKey: Hashable {
+        let collection: [UInt8]
+        let document: [UInt8]
+        let name: [UInt8]
+
+        init(_ collection: String, _ document: String, _ name: String) {
+            self.collection = Array(collection.utf8)
+            self.document = Array(document.utf8)
+            self.name = Array(name.utf8)
+        }
+    }
+
     static func unsigned<T: FixedWidthInteger & UnsignedInteger>(_ value: Int64, _ table: String, _ column: String) throws -> T {
         guard let converted = T(exactly: value) else {
             throw ShoalError(

@@ -161,30 +161,44 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
     private func buffer(
         _ db: Database, _ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID
     ) throws {
-        let origin = Int64(bitPattern: id.origin.rawValue), seq = Int64(id.sequence)
-        let insert = try db.cachedStatement(
+        // Through `HotStatement`, which binds text with its length: GRDB binds a String as
+        // a C string, which a field name holding U+0000 would be cut short at.
+        var insert = try HotStatement(
+            db,
             sql: """
                 INSERT OR IGNORE INTO txn_piece (origin, seq, idx, collection, doc_id, doc_deltas, name, value, ts)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
         for d in deltas {
             let count = documentDeltaCounts[DocumentRef(collection: d.collection, id: d.documentID)] ?? 1
-            try insert.execute(arguments: [
-                origin, seq, Int64(d.index), d.collection, d.documentID, Int64(count), d.field, d.valueJSON,
-                Int64(bitPattern: d.timestamp.rawValue),
-            ])
+            try insert.bind(id.origin.rawValue)
+            try insert.bind(id.sequence)
+            try insert.bind(Int64(d.index))
+            try insert.bind(d.collection)
+            try insert.bind(d.documentID)
+            try insert.bind(Int64(count))
+            try insert.bind(d.field)
+            try insert.bind(d.valueJSON)
+            try insert.bind(d.timestamp.rawValue)
+            try insert.run()
         }
-        let insertContext = try db.cachedStatement(
+        var insertContext = try HotStatement(
+            db,
             sql: """
                 INSERT OR REPLACE INTO txn_context (origin, seq, collection, doc_id, name, value, ts, src_origin, src_seq)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
         for f in context {
-            try insertContext.execute(arguments: [
-                origin, seq, f.document.collection, f.document.id, f.field, f.valueJSON,
-                Int64(bitPattern: f.timestamp.rawValue), Int64(bitPattern: f.transaction.origin.rawValue),
-                Int64(f.transaction.sequence),
-            ])
+            try insertContext.bind(id.origin.rawValue)
+            try insertContext.bind(id.sequence)
+            try insertContext.bind(f.document.collection)
+            try insertContext.bind(f.document.id)
+            try insertContext.bind(f.field)
+            try insertContext.bind(f.valueJSON)
+            try insertContext.bind(f.timestamp.rawValue)
+            try insertContext.bind(f.transaction.origin.rawValue)
+            try insertContext.bind(f.transaction.sequence)
+            try insertContext.run()
         }
     }
 

@@ -182,6 +182,9 @@ private struct PieceReading {
             }
         }
         guard originSite != 0 else { throw violation("a transaction has origin site 0") }
+        guard originSequence <= TransactionID.maximumSequence else {
+            throw violation("a transaction has sequence \(originSequence), above 2^63 - 1")
+        }
         let id = TransactionID(origin: SiteID(originSite), sequence: originSequence)
         guard deltaCount > 0, documentCount > 0, documentCount <= deltaCount else {
             throw violation("transaction \(id) claims \(deltaCount) deltas in \(documentCount) documents")
@@ -332,6 +335,9 @@ private struct PieceReading {
                 }
                 for f in c.fields {
                     guard f.originSite != 0 else { throw violation("a context field has origin site 0") }
+                    guard f.originSequence <= TransactionID.maximumSequence else {
+                        throw violation("a context field has sequence \(f.originSequence), above 2^63 - 1")
+                    }
                     let json = try f.valueJson.withUnsafeBytes { bytes throws(SyncError) in
                         try PieceCodec.value(bytes, what: what, id: id, field: f.field).0
                     }

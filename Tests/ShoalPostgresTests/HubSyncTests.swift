@@ -69,6 +69,35 @@ struct HubSyncTests {
         }
     }
 
+    /// A statement that fails aborts PostgreSQL's transaction, whose COMMIT would then
+    /// roll back without a word: a write whose body caught the error and went on fails,
+    /// and keeps nothing, rather than report a commit that did not happen.
+    @Test func aWriteWhoseStatementFailedDoesNotReportACommit() async throws {
+        try await Self.withHubs(1) { stores, _ in
+            let store = stores[0]
+            let record = TransactionRecord(
+                id: TransactionID(origin: SiteID(0xD1), sequence: 1), deltaCount: 1, documentCount: 1,
+                collections: [CollectionCount(collection: "notes", documents: 1, deltas: 1)], state: .waiting, firstSeen: 0)
+            let caught = Locked(false)
+            await #expect(throws: ShoalError.self) {
+                _ = try await store.writeInbound(short: true) { writer async throws(ShoalError) in
+                    try await writer.save(record)
+                    // TEXT cannot hold U+0000: the server refuses the statement.
+                    do {
+                        try await writer.recordCursor(peer: SiteID(0xB0B), subscriptionKey: "bad\u{0}key", through: 1, epoch: nil)
+                    } catch {
+                        caught.withLock { $0 = true }
+                    }
+                }
+            }
+            #expect(caught.withLock { $0 }, "the statement failed")
+            #expect(try await store.storedTransactions([record.id]).isEmpty, "nothing of the write kept")
+            // The store still writes.
+            _ = try await store.writeInbound(short: true) { writer async throws(ShoalError) in try await writer.save(record) }
+            #expect(try await store.storedTransactions([record.id]).count == 1)
+        }
+    }
+
     /// Devices on two hubs of one database sync through it both ways, and the same
     /// field written on both devices at once ends the same everywhere.
     @Test func devicesOnTwoHubsSyncThroughTheDatabase() async throws {

@@ -158,6 +158,33 @@ import Testing
         }
     }
 
+    /// Field names are kept byte for byte, U+0000 included (a JSON key may hold it, and
+    /// PostgreSQL's TEXT cannot, nor a C string): each register read back as written, in
+    /// the buffer too. (Names that are canonically equivalent, "é" composed and
+    /// decomposed, are one register to ShoalCRDT's `DocumentRegisters`, whichever engine.)
+    @Test(arguments: Engine.allCases)
+    func fieldNamesAreKeptByteForByte(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let names = ["a\u{0}b", "a", "\u{0}"]
+            let t = Received(1, names.enumerated().map { ("cars", "a", $0.element, "\($0.offset)") })
+            try await Self.apply([t], to: store)
+            let fields = try #require(try await store.currentFields(of: [Self.ref("cars", "a")])[Self.ref("cars", "a")])
+            let held = fields.filter { field in names.contains { Array($0.utf8) == Array(field.name.utf8) } }
+            #expect(held.count == 3, "\(fields.map { Array($0.name.utf8) })")
+            for (i, name) in names.enumerated() {
+                let field = fields.first { Array($0.name.utf8) == Array(name.utf8) }
+                #expect(field?.state.json == "\(i)", "\(Array(name.utf8))")
+            }
+            let waiting = Received(2, names.map { ("cars", "b", $0, "7") }, state: .waiting)
+            let (buffered, _) = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.save(waiting.record)
+                try await writer.buffer(waiting.deltas, documentDeltaCounts: waiting.counts, context: [], of: waiting.id)
+                return try await writer.buffered(of: waiting.id, deltaCount: waiting.record.deltaCount)
+            }
+            #expect(buffered.deltas.map { Array($0.field.utf8) } == names.map { Array($0.utf8) })
+        }
+    }
+
     /// A page holds whole rows: about `limit` deltas, finishing the transaction the limit
     /// falls in while within `stretch`; past the stretch or the byte budget it ends
     /// inside a transaction, at least one row long, and names what comes next.

@@ -175,6 +175,37 @@ import Testing
         #expect(error.code == expected.code, "\(error.message) / \(expected.message)")
     }
 
+    /// A transaction or a context field whose sequence is above 2^63 - 1 is refused: no
+    /// node counts that far, and stores keep sequences as signed 64-bit integers (a
+    /// store that took one trapped, or held a row it could not read back).
+    @Test(arguments: [false, true])
+    func aSequenceAboveTheSignedRangeIsRefused(inContext: Bool) throws {
+        let high = TransactionID.maximumSequence + 1
+        let id = TransactionID(origin: SiteID(1), sequence: inContext ? 1 : high)
+        let document = DocumentRef(collection: "cars", id: "\"a\"")
+        var piece = TransactionPiece(
+            id: id, deltaCount: 1, documentCount: 1, collections: [CollectionCount(collection: "cars", documents: 1, deltas: 1)],
+            deltas: [
+                Delta(
+                    collection: "cars", documentID: "\"a\"", field: "n", valueJSON: "1", timestamp: HybridTimestamp(rawValue: 5),
+                    transaction: id, index: 0, count: 1)
+            ],
+            documentDeltaCounts: [document: 1], isLast: true)
+        if inContext {
+            piece.context = [
+                ContextField(
+                    document: document, field: "m", valueJSON: "2", timestamp: HybridTimestamp(rawValue: 4),
+                    transaction: TransactionID(origin: SiteID(2), sequence: high))
+            ]
+        }
+        let payload = OutboundBatch(pieces: [piece], receiver: Self.receiver, encoding: .stepped, throughSequence: 1, subscribeGeneration: 1)
+            .payload()
+        let error = try #require(throws: SyncError.self) { try Self.read(payload, .stepped).get() }
+        #expect(error.code == .protocolViolation && error.message.contains("above 2^63 - 1"), "\(error.message)")
+        let reference = try #require(Self.readAsMessage(payload, .stepped))
+        #expect(throws: SyncError.self) { try reference.get() }
+    }
+
     /// A piece that claims four billion deltas and carries none sizes nothing by its claim.
     @Test func aPieceIsSizedByWhatItCarries() throws {
         var piece = ProtobufWriter()

@@ -21,6 +21,9 @@ enum ReferencePieceDecoder {
             guard w.originSite != 0 else {
                 throw SyncError(.protocolViolation, "\(what): a transaction has origin site 0")
             }
+            guard w.originSequence <= TransactionID.maximumSequence else {
+                throw SyncError(.protocolViolation, "\(what): a transaction has sequence \(w.originSequence), above 2^63 - 1")
+            }
             let id = TransactionID(origin: SiteID(w.originSite), sequence: w.originSequence)
             guard w.deltaCount > 0, w.documentCount > 0, w.documentCount <= w.deltaCount else {
                 throw SyncError(
@@ -161,6 +164,9 @@ enum ReferencePieceDecoder {
                 for f in c.fields {
                     guard f.originSite != 0 else {
                         throw SyncError(.protocolViolation, "\(what): a context field has origin site 0")
+                    }
+                    guard f.originSequence <= TransactionID.maximumSequence else {
+                        throw SyncError(.protocolViolation, "\(what): a context field has sequence \(f.originSequence), above 2^63 - 1")
                     }
                     context.append(
                         ContextField(
