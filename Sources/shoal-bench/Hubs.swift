@@ -30,9 +30,10 @@ enum Hubs {
         var latency: Latency.Figure
     }
 
+    /// Errors only, on standard error: standard output holds the figures (`--json`).
     static let logger: Logger = {
-        var logger = Logger(label: "shoal.bench.hubs")
-        logger.logLevel = .warning
+        var logger = Logger(label: "shoal.bench.hubs") { StreamLogHandler.standardError(label: $0) }
+        logger.logLevel = .error
         return logger
     }()
 
@@ -41,7 +42,7 @@ enum Hubs {
     ) async throws -> Result {
         setenv("SHOAL_POSTGRES_URL", server, 1)
         progress("hubs: PostgreSQL's own rate, \(documents) documents")
-        let baseline = try await TemporaryPostgresDatabase.withDatabase { databases in
+        let baseline = try await TemporaryPostgresDatabase.withDatabase(logger: logger) { databases in
             try await insertRate(databases[0], documents: documents)
         }
         progress("hubs: one device into one hub")
@@ -91,7 +92,7 @@ enum Hubs {
                 try await connection.query(
                     """
                     INSERT INTO field (collection, doc_id, name, value, ts, site, txn_site, txn_seq, txn_index)
-                    SELECT 'docs', k, n, v, s, 1, 1, 1, 0 FROM UNNEST(\(fieldKeys)::text[], \(names)::text[], \(values)::text[], \(stamps)::bigint[]) AS t(k, n, v, s)
+                    SELECT 'docs', k, n, v, s, 1, 1, 1, 0 FROM UNNEST(\(fieldKeys)::text[], \(names.map { ByteBuffer(string: $0) })::bytea[], \(values)::text[], \(stamps)::bigint[]) AS t(k, n, v, s)
                     """, logger: logger)
             }
             first = range.upperBound
@@ -104,7 +105,7 @@ enum Hubs {
     /// to a transaction; the rate from linking until the last hub holds every one.
     static func replicate(hubs count: Int, documents: Int) async throws -> (rate: Double, cpu: Double) {
         let defaults: (inout SyncConfiguration) -> Void = { $0.batchSize = SyncConfiguration(nodeName: "").batchSize }
-        let devices = try (0..<count).map { i in try TestNode(name: "device\(i + 1)", configure: defaults) }
+        let devices = try (0..<count).map { i in try TestNode(name: "device\(i + 1)", configure: defaults, syncLogger: logger) }
         defer { for device in devices { device.remove() } }
         let share = documents / count
         for (i, device) in devices.enumerated() {
@@ -117,7 +118,7 @@ enum Hubs {
             }
         }
         let total = share * count
-        return try await TemporaryPostgresDatabase.withDatabase(hubs: count) { databases in
+        return try await TemporaryPostgresDatabase.withDatabase(hubs: count, logger: logger) { databases in
             var stores: [PostgresStore] = []
             for database in databases { stores.append(try await PostgresStore.open(database, logger: logger)) }
             defer { for store in stores { store.close() } }
@@ -166,15 +167,15 @@ enum Hubs {
     /// A one-document UPDATE on a device behind hub 1 until an observer on a device
     /// behind hub 2 sees it, one at a time, idle.
     static func crossHubLatency(samples: Int) async throws -> Latency.Figure {
-        let a = try TestNode(name: "a")
-        let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM probe"])
+        let a = try TestNode(name: "a", syncLogger: logger)
+        let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM probe"], syncLogger: logger)
         defer {
             a.remove()
             b.remove()
         }
         let probe = try await ProbeLatency(writer: a.store, reader: b.store)
         defer { probe.observer.cancel() }
-        let latencies = try await TemporaryPostgresDatabase.withDatabase(hubs: 2) { databases in
+        let latencies = try await TemporaryPostgresDatabase.withDatabase(hubs: 2, logger: logger) { databases in
             var stores: [PostgresStore] = []
             for database in databases { stores.append(try await PostgresStore.open(database, logger: logger)) }
             defer { for store in stores { store.close() } }
