@@ -255,34 +255,63 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     }
 
     func write(_ rows: AppliedRows) async throws(ShoalError) {
-        let id = rows.record.id
-        let (origin, seq) = Self.key(id)
         try await access("writing an applied transaction") {
+            var statement = Statement()
+            let id = rows.record.id
+            let origin = try statement.bind(Int64(bitPattern: id.origin.rawValue))
+            let seq = try statement.bind(Int64(bitPattern: id.sequence))
             if rows.dropBuffer {
-                try await query("DELETE FROM txn_piece WHERE origin = \(origin) AND seq = \(seq)")
-                try await query("DELETE FROM txn_context WHERE origin = \(origin) AND seq = \(seq)")
+                statement.add("DELETE FROM txn_piece WHERE origin = \(origin) AND seq = \(seq)")
+                statement.add("DELETE FROM txn_context WHERE origin = \(origin) AND seq = \(seq)")
             }
-            try await appendLog(rows)
-            try await saveRegisters(rows)
+            try appendLog(rows, to: &statement, origin: origin, seq: seq)
+            try saveRegisters(rows, to: &statement)
             let record = rows.record
             if let state = rows.state, let rest = rows.rest {
-                try await query(
+                statement.add(
                     """
                     INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen)
-                    VALUES (\(origin), \(seq), \(Int64(record.deltaCount)), \(Int64(record.documentCount)),
-                        \(CollectionCount.encode(record.collections)), \(Int64(state.rawValue)), \(Verdict.encode(rest)),
-                        \(state == .applied ? "" : TransactionRecord.Report.encode(record.reports)), \(Int64(bitPattern: record.firstSeen)))
+                    VALUES (\(origin), \(seq), \(try statement.bind(Int64(record.deltaCount))),
+                        \(try statement.bind(Int64(record.documentCount))), \(try statement.bind(CollectionCount.encode(record.collections))),
+                        \(try statement.bind(Int64(state.rawValue))), \(try statement.bind(Verdict.encode(rest))),
+                        \(try statement.bind(state == .applied ? "" : TransactionRecord.Report.encode(record.reports))),
+                        \(try statement.bind(Int64(bitPattern: record.firstSeen))))
                     ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, rest = excluded.rest,
                         reports = excluded.reports, delta_count = excluded.delta_count,
                         document_count = excluded.document_count, collections = excluded.collections
                     """)
             }
+            if let query = statement.query { try await self.query(query) }
+        }
+    }
+
+    /// The statements of one apply as one (data-modifying `WITH`): one round trip. Each
+    /// touches rows no other of them does (their documents and registers are disjoint,
+    /// `saveRegisters`), as one statement's parts must.
+    struct Statement {
+        private var parts: [String] = []
+        private var binds = PostgresBindings()
+
+        /// The placeholder of `value`, bound.
+        mutating func bind<Value: PostgresThrowingDynamicTypeEncodable>(_ value: Value) throws -> String {
+            try binds.append(value)
+            return "$\(binds.count)"
+        }
+
+        mutating func add(_ sql: String) { parts.append(sql) }
+
+        /// All of it as one query; nil when there is nothing to run.
+        var query: PostgresQuery? {
+            guard let last = parts.last else { return nil }
+            let with = parts.dropLast().enumerated().map { "w\($0.offset) AS (\($0.element))" }
+            let sql = with.isEmpty ? last : "WITH " + with.joined(separator: ",\n") + "\n" + last
+            return PostgresQuery(unsafeSQL: sql, binds: binds)
         }
     }
 
     /// Logs what `rows` says to log: runs of the transaction's documents, a row each
     /// (`LogEntries.documentsPerRow`, `bytesPerRow`), numbered on from the log's end.
-    private func appendLog(_ rows: AppliedRows) async throws {
+    private func appendLog(_ rows: AppliedRows, to statement: inout Statement, origin: String, seq: String) throws {
         let id = rows.record.id
         var sequences: [Int64] = []
         var documents: [Int64] = []
@@ -314,12 +343,12 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         }
         if runDocuments > 0 { flush() }
         guard let first = sequences.first, let last = sequences.last else { return }
-        let (origin, seq) = Self.key(id)
-        try await query(
+        statement.add(
             """
             INSERT INTO change_log (seq, txn_site, txn_seq, txn_count, documents, entries)
-            SELECT s, \(origin), \(seq), \(Int64(rows.record.deltaCount)), d, e
-            FROM UNNEST(\(sequences)::bigint[], \(documents)::bigint[], \(entries)::bytea[]) AS t(s, d, e)
+            SELECT s, \(origin), \(seq), \(try statement.bind(Int64(rows.record.deltaCount))), d, e
+            FROM UNNEST(\(try statement.bind(sequences))::bigint[], \(try statement.bind(documents))::bigint[],
+                \(try statement.bind(entries))::bytea[]) AS t(s, d, e)
             """)
         if lastSequence == nil { appended.after = UInt64(first) - 1 }
         lastSequence = UInt64(last)
@@ -327,7 +356,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     }
 
     /// Upserts the registers that won and saves each changed document's body.
-    private func saveRegisters(_ rows: AppliedRows) async throws {
+    private func saveRegisters(_ rows: AppliedRows, to statement: inout Statement) throws {
         let id = rows.record.id
         var collections: [String] = [], keys: [String] = [], names: [String] = [], values: [String] = []
         var timestamps: [Int64] = [], sites: [Int64] = [], transactionSites: [Int64] = [], transactionSequences: [Int64] = []
@@ -385,13 +414,15 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                 ON CONFLICT (collection, doc_id, name) DO UPDATE SET value = excluded.value, ts = excluded.ts,
                     site = excluded.site, txn_site = excluded.txn_site, txn_seq = excluded.txn_seq, txn_index = excluded.txn_index
                 """ : ""
-            try await query(
+            statement.add(
                 """
                 INSERT INTO field (collection, doc_id, name, value, ts, site, txn_site, txn_seq, txn_index)
-                SELECT * FROM UNNEST(\(pick(collections))::text[], \(pick(keys))::text[], \(pick(names).map(Stored.bytes))::bytea[],
-                    \(pick(values))::text[], \(pick(timestamps))::bigint[], \(pick(sites))::bigint[],
-                    \(pick(transactionSites))::bigint[], \(pick(transactionSequences))::bigint[], \(pick(indexes))::bigint[])
-                \(unescaped: conflict)
+                SELECT * FROM UNNEST(\(try statement.bind(pick(collections)))::text[], \(try statement.bind(pick(keys)))::text[],
+                    \(try statement.bind(pick(names).map(Stored.bytes)))::bytea[], \(try statement.bind(pick(values)))::text[],
+                    \(try statement.bind(pick(timestamps)))::bigint[], \(try statement.bind(pick(sites)))::bigint[],
+                    \(try statement.bind(pick(transactionSites)))::bigint[], \(try statement.bind(pick(transactionSequences)))::bigint[],
+                    \(try statement.bind(pick(indexes)))::bigint[])
+                \(conflict)
                 """)
         }
         if !live.isEmpty {
@@ -399,29 +430,31 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
             let (new, old) = (refs.filter { held[$0] != nil && !bodied.contains($0) }, refs.filter { held[$0] == nil || bodied.contains($0) })
             for (batch, upsert) in [(new, false), (old, true)] where !batch.isEmpty {
                 let conflict = upsert ? "ON CONFLICT (collection, doc_id) DO UPDATE SET body = excluded.body, deleted = false" : ""
-                try await query(
+                statement.add(
                     """
                     INSERT INTO document (collection, doc_id, body, deleted)
-                    SELECT c, k, b, false FROM UNNEST(\(batch.map(\.collection))::text[], \(batch.map(\.id))::text[],
-                        \(batch.map { live[$0]! })::text[]) AS t(c, k, b)
-                    \(unescaped: conflict)
+                    SELECT c, k, b, false FROM UNNEST(\(try statement.bind(batch.map(\.collection)))::text[],
+                        \(try statement.bind(batch.map(\.id)))::text[], \(try statement.bind(batch.map { live[$0]! }))::text[]) AS t(c, k, b)
+                    \(conflict)
                     """)
             }
             bodied.formUnion(refs)
         }
         let deleted = gone.filter(\.value).map(\.key), absent = gone.filter { !$0.value }.map(\.key)
         if !deleted.isEmpty {
-            try await query(
+            statement.add(
                 """
                 UPDATE document SET deleted = true
-                WHERE (collection, doc_id) IN (SELECT * FROM UNNEST(\(deleted.map(\.collection))::text[], \(deleted.map(\.id))::text[]))
+                WHERE (collection, doc_id) IN (
+                    SELECT * FROM UNNEST(\(try statement.bind(deleted.map(\.collection)))::text[], \(try statement.bind(deleted.map(\.id)))::text[]))
                 """)
         }
         if !absent.isEmpty {
-            try await query(
+            statement.add(
                 """
                 DELETE FROM document
-                WHERE (collection, doc_id) IN (SELECT * FROM UNNEST(\(absent.map(\.collection))::text[], \(absent.map(\.id))::text[]))
+                WHERE (collection, doc_id) IN (
+                    SELECT * FROM UNNEST(\(try statement.bind(absent.map(\.collection)))::text[], \(try statement.bind(absent.map(\.id)))::text[]))
                 """)
         }
         bodied.subtract(absent)
