@@ -275,10 +275,11 @@ import Testing
                 }
                 let read = counting.pages.withLock { $0 } - before
                 // Only a tick that happens to see a commit before its session does reads a
-                // page: a few on a loaded machine, where every commit read would be 30.
-                // Under a sanitizer every step is ten times slower and ticks see more (7
-                // once under ThreadSanitizer on a loaded machine).
-                let bound = InProcessMesh.sanitized ? 15 : 6
+                // page: a few on a loaded machine, where every commit read would be 30 (7
+                // once, in CI with benchmarks and a convergence check beside it). Under a
+                // sanitizer every step is ten times slower and ticks see more (7 once under
+                // ThreadSanitizer on a loaded machine).
+                let bound = InProcessMesh.sanitized ? 15 : 10
                 #expect(read <= bound, "\(read) pages read for 30 commits A wants none of")
                 let end = bStore.lastCommittedSequence
                 #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) {
