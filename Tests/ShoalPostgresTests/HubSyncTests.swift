@@ -63,7 +63,7 @@ struct HubSyncTests {
             }
             let last = try await stores[0].lastSequence()
             #expect(last > 0)
-            #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) { heard.withLock { $0.contains(last) } })
+            #expect(await InProcessMesh.eventually(timeout: .seconds(10)) { heard.withLock { $0.contains(last) } })
             #expect(stores[1].lastCommittedSequence == last)
             #expect(try await stores[1].bodies(of: [document])[document] == #"{"_id":"n1","text":"hello"}"#)
         }
