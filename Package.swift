@@ -51,10 +51,12 @@ let package = Package(
             dependencies: ["ShoalCRDT", "ShoalQuery", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
+        // The birth time of a file (statx), which Swift's Glibc module does not declare.
+        .target(name: "CShoalFile"),
         .target(
             name: "ShoalStore",
             dependencies: [
-                "ShoalCRDT", "ShoalQuery", "ShoalStorage",
+                "CShoalFile", "ShoalCRDT", "ShoalQuery", "ShoalStorage",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),

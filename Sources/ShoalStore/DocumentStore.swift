@@ -1,5 +1,6 @@
 public import ShoalCRDT
 package import ShoalStorage
+import CShoalFile
 import ShoalQuery
 package import Logging
 package import Metrics
@@ -163,9 +164,7 @@ public final class DocumentStore: Sendable {
                 var former: SiteID?
                 if let raw = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'site_id'") {
                     site = SiteID(UInt64(bitPattern: raw))
-                    if let file, let device = try Self.meta(db, "store_device"), let inode = try Self.meta(db, "store_inode"),
-                        device != file.device || inode != file.inode
-                    {
+                    if let file, try Self.isAnotherFile(db, than: file) {
                         former = site
                         site = try Self.takeNewIdentity(db, from: site)
                     }
@@ -176,6 +175,7 @@ public final class DocumentStore: Sendable {
                 if let file {
                     try Self.setMeta(db, "store_device", file.device)
                     try Self.setMeta(db, "store_inode", file.inode)
+                    if let born = file.born { try Self.setMeta(db, "store_born", born) }
                 }
                 let highWater = try Int64.fetchOne(db, sql: "SELECT value FROM shoal_meta WHERE key = 'clock_high_water'") ?? 0
                 let newest = try Int64.fetchOne(
@@ -217,12 +217,31 @@ public final class DocumentStore: Sendable {
         logger.debug("store opened", metadata: ["shoal.store.path": "\(path)", "shoal.site": "\(siteID)"])
     }
 
-    /// The device and inode of the database file: a copy or a restore of the data
-    /// directory has other ones. Nil when they cannot be read.
-    static func fileIdentity(_ path: String) -> (device: Int64, inode: Int64)? {
+    /// What tells the database file from a copy of it: its device and inode, and its
+    /// birth time in nanoseconds where the file system keeps one. A copy or a restore
+    /// of the data directory differs in one of them: ext4 gives a file copied into a
+    /// deleted one's place the same inode number at once, but not the same birth time.
+    /// Nil when they cannot be read.
+    package static func fileIdentity(_ path: String) -> (device: Int64, inode: Int64, born: Int64?)? {
         var info = stat()
         guard stat(path, &info) == 0 else { return nil }
-        return (Int64(bitPattern: UInt64(info.st_dev)), Int64(bitPattern: UInt64(info.st_ino)))
+        var seconds: Int64 = 0
+        var nanoseconds: UInt32 = 0
+        let born: Int64? =
+            shoal_file_birth_time(path, &seconds, &nanoseconds) == 0
+            ? seconds &* 1_000_000_000 &+ Int64(nanoseconds) : nil
+        return (Int64(bitPattern: UInt64(info.st_dev)), Int64(bitPattern: UInt64(info.st_ino)), born)
+    }
+
+    /// Whether the database file is not the one this store recorded at its last open.
+    /// A birth time is compared only when both are known: a store written before
+    /// Shoal kept one, or on a file system that keeps none, is told by device and
+    /// inode alone.
+    static func isAnotherFile(_ db: Database, than file: (device: Int64, inode: Int64, born: Int64?)) throws -> Bool {
+        guard let device = try meta(db, "store_device"), let inode = try meta(db, "store_inode") else { return false }
+        if device != file.device || inode != file.inode { return true }
+        if let recorded = try meta(db, "store_born"), let born = file.born, recorded != born { return true }
+        return false
     }
 
     /// Gives the store a new site ID (its database file is a copy or a restore): what

@@ -1,3 +1,4 @@
+import Foundation
 import ShoalCRDT
 import ShoalQuery
 import ShoalStore
@@ -112,5 +113,38 @@ import Testing
         #expect(second.siteID == site)
         #expect(try await second.execute("SELECT * FROM c").items == [["_id": "a"]])
         #expect(try await second.execute("INSERT INTO c DOCUMENTS ({'_id': 'b'})").transactionID?.sequence == 2)
+    }
+    /// A data directory emptied and filled from a copy of itself is a copy: the store
+    /// takes a new site. ext4 gives the file copied into the deleted one's place the
+    /// same inode number (`rm f; cp copy/f f`), so the device and inode alone took it
+    /// for the original; its birth time tells them apart.
+    @Test func aFileCopiedIntoTheOriginalsPlaceIsACopy() async throws {
+        let dir = TemporaryDirectory()
+        let aside = TemporaryDirectory()
+        defer { dir.remove(); aside.remove() }
+        let first = try DocumentStore(directory: dir.path)
+        _ = try await first.execute("INSERT INTO c DOCUMENTS ({'_id': 'a'})")
+        let site = first.siteID
+        first.close()
+        let path = dir.path + "/shoal.sqlite"
+        let before = try #require(DocumentStore.fileIdentity(path))
+        let names = try FileManager.default.contentsOfDirectory(atPath: dir.path)
+        for name in names { try FileManager.default.copyItem(atPath: dir.path + "/" + name, toPath: aside.path + "/" + name) }
+        for name in names {
+            try FileManager.default.removeItem(atPath: dir.path + "/" + name)
+            try FileManager.default.copyItem(atPath: aside.path + "/" + name, toPath: dir.path + "/" + name)
+        }
+        let after = try #require(DocumentStore.fileIdentity(path))
+        if before.born == nil || after.born == nil {
+            print("DocumentStoreTests: this file system keeps no birth time; the copy is told by inode only")
+        }
+        let second = try DocumentStore(directory: dir.path)
+        defer { second.close() }
+        if before.inode != after.inode || before.born != after.born {
+            #expect(second.siteID != site, "a copy takes a new site")
+        } else {
+            #expect(second.siteID == site)
+        }
+        #expect(try await second.execute("SELECT * FROM c").items == [["_id": "a"]])
     }
 }
