@@ -48,7 +48,10 @@ let package = Package(
         // ShoalPostgres) implements.
         .target(
             name: "ShoalStorage",
-            dependencies: ["ShoalCRDT", "ShoalQuery", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "ShoalCRDT", "ShoalQuery", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         // The birth time of a file (statx), which Swift's Glibc module does not declare.
@@ -122,7 +125,7 @@ let package = Package(
         .executableTarget(
             name: "shoal",
             dependencies: [
-                "Shoal", "ShoalNode", "ShoalCRDT", "ShoalSync", "ShoalStorage", "ShoalBulk", "ShoalShell",
+                "Shoal", "ShoalNode", "ShoalCRDT", "ShoalSync", "ShoalStorage", "ShoalBulk", "ShoalShell", "ShoalPostgres",
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -196,7 +199,7 @@ let package = Package(
         .testTarget(
             name: "ShoalNodeTests",
             dependencies: [
-                "Shoal", "ShoalCRDT", "ShoalNode", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalTesting", "ShoalWire", "shoal",
+                "Shoal", "ShoalCRDT", "ShoalNode", "ShoalPostgres", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalTesting", "ShoalWire", "shoal",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

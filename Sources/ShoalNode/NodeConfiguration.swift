@@ -37,6 +37,13 @@ public struct NodeConfiguration: Sendable {
     /// a mesh with cycles each change reaches it about once (docs/ROUTES.md); off,
     /// every link carries every origin in full, as protocol version 3 does.
     public var routes = true
+    /// Where the documents are kept: nil for SQLite in `dataDirectory`; a
+    /// `postgresql://USER@HOST:PORT/DATABASE` URL makes this process a hub on that
+    /// database (ARCHITECTURE.md, "Hubs on PostgreSQL"), opened by `shoal run`, which
+    /// never shows the URL's password.
+    public var store: String?
+    /// A file holding the store's password (first line; readable by its owner only).
+    public var storePasswordFile: String?
     public var limits: WireLimits
     public var keepaliveInterval: Duration
     public var idleTimeout: Duration

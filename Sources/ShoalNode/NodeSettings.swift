@@ -83,6 +83,11 @@ public struct NodeSettings: Sendable, Hashable {
         return [
             Key(name: "data", kind: .string, summary: "directory for the node's database (created if missing); required"),
             Key(
+                name: "store", kind: .string,
+                summary: "postgresql://USER@HOST:PORT/DATABASE makes this process a hub: its documents in that database, one node of the mesh with every other hub on it (data still holds its lock); the password from store-password-file or SHOAL_STORE_PASSWORD, never shown",
+                note: "SQLite in data"),
+            Key(name: "store-password-file", kind: .string, summary: "a file holding the store's password (its first line), readable by its owner only"),
+            Key(
                 name: "listen", kind: .string, summary: "address to accept peers and the CLI on, HOST:PORT",
                 default: .string("0.0.0.0:\(HostAndPort.defaultPort)"), note: "port 0 picks a free one"),
             Key(name: "name", kind: .string, summary: "a readable name for this node", note: "shoal- and its site ID's first digits"),
@@ -300,7 +305,7 @@ public struct NodeSettings: Sendable, Hashable {
                     throw wrongType("a number of seconds")
                 }
             }
-            if ["data", "mesh-key-file", "admin-key-file", "tls-cert", "tls-key", "tls-ca", "tls-revoked", "permissions"].contains(name), case .string(let p) = value, !p.hasPrefix("/"), !directory.isEmpty {
+            if ["data", "store-password-file", "mesh-key-file", "admin-key-file", "tls-cert", "tls-key", "tls-ca", "tls-revoked", "permissions"].contains(name), case .string(let p) = value, !p.hasPrefix("/"), !directory.isEmpty {
                 value = .string((directory as NSString).appendingPathComponent(p))
             }
             settings.set(name, value, origin: origin)
@@ -540,6 +545,17 @@ public struct NodeSettings: Sendable, Hashable {
             tombstoneHorizon: tombstoneHorizon == 0 ? nil : .milliseconds(Int64(tombstoneHorizon * 1000)), tls: tlsFiles)
         configuration.routes = booleanOrDefault("routes")
         configuration.permissions = permissions
+        if let store = string("store") {
+            let scheme = store.prefix { $0 != ":" }.lowercased()
+            guard scheme == "postgresql" || scheme == "postgres", store.contains("://") else {
+                throw invalid("store", "give a postgresql://USER@HOST:PORT/DATABASE URL, or leave it out for SQLite in data")
+            }
+            configuration.store = store
+        }
+        if let file = string("store-password-file") {
+            guard configuration.store != nil else { throw invalid("store-password-file", "is the password of a store: give store too") }
+            configuration.storePasswordFile = file
+        }
         return configuration
     }
 

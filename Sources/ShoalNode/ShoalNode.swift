@@ -88,9 +88,7 @@ public final class ShoalNode: Service, Sendable {
         let store = try openStore(
             StoreOpening(
                 configuration: configuration, logger: logger,
-                parameters: SystemParameters(
-                    documentSizeSoftLimitBytes: Int64(resources.documentSizeSoftLimit),
-                    documentSizeHardLimitBytes: Int64(resources.documentSizeHardLimit)),
+                parameters: configuration.storeParameters,
                 commitDuration: metrics.commitDuration))
         self.storage = store
         let name = configuration.name ?? "shoal-\(String(storage.siteID.description.prefix(6)))"

@@ -20,3 +20,12 @@ package struct StoreOpening: Sendable {
 
 /// Opens a node's store (`ShoalNode.init(configuration:logger:openStore:)`).
 package typealias StoreOpener = @Sendable (StoreOpening) throws(ShoalError) -> any NodeStore
+
+extension NodeConfiguration {
+    /// The parameters a store opens with: the document size limits of `resources`.
+    package var storeParameters: SystemParameters {
+        SystemParameters(
+            documentSizeSoftLimitBytes: Int64(resources.documentSizeSoftLimit),
+            documentSizeHardLimitBytes: Int64(resources.documentSizeHardLimit))
+    }
+}

@@ -37,7 +37,7 @@ public final class PostgresHubDatabase: Sendable {
         (
             "v2-clock",
             [
-                // The highest hybrid timestamp leased to any hub (`leaseTimestamps`).
+                // The highest hybrid timestamp any hub's own write took (`PostgresDocumentTransaction`).
                 "INSERT INTO shoal_meta (key, value) VALUES ('clock', 0)"
             ]
         ),
@@ -100,6 +100,19 @@ public final class PostgresHubDatabase: Sendable {
                     site BIGINT PRIMARY KEY, subscriptions TEXT NOT NULL, generation BIGINT NOT NULL,
                     heard_from TEXT NOT NULL)
                 """,
+            ]
+        ),
+        (
+            "v4-local-writes",
+            [
+                // The last number a hub's own transaction took (the site's, shared by every hub).
+                "INSERT INTO shoal_meta (key, value) VALUES ('transaction_counter', 0)",
+                // The node's upkeep, as the SQLite store keeps it: subscriptions added at run
+                // time, and its freshness (PROTOCOL.md §8.10), kept since `fresh_since`.
+                "CREATE TABLE subscription (id TEXT COLLATE \"C\" PRIMARY KEY, query TEXT NOT NULL, arguments TEXT NOT NULL)",
+                "CREATE TABLE freshness (site BIGINT PRIMARY KEY, through BIGINT NOT NULL)",
+                "INSERT INTO shoal_meta (key, value) VALUES ('fresh_since', (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT)",
+                "INSERT INTO shoal_meta (key, value) VALUES ('forgotten_through', 0)",
             ]
         ),
     ]
@@ -194,26 +207,6 @@ public final class PostgresHubDatabase: Sendable {
                 logger: logger)
             for try await end in rows.decode(Int64.self) { return UInt64(end - Int64(count) + 1) }
             throw PostgresStoreError("the database has no log_end row: is the schema migrated?")
-        }
-    }
-
-    /// Leases `count` hybrid timestamps (PROTOCOL.md §5.3) above `floor` and above every
-    /// one leased before, to any hub: the range returned is this hub's alone. A hub's
-    /// clock (`HubClock`) issues its timestamps from such leases, so that two hubs of
-    /// one site never write the same timestamp, even in the same millisecond; the row
-    /// lock on `clock` orders leases as it orders sequence numbers.
-    public func leaseTimestamps(_ count: Int, above floor: UInt64) async throws(PostgresStoreError) -> ClosedRange<UInt64> {
-        guard count > 0 else { throw PostgresStoreError("leasing \(count) timestamps: at least one") }
-        // Stored as BIGINT: timestamps of the year 6429 and later (bit 63) do not fit.
-        guard floor < UInt64(Int64.max) - UInt64(count) else {
-            throw PostgresStoreError("leasing timestamps above \(HybridTimestamp(rawValue: floor)): beyond what the hubs' clock row holds")
-        }
-        return try await failing("leasing hybrid timestamps") {
-            let rows = try await client.query(
-                "UPDATE shoal_meta SET value = GREATEST(value, \(Int64(floor))) + \(Int64(count)) WHERE key = 'clock' RETURNING value",
-                logger: logger)
-            for try await end in rows.decode(Int64.self) { return UInt64(end - Int64(count) + 1)...UInt64(end) }
-            throw PostgresStoreError("the database has no clock row: is the schema migrated?")
         }
     }
 

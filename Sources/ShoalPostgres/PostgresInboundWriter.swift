@@ -9,11 +9,7 @@ extension PostgresStore {
         short: Bool, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
     ) async throws(ShoalError) -> (T, ApplyOutcome) {
         let marks = OpenTransactions.marks
-        if let open = marks.last(where: { $0.store == ObjectIdentifier(self) && !$0.info.isReadOnly }) {
-            throw ShoalError(
-                .nestedTransaction,
-                "a \(open.info.described) is open in this task; write through that transaction, or finish it first")
-        }
+        try OpenTransactions.refuseWrite(beside: marks, of: self)
         do {
             try await gate.acquire()
         } catch is WriteGate.Refusal {
@@ -29,14 +25,19 @@ extension PostgresStore {
         let (result, writer) = try await withWriter("applying received transactions") { writer in
             try await OpenTransactions.$marks.withValue(inside) { try await body(writer) }
         }
-        if let last = writer.lastSequence { publish(LogEnd(sequence: last, appended: writer.appended)) }
+        if let last = writer.lastSequence {
+            publish(LogEnd(sequence: last, appended: writer.appended))
+            await announcer.committed(
+                Commit(transactions: writer.appended.transactions, collections: writer.appended.collections, sequence: last),
+                after: writer.appended.after)
+        }
         return (result, writer.outcome)
     }
 
     /// Runs `body` with a writer in one database transaction that holds `log_end`'s row
     /// lock from its start to its commit (the hubs' one writer), and commits it; rolls
     /// it back when `body` or the commit throws.
-    func withWriter<T: Sendable>(
+    nonisolated(nonsending) func withWriter<T: Sendable>(
         _ doing: String, _ body: (PostgresInboundWriter) async throws -> T
     ) async throws(ShoalError) -> (T, PostgresInboundWriter) {
         try await failing(doing) {
@@ -52,6 +53,11 @@ extension PostgresStore {
                     guard let end else { throw ShoalError(.database, "the database has no log_end row: is the schema migrated?") }
                     writer.logEnd = try Stored.unsigned(end, "shoal_meta", "value of log_end")
                     let result = try await body(writer)
+                    if writer.discarded {
+                        // Nothing of it is kept: rolled back, whether or not a statement failed.
+                        await Self.rollBack(connection, logger: logger)
+                        return (result, writer)
+                    }
                     if writer.aborted {
                         throw ShoalError(.database, "\(doing): a statement failed, and PostgreSQL rolled the write back; nothing of it was kept")
                     }
@@ -111,9 +117,12 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     /// whose COMMIT would then roll back without an error. The write must not report it
     /// committed, even when its body caught the error and went on.
     private(set) var aborted = false
+    /// Set by a body that keeps nothing (a local transaction rolled back): `withWriter`
+    /// rolls back rather than commit, and does not fail for a statement that failed.
+    var discarded = false
 
     /// Runs `body` inside the write, unless the write has ended or its transaction was aborted.
-    private func access<T>(_ doing: String, _ body: () async throws -> T) async throws(ShoalError) -> T {
+    func access<T>(_ doing: String, _ body: () async throws -> T) async throws(ShoalError) -> T {
         guard !ended.withLock({ $0 }) else {
             throw ShoalError(.closed, "the inbound write has ended: nothing more can be written in it")
         }
@@ -128,7 +137,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         }
     }
 
-    private func query(_ query: PostgresQuery) async throws -> PostgresRowSequence {
+    func query(_ query: PostgresQuery) async throws -> PostgresRowSequence {
         try await connection.query(query, logger: logger)
     }
 

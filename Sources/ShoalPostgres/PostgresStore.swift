@@ -38,6 +38,10 @@ package final class PostgresStore: SyncStore, Sendable {
     package let database: PostgresHubDatabase
     package let siteID: SiteID
     package let clock: HybridLogicalClock
+    /// What this opening's counter contributions are named by: a new one each time the
+    /// store opens, as a SQLite store's (DATA_MODEL.md §7), so that increments made from
+    /// a restored database never overwrite those made after its backup.
+    package let counterSite = SiteID.random()
     package let systemParameters: SystemParameters
     let logger: Logger
 
@@ -53,17 +57,34 @@ package final class PostgresStore: SyncStore, Sendable {
     let holdings = Locked<[SiteID: UInt64]>([:])
     /// The highest end of the log told to the feed (`publish`).
     let told = Locked<UInt64>(0)
+    /// Commits that changed documents, this hub's own and the others': what observers
+    /// wake up for, told by `announcer`.
+    let commits = ChangeFeed<Commit>(bufferingPolicy: .unbounded, replayLatest: false)
+    let announcer: CommitAnnouncer
+    let liveObservers = Locked(LiveObservers())
+    /// Local transactions this hub committed since it opened.
+    let localCommits = Locked<UInt64>(0)
+    /// This hub's transactions open now, oldest first.
+    let running = Locked<[TransactionInfo]>([])
+    /// The freshness saved and through when deletions were forgotten: read at open, kept as saved.
+    let freshness: Locked<(entries: [SiteID: UInt64], forgottenThrough: UInt64)>
+    /// The database's size on the server, as `maintain` last read it.
+    let databaseBytes = Locked<UInt64>(0)
+    /// Whether the log said once that a hub does not compact.
+    let compactionNoted = Locked(false)
 
     private init(
         database: PostgresHubDatabase, siteID: SiteID, clock: HybridLogicalClock, systemParameters: SystemParameters,
-        interest: [SiteID: SavedInterest], logger: Logger
+        interest: [SiteID: SavedInterest], freshness: (entries: [SiteID: UInt64], forgottenThrough: UInt64), logger: Logger
     ) {
         self.database = database
         self.siteID = siteID
         self.clock = clock
         self.systemParameters = systemParameters
         self.interestAtOpen = interest
+        self.freshness = Locked(freshness)
         self.logger = logger
+        announcer = CommitAnnouncer(feed: commits, logger: logger)
     }
 
     /// Opens the store on `database`, whose connection pool must be running
@@ -83,9 +104,10 @@ package final class PostgresStore: SyncStore, Sendable {
         let interest = try await Self.readInterest(database, logger: logger)
         let store = PostgresStore(
             database: database, siteID: site, clock: clock, systemParameters: systemParameters, interest: interest,
-            logger: logger)
+            freshness: try await Self.readFreshness(database, logger: logger), logger: logger)
         store.feed.publish(LogEnd(sequence: try await store.lastSequence()))
         store.told.withLock { $0 = store.lastCommittedSequence }
+        store.announcer.start(at: store.lastCommittedSequence, reading: store)
         return store
     }
 
@@ -94,13 +116,15 @@ package final class PostgresStore: SyncStore, Sendable {
         gate.close(admittingNested: false)
         feed.finishAll()
         resets.finishAll()
+        announcer.close()
+        commits.finishAll()
     }
 
     // MARK: Running SQL
 
     /// Runs `body`, turning what PostgreSQL or the connection throws into a `ShoalError`
     /// that says what was being done and where.
-    func failing<T>(_ doing: String, _ body: () async throws -> T) async throws(ShoalError) -> T {
+    nonisolated(nonsending) func failing<T>(_ doing: String, _ body: () async throws -> T) async throws(ShoalError) -> T {
         do {
             return try await body()
         } catch let error as ShoalError {
@@ -114,7 +138,9 @@ package final class PostgresStore: SyncStore, Sendable {
 
     /// Runs `body` on one connection in a read-only snapshot (`REPEATABLE READ`): every
     /// query it makes sees the same committed state, and none waits for a writer.
-    func snapshot<T: Sendable>(_ doing: String, _ body: (PostgresConnection) async throws -> T) async throws(ShoalError) -> T {
+    nonisolated(nonsending) func snapshot<T: Sendable>(
+        _ doing: String, _ body: (PostgresConnection) async throws -> T
+    ) async throws(ShoalError) -> T {
         try await failing(doing) {
             try await database.client.withConnection { connection in
                 try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
@@ -342,21 +368,35 @@ package final class PostgresStore: SyncStore, Sendable {
         return newest
     }
 
-    /// A hub writes no transaction of its own yet (`DocumentDatabase` is not built on
-    /// PostgreSQL), so a peer can hold only what this store holds: consistent when its
-    /// transaction of that number is the same, and a database that went back otherwise,
-    /// which cannot be repaired here yet and is refused.
+    /// Compares what a peer holds of this hub's own transactions with what the database
+    /// holds, as a SQLite store does (DATA_MODEL.md §4.5): a number above the hubs'
+    /// counter, a transaction of that number with another timestamp at the index the peer
+    /// names, or one that never had that index (a smaller transaction under a reused
+    /// number), all say the database went back (a restored backup), which hubs cannot
+    /// repair yet and refuse; the same delta confirms the history.
     package func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(ShoalError) -> HistoryVerdict {
         guard held.through > 0 else { return .unknown }
-        let own = try await history(of: siteID)
-        if held.through > own.through { throw Self.wentBack(held, peer: peer) }
-        guard held.timestamp != 0 else { return .unknown }
-        let newest = try await snapshot("comparing this hub's history with a peer's") { connection in
-            try await Self.newestDelta(connection, TransactionID(origin: siteID, sequence: held.through), only: held.index, logger: logger)
+        let site = siteID
+        let same: Bool? = try await snapshot("comparing this hub's history with a peer's") { connection in
+            if held.through > (try await Self.meta(connection, "transaction_counter", logger: self.logger)) { return false }
+            let rows = try await connection.query(
+                "SELECT delta_count FROM txn WHERE origin = \(Int64(bitPattern: site.rawValue)) AND seq = \(Int64(held.through))",
+                logger: self.logger)
+            var deltaCount: Int64?
+            for try await value in rows.decode(Int64.self) { deltaCount = value }
+            // A number this hub holds no transaction of says nothing yet.
+            guard let deltaCount, held.timestamp != 0 else { return nil }
+            guard
+                let own = try await Self.newestDelta(
+                    connection, TransactionID(origin: site, sequence: held.through), only: held.index, logger: self.logger)
+            else { return Int64(held.index) >= deltaCount ? false : nil }
+            return own.timestamp == held.timestamp
         }
-        guard let newest else { return .unknown }
-        guard newest.timestamp == held.timestamp else { throw Self.wentBack(held, peer: peer) }
-        return .consistent
+        switch same {
+        case true?: return .consistent
+        case false?: throw Self.wentBack(held, peer: peer)
+        case nil: return .unknown
+        }
     }
 
     static func wentBack(_ held: OriginHistory, peer: SiteID) -> ShoalError {
@@ -540,7 +580,7 @@ package final class PostgresStore: SyncStore, Sendable {
             group.addTask {
                 while !Task.isCancelled {
                     do {
-                        try await self.database.followLog(listening: { listening.yield() }) { self.publish(LogEnd(sequence: $0)) }
+                        try await self.database.followLog(listening: { listening.yield() }) { await self.heard($0) }
                     } catch {
                         if Task.isCancelled { break }
                         self.logger.warning("following the other hubs' commits failed, trying again in a second: \(error)")
@@ -551,18 +591,24 @@ package final class PostgresStore: SyncStore, Sendable {
             }
             group.addTask {
                 for await _ in started {
-                    if let last = try? await self.lastSequence() { self.publish(LogEnd(sequence: last)) }
+                    if let last = try? await self.lastSequence() { await self.heard(last) }
                 }
             }
             group.addTask {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: interval)
-                    if let last = try? await self.lastSequence() { self.publish(LogEnd(sequence: last)) }
+                    if let last = try? await self.lastSequence() { await self.heard(last) }
                 }
             }
             await group.next()
             group.cancelAll()
         }
+    }
+
+    /// Tells this hub's sessions and observers of the other hubs' commits through `end`.
+    func heard(_ end: UInt64) async {
+        await announcer.heard(end)
+        publish(LogEnd(sequence: end))
     }
 
     /// Tells this hub's sessions where the log ends: after its own commit, or another

@@ -16,4 +16,13 @@ package enum OpenTransactions {
     }
 
     @TaskLocal package static var marks: [Mark] = []
+
+    /// Throws when a read-write transaction of `store` is open in this task (`marks`): a
+    /// write there would wait for the gate that transaction holds.
+    package static func refuseWrite(beside marks: [Mark], of store: AnyObject) throws(ShoalError) {
+        guard let open = marks.last(where: { $0.store == ObjectIdentifier(store) && !$0.info.isReadOnly }) else { return }
+        throw ShoalError(
+            .nestedTransaction,
+            "a \(open.info.described) is open in this task; write through that transaction (the `tx` its closure was given), or finish it first")
+    }
 }

@@ -79,6 +79,35 @@ package struct LiveObservers: Sendable {
     package init() {}
 }
 
+extension Locked where Value == LiveObservers {
+    /// Calls `handler` with each state of `updates` until the observer returned is
+    /// cancelled or the updates end (the store closed), holding the observer meanwhile
+    /// (`DocumentDatabase.registerObserver`).
+    package func register(
+        _ updates: QueryUpdates, query: String, arguments: [String: ShoalCRDT.Value],
+        handler: @escaping @Sendable (QueryUpdate) -> Void
+    ) -> StoreObserver {
+        let observer = StoreObserver(query: query, arguments: arguments)
+        withLock { $0.list.append(observer) }
+        // The one task a store starts: a handler API needs someone to iterate for it.
+        observer.start(
+            Task { [weak observer] in
+                do {
+                    for try await observation in updates {
+                        guard !Task.isCancelled else { break }
+                        handler(observation)
+                    }
+                } catch {}
+                self.withLock { $0.list.removeAll { $0 === observer } }
+                observer?.stopped()
+            })
+        return observer
+    }
+
+    /// The observers registered and still running, oldest first.
+    package var list: [StoreObserver] { withLock { $0.list } }
+}
+
 /// The states of an observed query; see `DocumentDatabase.observe`.
 public struct QueryUpdates: AsyncSequence, Sendable {
     public typealias Element = QueryUpdate
@@ -92,6 +121,16 @@ public struct QueryUpdates: AsyncSequence, Sendable {
         self.select = select
         self.arguments = arguments
         self.commits = commits
+    }
+
+    /// The states of `query` (one SELECT) on `store`, woken by `commits`, a feed to
+    /// which it listens before its first read, so that no commit falls between the two.
+    package init(
+        observing query: String, arguments: [String: Value], on store: any QuerySnapshots, commits: ChangeFeed<Commit>
+    ) throws(ShoalError) {
+        self.init(
+            store: store, select: try SelectStatement.parseOne(query, as: "an observed query"), arguments: arguments,
+            commits: commits.updates())
     }
 
     public struct AsyncIterator: AsyncIteratorProtocol {

@@ -25,7 +25,7 @@ extension DocumentStore {
     ) async throws(ShoalError) -> QueryResult {
         let statements = try parse(text)
         let info = TransactionInfo(
-            id: LocalTransaction.randomID(), hint: hint, isReadOnly: isReadOnly || !statements.contains(where: \.isMutation))
+            id: LocalWriteRules.randomID(), hint: hint, isReadOnly: isReadOnly || !statements.contains(where: \.isMutation))
         do {
             if isReadOnly, statements.contains(where: \.isMutation) {
                 // Parsed again with each statement's text, to name the one that writes.
@@ -46,7 +46,7 @@ extension DocumentStore {
         -> QueryResult
     {
         let info = TransactionInfo(
-            id: LocalTransaction.randomID(), hint: nil, isReadOnly: !statements.contains(where: \.isMutation))
+            id: LocalWriteRules.randomID(), hint: nil, isReadOnly: !statements.contains(where: \.isMutation))
         return try await execute(statements, arguments: arguments, info: info)
     }
 
@@ -123,10 +123,7 @@ extension DocumentStore {
     ) throws -> (result: QueryResult, written: Set<String>) {
         var last = QueryResult()
         var written: Set<String> = []
-        // By collection and the key's bytes, as SQLite tells documents apart: Swift's
-        // `==` takes two canonically equivalent IDs ("é" composed and decomposed) for one.
-        var mutated: [Value] = []
-        var seen: Set<[UInt8]> = []
+        var mutated = MutatedDocuments()
         for statement in statements {
             if statement.isMutation, local == nil {
                 throw ShoalError(.readOnly, "\(statement.summary) writes, but this transaction is read-only")
@@ -159,11 +156,10 @@ extension DocumentStore {
             }
             if statement.writesDocuments, let collection = statement.targetCollection {
                 written.insert(collection)
-                let prefix = Array(collection.utf8) + [0]
-                mutated += last.mutatedDocumentIDs.filter { seen.insert(prefix + Array(DocumentKey.make($0).utf8)).inserted }
+                mutated.add(last.mutatedDocumentIDs, collection: collection)
             }
         }
-        last.mutatedDocumentIDs = mutated
+        last.mutatedDocumentIDs = mutated.ids
         return (last, written)
     }
 
@@ -267,7 +263,7 @@ extension DocumentStore {
     static func select(
         _ select: SelectStatement, arguments: [String: Value], db: Database, unreadable: (String) -> Void = { _ in }
     ) throws -> [Value] {
-        let isCount = select.projection.count == 1 && select.projection[0].expression == .countAll
+        let isCount = DocumentMatch.isCount(select)
         let documents = try withoutActuallyEscaping(unreadable) { unreadable in
             try matchingDocuments(
                 collection: select.collection, predicate: select.whereClause,
@@ -275,37 +271,7 @@ extension DocumentStore {
                 offset: isCount ? nil : select.offset, arguments: arguments, db: db, unreadable: unreadable
             ).map(\.body)
         }
-        if isCount {
-            return [.object([select.projection[0].name: .int(Int64(documents.count))])]
-        }
-        return try project(documents, select, arguments: arguments)
-    }
-
-    /// The items a SELECT returns of `documents`: each whole, or as its SELECT list says.
-    static func project(_ documents: [Value], _ select: SelectStatement, arguments: [String: Value]) throws(ShoalError) -> [Value] {
-        guard !select.projection.isEmpty else { return documents }
-        do {
-            return try documents.map { doc throws(QueryError) in
-                var out: [String: Value] = [:]
-                for item in select.projection {
-                    if let v = try Evaluator.evaluate(item.expression, document: doc, arguments: arguments) {
-                        out[item.name] = v
-                    }
-                }
-                return .object(out)
-            }
-        } catch {
-            throw ShoalError(error)
-        }
-    }
-
-    static func count(_ expression: Expression?, arguments: [String: Value], clause: String) throws(QueryError) -> Int? {
-        guard let expression else { return nil }
-        let value = try Evaluator.evaluate(expression, document: .object([:]), arguments: arguments)
-        guard case .int(let n)? = value, n >= 0 else {
-            throw QueryError("\(clause) needs a non-negative integer, got \(value.map { $0.canonicalJSON } ?? "nothing")")
-        }
-        return Int(n)
+        return try DocumentMatch.items(documents, select, arguments: arguments)
     }
 
     /// The live documents of `collection` that satisfy `predicate`, looked up by
@@ -328,66 +294,20 @@ extension DocumentStore {
         offset: Expression? = nil, after key: String? = nil, arguments: [String: Value], db: Database,
         unreadable: ((String) -> Void)? = nil
     ) throws -> [(key: String, body: Value)] {
-        let skip: Int
-        let take: Int?
-        do throws(QueryError) {
-            skip = try count(offset, arguments: arguments, clause: "OFFSET") ?? 0
-            take = try count(limit, arguments: arguments, clause: "LIMIT")
-        } catch {
-            throw ShoalError(error)
-        }
-        // Without ORDER BY the first `skip + take` matches are the answer.
-        let enough = orderBy.isEmpty ? take.map { skip.addingReportingOverflow($0).partialValue } : nil
+        var match = try DocumentMatch(
+            predicate: predicate, orderBy: orderBy, limit: limit, offset: offset, arguments: arguments)
         let query = candidateQuery(
-            collection: collection, predicate: predicate, arguments: arguments, keyOrder: enough == nil || key != nil,
+            collection: collection, predicate: predicate, arguments: arguments, keyOrder: match.enough == nil || key != nil,
             after: key)
-        var out: [(key: String, body: Value)] = []
-        // A key that fails the predicate's own `_id` comparisons saves reading and
-        // parsing its body (the cursor reads a column only when asked).
-        let idCheck = Evaluator.idComparisons(predicate)
         let statement = query.reusable ? try db.cachedStatement(sql: query.sql) : try db.makeStatement(sql: query.sql)
         let columns = try CandidateColumns(statement)
         let rows = try Row.fetchCursor(statement, arguments: query.arguments)
-        do {
-            while enough.map({ out.count < $0 }) ?? true, let row = try rows.next() {
-                let key = try columns.key(row)
-                if let idCheck, let id = try? JSON.parse(key),
-                    !(try Evaluator.matches(idCheck, document: .object(["_id": id]), arguments: arguments))
-                {
-                    continue
-                }
-                let body: Value
-                if let parsed = try? JSON.parse(columns.body(row)) {
-                    body = parsed
-                } else {
-                    guard let id = try? JSON.parse(key) else { continue }
-                    if let unreadable {
-                        if try Evaluator.matches(predicate, document: .object(["_id": id]), arguments: arguments) { unreadable(key) }
-                        continue
-                    }
-                    body = .object(["_id": id])
-                }
-                if try Evaluator.matches(predicate, document: body, arguments: arguments) { out.append((key, body)) }
-            }
-            if !orderBy.isEmpty {
-                let keyed = try out.map { doc throws(QueryError) in
-                    (doc, try orderBy.map { term throws(QueryError) in
-                        try Evaluator.evaluate(term.expression, document: doc.body, arguments: arguments) ?? .null
-                    })
-                }
-                out = keyed.sorted { a, b in
-                    for (i, term) in orderBy.enumerated() {
-                        let c = Value.compare(a.1[i], b.1[i])
-                        if c != 0 { return term.descending ? c > 0 : c < 0 }
-                    }
-                    return false
-                }.map(\.0)
-            }
-        } catch let error as QueryError {
-            throw ShoalError(error)
+        // The cursor reads a column only when asked: a key that fails the predicate's
+        // own `_id` comparisons saves reading and parsing its body.
+        while match.wantsMore, let row = try rows.next() {
+            try match.offer(key: try columns.key(row), body: { try columns.body(row) }, unreadable: unreadable)
         }
-        if skip > 0 || take != nil { out = Array(out.dropFirst(skip).prefix(take ?? Int.max)) }
-        return out
+        return try match.finish()
     }
 
     /// The SQL that reads the candidate rows (`doc_id`, `body`) of a predicate: a key

@@ -22,9 +22,7 @@ extension DocumentStore {
     /// The sequence does its work in the task that iterates it and ends when the
     /// store closes.
     public func observe(_ query: String, arguments: [String: Value]) throws(ShoalError) -> QueryUpdates {
-        let select = try SelectStatement.parseOne(query, as: "an observed query")
-        // Listen before the first read, so no commit falls between the two.
-        return QueryUpdates(store: self, select: select, arguments: arguments, commits: commits.updates())
+        try QueryUpdates(observing: query, arguments: arguments, on: self, commits: commits)
     }
 
     /// Calls `handler` with each new state of the query's result (see `observe`),
@@ -33,27 +31,11 @@ extension DocumentStore {
     public func registerObserver(
         _ query: String, arguments: [String: Value], handler: @escaping @Sendable (QueryUpdate) -> Void
     ) throws(ShoalError) -> StoreObserver {
-        let sequence = try observe(query, arguments: arguments)
-        let registry = liveObservers
-        let observer = StoreObserver(query: query, arguments: arguments)
-        registry.withLock { $0.list.append(observer) }
-        // The one task the store starts: a handler API needs someone to iterate for it.
-        observer.start(
-            Task { [weak observer] in
-                do {
-                    for try await observation in sequence {
-                        guard !Task.isCancelled else { break }
-                        handler(observation)
-                    }
-                } catch {}
-                registry.withLock { $0.list.removeAll { $0 === observer } }
-                observer?.stopped()
-            })
-        return observer
+        liveObservers.register(try observe(query, arguments: arguments), query: query, arguments: arguments, handler: handler)
     }
 
     /// The observers registered and still running, oldest first.
-    public var observers: [StoreObserver] { liveObservers.withLock { $0.list } }
+    public var observers: [StoreObserver] { liveObservers.list }
 
 }
 

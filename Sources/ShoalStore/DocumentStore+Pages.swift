@@ -29,7 +29,7 @@ extension DocumentStore {
                     collection: select.collection, predicate: select.whereClause, limit: .literal(.int(Int64(limit))),
                     after: key, arguments: arguments, db: db)
                 return DocumentPage(
-                    items: try Self.project(documents.map(\.body), select, arguments: arguments), lastKey: documents.last?.key)
+                    items: try DocumentMatch.items(documents.map(\.body), select, arguments: arguments), lastKey: documents.last?.key)
             }
         } catch {
             throw error.locating(in: query)

@@ -18,7 +18,7 @@ extension DocumentStore {
     nonisolated(nonsending) func runTransaction<T>(
         hint: String?, isReadOnly: Bool, _ body: (StoreTransaction) async throws -> (T, TransactionCompletion)
     ) async throws(ShoalError) -> (T, StoreTransaction) {
-        let info = TransactionInfo(id: LocalTransaction.randomID(), hint: hint, isReadOnly: isReadOnly)
+        let info = TransactionInfo(id: LocalWriteRules.randomID(), hint: hint, isReadOnly: isReadOnly)
         let marks = OpenTransactions.marks
         let nested = marks.contains { $0.store == ObjectIdentifier(self) }
         if !isReadOnly { try refuseWriteBesideOpenTransaction(marks) }
@@ -154,10 +154,7 @@ extension DocumentStore {
     /// Throws when a read-write transaction of this store is open in this task: a write
     /// here would wait for the gate that transaction holds.
     func refuseWriteBesideOpenTransaction(_ marks: [OpenTransactions.Mark]) throws(ShoalError) {
-        guard let open = marks.last(where: { $0.store == ObjectIdentifier(self) && !$0.info.isReadOnly }) else { return }
-        throw ShoalError(
-            .nestedTransaction,
-            "a \(open.info.described) is open in this task; write through that transaction (the `tx` its closure was given), or finish it first")
+        try OpenTransactions.refuseWrite(beside: marks, of: self)
     }
 
     /// Waits for the write gate, until `deadline` at most; a refusal, a deadline

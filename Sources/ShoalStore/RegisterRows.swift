@@ -189,23 +189,9 @@ enum RegisterRows {
         return nil
     }
 
-    /// What `registers` materialize to, refused when no reader could take it back
-    /// (`DocumentLimits.depthRefusal`): the rule every local write goes through.
+    /// What `registers` materialize to, refused when no reader could take it back (`LocalWriteRules.body(of:)`).
     static func body(of registers: DocumentRegisters, collection: String, key: String) throws -> DocumentRegisters.Body.Text {
-        let body = try materialize(registers, collection: collection, key: key)
-        if case .live(let json) = body, let refusal = DocumentLimits.depthRefusal(body: json) {
-            throw ShoalError(.invalidDocument, "document \(key) in \(collection) cannot be written: \(refusal); nothing of the statement was written")
-        }
-        return body
-    }
-
-    /// What `registers` materialize to, unchecked.
-    static func materialize(_ registers: DocumentRegisters, collection: String, key: String) throws -> DocumentRegisters.Body.Text {
-        do {
-            return try registers.materializedJSON(key: key)
-        } catch {
-            throw ShoalError(.database, "a stored register of \(collection) \(key) is not valid JSON: \(error)")
-        }
+        try LocalWriteRules.body(of: registers, collection: collection, key: key)
     }
 
     /// Flags a document's body deleted, or with `deleted` false, drops its row.
@@ -279,18 +265,5 @@ enum RegisterRows {
             waiting.removeAll(keepingCapacity: true)
         }
     }
-
-    /// Whether a user may write this top-level field name.
-    static func checkWritable(_ name: String, collection: String) throws(ShoalError) {
-        // By byte: both are ASCII controls, which no other character's UTF-8 contains
-        // (and `String.contains` of a `Character` walks grapheme clusters).
-        if name.utf8.contains(where: { $0 == Counter.separatorByte || $0 == RegisterName.pathSeparatorByte }) {
-            throw ShoalError(.invalidDocument, "\(collection): field names may not contain the characters U+001E or U+001F")
-        }
-        if name.hasPrefix("_") && name != "_id" {
-            throw ShoalError(
-                .invalidDocument,
-                "\(collection): field names beginning with '_' are reserved (got '\(name)'); only _id may be written")
-        }
-    }
 }
+

@@ -23,18 +23,4 @@ extension ShoalError {
         default: ShoalError(.database, "\(doing) failed: \(error)")
         }
     }
-
-    /// What a transaction throws when its body (or its begin or commit) threw `error`:
-    /// a `ShoalError` as it is, cancellation as `.cancelled`, and anything else, the
-    /// app's own error, as `.aborted` carrying it.
-    init(thrownByTransactionBody error: any Error, _ info: TransactionInfo) {
-        switch error {
-        case let error as ShoalError: self = error
-        case is CancellationError:
-            self.init(.cancelled, "cancelled: the \(info.described) rolled back")
-        default:
-            self.init(
-                .aborted, "the \(info.described) rolled back: its body threw \(error)", underlyingError: error)
-        }
-    }
 }

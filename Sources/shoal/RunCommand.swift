@@ -4,6 +4,7 @@ import Logging
 import ServiceLifecycle
 import UnixSignals
 import ShoalNode
+import ShoalPostgres
 import Shoal
 
 struct RunCommand: AsyncParsableCommand {
@@ -23,6 +24,12 @@ struct RunCommand: AsyncParsableCommand {
 
     @Option(name: .long, help: .setting("data"))
     var data: String?
+
+    @Option(name: .long, help: .setting("store"))
+    var store: String?
+
+    @Option(name: .long, help: .setting("store-password-file"))
+    var storePasswordFile: String?
 
     @Option(name: .long, help: .setting("listen"))
     var listen: String?
@@ -104,6 +111,8 @@ struct RunCommand: AsyncParsableCommand {
     var flags: NodeSettings {
         var s = NodeSettings()
         s.setFlag("data", data.map { .string($0) })
+        s.setFlag("store", store.map { .string($0) })
+        s.setFlag("store-password-file", storePasswordFile.map { .string($0) })
         s.setFlag("listen", listen.map { .string($0) })
         s.setFlag("name", name.map { .string($0) })
         s.setFlag("peer", peer.isEmpty ? nil : .strings(peer))
@@ -157,12 +166,45 @@ struct RunCommand: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "shoal")
-        let node: ShoalNode
-        do {
-            node = try ShoalNode(configuration: configuration, logger: logger)
-        } catch {
-            throw fail("\(error)")
+        guard let url = configuration.store else {
+            let node: ShoalNode
+            do {
+                node = try ShoalNode(configuration: configuration, logger: logger)
+            } catch {
+                throw fail("\(error)")
+            }
+            try await serve(node, logger: logger)
+            return
         }
+        // A hub: the database's connection pool runs beside the node, from before the
+        // store opens until the node has stopped.
+        var location: PostgresLocation
+        do throws(PostgresStoreError) {
+            location = try PostgresLocation(parsing: url)
+            if let file = configuration.storePasswordFile { try location.password(fromFile: file) }
+        } catch {
+            throw fail("--store: \(error.message)")
+        }
+        let database = PostgresHubDatabase(location: location, logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { pool in
+            pool.addTask { await database.run() }
+            defer { pool.cancelAll() }
+            let node: ShoalNode
+            do {
+                try await database.checkReachable()
+                let store = try await PostgresStore.open(
+                    database, systemParameters: configuration.storeParameters, logger: Logger(label: "shoal.store"))
+                node = try ShoalNode(configuration: configuration, logger: logger, openStore: { _ in store })
+                logger.info("a hub on \(location)", metadata: ["shoal.site": "\(store.siteID)"])
+            } catch {
+                throw fail("\(error)")
+            }
+            try await serve(node, logger: logger)
+        }
+    }
+
+    /// Runs `node` until SIGTERM or SIGINT, re-reading its TLS files and permissions on SIGHUP.
+    func serve(_ node: ShoalNode, logger: Logger) async throws {
         let group = ServiceGroup(
             configuration: .init(
                 services: [node], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))

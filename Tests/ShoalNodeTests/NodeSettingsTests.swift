@@ -41,6 +41,8 @@ struct NodeSettingsTests {
         log-format = "json"
         metrics = "127.0.0.1:9470"
         synchronous = "full"
+        store = "postgresql://hub@db.example:5433/shoal"
+        store-password-file = "store.password"
         compaction-interval = 0
         compaction-horizon = 3600
         tombstone-horizon = 7200
@@ -71,6 +73,8 @@ struct NodeSettingsTests {
         #expect(configuration.meshName == "home")
         #expect(configuration.discovery == false && configuration.discoveryInterface == "lo" && !configuration.relay)
         #expect(!configuration.routes)
+        #expect(configuration.store == "postgresql://hub@db.example:5433/shoal")
+        #expect(configuration.storePasswordFile == dir.path + "/store.password")
         #expect(configuration.limits.maximumFrameSize == 65536 && configuration.limits.maximumInflatedSize == 65536)
         #expect(configuration.coverageWait == .milliseconds(2500))
         #expect(configuration.maximumWaitingTransactions == 50 && configuration.maximumWaitingBytes == 2 << 20)
@@ -264,6 +268,8 @@ struct NodeSettingsTests {
         ("data = \"x\"\nlog-format = \"xml\"\n", "shoal.toml:2 (log-format): 'xml' is not one of text, json"),
         ("data = \"x\"\nsynchronous = \"off\"\n", "shoal.toml:2 (synchronous): 'off' is not one of normal, full"),
         ("data = \"x\"\nmetrics = \"9470\"\n", "shoal.toml:2 (metrics): '9470' is not HOST:PORT"),
+        ("data = \"x\"\nstore = \"mysql://a@b/c\"\n", "shoal.toml:2 (store): give a postgresql://USER@HOST:PORT/DATABASE URL"),
+        ("data = \"x\"\nstore-password-file = \"p\"\n", "shoal.toml:2 (store-password-file): is the password of a store: give store too"),
         ("data = \"x\"\ncompaction-interval = 0.5\n", "shoal.toml:2 (compaction-interval): must be 0 (off) or between 1 and 2592000 seconds"),
         ("data = \"x\"\ncompaction-horizon = 0\n", "shoal.toml:2 (compaction-horizon): must be between 1 and 315360000 seconds"),
         ("data = \"x\"\ntombstone-horizon = 0.5\n", "shoal.toml:2 (tombstone-horizon): must be 0 (keep tombstones) or between 1 and 315360000 seconds"),

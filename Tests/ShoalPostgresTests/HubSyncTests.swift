@@ -178,4 +178,133 @@ struct HubSyncTests {
             #expect(stores[0].siteID == stores[1].siteID)
         }
     }
+
+    /// A hub's own writes (DQL through one hub) reach a device behind the other hub, and
+    /// an observer on the other hub fires for them with their transaction.
+    @Test func aWriteThroughOneHubReachesTheOthersDevicesAndObservers() async throws {
+        let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM notes"])
+        defer { b.remove() }
+        try await Self.withHubs(2) { stores, hubs in
+            var updates = try stores[1].observe("SELECT * FROM notes", arguments: [:]).makeAsyncIterator()
+            #expect(try await updates.next()?.items == [])
+            let written = try await stores[0].execute("INSERT INTO notes DOCUMENTS ({'_id': 'from-hub', 'n': 1})")
+            let id = try #require(written.transactionID)
+            #expect(id.origin == stores[0].siteID)
+            let seen = try #require(try await updates.next())
+            #expect(seen.items == [["_id": "from-hub", "n": 1]])
+            #expect(seen.transactions == [id], "hub 2's observer names the transaction committed through hub 1")
+            try await InProcessMesh.withLink(b.sync, hubs[1]) { () async throws in
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await b.store.execute("SELECT * FROM notes").items == [["_id": "from-hub", "n": 1]]
+                }, "b, behind hub 2, gets hub 1's own write")
+                // And what b writes is read back through hub 1.
+                _ = try await b.store.execute("UPDATE notes SET n = 2 WHERE _id = 'from-hub'")
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await stores[0].execute("SELECT n FROM notes").items == [["n": 2]]
+                })
+            }
+        }
+    }
+
+    /// Read-modify-write transactions on two hubs at once are serial: each reads what
+    /// the one before it committed, through whichever hub, so no increment is lost, and
+    /// no transaction number is given twice across the hubs.
+    @Test func readModifyWriteTransactionsOnTwoHubsLoseNothing() async throws {
+        try await Self.withHubs(2) { stores, _ in
+            _ = try await stores[0].execute("INSERT INTO notes DOCUMENTS ({'_id': 'c', 'n': 0})")
+            let rounds = 15
+            let ids = try await withThrowingTaskGroup(of: [TransactionID].self) { group in
+                for store in stores {
+                    group.addTask {
+                        var ids: [TransactionID] = []
+                        for _ in 0..<rounds {
+                            let result = try await store.transaction { tx -> TransactionCompletion in
+                                let n = Int64(try await tx.execute("SELECT n FROM notes WHERE _id = 'c'").items.first?["n"]?.intValue ?? -1)
+                                _ = try await tx.execute("UPDATE notes SET n = :n WHERE _id = 'c'", arguments: ["n": .int(n + 1)])
+                                return .commit
+                            }
+                            ids.append(try #require(result.transactionID))
+                        }
+                        return ids
+                    }
+                }
+                return try await group.reduce(into: []) { $0 += $1 }
+            }
+            #expect(try await stores[1].execute("SELECT n FROM notes").items == [["n": .int(Int64(2 * rounds))]])
+            #expect(Set(ids).count == 2 * rounds, "every transaction has a number of its own")
+            #expect(ids.allSatisfy { $0.origin == stores[0].siteID })
+        }
+    }
+
+    /// Hubs write as one site, so their clocks must never repeat: two hubs writing the
+    /// same field at once take timestamps that rise in commit order, and a hub opened
+    /// afterwards (a restart, with a new clock) writes above them all.
+    @Test func hubsWritingAtOnceNeverRepeatATimestamp() async throws {
+        try await Self.withHubs(3) { stores, _ in
+            _ = try await stores[0].execute("INSERT INTO notes DOCUMENTS ({'_id': 'c', 'n': 0})")
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for store in stores.prefix(2) {
+                    group.addTask {
+                        for i in 0..<20 {
+                            _ = try await store.execute("UPDATE notes SET n = :n WHERE _id = 'c'", arguments: ["n": .int(Int64(i))])
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            // The third hub's store has written nothing yet: its clock starts from the row.
+            _ = try await stores[2].execute("UPDATE notes SET n = 100 WHERE _id = 'c'")
+            let page = try await stores[1].logPage(after: 0, limit: 1_000, stretch: 1_000, byteLimit: 1 << 24, records: { _ in false })
+            let stamps = page.rows.map(\.delta.timestamp.rawValue)
+            #expect(page.rows.count == 2 + 40 + 1, "the insert's two deltas, then one per update")
+            #expect(zip(stamps, stamps.dropFirst()).allSatisfy { $0 < $1 }, "timestamps rise in commit order, none twice")
+            #expect(try await stores[0].execute("SELECT n FROM notes").items == [["n": 100]], "the last write wins")
+        }
+    }
+
+    /// An observer on one hub hears another hub's commit even when its own hub commits
+    /// right after it, before the announcement of the other's arrives.
+    @Test func anObserverHearsTheOtherHubsCommitBeforeItsOwn() async throws {
+        try await Self.withHubs(2) { stores, _ in
+            let seen = Locked<[Int]>([])
+            let observer = try stores[0].registerObserver("SELECT * FROM notes", arguments: [:]) { update in
+                seen.withLock { $0.append(update.items.count) }
+            }
+            defer { observer.cancel() }
+            #expect(await InProcessMesh.eventually(timeout: .seconds(10)) { seen.withLock { $0 == [0] } })
+            for round in 0..<5 {
+                _ = try await stores[1].execute("INSERT INTO notes DOCUMENTS ({'_id': :id})", arguments: ["id": .int(Int64(round))])
+                _ = try await stores[0].execute("INSERT INTO tasks DOCUMENTS ({'_id': :id})", arguments: ["id": .int(Int64(round))])
+                #expect(
+                    await InProcessMesh.eventually(timeout: .seconds(10)) { seen.withLock { $0.last == round + 1 } },
+                    "round \(round): \(seen.withLock { $0 })")
+            }
+        }
+    }
+
+    /// A hub's database that went back (a restored backup: its transaction counter below
+    /// what a device holds) gives a number again; the device that holds the lost
+    /// transaction under it finds out: the hub refuses its session (the check its
+    /// Subscribe runs throws), rather than have it drop the new transaction as held.
+    @Test func aDeviceHoldingMoreOfTheHubsHistoryIsRefused() async throws {
+        let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM notes"])
+        defer { a.remove() }
+        try await Self.withHubs(1) { stores, hubs in
+            let hub = stores[0]
+            try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
+                _ = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': 'one'})")
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await a.store.execute("SELECT _id FROM notes").items == [["_id": "one"]]
+                })
+            }
+            // Restored from a backup taken before 'one': its number is given again.
+            try await hub.database.execute("UPDATE shoal_meta SET value = 0 WHERE key = 'transaction_counter'")
+            let two = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': 'two'})")
+            #expect(two.transactionID?.sequence == 1)
+            let held = try await a.store.history(of: hub.siteID)
+            #expect(held.through == 1)
+            // What a's Subscribe says it holds of the hub: refused, so the session ends.
+            await #expect(throws: ShoalError.self) { try await hub.reconcileOwnHistory(with: held, peer: a.store.siteID) }
+        }
+    }
 }

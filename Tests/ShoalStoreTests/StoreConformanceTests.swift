@@ -30,7 +30,7 @@ import Testing
         var description: String { rawValue }
 
         /// Opens an empty store of this engine, runs `body`, and closes and removes it.
-        func withStore(_ body: @Sendable (any SyncStore) async throws -> Void) async throws {
+        func withStore(_ body: @Sendable (any NodeStore) async throws -> Void) async throws {
             switch self {
             case .sqlite:
                 let dir = TemporaryDirectory()

@@ -1,0 +1,94 @@
+import Logging
+import ShoalCRDT
+import ShoalStorage
+
+/// Tells a hub's observers of every commit to the shared change log, the hub's own and
+/// the other hubs', in log order: each part of the log once, none skipped.
+///
+/// A hub hears of the others' commits only as a new end of the log (`heard`), and its
+/// own commits come with what they appended: an own commit whose rows start past what
+/// was told means another hub committed in between, and those commits are read from
+/// the log (their transactions and collections) and told first. One call at a time
+/// (`turn`): a read of the log in flight must not let a later commit be told before it.
+/// A read that fails tells nothing and leaves the point where it was, so the next end
+/// heard (the announcement, or the slow timer of `followOtherHubs`) reads it again.
+final class CommitAnnouncer: Sendable {
+    private let feed: ChangeFeed<Commit>
+    private let logger: Logger
+    private let turn = WriteGate()
+    /// How far the log was told to observers, and how to read it past there.
+    private let state = Locked<(through: UInt64, read: (@Sendable (UInt64, UInt64) async throws -> Commit?)?)>((0, nil))
+
+    init(feed: ChangeFeed<Commit>, logger: Logger) {
+        self.feed = feed
+        self.logger = logger
+    }
+
+    /// Starts at the log's end `sequence`, reading what other hubs commit from `store`.
+    func start(at sequence: UInt64, reading store: PostgresStore) {
+        state.withLock {
+            $0 = (sequence, { [weak store] from, to in try await store?.commit(after: from, through: to) })
+        }
+    }
+
+    /// This hub's own commit, which appended the log's rows after `after`.
+    func committed(_ commit: Commit, after: UInt64) async {
+        await inTurn {
+            if after > state.withLock({ $0.through }) { await catchUp(to: after) }
+            feed.publish(commit)
+            state.withLock { if after <= $0.through { $0.through = max($0.through, commit.sequence) } }
+        }
+    }
+
+    /// The log runs through `end` now, by other hubs' commits.
+    func heard(_ end: UInt64) async {
+        await inTurn {
+            if end > state.withLock({ $0.through }) { await catchUp(to: end) }
+        }
+    }
+
+    private func catchUp(to end: UInt64) async {
+        let (through, read) = state.withLock { $0 }
+        guard let read else { return }
+        do {
+            if let commit = try await read(through, end) { feed.publish(commit) }
+            state.withLock { $0.through = max($0.through, end) }
+        } catch {
+            logger.warning(
+                "reading the other hubs' commits for observers failed; read again at the next end heard: \(error)",
+                metadata: ["shoal.log.from": "\(through)", "shoal.log.to": "\(end)"])
+        }
+    }
+
+    private func inTurn(_ body: () async -> Void) async {
+        do {
+            try await turn.acquire(cancellable: false)
+        } catch {
+            return  // closed: the store is closing, and so is the feed
+        }
+        defer { turn.release() }
+        await body()
+    }
+
+    func close() { turn.close(admittingNested: false) }
+}
+
+extension PostgresStore {
+    /// The commits of the log's rows after `from` through `to`, as one: their
+    /// transactions and collections; nil when there are none.
+    func commit(after from: UInt64, through to: UInt64) async throws -> Commit? {
+        let records = try await snapshot("reading the other hubs' commits") { connection in
+            try await Self.logRows(connection, "seq > \(Int64(from)) AND seq <= \(Int64(to)) ORDER BY seq", logger: self.logger)
+        }
+        var transactions: [TransactionID] = []
+        var collections: Set<String> = []
+        var rows: [LogRow] = []
+        for record in records {
+            rows.removeAll(keepingCapacity: true)
+            try record.decode(into: &rows)
+            if transactions.last != record.transaction { transactions.append(record.transaction) }
+            for row in rows { collections.insert(row.delta.collection) }
+        }
+        return transactions.isEmpty ? nil : Commit(transactions: transactions, collections: collections, sequence: to)
+    }
+}

@@ -1,0 +1,433 @@
+import Logging
+import NIOCore
+import PostgresNIO
+package import ShoalCRDT
+package import ShoalQuery
+package import ShoalStorage
+
+/// What an app queries on a hub (`DocumentDatabase`): DQL, local and explicit
+/// transactions, observers.
+///
+/// Reads run in `REPEATABLE READ READ ONLY` snapshots and never wait for a writer.
+/// DQL is evaluated in Swift, by the rules every engine shares (`DocumentMatch`, and
+/// `LocalWrites` for INSERT, UPDATE and DELETE), over the live bodies of a statement's
+/// collection, or of the one document an `_id = constant` names.
+///
+/// A read-write transaction is the hubs' one writer (`withWriter`): it holds `log_end`'s
+/// row lock from before its first read to its commit, so two hubs never commit
+/// conflicting read-write transactions (they are serial: serializable). It takes its
+/// number from `transaction_counter` and its clock from the `clock` row under that lock,
+/// and writes both back at commit, with its rows as one apply
+/// (`PostgresDocumentRows.appliedRows`).
+///
+/// Not on a hub: EVICT (a hub holds the data of the devices behind it), indexes
+/// (`CREATE INDEX`, `SHOW INDEXES`), `ALTER SYSTEM` and `SHOW`, and attachments. Each
+/// says so with an error.
+extension PostgresStore: DocumentDatabase, QuerySnapshots {
+    /// Every read goes to the pool: none runs on the caller's thread.
+    package var shortAccess: Duration { .zero }
+
+    package func perform(
+        _ text: String, arguments: [String: Value], hint: String?, isReadOnly: Bool, deadline: Deadline?
+    ) async throws(ShoalError) -> QueryResult {
+        let statements = try Self.parse(text)
+        if isReadOnly, let first = statements.first(where: \.isMutation) {
+            throw ShoalError(.readOnly, "\(first.summary) writes, but this transaction is read-only")
+        }
+        do {
+            guard statements.contains(where: \.isMutation) else {
+                return try await snapshot("running a query") { connection in
+                    try await self.read(statements, arguments: arguments, connection: connection)
+                }
+            }
+            let info = TransactionInfo(id: LocalWriteRules.randomID(), hint: hint, isReadOnly: false)
+            var result = QueryResult()
+            let id = try await write(info, deadline: deadline) { transaction throws(ShoalError) in
+                result = try await transaction.run(statements, arguments: arguments)
+                return .commit
+            }
+            result.transactionID = id
+            return result
+        } catch {
+            throw error.locating(in: text)
+        }
+    }
+
+    nonisolated(nonsending) package func performTransaction<T>(
+        hint: String?, isReadOnly: Bool, _ body: (any DocumentTransaction) async throws -> (T, TransactionCompletion)
+    ) async throws(ShoalError) -> (value: T, info: TransactionInfo, transactionID: TransactionID?) {
+        let info = TransactionInfo(id: LocalWriteRules.randomID(), hint: hint, isReadOnly: isReadOnly)
+        running.withLock { $0.append(info) }
+        defer { running.withLock { $0.removeAll { $0.id == info.id } } }
+        var value: T?
+        var failure: (any Error)?
+        let id: TransactionID?
+        if isReadOnly {
+            try await snapshot("running \(info.described)") { connection in
+                let transaction = PostgresDocumentTransaction(store: self, info: info, mode: .reading(connection))
+                defer { transaction.end() }
+                do {
+                    value = try await body(transaction).0
+                } catch {
+                    failure = error
+                }
+            }
+            id = nil
+        } else {
+            id = try await write(info, deadline: nil) { transaction throws(ShoalError) in
+                do {
+                    let (result, completion) = try await body(transaction)
+                    value = result
+                    return completion
+                } catch {
+                    failure = error
+                    return .rollback
+                }
+            }
+        }
+        if let failure { throw ShoalError(thrownByTransactionBody: failure, info) }
+        guard let value else { throw ShoalError(.database, "\(info.described) ended without a value") }
+        return (value, info, id)
+    }
+
+    /// Runs `body` as a read-write transaction, the hubs' one writer, and commits what it
+    /// wrote unless it says `.rollback`; returns the ID it committed under (nil when it
+    /// wrote nothing or rolled back).
+    nonisolated(nonsending) func write(
+        _ info: TransactionInfo, deadline: Deadline?,
+        _ body: (PostgresDocumentTransaction) async throws(ShoalError) -> TransactionCompletion
+    ) async throws(ShoalError) -> TransactionID? {
+        let marks = OpenTransactions.marks
+        try OpenTransactions.refuseWrite(beside: marks, of: self)
+        do {
+            try await gate.acquire(deadline: deadline?.instant)
+        } catch WriteGate.Refusal.deadlinePassed {
+            throw deadline?.exceeded(.waitingForWriter) ?? ShoalError(.closed, "the store is closed")
+        } catch is WriteGate.Refusal {
+            throw ShoalError(.closed, "the store is closed")
+        } catch {
+            throw ShoalError(.cancelled, "cancelled while waiting for the store's writer")
+        }
+        defer { gate.release() }
+        let inside = marks + [OpenTransactions.Mark(store: ObjectIdentifier(self), info: info)]
+        let listed = running.withLock { list in
+            defer { if !list.contains(where: { $0.id == info.id }) { list.append(info) } }
+            return list.contains { $0.id == info.id }
+        }
+        defer { if !listed { running.withLock { $0.removeAll { $0.id == info.id } } } }
+        var committed: (id: TransactionID, collections: Set<String>)?
+        var transaction: PostgresDocumentTransaction?
+        let (_, writer) = try await withWriter("running \(info.described)") { writer in
+            let running = try await PostgresDocumentTransaction.begin(store: self, info: info, writer: writer)
+            transaction = running
+            defer { running.end() }
+            let completion = try await OpenTransactions.$marks.withValue(inside) { () async throws(ShoalError) in
+                try await body(running)
+            }
+            guard completion == .commit else {
+                writer.discarded = true
+                return
+            }
+            try (running.deadline ?? deadline)?.check(.beforeCommit)
+            committed = try await running.commit()
+        }
+        guard let committed, let last = writer.lastSequence else { return nil }
+        transaction?.committed(as: committed.id)
+        localCommits.withLock { $0 += 1 }
+        publish(LogEnd(sequence: last, appended: writer.appended))
+        await announcer.committed(
+            Commit(transactions: [committed.id], collections: committed.collections, sequence: last), after: writer.appended.after)
+        return committed.id
+    }
+
+    // MARK: Reads
+
+    /// Runs statements that only read, on one snapshot; the result is the last one's.
+    func read(_ statements: [ShoalQuery.Statement], arguments: [String: Value], connection: PostgresConnection) async throws
+        -> QueryResult
+    {
+        var last = QueryResult()
+        for statement in statements {
+            switch statement {
+            case .select(let select):
+                last = QueryResult(items: try await Self.select(select, arguments: arguments, connection: connection, logger: logger))
+            case .system(let system):
+                last = QueryResult(items: try show(system, arguments: arguments))
+            default:
+                throw Self.notOnAHub(statement)
+            }
+        }
+        return last
+    }
+
+    /// `SHOW` of this hub's parameters. `ALTER SYSTEM SET` is refused: a hub's
+    /// parameters are those it started with (`shoal run` flags).
+    func show(_ statement: SystemStatement, arguments: [String: Value]) throws(ShoalError) -> [Value] {
+        if case .set = statement { throw Self.notOnAHub(.system(statement)) }
+        var parameters = systemParameters
+        do throws(QueryError) {
+            return try parameters.apply(statement, arguments: arguments)
+        } catch {
+            throw ShoalError(error)
+        }
+    }
+
+    /// A SELECT's answer, from the live bodies of its collection (or of the one document
+    /// an `_id = constant` names), read in key order until enough match.
+    static func select(
+        _ select: SelectStatement, arguments: [String: Value], connection: PostgresConnection, logger: Logger
+    ) async throws -> [Value] {
+        let isCount = DocumentMatch.isCount(select)
+        var match = try DocumentMatch(
+            predicate: select.whereClause, orderBy: isCount ? [] : select.orderBy, limit: isCount ? nil : select.limit,
+            offset: isCount ? nil : select.offset, arguments: arguments)
+        var binds = PostgresBindings()
+        binds.append(select.collection)
+        var sql = "SELECT doc_id, body FROM document WHERE collection = $1 AND NOT deleted"
+        if let id = Evaluator.constantIDEquality(select.whereClause, arguments: arguments) {
+            binds.append(DocumentKey.make(id))
+            sql += " AND doc_id = $2"
+        }
+        let rows = try await connection.query(PostgresQuery(unsafeSQL: sql + " ORDER BY doc_id", binds: binds), logger: logger)
+        if match.wantsMore {
+            for try await (key, body) in rows.decode((String, String).self) {
+                // A body stored past the limits (by an older version) is left out: it has nothing true to show.
+                try match.offer(key: key, body: { body }, unreadable: { _ in })
+                if !match.wantsMore { break }
+            }
+        }
+        return try DocumentMatch.items(try match.finish().map(\.body), select, arguments: arguments)
+    }
+
+    /// An observed query's result and the log's end it reflects, from one snapshot.
+    package func snapshot(
+        _ select: SelectStatement, arguments: [String: Value], inline: Bool
+    ) async throws(ShoalError) -> ([Value], UInt64) {
+        try await snapshot("reading an observed query") { connection in
+            let items = try await Self.select(select, arguments: arguments, connection: connection, logger: self.logger)
+            return (items, try await Self.meta(connection, "log_end", logger: self.logger))
+        }
+    }
+
+    // MARK: Observers
+
+    package func observe(_ query: String, arguments: [String: Value]) throws(ShoalError) -> QueryUpdates {
+        try QueryUpdates(observing: query, arguments: arguments, on: self, commits: commits)
+    }
+
+    package func registerObserver(
+        _ query: String, arguments: [String: Value], handler: @escaping @Sendable (QueryUpdate) -> Void
+    ) throws(ShoalError) -> StoreObserver {
+        try liveObservers.register(observe(query, arguments: arguments), query: query, arguments: arguments, handler: handler)
+    }
+
+    package var observers: [StoreObserver] { liveObservers.list }
+
+    // MARK: Attachments
+
+    package func putAttachment(_ bytes: [UInt8], metadata: [String: Value]) async throws(ShoalError) -> AttachmentToken {
+        throw Self.noAttachments
+    }
+
+    // MARK: Statements
+
+    /// The statements of a DQL text.
+    static func parse(_ text: String) throws(ShoalError) -> [ShoalQuery.Statement] {
+        do throws(QueryError) {
+            return try Parser.parse(text)
+        } catch {
+            throw ShoalError(error)
+        }
+    }
+
+    /// The error of a statement a hub does not run.
+    static func notOnAHub(_ statement: ShoalQuery.Statement) -> ShoalError {
+        switch statement {
+        case .evict:
+            ShoalError(
+                .invalidQuery,
+                "\(statement.summary): a hub does not evict, since the devices behind it count on it to hold what they sync; delete the documents, or evict them on a device")
+        case .system:
+            ShoalError(
+                .invalidQuery,
+                "\(statement.summary): a hub's parameters are those it started with (shoal run --document-size-soft-limit, ...); restart it to change them")
+        default:
+            ShoalError(.invalidQuery, "\(statement.summary) is not offered on a hub (PostgreSQL) yet; run it on a device's node")
+        }
+    }
+}
+
+/// A transaction on a hub, handed to the body of `DocumentDatabase.transaction`: reads
+/// on one snapshot, or writes as the hubs' one writer (`PostgresStore.write`).
+///
+/// Unchecked: `state` is behind its lock; `mode`'s connection or writer is used by one
+/// `run` at a time (`calls`), and by the commit after the body returned.
+final class PostgresDocumentTransaction: DocumentTransaction, @unchecked Sendable {
+    enum Mode {
+        case reading(PostgresConnection)
+        case writing(PostgresInboundWriter, sequence: UInt64)
+    }
+
+    /// What the statements wrote so far.
+    private struct Writes {
+        var rows = PostgresDocumentRows()
+        var pending: [LocalDelta] = []
+        var mutated = MutatedDocuments()
+        var collections: Set<String> = []
+    }
+
+    private struct State {
+        var writes = Writes()
+        var ended = false
+        var committed: TransactionID?
+        var deadline: Deadline?
+    }
+
+    let store: PostgresStore
+    let info: TransactionInfo
+    let mode: Mode
+    private let state = Locked(State())
+    /// One `run` at a time: a body may call `execute` from several tasks, and each call
+    /// reads ahead on the one connection and carries the writes on from the last.
+    private let calls = WriteGate()
+
+    init(store: PostgresStore, info: TransactionInfo, mode: Mode) {
+        self.store = store
+        self.info = info
+        self.mode = mode
+    }
+
+    /// A read-write transaction on `writer`: numbered after the last one any hub
+    /// committed, its clock above every timestamp any hub wrote.
+    static func begin(store: PostgresStore, info: TransactionInfo, writer: PostgresInboundWriter) async throws(ShoalError)
+        -> PostgresDocumentTransaction
+    {
+        let counter = try await writer.meta("transaction_counter")
+        // The hubs' own high-water, adopted however far ahead of this hub's wall clock.
+        store.clock.restore(HybridTimestamp(rawValue: UInt64(bitPattern: try await writer.meta("clock"))))
+        return PostgresDocumentTransaction(
+            store: store, info: info, mode: .writing(writer, sequence: UInt64(bitPattern: counter) &+ 1))
+    }
+
+    var transactionID: TransactionID? { state.withLock { $0.committed } }
+
+    /// The deadline `PostgresStore.write` checks right before the commit.
+    func mustCommit(before deadline: Deadline) { state.withLock { $0.deadline = deadline } }
+
+    var deadline: Deadline? { state.withLock { $0.deadline } }
+
+    func end() {
+        state.withLock { $0.ended = true }
+        calls.close(admittingNested: false)
+    }
+
+    /// Its ID, once the database committed it.
+    func committed(as id: TransactionID) { state.withLock { $0.committed = id } }
+
+    func execute(_ dql: String, arguments: [String: Value]) async throws(ShoalError) -> QueryResult {
+        do {
+            return try await run(try PostgresStore.parse(dql), arguments: arguments)
+        } catch {
+            throw error.locating(in: dql)
+        }
+    }
+
+    /// Runs statements in this transaction; the result is the last one's. A statement
+    /// that fails undoes what this call wrote, and nothing before it.
+    func run(_ statements: [ShoalQuery.Statement], arguments: [String: Value]) async throws(ShoalError) -> QueryResult {
+        let ended = ShoalError(.closed, "\(info.described) has ended: run statements inside its closure")
+        guard !state.withLock({ $0.ended }) else { throw ended }
+        do {
+            try await calls.acquire(cancellable: false)
+        } catch {
+            throw ended
+        }
+        defer { calls.release() }
+        switch mode {
+        case .reading(let connection):
+            if let first = statements.first(where: \.isMutation) {
+                throw ShoalError(.readOnly, "\(first.summary) writes, but this transaction is read-only")
+            }
+            return try await store.failing("running a query") {
+                try await store.read(statements, arguments: arguments, connection: connection)
+            }
+        case .writing(let writer, let sequence):
+            // Refused before anything is read ahead under the writer's lock.
+            if let refused = statements.first(where: { switch $0 { case .evict, .system(.set), .index: true; default: false } }) {
+                throw PostgresStore.notOnAHub(refused)
+            }
+            var current = state.withLock { $0.writes }
+            var last = QueryResult()
+            for statement in statements {
+                let documents = try await current.rows.readAhead(statement, arguments: arguments, writer: writer)
+                var writes = LocalWrites(
+                    rows: current.rows, site: store.siteID, counterSite: store.counterSite, clock: store.clock, sequence: sequence,
+                    pending: current.pending)
+                switch statement {
+                case .select(let select):
+                    last = QueryResult(items: try Self.select(select, arguments: arguments, rows: current.rows))
+                case .insert(let insert):
+                    last = QueryResult(mutatedDocumentIDs: try Self.rethrowing { try writes.insert(insert, documents: documents) })
+                case .update(let update):
+                    last = QueryResult(mutatedDocumentIDs: try Self.rethrowing { try writes.update(update, arguments: arguments) })
+                case .delete(let delete):
+                    last = QueryResult(mutatedDocumentIDs: try Self.rethrowing { try writes.delete(delete, arguments: arguments) })
+                case .system(let system):
+                    last = QueryResult(items: try store.show(system, arguments: arguments))
+                case .evict, .index:
+                    throw PostgresStore.notOnAHub(statement)
+                }
+                try store.systemParameters.checkDocumentSizes(writes.takeWrittenBodies(), logger: store.logger)
+                if statement.writesDocuments, let collection = statement.targetCollection {
+                    current.collections.insert(collection)
+                    current.mutated.add(last.mutatedDocumentIDs, collection: collection)
+                }
+                current.rows = writes.rows
+                current.pending = writes.pending
+            }
+            last.mutatedDocumentIDs = current.mutated.ids
+            try state.withLock { s throws(ShoalError) in
+                guard !s.ended else { throw ended }
+                s.writes = current
+            }
+            return last
+        }
+    }
+
+    /// A SELECT inside a read-write transaction: over what it read and wrote, so that it
+    /// sees its own writes.
+    static func select(_ select: SelectStatement, arguments: [String: Value], rows: PostgresDocumentRows) throws(ShoalError) -> [Value] {
+        let isCount = DocumentMatch.isCount(select)
+        let matches = try rethrowing {
+            try rows.matching(
+                collection: select.collection, predicate: select.whereClause, orderBy: isCount ? [] : select.orderBy,
+                limit: isCount ? nil : select.limit, offset: isCount ? nil : select.offset, arguments: arguments,
+                unreadable: { _ in })
+        }
+        return try DocumentMatch.items(matches.map(\.body), select, arguments: arguments)
+    }
+
+    /// Writes what the transaction wrote, as one apply, with its number and clock;
+    /// returns its ID and the collections it wrote, nil when it wrote nothing.
+    func commit() async throws(ShoalError) -> (id: TransactionID, collections: Set<String>)? {
+        guard case .writing(let writer, let sequence) = mode else { return nil }
+        let current = state.withLock { $0.writes }
+        guard !current.pending.isEmpty else { return nil }
+        let id = TransactionID(origin: store.siteID, sequence: sequence)
+        try await writer.write(try Self.rethrowing { try current.rows.appliedRows(id, pending: current.pending) })
+        try await writer.setMeta("transaction_counter", Int64(bitPattern: sequence))
+        try await writer.setMeta("clock", Int64(bitPattern: store.clock.current.rawValue), raising: true)
+        return (id, current.collections)
+    }
+
+    /// Runs `body`, whose errors are the store's (`LocalRows` throws untyped).
+    static func rethrowing<T>(_ body: () throws -> T) throws(ShoalError) -> T {
+        do {
+            return try body()
+        } catch let error as ShoalError {
+            throw error
+        } catch {
+            throw ShoalError(.database, "a hub's write failed: \(error)")
+        }
+    }
+}

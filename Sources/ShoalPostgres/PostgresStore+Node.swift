@@ -1,0 +1,253 @@
+package import Foundation
+import Logging
+import NIOCore
+import PostgresNIO
+package import ShoalCRDT
+package import ShoalStorage
+import ShoalQuery
+
+/// A hub's upkeep (`NodeStore`): its saved subscriptions and freshness, status, counts,
+/// and the background work a node runs while it serves.
+///
+/// Not on a hub yet, each said so or answered as having nothing to do: compaction and
+/// forgetting tombstones (`purgeHiddenRegisters`, `forgetRemovals`,
+/// `forgetDeletedDocuments` do nothing and say so in the log once), `vacuum` (the
+/// server's own autovacuum keeps the tables), and attachments.
+extension PostgresStore: NodeStore {
+    package var committedLocalTransactions: UInt64 { localCommits.withLock { $0 } }
+
+    package var runningTransactions: [TransactionInfo] { running.withLock { $0 } }
+
+    package func page(_ query: String, arguments: [String: Value], after key: String, limit: Int) async throws(ShoalError)
+        -> DocumentPage
+    {
+        let statements = try Self.parse(query)
+        guard statements.count == 1, case .select(let select) = statements[0] else {
+            throw ShoalError(.invalidQuery, "pages are read of one SELECT statement, as in SELECT * FROM cars WHERE color = 'blue'")
+        }
+        if let problem = select.pagingProblem { throw ShoalError(.invalidQuery, problem) }
+        guard limit > 0 else { throw ShoalError(.invalidQuery, "a page holds at least one document; it was asked for \(limit)") }
+        do {
+            return try await snapshot("reading a page of \(select.collection)") { connection in
+                var match = try DocumentMatch(predicate: select.whereClause, limit: .literal(.int(Int64(limit))), arguments: arguments)
+                var binds = PostgresBindings()
+                binds.append(select.collection)
+                binds.append(key)
+                let rows = try await connection.query(
+                    PostgresQuery(
+                        unsafeSQL: "SELECT doc_id, body FROM document WHERE collection = $1 AND NOT deleted AND doc_id > $2 ORDER BY doc_id",
+                        binds: binds), logger: self.logger)
+                for try await (key, body) in rows.decode((String, String).self) {
+                    try match.offer(key: key, body: { body })
+                    if !match.wantsMore { break }
+                }
+                let documents = try match.finish()
+                return DocumentPage(
+                    items: try DocumentMatch.items(documents.map(\.body), select, arguments: arguments), lastKey: documents.last?.key)
+            }
+        } catch {
+            throw error.locating(in: query)
+        }
+    }
+
+    // MARK: Attachments (not on a hub yet)
+
+    package func attachmentWriter() async throws(ShoalError) -> AttachmentWriter { throw Self.noAttachments }
+
+    package func attachmentWriter(resuming blob: Int64) async throws(ShoalError) -> AttachmentWriter? { nil }
+
+    package func collectAttachments(horizon: Duration, now: Date) async throws(ShoalError) -> AttachmentCollection {
+        AttachmentCollection()
+    }
+
+    // MARK: Saved subscriptions
+
+    package func savedSubscriptions() async throws(ShoalError) -> [SavedSubscription] {
+        try await snapshot("reading the saved subscriptions") { connection in
+            var saved: [SavedSubscription] = []
+            let rows = try await connection.query("SELECT id, query, arguments FROM subscription ORDER BY id", logger: self.logger)
+            for try await (id, query, arguments) in rows.decode((String, String, String).self) {
+                guard let parsed = try? JSON.parse(arguments).objectValue else {
+                    throw ShoalError(.database, "table subscription, row \(id): its arguments are not a JSON object")
+                }
+                saved.append(SavedSubscription(id: id, query: query, arguments: parsed))
+            }
+            return saved
+        }
+    }
+
+    package func saveSubscription(_ subscription: SavedSubscription) async throws(ShoalError) {
+        try await run(
+            "saving a subscription",
+            "INSERT INTO subscription (id, query, arguments) VALUES (\(subscription.id), \(subscription.query), \(Value.object(subscription.arguments).canonicalJSON)) ON CONFLICT (id) DO NOTHING"
+        )
+    }
+
+    package func removeSavedSubscription(id: String) async throws(ShoalError) -> Bool {
+        try await failing("removing a subscription") {
+            let rows = try await database.client.query("DELETE FROM subscription WHERE id = \(id) RETURNING id", logger: logger)
+            var removed = false
+            for try await _ in rows.decode(String.self) { removed = true }
+            return removed
+        }
+    }
+
+    // MARK: Freshness
+
+    package func savedFreshness() throws(ShoalError) -> (entries: [SiteID: UInt64], forgottenThrough: UInt64) {
+        freshness.withLock { $0 }
+    }
+
+    /// The freshness saved and the forgotten point, read at open: `savedFreshness` is synchronous.
+    static func readFreshness(_ database: PostgresHubDatabase, logger: Logger) async throws(ShoalError)
+        -> (entries: [SiteID: UInt64], forgottenThrough: UInt64)
+    {
+        do {
+            var entries: [SiteID: UInt64] = [:]
+            for try await (site, through) in try await database.client.query("SELECT site, through FROM freshness", logger: logger)
+                .decode((Int64, Int64).self)
+            {
+                entries[SiteID(UInt64(bitPattern: site))] = try Stored.unsigned(through, "freshness", "through")
+            }
+            var forgotten: UInt64 = 0
+            for try await value in try await database.client.query(
+                "SELECT value FROM shoal_meta WHERE key = 'forgotten_through'", logger: logger
+            ).decode(Int64.self) {
+                forgotten = try Stored.unsigned(value, "shoal_meta", "value of forgotten_through")
+            }
+            return (entries, forgotten)
+        } catch let error as ShoalError {
+            throw error
+        } catch {
+            throw ShoalError(.database, "reading the hub's freshness on \(database.location): \(PostgresHubDatabase.describe(error))")
+        }
+    }
+
+    package func saveFreshness(_ entries: [SiteID: UInt64]) async throws(ShoalError) {
+        guard !entries.isEmpty else { return }
+        let sites = entries.keys.map { Int64(bitPattern: $0.rawValue) }
+        let throughs = entries.keys.map { Int64(clamping: entries[$0]!) }
+        try await run(
+            "saving the hub's freshness",
+            """
+            INSERT INTO freshness (site, through) SELECT * FROM UNNEST(\(sites)::bigint[], \(throughs)::bigint[])
+            ON CONFLICT (site) DO UPDATE SET through = GREATEST(freshness.through, excluded.through)
+            """)
+        freshness.withLock { saved in
+            for (site, through) in entries { saved.entries[site] = max(saved.entries[site] ?? 0, through) }
+        }
+    }
+
+    package func freshSince() async throws(ShoalError) -> UInt64 {
+        try await snapshot("reading when the hub's freshness starts") { connection in
+            try await Self.meta(connection, "fresh_since", logger: self.logger)
+        }
+    }
+
+    // MARK: Status
+
+    package func storageStatus() async throws(ShoalError) -> StorageStatus {
+        let (rows, last, since) = try await snapshot("reading the hub's status") { connection in
+            var rows: UInt64 = 0
+            for try await count in try await connection.query("SELECT COUNT(*) FROM change_log", logger: self.logger).decode(Int64.self) {
+                rows = UInt64(count)
+            }
+            return (
+                rows, try await Self.meta(connection, "log_end", logger: self.logger),
+                try await Self.meta(connection, "fresh_since", logger: self.logger)
+            )
+        }
+        let saved = freshness.withLock { $0 }
+        return StorageStatus(
+            changeLogRows: rows, lastSequence: last, compactedThrough: 0, compactedAt: nil,
+            forgottenThroughMillis: saved.forgottenThrough, freshness: saved.entries, freshSinceMillis: since)
+    }
+
+    package func collectionCounts() async throws(ShoalError) -> [(name: String, documents: Int)] {
+        try await snapshot("counting the hub's documents") { connection in
+            var counts: [(name: String, documents: Int)] = []
+            let rows = try await connection.query(
+                "SELECT collection, COUNT(*) FROM document WHERE NOT deleted GROUP BY collection ORDER BY collection", logger: self.logger)
+            for try await (name, count) in rows.decode((String, Int64).self) { counts.append((name, Int(count))) }
+            return counts
+        }
+    }
+
+    package func changeLogRowCount() async throws(ShoalError) -> UInt64 {
+        try await storageStatus().changeLogRows
+    }
+
+    /// The database's size on the server, as last read (`maintain` reads it each minute).
+    package func storeBytes() -> UInt64 { databaseBytes.withLock { $0 } }
+
+    // MARK: Compaction (not on a hub yet)
+
+    package func purgeHiddenRegisters() async throws(ShoalError) -> Int {
+        noCompaction()
+        return 0
+    }
+
+    package func forgetRemovals(removedBefore: UInt64) async throws(ShoalError) -> Int {
+        noCompaction()
+        return 0
+    }
+
+    package func forgetDeletedDocuments(deletedBefore: UInt64, through point: UInt64) async throws(ShoalError) -> ForgetReport {
+        noCompaction()
+        return ForgetReport(documents: 0, forgottenThroughMillis: freshness.withLock { $0.forgottenThrough })
+    }
+
+    package func vacuum() async throws(ShoalError) {}
+
+    private func noCompaction() {
+        let first = compactionNoted.withLock { noted in
+            defer { noted = true }
+            return !noted
+        }
+        if first {
+            logger.notice("a hub on PostgreSQL does not compact its change log or forget tombstones yet: the tables keep every row")
+        }
+    }
+
+    // MARK: Running
+
+    /// A hub logs no long transactions yet; returns when cancelled.
+    package func monitorTransactions() async {
+        while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
+    }
+
+    /// Follows the other hubs' commits (`followOtherHubs`) and reads the database's size
+    /// each minute, until cancelled.
+    package func maintain() async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.followOtherHubs() }
+            group.addTask {
+                while !Task.isCancelled {
+                    if let bytes = try? await self.snapshot("reading the database's size", { connection in
+                        var bytes: Int64 = 0
+                        for try await size in try await connection.query(
+                            "SELECT pg_database_size(current_database())", logger: self.logger
+                        ).decode(Int64.self) {
+                            bytes = size
+                        }
+                        return bytes
+                    }) {
+                        self.databaseBytes.withLock { $0 = UInt64(max(0, bytes)) }
+                    }
+                    try? await Task.sleep(for: .seconds(60))
+                }
+            }
+            await group.waitForAll()
+        }
+    }
+
+    /// Refuses new writes, waits for the running one, and closes.
+    package func shutdown() async {
+        gate.close(admittingNested: true)
+        do {
+            try await gate.acquire(nested: true, cancellable: false)
+            gate.release()
+        } catch {}
+        close()
+    }
+}

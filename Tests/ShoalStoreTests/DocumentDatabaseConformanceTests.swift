@@ -1,0 +1,192 @@
+import Foundation
+import Logging
+import ShoalCRDT
+import ShoalPostgres
+import ShoalStorage
+import ShoalStore
+import ShoalTesting
+import Testing
+
+/// What an app gets of a store on every engine, through `DocumentDatabase` alone: DQL,
+/// implicit and explicit transactions, observers. Each test runs once per engine, as
+/// `StoreConformanceTests` does for sync.
+@Suite struct DocumentDatabaseConformanceTests {
+    typealias Engine = StoreConformanceTests.Engine
+
+    static func withDatabase(_ engine: Engine, _ body: @Sendable (any DocumentDatabase) async throws -> Void) async throws {
+        try await engine.withStore { try await body($0) }
+    }
+
+    static func ids(_ result: QueryResult) -> [String] { result.items.compactMap { $0["_id"]?.stringValue } }
+
+    @Test(arguments: Engine.allCases)
+    func statementsReadAndWriteDocuments(engine: Engine) async throws {
+        try await Self.withDatabase(engine) { db in
+            let insert = try await db.execute(
+                "INSERT INTO cars DOCUMENTS ({'_id': 'a', 'color': 'blue', 'n': 3}), ({'_id': 'b', 'color': 'red', 'n': 1}), ({'_id': 'c', 'color': 'blue', 'n': 2})")
+            #expect(insert.mutatedDocumentIDs == ["a", "b", "c"])
+            let first = try #require(insert.transactionID)
+            #expect(first.origin == db.siteID)
+            #expect(Self.ids(try await db.execute("SELECT * FROM cars WHERE color = 'blue' ORDER BY n")) == ["c", "a"])
+            #expect(Self.ids(try await db.execute("SELECT * FROM cars ORDER BY n DESC LIMIT 2 OFFSET 1")) == ["c", "b"])
+            #expect(try await db.execute("SELECT COUNT(*) AS k FROM cars WHERE n > 1").items == [["k": 2]])
+            #expect(try await db.execute("SELECT color FROM cars WHERE _id = 'b'").items == [["color": "red"]])
+
+            let update = try await db.execute("UPDATE cars SET n = n + 10 WHERE color = 'blue'")
+            #expect(Set(update.mutatedDocumentIDs) == ["a", "c"])
+            #expect(update.transactionID == TransactionID(origin: db.siteID, sequence: first.sequence + 1))
+            #expect(try await db.execute("SELECT n FROM cars ORDER BY n").items == [["n": 1], ["n": 12], ["n": 13]])
+
+            _ = try await db.execute("DELETE FROM cars WHERE _id = 'a'")
+            #expect(Self.ids(try await db.execute("SELECT * FROM cars")) == ["b", "c"])
+            // A deleted document may be inserted again; a live one only with ON ID CONFLICT.
+            _ = try await db.execute("INSERT INTO cars DOCUMENTS ({'_id': 'a', 'color': 'green'})")
+            await #expect(throws: ShoalError.self) { try await db.execute("INSERT INTO cars DOCUMENTS ({'_id': 'a'})") }
+            _ = try await db.execute("INSERT INTO cars DOCUMENTS ({'_id': 'a', 'n': 7}) ON ID CONFLICT DO UPDATE")
+            #expect(try await db.execute("SELECT * FROM cars WHERE _id = 'a'").items == [["_id": "a", "color": "green", "n": 7]])
+            // A statement that writes nothing commits no transaction.
+            #expect(try await db.execute("UPDATE cars SET n = 0 WHERE color = 'purple'").transactionID == nil)
+        }
+    }
+
+    @Test(arguments: Engine.allCases)
+    func aFailedStatementUndoesOnlyItselfAndARollbackEverything(engine: Engine) async throws {
+        try await Self.withDatabase(engine) { db in
+            let result = try await db.transaction(hint: "two inserts") { tx -> TransactionCompletion in
+                _ = try await tx.execute("INSERT INTO t DOCUMENTS ({'_id': 'a'})")
+                await #expect(throws: ShoalError.self) {
+                    try await tx.execute("INSERT INTO t DOCUMENTS ({'_id': 'x'}); INSERT INTO t DOCUMENTS ({'_id': 'a'})")
+                }
+                // The transaction sees its own writes, and not those of the failed call.
+                #expect(Self.ids(try await tx.execute("SELECT * FROM t")) == ["a"])
+                _ = try await tx.execute("INSERT INTO t DOCUMENTS ({'_id': 'b'})")
+                return .commit
+            }
+            #expect(result.transactionID != nil)
+            #expect(Self.ids(try await db.execute("SELECT * FROM t")) == ["a", "b"])
+
+            let rolledBack = try await db.transaction(hint: "rolled back") { tx -> TransactionCompletion in
+                _ = try await tx.execute("INSERT INTO t DOCUMENTS ({'_id': 'c'})")
+                _ = try await tx.execute("DELETE FROM t WHERE _id = 'a'")
+                return .rollback
+            }
+            #expect(rolledBack.transactionID == nil)
+            #expect(Self.ids(try await db.execute("SELECT * FROM t")) == ["a", "b"])
+
+            struct Refused: Error {}
+            await #expect(throws: ShoalError.self) {
+                try await db.transaction { tx -> TransactionCompletion in
+                    _ = try await tx.execute("INSERT INTO t DOCUMENTS ({'_id': 'd'})")
+                    throw Refused()
+                }
+            }
+            #expect(Self.ids(try await db.execute("SELECT * FROM t")) == ["a", "b"])
+        }
+    }
+
+    @Test(arguments: Engine.allCases)
+    func aReadOnlyTransactionRefusesWrites(engine: Engine) async throws {
+        try await Self.withDatabase(engine) { db in
+            _ = try await db.execute("INSERT INTO t DOCUMENTS ({'_id': 'a'})")
+            await #expect(throws: ShoalError.self) {
+                try await db.execute("INSERT INTO t DOCUMENTS ({'_id': 'b'})", isReadOnly: true)
+            }
+            let items = try await db.transaction(isReadOnly: true) { tx -> [Value] in
+                await #expect(throws: ShoalError.self) { try await tx.execute("DELETE FROM t") }
+                return try await tx.execute("SELECT * FROM t").items
+            }
+            #expect(items == [["_id": "a"]])
+        }
+    }
+
+    @Test(arguments: Engine.allCases)
+    func anObserverSeesEachCommitThatChangesItsQuery(engine: Engine) async throws {
+        try await Self.withDatabase(engine) { db in
+            var updates = try db.observe("SELECT * FROM t WHERE n > 1").makeAsyncIterator()
+            #expect(try await updates.next()?.items == [])
+            let written = try await db.execute("INSERT INTO t DOCUMENTS ({'_id': 'a', 'n': 2}), ({'_id': 'b', 'n': 0})")
+            let next = try #require(try await updates.next())
+            #expect(next.items == [["_id": "a", "n": 2]])
+            #expect(next.transactions == [try #require(written.transactionID)])
+            _ = try await db.execute("INSERT INTO u DOCUMENTS ({'_id': 'z'})")
+            let counted = try await db.execute("UPDATE t SET n = 5")
+            let after = try #require(try await updates.next())
+            #expect(after.items == [["_id": "a", "n": 5], ["_id": "b", "n": 5]])
+            #expect(after.transactions == [try #require(counted.transactionID)])
+        }
+    }
+
+    @Test(arguments: Engine.allCases)
+    func countersAndMapsKeepTheirMergeRules(engine: Engine) async throws {
+        try await Self.withDatabase(engine) { db in
+            _ = try await db.execute(
+                "INSERT INTO COLLECTION t (hits COUNTER, tags MAP) DOCUMENTS ({'_id': 'a', 'hits': 1, 'tags': {'x': 1}})")
+            _ = try await db.execute("UPDATE COLLECTION t (hits COUNTER) APPLY hits INCREMENT BY 4 WHERE _id = 'a'")
+            _ = try await db.execute("UPDATE COLLECTION t (tags MAP) SET tags.y = 2 WHERE _id = 'a'")
+            #expect(try await db.execute("SELECT * FROM t").items == [["_id": "a", "hits": 5, "tags": ["x": 1, "y": 2]]])
+        }
+    }
+
+    @Test(arguments: Engine.allCases)
+    func aTransactionPastItsCommitDeadlineRollsBack(engine: Engine) async throws {
+        try await Self.withDatabase(engine) { db in
+            await #expect(throws: ShoalError.self) {
+                try await db.transaction { tx -> TransactionCompletion in
+                    tx.mustCommit(before: Deadline(budget: .zero))
+                    _ = try await tx.execute("INSERT INTO t DOCUMENTS ({'_id': 'late'})")
+                    return .commit
+                }
+            }
+            #expect(try await db.execute("SELECT * FROM t").items == [])
+            // Its number was not used.
+            let next = try await db.execute("INSERT INTO t DOCUMENTS ({'_id': 'a'})")
+            #expect(next.transactionID?.sequence == 1)
+        }
+    }
+
+    /// A body may run statements from several tasks at once: each is kept.
+    @Test(arguments: Engine.allCases)
+    func statementsRunAtOnceInOneTransactionAreAllKept(engine: Engine) async throws {
+        try await Self.withDatabase(engine) { db in
+            let result = try await db.transaction { tx -> TransactionCompletion in
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for i in 0..<20 {
+                        group.addTask { _ = try await tx.execute("INSERT INTO t DOCUMENTS ({'_id': :id})", arguments: ["id": .int(Int64(i))]) }
+                    }
+                    try await group.waitForAll()
+                }
+                return .commit
+            }
+            #expect(result.transactionID != nil)
+            #expect(try await db.execute("SELECT COUNT(*) AS n FROM t").items == [["n": 20]])
+        }
+    }
+
+    /// `_id = 'é'` names one document by its key's bytes, whatever the transaction read
+    /// before: "é" composed and decomposed are two documents.
+    @Test(arguments: Engine.allCases)
+    func anIDComparisonNamesOneDocumentByItsBytes(engine: Engine) async throws {
+        try await Self.withDatabase(engine) { db in
+            let composed = "\u{E9}", decomposed = "e\u{301}"
+            _ = try await db.execute(
+                "INSERT INTO t DOCUMENTS ({'_id': :a, 'x': 0}), ({'_id': :b, 'x': 0})",
+                arguments: ["a": .string(composed), "b": .string(decomposed)])
+            try await db.transaction { tx -> TransactionCompletion in
+                #expect(try await tx.execute("SELECT * FROM t").items.count == 2)
+                let updated = try await tx.execute("UPDATE t SET x = 1 WHERE _id = :id", arguments: ["id": .string(composed)])
+                #expect(updated.mutatedDocumentIDs.count == 1)
+                return .commit
+            }
+            let xs = try await db.execute("SELECT x FROM t").items.compactMap { $0["x"]?.intValue }.sorted()
+            #expect(xs == [0, 1])
+        }
+    }
+
+    @Test(arguments: Engine.allCases)
+    func showTellsAParameter(engine: Engine) async throws {
+        try await Self.withDatabase(engine) { db in
+            let rows = try await db.execute("SHOW document_size_hard_limit_bytes").items
+            #expect(rows.count == 1 && rows[0]["name"] == "document_size_hard_limit_bytes" && rows[0]["value"]?.intValue != nil, "\(rows)")
+        }
+    }
+}
