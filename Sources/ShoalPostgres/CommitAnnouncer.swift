@@ -50,6 +50,12 @@ final class CommitAnnouncer: Sendable {
     private func catchUp(to end: UInt64) async {
         let (through, read) = state.withLock { $0 }
         guard let read else { return }
+        // No observer listens: nothing to read. One that starts listening later reads
+        // its first state after this, which holds these commits already.
+        guard feed.hasListeners else {
+            state.withLock { $0.through = max($0.through, end) }
+            return
+        }
         do {
             if let commit = try await read(through, end) { feed.publish(commit) }
             state.withLock { $0.through = max($0.through, end) }

@@ -37,8 +37,12 @@ extension PostgresStore {
     /// Runs `body` with a writer in one database transaction that holds `log_end`'s row
     /// lock from its start to its commit (the hubs' one writer), and commits it; rolls
     /// it back when `body` or the commit throws.
+    ///
+    /// With a `deadline`, it waits for another hub's writer until then at most (the
+    /// server's `lock_timeout`), and fails as `Deadline.exceeded(.waitingForWriter)`
+    /// says: nothing written.
     nonisolated(nonsending) func withWriter<T: Sendable>(
-        _ doing: String, _ body: (PostgresInboundWriter) async throws -> T
+        _ doing: String, deadline: Deadline? = nil, _ body: (PostgresInboundWriter) async throws -> T
     ) async throws(ShoalError) -> (T, PostgresInboundWriter) {
         try await failing(doing) {
             try await database.client.withConnection { connection in
@@ -46,10 +50,22 @@ extension PostgresStore {
                 let writer = PostgresInboundWriter(store: self, connection: connection)
                 defer { writer.end() }
                 do {
-                    let rows = try await connection.query(
-                        "SELECT value FROM shoal_meta WHERE key = 'log_end' FOR UPDATE", logger: logger)
+                    if let deadline {
+                        let left = deadline.instant - ContinuousClock.now
+                        guard left > .zero else { throw deadline.exceeded(.waitingForWriter) }
+                        try await connection.query(
+                            PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(max(1, left.wholeMilliseconds))ms'"), logger: logger)
+                    }
                     var end: Int64?
-                    for try await value in rows.decode(Int64.self) { end = value }
+                    do {
+                        let rows = try await connection.query(
+                            "SELECT value FROM shoal_meta WHERE key = 'log_end' FOR UPDATE", logger: logger)
+                        for try await value in rows.decode(Int64.self) { end = value }
+                    } catch let error as PSQLError where deadline != nil && error.serverInfo?[.sqlState] == "55P03" {
+                        // lock_not_available: another hub's writer held the lock past the deadline.
+                        throw deadline!.exceeded(.waitingForWriter)
+                    }
+                    if deadline != nil { try await connection.query("SET LOCAL lock_timeout = 0", logger: logger) }
                     guard let end else { throw ShoalError(.database, "the database has no log_end row: is the schema migrated?") }
                     writer.logEnd = try Stored.unsigned(end, "shoal_meta", "value of log_end")
                     let result = try await body(writer)

@@ -117,7 +117,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         defer { if !listed { running.withLock { $0.removeAll { $0.id == info.id } } } }
         var committed: (id: TransactionID, collections: Set<String>)?
         var transaction: PostgresDocumentTransaction?
-        let (_, writer) = try await withWriter("running \(info.described)") { writer in
+        let (_, writer) = try await withWriter("running \(info.described)", deadline: deadline) { writer in
             let running = try await PostgresDocumentTransaction.begin(store: self, info: info, writer: writer)
             transaction = running
             defer { running.end() }

@@ -605,10 +605,11 @@ package final class PostgresStore: SyncStore, Sendable {
         }
     }
 
-    /// Tells this hub's sessions and observers of the other hubs' commits through `end`.
+    /// Tells this hub's sessions and observers of the other hubs' commits through `end`:
+    /// sessions first, at once; observers once the rows are read (`CommitAnnouncer`).
     func heard(_ end: UInt64) async {
-        await announcer.heard(end)
         publish(LogEnd(sequence: end))
+        await announcer.heard(end)
     }
 
     /// Tells this hub's sessions where the log ends: after its own commit, or another

@@ -47,6 +47,9 @@ public final class ChangeFeed<Element: Sendable>: Sendable {
     /// The last event published, if any.
     public var latest: Element? { state.withLock { $0.latest } }
 
+    /// Whether anyone listens now.
+    public var hasListeners: Bool { state.withLock { !$0.listeners.isEmpty } }
+
     public func publish(_ element: Element) {
         let listeners = state.withLock { s -> [Listener] in
             s.latest = element

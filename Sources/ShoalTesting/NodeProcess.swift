@@ -260,3 +260,12 @@ extension NodeProcess {
         try self.init(name: name, dataDirectory: dataDirectory, listenPort: 0, extra: arguments, plain: true)
     }
 }
+
+/// Runs blocking work (processes started and waited for, `eventually`) on a thread of
+/// its own, so that an async test holds no thread of the concurrency pool meanwhile:
+/// on two cores, a blocked pool thread stalls every other test's async work.
+public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
+    }
+}

@@ -307,4 +307,29 @@ struct HubSyncTests {
             await #expect(throws: ShoalError.self) { try await hub.reconcileOwnHistory(with: held, peer: a.store.siteID) }
         }
     }
+
+    /// A write with a budget waits for another hub's writer until its deadline at most,
+    /// then fails as out of budget, nothing written; the other hub's transaction is not
+    /// disturbed.
+    @Test func aWriteWaitsForTheOtherHubsWriterOnlyUntilItsDeadline() async throws {
+        try await Self.withHubs(2) { stores, _ in
+            let (holding, held) = AsyncStream.makeStream(of: Void.self)
+            async let long = stores[0].transaction { tx -> TransactionCompletion in
+                _ = try await tx.execute("INSERT INTO notes DOCUMENTS ({'_id': 'long'})")
+                held.yield()
+                try await Task.sleep(for: .seconds(2))
+                return .commit
+            }
+            for await _ in holding { break }
+            let started = ContinuousClock.now
+            let error = await #expect(throws: ShoalError.self) {
+                try await stores[1].execute("INSERT INTO notes DOCUMENTS ({'_id': 'short'})", deadline: Deadline(budget: .milliseconds(300)))
+            }
+            #expect(error?.code == .deadlineExceeded, "\(String(describing: error))")
+            #expect(ContinuousClock.now - started < .seconds(1.5), "it did not wait for the other writer to finish")
+            let committed = try await long
+            #expect(committed.transactionID != nil)
+            #expect(try await stores[1].execute("SELECT _id FROM notes").items == [["_id": "long"]])
+        }
+    }
 }
