@@ -42,7 +42,9 @@ pids+=($!)
 "$bin" run --data "$data/device-b" --name device-b --listen 127.0.0.1:7482 --no-discovery \
   --peer 127.0.0.1:7472 --peer 127.0.0.1:7471 --subscribe "SELECT * FROM cars" &
 pids+=($!)
-echo "hubs on 127.0.0.1:7471 and :7472 (one node, on $store), devices on :7481 and :7482; Ctrl-C stops all"
+shown=$store
+$own_server || shown="the database SHOAL_STORE names"
+echo "hubs on 127.0.0.1:7471 and :7472 (one node, on $shown), devices on :7481 and :7482; Ctrl-C stops all"
 echo "try: $bin exec --node 127.0.0.1:7481 \"INSERT INTO cars DOCUMENTS ({'_id': 'a', 'color': 'blue'})\""
 echo "     $bin exec --node 127.0.0.1:7482 \"SELECT * FROM cars\""
 echo "     pkill -9 -f -- '--name hub1', write again: the devices go on through hub 2"

@@ -1,6 +1,6 @@
-import Logging
-import ShoalCRDT
-import ShoalStorage
+package import Logging
+package import ShoalCRDT
+package import ShoalStorage
 
 /// Tells a hub's observers of every commit to the shared change log, the hub's own and
 /// the other hubs', in log order: each part of the log once, none skipped.
@@ -12,36 +12,47 @@ import ShoalStorage
 /// (`turn`): a read of the log in flight must not let a later commit be told before it.
 /// A read that fails tells nothing and leaves the point where it was, so the next end
 /// heard (the announcement, or the slow timer of `followOtherHubs`) reads it again.
-final class CommitAnnouncer: Sendable {
+package final class CommitAnnouncer: Sendable {
     private let feed: ChangeFeed<Commit>
     private let logger: Logger
     private let turn = WriteGate()
     /// How far the log was told to observers, and how to read it past there.
     private let state = Locked<(through: UInt64, read: (@Sendable (UInt64, UInt64) async throws -> Commit?)?)>((0, nil))
 
-    init(feed: ChangeFeed<Commit>, logger: Logger) {
+    package init(feed: ChangeFeed<Commit>, logger: Logger) {
         self.feed = feed
         self.logger = logger
     }
 
     /// Starts at the log's end `sequence`, reading what other hubs commit from `store`.
     func start(at sequence: UInt64, reading store: PostgresStore) {
-        state.withLock {
-            $0 = (sequence, { [weak store] from, to in try await store?.commit(after: from, through: to) })
-        }
+        start(at: sequence) { [weak store] from, to in try await store?.commit(after: from, through: to) }
     }
 
-    /// This hub's own commit, which appended the log's rows after `after`.
-    func committed(_ commit: Commit, after: UInt64) async {
+    /// Starts at `sequence`, reading the commits of the log's rows after one sequence
+    /// through another with `read`.
+    package func start(at sequence: UInt64, read: @escaping @Sendable (UInt64, UInt64) async throws -> Commit?) {
+        state.withLock { $0 = (sequence, read) }
+    }
+
+    /// This hub's own commit, which appended the log's rows after `after`. Told only
+    /// when it is next: an end heard before it (this hub's own announcement, or the
+    /// slow timer) may have told it already, and a read of the commits before it that
+    /// failed leaves it to the next read, with them.
+    package func committed(_ commit: Commit, after: UInt64) async {
         await inTurn {
             if after > state.withLock({ $0.through }) { await catchUp(to: after) }
-            feed.publish(commit)
-            state.withLock { if after <= $0.through { $0.through = max($0.through, commit.sequence) } }
+            let next = state.withLock { s -> Bool in
+                guard s.through == after else { return false }
+                s.through = commit.sequence
+                return true
+            }
+            if next { feed.publish(commit) }
         }
     }
 
     /// The log runs through `end` now, by other hubs' commits.
-    func heard(_ end: UInt64) async {
+    package func heard(_ end: UInt64) async {
         await inTurn {
             if end > state.withLock({ $0.through }) { await catchUp(to: end) }
         }

@@ -54,7 +54,8 @@ extension PostgresStore {
                         let left = deadline.instant - ContinuousClock.now
                         guard left > .zero else { throw deadline.exceeded(.waitingForWriter) }
                         try await connection.query(
-                            PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(max(1, left.wholeMilliseconds))ms'"), logger: logger)
+                            PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(min(Int64(Int32.max), max(1, left.wholeMilliseconds)))ms'"),
+                            logger: logger)
                     }
                     var end: Int64?
                     do {
@@ -65,7 +66,7 @@ extension PostgresStore {
                         // lock_not_available: another hub's writer held the lock past the deadline.
                         throw deadline!.exceeded(.waitingForWriter)
                     }
-                    if deadline != nil { try await connection.query("SET LOCAL lock_timeout = 0", logger: logger) }
+                    if deadline != nil { try await connection.query("SET LOCAL lock_timeout TO DEFAULT", logger: logger) }
                     guard let end else { throw ShoalError(.database, "the database has no log_end row: is the schema migrated?") }
                     writer.logEnd = try Stored.unsigned(end, "shoal_meta", "value of log_end")
                     let result = try await body(writer)

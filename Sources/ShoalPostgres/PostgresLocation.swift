@@ -44,10 +44,12 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
     /// Reads the password from a file (its first line), which must not be readable by
     /// other users, as a mesh key file must not.
     public mutating func password(fromFile path: String) throws(PostgresStoreError) {
-        let attributes = try? FileManager.default.attributesOfItem(atPath: path)
-        guard let attributes, let mode = attributes[.posixPermissions] as? Int else {
+        // stat(2) follows a symbolic link, as a secret mounted by an orchestrator is.
+        var info = stat()
+        guard stat(path, &info) == 0 else {
             throw PostgresStoreError("cannot read the store password file \(path)")
         }
+        let mode = Int(info.st_mode & 0o777)
         guard mode & 0o077 == 0 else {
             throw PostgresStoreError(
                 "the store password file \(path) may be read by other users (mode \(String(mode, radix: 8))): chmod 600 it")
@@ -63,11 +65,14 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
     /// The URL without its password, for status and logs.
     public var description: String { "postgresql://\(user)@\(host):\(port)/\(database)" }
 
-    /// `url` with any password replaced by `***`, for error messages.
+    /// `url` with anything between `://` and the last `@` of its authority replaced by
+    /// `***`, for error messages: never the text as given, which may hold a password
+    /// that does not parse (one with `#`, `/`, `?` or a space).
     static func masked(_ url: String) -> String {
-        guard var components = URLComponents(string: url), components.password != nil else { return url }
-        components.password = "***"
-        return components.string ?? "(a URL)"
+        guard let scheme = url.range(of: "://") else { return "(a URL that is not postgresql://USER@HOST/DATABASE)" }
+        let rest = url[scheme.upperBound...]
+        guard let at = rest.lastIndex(of: "@") else { return url }
+        return String(url[..<scheme.upperBound]) + "***" + String(rest[at...])
     }
 }
 

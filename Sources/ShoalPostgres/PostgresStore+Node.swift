@@ -199,7 +199,7 @@ extension PostgresStore: NodeStore {
 
     package func vacuum() async throws(ShoalError) {}
 
-    private func noCompaction() {
+    func noCompaction() {
         let first = compactionNoted.withLock { noted in
             defer { noted = true }
             return !noted

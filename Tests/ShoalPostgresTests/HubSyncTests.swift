@@ -332,4 +332,20 @@ struct HubSyncTests {
             #expect(try await stores[1].execute("SELECT _id FROM notes").items == [["_id": "long"]])
         }
     }
+
+    /// A budget longer than PostgreSQL's `lock_timeout` takes (about 24.8 days) still
+    /// writes; and compaction, not built for hubs, removes nothing and moves no point
+    /// from which peers would be told to resync.
+    @Test func aLongBudgetWritesAndCompactionRemovesNothing() async throws {
+        try await Self.withHubs(1) { stores, _ in
+            let hub = stores[0]
+            let written = try await hub.execute(
+                "INSERT INTO notes DOCUMENTS ({'_id': 'a'})", deadline: Deadline(budget: .seconds(40 * 86_400)))
+            #expect(written.transactionID != nil)
+            let last = try await hub.lastSequence()
+            let report = try await hub.compactChangeLog(after: 0, through: last, progress: { _, _ in })
+            #expect(report.through == 0 && report.rowsRemoved == 0)
+            #expect(try await hub.changeLogRowCount() == 1)
+        }
+    }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import ShoalCRDT
 import ShoalPostgres
+import ShoalStorage
 import ShoalTesting
 import Testing
 
@@ -22,6 +23,9 @@ import Testing
         ("postgresql://h/d", "names no user"),
         ("postgresql://u@h", "names no database"),
         ("postgresql://u:pw@h:0/d", "outside 1-65535"),
+        // A password that breaks the URL's parsing is not shown either.
+        ("postgresql://u:a#pw/b@h/d", "not a PostgreSQL URL"),
+        ("postgresql://u:a pw?@h/d", "not a PostgreSQL URL"),
     ])
     func aBadURLSaysWhatIsWrongWithoutThePassword(url: String, expected: String) {
         #expect {
@@ -43,6 +47,67 @@ import Testing
         try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
         try location.password(fromFile: path)
         #expect(location.password == "s3cret")
+        // A secret mounted as a symbolic link (an orchestrator's) is judged by its target.
+        try FileManager.default.createSymbolicLink(atPath: dir.path + "/link", withDestinationPath: path)
+        var linked = try PostgresLocation(parsing: "postgresql://hub@h/d", environment: [:])
+        try linked.password(fromFile: dir.path + "/link")
+        #expect(linked.password == "s3cret")
+    }
+}
+
+/// What a hub tells its observers, with the log's reads faked: each commit once, in order.
+@Suite struct CommitAnnouncerTests {
+    static let x = TransactionID(origin: SiteID(1), sequence: 1)
+    static let y = TransactionID(origin: SiteID(1), sequence: 2)
+
+    /// Runs `body` with an announcer started at 0 that reads `log` (nil: the read fails),
+    /// and returns what its observers heard.
+    static func heard(
+        log: @escaping @Sendable (UInt64, UInt64) throws -> Commit?, _ body: (CommitAnnouncer) async -> Void
+    ) async -> [Commit] {
+        let feed = ChangeFeed<Commit>(bufferingPolicy: .unbounded, replayLatest: false)
+        let told = Locked<[Commit]>([])
+        let listening = feed.listen({ commit in told.withLock { $0.append(commit) } }, finished: {})
+        defer { listening.cancel() }
+        let announcer = CommitAnnouncer(feed: feed, logger: Logger(label: "shoal.test"))
+        announcer.start(at: 0) { from, to in try log(from, to) }
+        await body(announcer)
+        return told.withLock { $0 }
+    }
+
+    /// The hub's own announcement (or its slow timer) can tell its commit before the
+    /// commit itself does: the commit is then not told again.
+    @Test func anOwnCommitHeardFirstIsToldOnce() async {
+        let told = await Self.heard(log: { _, to in Commit(transactions: [Self.x], collections: ["t"], sequence: to) }) { announcer in
+            await announcer.heard(5)
+            await announcer.committed(Commit(transactions: [Self.x], collections: ["t"], sequence: 5), after: 0)
+        }
+        #expect(told.map(\.transactions) == [[Self.x]])
+    }
+
+    /// Another hub's commit before this hub's own is read and told first.
+    @Test func anotherHubsCommitBeforeAnOwnOneIsToldFirst() async {
+        let told = await Self.heard(log: { _, to in Commit(transactions: [Self.x], collections: ["t"], sequence: to) }) { announcer in
+            await announcer.committed(Commit(transactions: [Self.y], collections: ["t"], sequence: 9), after: 5)
+        }
+        #expect(told.map(\.transactions) == [[Self.x], [Self.y]])
+        #expect(told.map(\.sequence) == [5, 9])
+    }
+
+    /// A read that fails tells nothing, not even the own commit after it, which the next
+    /// read tells with the rest, once.
+    @Test func aFailedReadLeavesEverythingToTheNext() async {
+        let failing = Locked(true)
+        struct Down: Error {}
+        let told = await Self.heard(log: { _, to in
+            if failing.withLock({ $0 }) { throw Down() }
+            return Commit(transactions: [Self.x, Self.y], collections: ["t"], sequence: to)
+        }) { announcer in
+            await announcer.committed(Commit(transactions: [Self.y], collections: ["t"], sequence: 9), after: 5)
+            failing.withLock { $0 = false }
+            await announcer.heard(9)
+        }
+        #expect(told.map(\.transactions) == [[Self.x, Self.y]])
     }
 }
 
