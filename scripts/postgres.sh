@@ -51,8 +51,10 @@ start)
     exit 1
   }
   # Loopback only, the socket in DIR (not /var/run), no fsync: a test server, not a store.
+  # The suite runs many hubs' pools at once (each hub also holds a listening connection),
+  # more than the default 100 connections.
   as_server "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
-    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c full_page_writes=off" >/dev/null || {
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c full_page_writes=off -c max_connections=300" >/dev/null || {
     cat "$dir/server.log" >&2
     exit 1
   }

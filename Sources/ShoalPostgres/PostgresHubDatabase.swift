@@ -14,7 +14,8 @@ package import PostgresNIO
 ///   hub 1 ──┐                        shoal_migration  (name): each migration once
 ///   hub 2 ──┼── one database ──────► shoal_meta       (key, value): site, log_end, clock
 ///   hub N ──┘        ▲               (an advisory lock serializes hubs that migrate at once)
-///                    └──── NOTIFY shoal_log, 'N': the log now ends at N (`followLog`)
+///                    ├──── NOTIFY shoal_log, 'N': the log now ends at N (`followLog`)
+///                    └──── NOTIFY shoal_log, 'attachment P H': process P asks for attachment H
 /// ```
 public final class PostgresHubDatabase: Sendable {
     public let location: PostgresLocation
@@ -115,6 +116,29 @@ public final class PostgresHubDatabase: Sendable {
                 "INSERT INTO shoal_meta (key, value) VALUES ('forgotten_through', 0)",
             ]
         ),
+        (
+            // Attachments, as the SQLite store keeps them (its migration v8): the bytes in
+            // chunks of a blob; a put or a fetch under way in a staging entry (a fetch's
+            // keeps its hash, so that an interrupted one resumes, on any hub); the
+            // attachment row only once every byte is there and its SHA-256 checked.
+            // Blob numbers are shared by every hub, so an upload begun on one hub can be
+            // continued on another. `taken` counts the hubs that took up another's request
+            // to fetch the bytes (`PostgresStore.fetchThroughOtherProcesses`).
+            "v5-attachments",
+            [
+                """
+                CREATE TABLE attachment_staging (
+                    blob BIGSERIAL PRIMARY KEY, hash TEXT COLLATE "C" UNIQUE, received BIGINT NOT NULL,
+                    updated_at BIGINT NOT NULL, taken BIGINT NOT NULL DEFAULT 0)
+                """,
+                "CREATE TABLE attachment_chunk (blob BIGINT NOT NULL, start BIGINT NOT NULL, data BYTEA NOT NULL, PRIMARY KEY (blob, start))",
+                """
+                CREATE TABLE attachment (
+                    hash TEXT COLLATE "C" PRIMARY KEY, length BIGINT NOT NULL, blob BIGINT NOT NULL,
+                    stored_at BIGINT NOT NULL, unreferenced_since BIGINT)
+                """,
+            ]
+        ),
     ]
 
     /// What every connection of a hub sets: a hub that stops answering in the middle of a
@@ -131,6 +155,12 @@ public final class PostgresHubDatabase: Sendable {
     /// The channel on which hubs say how far the shared change log runs (`notifyLogEnd`).
     static let logChannel = "shoal_log"
 
+    /// This process, as its connections name it to the server (`application_name`):
+    /// random, so that hubs can count each other (`otherHubs`) and know their own requests.
+    public let process = UInt64.random(in: 1...UInt64.max)
+
+    static func applicationName(_ process: UInt64) -> String { "shoal-hub-" + String(process, radix: 16) }
+
     /// Connects lazily: nothing reaches the server before `run()` runs and a call is made.
     public init(location: PostgresLocation, logger: Logger) {
         self.location = location
@@ -139,7 +169,8 @@ public final class PostgresHubDatabase: Sendable {
             host: location.host, port: location.port, username: location.user, password: location.password,
             database: location.database, tls: .disable)
         configuration.options.connectTimeout = .seconds(10)
-        configuration.options.additionalStartupParameters = Self.sessionParameters
+        configuration.options.additionalStartupParameters =
+            Self.sessionParameters + [("application_name", Self.applicationName(process))]
         client = PostgresClient(configuration: configuration, backgroundLogger: logger)
     }
 
@@ -231,22 +262,61 @@ public final class PostgresHubDatabase: Sendable {
     /// A hub's wake-up, not its record: PostgreSQL drops what it announced while a hub
     /// was not listening (reconnecting, say), so a hub reads the log from where it is
     /// each time it starts following, and on a slow timer as well.
+    ///
+    /// The same channel carries the hubs' requests for attachments
+    /// (`askForAttachment`), handed to `asked`.
     public func followLog(
-        listening: @Sendable () -> Void = {}, _ announced: @Sendable (UInt64) async -> Void
+        listening: @Sendable () -> Void = {}, asked: @Sendable (_ hash: String, _ by: UInt64) async -> Void = { _, _ in },
+        _ announced: @Sendable (UInt64) async -> Void
     ) async throws(PostgresStoreError) {
         try await failing("following the change log's announcements") {
             try await client.withConnection { connection in
                 try await connection.listen(on: Self.logChannel) { notifications in
                     listening()
                     for try await notification in notifications {
-                        guard let sequence = UInt64(notification.payload) else {
-                            logger.warning("ignoring an announcement on \(Self.logChannel) that is not a sequence number: \(notification.payload.prefix(80))")
-                            continue
+                        let payload = notification.payload
+                        if let sequence = UInt64(payload) {
+                            await announced(sequence)
+                        } else if let (hash, by) = Self.attachmentRequest(payload) {
+                            await asked(hash, by)
+                        } else {
+                            logger.warning("ignoring an announcement on \(Self.logChannel) that Shoal does not send: \(payload.prefix(80))")
                         }
-                        await announced(sequence)
                     }
                 }
             }
+        }
+    }
+
+    /// Asks the other hubs following the log to fetch attachment `hash` from their peers:
+    /// `attachment <this process, hex> <hash>` on the log's channel.
+    public func askForAttachment(_ hash: String) async throws(PostgresStoreError) {
+        let payload = "attachment \(String(process, radix: 16)) \(hash)"
+        _ = try await failing("asking the other hubs for attachment \(hash)") {
+            try await client.query("SELECT pg_notify(\(Self.logChannel), \(payload))", logger: logger)
+        }
+    }
+
+    /// The hash and asking process of an attachment request's payload.
+    package static func attachmentRequest(_ payload: String) -> (hash: String, by: UInt64)? {
+        let parts = payload.split(separator: " ")
+        guard parts.count == 3, parts[0] == "attachment", let by = UInt64(parts[1], radix: 16) else { return nil }
+        return (String(parts[2]), by)
+    }
+
+    /// How many other hub processes are connected to the database now (by their
+    /// connections' `application_name`, `shoal-hub-<process>`; the server drops a
+    /// process's name when its last connection ends).
+    public func otherHubs() async throws(PostgresStoreError) -> Int {
+        try await failing("counting the other hubs") {
+            let rows = try await client.query(
+                """
+                SELECT count(DISTINCT application_name) FROM pg_stat_activity
+                WHERE datname = current_database() AND application_name LIKE 'shoal-hub-%'
+                AND application_name <> \(Self.applicationName(process))
+                """, logger: logger)
+            for try await count in rows.decode(Int64.self) { return Int(count) }
+            return 0
         }
     }
 

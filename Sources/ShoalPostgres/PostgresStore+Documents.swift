@@ -21,8 +21,8 @@ package import ShoalStorage
 /// (`PostgresDocumentRows.appliedRows`).
 ///
 /// Not on a hub: EVICT (a hub holds the data of the devices behind it), indexes
-/// (`CREATE INDEX`, `SHOW INDEXES`), `ALTER SYSTEM` and `SHOW`, and attachments. Each
-/// says so with an error.
+/// (`CREATE INDEX`, `SHOW INDEXES`) and `ALTER SYSTEM` (`SHOW` works). Each says so
+/// with an error.
 extension PostgresStore: DocumentDatabase, QuerySnapshots {
     /// Every read goes to the pool: none runs on the caller's thread.
     package var shortAccess: Duration { .zero }
@@ -222,12 +222,6 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     }
 
     package var observers: [StoreObserver] { liveObservers.list }
-
-    // MARK: Attachments
-
-    package func putAttachment(_ bytes: [UInt8], metadata: [String: Value]) async throws(ShoalError) -> AttachmentToken {
-        throw Self.noAttachments
-    }
 
     // MARK: Statements
 

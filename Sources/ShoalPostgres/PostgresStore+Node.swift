@@ -11,8 +11,9 @@ import ShoalQuery
 ///
 /// Not on a hub yet, each said so or answered as having nothing to do: compaction and
 /// forgetting tombstones (`purgeHiddenRegisters`, `forgetRemovals`,
-/// `forgetDeletedDocuments` do nothing and say so in the log once), `vacuum` (the
-/// server's own autovacuum keeps the tables), and attachments.
+/// `forgetDeletedDocuments` do nothing and say so in the log once) and `vacuum` (the
+/// server's own autovacuum keeps the tables). Attachments are in
+/// `PostgresStore+Attachments.swift`.
 extension PostgresStore: NodeStore {
     package var committedLocalTransactions: UInt64 { localCommits.withLock { $0 } }
 
@@ -48,16 +49,6 @@ extension PostgresStore: NodeStore {
         } catch {
             throw error.locating(in: query)
         }
-    }
-
-    // MARK: Attachments (not on a hub yet)
-
-    package func attachmentWriter() async throws(ShoalError) -> AttachmentWriter { throw Self.noAttachments }
-
-    package func attachmentWriter(resuming blob: Int64) async throws(ShoalError) -> AttachmentWriter? { nil }
-
-    package func collectAttachments(horizon: Duration, now: Date) async throws(ShoalError) -> AttachmentCollection {
-        AttachmentCollection()
     }
 
     // MARK: Saved subscriptions

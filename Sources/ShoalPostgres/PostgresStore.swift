@@ -29,11 +29,11 @@ import PostgresNIO
 /// with the log's entries packed the same way (`LogEntries`); unsigned 64-bit values
 /// are BIGINT bit patterns, and keys compare byte by byte (`COLLATE "C"`), as SQLite's do.
 ///
-/// Built so far: the contract's log, records, buffer, registers and cursors, the
-/// store's saved interest and peer positions, and following the other hubs' commits.
-/// Not yet: local writes (a hub's own transactions, which `DocumentDatabase` brings),
-/// attachments, compaction, and repairing a database that went back; those calls say
-/// so with an error.
+/// Here: the contract's log, records, buffer, registers and cursors, the store's saved
+/// interest and peer positions, and following the other hubs' commits. Its own
+/// transactions are in `PostgresStore+Documents.swift`, its upkeep in `+Node.swift`,
+/// attachments in `+Attachments.swift`. Not yet: compaction, and repairing a database
+/// that went back.
 package final class PostgresStore: SyncStore, Sendable {
     package let database: PostgresHubDatabase
     package let siteID: SiteID
@@ -60,6 +60,8 @@ package final class PostgresStore: SyncStore, Sendable {
     /// Commits that changed documents, this hub's own and the others': what observers
     /// wake up for, told by `announcer`.
     let commits = ChangeFeed<Commit>(bufferingPolicy: .unbounded, replayLatest: false)
+    /// The attachments the other hubs asked for, as `followOtherHubs` hears them.
+    let attachmentRequests = ChangeFeed<String>(bufferingPolicy: .bufferingNewest(256), replayLatest: false)
     let announcer: CommitAnnouncer
     let liveObservers = Locked(LiveObservers())
     /// Local transactions this hub committed since it opened.
@@ -118,6 +120,7 @@ package final class PostgresStore: SyncStore, Sendable {
         resets.finishAll()
         announcer.close()
         commits.finishAll()
+        attachmentRequests.finishAll()
     }
 
     // MARK: Running SQL
@@ -141,9 +144,18 @@ package final class PostgresStore: SyncStore, Sendable {
     nonisolated(nonsending) func snapshot<T: Sendable>(
         _ doing: String, _ body: (PostgresConnection) async throws -> T
     ) async throws(ShoalError) -> T {
+        try await transaction(doing, begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
+    }
+
+    /// Runs `body` on one connection in one database transaction (`READ COMMITTED`, as
+    /// `begin` has it) and commits it; rolls it back when `body` throws, and rethrows
+    /// what it threw as it is (PostgresNIO's `withTransaction` wraps it).
+    nonisolated(nonsending) func transaction<T: Sendable>(
+        _ doing: String, begin: String = "BEGIN ISOLATION LEVEL READ COMMITTED", _ body: (PostgresConnection) async throws -> T
+    ) async throws(ShoalError) -> T {
         try await failing(doing) {
             try await database.client.withConnection { connection in
-                try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
+                try await connection.query(PostgresQuery(unsafeSQL: begin), logger: logger)
                 do {
                     let result = try await body(connection)
                     try await connection.query("COMMIT", logger: logger)
@@ -502,22 +514,6 @@ package final class PostgresStore: SyncStore, Sendable {
         return record
     }
 
-    // MARK: Attachments (not yet kept on PostgreSQL)
-
-    static let noAttachments = ShoalError(.database, "attachments are not yet kept by hubs on PostgreSQL")
-
-    package func attachmentLength(hash: String) async throws(ShoalError) -> Int? { nil }
-
-    package func attachmentWriter(fetching hash: String) async throws(ShoalError) -> AttachmentWriter { throw Self.noAttachments }
-
-    package func attachmentChunk(hash: String, offset: Int, maximum: Int) async throws(ShoalError) -> (total: Int, bytes: [UInt8])? {
-        nil
-    }
-
-    package func stagedAttachmentBytes(blob: Int64, from start: Int, count: Int) async throws(ShoalError) -> [UInt8] {
-        throw Self.noAttachments
-    }
-
     // MARK: Compaction
 
     package func lastSequence() async throws(ShoalError) -> UInt64 {
@@ -582,7 +578,12 @@ package final class PostgresStore: SyncStore, Sendable {
             group.addTask {
                 while !Task.isCancelled {
                     do {
-                        try await self.database.followLog(listening: { listening.yield() }) { await self.heard($0) }
+                        try await self.database.followLog(
+                            listening: { listening.yield() },
+                            asked: { hash, by in
+                                if by != self.database.process { self.attachmentRequests.publish(hash) }
+                            }
+                        ) { await self.heard($0) }
                     } catch {
                         if Task.isCancelled { break }
                         self.logger.warning("following the other hubs' commits failed, trying again in a second: \(error)")
@@ -662,5 +663,10 @@ enum Stored {
                 .database, "table \(table), column \(column) holds \(value), which no version of Shoal writes: the database was changed by hand or is damaged")
         }
         return converted
+    }
+
+    /// A length or count: never negative.
+    static func count(_ value: Int64, _ table: String, _ column: String) throws -> Int {
+        Int(try unsigned(value, table, column) as UInt64)
     }
 }

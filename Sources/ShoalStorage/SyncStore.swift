@@ -121,6 +121,20 @@ package protocol SyncStore: AnyObject, Sendable {
     /// `count` bytes from `start` of the staging entry `blob` (an `AttachmentWriter`'s),
     /// fewer when it holds fewer: what a fetch under way has stored so far.
     func stagedAttachmentBytes(blob: Int64, from start: Int, count: Int) async throws(ShoalError) -> [UInt8]
+    /// Whether other processes are this node with this one (hubs on one database): they
+    /// reach peers this process does not (`fetchThroughOtherProcesses`).
+    var hasOtherProcesses: Bool { get }
+    /// After this process's peers could not send attachment `hash`: asks the other
+    /// processes that are this node with it (hubs on one database), which reach other
+    /// peers, to fetch it into the staging entry `blob`, and waits while one does: the
+    /// first sign within a second, then each step of progress within `step`. Returns the
+    /// attachment's length once it is held; nil when no other process took the request,
+    /// or the one that did stopped. A store of one process returns nil at once.
+    func fetchThroughOtherProcesses(hash: String, blob: Int64, step: Duration) async throws(ShoalError) -> Int?
+    /// Runs until the task is cancelled, calling `asked` with each attachment another
+    /// process of this node asks for (`fetchThroughOtherProcesses`); a store of one
+    /// process returns at once.
+    func followAttachmentRequests(_ asked: @escaping @Sendable (String) -> Void) async
 
     // MARK: Compaction (`PeerPositions.compact`)
 
@@ -201,4 +215,13 @@ extension InboundWriting {
     package func state(of id: TransactionID) async throws(ShoalError) -> TransactionRecord.State? {
         try await states(of: [id])[id]
     }
+}
+
+extension SyncStore {
+    /// One process: no other to ask.
+    package var hasOtherProcesses: Bool { false }
+
+    package func fetchThroughOtherProcesses(hash: String, blob: Int64, step: Duration) async throws(ShoalError) -> Int? { nil }
+
+    package func followAttachmentRequests(_ asked: @escaping @Sendable (String) -> Void) async {}
 }

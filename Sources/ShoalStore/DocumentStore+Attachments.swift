@@ -3,13 +3,13 @@ public import ShoalStorage
 package import Foundation
 import GRDB
 
-
-extension DocumentStore {
+/// Attachments as rows: an attachment's bytes in chunks of a blob (`attachment_chunk`),
+/// a put or fetch under way in `attachment_staging`, the whole ones in `attachment`.
+/// The writers that fill staging entries are ShoalStorage's (`AttachmentStaging`).
+extension DocumentStore: AttachmentStaging {
     /// Stores bytes and returns the token to put in an ATTACHMENT field.
     public func putAttachment(_ bytes: [UInt8], metadata: [String: Value]) async throws(ShoalError) -> AttachmentToken {
-        var writer = try await attachmentWriter()
-        try await writer.append(bytes)
-        return try await writer.finish(metadata: metadata)
+        try await storeNewAttachment(bytes, metadata: metadata)
     }
 
     /// Stores fetched bytes after checking they are what `hash` names.
@@ -66,9 +66,7 @@ extension DocumentStore {
 
     // MARK: Staging
 
-    /// Opens a staging entry: for a fetch of `hash`, the one an earlier fetch left
-    /// (so it resumes) or a new one; for a put (`hash` nil), always a new one.
-    func openStaging(hash: String?) async throws(ShoalError) -> (blob: Int64, received: Int) {
+    package func openStaging(hash: String?) async throws(ShoalError) -> (blob: Int64, received: Int) {
         let now = Self.milliseconds(Date())
         return try await write { db in
             if let hash,
@@ -83,8 +81,7 @@ extension DocumentStore {
         }
     }
 
-    /// How many bytes staging entry `blob` holds, and the hash it expects; nil when it is gone.
-    func staging(blob: Int64) async throws(ShoalError) -> (received: Int, hash: String?)? {
+    package func staging(blob: Int64) async throws(ShoalError) -> (received: Int, hash: String?)? {
         try await read { db in
             try StagingRecord.fetchOne(db, sql: "\(StagingRecord.select) WHERE blob = ?", arguments: [blob])
                 .map { ($0.received, $0.hash) }

@@ -37,6 +37,15 @@ extension SyncEngine {
     public func fetchAttachment(
         hash: String, timeout: Duration? = nil, progress: @Sendable (Int, Int) -> Void = { _, _ in }
     ) async throws(ShoalError) -> Int {
+        try await fetchAttachment(hash: hash, timeout: timeout, askingOtherProcesses: true, progress: progress)
+    }
+
+    /// `fetchAttachment`; `askingOtherProcesses`: when this process's peers cannot send
+    /// the bytes, whether to ask the node's other processes (hubs) to fetch them from
+    /// theirs. A fetch one of them asked for does not ask back.
+    func fetchAttachment(
+        hash: String, timeout: Duration?, askingOtherProcesses: Bool, progress: @Sendable (Int, Int) -> Void = { _, _ in }
+    ) async throws(ShoalError) -> Int {
         if let length = try await store.attachmentLength(hash: hash) {
             progress(length, length)
             return length
@@ -49,14 +58,41 @@ extension SyncEngine {
             progress(length, length)
             return length
         }
-        return try await fetch(hash, via: [siteID], timeout: timeout ?? configuration.attachmentChunkWait, progress: progress)
+        return try await fetch(
+            hash, via: [siteID], timeout: timeout ?? configuration.attachmentChunkWait, askingOtherProcesses: askingOtherProcesses,
+            progress: progress)
+    }
+
+    /// Fetches, from this process's peers, the attachments the node's other processes
+    /// ask for (`SyncStore.followAttachmentRequests`), until the task is cancelled.
+    func fetchForOtherProcesses() async {
+        let (asked, continuation) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(256))
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await self.store.followAttachmentRequests { continuation.yield($0) }
+                continuation.finish()
+            }
+            for await hash in asked where AttachmentToken.isHash(hash) {
+                group.addTask {
+                    do {
+                        _ = try await self.fetchAttachment(hash: hash, timeout: nil, askingOtherProcesses: false)
+                    } catch {
+                        self.logger.debug(
+                            "could not fetch attachment \(hash) for another process of this node: \(error)",
+                            metadata: ["shoal.attachment": "\(hash)"])
+                    }
+                }
+            }
+            group.cancelAll()
+        }
     }
 
     /// Fetches `hash` from the connected peers not on `via`, one after the other,
     /// sending requests that name `via` (this node last). The caller runs the hash's fetch
     /// (`beginFetch`); relays of the hash follow what it asks and stores (`note`).
     private func fetch(
-        _ hash: String, via: [SiteID], timeout: Duration, progress: @Sendable (Int, Int) -> Void = { _, _ in }
+        _ hash: String, via: [SiteID], timeout: Duration, askingOtherProcesses: Bool,
+        progress: @Sendable (Int, Int) -> Void = { _, _ in }
     ) async throws(ShoalError) -> Int {
         var writer = try await store.attachmentWriter(fetching: hash)
         if writer.received > 0 {
@@ -80,7 +116,20 @@ extension SyncEngine {
                     expected == nil || expected == total, writer.received + chunk.data.count <= total
                 else { break }  // a peer that does not hold it, or answers out of line: try the next
                 expected = total
-                try await writer.append(chunk.data)
+                do {
+                    try await writer.append(chunk.data)
+                } catch {
+                    // Another process of this node (a hub; they share one staging entry per
+                    // hash) stored bytes of the same fetch meanwhile: go on from where it got.
+                    if let length = try await store.attachmentLength(hash: hash) {
+                        progress(length, length)
+                        return length
+                    }
+                    let reopened = try await store.attachmentWriter(fetching: hash)
+                    guard reopened.blob == writer.blob, reopened.received > writer.received else { throw error }
+                    writer = reopened
+                    continue
+                }
                 note(hash) { $0.staged = StagedBytes(blob: writer.blob, received: writer.received, total: total) }
                 progress(writer.received, total)
                 if writer.received >= total {
@@ -96,6 +145,14 @@ extension SyncEngine {
                 }
                 if chunk.data.isEmpty { break }
             }
+        }
+        if askingOtherProcesses, store.hasOtherProcesses, !Task.isCancelled {
+            note(hash) { $0.asking = nil }
+            if let length = try await store.fetchThroughOtherProcesses(hash: hash, blob: writer.blob, step: timeout) {
+                progress(length, length)
+                return length
+            }
+            tried.append("the node's other processes")
         }
         throw ShoalError(
             .invalidDocument,
@@ -192,21 +249,30 @@ extension SyncEngine {
             try? await answer(.notFound(request))
             return
         }
-        // Follow the fetch running, or start one if the request may go further.
+        // Follow the fetch running, or start one if the request may go further: to peers
+        // off its path, or, with none, to the node's other processes (hubs), which
+        // reach other peers.
+        let via: [SiteID]? =
+            switch decision {
+            case .relay(let via, _): via
+            case .stop where store.hasOtherProcesses: route.path + [siteID]
+            case .stop, .cycle: nil
+            }
         let (serial, began) = attachmentRequests.withLock { state -> (UInt64?, Bool) in
             if let running = state.fetching[hash] { return (running.serial, false) }
-            guard case .relay = decision else { return (nil, false) }
+            guard via != nil else { return (nil, false) }
             return (state.begin(hash), true)
         }
         await withTaskGroup(of: Void.self) { group in
-            if began, case .relay(let via, _) = decision {
+            if began, let via {
                 logger.debug(
                     "fetching attachment \(hash) for a peer that asked for it",
                     metadata: ["shoal.attachment": "\(hash)", "shoal.peer.site": "\(asker)"])
                 group.addTask {
                     defer { self.endFetch(hash) }
                     do {
-                        _ = try await self.fetch(hash, via: via, timeout: self.configuration.attachmentChunkWait)
+                        _ = try await self.fetch(
+                            hash, via: via, timeout: self.configuration.attachmentChunkWait, askingOtherProcesses: true)
                     } catch {
                         self.logger.debug(
                             "could not fetch attachment \(hash) for a peer: \(error)",

@@ -138,9 +138,14 @@ public final class SyncEngine: Sendable {
     /// Runs the node's inbound pipeline (applying what sessions receive, timing out
     /// transactions that wait for coverage) until the task is cancelled. A node runs
     /// it for as long as it serves; sessions hand it their batches and wait for it.
-    /// Calls beside one that runs already wait to take over when it ends.
+    /// Calls beside one that runs already wait to take over when it ends. Beside it, the
+    /// node fetches what its other processes (hubs) ask for (`fetchForOtherProcesses`).
     package func run() async {
-        await pipeline.run(engine: self)
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.fetchForOtherProcesses() }
+            await pipeline.run(engine: self)
+            group.cancelAll()
+        }
     }
 
     /// Sends a TransactionRequest to the connected peers the question is for;

@@ -348,4 +348,69 @@ struct HubSyncTests {
             #expect(try await hub.changeLogRowCount() == 1)
         }
     }
+
+    /// A device behind hub 2 fetches an attachment only a device behind hub 1 holds:
+    /// hub 2 has no peer that holds it, so it asks hub 1 through the database, hub 1
+    /// fetches it from its device into the shared staging entry, and every hub holds it.
+    @Test func anAttachmentBehindOneHubIsFetchedThroughTheOther() async throws {
+        let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM notes"])
+        let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM notes"])
+        defer {
+            a.remove()
+            b.remove()
+        }
+        let bytes = (0..<2_500_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 11) }  // three chunks
+        let hash = AttachmentToken.hash(of: bytes)
+        try await Self.withHubs(2) { stores, hubs in
+            try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
+                try await InProcessMesh.withLink(b.sync, hubs[1]) { () async throws in
+                    let token = try await a.store.putAttachment(bytes, metadata: ["name": "scan.bin"])
+                    _ = try await a.store.execute(
+                        "INSERT INTO COLLECTION notes (file ATTACHMENT) DOCUMENTS ({'_id': 'p', 'file': :t})",
+                        arguments: ["t": token.value])
+                    #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                        try await b.store.execute("SELECT * FROM notes WHERE _id = 'p'").items.count == 1
+                    })
+                    #expect(try await stores[1].attachmentLength(hash: hash) == nil, "hubs fetch bytes only when asked")
+                    #expect(try await b.sync.fetchAttachment(hash: hash) == bytes.count)
+                    #expect(try await b.store.attachmentChunk(hash: hash, offset: 0, maximum: .max)?.bytes == bytes)
+                    #expect(try await stores[0].attachmentLength(hash: hash) == bytes.count, "held by every hub: one database")
+                    #expect(try await stores[0].attachmentChunk(hash: hash, offset: 2_000_000, maximum: 10)?.bytes == Array(bytes[2_000_000..<2_000_010]))
+                }
+            }
+            // With no other hub running to take the request, a hub's fetch of bytes no
+            // peer holds fails (after the hubs' first-sign wait), and stores nothing.
+            let unknown = AttachmentToken.hash(of: [1, 2, 3])
+            await #expect(throws: ShoalError.self) { _ = try await hubs[1].fetchAttachment(hash: unknown) }
+            #expect(try await stores[0].attachmentLength(hash: unknown) == nil)
+        }
+    }
+
+    /// Two hubs fetching the same bytes share one staging entry: the slower one's part is
+    /// refused, it goes on from where the other got, and when both finish, the bytes
+    /// stay (the second to finish must not drop the chunks the first made an attachment).
+    @Test func twoHubsFinishingOneFetchKeepTheBytes() async throws {
+        let bytes = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }
+        let hash = AttachmentToken.hash(of: bytes)
+        try await Self.withHubs(2) { stores, _ in
+            var first = try await stores[0].attachmentWriter(fetching: hash)
+            let second = try await stores[1].attachmentWriter(fetching: hash)
+            #expect(first.blob == second.blob, "one staging entry per hash, on every hub")
+            try await first.append(Array(bytes[..<200_000]))
+            var late = second
+            await #expect(throws: ShoalError.self) { try await late.append(Array(bytes[..<100_000])) }
+            var resumed = try await stores[1].attachmentWriter(fetching: hash)
+            #expect(resumed.received == 200_000)
+            try await resumed.append(Array(bytes[200_000...]))
+            let caughtUp = try await stores[0].attachmentWriter(fetching: hash)
+            #expect(caughtUp.received == bytes.count)
+            _ = try await resumed.finish()
+            _ = try await caughtUp.finish()
+            #expect(try await stores[0].attachmentChunk(hash: hash, offset: 0, maximum: .max)?.bytes == bytes)
+            #expect(try await stores[1].attachmentChunk(hash: hash, offset: 299_990, maximum: 100)?.bytes == Array(bytes[299_990...]))
+            try await first.discard()
+            #expect(try await stores[1].attachmentLength(hash: hash) == bytes.count, "a stale writer's discard keeps the attachment's bytes")
+            #expect(try await stores[1].attachmentChunk(hash: hash, offset: 0, maximum: .max)?.bytes == bytes)
+        }
+    }
 }

@@ -135,7 +135,7 @@ struct PostgresHubDatabaseTests {
             async let first = hubs[0].migrate()
             async let second = hubs[1].migrate()
             let ran = try await [first, second]
-            #expect(ran.flatMap { $0 } == ["v1-identity", "v2-clock", "v3-store", "v4-local-writes"], "\(ran)")
+            #expect(ran.flatMap { $0 } == ["v1-identity", "v2-clock", "v3-store", "v4-local-writes", "v5-attachments"], "\(ran)")
             #expect(try await hubs[0].migrate().isEmpty)
         }
     }
@@ -177,6 +177,40 @@ struct PostgresHubDatabaseTests {
     }
 
     /// What one hub announces of the log's end reaches a hub following it, in order.
+    /// Hubs count each other by their connections' names, never themselves, and hear
+    /// each other's attachment requests on the log's channel, with who asked.
+    @Test(.timeLimit(.minutes(1))) func hubsCountEachOtherAndHearAttachmentRequests() async throws {
+        try await Self.withDatabase(hubs: 3) { hubs in
+            try await hubs[0].migrate()
+            #expect(try await hubs[0].otherHubs() == 0, "the others have not connected yet")
+            _ = try await hubs[1].siteID()
+            _ = try await hubs[2].siteID()
+            #expect(try await hubs[0].otherHubs() == 2)
+            #expect(Set(hubs.map(\.process)).count == 3)
+            let hash = String(repeating: "ab", count: 32)
+            let heard = Locked<[(String, UInt64)]>([])
+            let listening = AsyncStream.makeStream(of: Void.self)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    defer { listening.continuation.finish() }
+                    try await hubs[1].followLog(
+                        listening: { listening.continuation.yield() }, asked: { hash, by in heard.withLock { $0.append((hash, by)) } }
+                    ) { _ in }
+                }
+                var ready = listening.stream.makeAsyncIterator()
+                try #require(await ready.next() != nil, "following the log failed before it listened")
+                try await hubs[2].notifyLogEnd(7)
+                try await hubs[0].askForAttachment(hash)
+                while heard.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(10)) }
+                #expect(heard.withLock { $0.map(\.0) } == [hash])
+                #expect(heard.withLock { $0.map(\.1) } == [hubs[0].process])
+                group.cancelAll()
+            }
+        }
+        #expect(PostgresHubDatabase.attachmentRequest("attachment zz \(String(repeating: "0", count: 64))") == nil)
+        #expect(PostgresHubDatabase.attachmentRequest("12") == nil)
+    }
+
     @Test(.timeLimit(.minutes(1))) func announcementsOfTheLogsEndReachTheOtherHubs() async throws {
         try await Self.withDatabase(hubs: 2) { hubs in
             try await hubs[0].migrate()
