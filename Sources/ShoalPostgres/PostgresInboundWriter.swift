@@ -216,10 +216,10 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
             }
             // The last of each field wins, as one statement may not update a row twice
             // (keyed by bytes: canonically equivalent names are two fields).
-            var latest: [Stored.RegisterKey: ContextField] = [:]
-            var order: [Stored.RegisterKey] = []
+            var latest: [RegisterKey: ContextField] = [:]
+            var order: [RegisterKey] = []
             for field in context {
-                let key = Stored.RegisterKey(field.document.collection, field.document.id, field.field)
+                let key = RegisterKey(field.document.collection, field.document.id, field.field)
                 if latest.updateValue(field, forKey: key) == nil { order.append(key) }
             }
             let fields = order.map { latest[$0]! }
@@ -424,8 +424,8 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         // A register named twice (a document listed twice) keeps its last write: one
         // statement may not update a row twice. A register this write knows is new is
         // inserted, the rest upserted: PostgreSQL's upsert costs about twice an insert.
-        var last: [Stored.RegisterKey: Int] = [:]
-        for i in names.indices { last[Stored.RegisterKey(collections[i], keys[i], names[i])] = i }
+        var last: [RegisterKey: Int] = [:]
+        for i in names.indices { last[RegisterKey(collections[i], keys[i], names[i])] = i }
         var inserts: [Int] = [], upserts: [Int] = []
         for i in last.values.sorted() {
             let document = DocumentRef(collection: collections[i], id: keys[i])

@@ -9,11 +9,8 @@ import ShoalQuery
 /// A hub's upkeep (`NodeStore`): its saved subscriptions and freshness, status, counts,
 /// and the background work a node runs while it serves.
 ///
-/// Not on a hub yet, each said so or answered as having nothing to do: compaction and
-/// forgetting tombstones (`purgeHiddenRegisters`, `forgetRemovals`,
-/// `forgetDeletedDocuments` do nothing and say so in the log once) and `vacuum` (the
-/// server's own autovacuum keeps the tables). Attachments are in
-/// `PostgresStore+Attachments.swift`.
+/// Compaction and forgetting tombstones are in `PostgresStore+Compaction.swift`,
+/// attachments in `PostgresStore+Attachments.swift`.
 extension PostgresStore: NodeStore {
     package var committedLocalTransactions: UInt64 { localCommits.withLock { $0 } }
 
@@ -138,20 +135,21 @@ extension PostgresStore: NodeStore {
     // MARK: Status
 
     package func storageStatus() async throws(ShoalError) -> StorageStatus {
-        let (rows, last, since) = try await snapshot("reading the hub's status") { connection in
+        try await snapshot("reading the hub's status") { connection in
             var rows: UInt64 = 0
             for try await count in try await connection.query("SELECT COUNT(*) FROM change_log", logger: self.logger).decode(Int64.self) {
                 rows = UInt64(count)
             }
-            return (
-                rows, try await Self.meta(connection, "log_end", logger: self.logger),
-                try await Self.meta(connection, "fresh_since", logger: self.logger)
-            )
+            let meta = { (key: String) async throws -> UInt64 in try await Self.meta(connection, key, logger: self.logger) }
+            let compactedAt = try await meta("compacted_at")
+            let saved = self.freshness.withLock { $0 }
+            return StorageStatus(
+                changeLogRows: rows, lastSequence: try await meta("log_end"), compactedThrough: try await meta("compacted_through"),
+                compactedAt: compactedAt == 0 ? nil : Date(timeIntervalSince1970: Double(compactedAt) / 1000),
+                documentsForgotten: try await meta("documents_forgotten"),
+                forgottenThroughMillis: max(saved.forgottenThrough, try await meta("forgotten_through")), freshness: saved.entries,
+                freshSinceMillis: try await meta("fresh_since"))
         }
-        let saved = freshness.withLock { $0 }
-        return StorageStatus(
-            changeLogRows: rows, lastSequence: last, compactedThrough: 0, compactedAt: nil,
-            forgottenThroughMillis: saved.forgottenThrough, freshness: saved.entries, freshSinceMillis: since)
     }
 
     package func collectionCounts() async throws(ShoalError) -> [(name: String, documents: Int)] {
@@ -170,35 +168,6 @@ extension PostgresStore: NodeStore {
 
     /// The database's size on the server, as last read (`maintain` reads it each minute).
     package func storeBytes() -> UInt64 { databaseBytes.withLock { $0 } }
-
-    // MARK: Compaction (not on a hub yet)
-
-    package func purgeHiddenRegisters() async throws(ShoalError) -> Int {
-        noCompaction()
-        return 0
-    }
-
-    package func forgetRemovals(removedBefore: UInt64) async throws(ShoalError) -> Int {
-        noCompaction()
-        return 0
-    }
-
-    package func forgetDeletedDocuments(deletedBefore: UInt64, through point: UInt64) async throws(ShoalError) -> ForgetReport {
-        noCompaction()
-        return ForgetReport(documents: 0, forgottenThroughMillis: freshness.withLock { $0.forgottenThrough })
-    }
-
-    package func vacuum() async throws(ShoalError) {}
-
-    func noCompaction() {
-        let first = compactionNoted.withLock { noted in
-            defer { noted = true }
-            return !noted
-        }
-        if first {
-            logger.notice("a hub on PostgreSQL does not compact its change log or forget tombstones yet: the tables keep every row")
-        }
-    }
 
     // MARK: Running
 

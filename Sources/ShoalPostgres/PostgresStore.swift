@@ -72,8 +72,6 @@ package final class PostgresStore: SyncStore, Sendable {
     let freshness: Locked<(entries: [SiteID: UInt64], forgottenThrough: UInt64)>
     /// The database's size on the server, as `maintain` last read it.
     let databaseBytes = Locked<UInt64>(0)
-    /// Whether the log said once that a hub does not compact.
-    let compactionNoted = Locked(false)
 
     private init(
         database: PostgresHubDatabase, siteID: SiteID, clock: HybridLogicalClock, systemParameters: SystemParameters,
@@ -558,14 +556,6 @@ package final class PostgresStore: SyncStore, Sendable {
         }
     }
 
-    package func compactChangeLog(
-        after start: UInt64, through: UInt64, progress: @Sendable (UInt64, CompactionReport) async -> Void
-    ) async throws(ShoalError) -> CompactionReport {
-        // Nothing compacted, so no peer is told to resync: the point stays where it was.
-        noCompaction()
-        return CompactionReport(through: 0, rowsBefore: 0)
-    }
-
     // MARK: Following the other hubs
 
     /// Hears the other hubs' commits until the task is cancelled: each announced end of
@@ -642,20 +632,6 @@ enum Stored {
 
     /// A field name read back.
     static func name(_ buffer: ByteBuffer) -> String { String(buffer: buffer) }
-
-    /// A register's key compared byte by byte, as the tables compare it: Swift's `==`
-    /// on strings takes canonically equivalent names as one.
-    struct RegisterKey: Hashable {
-        let collection: [UInt8]
-        let document: [UInt8]
-        let name: [UInt8]
-
-        init(_ collection: String, _ document: String, _ name: String) {
-            self.collection = Array(collection.utf8)
-            self.document = Array(document.utf8)
-            self.name = Array(name.utf8)
-        }
-    }
 
     static func unsigned<T: FixedWidthInteger & UnsignedInteger>(_ value: Int64, _ table: String, _ column: String) throws -> T {
         guard let converted = T(exactly: value) else {

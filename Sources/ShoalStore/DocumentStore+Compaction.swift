@@ -121,8 +121,6 @@ extension DocumentStore {
         AND f.txn_seq IS NOT NULL AND NOT (f.txn_seq = c.txn_seq AND COALESCE(f.txn_site, f.site) = c.txn_site)
         """
 
-    static var supersessionLimit: Int { StoredTransaction.supersessionLimit }
-
     /// Before a transaction's rows leave the log: records in its `rest`, per collection,
     /// the transactions that superseded them (`SUPERSEDED`), so that a peer that asks
     /// about it later (holding it in part: PROTOCOL.md 8.8, 8.9) learns what to apply
@@ -133,16 +131,10 @@ extension DocumentStore {
             by[writer.collection, default: []].insert(writer.transaction)
         }
         guard !by.isEmpty else { return }
-        var rest = Verdict.decode(
-            try String.fetchOne(db, sql: "SELECT rest FROM txn WHERE origin = ? AND seq = ?", arguments: [site, sequence]) ?? "")
-        for (collection, writers) in by.sorted(by: { $0.key < $1.key }) {
-            rest.append(
-                writers.count > supersessionLimit
-                    ? Verdict(collection: collection, coverage: .unknown)
-                    : Verdict(collection: collection, coverage: .superseded(writers.sorted())))
-        }
+        let rest = try String.fetchOne(db, sql: "SELECT rest FROM txn WHERE origin = ? AND seq = ?", arguments: [site, sequence]) ?? ""
         try db.execute(
-            sql: "UPDATE txn SET rest = ? WHERE origin = ? AND seq = ?", arguments: [Verdict.encode(rest), site, sequence])
+            sql: "UPDATE txn SET rest = ? WHERE origin = ? AND seq = ?",
+            arguments: [LogCompaction.rest(rest, adding: by), site, sequence])
     }
 
     /// Registers a DELETE hides: every one but the tombstone written at or before its

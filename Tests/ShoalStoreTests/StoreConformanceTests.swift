@@ -30,20 +30,34 @@ import Testing
         var description: String { rawValue }
 
         /// Opens an empty store of this engine, runs `body`, and closes and removes it.
-        func withStore(_ body: @Sendable (any NodeStore) async throws -> Void) async throws {
+        /// `wallClock`: the milliseconds its clock reads (tests move it by hand).
+        func withStore(
+            wallClock: @escaping @Sendable () -> UInt64 = HybridLogicalClock.systemMilliseconds,
+            _ body: @Sendable (any NodeStore) async throws -> Void
+        ) async throws {
             switch self {
             case .sqlite:
                 let dir = TemporaryDirectory()
                 defer { dir.remove() }
-                let store = try DocumentStore(directory: dir.path)
+                let store = try DocumentStore(directory: dir.path, wallClock: wallClock)
                 defer { store.close() }
                 try await body(store)
             case .postgres:
                 try await TemporaryPostgresDatabase.withDatabase { hubs in
-                    let store = try await PostgresStore.open(hubs[0], logger: Logger(label: "shoal.test.postgres"))
+                    let store = try await PostgresStore.open(
+                        hubs[0], clock: HybridLogicalClock(wallClock: wallClock), logger: Logger(label: "shoal.test.postgres"))
                     defer { store.close() }
                     try await body(store)
                 }
+            }
+        }
+
+        /// What `store` keeps of `document`: registers, a body row, change-log rows.
+        static func retained(_ store: any NodeStore, _ document: DocumentRef) async throws -> (registers: Int, body: Bool, logRows: Int) {
+            switch store {
+            case let sqlite as DocumentStore: try await sqlite.retained(document)
+            case let postgres as PostgresStore: try await postgres.retained(document)
+            default: throw ShoalError(.database, "no check of what \(type(of: store)) keeps")
             }
         }
     }
