@@ -442,6 +442,9 @@ struct AdminService: AdminRequestHandler {
             }, documentsForgotten: storage.documentsForgotten,
             forgottenThroughMillis: storage.forgottenThroughMillis == 0 ? nil : storage.forgottenThroughMillis,
             freshness: node.sync.freshness.entries)
+        status.storage?.engine = storage.engine
+        status.storage?.location = storage.location
+        status.storage?.processes = storage.processes
         for collection in try await node.storage.collectionCounts() {
             status.collections.append(
                 NodeStatus.Collection(

@@ -135,7 +135,7 @@ extension PostgresStore: NodeStore {
     // MARK: Status
 
     package func storageStatus() async throws(ShoalError) -> StorageStatus {
-        try await snapshot("reading the hub's status") { connection in
+        var status = try await snapshot("reading the hub's status") { connection in
             var rows: UInt64 = 0
             for try await count in try await connection.query("SELECT COUNT(*) FROM change_log", logger: self.logger).decode(Int64.self) {
                 rows = UInt64(count)
@@ -150,6 +150,11 @@ extension PostgresStore: NodeStore {
                 forgottenThroughMillis: max(saved.forgottenThrough, try await meta("forgotten_through")), freshness: saved.entries,
                 freshSinceMillis: try await meta("fresh_since"))
         }
+        status.engine = "postgresql"
+        status.location = database.location.description
+        // The other hubs, counted by their connections; a failure to count is no failure of status.
+        status.processes = 1 + ((try? await database.otherHubs()) ?? 0)
+        return status
     }
 
     package func collectionCounts() async throws(ShoalError) -> [(name: String, documents: Int)] {

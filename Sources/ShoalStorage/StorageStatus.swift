@@ -20,6 +20,12 @@ package struct StorageStatus: Sendable, Hashable {
     package var freshness: [SiteID: UInt64]
     /// When the store started keeping its freshness (Unix ms).
     package var freshSinceMillis: UInt64
+    /// The engine: `sqlite`, or `postgresql` (a hub).
+    package var engine = "sqlite"
+    /// Where the store is: the database file's path, or the database's URL (no password).
+    package var location = ""
+    /// The processes that are this node on the store now, this one included (hubs).
+    package var processes = 1
 
     package init(
         changeLogRows: UInt64, lastSequence: UInt64, compactedThrough: UInt64, compactedAt: Date?,

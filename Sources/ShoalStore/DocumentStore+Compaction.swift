@@ -171,7 +171,7 @@ extension DocumentStore {
     }
 
     package func storageStatus() async throws(ShoalError) -> StorageStatus {
-        try await read { db in
+        var status = try await read { db in
             StorageStatus(
                 changeLogRows: try ChangeLogRecord.count(db),
                 lastSequence: try ChangeLogRecord.lastSequence(db),
@@ -182,6 +182,8 @@ extension DocumentStore {
                 freshness: try Self.freshness(db).entries,
                 freshSinceMillis: try Self.unsignedMeta(db, "fresh_since"))
         }
+        status.location = pool.path
+        return status
     }
 
     // MARK: Forgetting deleted documents

@@ -267,6 +267,9 @@ extension NodeStatus {
                 }, documentsForgotten: w.documentsForgotten,
                 forgottenThroughMillis: w.forgottenThroughMillis == 0 ? nil : w.forgottenThroughMillis,
                 freshness: Freshness.entries(w.freshness))
+            storage?.engine = w.engine
+            storage?.location = w.location
+            storage?.processes = Int(w.processes)
         }
     }
 
@@ -328,6 +331,9 @@ extension NodeStatus {
                 return position
             }
             w.documentsForgotten = storage.documentsForgotten
+            w.engine = storage.engine
+            w.location = storage.location
+            w.processes = UInt32(clamping: storage.processes)
             w.forgottenThroughMillis = storage.forgottenThroughMillis ?? 0
             w.freshness = Freshness.wire(storage.freshness)
             s.storage = w

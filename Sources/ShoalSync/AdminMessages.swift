@@ -336,6 +336,14 @@ public struct NodeStatus: Sendable, Hashable {
         /// The node's freshness: for each node, the time on its clock through which this
         /// node holds its log (`Freshness`).
         public var freshness: [SiteID: UInt64]
+        /// Where the node keeps its data: `sqlite`, or `postgresql` (a hub); empty from a
+        /// node that does not say.
+        public var engine = ""
+        /// The database file's path, or the database's URL without a password.
+        public var location = ""
+        /// The processes that are this node on its store now, this one included: more
+        /// than one for hubs on one database (0 from a node that does not say).
+        public var processes = 0
 
         public init(
             storeBytes: UInt64, changeLogRows: UInt64, compactedThrough: UInt64, compactedAtMillis: UInt64?,

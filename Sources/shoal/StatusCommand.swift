@@ -115,6 +115,9 @@ struct StatusCommand: AsyncParsableCommand {
 
     static func storage(_ s: NodeStatus.Storage) -> Value {
         .object([
+            "engine": .string(s.engine),
+            "location": .string(s.location),
+            "processes": .int(Int64(s.processes)),
             "storeBytes": .int(Int64(s.storeBytes)),
             "changeLogRows": .int(Int64(s.changeLogRows)),
             "compactedThrough": .int(Int64(s.compactedThrough)),
@@ -232,6 +235,12 @@ struct StatusCommand: AsyncParsableCommand {
         }
         if let storage = s.storage {
             out += "\nStorage\n"
+            if storage.engine == "postgresql" {
+                let others = storage.processes - 1
+                out += "  a hub on \(storage.location), with \(others == 1 ? "1 other hub" : "\(others) other hubs") connected to it\n"
+            } else if !storage.location.isEmpty {
+                out += "  \(storage.engine) at \(storage.location)\n"
+            }
             out += "  store \(bytes(storage.storeBytes)), change log \(storage.changeLogRows) rows through \(s.changeLogSequence), "
             out += storage.compactedThrough == 0 ? "never compacted\n" : "compacted through \(storage.compactedThrough)\n"
             if let lowest = storage.peerPositions.first {

@@ -116,5 +116,114 @@ struct ProcessHubTests {
         }
         return outcome
     }
+
+    /// What `hubServesEverything` saw, checked in the test's task.
+    struct Faces: Sendable {
+        var engines: [String?] = []
+        var locations: [String?] = []
+        var processes: [Int?] = []
+        var statusText = ""
+        var imported: [String: Int] = [:]
+        var exportedLines = 0
+        var attachmentPut = ""
+        var tokenSeen = false
+        var fetched = false
+        var getError = ""
+        var compacted: [String: Int] = [:]
+        var compactError = ""
+        var statusAfter: [String: Int] = [:]
+        var metrics = ""
+    }
+
+    /// What a node offers beyond sync, on a hub process: `status` saying it is a hub and
+    /// counting the others, `import` through one hub and `export` through the other, an
+    /// attachment put on a device behind hub 1 fetched by a device behind hub 2, `compact`
+    /// removing overwritten transactions, and a metrics scrape.
+    @Test func aHubServesStatusBulkAttachmentsCompactionAndMetrics() async throws {
+        let faces = try await TemporaryPostgresDatabase.withDatabase { databases in
+            let store = databases[0].location.description
+            return try await onOwnThread { try Self.hubServesEverything(store: store) }
+        }
+        #expect(faces.engines == ["postgresql", "postgresql"])
+        #expect(faces.locations.allSatisfy { $0?.hasPrefix("postgresql://") == true && $0?.contains("@127.0.0.1:") == true }, "\(faces.locations)")
+        #expect(faces.processes == [2, 2], "two hubs on the database, each counting both")
+        #expect(faces.statusText.contains("a hub on postgresql://") && faces.statusText.contains("1 other hub"), "\(faces.statusText)")
+        #expect(faces.imported["documents"] == 300 && faces.imported["batches"] == 3, "\(faces.imported)")
+        #expect(faces.exportedLines == 300, "every imported document exported through the other hub")
+        #expect(faces.attachmentPut.contains("\"attachment\""), "\(faces.attachmentPut)")
+        #expect(faces.tokenSeen)
+        #expect(faces.fetched, "the bytes a device behind hub 1 put reach a device behind hub 2: \(faces.getError)")
+        // Nineteen of the twenty overwrites went (the last holds the value).
+        #expect((faces.compacted["transactionsRemoved"] ?? 0) >= 19, "\(faces.compacted) \(faces.compactError)")
+        #expect(faces.statusAfter["compactedThrough"].map { $0 > 0 } == true, "\(faces.statusAfter)")
+        #expect(faces.metrics.contains("shoal_change_log_rows"), "a scrape of a hub's metrics")
+    }
+
+    static func hubServesEverything(store: String) throws -> Faces {
+        var faces = Faces()
+        let dirs = TemporaryDirectory(prefix: "shoal-hubs")
+        defer { dirs.remove() }
+        let hub1 = try NodeProcess(
+            name: "hub1", dataDirectory: dirs.path + "/hub1",
+            extra: ["--store", store, "--subscribe", "SELECT * FROM t", "--metrics", "127.0.0.1:0"])
+        let hub2 = try Self.hub("hub2", dirs, store: store)
+        let d1 = try NodeProcess(name: "d1", dataDirectory: dirs.path + "/d1", extra: ["--peer", hub1.address, "--subscribe", "SELECT * FROM t"])
+        let d2 = try NodeProcess(name: "d2", dataDirectory: dirs.path + "/d2", extra: ["--peer", hub2.address, "--subscribe", "SELECT * FROM t"])
+        defer {
+            for node in [d1, d2, hub1, hub2] { node.stop() }
+        }
+        let storage = { (node: NodeProcess) in try? node.status()["storage"] as? [String: Any] }
+        for hub in [hub1, hub2] {
+            let s = storage(hub)
+            faces.engines.append(s?["engine"] as? String)
+            faces.locations.append(s?["location"] as? String)
+            faces.processes.append(s?["processes"] as? Int)
+        }
+        faces.statusText = try ShoalBinary.run(["status", "--node", hub1.address]).stdout
+
+        // Bulk: 300 documents imported through hub 1, exported through hub 2.
+        let file = dirs.path + "/t.ndjson"
+        try (0..<300).map { "{\"_id\": \"doc-\($0)\", \"n\": \($0)}" }.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        let imported = try ShoalBinary.run(["import", "--node", hub1.address, "--collection", "t", "--batch", "100", "--json", file])
+        if let object = try? JSONSerialization.jsonObject(with: Data(imported.stdout.utf8)) as? [String: Any] {
+            faces.imported = object.compactMapValues { $0 as? Int }
+        }
+        let exported = try ShoalBinary.run(["export", "--node", hub2.address, "--batch", "70", "SELECT * FROM t"])
+        faces.exportedLines = exported.stdout.split(separator: "\n").count
+
+        // An attachment put on d1 (behind hub 1), fetched on d2 (behind hub 2).
+        let source = dirs.path + "/scan.bin"
+        let bytes = Data((0..<1_500_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 10) })
+        _ = FileManager.default.createFile(atPath: source, contents: bytes)
+        let put = try ShoalBinary.run(["attachment", "put", "--node", d1.address, source])
+        faces.attachmentPut = put.stdout + put.stderr
+        let token = put.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        if let id = (try? JSONSerialization.jsonObject(with: Data(token.utf8)) as? [String: Any])?["attachment"] as? String,
+            try d1.exec("INSERT INTO COLLECTION t (scan ATTACHMENT) DOCUMENTS ({'_id': 'scan', 'scan': :t})", args: "{\"t\": \(token)}").status == 0
+        {
+            faces.tokenSeen = eventually(30) {
+                (try? ProcessMeshTests.documents(d2, "SELECT * FROM t WHERE _id = 'scan'").first?["scan"]) != nil
+            }
+            let target = dirs.path + "/fetched.bin"
+            let get = try ShoalBinary.run(["attachment", "get", "--node", d2.address, id, target])
+            faces.getError = get.stderr
+            faces.fetched = get.status == 0 && FileManager.default.contents(atPath: target) == bytes
+        }
+
+        // Twenty overwrites of one document through hub 2, then `compact` through hub 1.
+        for i in 0..<20 { _ = try hub2.exec("UPDATE t SET n = \(1_000 + i) WHERE _id = 'doc-0'") }
+        _ = try hub2.exec("INSERT INTO t DOCUMENTS ({'_id': 'last'})")
+        let compacted = try ShoalBinary.run(["compact", "--node", hub1.address, "--json"])
+        faces.compactError = compacted.stderr
+        if let object = try? JSONSerialization.jsonObject(with: Data(compacted.stdout.utf8)) as? [String: Any] {
+            faces.compacted = object.compactMapValues { $0 as? Int }
+        }
+        faces.statusAfter = (storage(hub2) ?? [:]).compactMapValues { $0 as? Int }
+
+        if let address = hub1.metricsAddress, let port = Int(address.split(separator: ":").last ?? "") {
+            faces.metrics = (try? ProcessMetricsTests.get(port: port).body) ?? ""
+        }
+        return faces
+    }
 }
 }

@@ -1671,6 +1671,17 @@ public nonisolated struct Shoal_V1_StorageStatus: Sendable {
   /// This node's freshness (PROTOCOL.md section 8.10), newest first.
   public var freshness: [Shoal_V1_Freshness] = []
 
+  /// Where the node keeps its data (section 18): "sqlite" (a file in its data directory)
+  /// or "postgresql" (a hub); the store's location (the database file's path, or the
+  /// database's URL without a password); and for a hub, the hub processes connected to
+  /// the database now, this one included (1 for sqlite). Empty and 0 from a node that
+  /// does not say.
+  public var engine: String = String()
+
+  public var location: String = String()
+
+  public var processes: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1797,77 +1808,142 @@ public nonisolated struct Shoal_V1_PendingTransaction: Sendable {
   public init() {}
 }
 
-public nonisolated struct Shoal_V1_PeerStatus: Sendable {
+public nonisolated struct Shoal_V1_PeerStatus: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var siteID: UInt64 = 0
+  public var siteID: UInt64 {
+    get {_storage._siteID}
+    set {_uniqueStorage()._siteID = newValue}
+  }
 
-  public var name: String = String()
+  public var name: String {
+    get {_storage._name}
+    set {_uniqueStorage()._name = newValue}
+  }
 
-  public var address: String = String()
+  public var address: String {
+    get {_storage._address}
+    set {_uniqueStorage()._address = newValue}
+  }
 
   /// "connecting", "handshaking", "connected", "disconnected", or "waiting" for a
   /// node found by discovery that should dial first (PROTOCOL.md 16.4).
-  public var state: String = String()
+  public var state: String {
+    get {_storage._state}
+    set {_uniqueStorage()._state = newValue}
+  }
 
-  public var rttMillis: Double = 0
+  public var rttMillis: Double {
+    get {_storage._rttMillis}
+    set {_uniqueStorage()._rttMillis = newValue}
+  }
 
-  public var bytesIn: UInt64 = 0
+  public var bytesIn: UInt64 {
+    get {_storage._bytesIn}
+    set {_uniqueStorage()._bytesIn = newValue}
+  }
 
-  public var bytesOut: UInt64 = 0
+  public var bytesOut: UInt64 {
+    get {_storage._bytesOut}
+    set {_uniqueStorage()._bytesOut = newValue}
+  }
 
   /// "inbound" or "outbound".
-  public var direction: String = String()
+  public var direction: String {
+    get {_storage._direction}
+    set {_uniqueStorage()._direction = newValue}
+  }
 
   /// Found by LAN discovery (section 16), rather than a --peer address or an inbound connection.
-  public var discovered: Bool = false
+  public var discovered: Bool {
+    get {_storage._discovered}
+    set {_uniqueStorage()._discovered = newValue}
+  }
 
   /// Deltas received from and sent to this peer's site since this node started, over
   /// every session with it.
-  public var deltasIn: UInt64 = 0
+  public var deltasIn: UInt64 {
+    get {_storage._deltasIn}
+    set {_uniqueStorage()._deltasIn = newValue}
+  }
 
-  public var deltasOut: UInt64 = 0
+  public var deltasOut: UInt64 {
+    get {_storage._deltasOut}
+    set {_uniqueStorage()._deltasOut = newValue}
+  }
 
   /// Rows of this node's change log after the last one the peer acknowledged (or skipped):
   /// how far behind it is, at most.
-  public var lagDeltas: UInt64 = 0
+  public var lagDeltas: UInt64 {
+    get {_storage._lagDeltas}
+    set {_uniqueStorage()._lagDeltas = newValue}
+  }
 
   /// Milliseconds since the last frame from this peer; -1 when none came.
-  public var lastSeenMillisAgo: Int64 = 0
+  public var lastSeenMillisAgo: Int64 {
+    get {_storage._lastSeenMillisAgo}
+    set {_uniqueStorage()._lastSeenMillisAgo = newValue}
+  }
 
   /// Where the peer accepts connections ("host:port"), as far as the node can tell
   /// (the address it dialed, or the Hello's listen_address); empty when unknown.
-  public var listenAddress: String = String()
+  public var listenAddress: String {
+    get {_storage._listenAddress}
+    set {_uniqueStorage()._listenAddress = newValue}
+  }
 
   /// Why the last session or dial with it ended in error ("" when none did), e.g. a
   /// refusal as a stale replica (STALE_REPLICA).
-  public var lastError: String = String()
+  public var lastError: String {
+    get {_storage._lastError}
+    set {_uniqueStorage()._lastError = newValue}
+  }
 
   /// The subject common name of the certificate the peer presented on a TLS link
   /// (PROTOCOL.md §17); "" on a plaintext one.
-  public var tlsIdentity: String = String()
+  public var tlsIdentity: String {
+    get {_storage._tlsIdentity}
+    set {_uniqueStorage()._tlsIdentity = newValue}
+  }
 
   /// Of deltas_in, those this node held already when they came (another path, or a
   /// resend): received and dropped. deltas_in - deltas_duplicate were new here.
-  public var deltasDuplicate: UInt64 = 0
+  public var deltasDuplicate: UInt64 {
+    get {_storage._deltasDuplicate}
+    set {_uniqueStorage()._deltasDuplicate = newValue}
+  }
 
   /// Version 4 routes (PROTOCOL.md section 8.11): what the peer asked this node for
   /// ("eager", "lazy but <site>,…"; "" when it asked for none), what this node asks of
   /// it, the transactions it offered that this node did not hold, and those this node
   /// then asked it for (grafts), since this node started.
-  public var routesGiven: String = String()
+  public var routesGiven: String {
+    get {_storage._routesGiven}
+    set {_uniqueStorage()._routesGiven = newValue}
+  }
 
-  public var routesAsked: String = String()
+  public var routesAsked: String {
+    get {_storage._routesAsked}
+    set {_uniqueStorage()._routesAsked = newValue}
+  }
 
-  public var offersReceived: UInt64 = 0
+  public var offersReceived: UInt64 {
+    get {_storage._offersReceived}
+    set {_uniqueStorage()._offersReceived = newValue}
+  }
 
-  public var grafts: UInt64 = 0
+  public var grafts: UInt64 {
+    get {_storage._grafts}
+    set {_uniqueStorage()._grafts = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 public nonisolated struct Shoal_V1_SubscriptionStatus: Sendable {
@@ -4669,7 +4745,7 @@ nonisolated extension Shoal_V1_StatusResponse: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Shoal_V1_StorageStatus: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StorageStatus"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}store_bytes\0\u{3}change_log_rows\0\u{3}compacted_through\0\u{3}compacted_at_millis\0\u{3}peer_positions\0\u{3}documents_forgotten\0\u{3}forgotten_through_millis\0\u{1}freshness\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}store_bytes\0\u{3}change_log_rows\0\u{3}compacted_through\0\u{3}compacted_at_millis\0\u{3}peer_positions\0\u{3}documents_forgotten\0\u{3}forgotten_through_millis\0\u{1}freshness\0\u{1}engine\0\u{1}location\0\u{1}processes\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4685,6 +4761,9 @@ nonisolated extension Shoal_V1_StorageStatus: SwiftProtobuf.Message, SwiftProtob
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.documentsForgotten) }()
       case 7: try { try decoder.decodeSingularUInt64Field(value: &self.forgottenThroughMillis) }()
       case 8: try { try decoder.decodeRepeatedMessageField(value: &self.freshness) }()
+      case 9: try { try decoder.decodeSingularStringField(value: &self.engine) }()
+      case 10: try { try decoder.decodeSingularStringField(value: &self.location) }()
+      case 11: try { try decoder.decodeSingularUInt32Field(value: &self.processes) }()
       default: break
       }
     }
@@ -4715,6 +4794,15 @@ nonisolated extension Shoal_V1_StorageStatus: SwiftProtobuf.Message, SwiftProtob
     if !self.freshness.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.freshness, fieldNumber: 8)
     }
+    if !self.engine.isEmpty {
+      try visitor.visitSingularStringField(value: self.engine, fieldNumber: 9)
+    }
+    if !self.location.isEmpty {
+      try visitor.visitSingularStringField(value: self.location, fieldNumber: 10)
+    }
+    if self.processes != 0 {
+      try visitor.visitSingularUInt32Field(value: self.processes, fieldNumber: 11)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -4727,6 +4815,9 @@ nonisolated extension Shoal_V1_StorageStatus: SwiftProtobuf.Message, SwiftProtob
     if lhs.documentsForgotten != rhs.documentsForgotten {return false}
     if lhs.forgottenThroughMillis != rhs.forgottenThroughMillis {return false}
     if lhs.freshness != rhs.freshness {return false}
+    if lhs.engine != rhs.engine {return false}
+    if lhs.location != rhs.location {return false}
+    if lhs.processes != rhs.processes {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -4986,127 +5077,203 @@ nonisolated extension Shoal_V1_PeerStatus: SwiftProtobuf.Message, SwiftProtobuf.
   public static let protoMessageName: String = _protobuf_package + ".PeerStatus"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}site_id\0\u{1}name\0\u{1}address\0\u{1}state\0\u{3}rtt_millis\0\u{3}bytes_in\0\u{3}bytes_out\0\u{1}direction\0\u{1}discovered\0\u{3}deltas_in\0\u{3}deltas_out\0\u{3}lag_deltas\0\u{3}last_seen_millis_ago\0\u{3}listen_address\0\u{3}last_error\0\u{3}tls_identity\0\u{3}deltas_duplicate\0\u{3}routes_given\0\u{3}routes_asked\0\u{3}offers_received\0\u{1}grafts\0")
 
+  fileprivate class _StorageClass {
+    var _siteID: UInt64 = 0
+    var _name: String = String()
+    var _address: String = String()
+    var _state: String = String()
+    var _rttMillis: Double = 0
+    var _bytesIn: UInt64 = 0
+    var _bytesOut: UInt64 = 0
+    var _direction: String = String()
+    var _discovered: Bool = false
+    var _deltasIn: UInt64 = 0
+    var _deltasOut: UInt64 = 0
+    var _lagDeltas: UInt64 = 0
+    var _lastSeenMillisAgo: Int64 = 0
+    var _listenAddress: String = String()
+    var _lastError: String = String()
+    var _tlsIdentity: String = String()
+    var _deltasDuplicate: UInt64 = 0
+    var _routesGiven: String = String()
+    var _routesAsked: String = String()
+    var _offersReceived: UInt64 = 0
+    var _grafts: UInt64 = 0
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _siteID = source._siteID
+      _name = source._name
+      _address = source._address
+      _state = source._state
+      _rttMillis = source._rttMillis
+      _bytesIn = source._bytesIn
+      _bytesOut = source._bytesOut
+      _direction = source._direction
+      _discovered = source._discovered
+      _deltasIn = source._deltasIn
+      _deltasOut = source._deltasOut
+      _lagDeltas = source._lagDeltas
+      _lastSeenMillisAgo = source._lastSeenMillisAgo
+      _listenAddress = source._listenAddress
+      _lastError = source._lastError
+      _tlsIdentity = source._tlsIdentity
+      _deltasDuplicate = source._deltasDuplicate
+      _routesGiven = source._routesGiven
+      _routesAsked = source._routesAsked
+      _offersReceived = source._offersReceived
+      _grafts = source._grafts
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularFixed64Field(value: &self.siteID) }()
-      case 2: try { try decoder.decodeSingularStringField(value: &self.name) }()
-      case 3: try { try decoder.decodeSingularStringField(value: &self.address) }()
-      case 4: try { try decoder.decodeSingularStringField(value: &self.state) }()
-      case 5: try { try decoder.decodeSingularDoubleField(value: &self.rttMillis) }()
-      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.bytesIn) }()
-      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.bytesOut) }()
-      case 8: try { try decoder.decodeSingularStringField(value: &self.direction) }()
-      case 9: try { try decoder.decodeSingularBoolField(value: &self.discovered) }()
-      case 10: try { try decoder.decodeSingularUInt64Field(value: &self.deltasIn) }()
-      case 11: try { try decoder.decodeSingularUInt64Field(value: &self.deltasOut) }()
-      case 12: try { try decoder.decodeSingularUInt64Field(value: &self.lagDeltas) }()
-      case 13: try { try decoder.decodeSingularInt64Field(value: &self.lastSeenMillisAgo) }()
-      case 14: try { try decoder.decodeSingularStringField(value: &self.listenAddress) }()
-      case 15: try { try decoder.decodeSingularStringField(value: &self.lastError) }()
-      case 16: try { try decoder.decodeSingularStringField(value: &self.tlsIdentity) }()
-      case 17: try { try decoder.decodeSingularUInt64Field(value: &self.deltasDuplicate) }()
-      case 18: try { try decoder.decodeSingularStringField(value: &self.routesGiven) }()
-      case 19: try { try decoder.decodeSingularStringField(value: &self.routesAsked) }()
-      case 20: try { try decoder.decodeSingularUInt64Field(value: &self.offersReceived) }()
-      case 21: try { try decoder.decodeSingularUInt64Field(value: &self.grafts) }()
-      default: break
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularFixed64Field(value: &_storage._siteID) }()
+        case 2: try { try decoder.decodeSingularStringField(value: &_storage._name) }()
+        case 3: try { try decoder.decodeSingularStringField(value: &_storage._address) }()
+        case 4: try { try decoder.decodeSingularStringField(value: &_storage._state) }()
+        case 5: try { try decoder.decodeSingularDoubleField(value: &_storage._rttMillis) }()
+        case 6: try { try decoder.decodeSingularUInt64Field(value: &_storage._bytesIn) }()
+        case 7: try { try decoder.decodeSingularUInt64Field(value: &_storage._bytesOut) }()
+        case 8: try { try decoder.decodeSingularStringField(value: &_storage._direction) }()
+        case 9: try { try decoder.decodeSingularBoolField(value: &_storage._discovered) }()
+        case 10: try { try decoder.decodeSingularUInt64Field(value: &_storage._deltasIn) }()
+        case 11: try { try decoder.decodeSingularUInt64Field(value: &_storage._deltasOut) }()
+        case 12: try { try decoder.decodeSingularUInt64Field(value: &_storage._lagDeltas) }()
+        case 13: try { try decoder.decodeSingularInt64Field(value: &_storage._lastSeenMillisAgo) }()
+        case 14: try { try decoder.decodeSingularStringField(value: &_storage._listenAddress) }()
+        case 15: try { try decoder.decodeSingularStringField(value: &_storage._lastError) }()
+        case 16: try { try decoder.decodeSingularStringField(value: &_storage._tlsIdentity) }()
+        case 17: try { try decoder.decodeSingularUInt64Field(value: &_storage._deltasDuplicate) }()
+        case 18: try { try decoder.decodeSingularStringField(value: &_storage._routesGiven) }()
+        case 19: try { try decoder.decodeSingularStringField(value: &_storage._routesAsked) }()
+        case 20: try { try decoder.decodeSingularUInt64Field(value: &_storage._offersReceived) }()
+        case 21: try { try decoder.decodeSingularUInt64Field(value: &_storage._grafts) }()
+        default: break
+        }
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if self.siteID != 0 {
-      try visitor.visitSingularFixed64Field(value: self.siteID, fieldNumber: 1)
-    }
-    if !self.name.isEmpty {
-      try visitor.visitSingularStringField(value: self.name, fieldNumber: 2)
-    }
-    if !self.address.isEmpty {
-      try visitor.visitSingularStringField(value: self.address, fieldNumber: 3)
-    }
-    if !self.state.isEmpty {
-      try visitor.visitSingularStringField(value: self.state, fieldNumber: 4)
-    }
-    if self.rttMillis.bitPattern != 0 {
-      try visitor.visitSingularDoubleField(value: self.rttMillis, fieldNumber: 5)
-    }
-    if self.bytesIn != 0 {
-      try visitor.visitSingularUInt64Field(value: self.bytesIn, fieldNumber: 6)
-    }
-    if self.bytesOut != 0 {
-      try visitor.visitSingularUInt64Field(value: self.bytesOut, fieldNumber: 7)
-    }
-    if !self.direction.isEmpty {
-      try visitor.visitSingularStringField(value: self.direction, fieldNumber: 8)
-    }
-    if self.discovered != false {
-      try visitor.visitSingularBoolField(value: self.discovered, fieldNumber: 9)
-    }
-    if self.deltasIn != 0 {
-      try visitor.visitSingularUInt64Field(value: self.deltasIn, fieldNumber: 10)
-    }
-    if self.deltasOut != 0 {
-      try visitor.visitSingularUInt64Field(value: self.deltasOut, fieldNumber: 11)
-    }
-    if self.lagDeltas != 0 {
-      try visitor.visitSingularUInt64Field(value: self.lagDeltas, fieldNumber: 12)
-    }
-    if self.lastSeenMillisAgo != 0 {
-      try visitor.visitSingularInt64Field(value: self.lastSeenMillisAgo, fieldNumber: 13)
-    }
-    if !self.listenAddress.isEmpty {
-      try visitor.visitSingularStringField(value: self.listenAddress, fieldNumber: 14)
-    }
-    if !self.lastError.isEmpty {
-      try visitor.visitSingularStringField(value: self.lastError, fieldNumber: 15)
-    }
-    if !self.tlsIdentity.isEmpty {
-      try visitor.visitSingularStringField(value: self.tlsIdentity, fieldNumber: 16)
-    }
-    if self.deltasDuplicate != 0 {
-      try visitor.visitSingularUInt64Field(value: self.deltasDuplicate, fieldNumber: 17)
-    }
-    if !self.routesGiven.isEmpty {
-      try visitor.visitSingularStringField(value: self.routesGiven, fieldNumber: 18)
-    }
-    if !self.routesAsked.isEmpty {
-      try visitor.visitSingularStringField(value: self.routesAsked, fieldNumber: 19)
-    }
-    if self.offersReceived != 0 {
-      try visitor.visitSingularUInt64Field(value: self.offersReceived, fieldNumber: 20)
-    }
-    if self.grafts != 0 {
-      try visitor.visitSingularUInt64Field(value: self.grafts, fieldNumber: 21)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      if _storage._siteID != 0 {
+        try visitor.visitSingularFixed64Field(value: _storage._siteID, fieldNumber: 1)
+      }
+      if !_storage._name.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._name, fieldNumber: 2)
+      }
+      if !_storage._address.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._address, fieldNumber: 3)
+      }
+      if !_storage._state.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._state, fieldNumber: 4)
+      }
+      if _storage._rttMillis.bitPattern != 0 {
+        try visitor.visitSingularDoubleField(value: _storage._rttMillis, fieldNumber: 5)
+      }
+      if _storage._bytesIn != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._bytesIn, fieldNumber: 6)
+      }
+      if _storage._bytesOut != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._bytesOut, fieldNumber: 7)
+      }
+      if !_storage._direction.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._direction, fieldNumber: 8)
+      }
+      if _storage._discovered != false {
+        try visitor.visitSingularBoolField(value: _storage._discovered, fieldNumber: 9)
+      }
+      if _storage._deltasIn != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._deltasIn, fieldNumber: 10)
+      }
+      if _storage._deltasOut != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._deltasOut, fieldNumber: 11)
+      }
+      if _storage._lagDeltas != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._lagDeltas, fieldNumber: 12)
+      }
+      if _storage._lastSeenMillisAgo != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._lastSeenMillisAgo, fieldNumber: 13)
+      }
+      if !_storage._listenAddress.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._listenAddress, fieldNumber: 14)
+      }
+      if !_storage._lastError.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._lastError, fieldNumber: 15)
+      }
+      if !_storage._tlsIdentity.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._tlsIdentity, fieldNumber: 16)
+      }
+      if _storage._deltasDuplicate != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._deltasDuplicate, fieldNumber: 17)
+      }
+      if !_storage._routesGiven.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._routesGiven, fieldNumber: 18)
+      }
+      if !_storage._routesAsked.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._routesAsked, fieldNumber: 19)
+      }
+      if _storage._offersReceived != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._offersReceived, fieldNumber: 20)
+      }
+      if _storage._grafts != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._grafts, fieldNumber: 21)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Shoal_V1_PeerStatus, rhs: Shoal_V1_PeerStatus) -> Bool {
-    if lhs.siteID != rhs.siteID {return false}
-    if lhs.name != rhs.name {return false}
-    if lhs.address != rhs.address {return false}
-    if lhs.state != rhs.state {return false}
-    if lhs.rttMillis != rhs.rttMillis {return false}
-    if lhs.bytesIn != rhs.bytesIn {return false}
-    if lhs.bytesOut != rhs.bytesOut {return false}
-    if lhs.direction != rhs.direction {return false}
-    if lhs.discovered != rhs.discovered {return false}
-    if lhs.deltasIn != rhs.deltasIn {return false}
-    if lhs.deltasOut != rhs.deltasOut {return false}
-    if lhs.lagDeltas != rhs.lagDeltas {return false}
-    if lhs.lastSeenMillisAgo != rhs.lastSeenMillisAgo {return false}
-    if lhs.listenAddress != rhs.listenAddress {return false}
-    if lhs.lastError != rhs.lastError {return false}
-    if lhs.tlsIdentity != rhs.tlsIdentity {return false}
-    if lhs.deltasDuplicate != rhs.deltasDuplicate {return false}
-    if lhs.routesGiven != rhs.routesGiven {return false}
-    if lhs.routesAsked != rhs.routesAsked {return false}
-    if lhs.offersReceived != rhs.offersReceived {return false}
-    if lhs.grafts != rhs.grafts {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._siteID != rhs_storage._siteID {return false}
+        if _storage._name != rhs_storage._name {return false}
+        if _storage._address != rhs_storage._address {return false}
+        if _storage._state != rhs_storage._state {return false}
+        if _storage._rttMillis != rhs_storage._rttMillis {return false}
+        if _storage._bytesIn != rhs_storage._bytesIn {return false}
+        if _storage._bytesOut != rhs_storage._bytesOut {return false}
+        if _storage._direction != rhs_storage._direction {return false}
+        if _storage._discovered != rhs_storage._discovered {return false}
+        if _storage._deltasIn != rhs_storage._deltasIn {return false}
+        if _storage._deltasOut != rhs_storage._deltasOut {return false}
+        if _storage._lagDeltas != rhs_storage._lagDeltas {return false}
+        if _storage._lastSeenMillisAgo != rhs_storage._lastSeenMillisAgo {return false}
+        if _storage._listenAddress != rhs_storage._listenAddress {return false}
+        if _storage._lastError != rhs_storage._lastError {return false}
+        if _storage._tlsIdentity != rhs_storage._tlsIdentity {return false}
+        if _storage._deltasDuplicate != rhs_storage._deltasDuplicate {return false}
+        if _storage._routesGiven != rhs_storage._routesGiven {return false}
+        if _storage._routesAsked != rhs_storage._routesAsked {return false}
+        if _storage._offersReceived != rhs_storage._offersReceived {return false}
+        if _storage._grafts != rhs_storage._grafts {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
