@@ -181,22 +181,50 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         var match = try DocumentMatch(
             predicate: select.whereClause, orderBy: isCount ? [] : select.orderBy, limit: isCount ? nil : select.limit,
             offset: isCount ? nil : select.offset, arguments: arguments)
-        var binds = PostgresBindings()
-        binds.append(select.collection)
-        var sql = "SELECT doc_id, body FROM document WHERE collection = $1 AND NOT deleted"
-        if let id = Evaluator.constantIDEquality(select.whereClause, arguments: arguments) {
-            binds.append(DocumentKey.make(id))
-            sql += " AND doc_id = $2"
-        }
-        let rows = try await connection.query(PostgresQuery(unsafeSQL: sql + " ORDER BY doc_id", binds: binds), logger: logger)
         if match.wantsMore {
-            for try await (key, body) in rows.decode((String, String).self) {
+            let only = Evaluator.constantIDEquality(select.whereClause, arguments: arguments).map(DocumentKey.make)
+            try await liveBodies(connection, of: select.collection, only: only, logger: logger) { key, body in
                 // A body stored past the limits (by an older version) is left out: it has nothing true to show.
                 try match.offer(key: key, body: { body }, unreadable: { _ in })
-                if !match.wantsMore { break }
+                return match.wantsMore
             }
         }
         return try DocumentMatch.items(try match.finish().map(\.body), select, arguments: arguments)
+    }
+
+    /// How many live bodies one query of `liveBodies` reads: a reader that needs a few
+    /// documents (a LIMIT, a page) reads a few, and no more than this many are read past
+    /// what it needs. PostgresNIO reads a query's rows to its end even when its caller
+    /// stopped, so a query per step is what bounds the reading.
+    static let bodyRowsPerQuery = 128
+
+    /// Hands `take` the live bodies of `collection` (or of the one document `only`) whose
+    /// key sorts after `after`, in key order, `bodyRowsPerQuery` a query, until it
+    /// returns false or none is left.
+    static func liveBodies(
+        _ connection: PostgresConnection, of collection: String, only: String? = nil, after: String = "", logger: Logger,
+        _ take: (_ key: String, _ body: String) throws -> Bool
+    ) async throws {
+        var cursor = after
+        while true {
+            var binds = PostgresBindings()
+            binds.append(collection)
+            binds.append(cursor)
+            var sql = "SELECT doc_id, body FROM document WHERE collection = $1 AND NOT deleted AND doc_id > $2"
+            if let only {
+                binds.append(only)
+                sql += " AND doc_id = $3"
+            }
+            let rows = try await connection.query(
+                PostgresQuery(unsafeSQL: sql + " ORDER BY doc_id LIMIT \(bodyRowsPerQuery)", binds: binds), logger: logger)
+            var read = 0
+            for try await (key, body) in rows.decode((String, String).self) {
+                read += 1
+                cursor = key
+                guard try take(key, body) else { return }
+            }
+            guard read == bodyRowsPerQuery, only == nil else { return }
+        }
     }
 
     /// An observed query's result and the log's end it reflects, from one snapshot.

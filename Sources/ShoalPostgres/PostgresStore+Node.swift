@@ -19,25 +19,13 @@ extension PostgresStore: NodeStore {
     package func page(_ query: String, arguments: [String: Value], after key: String, limit: Int) async throws(ShoalError)
         -> DocumentPage
     {
-        let statements = try Self.parse(query)
-        guard statements.count == 1, case .select(let select) = statements[0] else {
-            throw ShoalError(.invalidQuery, "pages are read of one SELECT statement, as in SELECT * FROM cars WHERE color = 'blue'")
-        }
-        if let problem = select.pagingProblem { throw ShoalError(.invalidQuery, problem) }
-        guard limit > 0 else { throw ShoalError(.invalidQuery, "a page holds at least one document; it was asked for \(limit)") }
+        let select = try DocumentPage.select(of: try Self.parse(query), limit: limit)
         do {
             return try await snapshot("reading a page of \(select.collection)") { connection in
                 var match = try DocumentMatch(predicate: select.whereClause, limit: .literal(.int(Int64(limit))), arguments: arguments)
-                var binds = PostgresBindings()
-                binds.append(select.collection)
-                binds.append(key)
-                let rows = try await connection.query(
-                    PostgresQuery(
-                        unsafeSQL: "SELECT doc_id, body FROM document WHERE collection = $1 AND NOT deleted AND doc_id > $2 ORDER BY doc_id",
-                        binds: binds), logger: self.logger)
-                for try await (key, body) in rows.decode((String, String).self) {
+                try await Self.liveBodies(connection, of: select.collection, after: key, logger: self.logger) { key, body in
                     try match.offer(key: key, body: { body })
-                    if !match.wantsMore { break }
+                    return match.wantsMore
                 }
                 let documents = try match.finish()
                 return DocumentPage(

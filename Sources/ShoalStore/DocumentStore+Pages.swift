@@ -17,11 +17,7 @@ extension DocumentStore {
         -> DocumentPage
     {
         let statements = try parse(query)
-        guard statements.count == 1, case .select(let select) = statements[0] else {
-            throw ShoalError(.invalidQuery, "pages are read of one SELECT statement, as in SELECT * FROM cars WHERE color = 'blue'")
-        }
-        if let problem = select.pagingProblem { throw ShoalError(.invalidQuery, problem) }
-        guard limit > 0 else { throw ShoalError(.invalidQuery, "a page holds at least one document; it was asked for \(limit)") }
+        let select = try DocumentPage.select(of: statements, limit: limit)
         await createIndexesIfWriterIsFree(for: statements, arguments: arguments)
         do {
             return try await read { db in

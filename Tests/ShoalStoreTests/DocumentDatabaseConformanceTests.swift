@@ -49,6 +49,33 @@ import Testing
         }
     }
 
+    /// Reads over more documents than one query of an engine returns (a hub reads 128
+    /// bodies a query): every match found, in order, counted once, and pages that cross
+    /// the steps read each document once.
+    @Test(arguments: Engine.allCases)
+    func readsAcrossManyDocumentsFindEveryMatchOnce(engine: Engine) async throws {
+        try await engine.withStore { db in
+            let documents = (0..<300).map { Value.object(["_id": .string(String(format: "d%03d", $0)), "n": .int(Int64($0))]) }
+            _ = try await db.execute("INSERT INTO many DOCUMENTS (:docs)", arguments: ["docs": .array(documents)])
+            #expect(try await db.execute("SELECT COUNT(*) AS k FROM many").items == [["k": 300]])
+            #expect(try await db.execute("SELECT COUNT(*) AS k FROM many WHERE n >= 250").items == [["k": 50]])
+            #expect(Self.ids(try await db.execute("SELECT * FROM many ORDER BY n DESC LIMIT 2")) == ["d299", "d298"])
+            #expect(Self.ids(try await db.execute("SELECT * FROM many WHERE n > 200 LIMIT 3")) == ["d201", "d202", "d203"])
+            #expect(Self.ids(try await db.execute("SELECT * FROM many LIMIT 2 OFFSET 200")) == ["d200", "d201"])
+            var seen: [String] = []
+            var after = ""
+            while true {
+                let page = try await db.page("SELECT * FROM many WHERE n % 3 = 0", arguments: [:], after: after, limit: 70)
+                seen += page.items.compactMap { $0["_id"]?.stringValue }
+                guard let last = page.lastKey else { break }
+                after = last
+            }
+            #expect(seen == (0..<300).filter { $0 % 3 == 0 }.map { String(format: "d%03d", $0) })
+            await #expect(throws: ShoalError.self) { try await db.page("SELECT * FROM many", arguments: [:], after: "", limit: 0) }
+            await #expect(throws: ShoalError.self) { try await db.page("SELECT * FROM many ORDER BY n", arguments: [:], after: "", limit: 5) }
+        }
+    }
+
     @Test(arguments: Engine.allCases)
     func aFailedStatementUndoesOnlyItselfAndARollbackEverything(engine: Engine) async throws {
         try await Self.withDatabase(engine) { db in
