@@ -355,7 +355,20 @@ public final class PostgresHubDatabase: Sendable {
 
     /// What went wrong, in PostgreSQL's words when the server said it.
     static func describe(_ error: any Error) -> String {
-        guard let error = error as? PSQLError else { return "\(error)" }
-        return error.serverInfo?[.message] ?? error.underlying.map { "\($0)" } ?? "\(error.code)"
+        guard let error = error as? PSQLError else {
+            // The pool's own errors (PostgresNIO's connection pool module) say what they are
+            // only in their names.
+            let text = "\(error)"
+            if text.contains("connectionCreationCircuitBreakerTripped") {
+                return "cannot connect to the server: the last attempts failed (the hub keeps trying)"
+            }
+            if text.contains("poolShutdown") { return "the connection pool has shut down" }
+            return text
+        }
+        if let message = error.serverInfo?[.message] { return message }
+        if error.code == .connectionError || error.code == .serverClosedConnection || error.code == .clientClosedConnection {
+            return "the connection to the server failed (\(error.code)): \(error.underlying.map { "\($0)" } ?? "no reason given")"
+        }
+        return error.underlying.map { "\($0)" } ?? "\(error.code)"
     }
 }

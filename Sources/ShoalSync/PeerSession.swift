@@ -165,7 +165,7 @@ struct PeerSession: Sendable {
                 meshKey: configuration.meshKey, role: .peer, listenAddress: engine.listenAddress,
                 versions: configuration.protocolVersions, adminKey: configuration.adminKey,
                 acceptsKeylessAdmin: remoteIsLoopback, freshness: engine.freshness.entries,
-                holdsOthersWrites: try await engine.store.holdsOthersWrites(), forgottenThrough: engine.freshness.forgottenThrough,
+                holdsOthersWrites: await engine.holdsOthersWrites(), forgottenThrough: engine.freshness.forgottenThrough,
                 limits: PeerLimits(
                     maximumFrameSize: min(configuration.limits.maximumFrameSize, configuration.limits.maximumInflatedSize),
                     documentSizeHardLimit: Int(clamping: engine.store.systemParameters.documentSizeHardLimitBytes))))

@@ -53,6 +53,8 @@ public final class SyncEngine: Sendable {
     /// Everything received goes through here to the store.
     package let pipeline: InboundPipeline
     private let requestIDs = Locked<UInt64>(0)
+    /// Whether the store was seen to hold another node's write (`holdsOthersWrites()`).
+    private let heldOthersWrites = Locked(false)
     /// Established sessions by role, against `maximumPeers` and `maximumAdminSessions`.
     private let sessionCounts = Locked<(peers: Int, admins: Int)>((0, 0))
     /// How far each peer acknowledged this node's log, for compaction.
@@ -169,6 +171,23 @@ public final class SyncEngine: Sendable {
     }
 
     public var siteID: SiteID { store.siteID }
+
+    /// Whether this node's store holds another node's write, as Hello says (8.10): read
+    /// from the store until it does, then true for ever (the store keeps a record of
+    /// every transaction it took). When the store cannot be read (a hub whose database
+    /// is away) it is taken as true, the careful answer: peers then judge this node's
+    /// freshness as any other's, and the handshake goes on.
+    func holdsOthersWrites() async -> Bool {
+        if heldOthersWrites.withLock({ $0 }) { return true }
+        do {
+            guard try await store.holdsOthersWrites() else { return false }
+        } catch {
+            logger.debug("could not read whether the store holds others' writes; saying it does: \(error)")
+            return true
+        }
+        heldOthersWrites.withLock { $0 = true }
+        return true
+    }
 
     /// Stops syncing: every sync session closes, and until `startSync()` no peer is
     /// admitted (a peer is told `SHUTTING_DOWN` and dials again later) and the node
