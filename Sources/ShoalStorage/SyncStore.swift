@@ -126,8 +126,8 @@ package protocol SyncStore: AnyObject, Sendable {
     var hasOtherProcesses: Bool { get }
     /// After this process's peers could not send attachment `hash`: asks the other
     /// processes that are this node with it (hubs on one database), which reach other
-    /// peers, to fetch it into the staging entry `blob`, and waits while one does: the
-    /// first sign within a second, then each step of progress within `step`. Returns the
+    /// peers, to fetch it into the staging entry `blob`, and waits while one does: a
+    /// first sign within a few seconds, then each step of progress within `step`. Returns the
     /// attachment's length once it is held; nil when no other process took the request,
     /// or the one that did stopped. A store of one process returns nil at once.
     func fetchThroughOtherProcesses(hash: String, blob: Int64, step: Duration) async throws(ShoalError) -> Int?
