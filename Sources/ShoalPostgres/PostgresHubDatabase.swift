@@ -21,6 +21,10 @@ public final class PostgresHubDatabase: Sendable {
     public let location: PostgresLocation
     let client: PostgresClient
     let logger: Logger
+    /// How long a call waits for a pooled connection while the server gives none to
+    /// anyone (`withConnection`), before it fails saying so.
+    public let unreachableAfter: Duration
+    let reachability = Locked(Reachability())
 
     /// The advisory lock key hubs take while they migrate ("shoal" in ASCII).
     static let migrationLock: Int64 = 0x73_68_6F_61_6C
@@ -162,9 +166,10 @@ public final class PostgresHubDatabase: Sendable {
     static func applicationName(_ process: UInt64) -> String { "shoal-hub-" + String(process, radix: 16) }
 
     /// Connects lazily: nothing reaches the server before `run()` runs and a call is made.
-    public init(location: PostgresLocation, logger: Logger) {
+    public init(location: PostgresLocation, logger: Logger, unreachableAfter: Duration = .seconds(10)) {
         self.location = location
         self.logger = logger
+        self.unreachableAfter = unreachableAfter
         var configuration = PostgresClient.Configuration(
             host: location.host, port: location.port, username: location.user, password: location.password,
             database: location.database, tls: .disable)
@@ -216,9 +221,9 @@ public final class PostgresHubDatabase: Sendable {
     public func siteID() async throws(PostgresStoreError) -> SiteID {
         try await failing("reading the hub's site ID") {
             let candidate = Int64(bitPattern: SiteID.random().rawValue)
-            try await client.query(
+            try await query(
                 "INSERT INTO shoal_meta (key, value) VALUES ('site', \(candidate)) ON CONFLICT (key) DO NOTHING", logger: logger)
-            for try await value in try await client.query("SELECT value FROM shoal_meta WHERE key = 'site'", logger: logger)
+            for value in try await query("SELECT value FROM shoal_meta WHERE key = 'site'", logger: logger)
                 .decode(Int64.self)
             {
                 return SiteID(UInt64(bitPattern: value))
@@ -233,10 +238,10 @@ public final class PostgresHubDatabase: Sendable {
     public func allocateSequences(_ count: Int) async throws(PostgresStoreError) -> UInt64 {
         guard count > 0 else { throw PostgresStoreError("allocating \(count) sequence numbers: at least one") }
         return try await failing("allocating change-log sequence numbers") {
-            let rows = try await client.query(
+            let rows = try await query(
                 "UPDATE shoal_meta SET value = value + \(Int64(count)) WHERE key = 'log_end' RETURNING value",
                 logger: logger)
-            for try await end in rows.decode(Int64.self) { return UInt64(end - Int64(count) + 1) }
+            for end in try rows.decode(Int64.self) { return UInt64(end - Int64(count) + 1) }
             throw PostgresStoreError("the database has no log_end row: is the schema migrated?")
         }
     }
@@ -248,7 +253,7 @@ public final class PostgresHubDatabase: Sendable {
     /// out of order (a follower takes the highest it heard).
     public func notifyLogEnd(_ sequence: UInt64) async throws(PostgresStoreError) {
         _ = try await failing("announcing the change log's end") {
-            try await client.query("SELECT pg_notify(\(Self.logChannel), \(String(sequence)))", logger: logger)
+            try await query("SELECT pg_notify(\(Self.logChannel), \(String(sequence)))", logger: logger)
         }
     }
 
@@ -271,6 +276,7 @@ public final class PostgresHubDatabase: Sendable {
     ) async throws(PostgresStoreError) {
         try await failing("following the change log's announcements") {
             try await client.withConnection { connection in
+                noteAnswer()
                 try await connection.listen(on: Self.logChannel) { notifications in
                     listening()
                     for try await notification in notifications {
@@ -293,7 +299,7 @@ public final class PostgresHubDatabase: Sendable {
     public func askForAttachment(_ hash: String) async throws(PostgresStoreError) {
         let payload = "attachment \(String(process, radix: 16)) \(hash)"
         _ = try await failing("asking the other hubs for attachment \(hash)") {
-            try await client.query("SELECT pg_notify(\(Self.logChannel), \(payload))", logger: logger)
+            try await query("SELECT pg_notify(\(Self.logChannel), \(payload))", logger: logger)
         }
     }
 
@@ -309,13 +315,13 @@ public final class PostgresHubDatabase: Sendable {
     /// process's name when its last connection ends).
     public func otherHubs() async throws(PostgresStoreError) -> Int {
         try await failing("counting the other hubs") {
-            let rows = try await client.query(
+            let rows = try await query(
                 """
                 SELECT count(DISTINCT application_name) FROM pg_stat_activity
                 WHERE datname = current_database() AND application_name LIKE 'shoal-hub-%'
                 AND application_name <> \(Self.applicationName(process))
                 """, logger: logger)
-            for try await count in rows.decode(Int64.self) { return Int(count) }
+            for count in try rows.decode(Int64.self) { return Int(count) }
             return 0
         }
     }
@@ -324,20 +330,23 @@ public final class PostgresHubDatabase: Sendable {
     /// retries an unreachable server for ever, which would leave a hub starting without
     /// a word. A hub calls it (through `migrate()`) before it serves.
     public func checkReachable() async throws(PostgresStoreError) {
+        try await failing("connecting") { try await connectOnce(within: .seconds(10)) }
+    }
+
+    /// Connects outside the pool, logs in and disconnects, all within `timeout`.
+    func connectOnce(within timeout: Duration) async throws {
         var configuration = PostgresConnection.Configuration(
             host: location.host, port: location.port, username: location.user, password: location.password,
             database: location.database, tls: .disable)
-        configuration.options.connectTimeout = .seconds(10)
-        try await failing("connecting") {
-            let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
-            try await connection.close()
-        }
+        configuration.options.connectTimeout = TimeAmount(timeout)
+        let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
+        try await connection.close()
     }
 
     /// Runs one statement that takes no arguments, such as an operator's `CREATE DATABASE`.
     public func execute(_ sql: String) async throws(PostgresStoreError) {
         _ = try await failing("running \(sql)") {
-            try await client.query(PostgresQuery(unsafeSQL: sql), logger: logger)
+            try await query(PostgresQuery(unsafeSQL: sql), logger: logger)
         }
     }
 
@@ -355,6 +364,7 @@ public final class PostgresHubDatabase: Sendable {
 
     /// What went wrong, in PostgreSQL's words when the server said it.
     static func describe(_ error: any Error) -> String {
+        if let error = error as? Unreachable { return error.description }
         guard let error = error as? PSQLError else {
             // The pool's own errors (PostgresNIO's connection pool module) say what they are
             // only in their names.

@@ -45,11 +45,12 @@ extension PostgresStore {
         _ doing: String, deadline: Deadline? = nil, _ body: (PostgresInboundWriter) async throws -> T
     ) async throws(ShoalError) -> (T, PostgresInboundWriter) {
         try await failing(doing) {
-            try await database.client.withConnection { connection in
-                try await connection.query("BEGIN ISOLATION LEVEL READ COMMITTED", logger: logger)
+            try await database.withConnection { connection in
                 let writer = PostgresInboundWriter(store: self, connection: connection)
                 defer { writer.end() }
                 do {
+                    // Inside: a BEGIN whose answer was lost leaves the connection rolled back or closed.
+                    try await connection.query("BEGIN ISOLATION LEVEL READ COMMITTED", logger: logger)
                     if let deadline {
                         let left = deadline.instant - ContinuousClock.now
                         guard left > .zero else { throw deadline.exceeded(.waitingForWriter) }

@@ -28,8 +28,8 @@ extension PostgresStore: AttachmentStaging {
 
     package func attachmentLength(hash: String) async throws(ShoalError) -> Int? {
         try await failing("reading the length of attachment \(hash)") {
-            let rows = try await database.client.query("SELECT length FROM attachment WHERE hash = \(hash)", logger: logger)
-            for try await length in rows.decode(Int64.self) { return try Stored.count(length, "attachment", "length") }
+            let rows = try await database.query("SELECT length FROM attachment WHERE hash = \(hash)", logger: logger)
+            for length in try rows.decode(Int64.self) { return try Stored.count(length, "attachment", "length") }
             return nil
         }
     }
@@ -82,17 +82,17 @@ extension PostgresStore: AttachmentStaging {
         return try await failing("opening an attachment's staging entry") {
             let rows =
                 if let hash {
-                    try await database.client.query(
+                    try await database.query(
                         """
                         INSERT INTO attachment_staging (hash, received, updated_at) VALUES (\(hash), 0, \(now))
                         ON CONFLICT (hash) DO UPDATE SET updated_at = excluded.updated_at RETURNING blob, received
                         """, logger: logger)
                 } else {
-                    try await database.client.query(
+                    try await database.query(
                         "INSERT INTO attachment_staging (received, updated_at) VALUES (0, \(now)) RETURNING blob, received",
                         logger: logger)
                 }
-            for try await (blob, received) in rows.decode((Int64, Int64).self) {
+            for (blob, received) in try rows.decode((Int64, Int64).self) {
                 return (blob, try Stored.count(received, "attachment_staging", "received"))
             }
             throw ShoalError(.database, "opening an attachment's staging entry returned no row")
@@ -101,9 +101,9 @@ extension PostgresStore: AttachmentStaging {
 
     package func staging(blob: Int64) async throws(ShoalError) -> (received: Int, hash: String?)? {
         try await failing("reading attachment upload \(blob)") {
-            let rows = try await database.client.query(
+            let rows = try await database.query(
                 "SELECT received, hash FROM attachment_staging WHERE blob = \(blob)", logger: logger)
-            for try await (received, hash) in rows.decode((Int64, String?).self) {
+            for (received, hash) in try rows.decode((Int64, String?).self) {
                 return (try Stored.count(received, "attachment_staging", "received"), hash)
             }
             return nil
@@ -217,9 +217,9 @@ extension PostgresStore: AttachmentStaging {
     /// How far staging entry `blob` got and how many hubs took it up; nil when it is gone.
     private func stagingProgress(blob: Int64) async throws(ShoalError) -> [Int64]? {
         try await failing("reading attachment staging entry \(blob)") {
-            let rows = try await database.client.query(
+            let rows = try await database.query(
                 "SELECT received, taken FROM attachment_staging WHERE blob = \(blob)", logger: logger)
-            for try await (received, taken) in rows.decode((Int64, Int64).self) { return [received, taken] }
+            for (received, taken) in try rows.decode((Int64, Int64).self) { return [received, taken] }
             return nil
         }
     }

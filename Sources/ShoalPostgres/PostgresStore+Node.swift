@@ -61,9 +61,9 @@ extension PostgresStore: NodeStore {
 
     package func removeSavedSubscription(id: String) async throws(ShoalError) -> Bool {
         try await failing("removing a subscription") {
-            let rows = try await database.client.query("DELETE FROM subscription WHERE id = \(id) RETURNING id", logger: logger)
+            let rows = try await database.query("DELETE FROM subscription WHERE id = \(id) RETURNING id", logger: logger)
             var removed = false
-            for try await _ in rows.decode(String.self) { removed = true }
+            for _ in try rows.decode(String.self) { removed = true }
             return removed
         }
     }
@@ -80,13 +80,13 @@ extension PostgresStore: NodeStore {
     {
         do {
             var entries: [SiteID: UInt64] = [:]
-            for try await (site, through) in try await database.client.query("SELECT site, through FROM freshness", logger: logger)
+            for (site, through) in try await database.query("SELECT site, through FROM freshness", logger: logger)
                 .decode((Int64, Int64).self)
             {
                 entries[SiteID(UInt64(bitPattern: site))] = try Stored.unsigned(through, "freshness", "through")
             }
             var forgotten: UInt64 = 0
-            for try await value in try await database.client.query(
+            for value in try await database.query(
                 "SELECT value FROM shoal_meta WHERE key = 'forgotten_through'", logger: logger
             ).decode(Int64.self) {
                 forgotten = try Stored.unsigned(value, "shoal_meta", "value of forgotten_through")

@@ -152,9 +152,10 @@ package final class PostgresStore: SyncStore, Sendable {
         _ doing: String, begin: String = "BEGIN ISOLATION LEVEL READ COMMITTED", _ body: (PostgresConnection) async throws -> T
     ) async throws(ShoalError) -> T {
         try await failing(doing) {
-            try await database.client.withConnection { connection in
-                try await connection.query(PostgresQuery(unsafeSQL: begin), logger: logger)
+            try await database.withConnection { connection in
                 do {
+                    // Inside: a BEGIN whose answer was lost leaves the connection rolled back or closed.
+                    try await connection.query(PostgresQuery(unsafeSQL: begin), logger: logger)
                     let result = try await body(connection)
                     try await connection.query("COMMIT", logger: logger)
                     return result
@@ -168,12 +169,14 @@ package final class PostgresStore: SyncStore, Sendable {
 
     /// Runs one statement outside any writer (a single statement is atomic on its own).
     func run(_ doing: String, _ query: PostgresQuery) async throws(ShoalError) {
-        _ = try await failing(doing) { try await database.client.query(query, logger: logger) }
+        _ = try await failing(doing) { try await database.query(query, logger: logger) }
     }
 
     /// Rolls back what `connection` has open; a connection that cannot is closed, so that
     /// the pool never hands out one inside a transaction.
     static func rollBack(_ connection: PostgresConnection, logger: Logger) async {
+        // A closed connection has nothing open, and a statement sent on it would never be answered.
+        guard !connection.isClosed else { return }
         do {
             try await connection.query("ROLLBACK", logger: logger)
         } catch {
@@ -297,13 +300,13 @@ package final class PostgresStore: SyncStore, Sendable {
         guard !ids.isEmpty else { return [] }
         let (sites, sequences) = Self.columns(ids)
         return try await failing("reading which transactions the change log holds") {
-            let rows = try await database.client.query(
+            let rows = try await database.query(
                 """
                 SELECT DISTINCT txn_site, txn_seq FROM change_log
                 WHERE (txn_site, txn_seq) IN (SELECT * FROM UNNEST(\(sites)::bigint[], \(sequences)::bigint[]))
                 """, logger: logger)
             var held: Set<TransactionID> = []
-            for try await (site, sequence) in rows.decode((Int64, Int64).self) {
+            for (site, sequence) in try rows.decode((Int64, Int64).self) {
                 held.insert(TransactionID(origin: SiteID(UInt64(bitPattern: site)), sequence: try Stored.unsigned(sequence, "change_log", "txn_seq")))
             }
             return held
@@ -314,13 +317,13 @@ package final class PostgresStore: SyncStore, Sendable {
         guard !documents.isEmpty else { return [:] }
         let collections = documents.map(\.collection), keys = documents.map(\.id)
         return try await failing("reading document bodies") {
-            let rows = try await database.client.query(
+            let rows = try await database.query(
                 """
                 SELECT collection, doc_id, body FROM document
                 WHERE (collection, doc_id) IN (SELECT * FROM UNNEST(\(collections)::text[], \(keys)::text[]))
                 """, logger: logger)
             var bodies: [DocumentRef: String] = [:]
-            for try await (collection, key, body) in rows.decode((String, String, String).self) {
+            for (collection, key, body) in try rows.decode((String, String, String).self) {
                 bodies[DocumentRef(collection: collection, id: key)] = body
             }
             return bodies
@@ -427,10 +430,10 @@ package final class PostgresStore: SyncStore, Sendable {
 
     static func readInterest(_ database: PostgresHubDatabase, logger: Logger) async throws(ShoalError) -> [SiteID: SavedInterest] {
         do {
-            let rows = try await database.client.query(
+            let rows = try await database.query(
                 "SELECT site, subscriptions, generation, heard_from FROM neighbour_interest", logger: logger)
             var interest: [SiteID: SavedInterest] = [:]
-            for try await (site, subscriptions, generation, heard) in rows.decode((Int64, String, Int64, String).self) {
+            for (site, subscriptions, generation, heard) in try rows.decode((Int64, String, Int64, String).self) {
                 if let saved = SavedInterest(
                     subscriptionsText: subscriptions, generation: UInt64(bitPattern: generation), heardFromText: heard)
                 {
@@ -450,18 +453,16 @@ package final class PostgresStore: SyncStore, Sendable {
         let saved = interest.keys.map { interest[$0]! }
         let texts = saved.map(\.subscriptionsText), generations = saved.map { Int64(bitPattern: $0.generation) }
         let heard = saved.map(\.heardFromText)
-        _ = try await failing("saving the interest this hub relays for") {
-            try await database.client.withTransaction(logger: logger) { connection in
-                try await connection.query("DELETE FROM neighbour_interest WHERE site = ANY(\(forget)::bigint[])", logger: logger)
-                try await connection.query(
-                    """
-                    INSERT INTO neighbour_interest (site, subscriptions, generation, heard_from)
-                    SELECT * FROM UNNEST(\(sites)::bigint[], \(texts)::text[], \(generations)::bigint[], \(heard)::text[])
-                    ON CONFLICT (site) DO UPDATE SET subscriptions = excluded.subscriptions,
-                        generation = excluded.generation, heard_from = excluded.heard_from
-                    WHERE excluded.generation >= neighbour_interest.generation
-                    """, logger: logger)
-            }
+        try await transaction("saving the interest this hub relays for") { connection in
+            try await connection.query("DELETE FROM neighbour_interest WHERE site = ANY(\(forget)::bigint[])", logger: logger)
+            try await connection.query(
+                """
+                INSERT INTO neighbour_interest (site, subscriptions, generation, heard_from)
+                SELECT * FROM UNNEST(\(sites)::bigint[], \(texts)::text[], \(generations)::bigint[], \(heard)::text[])
+                ON CONFLICT (site) DO UPDATE SET subscriptions = excluded.subscriptions,
+                    generation = excluded.generation, heard_from = excluded.heard_from
+                WHERE excluded.generation >= neighbour_interest.generation
+                """, logger: logger)
         }
     }
 
@@ -472,9 +473,9 @@ package final class PostgresStore: SyncStore, Sendable {
     package func holdsOthersWrites() async throws(ShoalError) -> Bool {
         let site = Int64(bitPattern: siteID.rawValue)
         return try await failing("reading whether this hub holds others' writes") {
-            let rows = try await database.client.query(
+            let rows = try await database.query(
                 "SELECT EXISTS (SELECT 1 FROM txn WHERE origin <> \(site))", logger: logger)
-            for try await held in rows.decode(Bool.self) { return held }
+            for held in try rows.decode(Bool.self) { return held }
             return true
         }
     }
@@ -516,8 +517,8 @@ package final class PostgresStore: SyncStore, Sendable {
 
     package func lastSequence() async throws(ShoalError) -> UInt64 {
         try await failing("reading the change log's end") {
-            let rows = try await database.client.query("SELECT MAX(seq) FROM change_log", logger: logger)
-            for try await last in rows.decode(Int64?.self) { return try last.map { v throws in try Stored.unsigned(v, "change_log", "seq") } ?? 0 }
+            let rows = try await database.query("SELECT MAX(seq) FROM change_log", logger: logger)
+            for last in try rows.decode(Int64?.self) { return try last.map { v throws in try Stored.unsigned(v, "change_log", "seq") } ?? 0 }
             return 0
         }
     }
@@ -530,23 +531,21 @@ package final class PostgresStore: SyncStore, Sendable {
         let through = latest.values.map { Int64(bitPattern: $0.through) }
         let heard = latest.values.map { Int64($0.heardAt.timeIntervalSince1970 * 1000) }
         let forgotten = forget.map { Int64(bitPattern: $0.rawValue) }
-        _ = try await failing("saving what peers acknowledged") {
-            try await database.client.withTransaction(logger: logger) { connection in
-                try await connection.query(
-                    """
-                    INSERT INTO peer_ack (peer, through, heard_at) SELECT * FROM UNNEST(\(peers)::bigint[], \(through)::bigint[], \(heard)::bigint[])
-                    ON CONFLICT (peer) DO UPDATE SET through = excluded.through, heard_at = excluded.heard_at
-                    """, logger: logger)
-                try await connection.query("DELETE FROM peer_ack WHERE peer = ANY(\(forgotten)::bigint[])", logger: logger)
-            }
+        try await transaction("saving what peers acknowledged") { connection in
+            try await connection.query(
+                """
+                INSERT INTO peer_ack (peer, through, heard_at) SELECT * FROM UNNEST(\(peers)::bigint[], \(through)::bigint[], \(heard)::bigint[])
+                ON CONFLICT (peer) DO UPDATE SET through = excluded.through, heard_at = excluded.heard_at
+                """, logger: logger)
+            try await connection.query("DELETE FROM peer_ack WHERE peer = ANY(\(forgotten)::bigint[])", logger: logger)
         }
     }
 
     package func peerAcknowledgements() async throws(ShoalError) -> [PeerAcknowledgement] {
         try await failing("reading what peers acknowledged") {
-            let rows = try await database.client.query("SELECT peer, through, heard_at FROM peer_ack ORDER BY through, peer", logger: logger)
+            let rows = try await database.query("SELECT peer, through, heard_at FROM peer_ack ORDER BY through, peer", logger: logger)
             var acknowledgements: [PeerAcknowledgement] = []
-            for try await (peer, through, heard) in rows.decode((Int64, Int64, Int64).self) {
+            for (peer, through, heard) in try rows.decode((Int64, Int64, Int64).self) {
                 acknowledgements.append(
                     PeerAcknowledgement(
                         peer: SiteID(UInt64(bitPattern: peer)), through: UInt64(bitPattern: through),

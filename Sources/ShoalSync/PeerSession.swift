@@ -467,7 +467,19 @@ struct PeerSession: Sendable {
             }
             pending += machine.handle(event, now: now())
             while let action = pending.popFirst() {
-                for followUp in try await perform(action, peer: peer, input: input) {
+                let followUps: [SessionStateMachine.Event]
+                do {
+                    followUps = try await perform(action, peer: peer, input: input)
+                } catch let error as ShoalError where !Task.isCancelled {
+                    // The store failed the session (its database unreachable, a disk
+                    // error): say so and close, so the peer dials again (elsewhere,
+                    // perhaps) rather than wait on a session whose loop has stopped.
+                    _ = try? await perform(
+                        .close(SyncError(.executionFailed, "this node cannot go on with the session: \(error)", peer: peer.siteID)),
+                        peer: peer, input: input)
+                    throw error
+                }
+                for followUp in followUps {
                     pending += machine.handle(followUp, now: now())
                 }
             }

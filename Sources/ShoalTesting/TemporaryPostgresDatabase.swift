@@ -13,8 +13,14 @@ public enum TemporaryPostgresDatabase {
     public static let skipReason = "SHOAL_POSTGRES_URL is not set: scripts/postgres.sh start DIR starts a server"
 
     /// Runs `body` with `count` running clients of a new database, then drops it.
+    ///
+    /// - Parameters:
+    ///   - through: makes the hubs' port from the server's, for a test that puts a
+    ///     `LoopbackProxy` between them (the database is created and dropped directly).
+    ///   - unreachableAfter: the hubs' bound on waits for a server that does not answer.
     public static func withDatabase<T: Sendable>(
-        hubs count: Int = 1, logger: Logger = Logger(label: "shoal.test.postgres"),
+        hubs count: Int = 1, through: (@Sendable (Int) throws -> Int)? = nil, unreachableAfter: Duration = .seconds(10),
+        logger: Logger = Logger(label: "shoal.test.postgres"),
         _ body: @Sendable ([PostgresHubDatabase]) async throws -> T
     ) async throws -> T {
         guard let serverURL else { throw PostgresStoreError(skipReason) }
@@ -22,7 +28,8 @@ public enum TemporaryPostgresDatabase {
         let name = "shoal_test_\(UInt32.random(in: 0...UInt32.max))"
         var location = admin.location
         location.database = name
-        let hubs = (0..<count).map { _ in PostgresHubDatabase(location: location, logger: logger) }
+        if let through { location.port = try through(location.port) }
+        let hubs = (0..<count).map { _ in PostgresHubDatabase(location: location, logger: logger, unreachableAfter: unreachableAfter) }
         return try await withThrowingTaskGroup(of: Void.self) { outer in
             outer.addTask { await admin.run() }
             try await admin.execute("CREATE DATABASE \(name)")

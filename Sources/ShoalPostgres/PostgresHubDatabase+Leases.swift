@@ -1,0 +1,330 @@
+import Dispatch
+import Logging
+import ShoalCRDT
+import ShoalStorage
+package import PostgresNIO
+
+/// Pooled connections whose wait is bounded while the server cannot be reached.
+///
+/// PostgresNIO's pool queues a lease for as long as it keeps failing to connect (a
+/// minute, until its circuit breaker trips), and a hub would hold a session, a commit
+/// or a handshake that long without a word to its peer. Here a lease gives up when no
+/// connection was had, by any caller, for `unreachableAfter`: a pool that is merely
+/// busy hands connections out and back all the while, so its callers wait on. Once one
+/// lease gave up, the next wait a second at most, until one is had again:
+///
+/// ```
+///  lease ──► pool ──► connection ──────────────────────────────► body
+///    │                                      (any lease or return: the server answers)
+///    └── timer: no lease or return for `unreachableAfter` ──► give up ──► later leases
+///                                                          wait 1 s, until one succeeds
+/// ```
+///
+/// The lease is taken in a child task that lends the connection to the caller's task,
+/// so the caller's body runs where it was called, and a lease given up is cancelled
+/// (the pool drops the request) before the body could start.
+///
+/// Once the body runs, only a dead link ends it: when no one has had an answer from
+/// the server for `unreachableAfter`, a connection of its own tells a slow statement
+/// (the body goes on) from a link that drops packets (the body's connection is closed,
+/// and its statement fails as a connection error does; a commit in flight may or may
+/// not have been applied, as with any connection lost).
+extension PostgresHubDatabase {
+    /// What the bounds know: when the pool last handed out a connection, when the
+    /// server last answered (a body done, a connection of its own made), and whether a
+    /// lease gave up or a link was found dead since.
+    ///
+    /// Nothing is bounded before the pool first connects: a hub checks that it can
+    /// reach the server as it starts (`checkReachable`), and a pool starting on a busy
+    /// machine may take a while for its first connection.
+    struct Reachability: Sendable {
+        var lastLease: ContinuousClock.Instant?
+        var lastAnswer: ContinuousClock.Instant?
+        var givenUp = false
+        /// A connection of the hub's own failed while a statement waited, and nothing
+        /// answered since: the pool's other idle connections are likely dead too, and a
+        /// statement on one is closed after a second, with no new connection tried.
+        var linkDead = false
+
+        /// The later of the two: a pool that hands out connections is not unreachable.
+        var lastSign: ContinuousClock.Instant? {
+            guard let lastLease, let lastAnswer else { return lastLease ?? lastAnswer }
+            return max(lastLease, lastAnswer)
+        }
+    }
+
+    /// The error of a lease that gave up (`describe` words it).
+    struct Unreachable: Error, CustomStringConvertible {
+        var since: Duration
+        var description: String {
+            "cannot reach the server: no connection for \(since.components.seconds) s (the hub keeps trying)"
+        }
+    }
+
+    /// Notes that the server answered: a body ran to its end, a connection was made.
+    func noteAnswer() {
+        reachability.withLock {
+            $0.lastAnswer = .now
+            $0.givenUp = false
+            $0.linkDead = false
+        }
+    }
+
+    /// Notes that the pool handed out a connection (an idle one may be dead: it proves
+    /// only that the pool is not stuck connecting).
+    func noteLease() {
+        reachability.withLock { $0.lastLease = .now }
+    }
+
+    /// Runs `body` on a pooled connection, leased within the bound above.
+    package nonisolated(nonsending) func withConnection<T>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        // Once a lease gave up, each waits only a moment: a probe of whether the server is back.
+        let bound = reachability.withLock { $0.givenUp } ? min(unreachableAfter, .seconds(1)) : unreachableAfter
+        let started = ContinuousClock.now
+        let loan = Loan()
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { [client] in
+                do {
+                    // A connection that closed before the pool heard of it is not lent: a
+                    // statement sent on a closed connection is never answered (PostgresNIO).
+                    while try await client.withConnection({ connection -> Bool in
+                        if connection.isClosed { return true }
+                        self.noteLease()
+                        guard loan.lend(connection) else { return false }
+                        // Closed before the pool gets it back, when the watcher found the link dead.
+                        if await loan.returned() { try? await connection.close() }
+                        return false
+                    }) {}
+                } catch {
+                    loan.fail(error)
+                }
+            }
+            group.addTask {
+                // While the lease waits: give up once the server gave no one a connection for `bound`.
+                while loan.waiting {
+                    guard let sign = self.reachability.withLock({ $0.lastSign }) else {
+                        // Not connected yet: look again in a while.
+                        try await Task.sleep(for: bound, clock: .continuous)
+                        continue
+                    }
+                    let from = max(started, sign)
+                    try await Task.sleep(until: from + bound, clock: .continuous)
+                    let last = self.reachability.withLock { $0.lastSign } ?? from
+                    if last > from { continue }
+                    if loan.fail(Unreachable(since: ContinuousClock.now - last)) {
+                        self.reachability.withLock { $0.givenUp = true }
+                    }
+                    return
+                }
+                // While the body runs: a server that stopped answering anyone (its link
+                // dropping packets, not refusing them) would hold the body's query until
+                // TCP gives up, a quarter of an hour. When no one has had an answer for
+                // `unreachableAfter`, a new connection tells a slow query from a dead
+                // link; on a dead one, the body's connection is closed and its query fails.
+                while loan.lentConnection != nil {
+                    let (last, dead) = self.reachability.withLock { ($0.lastAnswer, $0.linkDead) }
+                    let from = max(ContinuousClock.now, last ?? .now)
+                    let patience = dead ? min(self.unreachableAfter, .seconds(1)) : self.unreachableAfter
+                    if Task.isCancelled {
+                        // The caller was cancelled, and its body still runs: a statement on a
+                        // dead link does not end when its task is cancelled (the cancel request
+                        // goes unanswered too), so the watch goes on, on a timer of its own.
+                        await loan.watch(until: from + patience)
+                    } else {
+                        // Cancelled when the body is done (or its caller is: then the above).
+                        do { try await Task.sleep(until: from + patience, clock: .continuous) } catch { continue }
+                    }
+                    guard loan.lentConnection != nil else { return }
+                    let cancelled = Task.isCancelled
+                    if !cancelled, self.reachability.withLock({ ($0.lastAnswer ?? from) > from }) { continue }
+                    do {
+                        if cancelled { throw CancellationError() }
+                        if dead { throw Unreachable(since: ContinuousClock.now - (last ?? from)) }
+                        try await self.connectOnce(within: self.unreachableAfter)
+                        self.noteAnswer()
+                    } catch {
+                        guard loan.lentConnection != nil else { return }
+                        self.logger.warning(
+                            cancelled
+                                ? "a cancelled statement is still waiting for the database: closing its connection"
+                                : "the database stopped answering: closing a connection whose statement waits",
+                            metadata: ["shoal.store": "\(self.location)", "shoal.error": "\(Self.describe(error))"])
+                        if !cancelled {
+                            self.reachability.withLock {
+                                $0.givenUp = true
+                                $0.linkDead = true
+                            }
+                        }
+                        try? await loan.condemn()?.close()
+                        return
+                    }
+                }
+            }
+            defer { group.cancelAll() }
+            let connection = try await loan.borrow()
+            defer { loan.giveBack() }
+            let result = try await body(connection)
+            noteAnswer()
+            return result
+        }
+    }
+
+    /// Runs one query on a pooled connection and reads all its rows.
+    package func query(_ query: PostgresQuery, logger: Logger? = nil) async throws -> [PostgresRow] {
+        try await withConnection { connection in
+            try await connection.query(query, logger: logger ?? self.logger).collect()
+        }
+    }
+}
+
+/// A connection lent by the task holding its lease to the task that asked for it.
+///
+/// ```
+///  waiting ──lend──► lent ──(borrow)──► lent, borrowed ──giveBack──► done
+///     └──fail──► failed          the lender waits in `returned()` until done, so the
+///                                pool gets the connection back only once it is unused
+/// ```
+private final class Loan: Sendable {
+    private enum Phase {
+        case waiting(borrower: CheckedContinuation<PostgresConnection, any Error>?)
+        case lent(PostgresConnection, borrowed: Bool, lender: CheckedContinuation<Void, Never>?)
+        case failed(any Error)
+        case done
+    }
+    private struct State {
+        var phase = Phase.waiting(borrower: nil)
+        /// The watcher found the link dead: the connection is closed before the pool gets it back.
+        var condemned = false
+        /// The watcher's wait (`watch(until:)`), with the number of its wait.
+        var watcher: CheckedContinuation<Void, Never>?
+        var wait = 0
+    }
+    private let state = Locked(State())
+
+    /// Whether the lease is still waiting for a connection.
+    var waiting: Bool {
+        state.withLock { if case .waiting = $0.phase { true } else { false } }
+    }
+
+    /// The connection while it is lent and not yet given back.
+    var lentConnection: PostgresConnection? {
+        state.withLock { if case .lent(let connection, _, _) = $0.phase { connection } else { nil } }
+    }
+
+    /// Hands `connection` to the borrower; false when it no longer waits (it failed).
+    func lend(_ connection: PostgresConnection) -> Bool {
+        let outcome = state.withLock { state -> (lent: Bool, borrower: CheckedContinuation<PostgresConnection, any Error>?) in
+            guard case .waiting(let borrower) = state.phase else { return (false, nil) }
+            state.phase = .lent(connection, borrowed: borrower != nil, lender: nil)
+            return (true, borrower)
+        }
+        outcome.borrower?.resume(returning: connection)
+        return outcome.lent
+    }
+
+    /// Fails the borrower that still waits; true when it did.
+    @discardableResult
+    func fail(_ error: any Error) -> Bool {
+        let outcome = state.withLock { state -> (failed: Bool, borrower: CheckedContinuation<PostgresConnection, any Error>?) in
+            guard case .waiting(let borrower) = state.phase else { return (false, nil) }
+            state.phase = .failed(error)
+            return (true, borrower)
+        }
+        outcome.borrower?.resume(throwing: error)
+        return outcome.failed
+    }
+
+    /// The connection, once lent; throws what failed the lease.
+    func borrow() async throws -> PostgresConnection {
+        try await withCheckedThrowingContinuation { continuation in
+            let now: Result<PostgresConnection, any Error>? = state.withLock { state in
+                switch state.phase {
+                case .waiting:
+                    state.phase = .waiting(borrower: continuation)
+                    return nil
+                case .lent(let connection, false, let lender):
+                    state.phase = .lent(connection, borrowed: true, lender: lender)
+                    return .success(connection)
+                case .failed(let error):
+                    return .failure(error)
+                case .lent, .done:
+                    return .failure(CancellationError())
+                }
+            }
+            if let now { continuation.resume(with: now) }
+        }
+    }
+
+    /// Waits, in the lending task, until the borrower gives the connection back; true
+    /// when the watcher condemned it.
+    func returned() async -> Bool {
+        await withCheckedContinuation { continuation in
+            let back = state.withLock { state -> Bool in
+                guard case .lent(let connection, let borrowed, nil) = state.phase else { return true }
+                state.phase = .lent(connection, borrowed: borrowed, lender: continuation)
+                return false
+            }
+            if back { continuation.resume() }
+        }
+        return state.withLock { $0.condemned }
+    }
+
+    /// Gives the connection back to the lending task, which ends its lease.
+    func giveBack() {
+        let (lender, watcher) = state.withLock { state -> (CheckedContinuation<Void, Never>?, CheckedContinuation<Void, Never>?) in
+            defer {
+                state.phase = .done
+                state.watcher = nil
+            }
+            if case .lent(_, _, let lender) = state.phase { return (lender, state.watcher) }
+            return (nil, state.watcher)
+        }
+        lender?.resume()
+        watcher?.resume()
+    }
+
+    /// Marks the connection to be closed, if it is still lent; returns it then.
+    func condemn() -> PostgresConnection? {
+        state.withLock { state in
+            guard case .lent(let connection, _, _) = state.phase else { return nil }
+            state.condemned = true
+            return connection
+        }
+    }
+
+    /// Waits until `deadline` or until the connection is given back, whichever comes
+    /// first, whether or not the task is cancelled.
+    func watch(until deadline: ContinuousClock.Instant) async {
+        await withCheckedContinuation { continuation in
+            let wait = state.withLock { state -> Int? in
+                guard case .lent = state.phase else { return nil }
+                state.wait += 1
+                state.watcher = continuation
+                return state.wait
+            }
+            guard let wait else { return continuation.resume() }
+            let left = deadline - ContinuousClock.now
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(max(0, left.wholeMilliseconds)) + 1)) {
+                let watcher = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+                    guard state.wait == wait, let watcher = state.watcher else { return nil }
+                    state.watcher = nil
+                    return watcher
+                }
+                watcher?.resume()
+            }
+        }
+    }
+}
+
+extension [PostgresRow] {
+    /// Each row's one column, decoded.
+    package func decode<Column: PostgresDecodable>(_ type: Column.Type) throws -> [Column] {
+        try map { try $0.decode(type) }
+    }
+
+    /// Each row's columns, decoded.
+    package func decode<each Column: PostgresDecodable>(_ types: (repeat each Column).Type) throws -> [(repeat each Column)] {
+        try map { try $0.decode(types) }
+    }
+}
+
