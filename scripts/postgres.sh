@@ -6,6 +6,8 @@
 #                                   missing, starts a server in DIR and prints the line
 #                                   SHOAL_POSTGRES_URL=postgresql://shoal@127.0.0.1:PORT/shoal
 #   scripts/postgres.sh stop DIR    stops it (DIR may then be removed)
+#   scripts/postgres.sh crash DIR   stops it at once, as a crash would (`-m immediate`)
+#   scripts/postgres.sh resume DIR  starts it again on its port (scripts/hub-restart.sh)
 #
 # Tests that need PostgreSQL read SHOAL_POSTGRES_URL and skip, saying so, without it;
 # the role may create databases, so each test makes one of its own.
@@ -14,7 +16,7 @@ set -euo pipefail
 command=${1:-}
 dir=${2:-}
 if [[ -z "$command" || -z "$dir" ]]; then
-  echo "usage: $0 start|stop DIR" >&2
+  echo "usage: $0 start|stop|crash|resume DIR" >&2
   exit 2
 fi
 
@@ -34,6 +36,17 @@ as_server() {
   fi
 }
 
+# Loopback only, the socket in DIR (not /var/run), no fsync: a test server, not a store.
+# The suite runs many hubs' pools at once (each hub also holds a listening connection),
+# more than the default 100 connections.
+serve() {
+  as_server "$1/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
+    -o "-c listen_addresses=127.0.0.1 -p $2 -k $dir -c fsync=off -c full_page_writes=off -c max_connections=300" >/dev/null || {
+    cat "$dir/server.log" >&2
+    exit 1
+  }
+}
+
 case "$command" in
 start)
   if [[ -z "$(bin)" ]]; then
@@ -50,14 +63,7 @@ start)
     cat "$dir/initdb.log" >&2
     exit 1
   }
-  # Loopback only, the socket in DIR (not /var/run), no fsync: a test server, not a store.
-  # The suite runs many hubs' pools at once (each hub also holds a listening connection),
-  # more than the default 100 connections.
-  as_server "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
-    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c full_page_writes=off -c max_connections=300" >/dev/null || {
-    cat "$dir/server.log" >&2
-    exit 1
-  }
+  serve "$pgbin" "$port"
   as_server "$pgbin/psql" -h 127.0.0.1 -p "$port" -U postgres -q -v ON_ERROR_STOP=1 \
     -c "CREATE ROLE shoal LOGIN CREATEDB" -c "CREATE DATABASE shoal OWNER shoal" >/dev/null
   echo "$port" >"$dir/port"
@@ -68,8 +74,14 @@ stop)
   [[ -d "$dir/data" ]] || exit 0
   as_server "$pgbin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
   ;;
+crash)
+  as_server "$(bin)/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null
+  ;;
+resume)
+  serve "$(bin)" "$(cat "$dir/port")"
+  ;;
 *)
-  echo "usage: $0 start|stop DIR" >&2
+  echo "usage: $0 start|stop|crash|resume DIR" >&2
   exit 2
   ;;
 esac
