@@ -45,6 +45,9 @@ extension PostgresHubDatabase {
         /// answered since: the pool's other idle connections are likely dead too, and a
         /// statement on one is closed after a second, with no new connection tried.
         var linkDead = false
+        /// Connections lent now: while some are, a pool that gives out no other is busy,
+        /// not necessarily cut off, and a connection of the hub's own tells which.
+        var lent = 0
 
         /// The later of the two: a pool that hands out connections is not unreachable.
         var lastSign: ContinuousClock.Instant? {
@@ -91,6 +94,8 @@ extension PostgresHubDatabase {
                         if connection.isClosed { return true }
                         self.noteLease()
                         guard loan.lend(connection) else { return false }
+                        self.reachability.withLock { $0.lent += 1 }
+                        defer { self.reachability.withLock { $0.lent -= 1 } }
                         // Closed before the pool gets it back, when the watcher found the link dead.
                         if await loan.returned() { try? await connection.close() }
                         return false
@@ -100,17 +105,21 @@ extension PostgresHubDatabase {
                 }
             }
             group.addTask {
-                // While the lease waits: give up once the server gave no one a connection for `bound`.
+                // While the lease waits: give up once the server gave no one a connection
+                // for `bound` (woken as soon as the lease is had or fails, and not cancelled
+                // with the caller: a lease cancelled fails, which wakes it).
                 while loan.waiting {
                     guard let sign = self.reachability.withLock({ $0.lastSign }) else {
                         // Not connected yet: look again in a while.
-                        try await Task.sleep(for: bound, clock: .continuous)
+                        await loan.wait(until: .now + bound, lent: false)
                         continue
                     }
                     let from = max(started, sign)
-                    try await Task.sleep(until: from + bound, clock: .continuous)
-                    let last = self.reachability.withLock { $0.lastSign } ?? from
+                    await loan.wait(until: from + bound, lent: false)
+                    guard loan.waiting else { break }
+                    let (last, busy) = self.reachability.withLock { ($0.lastSign ?? from, $0.lent > 0) }
                     if last > from { continue }
+                    if busy, await self.serverAnswers(within: self.unreachableAfter) != false { continue }
                     if loan.fail(Unreachable(since: ContinuousClock.now - last)) {
                         self.reachability.withLock { $0.givenUp = true }
                     }
@@ -129,7 +138,7 @@ extension PostgresHubDatabase {
                         // The caller was cancelled, and its body still runs: a statement on a
                         // dead link does not end when its task is cancelled (the cancel request
                         // goes unanswered too), so the watch goes on, on a timer of its own.
-                        await loan.watch(until: from + patience)
+                        await loan.wait(until: from + patience, lent: true)
                     } else {
                         // Cancelled when the body is done (or its caller is: then the above).
                         do { try await Task.sleep(until: from + patience, clock: .continuous) } catch { continue }
@@ -137,18 +146,15 @@ extension PostgresHubDatabase {
                     guard loan.lentConnection != nil else { return }
                     let cancelled = Task.isCancelled
                     if !cancelled, self.reachability.withLock({ ($0.lastAnswer ?? from) > from }) { continue }
-                    do {
-                        if cancelled { throw CancellationError() }
-                        if dead { throw Unreachable(since: ContinuousClock.now - (last ?? from)) }
-                        try await self.connectOnce(within: self.unreachableAfter)
-                        self.noteAnswer()
-                    } catch {
-                        guard loan.lentConnection != nil else { return }
+                    // Dead already: a short look, the link most likely still down.
+                    let answers = cancelled ? false : await self.serverAnswers(within: dead ? min(self.unreachableAfter, .seconds(1)) : self.unreachableAfter)
+                    guard loan.lentConnection != nil else { return }
+                    if answers == false {
                         self.logger.warning(
                             cancelled
                                 ? "a cancelled statement is still waiting for the database: closing its connection"
                                 : "the database stopped answering: closing a connection whose statement waits",
-                            metadata: ["shoal.store": "\(self.location)", "shoal.error": "\(Self.describe(error))"])
+                            metadata: ["shoal.store": "\(self.location)", "shoal.unreachable.after": "\(self.unreachableAfter)"])
                         if !cancelled {
                             self.reachability.withLock {
                                 $0.givenUp = true
@@ -167,6 +173,22 @@ extension PostgresHubDatabase {
             noteAnswer()
             return result
         }
+    }
+
+    /// Whether the server answers a connection of the hub's own within `timeout`: true
+    /// when it does, or refuses it in words (too many clients, starting up: it is
+    /// there); false when nothing answers; nil when the task was cancelled meanwhile.
+    func serverAnswers(within timeout: Duration) async -> Bool? {
+        do {
+            try await connectOnce(within: timeout)
+        } catch let error as PSQLError where error.serverInfo != nil {
+            noteAnswer()
+            return true
+        } catch {
+            return Task.isCancelled || error is CancellationError ? nil : false
+        }
+        noteAnswer()
+        return true
     }
 
     /// Runs one query on a pooled connection and reads all its rows.
@@ -195,7 +217,7 @@ private final class Loan: Sendable {
         var phase = Phase.waiting(borrower: nil)
         /// The watcher found the link dead: the connection is closed before the pool gets it back.
         var condemned = false
-        /// The watcher's wait (`watch(until:)`), with the number of its wait.
+        /// The timer's wait (`wait(until:lent:)`), with the number of its wait.
         var watcher: CheckedContinuation<Void, Never>?
         var wait = 0
     }
@@ -219,6 +241,7 @@ private final class Loan: Sendable {
             return (true, borrower)
         }
         outcome.borrower?.resume(returning: connection)
+        if outcome.lent { wake() }
         return outcome.lent
     }
 
@@ -231,6 +254,7 @@ private final class Loan: Sendable {
             return (true, borrower)
         }
         outcome.borrower?.resume(throwing: error)
+        if outcome.failed { wake() }
         return outcome.failed
     }
 
@@ -292,12 +316,25 @@ private final class Loan: Sendable {
         }
     }
 
-    /// Waits until `deadline` or until the connection is given back, whichever comes
-    /// first, whether or not the task is cancelled.
-    func watch(until deadline: ContinuousClock.Instant) async {
+    /// Resumes the timer's wait, if it waits.
+    private func wake() {
+        let watcher = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            defer { state.watcher = nil }
+            return state.watcher
+        }
+        watcher?.resume()
+    }
+
+    /// Waits until `deadline` or until the loan moves on from where it is (`lent`:
+    /// lent, else waiting for the pool), whichever comes first, whether or not the task
+    /// is cancelled. Returns at once when it has moved on already.
+    func wait(until deadline: ContinuousClock.Instant, lent: Bool) async {
         await withCheckedContinuation { continuation in
             let wait = state.withLock { state -> Int? in
-                guard case .lent = state.phase else { return nil }
+                switch (state.phase, lent) {
+                case (.waiting, false), (.lent, true): break
+                default: return nil
+                }
                 state.wait += 1
                 state.watcher = continuation
                 return state.wait

@@ -473,9 +473,20 @@ struct PeerSession: Sendable {
                 } catch let error as ShoalError where !Task.isCancelled {
                     // The store failed the session (its database unreachable, a disk
                     // error): say so and close, so the peer dials again (elsewhere,
-                    // perhaps) rather than wait on a session whose loop has stopped.
+                    // perhaps) rather than wait on a session whose loop has stopped. The
+                    // peer is told that much; what failed, which may name the database,
+                    // goes to this node's log only.
+                    logger.error(
+                        "a store call failed in a session",
+                        metadata: [
+                            "shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)",
+                            "shoal.error": "\(error)",
+                        ])
                     _ = try? await perform(
-                        .close(SyncError(.executionFailed, "this node cannot go on with the session: \(error)", peer: peer.siteID)),
+                        .close(
+                            SyncError(
+                                .executionFailed, "this node's store failed, so the session ends (the node's log says why)",
+                                peer: peer.siteID)),
                         peer: peer, input: input)
                     throw error
                 }

@@ -42,8 +42,17 @@ public enum TemporaryPostgresDatabase {
                     return .failure(error)
                 }
             }
-            // The hubs' connections are closed now: the database can go.
-            try await admin.execute("DROP DATABASE \(name) WITH (FORCE)")
+            // The hubs' connections are closed now: the database can go. (Rarely the
+            // server refuses once, with a backend of its own still on the database:
+            // "must be a member of the role whose process is being terminated".)
+            for attempt in 1...5 {
+                do {
+                    try await admin.execute("DROP DATABASE \(name) WITH (FORCE)")
+                    break
+                } catch where attempt < 5 {
+                    try await Task.sleep(for: .milliseconds(500))
+                }
+            }
             outer.cancelAll()
             return try result.get()
         }
