@@ -236,7 +236,7 @@ extension PostgresInboundWriter {
                 sql += " AND doc_id = $2"
             }
             var out: [(key: String, body: String)] = []
-            for try await (key, body) in try await query(PostgresQuery(unsafeSQL: sql + " ORDER BY doc_id", binds: binds))
+            for (key, body) in try await query(PostgresQuery(unsafeSQL: sql + " ORDER BY doc_id", binds: binds))
                 .decode((String, String).self)
             {
                 out.append((key, body))
@@ -248,7 +248,7 @@ extension PostgresInboundWriter {
     /// A value of `shoal_meta`, as its BIGINT.
     func meta(_ key: String) async throws(ShoalError) -> Int64 {
         try await access("reading \(key)") {
-            for try await value in try await query("SELECT value FROM shoal_meta WHERE key = \(key)").decode(Int64.self) {
+            for value in try await query("SELECT value FROM shoal_meta WHERE key = \(key)").decode(Int64.self) {
                 return value
             }
             throw ShoalError(.database, "the database has no \(key) row: is the schema migrated?")

@@ -1,5 +1,6 @@
-import Dispatch
 import Logging
+import NIOCore
+import NIOPosix
 import ShoalCRDT
 import ShoalStorage
 package import PostgresNIO
@@ -43,7 +44,8 @@ extension PostgresHubDatabase {
         var givenUp = false
         /// A connection of the hub's own failed while a statement waited, and nothing
         /// answered since: the pool's other idle connections are likely dead too, and a
-        /// statement on one is closed after a second, with no new connection tried.
+        /// statement on one is given a second, then a second's look with a connection of
+        /// the hub's own, before its connection is closed.
         var linkDead = false
         /// Connections lent now: while some are, a pool that gives out no other is busy,
         /// not necessarily cut off, and a connection of the hub's own tells which.
@@ -80,7 +82,7 @@ extension PostgresHubDatabase {
     }
 
     /// Runs `body` on a pooled connection, leased within the bound above.
-    package nonisolated(nonsending) func withConnection<T>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+    package nonisolated(nonsending) func withConnection<T>(_ body: (HubConnection) async throws -> T) async throws -> T {
         // Once a lease gave up, each waits only a moment: a probe of whether the server is back.
         let bound = reachability.withLock { $0.givenUp } ? min(unreachableAfter, .seconds(1)) : unreachableAfter
         let started = ContinuousClock.now
@@ -93,7 +95,7 @@ extension PostgresHubDatabase {
                     while try await client.withConnection({ connection -> Bool in
                         if connection.isClosed { return true }
                         self.noteLease()
-                        guard loan.lend(connection) else { return false }
+                        guard loan.lend(HubConnection(connection)) else { return false }
                         self.reachability.withLock { $0.lent += 1 }
                         defer { self.reachability.withLock { $0.lent -= 1 } }
                         // Closed before the pool gets it back, when the watcher found the link dead.
@@ -128,11 +130,12 @@ extension PostgresHubDatabase {
                 // While the body runs: a server that stopped answering anyone (its link
                 // dropping packets, not refusing them) would hold the body's query until
                 // TCP gives up, a quarter of an hour. When no one has had an answer for
-                // `unreachableAfter`, a new connection tells a slow query from a dead
-                // link; on a dead one, the body's connection is closed and its query fails.
+                // `unreachableAfter` since the watch began, a new connection tells a slow
+                // query from a dead link; on a dead one, the body's connection is closed
+                // and its query fails (`HubConnection` makes sure that it does).
                 while loan.lentConnection != nil {
-                    let (last, dead) = self.reachability.withLock { ($0.lastAnswer, $0.linkDead) }
-                    let from = max(ContinuousClock.now, last ?? .now)
+                    let dead = self.reachability.withLock { $0.linkDead }
+                    let from = ContinuousClock.now
                     let patience = dead ? min(self.unreachableAfter, .seconds(1)) : self.unreachableAfter
                     if Task.isCancelled {
                         // The caller was cancelled, and its body still runs: a statement on a
@@ -194,7 +197,7 @@ extension PostgresHubDatabase {
     /// Runs one query on a pooled connection and reads all its rows.
     package func query(_ query: PostgresQuery, logger: Logger? = nil) async throws -> [PostgresRow] {
         try await withConnection { connection in
-            try await connection.query(query, logger: logger ?? self.logger).collect()
+            try await connection.query(query, logger: logger ?? self.logger)
         }
     }
 }
@@ -208,8 +211,8 @@ extension PostgresHubDatabase {
 /// ```
 private final class Loan: Sendable {
     private enum Phase {
-        case waiting(borrower: CheckedContinuation<PostgresConnection, any Error>?)
-        case lent(PostgresConnection, borrowed: Bool, lender: CheckedContinuation<Void, Never>?)
+        case waiting(borrower: CheckedContinuation<HubConnection, any Error>?)
+        case lent(HubConnection, borrowed: Bool, lender: CheckedContinuation<Void, Never>?)
         case failed(any Error)
         case done
     }
@@ -217,9 +220,11 @@ private final class Loan: Sendable {
         var phase = Phase.waiting(borrower: nil)
         /// The watcher found the link dead: the connection is closed before the pool gets it back.
         var condemned = false
-        /// The timer's wait (`wait(until:lent:)`), with the number of its wait.
+        /// The timer's wait (`wait(until:lent:)`), the number of that wait, and what ends
+        /// it at its deadline.
         var watcher: CheckedContinuation<Void, Never>?
         var wait = 0
+        var deadline: Scheduled<Void>?
     }
     private let state = Locked(State())
 
@@ -229,13 +234,13 @@ private final class Loan: Sendable {
     }
 
     /// The connection while it is lent and not yet given back.
-    var lentConnection: PostgresConnection? {
+    var lentConnection: HubConnection? {
         state.withLock { if case .lent(let connection, _, _) = $0.phase { connection } else { nil } }
     }
 
     /// Hands `connection` to the borrower; false when it no longer waits (it failed).
-    func lend(_ connection: PostgresConnection) -> Bool {
-        let outcome = state.withLock { state -> (lent: Bool, borrower: CheckedContinuation<PostgresConnection, any Error>?) in
+    func lend(_ connection: HubConnection) -> Bool {
+        let outcome = state.withLock { state -> (lent: Bool, borrower: CheckedContinuation<HubConnection, any Error>?) in
             guard case .waiting(let borrower) = state.phase else { return (false, nil) }
             state.phase = .lent(connection, borrowed: borrower != nil, lender: nil)
             return (true, borrower)
@@ -248,7 +253,7 @@ private final class Loan: Sendable {
     /// Fails the borrower that still waits; true when it did.
     @discardableResult
     func fail(_ error: any Error) -> Bool {
-        let outcome = state.withLock { state -> (failed: Bool, borrower: CheckedContinuation<PostgresConnection, any Error>?) in
+        let outcome = state.withLock { state -> (failed: Bool, borrower: CheckedContinuation<HubConnection, any Error>?) in
             guard case .waiting(let borrower) = state.phase else { return (false, nil) }
             state.phase = .failed(error)
             return (true, borrower)
@@ -259,9 +264,9 @@ private final class Loan: Sendable {
     }
 
     /// The connection, once lent; throws what failed the lease.
-    func borrow() async throws -> PostgresConnection {
+    func borrow() async throws -> HubConnection {
         try await withCheckedThrowingContinuation { continuation in
-            let now: Result<PostgresConnection, any Error>? = state.withLock { state in
+            let now: Result<HubConnection, any Error>? = state.withLock { state in
                 switch state.phase {
                 case .waiting:
                     state.phase = .waiting(borrower: continuation)
@@ -295,20 +300,17 @@ private final class Loan: Sendable {
 
     /// Gives the connection back to the lending task, which ends its lease.
     func giveBack() {
-        let (lender, watcher) = state.withLock { state -> (CheckedContinuation<Void, Never>?, CheckedContinuation<Void, Never>?) in
-            defer {
-                state.phase = .done
-                state.watcher = nil
-            }
-            if case .lent(_, _, let lender) = state.phase { return (lender, state.watcher) }
-            return (nil, state.watcher)
+        let lender = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            defer { state.phase = .done }
+            if case .lent(_, _, let lender) = state.phase { return lender }
+            return nil
         }
         lender?.resume()
-        watcher?.resume()
+        wake()
     }
 
     /// Marks the connection to be closed, if it is still lent; returns it then.
-    func condemn() -> PostgresConnection? {
+    func condemn() -> HubConnection? {
         state.withLock { state in
             guard case .lent(let connection, _, _) = state.phase else { return nil }
             state.condemned = true
@@ -316,40 +318,51 @@ private final class Loan: Sendable {
         }
     }
 
-    /// Resumes the timer's wait, if it waits.
+    /// Resumes the timer's wait, if it waits, and drops its deadline from the event loop.
     private func wake() {
-        let watcher = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            defer { state.watcher = nil }
-            return state.watcher
+        let (watcher, deadline) = state.withLock { state in
+            defer {
+                state.watcher = nil
+                state.deadline = nil
+            }
+            return (state.watcher, state.deadline)
         }
+        deadline?.cancel()
         watcher?.resume()
     }
 
     /// Waits until `deadline` or until the loan moves on from where it is (`lent`:
     /// lent, else waiting for the pool), whichever comes first, whether or not the task
     /// is cancelled. Returns at once when it has moved on already.
+    ///
+    /// The deadline is a task scheduled on an event loop, cancelled (and so dropped from
+    /// the loop's queue) when the loan moves on first, as it does for almost every lease.
     func wait(until deadline: ContinuousClock.Instant, lent: Bool) async {
         await withCheckedContinuation { continuation in
-            let wait = state.withLock { state -> Int? in
+            state.withLock { state in
                 switch (state.phase, lent) {
                 case (.waiting, false), (.lent, true): break
-                default: return nil
+                default: return continuation.resume()
                 }
+                let left = max(.zero, deadline - ContinuousClock.now)
                 state.wait += 1
                 state.watcher = continuation
-                return state.wait
-            }
-            guard let wait else { return continuation.resume() }
-            let left = deadline - ContinuousClock.now
-            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(max(0, left.wholeMilliseconds)) + 1)) {
-                let watcher = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
-                    guard state.wait == wait, let watcher = state.watcher else { return nil }
-                    state.watcher = nil
-                    return watcher
+                state.deadline = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(left) + .milliseconds(1)) {
+                    [wait = state.wait] in self.expire(wait)
                 }
-                watcher?.resume()
             }
         }
+    }
+
+    /// Ends the timer's wait number `wait` at its deadline, unless it was woken already.
+    private func expire(_ wait: Int) {
+        let watcher = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard state.wait == wait, let watcher = state.watcher else { return nil }
+            state.watcher = nil
+            state.deadline = nil
+            return watcher
+        }
+        watcher?.resume()
     }
 }
 

@@ -192,26 +192,28 @@ public final class PostgresHubDatabase: Sendable {
     public func migrate() async throws(PostgresStoreError) -> [String] {
         try await checkReachable()
         return try await failing("migrating the schema") {
-            try await client.withTransaction(logger: logger) { connection in
-                try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
-                try await connection.query(
-                    "CREATE TABLE IF NOT EXISTS shoal_migration (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-                    logger: logger)
-                var applied: Set<String> = []
-                for try await name in try await connection.query("SELECT name FROM shoal_migration", logger: logger)
-                    .decode(String.self)
-                {
-                    applied.insert(name)
-                }
-                var ran: [String] = []
-                for migration in Self.migrations where !applied.contains(migration.name) {
-                    for statement in migration.statements {
-                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+            try await withConnection { connection in
+                try await connection.query("BEGIN", logger: logger)
+                do {
+                    try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
+                    try await connection.query(
+                        "CREATE TABLE IF NOT EXISTS shoal_migration (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+                        logger: logger)
+                    let applied = Set(try await connection.query("SELECT name FROM shoal_migration", logger: logger).decode(String.self))
+                    var ran: [String] = []
+                    for migration in Self.migrations where !applied.contains(migration.name) {
+                        for statement in migration.statements {
+                            try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                        }
+                        try await connection.query("INSERT INTO shoal_migration (name) VALUES (\(migration.name))", logger: logger)
+                        ran.append(migration.name)
                     }
-                    try await connection.query("INSERT INTO shoal_migration (name) VALUES (\(migration.name))", logger: logger)
-                    ran.append(migration.name)
+                    try await connection.query("COMMIT", logger: logger)
+                    return ran
+                } catch {
+                    await connection.rollBack(logger: logger)
+                    throw error
                 }
-                return ran
             }
         }
     }

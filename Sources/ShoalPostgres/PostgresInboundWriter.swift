@@ -62,7 +62,7 @@ extension PostgresStore {
                     do {
                         let rows = try await connection.query(
                             "SELECT value FROM shoal_meta WHERE key = 'log_end' FOR UPDATE", logger: logger)
-                        for try await value in rows.decode(Int64.self) { end = value }
+                        for value in try rows.decode(Int64.self) { end = value }
                     } catch let error as PSQLError where deadline != nil && error.serverInfo?[.sqlState] == "55P03" {
                         // lock_not_available: another hub's writer held the lock past the deadline.
                         throw deadline!.exceeded(.waitingForWriter)
@@ -73,7 +73,7 @@ extension PostgresStore {
                     let result = try await body(writer)
                     if writer.discarded {
                         // Nothing of it is kept: rolled back, whether or not a statement failed.
-                        await Self.rollBack(connection, logger: logger)
+                        await connection.rollBack(logger: logger)
                         return (result, writer)
                     }
                     if writer.aborted {
@@ -89,7 +89,7 @@ extension PostgresStore {
                     try await connection.query("COMMIT", logger: logger)
                     return (result, writer)
                 } catch {
-                    await Self.rollBack(connection, logger: logger)
+                    await connection.rollBack(logger: logger)
                     throw error
                 }
             }
@@ -106,7 +106,7 @@ extension PostgresStore {
 /// call throws (`ended`).
 final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     let store: PostgresStore
-    let connection: PostgresConnection
+    let connection: HubConnection
     var logger: Logger { store.logger }
     /// The log's last sequence given out when the write began (`log_end`).
     var logEnd: UInt64 = 0
@@ -124,7 +124,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     /// The documents it read that had a body row (live or deleted).
     private var bodied: Set<DocumentRef> = []
 
-    init(store: PostgresStore, connection: PostgresConnection) {
+    init(store: PostgresStore, connection: HubConnection) {
         self.store = store
         self.connection = connection
     }
@@ -155,7 +155,8 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         }
     }
 
-    func query(_ query: PostgresQuery) async throws -> PostgresRowSequence {
+    @discardableResult
+    func query(_ query: PostgresQuery) async throws -> [PostgresRow] {
         try await connection.query(query, logger: logger)
     }
 
@@ -173,7 +174,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                 WHERE (origin, seq) IN (SELECT * FROM UNNEST(\(sites)::bigint[], \(sequences)::bigint[]))
                 """)
             var states: [TransactionID: TransactionRecord.State] = [:]
-            for try await (origin, sequence, state) in rows.decode((Int64, Int64, Int64).self) {
+            for (origin, sequence, state) in try rows.decode((Int64, Int64, Int64).self) {
                 let id = TransactionID(origin: SiteID(UInt64(bitPattern: origin)), sequence: try Stored.unsigned(sequence, "txn", "seq"))
                 guard let value = Int(exactly: state).flatMap(TransactionRecord.State.init(rawValue:)) else {
                     throw ShoalError(.database, "table txn, column state holds \(state) for transaction \(id), where 0 to 3 belongs")

@@ -38,7 +38,7 @@ extension PostgresStore: AttachmentStaging {
         try await snapshot("reading attachment \(hash)") { connection in
             var found: (length: Int64, blob: Int64)?
             let rows = try await connection.query("SELECT length, blob FROM attachment WHERE hash = \(hash)", logger: logger)
-            for try await row in rows.decode((Int64, Int64).self) { found = row }
+            for row in try rows.decode((Int64, Int64).self) { found = row }
             guard let found else { return nil }
             let total: Int = try Stored.count(found.length, "attachment", "length")
             let start = min(max(offset, 0), total)
@@ -55,7 +55,7 @@ extension PostgresStore: AttachmentStaging {
 
     /// `count` bytes of a blob from `start`, read from the chunks that hold them.
     static func blobBytes(
-        _ connection: PostgresConnection, blob: Int64, from start: Int, count: Int, logger: Logger
+        _ connection: HubConnection, blob: Int64, from start: Int, count: Int, logger: Logger
     ) async throws -> [UInt8] {
         guard count > 0 else { return [] }
         let end = start + count
@@ -67,7 +67,7 @@ extension PostgresStore: AttachmentStaging {
             """, logger: logger)
         var bytes: [UInt8] = []
         bytes.reserveCapacity(count)
-        for try await (chunkStart, data) in rows.decode((Int64, ByteBuffer).self) {
+        for (chunkStart, data) in try rows.decode((Int64, ByteBuffer).self) {
             let from = max(start - Int(chunkStart), 0)
             let to = min(end - Int(chunkStart), data.readableBytes)
             if from < to, let part = data.getBytes(at: data.readerIndex + from, length: to - from) { bytes += part }
@@ -116,7 +116,7 @@ extension PostgresStore: AttachmentStaging {
             var received: Int64?
             let rows = try await connection.query(
                 "SELECT received FROM attachment_staging WHERE blob = \(blob) FOR UPDATE", logger: logger)
-            for try await value in rows.decode(Int64.self) { received = value }
+            for value in try rows.decode(Int64.self) { received = value }
             guard let received else {
                 throw ShoalError(.invalidDocument, "attachment upload \(blob) is unknown here: finished, abandoned or collected")
             }
@@ -145,7 +145,7 @@ extension PostgresStore: AttachmentStaging {
                 INSERT INTO attachment (hash, length, blob, stored_at) VALUES (\(hash), \(Int64(length)), \(blob), \(now))
                 ON CONFLICT (hash) DO NOTHING RETURNING 1
                 """, logger: logger)
-            for try await _ in rows.decode(Int32.self) { inserted = true }
+            for _ in try rows.decode(Int32.self) { inserted = true }
             if !inserted {
                 // The same bytes are held already: another put's, or, when another hub
                 // finished this same fetch first, these very chunks, which stay.
@@ -257,13 +257,13 @@ extension PostgresStore: AttachmentStaging {
                 SELECT DISTINCT f.value FROM field f JOIN document d ON d.collection = f.collection AND d.doc_id = f.doc_id
                 WHERE NOT d.deleted AND f.value LIKE '{"attachment":%'
                 """, logger: logger)
-            for try await value in values.decode(String.self) {
+            for value in try values.decode(String.self) {
                 if let parsed = try? JSON.parse(value), let token = AttachmentToken(parsed) { named.insert(token.hash) }
             }
             var result = AttachmentCollection()
             var attachments: [(hash: String, length: Int64, blob: Int64, since: Int64?)] = []
             let rows = try await connection.query("SELECT hash, length, blob, unreferenced_since FROM attachment", logger: logger)
-            for try await row in rows.decode((String, Int64, Int64, Int64?).self) { attachments.append(row) }
+            for row in try rows.decode((String, Int64, Int64, Int64?).self) { attachments.append(row) }
             var namedAgain: [String] = [], unnamed: [String] = [], gone: [String] = [], goneBlobs: [Int64] = []
             for attachment in attachments {
                 if named.contains(attachment.hash) {
@@ -285,7 +285,7 @@ extension PostgresStore: AttachmentStaging {
             var abandoned: [Int64] = []
             let stale = try await connection.query(
                 "DELETE FROM attachment_staging WHERE updated_at <= \(cutoff) RETURNING blob", logger: logger)
-            for try await blob in stale.decode(Int64.self) { abandoned.append(blob) }
+            for blob in try stale.decode(Int64.self) { abandoned.append(blob) }
             try await connection.query(
                 """
                 DELETE FROM attachment_chunk c WHERE c.blob = ANY(\(goneBlobs + abandoned)::bigint[])

@@ -23,7 +23,7 @@ extension PostgresStore {
     ) async throws(ShoalError) -> CompactionReport {
         let (rows, last) = try await snapshot("reading the change log's size") { connection in
             var counted: (rows: UInt64, last: UInt64) = (0, 0)
-            for try await (rows, last) in try await connection.query(
+            for (rows, last) in try await connection.query(
                 "SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM change_log", logger: logger
             ).decode((Int64, Int64).self) {
                 counted = (try Stored.unsigned(rows, "change_log", "COUNT(*)"), try Stored.unsigned(last, "change_log", "seq"))
@@ -51,13 +51,13 @@ extension PostgresStore {
     /// `point`, are not the log's last, and hold no current value; records what
     /// superseded each in its `rest`. Returns the rows and transactions removed.
     private func compactChunk(
-        _ connection: PostgresConnection, after low: UInt64, through high: UInt64, point: UInt64
+        _ connection: HubConnection, after low: UInt64, through high: UInt64, point: UInt64
     ) async throws -> (rows: UInt64, transactions: UInt64) {
         var ids: [TransactionID] = []
         let found = try await connection.query(
             "SELECT DISTINCT txn_site, txn_seq FROM change_log WHERE seq > \(Int64(low)) AND seq <= \(Int64(high))",
             logger: logger)
-        for try await (site, sequence) in found.decode((Int64, Int64).self) {
+        for (site, sequence) in try found.decode((Int64, Int64).self) {
             ids.append(TransactionID(origin: SiteID(UInt64(bitPattern: site)), sequence: try Stored.unsigned(sequence, "change_log", "txn_seq")))
         }
         guard !ids.isEmpty else { try await markCompacted(connection, through: point); return (0, 0) }
@@ -80,21 +80,21 @@ extension PostgresStore {
                 RETURNING 1)
             SELECT COUNT(*) FROM gone
             """, logger: logger)
-        for try await count in deleted.decode(Int64.self) { removedRows = UInt64(max(0, count)) }
+        for count in try deleted.decode(Int64.self) { removedRows = UInt64(max(0, count)) }
         try await markCompacted(connection, through: point)
         return (removedRows, UInt64(superseded.count))
     }
 
     /// Records in each transaction's `rest` what superseded it, before it leaves the log.
     private func recordSupersession(
-        _ connection: PostgresConnection, _ transactions: [LogCompaction.Logged], registers: [RegisterKey: LogCompaction.RegisterWriter]
+        _ connection: HubConnection, _ transactions: [LogCompaction.Logged], registers: [RegisterKey: LogCompaction.RegisterWriter]
     ) async throws {
         let (sites, sequences) = Self.columns(transactions.map(\.id))
         var rests: [TransactionID: String] = [:]
         let rows = try await connection.query(
             "SELECT origin, seq, rest FROM txn WHERE (origin, seq) IN (SELECT * FROM UNNEST(\(sites)::bigint[], \(sequences)::bigint[]))",
             logger: logger)
-        for try await (site, sequence, rest) in rows.decode((Int64, Int64, String).self) {
+        for (site, sequence, rest) in try rows.decode((Int64, Int64, String).self) {
             rests[TransactionID(origin: SiteID(UInt64(bitPattern: site)), sequence: try Stored.unsigned(sequence, "txn", "seq"))] = rest
         }
         var changed: [(TransactionID, String)] = []
@@ -114,7 +114,7 @@ extension PostgresStore {
     }
 
     /// Raises `compacted_through` to `point` and sets `compacted_at` to now.
-    private func markCompacted(_ connection: PostgresConnection, through point: UInt64) async throws {
+    private func markCompacted(_ connection: HubConnection, through point: UInt64) async throws {
         let now = Self.milliseconds(Date())
         try await connection.query(
             """
@@ -139,7 +139,7 @@ extension PostgresStore {
                     RETURNING 1)
                 SELECT COUNT(*) FROM gone
                 """, logger: self.logger)
-            for try await count in rows.decode(Int64.self) { purged = Int(count) }
+            for count in try rows.decode(Int64.self) { purged = Int(count) }
             return purged
         }
         return purged
@@ -158,7 +158,7 @@ extension PostgresStore {
                     RETURNING ts)
                 SELECT COUNT(*), MAX(ts) FROM gone
                 """, logger: self.logger)
-            for try await (count, max) in rows.decode((Int64, Int64?).self) { (removed, newest) = (Int(count), max) }
+            for (count, max) in try rows.decode((Int64, Int64?).self) { (removed, newest) = (Int(count), max) }
             guard let newest else { return (0, 0) }
             return (removed, try await self.raiseForgottenThrough(connection, to: UInt64(bitPattern: newest) >> 16))
         }
@@ -229,13 +229,13 @@ extension PostgresStore {
     }
 
     /// Raises `forgotten_through` (Unix ms) to `millis` at least; returns its value now.
-    private func raiseForgottenThrough(_ connection: PostgresConnection, to millis: UInt64) async throws -> UInt64 {
+    private func raiseForgottenThrough(_ connection: HubConnection, to millis: UInt64) async throws -> UInt64 {
         let rows = try await connection.query(
             """
             INSERT INTO shoal_meta (key, value) VALUES ('forgotten_through', \(Int64(clamping: millis)))
             ON CONFLICT (key) DO UPDATE SET value = GREATEST(shoal_meta.value, excluded.value) RETURNING value
             """, logger: logger)
-        for try await value in rows.decode(Int64.self) { return try Stored.unsigned(value, "shoal_meta", "value of forgotten_through") }
+        for value in try rows.decode(Int64.self) { return try Stored.unsigned(value, "shoal_meta", "value of forgotten_through") }
         return millis
     }
 
@@ -243,7 +243,7 @@ extension PostgresStore {
     /// when the deletion happened as far as peers' freshness goes (Unix ms): the later
     /// of the tombstone's time and when this node logged its DELETE.
     static func expiredDocuments(
-        _ connection: PostgresConnection, expiry: Int64, logger: Logger
+        _ connection: HubConnection, expiry: Int64, logger: Logger
     ) async throws -> [DocumentBytes: (document: DocumentRef, millis: UInt64)] {
         let rows = try await connection.query(
             """
@@ -254,7 +254,7 @@ extension PostgresStore {
             AND NOT EXISTS (SELECT 1 FROM field n WHERE n.collection = t.collection AND n.doc_id = t.doc_id AND n.ts > t.ts)
             """, logger: logger)
         var expired: [DocumentBytes: (document: DocumentRef, millis: UInt64)] = [:]
-        for try await (collection, key, millis) in rows.decode((String, String, Int64).self) {
+        for (collection, key, millis) in try rows.decode((String, String, Int64).self) {
             let document = DocumentRef(collection: collection, id: key)
             expired[DocumentBytes(document)] = (document, UInt64(max(0, millis)))
         }
@@ -264,7 +264,7 @@ extension PostgresStore {
     /// The transactions with a row in `(after, through]` that writes one of `documents`,
     /// read a page of rows at a time.
     static func transactionsWriting(
-        _ documents: Set<DocumentBytes>, _ connection: PostgresConnection, after: UInt64, through: UInt64, logger: Logger
+        _ documents: Set<DocumentBytes>, _ connection: HubConnection, after: UInt64, through: UInt64, logger: Logger
     ) async throws -> Set<TransactionID> {
         var writers: Set<TransactionID> = []
         var cursor = Int64(after)
@@ -286,8 +286,8 @@ extension PostgresStore {
     // MARK: Reading what compaction decides on
 
     /// The log's highest sequence (0: empty).
-    static func lastLogSequence(_ connection: PostgresConnection, logger: Logger) async throws -> UInt64 {
-        for try await last in try await connection.query("SELECT COALESCE(MAX(seq), 0) FROM change_log", logger: logger)
+    static func lastLogSequence(_ connection: HubConnection, logger: Logger) async throws -> UInt64 {
+        for last in try await connection.query("SELECT COALESCE(MAX(seq), 0) FROM change_log", logger: logger)
             .decode(Int64.self)
         {
             return try Stored.unsigned(last, "change_log", "seq")
@@ -297,7 +297,7 @@ extension PostgresStore {
 
     /// Every row of the transactions `ids`, grouped by transaction and document.
     static func loggedTransactions(
-        _ connection: PostgresConnection, _ ids: [TransactionID], logger: Logger
+        _ connection: HubConnection, _ ids: [TransactionID], logger: Logger
     ) async throws -> [LogCompaction.Logged] {
         guard !ids.isEmpty else { return [] }
         let sites = ids.map { String(Int64(bitPattern: $0.origin.rawValue)) }.joined(separator: ",")
@@ -315,7 +315,7 @@ extension PostgresStore {
 
     /// Who wrote each register of `documents`, and when.
     static func registerWriters(
-        _ connection: PostgresConnection, of documents: [DocumentRef], logger: Logger
+        _ connection: HubConnection, of documents: [DocumentRef], logger: Logger
     ) async throws -> [RegisterKey: LogCompaction.RegisterWriter] {
         var unique: [DocumentBytes: DocumentRef] = [:]
         for document in documents { unique[DocumentBytes(document)] = document }
@@ -328,7 +328,7 @@ extension PostgresStore {
             JOIN field f ON f.collection = t.c AND f.doc_id = t.k
             """, logger: logger)
         var writers: [RegisterKey: LogCompaction.RegisterWriter] = [:]
-        for try await (collection, key, name, ts, site, sequence) in rows.decode((String, String, ByteBuffer, Int64, Int64, Int64).self) {
+        for (collection, key, name, ts, site, sequence) in try rows.decode((String, String, ByteBuffer, Int64, Int64, Int64).self) {
             writers[RegisterKey(collection, key, Stored.name(name))] = LogCompaction.RegisterWriter(
                 transaction: TransactionID(origin: SiteID(UInt64(bitPattern: site)), sequence: try Stored.unsigned(sequence, "field", "txn_seq")),
                 timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: ts)))
@@ -349,7 +349,7 @@ extension PostgresStore {
     package func retained(_ document: DocumentRef) async throws(ShoalError) -> (registers: Int, body: Bool, logRows: Int) {
         try await snapshot("reading what the hub keeps of a document") { connection in
             var registers = 0, body = false
-            for try await (count, exists) in try await connection.query(
+            for (count, exists) in try await connection.query(
                 """
                 SELECT (SELECT COUNT(*) FROM field WHERE collection = \(document.collection) AND doc_id = \(document.id)),
                 EXISTS (SELECT 1 FROM document WHERE collection = \(document.collection) AND doc_id = \(document.id))

@@ -143,7 +143,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     // MARK: Reads
 
     /// Runs statements that only read, on one snapshot; the result is the last one's.
-    func read(_ statements: [ShoalQuery.Statement], arguments: [String: Value], connection: PostgresConnection) async throws
+    func read(_ statements: [ShoalQuery.Statement], arguments: [String: Value], connection: HubConnection) async throws
         -> QueryResult
     {
         var last = QueryResult()
@@ -175,7 +175,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     /// A SELECT's answer, from the live bodies of its collection (or of the one document
     /// an `_id = constant` names), read in key order until enough match.
     static func select(
-        _ select: SelectStatement, arguments: [String: Value], connection: PostgresConnection, logger: Logger
+        _ select: SelectStatement, arguments: [String: Value], connection: HubConnection, logger: Logger
     ) async throws -> [Value] {
         let isCount = DocumentMatch.isCount(select)
         var match = try DocumentMatch(
@@ -202,7 +202,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     /// key sorts after `after`, in key order, `bodyRowsPerQuery` a query, until it
     /// returns false or none is left.
     static func liveBodies(
-        _ connection: PostgresConnection, of collection: String, only: String? = nil, after: String = "", logger: Logger,
+        _ connection: HubConnection, of collection: String, only: String? = nil, after: String = "", logger: Logger,
         _ take: (_ key: String, _ body: String) throws -> Bool
     ) async throws {
         var cursor = after
@@ -218,7 +218,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
             let rows = try await connection.query(
                 PostgresQuery(unsafeSQL: sql + " ORDER BY doc_id LIMIT \(bodyRowsPerQuery)", binds: binds), logger: logger)
             var read = 0
-            for try await (key, body) in rows.decode((String, String).self) {
+            for (key, body) in try rows.decode((String, String).self) {
                 read += 1
                 cursor = key
                 guard try take(key, body) else { return }
@@ -286,7 +286,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
 /// `run` at a time (`calls`), and by the commit after the body returned.
 final class PostgresDocumentTransaction: DocumentTransaction, @unchecked Sendable {
     enum Mode {
-        case reading(PostgresConnection)
+        case reading(HubConnection)
         case writing(PostgresInboundWriter, sequence: UInt64)
     }
 

@@ -42,7 +42,7 @@ extension PostgresStore: NodeStore {
         try await snapshot("reading the saved subscriptions") { connection in
             var saved: [SavedSubscription] = []
             let rows = try await connection.query("SELECT id, query, arguments FROM subscription ORDER BY id", logger: self.logger)
-            for try await (id, query, arguments) in rows.decode((String, String, String).self) {
+            for (id, query, arguments) in try rows.decode((String, String, String).self) {
                 guard let parsed = try? JSON.parse(arguments).objectValue else {
                     throw ShoalError(.database, "table subscription, row \(id): its arguments are not a JSON object")
                 }
@@ -125,7 +125,7 @@ extension PostgresStore: NodeStore {
     package func storageStatus() async throws(ShoalError) -> StorageStatus {
         var status = try await snapshot("reading the hub's status") { connection in
             var rows: UInt64 = 0
-            for try await count in try await connection.query("SELECT COUNT(*) FROM change_log", logger: self.logger).decode(Int64.self) {
+            for count in try await connection.query("SELECT COUNT(*) FROM change_log", logger: self.logger).decode(Int64.self) {
                 rows = UInt64(count)
             }
             let meta = { (key: String) async throws -> UInt64 in try await Self.meta(connection, key, logger: self.logger) }
@@ -150,7 +150,7 @@ extension PostgresStore: NodeStore {
             var counts: [(name: String, documents: Int)] = []
             let rows = try await connection.query(
                 "SELECT collection, COUNT(*) FROM document WHERE NOT deleted GROUP BY collection ORDER BY collection", logger: self.logger)
-            for try await (name, count) in rows.decode((String, Int64).self) { counts.append((name, Int(count))) }
+            for (name, count) in try rows.decode((String, Int64).self) { counts.append((name, Int(count))) }
             return counts
         }
     }
@@ -178,7 +178,7 @@ extension PostgresStore: NodeStore {
                 while !Task.isCancelled {
                     if let bytes = try? await self.snapshot("reading the database's size", { connection in
                         var bytes: Int64 = 0
-                        for try await size in try await connection.query(
+                        for size in try await connection.query(
                             "SELECT pg_database_size(current_database())", logger: self.logger
                         ).decode(Int64.self) {
                             bytes = size

@@ -28,12 +28,12 @@ extension PostgresStore {
 
     /// The rows of `change_log` that `condition` (SQL after WHERE, values written in
     /// by the caller: integers only) picks, in the order it gives.
-    static func logRows(_ connection: PostgresConnection, _ condition: String, logger: Logger) async throws -> [LogRecord] {
+    static func logRows(_ connection: HubConnection, _ condition: String, logger: Logger) async throws -> [LogRecord] {
         let rows = try await connection.query(
             PostgresQuery(unsafeSQL: "SELECT seq, txn_site, txn_seq, txn_count, entries FROM change_log WHERE \(condition)"),
             logger: logger)
         var records: [LogRecord] = []
-        for try await (seq, site, sequence, count, entries) in rows.decode((Int64, Int64, Int64, Int64, ByteBuffer).self) {
+        for (seq, site, sequence, count, entries) in try rows.decode((Int64, Int64, Int64, Int64, ByteBuffer).self) {
             records.append(
                 LogRecord(
                     sequence: try Stored.unsigned(seq, "change_log", "seq"),
@@ -46,7 +46,7 @@ extension PostgresStore {
 
     /// The records of `txn` of the transactions `ids` (one with none is left out).
     static func storedTransactions(
-        _ connection: PostgresConnection, _ ids: [TransactionID], logger: Logger
+        _ connection: HubConnection, _ ids: [TransactionID], logger: Logger
     ) async throws -> [TransactionID: StoredTransaction] {
         guard !ids.isEmpty else { return [:] }
         let (sites, sequences) = columns(ids)
@@ -58,7 +58,7 @@ extension PostgresStore {
                 unsafeSQL: "\(StoredTransactionRow.select) WHERE (origin, seq) IN (SELECT * FROM UNNEST($1::bigint[], $2::bigint[]))",
                 binds: binds), logger: logger)
         var records: [TransactionID: StoredTransaction] = [:]
-        for try await row in rows.decode(StoredTransactionRow.Columns.self) {
+        for row in try rows.decode(StoredTransactionRow.Columns.self) {
             let record = try StoredTransactionRow.make(row)
             records[record.id] = record
         }
@@ -68,7 +68,7 @@ extension PostgresStore {
     /// The registers of `documents`, each document's in name order (a document with
     /// none is left out).
     static func registerRows(
-        _ connection: PostgresConnection, of documents: [DocumentRef], logger: Logger
+        _ connection: HubConnection, of documents: [DocumentRef], logger: Logger
     ) async throws -> [DocumentRef: [FieldRecord]] {
         let collections = documents.map(\.collection), keys = documents.map(\.id)
         let rows = try await connection.query(
@@ -79,7 +79,7 @@ extension PostgresStore {
             ORDER BY f.collection, f.doc_id, f.name
             """, logger: logger)
         var fields: [DocumentRef: [FieldRecord]] = [:]
-        for try await (collection, key, name, value, ts, site, txnSite, txnSeq) in rows.decode(
+        for (collection, key, name, value, ts, site, txnSite, txnSeq) in try rows.decode(
             (String, String, ByteBuffer, String, Int64, Int64, Int64, Int64).self)
         {
             let state = RegisterState(
@@ -101,7 +101,7 @@ extension PostgresStore {
 
     /// What the durable buffer holds of transaction `id`, in index order.
     static func bufferedDeltas(
-        _ connection: PostgresConnection, of id: TransactionID, deltaCount: UInt32 = 0, logger: Logger
+        _ connection: HubConnection, of id: TransactionID, deltaCount: UInt32 = 0, logger: Logger
     ) async throws -> [BufferedRow] {
         let rows = try await connection.query(
             """
@@ -109,7 +109,7 @@ extension PostgresStore {
             WHERE origin = \(Int64(bitPattern: id.origin.rawValue)) AND seq = \(Int64(bitPattern: id.sequence)) ORDER BY idx
             """, logger: logger)
         var buffered: [BufferedRow] = []
-        for try await (index, collection, key, documentDeltas, name, value, ts) in rows.decode(
+        for (index, collection, key, documentDeltas, name, value, ts) in try rows.decode(
             (Int64, String, String, Int64, ByteBuffer, String, Int64).self)
         {
             let document = DocumentRef(collection: collection, id: key)
@@ -125,7 +125,7 @@ extension PostgresStore {
     }
 
     /// The context fields the durable buffer holds for transaction `id`.
-    static func bufferedContext(_ connection: PostgresConnection, of id: TransactionID, logger: Logger) async throws -> [ContextField] {
+    static func bufferedContext(_ connection: HubConnection, of id: TransactionID, logger: Logger) async throws -> [ContextField] {
         let rows = try await connection.query(
             """
             SELECT collection, doc_id, name, value, ts, src_origin, src_seq FROM txn_context
@@ -133,7 +133,7 @@ extension PostgresStore {
             ORDER BY collection, doc_id, name
             """, logger: logger)
         var context: [ContextField] = []
-        for try await (collection, key, name, value, ts, origin, sequence) in rows.decode(
+        for (collection, key, name, value, ts, origin, sequence) in try rows.decode(
             (String, String, ByteBuffer, String, Int64, Int64, Int64).self)
         {
             context.append(

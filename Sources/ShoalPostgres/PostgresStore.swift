@@ -140,7 +140,7 @@ package final class PostgresStore: SyncStore, Sendable {
     /// Runs `body` on one connection in a read-only snapshot (`REPEATABLE READ`): every
     /// query it makes sees the same committed state, and none waits for a writer.
     nonisolated(nonsending) func snapshot<T: Sendable>(
-        _ doing: String, _ body: (PostgresConnection) async throws -> T
+        _ doing: String, _ body: (HubConnection) async throws -> T
     ) async throws(ShoalError) -> T {
         try await transaction(doing, begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
     }
@@ -149,7 +149,7 @@ package final class PostgresStore: SyncStore, Sendable {
     /// `begin` has it) and commits it; rolls it back when `body` throws, and rethrows
     /// what it threw as it is (PostgresNIO's `withTransaction` wraps it).
     nonisolated(nonsending) func transaction<T: Sendable>(
-        _ doing: String, begin: String = "BEGIN ISOLATION LEVEL READ COMMITTED", _ body: (PostgresConnection) async throws -> T
+        _ doing: String, begin: String = "BEGIN ISOLATION LEVEL READ COMMITTED", _ body: (HubConnection) async throws -> T
     ) async throws(ShoalError) -> T {
         try await failing(doing) {
             try await database.withConnection { connection in
@@ -160,7 +160,7 @@ package final class PostgresStore: SyncStore, Sendable {
                     try await connection.query("COMMIT", logger: logger)
                     return result
                 } catch {
-                    await Self.rollBack(connection, logger: logger)
+                    await connection.rollBack(logger: logger)
                     throw error
                 }
             }
@@ -170,18 +170,6 @@ package final class PostgresStore: SyncStore, Sendable {
     /// Runs one statement outside any writer (a single statement is atomic on its own).
     func run(_ doing: String, _ query: PostgresQuery) async throws(ShoalError) {
         _ = try await failing(doing) { try await database.query(query, logger: logger) }
-    }
-
-    /// Rolls back what `connection` has open; a connection that cannot is closed, so that
-    /// the pool never hands out one inside a transaction.
-    static func rollBack(_ connection: PostgresConnection, logger: Logger) async {
-        // A closed connection has nothing open, and a statement sent on it would never be answered.
-        guard !connection.isClosed else { return }
-        do {
-            try await connection.query("ROLLBACK", logger: logger)
-        } catch {
-            try? await connection.close()
-        }
     }
 
     // MARK: Outbound
@@ -203,7 +191,7 @@ package final class PostgresStore: SyncStore, Sendable {
                 SELECT c.through, s.entries FROM peer_cursor c JOIN subscription_set s ON s.key = c.subscription_key
                 WHERE c.peer = \(site) AND c.subscription_key <> \(key) AND c.through > \(Int64(clamping: point.through))
                 """, logger: logger)
-            for try await (through, text) in wider.decode((Int64, String).self) {
+            for (through, text) in try wider.decode((Int64, String).self) {
                 guard case .array(let items)? = try? JSON.parse(text) else { continue }
                 guard entries.isSubset(of: Set(items.compactMap(\.stringValue))) else { continue }
                 point.through = max(point.through, try Stored.unsigned(through, "peer_cursor", "through"))
@@ -213,7 +201,7 @@ package final class PostgresStore: SyncStore, Sendable {
     }
 
     static func resumePoint(
-        _ connection: PostgresConnection, peer: SiteID, subscriptionKey: String, logger: Logger
+        _ connection: HubConnection, peer: SiteID, subscriptionKey: String, logger: Logger
     ) async throws -> ResumePoint {
         let site = Int64(bitPattern: peer.rawValue)
         let refillKey = SubscriptionSet.refillKey(subscriptionKey)
@@ -223,7 +211,7 @@ package final class PostgresStore: SyncStore, Sendable {
             SELECT subscription_key, through FROM peer_cursor
             WHERE peer = \(site) AND subscription_key IN (\(subscriptionKey), \(refillKey))
             """, logger: logger)
-        for try await (key, through) in rows.decode((String, Int64).self) {
+        for (key, through) in try rows.decode((String, Int64).self) {
             let value: UInt64 = try Stored.unsigned(through, "peer_cursor", "through")
             if key == subscriptionKey { point.through = value } else { point.refill = value }
         }
@@ -231,9 +219,9 @@ package final class PostgresStore: SyncStore, Sendable {
     }
 
     /// A value of `shoal_meta` that counts or marks: 0 when absent.
-    static func meta(_ connection: PostgresConnection, _ key: String, logger: Logger) async throws -> UInt64 {
+    static func meta(_ connection: HubConnection, _ key: String, logger: Logger) async throws -> UInt64 {
         let rows = try await connection.query("SELECT value FROM shoal_meta WHERE key = \(key)", logger: logger)
-        for try await value in rows.decode(Int64.self) { return try Stored.unsigned(value, "shoal_meta", "value of \(key)") }
+        for value in try rows.decode(Int64.self) { return try Stored.unsigned(value, "shoal_meta", "value of \(key)") }
         return 0
     }
 
@@ -362,7 +350,7 @@ package final class PostgresStore: SyncStore, Sendable {
             let rows = try await connection.query(
                 "SELECT MAX(seq) FROM txn WHERE origin = \(site) AND state IN (1, 2)", logger: logger)
             var through: UInt64?
-            for try await value in rows.decode(Int64?.self) { through = try value.map { v throws in try Stored.unsigned(v, "txn", "seq") } }
+            for value in try rows.decode(Int64?.self) { through = try value.map { v throws in try Stored.unsigned(v, "txn", "seq") } }
             guard let through else { return .none }
             let newest = try await Self.newestDelta(connection, TransactionID(origin: origin, sequence: through), logger: logger)
             return OriginHistory(through: through, index: newest?.index ?? 0, timestamp: newest?.timestamp ?? 0)
@@ -372,7 +360,7 @@ package final class PostgresStore: SyncStore, Sendable {
     /// The delta with the newest timestamp (the lowest index among equals) logged of
     /// transaction `id`, or `only` that index's; nil when none is.
     static func newestDelta(
-        _ connection: PostgresConnection, _ id: TransactionID, only: UInt32? = nil, logger: Logger
+        _ connection: HubConnection, _ id: TransactionID, only: UInt32? = nil, logger: Logger
     ) async throws -> (index: UInt32, timestamp: UInt64)? {
         var newest: (index: UInt32, timestamp: UInt64)?
         for row in try await logRows(connection, ofTransaction(id), logger: logger) {
@@ -396,7 +384,7 @@ package final class PostgresStore: SyncStore, Sendable {
                 "SELECT delta_count FROM txn WHERE origin = \(Int64(bitPattern: site.rawValue)) AND seq = \(Int64(held.through))",
                 logger: self.logger)
             var deltaCount: Int64?
-            for try await value in rows.decode(Int64.self) { deltaCount = value }
+            for value in try rows.decode(Int64.self) { deltaCount = value }
             // A number this hub holds no transaction of says nothing yet.
             guard let deltaCount, held.timestamp != 0 else { return nil }
             guard
@@ -487,7 +475,7 @@ package final class PostgresStore: SyncStore, Sendable {
             let rows = try await connection.query(
                 PostgresQuery(unsafeSQL: "\(StoredTransactionRow.select) WHERE state IN (0, 2)"), logger: logger)
             var stored: [StoredTransaction] = []
-            for try await row in rows.decode(StoredTransactionRow.Columns.self) { stored.append(try StoredTransactionRow.make(row)) }
+            for row in try rows.decode(StoredTransactionRow.Columns.self) { stored.append(try StoredTransactionRow.make(row)) }
             var records: [TransactionRecord] = []
             for transaction in stored.sorted(by: { ($0.id.origin, $0.id.sequence) < ($1.id.origin, $1.id.sequence) }) {
                 records.append(try await Self.record(connection, transaction, logger: logger))
@@ -498,7 +486,7 @@ package final class PostgresStore: SyncStore, Sendable {
 
     /// A waiting or partial transaction as a record: its header and reports from `txn`,
     /// what is held of it from the buffer (waiting) or the change log (partial).
-    static func record(_ connection: PostgresConnection, _ stored: StoredTransaction, logger: Logger) async throws -> TransactionRecord {
+    static func record(_ connection: HubConnection, _ stored: StoredTransaction, logger: Logger) async throws -> TransactionRecord {
         var record = TransactionRecord(stored)
         if stored.state == .waiting {
             for delta in try await bufferedDeltas(connection, of: stored.id, logger: logger) {
