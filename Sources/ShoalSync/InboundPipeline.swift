@@ -81,15 +81,36 @@ public final class InboundPipeline: Sendable {
     /// would resume past transactions it never applied. The session closes on the
     /// failure and its next one resumes from the cursor that is durable.
     public final class Lane: Sendable {
-        private let failure = Locked<ShoalError?>(nil)
+        private struct Failure {
+            var error: ShoalError?
+            var handler: (@Sendable (ShoalError) -> Void)?
+        }
+        private let failure = Locked(Failure())
         private let cursorsStopped = Locked(false)
 
         public init() {}
 
         /// The error of the commit that failed an item of this lane, if one did.
-        public var failed: ShoalError? { failure.withLock { $0 } }
+        public var failed: ShoalError? { failure.withLock { $0.error } }
 
-        func fail(_ error: ShoalError) { failure.withLock { if $0 == nil { $0 = error } } }
+        func fail(_ error: ShoalError) {
+            let handler = failure.withLock { state -> (@Sendable (ShoalError) -> Void)? in
+                guard state.error == nil else { return nil }
+                state.error = error
+                return state.handler
+            }
+            handler?(error)
+        }
+
+        /// Calls `handler` once, when an item of this lane fails (at once, if one has):
+        /// its session closes then, also when no item of it waited for an answer.
+        public func whenFailed(_ handler: @escaping @Sendable (ShoalError) -> Void) {
+            let failed = failure.withLock { state -> ShoalError? in
+                if state.error == nil { state.handler = handler }
+                return state.error
+            }
+            if let failed { handler(failed) }
+        }
 
         /// Whether this lane's items record their cursors when they commit.
         public var recordsCursors: Bool { !cursorsStopped.withLock { $0 } }
@@ -159,6 +180,17 @@ public final class InboundPipeline: Sendable {
         var status = Status()
         /// One warning per origin per interval about far-ahead timestamps.
         var skewWarnings = SkewWarnings()
+        /// Since when the transactions waiting for coverage cannot be read, and when
+        /// that was last logged (once per `unreadableWarningInterval`).
+        var unreadableSince: ContinuousClock.Instant?
+        var unreadableWarned: ContinuousClock.Instant?
+    }
+
+    /// How often a store that cannot be read is logged while it stays so.
+    static let unreadableWarningInterval = Duration.seconds(30)
+
+    static func seconds(_ duration: Duration) -> String {
+        "\(duration.components.seconds) s"
     }
 
     public let configuration: Configuration
@@ -243,8 +275,34 @@ public final class InboundPipeline: Sendable {
         } else {
             do {
                 assembler = CoverageAssembler(configuration: configuration.coverage, records: try await store.transactionRecords())
+                if let since = state.withLock({ s in defer { s.unreadableSince = nil }; return s.unreadableSince }) {
+                    logger.notice("the transactions waiting for coverage are read again, after \(Self.seconds(ContinuousClock.now - since))")
+                }
             } catch {
-                logger.error("cannot read the transactions waiting for coverage; retrying", metadata: ["shoal.error": "\(error)"])
+                // Nothing queued can commit before the store answers again, which may take
+                // long (a database away): each item fails, so that its session closes and
+                // its peer resends when it dials again, here or elsewhere, rather than
+                // wait on a session that acknowledges nothing.
+                let failure = error
+                let (failed, warn) = state.withLock { s -> ([Item], Bool) in
+                    let now = ContinuousClock.now
+                    defer { s.queue = [] }
+                    guard let last = s.unreadableWarned, now - last < Self.unreadableWarningInterval else {
+                        if s.unreadableSince == nil { s.unreadableSince = now }
+                        s.unreadableWarned = now
+                        return (s.queue, true)
+                    }
+                    return (s.queue, false)
+                }
+                if warn {
+                    logger.error(
+                        "cannot read the transactions waiting for coverage; retrying every second",
+                        metadata: ["shoal.error": "\(error)", "shoal.sync.failed_items": "\(failed.count)"])
+                }
+                for item in failed {
+                    item.lane?.fail(failure)
+                    item.done?(.failure(failure))
+                }
                 try? await Task.sleep(for: .seconds(1))
                 return
             }

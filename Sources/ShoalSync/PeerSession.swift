@@ -359,6 +359,9 @@ struct PeerSession: Sendable {
             peer.version >= 4 ? engine.routing.open(peer.siteID) { event in input.yield(.event(event)) } : nil
         if let routed { input.yield(.event(.routesChanged(routed.0))) }
         input.yield(.event(.upstreamChanged(engine.upstream(for: peer.siteID), fromStart: false)))
+        // A commit of what this session handed the pipeline failed: the session ends,
+        // whether or not a batch of it waits for an answer (pieces answering a question do not).
+        lane.whenFailed { error in input.yield(.event(.batchFailed(error.message))) }
         engine.pipeline.peerConnected(peer.siteID)
         do {
             try await serveSync(

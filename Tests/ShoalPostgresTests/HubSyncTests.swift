@@ -184,15 +184,9 @@ struct HubSyncTests {
     /// began while it was cut, rather than hold them until the database answers (its
     /// waits for a pooled connection are bounded: `PostgresHubDatabase.unreachableAfter`);
     /// once the link heals, every increment the device acknowledged arrives once. The link
-    /// refuses and resets, or drops every packet (`droppingPackets`).
-    ///
-    /// Disabled in the suite: it passes alone, both ways, but under load a session
-    /// sometimes waits on a statement PostgresNIO never answers (docs/RELIABILITY.md,
-    /// "Known defects"). Run it with `SHOAL_POSTGRES_URL=… swift test --filter
-    /// aHubCutOffFromItsDatabase` after removing the trait.
-    @Test(
-        .disabled("a statement sent on a connection that just closed is never answered: docs/RELIABILITY.md, Known defects"),
-        arguments: [false, true])
+    /// refuses and resets, or drops every packet (`droppingPackets`). A statement sent on
+    /// a connection that has just closed fails rather than wait for ever (`HubConnection`).
+    @Test(arguments: [false, true])
     func aHubCutOffFromItsDatabaseEndsItsSessionsAndCatchesUp(droppingPackets: Bool) async throws {
         let server = Locked<LoopbackProxy?>(nil)
         let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM notes"])

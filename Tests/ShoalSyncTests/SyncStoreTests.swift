@@ -81,7 +81,13 @@ import Testing
         }
         var lastCommittedSequence: UInt64 { base.lastCommittedSequence }
         func holdsOthersWrites() async throws(ShoalError) -> Bool { try await base.holdsOthersWrites() }
-        func transactionRecords() async throws(ShoalError) -> [TransactionRecord] { try await base.transactionRecords() }
+        func transactionRecords() async throws(ShoalError) -> [TransactionRecord] {
+            if failRecords.withLock({ $0 }) { throw ShoalError(.database, "the database cannot be reached (injected)") }
+            return try await base.transactionRecords()
+        }
+        /// While set, the transactions waiting for coverage cannot be read, as from a
+        /// database that went away.
+        let failRecords = Locked(false)
         /// When set, the next commit that logs deltas is rolled back and, once the latch
         /// opens, fails as a full disk would.
         let failNextApply = Locked<Latch?>(nil)
@@ -326,6 +332,49 @@ import Testing
                     // A2's session is still up: its next write arrives over it.
                     _ = try await a2.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'after', 'n': 2})")
                     #expect(try await InProcessMesh.eventually(timeout: .seconds(20)) { try await holds(["after"]) })
+                }
+            }
+        }
+    }
+
+    /// A commit fails, and then the store cannot even be read (its database gone): a
+    /// batch of another session, queued meanwhile, fails too, and its session closes,
+    /// rather than wait with it queued for as long as the store stays away. Once the
+    /// store is back, new sessions bring every transaction.
+    @Test func batchesQueuedWhileTheStoreCannotBeReadFailAndTheirSessionsClose() async throws {
+        try await Self.withNodes { a1, bStore, counting, b in
+            let a2 = try TestNode(name: "a2", subscriptions: ["SELECT * FROM notes"])
+            defer { a2.remove() }
+            let release = Latch()
+            counting.failNextApply.withLock { $0 = release }
+            try await InProcessMesh.withLink(a1.sync, b) { () async throws in
+                try await InProcessMesh.withLink(a2.sync, b) { () async throws in
+                    #expect(await InProcessMesh.eventually { b.peers().count == 2 })
+                    _ = try await a1.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'first', 'n': 1})")
+                    // A1's batch is being committed (it fails once released); a2's queues behind it.
+                    #expect(try await InProcessMesh.eventually { counting.failNextApply.withLock { $0 == nil } })
+                    _ = try await a2.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'second', 'n': 2})")
+                    #expect(await InProcessMesh.eventually { b.pipeline.queuedItems >= 1 }, "a2's batch queued")
+                    // And pieces that wait for no answer (as answers to a question do): their
+                    // lane is told, as a session's is, so that it closes.
+                    let lane = InboundPipeline.Lane()
+                    let told = Locked<[String]>([])
+                    lane.whenFailed { error in told.withLock { $0.append(error.message) } }
+                    b.pipeline.enqueue(InboundPipeline.Item(source: SiteID(0x42), pieces: [], lane: lane))
+                    counting.failRecords.withLock { $0 = true }
+                    release.open()
+                    #expect(await InProcessMesh.eventually(timeout: .seconds(10)) { b.pipeline.queuedItems == 0 })
+                    #expect(told.withLock { $0 } == ["the database cannot be reached (injected)"])
+                    #expect(await InProcessMesh.eventually(timeout: .seconds(10)) { b.peers().isEmpty && a2.sync.peers().isEmpty },
+                            "both sessions end: \(b.peers().map(\.state))")
+                }
+            }
+            counting.failRecords.withLock { $0 = false }
+            try await InProcessMesh.withLink(a1.sync, b) { () async throws in
+                try await InProcessMesh.withLink(a2.sync, b) { () async throws in
+                    #expect(try await InProcessMesh.eventually {
+                        try await bStore.execute("SELECT _id FROM notes").items.count == 2
+                    })
                 }
             }
         }
