@@ -44,6 +44,9 @@ public struct NodeConfiguration: Sendable {
     public var store: String?
     /// A file holding the store's password (first line; readable by its owner only).
     public var storePasswordFile: String?
+    /// How long a hub waits for its database before what waits fails
+    /// (`PostgresHubDatabase.unreachableAfter`).
+    public var storeTimeout: Duration = .seconds(10)
     public var limits: WireLimits
     public var keepaliveInterval: Duration
     public var idleTimeout: Duration

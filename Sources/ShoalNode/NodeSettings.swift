@@ -88,6 +88,10 @@ public struct NodeSettings: Sendable, Hashable {
                 note: "SQLite in data"),
             Key(name: "store-password-file", kind: .string, summary: "a file holding the store's password (its first line), readable by its owner only"),
             Key(
+                name: "store-timeout", kind: .seconds,
+                summary: "seconds a hub waits for its database, no connection to be had and no statement answered, before what waits fails and its sessions end (the hub keeps trying)",
+                default: .seconds(10)),
+            Key(
                 name: "listen", kind: .string, summary: "address to accept peers and the CLI on, HOST:PORT",
                 default: .string("0.0.0.0:\(HostAndPort.defaultPort)"), note: "port 0 picks a free one"),
             Key(name: "name", kind: .string, summary: "a readable name for this node", note: "shoal- and its site ID's first digits"),
@@ -556,6 +560,11 @@ public struct NodeSettings: Sendable, Hashable {
             guard configuration.store != nil else { throw invalid("store-password-file", "is the password of a store: give store too") }
             configuration.storePasswordFile = file
         }
+        if let timeout = seconds("store-timeout") {
+            guard configuration.store != nil else { throw invalid("store-timeout", "is how long a hub waits for its store: give store too") }
+            guard timeout >= 1 && timeout <= 3600 else { throw invalid("store-timeout", "must be between 1 and 3600 seconds") }
+        }
+        configuration.storeTimeout = .milliseconds(Int64(secondsOrDefault("store-timeout") * 1000))
         return configuration
     }
 

@@ -31,6 +31,9 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .long, help: .setting("store-password-file"))
     var storePasswordFile: String?
 
+    @Option(name: .long, help: .setting("store-timeout"))
+    var storeTimeout: Double?
+
     @Option(name: .long, help: .setting("listen"))
     var listen: String?
 
@@ -113,6 +116,7 @@ struct RunCommand: AsyncParsableCommand {
         s.setFlag("data", data.map { .string($0) })
         s.setFlag("store", store.map { .string($0) })
         s.setFlag("store-password-file", storePasswordFile.map { .string($0) })
+        s.setFlag("store-timeout", storeTimeout.map { .seconds($0) })
         s.setFlag("listen", listen.map { .string($0) })
         s.setFlag("name", name.map { .string($0) })
         s.setFlag("peer", peer.isEmpty ? nil : .strings(peer))
@@ -185,7 +189,7 @@ struct RunCommand: AsyncParsableCommand {
         } catch {
             throw fail("--store: \(error.message)")
         }
-        let database = PostgresHubDatabase(location: location, logger: logger)
+        let database = PostgresHubDatabase(location: location, logger: logger, unreachableAfter: configuration.storeTimeout)
         try await withThrowingTaskGroup(of: Void.self) { pool in
             pool.addTask { await database.run() }
             defer { pool.cancelAll() }

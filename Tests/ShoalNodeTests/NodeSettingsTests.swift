@@ -43,6 +43,7 @@ struct NodeSettingsTests {
         synchronous = "full"
         store = "postgresql://hub@db.example:5433/shoal"
         store-password-file = "store.password"
+        store-timeout = 4
         compaction-interval = 0
         compaction-horizon = 3600
         tombstone-horizon = 7200
@@ -75,6 +76,7 @@ struct NodeSettingsTests {
         #expect(!configuration.routes)
         #expect(configuration.store == "postgresql://hub@db.example:5433/shoal")
         #expect(configuration.storePasswordFile == dir.path + "/store.password")
+        #expect(configuration.storeTimeout == .seconds(4))
         #expect(configuration.limits.maximumFrameSize == 65536 && configuration.limits.maximumInflatedSize == 65536)
         #expect(configuration.coverageWait == .milliseconds(2500))
         #expect(configuration.maximumWaitingTransactions == 50 && configuration.maximumWaitingBytes == 2 << 20)
@@ -118,6 +120,7 @@ struct NodeSettingsTests {
             "listen": .string(c.listen.description), "mesh": .string(c.meshName), "discovery": .boolean(c.discovery),
             "relay": .boolean(c.relay), "routes": .boolean(c.routes), "log-level": .string(try settings.logLevel()),
             "log-format": .string(try settings.logFormat()), "synchronous": .string(c.synchronousFull ? "full" : "normal"),
+            "store-timeout": seconds(c.storeTimeout),
             "compaction-interval": seconds(c.compactionInterval), "compaction-horizon": seconds(c.compactionHorizon),
             "tombstone-horizon": seconds(c.tombstoneHorizon), "max-frame-size": .integer(c.limits.maximumFrameSize),
             "coverage-wait": seconds(c.coverageWait), "max-waiting-transactions": .integer(c.maximumWaitingTransactions),
@@ -270,6 +273,8 @@ struct NodeSettingsTests {
         ("data = \"x\"\nmetrics = \"9470\"\n", "shoal.toml:2 (metrics): '9470' is not HOST:PORT"),
         ("data = \"x\"\nstore = \"mysql://a@b/c\"\n", "shoal.toml:2 (store): give a postgresql://USER@HOST:PORT/DATABASE URL"),
         ("data = \"x\"\nstore-password-file = \"p\"\n", "shoal.toml:2 (store-password-file): is the password of a store: give store too"),
+        ("data = \"x\"\nstore-timeout = 5\n", "shoal.toml:2 (store-timeout): is how long a hub waits for its store: give store too"),
+        ("data = \"x\"\nstore = \"postgresql://a@b/c\"\nstore-timeout = 0.5\n", "shoal.toml:3 (store-timeout): must be between 1 and 3600 seconds"),
         ("data = \"x\"\ncompaction-interval = 0.5\n", "shoal.toml:2 (compaction-interval): must be 0 (off) or between 1 and 2592000 seconds"),
         ("data = \"x\"\ncompaction-horizon = 0\n", "shoal.toml:2 (compaction-horizon): must be between 1 and 315360000 seconds"),
         ("data = \"x\"\ntombstone-horizon = 0.5\n", "shoal.toml:2 (tombstone-horizon): must be 0 (keep tombstones) or between 1 and 315360000 seconds"),

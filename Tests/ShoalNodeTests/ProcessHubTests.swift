@@ -159,6 +159,58 @@ struct ProcessHubTests {
         #expect(faces.metrics.contains("shoal_change_log_rows"), "a scrape of a hub's metrics")
     }
 
+    /// A hub process cut off from PostgreSQL (a proxy between them refusing) fails a
+    /// write within its `--store-timeout` (2 s here, 10 s by default), saying it cannot
+    /// reach the server, and serves again once the link heals.
+    @Test func aHubCutOffFromItsDatabaseFailsWritesWithinItsStoreTimeout() async throws {
+        let outcome = try await TemporaryPostgresDatabase.withDatabase { databases in
+            let location = databases[0].location
+            return try await onOwnThread { try Self.cutOff(location) }
+        }
+        #expect(outcome.before == 0, "a write while the link is up")
+        #expect(outcome.cut != 0 && outcome.cutError.contains("cannot reach the server"), "\(outcome.cutError)")
+        let waited = try #require(outcome.waitedSeconds, "the error says how long the hub waited: \(outcome.cutError)")
+        #expect(waited < 10, "the hub gave up after its store timeout, not the default: \(outcome.cutError)")
+        #expect(outcome.healed, "a write succeeds once the link heals")
+        #expect(outcome.documents == 2, "the first write and the one after the link healed, nothing else")
+    }
+
+    struct CutOff: Sendable {
+        var before: Int32 = -1
+        var cut: Int32 = 0
+        var cutError = ""
+        var waitedSeconds: Int?
+        var healed = false
+        var documents = 0
+    }
+
+    static func cutOff(_ location: PostgresLocation) throws -> CutOff {
+        var outcome = CutOff()
+        let dirs = TemporaryDirectory(prefix: "shoal-hub-cut")
+        defer { dirs.remove() }
+        let proxy = try LoopbackProxy(to: location.port)
+        defer { proxy.stop() }
+        var through = location
+        through.host = "127.0.0.1"
+        through.port = proxy.port
+        let hub = try NodeProcess(
+            name: "hub", dataDirectory: dirs.path + "/hub",
+            extra: ["--store", through.description, "--store-timeout", "2", "--subscribe", "SELECT * FROM t"])
+        defer { hub.stop() }
+        outcome.before = try hub.exec("INSERT INTO t DOCUMENTS ({'_id': 'before'})").status
+        proxy.cut()
+        let failed = try hub.exec("INSERT INTO t DOCUMENTS ({'_id': 'cut'})")
+        outcome.cut = failed.status
+        outcome.cutError = failed.stderr
+        if let range = failed.stderr.range(of: "no connection for ") {
+            outcome.waitedSeconds = Int(failed.stderr[range.upperBound...].prefix { $0.isNumber })
+        }
+        proxy.restore()
+        outcome.healed = eventually(30) { (try? hub.exec("INSERT INTO t DOCUMENTS ({'_id': 'after'}) ON ID CONFLICT DO NOTHING").status) == 0 }
+        outcome.documents = (try? ProcessMeshTests.documents(hub, "SELECT * FROM t").count) ?? -1
+        return outcome
+    }
+
     static func hubServesEverything(store: String) throws -> Faces {
         var faces = Faces()
         let dirs = TemporaryDirectory(prefix: "shoal-hubs")
