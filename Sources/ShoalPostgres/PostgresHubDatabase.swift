@@ -173,7 +173,14 @@ public final class PostgresHubDatabase: Sendable {
         var configuration = PostgresClient.Configuration(
             host: location.host, port: location.port, username: location.user, password: location.password,
             database: location.database, tls: .disable)
-        configuration.options.connectTimeout = .seconds(10)
+        // A server far away may take longer than 10 s to connect to; waits on it are
+        // bounded by `unreachableAfter` anyway.
+        configuration.options.connectTimeout = max(.seconds(10), unreachableAfter)
+        // No keep-alive statements on idle connections: the pool sends them itself, not
+        // through `HubConnection`, so one sent as its connection closes would never be
+        // answered, and that connection would stay out of the pool. The connections' TCP
+        // keepalives (`sessionParameters`) and the lease's watch find dead links instead.
+        configuration.options.keepAliveBehavior = nil
         configuration.options.additionalStartupParameters =
             Self.sessionParameters + [("application_name", Self.applicationName(process))]
         client = PostgresClient(configuration: configuration, backgroundLogger: logger)
@@ -332,7 +339,7 @@ public final class PostgresHubDatabase: Sendable {
     /// retries an unreachable server for ever, which would leave a hub starting without
     /// a word. A hub calls it (through `migrate()`) before it serves.
     public func checkReachable() async throws(PostgresStoreError) {
-        try await failing("connecting") { try await connectOnce(within: .seconds(10)) }
+        try await failing("connecting") { try await connectOnce(within: max(.seconds(10), unreachableAfter)) }
     }
 
     /// Connects outside the pool, logs in and disconnects, all within `timeout`.

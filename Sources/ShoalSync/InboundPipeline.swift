@@ -275,10 +275,19 @@ public final class InboundPipeline: Sendable {
         } else {
             do {
                 assembler = CoverageAssembler(configuration: configuration.coverage, records: try await store.transactionRecords())
-                if let since = state.withLock({ s in defer { s.unreadableSince = nil }; return s.unreadableSince }) {
+                let since = state.withLock { s in
+                    defer {
+                        s.unreadableSince = nil
+                        s.unreadableWarned = nil
+                    }
+                    return s.unreadableSince
+                }
+                if let since {
                     logger.notice("the transactions waiting for coverage are read again, after \(Self.seconds(ContinuousClock.now - since))")
                 }
             } catch {
+                // Cancelled: another run takes over (`run`), with the queue as it is.
+                if Task.isCancelled { return }
                 // Nothing queued can commit before the store answers again, which may take
                 // long (a database away): each item fails, so that its session closes and
                 // its peer resends when it dials again, here or elsewhere, rather than
@@ -287,12 +296,10 @@ public final class InboundPipeline: Sendable {
                 let (failed, warn) = state.withLock { s -> ([Item], Bool) in
                     let now = ContinuousClock.now
                     defer { s.queue = [] }
-                    guard let last = s.unreadableWarned, now - last < Self.unreadableWarningInterval else {
-                        if s.unreadableSince == nil { s.unreadableSince = now }
-                        s.unreadableWarned = now
-                        return (s.queue, true)
-                    }
-                    return (s.queue, false)
+                    if s.unreadableSince == nil { s.unreadableSince = now }
+                    if let last = s.unreadableWarned, now - last < Self.unreadableWarningInterval { return (s.queue, false) }
+                    s.unreadableWarned = now
+                    return (s.queue, true)
                 }
                 if warn {
                     logger.error(
