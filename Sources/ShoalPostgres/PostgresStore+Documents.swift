@@ -1,4 +1,5 @@
 import Logging
+import Metrics
 import NIOCore
 import PostgresNIO
 package import ShoalCRDT
@@ -117,6 +118,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         defer { if !listed { running.withLock { $0.removeAll { $0.id == info.id } } } }
         var committed: (id: TransactionID, collections: Set<String>)?
         var transaction: PostgresDocumentTransaction?
+        var committing: ContinuousClock.Instant?
         let (_, writer) = try await withWriter("running \(info.described)", deadline: deadline) { writer in
             let running = try await PostgresDocumentTransaction.begin(store: self, info: info, writer: writer)
             transaction = running
@@ -129,9 +131,12 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
                 return
             }
             try (running.deadline ?? deadline)?.check(.beforeCommit)
+            committing = ContinuousClock.now
             committed = try await running.commit()
         }
         guard let committed, let last = writer.lastSequence else { return nil }
+        // Timed as on SQLite: logging the deltas and COMMIT.
+        if let committing { commitDuration.withLock { $0 }?.record(duration: ContinuousClock.now - committing) }
         transaction?.committed(as: committed.id)
         localCommits.withLock { $0 += 1 }
         publish(LogEnd(sequence: last, appended: writer.appended))

@@ -1,5 +1,6 @@
 package import Foundation
 import Logging
+package import Metrics
 import NIOCore
 import PostgresNIO
 package import ShoalCRDT
@@ -37,6 +38,12 @@ extension PostgresStore: NodeStore {
     }
 
     // MARK: Saved subscriptions
+
+    /// Times each local commit that writes something with `timer` from now on (the
+    /// node's `shoal_commit_duration_seconds`, as a store on SQLite feeds it).
+    package func timeCommits(with timer: Metrics.Timer) {
+        commitDuration.withLock { $0 = timer }
+    }
 
     package func savedSubscriptions() async throws(ShoalError) -> [SavedSubscription] {
         try await snapshot("reading the saved subscriptions") { connection in

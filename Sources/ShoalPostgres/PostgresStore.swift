@@ -1,4 +1,5 @@
 package import Logging
+package import Metrics
 package import ShoalCRDT
 package import ShoalStorage
 import Foundation
@@ -66,6 +67,8 @@ package final class PostgresStore: SyncStore, Sendable {
     let liveObservers = Locked(LiveObservers())
     /// Local transactions this hub committed since it opened.
     let localCommits = Locked<UInt64>(0)
+    /// Times each local commit that wrote something, once the node gives one (`timeCommits`).
+    let commitDuration = Locked<Metrics.Timer?>(nil)
     /// This hub's transactions open now, oldest first.
     let running = Locked<[TransactionInfo]>([])
     /// The freshness saved and through when deletions were forgotten: read at open, kept as saved.

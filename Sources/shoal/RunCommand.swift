@@ -198,7 +198,10 @@ struct RunCommand: AsyncParsableCommand {
                 try await database.checkReachable()
                 let store = try await PostgresStore.open(
                     database, systemParameters: configuration.storeParameters, logger: Logger(label: "shoal.store"))
-                node = try ShoalNode(configuration: configuration, logger: logger, openStore: { _ in store })
+                node = try ShoalNode(configuration: configuration, logger: logger) { opening in
+                    store.timeCommits(with: opening.commitDuration)
+                    return store
+                }
                 logger.info("a hub on \(location)", metadata: ["shoal.site": "\(store.siteID)"])
             } catch {
                 throw fail("\(error)")

@@ -157,6 +157,9 @@ struct ProcessHubTests {
         #expect((faces.compacted["transactionsRemoved"] ?? 0) >= 19, "\(faces.compacted) \(faces.compactError)")
         #expect(faces.statusAfter["compactedThrough"].map { $0 > 0 } == true, "\(faces.statusAfter)")
         #expect(faces.metrics.contains("shoal_change_log_rows"), "a scrape of a hub's metrics")
+        // Hub 1's own commits (the import's three batches) are timed, as a node's on SQLite are.
+        let commits = faces.metrics.split(separator: "\n").first { $0.hasPrefix("shoal_commit_duration_seconds_count ") }
+        #expect(commits.flatMap { Int($0.split(separator: " ").last ?? "") }.map { $0 >= 3 } == true, "\(commits ?? "no commit timer")")
     }
 
     /// A hub process cut off from PostgreSQL (a proxy between them refusing) fails a
