@@ -131,6 +131,10 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
                 return
             }
             try (running.deadline ?? deadline)?.check(.beforeCommit)
+            // Closed meanwhile (`shutdown()` called inside the body): nothing is kept.
+            guard !gate.isClosed else {
+                throw ShoalError(.closed, "the store closed while \(info.described) ran: nothing of it was kept")
+            }
             committing = ContinuousClock.now
             committed = try await running.commit()
         }

@@ -201,13 +201,23 @@ extension PostgresStore: NodeStore {
         }
     }
 
-    /// Refuses new writes, waits for the running one, and closes.
+    /// Refuses new writes, waits for the running one, and closes. Called inside a
+    /// read-write transaction of this store, it closes without waiting for that one
+    /// (which holds the writer), and that transaction keeps nothing, as on SQLite.
     package func shutdown() async {
         gate.close(admittingNested: true)
-        do {
-            try await gate.acquire(nested: true, cancellable: false)
-            gate.release()
-        } catch {}
+        let own = OpenTransactions.marks.filter { $0.store == ObjectIdentifier(self) }
+        if !own.isEmpty {
+            logger.error(
+                "shutdown() was called inside a transaction of this store; it closes without waiting for that transaction",
+                metadata: ["shoal.txn.id": "\(own.map(\.info.id).joined(separator: ","))"])
+        }
+        // The writes queued before shutdown began (sync, attachments) go first.
+        var acquired = false
+        if !own.contains(where: { !$0.info.isReadOnly }) {
+            acquired = (try? await gate.acquire(nested: true, cancellable: false)) != nil
+        }
         close()
+        if acquired { gate.release() }
     }
 }

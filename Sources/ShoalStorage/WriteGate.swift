@@ -169,6 +169,9 @@ package final class WriteGate: Sendable {
         next?.continuation.resume()
     }
 
+    /// Whether the gate refuses everyone: the store has closed.
+    package var isClosed: Bool { state.withLock { $0.closed } }
+
     /// Refuses new callers from now on: those not nested in running work, or, once
     /// `admittingNested` is false, everyone, waiters included.
     package func close(admittingNested: Bool) {

@@ -542,4 +542,28 @@ import Testing
             #expect(try await store.resumePoint(peer: SiteID(0xC0C0), subscriptions: narrow).through == 0, "per peer")
         }
     }
+
+    /// `shutdown()` called inside a read-write transaction of the store closes it
+    /// without waiting for that transaction (which holds the writer: it would wait for
+    /// ever), and the transaction keeps nothing.
+    @Test(arguments: Engine.allCases)
+    func shutdownInsideATransactionDoesNotWaitForItself(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let error = try await withHangGuard {
+                await #expect(throws: ShoalError.self) {
+                    try await store.transaction(hint: "closes its own store") { tx in
+                        _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'lost'})")
+                        await store.shutdown()
+                        return .commit
+                    }
+                }
+            }
+            #expect(error != nil, "the commit fails on the closed store")
+            // SQLite refuses to read once closed; a hub's pool is its caller's, and reads on.
+            let after = try? await store.execute("SELECT * FROM c")
+            #expect(after == nil || after?.items.isEmpty == true, "nothing kept: \(after?.items ?? [])")
+            let write = await #expect(throws: ShoalError.self) { try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'late'})") }
+            #expect(write?.code == .closed)
+        }
+    }
 }
