@@ -26,8 +26,38 @@ enum Hubs {
         /// CPU seconds this process used during each: hubs, devices and the client side of PostgreSQL.
         var oneHubCPUSeconds: Double
         var twoHubsCPUSeconds: Double
+        /// CPU seconds the whole machine was busy during each (`/proc/stat`), and how long
+        /// each took: with a local server, what is not this process's is mostly PostgreSQL's,
+        /// and a machine busy on every core is the ceiling of what more hubs can add.
+        var oneHubMachine: MachineCPU
+        var twoHubsMachine: MachineCPU
         /// A write on a device behind hub 1 until an observer on a device behind hub 2 fires, idle.
         var latency: Latency.Figure
+    }
+
+    /// The machine's CPU over a phase: busy core-seconds, wall seconds, and cores.
+    struct MachineCPU: Sendable {
+        var busySeconds: Double
+        var wallSeconds: Double
+        var cores: Int
+
+        /// The share of all cores that was busy, 0 to 1.
+        var busy: Double { wallSeconds > 0 ? busySeconds / (wallSeconds * Double(cores)) : 0 }
+
+        /// Busy and total time of every core since boot, in seconds (`/proc/stat`'s first
+        /// line); nil where there is none.
+        static func sample() -> (busy: Double, total: Double)? {
+            guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+                let line = text.split(separator: "\n").first, line.hasPrefix("cpu ")
+            else { return nil }
+            let ticks = line.split(separator: " ").dropFirst().compactMap { Double($0) }
+            guard ticks.count >= 5 else { return nil }
+            // user nice system idle iowait irq softirq steal (guest time is inside user).
+            let idle = ticks[3] + ticks[4]
+            let total = ticks.prefix(8).reduce(0, +)
+            let hertz = Double(sysconf(Int32(_SC_CLK_TCK)))
+            return ((total - idle) / hertz, total / hertz)
+        }
     }
 
     /// Errors only, on standard error: standard output holds the figures (`--json`).
@@ -53,7 +83,8 @@ enum Hubs {
         let latency = try await crossHubLatency(samples: samples)
         return Result(
             documents: documents, baselineDocumentsPerSecond: baseline, oneHubDocumentsPerSecond: one.rate,
-            twoHubsDocumentsPerSecond: two.rate, oneHubCPUSeconds: one.cpu, twoHubsCPUSeconds: two.cpu, latency: latency)
+            twoHubsDocumentsPerSecond: two.rate, oneHubCPUSeconds: one.cpu, twoHubsCPUSeconds: two.cpu,
+            oneHubMachine: one.machine, twoHubsMachine: two.machine, latency: latency)
     }
 
     /// PostgreSQL inserting what a hub writes of `documents` documents (a `document` row
@@ -103,7 +134,7 @@ enum Hubs {
     /// `hubs` hubs on one new database and a device behind each, subscribed to docs;
     /// the devices' `documents` documents (split between them), written beforehand, 100
     /// to a transaction; the rate from linking until the last hub holds every one.
-    static func replicate(hubs count: Int, documents: Int) async throws -> (rate: Double, cpu: Double) {
+    static func replicate(hubs count: Int, documents: Int) async throws -> (rate: Double, cpu: Double, machine: MachineCPU) {
         let defaults: (inout SyncConfiguration) -> Void = { $0.batchSize = SyncConfiguration(nodeName: "").batchSize }
         let devices = try (0..<count).map { i in try TestNode(name: "device\(i + 1)", configure: defaults, syncLogger: logger) }
         defer { for device in devices { device.remove() } }
@@ -127,6 +158,7 @@ enum Hubs {
             }
             for engine in engines { try engine.subscribe("SELECT * FROM docs") }
             let cpuBefore = processCPUSeconds()
+            let machineBefore = MachineCPU.sample()
             let start = ContinuousClock.now
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for (device, hub) in zip(devices, engines) {
@@ -145,9 +177,13 @@ enum Hubs {
             }
             let elapsed = seconds(ContinuousClock.now - start)
             let cpu = processCPUSeconds() - cpuBefore
+            let machineAfter = MachineCPU.sample()
+            let machine = MachineCPU(
+                busySeconds: (machineAfter?.busy ?? 0) - (machineBefore?.busy ?? 0), wallSeconds: elapsed,
+                cores: ProcessInfo.processInfo.activeProcessorCount)
             let held = try await documentCount(databases[0])
             if held != total { throw BenchError("the hubs hold \(held) documents of \(total)") }
-            return (Double(total) / elapsed, cpu)
+            return (Double(total) / elapsed, cpu, machine)
         }
     }
 
@@ -210,11 +246,17 @@ enum Hubs {
             ["PostgreSQL's own inserts (same rows, 100 per transaction)", String(format: "%.0f docs/s", r.baselineDocumentsPerSecond), ""],
             [
                 "one device into one hub", String(format: "%.0f docs/s", r.oneHubDocumentsPerSecond),
-                String(format: "%.2fx PostgreSQL's; %.1f CPU s", r.oneHubDocumentsPerSecond / r.baselineDocumentsPerSecond, r.oneHubCPUSeconds),
+                String(
+                    format: "%.2fx PostgreSQL's; %.1f CPU s here, %.1f on the machine (%.0f%% of %d cores busy)",
+                    r.oneHubDocumentsPerSecond / r.baselineDocumentsPerSecond, r.oneHubCPUSeconds, r.oneHubMachine.busySeconds,
+                    r.oneHubMachine.busy * 100, r.oneHubMachine.cores),
             ],
             [
                 "two devices into two hubs", String(format: "%.0f docs/s", r.twoHubsDocumentsPerSecond),
-                String(format: "%.2fx one hub; %.1f CPU s", r.twoHubsDocumentsPerSecond / r.oneHubDocumentsPerSecond, r.twoHubsCPUSeconds),
+                String(
+                    format: "%.2fx one hub; %.1f CPU s here, %.1f on the machine (%.0f%% of %d cores busy)",
+                    r.twoHubsDocumentsPerSecond / r.oneHubDocumentsPerSecond, r.twoHubsCPUSeconds, r.twoHubsMachine.busySeconds,
+                    r.twoHubsMachine.busy * 100, r.twoHubsMachine.cores),
             ],
             [
                 "device -> hub 1 -> PostgreSQL -> hub 2 -> device observer", String(format: "p50 %.2f ms", r.latency.p50),
@@ -230,6 +272,10 @@ enum Hubs {
             "documents": r.documents, "baselineDocumentsPerSecond": r.baselineDocumentsPerSecond,
             "oneHubDocumentsPerSecond": r.oneHubDocumentsPerSecond, "twoHubsDocumentsPerSecond": r.twoHubsDocumentsPerSecond,
             "oneHubCPUSeconds": r.oneHubCPUSeconds, "twoHubsCPUSeconds": r.twoHubsCPUSeconds,
+            "oneHubMachineCPUSeconds": r.oneHubMachine.busySeconds, "twoHubsMachineCPUSeconds": r.twoHubsMachine.busySeconds,
+            "oneHubMachineBusy": r.oneHubMachine.busy, "twoHubsMachineBusy": r.twoHubsMachine.busy,
+            "oneHubSeconds": r.oneHubMachine.wallSeconds, "twoHubsSeconds": r.twoHubsMachine.wallSeconds,
+            "cores": r.oneHubMachine.cores,
             "crossHubLatency": [
                 "samples": r.latency.samples, "p50Millis": r.latency.p50, "p99Millis": r.latency.p99, "maxMillis": r.latency.max,
             ],
