@@ -195,6 +195,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                     \(CollectionCount.encode(record.collections)), \(Int64(record.state.rawValue)), '',
                     \(TransactionRecord.Report.encode(record.reports)), \(Int64(bitPattern: record.firstSeen)))
                 ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, reports = excluded.reports
+                WHERE txn.state IN (0, 2)
                 """)
         }
     }

@@ -149,6 +149,7 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
                 INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen)
                 VALUES (?, ?, ?, ?, ?, ?, '', ?, ?)
                 ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, reports = excluded.reports
+                WHERE txn.state IN (0, 2)
                 """
         ).execute(arguments: [
             Int64(bitPattern: record.id.origin.rawValue), Int64(record.id.sequence), Int64(record.deltaCount),

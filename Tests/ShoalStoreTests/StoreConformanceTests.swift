@@ -408,6 +408,35 @@ import Testing
         }
     }
 
+    /// A record saved as waiting never moves back a transaction already applied (or
+    /// refused): states only move forward. Hubs share the table, and one that still
+    /// holds a transaction as waiting in memory saves it while another hub applied it.
+    @Test(arguments: Engine.allCases)
+    func aSavedRecordNeverMovesAnAppliedTransactionBack(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let t = Received(1, [("cars", "a", "color", "\"red\"")])
+            try await Self.apply([t], to: store)
+            var record = t.record
+            record.state = .waiting
+            let stale = record
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.save(stale)
+            }
+            #expect(try await store.storedTransactions([t.id])[t.id]?.state == .applied)
+            #expect(try await store.transactionRecords().isEmpty, "not listed as waiting")
+            // A waiting one still moves on: to partial, then applied.
+            let u = Received(2, [("cars", "b", "color", "\"blue\"")], state: .waiting)
+            var moved = u.record
+            moved.state = .partial
+            let partial = moved
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.save(u.record)
+                try await writer.save(partial)
+            }
+            #expect(try await store.storedTransactions([u.id])[u.id]?.state == .partial)
+        }
+    }
+
     /// The reads an apply is decided on give back what the writes stored: the buffer's
     /// deltas, counts and context; which deltas the log holds; the registers. And the
     /// rows an apply decided are written as they are, the buffer dropped when they say.
