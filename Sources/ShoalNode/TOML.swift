@@ -165,9 +165,11 @@ private struct Reader {
         return TOMLError(line: lineNumber, column: column, message: message)
     }
 
-    /// A byte in words, for "found X" in messages.
-    func describe(_ byte: UInt8?) -> String {
-        guard let byte else { return "the end of the file" }
+    /// The byte at `offset` in words, for "found X" in messages: a multi-byte
+    /// character by itself, the end of the input past its last byte.
+    func describe(at offset: Int) -> String {
+        guard offset < bytes.count else { return "the end of the file" }
+        let byte = bytes[offset]
         switch byte {
         case UInt8(ascii: "\n"): return "the end of the line"
         case UInt8(ascii: "\r"): return "a carriage return"
@@ -175,9 +177,9 @@ private struct Reader {
         case 0x20..<0x7F: return "'\(Character(Unicode.Scalar(byte)))'"
         default:
             // Name the whole character a multi-byte sequence starts.
-            var end = position + 1
+            var end = offset + 1
             while end < bytes.count, bytes[end] & 0xC0 == 0x80 { end += 1 }
-            let text = String(decoding: bytes[position..<end], as: UTF8.self)
+            let text = String(decoding: bytes[offset..<end], as: UTF8.self)
             return byte < 0x80 ? "the control character U+" + String(format: "%04X", Int(byte)) : "'\(text)'"
         }
     }
@@ -192,7 +194,7 @@ private struct Reader {
         position += 1
         while let byte = current, byte != UInt8(ascii: "\n") {
             if byte == UInt8(ascii: "\r"), peek(1) == UInt8(ascii: "\n") { return }
-            if isControl(byte) { throw error("a comment may not hold \(describe(byte))") }
+            if isControl(byte) { throw error("a comment may not hold \(describe(at: position))") }
             position += 1
         }
     }
@@ -225,7 +227,7 @@ private struct Reader {
         skipSpaces()
         try skipComment()
         guard atEnd || newline() else {
-            throw error("expected the end of the line after \(what), found \(describe(current))")
+            throw error("expected the end of the line after \(what), found \(describe(at: position))")
         }
     }
 
@@ -260,7 +262,7 @@ private struct Reader {
         let path = try key()
         skipSpaces()
         guard current == UInt8(ascii: "]"), !isArray || peek(1) == UInt8(ascii: "]") else {
-            throw error("expected '\(isArray ? "]]" : "]")' to close the header, found \(describe(current))")
+            throw error("expected '\(isArray ? "]]" : "]")' to close the header, found \(describe(at: position))")
         }
         position += isArray ? 2 : 1
         let shown = path.map(Self.shown).joined(separator: ".")
@@ -314,7 +316,7 @@ private struct Reader {
         let path = try key()
         skipSpaces()
         guard current == UInt8(ascii: "=") else {
-            throw error("expected '=' after the key \(path.map(Self.shown).joined(separator: ".")), found \(describe(current))")
+            throw error("expected '=' after the key \(path.map(Self.shown).joined(separator: ".")), found \(describe(at: position))")
         }
         position += 1
         skipSpaces()
@@ -386,7 +388,7 @@ private struct Reader {
             let start = position
             while let byte = current, Self.isBareKeyByte(byte) { position += 1 }
             guard position > start else {
-                throw error("expected a key (letters, digits, '_' and '-', or a quoted string), found \(describe(current))")
+                throw error("expected a key (letters, digits, '_' and '-', or a quoted string), found \(describe(at: position))")
             }
             return String(decoding: bytes[start..<position], as: UTF8.self)
         }
@@ -407,7 +409,7 @@ private struct Reader {
         case UInt8(ascii: "{"):
             return try nested { (reader: inout Reader) throws(TOMLError) in try reader.inlineTable() }
         case nil, UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "#"):
-            throw error("expected a value, found \(describe(current))")
+            throw error("expected a value, found \(describe(at: position))")
         default:
             return try scalar()
         }
@@ -438,7 +440,7 @@ private struct Reader {
             case UInt8(ascii: "]"):
                 position += 1
                 return .array(items)
-            default: throw error("expected ',' or ']' in the array, found \(describe(current))")
+            default: throw error("expected ',' or ']' in the array, found \(describe(at: position))")
             }
         }
     }
@@ -462,7 +464,7 @@ private struct Reader {
                 position += 1
                 return .table(node.table)
             default:
-                throw error("expected ',' or '}' in the inline table (which must fit on one line), found \(describe(current))")
+                throw error("expected ',' or '}' in the inline table (which must fit on one line), found \(describe(at: position))")
             }
         }
     }
@@ -484,7 +486,7 @@ private struct Reader {
             case UInt8(ascii: "\\"):
                 try escape(into: &out)
             default:
-                if isControl(byte) { throw error("a string may not hold \(describe(byte)); write it as an escape") }
+                if isControl(byte) { throw error("a string may not hold \(describe(at: position)); write it as an escape") }
                 out.append(byte)
                 position += 1
             }
@@ -520,7 +522,7 @@ private struct Reader {
                 if newline() {
                     out.append(UInt8(ascii: "\n"))
                 } else {
-                    if isControl(byte) { throw error("a string may not hold \(describe(byte)); write it as an escape") }
+                    if isControl(byte) { throw error("a string may not hold \(describe(at: position)); write it as an escape") }
                     out.append(byte)
                     position += 1
                 }
@@ -552,7 +554,7 @@ private struct Reader {
                 position += 1
                 return text
             }
-            if isControl(byte) { throw error("a literal string may not hold \(describe(byte))") }
+            if isControl(byte) { throw error("a literal string may not hold \(describe(at: position))") }
             position += 1
         }
     }
@@ -568,7 +570,7 @@ private struct Reader {
             if newline() {
                 out.append(UInt8(ascii: "\n"))
             } else {
-                if isControl(byte) { throw error("a literal string may not hold \(describe(byte))") }
+                if isControl(byte) { throw error("a literal string may not hold \(describe(at: position))") }
                 out.append(byte)
                 position += 1
             }
@@ -603,7 +605,7 @@ private struct Reader {
             }
             out.append(contentsOf: Array(String(Character(scalar)).utf8))
         default:
-            let shown = (0x21..<0x7F).contains(byte) ? "'\\\(Character(Unicode.Scalar(byte)))'" : "a backslash before \(describe(byte))"
+            let shown = (0x21..<0x7F).contains(byte) ? "'\\\(Character(Unicode.Scalar(byte)))'" : "a backslash before \(describe(at: start + 1))"
             throw error("\(shown) is not an escape; they are \\b \\t \\n \\f \\r \\\" \\\\ \\uXXXX \\UXXXXXXXX", at: start)
         }
     }
@@ -635,7 +637,7 @@ private struct Reader {
         }
         let token = String(decoding: bytes[start..<position], as: UTF8.self)
         guard !token.isEmpty else {
-            throw error("expected a value, found \(describe(current)) (strings are quoted)")
+            throw error("expected a value, found \(describe(at: position)) (strings are quoted)")
         }
         switch token {
         case "true": return .boolean(true)

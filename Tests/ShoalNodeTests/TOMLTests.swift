@@ -121,6 +121,11 @@ import Testing
         ("a = 'open\n", "1:5: the string has no closing \"'\" on its line"),
         ("a = \"\"\"never closed\n", "1:5: the string has no closing '\"\"\"'"),
         ("a = \"\\q\"\n", "1:6: '\\q' is not an escape"),
+        // A backslash before a character that needs words, last in the file or not:
+        // the first was an input on which the reader read past the end of its bytes.
+        ("a = \"\\\u{0B}", "1:6: a backslash before the control character U+000B is not an escape"),
+        ("a = \"\\\u{0B}\"\n", "1:6: a backslash before the control character U+000B is not an escape"),
+        ("a = \"\\é\"\n", "1:6: a backslash before 'é' is not an escape"),
         ("a = \"\\u12\"\n", "1:6: \\u takes 4 hexadecimal digits"),
         ("a = \"\\uD800\"\n", "1:6: \\u names no Unicode scalar value"),
         ("a = \"\u{01}\"\n", "1:6: a string may not hold the control character U+0001"),
@@ -190,7 +195,7 @@ import Testing
         }
         #expect(refused > 0 && refused < scalars.count, "some prefixes end mid-token, others at a line's end")
         var generator = SystemRandomNumberGenerator()
-        let alphabet = Array("[]{}\"'=.,#\n\r\t \\uU0123456789abcxyz-+_:eE".unicodeScalars)
+        let alphabet = Array("[]{}\"'=.,#\n\r\t \\uU0123456789abcxyz-+_:eEé\u{0B}".unicodeScalars)
         for _ in 0..<2000 {
             var text = String.UnicodeScalarView()
             for _ in 0..<Int.random(in: 0..<40, using: &generator) {
