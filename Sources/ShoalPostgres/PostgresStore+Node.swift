@@ -205,19 +205,6 @@ extension PostgresStore: NodeStore {
     /// read-write transaction of this store, it closes without waiting for that one
     /// (which holds the writer), and that transaction keeps nothing, as on SQLite.
     package func shutdown() async {
-        gate.close(admittingNested: true)
-        let own = OpenTransactions.marks.filter { $0.store == ObjectIdentifier(self) }
-        if !own.isEmpty {
-            logger.error(
-                "shutdown() was called inside a transaction of this store; it closes without waiting for that transaction",
-                metadata: ["shoal.txn.id": "\(own.map(\.info.id).joined(separator: ","))"])
-        }
-        // The writes queued before shutdown began (sync, attachments) go first.
-        var acquired = false
-        if !own.contains(where: { !$0.info.isReadOnly }) {
-            acquired = (try? await gate.acquire(nested: true, cancellable: false)) != nil
-        }
-        close()
-        if acquired { gate.release() }
+        await gate.shutDown(of: self, logger: logger, closeStore: close)
     }
 }

@@ -1,3 +1,4 @@
+package import Logging
 import ShoalCRDT
 
 /// The store's one writer, handed out in order of arrival.
@@ -183,5 +184,35 @@ package final class WriteGate: Sendable {
             return s.waiters
         }
         for waiter in refused { waiter.continuation.resume(throwing: Refusal.closing) }
+    }
+}
+
+extension WriteGate {
+    /// A store's shutdown through this gate, called inside a transaction of the store
+    /// or not: closes the gate to new writers, lets `drain` wait for the store's other
+    /// transactions (it is given the ids of this task's own, which cannot end first),
+    /// takes the gate after the writes queued before, unless this task's own read-write
+    /// transaction holds it, and runs `closeStore` while holding it.
+    ///
+    /// Called inside a transaction, it logs that and closes without waiting for it: the
+    /// transaction then keeps nothing, for its commit finds the gate closed.
+    package func shutDown(
+        of store: AnyObject, logger: Logger, drain: (Set<String>) async -> Void = { _ in }, closeStore: () -> Void
+    ) async {
+        close(admittingNested: true)
+        let own = OpenTransactions.marks.filter { $0.store == ObjectIdentifier(store) }
+        if !own.isEmpty {
+            logger.error(
+                "shutdown() was called inside a transaction of this store; it closes without waiting for that transaction",
+                metadata: ["shoal.txn.id": "\(own.map(\.info.id).joined(separator: ","))"])
+        }
+        await drain(Set(own.map(\.info.id)))
+        // The writes queued before shutdown began (sync, attachments) go first.
+        var acquired = false
+        if !own.contains(where: { !$0.info.isReadOnly }) {
+            acquired = (try? await acquire(nested: true, cancellable: false)) != nil
+        }
+        closeStore()
+        if acquired { release() }
     }
 }

@@ -132,20 +132,7 @@ extension DocumentStore {
     /// it waits for the others, closes, and that transaction then fails to commit.
     package func shutdown() async {
         running.close(completely: false)
-        gate.close(admittingNested: true)
-        let own = OpenTransactions.marks.filter { $0.store == ObjectIdentifier(self) }
-        if !own.isEmpty {
-            logger.error(
-                "shutdown() was called inside a transaction of this store; it closes without waiting for that transaction",
-                metadata: ["shoal.txn.id": "\(own.map(\.info.id).joined(separator: ","))"])
-        }
-        await running.waitUntilIdle(besides: Set(own.map(\.info.id)))
-        let holdsGate = own.contains { !$0.info.isReadOnly }
-        // The writes queued before shutdown began (sync, attachments) go first.
-        var acquired = false
-        if !holdsGate { acquired = (try? await gate.acquire(nested: true, cancellable: false)) != nil }
-        close()
-        if acquired { gate.release() }
+        await gate.shutDown(of: self, logger: logger, drain: { await running.waitUntilIdle(besides: $0) }, closeStore: close)
     }
 
     static let shuttingDown = ShoalError(

@@ -189,10 +189,6 @@ public final class InboundPipeline: Sendable {
     /// How often a store that cannot be read is logged while it stays so.
     static let unreadableWarningInterval = Duration.seconds(30)
 
-    static func seconds(_ duration: Duration) -> String {
-        "\(duration.components.seconds) s"
-    }
-
     public let configuration: Configuration
     let store: any SyncStore
     let logger: Logger
@@ -283,7 +279,7 @@ public final class InboundPipeline: Sendable {
                     return s.unreadableSince
                 }
                 if let since {
-                    logger.notice("the transactions waiting for coverage are read again, after \(Self.seconds(ContinuousClock.now - since))")
+                    logger.notice("the transactions waiting for coverage are read again, after \((ContinuousClock.now - since).components.seconds) s")
                 }
             } catch {
                 // Cancelled: another run takes over (`run`), with the queue as it is.
@@ -292,7 +288,6 @@ public final class InboundPipeline: Sendable {
                 // long (a database away): each item fails, so that its session closes and
                 // its peer resends when it dials again, here or elsewhere, rather than
                 // wait on a session that acknowledges nothing.
-                let failure = error
                 let (failed, warn) = state.withLock { s -> ([Item], Bool) in
                     let now = ContinuousClock.now
                     defer { s.queue = [] }
@@ -307,8 +302,8 @@ public final class InboundPipeline: Sendable {
                         metadata: ["shoal.error": "\(error)", "shoal.sync.failed_items": "\(failed.count)"])
                 }
                 for item in failed {
-                    item.lane?.fail(failure)
-                    item.done?(.failure(failure))
+                    item.lane?.fail(error)
+                    item.done?(.failure(error))
                 }
                 try? await Task.sleep(for: .seconds(1))
                 return

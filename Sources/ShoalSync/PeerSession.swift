@@ -360,8 +360,16 @@ struct PeerSession: Sendable {
         if let routed { input.yield(.event(.routesChanged(routed.0))) }
         input.yield(.event(.upstreamChanged(engine.upstream(for: peer.siteID), fromStart: false)))
         // A commit of what this session handed the pipeline failed: the session ends,
-        // whether or not a batch of it waits for an answer (pieces answering a question do not).
-        lane.whenFailed { error in input.yield(.event(.batchFailed(error.message))) }
+        // whether or not a batch of it waits for an answer (pieces answering a question
+        // do not). This is the one path that ends it: a failed item's completion adds nothing.
+        lane.whenFailed { [logger, remoteAddress] error in
+            logger.error(
+                "could not apply a batch of this peer; the session ends",
+                metadata: [
+                    "shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)", "shoal.error": "\(error)",
+                ])
+            input.yield(.event(.batchFailed))
+        }
         engine.pipeline.peerConnected(peer.siteID)
         do {
             try await serveSync(
@@ -568,15 +576,13 @@ struct PeerSession: Sendable {
                     source: peer.siteID, pieces: batch.pieces, cursor: batch.cursorKey.map { ($0, batch.through, batch.cursorEpoch) }, lane: lane,
                     offered: batch.offered, mayWrite: rights.write,
                     done: { [engine] result in
-                        switch result {
-                        case .success:
-                            input.yield(
-                                .event(
-                                    .batchDurable(
-                                        heldLimit: engine.routing.resumeLimit(for: peer.siteID),
-                                        refused: engine.registry.takeRefusals(for: peer.siteID, fitting: peer.limits.framePayload / 2))))
-                        case .failure(let error): input.yield(.event(.batchFailed(error.message)))
-                        }
+                        // A failure failed the lane too, whose hook ends the session.
+                        guard case .success = result else { return }
+                        input.yield(
+                            .event(
+                                .batchDurable(
+                                    heldLimit: engine.routing.resumeLimit(for: peer.siteID),
+                                    refused: engine.registry.takeRefusals(for: peer.siteID, fitting: peer.limits.framePayload / 2))))
                     }))
         case .deliver(let pieces):
             engine.noteDelivered(pieces, by: peer.siteID)

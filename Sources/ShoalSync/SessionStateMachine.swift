@@ -134,7 +134,10 @@ public struct SessionStateMachine: Sendable {
         /// An offer of the peer was resolved since the last Ack: report how far this node
         /// holds the peer's log now, if that rose (`Ack.held_only`).
         case heldAdvanced(heldLimit: UInt64?)
-        case batchFailed(String)
+        /// A commit of what this session handed the pipeline failed: the session ends.
+        /// What failed stays in this node's log (it may name the database); the peer is
+        /// told only that the batch was not applied.
+        case batchFailed
     }
 
     /// What the publisher asks of the store: a page of the log for the peer.
@@ -302,8 +305,8 @@ public struct SessionStateMachine: Sendable {
             return subscriber.routesChanged(to: routes)
         case .resubscribe:
             return subscriber.resubscribe()
-        case .batchFailed(let message):
-            throw SyncError(.executionFailed, "could not apply a batch: \(message)")
+        case .batchFailed:
+            throw SyncError(.executionFailed, "could not apply a batch: this node's store failed (the node's log says why)")
         }
     }
 
