@@ -80,11 +80,13 @@ extension PostgresStore {
                         throw ShoalError(.database, "\(doing): a statement failed, and PostgreSQL rolled the write back; nothing of it was kept")
                     }
                     if let last = writer.lastSequence {
+                        // One round trip. The announcement is delivered when the transaction
+                        // commits, and only then, in commit order.
                         try await connection.query(
-                            "UPDATE shoal_meta SET value = \(Int64(last)) WHERE key = 'log_end'", logger: logger)
-                        // Delivered when the transaction commits, and only then, in commit order.
-                        try await connection.query(
-                            "SELECT pg_notify(\(PostgresHubDatabase.logChannel), \(String(last)))", logger: logger)
+                            """
+                            WITH e AS (UPDATE shoal_meta SET value = \(Int64(last)) WHERE key = 'log_end' RETURNING value)
+                            SELECT pg_notify(\(PostgresHubDatabase.logChannel), \(String(last))) FROM e
+                            """, logger: logger)
                     }
                     try await connection.query("COMMIT", logger: logger)
                     return (result, writer)
@@ -308,6 +310,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                     ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, rest = excluded.rest,
                         reports = excluded.reports, delta_count = excluded.delta_count,
                         document_count = excluded.document_count, collections = excluded.collections
+                    WHERE txn.state IN (0, 2)
                     """)
             }
             if let query = statement.query { try await self.query(query) }
@@ -519,11 +522,15 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
 
     func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64?) async throws(ShoalError) {
         try await access("recording a peer's cursor") {
-            if let epoch, epoch != (try await PostgresStore.meta(connection, "cursor_epoch", logger: logger)) { return }
+            // A cursor read before the epoch moved (cursors reset) is not recorded: the
+            // check is part of the insert, one round trip.
+            let current = epoch.map { Int64(clamping: $0) }
             try await query(
                 """
                 INSERT INTO peer_cursor (peer, subscription_key, through)
-                VALUES (\(Int64(bitPattern: peer.rawValue)), \(subscriptionKey), \(Int64(clamping: through)))
+                SELECT \(Int64(bitPattern: peer.rawValue)), \(subscriptionKey), \(Int64(clamping: through))
+                WHERE \(current)::bigint IS NULL
+                    OR \(current)::bigint = COALESCE((SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'), 0)
                 ON CONFLICT (peer, subscription_key) DO UPDATE SET through = GREATEST(peer_cursor.through, excluded.through)
                 """)
         }

@@ -230,5 +230,6 @@ enum FieldSQL {
         ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, rest = excluded.rest,
             reports = excluded.reports, delta_count = excluded.delta_count,
             document_count = excluded.document_count, collections = excluded.collections
+        WHERE txn.state IN (0, 2)
         """
 }

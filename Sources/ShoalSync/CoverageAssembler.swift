@@ -215,6 +215,18 @@ public struct CoverageAssembler: Sendable {
         return out
     }
 
+    /// A held transaction as the store holds it now, read again because other processes
+    /// write the store too (hubs on one database): one applied or refused there is let
+    /// go; one whose state moved on there (waiting to partial) takes the store's record,
+    /// keeping what this node asked and why it waited.
+    public mutating func refresh(_ id: TransactionID, state: TransactionRecord.State, record: TransactionRecord?) {
+        guard let held = records[id], held.state != state else { return }
+        switch state {
+        case .applied, .refused: remove(id)
+        case .waiting, .partial: if let record, record.state == state { records[id] = record }
+        }
+    }
+
     /// Removes a transaction once it is applied whole.
     public mutating func remove(_ id: TransactionID) {
         records[id] = nil

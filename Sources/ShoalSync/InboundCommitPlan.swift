@@ -74,9 +74,13 @@ struct InboundCommitPlan: Sendable {
 
     /// The transactions whose state (and record, when waiting or partial) a commit of
     /// `items` must read first: those of its pieces and offers, and those the routes
-    /// noted, that `assembler` does not hold.
-    static func toRead(_ items: [InboundPipeline.Item], assembler: CoverageAssembler, routes: Routing.Snapshot) -> [TransactionID] {
-        var ids: Set<TransactionID> = []
+    /// noted, that `assembler` does not hold; with `shared` (other processes write the
+    /// store: hubs on one database), also every one it holds, which another process may
+    /// have applied or moved on since (`CoverageAssembler.refresh`).
+    static func toRead(
+        _ items: [InboundPipeline.Item], assembler: CoverageAssembler, routes: Routing.Snapshot, shared: Bool = false
+    ) -> [TransactionID] {
+        var ids: Set<TransactionID> = shared ? Set(assembler.records.keys) : []
         for item in items {
             for piece in item.pieces where assembler.records[piece.id] == nil { ids.insert(piece.id) }
             for offer in item.offered where assembler.records[offer.id] == nil { ids.insert(offer.id) }
@@ -86,11 +90,16 @@ struct InboundCommitPlan: Sendable {
     }
 
     /// `states`: those of `toRead`'s transactions the store has a record of;
-    /// `records`: the records of those waiting or partial.
+    /// `records`: the records of those waiting or partial. A state of a transaction
+    /// `assembler` holds (read with `shared`) is the store's truth: the assembler follows it.
     init(
         assembler: CoverageAssembler, subscriptions: SubscriptionSet, now: UInt64,
         states: [TransactionID: TransactionRecord.State], records: [TransactionID: TransactionRecord]
     ) {
+        var assembler = assembler
+        for (id, state) in states where assembler.records[id] != nil {
+            assembler.refresh(id, state: state, record: records[id])
+        }
         self.assembler = assembler
         self.result = InboundPipeline.CommitResult(assembler: assembler)
         self.subscriptions = subscriptions

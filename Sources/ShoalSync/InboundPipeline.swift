@@ -569,12 +569,13 @@ public final class InboundPipeline: Sendable {
             // Read once the write holds the gate: `ALTER SYSTEM SET` may have changed them
             // while it waited.
             let limits = store.systemParameters.documentLimits
-            // What the plan decides on: the states of the transactions it does not hold,
-            // and the records of those waiting or partial.
-            let ids = InboundCommitPlan.toRead(items, assembler: start, routes: routes)
+            // What the plan decides on: the states of the transactions it does not hold
+            // (on a shared store, of those it holds too), and the records of those
+            // waiting or partial that it does not hold as they are.
+            let ids = InboundCommitPlan.toRead(items, assembler: start, routes: routes, shared: store.hasOtherProcesses)
             let states = ids.isEmpty ? [:] : try await writer.states(of: ids)
             var records: [TransactionID: TransactionRecord] = [:]
-            for (id, state) in states where state == .waiting || state == .partial {
+            for (id, state) in states where (state == .waiting || state == .partial) && start.records[id]?.state != state {
                 if let record = try await writer.loadRecord(id) { records[id] = record }
             }
             var plan = InboundCommitPlan(assembler: start, subscriptions: subscriptions, now: now, states: states, records: records)

@@ -19,13 +19,14 @@ struct HubSyncTests {
     /// commits (`followOtherHubs`, its slow timer set to `poll`), all subscribed to notes.
     static func withHubs(
         _ count: Int, poll: Duration = .seconds(3600), through: (@Sendable (Int) throws -> Int)? = nil,
-        unreachableAfter: Duration = .seconds(10), _ body: @Sendable ([PostgresStore], [SyncEngine]) async throws -> Void
+        unreachableAfter: Duration = .seconds(10), inbound: InboundPipeline.Configuration = .init(),
+        _ body: @Sendable ([PostgresStore], [SyncEngine]) async throws -> Void
     ) async throws {
         try await TemporaryPostgresDatabase.withDatabase(hubs: count, through: through, unreachableAfter: unreachableAfter) { databases in
             var stores: [PostgresStore] = []
             for database in databases { stores.append(try await PostgresStore.open(database, logger: logger)) }
             let engines = stores.enumerated().map { i, store in
-                SyncEngine(store: store, configuration: SyncConfiguration(nodeName: "hub\(i + 1)", batchSize: 64))
+                SyncEngine(store: store, configuration: SyncConfiguration(nodeName: "hub\(i + 1)", batchSize: 64, inbound: inbound))
             }
             for engine in engines { try engine.subscribe("SELECT * FROM notes") }
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -259,6 +260,54 @@ struct HubSyncTests {
                 #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
                     try await stores[0].execute("SELECT n FROM notes").items == [["n": 2]]
                 })
+            }
+        }
+    }
+
+    /// A transaction hub 1 holds as waiting, that hub 2 applies whole meanwhile, is let go
+    /// by hub 1 at its next commit: its wait running out applies nothing (in part or
+    /// whole), and its record stays applied.
+    @Test func aTransactionOneHubHoldsAndTheOtherAppliesIsLetGo() async throws {
+        let inbound = InboundPipeline.Configuration(coverage: .init(maximumWait: .milliseconds(300)))
+        try await Self.withHubs(2, inbound: inbound) { stores, hubs in
+            let device = SiteID(0xDE71CE)
+            func transaction(_ sequence: UInt64, _ documents: [String]) -> [TransactionPiece] {
+                let id = TransactionID(origin: device, sequence: sequence)
+                let count = UInt32(documents.count)
+                return documents.enumerated().map { index, document in
+                    let delta = Delta(
+                        collection: "notes", documentID: Value.string(document).canonicalJSON, field: "n", valueJSON: "\(index)",
+                        timestamp: HybridTimestamp(rawValue: (1_000 + sequence) << 16 + UInt64(index)), transaction: id,
+                        index: UInt32(index), count: count)
+                    return TransactionPiece(
+                        id: id, deltaCount: count, documentCount: count,
+                        collections: [CollectionCount(collection: "notes", documents: count, deltas: count)], deltas: [delta],
+                        documentDeltaCounts: [DocumentRef(collection: "notes", id: delta.documentID): 1], isLast: index == documents.count - 1)
+                }
+            }
+            let t = transaction(1, ["x", "y"]), other = transaction(2, ["z"])
+            let id = t[0].id
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for hub in hubs { group.addTask { await hub.run() } }
+                defer { group.cancelAll() }
+                hubs[0].pipeline.enqueue(InboundPipeline.Item(source: device, pieces: [t[0]]))
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) {
+                    try await stores[0].storedTransactions([id])[id]?.state == .waiting
+                }, "hub 1 holds t as waiting")
+                hubs[1].pipeline.enqueue(InboundPipeline.Item(source: device, pieces: t))
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) {
+                    try await stores[1].storedTransactions([id])[id]?.state == .applied
+                }, "hub 2 applies t whole")
+                // Hub 1's wait for t runs out; its next commit decides.
+                try await Task.sleep(for: .milliseconds(600))
+                hubs[0].pipeline.enqueue(InboundPipeline.Item(source: device, pieces: other))
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) {
+                    try await stores[0].storedTransactions([other[0].id])[other[0].id]?.state == .applied
+                })
+                #expect(try await stores[0].storedTransactions([id])[id]?.state == .applied, "t stays applied, never partial")
+                let status = hubs[0].pipeline.status
+                #expect(status.waiting.isEmpty && status.partial.isEmpty, "hub 1 let t go: \(status.waiting) \(status.partial)")
+                #expect(status.appliedRemote == 1, "hub 1 applied only the other transaction")
             }
         }
     }

@@ -408,8 +408,8 @@ import Testing
         }
     }
 
-    /// A record saved as waiting never moves back a transaction already applied (or
-    /// refused): states only move forward. Hubs share the table, and one that still
+    /// A record saved as waiting, or an apply calling it partial, never moves back a
+    /// transaction already applied (or refused): states only move forward. Hubs share the table, and one that still
     /// holds a transaction as waiting in memory saves it while another hub applied it.
     @Test(arguments: Engine.allCases)
     func aSavedRecordNeverMovesAnAppliedTransactionBack(engine: Engine) async throws {
@@ -424,6 +424,15 @@ import Testing
             }
             #expect(try await store.storedTransactions([t.id])[t.id]?.state == .applied)
             #expect(try await store.transactionRecords().isEmpty, "not listed as waiting")
+            // Nor does an apply that calls it partial (a hub's waiting one that timed out).
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                _ = try await writer.apply(
+                    stale, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, state: .partial,
+                    rest: [Verdict(collection: "cars", coverage: .unknown)], limits: store.systemParameters.documentLimits,
+                    logger: Logger(label: "shoal.test"))
+            }
+            #expect(try await store.storedTransactions([t.id])[t.id]?.state == .applied)
+            #expect(try await store.transactionRecords().isEmpty, "not listed as partial")
             // A waiting one still moves on: to partial, then applied.
             let u = Received(2, [("cars", "b", "color", "\"blue\"")], state: .waiting)
             var moved = u.record

@@ -100,6 +100,38 @@ import Testing
         #expect(next.result.applied == [t.id])
     }
 
+    /// On a store other processes write (hubs on one database), the transactions the
+    /// assembler holds are read too, and the store's state wins: one another hub applied
+    /// meanwhile is let go, and its last piece is a late piece, never applied whole again
+    /// nor in part when its wait runs out; one another hub applied in part is held as partial.
+    @Test func aHeldTransactionAnotherHubAppliedIsLetGoNotAppliedAgain() {
+        let t = Txn(1, ["x", "y"]), u = Txn(2, ["z", "w"])
+        let first = [
+            InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["x"], last: false), u.piece(sending: ["z"], last: false)])
+        ]
+        var plan = Self.plan(first)
+        _ = Self.run(&plan, first)
+        let held = plan.result.assembler
+        #expect(Set(held.records.keys) == [t.id, u.id])
+        let second = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["y"])])]
+        #expect(InboundCommitPlan.toRead(second, assembler: held, routes: .init()).isEmpty)
+        #expect(InboundCommitPlan.toRead(second, assembler: held, routes: .init(), shared: true) == [t.id, u.id])
+        var partial = held.records[u.id]!
+        partial.state = .partial
+        var next = Self.plan(second, assembler: held, states: [t.id: .applied, u.id: .partial], records: [u.id: partial])
+        #expect(Self.names(Self.run(&next, second)) == ["late 1"])
+        #expect(next.result.assembler.records[t.id] == nil)
+        #expect(next.result.assembler.records[u.id]?.state == .partial)
+        #expect(next.result.applied.isEmpty)
+        // Long after: the waits have run out, yet what the store says was applied is not applied again.
+        var idle = InboundCommitPlan(
+            assembler: held, subscriptions: Self.all, now: 1_000_000, states: [t.id: .applied, u.id: .applied], records: [:])
+        #expect(Self.names(Self.run(&idle, [])).filter { $0.hasPrefix("apply") }.isEmpty)
+        // Not told, the plan would have: the check above could fail.
+        var unaware = InboundCommitPlan(assembler: held, subscriptions: Self.all, now: 1_000_000, states: [:], records: [:])
+        #expect(Self.names(Self.run(&unaware, [])).contains("apply partially 1"))
+    }
+
     /// A transaction the store applied before gets its late piece applied at once, with
     /// its record left alone; one it refused gets nothing.
     @Test func lateAndRefusedPiecesFollowWhatTheStoreHeld() {
