@@ -68,6 +68,9 @@ struct InboundCommitPlan: Sendable {
         var context: [ContextField]
         /// Whether the buffer holds some of it.
         var buffered: Bool
+        /// First heard of in this commit, with no record in the store: the log holds
+        /// none of it (`InboundWriting.apply`'s `isNew`).
+        var isNew = false
         var state: TransactionRecord.State?
         var rest: [Verdict]?
     }
@@ -184,8 +187,8 @@ struct InboundCommitPlan: Sendable {
                 return .apply(
                     Apply(
                         kind: .whole, record: assembler.records[id]!, deltas: received?.deltas ?? [], counts: received?.counts ?? [:],
-                        context: received?.context ?? [], buffered: !created.contains(id), state: .applied,
-                        rest: assembler.rest(of: id, subscriptions: subscriptions)))
+                        context: received?.context ?? [], buffered: !created.contains(id), isNew: created.contains(id),
+                        state: .applied, rest: assembler.rest(of: id, subscriptions: subscriptions)))
             }
         case .applyPartially(let id, let reason):
             let received = fresh.removeValue(forKey: id)
@@ -194,7 +197,7 @@ struct InboundCommitPlan: Sendable {
                     Apply(
                         kind: .partial(reason), record: assembler.records[id]!, deltas: received?.deltas ?? [],
                         counts: received?.counts ?? [:], context: received?.context ?? [], buffered: !created.contains(id),
-                        state: .partial, rest: assembler.rest(of: id, subscriptions: subscriptions)))
+                        isNew: created.contains(id), state: .partial, rest: assembler.rest(of: id, subscriptions: subscriptions)))
             ]
         case .completed(let id):
             let rest = assembler.rest(of: id, subscriptions: subscriptions)

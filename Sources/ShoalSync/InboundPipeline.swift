@@ -622,7 +622,7 @@ public final class InboundPipeline: Sendable {
                 let logged = writer.outcome.logged
                 let refusal = try await writer.apply(
                     apply.record, deltas: apply.deltas, documentDeltaCounts: apply.counts, context: apply.context,
-                    buffered: apply.buffered, state: apply.state, rest: apply.rest, limits: limits, logger: logger)
+                    buffered: apply.buffered, isNew: apply.isNew, state: apply.state, rest: apply.rest, limits: limits, logger: logger)
                 steps.insert(contentsOf: plan.applied(apply, refusal: refusal, newlyLogged: writer.outcome.logged - logged), at: next)
             case .markApplied(let id, let rest):
                 try await writer.markApplied(id, rest: rest)

@@ -12,13 +12,18 @@ extension InboundWriting {
     /// registers of the documents touched; `InboundApplier` decides the rows; the store
     /// writes them. With `state` and `rest` nil (a late piece of a transaction applied
     /// before), the record is left as it is.
+    ///
+    /// `isNew`: the store held no record of the transaction when the commit began, and
+    /// the commit applied none of it before. The log then holds none of its deltas (a
+    /// transaction is logged only in the write that records it), so that is not read.
     @discardableResult
     package func apply(
         _ record: TransactionRecord, deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField],
-        buffered: Bool, state: TransactionRecord.State?, rest: [Verdict]?, limits: DocumentLimits, logger: Logger
+        buffered: Bool, isNew: Bool = false, state: TransactionRecord.State?, rest: [Verdict]?, limits: DocumentLimits,
+        logger: Logger
     ) async throws(ShoalError) -> DocumentRefusal? {
         let held = buffered ? try await self.buffered(of: record.id, deltaCount: record.deltaCount) : nil
-        let logged = try await loggedIndexes(of: record.id)
+        let logged = isNew ? [:] : try await loggedIndexes(of: record.id)
         let applier = InboundApplier(record, deltas: deltas, documentDeltaCounts: documentDeltaCounts, context: context, buffered: held)
         let registers = try await self.registers(of: applier.documents)
         let plan: InboundApplier.Plan

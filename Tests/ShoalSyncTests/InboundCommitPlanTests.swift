@@ -87,6 +87,35 @@ import Testing
         #expect(plan.result.assembler.records.isEmpty)
     }
 
+    /// Only a transaction first heard of in this commit, of which the store held no
+    /// record, is applied as new (its logged deltas not read); one that waited, one the
+    /// store held, and a piece of one applied before are not.
+    @Test func onlyATransactionTheStoreNeverRecordedIsAppliedAsNew() {
+        let t = Txn(1, ["x", "y"]), late = Txn(2, ["z"]), known = Txn(3, ["w", "v"])
+        let items = [
+            InboundPipeline.Item(
+                source: Self.relay,
+                pieces: [t.piece(sending: ["x", "y"]), late.piece(sending: ["z"]), known.piece(sending: ["w"], last: false)])
+        ]
+        var plan = Self.plan(items, states: [late.id: .applied])
+        let steps = Self.run(&plan, items)
+        let applies = steps.compactMap { step -> (UInt64, Bool)? in
+            guard case .apply(let apply) = step else { return nil }
+            return (apply.record.id.sequence, apply.isNew)
+        }
+        #expect(applies.map(\.0) == [2, 1])
+        #expect(applies.first { $0.0 == 1 }?.1 == true, "t: first heard of here")
+        #expect(applies.first { $0.0 == 2 }?.1 == false, "a late piece: the log holds some of it")
+        // The waiting one, completed in a later commit, is not new: its record is stored.
+        let rest = [InboundPipeline.Item(source: Self.relay, pieces: [known.piece(sending: ["v"])])]
+        var next = Self.plan(rest, assembler: plan.result.assembler)
+        let later = Self.run(&next, rest).compactMap { step -> Bool? in
+            guard case .apply(let apply) = step else { return nil }
+            return apply.isNew
+        }
+        #expect(later == [false])
+    }
+
     /// A transaction missing pieces waits: its pieces go to the buffer and its record is
     /// saved; when the rest comes in a later commit, it applies with what was buffered.
     @Test func aTransactionMissingPiecesWaitsInTheBufferThenAppliesWithIt() {
