@@ -108,8 +108,8 @@ let package = Package(
         .testTarget(
             name: "ShoalPostgresTests",
             dependencies: [
-                "ShoalPostgres", "ShoalCRDT", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalTesting",
-                .product(name: "Logging", package: "swift-log"),
+                "ShoalPostgres", "ShoalCRDT", "ShoalStorage", "ShoalStore", "ShoalSync", "ShoalTesting", "ShoalWire",
+                .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

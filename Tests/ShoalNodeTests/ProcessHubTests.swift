@@ -162,6 +162,60 @@ struct ProcessHubTests {
         #expect(commits.flatMap { Int($0.split(separator: " ").last ?? "") }.map { $0 >= 3 } == true, "\(commits ?? "no commit timer")")
     }
 
+    /// A hub process started with a smaller document limit than its device's
+    /// (`--document-size-hard-limit 300`): the transaction over it is refused whole and
+    /// reported (the hub's status, the device's log), everything after it arrives, and
+    /// the session stays up, as on SQLite (`ProcessLimitTests`).
+    @Test func aHubWithASmallerDocumentLimitRefusesWholeAndSyncGoesOn() async throws {
+        let outcome = try await TemporaryPostgresDatabase.withDatabase { databases in
+            let store = databases[0].location.description
+            return try await onOwnThread { try Self.smallerLimit(store: store) }
+        }
+        #expect(outcome.written, "both writes acknowledged on the device")
+        #expect(outcome.ids == ["after"], "only what fits arrives: \(outcome.ids)")
+        #expect(outcome.refused == 1 && outcome.reason.contains("over what this node said it takes"), "\(outcome.refused): \(outcome.reason)")
+        #expect(outcome.deviceTold, "the device hears of the refusal in the hub's Ack")
+        #expect(outcome.sessions == 1, "one session all along")
+    }
+
+    struct SmallerLimit: Sendable {
+        var written = false
+        var ids: [String] = []
+        var refused = 0
+        var reason = ""
+        var deviceTold = false
+        var sessions = 0
+    }
+
+    static func smallerLimit(store: String) throws -> SmallerLimit {
+        var outcome = SmallerLimit()
+        let dirs = TemporaryDirectory(prefix: "shoal-hub-limit")
+        defer { dirs.remove() }
+        let hub = try NodeProcess(
+            name: "hub", dataDirectory: dirs.path + "/hub",
+            extra: [
+                "--store", store, "--subscribe", "SELECT * FROM t", "--document-size-soft-limit", "50",
+                "--document-size-hard-limit", "300",
+            ])
+        defer { hub.stop() }
+        let device = try NodeProcess(
+            name: "device", dataDirectory: dirs.path + "/device", extra: ["--peer", hub.address, "--subscribe", "SELECT * FROM t"])
+        defer { device.stop() }
+        let big = try device.exec(
+            "INSERT INTO t DOCUMENTS ({'_id': 'big', 'v': :v}), ({'_id': 'beside', 'v': 1})",
+            args: "{\"v\": \"\(String(repeating: "y", count: 500))\"}")
+        let after = try device.exec("INSERT INTO t DOCUMENTS ({'_id': 'after'})")
+        outcome.written = big.status == 0 && after.status == 0
+        _ = eventually(30) { (try? ProcessMeshTests.documents(hub, "SELECT _id FROM t").count) == 1 }
+        outcome.ids = (try? ProcessMeshTests.documents(hub, "SELECT _id FROM t").compactMap { $0["_id"] as? String }) ?? []
+        let transactions = (try? hub.status()["transactions"] as? [String: Any]) ?? [:]
+        outcome.refused = transactions["refused"] as? Int ?? -1
+        outcome.reason = ((transactions["refusals"] as? [[String: Any]])?.first?["reason"] as? String) ?? ""
+        outcome.deviceTold = eventually(20) { device.log().contains("peer hub refused transaction") }
+        outcome.sessions = hub.log().components(separatedBy: "peer connected").count - 1
+        return outcome
+    }
+
     /// A hub process cut off from PostgreSQL (a proxy between them refusing) fails a
     /// write within its `--store-timeout` (2 s here, 10 s by default), saying it cannot
     /// reach the server, and serves again once the link heals.

@@ -1,11 +1,13 @@
 import Foundation
 import Logging
+import NIOCore
 import ShoalCRDT
 import ShoalPostgres
 import ShoalStorage
 import ShoalStore
 import ShoalSync
 import ShoalTesting
+import ShoalWire
 import Testing
 
 /// Hubs on one PostgreSQL database syncing with devices, in process: each hub a
@@ -20,11 +22,13 @@ struct HubSyncTests {
     static func withHubs(
         _ count: Int, poll: Duration = .seconds(3600), through: (@Sendable (Int) throws -> Int)? = nil,
         unreachableAfter: Duration = .seconds(10), inbound: InboundPipeline.Configuration = .init(),
-        _ body: @Sendable ([PostgresStore], [SyncEngine]) async throws -> Void
+        parameters: SystemParameters = SystemParameters(), _ body: @Sendable ([PostgresStore], [SyncEngine]) async throws -> Void
     ) async throws {
         try await TemporaryPostgresDatabase.withDatabase(hubs: count, through: through, unreachableAfter: unreachableAfter) { databases in
             var stores: [PostgresStore] = []
-            for database in databases { stores.append(try await PostgresStore.open(database, logger: logger)) }
+            for database in databases {
+                stores.append(try await PostgresStore.open(database, systemParameters: parameters, logger: logger))
+            }
             let engines = stores.enumerated().map { i, store in
                 SyncEngine(store: store, configuration: SyncConfiguration(nodeName: "hub\(i + 1)", batchSize: 64, inbound: inbound))
             }
@@ -308,6 +312,66 @@ struct HubSyncTests {
                 let status = hubs[0].pipeline.status
                 #expect(status.waiting.isEmpty && status.partial.isEmpty, "hub 1 let t go: \(status.waiting) \(status.partial)")
                 #expect(status.appliedRemote == 1, "hub 1 applied only the other transaction")
+            }
+        }
+    }
+
+    /// A device that takes smaller frames than a hub's documents: the hub fits its frames
+    /// to what the device said, and the transaction with a value no frame of the device's
+    /// can carry is refused whole there and reported, while the rest arrives.
+    @Test func aDeviceWithSmallerFramesGetsFromAHubWhatItCanHold() async throws {
+        let frameLimit = 4096
+        let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM notes"]) {
+            $0.limits = WireLimits(maximumFrameSize: frameLimit, maximumInflatedSize: frameLimit)
+        }
+        defer { b.remove() }
+        try await Self.withHubs(1) { stores, hubs in
+            let hub = stores[0]
+            let docs = (0..<100).map { i in Value.object(["_id": .string("n-\(i)"), "v": .string(String(repeating: "v", count: 1000))]) }
+            _ = try await hub.execute("INSERT INTO notes DOCUMENTS (:d)", arguments: ["d": .array(docs)])
+            let tooLarge = try await hub.execute(
+                "INSERT INTO notes DOCUMENTS ({'_id': 'huge', 'v': :v}), ({'_id': 'beside', 'v': 1})",
+                arguments: ["v": .string(String(repeating: "v", count: 10_000))])
+            _ = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': 'after', 'v': 2})")
+            let largest = Locked(0)
+            let connection = InMemoryConnection(observeFromA: { frame in
+                largest.withLock { $0 = max($0, frame.payload.readableBytes) }
+            })
+            try await InProcessMesh.withLink(hubs[0], b.sync, connection: connection) {
+                let arrived = try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await b.store.execute("SELECT COUNT(*) FROM notes").items == [["$1": 101]] && b.sync.pipeline.status.refused == 1
+                }
+                #expect(arrived, "refused \(b.sync.pipeline.status.refused)")
+            }
+            #expect(largest.withLock { $0 } <= frameLimit, "a frame of \(largest.withLock { $0 }) bytes to a device that takes \(frameLimit)")
+            let ids = Set(try await b.store.execute("SELECT _id FROM notes").items.compactMap { $0["_id"]?.stringValue })
+            #expect(!ids.contains("huge") && !ids.contains("beside") && ids.contains("after") && ids.contains("n-99"))
+            #expect(b.sync.pipeline.status.recentRefusals.first?.id == tooLarge.transactionID)
+        }
+    }
+
+    /// A hub whose document limit is below a device's (a hub takes its limits at start):
+    /// said in its Hello, the device withholds the transaction over it and says why, the
+    /// hub records it refused whole, the link goes on, and what follows arrives.
+    @Test func aHubWithASmallerDocumentLimitRefusesWholeAndTheLinkGoesOn() async throws {
+        let a = try TestNode(name: "a")
+        defer { a.remove() }
+        let parameters = SystemParameters(documentSizeSoftLimitBytes: 50, documentSizeHardLimitBytes: 300)
+        try await Self.withHubs(1, parameters: parameters) { stores, hubs in
+            let hub = stores[0]
+            try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
+                let over = try await a.store.execute(
+                    "INSERT INTO notes DOCUMENTS ({'_id': 'big', 'v': :v}), ({'_id': 'small', 'v': 1})",
+                    arguments: ["v": .string(String(repeating: "v", count: 500))])
+                _ = try await a.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'last', 'v': 3})")
+                let settled = try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await hub.execute("SELECT _id FROM notes").items == [["_id": "last"]] && hubs[0].pipeline.status.refused == 1
+                }
+                let held = try await hub.execute("SELECT _id FROM notes").items
+                #expect(settled, "only the last arrives: \(held), refused \(hubs[0].pipeline.status.refused)")
+                let id = try #require(over.transactionID)
+                #expect(hubs[0].pipeline.status.recentRefusals.first?.id == id)
+                #expect(try await hub.storedTransactions([id])[id]?.state == .refused, "the hub records the refusal")
             }
         }
     }
