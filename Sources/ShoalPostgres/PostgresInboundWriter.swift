@@ -125,6 +125,10 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     private var held: [DocumentRef: Set<String>] = [:]
     /// The documents it read that had a body row (live or deleted).
     private var bodied: Set<DocumentRef> = []
+    /// Registers read ahead (`readAhead(registersOf:)`), of documents this write has not
+    /// written since: what the database holds of them, without asking it again.
+    private var ahead: [DocumentRef: [FieldRecord]] = [:]
+    private var readAhead: Set<DocumentRef> = []
 
     init(store: PostgresStore, connection: HubConnection) {
         self.store = store
@@ -270,13 +274,24 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         }
     }
 
+    func readAhead(registersOf documents: [DocumentRef]) async throws(ShoalError) {
+        guard !documents.isEmpty else { return }
+        try await access("reading registers ahead") {
+            ahead = try await PostgresStore.registerRows(connection, of: documents, logger: logger)
+            readAhead = Set(documents)
+        }
+    }
+
     func registers(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRegisters] {
         guard !documents.isEmpty else { return [] }
         return try await access("reading registers") {
-            let rows = try await PostgresStore.registerRows(connection, of: documents, logger: logger)
+            let unread = documents.filter { !readAhead.contains($0) }
+            let rows = unread.isEmpty ? [:] : try await PostgresStore.registerRows(connection, of: unread, logger: logger)
             return documents.map { document in
                 var registers: [String: RegisterState] = [:]
-                for field in rows[document] ?? [] { registers[field.name] = field.state }
+                for field in (readAhead.contains(document) ? ahead[document] : rows[document]) ?? [] {
+                    registers[field.name] = field.state
+                }
                 held[document] = Set(registers.keys)
                 // A document with no register has no body row either (RegisterRows' rule).
                 if !registers.isEmpty { bodied.insert(document) }
@@ -286,6 +301,8 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     }
 
     func write(_ rows: AppliedRows) async throws(ShoalError) {
+        // What it writes is read from the database from now on (within this transaction).
+        for document in rows.documents where readAhead.remove(document.document) != nil { ahead[document.document] = nil }
         try await access("writing an applied transaction") {
             var statement = Statement()
             let id = rows.record.id

@@ -171,6 +171,11 @@ package protocol InboundWriting: AnyObject, Sendable {
     func loggedIndexes(of id: TransactionID) async throws(ShoalError) -> [DocumentRef: Set<UInt32>]
     /// The registers of `documents`, in their order (empty for a document with none).
     func registers(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRegisters]
+    /// Reads the registers of `documents` at once, for the `registers(of:)` calls that
+    /// follow in this write: a store whose reads are round trips (PostgreSQL) answers
+    /// those from what it read, until the write writes a document, which is then read
+    /// again. A store whose reads are cheap does nothing.
+    func readAhead(registersOf documents: [DocumentRef]) async throws(ShoalError)
     /// Writes the rows of one apply, as they are (`AppliedRows`).
     func write(_ rows: AppliedRows) async throws(ShoalError)
     /// Records a transaction as refused for good (`reason`: which document, which
@@ -211,6 +216,8 @@ public struct ResumePoint: Sendable, Hashable {
 }
 
 extension InboundWriting {
+    package func readAhead(registersOf documents: [DocumentRef]) async throws(ShoalError) {}
+
     /// The state of a transaction this node has a record of, if any.
     package func state(of id: TransactionID) async throws(ShoalError) -> TransactionRecord.State? {
         try await states(of: [id])[id]

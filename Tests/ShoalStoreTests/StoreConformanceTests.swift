@@ -446,6 +446,29 @@ import Testing
         }
     }
 
+    /// Registers read ahead serve an apply only until the write writes their document:
+    /// a second transaction on the same document in the same write merges with what the
+    /// first wrote, so the older value loses though it is applied last.
+    @Test(arguments: Engine.allCases)
+    func registersReadAheadAreReadAgainOnceTheirDocumentIsWritten(engine: Engine) async throws {
+        try await engine.withStore { store in
+            try await Self.apply([Received(1, [("cars", "a", "color", "\"red\"")], at: 1_000)], to: store)
+            let newer = Received(3, [("cars", "a", "color", "\"blue\"")], at: 3_000)
+            let older = Received(2, [("cars", "a", "color", "\"green\"")], at: 2_000)
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.readAhead(registersOf: [Self.ref("cars", "a")])
+                for t in [newer, older] {
+                    let refusal = try await writer.apply(
+                        t.record, deltas: t.deltas, documentDeltaCounts: t.counts, context: [], buffered: false, isNew: true,
+                        state: .applied, rest: [], limits: store.systemParameters.documentLimits, logger: Logger(label: "shoal.test"))
+                    #expect(refusal == nil)
+                }
+            }
+            let body = try await store.bodies(of: [Self.ref("cars", "a")]).values.first
+            #expect(body?.contains("blue") == true, "the newer value wins: \(body ?? "no body")")
+        }
+    }
+
     /// The reads an apply is decided on give back what the writes stored: the buffer's
     /// deltas, counts and context; which deltas the log holds; the registers. And the
     /// rows an apply decided are written as they are, the buffer dropped when they say.

@@ -130,6 +130,9 @@ import Testing
             func registers(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRegisters] {
                 try await base.registers(of: documents)
             }
+            func readAhead(registersOf documents: [DocumentRef]) async throws(ShoalError) {
+                try await base.readAhead(registersOf: documents)
+            }
             func write(_ rows: AppliedRows) async throws(ShoalError) {
                 try fail(rows.record.id)
                 try await base.write(rows)
