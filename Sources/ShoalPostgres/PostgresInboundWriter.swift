@@ -274,6 +274,8 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         }
     }
 
+    var readsRegistersAhead: Bool { true }
+
     func readAhead(registersOf documents: [DocumentRef]) async throws(ShoalError) {
         guard !documents.isEmpty else { return }
         try await access("reading registers ahead") {

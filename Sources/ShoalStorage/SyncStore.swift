@@ -171,10 +171,13 @@ package protocol InboundWriting: AnyObject, Sendable {
     func loggedIndexes(of id: TransactionID) async throws(ShoalError) -> [DocumentRef: Set<UInt32>]
     /// The registers of `documents`, in their order (empty for a document with none).
     func registers(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRegisters]
+    /// Whether `readAhead(registersOf:)` saves anything: true for a store whose reads are
+    /// round trips (PostgreSQL), false for one whose reads are cheap (SQLite), which is
+    /// then not asked to.
+    var readsRegistersAhead: Bool { get }
     /// Reads the registers of `documents` at once, for the `registers(of:)` calls that
-    /// follow in this write: a store whose reads are round trips (PostgreSQL) answers
-    /// those from what it read, until the write writes a document, which is then read
-    /// again. A store whose reads are cheap does nothing.
+    /// follow in this write, which are answered from what it read until the write
+    /// writes a document, which is then read again.
     func readAhead(registersOf documents: [DocumentRef]) async throws(ShoalError)
     /// Writes the rows of one apply, as they are (`AppliedRows`).
     func write(_ rows: AppliedRows) async throws(ShoalError)
@@ -216,6 +219,8 @@ public struct ResumePoint: Sendable, Hashable {
 }
 
 extension InboundWriting {
+    package var readsRegistersAhead: Bool { false }
+
     package func readAhead(registersOf documents: [DocumentRef]) async throws(ShoalError) {}
 
     /// The state of a transaction this node has a record of, if any.

@@ -580,14 +580,16 @@ public final class InboundPipeline: Sendable {
             }
             var plan = InboundCommitPlan(assembler: start, subscriptions: subscriptions, now: now, states: states, records: records)
             // The registers of every document the pieces write, in one read rather than
-            // one per transaction applied (a store that reads cheaply ignores it).
-            var documents: Set<DocumentRef> = []
-            for item in items {
-                for piece in item.pieces {
-                    for delta in piece.deltas { documents.insert(DocumentRef(collection: delta.collection, id: delta.documentID)) }
+            // one per transaction applied, where reads are round trips.
+            if writer.readsRegistersAhead {
+                var documents: Set<DocumentRef> = []
+                for item in items {
+                    for piece in item.pieces {
+                        for delta in piece.deltas { documents.insert(DocumentRef(collection: delta.collection, id: delta.documentID)) }
+                    }
                 }
+                try await writer.readAhead(registersOf: documents.sorted { ($0.collection, $0.id) < ($1.collection, $1.id) })
             }
-            try await writer.readAhead(registersOf: documents.sorted { ($0.collection, $0.id) < ($1.collection, $1.id) })
             for item in items {
                 for piece in item.pieces {
                     if let apply = plan.receive(piece, from: item.source, mayWrite: item.mayWrite) {

@@ -130,6 +130,7 @@ import Testing
             func registers(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRegisters] {
                 try await base.registers(of: documents)
             }
+            var readsRegistersAhead: Bool { base.readsRegistersAhead }
             func readAhead(registersOf documents: [DocumentRef]) async throws(ShoalError) {
                 try await base.readAhead(registersOf: documents)
             }
