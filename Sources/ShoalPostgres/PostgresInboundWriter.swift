@@ -126,9 +126,9 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     /// The documents it read that had a body row (live or deleted).
     private var bodied: Set<DocumentRef> = []
     /// Registers read ahead (`readAhead(registersOf:)`), of documents this write has not
-    /// written since: what the database holds of them, without asking it again.
+    /// written since: what the database holds of them (none: an empty list), without
+    /// asking it again.
     private var ahead: [DocumentRef: [FieldRecord]] = [:]
-    private var readAhead: Set<DocumentRef> = []
 
     init(store: PostgresStore, connection: HubConnection) {
         self.store = store
@@ -279,21 +279,19 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     func readAhead(registersOf documents: [DocumentRef]) async throws(ShoalError) {
         guard !documents.isEmpty else { return }
         try await access("reading registers ahead") {
-            ahead = try await PostgresStore.registerRows(connection, of: documents, logger: logger)
-            readAhead = Set(documents)
+            let rows = try await PostgresStore.registerRows(connection, of: documents, logger: logger)
+            for document in documents { ahead[document] = rows[document] ?? [] }
         }
     }
 
     func registers(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRegisters] {
         guard !documents.isEmpty else { return [] }
         return try await access("reading registers") {
-            let unread = documents.filter { !readAhead.contains($0) }
+            let unread = documents.filter { ahead[$0] == nil }
             let rows = unread.isEmpty ? [:] : try await PostgresStore.registerRows(connection, of: unread, logger: logger)
             return documents.map { document in
                 var registers: [String: RegisterState] = [:]
-                for field in (readAhead.contains(document) ? ahead[document] : rows[document]) ?? [] {
-                    registers[field.name] = field.state
-                }
+                for field in ahead[document] ?? rows[document] ?? [] { registers[field.name] = field.state }
                 held[document] = Set(registers.keys)
                 // A document with no register has no body row either (RegisterRows' rule).
                 if !registers.isEmpty { bodied.insert(document) }
@@ -304,7 +302,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
 
     func write(_ rows: AppliedRows) async throws(ShoalError) {
         // What it writes is read from the database from now on (within this transaction).
-        for document in rows.documents where readAhead.remove(document.document) != nil { ahead[document.document] = nil }
+        for document in rows.documents { ahead[document.document] = nil }
         try await access("writing an applied transaction") {
             var statement = Statement()
             let id = rows.record.id

@@ -588,7 +588,7 @@ public final class InboundPipeline: Sendable {
                         for delta in piece.deltas { documents.insert(DocumentRef(collection: delta.collection, id: delta.documentID)) }
                     }
                 }
-                try await writer.readAhead(registersOf: documents.sorted { ($0.collection, $0.id) < ($1.collection, $1.id) })
+                try await writer.readAhead(registersOf: Array(documents))
             }
             for item in items {
                 for piece in item.pieces {
