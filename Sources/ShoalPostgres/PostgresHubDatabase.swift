@@ -143,6 +143,13 @@ public final class PostgresHubDatabase: Sendable {
                 """,
             ]
         ),
+        (
+            // Each write of a waiting or partial transaction's record sets a new random
+            // mark: a hub that finds another mark than the one it last wrote or read knows
+            // another hub wrote the record since (`PostgresInboundWriter.writtenElsewhere`).
+            "v6-record-marks",
+            ["ALTER TABLE txn ADD COLUMN mark BIGINT NOT NULL DEFAULT 0"]
+        ),
     ]
 
     /// What every connection of a hub sets: a hub that stops answering in the middle of a

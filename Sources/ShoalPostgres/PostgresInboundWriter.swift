@@ -125,6 +125,8 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     private var held: [DocumentRef: Set<String>] = [:]
     /// The documents it read that had a body row (live or deleted).
     private var bodied: Set<DocumentRef> = []
+    /// The marks of `txn` rows this write read or wrote (`states(of:)`, `mark(_:)`).
+    private var marksRead: [TransactionID: Int64] = [:]
     /// Registers read ahead (`readAhead(registersOf:)`), of documents this write has not
     /// written since: what the database holds of them (none: an empty list), without
     /// asking it again.
@@ -176,19 +178,43 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
             let (sites, sequences) = PostgresStore.columns(ids)
             let rows = try await query(
                 """
-                SELECT origin, seq, state FROM txn
+                SELECT origin, seq, state, mark FROM txn
                 WHERE (origin, seq) IN (SELECT * FROM UNNEST(\(sites)::bigint[], \(sequences)::bigint[]))
                 """)
             var states: [TransactionID: TransactionRecord.State] = [:]
-            for (origin, sequence, state) in try rows.decode((Int64, Int64, Int64).self) {
+            for (origin, sequence, state, mark) in try rows.decode((Int64, Int64, Int64, Int64).self) {
                 let id = TransactionID(origin: SiteID(UInt64(bitPattern: origin)), sequence: try Stored.unsigned(sequence, "txn", "seq"))
                 guard let value = Int(exactly: state).flatMap(TransactionRecord.State.init(rawValue:)) else {
                     throw ShoalError(.database, "table txn, column state holds \(state) for transaction \(id), where 0 to 3 belongs")
                 }
                 states[id] = value
+                marksRead[id] = mark
+                if value == .applied || value == .refused { store.recordMarks.withLock { $0[id] = nil } }
             }
             return states
         }
+    }
+
+    func writtenElsewhere(_ ids: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> {
+        guard !ids.isEmpty else { return [] }
+        let unread = ids.filter { marksRead[$0] == nil }
+        if !unread.isEmpty { _ = try await states(of: unread) }
+        let known = store.recordMarks.withLock { $0 }
+        return Set(ids.filter { id in marksRead[id].map { $0 != known[id] } ?? false })
+    }
+
+    /// A new mark for a record this write writes, remembered as this hub's.
+    private func mark(_ id: TransactionID) -> Int64 {
+        let mark = Int64.random(in: .min ... .max)
+        marksRead[id] = mark
+        store.recordMarks.withLock { $0[id] = mark }
+        return mark
+    }
+
+    /// Forgets the mark of a record this write finishes (applied or refused).
+    private func finished(_ id: TransactionID) {
+        marksRead[id] = nil
+        store.recordMarks.withLock { $0[id] = nil }
     }
 
     func save(_ record: TransactionRecord) async throws(ShoalError) {
@@ -196,12 +222,12 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         try await access("saving a waiting transaction") {
             try await query(
                 """
-                INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen)
+                INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen, mark)
                 VALUES (\(origin), \(seq), \(Int64(record.deltaCount)), \(Int64(record.documentCount)),
                     \(CollectionCount.encode(record.collections)), \(Int64(record.state.rawValue)), '',
-                    \(TransactionRecord.Report.encode(record.reports)), \(Int64(bitPattern: record.firstSeen)))
-                ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, reports = excluded.reports
-                WHERE txn.state IN (0, 2)
+                    \(TransactionRecord.Report.encode(record.reports)), \(Int64(bitPattern: record.firstSeen)), \(mark(record.id)))
+                ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, reports = excluded.reports, mark = excluded.mark
+                WHERE txn.state = 0 OR (txn.state = 2 AND excluded.state = 2)
                 """)
         }
     }
@@ -316,17 +342,19 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
             try saveRegisters(rows, to: &statement)
             let record = rows.record
             if let state = rows.state, let rest = rows.rest {
+                let mark: Int64
+                if state == .partial { mark = self.mark(id) } else { mark = 0; finished(id) }
                 statement.add(
                     """
-                    INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen)
+                    INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen, mark)
                     VALUES (\(origin), \(seq), \(try statement.bind(Int64(record.deltaCount))),
                         \(try statement.bind(Int64(record.documentCount))), \(try statement.bind(CollectionCount.encode(record.collections))),
                         \(try statement.bind(Int64(state.rawValue))), \(try statement.bind(Verdict.encode(rest))),
                         \(try statement.bind(state == .applied ? "" : TransactionRecord.Report.encode(record.reports))),
-                        \(try statement.bind(Int64(bitPattern: record.firstSeen))))
+                        \(try statement.bind(Int64(bitPattern: record.firstSeen))), \(try statement.bind(mark)))
                     ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, rest = excluded.rest,
                         reports = excluded.reports, delta_count = excluded.delta_count,
-                        document_count = excluded.document_count, collections = excluded.collections
+                        document_count = excluded.document_count, collections = excluded.collections, mark = excluded.mark
                     WHERE txn.state IN (0, 2)
                     """)
             }
@@ -512,6 +540,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
 
     func refuse(_ record: TransactionRecord, reason: String) async throws(ShoalError) {
         let (origin, seq) = Self.key(record.id)
+        finished(record.id)
         try await access("recording a refused transaction") {
             try await query("DELETE FROM txn_piece WHERE origin = \(origin) AND seq = \(seq)")
             try await query("DELETE FROM txn_context WHERE origin = \(origin) AND seq = \(seq)")
@@ -528,6 +557,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
 
     func markApplied(_ id: TransactionID, rest: [Verdict]) async throws(ShoalError) {
         let (origin, seq) = Self.key(id)
+        finished(id)
         try await access("marking a partial transaction whole") {
             try await query(
                 """
@@ -554,10 +584,13 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     }
 
     func loadRecord(_ id: TransactionID) async throws(ShoalError) -> TransactionRecord? {
-        try await access("reading a transaction's record") {
+        if marksRead[id] == nil { _ = try await states(of: [id]) }
+        return try await access("reading a transaction's record") {
             guard let stored = try await PostgresStore.storedTransactions(connection, [id], logger: logger)[id],
                 stored.state == .waiting || stored.state == .partial
             else { return nil }
+            // This hub now holds the record as the mark read in this write names it.
+            if let mark = marksRead[id] { store.recordMarks.withLock { $0[id] = mark } }
             return try await PostgresStore.record(connection, stored, logger: logger)
         }
     }

@@ -73,6 +73,10 @@ package final class PostgresStore: SyncStore, Sendable {
     let running = Locked<[TransactionInfo]>([])
     /// The freshness saved and through when deletions were forgotten: read at open, kept as saved.
     let freshness: Locked<(entries: [SiteID: UInt64], forgottenThrough: UInt64)>
+    /// The mark (`txn.mark`) of each waiting or partial record as this hub last wrote or
+    /// read it: another mark in the table says another hub wrote the record since
+    /// (`PostgresInboundWriter.writtenElsewhere`). Written only by this hub's writer.
+    let recordMarks = Locked<[TransactionID: Int64]>([:])
     /// The database's size on the server, as `maintain` last read it.
     let databaseBytes = Locked<UInt64>(0)
 
@@ -483,6 +487,14 @@ package final class PostgresStore: SyncStore, Sendable {
             for transaction in stored.sorted(by: { ($0.id.origin, $0.id.sequence) < ($1.id.origin, $1.id.sequence) }) {
                 records.append(try await Self.record(connection, transaction, logger: logger))
             }
+            // The records as read here are what this hub holds of them now (only the
+            // inbound pipeline reads them, at its start).
+            let marks = try await connection.query("SELECT origin, seq, mark FROM txn WHERE state IN (0, 2)", logger: logger)
+            var read: [TransactionID: Int64] = [:]
+            for (origin, sequence, mark) in try marks.decode((Int64, Int64, Int64).self) {
+                read[TransactionID(origin: SiteID(UInt64(bitPattern: origin)), sequence: try Stored.unsigned(sequence, "txn", "seq"))] = mark
+            }
+            recordMarks.withLock { $0.merge(read) { _, new in new } }
             return records
         }
     }

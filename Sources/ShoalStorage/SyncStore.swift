@@ -159,7 +159,14 @@ package protocol InboundWriting: AnyObject, Sendable {
     /// The states of the transactions `ids` this node has a record of (one it has no
     /// record of is left out).
     func states(of ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: TransactionRecord.State]
-    /// Records a waiting transaction: its header and reports.
+    /// Of the waiting or partial transactions `ids`, those whose record another process
+    /// wrote since this one last read or wrote it: more of it buffered, its reports or
+    /// its state changed there (hubs on one database). A store no other process writes
+    /// names none.
+    func writtenElsewhere(_ ids: [TransactionID]) async throws(ShoalError) -> Set<TransactionID>
+    /// Records a waiting transaction: its header and reports. A record already further
+    /// on (partial, applied, refused) keeps its state, and a waiting record leaves a
+    /// partial one's reports as they are.
     func save(_ record: TransactionRecord) async throws(ShoalError)
     /// Keeps pieces of a waiting transaction in the durable buffer.
     func buffer(_ deltas: [Delta], documentDeltaCounts: [DocumentRef: UInt32], context: [ContextField], of id: TransactionID) async throws(ShoalError)
@@ -220,6 +227,8 @@ public struct ResumePoint: Sendable, Hashable {
 
 extension InboundWriting {
     package var readsRegistersAhead: Bool { false }
+
+    package func writtenElsewhere(_ ids: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> { [] }
 
     package func readAhead(registersOf documents: [DocumentRef]) async throws(ShoalError) {}
 

@@ -142,14 +142,16 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
     }
 
     /// Keeps a waiting or partial transaction's header, state and reports durable
-    /// (its `rest`, recorded when it was applied in part, stays as it is).
+    /// (its `rest`, recorded when it was applied in part, stays as it is). A state never
+    /// moves back: a waiting record leaves a partial one as it is (DATA_MODEL.md, "States
+    /// only move forward").
     private func save(_ db: Database, _ record: TransactionRecord) throws {
         try db.cachedStatement(
             sql: """
                 INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen)
                 VALUES (?, ?, ?, ?, ?, ?, '', ?, ?)
                 ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, reports = excluded.reports
-                WHERE txn.state IN (0, 2)
+                WHERE txn.state = 0 OR (txn.state = 2 AND excluded.state = 2)
                 """
         ).execute(arguments: [
             Int64(bitPattern: record.id.origin.rawValue), Int64(record.id.sequence), Int64(record.deltaCount),

@@ -217,10 +217,11 @@ public struct CoverageAssembler: Sendable {
 
     /// A held transaction as the store holds it now, read again because other processes
     /// write the store too (hubs on one database): one applied or refused there is let
-    /// go; one whose state moved on there (waiting to partial) takes the store's record,
+    /// go; one whose record was written there (more of it buffered, its reports or its
+    /// state moved on) takes the store's `record`, which holds all this node held of it,
     /// keeping what this node asked and why it waited.
     public mutating func refresh(_ id: TransactionID, state: TransactionRecord.State, record: TransactionRecord?) {
-        guard let held = records[id], held.state != state else { return }
+        guard records[id] != nil else { return }
         switch state {
         case .applied, .refused: remove(id)
         case .waiting, .partial: if let record, record.state == state { records[id] = record }

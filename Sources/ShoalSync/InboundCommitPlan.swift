@@ -100,11 +100,21 @@ struct InboundCommitPlan: Sendable {
         states: [TransactionID: TransactionRecord.State], records: [TransactionID: TransactionRecord]
     ) {
         var assembler = assembler
-        for (id, state) in states where assembler.records[id] != nil {
+        var refusedElsewhere: [InboundPipeline.Status.Refused] = []
+        for (id, state) in states.sorted(by: { $0.key < $1.key }) {
+            guard let held = assembler.records[id] else { continue }
+            // The peers that sent this node pieces of it hear why nothing of it was applied.
+            if state == .refused {
+                refusedElsewhere.append(
+                    InboundPipeline.Status.Refused(
+                        id: id, reason: "another process of this node refused it (that process's log says why)",
+                        from: held.reports.keys.sorted(), at: now))
+            }
             assembler.refresh(id, state: state, record: records[id])
         }
         self.assembler = assembler
         self.result = InboundPipeline.CommitResult(assembler: assembler)
+        result.refused = refusedElsewhere
         self.subscriptions = subscriptions
         self.now = now
         self.states = states

@@ -574,8 +574,13 @@ public final class InboundPipeline: Sendable {
             // waiting or partial that it does not hold as they are.
             let ids = InboundCommitPlan.toRead(items, assembler: start, routes: routes, shared: store.hasOtherProcesses)
             let states = ids.isEmpty ? [:] : try await writer.states(of: ids)
+            let unfinished = states.filter { $0.value == .waiting || $0.value == .partial }
+            // One another hub wrote since this one read it holds more than the assembler does.
+            let elsewhere =
+                store.hasOtherProcesses
+                ? try await writer.writtenElsewhere(unfinished.keys.filter { start.records[$0] != nil }.sorted()) : []
             var records: [TransactionID: TransactionRecord] = [:]
-            for (id, state) in states where (state == .waiting || state == .partial) && start.records[id]?.state != state {
+            for (id, state) in unfinished where start.records[id]?.state != state || elsewhere.contains(id) {
                 if let record = try await writer.loadRecord(id) { records[id] = record }
             }
             var plan = InboundCommitPlan(assembler: start, subscriptions: subscriptions, now: now, states: states, records: records)

@@ -19,6 +19,10 @@ enum Hubs {
         /// The same rows a hub writes per document (its body and a register per field),
         /// 100 documents per transaction, in multi-row statements (`UNNEST`), on the same server.
         var baselineDocumentsPerSecond: Double
+        /// The same, written by two connections at once (half the documents each): how
+        /// much the server itself gains from a second writer on this machine, the ceiling
+        /// of what a second hub can add.
+        var twoWritersDocumentsPerSecond: Double
         /// One device replicating into one hub.
         var oneHubDocumentsPerSecond: Double
         /// Two devices replicating into two hubs of one database at once (half the documents each).
@@ -75,6 +79,10 @@ enum Hubs {
         let baseline = try await TemporaryPostgresDatabase.withDatabase(logger: logger) { databases in
             try await insertRate(databases[0], documents: documents)
         }
+        progress("hubs: PostgreSQL's own rate, two writers at once")
+        let twoWriters = try await TemporaryPostgresDatabase.withDatabase(logger: logger) { databases in
+            try await insertRate(databases[0], documents: documents, writers: 2)
+        }
         progress("hubs: one device into one hub")
         let one = try await replicate(hubs: 1, documents: documents)
         progress("hubs: two devices into two hubs")
@@ -82,21 +90,33 @@ enum Hubs {
         progress("hubs: latency across hubs, \(samples) samples")
         let latency = try await crossHubLatency(samples: samples)
         return Result(
-            documents: documents, baselineDocumentsPerSecond: baseline, oneHubDocumentsPerSecond: one.rate,
+            documents: documents, baselineDocumentsPerSecond: baseline, twoWritersDocumentsPerSecond: twoWriters,
+            oneHubDocumentsPerSecond: one.rate,
             twoHubsDocumentsPerSecond: two.rate, oneHubCPUSeconds: one.cpu, twoHubsCPUSeconds: two.cpu,
             oneHubMachine: one.machine, twoHubsMachine: two.machine, latency: latency)
     }
 
     /// PostgreSQL inserting what a hub writes of `documents` documents (a `document` row
     /// and a `field` row per field, in the hub's own tables), 100 to a transaction, a
-    /// multi-row statement per table.
-    static func insertRate(_ database: PostgresHubDatabase, documents: Int) async throws -> Double {
+    /// multi-row statement per table; `writers` connections at once, each its share.
+    static func insertRate(_ database: PostgresHubDatabase, documents: Int, writers: Int = 1) async throws -> Double {
         _ = try await PostgresStore.open(database, logger: logger)
-        let client = database.pool
         let start = ContinuousClock.now
-        var first = 0
-        while first < documents {
-            let range = first..<min(first + 100, documents)
+        let share = documents / writers
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for writer in 0..<writers {
+                group.addTask { try await insert(database.pool, writer * share..<(writer + 1) * share) }
+            }
+            try await group.waitForAll()
+        }
+        return Double(share * writers) / seconds(ContinuousClock.now - start)
+    }
+
+    /// Inserts `documents`' rows, 100 documents to a transaction.
+    static func insert(_ client: PostgresClient, _ documents: Range<Int>) async throws {
+        var first = documents.lowerBound
+        while first < documents.upperBound {
+            let range = first..<min(first + 100, documents.upperBound)
             var keys: [String] = [], bodies: [String] = []
             var fieldKeys: [String] = [], names: [String] = [], values: [String] = [], stamps: [Int64] = []
             for n in range {
@@ -128,7 +148,6 @@ enum Hubs {
             }
             first = range.upperBound
         }
-        return Double(documents) / seconds(ContinuousClock.now - start)
     }
 
     /// `hubs` hubs on one new database and a device behind each, subscribed to docs;
@@ -245,6 +264,10 @@ enum Hubs {
         let rows: [[String]] = [
             ["PostgreSQL's own inserts (same rows, 100 per transaction)", String(format: "%.0f docs/s", r.baselineDocumentsPerSecond), ""],
             [
+                "PostgreSQL's own inserts, two writers at once", String(format: "%.0f docs/s", r.twoWritersDocumentsPerSecond),
+                String(format: "%.2fx one writer: the ceiling of a second hub here", r.twoWritersDocumentsPerSecond / r.baselineDocumentsPerSecond),
+            ],
+            [
                 "one device into one hub", String(format: "%.0f docs/s", r.oneHubDocumentsPerSecond),
                 String(
                     format: "%.2fx PostgreSQL's; %.1f CPU s here, %.1f on the machine (%.0f%% of %d cores busy)",
@@ -270,6 +293,7 @@ enum Hubs {
     static func json(_ r: Result) -> String {
         let object: [String: Any] = [
             "documents": r.documents, "baselineDocumentsPerSecond": r.baselineDocumentsPerSecond,
+            "twoWritersDocumentsPerSecond": r.twoWritersDocumentsPerSecond,
             "oneHubDocumentsPerSecond": r.oneHubDocumentsPerSecond, "twoHubsDocumentsPerSecond": r.twoHubsDocumentsPerSecond,
             "oneHubCPUSeconds": r.oneHubCPUSeconds, "twoHubsCPUSeconds": r.twoHubsCPUSeconds,
             "oneHubMachineCPUSeconds": r.oneHubMachine.busySeconds, "twoHubsMachineCPUSeconds": r.twoHubsMachine.busySeconds,

@@ -268,43 +268,47 @@ struct HubSyncTests {
         }
     }
 
+    static let device = SiteID(0xDE71CE)
+
+    /// Transaction `sequence` of `device` as it sends it, a piece per document: one delta
+    /// each, in notes, the last piece last.
+    static func fromDevice(_ sequence: UInt64, _ documents: [String]) -> [TransactionPiece] {
+        let id = TransactionID(origin: device, sequence: sequence)
+        let count = UInt32(documents.count)
+        return documents.enumerated().map { index, document in
+            let delta = Delta(
+                collection: "notes", documentID: Value.string(document).canonicalJSON, field: "n", valueJSON: "\(index)",
+                timestamp: HybridTimestamp(rawValue: (1_000 + id.sequence) << 16 + UInt64(index)), transaction: id,
+                index: UInt32(index), count: count)
+            return TransactionPiece(
+                id: id, deltaCount: count, documentCount: count,
+                collections: [CollectionCount(collection: "notes", documents: count, deltas: count)], deltas: [delta],
+                documentDeltaCounts: [DocumentRef(collection: "notes", id: delta.documentID): 1], isLast: index == documents.count - 1)
+        }
+    }
+
     /// A transaction hub 1 holds as waiting, that hub 2 applies whole meanwhile, is let go
     /// by hub 1 at its next commit: its wait running out applies nothing (in part or
     /// whole), and its record stays applied.
     @Test func aTransactionOneHubHoldsAndTheOtherAppliesIsLetGo() async throws {
         let inbound = InboundPipeline.Configuration(coverage: .init(maximumWait: .milliseconds(300)))
         try await Self.withHubs(2, inbound: inbound) { stores, hubs in
-            let device = SiteID(0xDE71CE)
-            func transaction(_ sequence: UInt64, _ documents: [String]) -> [TransactionPiece] {
-                let id = TransactionID(origin: device, sequence: sequence)
-                let count = UInt32(documents.count)
-                return documents.enumerated().map { index, document in
-                    let delta = Delta(
-                        collection: "notes", documentID: Value.string(document).canonicalJSON, field: "n", valueJSON: "\(index)",
-                        timestamp: HybridTimestamp(rawValue: (1_000 + sequence) << 16 + UInt64(index)), transaction: id,
-                        index: UInt32(index), count: count)
-                    return TransactionPiece(
-                        id: id, deltaCount: count, documentCount: count,
-                        collections: [CollectionCount(collection: "notes", documents: count, deltas: count)], deltas: [delta],
-                        documentDeltaCounts: [DocumentRef(collection: "notes", id: delta.documentID): 1], isLast: index == documents.count - 1)
-                }
-            }
-            let t = transaction(1, ["x", "y"]), other = transaction(2, ["z"])
+            let t = Self.fromDevice(1, ["x", "y"]), other = Self.fromDevice(2, ["z"])
             let id = t[0].id
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for hub in hubs { group.addTask { await hub.run() } }
                 defer { group.cancelAll() }
-                hubs[0].pipeline.enqueue(InboundPipeline.Item(source: device, pieces: [t[0]]))
+                hubs[0].pipeline.enqueue(InboundPipeline.Item(source: Self.device, pieces: [t[0]]))
                 #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) {
                     try await stores[0].storedTransactions([id])[id]?.state == .waiting
                 }, "hub 1 holds t as waiting")
-                hubs[1].pipeline.enqueue(InboundPipeline.Item(source: device, pieces: t))
+                hubs[1].pipeline.enqueue(InboundPipeline.Item(source: Self.device, pieces: t))
                 #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) {
                     try await stores[1].storedTransactions([id])[id]?.state == .applied
                 }, "hub 2 applies t whole")
                 // Hub 1's wait for t runs out; its next commit decides.
                 try await Task.sleep(for: .milliseconds(600))
-                hubs[0].pipeline.enqueue(InboundPipeline.Item(source: device, pieces: other))
+                hubs[0].pipeline.enqueue(InboundPipeline.Item(source: Self.device, pieces: other))
                 #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) {
                     try await stores[0].storedTransactions([other[0].id])[other[0].id]?.state == .applied
                 })
@@ -312,6 +316,48 @@ struct HubSyncTests {
                 let status = hubs[0].pipeline.status
                 #expect(status.waiting.isEmpty && status.partial.isEmpty, "hub 1 let t go: \(status.waiting) \(status.partial)")
                 #expect(status.appliedRemote == 1, "hub 1 applied only the other transaction")
+            }
+        }
+    }
+
+    /// A transaction whose pieces reach two hubs, each holding part of it in memory: hub 1
+    /// holds x, hub 2 buffers y, and hub 1 takes the last piece, z. Hub 1 reads the record
+    /// hub 2 wrote (its mark changed) and applies the transaction whole at once, long
+    /// before its coverage wait (60 s) runs out; hub 2 lets it go on its next commit.
+    @Test func aTransactionWhosePiecesReachTwoHubsIsAppliedWholeByEither() async throws {
+        let inbound = InboundPipeline.Configuration(coverage: .init(maximumWait: .seconds(60)))
+        try await Self.withHubs(2, inbound: inbound) { stores, hubs in
+            let t = Self.fromDevice(1, ["x", "y", "z"]), other = Self.fromDevice(2, ["w"])
+            let id = t[0].id
+            func buffered() async throws -> Int {
+                try await stores[0].transactionRecords().first { $0.id == id }?.documents.values.filter(\.isComplete).count ?? 0
+            }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for hub in hubs { group.addTask { await hub.run() } }
+                defer { group.cancelAll() }
+                hubs[0].pipeline.enqueue(InboundPipeline.Item(source: Self.device, pieces: [t[0]]))
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) { try await buffered() == 1 }, "hub 1 buffers x")
+                hubs[1].pipeline.enqueue(InboundPipeline.Item(source: Self.device, pieces: [t[1]]))
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) { try await buffered() == 2 }, "hub 2 buffers y")
+                #expect(hubs[0].pipeline.status.waiting.count == 1 && hubs[1].pipeline.status.waiting.count == 1, "both hold t")
+                hubs[0].pipeline.enqueue(InboundPipeline.Item(source: Self.device, pieces: [t[2]]))
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) {
+                    try await stores[0].storedTransactions([id])[id]?.state == .applied
+                }, "hub 1 applies t whole on its last piece, not on its wait running out")
+                let bodies = try await stores[0].bodies(of: ["x", "y", "z"].map { DocumentRef(collection: "notes", id: Value.string($0).canonicalJSON) })
+                #expect(bodies.count == 3, "all of t applied: \(bodies.keys.map(\.id))")
+                // Its status follows the commit.
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) {
+                    hubs[0].pipeline.status.waiting.isEmpty && hubs[0].pipeline.status.partial.isEmpty
+                })
+                // Hub 2's next commit lets go of t.
+                hubs[1].pipeline.enqueue(InboundPipeline.Item(source: Self.device, pieces: other))
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) {
+                    try await stores[1].storedTransactions([other[0].id])[other[0].id]?.state == .applied
+                })
+                let status = hubs[1].pipeline.status
+                #expect(status.waiting.isEmpty && status.partial.isEmpty, "hub 2 let t go: \(status.waiting) \(status.partial)")
+                #expect(try await stores[0].storedTransactions([id])[id]?.state == .applied, "t stays applied")
             }
         }
     }

@@ -443,6 +443,11 @@ import Testing
                 try await writer.save(partial)
             }
             #expect(try await store.storedTransactions([u.id])[u.id]?.state == .partial)
+            // And never back to waiting: a hub whose record lags saves its waiting one.
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.save(u.record)
+            }
+            #expect(try await store.storedTransactions([u.id])[u.id]?.state == .partial, "a waiting save moved a partial record back")
         }
     }
 

@@ -161,6 +161,51 @@ import Testing
         #expect(Self.names(Self.run(&unaware, [])).contains("apply partially 1"))
     }
 
+    /// A held transaction another hub refused is let go, and the peers that sent this hub
+    /// pieces of it are told it was refused, as when this hub refuses one.
+    @Test func aHeldTransactionAnotherHubRefusedIsLetGoAndItsSendersTold() {
+        let t = Txn(1, ["x", "y"])
+        // The relay's last piece: it holds y, and does not know whether this node may have it.
+        let first = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["x"], verdicts: [.unknown])])]
+        var plan = Self.plan(first)
+        _ = Self.run(&plan, first)
+        let held = plan.result.assembler
+        #expect(held.records[t.id]?.state == .waiting)
+        var next = Self.plan([], assembler: held, states: [t.id: .refused], records: [:])
+        #expect(Self.names(Self.run(&next, [])).isEmpty)
+        #expect(next.result.assembler.records[t.id] == nil)
+        #expect(next.result.refused.map(\.id) == [t.id] && next.result.refused.first?.from == [Self.relay])
+        // One it does not hold is not reported: this hub's peers sent none of it.
+        var other = Self.plan([], states: [t.id: .refused], records: [:])
+        _ = Self.run(&other, [])
+        #expect(other.result.refused.isEmpty)
+    }
+
+    /// Pieces of one transaction reaching two hubs: hub A holds x, hub B then buffered y
+    /// (its record, read again because another hub wrote it, holds both), and A takes the
+    /// last piece. With the store's record A applies it whole at once; holding only what
+    /// it received itself, A would wait for y until its coverage wait ran out.
+    @Test func aHeldTransactionAnotherHubBufferedMoreOfIsJudgedOnTheStoresRecord() {
+        let t = Txn(1, ["x", "y", "z"])
+        let first = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["x"], last: false)])]
+        var hubA = Self.plan(first)
+        _ = Self.run(&hubA, first)
+        let heldByA = hubA.result.assembler
+        let both = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["x"], last: false), t.piece(sending: ["y"], last: false)])]
+        var hubB = Self.plan(both)
+        _ = Self.run(&hubB, both)
+        let stored = hubB.result.assembler.records[t.id]!
+        #expect(stored.state == .waiting)
+        let last = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: ["z"])])]
+        var told = Self.plan(last, assembler: heldByA, states: [t.id: .waiting], records: [t.id: stored])
+        #expect(Self.names(Self.run(&told, last)) == ["apply 1 buffered"])
+        #expect(told.result.assembler.records[t.id] == nil)
+        // Not told, it waits: the check above could fail.
+        var unaware = Self.plan(last, assembler: heldByA, states: [t.id: .waiting], records: [:])
+        #expect(!Self.names(Self.run(&unaware, last)).contains { $0.hasPrefix("apply") })
+        #expect(unaware.result.assembler.records[t.id]?.state == .waiting)
+    }
+
     /// A transaction the store applied before gets its late piece applied at once, with
     /// its record left alone; one it refused gets nothing.
     @Test func lateAndRefusedPiecesFollowWhatTheStoreHeld() {
