@@ -150,6 +150,15 @@ public final class PostgresHubDatabase: Sendable {
             "v6-record-marks",
             ["ALTER TABLE txn ADD COLUMN mark BIGINT NOT NULL DEFAULT 0"]
         ),
+        (
+            // A history that went back (`PostgresStore+History.swift`): how far a peer
+            // confirmed the hubs' own transactions, and whether the database may lack
+            // some of them since a repair (peers streaming from the start send them).
+            "v7-history",
+            [
+                "INSERT INTO shoal_meta (key, value) VALUES ('history_confirmed', 0), ('may_lack_own_transactions', 0)"
+            ]
+        ),
     ]
 
     /// What every connection of a hub sets: a hub that stops answering in the middle of a
@@ -285,10 +294,11 @@ public final class PostgresHubDatabase: Sendable {
     /// each time it starts following, and on a slow timer as well.
     ///
     /// The same channel carries the hubs' requests for attachments
-    /// (`askForAttachment`), handed to `asked`.
+    /// (`askForAttachment`), handed to `asked`, and `cursors <epoch>` when a hub forgot
+    /// every peer cursor (a repair, `PostgresStore+History.swift`), handed to `forgot`.
     public func followLog(
         listening: @Sendable () -> Void = {}, asked: @Sendable (_ hash: String, _ by: UInt64) async -> Void = { _, _ in },
-        _ announced: @Sendable (UInt64) async -> Void
+        forgot: @Sendable (_ epoch: UInt64) async -> Void = { _ in }, _ announced: @Sendable (UInt64) async -> Void
     ) async throws(PostgresStoreError) {
         try await failing("following the change log's announcements") {
             try await client.withConnection { connection in
@@ -301,6 +311,8 @@ public final class PostgresHubDatabase: Sendable {
                             await announced(sequence)
                         } else if let (hash, by) = Self.attachmentRequest(payload) {
                             await asked(hash, by)
+                        } else if payload.hasPrefix("cursors "), let epoch = UInt64(payload.dropFirst("cursors ".count)) {
+                            await forgot(epoch)
                         } else {
                             logger.warning("ignoring an announcement on \(Self.logChannel) that Shoal does not send: \(payload.prefix(80))")
                         }

@@ -114,6 +114,8 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     var logEnd: UInt64 = 0
     /// The last sequence this write appended, nil before its first row.
     var lastSequence: UInt64?
+    /// The cursor epoch this write moved to (`forgetPeerCursors`); 0 when it forgot none.
+    var cursorEpoch: UInt64 = 0
     /// What this write appended to the change log.
     var appended = LogEnd.Appended(after: 0, collections: [], transactions: [])
     private(set) var outcome = ApplyOutcome()

@@ -33,8 +33,8 @@ import PostgresNIO
 /// Here: the contract's log, records, buffer, registers and cursors, the store's saved
 /// interest and peer positions, and following the other hubs' commits. Its own
 /// transactions are in `PostgresStore+Documents.swift`, its upkeep in `+Node.swift`,
-/// attachments in `+Attachments.swift`. Not yet: compaction, and repairing a database
-/// that went back.
+/// attachments in `+Attachments.swift`, compaction in `+Compaction.swift`, and repairing
+/// a database that went back in `+History.swift`.
 package final class PostgresStore: SyncStore, Sendable {
     package let database: PostgresHubDatabase
     package let siteID: SiteID
@@ -50,7 +50,8 @@ package final class PostgresStore: SyncStore, Sendable {
     let gate = WriteGate()
     /// The log's end as this hub last knew it: its own commits, and the others' as announced.
     let feed = ChangeFeed<LogEnd>(bufferingPolicy: .bufferingNewest(1), replayLatest: true)
-    /// Fires when every peer cursor was forgotten (no call does that yet on PostgreSQL).
+    /// Fires when every peer cursor was forgotten (a repair of a database that went back,
+    /// here or on another hub).
     let resets = ChangeFeed<UInt64>(bufferingPolicy: .bufferingNewest(1), replayLatest: false)
     /// The interest saved, as read at open (`savedInterest` is read once, at start).
     let interestAtOpen: [SiteID: SavedInterest]
@@ -77,13 +78,23 @@ package final class PostgresStore: SyncStore, Sendable {
     /// read it: another mark in the table says another hub wrote the record since
     /// (`PostgresInboundWriter.writtenElsewhere`). Written only by this hub's writer.
     let recordMarks = Locked<[TransactionID: Int64]>([:])
+    /// Whether the database may lack some of the hubs' own transactions (it went back
+    /// and was repaired, `PostgresStore+History.swift`): read at open, set by a repair
+    /// here or heard of from another hub.
+    let lacksOwn: Locked<Bool>
+    /// The cursor epoch as this hub last knew it: a higher one heard from another hub
+    /// (every cursor forgotten there) restarts this hub's streams too.
+    let cursorEpoch: Locked<UInt64>
     /// The database's size on the server, as `maintain` last read it.
     let databaseBytes = Locked<UInt64>(0)
 
     private init(
         database: PostgresHubDatabase, siteID: SiteID, clock: HybridLogicalClock, systemParameters: SystemParameters,
-        interest: [SiteID: SavedInterest], freshness: (entries: [SiteID: UInt64], forgottenThrough: UInt64), logger: Logger
+        interest: [SiteID: SavedInterest], freshness: (entries: [SiteID: UInt64], forgottenThrough: UInt64),
+        history: (lacksOwn: Bool, cursorEpoch: UInt64), logger: Logger
     ) {
+        self.lacksOwn = Locked(history.lacksOwn)
+        self.cursorEpoch = Locked(history.cursorEpoch)
         self.database = database
         self.siteID = siteID
         self.clock = clock
@@ -111,7 +122,8 @@ package final class PostgresStore: SyncStore, Sendable {
         let interest = try await Self.readInterest(database, logger: logger)
         let store = PostgresStore(
             database: database, siteID: site, clock: clock, systemParameters: systemParameters, interest: interest,
-            freshness: try await Self.readFreshness(database, logger: logger), logger: logger)
+            freshness: try await Self.readFreshness(database, logger: logger), history: try await Self.readHistory(database, logger: logger),
+            logger: logger)
         store.feed.publish(LogEnd(sequence: try await store.lastSequence()))
         store.told.withLock { $0 = store.lastCommittedSequence }
         store.announcer.start(at: store.lastCommittedSequence, reading: store)
@@ -181,7 +193,7 @@ package final class PostgresStore: SyncStore, Sendable {
 
     // MARK: Outbound
 
-    package var mayLackOwnTransactions: Bool { false }
+    package var mayLackOwnTransactions: Bool { lacksOwn.withLock { $0 } }
 
     package func resumePoint(peer: SiteID, subscriptions: SubscriptionSet) async throws(ShoalError) -> ResumePoint {
         let key = subscriptions.key
@@ -376,51 +388,6 @@ package final class PostgresStore: SyncStore, Sendable {
         return newest
     }
 
-    /// Compares what a peer holds of this hub's own transactions with what the database
-    /// holds, as a SQLite store does (DATA_MODEL.md §4.5): a number above the hubs'
-    /// counter, a transaction of that number with another timestamp at the index the peer
-    /// names, or one that never had that index (a smaller transaction under a reused
-    /// number), all say the database went back (a restored backup), which hubs cannot
-    /// repair yet and refuse; the same delta confirms the history.
-    package func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(ShoalError) -> HistoryVerdict {
-        guard held.through > 0 else { return .unknown }
-        let site = siteID
-        let same: Bool? = try await snapshot("comparing this hub's history with a peer's") { connection in
-            if held.through > (try await Self.meta(connection, "transaction_counter", logger: self.logger)) { return false }
-            let rows = try await connection.query(
-                "SELECT delta_count FROM txn WHERE origin = \(Int64(bitPattern: site.rawValue)) AND seq = \(Int64(held.through))",
-                logger: self.logger)
-            var deltaCount: Int64?
-            for value in try rows.decode(Int64.self) { deltaCount = value }
-            // A number this hub holds no transaction of says nothing yet.
-            guard let deltaCount, held.timestamp != 0 else { return nil }
-            guard
-                let own = try await Self.newestDelta(
-                    connection, TransactionID(origin: site, sequence: held.through), only: held.index, logger: self.logger)
-            else { return Int64(held.index) >= deltaCount ? false : nil }
-            return own.timestamp == held.timestamp
-        }
-        switch same {
-        case true?: return .consistent
-        case false?: throw Self.wentBack(held, peer: peer)
-        case nil: return .unknown
-        }
-    }
-
-    static func wentBack(_ held: OriginHistory, peer: SiteID) -> ShoalError {
-        ShoalError(
-            .database,
-            "peer \(peer) holds this hub's transactions through \(held.through), which its database does not: the database went back (a restored backup), which hubs on PostgreSQL cannot repair yet")
-    }
-
-    package func raiseLog(above sequence: UInt64, peer: SiteID) async throws(ShoalError) -> UInt64? {
-        let last = try await lastSequence()
-        guard sequence > last else { return nil }
-        throw ShoalError(
-            .database,
-            "peer \(peer) resumes after sequence \(sequence) of this hub's change log, which ends at \(last): the database went back (a restored backup), which hubs on PostgreSQL cannot repair yet")
-    }
-
     package func savedInterest() throws(ShoalError) -> [SiteID: SavedInterest] { interestAtOpen }
 
     static func readInterest(_ database: PostgresHubDatabase, logger: Logger) async throws(ShoalError) -> [SiteID: SavedInterest] {
@@ -574,7 +541,8 @@ package final class PostgresStore: SyncStore, Sendable {
                             listening: { listening.yield() },
                             asked: { hash, by in
                                 if by != self.database.process { self.attachmentRequests.publish(hash) }
-                            }
+                            },
+                            forgot: { self.forgotCursors(epoch: $0) }
                         ) { await self.heard($0) }
                     } catch {
                         if Task.isCancelled { break }
@@ -587,6 +555,12 @@ package final class PostgresStore: SyncStore, Sendable {
             group.addTask {
                 for await _ in started {
                     if let last = try? await self.lastSequence() { await self.heard(last) }
+                    // Cursors another hub forgot while this one was not listening.
+                    if let (lacksOwn, epoch) = try? await Self.readHistory(self.database, logger: self.logger),
+                        lacksOwn, epoch > self.cursorEpoch.withLock({ $0 })
+                    {
+                        self.forgotCursors(epoch: epoch)
+                    }
                 }
             }
             group.addTask {

@@ -216,6 +216,76 @@ struct ProcessHubTests {
         return outcome
     }
 
+    /// A hub's database restored from a real backup (`pg_dump` before anything was
+    /// written, `pg_restore --clean` after the hub wrote 'one', which the device holds):
+    /// the hub, started again, gives 'one's number to 'two'. When the device connects the
+    /// hub repairs the database rather than refuse it (DATA_MODEL.md §4.5): 'two' is
+    /// committed again under a new number, the device sends 'one' back, and what the hub
+    /// writes next reaches the device.
+    @Test func aHubDatabaseRestoredFromABackupIsRepairedWhenADeviceConnects() async throws {
+        let outcome = try await TemporaryPostgresDatabase.withDatabase { databases in
+            let store = databases[0].location.description
+            return try await onOwnThread { try Self.restoredBackup(store: store) }
+        }
+        #expect(outcome.backedUp && outcome.restored, "pg_dump and pg_restore ran: \(outcome.tools)")
+        #expect(outcome.reused, "after the restore the hub gave 'one's number again")
+        #expect(outcome.repaired, "the hub's log says it committed its transactions again")
+        #expect(outcome.device == ["one", "two", "three"], "the device: \(outcome.device)")
+        #expect(outcome.hub == ["one", "two", "three"], "the hub: \(outcome.hub)")
+    }
+
+    struct RestoredBackup: Sendable {
+        var backedUp = false
+        var restored = false
+        var tools = ""
+        var reused = false
+        var repaired = false
+        var device: Set<String> = []
+        var hub: Set<String> = []
+    }
+
+    static func restoredBackup(store: String) throws -> RestoredBackup {
+        var outcome = RestoredBackup()
+        let dirs = TemporaryDirectory(prefix: "shoal-hub-restore")
+        defer { dirs.remove() }
+        func ids(_ node: NodeProcess) -> Set<String> {
+            Set((try? ProcessMeshTests.documents(node, "SELECT _id FROM t").compactMap { $0["_id"] as? String }) ?? [])
+        }
+        var hub = try Self.hub("hub", dirs, store: store)
+        let port = hub.port
+        defer { hub.stop() }
+        let backup = dirs.path + "/backup.dump"
+        let dump = try ChildProcess.run("/usr/bin/pg_dump", ["--format=custom", "--file=" + backup, "--dbname=" + store], timeout: 60)
+        outcome.backedUp = dump.status == 0
+        outcome.tools += String(decoding: dump.stderr, as: UTF8.self)
+        func startDevice() throws -> NodeProcess {
+            try NodeProcess(
+                name: "device", dataDirectory: dirs.path + "/device", extra: ["--peer", hub.address, "--subscribe", "SELECT * FROM t"])
+        }
+        var device = try startDevice()
+        defer { device.stop() }
+        _ = try hub.exec("INSERT INTO t DOCUMENTS ({'_id': 'one'})")
+        guard eventually(30, { ids(device) == ["one"] }) else { return outcome }
+        hub.stop()
+        let restore = try ChildProcess.run(
+            "/usr/bin/pg_restore", ["--clean", "--if-exists", "--single-transaction", "--dbname=" + store, backup], timeout: 60)
+        outcome.restored = restore.status == 0
+        outcome.tools += String(decoding: restore.stderr, as: UTF8.self)
+        // Started again on the restored database, on its address, with the device away.
+        device.stop()
+        hub = try Self.hub("hub", dirs, store: store, port: port)
+        let two = try hub.exec("INSERT INTO t DOCUMENTS ({'_id': 'two'})", extra: ["--json"])
+        outcome.reused = two.stdout.trimmingCharacters(in: .whitespacesAndNewlines).hasSuffix(":1\"}")
+        device = try startDevice()
+        _ = eventually(30) { ids(device) == ["one", "two"] && ids(hub) == ["one", "two"] }
+        _ = try hub.exec("INSERT INTO t DOCUMENTS ({'_id': 'three'})")
+        _ = eventually(30) { ids(device).count == 3 }
+        outcome.repaired = hub.log().contains("are committed again as")
+        outcome.device = ids(device)
+        outcome.hub = ids(hub)
+        return outcome
+    }
+
     /// A hub process cut off from PostgreSQL (a proxy between them refusing) fails a
     /// write within its `--store-timeout` (2 s here, 10 s by default), saying it cannot
     /// reach the server, and serves again once the link heals.

@@ -1,0 +1,197 @@
+import Logging
+import NIOCore
+package import ShoalCRDT
+package import ShoalStorage
+import PostgresNIO
+
+/// The hubs' history never goes backwards unseen (DATA_MODEL.md §4.5), as a SQLite
+/// node's: a database restored from a backup, or one a failover left without its last
+/// commits, numbers the hubs' next transactions with numbers devices already hold for
+/// other transactions, and its log's next rows with sequences devices' cursors passed.
+///
+/// - With every Subscribe, a device says how far it holds the hubs' own transactions.
+///   If that is beyond the database's counter, or its transaction of that number is
+///   not the hubs', the hub commits the hubs' transactions since the last point a peer
+///   confirmed (`history_confirmed`) again under numbers far above everything the
+///   device holds, forgets every peer cursor, and asks every peer for the hubs' own
+///   transactions again from the start (`may_lack_own_transactions`), which brings back
+///   the ones the database lost. The other hubs hear of it on the log's channel
+///   (`cursors <epoch>`) and restart their streams too.
+/// - A device resuming after the log's end moves every row of the log above its
+///   cursor first (`raiseLog`), so nothing the hubs log next is passed over.
+///
+/// Both run as the hubs' one writer (`log_end`'s lock), which checks again inside that
+/// the database still went back: two hubs told at once repair it once.
+extension PostgresStore {
+    package func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(ShoalError) -> HistoryVerdict {
+        guard held.through > 0 else { return .unknown }
+        let site = siteID
+        // Read first: a session must not wait for the writer to learn that all is well.
+        let looked = try await snapshot("comparing this hub's history with a peer's") { connection in
+            try await Self.compare(connection, held, site: site, logger: self.logger)
+        }
+        switch looked {
+        case .unknown: return .unknown
+        case .consistent:
+            // Only ever raised, in one statement: no writer needed.
+            try await run(
+                "recording how far a peer confirmed this hub's history",
+                """
+                UPDATE shoal_meta SET value = GREATEST(value, \(Int64(held.through))) WHERE key = 'history_confirmed'
+                """)
+            return .consistent
+        case .reissued: break
+        }
+        let (verdict, writer) = try await withWriter("committing this hub's transactions again under new numbers") { writer in
+            // Again inside the write: another hub or session may have repaired it meanwhile.
+            guard case .reissued = try await Self.compare(writer.connection, held, site: site, logger: self.logger) else {
+                return HistoryVerdict.unknown
+            }
+            let counter = try await Self.meta(writer.connection, "transaction_counter", logger: self.logger)
+            return try await writer.reissue(site: site, above: max(held.through, counter) + Self.reissueGap)
+        }
+        if case .reissued(let count, let from, let to) = verdict {
+            let renumbered =
+                count == 0
+                ? "It holds none of its transactions since the last point a peer confirmed; its next are numbered from \(site):\(from)"
+                : "Its \(count) transaction(s) since the last point a peer confirmed are committed again as \(site):\(from) to \(site):\(to)"
+            logger.error(
+                "this hub's database is older than what peer \(peer) holds of its own writes (a restored backup, or commits a failover lost): the peer holds its transactions through \(held.through). \(renumbered), and every peer is asked for this node's own transactions again",
+                metadata: ["shoal.peer.site": "\(peer)", "shoal.history.peer_through": "\(held.through)"])
+            if let last = writer.lastSequence { publish(LogEnd(sequence: last, appended: nil)) }
+            forgotCursors(epoch: writer.cursorEpoch)
+        }
+        return verdict
+    }
+
+    /// How far above what the peer holds a database that went back renumbers, as a
+    /// SQLite store does (`DocumentStore.reissueGap`): the history it lost may have gone
+    /// further than this peer knows.
+    package static let reissueGap: UInt64 = 1 << 32
+
+    /// What `held` says of the hubs' own history: `.reissued` (of nothing yet) when the
+    /// database went back; the same delta confirms it.
+    static func compare(_ connection: HubConnection, _ held: OriginHistory, site: SiteID, logger: Logger) async throws -> HistoryVerdict {
+        let wentBack = HistoryVerdict.reissued(count: 0, from: 0, to: 0)
+        if held.through > (try await meta(connection, "transaction_counter", logger: logger)) { return wentBack }
+        let rows = try await connection.query(
+            "SELECT delta_count FROM txn WHERE origin = \(Int64(bitPattern: site.rawValue)) AND seq = \(Int64(held.through))",
+            logger: logger)
+        var deltaCount: Int64?
+        for value in try rows.decode(Int64.self) { deltaCount = value }
+        // A number the hubs hold no transaction of (one given up, being sent back) says nothing yet.
+        guard let deltaCount, held.timestamp != 0 else { return .unknown }
+        guard
+            let own = try await newestDelta(connection, TransactionID(origin: site, sequence: held.through), only: held.index, logger: logger)
+        else {
+            // Its transaction of that number never had the delta the peer names: another
+            // transaction under the number. One it had and no longer logs says nothing.
+            return Int64(held.index) >= deltaCount ? wentBack : .unknown
+        }
+        return own.timestamp == held.timestamp ? .consistent : wentBack
+    }
+
+    package func raiseLog(above sequence: UInt64, peer: SiteID) async throws(ShoalError) -> UInt64? {
+        guard sequence > (try await lastSequence()) else { return nil }
+        let (moved, _) = try await withWriter("moving the change log above a peer's cursor") { writer -> (from: UInt64, to: UInt64)? in
+            try await writer.raiseLog(above: sequence)
+        }
+        guard let moved else { return nil }
+        logger.error(
+            "peer \(peer) resumes after sequence \(sequence) of this hub's change log, which ends at \(moved.from): the database went back (a restored backup, or commits a failover lost). Every row moved above \(sequence) (the log now ends at \(moved.to)), so that no peer passes over what the hubs log next; peers are sent the log again from their cursors",
+            metadata: ["shoal.peer.site": "\(peer)", "shoal.log.peer_resume": "\(sequence)"])
+        publish(LogEnd(sequence: moved.to, appended: nil))
+        return moved.to
+    }
+
+    /// Every peer cursor was forgotten (`epoch`, here or on another hub): the sessions
+    /// start their streams again, asking for the hubs' own transactions.
+    func forgotCursors(epoch: UInt64) {
+        lacksOwn.withLock { $0 = true }
+        let newer = cursorEpoch.withLock { known in
+            guard epoch > known else { return false }
+            known = epoch
+            return true
+        }
+        if newer { resets.publish(epoch) }
+    }
+
+    /// Whether the database may lack some of the hubs' own transactions, and its cursor epoch.
+    static func readHistory(_ database: PostgresHubDatabase, logger: Logger) async throws(ShoalError) -> (lacksOwn: Bool, cursorEpoch: UInt64) {
+        do {
+            var lacksOwn = false, epoch: UInt64 = 0
+            for (key, value) in try await database.query(
+                "SELECT key, value FROM shoal_meta WHERE key IN ('may_lack_own_transactions', 'cursor_epoch')", logger: logger
+            ).decode((String, Int64).self) {
+                if key == "cursor_epoch" { epoch = try Stored.unsigned(value, "shoal_meta", "value of cursor_epoch") } else { lacksOwn = value != 0 }
+            }
+            return (lacksOwn, epoch)
+        } catch {
+            throw ShoalError(.database, "reading the history's marks on \(database.location): \(PostgresHubDatabase.describe(error))")
+        }
+    }
+}
+
+extension PostgresInboundWriter {
+    /// Moves the hubs' transactions after the last confirmed point to numbers above
+    /// `base`, each to the end of the log (so every peer is sent them again), keeping
+    /// their deltas and timestamps; forgets every peer cursor, so that peers send the
+    /// hubs' own transactions back, and says the database may lack some of them.
+    func reissue(site: SiteID, above base: UInt64) async throws -> HistoryVerdict {
+        let own = Int64(bitPattern: site.rawValue)
+        let confirmed = try await PostgresStore.meta(connection, "history_confirmed", logger: logger)
+        var sequences: [UInt64] = []
+        for value in try await query("SELECT seq FROM txn WHERE origin = \(own) AND seq > \(Int64(confirmed)) ORDER BY seq").decode(Int64.self) {
+            sequences.append(try Stored.unsigned(value, "txn", "seq"))
+        }
+        var number = base
+        for old in sequences {
+            number += 1
+            let (from, to) = (Int64(old), Int64(number))
+            // The copies at the log's end, then the old rows go: no sequence is given twice.
+            let end = Int64(lastSequence ?? logEnd)
+            let copied = try await query(
+                """
+                INSERT INTO change_log (seq, txn_site, txn_seq, txn_count, documents, entries)
+                SELECT \(end) + row_number() OVER (ORDER BY seq), txn_site, \(to), txn_count, documents, entries
+                FROM change_log WHERE txn_site = \(own) AND txn_seq = \(from)
+                RETURNING seq
+                """
+            ).count
+            try await query("DELETE FROM change_log WHERE txn_site = \(own) AND txn_seq = \(from)")
+            try await query("UPDATE txn SET seq = \(to) WHERE origin = \(own) AND seq = \(from)")
+            try await query("UPDATE field SET txn_seq = \(to) WHERE txn_site = \(own) AND txn_seq = \(from)")
+            if copied > 0 { lastSequence = UInt64(end) + UInt64(copied) }
+        }
+        try await query("UPDATE shoal_meta SET value = \(Int64(number)) WHERE key = 'transaction_counter'")
+        try await forgetPeerCursors()
+        return .reissued(count: sequences.count, from: base + 1, to: number)
+    }
+
+    /// Forgets every peer cursor under a new epoch, marks the database as maybe lacking
+    /// the hubs' own transactions, and tells the other hubs (on commit).
+    func forgetPeerCursors() async throws {
+        try await query("DELETE FROM peer_cursor")
+        let rows = try await query("UPDATE shoal_meta SET value = value + 1 WHERE key = 'cursor_epoch' RETURNING value")
+        for value in try rows.decode(Int64.self) { cursorEpoch = try Stored.unsigned(value, "shoal_meta", "value of cursor_epoch") }
+        // Delivered when, and only if, the write commits.
+        try await query("SELECT pg_notify(\(PostgresHubDatabase.logChannel), \("cursors \(cursorEpoch)"))")
+        try await query("UPDATE shoal_meta SET value = 1 WHERE key = 'may_lack_own_transactions'")
+    }
+
+    /// Moves every row of the log above `sequence` when the log ends below it, keeping
+    /// their order; returns where it ended and ends now, or nil when it did not end below.
+    func raiseLog(above sequence: UInt64) async throws -> (from: UInt64, to: UInt64)? {
+        // Read again under the lock: another hub or session may have moved it meanwhile.
+        guard sequence > logEnd else { return nil }
+        let shift = Int64(sequence)
+        try await query(
+            """
+            INSERT INTO change_log (seq, txn_site, txn_seq, txn_count, documents, entries)
+            SELECT seq + \(shift), txn_site, txn_seq, txn_count, documents, entries FROM change_log WHERE seq <= \(Int64(logEnd))
+            """)
+        try await query("DELETE FROM change_log WHERE seq <= \(Int64(logEnd))")
+        lastSequence = logEnd + sequence
+        return (logEnd, logEnd + sequence)
+    }
+}
