@@ -140,32 +140,40 @@ extension PostgresInboundWriter {
     func reissue(site: SiteID, above base: UInt64) async throws -> HistoryVerdict {
         let own = Int64(bitPattern: site.rawValue)
         let confirmed = try await PostgresStore.meta(connection, "history_confirmed", logger: logger)
-        var sequences: [UInt64] = []
-        for value in try await query("SELECT seq FROM txn WHERE origin = \(own) AND seq > \(Int64(confirmed)) ORDER BY seq").decode(Int64.self) {
-            sequences.append(try Stored.unsigned(value, "txn", "seq"))
-        }
-        var number = base
-        for old in sequences {
-            number += 1
-            let (from, to) = (Int64(old), Int64(number))
-            // The copies at the log's end, then the old rows go: no sequence is given twice.
+        // The new number of each: a few statements whatever their count, all under the lock.
+        try await query(
+            """
+            CREATE TEMPORARY TABLE reissued ON COMMIT DROP AS
+            SELECT seq AS old, \(Int64(base)) + row_number() OVER (ORDER BY seq) AS new
+            FROM txn WHERE origin = \(own) AND seq > \(Int64(confirmed))
+            """)
+        var count: UInt64 = 0
+        for value in try await query("SELECT count(*) FROM reissued").decode(Int64.self) { count = try Stored.unsigned(value, "reissued", "count") }
+        if count > 0 {
+            // The copies at the log's end, in the transactions' order, then the old rows
+            // go: no sequence is given twice.
             let end = Int64(lastSequence ?? logEnd)
-            let copied = try await query(
+            var copied: UInt64 = 0
+            for value in try await query(
                 """
-                INSERT INTO change_log (seq, txn_site, txn_seq, txn_count, documents, entries)
-                SELECT \(end) + row_number() OVER (ORDER BY seq), txn_site, \(to), txn_count, documents, entries
-                FROM change_log WHERE txn_site = \(own) AND txn_seq = \(from)
-                RETURNING seq
+                WITH copies AS (
+                    INSERT INTO change_log (seq, txn_site, txn_seq, txn_count, documents, entries)
+                    SELECT \(end) + row_number() OVER (ORDER BY r.new, c.seq), c.txn_site, r.new, c.txn_count, c.documents, c.entries
+                    FROM change_log c JOIN reissued r ON c.txn_site = \(own) AND c.txn_seq = r.old
+                    RETURNING 1)
+                SELECT count(*) FROM copies
                 """
-            ).count
-            try await query("DELETE FROM change_log WHERE txn_site = \(own) AND txn_seq = \(from)")
-            try await query("UPDATE txn SET seq = \(to) WHERE origin = \(own) AND seq = \(from)")
-            try await query("UPDATE field SET txn_seq = \(to) WHERE txn_site = \(own) AND txn_seq = \(from)")
-            if copied > 0 { lastSequence = UInt64(end) + UInt64(copied) }
+            ).decode(Int64.self) {
+                copied = try Stored.unsigned(value, "change_log", "count")
+            }
+            try await query("DELETE FROM change_log c USING reissued r WHERE c.txn_site = \(own) AND c.txn_seq = r.old")
+            try await query("UPDATE txn t SET seq = r.new FROM reissued r WHERE t.origin = \(own) AND t.seq = r.old")
+            try await query("UPDATE field f SET txn_seq = r.new FROM reissued r WHERE f.txn_site = \(own) AND f.txn_seq = r.old")
+            if copied > 0 { lastSequence = UInt64(end) + copied }
         }
-        try await query("UPDATE shoal_meta SET value = \(Int64(number)) WHERE key = 'transaction_counter'")
+        try await query("UPDATE shoal_meta SET value = \(Int64(base + count)) WHERE key = 'transaction_counter'")
         try await forgetPeerCursors()
-        return .reissued(count: sequences.count, from: base + 1, to: number)
+        return .reissued(count: Int(count), from: base + 1, to: base + count)
     }
 
     /// Forgets every peer cursor under a new epoch, marks the database as maybe lacking
