@@ -6,7 +6,7 @@ import PostgresNIO
 
 extension PostgresStore {
     package func writeInbound<T: Sendable>(
-        short: Bool, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
+        short: Bool, claim: InboundClaim?, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
     ) async throws(ShoalError) -> (T, ApplyOutcome) {
         let marks = OpenTransactions.marks
         try OpenTransactions.refuseWrite(beside: marks, of: self)
@@ -22,8 +22,23 @@ extension PostgresStore {
             OpenTransactions.Mark(
                 store: ObjectIdentifier(self), info: TransactionInfo(id: "inbound", hint: "received transactions", isReadOnly: false))
         ]
-        let (result, writer) = try await withWriter("applying received transactions") { writer in
-            try await OpenTransactions.$marks.withValue(inside) { try await body(writer) }
+        // Side by side with the other hubs' batches when it names what it writes, and not
+        // so much that its locks would crowd the server's lock table; as the one writer
+        // when it does not, or when it found it must write more than it named.
+        // One that names nothing (a commit of the coverage timer) writes nothing unless its
+        // waits ran out, and then runs again as the one writer.
+        let sideBySide = claim.flatMap { $0.count <= mostClaimed ? $0 : nil }
+        let needsOneWriter = Locked(false)
+        let (result, writer): (T, PostgresInboundWriter)
+        do {
+            (result, writer) = try await withWriter("applying received transactions", claim: sideBySide, needsOneWriter: needsOneWriter) {
+                writer in try await OpenTransactions.$marks.withValue(inside) { try await body(writer) }
+            }
+        } catch where needsOneWriter.withLock({ $0 }) {
+            logger.debug("a received batch wrote more than it named: committed again as the one writer")
+            (result, writer) = try await withWriter("applying received transactions") { writer in
+                try await OpenTransactions.$marks.withValue(inside) { try await body(writer) }
+            }
         }
         if let last = writer.lastSequence {
             publish(LogEnd(sequence: last, appended: writer.appended))
@@ -34,19 +49,38 @@ extension PostgresStore {
         return (result, writer.outcome)
     }
 
-    /// Runs `body` with a writer in one database transaction that holds `log_end`'s row
-    /// lock from its start to its commit (the hubs' one writer), and commits it; rolls
-    /// it back when `body` or the commit throws.
+    /// The most names a received batch may lock to commit beside other hubs' batches
+    /// (`InboundClaim`), from the size of the server's lock table, which every session
+    /// shares: `max_locks_per_transaction` (64 by default) times `max_connections` (100)
+    /// and `max_prepared_transactions`, an eighth of it, so that several hubs' batches at
+    /// their largest leave the rest to every other lock. A larger batch is the one writer.
+    static func mostClaimed(lockTable: Int) -> Int { lockTable / 8 }
+
+    /// The advisory lock of the hubs' writers: the one writer takes it exclusively, a
+    /// received batch committing beside others shares it ("shoalWR" in ASCII).
+    static let writersLock: Int64 = 0x73_68_6F_61_6C_57_52
+
+    /// Runs `body` with a writer in one database transaction, and commits it; rolls it
+    /// back when `body` or the commit throws.
+    ///
+    /// Without a `claim`, as the hubs' one writer: it holds the writers' advisory lock
+    /// exclusively and `log_end`'s row lock from its start to its commit. With one, beside
+    /// other hubs' received batches: it shares the writers' lock, locks the names the
+    /// claim holds (sorted, in one statement, so that two such writers never wait on each
+    /// other in a cycle), may write nothing else (it sets `needsOneWriter` and fails), and
+    /// takes `log_end`'s lock only to number and insert its log rows, just before COMMIT,
+    /// so that sequences are still committed in order.
     ///
     /// With a `deadline`, it waits for another hub's writer until then at most (the
     /// server's `lock_timeout`), and fails as `Deadline.exceeded(.waitingForWriter)`
     /// says: nothing written.
     nonisolated(nonsending) func withWriter<T: Sendable>(
-        _ doing: String, deadline: Deadline? = nil, _ body: (PostgresInboundWriter) async throws -> T
+        _ doing: String, deadline: Deadline? = nil, claim: InboundClaim? = nil, needsOneWriter: Locked<Bool> = Locked(false),
+        _ body: (PostgresInboundWriter) async throws -> T
     ) async throws(ShoalError) -> (T, PostgresInboundWriter) {
         try await failing(doing) {
             try await database.withConnection { connection in
-                let writer = PostgresInboundWriter(store: self, connection: connection)
+                let writer = PostgresInboundWriter(store: self, connection: connection, claim: claim, needsOneWriter: needsOneWriter)
                 defer { writer.end() }
                 do {
                     // Inside: a BEGIN whose answer was lost leaves the connection rolled back or closed.
@@ -58,18 +92,30 @@ extension PostgresStore {
                             PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(min(Int64(Int32.max), max(1, left.wholeMilliseconds)))ms'"),
                             logger: logger)
                     }
-                    var end: Int64?
                     do {
-                        let rows = try await connection.query(
-                            "SELECT value FROM shoal_meta WHERE key = 'log_end' FOR UPDATE", logger: logger)
-                        for value in try rows.decode(Int64.self) { end = value }
+                        if let claim {
+                            try await connection.query("SELECT pg_advisory_xact_lock_shared(\(Self.writersLock))", logger: logger)
+                            let keys = Array(Set(claim.lockKeys)).sorted()
+                            do {
+                                if !keys.isEmpty {
+                                    try await connection.query(
+                                        "SELECT count(pg_advisory_xact_lock(k)) FROM UNNEST(\(keys)::bigint[]) AS t(k)", logger: logger)
+                                }
+                            } catch let error as PSQLError where error.serverInfo?[.sqlState] == "53200" {
+                                // out_of_shared_memory: the server's lock table is full (many
+                                // hubs' batches at once); this one waits its turn as the one writer.
+                                needsOneWriter.withLock { $0 = true }
+                                throw error
+                            }
+                        } else {
+                            try await connection.query("SELECT pg_advisory_xact_lock(\(Self.writersLock))", logger: logger)
+                            writer.logEnd = try await writer.lockLogEnd()
+                        }
                     } catch let error as PSQLError where deadline != nil && error.serverInfo?[.sqlState] == "55P03" {
                         // lock_not_available: another hub's writer held the lock past the deadline.
                         throw deadline!.exceeded(.waitingForWriter)
                     }
                     if deadline != nil { try await connection.query("SET LOCAL lock_timeout TO DEFAULT", logger: logger) }
-                    guard let end else { throw ShoalError(.database, "the database has no log_end row: is the schema migrated?") }
-                    writer.logEnd = try Stored.unsigned(end, "shoal_meta", "value of log_end")
                     let result = try await body(writer)
                     if writer.discarded {
                         // Nothing of it is kept: rolled back, whether or not a statement failed.
@@ -79,6 +125,7 @@ extension PostgresStore {
                     if writer.aborted {
                         throw ShoalError(.database, "\(doing): a statement failed, and PostgreSQL rolled the write back; nothing of it was kept")
                     }
+                    try await writer.insertLog()
                     if let last = writer.lastSequence {
                         // One round trip. The announcement is delivered when the transaction
                         // commits, and only then, in commit order.
@@ -89,6 +136,7 @@ extension PostgresStore {
                             """, logger: logger)
                     }
                     try await connection.query("COMMIT", logger: logger)
+                    writer.keepMarks()
                     return (result, writer)
                 } catch {
                     await connection.rollBack(logger: logger)
@@ -102,16 +150,27 @@ extension PostgresStore {
 /// The store operations of one inbound commit on PostgreSQL (`InboundWriting`), all in
 /// the one database transaction `withWriter` began on `connection`.
 ///
-/// Unchecked: its state is guarded by the store's write gate and `log_end`'s row lock,
-/// which the writing task holds for the writer's whole life, and by the contract's rule
+/// Unchecked: its state is guarded by the store's write gate, which the writing task
+/// holds for the writer's whole life, and by the contract's rule
 /// that a body makes its calls one at a time, each awaited; after the write ends every
 /// call throws (`ended`).
 final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     let store: PostgresStore
     let connection: HubConnection
     var logger: Logger { store.logger }
-    /// The log's last sequence given out when the write began (`log_end`).
+    /// What a received batch committing beside others locked, and all it may write; nil
+    /// for the one writer, which may write anything (`withWriter`).
+    let claim: InboundClaim?
+    /// Set when the write had to write what its claim did not name.
+    let needsOneWriter: Locked<Bool>
+    /// The log's last sequence given out when the write began (`log_end`): for a write
+    /// beside others, when it took `log_end`'s lock to insert its log rows.
     var logEnd: UInt64 = 0
+    /// The log rows this write appends, numbered and inserted just before it commits
+    /// (`insertLog`): their transaction, how many documents and the packed entries.
+    private var pendingLog: [(id: TransactionID, deltaCount: UInt32, documents: Int, entries: [UInt8])] = []
+    /// The deltas of each transaction in `pendingLog`, by document, for `loggedIndexes`.
+    private var pendingIndexes: [TransactionID: [DocumentRef: Set<UInt32>]] = [:]
     /// The last sequence this write appended, nil before its first row.
     var lastSequence: UInt64?
     /// The cursor epoch this write moved to (`forgetPeerCursors`); 0 when it forgot none.
@@ -122,21 +181,67 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     private let ended = Locked(false)
     /// The registers this write knows each document it read holds (`registers(of:)`, then
     /// what it wrote): a register not among them is new, and is inserted rather than
-    /// upserted. The writer's lock keeps every other writer out, so none can appear
-    /// meanwhile; a document this write never read is upserted.
+    /// upserted. The writers' locks keep every other writer from the documents this write
+    /// may write (all of them for the one writer, those it named for a batch beside
+    /// others), so none can appear meanwhile; a document this write never read is upserted.
     private var held: [DocumentRef: Set<String>] = [:]
     /// The documents it read that had a body row (live or deleted).
     private var bodied: Set<DocumentRef> = []
     /// The marks of `txn` rows this write read or wrote (`states(of:)`, `mark(_:)`).
     private var marksRead: [TransactionID: Int64] = [:]
+    /// The marks of the records the hub holds as this write leaves them (nil: forgotten),
+    /// made the hub's when it commits (`keepMarks`).
+    private var marksHeld: [TransactionID: Int64?] = [:]
     /// Registers read ahead (`readAhead(registersOf:)`), of documents this write has not
     /// written since: what the database holds of them (none: an empty list), without
     /// asking it again.
     private var ahead: [DocumentRef: [FieldRecord]] = [:]
 
-    init(store: PostgresStore, connection: HubConnection) {
+    init(store: PostgresStore, connection: HubConnection, claim: InboundClaim? = nil, needsOneWriter: Locked<Bool> = Locked(false)) {
         self.store = store
         self.connection = connection
+        self.claim = claim
+        self.needsOneWriter = needsOneWriter
+    }
+
+    /// `log_end`'s value, under its row lock until the write ends.
+    func lockLogEnd() async throws -> UInt64 {
+        var end: Int64?
+        for value in try await query("SELECT value FROM shoal_meta WHERE key = 'log_end' FOR UPDATE").decode(Int64.self) { end = value }
+        guard let end else { throw ShoalError(.database, "the database has no log_end row: is the schema migrated?") }
+        return try Stored.unsigned(end, "shoal_meta", "value of log_end")
+    }
+
+    /// Fails unless the write may write these: the one writer may write anything, a
+    /// write beside others only what its claim named.
+    private func mayWrite(_ id: TransactionID? = nil, documents: [DocumentRef] = [], cursor: InboundClaim.Cursor? = nil) throws {
+        guard let claim else { return }
+        let unnamed =
+            id.map { !claim.transactions.contains($0) } ?? false || documents.contains { !claim.documents.contains($0) }
+            || cursor.map { !claim.cursors.contains($0) } ?? false
+        guard unnamed else { return }
+        needsOneWriter.withLock { $0 = true }
+        throw ShoalError(.database, "a received batch must write what it did not name: it is committed again as the one writer")
+    }
+
+    /// Numbers the log rows this write appended on from `log_end` and inserts them, in
+    /// one statement; a write beside others takes `log_end`'s lock for it now.
+    func insertLog() async throws {
+        guard !pendingLog.isEmpty else { return }
+        if claim != nil { logEnd = try await lockLogEnd() }
+        let first = (lastSequence ?? logEnd) + 1
+        let sequences = pendingLog.indices.map { Int64(first) + Int64($0) }
+        try await query(
+            """
+            INSERT INTO change_log (seq, txn_site, txn_seq, txn_count, documents, entries)
+            SELECT * FROM UNNEST(\(sequences)::bigint[], \(pendingLog.map { Int64(bitPattern: $0.id.origin.rawValue) })::bigint[],
+                \(pendingLog.map { Int64(bitPattern: $0.id.sequence) })::bigint[], \(pendingLog.map { Int64($0.deltaCount) })::bigint[],
+                \(pendingLog.map { Int64($0.documents) })::bigint[], \(pendingLog.map { ByteBuffer(bytes: $0.entries) })::bytea[])
+            """)
+        if lastSequence == nil { appended.after = first - 1 }
+        lastSequence = UInt64(sequences.last!)
+        pendingLog.removeAll()
+        pendingIndexes.removeAll()
     }
 
     func end() { ended.withLock { $0 = true } }
@@ -191,7 +296,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                 }
                 states[id] = value
                 marksRead[id] = mark
-                if value == .applied || value == .refused { store.recordMarks.withLock { $0[id] = nil } }
+                if value == .applied || value == .refused { marksHeld[id] = .some(nil) }
             }
             return states
         }
@@ -202,26 +307,37 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         let unread = ids.filter { marksRead[$0] == nil }
         if !unread.isEmpty { _ = try await states(of: unread) }
         let known = store.recordMarks.withLock { $0 }
-        return Set(ids.filter { id in marksRead[id].map { $0 != known[id] } ?? false })
+        return Set(ids.filter { id in marksRead[id].map { $0 != (marksHeld[id] ?? known[id]) } ?? false })
     }
 
-    /// A new mark for a record this write writes, remembered as this hub's.
+    /// A new mark for a record this write writes, this hub's once the write commits.
     private func mark(_ id: TransactionID) -> Int64 {
         let mark = Int64.random(in: .min ... .max)
         marksRead[id] = mark
-        store.recordMarks.withLock { $0[id] = mark }
+        marksHeld[id] = mark
         return mark
     }
 
     /// Forgets the mark of a record this write finishes (applied or refused).
     private func finished(_ id: TransactionID) {
         marksRead[id] = nil
-        store.recordMarks.withLock { $0[id] = nil }
+        marksHeld[id] = .some(nil)
+    }
+
+    /// Makes the marks this write wrote or read the hub's: called once it committed, as
+    /// only then does the hub hold the records as the write left them (a write rolled
+    /// back, or run again as the one writer, leaves the hub's memory as it was).
+    func keepMarks() {
+        guard !marksHeld.isEmpty else { return }
+        store.recordMarks.withLock { marks in
+            for (id, mark) in marksHeld { marks[id] = mark }
+        }
     }
 
     func save(_ record: TransactionRecord) async throws(ShoalError) {
         let (origin, seq) = Self.key(record.id)
         try await access("saving a waiting transaction") {
+            try mayWrite(record.id)
             try await query(
                 """
                 INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen, mark)
@@ -239,6 +355,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     ) async throws(ShoalError) {
         let (origin, seq) = Self.key(id)
         try await access("buffering a waiting transaction's pieces") {
+            try mayWrite(id)
             if !deltas.isEmpty {
                 let counts = deltas.map { Int64(documentDeltaCounts[DocumentRef(collection: $0.collection, id: $0.documentID)] ?? 1) }
                 try await query(
@@ -290,7 +407,8 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
 
     func loggedIndexes(of id: TransactionID) async throws(ShoalError) -> [DocumentRef: Set<UInt32>] {
         try await access("reading what the change log holds of a transaction") {
-            var logged: [DocumentRef: Set<UInt32>] = [:]
+            // What this write logged of it, not inserted yet, and what the log holds.
+            var logged = pendingIndexes[id] ?? [:]
             for row in try await PostgresStore.logRows(connection, PostgresStore.ofTransaction(id), logger: logger) {
                 try row.entries.withUnsafeReadableBytes { entries in
                     try LogEntries.forEach(entries) { collection, key, _, deltas in
@@ -332,6 +450,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         // What it writes is read from the database from now on (within this transaction).
         for document in rows.documents { ahead[document.document] = nil }
         try await access("writing an applied transaction") {
+            try mayWrite(rows.record.id, documents: rows.documents.filter { !$0.won.isEmpty }.map(\.document))
             var statement = Statement()
             let id = rows.record.id
             let origin = try statement.bind(Int64(bitPattern: id.origin.rawValue))
@@ -340,7 +459,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                 statement.add("DELETE FROM txn_piece WHERE origin = \(origin) AND seq = \(seq)")
                 statement.add("DELETE FROM txn_context WHERE origin = \(origin) AND seq = \(seq)")
             }
-            try appendLog(rows, to: &statement, origin: origin, seq: seq)
+            try appendLog(rows)
             try saveRegisters(rows, to: &statement)
             let record = rows.record
             if let state = rows.state, let rest = rows.rest {
@@ -389,49 +508,36 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     }
 
     /// Logs what `rows` says to log: runs of the transaction's documents, a row each
-    /// (`LogEntries.documentsPerRow`, `bytesPerRow`), numbered on from the log's end.
-    private func appendLog(_ rows: AppliedRows, to statement: inout Statement, origin: String, seq: String) throws {
+    /// (`LogEntries.documentsPerRow`, `bytesPerRow`), numbered and inserted just before
+    /// the write commits (`insertLog`).
+    private func appendLog(_ rows: AppliedRows) throws {
         let id = rows.record.id
-        var sequences: [Int64] = []
-        var documents: [Int64] = []
-        var entries: [ByteBuffer] = []
         var run: [UInt8] = []
         var runDocuments = 0
-        var next = (lastSequence ?? logEnd) + 1
+        var pack = PackedDeltas()
+        var logged = false
         func flush() {
-            sequences.append(Int64(next))
-            documents.append(Int64(runDocuments))
-            entries.append(ByteBuffer(bytes: run))
-            next += 1
+            pendingLog.append((id, rows.record.deltaCount, runDocuments, run))
             run.removeAll(keepingCapacity: true)
             runDocuments = 0
         }
-        var pack = PackedDeltas()
         for document in rows.documents where !document.logged.isEmpty {
             pack.removeAll()
             for position in document.logged {
                 let delta = rows.deltas[position]
                 pack.append(index: delta.index, timestamp: delta.timestamp.rawValue, name: delta.field, value: delta.valueJSON)
+                pendingIndexes[id, default: [:]][document.document, default: []].insert(delta.index)
             }
             LogEntries.append(document.document, documentDeltas: Int(document.deltaCount), deltas: pack.bytes, to: &run)
             runDocuments += 1
+            logged = true
             appended.collections.insert(document.document.collection)
             appended.documents += 1
             outcome.logged += pack.count
             if runDocuments == LogEntries.documentsPerRow || run.count >= LogEntries.bytesPerRow { flush() }
         }
         if runDocuments > 0 { flush() }
-        guard let first = sequences.first, let last = sequences.last else { return }
-        statement.add(
-            """
-            INSERT INTO change_log (seq, txn_site, txn_seq, txn_count, documents, entries)
-            SELECT s, \(origin), \(seq), \(try statement.bind(Int64(rows.record.deltaCount))), d, e
-            FROM UNNEST(\(try statement.bind(sequences))::bigint[], \(try statement.bind(documents))::bigint[],
-                \(try statement.bind(entries))::bytea[]) AS t(s, d, e)
-            """)
-        if lastSequence == nil { appended.after = UInt64(first) - 1 }
-        lastSequence = UInt64(last)
-        if appended.transactions.last != id { appended.transactions.append(id) }
+        if logged && appended.transactions.last != id { appended.transactions.append(id) }
     }
 
     /// Upserts the registers that won and saves each changed document's body.
@@ -544,6 +650,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         let (origin, seq) = Self.key(record.id)
         finished(record.id)
         try await access("recording a refused transaction") {
+            try mayWrite(record.id)
             try await query("DELETE FROM txn_piece WHERE origin = \(origin) AND seq = \(seq)")
             try await query("DELETE FROM txn_context WHERE origin = \(origin) AND seq = \(seq)")
             try await query(
@@ -561,6 +668,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         let (origin, seq) = Self.key(id)
         finished(id)
         try await access("marking a partial transaction whole") {
+            try mayWrite(id)
             try await query(
                 """
                 UPDATE txn SET state = \(Int64(TransactionRecord.State.applied.rawValue)), rest = \(Verdict.encode(rest)), reports = ''
@@ -571,6 +679,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
 
     func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64?) async throws(ShoalError) {
         try await access("recording a peer's cursor") {
+            try mayWrite(cursor: InboundClaim.Cursor(peer: peer, key: subscriptionKey))
             // A cursor read before the epoch moved (cursors reset) is not recorded: the
             // check is part of the insert, one round trip.
             let current = epoch.map { Int64(clamping: $0) }
@@ -591,9 +700,36 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
             guard let stored = try await PostgresStore.storedTransactions(connection, [id], logger: logger)[id],
                 stored.state == .waiting || stored.state == .partial
             else { return nil }
-            // This hub now holds the record as the mark read in this write names it.
-            if let mark = marksRead[id] { store.recordMarks.withLock { $0[id] = mark } }
+            // This hub holds the record as the mark read in this write names it, once it commits.
+            if let mark = marksRead[id] { marksHeld[id] = mark }
             return try await PostgresStore.record(connection, stored, logger: logger)
         }
+    }
+}
+
+extension InboundClaim {
+    /// The advisory lock keys of its names: a 64-bit FNV-1a hash of each, tagged by
+    /// kind. Two names with one key only wait on each other.
+    var lockKeys: [Int64] {
+        var keys: [Int64] = []
+        keys.reserveCapacity(count)
+        for document in documents { keys.append(Self.key("d", document.collection, document.id)) }
+        for id in transactions { keys.append(Self.key("t", String(id.origin.rawValue), String(id.sequence))) }
+        for cursor in cursors { keys.append(Self.key("c", String(cursor.peer.rawValue), cursor.key)) }
+        return keys
+    }
+
+    static func key(_ kind: String, _ first: String, _ second: String) -> Int64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for part in [kind, first, second] {
+            for byte in part.utf8 {
+                hash ^= UInt64(byte)
+                hash &*= 0x0000_0100_0000_01b3
+            }
+            // A separator no UTF-8 text holds.
+            hash ^= 0xFF
+            hash &*= 0x0000_0100_0000_01b3
+        }
+        return Int64(bitPattern: hash)
     }
 }

@@ -12,19 +12,22 @@ import PostgresNIO
 ///
 /// ```
 ///   writeInbound ──► local write gate ──► BEGIN (READ COMMITTED)
-///                                         SELECT log_end FOR UPDATE   ◄── one writer across hubs
-///                                         … InboundWriting calls …
+///                                         writers' lock, shared; a lock per name claimed
+///                                         … InboundWriting calls (only what it named) …
+///                                         SELECT log_end FOR UPDATE; INSERT its log rows
 ///                                         UPDATE log_end; pg_notify    (delivered at commit)
 ///                                         COMMIT ──► this hub's feed ──► its sessions
+///   every other write: the writers' lock exclusively, then log_end FOR UPDATE, to COMMIT
 ///   reads ──► REPEATABLE READ READ ONLY snapshots: never wait for the writer
 /// ```
 ///
-/// Every writing transaction takes `log_end`'s row lock first and holds it to its
-/// commit, so hubs write one at a time, as one SQLite node does: sequences are given
-/// out in commit order (a reader never sees a row appear below one it already read),
-/// and each writer reads what the one before it committed. A hub's own gate queues its
-/// writers before they take a connection, so that waiting writers do not hold the
-/// pool's connections.
+/// A received batch that names what it writes (`InboundClaim`) commits beside the other
+/// hubs' batches that name nothing in common with it; every other writing transaction,
+/// and a batch that must write more than it named, is the hubs' one writer, as one
+/// SQLite node's is (`withWriter`). Sequences are given out under `log_end`'s lock,
+/// held to COMMIT, so they are committed in order (a reader never sees a row appear
+/// below one it already read). A hub's own gate queues its writers before they take a
+/// connection, so that waiting writers do not hold the pool's connections.
 ///
 /// The rows are those of the SQLite store (docs/ARCHITECTURE.md, "The SQLite schema"),
 /// with the log's entries packed the same way (`LogEntries`); unsigned 64-bit values
@@ -85,14 +88,18 @@ package final class PostgresStore: SyncStore, Sendable {
     /// The cursor epoch as this hub last knew it: a higher one heard from another hub
     /// (every cursor forgotten there) restarts this hub's streams too.
     let cursorEpoch: Locked<UInt64>
+    /// The most names a received batch locks to commit beside other hubs' batches
+    /// (`withWriter`), from the server's lock table as read at open.
+    let mostClaimed: Int
     /// The database's size on the server, as `maintain` last read it.
     let databaseBytes = Locked<UInt64>(0)
 
     private init(
         database: PostgresHubDatabase, siteID: SiteID, clock: HybridLogicalClock, systemParameters: SystemParameters,
         interest: [SiteID: SavedInterest], freshness: (entries: [SiteID: UInt64], forgottenThrough: UInt64),
-        history: (lacksOwn: Bool, cursorEpoch: UInt64), logger: Logger
+        history: (lacksOwn: Bool, cursorEpoch: UInt64), lockTable: Int, logger: Logger
     ) {
+        self.mostClaimed = Self.mostClaimed(lockTable: lockTable)
         self.lacksOwn = Locked(history.lacksOwn)
         self.cursorEpoch = Locked(history.cursorEpoch)
         self.database = database
@@ -123,11 +130,29 @@ package final class PostgresStore: SyncStore, Sendable {
         let store = PostgresStore(
             database: database, siteID: site, clock: clock, systemParameters: systemParameters, interest: interest,
             freshness: try await Self.readFreshness(database, logger: logger), history: try await Self.readHistory(database, logger: logger),
-            logger: logger)
+            lockTable: try await Self.readLockTable(database, logger: logger), logger: logger)
         store.feed.publish(LogEnd(sequence: try await store.lastSequence()))
         store.told.withLock { $0 = store.lastCommittedSequence }
         store.announcer.start(at: store.lastCommittedSequence, reading: store)
         return store
+    }
+
+    /// How many locks the server's lock table holds for every session at once.
+    static func readLockTable(_ database: PostgresHubDatabase, logger: Logger) async throws(ShoalError) -> Int {
+        do {
+            var table = 1
+            for (perTransaction, connections, prepared) in try await database.query(
+                """
+                SELECT current_setting('max_locks_per_transaction')::bigint, current_setting('max_connections')::bigint,
+                    current_setting('max_prepared_transactions')::bigint
+                """, logger: logger
+            ).decode((Int64, Int64, Int64).self) {
+                table = Int(perTransaction * (connections + prepared))
+            }
+            return table
+        } catch {
+            throw ShoalError(.database, "reading the size of the server's lock table on \(database.location): \(PostgresHubDatabase.describe(error))")
+        }
     }
 
     /// Ends every listener of the log and of cursor resets; the pool is the caller's to stop.

@@ -106,9 +106,11 @@ package protocol SyncStore: AnyObject, Sendable {
     /// nothing: when `body` throws, or the commit fails, nothing of it stays, and no
     /// reader sees any of it before it commits. `short`: the caller knows the write is
     /// small (up to about a thousand deltas), and the store may run it on the calling
-    /// thread.
+    /// thread. `claim`: what the body will write, named before it reads anything, for a
+    /// store whose writers can commit side by side (`InboundClaim`); the body may then run
+    /// twice, so it must depend on nothing but its values and the writer.
     func writeInbound<T: Sendable>(
-        short: Bool, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
+        short: Bool, claim: InboundClaim?, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
     ) async throws(ShoalError) -> (T, ApplyOutcome)
 
     // MARK: Attachments
@@ -239,6 +241,13 @@ extension InboundWriting {
 }
 
 extension SyncStore {
+    /// Runs `body` in one write transaction as the one writer (no claim).
+    package func writeInbound<T: Sendable>(
+        short: Bool = false, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
+    ) async throws(ShoalError) -> (T, ApplyOutcome) {
+        try await writeInbound(short: short, claim: nil, body)
+    }
+
     /// One process: no other to ask.
     package var hasOtherProcesses: Bool { false }
 

@@ -342,8 +342,9 @@ extension DocumentStore {
     /// Runs `body` in one write transaction, then tells observers and sessions what
     /// it applied. Returns what `body` returned and what was applied. `short`: a small
     /// write, run on the calling thread (`write(inline:)`).
+    /// One writer: the claim is not needed.
     package func writeInbound<T: Sendable>(
-        short: Bool = false, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
+        short: Bool, claim: InboundClaim?, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
     ) async throws(ShoalError) -> (T, ApplyOutcome) {
         let marks = OpenTransactions.marks
         try refuseWriteBesideOpenTransaction(marks)

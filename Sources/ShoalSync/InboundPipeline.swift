@@ -565,7 +565,8 @@ public final class InboundPipeline: Sendable {
         let short = !items.isEmpty && deltas <= Self.shortCommitDeltas && start.waitingCount == 0
         let logger = self.logger
         let store = self.store
-        return try await store.writeInbound(short: short) { writer async throws(ShoalError) in
+        let claim = store.hasOtherProcesses ? Self.claim(items, assembler: start) : nil
+        return try await store.writeInbound(short: short, claim: claim) { writer async throws(ShoalError) in
             // Read once the write holds the gate: `ALTER SYSTEM SET` may have changed them
             // while it waited.
             let limits = store.systemParameters.documentLimits
@@ -620,6 +621,23 @@ public final class InboundPipeline: Sendable {
             try await Self.carryOut(plan.finish(items, routes: routes), of: &plan, writer: writer, limits: limits, logger: logger)
             return plan.result
         }
+    }
+
+    /// What a commit of `items` names before it reads (`InboundClaim`): the documents and
+    /// context its pieces write, with those `assembler` holds of their transactions (a
+    /// piece may complete one), the transactions, and the cursors it records.
+    static func claim(_ items: [Item], assembler: CoverageAssembler) -> InboundClaim {
+        var claim = InboundClaim()
+        for item in items {
+            if let cursor = item.cursor { claim.cursors.insert(InboundClaim.Cursor(peer: item.source, key: cursor.key)) }
+            for piece in item.pieces {
+                claim.transactions.insert(piece.id)
+                for delta in piece.deltas { claim.documents.insert(DocumentRef(collection: delta.collection, id: delta.documentID)) }
+                for field in piece.context { claim.documents.insert(field.document) }
+                if let held = assembler.records[piece.id] { claim.documents.formUnion(held.documents.keys) }
+            }
+        }
+        return claim
     }
 
     /// Carries out `steps` in order, each apply followed at once by what the plan says

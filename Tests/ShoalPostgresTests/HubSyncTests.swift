@@ -75,6 +75,116 @@ struct HubSyncTests {
         }
     }
 
+    /// One received transaction of device `0xD2` writing `text` to `document` in notes:
+    /// its claim, and its apply through `writer`.
+    struct Received: Sendable {
+        let id: TransactionID
+        let document: DocumentRef
+        let delta: Delta
+
+        init(_ sequence: UInt64, _ document: String, _ text: String, at time: UInt64 = 1) {
+            id = TransactionID(origin: SiteID(0xD2), sequence: sequence)
+            self.document = DocumentRef(collection: "notes", id: Value.string(document).canonicalJSON)
+            delta = Delta(
+                collection: "notes", documentID: self.document.id, field: "text", valueJSON: Value.string(text).canonicalJSON,
+                timestamp: HybridTimestamp(rawValue: time << 20), transaction: id, index: 0, count: 1)
+        }
+
+        var claim: InboundClaim {
+            var claim = InboundClaim()
+            claim.documents = [document]
+            claim.transactions = [id]
+            return claim
+        }
+
+        func apply(_ writer: any InboundWriting, _ store: PostgresStore) async throws(ShoalError) {
+            let record = TransactionRecord(
+                id: id, deltaCount: 1, documentCount: 1, collections: [CollectionCount(collection: "notes", documents: 1, deltas: 1)],
+                state: .applied, firstSeen: 0)
+            _ = try await writer.apply(
+                record, deltas: [delta], documentDeltaCounts: [document: 1], context: [], buffered: false, isNew: true, state: .applied,
+                rest: [], limits: store.systemParameters.documentLimits, logger: HubSyncTests.logger)
+        }
+    }
+
+    /// The sequences of the change log's rows of each of `ids`.
+    static func logged(_ store: PostgresStore, _ ids: [TransactionID]) async throws -> [[UInt64]] {
+        var sequences: [[UInt64]] = []
+        for id in ids { sequences.append(try await store.logPage(of: id).rows.map(\.sequence)) }
+        return sequences
+    }
+
+    /// Received batches that name what they write commit side by side across hubs: one
+    /// held open on hub 1 does not keep hub 2's from committing when they name different
+    /// documents, and does when they name the same one; sequences stay in commit order
+    /// (the one that committed first has the lower), and the log reads whole.
+    @Test func receivedBatchesCommitSideBySideUnlessTheyNameTheSameDocument() async throws {
+        try await Self.withHubs(2) { stores, _ in
+            let first = Received(1, "a", "first"), beside = Received(2, "b", "beside"), same = Received(3, "a", "same", at: 3)
+            let (started, start) = AsyncStream.makeStream(of: Void.self)
+            let release = Locked<CheckedContinuation<Void, Never>?>(nil)
+            async let held: Void = {
+                _ = try await stores[0].writeInbound(short: false, claim: first.claim) { writer async throws(ShoalError) in
+                    try await first.apply(writer, stores[0])
+                    start.yield()
+                    await withCheckedContinuation { continuation in release.withLock { $0 = continuation } }
+                }
+            }()
+            for await _ in started { break }
+            // Hub 2, another document: commits while hub 1's batch is open (one that waited
+            // for it would wait until the end of the test).
+            let besideDone = Locked(false)
+            async let besideWrite: Void = {
+                _ = try await stores[1].writeInbound(short: false, claim: beside.claim) { writer async throws(ShoalError) in
+                    try await beside.apply(writer, stores[1])
+                }
+                besideDone.withLock { $0 = true }
+            }()
+            let besideInTime = await InProcessMesh.eventually(timeout: .seconds(5)) { besideDone.withLock { $0 } }
+            #expect(besideInTime, "it waited for the other hub's batch")
+            let besideAt = try await stores[1].lastSequence()
+            // Hub 2, the same document: waits for hub 1's batch.
+            let sameDone = Locked(false)
+            async let waiting: Void = {
+                _ = try await stores[1].writeInbound(short: false, claim: same.claim) { writer async throws(ShoalError) in
+                    try await same.apply(writer, stores[1])
+                }
+                sameDone.withLock { $0 = true }
+            }()
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(!sameDone.withLock { $0 }, "a batch naming the same document committed while the other was open")
+            while release.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(10)) }
+            release.withLock { $0?.resume() }
+            try await held
+            try await besideWrite
+            try await waiting
+            #expect(sameDone.withLock { $0 })
+            let log = try await Self.logged(stores[0], [beside.id, first.id, same.id])
+            #expect(log == [[1], [2], [3]], "one row each, numbered in commit order: \(log)")
+            #expect(besideAt == 1)
+            let bodies = try await stores[0].bodies(of: [first.document, beside.document])
+            #expect(bodies[first.document]?.contains("same") == true, "the later write wins: \(bodies)")
+        }
+    }
+
+    /// A received batch that writes what it did not name is rolled back and run again as
+    /// the one writer: its body runs twice, and what it wrote is committed once.
+    @Test func aBatchWritingWhatItDidNotNameRunsAgainAsTheOneWriter() async throws {
+        try await Self.withHubs(1) { stores, _ in
+            let named = Received(1, "c", "named"), unnamed = Received(2, "d", "unnamed")
+            let runs = Locked(0)
+            let (_, outcome) = try await stores[0].writeInbound(short: false, claim: named.claim) { writer async throws(ShoalError) in
+                runs.withLock { $0 += 1 }
+                try await named.apply(writer, stores[0])
+                try await unnamed.apply(writer, stores[0])
+            }
+            #expect(runs.withLock { $0 } == 2)
+            #expect(outcome.logged == 2)
+            let log = try await Self.logged(stores[0], [named.id, unnamed.id])
+            #expect(log == [[1], [2]], "each logged once: \(log)")
+        }
+    }
+
     /// A statement that fails aborts PostgreSQL's transaction, whose COMMIT would then
     /// roll back without a word: a write whose body caught the error and went on fails,
     /// and keeps nothing, rather than report a commit that did not happen.

@@ -150,7 +150,7 @@ import Testing
         }
 
         func writeInbound<T: Sendable>(
-            short: Bool, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
+            short: Bool, claim: InboundClaim?, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
         ) async throws(ShoalError) -> (T, ApplyOutcome) {
             commits.withLock { $0 += 1 }
             if let release = holdNext.withLock({ latch in defer { latch = nil }; return latch }) {
@@ -159,14 +159,14 @@ import Testing
                 holding.withLock { $0 = false }
             }
             if let refused = refuse.withLock({ $0 }) {
-                return try await base.writeInbound(short: short) { writer async throws(ShoalError) in
+                return try await base.writeInbound(short: short, claim: claim) { writer async throws(ShoalError) in
                     try await body(RefusingWriter(writer, refusing: refused))
                 }
             }
             if let release = failNextApply.withLock({ $0 }) {
                 let rolledBack = Locked(false)
                 do throws(ShoalError) {
-                    let (result, outcome) = try await base.writeInbound(short: short) { writer async throws(ShoalError) in
+                    let (result, outcome) = try await base.writeInbound(short: short, claim: claim) { writer async throws(ShoalError) in
                         let result = try await body(writer)
                         if writer.outcome.logged > 0 {
                             rolledBack.withLock { $0 = true }
@@ -182,7 +182,7 @@ import Testing
                     throw ShoalError(.database, "the disk that holds the data directory is full (injected)")
                 }
             }
-            let (result, outcome) = try await base.writeInbound(short: short, body)
+            let (result, outcome) = try await base.writeInbound(short: short, claim: claim, body)
             hints.withLock { $0.append((short, outcome.logged)) }
             return (result, outcome)
         }
