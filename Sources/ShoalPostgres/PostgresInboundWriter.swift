@@ -35,7 +35,8 @@ extension PostgresStore {
                 writer in try await OpenTransactions.$marks.withValue(inside) { try await body(writer) }
             }
         } catch where needsOneWriter.withLock({ $0 }) {
-            logger.debug("a received batch wrote more than it named: committed again as the one writer")
+            logger.debug(
+                "a received batch could not commit beside the other hubs' (it had to write what it did not name, or the server's lock table was full): committed again as the one writer")
             (result, writer) = try await withWriter("applying received transactions") { writer in
                 try await OpenTransactions.$marks.withValue(inside) { try await body(writer) }
             }
@@ -95,17 +96,15 @@ extension PostgresStore {
                     do {
                         if let claim {
                             try await connection.query("SELECT pg_advisory_xact_lock_shared(\(Self.writersLock))", logger: logger)
+                            // The two-key form: a key space of its own, which no name's hash can
+                            // share with the writers' lock or the migrations'.
                             let keys = Array(Set(claim.lockKeys)).sorted()
-                            do {
-                                if !keys.isEmpty {
-                                    try await connection.query(
-                                        "SELECT count(pg_advisory_xact_lock(k)) FROM UNNEST(\(keys)::bigint[]) AS t(k)", logger: logger)
-                                }
-                            } catch let error as PSQLError where error.serverInfo?[.sqlState] == "53200" {
-                                // out_of_shared_memory: the server's lock table is full (many
-                                // hubs' batches at once); this one waits its turn as the one writer.
-                                needsOneWriter.withLock { $0 = true }
-                                throw error
+                            if !keys.isEmpty {
+                                try await connection.query(
+                                    """
+                                    SELECT count(pg_advisory_xact_lock(a, b))
+                                    FROM UNNEST(\(keys.map(\.high))::integer[], \(keys.map(\.low))::integer[]) AS t(a, b)
+                                    """, logger: logger)
                             }
                         } else {
                             try await connection.query("SELECT pg_advisory_xact_lock(\(Self.writersLock))", logger: logger)
@@ -139,6 +138,11 @@ extension PostgresStore {
                     writer.keepMarks()
                     return (result, writer)
                 } catch {
+                    // out_of_shared_memory: the server's lock table is full (many hubs'
+                    // batches at once); a batch beside others waits its turn as the one writer.
+                    if claim != nil, (error as? PSQLError)?.serverInfo?[.sqlState] == "53200" || writer.outOfLocks {
+                        needsOneWriter.withLock { $0 = true }
+                    }
                     await connection.rollBack(logger: logger)
                     throw error
                 }
@@ -263,12 +267,22 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
             throw ShoalError(.database, "\(doing): an earlier statement of this write failed, and PostgreSQL rolled it back")
         }
         do {
-            return try await store.failing(doing, body)
+            return try await store.failing(doing) {
+                do {
+                    return try await body()
+                } catch let error as PSQLError where error.serverInfo?[.sqlState] == "53200" {
+                    outOfLocks = true
+                    throw error
+                }
+            }
         } catch {
             aborted = true
             throw error
         }
     }
+
+    /// Set when a statement of this write failed for want of room in the server's lock table.
+    private(set) var outOfLocks = false
 
     @discardableResult
     func query(_ query: PostgresQuery) async throws -> [PostgresRow] {
@@ -433,6 +447,8 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     func registers(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRegisters] {
         guard !documents.isEmpty else { return [] }
         return try await access("reading registers") {
+            // What is decided on them is written, or refused, under their locks only.
+            try mayWrite(documents: documents)
             let unread = documents.filter { ahead[$0] == nil }
             let rows = unread.isEmpty ? [:] : try await PostgresStore.registerRows(connection, of: unread, logger: logger)
             return documents.map { document in
@@ -708,10 +724,11 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
 }
 
 extension InboundClaim {
-    /// The advisory lock keys of its names: a 64-bit FNV-1a hash of each, tagged by
-    /// kind. Two names with one key only wait on each other.
-    var lockKeys: [Int64] {
-        var keys: [Int64] = []
+    /// The advisory lock keys of its names: a 64-bit FNV-1a hash of each, tagged by kind,
+    /// as two 32-bit keys. Two names with one key only wait on each other (a peer that
+    /// makes names collide on purpose slows only its own batches and those it collides with).
+    var lockKeys: [LockKey] {
+        var keys: [LockKey] = []
         keys.reserveCapacity(count)
         for document in documents { keys.append(Self.key("d", document.collection, document.id)) }
         for id in transactions { keys.append(Self.key("t", String(id.origin.rawValue), String(id.sequence))) }
@@ -719,7 +736,15 @@ extension InboundClaim {
         return keys
     }
 
-    static func key(_ kind: String, _ first: String, _ second: String) -> Int64 {
+    /// An advisory lock's two keys (`pg_advisory_xact_lock(integer, integer)`).
+    struct LockKey: Hashable, Comparable {
+        var high: Int32
+        var low: Int32
+
+        static func < (a: Self, b: Self) -> Bool { (a.high, a.low) < (b.high, b.low) }
+    }
+
+    static func key(_ kind: String, _ first: String, _ second: String) -> LockKey {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for part in [kind, first, second] {
             for byte in part.utf8 {
@@ -730,6 +755,6 @@ extension InboundClaim {
             hash ^= 0xFF
             hash &*= 0x0000_0100_0000_01b3
         }
-        return Int64(bitPattern: hash)
+        return LockKey(high: Int32(truncatingIfNeeded: hash >> 32), low: Int32(truncatingIfNeeded: hash))
     }
 }
