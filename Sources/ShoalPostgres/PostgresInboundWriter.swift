@@ -22,11 +22,10 @@ extension PostgresStore {
             OpenTransactions.Mark(
                 store: ObjectIdentifier(self), info: TransactionInfo(id: "inbound", hint: "received transactions", isReadOnly: false))
         ]
-        // Side by side with the other hubs' batches when it names what it writes, and not
-        // so much that its locks would crowd the server's lock table; as the one writer
-        // when it does not, or when it found it must write more than it named.
-        // One that names nothing (a commit of the coverage timer) writes nothing unless its
-        // waits ran out, and then runs again as the one writer.
+        // Side by side with the other hubs' batches when it names what it writes (a commit
+        // of the coverage timer names nothing), and not so much that its locks would crowd
+        // the server's lock table; as the one writer when it does not, or when it found it
+        // must write more than it named.
         let sideBySide = claim.flatMap { $0.count <= mostClaimed ? $0 : nil }
         let needsOneWriter = Locked(false)
         let (result, writer): (T, PostgresInboundWriter)

@@ -577,9 +577,7 @@ public final class InboundPipeline: Sendable {
             let states = ids.isEmpty ? [:] : try await writer.states(of: ids)
             let unfinished = states.filter { $0.value == .waiting || $0.value == .partial }
             // One another hub wrote since this one read it holds more than the assembler does.
-            let elsewhere =
-                store.hasOtherProcesses
-                ? try await writer.writtenElsewhere(unfinished.keys.filter { start.records[$0] != nil }.sorted()) : []
+            let elsewhere = try await writer.writtenElsewhere(unfinished.keys.filter { start.records[$0] != nil }.sorted())
             var records: [TransactionID: TransactionRecord] = [:]
             for (id, state) in unfinished where start.records[id]?.state != state || elsewhere.contains(id) {
                 if let record = try await writer.loadRecord(id) { records[id] = record }
