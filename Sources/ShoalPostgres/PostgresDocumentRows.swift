@@ -10,9 +10,9 @@ import ShoalStorage
 /// `LocalWrites` reads a document's rows synchronously, and PostgreSQL answers over
 /// the network; so before each statement runs, `readAhead` reads from the writer's
 /// connection what the statement can touch: the registers of the documents an INSERT
-/// names, and for a statement with a WHERE the live bodies of its collection (or of
-/// the one document an `_id = constant` names), then the registers of those that
-/// match. The statement then runs on what is held here, and what it writes stays here
+/// names, and for a statement with a WHERE the live bodies it may match (of the one
+/// document an `_id = constant` names, of those its pre-filter keeps, or of its whole
+/// collection), then the registers of those that match. The statement then runs on what is held here, and what it writes stays here
 /// until the commit writes it all as one apply (`appliedRows`, through
 /// `PostgresInboundWriter.write`): one round trip for the whole transaction.
 ///
@@ -35,6 +35,13 @@ struct PostgresDocumentRows: LocalRows {
     private var stored: [DocumentRef: String?] = [:]
     /// The collections (by bytes) whose live bodies were all read.
     private var wholeCollections: Set<[UInt8]> = []
+    /// The filters whose candidates were read, each with its collection (by bytes).
+    private var filtered: Set<Filtered> = []
+
+    struct Filtered: Hashable {
+        var collection: [UInt8]
+        var filter: PreFilter
+    }
 
     // MARK: Reading ahead
 
@@ -81,7 +88,7 @@ struct PostgresDocumentRows: LocalRows {
     }
 
     /// Reads the live bodies a WHERE may match: the one document of an `_id = constant`,
-    /// or the whole collection, once per transaction.
+    /// those its pre-filter keeps, or the whole collection; each once per transaction.
     private mutating func readBodies(
         collection: String, predicate: Expression?, arguments: [String: Value], writer: PostgresInboundWriter
     ) async throws(ShoalError) {
@@ -94,10 +101,21 @@ struct PostgresDocumentRows: LocalRows {
             stored[document] = .some(bodies.first?.body)
             return
         }
-        for (key, body) in try await writer.liveBodies(collection: collection, key: nil) {
+        // Only the documents the WHERE may match, when part of it translates
+        // (`PostgresFilter`): what the transaction reads of them is then enough to
+        // decide this predicate, and `matching` decides it exactly.
+        let filter = PreFilter.make(predicate, arguments: arguments, rules: PostgresFilter.rules)
+        if let filter {
+            guard !filtered.contains(Filtered(collection: name, filter: filter)) else { return }
+        }
+        for (key, body) in try await writer.liveBodies(collection: collection, key: nil, filter: filter) {
             stored[DocumentRef(collection: collection, id: key)] = .some(body)
         }
-        wholeCollections.insert(name)
+        if let filter {
+            filtered.insert(Filtered(collection: name, filter: filter))
+        } else {
+            wholeCollections.insert(name)
+        }
     }
 
     /// Reads the registers of the documents not held yet.
@@ -150,7 +168,12 @@ struct PostgresDocumentRows: LocalRows {
         if let id = Evaluator.constantIDEquality(predicate, arguments: arguments) {
             candidates = [DocumentRef(collection: collection, id: DocumentKey.make(id))]
         } else {
-            guard wholeCollections.contains(name) else {
+            let read =
+                wholeCollections.contains(name)
+                || PreFilter.make(predicate, arguments: arguments, rules: PostgresFilter.rules).map {
+                    filtered.contains(Filtered(collection: name, filter: $0))
+                } == true
+            guard read else {
                 throw ShoalError(.database, "a hub's write read \(collection) before reading it ahead: this is a defect of Shoal")
             }
             var inCollection = Set(stored.keys.filter { Array($0.collection.utf8) == name })
@@ -225,8 +248,8 @@ struct PostgresDocumentRows: LocalRows {
 
 extension PostgresInboundWriter {
     /// The live bodies of `collection` as stored (of the one document `key`, when
-    /// given), in key order.
-    func liveBodies(collection: String, key: String?) async throws(ShoalError) -> [(key: String, body: String)] {
+    /// given; of those `filter` keeps, when given), in key order.
+    func liveBodies(collection: String, key: String?, filter: PreFilter? = nil) async throws(ShoalError) -> [(key: String, body: String)] {
         try await access("reading documents of \(collection)") {
             var binds = PostgresBindings()
             binds.append(collection)
@@ -236,6 +259,26 @@ extension PostgresInboundWriter {
                 sql += " AND doc_id = $2"
             }
             var out: [(key: String, body: String)] = []
+            if let filter, key == nil {
+                // Inside a savepoint: a filter PostgreSQL cannot check on some body (a data
+                // exception) must not abort the write, only be done without.
+                var filtered = binds
+                let condition = PostgresFilter.condition(filter, binds: &filtered)
+                _ = try await query("SAVEPOINT shoal_filter")
+                do {
+                    let rows = try await query(
+                        PostgresQuery(
+                            unsafeSQL: "SELECT doc_id, body FROM document \(PostgresFilter.bodyAsJSONB) WHERE collection = $1 AND NOT deleted AND \(condition) ORDER BY doc_id",
+                            binds: filtered))
+                    for (key, body) in try rows.decode((String, String).self) { out.append((key, body)) }
+                    _ = try await query("RELEASE SAVEPOINT shoal_filter")
+                    return out
+                } catch let error as PSQLError where error.serverInfo?[.sqlState]?.hasPrefix("22") == true {
+                    _ = try await query("ROLLBACK TO SAVEPOINT shoal_filter")
+                    _ = try await query("RELEASE SAVEPOINT shoal_filter")
+                    out = []
+                }
+            }
             for (key, body) in try await query(PostgresQuery(unsafeSQL: sql + " ORDER BY doc_id", binds: binds))
                 .decode((String, String).self)
             {

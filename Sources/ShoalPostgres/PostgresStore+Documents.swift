@@ -31,7 +31,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     package func perform(
         _ text: String, arguments: [String: Value], hint: String?, isReadOnly: Bool, deadline: Deadline?
     ) async throws(ShoalError) -> QueryResult {
-        let statements = try Self.parse(text)
+        let statements = try parse(text)
         if isReadOnly, let first = statements.first(where: \.isMutation) {
             throw ShoalError(.readOnly, "\(first.summary) writes, but this transaction is read-only")
         }
@@ -192,7 +192,8 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
             offset: isCount ? nil : select.offset, arguments: arguments)
         if match.wantsMore {
             let only = Evaluator.constantIDEquality(select.whereClause, arguments: arguments).map(DocumentKey.make)
-            try await liveBodies(connection, of: select.collection, only: only, logger: logger) { key, body in
+            let filter = only == nil ? PreFilter.make(select.whereClause, arguments: arguments, rules: PostgresFilter.rules) : nil
+            try await liveBodies(connection, of: select.collection, only: only, filter: filter, logger: logger) { key, body in
                 // A body stored past the limits (by an older version) is left out: it has nothing true to show.
                 try match.offer(key: key, body: { body }, unreadable: { _ in })
                 return match.wantsMore
@@ -208,24 +209,48 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     static let bodyRowsPerQuery = 128
 
     /// Hands `take` the live bodies of `collection` (or of the one document `only`) whose
-    /// key sorts after `after`, in key order, `bodyRowsPerQuery` a query, until it
-    /// returns false or none is left.
+    /// key sorts after `after` and that `filter` keeps, in key order, `bodyRowsPerQuery`
+    /// a query, until it returns false or none is left.
+    ///
+    /// A filter is only a narrowing: should PostgreSQL fail to check it on some body (a
+    /// data exception, SQLSTATE class 22), the rest is read without it, and the caller's
+    /// exact match decides as it would have. So `connection` must be inside a database
+    /// transaction, where a savepoint taken before the first filtered read lets the
+    /// transaction go on after such a failure.
     static func liveBodies(
-        _ connection: HubConnection, of collection: String, only: String? = nil, after: String = "", logger: Logger,
-        _ take: (_ key: String, _ body: String) throws -> Bool
+        _ connection: HubConnection, of collection: String, only: String? = nil, after: String = "", filter: PreFilter? = nil,
+        logger: Logger, _ take: (_ key: String, _ body: String) throws -> Bool
     ) async throws {
         var cursor = after
+        var filter = only == nil ? filter : nil
+        if filter != nil { try await connection.query("SAVEPOINT shoal_filter", logger: logger) }
         while true {
             var binds = PostgresBindings()
             binds.append(collection)
             binds.append(cursor)
-            var sql = "SELECT doc_id, body FROM document WHERE collection = $1 AND NOT deleted AND doc_id > $2"
+            var from = "document"
+            var conditions = "collection = $1 AND NOT deleted AND doc_id > $2"
             if let only {
                 binds.append(only)
-                sql += " AND doc_id = $3"
+                conditions += " AND doc_id = $3"
+            } else if let filter {
+                from += " " + PostgresFilter.bodyAsJSONB
+                conditions += " AND " + PostgresFilter.condition(filter, binds: &binds)
             }
-            let rows = try await connection.query(
-                PostgresQuery(unsafeSQL: sql + " ORDER BY doc_id LIMIT \(bodyRowsPerQuery)", binds: binds), logger: logger)
+            let rows: [PostgresRow]
+            do {
+                rows = try await connection.query(
+                    PostgresQuery(
+                        unsafeSQL: "SELECT doc_id, body FROM \(from) WHERE \(conditions) ORDER BY doc_id LIMIT \(bodyRowsPerQuery)",
+                        binds: binds), logger: logger)
+            } catch let error as PSQLError where filter != nil && error.serverInfo?[.sqlState]?.hasPrefix("22") == true {
+                logger.warning(
+                    "PostgreSQL could not check a query's filter on a document of \(collection); reading the rest of the collection unfiltered",
+                    metadata: ["shoal.collection": "\(collection)", "shoal.error": "\(error.serverInfo?[.message] ?? "\(error)")"])
+                try await connection.query("ROLLBACK TO SAVEPOINT shoal_filter", logger: logger)
+                filter = nil
+                continue
+            }
             var read = 0
             for (key, body) in try rows.decode((String, String).self) {
                 read += 1
@@ -262,13 +287,17 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
 
     // MARK: Statements
 
-    /// The statements of a DQL text.
-    static func parse(_ text: String) throws(ShoalError) -> [ShoalQuery.Statement] {
+    /// The statements of a DQL text, from the cache when it was parsed lately.
+    func parse(_ text: String) throws(ShoalError) -> [ShoalQuery.Statement] {
+        if let statements = parsed.withLock({ $0.statements(of: text) }) { return statements }
+        let statements: [ShoalQuery.Statement]
         do throws(QueryError) {
-            return try Parser.parse(text)
+            statements = try Parser.parse(text)
         } catch {
             throw ShoalError(error)
         }
+        parsed.withLock { $0.remember(statements, of: text) }
+        return statements
     }
 
     /// The error of a statement a hub does not run.
@@ -357,7 +386,7 @@ final class PostgresDocumentTransaction: DocumentTransaction, @unchecked Sendabl
 
     func execute(_ dql: String, arguments: [String: Value]) async throws(ShoalError) -> QueryResult {
         do {
-            return try await run(try PostgresStore.parse(dql), arguments: arguments)
+            return try await run(try store.parse(dql), arguments: arguments)
         } catch {
             throw error.locating(in: dql)
         }

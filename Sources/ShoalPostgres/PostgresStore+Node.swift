@@ -20,7 +20,7 @@ extension PostgresStore: NodeStore {
     package func page(_ query: String, arguments: [String: Value], after key: String, limit: Int) async throws(ShoalError)
         -> DocumentPage
     {
-        let select = try DocumentPage.select(of: try Self.parse(query), limit: limit)
+        let select = try DocumentPage.select(of: try parse(query), limit: limit)
         do {
             return try await snapshot("reading a page of \(select.collection)") { connection in
                 var match = try DocumentMatch(predicate: select.whereClause, limit: .literal(.int(Int64(limit))), arguments: arguments)

@@ -93,6 +93,8 @@ package final class PostgresStore: SyncStore, Sendable {
     let mostClaimed: Int
     /// The database's size on the server, as `maintain` last read it.
     let databaseBytes = Locked<UInt64>(0)
+    /// DQL texts parsed lately (`parse`).
+    let parsed = Locked(ParseCache())
 
     private init(
         database: PostgresHubDatabase, siteID: SiteID, clock: HybridLogicalClock, systemParameters: SystemParameters,

@@ -375,25 +375,6 @@ extension DocumentStore {
     }
 }
 
-/// Recently parsed DQL texts and their statements, a bounded number of short ones:
-/// when full it starts again empty (texts that recur are parsed again once).
-struct ParseCache: Sendable {
-    static let capacity = 256
-    /// Longer texts (bulk inserts with inline documents) are not kept.
-    static let maximumTextLength = 4096
-    private var entries: [String: [ShoalQuery.Statement]] = [:]
-
-    func statements(of text: String) -> [ShoalQuery.Statement]? {
-        text.utf8.count > Self.maximumTextLength ? nil : entries[text]
-    }
-
-    mutating func remember(_ statements: [ShoalQuery.Statement], of text: String) {
-        guard text.utf8.count <= Self.maximumTextLength else { return }
-        if entries.count >= Self.capacity { entries.removeAll(keepingCapacity: true) }
-        entries[text] = statements
-    }
-}
-
 /// The columns of the candidate rows a query reads (`candidateQuery`: `doc_id` and
 /// `body` of `document`), their positions looked up by name once per statement: a
 /// query reads many rows, and a row's body only once its key passes.

@@ -37,6 +37,20 @@ enum Hubs {
         var twoHubsMachine: MachineCPU
         /// A write on a device behind hub 1 until an observer on a device behind hub 2 fires, idle.
         var latency: Latency.Figure
+        /// Queries on the one hub once it holds every document (`Queries`).
+        var queries: Queries
+    }
+
+    /// A SELECT whose WHERE PostgreSQL checks (`PostgresFilter`) against the same
+    /// answer asked so that nothing of it translates (`NOT (a != v)`), where every body
+    /// goes to the hub to be matched there: milliseconds, the best of `QueryTimes.runs`.
+    struct Queries: Sendable {
+        /// `n = 4242`: one document.
+        var oneFiltered: Double
+        var oneUnfiltered: Double
+        /// `color = 'red' AND size = 3`: one in 21.
+        var someFiltered: Double
+        var someUnfiltered: Double
     }
 
     /// The machine's CPU over a phase: busy core-seconds, wall seconds, and cores.
@@ -83,17 +97,18 @@ enum Hubs {
         let twoWriters = try await TemporaryPostgresDatabase.withDatabase(logger: logger) { databases in
             try await insertRate(databases[0], documents: documents, writers: 2)
         }
-        progress("hubs: one device into one hub")
+        progress("hubs: one device into one hub, then queries on it")
         let one = try await replicate(hubs: 1, documents: documents)
         progress("hubs: two devices into two hubs")
         let two = try await replicate(hubs: 2, documents: documents)
+        guard let queries = one.queries else { throw BenchError("the queries on the hub were not run") }
         progress("hubs: latency across hubs, \(samples) samples")
         let latency = try await crossHubLatency(samples: samples)
         return Result(
             documents: documents, baselineDocumentsPerSecond: baseline, twoWritersDocumentsPerSecond: twoWriters,
             oneHubDocumentsPerSecond: one.rate,
             twoHubsDocumentsPerSecond: two.rate, oneHubCPUSeconds: one.cpu, twoHubsCPUSeconds: two.cpu,
-            oneHubMachine: one.machine, twoHubsMachine: two.machine, latency: latency)
+            oneHubMachine: one.machine, twoHubsMachine: two.machine, latency: latency, queries: queries)
     }
 
     /// PostgreSQL inserting what a hub writes of `documents` documents (a `document` row
@@ -152,8 +167,11 @@ enum Hubs {
 
     /// `hubs` hubs on one new database and a device behind each, subscribed to docs;
     /// the devices' `documents` documents (split between them), written beforehand, 100
-    /// to a transaction; the rate from linking until the last hub holds every one.
-    static func replicate(hubs count: Int, documents: Int) async throws -> (rate: Double, cpu: Double, machine: MachineCPU) {
+    /// to a transaction; the rate from linking until the last hub holds every one. With
+    /// one hub, then the queries on it.
+    static func replicate(
+        hubs count: Int, documents: Int
+    ) async throws -> (rate: Double, cpu: Double, machine: MachineCPU, queries: Queries?) {
         let defaults: (inout SyncConfiguration) -> Void = { $0.batchSize = SyncConfiguration(nodeName: "").batchSize }
         let devices = try (0..<count).map { i in try TestNode(name: "device\(i + 1)", configure: defaults, syncLogger: logger) }
         defer { for device in devices { device.remove() } }
@@ -202,8 +220,28 @@ enum Hubs {
                 cores: ProcessInfo.processInfo.activeProcessorCount)
             let held = try await documentCount(databases[0])
             if held != total { throw BenchError("the hubs hold \(held) documents of \(total)") }
-            return (Double(total) / elapsed, cpu, machine)
+            return (Double(total) / elapsed, cpu, machine, count == 1 ? try await queries(stores[0], documents: total) : nil)
         }
+    }
+
+    /// The `Queries` on a hub holding `documents` documents of `Workload`, each answer checked.
+    static func queries(_ store: PostgresStore, documents: Int) async throws -> Queries {
+        func best(_ query: String, expecting count: Int) async throws -> Double {
+            var fastest = Double.infinity
+            for _ in 0..<3 {
+                let start = ContinuousClock.now
+                let answer = try await store.execute(query).items.count
+                fastest = min(fastest, seconds(ContinuousClock.now - start) * 1000)
+                if answer != count { throw BenchError("\(query) gave \(answer) documents, not \(count)") }
+            }
+            return fastest
+        }
+        let some = (0..<documents).count { $0 % 3 == 0 && $0 % 7 == 3 }
+        return Queries(
+            oneFiltered: try await best("SELECT * FROM docs WHERE n = 4242", expecting: 1),
+            oneUnfiltered: try await best("SELECT * FROM docs WHERE NOT (n != 4242)", expecting: 1),
+            someFiltered: try await best("SELECT * FROM docs WHERE color = 'red' AND size = 3", expecting: some),
+            someUnfiltered: try await best("SELECT * FROM docs WHERE NOT (color != 'red' OR size != 3)", expecting: some))
     }
 
     static func appliedTransactions(_ database: PostgresHubDatabase) async throws -> Int {
@@ -285,6 +323,17 @@ enum Hubs {
                 "device -> hub 1 -> PostgreSQL -> hub 2 -> device observer", String(format: "p50 %.2f ms", r.latency.p50),
                 String(format: "p99 %.2f ms, max %.2f ms (%d samples)", r.latency.p99, r.latency.max, r.latency.samples),
             ],
+            [
+                "SELECT ... WHERE n = 4242 on the hub (1 match)", String(format: "%.1f ms", r.queries.oneFiltered),
+                String(
+                    format: "%.1f ms unfiltered, NOT (n != 4242): %.1fx faster", r.queries.oneUnfiltered,
+                    r.queries.oneUnfiltered / r.queries.oneFiltered),
+            ],
+            [
+                "SELECT ... WHERE color = 'red' AND size = 3 (1 in 21)", String(format: "%.1f ms", r.queries.someFiltered),
+                String(
+                    format: "%.1f ms unfiltered: %.1fx faster", r.queries.someUnfiltered, r.queries.someUnfiltered / r.queries.someFiltered),
+            ],
         ]
         return "shoal-bench --hubs: \(r.documents) documents of 5 fields, in process (hubs and devices over the in-memory transport)\n"
             + renderTable(["FIGURE", "", ""], rows)
@@ -302,6 +351,10 @@ enum Hubs {
             "cores": r.oneHubMachine.cores,
             "crossHubLatency": [
                 "samples": r.latency.samples, "p50Millis": r.latency.p50, "p99Millis": r.latency.p99, "maxMillis": r.latency.max,
+            ],
+            "queries": [
+                "oneFilteredMillis": r.queries.oneFiltered, "oneUnfilteredMillis": r.queries.oneUnfiltered,
+                "someFilteredMillis": r.queries.someFiltered, "someUnfilteredMillis": r.queries.someUnfiltered,
             ],
         ]
         let data = try! JSONSerialization.data(withJSONObject: ["hubs": object], options: [.sortedKeys])
