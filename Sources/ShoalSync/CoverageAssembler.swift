@@ -259,8 +259,7 @@ public struct CoverageAssembler: Sendable {
         subscriptions: SubscriptionSet, now: UInt64, isApplied: (TransactionID) -> Bool
     ) -> [Decision] {
         var decisions: [Decision] = []
-        let waitMillis = UInt64(configuration.maximumWait.components.seconds) * 1000
-            + UInt64(configuration.maximumWait.components.attoseconds / 1_000_000_000_000_000)
+        let waitMillis = self.waitMillis
 
         // Partial ones whose rest has come.
         for record in records.values.sorted(by: { $0.id < $1.id }) where record.state == .partial {
@@ -325,6 +324,22 @@ public struct CoverageAssembler: Sendable {
         }
         if !ready.isEmpty { decisions.append(.apply(ready.sorted())) }
         return decisions
+    }
+
+    /// `configuration.maximumWait` in milliseconds.
+    private var waitMillis: UInt64 {
+        UInt64(configuration.maximumWait.components.seconds) * 1000
+            + UInt64(configuration.maximumWait.components.attoseconds / 1_000_000_000_000_000)
+    }
+
+    /// Whether `decide` at `now` may let a waiting transaction go partial: one has waited
+    /// `maximumWait`, or the buffer is over its bounds. Such a decision writes the
+    /// documents of a transaction no piece of the commit names.
+    public func mayRelease(now: UInt64) -> Bool {
+        guard waitingCount > 0 else { return false }
+        if waitingCount > configuration.maximumTransactions || bufferedBytes > configuration.maximumBytes { return true }
+        let waitMillis = self.waitMillis
+        return records.values.contains { $0.state == .waiting && now >= $0.firstSeen && now - $0.firstSeen >= waitMillis }
     }
 
     /// The candidates that can go now: each one's superseding transactions go with it,

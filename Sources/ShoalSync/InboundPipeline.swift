@@ -565,7 +565,9 @@ public final class InboundPipeline: Sendable {
         let short = !items.isEmpty && deltas <= Self.shortCommitDeltas && start.waitingCount == 0
         let logger = self.logger
         let store = self.store
-        let claim = store.hasOtherProcesses ? Self.claim(items, assembler: start) : nil
+        // A commit that may let a held transaction go partial writes what no piece of it
+        // names: it runs as the one writer at once, rather than fail beside the others first.
+        let claim = store.hasOtherProcesses && !start.mayRelease(now: now) ? Self.claim(items, assembler: start) : nil
         return try await store.writeInbound(short: short, claim: claim) { writer async throws(ShoalError) in
             // Read once the write holds the gate: `ALTER SYSTEM SET` may have changed them
             // while it waited.
@@ -583,12 +585,13 @@ public final class InboundPipeline: Sendable {
                 if let record = try await writer.loadRecord(id) { records[id] = record }
             }
             var plan = InboundCommitPlan(assembler: start, subscriptions: subscriptions, now: now, states: states, records: records)
-            // The registers of every document the pieces write, in one read rather than
-            // one per transaction applied, where reads are round trips.
+            // The registers of every document the last pieces write, in one read rather
+            // than one per transaction applied, where reads are round trips. A piece
+            // before its transaction's last goes to the buffer, as a rule, and reads nothing.
             if writer.readsRegistersAhead {
                 var documents: Set<DocumentRef> = []
                 for item in items {
-                    for piece in item.pieces {
+                    for piece in item.pieces where piece.isLast {
                         for delta in piece.deltas { documents.insert(DocumentRef(collection: delta.collection, id: delta.documentID)) }
                     }
                 }

@@ -149,7 +149,10 @@ import Testing
         #expect(Self.decide(&a, now: 1_000) == [.ask(t.id, collections: ["accounts"])])
         #expect(Self.decide(&a, now: 2_000).isEmpty, "asked once, not on every decision")
         #expect(a.waitingCount == 1 && a.bufferedBytes > 0)
+        #expect(!a.mayRelease(now: 30_999), "a commit before its wait is over writes only what it names")
+        #expect(a.mayRelease(now: 31_000))
         #expect(Self.decide(&a, now: 31_000) == [.applyPartially(t.id, .timeout)])
+        #expect(!a.mayRelease(now: 40_000), "a partial one waits for nothing")
         #expect(a.records[t.id]?.state == .partial)
         #expect(a.questions(for: Self.other).map(\.0) == [t.id], "a peer that connects later is asked about it")
         #expect(a.rest(of: t.id, subscriptions: Self.all) == [Verdict(collection: "accounts", coverage: .notCovered(Self.eu.filter))])
@@ -211,7 +214,9 @@ import Testing
         for (i, t) in waiting.enumerated() {
             a.add(t.piece(sending: ["d\(i + 1)"], last: false), from: Self.relay, now: 1_000 + UInt64(i))
         }
+        #expect(a.mayRelease(now: 1_000), "over its bounds")
         #expect(Self.decide(&a) == [.applyPartially(waiting[0].id, .overflow)], "the oldest goes, in part")
+        #expect(!a.mayRelease(now: 1_000))
         #expect(a.waitingCount == 2)
         var bytes = CoverageAssembler(configuration: .init(maximumBytes: 100))
         bytes.add(waiting[0].piece(sending: ["d1"], last: false), from: Self.relay, now: 1_000)
