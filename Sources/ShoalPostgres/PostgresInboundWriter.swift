@@ -564,11 +564,15 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         var live: [DocumentRef: String] = [:]
         var gone: [DocumentRef: Bool] = [:]  // true: deleted, keeps its last body; false: absent, no row
         var changed: [DocumentRef] = []
+        var seen = Set<DocumentRef>(minimumCapacity: rows.documents.count)
+        // Each document's registers, as a range of the columns: its lookups are made once.
+        var runs: [(document: DocumentRef, registers: Range<Int>)] = []
         for document in rows.documents where !document.won.isEmpty {
             let ref = document.document
             guard let body = document.body else {
                 throw ShoalError(.database, "an apply of \(id) changed registers of \(ref.id) in \(ref.collection) without a body to save")
             }
+            runs.append((ref, names.count..<(names.count + document.won.count)))
             for (name, write) in document.won {
                 collections.append(ref.collection)
                 keys.append(ref.id)
@@ -592,19 +596,35 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                 live[ref] = nil
                 gone[ref] = false
             }
-            if !changed.contains(ref) { changed.append(ref) }
+            if seen.insert(ref).inserted { changed.append(ref) }
         }
         guard !changed.isEmpty else { return }
-        // A register named twice (a document listed twice) keeps its last write: one
-        // statement may not update a row twice. A register this write knows is new is
-        // inserted, the rest upserted: PostgreSQL's upsert costs about twice an insert.
-        var last: [RegisterKey: Int] = [:]
-        for i in names.indices { last[RegisterKey(collections[i], keys[i], names[i])] = i }
+        // A register this write knows is new is inserted, the rest upserted: PostgreSQL's
+        // upsert costs about twice an insert.
         var inserts: [Int] = [], upserts: [Int] = []
-        for i in last.values.sorted() {
-            let document = DocumentRef(collection: collections[i], id: keys[i])
-            if let known = held[document], !known.contains(names[i]) { inserts.append(i) } else { upserts.append(i) }
-            held[document]?.insert(names[i])
+        inserts.reserveCapacity(names.count)
+        if runs.count == changed.count {
+            // Each document once, so each register once (a document's are keyed by name).
+            for (document, registers) in runs {
+                guard var known = held.removeValue(forKey: document) else {
+                    upserts.append(contentsOf: registers)
+                    continue
+                }
+                for i in registers {
+                    if known.insert(names[i]).inserted { inserts.append(i) } else { upserts.append(i) }
+                }
+                held[document] = known
+            }
+        } else {
+            // A document listed twice: a register named twice keeps its last write, since
+            // one statement may not update a row twice.
+            var last: [RegisterKey: Int] = [:]
+            for i in names.indices { last[RegisterKey(collections[i], keys[i], names[i])] = i }
+            for i in last.values.sorted() {
+                let document = DocumentRef(collection: collections[i], id: keys[i])
+                if let known = held[document], !known.contains(names[i]) { inserts.append(i) } else { upserts.append(i) }
+                held[document]?.insert(names[i])
+            }
         }
         for (rows, upsert) in [(inserts, false), (upserts, true)] where !rows.isEmpty {
             func pick<E>(_ column: [E]) -> [E] { rows.map { column[$0] } }
