@@ -9,7 +9,9 @@ import ShoalStorage
 ///
 /// A body is stored as TEXT; the query casts it to `jsonb` once per row
 /// (`bodyAsJSONB`) and compares values as `jsonb`, which compares numbers by value
-/// (`1 = 1.0`) and strings byte by byte. Two differences from DQL are kept out:
+/// (`1 = 1.0`) and strings byte by byte (so a string or key is put in a filter only
+/// where bytes decide as DQL does, `PreFilter.comparesAsBytes`). Two more differences
+/// from DQL are kept out:
 /// - `jsonb` refuses the escape `\u0000`, which a DQL string may hold: a body that
 ///   holds the six characters is kept whatever the filter says, and a string holding
 ///   U+0000 is not put in a filter;
@@ -23,13 +25,13 @@ enum PostgresFilter {
     /// on either engine; numbers below 2^53; no U+0000, which TEXT cannot hold.
     static let rules = PreFilter.Rules(
         maximumDepth: 16, maximumTerms: 500, maximumArguments: 999, numbersBelow: 0x1p53,
-        accepts: { !$0.isEmpty && !$0.contains { $0.utf8.contains(0) } }, holds: { !$0.utf8.contains(0) })
+        accepts: { !$0.contains { $0.utf8.contains(0) } }, holds: { !$0.utf8.contains(0) })
 
     /// The join that gives each row its body as `jsonb` (`b.j`), once, or NULL for a
     /// body `jsonb` cannot hold; `OFFSET 0` keeps the planner from casting it again
     /// for each comparison.
     static let bodyAsJSONB =
-        #"CROSS JOIN LATERAL (SELECT CASE WHEN strpos(body, '\u0000') = 0 THEN body::jsonb END AS j OFFSET 0) AS b"#
+        #"CROSS JOIN LATERAL (SELECT CASE WHEN strpos(body, E'\\u0000') = 0 THEN body::jsonb END AS j OFFSET 0) AS b"#
 
     /// `filter` as a condition on `b.j`, its values appended to `binds` (numbered after
     /// those already there); true for a body `b.j` cannot hold.

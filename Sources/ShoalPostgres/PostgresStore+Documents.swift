@@ -223,7 +223,8 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     ) async throws {
         var cursor = after
         var filter = only == nil ? filter : nil
-        if filter != nil { try await connection.query("SAVEPOINT shoal_filter", logger: logger) }
+        let saved = filter != nil
+        if saved { try await connection.query("SAVEPOINT shoal_filter", logger: logger) }
         while true {
             var binds = PostgresBindings()
             binds.append(collection)
@@ -252,13 +253,18 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
                 continue
             }
             var read = 0
+            var more = true
             for (key, body) in try rows.decode((String, String).self) {
                 read += 1
                 cursor = key
-                guard try take(key, body) else { return }
+                more = try take(key, body)
+                if !more { break }
             }
-            guard read == bodyRowsPerQuery, only == nil else { return }
+            guard more, read == bodyRowsPerQuery, only == nil else { break }
         }
+        // Each filtered read would otherwise leave a subtransaction open until its
+        // transaction ends, and a transaction of many reads, a stack of them.
+        if saved { try await connection.query("RELEASE SAVEPOINT shoal_filter", logger: logger) }
     }
 
     /// An observed query's result and the log's end it reflects, from one snapshot.

@@ -7,9 +7,9 @@ package import ShoalQuery
 ///
 /// A pre-filter keeps every document the DQL predicate could match (and maybe a few
 /// more), and `DocumentMatch` then decides exactly. What it holds:
-/// - `path = v` with a number or an ASCII string `v` (a literal or a parameter),
-///   either side; `path < v`, `<=`, `>`, `>=` with a number;
-/// - `path IN (v, ...)` with numbers and ASCII strings;
+/// - `path = v` with a number or a string `v` (a literal or a parameter), either
+///   side; `path < v`, `<=`, `>`, `>=` with a number;
+/// - `path IN (v, ...)` with numbers and strings;
 /// - `AND` of any of these (an untranslatable side is simply dropped);
 /// - `OR` when every side translates.
 /// A chain of one operator becomes one group, however the parser nested it, and the
@@ -17,9 +17,10 @@ package import ShoalQuery
 /// dropped condition only widens the filter. Everything else (NOT, LIKE, IS
 /// NULL/MISSING, arithmetic, functions) runs in Swift over the candidates.
 ///
-/// Strings are compared only for equality and only when ASCII: DQL compares other
-/// strings by canonical equivalence, where SQL compares bytes. Booleans, null and
-/// containers stay in Swift too.
+/// Strings are compared only for equality, and keys named, only where bytes decide as
+/// DQL does (`comparesAsBytes`): DQL compares strings, and finds an object's keys, by
+/// canonical equivalence, where SQL compares bytes. Booleans, null and containers stay
+/// in Swift too.
 package indirect enum PreFilter: Hashable, Sendable {
     /// `path op value`, the path on the left.
     case compare([String], Comparison, Scalar)
@@ -81,6 +82,14 @@ package indirect enum PreFilter: Hashable, Sendable {
         }
     }
 
+    /// Whether comparing `text` byte by byte decides as DQL does: it is ASCII, and holds
+    /// none of the three ASCII characters a non-ASCII one is canonically equivalent to
+    /// (U+212A KELVIN SIGN is `K`, U+037E GREEK QUESTION MARK is `;`, U+1FEF GREEK
+    /// VARIA is `` ` ``). Every other text equal to an ASCII one in DQL is that text.
+    package static func comparesAsBytes(_ text: String) -> Bool {
+        text.utf8.allSatisfy { $0 < 0x80 && $0 != UInt8(ascii: "K") && $0 != UInt8(ascii: ";") && $0 != UInt8(ascii: "`") }
+    }
+
     /// The paths the filter reads, in order, each an index candidate.
     package var paths: [[String]] {
         switch self {
@@ -119,10 +128,10 @@ package indirect enum PreFilter: Hashable, Sendable {
             case .binary(let op, let l, let r):
                 guard let comparison = PreFilter.comparison(op) else { return nil }
                 let strings = op == .equal
-                if case .path(let path) = l, rules.accepts(path), let v = scalar(r, strings: strings) {
+                if case .path(let path) = l, accepts(path), let v = scalar(r, strings: strings) {
                     return term(.compare(path, comparison, v), values: 1)
                 }
-                if case .path(let path) = r, rules.accepts(path), let v = scalar(l, strings: strings) {
+                if case .path(let path) = r, accepts(path), let v = scalar(l, strings: strings) {
                     return term(.compare(path, PreFilter.flipped(comparison), v), values: 1)
                 }
                 return nil
@@ -133,7 +142,7 @@ package indirect enum PreFilter: Hashable, Sendable {
 
         /// `path IN (items)` as a filter.
         mutating func among(_ path: [String], _ items: [Expression]) -> PreFilter? {
-            guard rules.accepts(path), !items.isEmpty, items.count <= rules.maximumArguments else { return nil }
+            guard accepts(path), !items.isEmpty, items.count <= rules.maximumArguments else { return nil }
             var values: [Scalar] = []
             for item in items {
                 guard let v = scalar(item, strings: true) else { return nil }
@@ -178,7 +187,12 @@ package indirect enum PreFilter: Hashable, Sendable {
             return filter
         }
 
-        /// A number, or an ASCII string when `strings`, that the engine compares as DQL does.
+        /// Whether the engine can name `path` and finds the key DQL finds.
+        func accepts(_ path: [String]) -> Bool {
+            !path.isEmpty && path.allSatisfy(PreFilter.comparesAsBytes) && rules.accepts(path)
+        }
+
+        /// A number, or a string when `strings`, that the engine compares as DQL does.
         func scalar(_ e: Expression, strings: Bool) -> Scalar? {
             let value: Value?
             switch e {
@@ -187,7 +201,7 @@ package indirect enum PreFilter: Hashable, Sendable {
             default: return nil
             }
             switch value {
-            case .string(let s)? where strings && s.utf8.allSatisfy({ $0 < 0x80 }) && rules.holds(s): return .string(s)
+            case .string(let s)? where strings && PreFilter.comparesAsBytes(s) && rules.holds(s): return .string(s)
             case .int(let i)? where Double(i.magnitude) < rules.numbersBelow: return .int(i)
             case .double(let d)? where d.isFinite && d.magnitude < rules.numbersBelow: return .double(d)
             default: return nil

@@ -585,13 +585,15 @@ public final class InboundPipeline: Sendable {
                 if let record = try await writer.loadRecord(id) { records[id] = record }
             }
             var plan = InboundCommitPlan(assembler: start, subscriptions: subscriptions, now: now, states: states, records: records)
-            // The registers of every document the last pieces write, in one read rather
-            // than one per transaction applied, where reads are round trips. A piece
-            // before its transaction's last goes to the buffer, as a rule, and reads nothing.
+            // The registers of every document the pieces of transactions whose last piece
+            // came write, in one read rather than one per transaction applied, where reads
+            // are round trips. The pieces of others go to the buffer, as a rule, and read
+            // nothing (what a piece applied at once needs is read when it applies).
             if writer.readsRegistersAhead {
+                let ending = Set(items.flatMap { $0.pieces.filter(\.isLast).map(\.id) })
                 var documents: Set<DocumentRef> = []
                 for item in items {
-                    for piece in item.pieces where piece.isLast {
+                    for piece in item.pieces where ending.contains(piece.id) {
                         for delta in piece.deltas { documents.insert(DocumentRef(collection: delta.collection, id: delta.documentID)) }
                     }
                 }

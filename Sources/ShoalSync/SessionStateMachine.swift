@@ -306,7 +306,7 @@ public struct SessionStateMachine: Sendable {
         case .resubscribe:
             return subscriber.resubscribe()
         case .batchFailed:
-            throw SyncError(.executionFailed, "could not apply a batch: this node's store failed (the node's log says why)")
+            throw SyncError(.executionFailed, "could not apply a batch: committing it failed on this node (the node's log says why)")
         }
     }
 

@@ -30,6 +30,7 @@ import Testing
             try Self.condition("a = 1 OR (b = 2 AND c LIKE 'x%')")
                 == "(b.j IS NULL OR ((b.j #> $2::text[]) = $3::jsonb OR (b.j #> $4::text[]) = $5::jsonb))")
         #expect(try Self.condition("`it's \"q\"` = 1") != nil, "any key a path can name, quotes included")
+        #expect(try Self.condition("Kind = 1") == nil, "a key of U+212A KELVIN SIGN is found by Kind in DQL")
         #expect(try Self.condition("a = 9007199254740991") != nil)
         #expect(try Self.condition("a = 9007199254740992") == nil, "numbers from 2^53 stay in Swift")
         #expect(try Self.condition("a < -9007199254740992.0") == nil)

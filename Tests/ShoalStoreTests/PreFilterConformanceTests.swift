@@ -28,6 +28,9 @@ import Testing
         ["_id": "k", "n": .double(0x1p53), "0": 3],
         ["_id": "l", "a": ["0": 4], "n": 1e300, "list": ["0": 5]],
         ["_id": "m", "n": .int(Int64.max), "s": "x"],
+        // Canonically equivalent to ASCII (KELVIN SIGN is K, GREEK QUESTION MARK is ;),
+        // and a key composed where the query decomposes it.
+        ["_id": "o", "s": "\u{212A}", "\u{212A}ind": 1, "q": "a\u{037E}b", "pr\u{E9}nom": 2],
     ]
 
     static let arguments: [String: Value] = [
@@ -45,6 +48,7 @@ import Testing
         "n = 9223372036854775807", "n > 1e299", "n < 1e300",
         "n = 0.1", "n < 0.1", "n <= 0.1", "n > :half", "`we\"ird` = 1", "`back\\slash` = 2", "`0` = 3", "a.`0` = 4",
         "list.`0` = 5", "n > 0 AND (s = 'x' OR s = 'y')", "t = :nul", "n = 5 AND t IS NOT NULL",
+        "s = 'K'", "s IN ('K', 'x')", "Kind = 1", "q = 'a;b'", "`pre\u{301}nom` = 2", "Kind = 1 OR n = 5",
     ]
 
     @Test(arguments: Engine.allCases)

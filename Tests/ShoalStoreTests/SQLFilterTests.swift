@@ -68,6 +68,9 @@ import Testing
         #expect(sql("a < 'x'") == nil, "string order is Swift's")
         #expect(sql("a = 'é'") == nil, "non-ASCII strings are compared by canonical equivalence in Swift")
         #expect(sql("NOT a = 1") == nil)
+        #expect(sql("a = 'K'") == nil, "U+212A KELVIN SIGN equals K in DQL")
+        #expect(sql("Kind = 1") == nil, "a key of U+212A is found by Kind in DQL")
+        #expect(sql("`é` = 1") == nil, "a key is found by canonical equivalence in DQL")
     }
 
     @Test func queriedPathsGetAnIndexThatSQLiteUses() async throws {
