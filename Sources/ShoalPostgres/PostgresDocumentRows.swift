@@ -12,8 +12,9 @@ import ShoalStorage
 /// connection what the statement can touch: the registers of the documents an INSERT
 /// names, and for a statement with a WHERE the live bodies it may match (of the one
 /// document an `_id = constant` names, of those its pre-filter keeps, or of its whole
-/// collection), then the registers of those that match. The statement then runs on what is held here, and what it writes stays here
-/// until the commit writes it all as one apply (`appliedRows`, through
+/// collection), then the registers of those that match. The statement then runs on
+/// what is held here, and what it writes stays here until the commit writes it all as
+/// one apply (`appliedRows`, through
 /// `PostgresInboundWriter.write`): one round trip for the whole transaction.
 ///
 /// Nothing else writes meanwhile: the writer holds `log_end`'s row lock from before the
@@ -248,41 +249,15 @@ struct PostgresDocumentRows: LocalRows {
 
 extension PostgresInboundWriter {
     /// The live bodies of `collection` as stored (of the one document `key`, when
-    /// given; of those `filter` keeps, when given), in key order.
+    /// given; of those `filter` keeps, when given), in key order, in one query.
     func liveBodies(collection: String, key: String?, filter: PreFilter? = nil) async throws(ShoalError) -> [(key: String, body: String)] {
         try await access("reading documents of \(collection)") {
-            var binds = PostgresBindings()
-            binds.append(collection)
-            var sql = "SELECT doc_id, body FROM document WHERE collection = $1 AND NOT deleted"
-            if let key {
-                binds.append(key)
-                sql += " AND doc_id = $2"
-            }
             var out: [(key: String, body: String)] = []
-            if let filter, key == nil {
-                // Inside a savepoint: a filter PostgreSQL cannot check on some body (a data
-                // exception) must not abort the write, only be done without.
-                var filtered = binds
-                let condition = PostgresFilter.condition(filter, binds: &filtered)
-                _ = try await query("SAVEPOINT shoal_filter")
-                do {
-                    let rows = try await query(
-                        PostgresQuery(
-                            unsafeSQL: "SELECT doc_id, body FROM document \(PostgresFilter.bodyAsJSONB) WHERE collection = $1 AND NOT deleted AND \(condition) ORDER BY doc_id",
-                            binds: filtered))
-                    for (key, body) in try rows.decode((String, String).self) { out.append((key, body)) }
-                    _ = try await query("RELEASE SAVEPOINT shoal_filter")
-                    return out
-                } catch let error as PSQLError where error.serverInfo?[.sqlState]?.hasPrefix("22") == true {
-                    _ = try await query("ROLLBACK TO SAVEPOINT shoal_filter")
-                    _ = try await query("RELEASE SAVEPOINT shoal_filter")
-                    out = []
-                }
-            }
-            for (key, body) in try await query(PostgresQuery(unsafeSQL: sql + " ORDER BY doc_id", binds: binds))
-                .decode((String, String).self)
-            {
+            try await PostgresStore.liveBodies(
+                connection, of: collection, only: key, filter: filter, perQuery: nil, logger: store.logger
+            ) { key, body in
                 out.append((key, body))
+                return true
             }
             return out
         }

@@ -209,8 +209,8 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     static let bodyRowsPerQuery = 128
 
     /// Hands `take` the live bodies of `collection` (or of the one document `only`) whose
-    /// key sorts after `after` and that `filter` keeps, in key order, `bodyRowsPerQuery`
-    /// a query, until it returns false or none is left.
+    /// key sorts after `after` and that `filter` keeps, in key order, `perQuery` a query
+    /// (nil: all in one), until it returns false or none is left.
     ///
     /// A filter is only a narrowing: should PostgreSQL fail to check it on some body (a
     /// data exception, SQLSTATE class 22), the rest is read without it, and the caller's
@@ -219,7 +219,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     /// transaction go on after such a failure.
     static func liveBodies(
         _ connection: HubConnection, of collection: String, only: String? = nil, after: String = "", filter: PreFilter? = nil,
-        logger: Logger, _ take: (_ key: String, _ body: String) throws -> Bool
+        perQuery: Int? = bodyRowsPerQuery, logger: Logger, _ take: (_ key: String, _ body: String) throws -> Bool
     ) async throws {
         var cursor = after
         var filter = only == nil ? filter : nil
@@ -242,8 +242,8 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
             do {
                 rows = try await connection.query(
                     PostgresQuery(
-                        unsafeSQL: "SELECT doc_id, body FROM \(from) WHERE \(conditions) ORDER BY doc_id LIMIT \(bodyRowsPerQuery)",
-                        binds: binds), logger: logger)
+                        unsafeSQL: "SELECT doc_id, body FROM \(from) WHERE \(conditions) ORDER BY doc_id"
+                            + (perQuery.map { " LIMIT \($0)" } ?? ""), binds: binds), logger: logger)
             } catch let error as PSQLError where filter != nil && error.serverInfo?[.sqlState]?.hasPrefix("22") == true {
                 logger.warning(
                     "PostgreSQL could not check a query's filter on a document of \(collection); reading the rest of the collection unfiltered",
@@ -260,7 +260,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
                 more = try take(key, body)
                 if !more { break }
             }
-            guard more, read == bodyRowsPerQuery, only == nil else { break }
+            guard more, let perQuery, read == perQuery, only == nil else { break }
         }
         // Each filtered read would otherwise leave a subtransaction open until its
         // transaction ends, and a transaction of many reads, a stack of them.
