@@ -125,6 +125,10 @@ struct ProcessHubTests {
         var statusText = ""
         var imported: [String: Int] = [:]
         var exportedLines = 0
+        /// `shoal exec` with a WHERE the hub narrows in SQL, through hub 2, and an UPDATE's
+        /// marks through hub 1, read back through hub 2.
+        var filtered: [String] = []
+        var updated: [String] = []
         var attachmentPut = ""
         var tokenSeen = false
         var fetched = false
@@ -136,8 +140,9 @@ struct ProcessHubTests {
     }
 
     /// What a node offers beyond sync, on a hub process: `status` saying it is a hub and
-    /// counting the others, `import` through one hub and `export` through the other, an
-    /// attachment put on a device behind hub 1 fetched by a device behind hub 2, `compact`
+    /// counting the others, `import` through one hub and `export` through the other, a
+    /// query and an UPDATE whose WHERE the hub narrows in SQL, an attachment put on a
+    /// device behind hub 1 fetched by a device behind hub 2, `compact`
     /// removing overwritten transactions, and a metrics scrape.
     @Test func aHubServesStatusBulkAttachmentsCompactionAndMetrics() async throws {
         let faces = try await TemporaryPostgresDatabase.withDatabase { databases in
@@ -150,6 +155,8 @@ struct ProcessHubTests {
         #expect(faces.statusText.contains("a hub on postgresql://") && faces.statusText.contains("1 other hub"), "\(faces.statusText)")
         #expect(faces.imported["documents"] == 300 && faces.imported["batches"] == 3, "\(faces.imported)")
         #expect(faces.exportedLines == 300, "every imported document exported through the other hub")
+        #expect(faces.filtered == ["doc-298", "doc-299", "doc-7"], "a WHERE narrowed in SQL on the hub")
+        #expect(faces.updated == ["doc-1", "doc-2"], "an UPDATE's WHERE, narrowed in SQL, through the other hub")
         #expect(faces.attachmentPut.contains("\"attachment\""), "\(faces.attachmentPut)")
         #expect(faces.tokenSeen)
         #expect(faces.fetched, "the bytes a device behind hub 1 put reach a device behind hub 2: \(faces.getError)")
@@ -369,6 +376,12 @@ struct ProcessHubTests {
         }
         let exported = try ShoalBinary.run(["export", "--node", hub2.address, "--batch", "70", "SELECT * FROM t"])
         faces.exportedLines = exported.stdout.split(separator: "\n").count
+        func ids(_ node: NodeProcess, _ query: String) -> [String] {
+            ((try? ProcessMeshTests.documents(node, query)) ?? []).compactMap { $0["_id"] as? String }
+        }
+        faces.filtered = ids(hub2, "SELECT _id FROM t WHERE n >= 298 OR n = 7 ORDER BY _id")
+        _ = try hub1.exec("UPDATE t SET tag = 'x' WHERE n < 3 AND n >= 1")
+        faces.updated = ids(hub2, "SELECT _id FROM t WHERE tag = 'x' ORDER BY _id")
 
         // An attachment put on d1 (behind hub 1), fetched on d2 (behind hub 2).
         let source = dirs.path + "/scan.bin"
