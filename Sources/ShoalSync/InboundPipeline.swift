@@ -568,7 +568,11 @@ public final class InboundPipeline: Sendable {
         // A commit that may let a held transaction go partial writes what no piece of it
         // names: it runs as the one writer at once, rather than fail beside the others first.
         let claim = store.hasOtherProcesses && !start.mayRelease(now: now) ? Self.claim(items, assembler: start) : nil
-        return try await store.writeInbound(short: short, claim: claim) { writer async throws(ShoalError) in
+        // What the body warns of is logged once the write is kept, once however many
+        // times the store ran it.
+        let deferred = DeferredLog()
+        let written = try await store.writeInbound(short: short, claim: claim) { writer async throws(ShoalError) in
+            let logger = deferred.attempt(of: logger)
             // Read once the write holds the gate: `ALTER SYSTEM SET` may have changed them
             // while it waited.
             let limits = store.systemParameters.documentLimits
@@ -624,6 +628,8 @@ public final class InboundPipeline: Sendable {
             try await Self.carryOut(plan.finish(items, routes: routes), of: &plan, writer: writer, limits: limits, logger: logger)
             return plan.result
         }
+        deferred.flush(to: logger)
+        return written
     }
 
     /// What a commit of `items` names before it reads (`InboundClaim`): the documents and
