@@ -159,6 +159,27 @@ public final class PostgresHubDatabase: Sendable {
                 "INSERT INTO shoal_meta (key, value) VALUES ('history_confirmed', 0), ('may_lack_own_transactions', 0)"
             ]
         ),
+        (
+            // Declared indexes (`PostgresStore+Indexes.swift`). `shoal_at` is the value a
+            // query's filter compares and an index holds (`PostgresFilter`): the body's
+            // value at a path, or, for a body `jsonb` cannot hold (one with the escape
+            // \u0000), a value every filter keeps. Written in SQL, it is inlined where it
+            // is called, so that the planner matches a query's expression with an index's.
+            "v8-user-indexes",
+            [
+                #"""
+                CREATE FUNCTION shoal_at(body TEXT, path TEXT[]) RETURNS jsonb
+                LANGUAGE sql IMMUTABLE PARALLEL SAFE
+                AS $$ SELECT CASE WHEN strpos(body, E'\\u0000') = 0 THEN body::jsonb #> path ELSE '{"shoal": "unfilterable"}'::jsonb END $$
+                """#,
+                // `key` is the name in lower case: names ignore case, as on SQLite.
+                """
+                CREATE TABLE user_index (
+                    key TEXT COLLATE "C" PRIMARY KEY, name TEXT NOT NULL, collection TEXT COLLATE "C" NOT NULL,
+                    paths TEXT NOT NULL, created_at BIGINT NOT NULL)
+                """,
+            ]
+        ),
     ]
 
     /// What every connection of a hub sets: a hub that stops answering in the middle of a

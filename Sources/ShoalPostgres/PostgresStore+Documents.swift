@@ -12,7 +12,8 @@ package import ShoalStorage
 /// Reads run in `REPEATABLE READ READ ONLY` snapshots and never wait for a writer.
 /// DQL is evaluated in Swift, by the rules every engine shares (`DocumentMatch`, and
 /// `LocalWrites` for INSERT, UPDATE and DELETE), over the live bodies of a statement's
-/// collection, or of the one document an `_id = constant` names.
+/// collection that its WHERE's pre-filter keeps (`PostgresFilter`), or of the one
+/// document an `_id = constant` names.
 ///
 /// A read-write transaction is the hubs' one writer (`withWriter`): it holds `log_end`'s
 /// row lock from before its first read to its commit, so two hubs never commit
@@ -21,9 +22,10 @@ package import ShoalStorage
 /// and writes both back at commit, with its rows as one apply
 /// (`PostgresDocumentRows.appliedRows`).
 ///
-/// Not on a hub: EVICT (a hub holds the data of the devices behind it), indexes
-/// (`CREATE INDEX`, `SHOW INDEXES`) and `ALTER SYSTEM` (`SHOW` works). Each says so
-/// with an error.
+/// Not on a hub: EVICT (a hub holds the data of the devices behind it) and `ALTER
+/// SYSTEM` (`SHOW` works). Each says so with an error. Indexes are those declared with
+/// `CREATE INDEX` (`PostgresStore+Indexes.swift`); a hub makes none of its own for the
+/// paths queries name, as SQLite's store does.
 extension PostgresStore: DocumentDatabase, QuerySnapshots {
     /// Every read goes to the pool: none runs on the caller's thread.
     package var shortAccess: Duration { .zero }
@@ -162,6 +164,8 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
                 last = QueryResult(items: try await Self.select(select, arguments: arguments, connection: connection, logger: logger))
             case .system(let system):
                 last = QueryResult(items: try show(system, arguments: arguments))
+            case .index(.show):
+                last = QueryResult(items: try await Self.showIndexes(connection, logger: logger))
             default:
                 throw Self.notOnAHub(statement)
             }
@@ -193,7 +197,13 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         if match.wantsMore {
             let only = Evaluator.constantIDEquality(select.whereClause, arguments: arguments).map(DocumentKey.make)
             let filter = only == nil ? PreFilter.make(select.whereClause, arguments: arguments, rules: PostgresFilter.rules) : nil
-            try await liveBodies(connection, of: select.collection, only: only, filter: filter, logger: logger) { key, body in
+            // Read in pages only where the match may stop early (a LIMIT without ORDER BY),
+            // a page as many rows as it needs: a page is a query, and one PostgreSQL does
+            // not search by an index may read the whole collection again for each.
+            let perQuery = match.enough.map { max($0, bodyRowsPerQuery) }
+            try await liveBodies(
+                connection, of: select.collection, only: only, filter: filter, perQuery: perQuery, logger: logger
+            ) { key, body in
                 // A body stored past the limits (by an older version) is left out: it has nothing true to show.
                 try match.offer(key: key, body: { body }, unreadable: { _ in })
                 return match.wantsMore
@@ -222,28 +232,15 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         perQuery: Int? = bodyRowsPerQuery, logger: Logger, _ take: (_ key: String, _ body: String) throws -> Bool
     ) async throws {
         var cursor = after
-        var filter = only == nil ? filter : nil
+        // SQL text cannot hold U+0000, nor so a collection name written into it.
+        var filter = only == nil && !collection.utf8.contains(0) ? filter : nil
         let saved = filter != nil
         if saved { try await connection.query("SAVEPOINT shoal_filter", logger: logger) }
         while true {
-            var binds = PostgresBindings()
-            binds.append(collection)
-            binds.append(cursor)
-            var from = "document"
-            var conditions = "collection = $1 AND NOT deleted AND doc_id > $2"
-            if let only {
-                binds.append(only)
-                conditions += " AND doc_id = $3"
-            } else if let filter {
-                from += " " + PostgresFilter.bodyAsJSONB
-                conditions += " AND " + PostgresFilter.condition(filter, binds: &binds)
-            }
             let rows: [PostgresRow]
             do {
                 rows = try await connection.query(
-                    PostgresQuery(
-                        unsafeSQL: "SELECT doc_id, body FROM \(from) WHERE \(conditions) ORDER BY doc_id"
-                            + (perQuery.map { " LIMIT \($0)" } ?? ""), binds: binds), logger: logger)
+                    bodiesQuery(of: collection, only: only, after: cursor, filter: filter, perQuery: perQuery), logger: logger)
             } catch let error as PSQLError where filter != nil && error.serverInfo?[.sqlState]?.hasPrefix("22") == true {
                 logger.warning(
                     "PostgreSQL could not check a query's filter on a document of \(collection); reading the rest of the collection unfiltered",
@@ -265,6 +262,28 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         // Each filtered read would otherwise leave a subtransaction open until its
         // transaction ends, and a transaction of many reads, a stack of them.
         if saved { try await connection.query("RELEASE SAVEPOINT shoal_filter", logger: logger) }
+    }
+
+    /// One query of `liveBodies`: the live bodies of `collection` (or of the one document
+    /// `only`) whose key sorts after `after` and that `filter` keeps, in key order.
+    static func bodiesQuery(of collection: String, only: String?, after: String, filter: PreFilter?, perQuery: Int?) -> PostgresQuery {
+        var binds = PostgresBindings()
+        binds.append(collection)
+        binds.append(after)
+        var conditions = "collection = $1 AND NOT deleted AND doc_id > $2"
+        if let only {
+            binds.append(only)
+            conditions += " AND doc_id = $3"
+        } else if let filter {
+            // The collection written out too, for the planner to prove that a declared
+            // index, which holds one collection's live documents, serves the query even
+            // in a plan made for any value of $1.
+            conditions += " AND collection = \(PostgresFilter.literal(collection)) AND "
+                + PostgresFilter.condition(filter, binds: &binds)
+        }
+        return PostgresQuery(
+            unsafeSQL: "SELECT doc_id, body FROM document WHERE \(conditions) ORDER BY doc_id"
+                + (perQuery.map { " LIMIT \($0)" } ?? ""), binds: binds)
     }
 
     /// An observed query's result and the log's end it reflects, from one snapshot.
@@ -419,7 +438,7 @@ final class PostgresDocumentTransaction: DocumentTransaction, @unchecked Sendabl
             }
         case .writing(let writer, let sequence):
             // Refused before anything is read ahead under the writer's lock.
-            if let refused = statements.first(where: { switch $0 { case .evict, .system(.set), .index: true; default: false } }) {
+            if let refused = statements.first(where: { switch $0 { case .evict, .system(.set): true; default: false } }) {
                 throw PostgresStore.notOnAHub(refused)
             }
             var current = state.withLock { $0.writes }
@@ -440,7 +459,9 @@ final class PostgresDocumentTransaction: DocumentTransaction, @unchecked Sendabl
                     last = QueryResult(mutatedDocumentIDs: try Self.rethrowing { try writes.delete(delete, arguments: arguments) })
                 case .system(let system):
                     last = QueryResult(items: try store.show(system, arguments: arguments))
-                case .evict, .index:
+                case .index(let index):
+                    last = QueryResult(items: try await store.runIndexStatement(index, writer: writer))
+                case .evict:
                     throw PostgresStore.notOnAHub(statement)
                 }
                 try store.systemParameters.checkDocumentSizes(writes.takeWrittenBodies(), logger: store.logger)

@@ -5,22 +5,17 @@ import GRDB
 import Foundation
 import Logging
 
-/// An index a user declared with `CREATE INDEX`: the documents of one collection,
-/// ordered by the values at its paths.
+/// A declared index (`UserIndex`) as SQLite keeps it: a partial expression index on
+/// `document`, limited to the live documents of its collection, so it costs nothing to
+/// other collections' writes.
 ///
-/// It is a partial SQLite expression index on `document`, limited to the live
-/// documents of its collection, so it costs nothing to other collections' writes.
 /// The candidate query writes the collection into its SQL (`SQLFilter.collectionCondition`)
 /// so that SQLite can prove the index covers it. The declaration is kept in
 /// `user_index` (migration `v10-user-indexes`); the index itself in SQLite's schema
 /// as `shoal_index_<name>`, apart from the automatic `document_by_<hash>` ones.
-struct UserIndex: Sendable, Hashable {
-    var name: String
-    var collection: String
-    var paths: [[String]]
-
+extension UserIndex {
     /// SQLite's name for it (index names in SQLite ignore case, as `user_index.name` does).
-    var sqliteName: String { "shoal_index_\(name.lowercased())" }
+    var sqliteName: String { "shoal_index_\(key)" }
 
     var createStatement: String {
         let columns = paths.compactMap(SQLFilter.jsonPath).map(SQLFilter.extract).joined(separator: ", ")
@@ -28,33 +23,17 @@ struct UserIndex: Sendable, Hashable {
             + "WHERE collection = \(SQLFilter.literal(collection)) AND deleted = 0"
     }
 
-    /// What `SHOW INDEXES`, `CREATE INDEX` and `DROP INDEX` return for it.
-    var row: Value {
-        [
-            "name": .string(name), "collection": .string(collection),
-            "paths": .array(paths.map { .string($0.joined(separator: ".")) }), "automatic": false,
-        ]
-    }
-
     static func fetchAll(_ db: Database) throws -> [UserIndex] {
         try Row.fetchAll(db, sql: "SELECT name, collection, paths FROM user_index ORDER BY name").map { row in
             let row = StoredRow(row, of: "user_index")
-            let name: String = try row.value(Column("name")), collection: String = try row.value(Column("collection"))
-            // `[["a", "b"], ["c"]]`, as `CREATE INDEX` wrote it.
-            guard case .array(let paths)? = try? JSON.parse(row.value(Column("paths"), as: String.self)) else {
-                return UserIndex(name: name, collection: collection, paths: [])
-            }
             return UserIndex(
-                name: name, collection: collection,
-                paths: paths.map { path in
-                    guard case .array(let names) = path else { return [] }
-                    return names.compactMap(\.stringValue)
-                })
+                name: try row.value(Column("name")), collection: try row.value(Column("collection")),
+                paths: paths(fromJSON: try row.value(Column("paths"))))
         }
     }
 
     static func fetch(_ db: Database, named name: String) throws -> UserIndex? {
-        try fetchAll(db).first { $0.name.lowercased() == name.lowercased() }
+        try fetchAll(db).first { $0.key == name.lowercased() }
     }
 }
 
@@ -95,45 +74,35 @@ extension DocumentStore {
         case .show:
             return try UserIndex.fetchAll(db).map(\.row) + Self.automaticIndexRows(db)
         case .create(let definition, let ifNotExists):
-            let index = UserIndex(
-                name: definition.name, collection: definition.collection, paths: definition.paths.map(\.path))
+            let index = UserIndex(definition)
             if let existing = try UserIndex.fetch(db, named: index.name) {
                 if ifNotExists { return [existing.row] }
-                throw Self.indexError(
-                    "an index named '\(existing.name)' exists already, on \(existing.collection) "
-                        + "(\(existing.paths.map { $0.joined(separator: ".") }.joined(separator: ", "))): "
-                        + "DROP INDEX it first, or write CREATE INDEX IF NOT EXISTS",
-                    at: definition.namePosition)
+                throw existing.exists(at: definition.namePosition)
             }
             guard !index.collection.utf8.contains(0) else {
-                throw Self.indexError("a collection whose name holds a NUL character cannot be indexed", at: definition.namePosition)
+                throw UserIndex.error("a collection whose name holds a NUL character cannot be indexed", at: definition.namePosition)
             }
             try db.execute(sql: index.createStatement)
-            let paths = Value.array(index.paths.map { .array($0.map(Value.string)) }).canonicalJSON
             try db.execute(
                 sql: "INSERT INTO user_index (name, collection, paths, created_at) VALUES (?, ?, ?, ?)",
-                arguments: [index.name, index.collection, paths, Int64(Date().timeIntervalSince1970 * 1000)])
+                arguments: [index.name, index.collection, index.pathsJSON, Int64(Date().timeIntervalSince1970 * 1000)])
             try Self.refreshStatistics(db)
             return [index.row]
         case .drop(let name, let ifExists, let position):
             guard let index = try UserIndex.fetch(db, named: name) else {
                 if try Self.automaticIndexRows(db).contains(where: { $0["name"] == .string(name) }) {
-                    throw Self.indexError(
+                    throw UserIndex.error(
                         "'\(name)' is an automatic index: the store made it for a queried path and keeps it; "
                             + "DROP INDEX removes the indexes made with CREATE INDEX",
                         at: position)
                 }
                 if ifExists { return [] }
-                throw Self.indexError("no index named '\(name)': SHOW INDEXES lists them", at: position)
+                throw UserIndex.missing(name, at: position)
             }
             try db.execute(sql: "DROP INDEX \"\(index.sqliteName)\"")
             try db.execute(sql: "DELETE FROM user_index WHERE name = ?", arguments: [index.name])
             return [index.row]
         }
-    }
-
-    static func indexError(_ message: String, at position: SourcePosition) -> ShoalError {
-        ShoalError(QueryError(message, position: position))
     }
 
     /// The automatic indexes, as `SHOW INDEXES` rows: they serve every collection.

@@ -43,14 +43,23 @@ enum Hubs {
 
     /// A SELECT whose WHERE PostgreSQL checks (`PostgresFilter`) against the same
     /// answer asked so that nothing of it translates (`NOT (a != v)`), where every body
-    /// goes to the hub to be matched there: milliseconds, the best of `QueryTimes.runs`.
+    /// goes to the hub to be matched there, and then through declared indexes
+    /// (`CREATE INDEX`): milliseconds, the best of three.
     struct Queries: Sendable {
         /// `n = 4242`: one document.
         var oneFiltered: Double
         var oneUnfiltered: Double
+        var oneIndexed: Double
         /// `color = 'red' AND size = 3`: one in 21.
         var someFiltered: Double
         var someUnfiltered: Double
+        var someIndexed: Double
+        /// `n >= 4242 AND n < 4252`: ten documents.
+        var rangeFiltered: Double
+        var rangeUnfiltered: Double
+        var rangeIndexed: Double
+        /// `CREATE INDEX by_n ON docs (n)`, once.
+        var indexBuild: Double
     }
 
     /// The machine's CPU over a phase: busy core-seconds, wall seconds, and cores.
@@ -237,11 +246,23 @@ enum Hubs {
             return fastest
         }
         let some = (0..<documents).count { $0 % 3 == 0 && $0 % 7 == 3 }
+        let one = "SELECT * FROM docs WHERE n = 4242", someQuery = "SELECT * FROM docs WHERE color = 'red' AND size = 3"
+        let range = "SELECT * FROM docs WHERE n >= 4242 AND n < 4252"
+        let oneFiltered = try await best(one, expecting: 1)
+        let oneUnfiltered = try await best("SELECT * FROM docs WHERE NOT (n != 4242)", expecting: 1)
+        let someFiltered = try await best(someQuery, expecting: some)
+        let someUnfiltered = try await best("SELECT * FROM docs WHERE NOT (color != 'red' OR size != 3)", expecting: some)
+        let rangeFiltered = try await best(range, expecting: 10)
+        let rangeUnfiltered = try await best("SELECT * FROM docs WHERE NOT (n < 4242 OR n >= 4252)", expecting: 10)
+        let start = ContinuousClock.now
+        _ = try await store.execute("CREATE INDEX by_n ON docs (n)")
+        let indexBuild = seconds(ContinuousClock.now - start) * 1000
+        _ = try await store.execute("CREATE INDEX by_color_size ON docs (color, size)")
         return Queries(
-            oneFiltered: try await best("SELECT * FROM docs WHERE n = 4242", expecting: 1),
-            oneUnfiltered: try await best("SELECT * FROM docs WHERE NOT (n != 4242)", expecting: 1),
-            someFiltered: try await best("SELECT * FROM docs WHERE color = 'red' AND size = 3", expecting: some),
-            someUnfiltered: try await best("SELECT * FROM docs WHERE NOT (color != 'red' OR size != 3)", expecting: some))
+            oneFiltered: oneFiltered, oneUnfiltered: oneUnfiltered, oneIndexed: try await best(one, expecting: 1),
+            someFiltered: someFiltered, someUnfiltered: someUnfiltered, someIndexed: try await best(someQuery, expecting: some),
+            rangeFiltered: rangeFiltered, rangeUnfiltered: rangeUnfiltered, rangeIndexed: try await best(range, expecting: 10),
+            indexBuild: indexBuild)
     }
 
     static func appliedTransactions(_ database: PostgresHubDatabase) async throws -> Int {
@@ -334,6 +355,22 @@ enum Hubs {
                 String(
                     format: "%.1f ms unfiltered: %.1fx faster", r.queries.someUnfiltered, r.queries.someUnfiltered / r.queries.someFiltered),
             ],
+            [
+                "SELECT ... WHERE n >= 4242 AND n < 4252 (10 matches)", String(format: "%.1f ms", r.queries.rangeFiltered),
+                String(
+                    format: "%.1f ms unfiltered: %.1fx faster", r.queries.rangeUnfiltered,
+                    r.queries.rangeUnfiltered / r.queries.rangeFiltered),
+            ],
+            [
+                "CREATE INDEX by_n ON docs (n)", String(format: "%.0f ms", r.queries.indexBuild),
+                "and by_color_size ON docs (color, size)",
+            ],
+            [
+                "the three, indexed", String(format: "%.1f, %.1f, %.1f ms", r.queries.oneIndexed, r.queries.someIndexed, r.queries.rangeIndexed),
+                String(
+                    format: "%.0fx, %.1fx, %.0fx faster than filtered", r.queries.oneFiltered / r.queries.oneIndexed,
+                    r.queries.someFiltered / r.queries.someIndexed, r.queries.rangeFiltered / r.queries.rangeIndexed),
+            ],
         ]
         return "shoal-bench --hubs: \(r.documents) documents of 5 fields, in process (hubs and devices over the in-memory transport)\n"
             + renderTable(["FIGURE", "", ""], rows)
@@ -355,6 +392,9 @@ enum Hubs {
             "queries": [
                 "oneFilteredMillis": r.queries.oneFiltered, "oneUnfilteredMillis": r.queries.oneUnfiltered,
                 "someFilteredMillis": r.queries.someFiltered, "someUnfilteredMillis": r.queries.someUnfiltered,
+                "rangeFilteredMillis": r.queries.rangeFiltered, "rangeUnfilteredMillis": r.queries.rangeUnfiltered,
+                "oneIndexedMillis": r.queries.oneIndexed, "someIndexedMillis": r.queries.someIndexed,
+                "rangeIndexedMillis": r.queries.rangeIndexed, "indexBuildMillis": r.queries.indexBuild,
             ],
         ]
         let data = try! JSONSerialization.data(withJSONObject: ["hubs": object], options: [.sortedKeys])

@@ -129,6 +129,9 @@ struct ProcessHubTests {
         /// marks through hub 1, read back through hub 2.
         var filtered: [String] = []
         var updated: [String] = []
+        /// `CREATE INDEX` through hub 1, and `SHOW INDEXES` through hub 2.
+        var indexCreated: Int32 = -1
+        var indexes: [String] = []
         var attachmentPut = ""
         var tokenSeen = false
         var fetched = false
@@ -141,7 +144,8 @@ struct ProcessHubTests {
 
     /// What a node offers beyond sync, on a hub process: `status` saying it is a hub and
     /// counting the others, `import` through one hub and `export` through the other, a
-    /// query and an UPDATE whose WHERE the hub narrows in SQL, an attachment put on a
+    /// `CREATE INDEX` through one hub listed by the other, a query and an UPDATE whose
+    /// WHERE the hub narrows in SQL, an attachment put on a
     /// device behind hub 1 fetched by a device behind hub 2, `compact`
     /// removing overwritten transactions, and a metrics scrape.
     @Test func aHubServesStatusBulkAttachmentsCompactionAndMetrics() async throws {
@@ -155,7 +159,9 @@ struct ProcessHubTests {
         #expect(faces.statusText.contains("a hub on postgresql://") && faces.statusText.contains("1 other hub"), "\(faces.statusText)")
         #expect(faces.imported["documents"] == 300 && faces.imported["batches"] == 3, "\(faces.imported)")
         #expect(faces.exportedLines == 300, "every imported document exported through the other hub")
-        #expect(faces.filtered == ["doc-298", "doc-299", "doc-7"], "a WHERE narrowed in SQL on the hub")
+        #expect(faces.indexCreated == 0)
+        #expect(faces.indexes == ["by_n"], "an index declared through one hub is the other's")
+        #expect(faces.filtered == ["doc-298", "doc-299", "doc-7"], "a WHERE narrowed in SQL on the hub, through the index")
         #expect(faces.updated == ["doc-1", "doc-2"], "an UPDATE's WHERE, narrowed in SQL, through the other hub")
         #expect(faces.attachmentPut.contains("\"attachment\""), "\(faces.attachmentPut)")
         #expect(faces.tokenSeen)
@@ -379,6 +385,8 @@ struct ProcessHubTests {
         func ids(_ node: NodeProcess, _ query: String) -> [String] {
             ((try? ProcessMeshTests.documents(node, query)) ?? []).compactMap { $0["_id"] as? String }
         }
+        faces.indexCreated = try hub1.exec("CREATE INDEX by_n ON t (n)").status
+        faces.indexes = ((try? ProcessMeshTests.documents(hub2, "SHOW INDEXES")) ?? []).compactMap { $0["name"] as? String }
         faces.filtered = ids(hub2, "SELECT _id FROM t WHERE n >= 298 OR n = 7 ORDER BY _id")
         _ = try hub1.exec("UPDATE t SET tag = 'x' WHERE n < 3 AND n >= 1")
         faces.updated = ids(hub2, "SELECT _id FROM t WHERE tag = 'x' ORDER BY _id")

@@ -20,15 +20,28 @@ import Testing
     }
 
     @Test func writesWhatPostgreSQLCanCheck() throws {
-        #expect(try Self.condition("a = 1") == "(b.j IS NULL OR (b.j #> $2::text[]) = $3::jsonb)")
+        let a = "shoal_at(body, ARRAY[E'a']::text[])"
+        let kept = #"'{"shoal": "unfilterable"}'::jsonb"#
+        #expect(try Self.condition("a = 1") == "\(a) IN ($2::jsonb, \(kept))", "a body jsonb cannot hold is kept")
         #expect(
             try Self.condition("3 < a.b")
-                == "(b.j IS NULL OR (jsonb_typeof(b.j #> $2::text[]) = 'number' AND (b.j #> $2::text[]) > $3::jsonb))",
-            "a range compares numbers only")
-        #expect(try Self.condition("a IN ('x', 2)") == "(b.j IS NULL OR (b.j #> $2::text[]) IN ($3::jsonb, $4::jsonb))")
+                == "(shoal_at(body, ARRAY[E'a', E'b']::text[]) = \(kept) OR (shoal_at(body, ARRAY[E'a', E'b']::text[]) > $2::jsonb"
+                + " AND shoal_at(body, ARRAY[E'a', E'b']::text[]) < 'false'::jsonb))",
+            "a range compares numbers only: in jsonb, booleans, arrays and objects sort above them")
+        #expect(
+            try Self.condition("a <= 3") == "(\(a) = \(kept) OR (\(a) > '-1e1000'::jsonb AND \(a) <= $2::jsonb))",
+            "strings and null sort below numbers, and no double below -1e1000")
+        #expect(
+            try Self.condition("a < 9 AND b = 1 AND 2 <= a")
+                == "((\(a) = \(kept) OR (\(a) >= $2::jsonb AND \(a) < $3::jsonb)) AND shoal_at(body, ARRAY[E'b']::text[]) IN ($4::jsonb, \(kept)))",
+            "two bounds on one path are one range")
+        #expect(try Self.condition("a IN ('x', 2)") == "\(a) IN ($2::jsonb, $3::jsonb, \(kept))")
         #expect(
             try Self.condition("a = 1 OR (b = 2 AND c LIKE 'x%')")
-                == "(b.j IS NULL OR ((b.j #> $2::text[]) = $3::jsonb OR (b.j #> $4::text[]) = $5::jsonb))")
+                == "(\(a) IN ($2::jsonb, \(kept)) OR shoal_at(body, ARRAY[E'b']::text[]) IN ($3::jsonb, \(kept)))")
+        #expect(
+            try Self.condition(#"`it's \q` = 1"#) == #"shoal_at(body, ARRAY[E'it''s \\q']::text[]) IN ($2::jsonb, "# + kept + ")",
+            "a key's quotes and backslashes are doubled, in an E'' string")
         #expect(try Self.condition("`it's \"q\"` = 1") != nil, "any key a path can name, quotes included")
         #expect(try Self.condition("Kind = 1") == nil, "a key of U+212A KELVIN SIGN is found by Kind in DQL")
         #expect(try Self.condition("a = 9007199254740991") != nil)

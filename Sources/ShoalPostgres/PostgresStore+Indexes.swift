@@ -1,0 +1,102 @@
+import Logging
+import PostgresNIO
+package import ShoalCRDT
+package import ShoalQuery
+package import ShoalStorage
+
+/// A declared index (`UserIndex`) as a hub keeps it: a partial expression index on
+/// `document` over the values `shoal_at` reads at its paths, limited to the live
+/// documents of its collection, so it costs nothing to other collections' writes. A
+/// query's filter reads its paths with the same expression (`PostgresFilter`), so the
+/// planner can search the index. The declaration is kept in `user_index` (migration
+/// `v8-user-indexes`), shared by every hub.
+extension UserIndex {
+    /// PostgreSQL's name for it, from a hash of its key: PostgreSQL cuts a name at 63
+    /// bytes, and two names that hash alike fail to be created ("already exists").
+    var postgresName: String { "shoal_index_\(StableHash.fnv1a(key))" }
+
+    /// The statement that builds it.
+    var postgresCreate: String {
+        "CREATE INDEX \(postgresName) ON document ("
+            + paths.map { "(\(PostgresFilter.at($0)))" }.joined(separator: ", ")
+            + ") WHERE collection = \(PostgresFilter.literal(collection)) AND NOT deleted"
+    }
+}
+
+extension PostgresStore {
+    /// The declared indexes, by key, as `connection` sees them.
+    static func userIndexes(_ connection: HubConnection, key: String? = nil, logger: Logger) async throws -> [UserIndex] {
+        let rows = try await connection.query(
+            key.map { "SELECT name, collection, paths FROM user_index WHERE key = \($0)" }
+                ?? "SELECT name, collection, paths FROM user_index ORDER BY key", logger: logger)
+        return try rows.decode((String, String, String).self).map { name, collection, paths in
+            UserIndex(name: name, collection: collection, paths: UserIndex.paths(fromJSON: paths))
+        }
+    }
+
+    /// `SHOW INDEXES`, on a snapshot or in a write.
+    static func showIndexes(_ connection: HubConnection, logger: Logger) async throws -> [Value] {
+        try await userIndexes(connection, logger: logger).map(\.row)
+    }
+
+    /// Runs `CREATE INDEX` or `DROP INDEX` as the hubs' one writer, inside the statement's
+    /// transaction (so a transaction that rolls back leaves no index), and returns its rows.
+    ///
+    /// Building an index locks `document` against writes until the transaction commits:
+    /// on a large collection, every hub's writes wait for it.
+    func runIndexStatement(_ statement: IndexStatement, writer: PostgresInboundWriter) async throws(ShoalError) -> [Value] {
+        let connection = writer.connection
+        switch statement {
+        case .show:
+            return try await failing("listing the declared indexes") { try await Self.showIndexes(connection, logger: logger) }
+        case .create(let definition, let ifNotExists):
+            let index = UserIndex(definition)
+            let existing = try await failing("reading the declared indexes") {
+                try await Self.userIndexes(connection, key: index.key, logger: logger).first
+            }
+            if let existing {
+                if ifNotExists { return [existing.row] }
+                throw existing.exists(at: definition.namePosition)
+            }
+            guard !index.collection.utf8.contains(0) else {
+                throw UserIndex.error("a collection whose name holds a NUL character cannot be indexed", at: definition.namePosition)
+            }
+            // A build that fails (a body stored by hand that is not JSON) leaves the
+            // transaction as it was, with the error of this statement.
+            let failure: String? = try await failing("creating index \(index.name)") {
+                try await connection.query("SAVEPOINT shoal_index", logger: logger)
+                do {
+                    try await connection.query(PostgresQuery(unsafeSQL: index.postgresCreate), logger: logger)
+                } catch let error as PSQLError where error.serverInfo != nil {
+                    try await connection.query("ROLLBACK TO SAVEPOINT shoal_index", logger: logger)
+                    return error.serverInfo?[.message] ?? "\(error)"
+                }
+                try await connection.query("RELEASE SAVEPOINT shoal_index", logger: logger)
+                try await connection.query(
+                    """
+                    INSERT INTO user_index (key, name, collection, paths, created_at)
+                    VALUES (\(index.key), \(index.name), \(index.collection), \(index.pathsJSON),
+                            (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT)
+                    """, logger: logger)
+                // The planner's figures for the new expressions, as SQLite's store refreshes its own.
+                try await connection.query("ANALYZE document", logger: logger)
+                return nil
+            }
+            if let failure {
+                throw UserIndex.error(
+                    "index \(index.name) could not be built on \(database.location): \(failure)", at: definition.namePosition)
+            }
+            return [index.row]
+        case .drop(let name, let ifExists, let position):
+            return try await failing("dropping index \(name)") {
+                guard let index = try await Self.userIndexes(connection, key: name.lowercased(), logger: logger).first else {
+                    if ifExists { return [] }
+                    throw UserIndex.missing(name, at: position)
+                }
+                try await connection.query(PostgresQuery(unsafeSQL: "DROP INDEX IF EXISTS \(index.postgresName)"), logger: logger)
+                try await connection.query("DELETE FROM user_index WHERE key = \(index.key)", logger: logger)
+                return [index.row]
+            }
+        }
+    }
+}
