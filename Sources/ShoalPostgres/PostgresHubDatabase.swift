@@ -162,15 +162,22 @@ public final class PostgresHubDatabase: Sendable {
         (
             // Declared indexes (`PostgresStore+Indexes.swift`). `shoal_at` is the value a
             // query's filter compares and an index holds (`PostgresFilter`): the body's
-            // value at a path, or, for a body `jsonb` cannot hold (one with the escape
-            // \u0000), a value every filter keeps. Written in SQL, it is inlined where it
-            // is called, so that the planner matches a query's expression with an index's.
+            // value at a path; or a value every filter keeps, `unfilterable`, for a body
+            // `jsonb` cannot hold (one with the escape \u0000) and for a value of more
+            // than 256 bytes, so that an index entry of eight paths stays within what a
+            // btree page holds (2,704 bytes) and no document is too large to write.
             "v8-user-indexes",
             [
                 #"""
                 CREATE FUNCTION shoal_at(body TEXT, path TEXT[]) RETURNS jsonb
-                LANGUAGE sql IMMUTABLE PARALLEL SAFE
-                AS $$ SELECT CASE WHEN strpos(body, E'\\u0000') = 0 THEN body::jsonb #> path ELSE '{"shoal": "unfilterable"}'::jsonb END $$
+                LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+                DECLARE v jsonb;
+                BEGIN
+                    IF strpos(body, E'\\u0000') > 0 THEN RETURN '{"shoal": "unfilterable"}'; END IF;
+                    v := body::jsonb #> path;
+                    IF pg_column_size(v) > 256 THEN RETURN '{"shoal": "unfilterable"}'; END IF;
+                    RETURN v;
+                END $$
                 """#,
                 // `key` is the name in lower case: names ignore case, as on SQLite.
                 """

@@ -6,8 +6,9 @@ package import ShoalStorage
 
 /// A declared index (`UserIndex`) as a hub keeps it: a partial expression index on
 /// `document` over the values `shoal_at` reads at its paths, limited to the live
-/// documents of its collection, so it costs nothing to other collections' writes. A
-/// query's filter reads its paths with the same expression (`PostgresFilter`), so the
+/// documents of its collection, so other collections' rows hold no entries in it
+/// (though, `body` being indexed, no update of a document is a HOT update). A query's
+/// filter reads its paths with the same expression (`PostgresFilter`), so the
 /// planner can search the index. The declaration is kept in `user_index` (migration
 /// `v8-user-indexes`), shared by every hub.
 extension UserIndex {
@@ -41,9 +42,11 @@ extension PostgresStore {
 
     /// Runs `CREATE INDEX` or `DROP INDEX` as the hubs' one writer, inside the statement's
     /// transaction (so a transaction that rolls back leaves no index), and returns its rows.
+    /// A failure may leave the database transaction aborted: the caller rolls back to a
+    /// savepoint taken before the statement (`PostgresDocumentTransaction.run`).
     ///
-    /// Building an index locks `document` against writes until the transaction commits:
-    /// on a large collection, every hub's writes wait for it.
+    /// Building an index locks `document` against writes, and dropping one against reads
+    /// too, until the transaction commits: every hub waits for it.
     func runIndexStatement(_ statement: IndexStatement, writer: PostgresInboundWriter) async throws(ShoalError) -> [Value] {
         let connection = writer.connection
         switch statement {
@@ -58,27 +61,26 @@ extension PostgresStore {
                 if ifNotExists { return [existing.row] }
                 throw existing.exists(at: definition.namePosition)
             }
-            guard !index.collection.utf8.contains(0) else {
-                throw UserIndex.error("a collection whose name holds a NUL character cannot be indexed", at: definition.namePosition)
+            guard !index.collection.utf8.contains(0), !index.paths.joined().contains(where: { $0.utf8.contains(0) }) else {
+                throw UserIndex.error(
+                    "a collection or path whose name holds a NUL character cannot be indexed on a hub", at: definition.namePosition)
             }
-            // A build that fails (a body stored by hand that is not JSON) leaves the
-            // transaction as it was, with the error of this statement.
+            // A build that fails on a body (one stored by hand that is not JSON: a data
+            // exception, SQLSTATE class 22) says so; the caller (`run`) undoes the statement.
             let failure: String? = try await failing("creating index \(index.name)") {
-                try await connection.query("SAVEPOINT shoal_index", logger: logger)
                 do {
                     try await connection.query(PostgresQuery(unsafeSQL: index.postgresCreate), logger: logger)
-                } catch let error as PSQLError where error.serverInfo != nil {
-                    try await connection.query("ROLLBACK TO SAVEPOINT shoal_index", logger: logger)
+                } catch let error as PSQLError where error.serverInfo?[.sqlState]?.hasPrefix("22") == true {
                     return error.serverInfo?[.message] ?? "\(error)"
                 }
-                try await connection.query("RELEASE SAVEPOINT shoal_index", logger: logger)
                 try await connection.query(
                     """
                     INSERT INTO user_index (key, name, collection, paths, created_at)
                     VALUES (\(index.key), \(index.name), \(index.collection), \(index.pathsJSON),
                             (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT)
                     """, logger: logger)
-                // The planner's figures for the new expressions, as SQLite's store refreshes its own.
+                // The planner's figures for the new expressions, as SQLite's store refreshes
+                // its own (from a sample: its cost does not grow with the table).
                 try await connection.query("ANALYZE document", logger: logger)
                 return nil
             }

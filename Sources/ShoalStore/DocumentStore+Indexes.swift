@@ -28,7 +28,7 @@ extension UserIndex {
             let row = StoredRow(row, of: "user_index")
             return UserIndex(
                 name: try row.value(Column("name")), collection: try row.value(Column("collection")),
-                paths: paths(fromJSON: try row.value(Column("paths"))))
+                paths: (try? row.value(Column("paths"), as: String.self)).map(paths(fromJSON:)) ?? [])
         }
     }
 
