@@ -29,8 +29,13 @@ enum PostgresFilter {
         maximumDepth: 16, maximumTerms: 500, maximumArguments: 999, numbersBelow: 0x1p53,
         accepts: { !$0.contains { $0.utf8.contains(0) } }, holds: { !$0.utf8.contains(0) })
 
-    /// What `shoal_at` gives for a body `jsonb` cannot hold, at any path.
+    /// What `shoal_at` gives for a body `jsonb` cannot hold, and for a value too long
+    /// for an index entry.
     static let unfilterable = #"'{"shoal": "unfilterable"}'::jsonb"#
+
+    /// A body `jsonb` cannot hold: one with the escape `\u0000`, as `shoal_at` tells
+    /// it, and as the partial index `shoal_unfilterable` holds those bodies.
+    static let unreadable = #"strpos(body, E'\\u0000') > 0"#
 
     /// The value at `path` of a row's body, as a declared index holds it.
     static func at(_ path: [String]) -> String {
@@ -111,8 +116,11 @@ enum PostgresFilter {
             let x = at(path)
             let from = lower.map { "\(x) \($0.0.rawValue) \(bind($0.1))" } ?? "\(x) > '-1e1000'::jsonb"
             let to = upper.map { "\(x) \($0.0.rawValue) \(bind($0.1))" } ?? "\(x) < 'false'::jsonb"
-            // Both sides of the OR search the index: the range, and the bodies it cannot hold.
-            return "(\(x) = \(unfilterable) OR (\(from) AND \(to)))"
+            // The bodies `jsonb` cannot hold are found by their text, which costs no cast
+            // of the body where no index serves the range, and with one is a search of
+            // `shoal_unfilterable` beside the declared index's. (A value `shoal_at` gives
+            // as `unfilterable` for its length is no number: no range holds it.)
+            return "(\(unreadable) OR (\(from) AND \(to)))"
         }
 
         mutating func bind(_ value: PreFilter.Scalar) -> String {

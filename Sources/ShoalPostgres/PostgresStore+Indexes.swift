@@ -69,6 +69,14 @@ extension PostgresStore {
             // exception, SQLSTATE class 22) says so; the caller (`run`) undoes the statement.
             let failure: String? = try await failing("creating index \(index.name)") {
                 do {
+                    // The bodies `jsonb` cannot hold, which a range keeps by their text
+                    // (`PostgresFilter.unreadable`): few, and only where indexes are, since a
+                    // partial index over `body` ends HOT updates of every document.
+                    try await connection.query(
+                        PostgresQuery(
+                            unsafeSQL:
+                                "CREATE INDEX IF NOT EXISTS shoal_unfilterable ON document (collection, doc_id) WHERE \(PostgresFilter.unreadable)"),
+                        logger: logger)
                     try await connection.query(PostgresQuery(unsafeSQL: index.postgresCreate), logger: logger)
                 } catch let error as PSQLError where error.serverInfo?[.sqlState]?.hasPrefix("22") == true {
                     return error.serverInfo?[.message] ?? "\(error)"
