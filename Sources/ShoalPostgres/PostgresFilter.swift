@@ -34,8 +34,11 @@ enum PostgresFilter {
     static let unfilterable = #"'{"shoal": "unfilterable"}'::jsonb"#
 
     /// A body `jsonb` cannot hold: one with the escape `\u0000`, as `shoal_at` tells
-    /// it, and as the partial index `shoal_unfilterable` holds those bodies.
-    static let unreadable = #"strpos(body, E'\\u0000') > 0"#
+    /// it, and as the partial index `shoal_unfilterable` holds those bodies. Written as a
+    /// LIKE (the pattern's `\\` is one backslash), which the planner estimates as rare,
+    /// where `strpos(...) > 0` it takes for a third of the rows, and plans a range on an
+    /// index as a parallel scan of them.
+    static let unreadable = #"body LIKE E'%\\\\u0000%'"#
 
     /// The value at `path` of a row's body, as a declared index holds it.
     static func at(_ path: [String]) -> String {
@@ -99,9 +102,26 @@ enum PostgresFilter {
                 }
                 return sides.count == 1 ? sides[0] : "(" + sides.joined(separator: " AND ") + ")"
             case .any(let parts):
+                // Equalities ORed on one path are one IN: the body is cast once for them.
+                var others: [PreFilter] = []
+                var among: [[String]: [PreFilter.Scalar]] = [:]
+                var order: [[String]] = []
+                for part in parts {
+                    switch part {
+                    case .compare(let path, .equal, let value):
+                        if among[path] == nil { order.append(path) }
+                        among[path, default: []].append(value)
+                    case .among(let path, let values):
+                        if among[path] == nil { order.append(path) }
+                        among[path, default: []] += values
+                    default:
+                        others.append(part)
+                    }
+                }
                 var sides: [String] = []
-                for part in parts { sides.append(write(part)) }
-                return "(" + sides.joined(separator: " OR ") + ")"
+                for path in order { sides.append(write(.among(path, among[path]!))) }
+                for part in others { sides.append(write(part)) }
+                return sides.count == 1 ? sides[0] : "(" + sides.joined(separator: " OR ") + ")"
             }
         }
 

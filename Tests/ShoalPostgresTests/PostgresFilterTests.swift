@@ -23,7 +23,7 @@ import Testing
         let a = "shoal_at(body, ARRAY[E'a']::text[])"
         let kept = #"'{"shoal": "unfilterable"}'::jsonb"#
         #expect(try Self.condition("a = 1") == "\(a) IN ($2::jsonb, \(kept))", "a body jsonb cannot hold is kept")
-        let unreadable = #"strpos(body, E'\\u0000') > 0"#
+        let unreadable = #"body LIKE E'%\\\\u0000%'"#
         #expect(
             try Self.condition("3 < a.b")
                 == "(\(unreadable) OR (shoal_at(body, ARRAY[E'a', E'b']::text[]) > $2::jsonb"
@@ -37,6 +37,10 @@ import Testing
                 == "((\(unreadable) OR (\(a) >= $2::jsonb AND \(a) < $3::jsonb)) AND shoal_at(body, ARRAY[E'b']::text[]) IN ($4::jsonb, \(kept)))",
             "two bounds on one path are one range")
         #expect(try Self.condition("a IN ('x', 2)") == "\(a) IN ($2::jsonb, $3::jsonb, \(kept))")
+        #expect(
+            try Self.condition("a = 1 OR b > 2 OR a IN (3, 4) OR 5 = a")
+                == "(\(a) IN ($2::jsonb, $3::jsonb, $4::jsonb, $5::jsonb, \(kept)) OR (\(unreadable) OR (shoal_at(body, ARRAY[E'b']::text[]) > $6::jsonb AND shoal_at(body, ARRAY[E'b']::text[]) < 'false'::jsonb)))",
+            "equalities ORed on one path are one IN: one cast of the body")
         #expect(
             try Self.condition("a = 1 OR (b = 2 AND c LIKE 'x%')")
                 == "(\(a) IN ($2::jsonb, \(kept)) OR shoal_at(body, ARRAY[E'b']::text[]) IN ($3::jsonb, \(kept)))")
