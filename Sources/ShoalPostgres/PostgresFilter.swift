@@ -15,8 +15,9 @@ import ShoalStorage
 /// byte by byte (so a string or key is put in a filter only where bytes decide as DQL
 /// does, `PreFilter.comparesAsBytes`). Two more differences from DQL are kept out:
 /// - `jsonb` refuses the escape `\u0000`, which a DQL string may hold: `shoal_at`
-///   gives a body that holds the six characters the value `unfilterable`, which every
-///   comparison keeps, and a string holding U+0000 is not put in a filter;
+///   gives a body that holds the six characters the value `unfilterable`, which `=` and
+///   `IN` keep, and a range keeps such a body by its text (`unreadable`); a string
+///   holding U+0000 is not put in a filter;
 /// - a body's double is stored as its shortest decimal, which PostgreSQL compares
 ///   exactly where DQL compares the double's own value: they order every number the
 ///   same only below 2^53, so larger numbers stay in Swift.

@@ -257,6 +257,31 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     /// rolls back rather than commit, and does not fail for a statement that failed.
     var discarded = false
 
+    /// Takes savepoint `name`, before statements that may fail and be undone alone
+    /// (`undo(to:)`).
+    func savepoint(_ name: String) async throws(ShoalError) {
+        try await access("taking a savepoint") { try await query(PostgresQuery(unsafeSQL: "SAVEPOINT \(name)")) }
+    }
+
+    /// Releases savepoint `name`: what followed it stays.
+    func release(_ name: String) async throws(ShoalError) {
+        try await access("releasing a savepoint") { try await query(PostgresQuery(unsafeSQL: "RELEASE SAVEPOINT \(name)")) }
+    }
+
+    /// Undoes what followed savepoint `name` (taken by `savepoint`, and so while the write
+    /// was not aborted), whether or not a statement since failed, and releases it: the
+    /// write may go on, and commit. If PostgreSQL refuses, the write stays aborted.
+    func undo(to name: String) async {
+        guard !ended.withLock({ $0 }) else { return }
+        do {
+            try await query(PostgresQuery(unsafeSQL: "ROLLBACK TO SAVEPOINT \(name)"))
+            try await query(PostgresQuery(unsafeSQL: "RELEASE SAVEPOINT \(name)"))
+            aborted = false
+        } catch {
+            aborted = true
+        }
+    }
+
     /// Runs `body` inside the write, unless the write has ended or its transaction was aborted.
     func access<T>(_ doing: String, _ body: () async throws -> T) async throws(ShoalError) -> T {
         guard !ended.withLock({ $0 }) else {

@@ -197,9 +197,10 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         if match.wantsMore {
             let only = Evaluator.constantIDEquality(select.whereClause, arguments: arguments).map(DocumentKey.make)
             let filter = only == nil ? PreFilter.make(select.whereClause, arguments: arguments, rules: PostgresFilter.rules) : nil
-            let perQuery = Self.rowsPerQuery(enough: match.enough, filtered: filter != nil)
             try await liveBodies(
-                connection, of: select.collection, only: only, filter: filter, perQuery: perQuery, logger: logger
+                connection, of: select.collection, only: only, filter: filter,
+                perQuery: Self.rowsPerQuery(enough: match.enough, filtered: filter != nil),
+                unfilteredPerQuery: Self.rowsPerQuery(enough: match.enough, filtered: false), logger: logger
             ) { key, body in
                 // A body stored past the limits (by an older version) is left out: it has nothing true to show.
                 try match.offer(key: key, body: { body }, unreadable: { _ in })
@@ -233,7 +234,8 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
 
     /// Hands `take` the live bodies of `collection` (or of the one document `only`) whose
     /// key sorts after `after` and that `filter` keeps, in key order, `perQuery` a query
-    /// (nil: all in one), until it returns false or none is left.
+    /// (nil: all in one), until it returns false or none is left. Where no filter is
+    /// used (none given, or the filter dropped), `unfilteredPerQuery` a query, if given.
     ///
     /// A filter is only a narrowing: should PostgreSQL fail to check it on some body (a
     /// data exception, SQLSTATE class 22), the rest is read without it, and the caller's
@@ -242,11 +244,14 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     /// transaction go on after such a failure.
     static func liveBodies(
         _ connection: HubConnection, of collection: String, only: String? = nil, after: String = "", filter: PreFilter? = nil,
-        perQuery: Int? = bodyRowsPerQuery, logger: Logger, _ take: (_ key: String, _ body: String) throws -> Bool
+        perQuery: Int? = bodyRowsPerQuery, unfilteredPerQuery: Int?? = nil, logger: Logger,
+        _ take: (_ key: String, _ body: String) throws -> Bool
     ) async throws {
         var cursor = after
         // SQL text cannot hold U+0000, nor so a collection name written into it.
         var filter = only == nil && !collection.utf8.contains(0) ? filter : nil
+        // Read without a filter, a query is as many rows as `unfilteredPerQuery` says.
+        var perQuery = filter == nil ? unfilteredPerQuery ?? perQuery : perQuery
         let saved = filter != nil
         if saved { try await connection.query("SAVEPOINT shoal_filter", logger: logger) }
         while true {
@@ -260,6 +265,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
                     metadata: ["shoal.collection": "\(collection)", "shoal.error": "\(error.serverInfo?[.message] ?? "\(error)")"])
                 try await connection.query("ROLLBACK TO SAVEPOINT shoal_filter", logger: logger)
                 filter = nil
+                perQuery = unfilteredPerQuery ?? perQuery
                 continue
             }
             var read = 0
@@ -458,18 +464,15 @@ final class PostgresDocumentTransaction: DocumentTransaction, @unchecked Sendabl
             // does is in the database transaction at once, so a call that runs one takes a
             // savepoint, to undo only itself should it fail.
             let savepoint = statements.contains { if case .index(.show) = $0 { false } else if case .index = $0 { true } else { false } }
-            if savepoint { try await writer.access("starting a statement") { try await writer.query("SAVEPOINT shoal_execute") } }
+            if savepoint { try await writer.savepoint("shoal_execute") }
             do {
                 let result = try await write(statements, arguments: arguments, writer: writer, sequence: sequence, ended: ended)
-                if savepoint {
-                    try await writer.access("finishing a statement") { try await writer.query("RELEASE SAVEPOINT shoal_execute") }
-                }
+                if savepoint { try await writer.release("shoal_execute") }
                 return result
             } catch {
-                if savepoint {
-                    // Failing to undo leaves the writer aborted (`access`), so that it cannot commit.
-                    _ = try? await writer.access("undoing a statement") { try await writer.query("ROLLBACK TO SAVEPOINT shoal_execute") }
-                }
+                // Whatever failed, the database transaction is as it was before the call; a
+                // failure to undo leaves the writer aborted, so that it cannot commit.
+                if savepoint { await writer.undo(to: "shoal_execute") }
                 throw error
             }
         }

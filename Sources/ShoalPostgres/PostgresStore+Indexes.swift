@@ -42,8 +42,9 @@ extension PostgresStore {
 
     /// Runs `CREATE INDEX` or `DROP INDEX` as the hubs' one writer, inside the statement's
     /// transaction (so a transaction that rolls back leaves no index), and returns its rows.
-    /// A failure may leave the database transaction aborted: the caller rolls back to a
-    /// savepoint taken before the statement (`PostgresDocumentTransaction.run`).
+    /// Its statements go through the writer (`access`), which a failure leaves aborted;
+    /// the caller rolls back to a savepoint taken before the call
+    /// (`PostgresDocumentTransaction.run`, `PostgresInboundWriter.undo(to:)`).
     ///
     /// Building an index locks `document` against writes, and dropping one against reads
     /// too, until the transaction commits: every hub waits for it.
@@ -51,10 +52,11 @@ extension PostgresStore {
         let connection = writer.connection
         switch statement {
         case .show:
-            return try await failing("listing the declared indexes") { try await Self.showIndexes(connection, logger: logger) }
+            // Through `access`: a failure here aborts the database transaction, which must not commit.
+            return try await writer.access("listing the declared indexes") { try await Self.showIndexes(connection, logger: logger) }
         case .create(let definition, let ifNotExists):
             let index = UserIndex(definition)
-            let existing = try await failing("reading the declared indexes") {
+            let existing = try await writer.access("reading the declared indexes") {
                 try await Self.userIndexes(connection, key: index.key, logger: logger).first
             }
             if let existing {
@@ -67,7 +69,7 @@ extension PostgresStore {
             }
             // A build that fails on a body (one stored by hand that is not JSON: a data
             // exception, SQLSTATE class 22) says so; the caller (`run`) undoes the statement.
-            let failure: String? = try await failing("creating index \(index.name)") {
+            let failure: String? = try await writer.access("creating index \(index.name)") {
                 do {
                     // The bodies `jsonb` cannot hold, which a range keeps by their text
                     // (`PostgresFilter.unreadable`): few, and only where indexes are, since a
@@ -98,13 +100,18 @@ extension PostgresStore {
             }
             return [index.row]
         case .drop(let name, let ifExists, let position):
-            return try await failing("dropping index \(name)") {
+            return try await writer.access("dropping index \(name)") {
                 guard let index = try await Self.userIndexes(connection, key: name.lowercased(), logger: logger).first else {
                     if ifExists { return [] }
                     throw UserIndex.missing(name, at: position)
                 }
                 try await connection.query(PostgresQuery(unsafeSQL: "DROP INDEX IF EXISTS \(index.postgresName)"), logger: logger)
                 try await connection.query("DELETE FROM user_index WHERE key = \(index.key)", logger: logger)
+                // With the last declared index goes the one of the bodies `jsonb` cannot
+                // hold, and documents' updates may be HOT updates again.
+                if try await Self.userIndexes(connection, logger: logger).isEmpty {
+                    try await connection.query("DROP INDEX IF EXISTS shoal_unfilterable", logger: logger)
+                }
                 return [index.row]
             }
         }
