@@ -225,7 +225,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     /// - Else, filtered: one query. A page PostgreSQL checks without an index scans the
     ///   collection from its cursor, and the planner, which cannot tell how much the
     ///   filter keeps, may sort the whole of what it keeps for each page: measured at
-    ///   2.6 s for one document in 21 of 100,000 in pages of 128, 0.12 s in one query.
+    ///   2.6 s for one document in 21 of 100,000 in pages of 128, 0.12–0.21 s in one query.
     ///   What a filter keeps the match holds anyway.
     static func rowsPerQuery(enough: Int?, filtered: Bool) -> Int? {
         if let enough { return max(enough, bodyRowsPerQuery) }
