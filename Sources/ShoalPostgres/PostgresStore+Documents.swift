@@ -463,7 +463,7 @@ final class PostgresDocumentTransaction: DocumentTransaction, @unchecked Sendabl
             // Document writes wait in `current` until the commit; what an index statement
             // does is in the database transaction at once, so a call that runs one takes a
             // savepoint, to undo only itself should it fail.
-            let savepoint = statements.contains { if case .index(.show) = $0 { false } else if case .index = $0 { true } else { false } }
+            let savepoint = statements.contains(where: \.changesIndexes)
             if savepoint { try await writer.savepoint("shoal_execute") }
             do {
                 let result = try await write(statements, arguments: arguments, writer: writer, sequence: sequence, ended: ended)

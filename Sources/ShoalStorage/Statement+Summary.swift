@@ -18,6 +18,14 @@ extension ShoalQuery.Statement {
         case .index(.show): "SHOW INDEXES"
         }
     }
+
+    /// Whether the statement creates or drops a declared index.
+    package var changesIndexes: Bool {
+        switch self {
+        case .index(.create), .index(.drop): true
+        default: false
+        }
+    }
 }
 
 extension ShoalError {

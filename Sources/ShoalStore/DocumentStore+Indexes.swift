@@ -171,13 +171,3 @@ extension DocumentStore {
         }
     }
 }
-
-extension ShoalQuery.Statement {
-    /// Whether the statement creates or drops a declared index.
-    var changesIndexes: Bool {
-        switch self {
-        case .index(.create), .index(.drop): true
-        default: false
-        }
-    }
-}
