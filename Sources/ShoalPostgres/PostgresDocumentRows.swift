@@ -251,7 +251,8 @@ extension PostgresInboundWriter {
     /// The live bodies of `collection` as stored (of the one document `key`, when
     /// given; of those `filter` keeps, when given), in key order, in one query.
     func liveBodies(collection: String, key: String?, filter: PreFilter? = nil) async throws(ShoalError) -> [(key: String, body: String)] {
-        try await access("reading documents of \(collection)") {
+        if key == nil { store.askForIndexes(collection: collection, filter: filter) }
+        return try await access("reading documents of \(collection)") {
             var out: [(key: String, body: String)] = []
             try await PostgresStore.liveBodies(
                 connection, of: collection, only: key, filter: filter, perQuery: nil, logger: store.logger

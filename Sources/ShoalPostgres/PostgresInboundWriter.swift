@@ -5,11 +5,8 @@ package import ShoalStorage
 import PostgresNIO
 
 extension PostgresStore {
-    package func writeInbound<T: Sendable>(
-        short: Bool, claim: InboundClaim?, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
-    ) async throws(ShoalError) -> (T, ApplyOutcome) {
-        let marks = OpenTransactions.marks
-        try OpenTransactions.refuseWrite(beside: marks, of: self)
+    /// Takes this hub's write gate, waiting as long as it takes; `gate.release()` after.
+    func acquireGate() async throws(ShoalError) {
         do {
             try await gate.acquire()
         } catch is WriteGate.Refusal {
@@ -17,6 +14,14 @@ extension PostgresStore {
         } catch {
             throw ShoalError(.cancelled, "cancelled while waiting for the store's writer")
         }
+    }
+
+    package func writeInbound<T: Sendable>(
+        short: Bool, claim: InboundClaim?, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
+    ) async throws(ShoalError) -> (T, ApplyOutcome) {
+        let marks = OpenTransactions.marks
+        try OpenTransactions.refuseWrite(beside: marks, of: self)
+        try await acquireGate()
         defer { gate.release() }
         let inside = marks + [
             OpenTransactions.Mark(

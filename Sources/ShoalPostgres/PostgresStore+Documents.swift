@@ -24,8 +24,8 @@ package import ShoalStorage
 ///
 /// Not on a hub: EVICT (a hub holds the data of the devices behind it) and `ALTER
 /// SYSTEM` (`SHOW` works). Each says so with an error. Indexes are those declared with
-/// `CREATE INDEX` (`PostgresStore+Indexes.swift`); a hub makes none of its own for the
-/// paths queries name, as SQLite's store does.
+/// `CREATE INDEX` (`PostgresStore+Indexes.swift`) and those the hubs make for the paths
+/// queries filter on (`PostgresStore+AutomaticIndexes.swift`), as SQLite's store does.
 extension PostgresStore: DocumentDatabase, QuerySnapshots {
     /// Every read goes to the pool: none runs on the caller's thread.
     package var shortAccess: Duration { .zero }
@@ -161,7 +161,8 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         for statement in statements {
             switch statement {
             case .select(let select):
-                last = QueryResult(items: try await Self.select(select, arguments: arguments, connection: connection, logger: logger))
+                last = QueryResult(
+                    items: try await Self.select(select, arguments: arguments, connection: connection, asking: self, logger: logger))
             case .system(let system):
                 last = QueryResult(items: try show(system, arguments: arguments))
             case .index(.show):
@@ -188,7 +189,8 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     /// A SELECT's answer, from the live bodies of its collection (or of the one document
     /// an `_id = constant` names), read in key order until enough match.
     static func select(
-        _ select: SelectStatement, arguments: [String: Value], connection: HubConnection, logger: Logger
+        _ select: SelectStatement, arguments: [String: Value], connection: HubConnection, asking store: PostgresStore? = nil,
+        logger: Logger
     ) async throws -> [Value] {
         let isCount = DocumentMatch.isCount(select)
         var match = try DocumentMatch(
@@ -197,6 +199,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         if match.wantsMore {
             let only = Evaluator.constantIDEquality(select.whereClause, arguments: arguments).map(DocumentKey.make)
             let filter = only == nil ? PreFilter.make(select.whereClause, arguments: arguments, rules: PostgresFilter.rules) : nil
+            store?.askForIndexes(collection: select.collection, filter: filter)
             try await liveBodies(
                 connection, of: select.collection, only: only, filter: filter,
                 perQuery: Self.rowsPerQuery(enough: match.enough, filtered: filter != nil),
@@ -310,7 +313,7 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         _ select: SelectStatement, arguments: [String: Value], inline: Bool
     ) async throws(ShoalError) -> ([Value], UInt64) {
         try await snapshot("reading an observed query") { connection in
-            let items = try await Self.select(select, arguments: arguments, connection: connection, logger: self.logger)
+            let items = try await Self.select(select, arguments: arguments, connection: connection, asking: self, logger: self.logger)
             return (items, try await Self.meta(connection, "log_end", logger: self.logger))
         }
     }

@@ -35,9 +35,9 @@ extension PostgresStore {
         }
     }
 
-    /// `SHOW INDEXES`, on a snapshot or in a write.
+    /// `SHOW INDEXES`, on a snapshot or in a write: the declared indexes, then the automatic ones.
     static func showIndexes(_ connection: HubConnection, logger: Logger) async throws -> [Value] {
-        try await userIndexes(connection, logger: logger).map(\.row)
+        try await userIndexes(connection, logger: logger).map(\.row) + automaticIndexes(connection, logger: logger).map(\.row)
     }
 
     /// Runs `CREATE INDEX` or `DROP INDEX` as the hubs' one writer, inside the statement's
@@ -74,11 +74,7 @@ extension PostgresStore {
                     // The bodies `jsonb` cannot hold, which a range keeps by their text
                     // (`PostgresFilter.unreadable`): few, and only where indexes are, since a
                     // partial index over `body` ends HOT updates of every document.
-                    try await connection.query(
-                        PostgresQuery(
-                            unsafeSQL:
-                                "CREATE INDEX IF NOT EXISTS shoal_unfilterable ON document (collection, doc_id) WHERE \(PostgresFilter.unreadable)"),
-                        logger: logger)
+                    try await connection.query(PostgresQuery(unsafeSQL: Self.createUnfilterable), logger: logger)
                     try await connection.query(PostgresQuery(unsafeSQL: index.postgresCreate), logger: logger)
                 } catch let error as PSQLError where error.serverInfo?[.sqlState]?.hasPrefix("22") == true {
                     return error.serverInfo?[.message] ?? "\(error)"
@@ -102,14 +98,23 @@ extension PostgresStore {
         case .drop(let name, let ifExists, let position):
             return try await writer.access("dropping index \(name)") {
                 guard let index = try await Self.userIndexes(connection, key: name.lowercased(), logger: logger).first else {
+                    if try await Self.automaticIndexes(connection, logger: logger).contains(where: { $0.name == name.lowercased() }) {
+                        throw UserIndex.error(
+                            "'\(name)' is an automatic index: the hubs made it for a queried path and keep it; "
+                                + "DROP INDEX removes the indexes made with CREATE INDEX",
+                            at: position)
+                    }
                     if ifExists { return [] }
                     throw UserIndex.missing(name, at: position)
                 }
                 try await connection.query(PostgresQuery(unsafeSQL: "DROP INDEX IF EXISTS \(index.postgresName)"), logger: logger)
                 try await connection.query("DELETE FROM user_index WHERE key = \(index.key)", logger: logger)
-                // With the last declared index goes the one of the bodies `jsonb` cannot
-                // hold, and documents' updates may be HOT updates again.
-                if try await Self.userIndexes(connection, logger: logger).isEmpty {
+                // With the last index goes the one of the bodies `jsonb` cannot hold, and
+                // documents' updates may be HOT updates again. (Automatic indexes are built
+                // as the one writer too, so none is being built meanwhile.)
+                if try await Self.userIndexes(connection, logger: logger).isEmpty,
+                    try await Self.automaticIndexes(connection, logger: logger).isEmpty
+                {
                     try await connection.query("DROP INDEX IF EXISTS shoal_unfilterable", logger: logger)
                 }
                 return [index.row]

@@ -176,11 +176,13 @@ extension PostgresStore: NodeStore {
         while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
     }
 
-    /// Follows the other hubs' commits (`followOtherHubs`) and reads the database's size
-    /// each minute, until cancelled.
+    /// Follows the other hubs' commits (`followOtherHubs`), builds the automatic indexes
+    /// queries ask for (`buildAutomaticIndexes`) and reads the database's size each
+    /// minute, until cancelled.
     package func maintain() async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.followOtherHubs() }
+            group.addTask { await self.buildAutomaticIndexes() }
             group.addTask {
                 while !Task.isCancelled {
                     if let bytes = try? await self.snapshot("reading the database's size", { connection in

@@ -95,6 +95,11 @@ package final class PostgresStore: SyncStore, Sendable {
     let databaseBytes = Locked<UInt64>(0)
     /// DQL texts parsed lately (`parse`).
     let parsed = Locked(ParseCache())
+    /// The automatic indexes asked for and known (`PostgresStore+AutomaticIndexes.swift`).
+    let automaticIndexes = Locked(AutomaticIndexRequests())
+    /// Wakes the builder of automatic indexes (`buildAutomaticIndexes`) when one is asked for.
+    let indexWake: AsyncStream<Void>.Continuation
+    let indexWakes: AsyncStream<Void>
 
     private init(
         database: PostgresHubDatabase, siteID: SiteID, clock: HybridLogicalClock, systemParameters: SystemParameters,
@@ -112,6 +117,7 @@ package final class PostgresStore: SyncStore, Sendable {
         self.freshness = Locked(freshness)
         self.logger = logger
         announcer = CommitAnnouncer(feed: commits, logger: logger)
+        (indexWakes, indexWake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
     /// Opens the store on `database`, whose connection pool must be running

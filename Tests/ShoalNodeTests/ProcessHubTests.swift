@@ -129,6 +129,8 @@ struct ProcessHubTests {
         /// marks through hub 1, read back through hub 2.
         var filtered: [String] = []
         var updated: [String] = []
+        /// An automatic index made for a queried path, through the other hub.
+        var automatic = false
         /// `CREATE INDEX` through hub 1, and `SHOW INDEXES` through hub 2.
         var indexCreated: Int32 = -1
         var indexes: [String] = []
@@ -163,6 +165,7 @@ struct ProcessHubTests {
         #expect(faces.indexes == ["by_n"], "an index declared through one hub is the other's")
         #expect(faces.filtered == ["doc-298", "doc-299", "doc-7"], "a WHERE narrowed in SQL on the hub, through the index")
         #expect(faces.updated == ["doc-1", "doc-2"], "an UPDATE's WHERE, narrowed in SQL, through the other hub")
+        #expect(faces.automatic, "an automatic index for the path a query filtered on")
         #expect(faces.attachmentPut.contains("\"attachment\""), "\(faces.attachmentPut)")
         #expect(faces.tokenSeen)
         #expect(faces.fetched, "the bytes a device behind hub 1 put reach a device behind hub 2: \(faces.getError)")
@@ -390,6 +393,13 @@ struct ProcessHubTests {
         faces.filtered = ids(hub2, "SELECT _id FROM t WHERE n >= 298 OR n = 7 ORDER BY _id")
         _ = try hub1.exec("UPDATE t SET tag = 'x' WHERE n < 3 AND n >= 1")
         faces.updated = ids(hub2, "SELECT _id FROM t WHERE tag = 'x' ORDER BY _id")
+        // That query's path, `tag`, which no declared index leads with: hub 2 builds an
+        // automatic index for it in the background, which hub 1 lists.
+        faces.automatic = eventually(30) {
+            ((try? ProcessMeshTests.documents(hub1, "SHOW INDEXES")) ?? []).contains {
+                $0["automatic"] as? Bool == true && $0["paths"] as? [String] == ["tag"]
+            }
+        }
 
         // An attachment put on d1 (behind hub 1), fetched on d2 (behind hub 2).
         let source = dirs.path + "/scan.bin"

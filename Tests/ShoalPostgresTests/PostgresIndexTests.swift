@@ -41,6 +41,15 @@ struct PostgresIndexTests {
         })
     }()
 
+    /// Cars `a` (2000) and `b`, whose body is stored by hand as a text that is not JSON.
+    static func carsOneNotJSON(_ store: PostgresStore, _ database: PostgresHubDatabase) async throws {
+        _ = try await store.execute("INSERT INTO cars DOCUMENTS ({_id: 'a', year: 2000}), ({_id: 'b', year: 2001})")
+        try await database.withConnection { connection in
+            _ = try await connection.query(
+                #"UPDATE document SET body = 'not json' WHERE collection = 'cars' AND doc_id = '"b"'"#, logger: store.logger)
+        }
+    }
+
     /// The plan of the first query a SELECT's read makes on a hub.
     static func plan(_ store: PostgresStore, _ query: String) async throws -> String {
         guard case .select(let select) = try Parser.parseStatement(query) else { return "" }
@@ -195,11 +204,7 @@ struct PostgresIndexTests {
         try await TemporaryPostgresDatabase.withDatabase { hubs in
             let store = try await PostgresStore.open(hubs[0], logger: Logger(label: "shoal.test.postgres"))
             defer { store.close() }
-            _ = try await store.execute("INSERT INTO cars DOCUMENTS ({_id: 'a', year: 2000}), ({_id: 'b', year: 2001})")
-            try await hubs[0].withConnection { connection in
-                _ = try await connection.query(
-                    #"UPDATE document SET body = 'not json' WHERE collection = 'cars' AND doc_id = '"b"'"#, logger: store.logger)
-            }
+            try await PostgresIndexTests.carsOneNotJSON(store, hubs[0])
             let error = try await #require(throws: ShoalError.self) { try await store.execute("CREATE INDEX by_year ON cars (year)") }
             #expect(error.message.hasPrefix("line 1, column 14: index by_year could not be built on "), "\(error.message)")
             #expect(error.message.contains("invalid input syntax for type json"), "\(error.message)")
