@@ -26,11 +26,29 @@ struct AutomaticIndexRequestsTests {
         #expect(take(&requests).map { "\($0.collection).\($0.index.path.joined(separator: "."))" } == ["cars.year", "cars.make", "boats.year"])
         #expect(take(&requests).isEmpty)
         #expect(ask(&requests, collection: "cars", paths: [["year"]], now: now + .seconds(61)), "not built a minute later: asked again")
-        requests.built.insert(AutomaticIndex(path: ["make"]).name)
+        requests.found([AutomaticIndex(path: ["make"]).name], count: 1, most: 32)
         #expect(!ask(&requests, collection: "cars", paths: [["make"]], now: now + .seconds(120)), "built")
         #expect(!ask(&requests, collection: "cars", paths: [[]], now: now), "an empty path is no index")
-        requests.full = true
+        requests.found([], count: 32, most: 32)
         #expect(!ask(&requests, collection: "cars", paths: [["color"]], now: now), "no more may be built")
+    }
+
+    @Test func aPathPendingIsPendingOnceAndAFailedBuildWaitsLongerEachTime() {
+        var requests = AutomaticIndexRequests()
+        #expect(ask(&requests, collection: "cars", paths: [["year"], ["year"]], now: now))
+        #expect(!ask(&requests, collection: "cars", paths: [["year"]], now: now + .seconds(90)), "still waiting to be taken")
+        #expect(take(&requests).count == 1)
+        let name = AutomaticIndex(path: ["year"]).name
+        var at = now
+        for wait in [60, 120, 240, 480, 960, 1_920, 3_600, 3_600] {
+            requests.failed(name, now: at)
+            #expect(!ask(&requests, collection: "boats", paths: [["year"]], now: at + .seconds(wait) - .milliseconds(1)), "\(wait) s")
+            #expect(ask(&requests, collection: "boats", paths: [["year"]], now: at + .seconds(wait)), "\(wait) s")
+            _ = take(&requests)
+            at += .seconds(wait)
+        }
+        requests.found([name], most: 32)
+        #expect(requests.failures.isEmpty, "built by another hub: its failures forgotten")
     }
 
     @Test func whatIsRememberedIsBounded() {
@@ -89,8 +107,8 @@ struct PostgresAutomaticIndexTests {
             // Another hub asking for the same path finds it built.
             _ = try await other.execute("SELECT * FROM cars WHERE year = 1999")
             #expect(await other.buildAskedIndexes() == [Self.wanted("cars", "year"): .existed])
-            _ = try await other.execute("SELECT * FROM cars WHERE year = 1998")
-            #expect(await other.buildAskedIndexes().isEmpty, "known built now")
+            _ = try await other.execute("SELECT * FROM boats WHERE year = 1998")
+            #expect(await other.buildAskedIndexes().isEmpty, "known built now, for every collection")
             // It serves every collection, and cannot be dropped.
             #expect(
                 try await PostgresIndexTests.count(hubs[1], "indexname = '\(name)' AND indexdef NOT LIKE '%WHERE%collection%'") == 1,
@@ -143,6 +161,33 @@ struct PostgresAutomaticIndexTests {
             #expect(try await store.execute("SHOW INDEXES").items.isEmpty)
             // The hub goes on writing.
             _ = try await store.execute("INSERT INTO cars DOCUMENTS ({_id: 'c', year: 2002})")
+        }
+    }
+
+    /// A build that waits for a lock another session holds on the documents (here, as
+    /// a VACUUM would) gives up after `buildLockWait`, and the writes it held go on.
+    @Test func aBuildWaitsForAnotherSessionsLockOnlySoLong() async throws {
+        try await TemporaryPostgresDatabase.withDatabase { hubs in
+            let store = try await PostgresStore.open(hubs[0], logger: Logger(label: "shoal.test.postgres"))
+            defer { store.close() }
+            _ = try await store.execute("INSERT INTO cars DOCUMENTS ({_id: 'a', year: 2000})")
+            _ = try await store.execute("SELECT * FROM cars WHERE year = 2000")
+            let outcome = try await hubs[0].withConnection { connection in
+                _ = try await connection.query("BEGIN", logger: store.logger)
+                _ = try await connection.query("LOCK TABLE document IN SHARE UPDATE EXCLUSIVE MODE", logger: store.logger)
+                let started = ContinuousClock.now
+                let outcome = await store.buildAskedIndexes()[Self.wanted("cars", "year")]
+                #expect(ContinuousClock.now - started < PostgresStore.buildLockWait + .seconds(5))
+                _ = try await connection.query("ROLLBACK", logger: store.logger)
+                return outcome
+            }
+            guard case .failed(let message)? = outcome else {
+                Issue.record("built past another session's lock: \(String(describing: outcome))")
+                return
+            }
+            #expect(message.contains("held a lock on the documents"), "\(message)")
+            _ = try await store.execute("INSERT INTO cars DOCUMENTS ({_id: 'b', year: 2001})")
+            #expect(try await store.execute("SHOW INDEXES").items.isEmpty)
         }
     }
 
