@@ -22,8 +22,8 @@ package import ShoalStorage
 /// and writes both back at commit, with its rows as one apply
 /// (`PostgresDocumentRows.appliedRows`).
 ///
-/// Not on a hub: EVICT (a hub holds the data of the devices behind it) and `ALTER
-/// SYSTEM` (`SHOW` works). Each says so with an error. Indexes are those declared with
+/// Not on a hub: EVICT (a hub holds the data of the devices behind it), which says so
+/// with an error. `ALTER SYSTEM SET` changes this hub process's parameters. Indexes are those declared with
 /// `CREATE INDEX` (`PostgresStore+Indexes.swift`) and those the hubs make for the paths
 /// queries filter on (`PostgresStore+AutomaticIndexes.swift`), as SQLite's store does.
 extension PostgresStore: DocumentDatabase, QuerySnapshots {
@@ -39,6 +39,17 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         }
         do {
             guard statements.contains(where: \.isMutation) else {
+                // Listed while it runs, for the long-transaction log, as on a node.
+                let token = try register(TransactionInfo(id: LocalWriteRules.randomID(), hint: hint, isReadOnly: true))
+                defer { running.unregister(token) }
+                // `ALTER SYSTEM` and `SHOW` alone need nothing of the database, which may be
+                // out of reach when an operator most needs to change a limit.
+                let systems = statements.compactMap { if case .system(let system) = $0 { system } else { nil } }
+                if systems.count == statements.count {
+                    var last = QueryResult()
+                    for system in systems { last = QueryResult(items: try show(system, arguments: arguments)) }
+                    return last
+                }
                 return try await snapshot("running a query") { connection in
                     try await self.read(statements, arguments: arguments, connection: connection)
                 }
@@ -60,12 +71,12 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         hint: String?, isReadOnly: Bool, _ body: (any DocumentTransaction) async throws -> (T, TransactionCompletion)
     ) async throws(ShoalError) -> (value: T, info: TransactionInfo, transactionID: TransactionID?) {
         let info = TransactionInfo(id: LocalWriteRules.randomID(), hint: hint, isReadOnly: isReadOnly)
-        running.withLock { $0.append(info) }
-        defer { running.withLock { $0.removeAll { $0.id == info.id } } }
         var value: T?
         var failure: (any Error)?
         let id: TransactionID?
         if isReadOnly {
+            let token = try register(info)
+            defer { running.unregister(token) }
             try await snapshot("running \(info.described)") { connection in
                 let transaction = PostgresDocumentTransaction(store: self, info: info, mode: .reading(connection))
                 defer { transaction.end() }
@@ -93,6 +104,13 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         return (value, info, id)
     }
 
+    /// Lists a transaction as running (`runningTransactions`, the long-transaction log)
+    /// until `running.unregister` is called with the token returned.
+    func register(_ info: TransactionInfo) throws(ShoalError) -> Int {
+        guard let token = running.register(info, nested: true) else { throw ShoalError(.closed, "the store is closed") }
+        return token
+    }
+
     /// Runs `body` as a read-write transaction, the hubs' one writer, and commits what it
     /// wrote unless it says `.rollback`; returns the ID it committed under (nil when it
     /// wrote nothing or rolled back).
@@ -102,6 +120,8 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     ) async throws(ShoalError) -> TransactionID? {
         let marks = OpenTransactions.marks
         try OpenTransactions.refuseWrite(beside: marks, of: self)
+        let token = try register(info)
+        defer { running.unregister(token) }
         do {
             try await gate.acquire(deadline: deadline?.instant)
         } catch WriteGate.Refusal.deadlinePassed {
@@ -113,11 +133,6 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         }
         defer { gate.release() }
         let inside = marks + [OpenTransactions.Mark(store: ObjectIdentifier(self), info: info)]
-        let listed = running.withLock { list in
-            defer { if !list.contains(where: { $0.id == info.id }) { list.append(info) } }
-            return list.contains { $0.id == info.id }
-        }
-        defer { if !listed { running.withLock { $0.removeAll { $0.id == info.id } } } }
         var committed: (id: TransactionID, collections: Set<String>)?
         var transaction: PostgresDocumentTransaction?
         var committing: ContinuousClock.Instant?
@@ -174,13 +189,14 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         return last
     }
 
-    /// `SHOW` of this hub's parameters. `ALTER SYSTEM SET` is refused: a hub's
-    /// parameters are those it started with (`shoal run` flags).
+    /// `ALTER SYSTEM SET` or `SHOW` on this hub's parameters: in memory, at once, as a
+    /// node's. They are the hub process's own, as its `shoal run` flags are: a change
+    /// lasts until it stops, and the other hubs keep theirs.
     func show(_ statement: SystemStatement, arguments: [String: Value]) throws(ShoalError) -> [Value] {
-        if case .set = statement { throw Self.notOnAHub(.system(statement)) }
-        var parameters = systemParameters
         do throws(QueryError) {
-            return try parameters.apply(statement, arguments: arguments)
+            return try parameters.withLock { parameters throws(QueryError) in
+                try parameters.apply(statement, arguments: arguments)
+            }
         } catch {
             throw ShoalError(error)
         }
@@ -354,10 +370,6 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
             ShoalError(
                 .invalidQuery,
                 "\(statement.summary): a hub does not evict, since the devices behind it count on it to hold what they sync; delete the documents, or evict them on a device")
-        case .system:
-            ShoalError(
-                .invalidQuery,
-                "\(statement.summary): a hub's parameters are those it started with (shoal run --document-size-soft-limit, ...); restart it to change them")
         default:
             ShoalError(.invalidQuery, "\(statement.summary) is not offered on a hub (PostgreSQL) yet; run it on a device's node")
         }
@@ -460,7 +472,7 @@ final class PostgresDocumentTransaction: DocumentTransaction, @unchecked Sendabl
             }
         case .writing(let writer, let sequence):
             // Refused before anything is read ahead under the writer's lock.
-            if let refused = statements.first(where: { switch $0 { case .evict, .system(.set): true; default: false } }) {
+            if let refused = statements.first(where: { if case .evict = $0 { true } else { false } }) {
                 throw PostgresStore.notOnAHub(refused)
             }
             // Document writes wait in `current` until the commit; what an index statement

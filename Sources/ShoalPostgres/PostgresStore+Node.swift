@@ -15,7 +15,7 @@ import ShoalQuery
 extension PostgresStore: NodeStore {
     package var committedLocalTransactions: UInt64 { localCommits.withLock { $0 } }
 
-    package var runningTransactions: [TransactionInfo] { running.withLock { $0 } }
+    package var runningTransactions: [TransactionInfo] { running.transactions }
 
     package func page(_ query: String, arguments: [String: Value], after key: String, limit: Int) async throws(ShoalError)
         -> DocumentPage
@@ -171,9 +171,10 @@ extension PostgresStore: NodeStore {
 
     // MARK: Running
 
-    /// A hub logs no long transactions yet; returns when cancelled.
+    /// Logs this hub's transactions that stay open too long (`TransactionRegistry.monitor`),
+    /// as a node logs its own, until cancelled.
     package func monitorTransactions() async {
-        while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
+        await running.monitor(parameters: { systemParameters }, logger: logger)
     }
 
     /// Follows the other hubs' commits (`followOtherHubs`), builds the automatic indexes

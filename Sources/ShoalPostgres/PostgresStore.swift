@@ -46,7 +46,9 @@ package final class PostgresStore: SyncStore, Sendable {
     /// store opens, as a SQLite store's (DATA_MODEL.md §7), so that increments made from
     /// a restored database never overwrite those made after its backup.
     package let counterSite = SiteID.random()
-    package let systemParameters: SystemParameters
+    /// The hub's run-time parameters (`ALTER SYSTEM SET` changes them, in this process).
+    let parameters: Locked<SystemParameters>
+    package var systemParameters: SystemParameters { parameters.withLock { $0 } }
     let logger: Logger
 
     /// Queues this hub's writers, first come first served, before they take a connection.
@@ -73,8 +75,8 @@ package final class PostgresStore: SyncStore, Sendable {
     let localCommits = Locked<UInt64>(0)
     /// Times each local commit that wrote something, once the node gives one (`timeCommits`).
     let commitDuration = Locked<Metrics.Timer?>(nil)
-    /// This hub's transactions open now, oldest first.
-    let running = Locked<[TransactionInfo]>([])
+    /// This hub's transactions open now: what `status` lists and the long-transaction log reports.
+    let running = TransactionRegistry()
     /// The freshness saved and through when deletions were forgotten: read at open, kept as saved.
     let freshness: Locked<(entries: [SiteID: UInt64], forgottenThrough: UInt64)>
     /// The mark (`txn.mark`) of each waiting or partial record as this hub last wrote or
@@ -112,7 +114,7 @@ package final class PostgresStore: SyncStore, Sendable {
         self.database = database
         self.siteID = siteID
         self.clock = clock
-        self.systemParameters = systemParameters
+        self.parameters = Locked(systemParameters)
         self.interestAtOpen = interest
         self.freshness = Locked(freshness)
         self.logger = logger

@@ -72,55 +72,11 @@ extension DocumentStore {
     /// The store's run-time parameters (`ALTER SYSTEM SET` changes them).
     package var systemParameters: SystemParameters { parameters.withLock { $0 } }
 
-    /// Logs the transactions that stay open too long, until the task is cancelled
-    /// or the store closes. `ShoalNode.run` runs it; a tool that opens a
-    /// `DocumentStore` on its own runs it in a task of its own.
-    ///
-    /// A transaction still open `transaction_duration_before_logging_ms` after it
-    /// started is logged at `notice`, then again every `transaction_trace_interval_ms`:
-    /// the second time at `warning`, from the third on at `error`. Each line names the
-    /// transaction's ID and hint, whether it is read-only, and how long it has been
-    /// open. The monitor wakes when the next report is due, and at least once a
-    /// second so that new parameter values apply (at most every 10 ms).
+    /// Logs the transactions that stay open too long (`TransactionRegistry.monitor`),
+    /// until the task is cancelled or the store closes. `ShoalNode.run` runs it; a tool
+    /// that opens a `DocumentStore` on its own runs it in a task of its own.
     package func monitorTransactions() async {
-        let clock = ContinuousClock()
-        while !running.isClosed {
-            let parameters = systemParameters
-            let threshold = Duration.milliseconds(parameters.transactionDurationBeforeLoggingMilliseconds)
-            let interval = Duration.milliseconds(parameters.transactionTraceIntervalMilliseconds)
-            let now = clock.now
-            let (due, next) = running.reports(at: now, threshold: threshold, interval: interval)
-            for report in due { log(report) }
-            // Not more often than every 10 ms, however small the parameters.
-            let wake = max(min(next ?? now + threshold, now + .seconds(1)), now + .milliseconds(10))
-            do {
-                try await Task.sleep(until: wake, clock: clock)
-            } catch {
-                return
-            }
-        }
-    }
-
-    private func log(_ report: TransactionRegistry.Report) {
-        let level: Logger.Level =
-            switch report.number {
-            case 1: .notice
-            case 2: .warning
-            default: .error
-            }
-        let milliseconds = Int64(report.elapsed / .milliseconds(1))
-        let seconds = Double(milliseconds / 100) / 10
-        let hint = report.info.hint.map { "hint '\($0)'" } ?? "no hint"
-        logger.log(
-            level: level,
-            "\(report.info.isReadOnly ? "read-only" : "read-write") transaction \(report.info.id) (\(hint)) has been open for \(seconds) s",
-            metadata: [
-                "shoal.txn.id": "\(report.info.id)",
-                "shoal.txn.hint": "\(report.info.hint ?? "")",
-                "shoal.txn.read_only": "\(report.info.isReadOnly)",
-                "shoal.txn.open_ms": "\(milliseconds)",
-                "shoal.txn.report": "\(report.number)",
-            ])
+        await running.monitor(parameters: { systemParameters }, logger: logger)
     }
 
     /// Refuses new transactions and writes, waits for the running ones to finish

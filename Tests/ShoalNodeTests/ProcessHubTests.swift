@@ -131,6 +131,9 @@ struct ProcessHubTests {
         var updated: [String] = []
         /// An automatic index made for a queried path, through the other hub.
         var automatic = false
+        /// `transaction_trace_interval_ms` after `ALTER SYSTEM SET` through hub 1, read
+        /// through hub 1 and hub 2.
+        var traceIntervals: [Int] = []
         /// `CREATE INDEX` through hub 1, and `SHOW INDEXES` through hub 2.
         var indexCreated: Int32 = -1
         var indexes: [String] = []
@@ -166,6 +169,7 @@ struct ProcessHubTests {
         #expect(faces.filtered == ["doc-298", "doc-299", "doc-7"], "a WHERE narrowed in SQL on the hub, through the index")
         #expect(faces.updated == ["doc-1", "doc-2"], "an UPDATE's WHERE, narrowed in SQL, through the other hub")
         #expect(faces.automatic, "an automatic index for the path a query filtered on")
+        #expect(faces.traceIntervals == [250, 5_000], "ALTER SYSTEM sets the parameters of the hub process it runs on")
         #expect(faces.attachmentPut.contains("\"attachment\""), "\(faces.attachmentPut)")
         #expect(faces.tokenSeen)
         #expect(faces.fetched, "the bytes a device behind hub 1 put reach a device behind hub 2: \(faces.getError)")
@@ -393,6 +397,11 @@ struct ProcessHubTests {
         faces.filtered = ids(hub2, "SELECT _id FROM t WHERE n >= 298 OR n = 7 ORDER BY _id")
         _ = try hub1.exec("UPDATE t SET tag = 'x' WHERE n < 3 AND n >= 1")
         faces.updated = ids(hub2, "SELECT _id FROM t WHERE tag = 'x' ORDER BY _id")
+        _ = try hub1.exec("ALTER SYSTEM SET transaction_trace_interval_ms = 250")
+        for hub in [hub1, hub2] {
+            let rows = (try? ProcessMeshTests.documents(hub, "SHOW transaction_trace_interval_ms")) ?? []
+            faces.traceIntervals += rows.compactMap { $0["value"] as? Int }
+        }
         // That query's path, `tag`, which no declared index leads with: hub 2 builds an
         // automatic index for it in the background, which hub 1 lists.
         faces.automatic = eventually(30) {

@@ -19,6 +19,65 @@ import Testing
 
     static func ids(_ result: QueryResult) -> [String] { result.items.compactMap { $0["_id"]?.stringValue } }
 
+    /// `ALTER SYSTEM SET` and `SHOW` on every engine (a hub's parameters are its own
+    /// process's, as a node's are its own), the writes held to the limits set, and the
+    /// long-transaction log reporting a transaction open too long at rising levels.
+    @Test(arguments: Engine.allCases)
+    func parametersChangeAtOnceAndLongTransactionsAreLogged(engine: Engine) async throws {
+        let records = LogRecords()
+        try await engine.withStore(logger: Logger(label: "shoal.test") { _ in CapturingLogHandler(records: records) }) { store in
+            let set = try await store.execute(
+                "ALTER SYSTEM SET transaction_duration_before_logging_ms = 40; ALTER SYSTEM SET transaction_trace_interval_ms = 40")
+            #expect(set.items == [["name": "transaction_trace_interval_ms", "value": 40]])
+            #expect(set.transactionID == nil, "ALTER SYSTEM writes no document")
+            #expect(store.systemParameters.transactionDurationBeforeLoggingMilliseconds == 40)
+            // Inside a read-write transaction too, which a rollback does not undo.
+            _ = try await store.transaction { tx in
+                _ = try await tx.execute("ALTER SYSTEM SET document_size_soft_limit_bytes = 1000; ALTER SYSTEM SET document_size_hard_limit_bytes = 2000")
+                return .rollback
+            }
+            #expect(
+                try await store.execute("SHOW document_size_hard_limit_bytes").items == [["name": "document_size_hard_limit_bytes", "value": 2000]])
+            let error = await #expect(throws: ShoalError.self) {
+                try await store.execute("INSERT INTO c DOCUMENTS ({'_id': 'big', 'text': :t})", arguments: ["t": .string(String(repeating: "x", count: 3000))])
+            }
+            #expect(error?.message.contains("over the hard limit of 2000 bytes") == true, "\(error?.message ?? "")")
+            let error2 = await #expect(throws: ShoalError.self) { try await store.execute("ALTER SYSTEM SET document_size_soft_limit_bytes = 3000") }
+            #expect(error2?.message.contains("hard limit") == true, "\(error2?.message ?? "")")
+
+            let (quick, slow) = try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { await store.monitorTransactions() }
+                defer { group.cancelAll() }
+                // Under the monitor with a threshold no quick transaction reaches even on a
+                // loaded machine; then the threshold lowered, for one that stays open.
+                _ = try await store.execute("ALTER SYSTEM SET transaction_duration_before_logging_ms = 5000")
+                let quick = try await store.transaction(hint: "quick") { tx in
+                    _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'q'})")
+                    return tx.info.id
+                }
+                try await Task.sleep(for: .milliseconds(100))
+                _ = try await store.execute("ALTER SYSTEM SET transaction_duration_before_logging_ms = 40")
+                return (quick, try await store.transaction(hint: "slow import") { tx in
+                    _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'a'})")
+                    #expect(store.runningTransactions.map(\.id) == [tx.info.id])
+                    // Open until its third report.
+                    #expect(await InProcessMesh.eventually { records.reports(about: tx.info.id).count >= 3 })
+                    return tx.info.id
+                })
+            }
+            let reports = records.reports(about: slow)
+            #expect(reports.prefix(3).map(\.level) == [.notice, .warning, .error])
+            for report in reports {
+                #expect(report.message.hasPrefix("read-write transaction \(slow) (hint 'slow import') has been open for "))
+                #expect(report.metadata["shoal.txn.hint"] == "slow import")
+                #expect(report.metadata["shoal.txn.read_only"] == "false")
+            }
+            #expect(reports.map(\.metadata["shoal.txn.report"]).prefix(3) == ["1", "2", "3"])
+            #expect(records.reports(about: quick).isEmpty, "a transaction that ended in time is never logged")
+            #expect(store.runningTransactions.isEmpty)
+        }
+    }
+
     @Test(arguments: Engine.allCases)
     func statementsReadAndWriteDocuments(engine: Engine) async throws {
         try await Self.withDatabase(engine) { db in

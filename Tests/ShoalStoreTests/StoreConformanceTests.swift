@@ -33,19 +33,19 @@ import Testing
         /// `wallClock`: the milliseconds its clock reads (tests move it by hand).
         func withStore(
             wallClock: @escaping @Sendable () -> UInt64 = HybridLogicalClock.systemMilliseconds,
-            _ body: @Sendable (any NodeStore) async throws -> Void
+            logger: Logger? = nil, _ body: @Sendable (any NodeStore) async throws -> Void
         ) async throws {
             switch self {
             case .sqlite:
                 let dir = TemporaryDirectory()
                 defer { dir.remove() }
-                let store = try DocumentStore(directory: dir.path, wallClock: wallClock)
+                let store = try DocumentStore(directory: dir.path, logger: logger ?? Logger(label: "shoal.store"), wallClock: wallClock)
                 defer { store.close() }
                 try await body(store)
             case .postgres:
                 try await TemporaryPostgresDatabase.withDatabase { hubs in
                     let store = try await PostgresStore.open(
-                        hubs[0], clock: HybridLogicalClock(wallClock: wallClock), logger: Logger(label: "shoal.test.postgres"))
+                        hubs[0], clock: HybridLogicalClock(wallClock: wallClock), logger: logger ?? Logger(label: "shoal.test.postgres"))
                     defer { store.close() }
                     try await body(store)
                 }

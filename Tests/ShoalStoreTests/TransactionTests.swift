@@ -475,35 +475,6 @@ final class EventLog: Sendable {
 
     // MARK: Long transactions, parameters, shutdown
 
-    @Test func longTransactionsAreLoggedWithTheirHintAtRisingLevels() async throws {
-        let records = LogRecords()
-        let logger = Logger(label: "shoal.test") { _ in CapturingLogHandler(records: records) }
-        try await Self.withStore(logger: logger) { store in
-            _ = try await store.execute(
-                "ALTER SYSTEM SET transaction_duration_before_logging_ms = 40; ALTER SYSTEM SET transaction_trace_interval_ms = 40")
-            let quick = try await store.transaction(hint: "quick") { tx in tx.info.id }
-            let slow = try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { await store.monitorTransactions() }
-                defer { group.cancelAll() }
-                return try await store.transaction(hint: "slow import") { tx in
-                    _ = try await tx.execute("INSERT INTO c DOCUMENTS ({'_id': 'a'})")
-                    // Stay open until the third report.
-                    #expect(await InProcessMesh.eventually { records.reports(about: tx.info.id).count >= 3 })
-                    return tx.info.id
-                }
-            }
-            let reports = records.reports(about: slow)
-            #expect(reports.prefix(3).map(\.level) == [.notice, .warning, .error])
-            for report in reports {
-                #expect(report.message.hasPrefix("read-write transaction \(slow) (hint 'slow import') has been open for "))
-                #expect(report.metadata["shoal.txn.hint"] == "slow import")
-                #expect(report.metadata["shoal.txn.read_only"] == "false")
-            }
-            #expect(reports.map(\.metadata["shoal.txn.report"]).prefix(3) == ["1", "2", "3"])
-            #expect(records.reports(about: quick).isEmpty, "a transaction that ended in time is never logged")
-        }
-    }
-
     @Test func systemParametersAreShownAndChangedPerStore() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
