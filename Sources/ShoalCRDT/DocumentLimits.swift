@@ -17,10 +17,16 @@ public struct DocumentLimits: Sendable, Hashable {
     public var softBytes: Int
     /// Bytes of a body over which a write is refused (`document_size_hard_limit_bytes`).
     public var hardBytes: Int
+    /// Bytes of a document's key over which a write is refused: its collection's name,
+    /// its stored `_id` and the name of a field it writes, together. Nil, no bound: a
+    /// SQLite node has none; a hub on PostgreSQL does, since its indexes hold these
+    /// names and a btree entry holds 2,704 bytes at most.
+    public var keyBytes: Int?
 
-    public init(softBytes: Int = 256 << 10, hardBytes: Int = 4 << 20) {
+    public init(softBytes: Int = 256 << 10, hardBytes: Int = 4 << 20, keyBytes: Int? = nil) {
         self.softBytes = softBytes
         self.hardBytes = hardBytes
+        self.keyBytes = keyBytes
     }
 
     /// The deepest nesting a body may have: the JSON reader's limit.
@@ -32,6 +38,8 @@ public struct DocumentLimits: Sendable, Hashable {
         case tooLarge(bytes: Int, limit: Int)
         /// The body would nest deeper than `limit` levels.
         case tooDeep(limit: Int)
+        /// Its collection's name, `_id` and a field's name would be `bytes` together, over `limit`.
+        case keyTooLong(bytes: Int, limit: Int)
 
         public var description: String {
             switch self {
@@ -39,6 +47,8 @@ public struct DocumentLimits: Sendable, Hashable {
                 "it would be \(bytes) bytes, over the hard limit of \(limit) bytes (document_size_hard_limit_bytes)"
             case .tooDeep(let limit):
                 "it would nest deeper than \(limit) levels, the most a document can hold (fields and values nested inside one another, the document itself counted)"
+            case .keyTooLong(let bytes, let limit):
+                "its collection's name, _id and a field's name are \(bytes) bytes together, over the \(limit) this node can index (a hub on PostgreSQL)"
             }
         }
     }
@@ -55,6 +65,14 @@ public struct DocumentLimits: Sendable, Hashable {
     public func check(body json: String) -> Verdict {
         if let deep = Self.depthRefusal(body: json) { return .refused(deep) }
         return check(bytes: json.utf8.count)
+    }
+
+    /// Why a document of `collection` stored as `id` cannot be written with `fields`
+    /// (nil when it can): its key and its longest field name together over `keyBytes`.
+    public func keyRefusal(collection: String, id: String, fields: some Sequence<String>) -> Refusal? {
+        guard let keyBytes else { return nil }
+        let bytes = collection.utf8.count + id.utf8.count + fields.reduce(0) { max($0, $1.utf8.count) }
+        return bytes > keyBytes ? .keyTooLong(bytes: bytes, limit: keyBytes) : nil
     }
 
     /// Checks a body's size alone.

@@ -493,6 +493,17 @@ final class PostgresDocumentTransaction: DocumentTransaction, @unchecked Sendabl
         }
     }
 
+    /// Refuses a statement whose writes name a document the hub cannot index
+    /// (`DocumentLimits.keyBytes`): nothing of the statement is written.
+    static func checkKeys(_ written: ArraySlice<LocalDelta>, limits: DocumentLimits) throws(ShoalError) {
+        for delta in written {
+            if let refusal = limits.keyRefusal(collection: delta.collection, id: delta.key, fields: [delta.field]) {
+                throw ShoalError(
+                    .tooLarge, "document \(delta.key) in \(delta.collection) cannot be written: \(refusal); nothing of the statement was written")
+            }
+        }
+    }
+
     /// Runs statements as the hubs' one writer: document writes in memory until the
     /// commit (`state.writes`), index statements in the database transaction.
     private func write(
@@ -523,6 +534,7 @@ final class PostgresDocumentTransaction: DocumentTransaction, @unchecked Sendabl
                 throw PostgresStore.notOnAHub(statement)
             }
             try store.systemParameters.checkDocumentSizes(writes.takeWrittenBodies(), logger: store.logger)
+            try Self.checkKeys(writes.pending[current.pending.count...], limits: store.documentLimits)
             if statement.writesDocuments, let collection = statement.targetCollection {
                 current.collections.insert(collection)
                 current.mutated.add(last.mutatedDocumentIDs, collection: collection)

@@ -49,6 +49,21 @@ package final class PostgresStore: SyncStore, Sendable {
     /// The hub's run-time parameters (`ALTER SYSTEM SET` changes them, in this process).
     let parameters: Locked<SystemParameters>
     package var systemParameters: SystemParameters { parameters.withLock { $0 } }
+
+    /// The parameters' limits, and a bound on keys (`maximumKeyBytes`).
+    package var documentLimits: DocumentLimits {
+        var limits = systemParameters.documentLimits
+        limits.keyBytes = Self.maximumKeyBytes
+        return limits
+    }
+
+    /// The most bytes of a document's collection name, stored `_id` and field name
+    /// together that a hub writes. They are the key of `field` (collection, doc_id, name)
+    /// and, but the field, of `document`, and a btree entry holds 2,704 bytes at most;
+    /// an automatic index adds up to 256 bytes of value to the collection's name. A
+    /// received transaction over it is refused whole (PROTOCOL.md 8.8), a local write
+    /// fails; a SQLite node has no such bound.
+    package static let maximumKeyBytes = 2_048
     let logger: Logger
 
     /// Queues this hub's writers, first come first served, before they take a connection.

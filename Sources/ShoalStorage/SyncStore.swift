@@ -24,6 +24,9 @@ package protocol SyncStore: AnyObject, Sendable {
     var mayLackOwnTransactions: Bool { get }
     /// The system parameters in force (the document size limits a session checks).
     var systemParameters: SystemParameters { get }
+    /// The limits a received or local write is held to: the parameters' (`systemParameters`),
+    /// and the engine's own bound on keys, if it has one (`DocumentLimits.keyBytes`).
+    var documentLimits: DocumentLimits { get }
 
     // MARK: Outbound
 
@@ -254,4 +257,9 @@ extension SyncStore {
     package func fetchThroughOtherProcesses(hash: String, blob: Int64, step: Duration) async throws(ShoalError) -> Int? { nil }
 
     package func followAttachmentRequests(_ asked: @escaping @Sendable (String) -> Void) async {}
+}
+
+extension SyncStore {
+    /// The parameters' limits, with no bound on keys.
+    package var documentLimits: DocumentLimits { systemParameters.documentLimits }
 }

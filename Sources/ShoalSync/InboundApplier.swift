@@ -125,6 +125,9 @@ package struct InboundApplier: Sendable {
         var overSoftLimit: [(document: DocumentRef, bytes: Int)] = []
         for slot in written.indices where !written[slot].won.isEmpty {
             let document = documents[slot]
+            if let refusal = limits.keyRefusal(collection: document.collection, id: document.id, fields: written[slot].won.keys) {
+                return .refuse(DocumentRefusal(document: document, reason: refusal))
+            }
             let body: DocumentRegisters.Body.Text
             do {
                 body = try registers[slot].materializedJSON(key: document.id)

@@ -575,7 +575,7 @@ public final class InboundPipeline: Sendable {
             let logger = deferred.attempt(of: logger)
             // Read once the write holds the gate: `ALTER SYSTEM SET` may have changed them
             // while it waited.
-            let limits = store.systemParameters.documentLimits
+            let limits = store.documentLimits
             // What the plan decides on: the states of the transactions it does not hold
             // (on a shared store, of those it holds too), and the records of those
             // waiting or partial that it does not hold as they are.

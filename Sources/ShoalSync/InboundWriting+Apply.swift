@@ -102,7 +102,7 @@ extension SyncStore {
         }
         let now = HybridLogicalClock.systemMilliseconds()
         let ((), outcome) = try await writeInbound(short: false) { writer async throws(ShoalError) in
-            let limits = self.systemParameters.documentLimits
+            let limits = self.documentLimits
             for piece in pieces {
                 let record = TransactionRecord(
                     id: piece.id, deltaCount: piece.deltaCount, documentCount: piece.documentCount,

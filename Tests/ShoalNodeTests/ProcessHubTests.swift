@@ -198,11 +198,53 @@ struct ProcessHubTests {
         #expect(outcome.sessions == 1, "one session all along")
     }
 
+    /// A device writes a document whose `_id` is longer than a hub can index (a device
+    /// holds it; PostgreSQL's btree entries cannot): the hub process refuses that
+    /// transaction whole and says why, the device hears of it, and what follows
+    /// arrives in the same session.
+    @Test func aHubRefusesADocumentItCannotIndexAndSyncGoesOn() async throws {
+        let outcome = try await TemporaryPostgresDatabase.withDatabase { databases in
+            let store = databases[0].location.description
+            return try await onOwnThread { try Self.longKey(store: store) }
+        }
+        #expect(outcome.written, "every write acknowledged on the device")
+        #expect(outcome.ids == ["after", "before"], "all but the long key arrives: \(outcome.ids)")
+        #expect(outcome.refused == 1 && outcome.reasons.first?.contains("this node can index") == true, "\(outcome.refused): \(outcome.reasons)")
+        #expect(outcome.deviceTold, "the device hears of the refusal in the hub's Ack")
+        #expect(outcome.sessions == 1, "one session all along")
+    }
+
+    static func longKey(store: String) throws -> SmallerLimit {
+        var outcome = SmallerLimit()
+        let dirs = TemporaryDirectory(prefix: "shoal-hub-key")
+        defer { dirs.remove() }
+        let hub = try NodeProcess(name: "hub", dataDirectory: dirs.path + "/hub", extra: ["--store", store, "--subscribe", "SELECT * FROM t"])
+        defer { hub.stop() }
+        let device = try NodeProcess(
+            name: "device", dataDirectory: dirs.path + "/device", extra: ["--peer", hub.address, "--subscribe", "SELECT * FROM t"])
+        defer { device.stop() }
+        // Random, so that PostgreSQL cannot compress it below its limit.
+        let long = (0..<1_600).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let before = try device.exec("INSERT INTO t DOCUMENTS ({'_id': 'before'})")
+        let longKey = try device.exec("INSERT INTO t DOCUMENTS ({'_id': :id})", args: "{\"id\": \"\(long)\"}")
+        let after = try device.exec("INSERT INTO t DOCUMENTS ({'_id': 'after'})")
+        outcome.written = before.status == 0 && longKey.status == 0 && after.status == 0
+        _ = eventually(30) { (try? ProcessMeshTests.documents(hub, "SELECT _id FROM t").count) == 2 }
+        outcome.ids = (try? ProcessMeshTests.documents(hub, "SELECT _id FROM t ORDER BY _id").compactMap { $0["_id"] as? String }) ?? []
+        let transactions = (try? hub.status()["transactions"] as? [String: Any]) ?? [:]
+        outcome.refused = transactions["refused"] as? Int ?? -1
+        outcome.reasons = ((transactions["refusals"] as? [[String: Any]]) ?? []).compactMap { $0["reason"] as? String }
+        outcome.deviceTold = eventually(20) { device.log().contains("peer hub refused transaction") }
+        outcome.sessions = hub.log().components(separatedBy: "peer connected").count - 1
+        return outcome
+    }
+
     struct SmallerLimit: Sendable {
         var written = false
         var ids: [String] = []
         var refused = 0
         var reason = ""
+        var reasons: [String] = []
         var deviceTold = false
         var sessions = 0
     }

@@ -590,6 +590,40 @@ struct HubSyncTests {
         }
     }
 
+    /// A document whose key PostgreSQL cannot index (its collection's name, `_id` and a
+    /// field's name longer together than a btree entry holds: a SQLite node has no such
+    /// bound): a hub refuses its transaction whole and says why, the link goes on, and
+    /// what follows arrives; a local write of one on the hub fails saying so.
+    @Test func aDocumentWhoseKeyAHubCannotIndexIsRefusedWholeAndTheLinkGoesOn() async throws {
+        let a = try TestNode(name: "a")
+        defer { a.remove() }
+        // Random, so that PostgreSQL cannot compress it below its limit.
+        let long = (0..<1_600).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        try await Self.withHubs(1) { stores, hubs in
+            let hub = stores[0]
+            try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
+                let byID = try await a.store.execute(
+                    "INSERT INTO notes DOCUMENTS ({'_id': :id, 'v': 1}), ({'_id': 'beside', 'v': 2})", arguments: ["id": .string(long)])
+                let byField = try await a.store.execute(
+                    "INSERT INTO notes DOCUMENTS (:doc)", arguments: ["doc": ["_id": "field", .init(stringLiteral: long): 1]])
+                _ = try await a.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'last', 'v': 3})")
+                let settled = try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await hub.execute("SELECT _id FROM notes").items == [["_id": "last"]] && hubs[0].pipeline.status.refused == 2
+                }
+                let held = try await hub.execute("SELECT _id FROM notes").items
+                #expect(settled, "only the last arrives: \(held), refused \(hubs[0].pipeline.status.refused)")
+                let refusals = Set(hubs[0].pipeline.status.recentRefusals.map(\.id))
+                #expect(refusals == Set([byID.transactionID, byField.transactionID].compactMap { $0 }))
+                #expect(hubs[0].pipeline.status.recentRefusals.allSatisfy { $0.reason.contains("index") }, "\(hubs[0].pipeline.status.recentRefusals)")
+            }
+            let error = await #expect(throws: ShoalError.self) {
+                try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': :id})", arguments: ["id": .string(long)])
+            }
+            #expect(error?.message.contains("bytes") == true, "\(error?.message ?? "")")
+            _ = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': 'after'})")
+        }
+    }
+
     /// Read-modify-write transactions on two hubs at once are serial: each reads what
     /// the one before it committed, through whichever hub, so no increment is lost, and
     /// no transaction number is given twice across the hubs.

@@ -142,4 +142,27 @@ struct InboundApplierTests {
         #expect(over.map(\.document) == [Self.ref("\"big\"")])
         #expect(over.map(\.bytes) == [220])
     }
+
+    /// A document whose collection, key and a field's name are longer together than a
+    /// store's key bound (a hub's) refuses the whole transaction; a store with none
+    /// (SQLite's) writes it. The bound counts the longest field the apply writes.
+    @Test(arguments: [(8, 4, true), (8, 3, false), (9, 3, true)])
+    func aKeyOverTheBoundIsRefused(idBytes: Int, fieldBytes: Int, refused: Bool) throws {
+        let id = "\"" + String(repeating: "k", count: idBytes - 2) + "\""
+        let deltas = [Self.delta("\"fine\"", "v", "1", index: 0), Self.delta(id, String(repeating: "f", count: fieldBytes), "1", index: 1)]
+        let applier = InboundApplier(Self.record(), deltas: deltas, documentDeltaCounts: [:], context: [])
+        // "cars" (4) + the key + the field: at most 15.
+        let plan = try Self.plan(applier, limits: DocumentLimits(keyBytes: 15))
+        if refused {
+            guard case .refuse(let refusal) = plan else {
+                Issue.record("a key of \(4 + idBytes + fieldBytes) bytes over a bound of 15 was written")
+                return
+            }
+            #expect(refusal == DocumentRefusal(document: Self.ref(id), reason: .keyTooLong(bytes: 4 + idBytes + fieldBytes, limit: 15)))
+            #expect(refusal.reason.description.contains("over the 15 this node can index"))
+        } else {
+            #expect(try Self.rows(plan).documents.count == 2)
+        }
+        #expect(try Self.rows(Self.plan(applier)).documents.count == 2, "no bound, no refusal")
+    }
 }
