@@ -175,9 +175,8 @@ struct PostgresAutomaticIndexTests {
             let outcome = try await hubs[0].withConnection { connection in
                 _ = try await connection.query("BEGIN", logger: store.logger)
                 _ = try await connection.query("LOCK TABLE document IN SHARE UPDATE EXCLUSIVE MODE", logger: store.logger)
-                let started = ContinuousClock.now
+                // Gave up on its own (PostgreSQL's lock_timeout), with the lock still held.
                 let outcome = await store.buildAskedIndexes()[Self.wanted("cars", "year")]
-                #expect(ContinuousClock.now - started < PostgresStore.buildLockWait + .seconds(5))
                 _ = try await connection.query("ROLLBACK", logger: store.logger)
                 return outcome
             }
