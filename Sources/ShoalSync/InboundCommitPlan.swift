@@ -29,7 +29,9 @@ struct InboundCommitPlan: Sendable {
     /// The transactions the assembler held when the commit began.
     private let started: Set<TransactionID>
     /// What this commit received of each waiting transaction, not yet in the buffer.
-    private var fresh: [TransactionID: (deltas: [Delta], counts: [DocumentRef: UInt32], context: [ContextField])] = [:]
+    private var fresh: [TransactionID: Received] = [:]
+    /// What this commit received of a transaction.
+    typealias Received = (deltas: [Delta], counts: [DocumentRef: UInt32], context: [ContextField])
     /// Transactions first heard of in this commit: nothing of them is in the buffer yet.
     private var created: Set<TransactionID> = []
     /// Transactions a piece of this commit was added to the assembler for.
@@ -270,6 +272,23 @@ struct InboundCommitPlan: Sendable {
         return .refuse(record, reason: reason)
     }
 
+    /// Why pieces cannot be buffered (a document they write, or give context of, over
+    /// the key bound), nil when they can.
+    static func keyRefusal(_ received: Received, limits: DocumentLimits) -> DocumentRefusal? {
+        guard limits.keyBytes != nil else { return nil }
+        for delta in received.deltas {
+            if let refusal = limits.keyRefusal(collection: delta.collection, id: delta.documentID, fields: [delta.field]) {
+                return DocumentRefusal(document: DocumentRef(collection: delta.collection, id: delta.documentID), reason: refusal)
+            }
+        }
+        for field in received.context {
+            if let refusal = limits.keyRefusal(collection: field.document.collection, id: field.document.id, fields: [field.field]) {
+                return DocumentRefusal(document: field.document, reason: refusal)
+            }
+        }
+        return nil
+    }
+
     /// Whether the store holds a record of `id` once this commit is written.
     private func held(_ id: TransactionID) -> Bool {
         assembler.records[id] != nil || started.contains(id) || touched.contains(id) || states[id] != nil
@@ -279,10 +298,18 @@ struct InboundCommitPlan: Sendable {
     /// buffer, every record touched is saved, and each item's cursor is recorded, below
     /// the offers of its peer not resolved (so that after a restart, which forgets
     /// them, the peer makes them again: docs/ROUTES.md). The result is then whole.
-    mutating func finish(_ items: [InboundPipeline.Item], routes: Routing.Snapshot) -> [Step] {
+    ///
+    /// A waiting transaction a piece of which writes a document over `limits`' key bound
+    /// (`DocumentLimits.keyRefusal`: a hub's store keeps buffered pieces' context under
+    /// keys its indexes must hold) is refused whole then, rather than buffered.
+    mutating func finish(_ items: [InboundPipeline.Item], routes: Routing.Snapshot, limits: DocumentLimits = DocumentLimits()) -> [Step] {
         var steps: [Step] = []
         for (id, received) in fresh.sorted(by: { $0.key < $1.key }) {
             guard let record = assembler.records[id], record.state == .waiting else { continue }
+            if let refusal = Self.keyRefusal(received, limits: limits) {
+                steps.append(refuse(record, refusal.description))
+                continue
+            }
             steps.append(.buffer(id, deltas: received.deltas, counts: received.counts, context: received.context))
         }
         for id in touched.sorted() {

@@ -625,7 +625,7 @@ public final class InboundPipeline: Sendable {
             for decision in plan.decide(isApplied: { superseding[$0].map { $0 != .waiting } ?? false }) {
                 try await Self.carryOut(plan.steps(for: decision), of: &plan, writer: writer, limits: limits, logger: logger)
             }
-            try await Self.carryOut(plan.finish(items, routes: routes), of: &plan, writer: writer, limits: limits, logger: logger)
+            try await Self.carryOut(plan.finish(items, routes: routes, limits: limits), of: &plan, writer: writer, limits: limits, logger: logger)
             return plan.result
         }
         deferred.flush(to: logger)

@@ -21,7 +21,7 @@ import Testing
     /// goes as `refuse` says (a refusal for the transactions it names).
     static func run(
         _ plan: inout InboundCommitPlan, _ items: [InboundPipeline.Item], refuse: Set<TransactionID> = [],
-        applied: Set<TransactionID> = [], routes: Routing.Snapshot = .init()
+        applied: Set<TransactionID> = [], routes: Routing.Snapshot = .init(), limits: DocumentLimits = DocumentLimits()
     ) -> [InboundCommitPlan.Step] {
         var steps: [InboundCommitPlan.Step] = []
         func carry(_ new: [InboundCommitPlan.Step]) {
@@ -40,7 +40,7 @@ import Testing
             }
         }
         for decision in plan.decide(isApplied: { applied.contains($0) }) { carry(plan.steps(for: decision)) }
-        carry(plan.finish(items, routes: routes))
+        carry(plan.finish(items, routes: routes, limits: limits))
         return steps
     }
 
@@ -127,6 +127,22 @@ import Testing
         var next = Self.plan(second, assembler: plan.result.assembler)
         #expect(Self.names(Self.run(&next, second)) == ["apply 1 buffered", "cursor 20"])
         #expect(next.result.applied == [t.id])
+    }
+
+    /// A transaction that must wait, a piece of which writes a document whose key is over
+    /// the store's bound (a hub's), is refused whole then rather than buffered: a hub
+    /// keeps buffered context under keys its indexes hold. Under the bound it waits.
+    @Test func aWaitingTransactionWritingAKeyOverTheBoundIsRefusedNotBuffered() {
+        let long = "\"" + String(repeating: "k", count: 30) + "\""
+        let t = Txn(1, [long, "y"])
+        let first = [InboundPipeline.Item(source: Self.relay, pieces: [t.piece(sending: [long], last: false)], cursor: ("k", 10, 0))]
+        var plan = Self.plan(first)
+        // "accounts" (8) + the key (32) + "f0" (2) = 42.
+        #expect(Self.names(Self.run(&plan, first, limits: DocumentLimits(keyBytes: 41))) == ["refuse 1", "cursor 10"])
+        #expect(plan.result.refused.map(\.id) == [t.id])
+        #expect(plan.result.refused.first?.reason.contains("this node can index") == true)
+        var under = Self.plan(first)
+        #expect(Self.names(Self.run(&under, first, limits: DocumentLimits(keyBytes: 42))) == ["buffer 1 (2)", "save 1 waiting", "cursor 10"])
     }
 
     /// On a store other processes write (hubs on one database), the transactions the
