@@ -143,6 +143,21 @@ import Testing
         #expect(plan.result.refused.first?.reason.contains("this node can index") == true)
         var under = Self.plan(first)
         #expect(Self.names(Self.run(&under, first, limits: DocumentLimits(keyBytes: 42))) == ["buffer 1 (2)", "save 1 waiting", "cursor 10"])
+
+        // A context field alone over the bound, its deltas under it: refused too.
+        let u = Txn(2, ["x", "y"])
+        var piece = u.piece(sending: ["x"], last: false)
+        piece.context = [
+            ContextField(
+                document: DocumentRef(collection: "accounts", id: "x"), field: String(repeating: "c", count: 40), valueJSON: "1",
+                timestamp: HybridTimestamp(rawValue: 1 << 16), transaction: TransactionID(origin: SiteID(0xC), sequence: 1))
+        ]
+        let withContext = [InboundPipeline.Item(source: Self.relay, pieces: [piece], cursor: ("k", 11, 0))]
+        var context = Self.plan(withContext)
+        // "accounts" (8) + "x" (1) + 40 = 49; its deltas, 8 + 1 + 2 = 11.
+        #expect(Self.names(Self.run(&context, withContext, limits: DocumentLimits(keyBytes: 48))) == ["refuse 2", "cursor 11"])
+        var fits = Self.plan(withContext)
+        #expect(Self.names(Self.run(&fits, withContext, limits: DocumentLimits(keyBytes: 49))) == ["buffer 2 (2)", "save 2 waiting", "cursor 11"])
     }
 
     /// On a store other processes write (hubs on one database), the transactions the
