@@ -24,9 +24,7 @@ package struct AutomaticIndex: Hashable, Sendable {
     }
 
     /// What `SHOW INDEXES` shows of it: as SQLite's automatic indexes, of no one collection.
-    var row: Value {
-        ["name": .string(name), "collection": .null, "paths": [.string(path.joined(separator: "."))], "automatic": true]
-    }
+    var row: Value { UserIndex.automaticRow(name: name, path: path) }
 
     /// The automatic index whose comment is `comment`, nil for a comment that is no path.
     init?(comment: String) {
@@ -129,9 +127,8 @@ package struct AutomaticIndexRequests: Sendable {
 }
 
 extension PostgresStore {
-    /// How many automatic indexes the hubs of a database make, as SQLite's store
-    /// (`DocumentStore.maximumAutomaticIndexes`): each costs space and write time.
-    static let maximumAutomaticIndexes = 32
+    /// How many automatic indexes the hubs of a database make, as SQLite's store.
+    static let maximumAutomaticIndexes = UserIndex.maximumAutomatic
 
     /// What became of an automatic index asked for.
     package enum AutomaticIndexOutcome: Equatable, Sendable {

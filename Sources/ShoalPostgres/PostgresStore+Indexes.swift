@@ -99,10 +99,7 @@ extension PostgresStore {
             return try await writer.access("dropping index \(name)") {
                 guard let index = try await Self.userIndexes(connection, key: name.lowercased(), logger: logger).first else {
                     if try await Self.automaticIndexes(connection, logger: logger).contains(where: { $0.name == name.lowercased() }) {
-                        throw UserIndex.error(
-                            "'\(name)' is an automatic index: the hubs made it for a queried path and keep it; "
-                                + "DROP INDEX removes the indexes made with CREATE INDEX",
-                            at: position)
+                        throw UserIndex.automatic(name, at: position)
                     }
                     if ifExists { return [] }
                     throw UserIndex.missing(name, at: position)

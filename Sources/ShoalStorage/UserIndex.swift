@@ -53,6 +53,23 @@ package struct UserIndex: Sendable, Hashable {
             at: position)
     }
 
+    /// The error of a `DROP INDEX` that names an automatic index, which the store keeps.
+    package static func automatic(_ name: String, at position: SourcePosition) -> ShoalError {
+        error(
+            "'\(name)' is an automatic index: the store made it for a queried path and keeps it; "
+                + "DROP INDEX removes the indexes made with CREATE INDEX",
+            at: position)
+    }
+
+    /// How many automatic indexes a store makes for the paths its queries filter on
+    /// (across the hubs of one database): each costs space and write time.
+    package static let maximumAutomatic = 32
+
+    /// What `SHOW INDEXES` shows of an automatic index: of no one collection.
+    package static func automaticRow(name: String, path: [String]) -> Value {
+        ["name": .string(name), "collection": .null, "paths": [.string(path.joined(separator: "."))], "automatic": true]
+    }
+
     /// The error of a `DROP INDEX` that names no index.
     package static func missing(_ name: String, at position: SourcePosition) -> ShoalError {
         error("no index named '\(name)': SHOW INDEXES lists them", at: position)

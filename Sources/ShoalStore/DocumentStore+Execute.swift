@@ -255,8 +255,8 @@ extension DocumentStore {
         }
     }
 
-    /// How many JSON-path indexes the store creates by itself (each costs space and write time).
-    package static let maximumAutomaticIndexes = 32
+    /// How many JSON-path indexes the store creates by itself.
+    package static let maximumAutomaticIndexes = UserIndex.maximumAutomatic
 
     /// A SELECT's answer. Documents whose stored body cannot be read are left out and
     /// their keys passed to `unreadable`.

@@ -91,10 +91,7 @@ extension DocumentStore {
         case .drop(let name, let ifExists, let position):
             guard let index = try UserIndex.fetch(db, named: name) else {
                 if try Self.automaticIndexRows(db).contains(where: { $0["name"] == .string(name) }) {
-                    throw UserIndex.error(
-                        "'\(name)' is an automatic index: the store made it for a queried path and keeps it; "
-                            + "DROP INDEX removes the indexes made with CREATE INDEX",
-                        at: position)
+                    throw UserIndex.automatic(name, at: position)
                 }
                 if ifExists { return [] }
                 throw UserIndex.missing(name, at: position)
@@ -116,10 +113,7 @@ extension DocumentStore {
             let components = path.dropFirst(2).split(separator: "\".\"").map {
                 String($0).trimmingCharacters(in: CharacterSet(charactersIn: "\""))
             }
-            return [
-                "name": .string(try row.value(Column("name"))), "collection": .null, "paths": [.string(components.joined(separator: "."))],
-                "automatic": true,
-            ]
+            return UserIndex.automaticRow(name: try row.value(Column("name")), path: components)
         }
     }
 
