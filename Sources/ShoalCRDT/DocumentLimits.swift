@@ -22,11 +22,15 @@ public struct DocumentLimits: Sendable, Hashable {
     /// SQLite node has none; a hub on PostgreSQL does, since its indexes hold these
     /// names and a btree entry holds 2,704 bytes at most.
     public var keyBytes: Int?
+    /// Whether a collection's name may hold U+0000. A SQLite node's may; a hub's may not,
+    /// since PostgreSQL's `TEXT`, which holds the names, cannot hold that character.
+    public var collectionNamesHoldNul: Bool
 
-    public init(softBytes: Int = 256 << 10, hardBytes: Int = 4 << 20, keyBytes: Int? = nil) {
+    public init(softBytes: Int = 256 << 10, hardBytes: Int = 4 << 20, keyBytes: Int? = nil, collectionNamesHoldNul: Bool = true) {
         self.softBytes = softBytes
         self.hardBytes = hardBytes
         self.keyBytes = keyBytes
+        self.collectionNamesHoldNul = collectionNamesHoldNul
     }
 
     /// The deepest nesting a body may have: the JSON reader's limit.
@@ -40,6 +44,8 @@ public struct DocumentLimits: Sendable, Hashable {
         case tooDeep(limit: Int)
         /// Its collection's name, `_id` and a field's name would be `bytes` together, over `limit`.
         case keyTooLong(bytes: Int, limit: Int)
+        /// Its collection's name holds U+0000, which this node cannot store.
+        case nulInCollectionName
 
         public var description: String {
             switch self {
@@ -49,6 +55,8 @@ public struct DocumentLimits: Sendable, Hashable {
                 "it would nest deeper than \(limit) levels, the most a document can hold (fields and values nested inside one another, the document itself counted)"
             case .keyTooLong(let bytes, let limit):
                 "its collection's name, _id and a field's name are \(bytes) bytes together, over the \(limit) this node can index (a hub on PostgreSQL)"
+            case .nulInCollectionName:
+                "its collection's name holds U+0000, which this node cannot store (a hub on PostgreSQL, whose text holds no U+0000)"
             }
         }
     }
@@ -68,12 +76,19 @@ public struct DocumentLimits: Sendable, Hashable {
     }
 
     /// Why a document of `collection` stored as `id` cannot be written with `fields`
-    /// (nil when it can): its key and its longest field name together over `keyBytes`.
+    /// (nil when it can): its collection's name holding U+0000 where names cannot
+    /// (`collectionNamesHoldNul`), or its key and its longest field name together over
+    /// `keyBytes`. The stored `_id` is canonical JSON and a field's name is stored as
+    /// bytes, so U+0000 in either is escaped or held as it is.
     public func keyRefusal(collection: String, id: String, fields: some Sequence<String>) -> Refusal? {
+        if !collectionNamesHoldNul, collection.utf8.contains(0) { return .nulInCollectionName }
         guard let keyBytes else { return nil }
         let bytes = collection.utf8.count + id.utf8.count + fields.reduce(0) { max($0, $1.utf8.count) }
         return bytes > keyBytes ? .keyTooLong(bytes: bytes, limit: keyBytes) : nil
     }
+
+    /// Whether `keyRefusal` can refuse anything: a key bound, or names that cannot hold U+0000.
+    public var boundsKeys: Bool { keyBytes != nil || !collectionNamesHoldNul }
 
     /// Checks a body's size alone.
     public func check(bytes: Int) -> Verdict {
@@ -134,5 +149,13 @@ public struct DocumentRefusal: Error, Sendable, Hashable, CustomStringConvertibl
         self.reason = reason
     }
 
-    public var description: String { "document \(document.id) in \(document.collection): \(reason)" }
+    /// The collection's name with U+0000 written `\u0000`: a refusal is recorded and
+    /// reported as text, which on a hub cannot hold that character.
+    public var description: String {
+        var collection = document.collection
+        if collection.utf8.contains(0) {
+            collection = collection.unicodeScalars.map { $0 == "\u{0}" ? "\\u0000" : String($0) }.joined()
+        }
+        return "document \(document.id) in \(collection): \(reason)"
+    }
 }

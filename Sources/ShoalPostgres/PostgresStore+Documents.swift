@@ -359,6 +359,12 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         } catch {
             throw ShoalError(error)
         }
+        if statements.contains(where: { $0.targetCollection?.utf8.contains(0) == true }) {
+            // PostgreSQL's TEXT holds no U+0000: such a collection can hold nothing here.
+            throw ShoalError(
+                .invalidQuery,
+                "a collection's name holds U+0000, which a hub on PostgreSQL cannot store (its text holds no U+0000): name the collection without it")
+        }
         parsed.withLock { $0.remember(statements, of: text) }
         return statements
     }

@@ -66,10 +66,15 @@ extension PostgresStore {
     }
 
     /// The registers of `documents`, each document's in name order (a document with
-    /// none is left out).
+    /// none is left out). A collection whose name holds U+0000 holds none on a hub
+    /// (`DocumentLimits.collectionNamesHoldNul`), and PostgreSQL's text could not even
+    /// name it in a query: such a document is left out unasked, so that the transaction
+    /// writing it is planned, and refused whole.
     static func registerRows(
         _ connection: HubConnection, of documents: [DocumentRef], logger: Logger
     ) async throws -> [DocumentRef: [FieldRecord]] {
+        let documents = documents.filter { !$0.collection.utf8.contains(0) }
+        guard !documents.isEmpty else { return [:] }
         let collections = documents.map(\.collection), keys = documents.map(\.id)
         let rows = try await connection.query(
             """

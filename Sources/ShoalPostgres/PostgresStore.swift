@@ -50,10 +50,12 @@ package final class PostgresStore: SyncStore, Sendable {
     let parameters: Locked<SystemParameters>
     package var systemParameters: SystemParameters { parameters.withLock { $0 } }
 
-    /// The parameters' limits, and a bound on keys (`maximumKeyBytes`).
+    /// The parameters' limits, a bound on keys (`maximumKeyBytes`), and no U+0000 in a
+    /// collection's name, which PostgreSQL's `TEXT` cannot hold.
     package var documentLimits: DocumentLimits {
         var limits = systemParameters.documentLimits
         limits.keyBytes = Self.maximumKeyBytes
+        limits.collectionNamesHoldNul = false
         return limits
     }
 

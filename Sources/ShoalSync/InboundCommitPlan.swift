@@ -273,9 +273,9 @@ struct InboundCommitPlan: Sendable {
     }
 
     /// Why pieces cannot be buffered (a document they write, or give context of, over
-    /// the key bound), nil when they can.
+    /// the key bound or in a collection whose name the store cannot hold), nil when they can.
     static func keyRefusal(_ received: Received, limits: DocumentLimits) -> DocumentRefusal? {
-        guard limits.keyBytes != nil else { return nil }
+        guard limits.boundsKeys else { return nil }
         for delta in received.deltas {
             if let refusal = limits.keyRefusal(collection: delta.collection, id: delta.documentID, fields: [delta.field]) {
                 return DocumentRefusal(document: DocumentRef(collection: delta.collection, id: delta.documentID), reason: refusal)
@@ -299,9 +299,9 @@ struct InboundCommitPlan: Sendable {
     /// the offers of its peer not resolved (so that after a restart, which forgets
     /// them, the peer makes them again: docs/ROUTES.md). The result is then whole.
     ///
-    /// A waiting transaction a piece of which writes a document over `limits`' key bound
-    /// (`DocumentLimits.keyRefusal`: a hub's store keeps buffered pieces' context under
-    /// keys its indexes must hold) is refused whole then, rather than buffered.
+    /// A waiting transaction a piece of which writes a document `limits` refuse the key
+    /// of (`DocumentLimits.keyRefusal`: a hub's store keeps buffered pieces' context under
+    /// keys its indexes and its text must hold) is refused whole then, rather than buffered.
     mutating func finish(_ items: [InboundPipeline.Item], routes: Routing.Snapshot, limits: DocumentLimits = DocumentLimits()) -> [Step] {
         var steps: [Step] = []
         for (id, received) in fresh.sorted(by: { $0.key < $1.key }) {

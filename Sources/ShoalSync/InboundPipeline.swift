@@ -411,7 +411,7 @@ public final class InboundPipeline: Sendable {
         }
         for refused in result.refused {
             logger.warning(
-                "refused a remote transaction whole: this node cannot hold \(refused.reason). Raise the limit on this node if the sender's is right; the transaction is not applied here or relayed from here",
+                "refused a remote transaction whole: this node cannot hold \(refused.reason). The transaction is not applied here or relayed from here; where the limit is a setting (a document's size), raise it on this node if the sender's is right",
                 metadata: [
                     "shoal.txn": "\(refused.id)", "shoal.peer.site": "\(refused.from.map(\.description).joined(separator: ","))",
                 ])

@@ -624,6 +624,49 @@ struct HubSyncTests {
         }
     }
 
+    /// PostgreSQL's `TEXT` cannot hold U+0000, and a collection's name is stored as
+    /// text: a transaction writing a collection so named is refused whole, as one
+    /// naming a key too long is, and what follows it arrives.
+    @Test func aCollectionWhoseNameAHubCannotStoreIsRefusedWholeAndTheLinkGoesOn() async throws {
+        let a = try TestNode(name: "a")
+        defer { a.remove() }
+        let odd = "no\u{0}tes"
+        try await Self.withHubs(1) { stores, hubs in
+            let hub = stores[0]
+            try hubs[0].subscribe("SELECT * FROM `\(odd)`")
+            try a.sync.subscribe("SELECT * FROM notes WHERE v = 9")
+            try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
+                let written = try await a.store.transaction { tx -> TransactionCompletion in
+                    _ = try await tx.execute("INSERT INTO `\(odd)` DOCUMENTS ({'_id': 'x', 'v': 1})")
+                    _ = try await tx.execute("INSERT INTO notes DOCUMENTS ({'_id': 'beside', 'v': 2})")
+                    return .commit
+                }
+                _ = try await a.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'last', 'v': 3})")
+                let settled = try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await hub.execute("SELECT _id FROM notes").items == [["_id": "last"]] && hubs[0].pipeline.status.refused == 1
+                }
+                let held = try await hub.execute("SELECT _id FROM notes").items
+                #expect(settled, "only the last arrives: \(held), refused \(hubs[0].pipeline.status.refused)")
+                #expect(hubs[0].pipeline.status.recentRefusals.map(\.id) == [written.transactionID].compactMap { $0 })
+                #expect(hubs[0].pipeline.status.recentRefusals.allSatisfy { $0.reason.contains("U+0000") }, "\(hubs[0].pipeline.status.recentRefusals)")
+                // The device widens its interest to it (the hub backfills what the new
+                // query covers), beside what the hub can send.
+                try a.sync.subscribe("SELECT * FROM `\(odd)`")
+                try await Task.sleep(for: .milliseconds(300))
+                _ = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': 'from the hub', 'v': 9})")
+                let back = try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await a.store.execute("SELECT _id FROM notes WHERE v = 9").items == [["_id": "from the hub"]]
+                }
+                #expect(back, "the hub's write reaches the device that asked for the odd collection too")
+            }
+            let error = await #expect(throws: ShoalError.self) {
+                try await hub.execute("INSERT INTO `\(odd)` DOCUMENTS ({'_id': 'y'})")
+            }
+            #expect(error?.message.contains("U+0000") == true, "\(error?.message ?? "")")
+            _ = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': 'after'})")
+        }
+    }
+
     /// Read-modify-write transactions on two hubs at once are serial: each reads what
     /// the one before it committed, through whichever hub, so no increment is lost, and
     /// no transaction number is given twice across the hubs.

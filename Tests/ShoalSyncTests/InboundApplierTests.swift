@@ -166,3 +166,21 @@ struct InboundApplierTests {
         #expect(try Self.rows(Self.plan(applier)).documents.count == 2, "no bound, no refusal")
     }
 }
+
+extension InboundApplierTests {
+    /// A store whose collection names cannot hold U+0000 (a hub) refuses, whole, a
+    /// transaction writing a collection so named; the refusal's text holds no U+0000,
+    /// since it is recorded as text there. A store whose names can (SQLite) writes it.
+    @Test func aCollectionNameHoldingNulIsRefusedWhereNamesCannotHoldIt() throws {
+        let odd = "ca\u{0}rs"
+        let deltas = [Self.delta("\"fine\"", "v", "1", index: 0), Self.delta("\"odd\"", "v", "1", index: 1, collection: odd)]
+        let applier = InboundApplier(Self.record(), deltas: deltas, documentDeltaCounts: [:], context: [])
+        guard case .refuse(let refusal) = try Self.plan(applier, limits: DocumentLimits(collectionNamesHoldNul: false)) else {
+            Issue.record("a collection named with U+0000 was written where names cannot hold it")
+            return
+        }
+        #expect(refusal == DocumentRefusal(document: DocumentRef(collection: odd, id: "\"odd\""), reason: .nulInCollectionName))
+        #expect(!refusal.description.utf8.contains(0) && refusal.description.contains("ca\\u0000rs"), "\(refusal)")
+        #expect(try Self.rows(Self.plan(applier)).documents.count == 2, "names that may hold it: written")
+    }
+}

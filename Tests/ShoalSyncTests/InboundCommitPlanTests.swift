@@ -158,6 +158,21 @@ import Testing
         #expect(Self.names(Self.run(&context, withContext, limits: DocumentLimits(keyBytes: 48))) == ["refuse 2", "cursor 11"])
         var fits = Self.plan(withContext)
         #expect(Self.names(Self.run(&fits, withContext, limits: DocumentLimits(keyBytes: 49))) == ["buffer 2 (2)", "save 2 waiting", "cursor 11"])
+
+        // A context field of a collection named with U+0000, where names cannot hold it.
+        let v = Txn(3, ["x", "y"])
+        var odd = v.piece(sending: ["x"], last: false)
+        odd.context = [
+            ContextField(
+                document: DocumentRef(collection: "acc\u{0}ounts", id: "x"), field: "c", valueJSON: "1",
+                timestamp: HybridTimestamp(rawValue: 1 << 16), transaction: TransactionID(origin: SiteID(0xC), sequence: 1))
+        ]
+        let withOdd = [InboundPipeline.Item(source: Self.relay, pieces: [odd], cursor: ("k", 12, 0))]
+        var refusing = Self.plan(withOdd)
+        #expect(Self.names(Self.run(&refusing, withOdd, limits: DocumentLimits(collectionNamesHoldNul: false))) == ["refuse 3", "cursor 12"])
+        #expect(refusing.result.refused.first?.reason.contains("U+0000") == true)
+        var holding = Self.plan(withOdd)
+        #expect(Self.names(Self.run(&holding, withOdd, limits: DocumentLimits())) == ["buffer 3 (2)", "save 3 waiting", "cursor 12"])
     }
 
     /// On a store other processes write (hubs on one database), the transactions the
