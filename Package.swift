@@ -161,8 +161,9 @@ let package = Package(
         .executableTarget(
             name: "shoal-check",
             dependencies: [
-                "ShoalCheck", "ShoalCRDT", "ShoalNode", "ShoalSync", "ShoalTesting",
+                "ShoalCheck", "ShoalCRDT", "ShoalNode", "ShoalPostgres", "ShoalSync", "ShoalTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -5,6 +5,7 @@
 # unless SHOAL_CHECK_ARGS says otherwise; or, given SEEDS, each of those once.
 #   scripts/check.sh [MINUTES] [SEEDS...]
 #   SHOAL_CHECK_ARGS="--faults link,kill --ops upsert,counter" scripts/check.sh 30
+#   SHOAL_CHECK_ARGS="--hubs 2" scripts/check.sh 30   # with two hubs on a PostgreSQL it starts
 # A failing run keeps its directory (the nodes' logs and history.txt) and its replay
 # line; the script goes on and exits 1 at the end if any run failed.
 set -euo pipefail
@@ -16,6 +17,14 @@ swift build -c release --product shoal
 swift build -c release --product shoal-check
 check=.build/release/shoal-check
 extra=(${SHOAL_CHECK_ARGS:-})
+# Hubs need a PostgreSQL server: a throwaway one unless SHOAL_POSTGRES_URL names one.
+if [[ " ${extra[*]} " == *" --hubs "* && -z "${SHOAL_POSTGRES_URL:-}" ]]; then
+  postgres_dir=$(mktemp -d -t shoal-postgres.XXXXXX)
+  trap 'scripts/postgres.sh stop "$postgres_dir"; rm -rf "$postgres_dir"' EXIT
+  started=$(scripts/postgres.sh start "$postgres_dir")
+  export "${started?}"
+  echo "check.sh: PostgreSQL for the hubs at $SHOAL_POSTGRES_URL"
+fi
 failed=()
 runs=0
 one() {

@@ -11,7 +11,8 @@
 #
 # Tests that need PostgreSQL read SHOAL_POSTGRES_URL and skip, saying so, without it;
 # the role may create databases, so each test makes one of its own.
-# .ci/run starts one before the tests and stops it at the end.
+# scripts/test.sh starts one before the tests and stops it at the end; scripts/check.sh
+# and .ci/run start one for the convergence checker's hubs.
 set -euo pipefail
 command=${1:-}
 dir=${2:-}

@@ -21,7 +21,8 @@ public struct Checker: Sendable {
     private let writers: [Slot: [Mutation]]
     /// Tokens some read saw, anywhere.
     private let seen: Set<String>
-    /// For each node, slot and token, the earliest read of each epoch that saw it there.
+    /// For each node (`History.node(of:)`), slot and token, the earliest read of each
+    /// epoch that saw it there.
     private let seenAt: [Int: [Slot: [String: [Int: Double]]]]
 
     public init(history: History) {
@@ -39,8 +40,9 @@ public struct Checker: Sendable {
             for (slot, value) in read.values {
                 guard let token = value.token else { continue }
                 seen.insert(token)
-                let earliest = seenAt[read.node]?[slot]?[token]?[read.epoch] ?? .infinity
-                seenAt[read.node, default: [:]][slot, default: [:]][token, default: [:]][read.epoch] = min(earliest, read.finishedAt)
+                let node = history.node(of: read.node)
+                let earliest = seenAt[node]?[slot]?[token]?[read.epoch] ?? .infinity
+                seenAt[node, default: [:]][slot, default: [:]][token, default: [:]][read.epoch] = min(earliest, read.finishedAt)
             }
         }
         self.byToken = byToken
@@ -67,7 +69,7 @@ public struct Checker: Sendable {
         if earlier.kind == Mutation.setup { return true }
         if laterValue == .absent, Universe.isMapEntry(slot), evicted(slot.document, before: later.sent) { return false }
         if let acknowledged = earlier.acknowledged, history.precedes(acknowledged, later.sent) { return true }
-        if let token = earlierValue.token, let epochs = seenAt[later.sent.node]?[slot]?[token] {
+        if let token = earlierValue.token, let epochs = seenAt[history.node(of: later.sent.node)]?[slot]?[token] {
             for (epoch, time) in epochs
             where history.precedes(Moment(node: later.sent.node, epoch: epoch, time: time), later.sent) {
                 return true

@@ -170,8 +170,18 @@ public struct History: Sendable {
     /// For each epoch, the epoch it was restored from and when that one's copy was taken.
     private var parents: [Int: (epoch: Int, copiedAt: Double)] = [:]
     private var nextEpoch = 1
+    /// Processes that are one node (hubs on one database), each mapped to the first of
+    /// them: what happens on any of them is ordered as on one node, since they share one
+    /// store and one clock that never goes back (PROTOCOL.md, hubs).
+    public private(set) var sameNode: [Int: Int] = [:]
 
-    public init() {}
+    /// A history whose processes `oneNode` are one node (empty: every process is a node of its own).
+    public init(oneNode: [Int] = []) {
+        if let first = oneNode.min() { for process in oneNode { sameNode[process] = first } }
+    }
+
+    /// The node `process` belongs to: itself, or the first of the processes it is one node with.
+    public func node(of process: Int) -> Int { sameNode[process] ?? process }
 
     /// A new epoch for a node whose data directory was restored from a copy of
     /// `epoch` taken at `copiedAt`.
@@ -193,9 +203,10 @@ public struct History: Sendable {
         }
     }
 
-    /// Whether `earlier` happened before `later` on the same node, in `later`'s lineage.
+    /// Whether `earlier` happened before `later` on the same node (`node(of:)`), in
+    /// `later`'s lineage.
     public func precedes(_ earlier: Moment, _ later: Moment) -> Bool {
-        guard earlier.node == later.node, earlier.time < later.time else { return false }
+        guard node(of: earlier.node) == node(of: later.node), earlier.time < later.time else { return false }
         var epoch = later.epoch
         var limit = Double.infinity
         while true {

@@ -19,19 +19,27 @@ struct CheckRun {
     init(plan: Plan) {
         self.plan = plan
         universe = Universe(documents: plan.documents)
-        recorder = Recorder(quiet: plan.json)
+        recorder = Recorder(quiet: plan.json, oneNode: Array(0..<plan.hubs))
     }
 
     func say(_ text: String) {
         if !plan.json { emit("shoal-check: \(text)") }
     }
 
-    /// Runs everything and prints the summary; returns whether every check passed.
+    /// Runs everything and prints the summary; returns whether every check passed. With
+    /// hubs, on a new database of the PostgreSQL server, dropped at the end.
     func run() async throws -> Bool {
+        guard plan.hubs > 0 else { return try await run(hubDatabase: nil) }
+        return try await HubDatabase.with { database in try await run(hubDatabase: database) }
+    }
+
+    /// Runs everything, the hubs on `hubDatabase`.
+    func run(hubDatabase: HubDatabase?) async throws -> Bool {
+        let store = hubDatabase?.store
         var random = SplitMix(state: plan.seed)
         let directory = (plan.directory as NSString).appendingPathComponent("shoal-check-\(plan.seed)-\(UInt32.random(in: 0...UInt32.max))")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let (cluster, diskNode, notes) = try build(directory: directory, &random)
+        let (cluster, diskNode, notes) = try build(directory: directory, store: store, &random)
         for note in notes { say(note) }
         Self.stopOnInterrupt(cluster)
         defer {
@@ -40,7 +48,8 @@ struct CheckRun {
         }
         for node in cluster.nodes.indices { try await blocking { try cluster.start(node) } }
         let workload = Workload(universe: universe, kinds: plan.operations, cluster: cluster, recorder: recorder)
-        let faults = FaultInjector(kinds: plan.faults, cluster: cluster, recorder: recorder, workload: workload, diskNode: diskNode)
+        let faults = FaultInjector(
+            kinds: plan.faults, cluster: cluster, recorder: recorder, workload: workload, diskNode: diskNode, hubDatabase: hubDatabase)
         try await setUp(cluster)
 
         let deadline = recorder.now() + plan.duration
@@ -91,37 +100,47 @@ struct CheckRun {
 
     // MARK: the cluster
 
-    /// Nodes, links and limits from the seed.
-    func build(directory: String, _ random: inout SplitMix) throws -> (Cluster, (node: Int, ballast: String)?, [String]) {
+    /// Nodes, links and limits from the seed. With hubs (nodes 0 to `plan.hubs - 1`, on
+    /// `store`), the topology joins the devices, and every device dials every hub too:
+    /// hubs are one node, never linked to each other.
+    func build(directory: String, store: String?, _ random: inout SplitMix) throws -> (Cluster, (node: Int, ballast: String)?, [String]) {
         let count = plan.nodes
+        let hubs = plan.hubs
+        let devices = Array(hubs..<count)
         let topology = plan.topology ?? ShoalCheckCommand.Topology.allCases.randomElement(using: &random)!
+        // Among the topology's members: every node, or with hubs the devices alone.
+        let members = hubs == 0 ? Array(0..<count) : devices
         var edges: [(from: Int, to: Int)] = []
         switch topology {
-        case .line: edges = (1..<count).map { ($0, $0 - 1) }
-        case .star: edges = (1..<count).map { ($0, 0) }
-        case .mesh: edges = (1..<count).flatMap { i in (0..<i).map { (i, $0) } }
+        case .line: edges = (1..<members.count).map { (members[$0], members[$0 - 1]) }
+        case .star: edges = (1..<members.count).map { (members[$0], members[0]) }
+        case .mesh: edges = (1..<members.count).flatMap { i in (0..<i).map { (members[i], members[$0]) } }
         case .random:
-            for i in 1..<count {
+            for i in 1..<max(1, members.count) {
                 let first = Int.random(in: 0..<i, using: &random)
-                edges.append((i, first))
-                for j in 0..<i where j != first && Int.random(in: 0..<4, using: &random) == 0 { edges.append((i, j)) }
+                edges.append((members[i], members[first]))
+                for j in 0..<i where j != first && Int.random(in: 0..<4, using: &random) == 0 { edges.append((members[i], members[j])) }
             }
         }
+        for device in devices where hubs > 0 { for hub in 0..<hubs { edges.append((device, hub)) } }
         var notes = ["\(count) nodes, \(topology.rawValue): \(edges.map { "n\($0.from)->n\($0.to)" }.joined(separator: ", ")); run directory \(directory)"]
+        if let store, hubs > 0 {
+            notes.append("n0\(hubs > 1 ? " to n\(hubs - 1)" : "") \(hubs > 1 ? "are hubs" : "is a hub") on \(store)")
+        }
         let ports = (0..<count).map { _ in freeLoopbackPort() }
         let links = try edges.map { Cluster.Link(from: $0.from, to: $0.to, proxy: try LoopbackProxy(to: ports[$0.to])) }
         let all = Set(universe.names)
         var collections = Array(repeating: all, count: count)
         // A node with a narrower subscription, now and then: it still relays the rest.
-        if count >= 3 && Int.random(in: 0..<5, using: &random) < 2 {
-            let node = Int.random(in: 1..<count, using: &random)
+        if count >= 3 && devices.count >= 2 && Int.random(in: 0..<5, using: &random) < 2 {
+            let node = Int.random(in: max(1, hubs)..<count, using: &random)
             collections[node] = Set(universe.names.shuffled(using: &random).prefix(2))
             notes.append("n\(node) subscribes to \(collections[node].sorted().joined(separator: " and ")) only")
         }
         var flags = Array(repeating: [String](), count: count)
         var limited: Set<Int> = []
         if plan.faults.contains(.limits) {
-            let node = Int.random(in: 1..<count, using: &random)
+            let node = Int.random(in: max(1, hubs)..<count, using: &random)
             limited.insert(node)
             let choice = Int.random(in: 0..<3, using: &random)
             if choice != 1 { flags[node] += ["--max-frame-size", "262144"] }
@@ -171,7 +190,7 @@ struct CheckRun {
         }
         let nodes = (0..<count).map { i in
             Cluster.Node(
-                index: i, dataDirectory: dataDirectories[i], port: ports[i],
+                index: i, store: i < hubs ? store : nil, dataDirectory: dataDirectories[i], port: ports[i],
                 peers: links.filter { $0.from == i }.map(\.proxy.address), collections: collections[i],
                 excused: excused[i], flags: flags[i], clockFile: clockFiles[i], logPath: directory + "/n\(i).log")
         }

@@ -17,6 +17,9 @@ final class Cluster: @unchecked Sendable {  // mutable state behind `state`
     struct Node: Sendable {
         var index: Int
         var name: String { "n\(index)" }
+        /// The PostgreSQL database of a hub (`shoal run --store`), nil for a device on SQLite.
+        var store: String?
+        var isHub: Bool { store != nil }
         var dataDirectory: String
         var port: Int
         /// The proxies it dials, one per link it starts.
@@ -125,6 +128,7 @@ final class Cluster: @unchecked Sendable {  // mutable state behind `state`
         var environment: [String: String] = [:]
         if let file = node.clockFile, let library = Self.fakeTimeLibrary { environment = Self.fakeTime(library, file: file) }
         var arguments = common + node.flags
+        if let store = node.store { arguments += ["--store", store] }
         for peer in node.peers { arguments += ["--peer", peer] }
         for collection in node.collections.sorted() { arguments += ["--subscribe", "SELECT * FROM \(collection)"] }
         var lastError: (any Error)?
@@ -218,6 +222,12 @@ final class Cluster: @unchecked Sendable {  // mutable state behind `state`
         }
         state.withLock { $0.epochs[i] = epoch }
     }
+
+    /// Puts hub `i` in `epoch`: its database was restored from a copy.
+    func setEpoch(_ i: Int, _ epoch: Int) { state.withLock { $0.epochs[i] = epoch } }
+
+    /// The hubs, nodes that share one database.
+    var hubs: [Int] { nodes.filter(\.isHub).map(\.index) }
 
     /// Sets a node's clock offset (libfaketime's syntax: `+0`, `+90s`, `-3m`, `+2h`).
     func skew(_ i: Int, _ offset: String) {

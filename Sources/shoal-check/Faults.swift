@@ -77,6 +77,8 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
     let workload: Workload
     /// The node whose data directory is on a small tmpfs, and its ballast file.
     let diskNode: (node: Int, ballast: String)?
+    /// The hubs' database, with hubs.
+    let hubDatabase: HubDatabase?
 
     private struct State {
         /// Undo actions, by when they are due.
@@ -84,15 +86,21 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
         /// Nodes some pending action will act on: no other fault picks them meanwhile.
         var busy: Set<Int> = []
         var busyLinks: Set<Int> = []
+        /// When the hubs' database was copied, and the hubs' epoch then.
+        var hubCopy: (epoch: Int, at: Double)?
     }
     private let state = Locked(State())
 
-    init(kinds: [FaultKind], cluster: Cluster, recorder: Recorder, workload: Workload, diskNode: (node: Int, ballast: String)?) {
+    init(
+        kinds: [FaultKind], cluster: Cluster, recorder: Recorder, workload: Workload, diskNode: (node: Int, ballast: String)?,
+        hubDatabase: HubDatabase? = nil
+    ) {
         self.kinds = kinds.filter { !$0.atStart && $0.weight > 0 }
         self.cluster = cluster
         self.recorder = recorder
         self.workload = workload
         self.diskNode = diskNode
+        self.hubDatabase = hubDatabase
     }
 
     private func later(_ delay: Double, _ label: String, node: Int? = nil, link: Int? = nil, _ action: @escaping @Sendable () async -> Void) {
@@ -177,7 +185,8 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
             }
         case .kill:
             guard let node = freeNode(&random) else { return }
-            let copy = kinds.contains(.restore) && Bool.random(using: &random)
+            // A hub's data is in PostgreSQL: no directory of it to copy.
+            let copy = kinds.contains(.restore) && !cluster.nodes[node].isHub && Bool.random(using: &random)
             let at = recorder.now()
             cluster.kill(node)
             if copy { try? cluster.takeCopy(node, at: at) }
@@ -239,12 +248,17 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
         case .limits:
             break
         case .narrow:
-            guard let node = freeNode(&random, { !self.cluster.nodes[$0].collections.subtracting(self.cluster.nodes[$0].excused).isEmpty }) else { return }
+            // Not on a hub: its subscriptions are the node's, which every hub shares.
+            guard
+                let node = freeNode(&random, {
+                    !self.cluster.nodes[$0].isHub && !self.cluster.nodes[$0].collections.subtracting(self.cluster.nodes[$0].excused).isEmpty
+                })
+            else { return }
             let own = cluster.nodes[node].collections.subtracting(cluster.nodes[node].excused).sorted()
             let collection = own.randomElement(using: &random)!
             await narrow(node, collection, for: Double.random(in: 1...10, using: &random))
         case .interest:
-            guard let node = freeNode(&random) else { return }
+            guard let node = freeNode(&random, { !self.cluster.nodes[$0].isHub }) else { return }
             let held = cluster.nodes[node].collections
             let others = workload.universe.names.filter { !held.contains($0) }
             let collection = others.randomElement(using: &random) ?? "unwritten"
@@ -317,7 +331,12 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
     /// copy that no other node holds now may be gone for good; those another node holds
     /// must survive. With no copy yet, one is taken (at a kill) instead.
     private func restore(_ random: inout SplitMix) async {
-        guard let node = freeNode(&random, { self.cluster.copy(of: $0) != nil }) ?? freeNode(&random) else { return }
+        if let hubDatabase, Bool.random(using: &random) {
+            await restoreHubs(hubDatabase)
+            return
+        }
+        let device = { (node: Int) in !self.cluster.nodes[node].isHub }
+        guard let node = freeNode(&random, { self.cluster.copy(of: $0) != nil }) ?? freeNode(&random, device) else { return }
         state.withLock { _ = $0.busy.insert(node) }
         defer { release(node: node) }
         guard let copy = cluster.copy(of: node) else {
@@ -370,6 +389,68 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
             "restore",
             "kill -9 n\(node), its data directory restored \(inPlace ? "in place " : "")from the copy taken at \(String(format: "%.2f", copy.at)) s (\(lost.count) of its writes since, held by no other node, may be lost\(bytesNote))")
         await startAgain(node)
+    }
+
+    /// The hubs' database replaced by its copy, every hub killed meanwhile, as a backup
+    /// of the node's database restored: what the hubs acknowledged after the copy that
+    /// no device holds now may be gone for good; what a device holds must come back
+    /// (DATA_MODEL.md §4.5, a hub's database repaired). With no copy yet, one is taken,
+    /// with every hub down.
+    private func restoreHubs(_ database: HubDatabase) async {
+        let hubs = cluster.hubs
+        let free = state.withLock { s in hubs.allSatisfy { !s.busy.contains($0) } }
+        guard free, hubs.allSatisfy({ cluster.life($0) == .running }) else { return }
+        state.withLock { s in s.busy.formUnion(hubs) }
+        defer { state.withLock { s in s.busy.subtract(hubs) } }
+        let names = hubs.map { "n\($0)" }.joined(separator: ", ")
+        for hub in hubs { cluster.kill(hub) }
+        let killedAt = recorder.now()
+        guard let copy = state.withLock({ $0.hubCopy }) else {
+            do {
+                try await database.takeCopy()
+                state.withLock { $0.hubCopy = (cluster.epoch(hubs[0]), killedAt) }
+                recorder.fault("kill", "kill -9 \(names) to copy the hubs' database aside; start them again")
+            } catch {
+                recorder.say("copying the hubs' database failed: \(error)")
+            }
+            for hub in hubs { await startAgain(hub) }
+            return
+        }
+        // What the devices hold now, as far as they answer.
+        var held: Set<String> = []
+        for device in cluster.running where !cluster.nodes[device].isHub {
+            if let read = try? await workload.read(device, collections: cluster.nodes[device].collections) {
+                recorder.record(read)
+                held.formUnion(read.values.values.compactMap(\.token))
+            }
+        }
+        let history = recorder.history
+        let epoch = cluster.epoch(hubs[0])
+        var lost: Set<Int> = []
+        var attachments: Set<String> = []
+        for operation in history.operations where cluster.nodes[operation.sent.node].isHub && operation.outcome != .refused {
+            let after = operation.acknowledgedAt.map { $0 >= copy.at } ?? (operation.sent.time >= copy.at)
+            guard after, history.precedes(operation.sent, Moment(node: hubs[0], epoch: epoch, time: killedAt)) || operation.sent.epoch == epoch
+            else { continue }
+            if !held.contains(operation.token) { lost.insert(operation.id) }
+            if operation.kind == OperationKind.attachment.rawValue { attachments.insert(operation.token) }
+        }
+        recorder.markMaybeLost(lost)
+        // A hub keeps attachment bytes in the database too: those no device serves may be gone.
+        let bytesLost = await bytesHeldNowhere(attachments, except: hubs[0])
+        recorder.markBytesMaybeLost(bytesLost)
+        let newEpoch = recorder.restore(from: copy.epoch, copiedAt: copy.at)
+        do {
+            try await database.restoreCopy()
+            for hub in hubs { cluster.setEpoch(hub, newEpoch) }
+        } catch {
+            recorder.say("restoring the hubs' database failed: \(error)")
+        }
+        let bytesNote = bytesLost.isEmpty ? "" : "; so may the bytes of \(bytesLost.count) attachment\(bytesLost.count == 1 ? "" : "s") other nodes name"
+        recorder.fault(
+            "restore",
+            "kill -9 \(names), the hubs' database restored from the copy taken at \(String(format: "%.2f", copy.at)) s (\(lost.count) of their writes since, held by no device, may be lost\(bytesNote))")
+        for hub in hubs { await startAgain(hub) }
     }
 
     /// Of these attachment writes' tokens, those whose bytes no running node but `node`

@@ -8,7 +8,7 @@ final class Recorder: Sendable {
     private let started = ContinuousClock.now
     let quiet: Bool
     private struct State {
-        var history = History()
+        var history: History
         var nextID = 1
         var outcomes: [String: [Mutation.Outcome: Int]] = [:]
         var faults: [String: Int] = [:]
@@ -19,9 +19,13 @@ final class Recorder: Sendable {
         var bytesMaybeLost: Set<String> = []
         var lines: [String] = []
     }
-    private let state = Locked(State())
+    private let state: Locked<State>
 
-    init(quiet: Bool) { self.quiet = quiet }
+    /// `oneNode`: the processes that are one node (hubs on one database).
+    init(quiet: Bool, oneNode: [Int] = []) {
+        self.quiet = quiet
+        state = Locked(State(history: History(oneNode: oneNode)))
+    }
 
     /// Seconds since the run began.
     func now() -> Double {

@@ -31,6 +31,15 @@ struct ShoalCheckCommand: AsyncParsableCommand {
     @Option(name: .long, help: "line, star, mesh or random (default: chosen by the seed).")
     var topology: Topology?
 
+    @Option(
+        name: .long,
+        help: """
+            How many of the nodes are hubs on one new PostgreSQL database of the server \
+            SHOAL_POSTGRES_URL names (scripts/postgres.sh start DIR prints it), one logical \
+            node; every other node, a device, dials each hub (default 0).
+            """)
+    var hubs: Int = 0
+
     @Option(name: .long, help: "Mutation kinds, comma-separated (default: all): \(OperationKind.allCases.map(\.rawValue).joined(separator: ", ")).")
     var ops: String?
 
@@ -66,6 +75,10 @@ struct ShoalCheckCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard (2...9).contains(nodes) else { throw ValidationError("--nodes must be from 2 to 9") }
+        guard (0..<nodes).contains(hubs) else { throw ValidationError("--hubs must be from 0 to one less than --nodes (a device at least)") }
+        if hubs > 0 && TemporaryPostgresDatabase.serverURL == nil {
+            throw ValidationError("--hubs needs a PostgreSQL server: set SHOAL_POSTGRES_URL (scripts/postgres.sh start DIR starts one and prints it)")
+        }
         guard duration > 0 else { throw ValidationError("--duration must be more than 0 seconds") }
         guard (1...60).contains(documents) else { throw ValidationError("--documents must be from 1 to 60") }
         guard (1...8).contains(writers) else { throw ValidationError("--writers must be from 1 to 8") }
@@ -99,6 +112,7 @@ struct ShoalCheckCommand: AsyncParsableCommand {
         let seed = seed ?? UInt64.random(in: 1...UInt64.max)
         var arguments = ["--seed", "\(seed)", "--nodes", "\(nodes)", "--duration", "\(duration)", "--documents", "\(documents)", "--writers", "\(writers)"]
         if let topology { arguments += ["--topology", topology.rawValue] }
+        if hubs > 0 { arguments += ["--hubs", "\(hubs)"] }
         if let ops { arguments += ["--ops", ops] }
         if let faults { arguments += ["--faults", faults] }
         if skipKnown { arguments.append("--skip-known") }
@@ -111,7 +125,7 @@ struct ShoalCheckCommand: AsyncParsableCommand {
             for line in left { say("shoal-check: left out, a known bug: \(line)") }
         }
         let plan = Plan(
-            seed: seed, duration: duration, nodes: nodes, topology: topology, operations: try operationKinds(),
+            seed: seed, duration: duration, nodes: nodes, hubs: hubs, topology: topology, operations: try operationKinds(),
             faults: try faultKinds(), documents: documents, writers: writers, settle: settle,
             directory: directory ?? NSTemporaryDirectory(), keep: keep, json: json)
         let passed = try await CheckRun(plan: plan).run()
@@ -124,6 +138,8 @@ struct Plan: Sendable {
     var seed: UInt64
     var duration: Double
     var nodes: Int
+    /// Nodes 0 to `hubs - 1` are hubs on one PostgreSQL database, one logical node.
+    var hubs: Int
     var topology: ShoalCheckCommand.Topology?
     var operations: [OperationKind]
     var faults: [FaultKind]

@@ -203,7 +203,12 @@ struct Workload: Sendable {
     /// Sends one random operation to node `node`, records it, and returns its kind.
     @discardableResult
     func perform(on node: Int, _ random: inout SplitMix) async -> OperationKind {
-        let kind = pick(&random)
+        var kind = pick(&random)
+        // A hub holds the data of the devices behind it: EVICT is not run there.
+        if kind == .evict && cluster.nodes[node].isHub {
+            guard kinds.contains(where: { $0 != .evict }) else { return kind }
+            while kind == .evict { kind = pick(&random) }
+        }
         let (id, token) = recorder.nextToken()
         switch kind {
         case .evict:

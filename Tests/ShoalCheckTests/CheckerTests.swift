@@ -160,3 +160,35 @@ struct CheckerTests {
         #expect(values[Slot("b0", "v")] == .absent)
     }
 }
+
+extension CheckerTests {
+    /// Hubs on one database are one node: a write sent through one hub after another
+    /// hub acknowledged or showed a write follows it, and must win; processes that are
+    /// nodes of their own order nothing between them.
+    @Test func hubsOfOneDatabaseOrderWritesAsOneNode() {
+        func history(oneNode: [Int]) -> History {
+            var history = History(oneNode: oneNode)
+            var setup = Self.operation(0, on: 0, sent: 0, acknowledged: 0.1, [Self.f: .token("t0"), Self.g: .token("t0")])
+            setup.kind = Mutation.setup
+            history.record(setup)
+            history.record(Self.operation(1, on: 0, sent: 1, acknowledged: 1.1, [Self.f: .token("t1")]))
+            history.record(Self.operation(2, on: 1, sent: 2, acknowledged: 2.1, [Self.f: .token("t2")]))
+            history.record(Self.operation(3, on: 2, sent: 3, acknowledged: 3.1, [Self.g: .token("t3")]))
+            history.record(Read(node: 1, epoch: 0, startedAt: 4, finishedAt: 4.1, values: [Self.f: .token("t2"), Self.g: .token("t3")]))
+            history.record(Self.operation(4, on: 0, sent: 5, acknowledged: 5.1, [Self.g: .token("t4")]))
+            return history
+        }
+        let hubs = Checker(history: history(oneNode: [0, 1]))
+        #expect(hubs.history.node(of: 1) == 0 && hubs.history.node(of: 2) == 2)
+        // t2 went through hub 1 after hub 0 acknowledged t1: t1 at the end is a lost write.
+        #expect(hubs.checkFinal(Self.f, holds: .token("t1"), node: 2)?.check == .acknowledgedWrites)
+        #expect(hubs.checkFinal(Self.f, holds: .token("t2"), node: 2) == nil)
+        // t4 went through hub 0 after a read through hub 1 showed t3.
+        #expect(hubs.checkFinal(Self.g, holds: .token("t3"), node: 2)?.check == .acknowledgedWrites)
+        #expect(hubs.checkFinal(Self.g, holds: .token("t4"), node: 2) == nil)
+        // Two nodes of their own: either may win.
+        let apart = Checker(history: history(oneNode: []))
+        #expect(apart.checkFinal(Self.f, holds: .token("t1"), node: 2) == nil)
+        #expect(apart.checkFinal(Self.g, holds: .token("t3"), node: 2) == nil)
+    }
+}
