@@ -465,6 +465,9 @@ struct PeerSession: Sendable {
             case .inboundEnded, .stopped: return
             }
             if case .received(.subscribe(let subscribe)) = event {
+                logger.debug(
+                    "the peer subscribes: \(subscribe.summary)",
+                    metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
                 noteResync(subscribe, peer: peer)
             }
             var pending: ArraySlice<SessionStateMachine.Action> = []
@@ -531,6 +534,11 @@ struct PeerSession: Sendable {
     ) async throws -> [SessionStateMachine.Event] {
         switch action {
         case .send(let message):
+            if case .subscribe(let subscribe) = message {
+                logger.debug(
+                    "subscribing: \(subscribe.summary)",
+                    metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
+            }
             try await send(message)
         case .sendBatch(let batch):
             try await send(batch)

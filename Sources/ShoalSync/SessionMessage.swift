@@ -266,3 +266,25 @@ public enum SessionMessage: Sendable, Hashable {
         }
     }
 }
+
+extension SessionMessage.Subscribe {
+    /// One line for a debug log: what a Subscribe asks and states, so that a session
+    /// that keeps subscribing can be read from its log (which set, from where, which
+    /// interests at which generations, which routes).
+    var summary: String {
+        var parts = [
+            "#\(generation)", "\(subscriptions.count) subscriptions (\(subscriptions.map(\.id).sorted().joined(separator: ",")))",
+            "after \(resumeAfter)",
+        ]
+        if includeOwnTransactions { parts.append("own included") }
+        if continues { parts.append("continues") }
+        if let interests {
+            parts.append(
+                "interests "
+                    + interests.map { "\($0.origin)@\($0.generation):\($0.subscriptions.map(\.id).sorted().joined(separator: ","))" }
+                    .joined(separator: " "))
+        }
+        if let routes { parts.append("routes \(routes)") }
+        return parts.joined(separator: "; ")
+    }
+}

@@ -196,6 +196,7 @@ struct CheckRun {
         }
         var common = ["--idle-timeout", "10", "--handshake-timeout", "5", "--coverage-wait", "10"]
         if plan.faults.contains(.compact) { common += ["--compaction-interval", "15"] }
+        if let level = plan.nodeLogLevel { common += ["--log-level", level] }
         let cluster = Cluster(nodes: nodes, links: links, directory: directory, common: common)
         return (cluster, diskNode, notes)
     }

@@ -66,6 +66,9 @@ struct ShoalCheckCommand: AsyncParsableCommand {
     @Flag(name: .long, help: "Keep the run's directory even when every check passes.")
     var keep = false
 
+    @Option(name: .long, help: "The nodes' --log-level (default: theirs, info); debug logs each Subscribe a session sends and receives.")
+    var nodeLogLevel: String?
+
     @Flag(name: .long, help: "Print the summary as one JSON object (and no line per fault).")
     var json = false
 
@@ -116,6 +119,7 @@ struct ShoalCheckCommand: AsyncParsableCommand {
         if let ops { arguments += ["--ops", ops] }
         if let faults { arguments += ["--faults", faults] }
         if skipKnown { arguments.append("--skip-known") }
+        if let nodeLogLevel { arguments += ["--node-log-level", nodeLogLevel] }
         // With --json, standard output holds the summary alone (the seed is in it too).
         let say = json ? { FileHandle.standardError.write(Data(($0 + "\n").utf8)) } : emit
         say("shoal-check: seed \(seed) (replay: shoal-check \(arguments.joined(separator: " ")))")
@@ -127,7 +131,7 @@ struct ShoalCheckCommand: AsyncParsableCommand {
         let plan = Plan(
             seed: seed, duration: duration, nodes: nodes, hubs: hubs, topology: topology, operations: try operationKinds(),
             faults: try faultKinds(), documents: documents, writers: writers, settle: settle,
-            directory: directory ?? NSTemporaryDirectory(), keep: keep, json: json)
+            directory: directory ?? NSTemporaryDirectory(), keep: keep, json: json, nodeLogLevel: nodeLogLevel)
         let passed = try await CheckRun(plan: plan).run()
         if !passed { throw ExitCode(1) }
     }
@@ -149,6 +153,7 @@ struct Plan: Sendable {
     var directory: String
     var keep: Bool
     var json: Bool
+    var nodeLogLevel: String?
 }
 
 /// Writes a line to standard output at once, also into a file or a pipe (where
