@@ -18,10 +18,13 @@ swift build -c release --product shoal-check
 check=.build/release/shoal-check
 extra=(${SHOAL_CHECK_ARGS:-})
 # Hubs need a PostgreSQL server: a throwaway one unless SHOAL_POSTGRES_URL names one.
-if [[ " ${extra[*]} " == *" --hubs "* && -z "${SHOAL_POSTGRES_URL:-}" ]]; then
+if [[ " ${extra[*]} " == *" --hubs"* && -z "${SHOAL_POSTGRES_URL:-}" ]]; then
   postgres_dir=$(mktemp -d -t shoal-postgres.XXXXXX)
   trap 'scripts/postgres.sh stop "$postgres_dir"; rm -rf "$postgres_dir"' EXIT
-  started=$(scripts/postgres.sh start "$postgres_dir")
+  if ! started=$(scripts/postgres.sh start "$postgres_dir"); then
+    echo "check.sh: --hubs needs a PostgreSQL server, and none could be started (scripts/postgres.sh says why above)" >&2
+    exit 1
+  fi
   export "${started?}"
   echo "check.sh: PostgreSQL for the hubs at $SHOAL_POSTGRES_URL"
 fi

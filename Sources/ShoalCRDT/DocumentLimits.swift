@@ -151,11 +151,14 @@ public struct DocumentRefusal: Error, Sendable, Hashable, CustomStringConvertibl
 
     /// The collection's name with U+0000 written `\u0000`: a refusal is recorded and
     /// reported as text, which on a hub cannot hold that character.
-    public var description: String {
-        var collection = document.collection
-        if collection.utf8.contains(0) {
-            collection = collection.unicodeScalars.map { $0 == "\u{0}" ? "\\u0000" : String($0) }.joined()
-        }
-        return "document \(document.id) in \(collection): \(reason)"
+    public var description: String { "document \(document.id) in \(document.collection.escapingNul): \(reason)" }
+}
+
+extension String {
+    /// The text with each U+0000 written `\u0000`: for text a store keeps as PostgreSQL
+    /// `TEXT`, which holds no U+0000, such as a refusal's reason naming a collection.
+    package var escapingNul: String {
+        guard utf8.contains(0) else { return self }
+        return unicodeScalars.map { $0 == "\u{0}" ? "\\u0000" : String($0) }.joined()
     }
 }

@@ -723,7 +723,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                 INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen, refusal)
                 VALUES (\(origin), \(seq), \(Int64(record.deltaCount)), \(Int64(record.documentCount)),
                     \(CollectionCount.encode(record.collections)), \(Int64(TransactionRecord.State.refused.rawValue)), '', '',
-                    \(Int64(bitPattern: record.firstSeen)), \(reason))
+                    \(Int64(bitPattern: record.firstSeen)), \(reason.escapingNul))
                 ON CONFLICT (origin, seq) DO UPDATE SET state = excluded.state, reports = '', refusal = excluded.refusal
                 """)
         }

@@ -337,7 +337,9 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
     // MARK: Observers
 
     package func observe(_ query: String, arguments: [String: Value]) throws(ShoalError) -> QueryUpdates {
-        try QueryUpdates(observing: query, arguments: arguments, on: self, commits: commits)
+        // What a hub refuses of any statement (a collection it cannot name), refused here too.
+        _ = try parse(query)
+        return try QueryUpdates(observing: query, arguments: arguments, on: self, commits: commits)
     }
 
     package func registerObserver(

@@ -39,9 +39,9 @@ struct CheckRun {
         var random = SplitMix(state: plan.seed)
         let directory = (plan.directory as NSString).appendingPathComponent("shoal-check-\(plan.seed)-\(UInt32.random(in: 0...UInt32.max))")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let (cluster, diskNode, notes) = try build(directory: directory, store: store, &random)
+        let (cluster, diskNode, notes) = try build(directory: directory, store: store, storePassword: hubDatabase?.password, &random)
         for note in notes { say(note) }
-        Self.stopOnInterrupt(cluster)
+        Self.stopOnInterrupt(cluster, hubDatabase: hubDatabase)
         defer {
             cluster.shutdown()
             if diskNode != nil { _ = Self.run("/bin/umount", ["-l", cluster.nodes[diskNode!.node].dataDirectory]) }
@@ -103,7 +103,9 @@ struct CheckRun {
     /// Nodes, links and limits from the seed. With hubs (nodes 0 to `plan.hubs - 1`, on
     /// `store`), the topology joins the devices, and every device dials every hub too:
     /// hubs are one node, never linked to each other.
-    func build(directory: String, store: String?, _ random: inout SplitMix) throws -> (Cluster, (node: Int, ballast: String)?, [String]) {
+    func build(
+        directory: String, store: String?, storePassword: String? = nil, _ random: inout SplitMix
+    ) throws -> (Cluster, (node: Int, ballast: String)?, [String]) {
         let count = plan.nodes
         let hubs = plan.hubs
         let devices = Array(hubs..<count)
@@ -197,7 +199,7 @@ struct CheckRun {
         var common = ["--idle-timeout", "10", "--handshake-timeout", "5", "--coverage-wait", "10"]
         if plan.faults.contains(.compact) { common += ["--compaction-interval", "15"] }
         if let level = plan.nodeLogLevel { common += ["--log-level", level] }
-        let cluster = Cluster(nodes: nodes, links: links, directory: directory, common: common)
+        let cluster = Cluster(nodes: nodes, links: links, directory: directory, common: common, storePassword: storePassword)
         return (cluster, diskNode, notes)
     }
 
@@ -494,13 +496,23 @@ struct CheckRun {
         return process.wait(timeout: 60)
     }
 
-    /// Ctrl-C stops every node before the checker exits, so none is left running.
-    static func stopOnInterrupt(_ cluster: Cluster) {
+    /// Ctrl-C stops every node before the checker exits, so none is left running, and
+    /// drops the hubs' database, so none is left on the server.
+    static func stopOnInterrupt(_ cluster: Cluster, hubDatabase: HubDatabase? = nil) {
         signal(SIGINT, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
         source.setEventHandler {
             emit("shoal-check: interrupted; stopping the nodes")
             cluster.shutdown()
+            if let hubDatabase {
+                // The process exits next: the drop is waited for here, 15 s at most.
+                let dropped = DispatchSemaphore(value: 0)
+                Task {
+                    await hubDatabase.drop()
+                    dropped.signal()
+                }
+                _ = dropped.wait(timeout: .now() + 15)
+            }
             exit(130)
         }
         source.resume()

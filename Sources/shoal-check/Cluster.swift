@@ -68,13 +68,17 @@ final class Cluster: @unchecked Sendable {  // mutable state behind `state`
     let directory: String
     /// Flags every node gets.
     let common: [String]
+    /// The hubs' database password, given them as `SHOAL_STORE_PASSWORD` (a URL shown
+    /// leaves it out).
+    let storePassword: String?
     private let state: Locked<State>
 
-    init(nodes: [Node], links: [Link], directory: String, common: [String]) {
+    init(nodes: [Node], links: [Link], directory: String, common: [String], storePassword: String? = nil) {
         self.nodes = nodes
         self.links = links
         self.directory = directory
         self.common = common
+        self.storePassword = storePassword
         state = Locked(State(processes: nodes.map { _ in nil }, life: nodes.map { _ in .down }, epochs: nodes.map { _ in 0 }))
     }
 
@@ -127,6 +131,7 @@ final class Cluster: @unchecked Sendable {  // mutable state behind `state`
         let node = nodes[i]
         var environment: [String: String] = [:]
         if let file = node.clockFile, let library = Self.fakeTimeLibrary { environment = Self.fakeTime(library, file: file) }
+        if node.isHub, let storePassword { environment["SHOAL_STORE_PASSWORD"] = storePassword }
         var arguments = common + node.flags
         if let store = node.store { arguments += ["--store", store] }
         for peer in node.peers { arguments += ["--peer", peer] }

@@ -18,8 +18,13 @@ struct HubDatabase: Sendable {
         return location.description
     }
 
-    /// Runs `body` with a new database, dropping it (and its copies) afterwards.
-    static func with<T: Sendable>(_ body: @Sendable (HubDatabase) async throws -> T) async throws -> T {
+    /// The password the hubs are given (`SHOAL_STORE_PASSWORD`), when the server's URL
+    /// has one: `store`, like every URL Shoal shows, leaves it out.
+    var password: String? { admin.location.password }
+
+    /// Runs `body` with a new database; drops it (and its copy) afterwards when `body`
+    /// says every check passed, else keeps it for a look, as the run's directory is kept.
+    static func with(_ body: @Sendable (HubDatabase) async throws -> Bool) async throws -> Bool {
         guard let server = TemporaryPostgresDatabase.serverURL else {
             throw PostgresStoreError(TemporaryPostgresDatabase.skipReason)
         }
@@ -31,16 +36,34 @@ struct HubDatabase: Sendable {
             group.addTask { await admin.run() }
             defer { group.cancelAll() }
             try await admin.execute("CREATE DATABASE \(database.name)")
-            let result: Result<T, any Error>
+            let passed: Bool
             do {
-                result = .success(try await body(database))
+                passed = try await body(database)
             } catch {
-                result = .failure(error)
+                await database.drop()
+                throw error
             }
-            for name in [database.name, database.copyName] {
-                try? await admin.execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+            if passed {
+                await database.drop()
+            } else {
+                emit("shoal-check: the hubs' database is kept too: \(database.name) (DROP DATABASE \(database.name) when done)")
             }
-            return try result.get()
+            return passed
+        }
+    }
+
+    /// Drops the database and its copy, trying again for a few seconds: the server now
+    /// and then refuses a drop while a backend of its own still leaves the database.
+    func drop() async {
+        for name in [name, copyName] {
+            for attempt in 1...5 {
+                do {
+                    try await admin.execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+                    break
+                } catch {
+                    if attempt < 5 { try? await Task.sleep(for: .milliseconds(500)) }
+                }
+            }
         }
     }
 

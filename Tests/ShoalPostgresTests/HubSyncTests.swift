@@ -624,16 +624,27 @@ struct HubSyncTests {
         }
     }
 
+    /// A collection's name a SQLite node takes and a hub cannot store.
+    static let nulCollection = "no\u{0}tes"
+
+    /// A device and one hub subscribed to `collection` too, each the test's.
+    static func withDeviceAndHub(
+        subscribedTo collection: String, _ body: @Sendable (TestNode, PostgresStore, [SyncEngine]) async throws -> Void
+    ) async throws {
+        let a = try TestNode(name: "a")
+        defer { a.remove() }
+        try await withHubs(1) { stores, hubs in
+            try hubs[0].subscribe("SELECT * FROM `\(collection)`")
+            try await body(a, stores[0], hubs)
+        }
+    }
+
     /// PostgreSQL's `TEXT` cannot hold U+0000, and a collection's name is stored as
     /// text: a transaction writing a collection so named is refused whole, as one
     /// naming a key too long is, and what follows it arrives.
     @Test func aCollectionWhoseNameAHubCannotStoreIsRefusedWholeAndTheLinkGoesOn() async throws {
-        let a = try TestNode(name: "a")
-        defer { a.remove() }
-        let odd = "no\u{0}tes"
-        try await Self.withHubs(1) { stores, hubs in
-            let hub = stores[0]
-            try hubs[0].subscribe("SELECT * FROM `\(odd)`")
+        let odd = Self.nulCollection
+        try await Self.withDeviceAndHub(subscribedTo: odd) { a, hub, hubs in
             try a.sync.subscribe("SELECT * FROM notes WHERE v = 9")
             try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
                 let written = try await a.store.transaction { tx -> TransactionCompletion in
@@ -663,7 +674,31 @@ struct HubSyncTests {
                 try await hub.execute("INSERT INTO `\(odd)` DOCUMENTS ({'_id': 'y'})")
             }
             #expect(error?.message.contains("U+0000") == true, "\(error?.message ?? "")")
+            // An observer of it is refused the same way, before any read.
+            let observing = #expect(throws: ShoalError.self) { try hub.observe("SELECT * FROM `\(odd)`") }
+            #expect(observing?.code == .invalidQuery, "\(observing.map { "\($0)" } ?? "")")
             _ = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': 'after'})")
+        }
+    }
+
+    /// A transaction the device cannot send the hub whole (a document over the hub's
+    /// limit, `OVER_LIMIT`) in a collection named with U+0000 is refused, and the
+    /// refusal, whose reason names the collection, is recorded: the link goes on.
+    @Test func aRefusalNamingACollectionAHubCannotStoreIsRecordedAndTheLinkGoesOn() async throws {
+        let odd = Self.nulCollection
+        try await Self.withDeviceAndHub(subscribedTo: odd) { a, hub, hubs in
+            _ = try await hub.execute("ALTER SYSTEM SET document_size_soft_limit_bytes = 1024")
+            _ = try await hub.execute("ALTER SYSTEM SET document_size_hard_limit_bytes = 4096")
+            try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
+                let written = try await a.store.execute(
+                    "INSERT INTO `\(odd)` DOCUMENTS ({'_id': 'x', 'v': :v})", arguments: ["v": .string(String(repeating: "x", count: 8_000))])
+                _ = try await a.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'last', 'v': 3})")
+                let settled = try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await hub.execute("SELECT _id FROM notes").items == [["_id": "last"]] && hubs[0].pipeline.status.refused == 1
+                }
+                #expect(settled, "refused \(hubs[0].pipeline.status.refused)")
+                #expect(hubs[0].pipeline.status.recentRefusals.map(\.id) == [written.transactionID].compactMap { $0 })
+            }
         }
     }
 
