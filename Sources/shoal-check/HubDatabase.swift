@@ -46,7 +46,9 @@ struct HubDatabase: Sendable {
             if passed {
                 await database.drop()
             } else {
-                emit("shoal-check: the hubs' database is kept too: \(database.name) (DROP DATABASE \(database.name) when done)")
+                // On standard error: with --json, standard output holds the summary alone.
+                FileHandle.standardError.write(
+                    Data("shoal-check: the hubs' database is kept too: \(database.name) (DROP DATABASE \(database.name) when done)\n".utf8))
             }
             return passed
         }
