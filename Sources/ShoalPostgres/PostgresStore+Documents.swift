@@ -352,6 +352,13 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
 
     // MARK: Statements
 
+    /// Refuses `text` (what `what` names) when it holds U+0000, which PostgreSQL's `TEXT`
+    /// cannot hold: the one error for every such input a hub takes from a client.
+    static func refuseNul(_ text: String, _ what: String) throws(ShoalError) {
+        guard text.utf8.contains(0) else { return }
+        throw ShoalError(.invalidQuery, "\(what) holds U+0000, which a hub on PostgreSQL cannot store (its text holds no U+0000)")
+    }
+
     /// The statements of a DQL text, from the cache when it was parsed lately.
     func parse(_ text: String) throws(ShoalError) -> [ShoalQuery.Statement] {
         if let statements = parsed.withLock({ $0.statements(of: text) }) { return statements }
@@ -361,11 +368,9 @@ extension PostgresStore: DocumentDatabase, QuerySnapshots {
         } catch {
             throw ShoalError(error)
         }
-        if statements.contains(where: { $0.targetCollection?.utf8.contains(0) == true }) {
-            // PostgreSQL's TEXT holds no U+0000: such a collection can hold nothing here.
-            throw ShoalError(
-                .invalidQuery,
-                "a collection's name holds U+0000, which a hub on PostgreSQL cannot store (its text holds no U+0000): name the collection without it")
+        for statement in statements {
+            // Such a collection can hold nothing here.
+            try Self.refuseNul(statement.targetCollection ?? "", "a collection's name")
         }
         parsed.withLock { $0.remember(statements, of: text) }
         return statements

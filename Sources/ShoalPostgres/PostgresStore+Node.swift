@@ -60,10 +60,7 @@ extension PostgresStore: NodeStore {
     }
 
     package func saveSubscription(_ subscription: SavedSubscription) async throws(ShoalError) {
-        if subscription.query.utf8.contains(0) {
-            throw ShoalError(
-                .invalidQuery, "a subscription's query holds U+0000, which a hub on PostgreSQL cannot store (its text holds no U+0000)")
-        }
+        try Self.refuseNul(subscription.query, "a subscription's query")
         try await run(
             "saving a subscription",
             "INSERT INTO subscription (id, query, arguments) VALUES (\(subscription.id), \(subscription.query), \(Value.object(subscription.arguments).canonicalJSON)) ON CONFLICT (id) DO NOTHING"

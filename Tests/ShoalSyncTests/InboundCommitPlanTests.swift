@@ -129,6 +129,18 @@ import Testing
         #expect(next.result.applied == [t.id])
     }
 
+    /// The first piece of transaction `seq` (documents x and y, x sent), with one context
+    /// field of document x in `collection` named `field`: its transaction must wait.
+    static func waiting(_ seq: UInt64, context collection: String, field: String, cursor: UInt64) -> [InboundPipeline.Item] {
+        var piece = Txn(seq, ["x", "y"]).piece(sending: ["x"], last: false)
+        piece.context = [
+            ContextField(
+                document: DocumentRef(collection: collection, id: "x"), field: field, valueJSON: "1",
+                timestamp: HybridTimestamp(rawValue: 1 << 16), transaction: TransactionID(origin: SiteID(0xC), sequence: 1))
+        ]
+        return [InboundPipeline.Item(source: relay, pieces: [piece], cursor: ("k", cursor, 0))]
+    }
+
     /// A transaction that must wait, a piece of which writes a document whose key is over
     /// the store's bound (a hub's), is refused whole then rather than buffered: a hub
     /// keeps buffered context under keys its indexes hold. Under the bound it waits.
@@ -145,14 +157,7 @@ import Testing
         #expect(Self.names(Self.run(&under, first, limits: DocumentLimits(keyBytes: 42))) == ["buffer 1 (2)", "save 1 waiting", "cursor 10"])
 
         // A context field alone over the bound, its deltas under it: refused too.
-        let u = Txn(2, ["x", "y"])
-        var piece = u.piece(sending: ["x"], last: false)
-        piece.context = [
-            ContextField(
-                document: DocumentRef(collection: "accounts", id: "x"), field: String(repeating: "c", count: 40), valueJSON: "1",
-                timestamp: HybridTimestamp(rawValue: 1 << 16), transaction: TransactionID(origin: SiteID(0xC), sequence: 1))
-        ]
-        let withContext = [InboundPipeline.Item(source: Self.relay, pieces: [piece], cursor: ("k", 11, 0))]
+        let withContext = Self.waiting(2, context: "accounts", field: String(repeating: "c", count: 40), cursor: 11)
         var context = Self.plan(withContext)
         // "accounts" (8) + "x" (1) + 40 = 49; its deltas, 8 + 1 + 2 = 11.
         #expect(Self.names(Self.run(&context, withContext, limits: DocumentLimits(keyBytes: 48))) == ["refuse 2", "cursor 11"])
@@ -160,14 +165,7 @@ import Testing
         #expect(Self.names(Self.run(&fits, withContext, limits: DocumentLimits(keyBytes: 49))) == ["buffer 2 (2)", "save 2 waiting", "cursor 11"])
 
         // A context field of a collection named with U+0000, where names cannot hold it.
-        let v = Txn(3, ["x", "y"])
-        var odd = v.piece(sending: ["x"], last: false)
-        odd.context = [
-            ContextField(
-                document: DocumentRef(collection: "acc\u{0}ounts", id: "x"), field: "c", valueJSON: "1",
-                timestamp: HybridTimestamp(rawValue: 1 << 16), transaction: TransactionID(origin: SiteID(0xC), sequence: 1))
-        ]
-        let withOdd = [InboundPipeline.Item(source: Self.relay, pieces: [odd], cursor: ("k", 12, 0))]
+        let withOdd = Self.waiting(3, context: "acc\u{0}ounts", field: "c", cursor: 12)
         var refusing = Self.plan(withOdd)
         #expect(Self.names(Self.run(&refusing, withOdd, limits: DocumentLimits(collectionNamesHoldNul: false))) == ["refuse 3", "cursor 12"])
         #expect(refusing.result.refused.first?.reason.contains("U+0000") == true)
