@@ -39,11 +39,18 @@ package struct HubConnection: Sendable {
     package func query(
         _ query: PostgresQuery, logger: Logger, file: String = #fileID, line: Int = #line
     ) async throws -> [PostgresRow] {
+        try await send(query, logger: logger, file: file, line: line).get().rows
+    }
+
+    /// Sends one statement and returns at once: the answer comes in the future returned.
+    /// The connection runs its statements one at a time in the order sent, so a statement
+    /// sent after this one, by `send` or `query`, runs after it and sees what it did.
+    func send(_ query: PostgresQuery, logger: Logger, file: String = #fileID, line: Int = #line) -> EventLoopFuture<PostgresQueryResult> {
         let connection = self.connection
-        return try await connection.eventLoop.flatSubmit { () -> EventLoopFuture<PostgresQueryResult> in
+        return connection.eventLoop.flatSubmit { () -> EventLoopFuture<PostgresQueryResult> in
             guard !connection.isClosed else { return connection.eventLoop.makeFailedFuture(Closed()) }
             return connection.query(query, logger: logger, file: file, line: line)
-        }.get().rows
+        }
     }
 
     /// Closes the connection.

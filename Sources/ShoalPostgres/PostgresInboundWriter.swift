@@ -125,6 +125,7 @@ extension PostgresStore {
                         await connection.rollBack(logger: logger)
                         return (result, writer)
                     }
+                    try await writer.settle()
                     if writer.aborted {
                         throw ShoalError(.database, "\(doing): a statement failed, and PostgreSQL rolled the write back; nothing of it was kept")
                     }
@@ -306,12 +307,53 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
             }
         } catch {
             aborted = true
+            // A statement sent before that failed aborted the transaction, and this one
+            // failed for that: the earlier failure is the one that says what went wrong.
+            if let earlier = await unansweredFailure() { throw earlier }
             throw error
         }
     }
 
     /// Set when a statement of this write failed for want of room in the server's lock table.
     private(set) var outOfLocks = false
+
+    /// Statements sent and not yet awaited (`send`), oldest first, with what each does.
+    private var unanswered: [(doing: String, answer: EventLoopFuture<PostgresQueryResult>)] = []
+
+    /// Sends `query` without waiting for its answer, so that the server runs it while the
+    /// hub goes on (planning the next apply, as a rule). Whatever is sent after it runs
+    /// after it and sees what it wrote (`HubConnection.send`); its failure is reported by
+    /// the next statement that fails, or by `settle()`, which the commit calls first.
+    private func send(_ query: PostgresQuery, doing: String) {
+        unanswered.append((doing, connection.send(query, logger: logger)))
+    }
+
+    /// Waits for the answers of every statement sent and not yet awaited; throws the
+    /// first one's failure as `access` would have thrown it, and leaves the write aborted.
+    func settle() async throws(ShoalError) {
+        if let failure = await unansweredFailure() {
+            aborted = true
+            throw failure
+        }
+    }
+
+    /// Waits for the answers of the statements sent and not yet awaited, and forgets them;
+    /// the first one's failure, nil when all of them succeeded.
+    private func unansweredFailure() async -> ShoalError? {
+        let sent = unanswered
+        unanswered.removeAll()
+        var failure: ShoalError?
+        for (doing, answer) in sent {
+            do {
+                _ = try await answer.get()
+            } catch {
+                guard failure == nil else { continue }
+                if (error as? PSQLError)?.serverInfo?[.sqlState] == "53200" { outOfLocks = true }
+                failure = ShoalError(.database, "\(doing) on \(store.database.location): \(PostgresHubDatabase.describe(error))")
+            }
+        }
+        return failure
+    }
 
     @discardableResult
     func query(_ query: PostgresQuery) async throws -> [PostgresRow] {
@@ -524,7 +566,8 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                     WHERE txn.state IN (0, 2)
                     """)
             }
-            if let query = statement.query { try await self.query(query) }
+            // Sent, not awaited: the server writes it while the hub plans the next apply.
+            if let query = statement.query { send(query, doing: "writing an applied transaction") }
         }
     }
 

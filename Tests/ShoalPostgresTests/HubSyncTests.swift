@@ -378,6 +378,40 @@ struct HubSyncTests {
         }
     }
 
+    /// An apply's statement is sent without waiting for its answer
+    /// (`PostgresInboundWriter.send`): one the server refuses still fails the commit with
+    /// the server's reason, whether the next statement finds it out or the commit does,
+    /// and nothing of the commit is kept. Were the last one's failure not waited for, the
+    /// COMMIT of the aborted transaction would roll back without an error, and the
+    /// transactions be reported applied.
+    @Test func anApplyTheServerRefusesFailsItsCommitWithTheServersReason() async throws {
+        try await Self.withHubs(1) { stores, _ in
+            let store = stores[0]
+            try await store.database.execute(
+                """
+                CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN IF NEW.doc_id = '"bad"' THEN RAISE EXCEPTION 'no bad documents here'; END IF; RETURN NEW; END $$
+                """)
+            try await store.database.execute("CREATE TRIGGER refuse_bad BEFORE INSERT OR UPDATE ON field FOR EACH ROW EXECUTE FUNCTION refuse_bad()")
+            let bad = Self.fromDevice(1, ["bad"]), good = Self.fromDevice(2, ["good"])
+            let ids = [bad[0].id, good[0].id]
+            for (order, pieces) in [("the refused one last", good + bad), ("the refused one first", bad + good)] {
+                do {
+                    try await store.applyRemote(pieces, from: Self.device)
+                    Issue.record("\(order): the commit succeeded")
+                } catch let error as ShoalError {
+                    #expect(error.message.contains("writing an applied transaction"), "\(order): \(error)")
+                    #expect(error.message.contains("no bad documents here"), "\(order): \(error)")
+                }
+                #expect(try await store.storedTransactions(ids).isEmpty, "\(order): nothing of the commit kept")
+                #expect(try await store.execute("SELECT * FROM notes").items.isEmpty, "\(order)")
+            }
+            // The store still writes.
+            try await store.applyRemote(good, from: Self.device)
+            #expect(try await store.storedTransactions(ids).keys.sorted() == [good[0].id])
+        }
+    }
+
     static let device = SiteID(0xDE71CE)
 
     /// Transaction `sequence` of `device` as it sends it, a piece per document: one delta
