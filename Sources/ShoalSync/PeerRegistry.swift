@@ -153,8 +153,15 @@ final class PeerRegistry: Sendable {
     }
 
     /// Marks `id` established with `site`. When another session with the same
-    /// site exists, the one dialed by the smaller site ID stays: returns whether
-    /// `id` is that one, and the closer of the session that must go, if it is not `id`.
+    /// site exists, the one dialed by the smaller site ID stays, and of two the same
+    /// node dialed, the newer (PROTOCOL.md section 1): returns whether `id` is that one,
+    /// and the closer of the session that must go, if it is not `id`.
+    ///
+    /// The newer, since a node dials a site again only once it has given up on its
+    /// connection there (closed it as silent, say), while this side may not have seen
+    /// that yet: its close still on the way, or the session busy in a long store call.
+    /// Keeping the older refused every redial until then, and nothing reached this node
+    /// from that peer meanwhile.
     func establish(_ id: Int, site: SiteID, localSite: SiteID) -> (keep: Bool, evict: (@Sendable () async -> Void)?) {
         state.withLock { s in
             guard var record = s.records[id] else { return (false, nil) }
@@ -162,7 +169,7 @@ final class PeerRegistry: Sendable {
             let rival = s.records.first { $0.key != id && $0.value.snapshot.siteID == site && $0.value.snapshot.state == "connected" }
             if let rival {
                 let mine = dialer(record.snapshot), theirs = dialer(rival.value.snapshot)
-                let thisWins = mine < theirs || (mine == theirs && id < rival.key)
+                let thisWins = mine < theirs || (mine == theirs && id > rival.key)
                 if !thisWins { return (false, nil) }
                 s.records[rival.key]?.snapshot.state = "disconnected"
             }

@@ -482,8 +482,10 @@ struct PeerSession: Sendable {
             pending += machine.handle(event, now: now())
             while let action = pending.popFirst() {
                 let followUps: [SessionStateMachine.Event]
+                let began = ContinuousClock.now
                 do {
                     followUps = try await perform(action, peer: peer, input: input)
+                    noteSlow(action, since: began, peer: peer)
                 } catch let error as ShoalError where !Task.isCancelled {
                     // The store failed the session (its database unreachable, a disk
                     // error): say so and close, so the peer dials again (elsewhere,
@@ -515,6 +517,20 @@ struct PeerSession: Sendable {
                 engine.store.notePeerHolding(peer.siteID, through: through, subscriptions: set)
             }
         }
+    }
+
+    /// How long one step of a session may take before it is logged (`noteSlow`).
+    static let slowStep: Duration = .seconds(2)
+
+    /// Logs a step of the session that took `slowStep` or more: while it runs the session
+    /// sends nothing, Pings included, and reads no frame, so the peer may close it as
+    /// silent (the idle timeout) and dial again.
+    private func noteSlow(_ action: SessionStateMachine.Action, since began: ContinuousClock.Instant, peer: PeerIdentity) {
+        let took = ContinuousClock.now - began
+        guard took >= Self.slowStep else { return }
+        logger.notice(
+            "a session step took \(took.formatted(.units(allowed: [.seconds], fractionalPart: .show(length: 1)))): \(action.step)",
+            metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
     }
 
     /// A peer that resumes below this node's compaction point resyncs: it ends with
@@ -707,5 +723,44 @@ final class SharedAdminWatchdog: Sendable {
     func handle(_ event: AdminWatchdog.Event) -> AdminWatchdog.Action? {
         // The clock is read under the lock, so that times reach the machine in order.
         machine.withLock { $0.handle(event, now: SessionStateMachine.micros(ContinuousClock.now - start)) }
+    }
+}
+
+extension SessionStateMachine.Action {
+    /// What the step does, in a few words, for the log (`PeerSession.noteSlow`).
+    var step: String {
+        switch self {
+        case .send(let message):
+            switch message {
+            case .subscribe: "sending a Subscribe"
+            case .ack: "sending an Ack"
+            case .ping: "sending a Ping"
+            case .pong: "sending a Pong"
+            case .routeUpdate: "sending a RouteUpdate"
+            case .transactionRequest: "sending a TransactionRequest"
+            case .transactionPieces: "sending TransactionPieces"
+            case .attachmentRequest: "sending an AttachmentRequest"
+            case .attachmentChunk: "sending an AttachmentChunk"
+            case .error: "sending an Error"
+            }
+        case .sendBatch(let batch): "sending a batch of \(batch.pieces.count) pieces"
+        case .readCursor: "reading the peer's cursor and history"
+        case .readPage(let request): "reading a page of the log after \(request.after)"
+        case .submit(let batch): "handing a received batch of \(batch.pieces.count) pieces to the pipeline"
+        case .deliver(let pieces): "handing \(pieces.count) requested pieces to the pipeline"
+        case .peerRouted: "noting the peer's routes"
+        case .answerTransactionRequest: "answering a request for transactions"
+        case .answerAttachmentRequest: "answering a request for an attachment"
+        case .deliverAttachmentChunk: "storing an attachment chunk"
+        case .peerSubscribed: "saving the peer's subscriptions and interests"
+        case .checkHistory: "checking the peer's history of this node"
+        case .checkLogEnd: "checking the log's end"
+        case .measuredRoundTrip: "noting the round trip"
+        case .caughtUp: "noting that the peer caught up"
+        case .ownTransactionsBack: "noting this node's own transactions back"
+        case .warn: "logging a warning"
+        case .peerRefused: "noting the peer's refusals"
+        case .close: "closing"
+        }
     }
 }

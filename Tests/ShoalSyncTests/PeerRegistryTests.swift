@@ -103,4 +103,36 @@ extension PeerRegistryTests {
         for n in 1...70 { registry.noteRefusal(refusal(UInt64(n)), to: peer) }
         #expect(registry.takeRefusals(for: peer, fitting: 100_000).count == SessionMessage.Refusal.perAck)
     }
+
+    /// Of two sessions with one site, the one the smaller site dialed stays; of two the
+    /// same node dialed, the newer (PROTOCOL.md section 1), so that a peer that gave up
+    /// on its connection is let back in at once, though this side has not yet seen that
+    /// connection end.
+    @Test(arguments: [
+        // (local site, peer site, directions in the order opened, which is kept)
+        (1, 2, [ConnectionDirection.outbound, .inbound], 0),
+        (1, 2, [ConnectionDirection.inbound, .outbound], 1),
+        (2, 1, [ConnectionDirection.outbound, .inbound], 1),
+        (2, 1, [ConnectionDirection.inbound, .outbound], 0),
+        (1, 2, [ConnectionDirection.inbound, .inbound], 1),
+        (2, 1, [ConnectionDirection.inbound, .inbound], 1),
+        (1, 2, [ConnectionDirection.outbound, .outbound], 1),
+    ])
+    func ofTwoSessionsWithOneSiteTheSmallerSitesDialStaysThenTheNewer(
+        local: UInt64, peer: UInt64, directions: [ConnectionDirection], kept: Int
+    ) {
+        let registry = PeerRegistry()
+        let closed = Locked<[Int]>([])
+        var ids: [Int] = []
+        for (n, direction) in directions.enumerated() {
+            ids.append(registry.open(direction: direction, address: "127.0.0.1:\(n + 1)") { closed.withLock { $0.append(n) } })
+        }
+        let first = registry.establish(ids[0], site: SiteID(peer), localSite: SiteID(local))
+        #expect(first.keep && first.evict == nil, "alone, it stays")
+        let second = registry.establish(ids[1], site: SiteID(peer), localSite: SiteID(local))
+        #expect(second.keep == (kept == 1))
+        #expect((second.evict != nil) == (kept == 1), "the first is closed when the second stays")
+        let states = registry.snapshots().sorted { $0.address < $1.address }.map(\.state)
+        #expect(states == (kept == 1 ? ["disconnected", "connected"] : ["connected", "handshaking"]))
+    }
 }
