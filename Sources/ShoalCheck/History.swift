@@ -89,6 +89,10 @@ public struct Mutation: Sendable, Identifiable {
     /// Set when a restore from an earlier copy may legitimately have lost it: an
     /// acknowledged write of the restored node after the copy that no other node held.
     public var maybeLost = false
+    /// Set when a restore may legitimately have lost part of it: an acknowledged write of
+    /// the restored node after the copy, some of whose writes other nodes held, and not
+    /// all (`History.loss(of:held:)`). Those nodes may hold it applied in part for good.
+    public var maybeLostInPart = false
     /// The statements, for messages.
     public var text: String
 
@@ -196,11 +200,45 @@ public struct History: Sendable {
     public mutating func record(_ read: Read) { reads.append(read) }
     public mutating func record(_ eviction: Eviction) { evictions.append(eviction) }
 
-    /// Marks `ids` as writes a restore may have lost.
-    public mutating func markMaybeLost(_ ids: Set<Int>) {
-        for index in operations.indices where ids.contains(operations[index].id) {
-            operations[index].maybeLost = true
+    /// Marks `ids` as writes a restore may have lost, and `inPart` as writes it may have
+    /// lost part of.
+    public mutating func markMaybeLost(_ ids: Set<Int>, inPart: Set<Int> = []) {
+        for index in operations.indices {
+            if ids.contains(operations[index].id) { operations[index].maybeLost = true }
+            if inPart.contains(operations[index].id) { operations[index].maybeLostInPart = true }
         }
+    }
+
+    /// What a restore of the node that acknowledged `operation`, to a copy taken before
+    /// it, may have lost of it, given the tokens each slot showed on the other nodes
+    /// (`held`) just before.
+    public enum Loss: Sendable, Equatable {
+        /// Every slot it wrote its token to showed it elsewhere.
+        case none
+        /// Some did, not all: another node may hold it applied in part for good, its
+        /// only whole copy gone (or a later write overwrote a slot there).
+        case inPart
+        /// Its token showed nowhere.
+        case whole
+    }
+
+    public static func loss(of operation: Mutation, held: [Slot: Set<String>]) -> Loss {
+        let written = operation.writes.filter { $0.value == .token(operation.token) }.map(\.key)
+        let shown = written.filter { held[$0]?.contains(operation.token) ?? false }
+        if shown.isEmpty {
+            // One that wrote no token (a DELETE, an UNSET) or an increment only: shown
+            // anywhere under its token, or lost.
+            return held.values.contains { $0.contains(operation.token) } ? .none : .whole
+        }
+        return shown.count < written.count ? .inPart : .none
+    }
+
+    /// Whether transaction `id` (`SITE:SEQUENCE`), which a node holds applied in part, may
+    /// rightly stay so: every operation acknowledged under that ID was one a restore may
+    /// have lost, in whole or in part, the rest of it held by no node since.
+    public func lostToARestore(_ id: String) -> Bool {
+        let named = operations.filter { $0.transactionID == id }
+        return !named.isEmpty && named.allSatisfy { $0.maybeLost || $0.maybeLostInPart }
     }
 
     /// Whether `earlier` happened before `later` on the same node (`node(of:)`), in

@@ -364,9 +364,16 @@ struct CheckRun {
             report.findings.append(
                 Finding(.nodes, node: node, "status with digests failed at the end: \(error) (log: \(cluster.nodes[node].logPath))"))
         }
+        let history = recorder.history
         for (node, status) in settled.statuses.sorted(by: { $0.key < $1.key }) {
             report.checked[.pendingTransactions, default: 0] += 1
             for pending in status.transactions.partial {
+                // Its origin's restore threw away the only whole copy: partial is all
+                // any node can hold of it now, and the node says so.
+                if history.lostToARestore(pending.id) {
+                    recorder.say("n\(node) holds transaction \(pending.id) applied in part (\(pending.haveDocuments) of \(pending.needDocuments) documents): a restore of its origin lost the rest")
+                    continue
+                }
                 report.findings.append(
                     Finding(
                         .pendingTransactions, node: node,

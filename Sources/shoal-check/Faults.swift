@@ -350,27 +350,31 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
         cluster.kill(node)
         let killedAt = recorder.now()
         // What the other nodes hold now, as far as they answer.
-        var held: Set<String> = []
+        var held: [Slot: Set<String>] = [:]
         for other in cluster.running where other != node {
             let collections = cluster.nodes[other].collections
             if let read = try? await workload.read(other, collections: collections) {
                 recorder.record(read)
-                held.formUnion(read.values.values.compactMap(\.token))
+                Self.note(read, in: &held)
             }
         }
         let history = recorder.history
         let epoch = cluster.epoch(node)
-        var lost: Set<Int> = []
+        var lost: Set<Int> = [], lostInPart: Set<Int> = []
         var attachments: Set<String> = []
         for operation in history.operations where operation.sent.node == node && operation.outcome != .refused {
             // Acknowledged (or sent) after the copy, in the lineage being thrown away.
             let after = operation.acknowledgedAt.map { $0 >= copy.at } ?? (operation.sent.time >= copy.at)
             guard after, history.precedes(operation.sent, Moment(node: node, epoch: epoch, time: killedAt)) || operation.sent.epoch == epoch
             else { continue }
-            if !held.contains(operation.token) { lost.insert(operation.id) }
+            switch History.loss(of: operation, held: held) {
+            case .whole: lost.insert(operation.id)
+            case .inPart: lostInPart.insert(operation.id)
+            case .none: break
+            }
             if operation.kind == OperationKind.attachment.rawValue { attachments.insert(operation.token) }
         }
-        recorder.markMaybeLost(lost)
+        recorder.markMaybeLost(lost, inPart: lostInPart)
         // Attachment bytes travel when asked for (DATA_MODEL.md, ATTACHMENT): a document
         // another node holds may name bytes that only this node held.
         let bytesLost = await bytesHeldNowhere(attachments, except: node)
@@ -387,7 +391,7 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
         }
         recorder.fault(
             "restore",
-            "kill -9 n\(node), its data directory restored \(inPlace ? "in place " : "")from the copy taken at \(String(format: "%.2f", copy.at)) s (\(lost.count) of its writes since, held by no other node, may be lost\(bytesNote))")
+            "kill -9 n\(node), its data directory restored \(inPlace ? "in place " : "")from the copy taken at \(String(format: "%.2f", copy.at)) s (\(lost.count) of its writes since, held by no other node, may be lost, \(lostInPart.count) in part\(bytesNote))")
         await startAgain(node)
     }
 
@@ -417,25 +421,29 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
             return
         }
         // What the devices hold now, as far as they answer.
-        var held: Set<String> = []
+        var held: [Slot: Set<String>] = [:]
         for device in cluster.running where !cluster.nodes[device].isHub {
             if let read = try? await workload.read(device, collections: cluster.nodes[device].collections) {
                 recorder.record(read)
-                held.formUnion(read.values.values.compactMap(\.token))
+                Self.note(read, in: &held)
             }
         }
         let history = recorder.history
         let epoch = cluster.epoch(hubs[0])
-        var lost: Set<Int> = []
+        var lost: Set<Int> = [], lostInPart: Set<Int> = []
         var attachments: Set<String> = []
         for operation in history.operations where cluster.nodes[operation.sent.node].isHub && operation.outcome != .refused {
             let after = operation.acknowledgedAt.map { $0 >= copy.at } ?? (operation.sent.time >= copy.at)
             guard after, history.precedes(operation.sent, Moment(node: hubs[0], epoch: epoch, time: killedAt)) || operation.sent.epoch == epoch
             else { continue }
-            if !held.contains(operation.token) { lost.insert(operation.id) }
+            switch History.loss(of: operation, held: held) {
+            case .whole: lost.insert(operation.id)
+            case .inPart: lostInPart.insert(operation.id)
+            case .none: break
+            }
             if operation.kind == OperationKind.attachment.rawValue { attachments.insert(operation.token) }
         }
-        recorder.markMaybeLost(lost)
+        recorder.markMaybeLost(lost, inPart: lostInPart)
         // A hub keeps attachment bytes in the database too: those no device serves may be gone.
         let bytesLost = await bytesHeldNowhere(attachments, except: hubs[0])
         recorder.markBytesMaybeLost(bytesLost)
@@ -449,7 +457,7 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
         let bytesNote = bytesLost.isEmpty ? "" : "; so may the bytes of \(bytesLost.count) attachment\(bytesLost.count == 1 ? "" : "s") other nodes name"
         recorder.fault(
             "restore",
-            "kill -9 \(names), the hubs' database restored from the copy taken at \(String(format: "%.2f", copy.at)) s (\(lost.count) of their writes since, held by no device, may be lost\(bytesNote))")
+            "kill -9 \(names), the hubs' database restored from the copy taken at \(String(format: "%.2f", copy.at)) s (\(lost.count) of their writes since, held by no device, may be lost, \(lostInPart.count) in part\(bytesNote))")
         for hub in hubs { await startAgain(hub) }
     }
 
@@ -479,6 +487,13 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
             return served
         }
         return tokens.filter { hashes[$0] != nil }.subtracting(served)
+    }
+
+    /// Adds the tokens `read` shows, slot by slot, to `held`.
+    static func note(_ read: Read, in held: inout [Slot: Set<String>]) {
+        for (slot, value) in read.values {
+            if let token = value.token { held[slot, default: []].insert(token) }
+        }
     }
 
     /// Fills the filesystem of `directory` to within 64 KiB with a ballast file; returns its size.

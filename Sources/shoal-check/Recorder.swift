@@ -60,7 +60,7 @@ final class Recorder: Sendable {
     func recordAttachment(token: String, hash: String) { state.withLock { $0.attachments[token] = hash } }
     func markBytesMaybeLost(_ tokens: Set<String>) { state.withLock { $0.bytesMaybeLost.formUnion(tokens) } }
 
-    func markMaybeLost(_ ids: Set<Int>) { state.withLock { $0.history.markMaybeLost(ids) } }
+    func markMaybeLost(_ ids: Set<Int>, inPart: Set<Int>) { state.withLock { $0.history.markMaybeLost(ids, inPart: inPart) } }
 
     /// A new epoch for a node restored from a copy of `epoch` taken at `copiedAt`.
     func restore(from epoch: Int, copiedAt: Double) -> Int {

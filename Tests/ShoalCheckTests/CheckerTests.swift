@@ -191,4 +191,31 @@ extension CheckerTests {
         #expect(apart.checkFinal(Self.f, holds: .token("t1"), node: 2) == nil)
         #expect(apart.checkFinal(Self.g, holds: .token("t3"), node: 2) == nil)
     }
+
+    /// What a restore may have lost of a write is read from what the other nodes showed
+    /// just before, slot by slot: a transaction some of whose slots showed its token
+    /// elsewhere, not all, was lost in part, and only such a one (or one lost whole)
+    /// excuses a node holding its transaction applied in part at the end.
+    @Test func aWriteARestoreLostInPartExcusesItsTransactionHeldInPart() {
+        let both = Self.operation(1, on: 0, sent: 1, acknowledged: 1.1, [Self.f: .token("t1"), Self.g: .token("t1")])
+        #expect(History.loss(of: both, held: [Self.f: ["t1"], Self.g: ["t1", "t0"]]) == .none)
+        #expect(History.loss(of: both, held: [Self.f: ["t1"], Self.g: ["t0"]]) == .inPart)
+        #expect(History.loss(of: both, held: [Self.f: ["t0"]]) == .whole)
+        let delete = Self.operation(2, on: 0, sent: 2, acknowledged: 2.1, [Self.f: .absent])
+        #expect(History.loss(of: delete, held: [Self.f: ["t1"]]) == .whole, "a write of no token is lost unless its token shows")
+
+        var history = Self.history()
+        history.record(both)
+        history.record(delete)
+        var reissued = Self.operation(3, on: 0, sent: 3, acknowledged: 3.1, [Self.f: .token("t3")])
+        reissued.transactionID = "s:2"
+        history.record(reissued)
+        history.markMaybeLost([], inPart: [1])
+        #expect(history.lostToARestore("s:1"))
+        #expect(!history.lostToARestore("s:2"), "the number given again to a write that was not lost")
+        history.markMaybeLost([2, 3])
+        #expect(history.lostToARestore("s:2"))
+        #expect(!history.lostToARestore("s:9"), "no write under that number")
+        #expect(!history.lostToARestore("s:0"), "the setup, never lost")
+    }
 }
