@@ -176,9 +176,10 @@ extension SessionStateMachine {
             var history: [Action] = request.resumeAfter > 0 ? [.checkLogEnd(resumeAfter: request.resumeAfter)] : []
             if request.originHistory.through > 0 { history.append(.checkHistory(request.originHistory)) }
             // The same set, and the peer wants nothing again (it only says more of others,
-            // or asks for other routes): the stream goes on, its next batches answering this one.
-            if request.continues, configuration.hasRoutes, !request.includeOwnTransactions, case .streaming(var current) = state,
-                current.subscriptions.key == set.key, !current.includesOwn
+            // or asks for other routes): the stream goes on, its next batches answering this
+            // one. One with the peer's own transactions in it goes on only as such.
+            if request.continues, configuration.hasRoutes, case .streaming(var current) = state,
+                current.subscriptions.key == set.key, current.includesOwn == request.includeOwnTransactions
             {
                 current.generation = request.generation
                 current.routes = routes

@@ -191,10 +191,14 @@ extension SessionStateMachine {
             let interests: [InterestTable.Stated]? = if case .awaitingCursor(let waiting) = state { waiting.interests } else { nil }
             let restart = if case .awaitingCursor(let waiting) = state { waiting.restart } else { true }
             let previous = latest
-            // Only what it says of others changed: the peer's stream may go on, nothing sent again.
+            // Only what it says of others changed: the peer's stream may go on, nothing sent
+            // again. So may one bringing this node's own transactions back, when the one
+            // before asked for them too: restarted at every change of another node's
+            // interest, a long one never reached its end (the hub checker's finding of a
+            // restored device that never caught up).
             let continues =
-                configuration.hasRoutes && !restart && !includeOwn && previous?.subscriptions.key == set.key
-                && previous?.ownTransactions == .leftOut
+                configuration.hasRoutes && !restart && previous?.subscriptions.key == set.key
+                && (previous?.ownTransactions == .leftOut) == !includeOwn
             if let previous { earlier[previous.generation] = previous }
             // A stream with this node's own transactions in it is recorded under a cursor
             // of its own, so that one stopped part way resumes asking for them still.

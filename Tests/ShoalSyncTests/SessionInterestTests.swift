@@ -151,12 +151,38 @@ import Testing
         #expect(s != nil && s?.interests.isEmpty == true)
     }
 
+    /// A stream bringing this node's own transactions back goes on when only another
+    /// node's interest changes, as any other: restarted each time, a long one never
+    /// reached its end (the hub checker's restored device, re-subscribing every few
+    /// seconds from the same point, its interests changing under it). It continues only a
+    /// stream that asked for them too.
+    @Test func aStreamBringingOwnTransactionsBackContinuesWhenOnlyInterestsChange() {
+        var m = SessionRoutesTests.machine()
+        _ = m.handle(.upstreamChanged(Self.upstream(T.cars, [(T.peer, 1, T.cars), (Self.other, 5, T.cars)]), fromStart: false), now: 0)
+        let s1 = Self.subscribe(m.handle(.cursorRead(T.cars, resumeAfter: 0, includeOwn: true), now: 1))
+        #expect(s1?.includeOwnTransactions == true && s1?.continues == false)
+        var generation: UInt64 = 5
+        func interestChanges(resumeAfter: UInt64, includeOwn: Bool) -> Shoal_V1_Subscribe? {
+            generation += 1
+            let theirs = generation % 2 == 0 ? SubscriptionSet() : T.cars
+            _ = m.handle(.upstreamChanged(Self.upstream(T.cars, [(T.peer, 1, T.cars), (Self.other, generation, theirs)]), fromStart: false), now: generation)
+            return Self.subscribe(m.handle(.cursorRead(T.cars, resumeAfter: resumeAfter, includeOwn: includeOwn), now: generation))
+        }
+        let s2 = interestChanges(resumeAfter: 40, includeOwn: true)
+        #expect(s2?.includeOwnTransactions == true && s2?.continues == true, "asked back, and asked back before: goes on")
+        #expect(interestChanges(resumeAfter: 40, includeOwn: true)?.continues == true, "and again")
+        #expect(interestChanges(resumeAfter: 60, includeOwn: false)?.continues == false, "no longer asked back: a stream of its own")
+        #expect(interestChanges(resumeAfter: 60, includeOwn: false)?.continues == true)
+        #expect(interestChanges(resumeAfter: 0, includeOwn: true)?.continues == false, "asked back again: a stream of its own")
+    }
+
     // MARK: publisher
 
     static func subscribeMessage(
-        generation: UInt64, resumeAfter: UInt64, continues: Bool, interests: [SessionMessage.Interest]? = nil
+        generation: UInt64, resumeAfter: UInt64, continues: Bool, interests: [SessionMessage.Interest]? = nil,
+        includeOwn: Bool = false
     ) -> SessionMessage {
-        guard case .subscribe(var s) = T.subscribe(T.cars, generation: generation, resumeAfter: resumeAfter) else {
+        guard case .subscribe(var s) = T.subscribe(T.cars, generation: generation, resumeAfter: resumeAfter, includeOwn: includeOwn) else {
             return T.subscribe(T.cars, generation: generation)
         }
         s.continues = continues
@@ -187,6 +213,25 @@ import Testing
         // Does not continue: read again from its resume_after.
         let restarted = m.handle(.received(Self.subscribeMessage(generation: 3, resumeAfter: 5, continues: false)), now: 4)
         #expect(SessionRoutesTests.pageRequest(restarted)?.after == 5)
+    }
+
+    /// A publisher goes on with a stream that holds the peer's own transactions only for a
+    /// Subscribe that asks for them too, and with one that leaves them out only for one
+    /// that leaves them out.
+    @Test(arguments: [(true, true, true), (true, false, false), (false, true, false)])
+    func aContinuedStreamKeepsWhetherItHoldsThePeersOwnTransactions(servedOwn: Bool, askedOwn: Bool, goesOn: Bool) {
+        var m = SessionRoutesTests.machine()
+        let first = m.handle(.received(Self.subscribeMessage(generation: 1, resumeAfter: 0, continues: false, includeOwn: servedOwn)), now: 0)
+        guard let r1 = SessionRoutesTests.pageRequest(m.handle(.logAdvanced(50), now: 1)) ?? SessionRoutesTests.pageRequest(first) else {
+            Issue.record("no page read")
+            return
+        }
+        #expect((r1.excludingOrigin == nil) == servedOwn)
+        let read = m.handle(.pageRead(ChangeLogPage(pieces: [T.piece(1)], through: 20), ticket: r1.ticket), now: 2)
+        let next = m.handle(.received(Self.subscribeMessage(generation: 2, resumeAfter: 5, continues: true, includeOwn: askedOwn)), now: 3)
+        let r2 = SessionRoutesTests.pageRequest(next) ?? SessionRoutesTests.pageRequest(read)
+        #expect(r2?.after == (goesOn ? 20 : 5))
+        #expect((r2?.excludingOrigin == nil) == askedOwn)
     }
 
     @Test func statementsAndRoutesAreBounded() {
