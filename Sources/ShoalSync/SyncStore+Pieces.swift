@@ -7,7 +7,9 @@ package import ShoalStorage
 /// must judge (`bodies`; for a lazy origin's transaction, a chunk at a time until one
 /// is wanted), and the current fields of the documents whose context goes along
 /// (`currentFields`); following supersession out of the log asks `logHolds` and
-/// `storedTransactions` once per round. The planner decides.
+/// `storedTransactions` for the first round of every transaction of the page at once,
+/// then once per round of those not answered yet, each transaction asked about once per
+/// page (`SupersessionMemo`). The planner decides.
 extension SyncStore {
     /// Reads the change log after `sequence` for a peer with `subscriptions`.
     ///
@@ -139,8 +141,22 @@ extension SyncStore {
 
         var planned: [PiecePlanner.PlannedPiece] = []
         var contextDocuments: [DocumentRef] = []
+        // The transactions every run's verdicts name, asked about together: a page of a
+        // compacted log holds hundreds whose verdicts name the same few, and asking run by
+        // run took a round trip or two each (seconds a page on a hub, its session silent).
+        let memo = SupersessionMemo()
+        var named: Set<TransactionID> = []
+        for run in runs {
+            for verdict in records[run.id]?.rest ?? [] {
+                if case .superseded(let ids) = verdict.coverage { named.formUnion(ids) }
+            }
+        }
+        try await memo.held(Array(named), store: self)
         let superseding: ([Verdict]) async throws(ShoalError) -> [Verdict] = { verdicts async throws(ShoalError) in
-            try await self.latestSuperseding(verdicts)
+            try await PiecePlanner.latestSuperseding(
+                verdicts, limit: StoredTransaction.supersessionLimit,
+                inLog: { ids async throws(ShoalError) in try await memo.held(ids, store: self) },
+                recorded: { ids async throws(ShoalError) in try await memo.recorded(ids, store: self) })
         }
         for run in runs {
             let record: () throws(ShoalError) -> StoredTransaction? = { records[run.id] }
@@ -163,12 +179,41 @@ extension SyncStore {
         }
     }
 
-    /// `PiecePlanner.latestSuperseding` over this store.
-    private func latestSuperseding(_ verdicts: [Verdict]) async throws(ShoalError) -> [Verdict] {
-        try await PiecePlanner.latestSuperseding(
-            verdicts, limit: StoredTransaction.supersessionLimit,
-            inLog: { ids async throws(ShoalError) in try await logHolds(ids) },
-            recorded: { ids async throws(ShoalError) in try await storedTransactions(ids).mapValues(\.rest) })
+}
+
+/// What following supersession asked the store during one page, so that no transaction
+/// is asked about twice: whether the log holds it, and, for one it does not, what was
+/// recorded of it (`rest`; empty when there is no record). A page's answers are as
+/// fresh as asking each time, since the log may change between any two of those reads.
+///
+/// Not Sendable: one page's task uses it, one call at a time.
+private final class SupersessionMemo {
+    private var inLog: [TransactionID: Bool] = [:]
+    private var rests: [TransactionID: [Verdict]] = [:]
+
+    /// Those of `ids` the log holds; of those it does not, the records are read too, in
+    /// the same step, since following supersession asks for them next.
+    func held(_ ids: [TransactionID], store: some SyncStore) async throws(ShoalError) -> Set<TransactionID> {
+        let unasked = Array(Set(ids.filter { inLog[$0] == nil }))
+        if !unasked.isEmpty {
+            let held = try await store.logHolds(unasked)
+            for id in unasked { inLog[id] = held.contains(id) }
+            try await recorded(unasked.filter { !held.contains($0) }, store: store)
+        }
+        return Set(ids.filter { inLog[$0] == true })
+    }
+
+    /// What was recorded of each of `ids` that the log does not hold (`rest`).
+    @discardableResult
+    func recorded(_ ids: [TransactionID], store: some SyncStore) async throws(ShoalError) -> [TransactionID: [Verdict]] {
+        let unasked = Array(Set(ids.filter { rests[$0] == nil }))
+        if !unasked.isEmpty {
+            let stored = try await store.storedTransactions(unasked)
+            for id in unasked { rests[id] = stored[id]?.rest ?? [] }
+        }
+        var recorded: [TransactionID: [Verdict]] = [:]
+        for id in ids { recorded[id] = rests[id] }
+        return recorded
     }
 }
 

@@ -47,12 +47,19 @@ import Testing
             return try await base.logPage(after: sequence, limit: limit, stretch: stretch, byteLimit: byteLimit, records: records)
         }
         func logPage(of id: TransactionID) async throws(ShoalError) -> LogPage { try await base.logPage(of: id) }
-        func logHolds(_ ids: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> { try await base.logHolds(ids) }
+        func logHolds(_ ids: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> {
+            holdsAsked.withLock { $0 += 1 }
+            return try await base.logHolds(ids)
+        }
+        /// How many times `logHolds` and `storedTransactions` were called.
+        let holdsAsked = Locked(0)
+        let recordsAsked = Locked(0)
         func bodies(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRef: String] {
             try await base.bodies(of: documents)
         }
         func storedTransactions(_ ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: StoredTransaction] {
-            try await base.storedTransactions(ids)
+            recordsAsked.withLock { $0 += 1 }
+            return try await base.storedTransactions(ids)
         }
         func currentFields(of documents: [DocumentRef]) async throws(ShoalError) -> [DocumentRef: [FieldRecord]] {
             try await base.currentFields(of: documents)
@@ -216,6 +223,53 @@ import Testing
         }
         try b.subscribe("SELECT * FROM notes")
         try await body(a, bStore, counting, b)
+    }
+
+    /// A page asks the store about the transactions its verdicts name as superseding all
+    /// at once, and about each once. A relay holds 50 transactions of another node, each
+    /// writing a document of `own` here and one of `hot` that its sender's compacted log
+    /// no longer held, so their records say `hot` was superseded by one transaction this
+    /// node never saw (as a hub fed from devices that compact holds hundreds). Asked run
+    /// by run, one page asked `logHolds` and `storedTransactions` once a transaction each:
+    /// on a hub, round trips enough to keep a session silent past its peer's idle timeout
+    /// (the hub checker's page reads of 2 to 18 s).
+    @Test func aPageAsksAboutWhatSupersededItsTransactionsOnce() async throws {
+        let directory = TemporaryDirectory(prefix: "shoal-supersession")
+        let base = try DocumentStore(directory: directory.path)
+        defer {
+            base.close()
+            directory.remove()
+        }
+        let count = 50, origin = SiteID(0x0E1)
+        let later = TransactionID(origin: origin, sequence: 1_000)
+        let limits = base.systemParameters.documentLimits
+        _ = try await base.writeInbound(short: false) { writer async throws(ShoalError) in
+            for i in 0..<count {
+                let id = TransactionID(origin: origin, sequence: UInt64(i + 1))
+                let document = DocumentRef(collection: "own", id: Value.string("own\(i)").canonicalJSON)
+                let delta = Delta(
+                    collection: "own", documentID: document.id, field: "n", valueJSON: "\(i)",
+                    timestamp: HybridTimestamp(rawValue: UInt64(1_000 + i) << 16), transaction: id, index: 0, count: 2)
+                let record = TransactionRecord(
+                    id: id, deltaCount: 2, documentCount: 2,
+                    collections: [
+                        CollectionCount(collection: "hot", documents: 1, deltas: 1), CollectionCount(collection: "own", documents: 1, deltas: 1),
+                    ], state: .applied, firstSeen: 0)
+                _ = try await writer.apply(
+                    record, deltas: [delta], documentDeltaCounts: [document: 1], context: [], buffered: false, isNew: true,
+                    state: .applied, rest: [Verdict(collection: "hot", coverage: .superseded([later]))], limits: limits,
+                    logger: Logger(label: "shoal.test"))
+            }
+        }
+        let store = CountingStore(base)
+        let page = try await store.changes(
+            after: 0, limit: 100_000, subscriptions: SessionStateMachineTests.set("SELECT * FROM hot", "SELECT * FROM own"))
+        let named = page.pieces.filter { piece in
+            piece.verdicts.contains { $0.collection == "hot" && $0.coverage == .superseded([later]) }
+        }
+        #expect(named.count == count, "\(named.count) of \(page.pieces.count) pieces name what superseded them")
+        let holds = store.holdsAsked.withLock { $0 }, records = store.recordsAsked.withLock { $0 }
+        #expect(holds == 1 && records == 1, "logHolds asked \(holds) times, storedTransactions \(records) times")
     }
 
     @Test func anotherStoreRunsUnderTheEngineAndCommitsAreGrouped() async throws {
