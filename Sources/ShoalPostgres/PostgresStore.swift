@@ -484,6 +484,9 @@ package final class PostgresStore: SyncStore, Sendable {
         holdings.withLock { $0[peer] = max($0[peer] ?? 0, through) }
     }
 
+    /// Nothing kept: a hub never evicts (`notOnAHub`), the one reader of refusals.
+    package func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError) {}
+
     package func holdsOthersWrites() async throws(ShoalError) -> Bool {
         let site = Int64(bitPattern: siteID.rawValue)
         return try await failing("reading whether this hub holds others' writes") {

@@ -94,6 +94,11 @@ package protocol SyncStore: AnyObject, Sendable {
     /// `peer` acknowledged this node's log through `through` under `subscriptions`:
     /// what EVICT asks before it drops this node's own writes.
     func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet)
+    /// `peer` refused these transactions whole (its Ack said so, PROTOCOL.md §8.8): it
+    /// acknowledged the log past them all the same, so EVICT must not count on it for a
+    /// document whose current values one of this node's own among them wrote. Kept
+    /// across restarts, since the peer's acknowledgement comes back with its cursor.
+    func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError)
     /// The change log's last sequence as of the latest commit or the store's opening.
     var lastCommittedSequence: UInt64 { get }
     /// Whether the store holds anything another node wrote: a peer that holds only its

@@ -330,6 +330,15 @@ extension DocumentStore {
                     UPDATE neighbour_interest SET heard_from = json_array(printf('%016x', site));
                     """)
         }
+        migrator.registerMigration("v18-peer-refusals") { db in
+            // This node's own transactions each peer refused whole (its Ack said so): the
+            // peer acknowledged the log past them, and EVICT must not count on it for what
+            // they wrote (`LocalTransaction.evict`).
+            try db.execute(
+                sql: """
+                    CREATE TABLE peer_refusal (peer INTEGER NOT NULL, txn_seq INTEGER NOT NULL, PRIMARY KEY (peer, txn_seq)) WITHOUT ROWID;
+                    """)
+        }
         return migrator
     }
 }

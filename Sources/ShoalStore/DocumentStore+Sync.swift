@@ -229,6 +229,18 @@ extension DocumentStore: SyncStore {
     package func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
         peerHoldings.note(peer, through: through, subscriptions: subscriptions)
     }
+
+    package func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError) {
+        // Only this node's own: EVICT asks about no other origin's.
+        let own = transactions.filter { $0.origin == siteID }.map(\.sequence)
+        guard !own.isEmpty else { return }
+        try await write { db in
+            let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO peer_refusal (peer, txn_seq) VALUES (?, ?)")
+            for sequence in own {
+                try insert.execute(arguments: [Int64(bitPattern: peer.rawValue), Int64(bitPattern: sequence)])
+            }
+        }
+    }
 }
 
 /// The one column `bodies(of:)` reads.

@@ -130,7 +130,7 @@ struct LocalTransaction {
         for (key, body) in matches {
             let registers = try RegisterRows.load(db, collection: evict.collection, key: key)
             if let sequence = try lastOwnWrite(registers),
-                !holdings.someoneHolds(collection: evict.collection, body: body, through: sequence)
+                !holdings.someoneHolds(collection: evict.collection, body: body, through: sequence, refusing: try refusing(registers))
             {
                 kept.append(body["_id"] ?? .null)
                 continue
@@ -156,6 +156,21 @@ struct LocalTransaction {
 
     /// The highest change-log sequence of the transactions of this site that wrote a
     /// register `registers` hold now; nil when none did.
+    /// The peers that refused one of this node's own transactions whose values
+    /// `registers` hold (`peer_refusal`): they hold the document without those values.
+    private func refusing(_ registers: DocumentRegisters) throws -> Set<SiteID> {
+        let own = Set(registers.registers.values.lazy.map(\.transaction).filter { $0.origin == site }.map(\.sequence))
+        guard !own.isEmpty else { return [] }
+        let statement = try db.cachedStatement(sql: "SELECT peer FROM peer_refusal WHERE txn_seq = ?")
+        var peers: Set<SiteID> = []
+        for sequence in own {
+            for peer in try Int64.fetchAll(statement, arguments: [Int64(bitPattern: sequence)]) {
+                peers.insert(SiteID(UInt64(bitPattern: peer)))
+            }
+        }
+        return peers
+    }
+
     private func lastOwnWrite(_ registers: DocumentRegisters) throws -> UInt64? {
         let own = Set(registers.registers.values.lazy.map(\.transaction).filter { $0.origin == site }.map(\.sequence))
         guard !own.isEmpty else { return nil }

@@ -31,12 +31,14 @@ public final class PeerHoldings: Sendable {
 
     public var all: [SiteID: Holding] { holdings.withLock { $0 } }
 
-    /// Whether some peer holds `body` (of `collection`) as this node's log left it
-    /// through `sequence`: it acknowledged the log past `sequence` under subscriptions
-    /// that want the document.
-    public func someoneHolds(collection: String, body: Value, through sequence: UInt64) -> Bool {
-        all.values.contains { holding in
-            holding.through >= sequence && holding.subscriptions.matches(collection: collection, document: body)
+    /// Whether some peer other than `refusing` holds `body` (of `collection`) as this
+    /// node's log left it through `sequence`: it acknowledged the log past `sequence`
+    /// under subscriptions that want the document. `refusing`: the peers that refused a
+    /// transaction whose values the document holds (they acknowledged past it anyway).
+    public func someoneHolds(collection: String, body: Value, through sequence: UInt64, refusing: Set<SiteID> = []) -> Bool {
+        all.contains { peer, holding in
+            !refusing.contains(peer) && holding.through >= sequence
+                && holding.subscriptions.matches(collection: collection, document: body)
         }
     }
 }

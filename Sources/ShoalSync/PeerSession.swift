@@ -649,6 +649,9 @@ struct PeerSession: Sendable {
             logger.warning(
                 "\(message)", metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
         case .peerRefused(let refusals):
+            // Kept before anything else: the peer acknowledged past them, and an EVICT
+            // must not count on it for what they wrote.
+            try await engine.store.notePeerRefused(peer.siteID, transactions: refusals.map(\.id))
             for refusal in refusals {
                 logger.warning(
                     "peer \(peer.name) refused \(Self.refused(refusal)): \(refusal.reason) (\(refusal.code.name))",

@@ -52,6 +52,55 @@ import Testing
         #expect(try await Self.contents(b, "SELECT v FROM t WHERE _id = 'before'") == [["v": 2]])
     }
 
+    /// A peer that refused a transaction of this node whole (its document limit is
+    /// smaller) acknowledges the log past it all the same. An EVICT that counted on it
+    /// dropped the only copy of that write: the peer sent the earlier value back, and
+    /// compaction could then have taken the later one out of the log (found by
+    /// `shoal-check --hubs 1`, seed 15311098292476461055: a device's acknowledged write
+    /// went back to the one before). What a peer refused is kept across a restart, since
+    /// its acknowledgement comes back with its cursor.
+    @Test(arguments: [false, true])
+    func aDocumentWhoseLastWriteAPeerRefusedIsKeptThroughAnEvict(restarted: Bool) async throws {
+        let b = try TestNode(name: "b", subscriptions: [Self.all])
+        let first = try TestNode(name: "a", subscriptions: [Self.all])
+        let directory = first.directory
+        defer {
+            b.remove()
+            directory.remove()
+        }
+        _ = try await b.store.execute("ALTER SYSTEM SET document_size_soft_limit_bytes = 50")
+        _ = try await b.store.execute("ALTER SYSTEM SET document_size_hard_limit_bytes = 300")
+        _ = try await first.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'd', 'v': 'small'}), ({'_id': 'other', 'v': 1})")
+        let big = Value.string(String(repeating: "v", count: 1_000))
+        // What EVICT asks: b acknowledged a's whole log, as a noted it.
+        @Sendable func acknowledged(_ a: TestNode) async -> Bool {
+            await InProcessMesh.eventually { a.store.peerHoldings.all[b.store.siteID]?.through == a.store.lastCommittedSequence }
+        }
+        try await InProcessMesh.withLink(first.sync, b.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.ids(b) == ["d", "other"] })
+            let write = try await first.store.execute("UPDATE t SET v = :v WHERE _id = 'd'", arguments: ["v": big])
+            #expect(await InProcessMesh.eventually { b.sync.pipeline.status.refused == 1 })
+            #expect(await InProcessMesh.eventually {
+                first.sync.peers().first { $0.siteID == b.store.siteID }?.lastError?.contains("refused transaction \(write.transactionID!)") == true
+            }, "a is told")
+            #expect(await acknowledged(first), "b acknowledged a's log past the write it refused")
+        }
+        var a = first
+        if restarted {
+            first.stop()
+            a = try TestNode(name: "a", subscriptions: [Self.all], directory: directory)
+        }
+        defer { a.stop() }
+        let node = a
+        try await InProcessMesh.withLink(node.sync, b.sync) { () async throws in
+            #expect(await acknowledged(node))
+            let evicted = try await node.store.execute("EVICT FROM t")
+            #expect(evicted.mutatedDocumentIDs == ["other"], "d's last write is held whole nowhere else")
+            #expect(try await InProcessMesh.eventually { try await Self.ids(node) == ["d", "other"] }, "other comes back")
+        }
+        #expect(try await Self.contents(node, "SELECT v FROM t WHERE _id = 'd'") == [["v": big]])
+    }
+
     /// Connected, A commits documents and evicts at once, before its peer has all of
     /// them: what the peer acknowledged goes, the rest stays, and both end with all.
     @Test func anEvictRightAfterWritesLosesNothing() async throws {

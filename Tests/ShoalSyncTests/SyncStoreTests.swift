@@ -83,6 +83,9 @@ import Testing
         func saveInterest(_ interest: [SiteID: SavedInterest], forgetting: [SiteID]) async throws(ShoalError) {
             try await base.saveInterest(interest, forgetting: forgetting)
         }
+        func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError) {
+            try await base.notePeerRefused(peer, transactions: transactions)
+        }
         func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
             base.notePeerHolding(peer, through: through, subscriptions: subscriptions)
         }
