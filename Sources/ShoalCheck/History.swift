@@ -216,21 +216,31 @@ public struct History: Sendable {
         /// Every slot it wrote its token to showed it elsewhere.
         case none
         /// Some did, not all: another node may hold it applied in part for good, its
-        /// only whole copy gone (or a later write overwrote a slot there).
+        /// only whole copy gone.
         case inPart
         /// Its token showed nowhere.
         case whole
     }
 
-    public static func loss(of operation: Mutation, held: [Slot: Set<String>]) -> Loss {
-        let written = operation.writes.filter { $0.value == .token(operation.token) }.map(\.key)
+    ///
+    /// A slot counts as missing its token only where the other nodes were seen to hold
+    /// it, and held there only writes sent before this one (`sentAt`, by token): one a
+    /// later write may have overwritten, or that no node subscribes to, says nothing, nor
+    /// does a slot the write was not sure to write (`uncertain`).
+    public static func loss(of operation: Mutation, held: [Slot: Set<String>], sentAt: (String) -> Double?) -> Loss {
+        let written = operation.writes.filter { $0.value == .token(operation.token) && !operation.uncertain.contains($0.key) }
+            .map(\.key)
         let shown = written.filter { held[$0]?.contains(operation.token) ?? false }
         if shown.isEmpty {
             // One that wrote no token (a DELETE, an UNSET) or an increment only: shown
             // anywhere under its token, or lost.
             return held.values.contains { $0.contains(operation.token) } ? .none : .whole
         }
-        return shown.count < written.count ? .inPart : .none
+        let missing = written.contains { slot in
+            guard let tokens = held[slot], !tokens.contains(operation.token) else { return false }
+            return tokens.allSatisfy { (sentAt($0) ?? .infinity) < operation.sent.time }
+        }
+        return missing ? .inPart : .none
     }
 
     /// Whether transaction `id` (`SITE:SEQUENCE`), which a node holds applied in part, may

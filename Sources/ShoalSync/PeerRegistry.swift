@@ -146,6 +146,14 @@ final class PeerRegistry: Sendable {
         }
     }
 
+    /// Session `id`'s peer closed the connection: from now on it is no rival to a new
+    /// session with that site (`establish`), though its loop may still be finishing a step.
+    func inboundEnded(_ id: Int) {
+        state.withLock { s in
+            if s.records[id]?.snapshot.state == "connected" { s.records[id]!.snapshot.state = "disconnected" }
+        }
+    }
+
     func update(_ id: Int, _ body: (inout PeerSnapshot) -> Void) {
         state.withLock { s in
             if s.records[id] != nil { body(&s.records[id]!.snapshot) }
@@ -153,15 +161,15 @@ final class PeerRegistry: Sendable {
     }
 
     /// Marks `id` established with `site`. When another session with the same
-    /// site exists, the one dialed by the smaller site ID stays, and of two the same
-    /// node dialed, the newer (PROTOCOL.md section 1): returns whether `id` is that one,
-    /// and the closer of the session that must go, if it is not `id`.
+    /// site is connected, the one dialed by the smaller site ID stays, and of two the
+    /// same site dialed, the older (PROTOCOL.md section 1): returns whether `id` is that
+    /// one, and the closer of the session that must go, if it is not `id`.
     ///
-    /// The newer, since a node dials a site again only once it has given up on its
-    /// connection there (closed it as silent, say), while this side may not have seen
-    /// that yet: its close still on the way, or the session busy in a long store call.
-    /// Keeping the older refused every redial until then, and nothing reached this node
-    /// from that peer meanwhile.
+    /// The older, since one site may be several processes (hubs), each dialing on its
+    /// own: preferring the newer, they would close each other's sessions for ever. A
+    /// session whose peer closed the connection is not connected from then on
+    /// (`inboundEnded`), even while its loop is still busy in a step, so a peer that gave
+    /// up on it and dials again is let in at once.
     func establish(_ id: Int, site: SiteID, localSite: SiteID) -> (keep: Bool, evict: (@Sendable () async -> Void)?) {
         state.withLock { s in
             guard var record = s.records[id] else { return (false, nil) }
@@ -169,7 +177,7 @@ final class PeerRegistry: Sendable {
             let rival = s.records.first { $0.key != id && $0.value.snapshot.siteID == site && $0.value.snapshot.state == "connected" }
             if let rival {
                 let mine = dialer(record.snapshot), theirs = dialer(rival.value.snapshot)
-                let thisWins = mine < theirs || (mine == theirs && id > rival.key)
+                let thisWins = mine < theirs || (mine == theirs && id < rival.key)
                 if !thisWins { return (false, nil) }
                 s.records[rival.key]?.snapshot.state = "disconnected"
             }

@@ -436,6 +436,10 @@ struct PeerSession: Sendable {
             } catch {
                 readError = error
             }
+            // At once, not when the loop ends: a loop busy in a long step would otherwise
+            // keep refusing the peer's redials as duplicates (the hub checker's seed
+            // 4216585026285580600, 5 to 18 s).
+            engine.registry.inboundEnded(recordID)
             input.yield(.inboundEnded)
             while let child = try await group.next() {
                 if child == .loop { break }

@@ -206,7 +206,9 @@ extension SessionStateMachine {
             let sent = SubscribedState(
                 generation: generation, subscriptions: set,
                 cursorKey: includeOwn ? SubscriptionSet.refillKey(set.key) : set.key, cursorEpoch: cursorEpoch,
-                ownTransactions: includeOwn ? .askedBack : .leftOut, interests: interests,
+                // Continued, the stream is the one whose batches came: a Ping still speaks of it.
+                ownTransactions: includeOwn ? (continues && previous?.ownTransactions == .comingBack ? .comingBack : .askedBack) : .leftOut,
+                interests: interests,
                 stream: continues ? (previous?.stream ?? generation) : generation)
             state = .subscribed(sent)
             // A stream that brings this node's own transactions back (after EVICT, or a

@@ -359,6 +359,7 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
             }
         }
         let history = recorder.history
+        let sent = Self.sentTimes(history)
         let epoch = cluster.epoch(node)
         var lost: Set<Int> = [], lostInPart: Set<Int> = []
         var attachments: Set<String> = []
@@ -367,7 +368,7 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
             let after = operation.acknowledgedAt.map { $0 >= copy.at } ?? (operation.sent.time >= copy.at)
             guard after, history.precedes(operation.sent, Moment(node: node, epoch: epoch, time: killedAt)) || operation.sent.epoch == epoch
             else { continue }
-            switch History.loss(of: operation, held: held) {
+            switch History.loss(of: operation, held: held, sentAt: { sent[$0] }) {
             case .whole: lost.insert(operation.id)
             case .inPart: lostInPart.insert(operation.id)
             case .none: break
@@ -429,6 +430,7 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
             }
         }
         let history = recorder.history
+        let sent = Self.sentTimes(history)
         let epoch = cluster.epoch(hubs[0])
         var lost: Set<Int> = [], lostInPart: Set<Int> = []
         var attachments: Set<String> = []
@@ -436,7 +438,7 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
             let after = operation.acknowledgedAt.map { $0 >= copy.at } ?? (operation.sent.time >= copy.at)
             guard after, history.precedes(operation.sent, Moment(node: hubs[0], epoch: epoch, time: killedAt)) || operation.sent.epoch == epoch
             else { continue }
-            switch History.loss(of: operation, held: held) {
+            switch History.loss(of: operation, held: held, sentAt: { sent[$0] }) {
             case .whole: lost.insert(operation.id)
             case .inPart: lostInPart.insert(operation.id)
             case .none: break
@@ -487,6 +489,11 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
             return served
         }
         return tokens.filter { hashes[$0] != nil }.subtracting(served)
+    }
+
+    /// When each operation was sent, by its token.
+    static func sentTimes(_ history: History) -> [String: Double] {
+        Dictionary(history.operations.map { ($0.token, $0.sent.time) }, uniquingKeysWith: min)
     }
 
     /// Adds the tokens `read` shows, slot by slot, to `held`.

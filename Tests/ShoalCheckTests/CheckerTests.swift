@@ -197,12 +197,21 @@ extension CheckerTests {
     /// elsewhere, not all, was lost in part, and only such a one (or one lost whole)
     /// excuses a node holding its transaction applied in part at the end.
     @Test func aWriteARestoreLostInPartExcusesItsTransactionHeldInPart() {
+        let sent: [String: Double] = ["t0": 0, "t1": 1, "t2": 2, "t9": 9]
+        func loss(_ operation: Mutation, _ held: [Slot: Set<String>]) -> History.Loss {
+            History.loss(of: operation, held: held, sentAt: { sent[$0] })
+        }
         let both = Self.operation(1, on: 0, sent: 1, acknowledged: 1.1, [Self.f: .token("t1"), Self.g: .token("t1")])
-        #expect(History.loss(of: both, held: [Self.f: ["t1"], Self.g: ["t1", "t0"]]) == .none)
-        #expect(History.loss(of: both, held: [Self.f: ["t1"], Self.g: ["t0"]]) == .inPart)
-        #expect(History.loss(of: both, held: [Self.f: ["t0"]]) == .whole)
+        #expect(loss(both, [Self.f: ["t1"], Self.g: ["t1", "t0"]]) == .none)
+        #expect(loss(both, [Self.f: ["t1"], Self.g: ["t0"]]) == .inPart, "g shows only a write sent before it")
+        #expect(loss(both, [Self.f: ["t1"], Self.g: ["t9"]]) == .none, "g may have been overwritten by a later write")
+        #expect(loss(both, [Self.f: ["t1"]]) == .none, "no node showed g")
+        #expect(loss(both, [Self.f: ["t0"]]) == .whole)
+        var unsure = both
+        unsure.uncertain = [Self.g]
+        #expect(loss(unsure, [Self.f: ["t1"], Self.g: ["t0"]]) == .none, "g was not surely written")
         let delete = Self.operation(2, on: 0, sent: 2, acknowledged: 2.1, [Self.f: .absent])
-        #expect(History.loss(of: delete, held: [Self.f: ["t1"]]) == .whole, "a write of no token is lost unless its token shows")
+        #expect(loss(delete, [Self.f: ["t1"]]) == .whole, "a write of no token is lost unless its token shows")
 
         var history = Self.history()
         history.record(both)

@@ -176,6 +176,22 @@ import Testing
         #expect(interestChanges(resumeAfter: 0, includeOwn: true)?.continues == false, "asked back again: a stream of its own")
     }
 
+    /// A stream bringing this node's own transactions back, continued after its batches
+    /// came, is still the stream a Ping speaks of: the publisher, its log quiet, sends no
+    /// batch of the new generation, and the next Ping that vouches says they are all back.
+    @Test func aContinuedStreamOfOwnTransactionsIsAllBackAtTheNextPing() {
+        var m = SessionRoutesTests.machine()
+        _ = m.handle(.upstreamChanged(Self.upstream(T.cars, [(T.peer, 1, T.cars), (Self.other, 5, T.cars)]), fromStart: false), now: 0)
+        _ = m.handle(.cursorRead(T.cars, resumeAfter: 0, includeOwn: true), now: 1)
+        _ = m.handle(T.batch([], through: 5, generation: 1), now: 2)
+        _ = m.handle(.batchDurable(), now: 3)
+        _ = m.handle(.upstreamChanged(Self.upstream(T.cars, [(T.peer, 1, T.cars), (Self.other, 6, SubscriptionSet())]), fromStart: false), now: 4)
+        #expect(Self.subscribe(m.handle(.cursorRead(T.cars, resumeAfter: 5, includeOwn: true), now: 5))?.continues == true)
+        let ping = SessionMessage.Ping(nonce: 1, sentAtMicros: 0, freshness: [Freshness.Entry(site: T.peer, throughMillis: 10)])
+        let back = m.handle(.received(.ping(ping)), now: 6)
+        #expect(back.contains { if case .ownTransactionsBack = $0 { true } else { false } }, "\(back)")
+    }
+
     // MARK: publisher
 
     static func subscribeMessage(
