@@ -154,8 +154,6 @@ struct LocalTransaction {
         return (evicted, kept)
     }
 
-    /// The highest change-log sequence of the transactions of this site that wrote a
-    /// register `registers` hold now; nil when none did.
     /// The peers that refused one of this node's own transactions whose values
     /// `registers` hold (`peer_refusal`): they hold the document without those values.
     private func refusing(_ registers: DocumentRegisters) throws -> Set<SiteID> {
@@ -171,6 +169,8 @@ struct LocalTransaction {
         return peers
     }
 
+    /// The highest change-log sequence of the transactions of this site that wrote a
+    /// register `registers` hold now; nil when none did.
     private func lastOwnWrite(_ registers: DocumentRegisters) throws -> UInt64? {
         let own = Set(registers.registers.values.lazy.map(\.transaction).filter { $0.origin == site }.map(\.sequence))
         guard !own.isEmpty else { return nil }
