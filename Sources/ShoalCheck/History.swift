@@ -91,7 +91,7 @@ public struct Mutation: Sendable, Identifiable {
     public var maybeLost = false
     /// Set when a restore may legitimately have lost part of it: an acknowledged write of
     /// the restored node after the copy, some of whose writes other nodes held, and not
-    /// all (`History.loss(of:held:)`). Those nodes may hold it applied in part for good.
+    /// all (`History.loss(of:held:sentAt:)`). Those nodes may hold it applied in part for good.
     public var maybeLostInPart = false
     /// The statements, for messages.
     public var text: String
@@ -222,6 +222,7 @@ public struct History: Sendable {
         case whole
     }
 
+    /// What a restore may have lost of `operation` (`Loss`).
     ///
     /// A slot counts as missing its token only where the other nodes were seen to hold
     /// it, and held there only writes sent before this one (`sentAt`, by token): one a
