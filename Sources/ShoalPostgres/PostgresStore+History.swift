@@ -48,7 +48,9 @@ extension PostgresStore {
                 return HistoryVerdict.unknown
             }
             let counter = try await Self.meta(writer.connection, "transaction_counter", logger: self.logger)
-            return try await writer.reissue(site: site, above: max(held.through, counter) + Self.reissueGap)
+            return try await writer.reissue(
+                site: site,
+                above: OriginHistory.reissueBase(peerThrough: held.through, counter: counter, nowMillis: HybridLogicalClock.systemMilliseconds()))
         }
         if case .reissued(let count, let from, let to) = verdict {
             let renumbered =
@@ -64,10 +66,6 @@ extension PostgresStore {
         return verdict
     }
 
-    /// How far above what the peer holds a database that went back renumbers, as a
-    /// SQLite store does (`DocumentStore.reissueGap`): the history it lost may have gone
-    /// further than this peer knows.
-    package static let reissueGap: UInt64 = 1 << 32
 
     /// What `held` says of the hubs' own history: `.reissued` (of nothing yet) when the
     /// database went back; the same delta confirms it.

@@ -33,3 +33,25 @@ public enum HistoryVerdict: Sendable, Hashable {
     /// were committed again under new numbers, above any the peer holds, `from`…`to`.
     case reissued(count: Int, from: UInt64, to: UInt64)
 }
+
+extension OriginHistory {
+    /// How far above the peer's number and its own counter a store that went back
+    /// renumbers (DATA_MODEL.md §4.5): the history it lost may have gone further than
+    /// this peer knows (another peer may hold more of it), and a number given twice
+    /// names two transactions. Found by shoal-check: renumbered above the first peer's
+    /// 172, a restored node gave 173 to 176 again, which a second peer held from the
+    /// lost history, and the two never agreed.
+    package static let reissueGap: UInt64 = 1 << 32
+
+    /// Where a store that went back renumbers its unconfirmed transactions: `reissueGap`
+    /// above the peer's number and its counter, and above the clock in milliseconds
+    /// shifted left by 20 bits. The clock, since an earlier repair of a history that was
+    /// lost again (a store restored twice from one copy) gave numbers the store cannot
+    /// see, which a peer that held less renumbered into (found by shoal-check, seed
+    /// 16629699536530087451: two repairs gave 4294967946 to two transactions, and every
+    /// session between the node and the hub ended on it). A later millisecond is 2^20
+    /// numbers above; 2^63 is reached in the year 2248.
+    package static func reissueBase(peerThrough: UInt64, counter: UInt64, nowMillis: UInt64) -> UInt64 {
+        max(max(peerThrough, counter) + reissueGap, nowMillis << 20)
+    }
+}

@@ -78,7 +78,8 @@ extension DocumentStore {
             // Again inside the write: another session may have repaired it meanwhile.
             guard case .reissued = try Self.compare(db, held, site: site) else { return (.unknown, nil) }
             let counter = try Self.unsignedMeta(db, "transaction_counter")
-            return try Self.reissue(db, site: site, above: max(held.through, counter) + Self.reissueGap, counter: counter)
+            let base = OriginHistory.reissueBase(peerThrough: held.through, counter: counter, nowMillis: HybridLogicalClock.systemMilliseconds())
+            return try Self.reissue(db, site: site, above: base, counter: counter)
         }
         if case .reissued(let count, let from, let to) = verdict {
             logger.error(
@@ -90,13 +91,6 @@ extension DocumentStore {
         }
         return verdict
     }
-
-    /// How far above what the peer holds a store that went back renumbers: the history
-    /// it lost may have gone further than this peer knows (another peer may hold more
-    /// of it), and a number given twice names two transactions. Found by shoal-check:
-    /// renumbered above the first peer's 172, a restored node gave 173 to 176 again,
-    /// which a second peer held from the lost history, and the two never agreed.
-    static let reissueGap: UInt64 = 1 << 32
 
     /// What `held` says of this store's own history: `.reissued` (of nothing yet) when
     /// it went back.

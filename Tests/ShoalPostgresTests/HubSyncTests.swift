@@ -871,7 +871,7 @@ struct HubSyncTests {
                     #expect(healed, "a \(seen[0]), b \(seen[1]), the hubs \(seen[2])")
                     // A write after the repair takes a number above every one given, and arrives.
                     let three = try await stores[1].execute("INSERT INTO notes DOCUMENTS ({'_id': 'three'})")
-                    #expect((three.transactionID?.sequence ?? 0) > PostgresStore.reissueGap)
+                    #expect((three.transactionID?.sequence ?? 0) > OriginHistory.reissueGap)
                     #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
                         try await Self.ids(a.store.execute("SELECT _id FROM notes")) == all.union(["three"])
                     })
