@@ -336,7 +336,7 @@ extension DocumentStore {
             // they wrote (`LocalTransaction.evict`).
             try db.execute(
                 sql: """
-                    CREATE TABLE peer_refusal (peer INTEGER NOT NULL, txn_seq INTEGER NOT NULL, PRIMARY KEY (peer, txn_seq)) WITHOUT ROWID;
+                    CREATE TABLE peer_refusal (txn_seq INTEGER NOT NULL, peer INTEGER NOT NULL, PRIMARY KEY (txn_seq, peer)) WITHOUT ROWID;
                     """)
         }
         return migrator

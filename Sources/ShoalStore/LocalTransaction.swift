@@ -129,8 +129,9 @@ struct LocalTransaction {
         var evicted: [Value] = [], kept: [Value] = []
         for (key, body) in matches {
             let registers = try RegisterRows.load(db, collection: evict.collection, key: key)
-            if let sequence = try lastOwnWrite(registers),
-                !holdings.someoneHolds(collection: evict.collection, body: body, through: sequence, refusing: try refusing(registers))
+            let own = ownSequences(registers)
+            if let sequence = try lastOwnWrite(own),
+                !holdings.someoneHolds(collection: evict.collection, body: body, through: sequence, refusing: try refusing(own))
             {
                 kept.append(body["_id"] ?? .null)
                 continue
@@ -154,10 +155,14 @@ struct LocalTransaction {
         return (evicted, kept)
     }
 
-    /// The peers that refused one of this node's own transactions whose values
-    /// `registers` hold (`peer_refusal`): they hold the document without those values.
-    private func refusing(_ registers: DocumentRegisters) throws -> Set<SiteID> {
-        let own = Set(registers.registers.values.lazy.map(\.transaction).filter { $0.origin == site }.map(\.sequence))
+    /// The sequences of this site's transactions that wrote a register `registers` hold now.
+    private func ownSequences(_ registers: DocumentRegisters) -> Set<UInt64> {
+        Set(registers.registers.values.lazy.map(\.transaction).filter { $0.origin == site }.map(\.sequence))
+    }
+
+    /// The peers that refused one of `own`, this node's own transactions whose values a
+    /// document holds (`peer_refusal`): they hold the document without those values.
+    private func refusing(_ own: Set<UInt64>) throws -> Set<SiteID> {
         guard !own.isEmpty else { return [] }
         let statement = try db.cachedStatement(sql: "SELECT peer FROM peer_refusal WHERE txn_seq = ?")
         var peers: Set<SiteID> = []
@@ -169,10 +174,9 @@ struct LocalTransaction {
         return peers
     }
 
-    /// The highest change-log sequence of the transactions of this site that wrote a
-    /// register `registers` hold now; nil when none did.
-    private func lastOwnWrite(_ registers: DocumentRegisters) throws -> UInt64? {
-        let own = Set(registers.registers.values.lazy.map(\.transaction).filter { $0.origin == site }.map(\.sequence))
+    /// The highest change-log sequence of `own`, this site's transactions that wrote a
+    /// register a document holds now; nil when there are none.
+    private func lastOwnWrite(_ own: Set<UInt64>) throws -> UInt64? {
         guard !own.isEmpty else { return nil }
         let statement = try db.cachedStatement(sql: "SELECT MAX(seq) FROM change_log WHERE txn_site = ? AND txn_seq = ?")
         var last: UInt64 = 0
