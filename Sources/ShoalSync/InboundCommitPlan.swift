@@ -15,8 +15,8 @@ import ShoalStorage
 /// ```
 ///
 /// Every transaction it touches ends the commit with a record (applied, partial,
-/// waiting or refused), and no commit removes one: so what the store held before the
-/// commit, with what the commit touched, is what it holds after (`held`).
+/// waiting or refused), and no commit removes one: so what the store decided before the
+/// commit, with what the commit decided, is what it has decided after (`decided`).
 struct InboundCommitPlan: Sendable {
     private(set) var assembler: CoverageAssembler
     private(set) var result: InboundPipeline.CommitResult
@@ -290,8 +290,14 @@ struct InboundCommitPlan: Sendable {
     }
 
     /// Whether the store holds a record of `id` once this commit is written.
-    private func held(_ id: TransactionID) -> Bool {
-        assembler.records[id] != nil || started.contains(id) || touched.contains(id) || states[id] != nil
+    /// Whether this node is done with `id` as far as offers go: applied (whole or in
+    /// part) or refused. One still waiting for its other pieces is not: the link that
+    /// streams them may close before the last, and then the offer is what brings the
+    /// rest (docs/ROUTES.md, "Graft").
+    private func decided(_ id: TransactionID) -> Bool {
+        if let record = assembler.records[id] { return record.state != .waiting }
+        if started.contains(id) || touched.contains(id) { return true }
+        return states[id].map { $0 != .waiting } ?? false
     }
 
     /// The commit's last steps: the pieces of transactions still waiting go to the
@@ -318,7 +324,7 @@ struct InboundCommitPlan: Sendable {
         }
         var limits = routes.resumeLimits
         for item in items {
-            for offer in item.offered where !held(offer.id) {
+            for offer in item.offered where !decided(offer.id) {
                 result.routes.offers[item.source, default: []].append(offer)
                 let before = offer.logSequence &- 1
                 limits[item.source] = min(limits[item.source] ?? before, before)
@@ -330,7 +336,7 @@ struct InboundCommitPlan: Sendable {
                         epoch: cursor.epoch))
             }
         }
-        for id in routes.noted where held(id) { result.routes.held.insert(id) }
+        for id in routes.noted where decided(id) { result.routes.held.insert(id) }
         result.assembler = assembler
         return steps
     }

@@ -236,11 +236,14 @@ public struct RouteTable: Sendable {
     /// already. A transaction two links eager for its origin delivered stays eager on
     /// one of them: its origin's own link if it was one, else the one that delivered
     /// first; the others turn lazy for that origin.
+    ///
+    /// A piece does not resolve an offer of `id`: the transaction may wait for its other
+    /// pieces, and the link that streams them close before the last. The offer stays
+    /// noted until `tick` finds the transaction applied or refused, while this piece
+    /// counts as progress on its origin.
     public mutating func received(_ id: TransactionID, from peer: SiteID, duplicate: Bool, now: UInt64) -> [Action] {
         guard let link = links[peer] else { return [] }
         let origin = id.origin
-        // Here now (or waiting for its other pieces): no longer an offer to ask for.
-        noted[id] = nil
         guard link.routes.isEager(origin) else { return [] }
         progress[origin] = now
         guard var delivery = deliveries[id] else {
@@ -262,7 +265,8 @@ public struct RouteTable: Sendable {
     }
 
     /// `peer` offered these transactions (their IDs on a lazy link). Those not held
-    /// here are noted, to be asked for if no eager link delivers them.
+    /// here (`isHeld`: applied, whole or in part, or refused; not one still waiting for
+    /// its other pieces) are noted, to be asked for if no eager link delivers them.
     public mutating func offered(
         _ offers: [Offer], by peer: SiteID, now: UInt64, isHeld: (TransactionID) -> Bool
     ) -> [Action] {
@@ -292,7 +296,8 @@ public struct RouteTable: Sendable {
         return limit
     }
 
-    /// The tick: each noted offer that no eager link delivered in time is asked of the
+    /// The tick: noted offers `isHeld` says are held (applied or refused) are resolved;
+    /// each other noted offer that no eager link delivered in time is asked of the
     /// link that offered it first, and its origin turns eager there; one asked and still
     /// not held after `graftAfter` is asked again, of the next link that offered it. An offer of an
     /// origin no eager link ever delivered a piece of is asked at once (the origin lies

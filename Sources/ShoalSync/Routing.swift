@@ -33,9 +33,10 @@ final class Routing: Sendable {
             var duplicate: Bool
         }
         var receipts: [Receipt] = []
-        /// Offers of transactions this node neither holds nor waits for, per peer.
+        /// Offers of transactions this node has not applied (whole or in part) nor
+        /// refused, per peer: one still waiting for its other pieces among them.
         var offers: [SiteID: [RouteTable.Offer]] = [:]
-        /// Noted offers whose transaction is held or waiting here now.
+        /// Noted offers whose transaction is applied (whole or in part) or refused here now.
         var held: Set<TransactionID> = []
     }
 

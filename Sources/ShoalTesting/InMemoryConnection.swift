@@ -15,11 +15,11 @@ public struct InMemoryConnection: Sendable {
         let outgoing: AsyncStream<Frame>.Continuation
         let incoming: AsyncStream<Frame>.Continuation
         let observe: (@Sendable (Frame) -> Void)?
-        let cutBefore: (@Sendable (Frame) -> Bool)?
+        let cutBefore: (@Sendable (Frame) async -> Bool)?
 
         init(
             outgoing: AsyncStream<Frame>.Continuation, incoming: AsyncStream<Frame>.Continuation,
-            observe: (@Sendable (Frame) -> Void)?, cutBefore: (@Sendable (Frame) -> Bool)? = nil
+            observe: (@Sendable (Frame) -> Void)?, cutBefore: (@Sendable (Frame) async -> Bool)? = nil
         ) {
             self.outgoing = outgoing
             self.incoming = incoming
@@ -29,7 +29,7 @@ public struct InMemoryConnection: Sendable {
 
         public func write(_ frame: Frame) async throws {
             observe?(frame)
-            if cutBefore?(frame) == true {
+            if await cutBefore?(frame) == true {
                 // The connection breaks with this frame unsent, as a TCP link cut there would.
                 outgoing.finish()
                 incoming.finish()
@@ -56,7 +56,8 @@ public struct InMemoryConnection: Sendable {
     ///   - observeFromA: sees every frame end `a` writes, for tests that check what was sent.
     ///   - cutBeforeFromB: asked about every frame end `b` writes; true breaks the
     ///     connection there, the frame unsent: a link cut part way through a stream.
-    public init(observeFromA: (@Sendable (Frame) -> Void)? = nil, cutBeforeFromB: (@Sendable (Frame) -> Bool)? = nil) {
+    ///     It may take its time to answer: end `b` writes nothing meanwhile.
+    public init(observeFromA: (@Sendable (Frame) -> Void)? = nil, cutBeforeFromB: (@Sendable (Frame) async -> Bool)? = nil) {
         let (toB, toBContinuation) = AsyncStream.makeStream(of: Frame.self)
         let (toA, toAContinuation) = AsyncStream.makeStream(of: Frame.self)
         a = End(inbound: toA, transport: Transport(outgoing: toBContinuation, incoming: toAContinuation, observe: observeFromA))

@@ -97,6 +97,7 @@ struct RouteTableTests {
         // No answer (C closed before it, or lost it): asked again after graftAfter.
         #expect(table.tick(now: 5_900, isHeld: Self.nothingHeld) == [.ask(Self.t(Self.a, 7), of: Self.c)])
         _ = table.received(Self.t(Self.a, 7), from: Self.c, duplicate: false, now: 6_000)
+        #expect(table.tick(now: 6_000, isHeld: { $0 == Self.t(Self.a, 7) }) == [], "applied with that piece")
         #expect(table.notedCount == 0)
         #expect(table.tick(now: 20_000, isHeld: Self.nothingHeld) == [])
     }
@@ -132,9 +133,10 @@ struct RouteTableTests {
         _ = table.offered([Self.offer(Self.a, 1, at: 3), Self.offer(Self.a, 2, at: 4)], by: Self.b, now: 0, isHeld: { $0.sequence == 2 })
         #expect(table.notedCount == 1, "a held one is not noted")
         _ = table.received(Self.t(Self.a, 1), from: Self.a, duplicate: false, now: 50)
+        #expect(table.tick(now: 50, isHeld: { $0.sequence == 1 }) == [], "applied whole with the piece")
         #expect(table.notedCount == 0)
         #expect(table.tick(now: 60_000, isHeld: Self.nothingHeld) == [])
-        // Held by the time of the tick (applied from an ask, or waiting for coverage).
+        // Held by the time of the tick (applied from an ask, in part after the coverage wait, or refused).
         _ = table.offered([Self.offer(Self.a, 3, at: 5)], by: Self.b, now: 70_000, isHeld: Self.nothingHeld)
         #expect(table.tick(now: 90_000, isHeld: { _ in true }) == [])
         #expect(table.notedCount == 0)
@@ -195,6 +197,7 @@ struct RouteTableTests {
         #expect(closed.contains(.ask(Self.t(far, 1), of: Self.c)), "asked of C at once: B took the ask with it")
         #expect(table.notedCount == 1)
         _ = table.received(Self.t(far, 1), from: Self.c, duplicate: false, now: 2_200)
+        _ = table.tick(now: 2_200, isHeld: { $0 == Self.t(far, 1) })
         #expect(table.notedCount == 0 && table.resumeLimit(for: Self.c) == nil)
     }
 
@@ -206,8 +209,31 @@ struct RouteTableTests {
         #expect(table.resumeLimit(for: Self.b) == 89)
         #expect(table.resumeLimit(for: Self.c) == 299)
         _ = table.received(Self.t(Self.a, 5), from: Self.a, duplicate: false, now: 5)
+        #expect(table.resumeLimit(for: Self.b) == 89, "a piece of it came: it may still wait for the rest")
+        _ = table.tick(now: 5, isHeld: { $0 == Self.t(Self.a, 5) })
         #expect(table.resumeLimit(for: Self.b) == 119)
         #expect(table.resumeLimit(for: Self.c) == nil)
+    }
+
+    /// C's link offers A's transaction 7 while A is part way through sending its
+    /// pieces, and then A's link closes before the last: the offer, still noted, is
+    /// asked of C at once. (Resolved by the first piece, it left the transaction
+    /// waiting for a rest no link would send: C's stream had gone past it.)
+    @Test func anOfferOfATransactionWaitingForItsOtherPiecesIsAskedWhenTheirLinkCloses() {
+        var table = Self.mesh()
+        _ = table.received(Self.t(Self.a, 7), from: Self.a, duplicate: false, now: 10)
+        #expect(table.offered([Self.offer(Self.a, 7, at: 40)], by: Self.c, now: 20, isHeld: Self.nothingHeld) == [])
+        _ = table.received(Self.t(Self.a, 7), from: Self.a, duplicate: false, now: 30)
+        #expect(table.tick(now: 1_000, isHeld: Self.nothingHeld) == [], "A is still sending it")
+        #expect(table.notedCount == 1)
+        #expect(table.resumeLimit(for: Self.c) == 39, "C's cursor stays before it")
+        let closed = table.close(Self.a, now: 1_100)
+        #expect(closed.contains(.ask(Self.t(Self.a, 7), of: Self.c)), "\(closed)")
+        // A's link alive but silent on its origin: asked after graftAfter instead.
+        var stalled = Self.mesh()
+        _ = stalled.received(Self.t(Self.a, 7), from: Self.a, duplicate: false, now: 10)
+        _ = stalled.offered([Self.offer(Self.a, 7, at: 40)], by: Self.c, now: 20, isHeld: Self.nothingHeld)
+        #expect(stalled.tick(now: 2_020, isHeld: Self.nothingHeld).contains(.ask(Self.t(Self.a, 7), of: Self.c)))
     }
 
     @Test func tooManyOffersTurnTheBusiestLinkEager() {
