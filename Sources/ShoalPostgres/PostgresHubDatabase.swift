@@ -187,6 +187,13 @@ public final class PostgresHubDatabase: Sendable {
                 """,
             ]
         ),
+        (
+            // The transactions the hubs refused, by origin: told again to their origin at
+            // each session with it (`PostgresStore.refusedTransactions`). Few, and never
+            // looked for among the applied.
+            "v9-refused-by-origin",
+            ["CREATE INDEX txn_refused ON txn (origin, seq) WHERE state = 3"]
+        ),
     ]
 
     /// What every connection of a hub sets: a hub that stops answering in the middle of a

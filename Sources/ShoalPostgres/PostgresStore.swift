@@ -485,7 +485,21 @@ package final class PostgresStore: SyncStore, Sendable {
     }
 
     /// Nothing kept: a hub never evicts (`notOnAHub`), the one reader of refusals.
-    package func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError) {}
+    package func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> { [] }
+
+    package func refusedTransactions(of origin: SiteID, limit: Int) async throws(ShoalError) -> [(id: TransactionID, reason: String)] {
+        let site = Int64(bitPattern: origin.rawValue)
+        return try await failing("reading the transactions of a peer this hub refused") {
+            let rows = try await database.query(
+                "SELECT seq, COALESCE(refusal, '') FROM txn WHERE state = 3 AND origin = \(site) ORDER BY seq DESC LIMIT \(limit)",
+                logger: logger)
+            var refused: [(id: TransactionID, reason: String)] = []
+            for (sequence, reason) in try rows.decode((Int64, String).self) {
+                refused.append((TransactionID(origin: origin, sequence: UInt64(bitPattern: sequence)), reason))
+            }
+            return refused
+        }
+    }
 
     package func holdsOthersWrites() async throws(ShoalError) -> Bool {
         let site = Int64(bitPattern: siteID.rawValue)

@@ -98,7 +98,15 @@ package protocol SyncStore: AnyObject, Sendable {
     /// acknowledged the log past them all the same, so EVICT must not count on it for a
     /// document whose current values one of this node's own among them wrote. Kept
     /// across restarts, since the peer's acknowledgement comes back with its cursor.
-    func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError)
+    /// Returns those of this node's own it did not know `peer` refused: a peer tells a
+    /// refusal again at each session (`refusedTransactions`).
+    func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError) -> Set<TransactionID>
+    /// The transactions of `origin` this node refused whole (state refused, DATA_MODEL.md
+    /// §4.4), newest first, `limit` at most, each with its reason: told again to
+    /// `origin` at the start of each session with it (PROTOCOL.md §8.8), since the Ack
+    /// that told one first may have been lost with its session, and a refusal of a
+    /// transaction that came through another peer was told to that peer only.
+    func refusedTransactions(of origin: SiteID, limit: Int) async throws(ShoalError) -> [(id: TransactionID, reason: String)]
     /// The change log's last sequence as of the latest commit or the store's opening.
     var lastCommittedSequence: UInt64 { get }
     /// Whether the store holds anything another node wrote: a peer that holds only its

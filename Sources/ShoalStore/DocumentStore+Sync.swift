@@ -230,14 +230,29 @@ extension DocumentStore: SyncStore {
         peerHoldings.note(peer, through: through, subscriptions: subscriptions)
     }
 
-    package func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError) {
+    package func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> {
         // Only this node's own: EVICT asks about no other origin's.
-        let own = transactions.filter { $0.origin == siteID }.map(\.sequence)
-        guard !own.isEmpty else { return }
-        try await write { db in
+        let own = transactions.filter { $0.origin == siteID }
+        guard !own.isEmpty else { return [] }
+        return try await write { db in
             let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO peer_refusal (peer, txn_seq) VALUES (?, ?)")
-            for sequence in own {
-                try insert.execute(arguments: [Int64(bitPattern: peer.rawValue), Int64(bitPattern: sequence)])
+            var new: Set<TransactionID> = []
+            for id in own {
+                try insert.execute(arguments: [Int64(bitPattern: peer.rawValue), Int64(bitPattern: id.sequence)])
+                if db.changesCount > 0 { new.insert(id) }
+            }
+            return new
+        }
+    }
+
+    package func refusedTransactions(of origin: SiteID, limit: Int) async throws(ShoalError) -> [(id: TransactionID, reason: String)] {
+        try await read(inline: true) { db in
+            // Through the index of transactions not applied: refusals are few.
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT seq, refusal FROM txn WHERE state = 3 AND origin = ? ORDER BY seq DESC LIMIT ?",
+                arguments: [Int64(bitPattern: origin.rawValue), limit])
+            return rows.map { row in
+                (TransactionID(origin: origin, sequence: UInt64(bitPattern: row[0] as Int64)), (row[1] as String?) ?? "")
             }
         }
     }

@@ -352,7 +352,9 @@ public final class InboundPipeline: Sendable {
                         }
                     }
                     for refused in result.refused {
-                        for site in refused.from {
+                        // Its origin is told too, when connected: its EVICT must not count
+                        // on this node for what the transaction wrote (PROTOCOL.md §8.8).
+                        for site in Set(refused.from + [refused.id.origin]).sorted() {
                             engine.registry.noteRefusal(
                                 .init(id: refused.id, code: .limitExceeded, reason: "this node cannot hold it: \(refused.reason)"), to: site)
                         }

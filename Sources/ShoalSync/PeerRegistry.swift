@@ -220,14 +220,7 @@ final class PeerRegistry: Sendable {
     /// `Refusal.perAck` wait per site, and only for a site with a session now (this
     /// node logs every refusal; a site with no session is not told of it).
     func noteRefusal(_ refusal: SessionMessage.Refusal, to site: SiteID) {
-        var refusal = refusal
-        if refusal.reason.utf8.count > SessionMessage.Refusal.maximumReasonBytes {
-            // Cut at a character's start, so that no half character is sent.
-            var cut = refusal.reason.utf8.prefix(SessionMessage.Refusal.maximumReasonBytes - 3)
-            while let last = cut.last, last & 0xC0 == 0x80 { cut = cut.dropLast() }
-            if let last = cut.last, last >= 0xC0 { cut = cut.dropLast() }
-            refusal.reason = String(decoding: cut, as: UTF8.self) + "..."
-        }
+        let refusal = refusal.fitted
         state.withLock { s in
             guard s.records.values.contains(where: { $0.snapshot.siteID == site && $0.snapshot.state != "admin" }) else { return }
             var waiting = s.untold[site, default: []]

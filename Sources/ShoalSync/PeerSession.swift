@@ -359,6 +359,7 @@ struct PeerSession: Sendable {
             peer.version >= 4 ? engine.routing.open(peer.siteID) { event in input.yield(.event(event)) } : nil
         if let routed { input.yield(.event(.routesChanged(routed.0))) }
         input.yield(.event(.upstreamChanged(engine.upstream(for: peer.siteID), fromStart: false)))
+        await retellRefusals(to: peer, input: input)
         // A commit of what this session handed the pipeline failed: the session ends,
         // whether or not a batch of it waits for an answer (pieces answering a question
         // do not). This is the one path that ends it: a failed item's completion adds nothing.
@@ -386,6 +387,36 @@ struct PeerSession: Sendable {
             lane.stopRecordingCursors()
             await engine.routing.close(peer.siteID, token: routed.token, engine: engine)
         }
+    }
+
+    /// Tells `peer` again of its own transactions this node refused whole, the newest
+    /// `Refusal.perAck` (PROTOCOL.md §8.8): the Ack that told one first may have been
+    /// lost with its session, and one that came through another peer was told to that
+    /// peer. The peer keeps them, so that its EVICT does not count on this node for what
+    /// they wrote. A version 4 peer hears them at once, in a held_only Ack; a version 3
+    /// one with the next Ack for a batch.
+    private func retellRefusals(to peer: PeerIdentity, input: AsyncStream<Input>.Continuation) async {
+        let refused: [(id: TransactionID, reason: String)]
+        do {
+            refused = try await engine.store.refusedTransactions(of: peer.siteID, limit: SessionMessage.Refusal.perAck)
+        } catch {
+            logger.warning(
+                "could not read the transactions of this peer that this node refused, to tell it again: \(error.message)",
+                metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
+            return
+        }
+        guard !refused.isEmpty else { return }
+        var refusals = refused.reversed().map {
+            SessionMessage.Refusal(id: $0.id, code: .limitExceeded, reason: "this node cannot hold it: \($0.reason)").fitted
+        }
+        guard peer.version >= 4 else {
+            for refusal in refusals { engine.registry.noteRefusal(refusal, to: peer.siteID) }
+            return
+        }
+        // Within half the peer's frame, as an Ack's refusals are.
+        var used = 0
+        refusals = Array(refusals.prefix { used += $0.reason.utf8.count + 32; return used <= peer.limits.framePayload / 2 })
+        input.yield(.event(.retellRefusals(refusals)))
     }
 
     private func serveSync<I: AsyncIteratorProtocol>(
@@ -652,10 +683,13 @@ struct PeerSession: Sendable {
         case .warn(let message):
             logger.warning(
                 "\(message)", metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
-        case .peerRefused(let refusals):
+        case .peerRefused(let told, let retold):
             // Kept before anything else: the peer acknowledged past them, and an EVICT
             // must not count on it for what they wrote.
-            try await engine.store.notePeerRefused(peer.siteID, transactions: refusals.map(\.id))
+            let new = try await engine.store.notePeerRefused(peer.siteID, transactions: told.map(\.id))
+            // Told again at the session's start: those known here already were logged when
+            // first told (or, on a hub, which keeps none, are not logged again).
+            let refusals = retold ? told.filter { new.contains($0.id) } : told
             for refusal in refusals {
                 logger.warning(
                     "peer \(peer.name) refused \(Self.refused(refusal)): \(refusal.reason) (\(refusal.code.name))",
@@ -766,7 +800,7 @@ extension SessionStateMachine.Action {
         case .caughtUp: "noting that the peer caught up"
         case .ownTransactionsBack: "noting this node's own transactions back"
         case .warn: "logging a warning"
-        case .peerRefused: "noting the peer's refusals"
+        case .peerRefused(_, let retold): retold ? "noting the refusals the peer told again" : "noting the peer's refusals"
         case .close: "closing"
         }
     }

@@ -18,7 +18,10 @@ extension SessionMessage {
             let refused = a.refused.map {
                 Refusal(id: TransactionID(origin: SiteID($0.originSite), sequence: $0.originSequence), code: SyncError.Code(wire: $0.code), reason: $0.reason)
             }
-            self = .ack(a.heldOnly ? .heldOnly(heldThrough: a.heldThrough) : .batch(through: a.throughSequence, heldThrough: a.heldThrough, refused: refused))
+            self = .ack(
+                a.heldOnly
+                    ? .heldOnly(heldThrough: a.heldThrough, refused: refused)
+                    : .batch(through: a.throughSequence, heldThrough: a.heldThrough, refused: refused))
         case .ping(let p): self = .ping(Ping(wire: p))
         case .pong(let p): self = .pong(Ping(wire: p))
         case .routeUpdate(let u): self = .routeUpdate(RouteTable.Routes(wire: u.routes))
@@ -50,17 +53,11 @@ extension SessionMessage {
             case .batch(let through, let held, let refused):
                 wire.throughSequence = through
                 wire.heldThrough = held
-                wire.refused = refused.map { refusal in
-                    var wire = Shoal_V1_Refusal()
-                    wire.originSite = refusal.id.origin.rawValue
-                    wire.originSequence = refusal.id.sequence
-                    wire.code = refusal.code.wire
-                    wire.reason = refusal.reason
-                    return wire
-                }
-            case .heldOnly(let held):
+                wire.refused = refused.map(\.wire)
+            case .heldOnly(let held, let refused):
                 wire.heldOnly = true
                 wire.heldThrough = held
+                wire.refused = refused.map(\.wire)
             }
             return .ack(wire)
         case .ping(let p): return .ping(p.wire)
@@ -256,5 +253,16 @@ extension SessionStateMachine.Event {
         } else {
             self = .receivedOutOfPlace(wire.type)
         }
+    }
+}
+
+extension SessionMessage.Refusal {
+    var wire: Shoal_V1_Refusal {
+        var wire = Shoal_V1_Refusal()
+        wire.originSite = id.origin.rawValue
+        wire.originSequence = id.sequence
+        wire.code = code.wire
+        wire.reason = reason
+        return wire
     }
 }

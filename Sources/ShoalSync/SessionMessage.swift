@@ -141,8 +141,9 @@ public enum SessionMessage: Sendable, Hashable {
         /// its sender refused whole since its last Ack, for the log and status only.
         case batch(through: UInt64, heldThrough: UInt64 = 0, refused: [Refusal] = [])
         /// Version 4: only how far it holds (an offer was resolved since the last Ack);
-        /// it acknowledges no batch.
-        case heldOnly(heldThrough: UInt64)
+        /// it acknowledges no batch. `refused`: the peer's own transactions its sender
+        /// refused before, told again at the start of a session (PROTOCOL.md §8.8).
+        case heldOnly(heldThrough: UInt64, refused: [Refusal] = [])
     }
 
     /// A transaction refused whole, and why (`Ack.refused`, PROTOCOL.md §8.8).
@@ -163,6 +164,18 @@ public enum SessionMessage: Sendable, Hashable {
             self.id = id
             self.code = code
             self.reason = reason
+        }
+
+        /// This refusal with its reason cut to `maximumReasonBytes`, at a character's
+        /// start, so that no half character is sent.
+        var fitted: Refusal {
+            guard reason.utf8.count > Self.maximumReasonBytes else { return self }
+            var cut = reason.utf8.prefix(Self.maximumReasonBytes - 3)
+            while let last = cut.last, last & 0xC0 == 0x80 { cut = cut.dropLast() }
+            if let last = cut.last, last >= 0xC0 { cut = cut.dropLast() }
+            var fitted = self
+            fitted.reason = String(decoding: cut, as: UTF8.self) + "..."
+            return fitted
         }
     }
 

@@ -237,12 +237,16 @@ extension SessionStateMachine {
 
         mutating func acknowledged(_ ack: SessionMessage.Ack) throws(SyncError) -> [Action] {
             switch ack {
-            case .heldOnly(let held):
+            case .heldOnly(let held, let refused):
                 guard configuration.hasRoutes else {
                     throw SyncError(.protocolViolation, "Ack with held_only in a version \(configuration.version) session")
                 }
+                guard refused.count <= SessionMessage.Refusal.perAck else {
+                    throw SyncError(
+                        .protocolViolation, "Ack refuses \(refused.count) transactions; an Ack refuses at most \(SessionMessage.Refusal.perAck)")
+                }
                 streaming { $0.resolveOffers(heldThrough: held) }
-                return []
+                return refused.isEmpty ? [] : [.peerRefused(refused, retold: true)]
             case .batch(let through, let held, let refused):
                 guard refused.count <= SessionMessage.Refusal.perAck else {
                     throw SyncError(
@@ -250,7 +254,7 @@ extension SessionStateMachine {
                 }
                 let actions = try streaming { stream throws(SyncError) in try stream.acknowledged(through: through, heldThrough: held) }
                 guard let actions else { throw SyncError.unexpectedAck(through) }
-                return refused.isEmpty ? actions : actions + [.peerRefused(refused)]
+                return refused.isEmpty ? actions : actions + [.peerRefused(refused, retold: false)]
             }
         }
 

@@ -315,6 +315,16 @@ extension SessionStateMachine {
             return [.send(.ack(.heldOnly(heldThrough: held)))]
         }
 
+        /// The peer's own transactions this node refused, told again at the start of the
+        /// session in a held_only Ack (version 4; PROTOCOL.md §8.8): the Ack that told one
+        /// first may have been lost with its session. It says no more than the last Ack
+        /// of this session said it holds, none before the first.
+        mutating func retell(_ refused: [SessionMessage.Refusal]) -> [Action] {
+            guard configuration.hasRoutes, !refused.isEmpty else { return [] }
+            let held = lastAcknowledged?.held ?? 0
+            return [.send(.ack(.heldOnly(heldThrough: held, refused: Array(refused.prefix(SessionMessage.Refusal.perAck)))))]
+        }
+
         mutating func routesChanged(to routes: RouteTable.Routes) -> [Action] {
             guard configuration.hasRoutes, routes != self.routes else { return [] }
             self.routes = routes

@@ -125,6 +125,9 @@ public struct SessionStateMachine: Sendable {
         /// below the first offer of the peer it has not resolved (`RouteTable.resumeLimit`).
         /// `refused`: what this node refused whole of what the peer sent, for its Ack.
         case batchDurable(heldLimit: UInt64? = nil, refused: [SessionMessage.Refusal] = [])
+        /// The peer's own transactions this node refused before, read at the session's
+        /// start: told again (version 4, a held_only Ack; PROTOCOL.md §8.8).
+        case retellRefusals([SessionMessage.Refusal])
         /// The routes this node asks the peer for changed (`RouteTable`): they go with
         /// the next Subscribe, or at once in a RouteUpdate once one was sent.
         case routesChanged(RouteTable.Routes)
@@ -208,8 +211,9 @@ public struct SessionStateMachine: Sendable {
         /// Something the operator should know, to log with the peer's address (the session goes on).
         case warn(String)
         /// The peer refused transactions this node sent it (its Ack said so): log them
-        /// and show the last in the peer's status.
-        case peerRefused([SessionMessage.Refusal])
+        /// and show the last in the peer's status. `retold`: told again at the start of a
+        /// session (a held_only Ack), most of them known here already.
+        case peerRefused([SessionMessage.Refusal], retold: Bool)
         /// Send the error unless it came from the peer (or is nil: a silent close), then close.
         case close(SyncError?)
     }
@@ -299,6 +303,8 @@ public struct SessionStateMachine: Sendable {
             return publisher.pageRead(page, ticket: ticket)
         case .batchDurable(let limit, let refused):
             return subscriber.batchDurable(heldLimit: limit, refused: refused)
+        case .retellRefusals(let refused):
+            return subscriber.retell(refused)
         case .heldAdvanced(let limit):
             return subscriber.heldAdvanced(heldLimit: limit)
         case .routesChanged(let routes):

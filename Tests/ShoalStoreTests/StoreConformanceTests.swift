@@ -570,21 +570,30 @@ import Testing
         }
     }
 
-    /// A refused transaction is recorded as refused, writes nothing and does not wait.
+    /// A refused transaction is recorded as refused, writes nothing and does not wait;
+    /// the refused ones of an origin read back newest first, with their reasons, to be
+    /// told to that origin again (`refusedTransactions`).
     @Test(arguments: Engine.allCases)
     func aRefusedTransactionIsRecordedAndWritesNothing(engine: Engine) async throws {
         try await engine.withStore { store in
             let t = Received(1, [("cars", "a", "color", "\"red\"")], state: .waiting)
+            let later = Received(2, [("cars", "b", "color", "\"blue\"")])
             _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
                 try await writer.save(t.record)
                 try await writer.buffer(t.deltas, documentDeltaCounts: t.counts, context: [], of: t.id)
                 try await writer.refuse(t.record, reason: "document \"a\" in cars: too large (test)")
+                try await writer.refuse(later.record, reason: "document \"b\" in cars: too large (test)")
             }
             let (state, _) = try await store.writeInbound(short: false) { writer async throws(ShoalError) in try await writer.state(of: t.id) }
             #expect(state == .refused)
             #expect(try await store.transactionRecords().isEmpty)
             #expect(try await store.logPage(of: t.id).rows.isEmpty)
             #expect(try await store.bodies(of: [Self.ref("cars", "a")]).isEmpty)
+            let refused = try await store.refusedTransactions(of: t.id.origin, limit: 64)
+            #expect(refused.map(\.id) == [later.id, t.id])
+            #expect(refused.map(\.reason) == ["document \"b\" in cars: too large (test)", "document \"a\" in cars: too large (test)"])
+            #expect(try await store.refusedTransactions(of: t.id.origin, limit: 1).map(\.id) == [later.id])
+            #expect(try await store.refusedTransactions(of: SiteID(0xC0C0), limit: 64).isEmpty)
         }
     }
 

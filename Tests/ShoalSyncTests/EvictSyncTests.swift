@@ -3,6 +3,7 @@ import ShoalStore
 import ShoalStorage
 import ShoalSync
 import ShoalTesting
+import ShoalWire
 import Testing
 
 /// EVICT loses no acknowledged write anywhere and leaves no mesh apart
@@ -99,6 +100,47 @@ import Testing
             #expect(try await InProcessMesh.eventually { try await Self.ids(node) == ["d", "other"] }, "other comes back")
         }
         #expect(try await Self.contents(node, "SELECT v FROM t WHERE _id = 'd'") == [["v": big]])
+    }
+
+    /// As above, but the Ack that told A of the refusal is lost with its session: B
+    /// tells A again at the start of the next one (a held_only Ack, PROTOCOL.md §8.8),
+    /// before A evicts. Without it A took B's cursor, past the write, for a copy, and
+    /// EVICT dropped the document whose only other holder had refused its last write.
+    @Test func aRefusalWhoseAckWasLostWithItsSessionIsToldAgainAtTheNext() async throws {
+        let a = try TestNode(name: "a", subscriptions: [Self.all])
+        let b = try TestNode(name: "b", subscriptions: [Self.all])
+        defer { a.remove(); b.remove() }
+        _ = try await b.store.execute("ALTER SYSTEM SET document_size_soft_limit_bytes = 50")
+        _ = try await b.store.execute("ALTER SYSTEM SET document_size_hard_limit_bytes = 300")
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'd', 'v': 'small'}), ({'_id': 'other', 'v': 1})")
+        let big = Value.string(String(repeating: "v", count: 1_000))
+        // B's Ack that carries a refusal never reaches A: the link breaks there.
+        let lost = Locked(0)
+        let codec = MessageCodec(limits: .default)
+        let cutting = InMemoryConnection(cutBeforeFromB: { frame in
+            guard frame.type == MessageType.ack.rawValue, case .ack(let ack)? = try? codec.decode(frame), !ack.refused.isEmpty else {
+                return false
+            }
+            lost.withLock { $0 += 1 }
+            return true
+        })
+        let write = try await InProcessMesh.withLink(a.sync, b.sync, connection: cutting) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.ids(b) == ["d", "other"] })
+            let write = try await a.store.execute("UPDATE t SET v = :v WHERE _id = 'd'", arguments: ["v": big])
+            #expect(await InProcessMesh.eventually { b.sync.pipeline.status.refused == 1 && lost.withLock { $0 } == 1 })
+            return try #require(write.transactionID)
+        }
+        #expect(a.sync.peers().first { $0.siteID == b.store.siteID }?.lastError?.contains("refused") != true, "A was not told")
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            #expect(await InProcessMesh.eventually {
+                a.sync.peers().first { $0.siteID == b.store.siteID }?.lastError?.contains("refused transaction \(write)") == true
+            }, "A is told again")
+            #expect(await InProcessMesh.eventually { a.store.peerHoldings.all[b.store.siteID]?.through == a.store.lastCommittedSequence })
+            let evicted = try await a.store.execute("EVICT FROM t")
+            #expect(evicted.mutatedDocumentIDs == ["other"], "d's last write is held whole nowhere else")
+            #expect(try await InProcessMesh.eventually { try await Self.ids(a) == ["d", "other"] }, "other comes back")
+        }
+        #expect(try await Self.contents(a, "SELECT v FROM t WHERE _id = 'd'") == [["v": big]])
     }
 
     /// Connected, A commits documents and evicts at once, before its peer has all of

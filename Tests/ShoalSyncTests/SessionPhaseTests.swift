@@ -262,6 +262,40 @@ extension SessionPhaseTests {
         let tooMany = #expect(throws: SyncError.self) { try p.acknowledged(.batch(through: 5, refused: refusals)) }
         #expect(tooMany?.code == .protocolViolation)
         let heard = try p.acknowledged(.batch(through: 5, refused: Array(told.prefix(2))))
-        #expect(heard.contains { if case .peerRefused(let r) = $0 { r == Array(told.prefix(2)) } else { false } })
+        #expect(heard.contains { if case .peerRefused(let r, retold: false) = $0 { r == Array(told.prefix(2)) } else { false } })
+    }
+}
+
+extension SessionPhaseTests {
+    /// The peer's own transactions a node refused are told again at the start of each
+    /// session (PROTOCOL.md §8.8): in version 4 at once, in an Ack with held_only that
+    /// acknowledges no batch; the publisher hears them as told again. Version 3 has no
+    /// such Ack: they wait for the next Ack for a batch (`PeerRegistry.noteRefusal`).
+    @Test func refusalsAreToldAgainInAHeldOnlyAck() throws {
+        let refusals = (1...70).map {
+            SessionMessage.Refusal(id: TransactionID(origin: SiteID(7), sequence: UInt64($0)), code: .limitExceeded, reason: "too large")
+        }
+        var s = Subscriber(configuration: Self.configuration(version: 4))
+        let actions = s.retell(refusals)
+        var sent: SessionMessage.Ack?
+        for case .send(.ack(let ack)) in actions { sent = ack }
+        guard case .heldOnly(heldThrough: 0, let told)? = sent else {
+            Issue.record("no held_only Ack: \(actions)")
+            return
+        }
+        #expect(told == Array(refusals.prefix(SessionMessage.Refusal.perAck)))
+        let decoded = SessionMessage(wire: SessionMessage.ack(.heldOnly(heldThrough: 0, refused: told)).wire)
+        #expect(decoded == .ack(.heldOnly(heldThrough: 0, refused: told)), "through the wire and back")
+        var v3 = Subscriber(configuration: Self.configuration(version: 3))
+        #expect(v3.retell(refusals).isEmpty)
+
+        // Heard before the peer's Subscribe: no stream yet, the refusals all the same.
+        var p = Publisher(configuration: Self.configuration(version: 4))
+        let heard = try p.acknowledged(.heldOnly(heldThrough: 0, refused: Array(told.prefix(3))))
+        #expect(heard.count == 1 && heard.contains { if case .peerRefused(let r, retold: true) = $0 { r == Array(told.prefix(3)) } else { false } })
+        let tooMany = #expect(throws: SyncError.self) { try p.acknowledged(.heldOnly(heldThrough: 0, refused: refusals)) }
+        #expect(tooMany?.code == .protocolViolation)
+        var old = Publisher(configuration: Self.configuration(version: 3))
+        #expect(throws: SyncError.self) { try old.acknowledged(.heldOnly(heldThrough: 0, refused: Array(told.prefix(1)))) }
     }
 }

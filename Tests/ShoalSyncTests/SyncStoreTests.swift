@@ -83,8 +83,11 @@ import Testing
         func saveInterest(_ interest: [SiteID: SavedInterest], forgetting: [SiteID]) async throws(ShoalError) {
             try await base.saveInterest(interest, forgetting: forgetting)
         }
-        func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError) {
+        func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> {
             try await base.notePeerRefused(peer, transactions: transactions)
+        }
+        func refusedTransactions(of origin: SiteID, limit: Int) async throws(ShoalError) -> [(id: TransactionID, reason: String)] {
+            try await base.refusedTransactions(of: origin, limit: limit)
         }
         func notePeerHolding(_ peer: SiteID, through: UInt64, subscriptions: SubscriptionSet) {
             base.notePeerHolding(peer, through: through, subscriptions: subscriptions)
