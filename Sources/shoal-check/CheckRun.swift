@@ -255,9 +255,12 @@ struct CheckRun {
         var errors: [Int: String] = [:]
     }
 
-    /// Waits until, for every collection, the nodes that hold it agree on its digest and
+    /// Waits until, for every collection, the nodes that hold it agree on its digest,
     /// none holds a transaction back or lists one applied in part (completing one takes
-    /// an ask and its answer), twice in a row; or until `plan.settle` runs out.
+    /// an ask and its answer), and every connected peer of every node has acknowledged
+    /// all that node's log (`lag_deltas` 0: a peer that received whole transactions and
+    /// has not committed them yet shows in nothing else), twice in a row; or until
+    /// `plan.settle` runs out.
     func settle(_ cluster: Cluster) async -> Settled {
         let deadline = recorder.now() + plan.settle
         var agreeing = 0
@@ -274,7 +277,12 @@ struct CheckRun {
                     errors[node] = "\(error)"
                 }
             }
-            let quiet = errors.isEmpty && statuses.values.allSatisfy { $0.transactions.waiting.isEmpty && $0.transactions.partial.isEmpty }
+            let quiet =
+                errors.isEmpty
+                && statuses.values.allSatisfy { status in
+                    status.transactions.waiting.isEmpty && status.transactions.partial.isEmpty
+                        && status.peers.allSatisfy { $0.state != "connected" || ($0.lagDeltas ?? 0) == 0 }
+                }
             if quiet && disagreements(cluster, statuses).isEmpty { agreeing += 1 } else { agreeing = 0 }
             if agreeing >= 2 { return Settled(converged: true, statuses: statuses) }
             if recorder.now() >= deadline { return Settled(converged: false, statuses: statuses, errors: errors) }
