@@ -484,8 +484,11 @@ package final class PostgresStore: SyncStore, Sendable {
         holdings.withLock { $0[peer] = max($0[peer] ?? 0, through) }
     }
 
-    /// Nothing kept: a hub never evicts (`notOnAHub`), the one reader of refusals.
-    package func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> { [] }
+    /// Nothing kept: a hub never evicts (`notOnAHub`), the one reader of refusals. Every
+    /// one of its own is new to it, then.
+    package func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> {
+        Set(transactions.filter { $0.origin == siteID })
+    }
 
     package func refusedTransactions(of origin: SiteID, limit: Int) async throws(ShoalError) -> [(id: TransactionID, reason: String)] {
         let site = Int64(bitPattern: origin.rawValue)

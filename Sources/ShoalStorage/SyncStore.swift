@@ -98,8 +98,9 @@ package protocol SyncStore: AnyObject, Sendable {
     /// acknowledged the log past them all the same, so EVICT must not count on it for a
     /// document whose current values one of this node's own among them wrote. Kept
     /// across restarts, since the peer's acknowledgement comes back with its cursor.
-    /// Returns those of this node's own it did not know `peer` refused: a peer tells a
-    /// refusal again at each session (`refusedTransactions`).
+    /// Returns those of this node's own it did not know `peer` refused (all of them, for
+    /// an engine that keeps none): a peer tells a refusal again at each session
+    /// (`refusedTransactions`).
     func notePeerRefused(_ peer: SiteID, transactions: [TransactionID]) async throws(ShoalError) -> Set<TransactionID>
     /// The transactions of `origin` this node refused whole (state refused, DATA_MODEL.md
     /// §4.4), newest first, `limit` at most, each with its reason: told again to

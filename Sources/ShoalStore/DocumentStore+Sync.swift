@@ -247,9 +247,10 @@ extension DocumentStore: SyncStore {
 
     package func refusedTransactions(of origin: SiteID, limit: Int) async throws(ShoalError) -> [(id: TransactionID, reason: String)] {
         try await read(inline: true) { db in
-            // Through the index of transactions not applied: refusals are few.
+            // Through the index of transactions not applied (`state != 1`, which SQLite
+            // does not infer from `state = 3`): refusals are few.
             let rows = try Row.fetchAll(
-                db, sql: "SELECT seq, refusal FROM txn WHERE state = 3 AND origin = ? ORDER BY seq DESC LIMIT ?",
+                db, sql: "SELECT seq, refusal FROM txn WHERE state != 1 AND state = 3 AND origin = ? ORDER BY seq DESC LIMIT ?",
                 arguments: [Int64(bitPattern: origin.rawValue), limit])
             return rows.map { row in
                 (TransactionID(origin: origin, sequence: UInt64(bitPattern: row[0] as Int64)), (row[1] as String?) ?? "")

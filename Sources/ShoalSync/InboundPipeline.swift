@@ -531,6 +531,7 @@ public final class InboundPipeline: Sendable {
             let count = piece.deltas.count - new
             if count > 0 { duplicates[peer, default: 0] += UInt64(count) }
             if !piece.deltas.isEmpty { routes.receipts.append(.init(id: piece.id, from: peer, duplicate: new == 0)) }
+            if piece.isLast { routes.lastPieces.append((piece.id, peer)) }
         }
     }
 

@@ -358,8 +358,10 @@ struct PeerSession: Sendable {
         let routed =
             peer.version >= 4 ? engine.routing.open(peer.siteID) { event in input.yield(.event(event)) } : nil
         if let routed { input.yield(.event(.routesChanged(routed.0))) }
-        input.yield(.event(.upstreamChanged(engine.upstream(for: peer.siteID), fromStart: false)))
+        // The refusals go before the first Subscribe, whose cursor the peer takes as this
+        // node holding its log: an EVICT there in between would count on this node.
         await retellRefusals(to: peer, input: input)
+        input.yield(.event(.upstreamChanged(engine.upstream(for: peer.siteID), fromStart: false)))
         // A commit of what this session handed the pipeline failed: the session ends,
         // whether or not a batch of it waits for an answer (pieces answering a question
         // do not). This is the one path that ends it: a failed item's completion adds nothing.
@@ -683,13 +685,14 @@ struct PeerSession: Sendable {
         case .warn(let message):
             logger.warning(
                 "\(message)", metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
-        case .peerRefused(let told, let retold):
+        case .peerRefused(let told, _):
             // Kept before anything else: the peer acknowledged past them, and an EVICT
             // must not count on it for what they wrote.
             let new = try await engine.store.notePeerRefused(peer.siteID, transactions: told.map(\.id))
-            // Told again at the session's start: those known here already were logged when
-            // first told (or, on a hub, which keeps none, are not logged again).
-            let refusals = retold ? told.filter { new.contains($0.id) } : told
+            // This node's own that it knew the peer refused were logged when first told:
+            // the peer tells them again at each session (a version 3 peer in an Ack for a
+            // batch, so `retold` cannot tell them apart). A hub keeps none: it logs each time.
+            let refusals = told.filter { $0.id.origin != engine.siteID || new.contains($0.id) }
             for refusal in refusals {
                 logger.warning(
                     "peer \(peer.name) refused \(Self.refused(refusal)): \(refusal.reason) (\(refusal.code.name))",

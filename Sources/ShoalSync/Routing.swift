@@ -33,6 +33,8 @@ final class Routing: Sendable {
             var duplicate: Bool
         }
         var receipts: [Receipt] = []
+        /// Transactions whose last piece came, and from whom (`RouteTable.lastPiece`).
+        var lastPieces: [(id: TransactionID, from: SiteID)] = []
         /// Offers of transactions this node has not applied (whole or in part) nor
         /// refused, per peer: one still waiting for its other pieces among them.
         var offers: [SiteID: [RouteTable.Offer]] = [:]
@@ -133,6 +135,7 @@ final class Routing: Sendable {
                 s.offersReceived[peer, default: 0] += UInt64(offers.count)
                 actions += s.table.offered(offers, by: peer, now: now) { _ in false }
             }
+            for last in commit.lastPieces { s.table.lastPiece(last.id, from: last.from) }
             actions += s.table.tick(now: now) { commit.held.contains($0) }
             for case .ask(_, let peer) in actions { s.grafts[peer, default: 0] += 1 }
             return actions
