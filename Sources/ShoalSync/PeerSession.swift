@@ -685,6 +685,8 @@ struct PeerSession: Sendable {
         case .warn(let message):
             logger.warning(
                 "\(message)", metadata: ["shoal.peer.site": "\(peer.siteID)", "shoal.peer.address": "\(remoteAddress)"])
+        case .answeredNothing(let requestID):
+            engine.answeredNothing(requestID, by: peer.siteID)
         case .peerRefused(let told, _):
             // Kept before anything else: the peer acknowledged past them, and an EVICT
             // must not count on it for what they wrote.
@@ -804,6 +806,7 @@ extension SessionStateMachine.Action {
         case .ownTransactionsBack: "noting this node's own transactions back"
         case .warn: "logging a warning"
         case .peerRefused(_, let retold): retold ? "noting the refusals the peer told again" : "noting the peer's refusals"
+        case .answeredNothing: "noting an answer of nothing"
         case .close: "closing"
         }
     }

@@ -240,7 +240,7 @@ public struct RouteTable: Sendable {
     /// A piece does not resolve an offer of `id`: the transaction may wait for its other
     /// pieces, and the link that streams them close before the last. The offer stays
     /// noted until `tick` finds the transaction applied or refused, or the offering link
-    /// sends its last piece (`lastPiece`), while this piece counts as progress on its origin.
+    /// sends its last piece (`allSent`), while this piece counts as progress on its origin.
     public mutating func received(_ id: TransactionID, from peer: SiteID, duplicate: Bool, now: UInt64) -> [Action] {
         guard let link = links[peer] else { return [] }
         let origin = id.origin
@@ -264,14 +264,14 @@ public struct RouteTable: Sendable {
         return actions
     }
 
-    /// `peer` sent the last piece of `id` (streamed, or its answer to an ask): all it
-    /// holds of the transaction is here. Its offer of `id` is resolved, whether or not
+    /// `peer` sent all it holds of `id`: its last piece (streamed, or its answer to an
+    /// ask), or an answer that it holds none. Its offer of `id` is resolved, whether or not
     /// the transaction is whole now: what is still missing is the coverage assembler's
     /// to ask the other peers for, or to apply in part after its wait, and asked of
     /// `peer` again it would only send the same again (a transaction waiting behind an
     /// earlier one of its origin, or for a collection `peer` does not have, was asked
     /// of it every `graftAfter` until its wait ran out). Another link's offer of it stays.
-    public mutating func lastPiece(_ id: TransactionID, from peer: SiteID) {
+    public mutating func allSent(_ id: TransactionID, by peer: SiteID) {
         guard var entry = noted[id], entry.offers.contains(where: { $0.peer == peer }) else { return }
         entry.offers.removeAll { $0.peer == peer }
         if entry.asked?.peer == peer { entry.asked = nil }

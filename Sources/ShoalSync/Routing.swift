@@ -33,7 +33,7 @@ final class Routing: Sendable {
             var duplicate: Bool
         }
         var receipts: [Receipt] = []
-        /// Transactions whose last piece came, and from whom (`RouteTable.lastPiece`).
+        /// Transactions whose last piece came, and from whom (`RouteTable.allSent`).
         var lastPieces: [(id: TransactionID, from: SiteID)] = []
         /// Offers of transactions this node has not applied (whole or in part) nor
         /// refused, per peer: one still waiting for its other pieces among them.
@@ -98,6 +98,13 @@ final class Routing: Sendable {
         await perform(actions, engine: engine)
     }
 
+    /// `peer` sent all it holds of `id` (`RouteTable.allSent`), here: it answered that
+    /// it holds none.
+    func allSent(_ id: TransactionID, by peer: SiteID) {
+        guard enabled else { return }
+        state.withLock { $0.table.allSent(id, by: peer) }
+    }
+
     /// `peer`'s publisher vouched that this node holds all it asked of it.
     func caughtUp(_ peer: SiteID) {
         guard enabled else { return }
@@ -135,7 +142,7 @@ final class Routing: Sendable {
                 s.offersReceived[peer, default: 0] += UInt64(offers.count)
                 actions += s.table.offered(offers, by: peer, now: now) { _ in false }
             }
-            for last in commit.lastPieces { s.table.lastPiece(last.id, from: last.from) }
+            for last in commit.lastPieces { s.table.allSent(last.id, by: last.from) }
             actions += s.table.tick(now: now) { commit.held.contains($0) }
             for case .ask(_, let peer) in actions { s.grafts[peer, default: 0] += 1 }
             return actions

@@ -291,8 +291,9 @@ extension SessionStateMachine {
         /// Pieces answering this node's TransactionRequest, read against its latest set.
         func received(_ answer: SessionMessage.TransactionPieces) throws(SyncError) -> [Action] {
             let own = latest?.subscriptions ?? SubscriptionSet()
-            let pieces = try answer.pieces(receiver: own.filter, collections: own.collections, encoding: configuration.deltaEncoding)
-            return pieces.map { [.deliver($0)] } ?? []
+            guard let pieces = try answer.pieces(receiver: own.filter, collections: own.collections, encoding: configuration.deltaEncoding)
+            else { return [.answeredNothing(requestID: answer.requestID)] }
+            return [.deliver(pieces)]
         }
 
         /// The oldest batch submitted is durable: its Ack goes out.

@@ -214,6 +214,9 @@ public struct SessionStateMachine: Sendable {
         /// and show the last in the peer's status. `retold`: told again at the start of a
         /// session (a held_only Ack), most of them known here already.
         case peerRefused([SessionMessage.Refusal], retold: Bool)
+        /// The peer answered a TransactionRequest of this node with nothing: it holds
+        /// none of the transaction (`SyncEngine.answeredNothing`).
+        case answeredNothing(requestID: UInt64)
         /// Send the error unless it came from the peer (or is nil: a silent close), then close.
         case close(SyncError?)
     }

@@ -53,6 +53,9 @@ public final class SyncEngine: Sendable {
     /// Everything received goes through here to the store.
     package let pipeline: InboundPipeline
     private let requestIDs = Locked<UInt64>(0)
+    /// The transaction each recent TransactionRequest asked for, by request ID: an
+    /// answer names its request only, and one saying "not found" resolves an offer.
+    private let askedFor = Locked(AskedFor())
     /// Whether the store was seen to hold another node's write (`holdsOthersWrites()`).
     private let heldOthersWrites = Locked(false)
     /// Established sessions by role, against `maximumPeers` and `maximumAdminSessions`.
@@ -159,6 +162,7 @@ public final class SyncEngine: Sendable {
                 id += 1
                 return id
             }
+            askedFor.withLock { $0.note(requestID, question.id) }
             let request = SessionMessage.TransactionRequest(requestID: requestID, transaction: question.id, collections: question.collections)
             do {
                 try await send(.transactionRequest(request))
@@ -168,6 +172,40 @@ public final class SyncEngine: Sendable {
             }
         }
         return asked
+    }
+
+    /// `peer` answered request `requestID` with nothing: it does not hold the
+    /// transaction (a log restored from before it). An offer of it by `peer` is
+    /// resolved, as by its last piece (`RouteTable.allSent`): asked again, it would
+    /// answer the same, every `graftAfter` for as long as the link stays open.
+    func answeredNothing(_ requestID: UInt64, by peer: SiteID) {
+        guard let id = askedFor.withLock({ $0.take(requestID) }) else { return }
+        logger.debug(
+            "a peer holds nothing of a transaction it was asked for", metadata: ["shoal.peer.site": "\(peer)", "shoal.txn": "\(id)"])
+        routing.allSent(id, by: peer)
+    }
+
+    /// The transactions of the latest requests, by request ID (`maximum` of them).
+    struct AskedFor {
+        static let maximum = 4_096
+        private var ids: [UInt64: TransactionID] = [:]
+        private var order: [UInt64] = []
+        private var start = 0
+
+        mutating func note(_ requestID: UInt64, _ id: TransactionID) {
+            ids[requestID] = id
+            order.append(requestID)
+            while order.count - start > Self.maximum {
+                ids[order[start]] = nil
+                start += 1
+            }
+            if start > Self.maximum {
+                order.removeFirst(start)
+                start = 0
+            }
+        }
+
+        mutating func take(_ requestID: UInt64) -> TransactionID? { ids.removeValue(forKey: requestID) }
     }
 
     public var siteID: SiteID { store.siteID }

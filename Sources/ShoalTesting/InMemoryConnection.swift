@@ -16,18 +16,22 @@ public struct InMemoryConnection: Sendable {
         let incoming: AsyncStream<Frame>.Continuation
         let observe: (@Sendable (Frame) -> Void)?
         let cutBefore: (@Sendable (Frame) async -> Bool)?
+        let rewrite: (@Sendable (Frame) -> Frame)?
 
         init(
             outgoing: AsyncStream<Frame>.Continuation, incoming: AsyncStream<Frame>.Continuation,
-            observe: (@Sendable (Frame) -> Void)?, cutBefore: (@Sendable (Frame) async -> Bool)? = nil
+            observe: (@Sendable (Frame) -> Void)?, cutBefore: (@Sendable (Frame) async -> Bool)? = nil,
+            rewrite: (@Sendable (Frame) -> Frame)? = nil
         ) {
             self.outgoing = outgoing
             self.incoming = incoming
             self.observe = observe
             self.cutBefore = cutBefore
+            self.rewrite = rewrite
         }
 
         public func write(_ frame: Frame) async throws {
+            let frame = rewrite?(frame) ?? frame
             observe?(frame)
             if await cutBefore?(frame) == true {
                 // The connection breaks with this frame unsent, as a TCP link cut there would.
@@ -57,12 +61,18 @@ public struct InMemoryConnection: Sendable {
     ///   - cutBeforeFromB: asked about every frame end `b` writes; true breaks the
     ///     connection there, the frame unsent: a link cut part way through a stream.
     ///     It may take its time to answer: end `b` writes nothing meanwhile.
-    public init(observeFromA: (@Sendable (Frame) -> Void)? = nil, cutBeforeFromB: (@Sendable (Frame) async -> Bool)? = nil) {
+    ///   - rewriteFromB: what end `b` writes instead of each frame: a peer that answers
+    ///     otherwise than this node would.
+    public init(
+        observeFromA: (@Sendable (Frame) -> Void)? = nil, cutBeforeFromB: (@Sendable (Frame) async -> Bool)? = nil,
+        rewriteFromB: (@Sendable (Frame) -> Frame)? = nil
+    ) {
         let (toB, toBContinuation) = AsyncStream.makeStream(of: Frame.self)
         let (toA, toAContinuation) = AsyncStream.makeStream(of: Frame.self)
         a = End(inbound: toA, transport: Transport(outgoing: toBContinuation, incoming: toAContinuation, observe: observeFromA))
         b = End(
             inbound: toB,
-            transport: Transport(outgoing: toAContinuation, incoming: toBContinuation, observe: nil, cutBefore: cutBeforeFromB))
+            transport: Transport(
+                outgoing: toAContinuation, incoming: toBContinuation, observe: nil, cutBefore: cutBeforeFromB, rewrite: rewriteFromB))
     }
 }

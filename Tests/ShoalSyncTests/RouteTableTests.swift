@@ -232,7 +232,7 @@ struct RouteTableTests {
         // C's answer ends with its last piece: all C holds of it is here. Still waiting
         // (behind an earlier transaction of A, say), it is not asked of C again.
         _ = table.received(Self.t(Self.a, 7), from: Self.c, duplicate: false, now: 1_200)
-        table.lastPiece(Self.t(Self.a, 7), from: Self.c)
+        table.allSent(Self.t(Self.a, 7), by: Self.c)
         #expect(table.notedCount == 0 && table.resumeLimit(for: Self.c) == nil)
         #expect(table.tick(now: 60_000, isHeld: Self.nothingHeld) == [])
         // A's link alive but silent on its origin: asked after graftAfter instead.
@@ -241,11 +241,11 @@ struct RouteTableTests {
         _ = stalled.offered([Self.offer(Self.a, 7, at: 40)], by: Self.c, now: 20, isHeld: Self.nothingHeld)
         #expect(stalled.tick(now: 2_020, isHeld: Self.nothingHeld).contains(.ask(Self.t(Self.a, 7), of: Self.c)))
         // A last piece from a link that did not offer it (A's own) resolves nothing.
-        stalled.lastPiece(Self.t(Self.a, 7), from: Self.a)
+        stalled.allSent(Self.t(Self.a, 7), by: Self.a)
         #expect(stalled.notedCount == 1)
         // Two links offered it: the first one's last piece leaves the other's offer, asked next.
         _ = stalled.offered([Self.offer(Self.a, 7, at: 70)], by: Self.b, now: 2_030, isHeld: Self.nothingHeld)
-        stalled.lastPiece(Self.t(Self.a, 7), from: Self.c)
+        stalled.allSent(Self.t(Self.a, 7), by: Self.c)
         #expect(stalled.notedCount == 1 && stalled.resumeLimit(for: Self.c) == nil && stalled.resumeLimit(for: Self.b) == 69)
         #expect(stalled.tick(now: 4_100, isHeld: Self.nothingHeld).contains(.ask(Self.t(Self.a, 7), of: Self.b)))
     }

@@ -114,6 +114,22 @@ import Testing
         }
     }
 
+    /// A link whose accepting side, once `armed` is set to 0, waits at its third
+    /// DeltaBatch until `offered` is above 0, then breaks there.
+    static func cutOnceOffered(armed: Locked<Int?>, offered: Locked<Int>) -> InMemoryConnection {
+        InMemoryConnection(cutBeforeFromB: { frame in
+            guard frame.type == MessageType.deltaBatch.rawValue else { return false }
+            let third = armed.withLock { sent -> Bool in
+                guard let count = sent else { return false }
+                sent = count + 1
+                return count + 1 == 3
+            }
+            guard third else { return false }
+            _ = await InProcessMesh.eventually { offered.withLock { $0 } > 0 }
+            return true
+        })
+    }
+
     /// As above, but B offers C the transaction before the link is cut: C, part way
     /// through its pieces, is waiting for the rest when the offer comes. The offer is
     /// noted all the same, and asked of B once A's link closes; before, a waiting
@@ -145,17 +161,7 @@ import Testing
         })
         // A's third batch to C waits until B has offered C the transaction, then the link breaks.
         let armed = Locked<Int?>(nil)
-        let fromA = InMemoryConnection(cutBeforeFromB: { frame in
-            guard frame.type == MessageType.deltaBatch.rawValue else { return false }
-            let third = armed.withLock { sent -> Bool in
-                guard let count = sent else { return false }
-                sent = count + 1
-                return count + 1 == 3
-            }
-            guard third else { return false }
-            _ = await InProcessMesh.eventually { offeredToC.withLock { $0 } > 0 }
-            return true
-        })
+        let fromA = Self.cutOnceOffered(armed: armed, offered: offeredToC)
         try await InProcessMesh.withLink(b.sync, a.sync) {
             try await InProcessMesh.withLink(c.sync, b.sync, connection: fromB) {
                 try await InProcessMesh.withLink(c.sync, a.sync, connection: fromA) {
@@ -173,6 +179,67 @@ import Testing
                     #expect(armed.withLock { $0 ?? 0 } >= 3, "the link was cut part way through")
                     #expect(!c.sync.isConnected(to: aSite))
                 }
+            }
+        }
+    }
+
+    /// As above, but B answers C's ask with nothing, as a publisher whose log went
+    /// back since its offer would: the offer is resolved by that answer, not asked
+    /// again every `graftAfter` for as long as the link stays open (nor C's cursor on B
+    /// held before it).
+    @Test func anOfferWhoseLinkAnswersThatItHoldsNothingIsNotAskedAgain() async throws {
+        let nodes = try ["a", "b", "c"].map {
+            try TestNode(name: $0, subscriptions: [Self.query]) {
+                $0.keepaliveInterval = .seconds(1)
+                $0.batchSize = 1
+                $0.inbound.coverage.maximumWait = .seconds(600)
+            }
+        }
+        defer { nodes.forEach { $0.remove() } }
+        let (a, b, c) = (nodes[0], nodes[1], nodes[2])
+        let aSite = a.sync.siteID
+        let codec = MessageCodec(limits: .default)
+        let offeredToC = Locked(0)
+        let asked = Locked(0)
+        let fromB = InMemoryConnection(
+            observeFromA: { frame in
+                guard frame.type == MessageType.transactionRequest.rawValue,
+                    case .transactionRequest(let request)? = try? codec.decode(frame), request.originSite == aSite.rawValue
+                else { return }
+                asked.withLock { $0 += 1 }
+            },
+            cutBeforeFromB: { frame in
+                guard frame.type == MessageType.deltaBatch.rawValue, let (_, payload) = try? codec.payload(frame),
+                    let batch = try? DeltaBatchReader(payload: Array(payload.readableBytesView))
+                else { return false }
+                offeredToC.withLock { $0 += batch.header.offered.count { $0.id.origin == aSite } }
+                return false
+            },
+            rewriteFromB: { frame in
+                guard frame.type == MessageType.transactionPieces.rawValue, case .transactionPieces(let answer)? = try? codec.decode(frame)
+                else { return frame }
+                var nothing = Shoal_V1_TransactionPieces()
+                nothing.requestID = answer.requestID
+                nothing.found = false
+                return codec.encode(.transactionPieces(nothing))
+            })
+        let armed = Locked<Int?>(nil)
+        let fromA = Self.cutOnceOffered(armed: armed, offered: offeredToC)
+        try await InProcessMesh.withLink(b.sync, a.sync) {
+            try await InProcessMesh.withLink(c.sync, b.sync, connection: fromB) {
+                try await InProcessMesh.withLink(c.sync, a.sync, connection: fromA) {
+                    #expect(await InProcessMesh.eventually {
+                        c.sync.peers().first { $0.siteID == b.sync.siteID }?.routesAsked
+                            .flatMap(RouteTable.Routes.init)?.isEager(aSite) == false
+                    })
+                    armed.withLock { $0 = 0 }
+                    let docs = (0..<600).map { i -> Value in ["_id": .string("big-\(i)"), "v": .int(Int64(i))] }
+                    _ = try await a.store.execute("INSERT INTO items DOCUMENTS (:docs)", arguments: ["docs": .array(docs)])
+                    #expect(await InProcessMesh.eventually { !c.sync.isConnected(to: aSite) && asked.withLock { $0 } >= 1 })
+                }
+                // Three times graftAfter: each would have asked again.
+                try await Task.sleep(for: .seconds(6))
+                #expect(asked.withLock { $0 } == 1, "asked of B \(asked.withLock { $0 }) times")
             }
         }
     }
