@@ -289,7 +289,6 @@ struct InboundCommitPlan: Sendable {
         return nil
     }
 
-    /// Whether the store holds a record of `id` once this commit is written.
     /// Whether this node is done with `id` as far as offers go: applied (whole or in
     /// part) or refused. One still waiting for its other pieces is not: the link that
     /// streams them may close before the last, and then the offer is what brings the

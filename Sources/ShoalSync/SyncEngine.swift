@@ -162,7 +162,7 @@ public final class SyncEngine: Sendable {
                 id += 1
                 return id
             }
-            askedFor.withLock { $0.note(requestID, question.id) }
+            askedFor.withLock { $0.note(requestID, question.id, of: site) }
             let request = SessionMessage.TransactionRequest(requestID: requestID, transaction: question.id, collections: question.collections)
             do {
                 try await send(.transactionRequest(request))
@@ -179,21 +179,22 @@ public final class SyncEngine: Sendable {
     /// resolved, as by its last piece (`RouteTable.allSent`): asked again, it would
     /// answer the same, every `graftAfter` for as long as the link stays open.
     func answeredNothing(_ requestID: UInt64, by peer: SiteID) {
-        guard let id = askedFor.withLock({ $0.take(requestID) }) else { return }
+        guard let id = askedFor.withLock({ $0.take(requestID, answeredBy: peer) }) else { return }
         logger.debug(
             "a peer holds nothing of a transaction it was asked for", metadata: ["shoal.peer.site": "\(peer)", "shoal.txn": "\(id)"])
         routing.allSent(id, by: peer)
     }
 
-    /// The transactions of the latest requests, by request ID (`maximum` of them).
+    /// The transactions of the latest requests, and the peers asked, by request ID
+    /// (`maximum` of them).
     struct AskedFor {
         static let maximum = 4_096
-        private var ids: [UInt64: TransactionID] = [:]
+        private var ids: [UInt64: (id: TransactionID, peer: SiteID)] = [:]
         private var order: [UInt64] = []
         private var start = 0
 
-        mutating func note(_ requestID: UInt64, _ id: TransactionID) {
-            ids[requestID] = id
+        mutating func note(_ requestID: UInt64, _ id: TransactionID, of peer: SiteID) {
+            ids[requestID] = (id, peer)
             order.append(requestID)
             while order.count - start > Self.maximum {
                 ids[order[start]] = nil
@@ -205,7 +206,13 @@ public final class SyncEngine: Sendable {
             }
         }
 
-        mutating func take(_ requestID: UInt64) -> TransactionID? { ids.removeValue(forKey: requestID) }
+        /// The transaction request `requestID` asked `peer` for; nil for a request of
+        /// another peer, or one too old to be remembered.
+        mutating func take(_ requestID: UInt64, answeredBy peer: SiteID) -> TransactionID? {
+            guard let asked = ids[requestID], asked.peer == peer else { return nil }
+            ids[requestID] = nil
+            return asked.id
+        }
     }
 
     public var siteID: SiteID { store.siteID }
