@@ -114,6 +114,18 @@ import Testing
         }
     }
 
+    /// A, B and C with pages of one log row, whose coverage wait never ends within a
+    /// test: only an offer, or the rest of the pieces, can make a transaction whole.
+    static func nodesThatNeverApplyInPart() throws -> [TestNode] {
+        try ["a", "b", "c"].map {
+            try TestNode(name: $0, subscriptions: [Self.query]) {
+                $0.keepaliveInterval = .seconds(1)
+                $0.batchSize = 1
+                $0.inbound.coverage.maximumWait = .seconds(600)
+            }
+        }
+    }
+
     /// A link whose accepting side, once `armed` is set to 0, waits at its third
     /// DeltaBatch until `offered` is above 0, then breaks there.
     static func cutOnceOffered(armed: Locked<Int?>, offered: Locked<Int>) -> InMemoryConnection {
@@ -137,14 +149,7 @@ import Testing
     /// the coverage wait ended the wait, applying 256 of 600 documents for good (seen
     /// once in the whole suite, where B can be faster than A's link to C).
     @Test func aTransactionOfferedWhileItsPiecesStreamIsAskedOfTheOfferWhenTheirLinkCloses() async throws {
-        let nodes = try ["a", "b", "c"].map {
-            try TestNode(name: $0, subscriptions: [Self.query]) {
-                $0.keepaliveInterval = .seconds(1)
-                $0.batchSize = 1
-                // Never applied in part within the test: only the offer can bring the rest.
-                $0.inbound.coverage.maximumWait = .seconds(600)
-            }
-        }
+        let nodes = try Self.nodesThatNeverApplyInPart()
         defer { nodes.forEach { $0.remove() } }
         let (a, b, c) = (nodes[0], nodes[1], nodes[2])
         let aSite = a.sync.siteID
@@ -188,13 +193,7 @@ import Testing
     /// again every `graftAfter` for as long as the link stays open (nor C's cursor on B
     /// held before it).
     @Test func anOfferWhoseLinkAnswersThatItHoldsNothingIsNotAskedAgain() async throws {
-        let nodes = try ["a", "b", "c"].map {
-            try TestNode(name: $0, subscriptions: [Self.query]) {
-                $0.keepaliveInterval = .seconds(1)
-                $0.batchSize = 1
-                $0.inbound.coverage.maximumWait = .seconds(600)
-            }
-        }
+        let nodes = try Self.nodesThatNeverApplyInPart()
         defer { nodes.forEach { $0.remove() } }
         let (a, b, c) = (nodes[0], nodes[1], nodes[2])
         let aSite = a.sync.siteID
