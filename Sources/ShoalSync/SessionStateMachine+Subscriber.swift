@@ -163,7 +163,13 @@ extension SessionStateMachine {
                 return []
             }
             // A change elsewhere (a neighbour's interest) may leave what this peer is told as it was.
-            if !fromStart, let latest, tellsNothingNew(set, interests, after: latest) { return [] }
+            if !fromStart, let latest, tellsNothingNew(set, interests, after: latest) {
+                // Yet these are what this node lists now: a peer that lists an origin
+                // otherwise is answered with them (`peerListed`), not with a statement
+                // since replaced, which the peer would answer with its own, for ever.
+                updateLatest { $0.interests = interests }
+                return []
+            }
             state = .awaitingCursor(AwaitingCursorState(latest: latest, interests: interests, restart: fromStart))
             return [.readCursor(set, fromStart: fromStart)]
         }
@@ -225,6 +231,9 @@ extension SessionStateMachine {
                 state = .awaitingCursor(
                     AwaitingCursorState(latest: sent, interests: waiting.interests, restart: waiting.fromStart || waiting.restart))
                 actions.append(.readCursor(waiting.subscriptions, fromStart: waiting.fromStart))
+            } else if let waiting = next {
+                // Nothing new to tell, but what this node lists now (as above).
+                updateLatest { $0.interests = waiting.interests }
             }
             return actions
         }
