@@ -14,11 +14,24 @@ public import ShoalCRDT
 /// is sent to both, as before: this only removes the certain echo. The ledger keeps
 /// the newest `capacity` transactions; one it forgot is simply sent again, which the
 /// receiver's log absorbs (PROTOCOL.md §8.1).
+///
+/// A peer is a sole source only once the inbound pipeline has said that the delivery
+/// the ledger saw first brought the first deltas this node held of the transaction
+/// (`committed`). Deltas held before (received in an earlier life of the process)
+/// make the peer one source among others: C held T's boats, received before a
+/// restart, and then its cars from B alone; B, which may lack the boats, still gets T.
 public struct DeliveryLedger: Sendable {
     public let capacity: Int
     private var sources: [TransactionID: Set<SiteID>] = [:]
+    /// Transactions whose first delivery in the ledger the pipeline has not yet said
+    /// was the first this node held of them: no peer is their sole source meanwhile.
+    private var unconfirmed: Set<TransactionID> = []
     private var order: [TransactionID] = []
     private var head = 0
+
+    /// Stands for the deltas held before the first delivery the ledger saw: never a
+    /// peer's site (a transaction's origin is never 0, PROTOCOL.md §5.2).
+    static let heldBefore = SiteID(0)
 
     public init(capacity: Int = 100_000) {
         self.capacity = capacity
@@ -28,8 +41,10 @@ public struct DeliveryLedger: Sendable {
     public mutating func record(_ id: TransactionID, from site: SiteID) {
         if sources[id] == nil {
             order.append(id)
+            unconfirmed.insert(id)
             if order.count - head > capacity {
                 sources.removeValue(forKey: order[head])
+                unconfirmed.remove(order[head])
                 head += 1
                 if head > capacity {
                     order.removeFirst(head)
@@ -40,9 +55,19 @@ public struct DeliveryLedger: Sendable {
         sources[id, default: []].insert(site)
     }
 
-    /// The one peer that delivered every delta of `id` this node received, if there is one.
+    /// The inbound pipeline committed pieces of `ids`: the transactions of `firstHeld`
+    /// were held in no part before that commit, so the delivery the ledger saw first
+    /// brought the first deltas of them; the others were held in part already.
+    public mutating func committed(_ ids: some Sequence<TransactionID>, firstHeld: Set<TransactionID>) {
+        for id in ids where unconfirmed.contains(id) {
+            unconfirmed.remove(id)
+            if !firstHeld.contains(id) { sources[id]?.insert(Self.heldBefore) }
+        }
+    }
+
+    /// The one peer that delivered every delta of `id` this node holds, if there is one.
     public func soleSource(of id: TransactionID) -> SiteID? {
-        guard let set = sources[id], set.count == 1 else { return nil }
+        guard !unconfirmed.contains(id), let set = sources[id], set.count == 1 else { return nil }
         return set.first
     }
 }

@@ -162,6 +162,7 @@ struct InboundCommitPlan: Sendable {
                 if let record = records[piece.id] { assembler.adopt(record) }
             case nil:
                 created.insert(piece.id)
+                result.firstHeld.insert(piece.id)
             }
         }
         let new = assembler.add(piece, from: source, now: now)

@@ -343,6 +343,9 @@ public final class InboundPipeline: Sendable {
                     assembler = result.assembler
                     publish(assembler, result.counters, refused: result.refused + result.forbidden, subscriptions: subscriptions)
                     engine.registry.countDuplicates(result.duplicates)
+                    engine.deliveries.withLock { ledger in
+                        ledger.committed(group.lazy.flatMap(\.pieces).map(\.id), firstHeld: result.firstHeld)
+                    }
                     // Before the sessions acknowledge: an Ack's held_through stays below the offers noted.
                     await engine.routing.committed(result.routes, engine: engine)
                     // Before the Acks go out: each carries what its peer is to be told of.
@@ -525,6 +528,8 @@ public final class InboundPipeline: Sendable {
         var duplicates: [SiteID: UInt64] = [:]
         /// What the route table learns from the commit.
         var routes = Routing.Commit()
+        /// The transactions this node held nothing of before the commit (`DeliveryLedger`).
+        var firstHeld: Set<TransactionID> = []
 
         /// `piece` from `peer` brought `new` deltas this node did not hold.
         mutating func received(_ piece: TransactionPiece, new: Int, from peer: SiteID) {

@@ -41,10 +41,17 @@ public final class SyncEngine: Sendable {
     let deliveries = Locked(DeliveryLedger())
 
     /// Whether sending `id` to `site` would only echo it back: it is the peer's own, or
-    /// every delta of it this node received came from that peer (`DeliveryLedger`).
+    /// every delta of it this node holds came from that peer (`DeliveryLedger`).
     /// Pages leave such transactions out, and sessions pass over commits of nothing else.
+    ///
+    /// Never this node's own: it wrote them, and holds all of each, while a peer that
+    /// sent one back (this node asked for its own after an EVICT) holds only what its
+    /// subscriptions took. Never by the ledger on a store other processes write (a hub):
+    /// they may add deltas of a transaction this process received from one peer alone.
     func isEcho(_ id: TransactionID, to site: SiteID) -> Bool {
-        id.origin == site || deliveries.withLock { $0.soleSource(of: id) == site }
+        if id.origin == site { return true }
+        guard id.origin != store.siteID, !store.hasOtherProcesses else { return false }
+        return deliveries.withLock { $0.soleSource(of: id) == site }
     }
 
     private let advertisedListen: Locked<String>

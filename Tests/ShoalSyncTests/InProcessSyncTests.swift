@@ -264,6 +264,90 @@ extension InProcessSyncTests {
         }
     }
 
+    /// A collection dropped and taken back gets the parts of it written meanwhile by
+    /// transactions that also touched a collection kept, which were applied here without
+    /// them (the hub checker's finding of 2026-11-30).
+    @Test func aCollectionTakenBackGetsWhatTransactionsAppliedWithoutItWrote() async throws {
+        let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars", "SELECT * FROM boats"])
+        defer { a.remove(); b.remove() }
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'c0'}); INSERT INTO boats DOCUMENTS ({'_id': 'b0'})")
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(b, "SELECT * FROM boats") == 1 })
+            _ = try b.sync.unsubscribe("SELECT * FROM boats")
+            #expect(await InProcessMesh.eventually {
+                a.sync.peers().first?.subscriptions.contains { $0.query.contains("boats") } == false
+            })
+            _ = try await a.store.execute("INSERT INTO boats DOCUMENTS ({'_id': 'late'}); INSERT INTO cars DOCUMENTS ({'_id': 'marker'})")
+            #expect(try await InProcessMesh.eventually { try await Self.count(b) == 2 })
+            try b.sync.subscribe("SELECT * FROM boats")
+            #expect(try await InProcessMesh.eventually { try await Self.count(b, "SELECT * FROM boats") == 2 })
+        }
+    }
+
+    /// A node whose own transaction came back to it from a peer (it asked for its own
+    /// transactions after an EVICT) holds all of it, the peer only what its subscriptions
+    /// took: when the peer widens its set, the transaction goes to it again with the
+    /// rest. It was left out as an echo of what the peer sent, every delta of it this
+    /// node received having come from that peer (the hub checker's seed
+    /// 2773476187470350391: a device that took a collection back never got its part of
+    /// three transactions written meanwhile).
+    @Test func anOwnTransactionThatCameBackFromAPeerGoesToItAgainWhenItWidens() async throws {
+        let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM cars"]), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"])
+        defer { a.remove(); b.remove() }
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'x'})")
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'c1'}); INSERT INTO boats DOCUMENTS ({'_id': 'b1'})")
+        try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(b) == 2 })
+            // a asks for its own transactions back: b sends both, their cars only.
+            #expect(try await a.store.execute("EVICT FROM cars WHERE _id = 'x'").mutatedDocumentIDs == ["x"])
+            #expect(try await InProcessMesh.eventually { try await Self.count(a) == 2 })
+            try await Task.sleep(for: .milliseconds(300))
+            try b.sync.subscribe("SELECT * FROM boats")
+            #expect(try await InProcessMesh.eventually(timeout: .seconds(20)) { try await Self.count(b, "SELECT * FROM boats") == 1 })
+        }
+    }
+
+    /// B applied a transaction of A's without its boats; C holds it whole. B widens to
+    /// boats with C as its only link, after C sent it the transaction's cars again:
+    /// C must send the transaction again, boats included.
+    ///
+    /// - Not restarted: B's route for A must stay eager on C's link. The closed link to A
+    ///   delivered the transaction first and was kept over C's, which turned lazy for A,
+    ///   and C only offered it; B, having applied it, asked for nothing.
+    /// - Restarted: C held the transaction before its restart, and then received it from
+    ///   B alone. C must not take it for an echo of what B sent (`DeliveryLedger`): B
+    ///   lacks the boats C held before.
+    @Test(arguments: [false, true])
+    func aNodeThatWidensGetsTheRestOfATransactionItAppliedWithoutIt(restarted: Bool) async throws {
+        let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"])
+        let both = ["SELECT * FROM cars", "SELECT * FROM boats"]
+        let first = try TestNode(name: "c", subscriptions: both)
+        defer { a.remove(); b.remove() }
+        _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'c1'}); INSERT INTO boats DOCUMENTS ({'_id': 'b1'})")
+        try await InProcessMesh.withLink(first.sync, a.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(first, "SELECT * FROM boats") == 1 })
+        }
+        try await InProcessMesh.withLink(b.sync, a.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { try await Self.count(b) == 1 })
+        }
+        let c: TestNode
+        if restarted {
+            first.stop()
+            c = try TestNode(name: "c", subscriptions: both, directory: first.directory)
+        } else {
+            c = first
+        }
+        defer { c.remove() }
+        try await InProcessMesh.withLink(b.sync, c.sync) { () async throws in
+            // b sends a's transaction, its cars: c held them already, and the other way round.
+            #expect(await InProcessMesh.eventually {
+                c.sync.peers().first?.deltasDuplicate ?? 0 > 0 && b.sync.peers().first?.deltasDuplicate ?? 0 > 0
+            })
+            try b.sync.subscribe("SELECT * FROM boats")
+            #expect(try await InProcessMesh.eventually(timeout: .seconds(20)) { try await Self.count(b, "SELECT * FROM boats") == 1 })
+        }
+    }
+
     @Test func deletesReplicateAndObserversSeeRemoteTransactions() async throws {
         let a = try TestNode(name: "a"), b = try TestNode(name: "b", subscriptions: ["SELECT * FROM cars"])
         defer { a.remove(); b.remove() }

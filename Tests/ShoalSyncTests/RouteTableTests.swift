@@ -59,6 +59,20 @@ struct RouteTableTests {
         #expect(table.routes(for: Self.a)!.isEager(far), "never prune the one eager path")
     }
 
+    /// A link that delivered a transaction and has closed since keeps nothing: the open
+    /// link that delivers it again stays eager for its origin.
+    @Test func aClosedLinkIsNotKeptOverTheOpenOneThatDeliversAgain() {
+        var table = RouteTable()
+        let far = SiteID(0xF)
+        _ = table.open(Self.a, now: 0)
+        table.caughtUp(Self.a)
+        _ = table.received(Self.t(far, 1), from: Self.a, duplicate: false, now: 1)
+        _ = table.close(Self.a, now: 2)
+        #expect(table.open(Self.b, now: 3).routes == .everything, "the only open link carries everything")
+        #expect(table.received(Self.t(far, 1), from: Self.b, duplicate: true, now: 4) == [])
+        #expect(table.routes(for: Self.b)!.isEager(far))
+    }
+
     /// F grafted onto B while A carries everything else: both eager for F. The copy
     /// that comes second is pruned, whichever link it came by.
     @Test(arguments: [false, true])
