@@ -30,7 +30,7 @@ public struct DeliveryLedger: Sendable {
     private var head = 0
 
     /// Stands for the deltas held before the first delivery the ledger saw: never a
-    /// peer's site (a transaction's origin is never 0, PROTOCOL.md §5.2).
+    /// peer's site (a handshake with site 0 is refused, PROTOCOL.md §6.2).
     static let heldBefore = SiteID(0)
 
     public init(capacity: Int = 100_000) {

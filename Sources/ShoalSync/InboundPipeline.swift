@@ -338,14 +338,11 @@ public final class InboundPipeline: Sendable {
                 do {
                     let started = ContinuousClock.now
                     let (result, outcome) = try await commit(
-                        group, assembler: assembler, subscriptions: subscriptions, routes: routes)
+                        group, assembler: assembler, subscriptions: subscriptions, routes: routes, deliveries: engine.deliveries)
                     if !group.isEmpty { applyDuration?.record(duration: ContinuousClock.now - started) }
                     assembler = result.assembler
                     publish(assembler, result.counters, refused: result.refused + result.forbidden, subscriptions: subscriptions)
                     engine.registry.countDuplicates(result.duplicates)
-                    engine.deliveries.withLock { ledger in
-                        ledger.committed(group.lazy.flatMap(\.pieces).map(\.id), firstHeld: result.firstHeld)
-                    }
                     // Before the sessions acknowledge: an Ack's held_through stays below the offers noted.
                     await engine.routing.committed(result.routes, engine: engine)
                     // Before the Acks go out: each carries what its peer is to be told of.
@@ -548,7 +545,8 @@ public final class InboundPipeline: Sendable {
     /// One write transaction: every item's pieces, the decisions they allow, and the
     /// cursors, as `InboundCommitPlan` decides them.
     private func commit(
-        _ items: [Item], assembler start: CoverageAssembler, subscriptions: SubscriptionSet, routes: Routing.Snapshot
+        _ items: [Item], assembler start: CoverageAssembler, subscriptions: SubscriptionSet, routes: Routing.Snapshot,
+        deliveries: Locked<DeliveryLedger>? = nil
     ) async throws(ShoalError) -> (CommitResult, ApplyOutcome) {
         let now = HybridLogicalClock.systemMilliseconds()
         for item in items {
@@ -634,6 +632,12 @@ public final class InboundPipeline: Sendable {
                 try await Self.carryOut(plan.steps(for: decision), of: &plan, writer: writer, limits: limits, logger: logger)
             }
             try await Self.carryOut(plan.finish(items, routes: routes, limits: limits), of: &plan, writer: writer, limits: limits, logger: logger)
+            // Before the commit's rows are published: a session told of them asks the
+            // ledger whether they are echoes (`SyncEngine.isEcho`). Told early of a
+            // commit that then fails, it errs only towards sending: a transaction first
+            // held here is still first held at the next commit.
+            let firstHeld = plan.result.firstHeld
+            deliveries?.withLock { $0.committed(items.lazy.flatMap(\.pieces).map(\.id), firstHeld: firstHeld) }
             return plan.result
         }
         deferred.flush(to: logger)

@@ -234,11 +234,12 @@ public struct RouteTable: Sendable {
 
     /// A piece of `id` arrived from `peer`; `duplicate` when every delta of it was held
     /// already. A transaction two open links eager for its origin delivered stays eager
-    /// on one of them: its origin's own link if it was one, else the open one that
-    /// delivered first; the others turn lazy for that origin. A link that has closed
-    /// since it delivered keeps nothing: kept, it left the origin with no open eager
-    /// link, and the one that had just delivered lazy for it (a node that took a
-    /// collection back then got only offers of what it had applied without it).
+    /// on one of them: its origin's own link if it was one, else the one that delivered
+    /// first of those open and eager for the origin now; the others turn lazy for that
+    /// origin. A link that has closed since it delivered, or turned lazy for the origin,
+    /// keeps nothing: kept, it left the origin with no open eager link, and the one that
+    /// had just delivered lazy for it (a node that took a collection back then got only
+    /// offers of what it had applied without it).
     ///
     /// A piece does not resolve an offer of `id`: the transaction may wait for its other
     /// pieces, and the link that streams them close before the last. The offer stays
@@ -256,7 +257,9 @@ public struct RouteTable: Sendable {
         guard duplicate, !delivery.eager.contains(peer) else { return [] }
         delivery.eager.append(peer)
         deliveries[id] = delivery
-        let open = delivery.eager.filter { links[$0] != nil }
+        // Open and eager for the origin still (`peer` is): a link that closed and opened
+        // again since it delivered may be lazy for it now.
+        let open = delivery.eager.filter { links[$0]?.routes.isEager(origin) == true }
         let keep = open.contains(origin) ? origin : open[0]
         var actions: [Action] = []
         for other in delivery.eager.sorted() where other != keep {

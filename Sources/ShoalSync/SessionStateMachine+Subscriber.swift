@@ -75,14 +75,19 @@ extension SessionStateMachine {
         }
 
         /// The peer's Subscribe listed these statements: it holds at least them, so what
-        /// this session remembers listing to it gives way to them. A set of the peer's
-        /// that is not the one this node would list (it learned an older statement
-        /// elsewhere, or listed one back) is listed to it again, at once.
+        /// this session remembers listing to it gives way to them. A statement of the
+        /// peer's older than the one this node lists of that origin (it learned an older
+        /// one elsewhere, or listed one back) is answered at once with this node's. One
+        /// as new or newer is not: this node learns it from the same Subscribe, and
+        /// answered with what it listed before, each side would answer the other's for
+        /// ever (two nodes once sent each other some 90 Subscribes in 4 s so).
         mutating func peerListed(_ statements: [InterestTable.Stated]) -> [Action] {
             for stated in statements { told[stated.origin] = stated.subscriptions.key }
-            guard case .subscribed(let latest) = state, !tellsNothingNew(latest.subscriptions, latest.interests, after: latest) else {
-                return []
+            guard case .subscribed(let latest) = state, let listed = latest.interests else { return [] }
+            let newer = statements.contains { theirs in
+                listed.contains { $0.origin == theirs.origin && $0.generation > theirs.generation }
             }
+            guard newer, !tellsNothingNew(latest.subscriptions, latest.interests, after: latest) else { return [] }
             return subscriptionsChanged(to: latest.subscriptions, interests: latest.interests, fromStart: false)
         }
 

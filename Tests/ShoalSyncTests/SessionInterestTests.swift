@@ -126,6 +126,15 @@ import Testing
     /// and so on, some 90 Subscribes each way in 4 s (the hub checker's seed
     /// 2773476187470350391), until something else changed the set.
     @Test func aStatementSinceLearnedFromThePeerIsNotListedBackToIt() {
+        // The peer lists a newer statement before this node has read what it lists now
+        // (the Subscribe that brings it is what this node learns it from): no answer.
+        var early = SessionRoutesTests.machine()
+        _ = early.handle(.upstreamChanged(Self.upstream(T.cars, [(T.peer, 1, T.cars), (Self.other, 4, T.cars)]), fromStart: false), now: 0)
+        _ = early.handle(.cursorRead(T.cars, resumeAfter: 0), now: 1)
+        let newest = [SessionMessage.Interest(origin: Self.other, generation: 5, subscriptions: [])]
+        let first = early.handle(.received(Self.subscribeMessage(generation: 1, resumeAfter: 0, continues: false, interests: newest)), now: 2)
+        #expect(!first.contains { if case .readCursor = $0 { true } else { false } }, "nothing to tell the peer: \(first)")
+
         var m = SessionRoutesTests.machine()
         _ = m.handle(.upstreamChanged(Self.upstream(T.cars, [(T.peer, 1, T.cars), (Self.other, 4, T.cars)]), fromStart: false), now: 0)
         #expect(Self.subscribe(m.handle(.cursorRead(T.cars, resumeAfter: 0), now: 1))?.interests.count == 2)
