@@ -298,6 +298,8 @@ extension InProcessSyncTests {
         _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'c1'}); INSERT INTO boats DOCUMENTS ({'_id': 'b1'})")
         try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
             #expect(try await InProcessMesh.eventually { try await Self.count(b) == 2 })
+            // EVICT keeps what no peer is known to hold: a waits until it knows b acknowledged its log.
+            #expect(await InProcessMesh.eventually { a.store.peerHoldings.all[b.store.siteID]?.through == a.store.lastCommittedSequence })
             // a asks for its own transactions back: b sends both, their cars only.
             #expect(try await a.store.execute("EVICT FROM cars WHERE _id = 'x'").mutatedDocumentIDs == ["x"])
             #expect(try await InProcessMesh.eventually { try await Self.count(a) == 2 })
