@@ -387,6 +387,26 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         }
     }
 
+    func rests(ofApplied ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: [Verdict]] {
+        guard !ids.isEmpty else { return [:] }
+        return try await access("reading what applied transactions left out") {
+            let (sites, sequences) = PostgresStore.columns(ids)
+            let applied = Int64(TransactionRecord.State.applied.rawValue)
+            let rows = try await query(
+                """
+                SELECT origin, seq, rest FROM txn
+                WHERE (origin, seq) IN (SELECT * FROM UNNEST(\(sites)::bigint[], \(sequences)::bigint[]))
+                  AND state = \(applied) AND rest <> ''
+                """)
+            var rests: [TransactionID: [Verdict]] = [:]
+            for (origin, sequence, rest) in try rows.decode((Int64, Int64, String).self) {
+                let id = TransactionID(origin: SiteID(UInt64(bitPattern: origin)), sequence: try Stored.unsigned(sequence, "txn", "seq"))
+                rests[id] = Verdict.decode(rest)
+            }
+            return rests
+        }
+    }
+
     func writtenElsewhere(_ ids: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> {
         guard !ids.isEmpty else { return [] }
         let unread = ids.filter { marksRead[$0] == nil }

@@ -178,6 +178,11 @@ package protocol InboundWriting: AnyObject, Sendable {
     /// The states of the transactions `ids` this node has a record of (one it has no
     /// record of is left out).
     func states(of ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: TransactionRecord.State]
+    /// What each of the applied transactions `ids` left out, its `rest` (PROTOCOL.md
+    /// §8.8), for those whose rest is not empty; others are left out. One applied under
+    /// narrower subscriptions vouches collections as not covered that this node may
+    /// take now (PROTOCOL.md §8.11, "Offers").
+    func rests(ofApplied ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: [Verdict]]
     /// Of the waiting or partial transactions `ids`, those whose record another process
     /// wrote since this one last read or wrote it: more of it buffered, its reports or
     /// its state changed there (hubs on one database). A store no other process writes

@@ -85,6 +85,20 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
         }
     }
 
+    func rests(ofApplied ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: [Verdict]] {
+        try await access(long: ids.count > Self.smallApply / 4) { db in
+            var rests: [TransactionID: [Verdict]] = [:]
+            let statement = try db.cachedStatement(sql: "SELECT rest FROM txn WHERE origin = ? AND seq = ? AND state = ? AND rest != ''")
+            for id in ids {
+                let arguments: StatementArguments = [
+                    Int64(bitPattern: id.origin.rawValue), Int64(id.sequence), TransactionRecord.State.applied.rawValue,
+                ]
+                if let rest = try String.fetchOne(statement, arguments: arguments) { rests[id] = Verdict.decode(rest) }
+            }
+            return rests
+        }
+    }
+
     func save(_ record: TransactionRecord) async throws(ShoalError) {
         try await access { db in try self.save(db, record) }
     }

@@ -20,12 +20,14 @@ import ShoalStorage
 struct InboundCommitPlan: Sendable {
     private(set) var assembler: CoverageAssembler
     private(set) var result: InboundPipeline.CommitResult
-    private let subscriptions: SubscriptionSet
+    let subscriptions: SubscriptionSet
     private let now: UInt64
     /// The states the store held before the commit, of the transactions `toRead` named.
     private let states: [TransactionID: TransactionRecord.State]
     /// The records of those waiting or partial, as the store held them.
     private let records: [TransactionID: TransactionRecord]
+    /// What those applied left out (`restsToRead`): their `rest`, when not empty.
+    private var rests: [TransactionID: [Verdict]]
     /// The transactions the assembler held when the commit began.
     private let started: Set<TransactionID>
     /// What this commit received of each waiting transaction, not yet in the buffer.
@@ -41,6 +43,9 @@ struct InboundCommitPlan: Sendable {
     enum Step: Sendable {
         case apply(Apply)
         case markApplied(TransactionID, rest: [Verdict])
+        /// A late last piece came of a transaction applied with something this node takes
+        /// now left out (`rest`): what it leaves out now is read from the log, and recorded.
+        case settleRest(TransactionID, rest: [Verdict], manifest: [CollectionCount], verdicts: [Verdict])
         case refuse(TransactionRecord, reason: String)
         case buffer(TransactionID, deltas: [Delta], counts: [DocumentRef: UInt32], context: [ContextField])
         case save(TransactionRecord)
@@ -94,12 +99,27 @@ struct InboundCommitPlan: Sendable {
         return ids.sorted()
     }
 
+    /// Of the transactions `toRead` named, those applied (`states`) that an item offers,
+    /// the routes noted, or a last piece of which came: what each left out (its `rest`)
+    /// decides whether this node is done with it (`decided`, `leavesOut`).
+    static func restsToRead(
+        _ items: [InboundPipeline.Item], routes: Routing.Snapshot, states: [TransactionID: TransactionRecord.State]
+    ) -> [TransactionID] {
+        var ids = Set(routes.noted)
+        for item in items {
+            for offer in item.offered { ids.insert(offer.id) }
+            for piece in item.pieces where piece.isLast { ids.insert(piece.id) }
+        }
+        return ids.filter { states[$0] == .applied }.sorted()
+    }
+
     /// `states`: those of `toRead`'s transactions the store has a record of;
     /// `records`: the records of those waiting or partial. A state of a transaction
     /// `assembler` holds (read with `shared`) is the store's truth: the assembler follows it.
     init(
         assembler: CoverageAssembler, subscriptions: SubscriptionSet, now: UInt64,
-        states: [TransactionID: TransactionRecord.State], records: [TransactionID: TransactionRecord]
+        states: [TransactionID: TransactionRecord.State], records: [TransactionID: TransactionRecord],
+        rests: [TransactionID: [Verdict]] = [:]
     ) {
         var assembler = assembler
         var refusedElsewhere: [InboundPipeline.Status.Refused] = []
@@ -121,6 +141,7 @@ struct InboundCommitPlan: Sendable {
         self.now = now
         self.states = states
         self.records = records
+        self.rests = rests
         self.started = Set(assembler.records.keys)
     }
 
@@ -243,6 +264,9 @@ struct InboundCommitPlan: Sendable {
         case .latePiece(let piece, let peer), .partialPiece(let piece, let peer):
             guard let refusal else {
                 result.received(piece, new: newlyLogged, from: peer)
+                if case .latePiece = apply.kind, piece.isLast, let rest = rests[id], Self.leavesOut(rest, subscriptions: subscriptions) {
+                    return [.settleRest(id, rest: rest, manifest: piece.collections, verdicts: piece.verdicts)]
+                }
                 return []
             }
             // Applied (in part) already, so it cannot be refused whole: this piece stays out.
@@ -294,10 +318,69 @@ struct InboundCommitPlan: Sendable {
     /// part) or refused. One still waiting for its other pieces is not: the link that
     /// streams them may close before the last, and then the offer is what brings the
     /// rest (docs/ROUTES.md, "Graft").
+    ///
+    /// Nor is one applied that left out documents this node's subscriptions take now
+    /// (`leavesOut`: it took a collection up since): the links eager for its origin may
+    /// never bring them, and an offer is then what does.
     private func decided(_ id: TransactionID) -> Bool {
         if let record = assembler.records[id] { return record.state != .waiting }
         if started.contains(id) || touched.contains(id) { return true }
-        return states[id].map { $0 != .waiting } ?? false
+        guard let state = states[id] else { return false }
+        if state == .applied, let rest = rests[id], Self.leavesOut(rest, subscriptions: subscriptions) { return false }
+        return state != .waiting
+    }
+
+    /// Whether `rest`, what an applied transaction left out, leaves out documents
+    /// `subscriptions` take: a collection vouched not covered by a set they are not
+    /// provably narrower than (PROTOCOL.md §8.8), or one whose verdict cannot be read.
+    static func leavesOut(_ rest: [Verdict], subscriptions: SubscriptionSet) -> Bool {
+        rest.contains { leavesOut($0, subscriptions: subscriptions) }
+    }
+
+    private static func leavesOut(_ verdict: Verdict, subscriptions: SubscriptionSet) -> Bool {
+        guard case .notCovered(let filter) = verdict.coverage else { return false }
+        guard let set = try? SubscriptionSet(filter) else { return true }
+        return !subscriptions.isProvablyNarrower(than: set, on: verdict.collection)
+    }
+
+    /// What an applied transaction leaves out once a late last piece came, `logged` being
+    /// the deltas of it the log holds now, by document: a collection `rest` left out for
+    /// `subscriptions` is dropped when the log holds all its deltas (the manifest's
+    /// count), or takes the piece's verdicts on it when they vouch for `subscriptions`
+    /// (they leave out nothing these take). Any other verdict stays as it was.
+    static func settled(
+        _ rest: [Verdict], subscriptions: SubscriptionSet, manifest: [CollectionCount], logged: [DocumentRef: Set<UInt32>],
+        verdicts: [Verdict]
+    ) -> [Verdict] {
+        var out: [Verdict] = []
+        var done: Set<String> = []
+        for verdict in rest {
+            let c = verdict.collection
+            if done.contains(c) { continue }
+            let ofC = rest.filter { $0.collection == c }
+            guard ofC.contains(where: { leavesOut($0, subscriptions: subscriptions) }) else {
+                out.append(verdict)
+                continue
+            }
+            done.insert(c)
+            let held = logged.reduce(0) { $1.key.collection == c ? $0 + $1.value.count : $0 }
+            if let count = manifest.first(where: { $0.collection == c }), held >= Int(count.deltas) { continue }
+            let theirs = verdicts.filter { $0.collection == c }
+            let vouch = !theirs.isEmpty && theirs.allSatisfy { verdict in
+                switch verdict.coverage {
+                case .notCovered: !leavesOut(verdict, subscriptions: subscriptions)
+                case .superseded: true
+                case .unknown, .overLimit: false
+                }
+            }
+            out += vouch ? theirs : ofC
+        }
+        return out
+    }
+
+    /// A `settleRest` step recorded `rest` for `id`: offers later in the commit read it.
+    mutating func settled(_ id: TransactionID, rest: [Verdict]) {
+        rests[id] = rest.isEmpty ? nil : rest
     }
 
     /// The commit's last steps: the pieces of transactions still waiting go to the

@@ -594,7 +594,10 @@ public final class InboundPipeline: Sendable {
             for (id, state) in unfinished where start.records[id]?.state != state || elsewhere.contains(id) {
                 if let record = try await writer.loadRecord(id) { records[id] = record }
             }
-            var plan = InboundCommitPlan(assembler: start, subscriptions: subscriptions, now: now, states: states, records: records)
+            let askable = InboundCommitPlan.restsToRead(items, routes: routes, states: states)
+            let rests = askable.isEmpty ? [:] : try await writer.rests(ofApplied: askable)
+            var plan = InboundCommitPlan(
+                assembler: start, subscriptions: subscriptions, now: now, states: states, records: records, rests: rests)
             // The registers of every document the pieces of transactions whose last piece
             // came write, in one read rather than one per transaction applied, where reads
             // are round trips. The pieces of others go to the buffer, as a rule, and read
@@ -681,6 +684,14 @@ public final class InboundPipeline: Sendable {
                 steps.insert(contentsOf: plan.applied(apply, refusal: refusal, newlyLogged: writer.outcome.logged - logged), at: next)
             case .markApplied(let id, let rest):
                 try await writer.markApplied(id, rest: rest)
+            case .settleRest(let id, let rest, let manifest, let verdicts):
+                let logged = try await writer.loggedIndexes(of: id)
+                let now = InboundCommitPlan.settled(
+                    rest, subscriptions: plan.subscriptions, manifest: manifest, logged: logged, verdicts: verdicts)
+                if now != rest {
+                    try await writer.markApplied(id, rest: now)
+                    plan.settled(id, rest: now)
+                }
             case .refuse(let record, let reason):
                 try await writer.refuse(record, reason: reason)
             case .buffer(let id, let deltas, let counts, let context):

@@ -451,6 +451,34 @@ import Testing
         }
     }
 
+    /// What applied transactions left out is read back as recorded, for those whose
+    /// rest is not empty, and a rest recorded again replaces it (a late last piece brought
+    /// a collection whole). Waiting and unknown transactions are left out.
+    @Test(arguments: Engine.allCases)
+    func whatAppliedTransactionsLeftOutIsReadBack(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let whole = Received(1, [("cars", "a", "color", "\"red\"")])
+            let short = Received(2, [("cars", "b", "color", "\"blue\"")])
+            let waiting = Received(3, [("cars", "c", "color", "\"green\"")], state: .waiting)
+            try await Self.apply([whole, short], to: store)
+            let left = [Verdict(collection: "boats", coverage: .notCovered(SubscriptionFilter([.init(query: "SELECT * FROM cars", argumentsJSON: "")])))]
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.markApplied(short.id, rest: left)
+                try await writer.save(waiting.record)
+            }
+            let unknown = TransactionID(origin: SiteID(0x99), sequence: 1)
+            let (read, _) = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.rests(ofApplied: [whole.id, short.id, waiting.id, unknown])
+            }
+            #expect(read == [short.id: left])
+            let (settled, _) = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.markApplied(short.id, rest: [])
+                return try await writer.rests(ofApplied: [short.id])
+            }
+            #expect(settled.isEmpty)
+        }
+    }
+
     /// Registers read ahead serve an apply only until the write writes their document:
     /// a second transaction on the same document in the same write merges with what the
     /// first wrote, so the older value loses though it is applied last.

@@ -55,6 +55,7 @@ import Testing
                 case .partial: "apply partially \(a.record.id.sequence)"
                 }
             case .markApplied(let id, _): "mark applied \(id.sequence)"
+            case .settleRest(let id, _, _, _): "settle \(id.sequence)"
             case .refuse(let record, _): "refuse \(record.id.sequence)"
             case .buffer(let id, let deltas, _, _): "buffer \(id.sequence) (\(deltas.count))"
             case .save(let record): "save \(record.id.sequence) \(record.state)"
@@ -327,6 +328,61 @@ import Testing
         #expect(Self.names(steps) == ["apply 1", "cursor 59"])
         #expect(plan.result.routes.offers[Self.relay] == [RouteTable.Offer(offered.id, at: 60)])
         #expect(plan.result.routes.held == [known.id])
+    }
+
+    /// An applied transaction that left out a collection this node takes now (it took
+    /// it up since) is not done with as far as offers go: its offer is noted and holds
+    /// the cursor back. One that left out only what the node still does not take is.
+    @Test func anOfferOfATransactionAppliedWithoutACollectionTakenUpSinceIsNoted() {
+        let short = Txn(1, ["x"]), whole = Txn(2, ["y"])
+        let boats = CoverageAssemblerTests.set("SELECT * FROM boats")
+        let items = [
+            InboundPipeline.Item(
+                source: Self.relay, pieces: [], cursor: ("k", 100, 0),
+                offered: [RouteTable.Offer(short.id, at: 40), RouteTable.Offer(whole.id, at: 30)])
+        ]
+        let states: [TransactionID: TransactionRecord.State] = [short.id: .applied, whole.id: .applied]
+        #expect(InboundCommitPlan.restsToRead(items, routes: .init(noted: []), states: states) == [short.id, whole.id])
+        // Applied under {boats}: accounts, vouched not covered by it, is taken now.
+        let rests = [
+            short.id: [Verdict(collection: "accounts", coverage: .notCovered(boats.filter))],
+            whole.id: [Verdict(collection: "boats", coverage: .notCovered(Self.all.filter))],
+        ]
+        var plan = InboundCommitPlan(
+            assembler: CoverageAssembler(), subscriptions: Self.all, now: 1_000, states: states, records: [:], rests: rests)
+        #expect(Self.names(Self.run(&plan, items, routes: .init(noted: [whole.id]))) == ["cursor 39"])
+        #expect(plan.result.routes.offers[Self.relay] == [RouteTable.Offer(short.id, at: 40)])
+        #expect(plan.result.routes.held == [whole.id])
+    }
+
+    /// What an applied transaction leaves out once a late last piece came: a collection
+    /// the log now holds whole is dropped; one the piece's verdicts vouch for takes them;
+    /// any other verdict stays, as does one the node's subscriptions do not take.
+    @Test func aLateLastPieceSettlesWhatATransactionLeftOut() {
+        let boats = CoverageAssemblerTests.set("SELECT * FROM boats")
+        let wide = CoverageAssemblerTests.set("SELECT * FROM accounts", "SELECT * FROM boats", "SELECT * FROM cars")
+        let rest = [
+            Verdict(collection: "accounts", coverage: .notCovered(boats.filter)),
+            Verdict(collection: "cars", coverage: .notCovered(boats.filter)),
+            Verdict(collection: "vans", coverage: .notCovered(boats.filter)),
+        ]
+        let manifest = [
+            CollectionCount(collection: "accounts", documents: 2, deltas: 3), CollectionCount(collection: "cars", documents: 1, deltas: 1),
+            CollectionCount(collection: "vans", documents: 1, deltas: 1),
+        ]
+        let a1 = DocumentRef(collection: "accounts", id: "a1"), a2 = DocumentRef(collection: "accounts", id: "a2")
+        #expect(InboundCommitPlan.leavesOut(rest, subscriptions: wide))
+        #expect(!InboundCommitPlan.leavesOut(rest, subscriptions: boats), "a node that still takes boats alone is done with it")
+        // accounts whole in the log; cars vouched for by the piece; vans not taken.
+        let vouched = [Verdict(collection: "cars", coverage: .notCovered(wide.filter))]
+        let settled = InboundCommitPlan.settled(
+            rest, subscriptions: wide, manifest: manifest, logged: [a1: [0, 1], a2: [2]], verdicts: vouched)
+        #expect(settled == vouched + [rest[2]])
+        #expect(!InboundCommitPlan.leavesOut(settled, subscriptions: wide))
+        // Accounts held in part and no verdict on it: it stays as it was; cars' unknown vouches for nothing.
+        let unknown = [Verdict(collection: "cars", coverage: .unknown)]
+        #expect(
+            InboundCommitPlan.settled(rest, subscriptions: wide, manifest: manifest, logged: [a1: [0, 1]], verdicts: unknown) == rest)
     }
 
     /// A lane that stopped recording cursors applies, and records none.

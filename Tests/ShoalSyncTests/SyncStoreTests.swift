@@ -125,6 +125,9 @@ import Testing
             func states(of ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: TransactionRecord.State] {
                 try await base.states(of: ids)
             }
+            func rests(ofApplied ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: [Verdict]] {
+                try await base.rests(ofApplied: ids)
+            }
             func save(_ record: TransactionRecord) async throws(ShoalError) {
                 try fail(record.id)
                 try await base.save(record)
