@@ -21,6 +21,9 @@ struct InboundCommitPlan: Sendable {
     private(set) var assembler: CoverageAssembler
     private(set) var result: InboundPipeline.CommitResult
     let subscriptions: SubscriptionSet
+    /// What this node takes, for itself and the nodes it relays for (`SyncEngine.carriedSubscriptions`):
+    /// what an applied transaction may leave out (`leavesOut`).
+    let carried: SubscriptionSet
     private let now: UInt64
     /// The states the store held before the commit, of the transactions `toRead` named.
     private let states: [TransactionID: TransactionRecord.State]
@@ -119,7 +122,7 @@ struct InboundCommitPlan: Sendable {
     init(
         assembler: CoverageAssembler, subscriptions: SubscriptionSet, now: UInt64,
         states: [TransactionID: TransactionRecord.State], records: [TransactionID: TransactionRecord],
-        rests: [TransactionID: [Verdict]] = [:]
+        rests: [TransactionID: [Verdict]] = [:], carried: SubscriptionSet? = nil
     ) {
         var assembler = assembler
         var refusedElsewhere: [InboundPipeline.Status.Refused] = []
@@ -142,6 +145,7 @@ struct InboundCommitPlan: Sendable {
         self.states = states
         self.records = records
         self.rests = rests
+        self.carried = carried ?? subscriptions
         self.started = Set(assembler.records.keys)
     }
 
@@ -163,6 +167,8 @@ struct InboundCommitPlan: Sendable {
                         id: piece.id,
                         reason: "peer \(source) may not write \(forbidden.joined(separator: ", ")) on this node (its permissions), and the transaction writes there",
                         from: [source], at: now))
+                // Nothing more of it will be taken from there: an offer of it from there is resolved.
+                if piece.isLast { result.routes.lastPieces.append((piece.id, source)) }
                 return nil
             }
         }
@@ -264,12 +270,14 @@ struct InboundCommitPlan: Sendable {
         case .latePiece(let piece, let peer), .partialPiece(let piece, let peer):
             guard let refusal else {
                 result.received(piece, new: newlyLogged, from: peer)
-                if case .latePiece = apply.kind, piece.isLast, let rest = rests[id], Self.leavesOut(rest, subscriptions: subscriptions) {
+                if case .latePiece = apply.kind, piece.isLast, let rest = rests[id], Self.leavesOut(rest, subscriptions: carried) {
                     return [.settleRest(id, rest: rest, manifest: piece.collections, verdicts: piece.verdicts)]
                 }
                 return []
             }
             // Applied (in part) already, so it cannot be refused whole: this piece stays out.
+            // Its sender sent all it will of it: an offer of it from there is resolved.
+            if piece.isLast { result.routes.lastPieces.append((piece.id, peer)) }
             let before = apply.state == nil ? "applied before" : "applied in part"
             return [.warn("dropped a late piece of a remote transaction \(before): this node cannot hold \(refusal)", id: id, peer: peer)]
         case .whole:
@@ -326,7 +334,7 @@ struct InboundCommitPlan: Sendable {
         if let record = assembler.records[id] { return record.state != .waiting }
         if started.contains(id) || touched.contains(id) { return true }
         guard let state = states[id] else { return false }
-        if state == .applied, let rest = rests[id], Self.leavesOut(rest, subscriptions: subscriptions) { return false }
+        if state == .applied, let rest = rests[id], Self.leavesOut(rest, subscriptions: carried) { return false }
         return state != .waiting
     }
 
@@ -338,7 +346,9 @@ struct InboundCommitPlan: Sendable {
     }
 
     private static func leavesOut(_ verdict: Verdict, subscriptions: SubscriptionSet) -> Bool {
-        guard case .notCovered(let filter) = verdict.coverage else { return false }
+        guard case .notCovered(let filter) = verdict.coverage, subscriptions.collections.contains(verdict.collection) else {
+            return false
+        }
         guard let set = try? SubscriptionSet(filter) else { return true }
         return !subscriptions.isProvablyNarrower(than: set, on: verdict.collection)
     }
@@ -409,6 +419,7 @@ struct InboundCommitPlan: Sendable {
         for item in items {
             for offer in item.offered where !decided(offer.id) {
                 result.routes.offers[item.source, default: []].append(offer)
+                if states[offer.id] == .applied { result.routes.leftOut.insert(offer.id) }
                 let before = offer.logSequence &- 1
                 limits[item.source] = min(limits[item.source] ?? before, before)
             }

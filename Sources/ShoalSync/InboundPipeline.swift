@@ -338,7 +338,8 @@ public final class InboundPipeline: Sendable {
                 do {
                     let started = ContinuousClock.now
                     let (result, outcome) = try await commit(
-                        group, assembler: assembler, subscriptions: subscriptions, routes: routes, deliveries: engine.deliveries)
+                        group, assembler: assembler, subscriptions: subscriptions, routes: routes, deliveries: engine.deliveries,
+                        carried: { [engine] in engine.carriedSubscriptions })
                     if !group.isEmpty { applyDuration?.record(duration: ContinuousClock.now - started) }
                     assembler = result.assembler
                     publish(assembler, result.counters, refused: result.refused + result.forbidden, subscriptions: subscriptions)
@@ -546,7 +547,7 @@ public final class InboundPipeline: Sendable {
     /// cursors, as `InboundCommitPlan` decides them.
     private func commit(
         _ items: [Item], assembler start: CoverageAssembler, subscriptions: SubscriptionSet, routes: Routing.Snapshot,
-        deliveries: Locked<DeliveryLedger>? = nil
+        deliveries: Locked<DeliveryLedger>? = nil, carried: (@Sendable () -> SubscriptionSet)? = nil
     ) async throws(ShoalError) -> (CommitResult, ApplyOutcome) {
         let now = HybridLogicalClock.systemMilliseconds()
         for item in items {
@@ -597,7 +598,8 @@ public final class InboundPipeline: Sendable {
             let askable = InboundCommitPlan.restsToRead(items, routes: routes, states: states)
             let rests = askable.isEmpty ? [:] : try await writer.rests(ofApplied: askable)
             var plan = InboundCommitPlan(
-                assembler: start, subscriptions: subscriptions, now: now, states: states, records: records, rests: rests)
+                assembler: start, subscriptions: subscriptions, now: now, states: states, records: records, rests: rests,
+                carried: rests.isEmpty ? nil : carried?())
             // The registers of every document the pieces of transactions whose last piece
             // came write, in one read rather than one per transaction applied, where reads
             // are round trips. The pieces of others go to the buffer, as a rule, and read
@@ -687,7 +689,7 @@ public final class InboundPipeline: Sendable {
             case .settleRest(let id, let rest, let manifest, let verdicts):
                 let logged = try await writer.loggedIndexes(of: id)
                 let now = InboundCommitPlan.settled(
-                    rest, subscriptions: plan.subscriptions, manifest: manifest, logged: logged, verdicts: verdicts)
+                    rest, subscriptions: plan.carried, manifest: manifest, logged: logged, verdicts: verdicts)
                 if now != rest {
                     try await writer.markApplied(id, rest: now)
                     plan.settled(id, rest: now)

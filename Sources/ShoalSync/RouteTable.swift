@@ -110,6 +110,9 @@ public struct RouteTable: Sendable {
         /// before it answers), so the offer stays noted until the transaction is held,
         /// and is asked again, of the next link that offered it, after `graftAfter`.
         var asked: (peer: SiteID, at: UInt64)?
+        /// Applied here, leaving out documents this node takes now: the links eager for
+        /// its origin have sent all they will, so their progress does not hold the ask back.
+        var leftOut = false
         var first: SiteID { offers[0].peer }
 
         /// The link to ask next: the first, or after an ask of one, the one after it.
@@ -289,15 +292,16 @@ public struct RouteTable: Sendable {
     /// here (`isHeld`: applied, whole or in part, or refused; not one still waiting for
     /// its other pieces) are noted, to be asked for if no eager link delivers them.
     public mutating func offered(
-        _ offers: [Offer], by peer: SiteID, now: UInt64, isHeld: (TransactionID) -> Bool
+        _ offers: [Offer], by peer: SiteID, now: UInt64, leftOut: Set<TransactionID> = [], isHeld: (TransactionID) -> Bool
     ) -> [Action] {
         guard links[peer] != nil else { return [] }
         for offer in offers where !isHeld(offer.id) {
             if var entry = noted[offer.id] {
                 if !entry.offers.contains(where: { $0.peer == peer }) { entry.offers.append((peer, offer.logSequence)) }
+                entry.leftOut = entry.leftOut || leftOut.contains(offer.id)
                 noted[offer.id] = entry
             } else {
-                noted[offer.id] = Noted(offers: [(peer, offer.logSequence)], at: now)
+                noted[offer.id] = Noted(offers: [(peer, offer.logSequence)], at: now, leftOut: leftOut.contains(offer.id))
             }
         }
         return noted.count > configuration.maximumNoted ? overflow() : []
@@ -341,6 +345,13 @@ public struct RouteTable: Sendable {
                 continue
             }
             let origin = id.origin
+            if entry.leftOut {
+                // Its eager links sent all they will: asked `graftAfter` after the offer,
+                // however busy its origin (a late piece meanwhile settles it, and it is held).
+                guard now >= entry.at + configuration.graftAfterMillis else { continue }
+                ask(id, now: now, changed: &changed, actions: &actions)
+                continue
+            }
             let since = max(entry.at, progress[origin] ?? 0)
             let wait = progress[origin] != nil ? configuration.graftAfterMillis : joining ? configuration.graftAfterMillis / 4 : 0
             guard !isCarried(origin) || now >= since + wait else { continue }

@@ -40,6 +40,9 @@ final class Routing: Sendable {
         var offers: [SiteID: [RouteTable.Offer]] = [:]
         /// Noted offers whose transaction is applied (whole or in part) or refused here now.
         var held: Set<TransactionID> = []
+        /// Offered transactions applied here leaving out documents this node takes now:
+        /// no eager link will bring those, so progress on their origin does not hold the ask back.
+        var leftOut: Set<TransactionID> = []
     }
 
     private struct State {
@@ -140,7 +143,7 @@ final class Routing: Sendable {
             }
             for (peer, offers) in commit.offers.sorted(by: { $0.key < $1.key }) {
                 s.offersReceived[peer, default: 0] += UInt64(offers.count)
-                actions += s.table.offered(offers, by: peer, now: now) { _ in false }
+                actions += s.table.offered(offers, by: peer, now: now, leftOut: commit.leftOut) { _ in false }
             }
             for last in commit.lastPieces { s.table.allSent(last.id, by: last.from) }
             actions += s.table.tick(now: now) { commit.held.contains($0) }

@@ -279,6 +279,7 @@ import Testing
         var plan = Self.plan(items, states: [late.id: .applied])
         let steps = Self.run(&plan, items, refuse: [t.id, late.id])
         #expect(Self.names(steps) == ["late 2", "warn 2", "apply 1", "refuse 1"])
+        #expect(plan.result.routes.lastPieces.contains { $0.id == late.id }, "a late last piece dropped still resolves its sender's offer")
         #expect(plan.result.refused.map(\.id) == [t.id])
         #expect(plan.result.applied.isEmpty)
         #expect(plan.result.assembler.records[t.id] == nil)
@@ -353,6 +354,14 @@ import Testing
         #expect(Self.names(Self.run(&plan, items, routes: .init(noted: [whole.id]))) == ["cursor 39"])
         #expect(plan.result.routes.offers[Self.relay] == [RouteTable.Offer(short.id, at: 40)])
         #expect(plan.result.routes.held == [whole.id])
+        #expect(plan.result.routes.leftOut == [short.id], "asked however busy its origin")
+        // A relay takes what its neighbours take: the same for the nodes it carries for.
+        let relayed = [short.id: [Verdict(collection: "boats", coverage: .notCovered(Self.all.filter))]]
+        var relay = InboundCommitPlan(
+            assembler: CoverageAssembler(), subscriptions: Self.all, now: 1_000, states: states, records: [:], rests: relayed,
+            carried: CoverageAssemblerTests.set("SELECT * FROM accounts", "SELECT * FROM boats"))
+        _ = Self.run(&relay, items, routes: .init(noted: []))
+        #expect(relay.result.routes.offers[Self.relay] == [RouteTable.Offer(short.id, at: 40)])
     }
 
     /// What an applied transaction leaves out once a late last piece came: a collection
@@ -372,6 +381,10 @@ import Testing
         ]
         let a1 = DocumentRef(collection: "accounts", id: "a1"), a2 = DocumentRef(collection: "accounts", id: "a2")
         #expect(InboundCommitPlan.leavesOut(rest, subscriptions: wide))
+        // A filter this node cannot read proves nothing, but only of a collection it takes.
+        let unreadable = [Verdict(collection: "vans", coverage: .notCovered(SubscriptionFilter([.init(query: "SELECT FROM", argumentsJSON: "")])))]
+        #expect(!InboundCommitPlan.leavesOut(unreadable, subscriptions: wide))
+        #expect(InboundCommitPlan.leavesOut(unreadable, subscriptions: CoverageAssemblerTests.set("SELECT * FROM vans")))
         #expect(!InboundCommitPlan.leavesOut(rest, subscriptions: boats), "a node that still takes boats alone is done with it")
         // accounts whole in the log; cars vouched for by the piece; vans not taken.
         let vouched = [Verdict(collection: "cars", coverage: .notCovered(wide.filter))]
@@ -411,6 +424,7 @@ import Testing
         #expect(plan.result.forbidden.map(\.id) == [t.id] && plan.result.forbidden.first?.reason.contains("may not write accounts") == true)
         #expect(plan.result.refused.isEmpty && plan.result.applied == [other.id])
         #expect(plan.result.assembler.records[t.id] == nil, "nothing of it is held")
+        #expect(plan.result.routes.lastPieces.contains { $0.id == t.id }, "its offer from there is resolved, not asked again and again")
         // Waiting with a piece from a sender that may: a forbidden piece changes nothing,
         // and the allowed sender's last piece then applies it whole.
         var waiting = CoverageAssembler()

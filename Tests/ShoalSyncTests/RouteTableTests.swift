@@ -126,6 +126,26 @@ struct RouteTableTests {
     /// In a line or a tree an origin beyond a lazy link comes by offers only: its first
     /// offer is asked at once, not after graftAfter; while this node is joining, after
     /// a quarter of it.
+    /// An offer of a transaction applied here leaving out what this node takes now is
+    /// asked `graftAfter` after the offer, however busy its origin: its eager links sent
+    /// all they will of it.
+    @Test func anOfferOfATransactionAppliedWithSomethingLeftOutIsAskedHoweverBusyItsOrigin() {
+        var table = Self.mesh()
+        let t = Self.t(Self.a, 1)
+        _ = table.offered([Self.offer(Self.a, 1, at: 9)], by: Self.b, now: 0, leftOut: [t], isHeld: Self.nothingHeld)
+        for now in stride(from: UInt64(500), to: 2_000, by: 500) {
+            _ = table.received(Self.t(Self.a, now), from: Self.a, duplicate: false, now: now)
+            #expect(table.tick(now: now, isHeld: Self.nothingHeld).isEmpty)
+        }
+        _ = table.received(Self.t(Self.a, 2_000), from: Self.a, duplicate: false, now: 2_000)
+        #expect(table.tick(now: 2_000, isHeld: Self.nothingHeld).contains(.ask(t, of: Self.b)))
+        // Not so one not applied here: A, busy with its origin, may still bring it.
+        var other = Self.mesh()
+        _ = other.offered([Self.offer(Self.a, 1, at: 9)], by: Self.b, now: 0, isHeld: Self.nothingHeld)
+        _ = other.received(Self.t(Self.a, 2), from: Self.a, duplicate: false, now: 1_900)
+        #expect(!other.tick(now: 2_000, isHeld: Self.nothingHeld).contains(.ask(t, of: Self.b)))
+    }
+
     @Test func anOriginNoEagerLinkEverDeliveredIsGraftedAtOnce() {
         var table = Self.mesh()
         let far = SiteID(0xF)
