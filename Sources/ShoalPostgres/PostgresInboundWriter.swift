@@ -364,46 +364,29 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         (Int64(bitPattern: id.origin.rawValue), Int64(bitPattern: id.sequence))
     }
 
-    func states(of ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: TransactionRecord.State] {
-        guard !ids.isEmpty else { return [:] }
+    func states(of ids: [TransactionID], rests: Bool) async throws(ShoalError) -> TransactionStates {
+        guard !ids.isEmpty else { return TransactionStates() }
         return try await access("reading transaction states") {
             let (sites, sequences) = PostgresStore.columns(ids)
+            let applied = Int64(TransactionRecord.State.applied.rawValue)
+            // The rest of those applied comes in the same rows: no round trip of its own.
             let rows = try await query(
                 """
-                SELECT origin, seq, state, mark FROM txn
+                SELECT origin, seq, state, mark, CASE WHEN \(rests) AND state = \(applied) AND rest <> '' THEN rest END FROM txn
                 WHERE (origin, seq) IN (SELECT * FROM UNNEST(\(sites)::bigint[], \(sequences)::bigint[]))
                 """)
-            var states: [TransactionID: TransactionRecord.State] = [:]
-            for (origin, sequence, state, mark) in try rows.decode((Int64, Int64, Int64, Int64).self) {
+            var read = TransactionStates()
+            for (origin, sequence, state, mark, rest) in try rows.decode((Int64, Int64, Int64, Int64, String?).self) {
                 let id = TransactionID(origin: SiteID(UInt64(bitPattern: origin)), sequence: try Stored.unsigned(sequence, "txn", "seq"))
                 guard let value = Int(exactly: state).flatMap(TransactionRecord.State.init(rawValue:)) else {
                     throw ShoalError(.database, "table txn, column state holds \(state) for transaction \(id), where 0 to 3 belongs")
                 }
-                states[id] = value
+                read.states[id] = value
+                if let rest { read.rests[id] = Verdict.decode(rest) }
                 marksRead[id] = mark
                 if value == .applied || value == .refused { marksHeld[id] = .some(nil) }
             }
-            return states
-        }
-    }
-
-    func rests(ofApplied ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: [Verdict]] {
-        guard !ids.isEmpty else { return [:] }
-        return try await access("reading what applied transactions left out") {
-            let (sites, sequences) = PostgresStore.columns(ids)
-            let applied = Int64(TransactionRecord.State.applied.rawValue)
-            let rows = try await query(
-                """
-                SELECT origin, seq, rest FROM txn
-                WHERE (origin, seq) IN (SELECT * FROM UNNEST(\(sites)::bigint[], \(sequences)::bigint[]))
-                  AND state = \(applied) AND rest <> ''
-                """)
-            var rests: [TransactionID: [Verdict]] = [:]
-            for (origin, sequence, rest) in try rows.decode((Int64, Int64, String).self) {
-                let id = TransactionID(origin: SiteID(UInt64(bitPattern: origin)), sequence: try Stored.unsigned(sequence, "txn", "seq"))
-                rests[id] = Verdict.decode(rest)
-            }
-            return rests
+            return read
         }
     }
 
@@ -801,6 +784,18 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                 """
                 UPDATE txn SET state = \(Int64(TransactionRecord.State.applied.rawValue)), rest = \(Verdict.encode(rest)), reports = ''
                 WHERE origin = \(origin) AND seq = \(seq)
+                """)
+        }
+    }
+
+    func recordRest(_ id: TransactionID, rest: [Verdict]) async throws(ShoalError) {
+        let (origin, seq) = Self.key(id)
+        try await access("recording what an applied transaction leaves out") {
+            try mayWrite(id)
+            try await query(
+                """
+                UPDATE txn SET rest = \(Verdict.encode(rest))
+                WHERE origin = \(origin) AND seq = \(seq) AND state = \(Int64(TransactionRecord.State.applied.rawValue))
                 """)
         }
     }

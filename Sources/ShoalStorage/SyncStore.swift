@@ -176,13 +176,11 @@ package protocol InboundWriting: AnyObject, Sendable {
     /// What the calls so far applied.
     var outcome: ApplyOutcome { get }
     /// The states of the transactions `ids` this node has a record of (one it has no
-    /// record of is left out).
-    func states(of ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: TransactionRecord.State]
-    /// What each of the applied transactions `ids` left out, its `rest` (PROTOCOL.md
-    /// §8.8), for those whose rest is not empty; others are left out. One applied under
-    /// narrower subscriptions vouches collections as not covered that this node may
-    /// take now (PROTOCOL.md §8.11, "Offers").
-    func rests(ofApplied ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: [Verdict]]
+    /// record of is left out) and, with `rests`, what each of those applied left out,
+    /// its `rest` (PROTOCOL.md §8.8), where it is not empty. One applied under narrower
+    /// subscriptions vouches collections as not covered that this node may take now
+    /// (PROTOCOL.md §8.11, "Offers"): read in the same query, as a column of the row.
+    func states(of ids: [TransactionID], rests: Bool) async throws(ShoalError) -> TransactionStates
     /// Of the waiting or partial transactions `ids`, those whose record another process
     /// wrote since this one last read or wrote it: more of it buffered, its reports or
     /// its state changed there (hubs on one database). A store no other process writes
@@ -217,6 +215,10 @@ package protocol InboundWriting: AnyObject, Sendable {
     func refuse(_ record: TransactionRecord, reason: String) async throws(ShoalError)
     /// Marks a partial transaction whole.
     func markApplied(_ id: TransactionID, rest: [Verdict]) async throws(ShoalError)
+    /// Records what an applied transaction leaves out now (a late last piece brought
+    /// more of it): its `rest` alone. Nothing new is applied, so the commit tells
+    /// observers nothing of it.
+    func recordRest(_ id: TransactionID, rest: [Verdict]) async throws(ShoalError)
     /// Records `through` as the resume point for `peer`'s log under `subscriptionKey`,
     /// unless every cursor was forgotten since `epoch` was read (`ResumePoint`): then the
     /// batch belongs to a stream that no longer counts, and nothing is recorded. With
@@ -249,8 +251,26 @@ public struct ResumePoint: Sendable, Hashable {
     }
 }
 
+/// What `InboundWriting.states(of:rests:)` read: the states of the transactions the
+/// store has a record of and, when asked, the `rest` of those applied that left
+/// something out.
+package struct TransactionStates: Sendable, Equatable {
+    package var states: [TransactionID: TransactionRecord.State] = [:]
+    package var rests: [TransactionID: [Verdict]] = [:]
+
+    package init(states: [TransactionID: TransactionRecord.State] = [:], rests: [TransactionID: [Verdict]] = [:]) {
+        self.states = states
+        self.rests = rests
+    }
+}
+
 extension InboundWriting {
     package var readsRegistersAhead: Bool { false }
+
+    /// The states of the transactions `ids` this node has a record of.
+    package func states(of ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: TransactionRecord.State] {
+        try await states(of: ids, rests: false).states
+    }
 
     package func writtenElsewhere(_ ids: [TransactionID]) async throws(ShoalError) -> Set<TransactionID> { [] }
 

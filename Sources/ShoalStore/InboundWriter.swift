@@ -75,27 +75,21 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
     /// The transaction committed or rolled back: later calls throw.
     func end() { ended.withLock { $0 = true } }
 
-    func states(of ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: TransactionRecord.State] {
+    func states(of ids: [TransactionID], rests: Bool) async throws(ShoalError) -> TransactionStates {
         try await access(long: ids.count > Self.smallApply / 4) { db in
-            var states: [TransactionID: TransactionRecord.State] = [:]
+            var read = TransactionStates()
+            let statement = try db.cachedStatement(sql: "SELECT state, rest FROM txn WHERE origin = ? AND seq = ?")
             for id in ids {
-                if let state = try self.state(db, of: id) { states[id] = state }
+                guard let row = try Row.fetchOne(statement, arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)])
+                else { continue }
+                let stored = StoredRow(row, of: "txn")
+                let state = try StoredTransaction.state(stored.value(Column("state")), of: id)
+                read.states[id] = state
+                if rests, state == .applied, let rest = try stored.value(Column("rest"), as: String?.self), !rest.isEmpty {
+                    read.rests[id] = Verdict.decode(rest)
+                }
             }
-            return states
-        }
-    }
-
-    func rests(ofApplied ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: [Verdict]] {
-        try await access(long: ids.count > Self.smallApply / 4) { db in
-            var rests: [TransactionID: [Verdict]] = [:]
-            let statement = try db.cachedStatement(sql: "SELECT rest FROM txn WHERE origin = ? AND seq = ? AND state = ? AND rest != ''")
-            for id in ids {
-                let arguments: StatementArguments = [
-                    Int64(bitPattern: id.origin.rawValue), Int64(id.sequence), TransactionRecord.State.applied.rawValue,
-                ]
-                if let rest = try String.fetchOne(statement, arguments: arguments) { rests[id] = Verdict.decode(rest) }
-            }
-            return rests
+            return read
         }
     }
 
@@ -135,6 +129,16 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
         try await access { db in try self.markApplied(db, id, rest: rest) }
     }
 
+    func recordRest(_ id: TransactionID, rest: [Verdict]) async throws(ShoalError) {
+        try await access { db in
+            try db.cachedStatement(sql: "UPDATE txn SET rest = ? WHERE origin = ? AND seq = ? AND state = ?").execute(
+                arguments: [
+                    Verdict.encode(rest), Int64(bitPattern: id.origin.rawValue), Int64(id.sequence),
+                    TransactionRecord.State.applied.rawValue,
+                ])
+        }
+    }
+
     func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64?) async throws(ShoalError) {
         try await access { db in try self.recordCursor(db, peer: peer, subscriptionKey: subscriptionKey, through: through, epoch: epoch) }
     }
@@ -144,16 +148,6 @@ final class InboundWriter: InboundWriting, @unchecked Sendable {
     }
 
     // MARK: On the writer connection
-
-    /// The state of a transaction this node has a record of, if any.
-    private func state(_ db: Database, of id: TransactionID) throws -> TransactionRecord.State? {
-        guard
-            let state = try Int64.fetchOne(
-                db.cachedStatement(sql: "SELECT state FROM txn WHERE origin = ? AND seq = ?"),
-                arguments: [Int64(bitPattern: id.origin.rawValue), Int64(id.sequence)])
-        else { return nil }
-        return try StoredTransaction.state(state, of: id)
-    }
 
     /// Keeps a waiting or partial transaction's header, state and reports durable
     /// (its `rest`, recorded when it was applied in part, stays as it is). A state never

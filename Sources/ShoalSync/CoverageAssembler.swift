@@ -81,7 +81,8 @@ public struct CoverageAssembler: Sendable {
     public private(set) var waits: [TransactionID: Wait] = [:]
     /// Transactions for which an `.ask` decision was made.
     private var stuck: Set<TransactionID> = []
-    private var filters: [SubscriptionFilter: SubscriptionSet?] = [:]
+    /// The filters of the verdicts it judged, parsed once.
+    var filters = VerdictFilters()
 
     public init(configuration: Configuration = Configuration(), records: [TransactionRecord] = []) {
         self.configuration = configuration
@@ -193,23 +194,26 @@ public struct CoverageAssembler: Sendable {
     }
 
     /// What this node says, when it relays the transaction, of the documents of each
-    /// collection it does not hold whole: what the first peer that vouched without an
-    /// `unknown` said, or else `unknown`. Collections held whole get nothing.
-    public func rest(of id: TransactionID, subscriptions: SubscriptionSet) -> [Verdict] {
+    /// collection it does not hold whole: what a peer that sent its last piece said
+    /// without an `unknown`, preferring one that vouches for `subscriptions` (a
+    /// narrower reporter's `notCovered` would leave out what they take); with no such
+    /// peer, `unknown`. Collections held whole get nothing.
+    public mutating func rest(of id: TransactionID, subscriptions: SubscriptionSet) -> [Verdict] {
         guard let record = records[id] else { return [] }
         var out: [Verdict] = []
         for count in record.collections {
-            let held = record.documents.count { $0.key.collection == count.collection && $0.value.isComplete }
+            let c = count.collection
+            let held = record.documents.count { $0.key.collection == c && $0.value.isComplete }
             if held >= Int(count.documents) { continue }
-            let vouching = record.reports.sorted { $0.key < $1.key }.map(\.value).first { report in
-                report.isLast
-                    && report.verdicts.contains { $0.collection == count.collection }
-                    && !report.verdicts.contains { $0.collection == count.collection && $0.coverage == .unknown }
-            }
-            if let vouching {
-                out += vouching.verdicts.filter { $0.collection == count.collection }
+            let candidates = record.reports.sorted { $0.key < $1.key }.map(\.value).filter(\.isLast)
+                .map { $0.verdicts.filter { $0.collection == c } }
+                .filter { verdicts in !verdicts.isEmpty && !verdicts.contains { $0.coverage == .unknown } }
+            if let chosen = candidates.first(where: { verdicts in !verdicts.contains { filters.leavesOut($0, for: subscriptions) } })
+                ?? candidates.first
+            {
+                out += chosen
             } else {
-                out.append(Verdict(collection: count.collection, coverage: .unknown))
+                out.append(Verdict(collection: c, coverage: .unknown))
             }
         }
         return out
@@ -433,9 +437,6 @@ public struct CoverageAssembler: Sendable {
     }
 
     private mutating func narrower(_ subscriptions: SubscriptionSet, than filter: SubscriptionFilter, on collection: String) -> Bool {
-        if filters[filter] == nil { filters[filter] = .some(try? SubscriptionSet(filter)) }
-        // A filter that does not parse here proves nothing.
-        guard let parsed = filters[filter]! else { return false }
-        return subscriptions.isProvablyNarrower(than: parsed, on: collection)
+        filters.isNarrower(subscriptions, than: filter, on: collection)
     }
 }

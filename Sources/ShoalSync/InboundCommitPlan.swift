@@ -29,7 +29,7 @@ struct InboundCommitPlan: Sendable {
     private let states: [TransactionID: TransactionRecord.State]
     /// The records of those waiting or partial, as the store held them.
     private let records: [TransactionID: TransactionRecord]
-    /// What those applied left out (`restsToRead`): their `rest`, when not empty.
+    /// What those applied left out (`restsUsed`): their `rest`, when not empty.
     private var rests: [TransactionID: [Verdict]]
     /// The transactions the assembler held when the commit began.
     private let started: Set<TransactionID>
@@ -102,18 +102,20 @@ struct InboundCommitPlan: Sendable {
         return ids.sorted()
     }
 
-    /// Of the transactions `toRead` named, those applied (`states`) that an item offers,
-    /// the routes noted, or a last piece of which came: what each left out (its `rest`)
-    /// decides whether this node is done with it (`decided`, `leavesOut`).
-    static func restsToRead(
-        _ items: [InboundPipeline.Item], routes: Routing.Snapshot, states: [TransactionID: TransactionRecord.State]
-    ) -> [TransactionID] {
+    /// Of `rests`, what the applied transactions `toRead` named left out (read with
+    /// their states), those the commit uses: of transactions an item offers, the routes
+    /// noted, or a last piece of which came. What each left out decides whether this
+    /// node is done with it (`decided`) or a late last piece settles it (`settle`).
+    static func restsUsed(
+        _ rests: [TransactionID: [Verdict]], items: [InboundPipeline.Item], routes: Routing.Snapshot
+    ) -> [TransactionID: [Verdict]] {
+        guard !rests.isEmpty else { return [:] }
         var ids = Set(routes.noted)
         for item in items {
             for offer in item.offered { ids.insert(offer.id) }
             for piece in item.pieces where piece.isLast { ids.insert(piece.id) }
         }
-        return ids.filter { states[$0] == .applied }.sorted()
+        return rests.filter { ids.contains($0.key) }
     }
 
     /// `states`: those of `toRead`'s transactions the store has a record of;
@@ -270,7 +272,7 @@ struct InboundCommitPlan: Sendable {
         case .latePiece(let piece, let peer), .partialPiece(let piece, let peer):
             guard let refusal else {
                 result.received(piece, new: newlyLogged, from: peer)
-                if case .latePiece = apply.kind, piece.isLast, let rest = rests[id], Self.leavesOut(rest, subscriptions: carried) {
+                if case .latePiece = apply.kind, piece.isLast, let rest = rests[id], assembler.filters.leavesOut(rest, for: carried) {
                     return [.settleRest(id, rest: rest, manifest: piece.collections, verdicts: piece.verdicts)]
                 }
                 return []
@@ -330,37 +332,32 @@ struct InboundCommitPlan: Sendable {
     /// Nor is one applied that left out documents this node's subscriptions take now
     /// (`leavesOut`: it took a collection up since): the links eager for its origin may
     /// never bring them, and an offer is then what does.
-    private func decided(_ id: TransactionID) -> Bool {
+    private mutating func decided(_ id: TransactionID) -> Bool {
         if let record = assembler.records[id] { return record.state != .waiting }
         if started.contains(id) || touched.contains(id) { return true }
         guard let state = states[id] else { return false }
-        if state == .applied, let rest = rests[id], Self.leavesOut(rest, subscriptions: carried) { return false }
+        if state == .applied, let rest = rests[id], assembler.filters.leavesOut(rest, for: carried) { return false }
         return state != .waiting
-    }
-
-    /// Whether `rest`, what an applied transaction left out, leaves out documents
-    /// `subscriptions` take: a collection vouched not covered by a set they are not
-    /// provably narrower than (PROTOCOL.md §8.8), or one whose verdict cannot be read.
-    static func leavesOut(_ rest: [Verdict], subscriptions: SubscriptionSet) -> Bool {
-        rest.contains { leavesOut($0, subscriptions: subscriptions) }
-    }
-
-    private static func leavesOut(_ verdict: Verdict, subscriptions: SubscriptionSet) -> Bool {
-        guard case .notCovered(let filter) = verdict.coverage, subscriptions.collections.contains(verdict.collection) else {
-            return false
-        }
-        guard let set = try? SubscriptionSet(filter) else { return true }
-        return !subscriptions.isProvablyNarrower(than: set, on: verdict.collection)
     }
 
     /// What an applied transaction leaves out once a late last piece came, `logged` being
     /// the deltas of it the log holds now, by document: a collection `rest` left out for
-    /// `subscriptions` is dropped when the log holds all its deltas (the manifest's
-    /// count), or takes the piece's verdicts on it when they vouch for `subscriptions`
-    /// (they leave out nothing these take). Any other verdict stays as it was.
+    /// what this node carries is dropped when the log holds all its deltas (the
+    /// manifest's count), or takes the piece's verdicts on it when they vouch for what it
+    /// carries: none leaves out what it takes (`VerdictFilters.leavesOut`), and a
+    /// transaction one says superseded its copy by is applied here (`isApplied`), as the
+    /// coverage assembler asks for a waiting one. Any other verdict stays as it was.
+    mutating func settle(
+        _ rest: [Verdict], manifest: [CollectionCount], logged: [DocumentRef: Set<UInt32>], verdicts: [Verdict],
+        isApplied: (TransactionID) -> Bool
+    ) -> [Verdict] {
+        Self.settled(rest, subscriptions: carried, manifest: manifest, logged: logged, verdicts: verdicts, filters: &assembler.filters, isApplied: isApplied)
+    }
+
+    /// `settle`, for `subscriptions`, with `filters` to judge verdicts by.
     static func settled(
         _ rest: [Verdict], subscriptions: SubscriptionSet, manifest: [CollectionCount], logged: [DocumentRef: Set<UInt32>],
-        verdicts: [Verdict]
+        verdicts: [Verdict], filters: inout VerdictFilters, isApplied: (TransactionID) -> Bool
     ) -> [Verdict] {
         var out: [Verdict] = []
         var done: Set<String> = []
@@ -368,7 +365,7 @@ struct InboundCommitPlan: Sendable {
             let c = verdict.collection
             if done.contains(c) { continue }
             let ofC = rest.filter { $0.collection == c }
-            guard ofC.contains(where: { leavesOut($0, subscriptions: subscriptions) }) else {
+            guard ofC.contains(where: { filters.leavesOut($0, for: subscriptions) }) else {
                 out.append(verdict)
                 continue
             }
@@ -376,11 +373,12 @@ struct InboundCommitPlan: Sendable {
             let held = logged.reduce(0) { $1.key.collection == c ? $0 + $1.value.count : $0 }
             if let count = manifest.first(where: { $0.collection == c }), held >= Int(count.deltas) { continue }
             let theirs = verdicts.filter { $0.collection == c }
-            let vouch = !theirs.isEmpty && theirs.allSatisfy { verdict in
+            var vouch = !theirs.isEmpty
+            for verdict in theirs where vouch {
                 switch verdict.coverage {
-                case .notCovered: !leavesOut(verdict, subscriptions: subscriptions)
-                case .superseded: true
-                case .unknown, .overLimit: false
+                case .notCovered: vouch = !filters.leavesOut(verdict, for: subscriptions)
+                case .superseded(let ids): vouch = ids.allSatisfy(isApplied)
+                case .unknown, .overLimit: vouch = false
                 }
             }
             out += vouch ? theirs : ofC

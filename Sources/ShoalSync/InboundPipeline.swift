@@ -587,7 +587,10 @@ public final class InboundPipeline: Sendable {
             // (on a shared store, of those it holds too), and the records of those
             // waiting or partial that it does not hold as they are.
             let ids = InboundCommitPlan.toRead(items, assembler: start, routes: routes, shared: store.hasOtherProcesses)
-            let states = ids.isEmpty ? [:] : try await writer.states(of: ids)
+            // With their states, what those applied left out (their `rest`): an offer of
+            // one, or a late last piece, may be of one that left out what this node takes now.
+            let read = ids.isEmpty ? TransactionStates() : try await writer.states(of: ids, rests: true)
+            let states = read.states
             let unfinished = states.filter { $0.value == .waiting || $0.value == .partial }
             // One another hub wrote since this one read it holds more than the assembler does.
             let elsewhere = try await writer.writtenElsewhere(unfinished.keys.filter { start.records[$0] != nil }.sorted())
@@ -595,8 +598,7 @@ public final class InboundPipeline: Sendable {
             for (id, state) in unfinished where start.records[id]?.state != state || elsewhere.contains(id) {
                 if let record = try await writer.loadRecord(id) { records[id] = record }
             }
-            let askable = InboundCommitPlan.restsToRead(items, routes: routes, states: states)
-            let rests = askable.isEmpty ? [:] : try await writer.rests(ofApplied: askable)
+            let rests = InboundCommitPlan.restsUsed(read.rests, items: items, routes: routes)
             var plan = InboundCommitPlan(
                 assembler: start, subscriptions: subscriptions, now: now, states: states, records: records, rests: rests,
                 carried: rests.isEmpty ? nil : carried?())
@@ -688,10 +690,16 @@ public final class InboundPipeline: Sendable {
                 try await writer.markApplied(id, rest: rest)
             case .settleRest(let id, let rest, let manifest, let verdicts):
                 let logged = try await writer.loggedIndexes(of: id)
-                let now = InboundCommitPlan.settled(
-                    rest, subscriptions: plan.carried, manifest: manifest, logged: logged, verdicts: verdicts)
+                var named: Set<TransactionID> = []
+                for verdict in verdicts {
+                    if case .superseded(let ids) = verdict.coverage { named.formUnion(ids.filter { $0 != id }) }
+                }
+                let superseding = named.isEmpty ? [:] : try await writer.states(of: named.sorted())
+                let now = plan.settle(rest, manifest: manifest, logged: logged, verdicts: verdicts) { later in
+                    later == id || superseding[later].map { $0 != .waiting } ?? false
+                }
                 if now != rest {
-                    try await writer.markApplied(id, rest: now)
+                    try await writer.recordRest(id, rest: now)
                     plan.settled(id, rest: now)
                 }
             case .refuse(let record, let reason):

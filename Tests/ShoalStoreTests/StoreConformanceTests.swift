@@ -451,9 +451,11 @@ import Testing
         }
     }
 
-    /// What applied transactions left out is read back as recorded, for those whose
-    /// rest is not empty, and a rest recorded again replaces it (a late last piece brought
-    /// a collection whole). Waiting and unknown transactions are left out.
+    /// What applied transactions left out is read with their states, as recorded, for
+    /// those whose rest is not empty, and only when asked; a rest recorded again
+    /// replaces it (a late last piece brought a collection whole) and leaves the state
+    /// as it is. Waiting and unknown transactions have none, and a rest recorded for a
+    /// transaction not applied is not kept.
     @Test(arguments: Engine.allCases)
     func whatAppliedTransactionsLeftOutIsReadBack(engine: Engine) async throws {
         try await engine.withStore { store in
@@ -465,17 +467,25 @@ import Testing
             _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
                 try await writer.markApplied(short.id, rest: left)
                 try await writer.save(waiting.record)
+                try await writer.recordRest(waiting.id, rest: left)
             }
             let unknown = TransactionID(origin: SiteID(0x99), sequence: 1)
+            let ids = [whole.id, short.id, waiting.id, unknown]
             let (read, _) = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
-                try await writer.rests(ofApplied: [whole.id, short.id, waiting.id, unknown])
+                try await writer.states(of: ids, rests: true)
             }
-            #expect(read == [short.id: left])
+            #expect(read.states == [whole.id: .applied, short.id: .applied, waiting.id: .waiting])
+            #expect(read.rests == [short.id: left])
+            let (plain, _) = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.states(of: ids, rests: false)
+            }
+            #expect(plain == TransactionStates(states: read.states), "rests read only when asked")
             let (settled, _) = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
-                try await writer.markApplied(short.id, rest: [])
-                return try await writer.rests(ofApplied: [short.id])
+                try await writer.recordRest(short.id, rest: [])
+                return try await writer.states(of: [short.id], rests: true)
             }
-            #expect(settled.isEmpty)
+            #expect(settled == TransactionStates(states: [short.id: .applied]))
+            #expect(try await store.storedTransactions([waiting.id])[waiting.id]?.state == .waiting)
         }
     }
 

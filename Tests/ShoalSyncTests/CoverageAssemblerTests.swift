@@ -263,6 +263,19 @@ import Testing
         a.add(piece, from: Self.relay, now: 1_000)
         #expect(Self.decide(&a) == [.apply([id])])
     }
+    /// What a node says of a collection it does not hold whole comes from a peer that
+    /// vouches for its subscriptions where one does: a narrower reporter that came first
+    /// would make it look as if the transaction left out what the node takes.
+    @Test func theRestComesFromAReporterThatVouchesForTheSubscriptions() {
+        var a = CoverageAssembler()
+        let t = Txn(7, ["eu-1", "us-1"])
+        a.add(t.piece(sending: ["eu-1"], verdicts: [.notCovered(Self.eu.filter)]), from: Self.relay, now: 1_000)
+        a.add(t.piece(sending: ["eu-1"], verdicts: [.notCovered(Self.all.filter)]), from: Self.other, now: 1_000)
+        #expect(a.rest(of: t.id, subscriptions: Self.all) == [Verdict(collection: "accounts", coverage: .notCovered(Self.all.filter))])
+        // Both vouch for the narrower set: the first reporter's word stands.
+        #expect(a.rest(of: t.id, subscriptions: Self.eu) == [Verdict(collection: "accounts", coverage: .notCovered(Self.eu.filter))])
+    }
+
     /// A relay that does not subscribe to a collection but carries it for a neighbour
     /// holds a document of it in part (the rest was over its limits): it waits for the
     /// sender's last piece before applying, so what it passes on says why the rest is

@@ -343,12 +343,17 @@ import Testing
                 offered: [RouteTable.Offer(short.id, at: 40), RouteTable.Offer(whole.id, at: 30)])
         ]
         let states: [TransactionID: TransactionRecord.State] = [short.id: .applied, whole.id: .applied]
-        #expect(InboundCommitPlan.restsToRead(items, routes: .init(noted: []), states: states) == [short.id, whole.id])
         // Applied under {boats}: accounts, vouched not covered by it, is taken now.
         let rests = [
             short.id: [Verdict(collection: "accounts", coverage: .notCovered(boats.filter))],
             whole.id: [Verdict(collection: "boats", coverage: .notCovered(Self.all.filter))],
         ]
+        // The rests read with the states: those of offers, noted ones and last pieces are used.
+        let other = Txn(3, ["z"])
+        let read = rests.merging([other.id: rests[short.id]!]) { $1 }
+        #expect(InboundCommitPlan.restsUsed(read, items: items, routes: .init(noted: [])) == rests)
+        let last = [InboundPipeline.Item(source: Self.relay, pieces: [other.piece(sending: ["z"])])]
+        #expect(InboundCommitPlan.restsUsed(read, items: last, routes: .init(noted: [whole.id])).keys.sorted() == [whole.id, other.id])
         var plan = InboundCommitPlan(
             assembler: CoverageAssembler(), subscriptions: Self.all, now: 1_000, states: states, records: [:], rests: rests)
         #expect(Self.names(Self.run(&plan, items, routes: .init(noted: [whole.id]))) == ["cursor 39"])
@@ -380,22 +385,37 @@ import Testing
             CollectionCount(collection: "vans", documents: 1, deltas: 1),
         ]
         let a1 = DocumentRef(collection: "accounts", id: "a1"), a2 = DocumentRef(collection: "accounts", id: "a2")
-        #expect(InboundCommitPlan.leavesOut(rest, subscriptions: wide))
+        var filters = VerdictFilters()
+        func leavesOut(_ rest: [Verdict], _ subscriptions: SubscriptionSet) -> Bool { filters.leavesOut(rest, for: subscriptions) }
+        #expect(leavesOut(rest, wide))
         // A filter this node cannot read proves nothing, but only of a collection it takes.
         let unreadable = [Verdict(collection: "vans", coverage: .notCovered(SubscriptionFilter([.init(query: "SELECT FROM", argumentsJSON: "")])))]
-        #expect(!InboundCommitPlan.leavesOut(unreadable, subscriptions: wide))
-        #expect(InboundCommitPlan.leavesOut(unreadable, subscriptions: CoverageAssemblerTests.set("SELECT * FROM vans")))
-        #expect(!InboundCommitPlan.leavesOut(rest, subscriptions: boats), "a node that still takes boats alone is done with it")
+        #expect(!leavesOut(unreadable, wide))
+        #expect(leavesOut(unreadable, CoverageAssemblerTests.set("SELECT * FROM vans")))
+        #expect(!leavesOut(rest, boats), "a node that still takes boats alone is done with it")
+        // No peer vouched for cars when it was applied without them: taken now, they are left out.
+        let unvouched = [Verdict(collection: "cars", coverage: .unknown), Verdict(collection: "vans", coverage: .overLimit)]
+        #expect(leavesOut(unvouched, wide))
+        #expect(!leavesOut(unvouched, boats))
+        #expect(!leavesOut([unvouched[1]], CoverageAssemblerTests.set("SELECT * FROM vans")), "over this node's limits, not left out")
         // accounts whole in the log; cars vouched for by the piece; vans not taken.
         let vouched = [Verdict(collection: "cars", coverage: .notCovered(wide.filter))]
-        let settled = InboundCommitPlan.settled(
-            rest, subscriptions: wide, manifest: manifest, logged: [a1: [0, 1], a2: [2]], verdicts: vouched)
+        func settle(_ logged: [DocumentRef: Set<UInt32>], _ verdicts: [Verdict], applied: Set<TransactionID> = []) -> [Verdict] {
+            InboundCommitPlan.settled(
+                rest, subscriptions: wide, manifest: manifest, logged: logged, verdicts: verdicts, filters: &filters,
+                isApplied: applied.contains)
+        }
+        let settled = settle([a1: [0, 1], a2: [2]], vouched)
         #expect(settled == vouched + [rest[2]])
-        #expect(!InboundCommitPlan.leavesOut(settled, subscriptions: wide))
+        #expect(!leavesOut(settled, wide))
         // Accounts held in part and no verdict on it: it stays as it was; cars' unknown vouches for nothing.
-        let unknown = [Verdict(collection: "cars", coverage: .unknown)]
-        #expect(
-            InboundCommitPlan.settled(rest, subscriptions: wide, manifest: manifest, logged: [a1: [0, 1]], verdicts: unknown) == rest)
+        #expect(settle([a1: [0, 1]], [Verdict(collection: "cars", coverage: .unknown)]) == rest)
+        // Superseded by a later transaction: it vouches once that one is applied here, as
+        // the coverage assembler asks of a waiting one, and not before.
+        let later = TransactionID(origin: SiteID(0x77), sequence: 9)
+        let superseded = [Verdict(collection: "cars", coverage: .superseded([later]))]
+        #expect(settle([a1: [0, 1], a2: [2]], superseded) == [rest[1], rest[2]])
+        #expect(settle([a1: [0, 1], a2: [2]], superseded, applied: [later]) == superseded + [rest[2]])
     }
 
     /// A lane that stopped recording cursors applies, and records none.

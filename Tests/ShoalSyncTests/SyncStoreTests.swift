@@ -122,11 +122,8 @@ import Testing
                 self.refused = refused
             }
             var outcome: ApplyOutcome { base.outcome }
-            func states(of ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: TransactionRecord.State] {
-                try await base.states(of: ids)
-            }
-            func rests(ofApplied ids: [TransactionID]) async throws(ShoalError) -> [TransactionID: [Verdict]] {
-                try await base.rests(ofApplied: ids)
+            func states(of ids: [TransactionID], rests: Bool) async throws(ShoalError) -> TransactionStates {
+                try await base.states(of: ids, rests: rests)
             }
             func save(_ record: TransactionRecord) async throws(ShoalError) {
                 try fail(record.id)
@@ -156,6 +153,7 @@ import Testing
             }
             func refuse(_ record: TransactionRecord, reason: String) async throws(ShoalError) { try await base.refuse(record, reason: reason) }
             func markApplied(_ id: TransactionID, rest: [Verdict]) async throws(ShoalError) { try await base.markApplied(id, rest: rest) }
+            func recordRest(_ id: TransactionID, rest: [Verdict]) async throws(ShoalError) { try await base.recordRest(id, rest: rest) }
             func recordCursor(peer: SiteID, subscriptionKey: String, through: UInt64, epoch: UInt64?) async throws(ShoalError) {
                 try await base.recordCursor(peer: peer, subscriptionKey: subscriptionKey, through: through, epoch: epoch)
             }
@@ -431,6 +429,8 @@ import Testing
                     counting.failRecords.withLock { $0 = true }
                     release.open()
                     #expect(await InProcessMesh.eventually(timeout: .seconds(10)) { b.pipeline.queuedItems == 0 })
+                    // The lane hears of the failure after its item left the queue.
+                    #expect(await InProcessMesh.eventually(timeout: .seconds(10)) { !told.withLock { $0.isEmpty } })
                     #expect(told.withLock { $0 } == ["the database cannot be reached (injected)"])
                     #expect(await InProcessMesh.eventually(timeout: .seconds(10)) { b.peers().isEmpty && a2.sync.peers().isEmpty },
                             "both sessions end: \(b.peers().map(\.state))")
