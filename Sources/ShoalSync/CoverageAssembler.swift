@@ -195,28 +195,47 @@ public struct CoverageAssembler: Sendable {
 
     /// What this node says, when it relays the transaction, of the documents of each
     /// collection it does not hold whole: what a peer that sent its last piece said
-    /// without an `unknown`, preferring one that vouches for `subscriptions` (a
-    /// narrower reporter's `notCovered` would leave out what they take); with no such
-    /// peer, `unknown`. Collections held whole get nothing.
+    /// without an `unknown`, preferring one that vouches for `subscriptions` (what the
+    /// node carries: a narrower reporter's `notCovered` would leave out what it or its
+    /// neighbours take); with no such peer, `unknown`. Collections held whole get
+    /// nothing. `subscriptions` is read only where reporters differ (`hasChoiceOfRest`).
     public mutating func rest(of id: TransactionID, subscriptions: SubscriptionSet) -> [Verdict] {
         guard let record = records[id] else { return [] }
         var out: [Verdict] = []
-        for count in record.collections {
-            let c = count.collection
-            let held = record.documents.count { $0.key.collection == c && $0.value.isComplete }
-            if held >= Int(count.documents) { continue }
-            let candidates = record.reports.sorted { $0.key < $1.key }.map(\.value).filter(\.isLast)
-                .map { $0.verdicts.filter { $0.collection == c } }
-                .filter { verdicts in !verdicts.isEmpty && !verdicts.contains { $0.coverage == .unknown } }
+        for count in record.collections where !Self.holdsWhole(record, count) {
+            let candidates = Self.restCandidates(record, count.collection)
             if let chosen = candidates.first(where: { verdicts in !verdicts.contains { filters.leavesOut($0, for: subscriptions) } })
                 ?? candidates.first
             {
                 out += chosen
             } else {
-                out.append(Verdict(collection: c, coverage: .unknown))
+                out.append(Verdict(collection: count.collection, coverage: .unknown))
             }
         }
         return out
+    }
+
+    /// Whether peers said different things of a collection of `id` this node does not
+    /// hold whole: then which subscriptions `rest(of:subscriptions:)` judges by matters.
+    public func hasChoiceOfRest(_ id: TransactionID) -> Bool {
+        guard let record = records[id] else { return false }
+        return record.collections.contains { count in
+            guard !Self.holdsWhole(record, count) else { return false }
+            let candidates = Self.restCandidates(record, count.collection)
+            return candidates.contains { $0 != candidates.first }
+        }
+    }
+
+    private static func holdsWhole(_ record: TransactionRecord, _ count: CollectionCount) -> Bool {
+        record.documents.count { $0.key.collection == count.collection && $0.value.isComplete } >= Int(count.documents)
+    }
+
+    /// What each peer that sent the last piece said of `collection`, by site ID, of those
+    /// that said something and no `unknown`.
+    private static func restCandidates(_ record: TransactionRecord, _ collection: String) -> [[Verdict]] {
+        record.reports.sorted { $0.key < $1.key }.map(\.value).filter(\.isLast)
+            .map { $0.verdicts.filter { $0.collection == collection } }
+            .filter { verdicts in !verdicts.isEmpty && !verdicts.contains { $0.coverage == .unknown } }
     }
 
     /// A held transaction as the store holds it now, read again because other processes

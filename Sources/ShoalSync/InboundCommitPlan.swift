@@ -22,8 +22,10 @@ struct InboundCommitPlan: Sendable {
     private(set) var result: InboundPipeline.CommitResult
     let subscriptions: SubscriptionSet
     /// What this node takes, for itself and the nodes it relays for (`SyncEngine.carriedSubscriptions`):
-    /// what an applied transaction may leave out (`leavesOut`).
-    let carried: SubscriptionSet
+    /// what an applied transaction may leave out (`VerdictFilters.leavesOut`), and what
+    /// the rest it records is chosen for (`rest(of:)`). Read the first time it is needed.
+    private let carriedSource: @Sendable () -> SubscriptionSet
+    private var carriedRead: SubscriptionSet?
     private let now: UInt64
     /// The states the store held before the commit, of the transactions `toRead` named.
     private let states: [TransactionID: TransactionRecord.State]
@@ -124,7 +126,7 @@ struct InboundCommitPlan: Sendable {
     init(
         assembler: CoverageAssembler, subscriptions: SubscriptionSet, now: UInt64,
         states: [TransactionID: TransactionRecord.State], records: [TransactionID: TransactionRecord],
-        rests: [TransactionID: [Verdict]] = [:], carried: SubscriptionSet? = nil
+        rests: [TransactionID: [Verdict]] = [:], carried: (@Sendable () -> SubscriptionSet)? = nil
     ) {
         var assembler = assembler
         var refusedElsewhere: [InboundPipeline.Status.Refused] = []
@@ -147,8 +149,29 @@ struct InboundCommitPlan: Sendable {
         self.states = states
         self.records = records
         self.rests = rests
-        self.carried = carried ?? subscriptions
+        self.carriedSource = carried ?? { [subscriptions] in subscriptions }
         self.started = Set(assembler.records.keys)
+    }
+
+    /// What this node carries (`carriedSource`), read once.
+    mutating func carried() -> SubscriptionSet {
+        if let carriedRead { return carriedRead }
+        let set = carriedSource()
+        carriedRead = set
+        return set
+    }
+
+    /// Whether `rest`, what an applied transaction left out, leaves out what this node carries.
+    private mutating func leavesOut(_ rest: [Verdict]) -> Bool {
+        let set = carried()
+        return assembler.filters.leavesOut(rest, for: set)
+    }
+
+    /// The rest of `id` to record as it applies: judged by what this node carries where
+    /// its reporters differ.
+    private mutating func rest(of id: TransactionID) -> [Verdict] {
+        let set = assembler.hasChoiceOfRest(id) ? carried() : subscriptions
+        return assembler.rest(of: id, subscriptions: set)
     }
 
     /// Takes one received piece: adds it to its transaction, and returns the apply it
@@ -201,7 +224,7 @@ struct InboundCommitPlan: Sendable {
             // Applied in part: the log says which of the deltas were held.
             return Apply(
                 kind: .partialPiece(piece, peer: source), record: record, deltas: new, counts: piece.documentDeltaCounts,
-                context: piece.context, buffered: false, state: .partial, rest: assembler.rest(of: piece.id, subscriptions: subscriptions))
+                context: piece.context, buffered: false, state: .partial, rest: rest(of: piece.id))
         }
         result.received(piece, new: new.count, from: source)
         fresh[piece.id, default: ([], [:], [])].deltas += new
@@ -230,7 +253,7 @@ struct InboundCommitPlan: Sendable {
                     Apply(
                         kind: .whole, record: assembler.records[id]!, deltas: received?.deltas ?? [], counts: received?.counts ?? [:],
                         context: received?.context ?? [], buffered: !created.contains(id), isNew: created.contains(id),
-                        state: .applied, rest: assembler.rest(of: id, subscriptions: subscriptions)))
+                        state: .applied, rest: rest(of: id)))
             }
         case .applyPartially(let id, let reason):
             let received = fresh.removeValue(forKey: id)
@@ -239,10 +262,10 @@ struct InboundCommitPlan: Sendable {
                     Apply(
                         kind: .partial(reason), record: assembler.records[id]!, deltas: received?.deltas ?? [],
                         counts: received?.counts ?? [:], context: received?.context ?? [], buffered: !created.contains(id),
-                        isNew: created.contains(id), state: .partial, rest: assembler.rest(of: id, subscriptions: subscriptions)))
+                        isNew: created.contains(id), state: .partial, rest: rest(of: id)))
             ]
         case .completed(let id):
-            let rest = assembler.rest(of: id, subscriptions: subscriptions)
+            let rest = rest(of: id)
             assembler.remove(id)
             result.applied.append(id)
             result.counters.completed += 1
@@ -272,7 +295,7 @@ struct InboundCommitPlan: Sendable {
         case .latePiece(let piece, let peer), .partialPiece(let piece, let peer):
             guard let refusal else {
                 result.received(piece, new: newlyLogged, from: peer)
-                if case .latePiece = apply.kind, piece.isLast, let rest = rests[id], assembler.filters.leavesOut(rest, for: carried) {
+                if case .latePiece = apply.kind, piece.isLast, let rest = rests[id], leavesOut(rest) {
                     return [.settleRest(id, rest: rest, manifest: piece.collections, verdicts: piece.verdicts)]
                 }
                 return []
@@ -336,7 +359,7 @@ struct InboundCommitPlan: Sendable {
         if let record = assembler.records[id] { return record.state != .waiting }
         if started.contains(id) || touched.contains(id) { return true }
         guard let state = states[id] else { return false }
-        if state == .applied, let rest = rests[id], assembler.filters.leavesOut(rest, for: carried) { return false }
+        if state == .applied, let rest = rests[id], leavesOut(rest) { return false }
         return state != .waiting
     }
 
@@ -351,7 +374,10 @@ struct InboundCommitPlan: Sendable {
         _ rest: [Verdict], manifest: [CollectionCount], logged: [DocumentRef: Set<UInt32>], verdicts: [Verdict],
         isApplied: (TransactionID) -> Bool
     ) -> [Verdict] {
-        Self.settled(rest, subscriptions: carried, manifest: manifest, logged: logged, verdicts: verdicts, filters: &assembler.filters, isApplied: isApplied)
+        let set = carried()
+        return Self.settled(
+            rest, subscriptions: set, manifest: manifest, logged: logged, verdicts: verdicts, filters: &assembler.filters,
+            isApplied: isApplied)
     }
 
     /// `settle`, for `subscriptions`, with `filters` to judge verdicts by.

@@ -601,7 +601,7 @@ public final class InboundPipeline: Sendable {
             let rests = InboundCommitPlan.restsUsed(read.rests, items: items, routes: routes)
             var plan = InboundCommitPlan(
                 assembler: start, subscriptions: subscriptions, now: now, states: states, records: records, rests: rests,
-                carried: rests.isEmpty ? nil : carried?())
+                carried: carried)
             // The registers of every document the pieces of transactions whose last piece
             // came write, in one read rather than one per transaction applied, where reads
             // are round trips. The pieces of others go to the buffer, as a rule, and read
@@ -694,7 +694,8 @@ public final class InboundPipeline: Sendable {
                 for verdict in verdicts {
                     if case .superseded(let ids) = verdict.coverage { named.formUnion(ids.filter { $0 != id }) }
                 }
-                let superseding = named.isEmpty ? [:] : try await writer.states(of: named.sorted())
+                // A state that cannot be read counts as not applied, as when deciding.
+                let superseding = named.isEmpty ? [:] : ((try? await writer.states(of: named.sorted())) ?? [:])
                 let now = plan.settle(rest, manifest: manifest, logged: logged, verdicts: verdicts) { later in
                     later == id || superseding[later].map { $0 != .waiting } ?? false
                 }

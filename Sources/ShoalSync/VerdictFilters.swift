@@ -11,30 +11,38 @@ public import ShoalStorage
 /// out what this node takes now?) judge verdicts by this one rule.
 public struct VerdictFilters: Sendable {
     private var parsed: [SubscriptionFilter: SubscriptionSet?] = [:]
+    /// The most filters kept parsed; past it they are parsed again as they come.
+    static let mostKept = 256
+    /// How many are kept now.
+    var count: Int { parsed.count }
 
     public init() {}
 
     /// Whether `subscriptions` want nothing of `collection` that `filter` left out. A
     /// filter that does not parse here proves nothing.
     public mutating func isNarrower(_ subscriptions: SubscriptionSet, than filter: SubscriptionFilter, on collection: String) -> Bool {
-        if parsed[filter] == nil { parsed[filter] = .some(try? SubscriptionSet(filter)) }
+        if parsed[filter] == nil {
+            // Filters come from peers: a node keeps a bounded number of them parsed.
+            if parsed.count >= Self.mostKept { parsed.removeAll(keepingCapacity: true) }
+            parsed[filter] = .some(try? SubscriptionSet(filter))
+        }
         guard let set = parsed[filter]! else { return false }
         return subscriptions.isProvablyNarrower(than: set, on: collection)
     }
 
     /// Whether `verdict`, in what an applied transaction left out, leaves out documents
-    /// `subscriptions` take: on a collection they name, it vouches the documents as not
-    /// covered by a filter they are not provably narrower than (or one that cannot be
-    /// read), or no peer vouched for them at all (`unknown`: applied while the node did
-    /// not take the collection). A collection they do not name leaves out nothing, and
-    /// `overLimit` is about this node's limits, not what it takes.
+    /// `subscriptions` take: it vouches a collection they name as not covered by a
+    /// filter they are not provably narrower than (or one that cannot be read). A
+    /// collection they do not name leaves out nothing.
+    ///
+    /// An `UNKNOWN` does not count: compaction records one for a collection this node
+    /// held whole, when more transactions superseded it than a rest names
+    /// (`LogCompaction.rest(_:adding:)`), and the two cannot be told apart in a rest.
     public mutating func leavesOut(_ verdict: Verdict, for subscriptions: SubscriptionSet) -> Bool {
-        guard subscriptions.collections.contains(verdict.collection) else { return false }
-        switch verdict.coverage {
-        case .notCovered(let filter): return !isNarrower(subscriptions, than: filter, on: verdict.collection)
-        case .unknown: return true
-        case .superseded, .overLimit: return false
+        guard case .notCovered(let filter) = verdict.coverage, subscriptions.collections.contains(verdict.collection) else {
+            return false
         }
+        return !isNarrower(subscriptions, than: filter, on: verdict.collection)
     }
 
     /// Whether `rest`, what an applied transaction left out, leaves out documents

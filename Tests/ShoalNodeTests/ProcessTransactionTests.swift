@@ -231,6 +231,9 @@ extension ProcessSuites {
             return n == .int(Int64(documents))
         }
         #expect(done)
+        // What each shows now: the last watch of the wait may have come just before C applied it.
+        await watch("beta", toB)
+        await watch("gamma", toC)
         let counts = seen.withLock { $0 }
         for (node, values) in counts {
             #expect(values.isSubset(of: [0, documents]), "\(node) showed part of the transaction: \(values.sorted())")

@@ -120,6 +120,29 @@ import Testing
         #expect(try await store.resumePoint(peer: peer, subscriptionKey: "k").through == 5)
     }
 
+    /// Recording what an applied transaction leaves out now changes its `rest` alone:
+    /// the commit tells observers of no transaction applied, where marking it applied
+    /// named it among the commit's.
+    @Test func recordingARestTellsObserversOfNothing() async throws {
+        let a = TemporaryDirectory(), b = TemporaryDirectory()
+        defer { a.remove(); b.remove() }
+        let writer = try DocumentStore(directory: a.path), store = try DocumentStore(directory: b.path)
+        defer { writer.close(); store.close() }
+        _ = try await writer.execute("INSERT INTO c DOCUMENTS ({'_id': 'x', 'v': 1})")
+        _ = try await writer.execute("INSERT INTO c DOCUMENTS ({'_id': 'y', 'v': 2})")
+        let pieces = try await Self.transactions(in: writer)
+        try await store.applyRemote(pieces, from: writer.siteID)
+        let ids = pieces.map(\.id)
+        try #require(ids.count == 2)
+        var commits = store.commits.updates().makeAsyncIterator()
+        let left = [Verdict(collection: "d", coverage: .unknown)]
+        _ = try await store.writeInbound { inbound async throws(ShoalError) in try await inbound.recordRest(ids[0], rest: left) }
+        #expect(try await store.storedTransactions([ids[0]])[ids[0]]?.rest == left)
+        _ = try await store.writeInbound { inbound async throws(ShoalError) in try await inbound.markApplied(ids[1], rest: []) }
+        let first = await commits.next()
+        #expect(first?.transactions == [ids[1]], "the first commit heard of is the one that marked the second applied")
+    }
+
     /// A narrower set resumes from the cursor of a set holding all its entries (what
     /// that cursor says holds for it), never from one of a set it is not part of, and
     /// from its own cursor when that is higher.

@@ -485,7 +485,9 @@ import Testing
                 return try await writer.states(of: [short.id], rests: true)
             }
             #expect(settled == TransactionStates(states: [short.id: .applied]))
-            #expect(try await store.storedTransactions([waiting.id])[waiting.id]?.state == .waiting)
+            let kept = try await store.storedTransactions([waiting.id])[waiting.id]
+            #expect(kept?.state == .waiting)
+            #expect(kept?.rest == [], "a rest recorded for a transaction not applied is not kept")
         }
     }
 

@@ -269,8 +269,11 @@ import Testing
     @Test func theRestComesFromAReporterThatVouchesForTheSubscriptions() {
         var a = CoverageAssembler()
         let t = Txn(7, ["eu-1", "us-1"])
+        a.add(t.piece(sending: ["eu-1"], last: false), from: Self.origin, now: 1_000)
+        #expect(!a.hasChoiceOfRest(t.id), "no peer said anything yet")
         a.add(t.piece(sending: ["eu-1"], verdicts: [.notCovered(Self.eu.filter)]), from: Self.relay, now: 1_000)
         a.add(t.piece(sending: ["eu-1"], verdicts: [.notCovered(Self.all.filter)]), from: Self.other, now: 1_000)
+        #expect(a.hasChoiceOfRest(t.id))
         #expect(a.rest(of: t.id, subscriptions: Self.all) == [Verdict(collection: "accounts", coverage: .notCovered(Self.all.filter))])
         // Both vouch for the narrower set: the first reporter's word stands.
         #expect(a.rest(of: t.id, subscriptions: Self.eu) == [Verdict(collection: "accounts", coverage: .notCovered(Self.eu.filter))])
