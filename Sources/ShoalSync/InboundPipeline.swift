@@ -626,15 +626,7 @@ public final class InboundPipeline: Sendable {
             // The transactions the verdicts name as superseding, read before deciding; a
             // state that cannot be read counts as not applied, as it always did (when the
             // batch fails, each is read alone, so that one bad row costs only its own).
-            let named = plan.supersedingNamed.sorted()
-            var superseding: [TransactionID: TransactionRecord.State] = [:]
-            if !named.isEmpty {
-                if let states = try? await writer.states(of: named) {
-                    superseding = states
-                } else {
-                    for id in named { superseding[id] = (try? await writer.state(of: id)) ?? nil }
-                }
-            }
+            let superseding = await Self.supersedingStates(plan.supersedingNamed.sorted(), writer: writer)
             for decision in plan.decide(isApplied: { superseding[$0].map { $0 != .waiting } ?? false }) {
                 try await Self.carryOut(plan.steps(for: decision), of: &plan, writer: writer, limits: limits, logger: logger)
             }
@@ -649,6 +641,19 @@ public final class InboundPipeline: Sendable {
         }
         deferred.flush(to: logger)
         return written
+    }
+
+    /// The states of the transactions verdicts name as superseding: a state that cannot
+    /// be read counts as not applied (when the batch fails, each is read alone, so that
+    /// one bad row costs only its own).
+    private static func supersedingStates(
+        _ named: [TransactionID], writer: any InboundWriting
+    ) async -> [TransactionID: TransactionRecord.State] {
+        guard !named.isEmpty else { return [:] }
+        if let states = try? await writer.states(of: named) { return states }
+        var states: [TransactionID: TransactionRecord.State] = [:]
+        for id in named { states[id] = (try? await writer.state(of: id)) ?? nil }
+        return states
     }
 
     /// What a commit of `items` names before it reads (`InboundClaim`): the documents and
@@ -694,8 +699,7 @@ public final class InboundPipeline: Sendable {
                 for verdict in verdicts {
                     if case .superseded(let ids) = verdict.coverage { named.formUnion(ids.filter { $0 != id }) }
                 }
-                // A state that cannot be read counts as not applied, as when deciding.
-                let superseding = named.isEmpty ? [:] : ((try? await writer.states(of: named.sorted())) ?? [:])
+                let superseding = await supersedingStates(named.sorted(), writer: writer)
                 let now = plan.settle(rest, manifest: manifest, logged: logged, verdicts: verdicts) { later in
                     later == id || superseding[later].map { $0 != .waiting } ?? false
                 }

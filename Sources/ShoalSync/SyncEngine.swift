@@ -395,10 +395,12 @@ public final class SyncEngine: Sendable {
     /// The subscriptions of `upstream(for:)`.
     package func upstreamSubscriptions(for peer: SiteID) -> SubscriptionSet { upstream(for: peer).subscriptions }
 
-    /// Everything this node carries, for itself and for the nodes it relays for: what
-    /// decides whether a remote transaction is whole here (PROTOCOL.md §8.8).
+    /// Everything this node carries, for itself and for the nodes it relays for (none
+    /// with relaying off): what an applied transaction may leave out and what the rest
+    /// it records is chosen for (PROTOCOL.md §8.8, "Rest"; §8.11, "Offers").
     package var carriedSubscriptions: SubscriptionSet {
         var set = subscriptions
+        guard configuration.relayForNeighbours else { return set }
         for theirs in interest.withLock({ $0.carried }) {
             for entry in theirs.entries { _ = try? set.add(query: entry.query, arguments: entry.arguments) }
         }

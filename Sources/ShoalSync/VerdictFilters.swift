@@ -10,24 +10,41 @@ public import ShoalStorage
 /// (is a waiting transaction whole?) and the inbound commit (did an applied one leave
 /// out what this node takes now?) judge verdicts by this one rule.
 public struct VerdictFilters: Sendable {
-    private var parsed: [SubscriptionFilter: SubscriptionSet?] = [:]
-    /// The most filters kept parsed; past it they are parsed again as they come.
-    static let mostKept = 256
+    /// The filters parsed or used since the last turn, and those of the turn before: a
+    /// filter used in a turn stays for the next, so the ones in use stay parsed however
+    /// many others a peer sends (`mostKept`).
+    private var recent: [SubscriptionFilter: SubscriptionSet?] = [:]
+    private var older: [SubscriptionFilter: SubscriptionSet?] = [:]
+    /// The most filters kept parsed, both turns together.
+    static let mostKept = 1_024
     /// How many are kept now.
-    var count: Int { parsed.count }
+    var count: Int { recent.count + older.count }
+    /// Whether `filter` is kept parsed.
+    func keeps(_ filter: SubscriptionFilter) -> Bool { recent[filter] != nil || older[filter] != nil }
 
     public init() {}
 
     /// Whether `subscriptions` want nothing of `collection` that `filter` left out. A
     /// filter that does not parse here proves nothing.
     public mutating func isNarrower(_ subscriptions: SubscriptionSet, than filter: SubscriptionFilter, on collection: String) -> Bool {
-        if parsed[filter] == nil {
-            // Filters come from peers: a node keeps a bounded number of them parsed.
-            if parsed.count >= Self.mostKept { parsed.removeAll(keepingCapacity: true) }
-            parsed[filter] = .some(try? SubscriptionSet(filter))
-        }
-        guard let set = parsed[filter]! else { return false }
+        guard let set = parsed(filter) else { return false }
         return subscriptions.isProvablyNarrower(than: set, on: collection)
+    }
+
+    /// `filter` parsed (nil: it does not parse), from what is kept where it can be.
+    private mutating func parsed(_ filter: SubscriptionFilter) -> SubscriptionSet? {
+        if let kept = recent[filter] { return kept }
+        // Filters come from peers, as many as they like: a bounded number is kept, in
+        // two turns, so that the ones in use are kept (an approximation of least
+        // recently used, at the cost of a lookup).
+        let set: SubscriptionSet?
+        if let kept = older.removeValue(forKey: filter) { set = kept } else { set = try? SubscriptionSet(filter) }
+        if recent.count >= Self.mostKept / 2 {
+            older = recent
+            recent = [:]
+        }
+        recent[filter] = .some(set)
+        return set
     }
 
     /// Whether `verdict`, in what an applied transaction left out, leaves out documents

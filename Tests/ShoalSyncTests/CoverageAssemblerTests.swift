@@ -277,6 +277,11 @@ import Testing
         #expect(a.rest(of: t.id, subscriptions: Self.all) == [Verdict(collection: "accounts", coverage: .notCovered(Self.all.filter))])
         // Both vouch for the narrower set: the first reporter's word stands.
         #expect(a.rest(of: t.id, subscriptions: Self.eu) == [Verdict(collection: "accounts", coverage: .notCovered(Self.eu.filter))])
+        // Two reporters saying the same: no choice to make.
+        var b = CoverageAssembler()
+        b.add(t.piece(sending: ["eu-1"], verdicts: [.notCovered(Self.eu.filter)]), from: Self.relay, now: 1_000)
+        b.add(t.piece(sending: ["eu-1"], verdicts: [.notCovered(Self.eu.filter)]), from: Self.other, now: 1_000)
+        #expect(!b.hasChoiceOfRest(t.id))
     }
 
     /// A relay that does not subscribe to a collection but carries it for a neighbour

@@ -389,6 +389,25 @@ import Testing
         let vouching = [Verdict(collection: "accounts", coverage: .notCovered(Self.all.filter))]
         #expect(applied(carried: CoverageAssemblerTests.set("SELECT * FROM accounts", "SELECT * FROM boats")) == vouching)
         #expect(applied(carried: nil) == [Verdict(collection: "accounts", coverage: .notCovered(eu.filter))], "its own subscriptions alone")
+        // What it carries is read only where reporters differ, and once a commit.
+        let reads = Locked(0)
+        func count(_ items: [InboundPipeline.Item]) -> Int {
+            reads.withLock { $0 = 0 }
+            var plan = InboundCommitPlan(
+                assembler: CoverageAssembler(), subscriptions: CoverageAssemblerTests.set("SELECT * FROM boats"), now: 1_000,
+                states: [:], records: [:],
+                carried: {
+                    reads.withLock { $0 += 1 }
+                    return CoverageAssemblerTests.set("SELECT * FROM accounts", "SELECT * FROM boats")
+                })
+            _ = Self.run(&plan, items)
+            return reads.withLock { $0 }
+        }
+        #expect(count([items[0]]) == 0, "one reporter")
+        let u = Txn(6, ["y"])
+        let both = items + [InboundPipeline.Item(source: other, pieces: [u.piece(sending: [], verdicts: [.notCovered(eu.filter)])]),
+            InboundPipeline.Item(source: Self.relay, pieces: [u.piece(sending: [], verdicts: [.notCovered(Self.all.filter)])])]
+        #expect(count(both) == 1, "two transactions with a choice, one read")
     }
 
     /// What an applied transaction leaves out once a late last piece came: a collection

@@ -4,19 +4,29 @@ import ShoalStorage
 import Testing
 
 @Suite struct VerdictFiltersTests {
+    static func filter(_ n: Int) -> SubscriptionFilter {
+        SubscriptionFilter([.init(query: "SELECT * FROM accounts WHERE n = \(n)", argumentsJSON: "")])
+    }
+
     /// Filters come from peers, each one a different text if a peer likes: a node keeps
-    /// a bounded number parsed, and judges a filter past the bound as it did before.
-    @Test func theFiltersKeptParsedAreBounded() {
+    /// a bounded number parsed, judges a filter past the bound as it did before, and
+    /// keeps parsed the one it uses all along while a flood of others passes.
+    @Test func theFiltersKeptParsedAreBoundedAndTheOnesInUseStay() {
         var filters = VerdictFilters()
         let all = CoverageAssemblerTests.all
-        for n in 0..<(VerdictFilters.mostKept * 2 + 3) {
-            let filter = SubscriptionFilter([.init(query: "SELECT * FROM accounts WHERE n = \(n)", argumentsJSON: "")])
-            let narrower = filters.isNarrower(all, than: filter, on: "accounts")
-            #expect(!narrower)
-            #expect(filters.count <= VerdictFilters.mostKept)
+        let inUse = CoverageAssemblerTests.eu.filter, once = Self.filter(-1)
+        func narrower(_ set: SubscriptionSet, _ filter: SubscriptionFilter) -> Bool {
+            filters.isNarrower(set, than: filter, on: "accounts")
         }
-        let narrower = filters.isNarrower(CoverageAssemblerTests.eu, than: all.filter, on: "accounts")
-        #expect(narrower)
-        #expect(filters.count >= 1)
+        #expect(!narrower(all, once))
+        for n in 0..<(VerdictFilters.mostKept * 3) {
+            #expect(!narrower(all, Self.filter(n)))
+            #expect(filters.count <= VerdictFilters.mostKept)
+            if n % 100 == 0 { #expect(!narrower(all, inUse)) }
+        }
+        #expect(filters.keeps(inUse), "used all along")
+        #expect(!filters.keeps(once), "used once, long ago")
+        #expect(narrower(CoverageAssemblerTests.eu, inUse))
+        #expect(narrower(CoverageAssemblerTests.eu, all.filter))
     }
 }
