@@ -198,7 +198,8 @@ public struct CoverageAssembler: Sendable {
     /// without an `unknown`, preferring one that vouches for `subscriptions` (what the
     /// node carries: a narrower reporter's `notCovered` would leave out what it or its
     /// neighbours take); with no such peer, `unknown`. Collections held whole get
-    /// nothing. `subscriptions` is read only where reporters differ (`hasChoiceOfRest`).
+    /// nothing. Where reporters agree (`hasChoiceOfRest` false), `subscriptions` changes
+    /// nothing, so a caller may pass its own instead of reading what it carries.
     public mutating func rest(of id: TransactionID, subscriptions: SubscriptionSet) -> [Verdict] {
         guard let record = records[id] else { return [] }
         var out: [Verdict] = []

@@ -1,5 +1,5 @@
-public import ShoalCRDT
-public import ShoalStorage
+import ShoalCRDT
+import ShoalStorage
 
 /// The filters that `notCovered` verdicts carry, each parsed once: whether a node's
 /// subscriptions want documents a sender left out (PROTOCOL.md §8.8).
@@ -9,7 +9,7 @@ public import ShoalStorage
 /// than S on c: what S left out, R does not want either. Both the coverage assembler
 /// (is a waiting transaction whole?) and the inbound commit (did an applied one leave
 /// out what this node takes now?) judge verdicts by this one rule.
-public struct VerdictFilters: Sendable {
+struct VerdictFilters: Sendable {
     /// The filters parsed or used since the last turn, and those of the turn before: a
     /// filter used in a turn stays for the next, so the ones in use stay parsed however
     /// many others a peer sends (`mostKept`).
@@ -22,11 +22,11 @@ public struct VerdictFilters: Sendable {
     /// Whether `filter` is kept parsed.
     func keeps(_ filter: SubscriptionFilter) -> Bool { recent[filter] != nil || older[filter] != nil }
 
-    public init() {}
+    init() {}
 
     /// Whether `subscriptions` want nothing of `collection` that `filter` left out. A
     /// filter that does not parse here proves nothing.
-    public mutating func isNarrower(_ subscriptions: SubscriptionSet, than filter: SubscriptionFilter, on collection: String) -> Bool {
+    mutating func isNarrower(_ subscriptions: SubscriptionSet, than filter: SubscriptionFilter, on collection: String) -> Bool {
         guard let set = parsed(filter) else { return false }
         return subscriptions.isProvablyNarrower(than: set, on: collection)
     }
@@ -55,7 +55,7 @@ public struct VerdictFilters: Sendable {
     /// An `UNKNOWN` does not count: compaction records one for a collection this node
     /// held whole, when more transactions superseded it than a rest names
     /// (`LogCompaction.rest(_:adding:)`), and the two cannot be told apart in a rest.
-    public mutating func leavesOut(_ verdict: Verdict, for subscriptions: SubscriptionSet) -> Bool {
+    mutating func leavesOut(_ verdict: Verdict, for subscriptions: SubscriptionSet) -> Bool {
         guard case .notCovered(let filter) = verdict.coverage, subscriptions.collections.contains(verdict.collection) else {
             return false
         }
@@ -64,7 +64,7 @@ public struct VerdictFilters: Sendable {
 
     /// Whether `rest`, what an applied transaction left out, leaves out documents
     /// `subscriptions` take (`leavesOut(_:for:)`, for any of its verdicts).
-    public mutating func leavesOut(_ rest: [Verdict], for subscriptions: SubscriptionSet) -> Bool {
+    mutating func leavesOut(_ rest: [Verdict], for subscriptions: SubscriptionSet) -> Bool {
         rest.contains { leavesOut($0, for: subscriptions) }
     }
 }
