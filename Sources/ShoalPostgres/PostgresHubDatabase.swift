@@ -30,7 +30,7 @@ public final class PostgresHubDatabase: Sendable {
     static let migrationLock: Int64 = 0x73_68_6F_61_6C
 
     /// The schema, in order; a migration's name is recorded when it ran, and never changes.
-    static let migrations: [(name: String, statements: [String])] = [
+    package static let migrations: [(name: String, statements: [String])] = [
         (
             "v1-identity",
             [
@@ -193,6 +193,23 @@ public final class PostgresHubDatabase: Sendable {
             // looked for among the applied.
             "v9-refused-by-origin",
             ["CREATE INDEX txn_refused ON txn (origin, seq) WHERE state = 3"]
+        ),
+        (
+            // What compaction records of a transaction it takes out of the log, apart from
+            // what an apply left out (`LogCompaction.recorded(_:adding:)`), as on SQLite
+            // (its migration v19): every `UNKNOWN` recorded before moves, since the two
+            // cannot be told apart. A rest `jsonb` cannot read (a name with the escape
+            // \u0000) stays as it is.
+            "v10-supersession",
+            [
+                "ALTER TABLE txn ADD COLUMN supersession TEXT NOT NULL DEFAULT ''",
+                """
+                UPDATE txn SET
+                    supersession = COALESCE((SELECT jsonb_agg(v)::text FROM jsonb_array_elements(rest::jsonb) v WHERE v ? 'u'), ''),
+                    rest = COALESCE((SELECT jsonb_agg(v)::text FROM jsonb_array_elements(rest::jsonb) v WHERE NOT v ? 'u'), '')
+                WHERE rest LIKE '%"u":%' AND strpos(rest, '\\u0000') = 0
+                """,
+            ]
         ),
     ]
 

@@ -85,30 +85,31 @@ extension PostgresStore {
         return (removedRows, UInt64(superseded.count))
     }
 
-    /// Records in each transaction's `rest` what superseded it, before it leaves the log.
+    /// Records in each transaction's `supersession` what superseded it, before it leaves the log.
     private func recordSupersession(
         _ connection: HubConnection, _ transactions: [LogCompaction.Logged], registers: [RegisterKey: LogCompaction.RegisterWriter]
     ) async throws {
         let (sites, sequences) = Self.columns(transactions.map(\.id))
-        var rests: [TransactionID: String] = [:]
+        var recorded: [TransactionID: String] = [:]
         let rows = try await connection.query(
-            "SELECT origin, seq, rest FROM txn WHERE (origin, seq) IN (SELECT * FROM UNNEST(\(sites)::bigint[], \(sequences)::bigint[]))",
+            "SELECT origin, seq, supersession FROM txn WHERE (origin, seq) IN (SELECT * FROM UNNEST(\(sites)::bigint[], \(sequences)::bigint[]))",
             logger: logger)
-        for (site, sequence, rest) in try rows.decode((Int64, Int64, String).self) {
-            rests[TransactionID(origin: SiteID(UInt64(bitPattern: site)), sequence: try Stored.unsigned(sequence, "txn", "seq"))] = rest
+        for (site, sequence, text) in try rows.decode((Int64, Int64, String).self) {
+            recorded[TransactionID(origin: SiteID(UInt64(bitPattern: site)), sequence: try Stored.unsigned(sequence, "txn", "seq"))] = text
         }
         var changed: [(TransactionID, String)] = []
         for transaction in transactions {
             let by = LogCompaction.supersession(of: transaction, registers: registers)
-            guard !by.isEmpty, let rest = rests[transaction.id] else { continue }
-            changed.append((transaction.id, LogCompaction.rest(rest, adding: by)))
+            guard !by.isEmpty, let text = recorded[transaction.id] else { continue }
+            changed.append((transaction.id, LogCompaction.recorded(text, adding: by)))
         }
         guard !changed.isEmpty else { return }
         let (origins, seqs) = Self.columns(changed.map(\.0))
         let texts = changed.map(\.1)
         try await connection.query(
             """
-            UPDATE txn SET rest = u.rest FROM UNNEST(\(origins)::bigint[], \(seqs)::bigint[], \(texts)::text[]) AS u(origin, seq, rest)
+            UPDATE txn SET supersession = u.supersession
+            FROM UNNEST(\(origins)::bigint[], \(seqs)::bigint[], \(texts)::text[]) AS u(origin, seq, supersession)
             WHERE txn.origin = u.origin AND txn.seq = u.seq
             """, logger: logger)
     }

@@ -155,9 +155,9 @@ extension PostgresStore {
 /// A row of `txn` (`StoredTransaction`), read by its columns' names.
 enum StoredTransactionRow {
     static let select = """
-        SELECT origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen FROM txn
+        SELECT origin, seq, delta_count, document_count, collections, state, rest, reports, first_seen, supersession FROM txn
         """
-    typealias Columns = (Int64, Int64, Int64, Int64, String, Int64, String, String, Int64)
+    typealias Columns = (Int64, Int64, Int64, Int64, String, Int64, String, String, Int64, String)
 
     static func make(_ row: Columns) throws -> StoredTransaction {
         let id = TransactionID(origin: SiteID(UInt64(bitPattern: row.0)), sequence: try Stored.unsigned(row.1, "txn", "seq"))
@@ -167,7 +167,7 @@ enum StoredTransactionRow {
         return StoredTransaction(
             id: id, deltaCount: try Stored.unsigned(row.2, "txn", "delta_count"),
             documentCount: try Stored.unsigned(row.3, "txn", "document_count"), collections: CollectionCount.decode(row.4) ?? [],
-            state: state, rest: Verdict.decode(row.6), reports: TransactionRecord.Report.decode(row.7),
+            state: state, rest: Verdict.decode(row.6) + Verdict.decode(row.9), reports: TransactionRecord.Report.decode(row.7),
             firstSeen: UInt64(bitPattern: row.8))
     }
 }

@@ -88,8 +88,8 @@ package enum LogCompaction {
         return by
     }
 
-    /// What superseded the entries of `logged`, by collection: recorded in its `rest`
-    /// before it leaves the log (`rest(_:adding:)`).
+    /// What superseded the entries of `logged`, by collection: recorded in its `txn`
+    /// row before it leaves the log (`recorded(_:adding:)`).
     package static func supersession(of logged: Logged, registers: [RegisterKey: RegisterWriter]) -> [String: Set<TransactionID>] {
         var by: [String: Set<TransactionID>] = [:]
         for entry in logged.entries {
@@ -101,13 +101,18 @@ package enum LogCompaction {
         return by
     }
 
-    /// A compacted transaction's `rest` (its encoded verdicts) with, per collection,
-    /// the transactions that superseded it (`SUPERSEDED`; `UNKNOWN` past
-    /// `StoredTransaction.supersessionLimit` of them), so that a peer that asks about
-    /// it later (holding it in part: PROTOCOL.md 8.8, 8.9) learns what to apply to
-    /// complete it, instead of nothing to go on.
-    package static func rest(_ rest: String, adding by: [String: Set<TransactionID>]) -> String {
-        var verdicts = Verdict.decode(rest)
+    /// What compaction recorded of a transaction (its `txn` row's `supersession`, encoded
+    /// verdicts) with, per collection, the transactions that superseded it
+    /// (`SUPERSEDED`; `UNKNOWN` past `StoredTransaction.supersessionLimit` of them), so
+    /// that a peer that asks about it later (holding it in part: PROTOCOL.md 8.8, 8.9)
+    /// learns what to apply to complete it, instead of nothing to go on.
+    ///
+    /// Kept apart from the `rest` an apply recorded: an `UNKNOWN` there says this node
+    /// may lack documents of the collection, one here says it held them and compaction
+    /// took them out, and only the first leaves out what an offer should bring
+    /// (PROTOCOL.md 8.11).
+    package static func recorded(_ supersession: String, adding by: [String: Set<TransactionID>]) -> String {
+        var verdicts = Verdict.decode(supersession)
         for (collection, writers) in by.sorted(by: { $0.key < $1.key }) {
             verdicts.append(
                 writers.count > StoredTransaction.supersessionLimit

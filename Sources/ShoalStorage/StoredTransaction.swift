@@ -9,7 +9,10 @@ package struct StoredTransaction: Sendable, Hashable {
     package var documentCount: UInt32
     package var collections: [CollectionCount]
     package var state: TransactionRecord.State
-    /// Verdicts on the documents this node does not hold.
+    /// Verdicts on the documents this node does not hold: what it left out when it
+    /// applied the transaction (column `rest`), then what compaction took out of the
+    /// log (column `supersession`, `LogCompaction.recorded(_:adding:)`). What it says
+    /// of them when it relays the transaction or answers for it.
     package var rest: [Verdict]
     package var reports: [SiteID: TransactionRecord.Report]
     package var firstSeen: UInt64

@@ -121,7 +121,7 @@ extension DocumentStore {
         AND f.txn_seq IS NOT NULL AND NOT (f.txn_seq = c.txn_seq AND COALESCE(f.txn_site, f.site) = c.txn_site)
         """
 
-    /// Before a transaction's rows leave the log: records in its `rest`, per collection,
+    /// Before a transaction's rows leave the log: records in its `supersession`, per collection,
     /// the transactions that superseded them (`SUPERSEDED`), so that a peer that asks
     /// about it later (holding it in part: PROTOCOL.md 8.8, 8.9) learns what to apply
     /// to complete it, instead of nothing to go on.
@@ -131,10 +131,11 @@ extension DocumentStore {
             by[writer.collection, default: []].insert(writer.transaction)
         }
         guard !by.isEmpty else { return }
-        let rest = try String.fetchOne(db, sql: "SELECT rest FROM txn WHERE origin = ? AND seq = ?", arguments: [site, sequence]) ?? ""
+        let recorded =
+            try String.fetchOne(db, sql: "SELECT supersession FROM txn WHERE origin = ? AND seq = ?", arguments: [site, sequence]) ?? ""
         try db.execute(
-            sql: "UPDATE txn SET rest = ? WHERE origin = ? AND seq = ?",
-            arguments: [LogCompaction.rest(rest, adding: by), site, sequence])
+            sql: "UPDATE txn SET supersession = ? WHERE origin = ? AND seq = ?",
+            arguments: [LogCompaction.recorded(recorded, adding: by), site, sequence])
     }
 
     /// Registers a DELETE hides: every one but the tombstone written at or before its

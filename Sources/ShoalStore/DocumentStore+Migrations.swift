@@ -339,6 +339,25 @@ extension DocumentStore {
                     CREATE TABLE peer_refusal (txn_seq INTEGER NOT NULL, peer INTEGER NOT NULL, PRIMARY KEY (txn_seq, peer)) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v19-supersession") { db in
+            // What compaction records of a transaction it takes out of the log, apart from
+            // what an apply left out (`LogCompaction.recorded(_:adding:)`): an `UNKNOWN`
+            // in `rest` now counts as leaving documents out (PROTOCOL.md 8.11), and one
+            // compaction wrote must not. Those recorded before cannot be told apart: every
+            // `UNKNOWN` moves, so that they count as little as they did.
+            try db.execute(
+                sql: """
+                    ALTER TABLE txn ADD COLUMN supersession TEXT NOT NULL DEFAULT '';
+                    UPDATE txn SET
+                        supersession = (
+                            SELECT CASE WHEN count(*) = 0 THEN '' ELSE json_group_array(json(value)) END FROM json_each(txn.rest)
+                            WHERE json_extract(value, '$.u') IS NOT NULL),
+                        rest = (
+                            SELECT CASE WHEN count(*) = 0 THEN '' ELSE json_group_array(json(value)) END FROM json_each(txn.rest)
+                            WHERE json_extract(value, '$.u') IS NULL)
+                    WHERE rest LIKE '%"u":%' AND json_valid(rest);
+                    """)
+        }
         return migrator
     }
 }

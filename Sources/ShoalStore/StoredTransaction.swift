@@ -6,7 +6,7 @@ extension StoredTransaction {
     static let table = "txn"
 
     enum Column: Int32, HotColumn {
-        case origin, sequence, deltaCount, documentCount, collections, state, rest, reports, firstSeen
+        case origin, sequence, deltaCount, documentCount, collections, state, rest, reports, firstSeen, supersession
 
         var name: String {
             switch self {
@@ -19,6 +19,7 @@ extension StoredTransaction {
             case .rest: "rest"
             case .reports: "reports"
             case .firstSeen: "first_seen"
+            case .supersession: "supersession"
             }
         }
     }
@@ -33,7 +34,7 @@ extension StoredTransaction {
             id: id, deltaCount: try row.unsigned(Column.deltaCount, of: Self.table),
             documentCount: try row.unsigned(Column.documentCount, of: Self.table),
             collections: CollectionCount.decode(row.text(Column.collections)) ?? [],
-            state: try Self.state(row.int64(Column.state), of: id), rest: Verdict.decode(row.text(Column.rest)),
+            state: try Self.state(row.int64(Column.state), of: id), rest: Verdict.decode(row.text(Column.rest)) + Verdict.decode(row.text(Column.supersession)),
             reports: TransactionRecord.Report.decode(row.text(Column.reports)),
             firstSeen: try row.unsigned(Column.firstSeen, of: Self.table))
     }

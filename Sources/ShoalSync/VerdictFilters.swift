@@ -48,18 +48,22 @@ struct VerdictFilters: Sendable {
     }
 
     /// Whether `verdict`, in what an applied transaction left out, leaves out documents
-    /// `subscriptions` take: it vouches a collection they name as not covered by a
-    /// filter they are not provably narrower than (or one that cannot be read). A
-    /// collection they do not name leaves out nothing.
+    /// `subscriptions` take, of a collection they name: `UNKNOWN` (no peer vouched for
+    /// it when the transaction applied: its sender had evicted it, or held it in part),
+    /// or not covered by a filter they are not provably narrower than (or one that
+    /// cannot be read). A collection they do not name leaves out nothing; nor does
+    /// `OVER_LIMIT`, which no peer can mend, or `SUPERSEDED`, whose later writes come
+    /// on their own.
     ///
-    /// An `UNKNOWN` does not count: compaction records one for a collection this node
-    /// held whole, when more transactions superseded it than a rest names
-    /// (`LogCompaction.rest(_:adding:)`), and the two cannot be told apart in a rest.
+    /// What compaction recorded is kept apart (`LogCompaction.recorded(_:adding:)`):
+    /// its `UNKNOWN` is of a collection this node held whole.
     mutating func leavesOut(_ verdict: Verdict, for subscriptions: SubscriptionSet) -> Bool {
-        guard case .notCovered(let filter) = verdict.coverage, subscriptions.collections.contains(verdict.collection) else {
-            return false
+        guard subscriptions.collections.contains(verdict.collection) else { return false }
+        switch verdict.coverage {
+        case .unknown: return true
+        case .notCovered(let filter): return !isNarrower(subscriptions, than: filter, on: verdict.collection)
+        case .superseded, .overLimit: return false
         }
-        return !isNarrower(subscriptions, than: filter, on: verdict.collection)
     }
 
     /// Whether `rest`, what an applied transaction left out, leaves out documents

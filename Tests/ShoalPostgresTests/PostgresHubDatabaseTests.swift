@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PostgresNIO
 import ShoalCRDT
 import ShoalPostgres
 import ShoalStorage
@@ -135,8 +136,41 @@ struct PostgresHubDatabaseTests {
             async let first = hubs[0].migrate()
             async let second = hubs[1].migrate()
             let ran = try await [first, second]
-            #expect(ran.flatMap { $0 } == ["v1-identity", "v2-clock", "v3-store", "v4-local-writes", "v5-attachments", "v6-record-marks", "v7-history", "v8-user-indexes", "v9-refused-by-origin"], "\(ran)")
+            #expect(ran.flatMap { $0 } == ["v1-identity", "v2-clock", "v3-store", "v4-local-writes", "v5-attachments", "v6-record-marks", "v7-history", "v8-user-indexes", "v9-refused-by-origin", "v10-supersession"], "\(ran)")
             #expect(try await hubs[0].migrate().isEmpty)
+        }
+    }
+
+    /// Rests recorded before compaction's verdicts were kept apart: every `UNKNOWN`
+    /// moves to `supersession` (the two cannot be told apart), the rest stays, and a
+    /// rest `jsonb` cannot read is left as it is.
+    @Test func theSupersessionMigrationMovesEveryUnknownOutOfARest() async throws {
+        try await Self.withDatabase(hubs: 1) { hubs in
+            try await hubs[0].migrate()
+            let filter = SubscriptionFilter([.init(query: "SELECT * FROM cars", argumentsJSON: "")])
+            let covered = Verdict(collection: "boats", coverage: .notCovered(filter))
+            let unknown = Verdict(collection: "cars", coverage: .unknown)
+            let rests = [
+                Verdict.encode([covered, unknown]), Verdict.encode([unknown]), Verdict.encode([covered]), "",
+                Verdict.encode([Verdict(collection: "a\u{0}b", coverage: .unknown)]),
+            ]
+            let statements = try #require(PostgresHubDatabase.migrations.first { $0.name == "v10-supersession" }?.statements)
+            let read = try await hubs[0].withConnection { connection in
+                for (i, rest) in rests.enumerated() {
+                    try await connection.query(
+                        "INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, first_seen) VALUES (7, \(i), 1, 1, '', 1, \(rest), 0)",
+                        logger: Logger(label: "shoal.test"))
+                }
+                try await connection.query(PostgresQuery(unsafeSQL: statements[1]), logger: Logger(label: "shoal.test"))
+                return try await connection.query("SELECT rest, supersession FROM txn WHERE origin = 7 ORDER BY seq", logger: Logger(label: "shoal.test"))
+                    .decode((String, String).self).map { [Verdict.decode($0.0), Verdict.decode($0.1)] }
+            }
+            #expect(read.count == 5)
+            #expect(read.first == [[covered], [unknown]])
+            #expect(read.dropFirst().first == [[], [unknown]])
+            #expect(read.dropFirst(2).first == [[covered], []])
+            #expect(read.dropFirst(3).first == [[], []])
+            #expect(read.last == [[Verdict(collection: "a\u{0}b", coverage: .unknown)], []], "a rest jsonb cannot read stays")
         }
     }
 

@@ -127,6 +127,40 @@ import Testing
         #expect(try await store.lastSequence() == 6, "no sequence is handed out twice")
     }
 
+    /// Rests recorded before compaction's verdicts were kept apart (`v19-supersession`):
+    /// every `UNKNOWN` moves to `supersession`, since the two cannot be told apart, and
+    /// the store reads both back as what it says of the transaction.
+    @Test func anOlderRestGivesItsUnknownsToSupersession() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let queue = try DatabaseQueue(path: dir.path + "/shoal.sqlite")
+        try DocumentStore.migrator.migrate(queue, upTo: "v18-peer-refusals")
+        let filter = SubscriptionFilter([.init(query: "SELECT * FROM cars", argumentsJSON: "")])
+        let covered = Verdict(collection: "boats", coverage: .notCovered(filter))
+        let unknown = Verdict(collection: "cars", coverage: .unknown)
+        let rests = [Verdict.encode([covered, unknown]), Verdict.encode([unknown]), Verdict.encode([covered]), "", "[not json"]
+        try await queue.write { db in
+            for (i, rest) in rests.enumerated() {
+                try db.execute(
+                    sql: "INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest) VALUES (7, ?, 1, 1, '', 1, ?)",
+                    arguments: [i, rest])
+            }
+        }
+        try queue.close()
+        let store = try DocumentStore(directory: dir.path)
+        store.close()
+        let migrated = try DatabaseQueue(path: dir.path + "/shoal.sqlite")
+        defer { try? migrated.close() }
+        let read = try await migrated.read { db in
+            try Row.fetchAll(db, sql: "SELECT rest, supersession FROM txn WHERE origin = 7 ORDER BY seq").map {
+                [Verdict.decode($0["rest"]), Verdict.decode($0["supersession"])]
+            }
+        }
+        #expect(read == [[[covered], [unknown]], [[], [unknown]], [[covered], []], [[], []], [[], []]])
+        let raw = try await migrated.read { db in try String.fetchOne(db, sql: "SELECT rest FROM txn WHERE origin = 7 AND seq = 4") }
+        #expect(raw == "[not json", "a rest that cannot be read stays as it is")
+    }
+
     /// Each row of the log: its sequence, transaction, and each entry's key and count.
     static func rows(_ store: DocumentStore) async throws -> [String] {
         try await store.read { db in

@@ -491,6 +491,38 @@ import Testing
         }
     }
 
+    /// What compaction records of a transaction it takes out of the log is kept apart
+    /// from what its apply left out: read with it where the transaction is relayed or
+    /// answered for, never as what the apply left out (an `UNKNOWN` there counts as
+    /// leaving documents out, PROTOCOL.md 8.11), and kept when that is recorded again.
+    @Test(arguments: Engine.allCases)
+    func whatCompactionRecordsIsKeptApartFromWhatTheApplyLeftOut(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let first = Received(1, [("cars", "a", "color", "\"red\"")], at: 1_000)
+            let second = Received(2, [("cars", "a", "color", "\"blue\"")], at: 2_000)
+            try await Self.apply([first, second], to: store)
+            let left = [Verdict(collection: "boats", coverage: .unknown)]
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.recordRest(first.id, rest: left)
+            }
+            let report = try await store.compactChangeLog(after: 0, through: try await store.lastSequence(), progress: { _, _ in })
+            #expect(report.transactionsRemoved == 1)
+            let superseded = Verdict(collection: "cars", coverage: .superseded([second.id]))
+            #expect(try await store.storedTransactions([first.id])[first.id]?.rest == left + [superseded])
+            func leftOut() async throws -> [TransactionID: [Verdict]] {
+                try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                    try await writer.states(of: [first.id], rests: true)
+                }.0.rests
+            }
+            #expect(try await leftOut() == [first.id: left], "compaction's verdicts are not what the apply left out")
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.recordRest(first.id, rest: [])
+            }
+            #expect(try await leftOut() == [:])
+            #expect(try await store.storedTransactions([first.id])[first.id]?.rest == [superseded], "recording the rest kept compaction's")
+        }
+    }
+
     /// Registers read ahead serve an apply only until the write writes their document:
     /// a second transaction on the same document in the same write merges with what the
     /// first wrote, so the older value loses though it is applied last.

@@ -434,9 +434,17 @@ import Testing
         #expect(!leavesOut(unreadable, wide))
         #expect(leavesOut(unreadable, CoverageAssemblerTests.set("SELECT * FROM vans")))
         #expect(!leavesOut(rest, boats), "a node that still takes boats alone is done with it")
-        // An `unknown` may be compaction's, of a collection held whole; `overLimit` is about limits.
-        let unvouched = [Verdict(collection: "cars", coverage: .unknown), Verdict(collection: "vans", coverage: .overLimit)]
-        #expect(!leavesOut(unvouched, wide))
+        // No peer vouched for cars when it applied: an `unknown` leaves it out, of a
+        // collection taken (compaction's are kept apart). `overLimit` is about limits, and
+        // `superseded` writes come on their own.
+        let unvouched = [Verdict(collection: "cars", coverage: .unknown)]
+        #expect(leavesOut(unvouched, wide))
+        #expect(!leavesOut(unvouched, boats))
+        let unmendable = [
+            Verdict(collection: "vans", coverage: .overLimit),
+            Verdict(collection: "cars", coverage: .superseded([TransactionID(origin: SiteID(0x78), sequence: 1)])),
+        ]
+        #expect(!leavesOut(unmendable, wide))
         // accounts whole in the log; cars vouched for by the piece; vans not taken.
         let vouched = [Verdict(collection: "cars", coverage: .notCovered(wide.filter))]
         func settle(_ logged: [DocumentRef: Set<UInt32>], _ verdicts: [Verdict], applied: Set<TransactionID> = []) -> [Verdict] {
@@ -455,6 +463,14 @@ import Testing
         let superseded = [Verdict(collection: "cars", coverage: .superseded([later]))]
         #expect(settle([a1: [0, 1], a2: [2]], superseded) == [rest[1], rest[2]])
         #expect(settle([a1: [0, 1], a2: [2]], superseded, applied: [later]) == superseded + [rest[2]])
+        // An `unknown` the apply recorded settles as a `notCovered` does: the piece vouches, or it stays.
+        func settleUnknown(_ verdicts: [Verdict]) -> [Verdict] {
+            InboundCommitPlan.settled(
+                unvouched, subscriptions: wide, manifest: manifest, logged: [:], verdicts: verdicts, filters: &filters,
+                isApplied: { _ in false })
+        }
+        #expect(settleUnknown(vouched) == vouched)
+        #expect(settleUnknown([Verdict(collection: "cars", coverage: .unknown)]) == unvouched)
     }
 
     /// A lane that stopped recording cursors applies, and records none.
