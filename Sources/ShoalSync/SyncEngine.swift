@@ -37,6 +37,8 @@ public final class SyncEngine: Sendable {
     /// The compaction horizon (ms) of the last `forgetInterest`: a statement older than
     /// it, of an origin not heard from since, is not taken again from a neighbour.
     private let interestHorizon = Locked<UInt64?>(nil)
+    /// `carriedSubscriptions` as last built, with the sets it was built from.
+    private let carried = Locked<CarriedSubscriptions?>(nil)
     /// Which peer delivered each remote transaction, so none is echoed back to its only source.
     let deliveries = Locked(DeliveryLedger())
 
@@ -398,14 +400,29 @@ public final class SyncEngine: Sendable {
     /// Everything this node carries, for itself and for the nodes it relays for (none
     /// with relaying off): what an applied transaction may leave out and what the rest
     /// it records is chosen for (PROTOCOL.md §8.8, "Rest"; §8.11, "Offers").
+    ///
+    /// Built again only when what it is built from changed (`carried`): adding a
+    /// neighbour's queries parses them, and commits ask for it while sets seldom change.
     package var carriedSubscriptions: SubscriptionSet {
-        var set = subscriptions
-        guard configuration.relayForNeighbours else { return set }
-        for theirs in interest.withLock({ $0.carried }) {
-            for entry in theirs.entries { _ = try? set.add(query: entry.query, arguments: entry.arguments) }
+        let own = subscriptions
+        guard configuration.relayForNeighbours else { return own }
+        let theirs = interest.withLock { $0.carried }
+        if let built = carried.withLock({ $0 }), built.own == own, built.theirs == theirs { return built.set }
+        var set = own
+        for neighbours in theirs {
+            for entry in neighbours.entries { _ = try? set.add(query: entry.query, arguments: entry.arguments) }
         }
+        carried.withLock { $0 = CarriedSubscriptions(own: own, theirs: theirs, set: set) }
         return set
     }
+
+    /// What `carriedSubscriptions` was last built from, and what it built.
+    private struct CarriedSubscriptions {
+        var own: SubscriptionSet
+        var theirs: [SubscriptionSet]
+        var set: SubscriptionSet
+    }
+
 
     /// Records which peer delivered the deltas of these pieces.
     func noteDelivered(_ pieces: [TransactionPiece], by site: SiteID) {

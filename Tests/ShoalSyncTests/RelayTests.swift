@@ -303,6 +303,25 @@ import Testing
         }
     }
 
+    /// What a relay carries follows its own subscriptions and its neighbours' as each
+    /// changes, though it is built again only then (`SyncEngine.carriedSubscriptions`).
+    @Test func whatARelayCarriesFollowsEveryChangeOfItsSets() async throws {
+        let b = try TestNode(name: "b", subscriptions: [Self.boats])
+        let c = try TestNode(name: "c", subscriptions: [Self.cars])
+        defer { b.remove(); c.remove() }
+        @Sendable func carried() -> Set<String> { Set(b.sync.carriedSubscriptions.entries.map(\.query)) }
+        #expect(carried() == [Self.boats])
+        #expect(carried() == [Self.boats], "read again, unchanged")
+        let vans = "SELECT * FROM vans", bikes = "SELECT * FROM bikes"
+        try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
+            #expect(try await InProcessMesh.eventually { carried() == [Self.boats, Self.cars] }, "\(carried())")
+            try c.sync.subscribe(vans)
+            #expect(try await InProcessMesh.eventually { carried() == [Self.boats, Self.cars, vans] }, "\(carried())")
+            try b.sync.subscribe(bikes)
+            #expect(carried() == [Self.boats, Self.cars, vans, bikes])
+        }
+    }
+
     /// A's writes reach B through C first; then B and A meet for the first time
     /// (cursor 0). B's ledger says they came from C, yet B must not stream them back
     /// to A, their origin. A node that evicted, though, gets its own writes back.
