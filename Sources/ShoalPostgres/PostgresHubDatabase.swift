@@ -197,8 +197,8 @@ public final class PostgresHubDatabase: Sendable {
         (
             // What compaction records of a transaction it takes out of the log, apart from
             // what an apply left out (`LogCompaction.recorded(_:adding:)`), as on SQLite
-            // (its migration v19): every `UNKNOWN` recorded before moves, since the two
-            // cannot be told apart. A rest `jsonb` cannot read (a name with the escape
+            // (its migration v19): every `UNKNOWN` an applied transaction recorded before
+            // moves, since the two cannot be told apart. A rest `jsonb` cannot read (a name with the escape
             // \u0000) stays as it is.
             "v10-supersession",
             [
@@ -207,7 +207,7 @@ public final class PostgresHubDatabase: Sendable {
                 UPDATE txn SET
                     supersession = COALESCE((SELECT jsonb_agg(v)::text FROM jsonb_array_elements(rest::jsonb) v WHERE v ? 'u'), ''),
                     rest = COALESCE((SELECT jsonb_agg(v)::text FROM jsonb_array_elements(rest::jsonb) v WHERE NOT v ? 'u'), '')
-                WHERE rest LIKE '%"u":%' AND strpos(rest, '\\u0000') = 0
+                WHERE state = 1 AND rest LIKE '%"u":%' AND strpos(rest, '\\u0000') = 0
                 """,
             ]
         ),

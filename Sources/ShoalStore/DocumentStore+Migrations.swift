@@ -344,7 +344,8 @@ extension DocumentStore {
             // what an apply left out (`LogCompaction.recorded(_:adding:)`): an `UNKNOWN`
             // in `rest` now counts as leaving documents out (PROTOCOL.md 8.11), and one
             // compaction wrote must not. Those recorded before cannot be told apart: every
-            // `UNKNOWN` moves, so that they count as little as they did.
+            // `UNKNOWN` of an applied transaction moves, so that they count as little as
+            // they did. A partial one's rest is recorded again when it completes.
             try db.execute(
                 sql: """
                     ALTER TABLE txn ADD COLUMN supersession TEXT NOT NULL DEFAULT '';
@@ -355,7 +356,7 @@ extension DocumentStore {
                         rest = (
                             SELECT CASE WHEN count(*) = 0 THEN '' ELSE json_group_array(json(value)) END FROM json_each(txn.rest)
                             WHERE json_extract(value, '$.u') IS NULL)
-                    WHERE rest LIKE '%"u":%' AND json_valid(rest);
+                    WHERE state = 1 AND rest LIKE '%"u":%' AND json_valid(rest);
                     """)
         }
         return migrator

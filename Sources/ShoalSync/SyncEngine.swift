@@ -423,7 +423,6 @@ public final class SyncEngine: Sendable {
         var set: SubscriptionSet
     }
 
-
     /// Records which peer delivered the deltas of these pieces.
     func noteDelivered(_ pieces: [TransactionPiece], by site: SiteID) {
         deliveries.withLock { ledger in

@@ -141,9 +141,10 @@ struct PostgresHubDatabaseTests {
         }
     }
 
-    /// Rests recorded before compaction's verdicts were kept apart: every `UNKNOWN`
-    /// moves to `supersession` (the two cannot be told apart), the rest stays, and a
-    /// rest `jsonb` cannot read is left as it is.
+    /// Rests recorded before compaction's verdicts were kept apart: every `UNKNOWN` of
+    /// an applied transaction moves to `supersession` (the two cannot be told apart),
+    /// the rest stays, and a partial one's rest and one `jsonb` cannot read are left as
+    /// they are.
     @Test func theSupersessionMigrationMovesEveryUnknownOutOfARest() async throws {
         try await Self.withDatabase(hubs: 1) { hubs in
             try await hubs[0].migrate()
@@ -161,6 +162,10 @@ struct PostgresHubDatabaseTests {
                         "INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, first_seen) VALUES (7, \(i), 1, 1, '', 1, \(rest), 0)",
                         logger: Logger(label: "shoal.test"))
                 }
+                let partialRest = Verdict.encode([unknown])
+                try await connection.query(
+                    "INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest, first_seen) VALUES (8, 1, 1, 1, '', 2, \(partialRest), 0)",
+                    logger: Logger(label: "shoal.test"))
                 try await connection.query(PostgresQuery(unsafeSQL: statements[1]), logger: Logger(label: "shoal.test"))
                 return try await connection.query("SELECT rest, supersession FROM txn WHERE origin = 7 ORDER BY seq", logger: Logger(label: "shoal.test"))
                     .decode((String, String).self).map { [Verdict.decode($0.0), Verdict.decode($0.1)] }
@@ -171,6 +176,10 @@ struct PostgresHubDatabaseTests {
             #expect(read.dropFirst(2).first == [[covered], []])
             #expect(read.dropFirst(3).first == [[], []])
             #expect(read.last == [[Verdict(collection: "a\u{0}b", coverage: .unknown)], []], "a rest jsonb cannot read stays")
+            let partial = try await hubs[0].withConnection { connection in
+                try await connection.query("SELECT rest FROM txn WHERE origin = 8", logger: Logger(label: "shoal.test")).decode(String.self)
+            }
+            #expect(partial.map(Verdict.decode) == [[unknown]], "a partial transaction's rest stays: it is recorded again when it completes")
         }
     }
 

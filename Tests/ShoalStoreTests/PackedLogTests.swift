@@ -128,8 +128,8 @@ import Testing
     }
 
     /// Rests recorded before compaction's verdicts were kept apart (`v19-supersession`):
-    /// every `UNKNOWN` moves to `supersession`, since the two cannot be told apart, and
-    /// the store reads both back as what it says of the transaction.
+    /// every `UNKNOWN` of an applied transaction moves to `supersession`, since the two
+    /// cannot be told apart; a partial one's stays, recorded again when it completes.
     @Test func anOlderRestGivesItsUnknownsToSupersession() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
@@ -138,13 +138,17 @@ import Testing
         let filter = SubscriptionFilter([.init(query: "SELECT * FROM cars", argumentsJSON: "")])
         let covered = Verdict(collection: "boats", coverage: .notCovered(filter))
         let unknown = Verdict(collection: "cars", coverage: .unknown)
-        let rests = [Verdict.encode([covered, unknown]), Verdict.encode([unknown]), Verdict.encode([covered]), "", "[not json"]
+        let rests = [Verdict.encode([covered, unknown]), Verdict.encode([unknown]), Verdict.encode([covered]), "", #"[{"c":"x","u":true}"#]
         try await queue.write { db in
             for (i, rest) in rests.enumerated() {
                 try db.execute(
                     sql: "INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest) VALUES (7, ?, 1, 1, '', 1, ?)",
                     arguments: [i, rest])
             }
+            // A partial transaction's rest is recorded again when it completes: it stays.
+            try db.execute(
+                sql: "INSERT INTO txn (origin, seq, delta_count, document_count, collections, state, rest) VALUES (8, 1, 1, 1, '', 2, ?)",
+                arguments: [Verdict.encode([unknown])])
         }
         try queue.close()
         let store = try DocumentStore(directory: dir.path)
@@ -157,8 +161,10 @@ import Testing
             }
         }
         #expect(read == [[[covered], [unknown]], [[], [unknown]], [[covered], []], [[], []], [[], []]])
+        let partial = try await migrated.read { db in try String.fetchOne(db, sql: "SELECT rest FROM txn WHERE origin = 8") }
+        #expect(partial.map(Verdict.decode) == [unknown], "a partial transaction's rest stays")
         let raw = try await migrated.read { db in try String.fetchOne(db, sql: "SELECT rest FROM txn WHERE origin = 7 AND seq = 4") }
-        #expect(raw == "[not json", "a rest that cannot be read stays as it is")
+        #expect(raw == #"[{"c":"x","u":true}"#, "a rest that cannot be read stays as it is, and the store opens")
     }
 
     /// Each row of the log: its sequence, transaction, and each entry's key and count.

@@ -494,19 +494,34 @@ import Testing
     /// What compaction records of a transaction it takes out of the log is kept apart
     /// from what its apply left out: read with it where the transaction is relayed or
     /// answered for, never as what the apply left out (an `UNKNOWN` there counts as
-    /// leaving documents out, PROTOCOL.md 8.11), and kept when that is recorded again.
+    /// leaving documents out, PROTOCOL.md 8.11), and kept when that is recorded again:
+    /// by a settle, or by the apply that completes a partial transaction.
     @Test(arguments: Engine.allCases)
     func whatCompactionRecordsIsKeptApartFromWhatTheApplyLeftOut(engine: Engine) async throws {
         try await engine.withStore { store in
             let first = Received(1, [("cars", "a", "color", "\"red\"")], at: 1_000)
             let second = Received(2, [("cars", "a", "color", "\"blue\"")], at: 2_000)
+            let partial = Received(3, [("cars", "b", "color", "\"red\"")], at: 1_000, state: .partial)
+            let later = Received(4, [("cars", "b", "color", "\"blue\"")], at: 2_000)
             try await Self.apply([first, second], to: store)
             let left = [Verdict(collection: "boats", coverage: .unknown)]
             _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
                 try await writer.recordRest(first.id, rest: left)
+                let refusal = try await writer.apply(
+                    partial.record, deltas: partial.deltas, documentDeltaCounts: partial.counts, context: [], buffered: false,
+                    state: .partial, rest: left, limits: store.systemParameters.documentLimits, logger: Logger(label: "shoal.test"))
+                #expect(refusal == nil)
             }
+            try await Self.apply([later], to: store)
             let report = try await store.compactChangeLog(after: 0, through: try await store.lastSequence(), progress: { _, _ in })
-            #expect(report.transactionsRemoved == 1)
+            #expect(report.transactionsRemoved == 2)
+            _ = try await store.writeInbound(short: false) { writer async throws(ShoalError) in
+                try await writer.markApplied(partial.id, rest: [])
+            }
+            #expect(
+                try await store.storedTransactions([partial.id])[partial.id]?.rest
+                    == [Verdict(collection: "cars", coverage: .superseded([later.id]))],
+                "completing a partial transaction kept what compaction recorded")
             let superseded = Verdict(collection: "cars", coverage: .superseded([second.id]))
             #expect(try await store.storedTransactions([first.id])[first.id]?.rest == left + [superseded])
             func leftOut() async throws -> [TransactionID: [Verdict]] {

@@ -333,7 +333,8 @@ import Testing
 
     /// An applied transaction that left out a collection this node takes now (it took
     /// it up since) is not done with as far as offers go: its offer is noted and holds
-    /// the cursor back. One that left out only what the node still does not take is.
+    /// the cursor back, whether a peer said it was not covered or none vouched for it.
+    /// One that left out only what the node still does not take is done with.
     @Test func anOfferOfATransactionAppliedWithoutACollectionTakenUpSinceIsNoted() {
         let short = Txn(1, ["x"]), whole = Txn(2, ["y"])
         let boats = CoverageAssemblerTests.set("SELECT * FROM boats")
@@ -367,6 +368,13 @@ import Testing
             carried: { CoverageAssemblerTests.set("SELECT * FROM accounts", "SELECT * FROM boats") })
         _ = Self.run(&relay, items, routes: .init(noted: []))
         #expect(relay.result.routes.offers[Self.relay] == [RouteTable.Offer(short.id, at: 40)])
+        // Applied while no peer vouched for accounts: its `unknown` leaves accounts out as well.
+        let unvouched = [short.id: [Verdict(collection: "accounts", coverage: .unknown)]]
+        var unknown = InboundCommitPlan(
+            assembler: CoverageAssembler(), subscriptions: Self.all, now: 1_000, states: states, records: [:], rests: unvouched)
+        _ = Self.run(&unknown, items, routes: .init(noted: []))
+        #expect(unknown.result.routes.offers[Self.relay] == [RouteTable.Offer(short.id, at: 40)])
+        #expect(unknown.result.routes.leftOut == [short.id])
     }
 
     /// A relay records, of a collection it carries for a neighbour but does not take,
