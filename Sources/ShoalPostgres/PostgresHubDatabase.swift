@@ -198,8 +198,8 @@ public final class PostgresHubDatabase: Sendable {
             // What compaction records of a transaction it takes out of the log, apart from
             // what an apply left out (`LogCompaction.recorded(_:adding:)`), as on SQLite
             // (its migration v19): every `UNKNOWN` an applied transaction recorded before
-            // moves, since the two cannot be told apart. A rest `jsonb` cannot read (a name with the escape
-            // \u0000) stays as it is.
+            // moves, since the two cannot be told apart. A rest `jsonb` cannot read (a
+            // name with the escape \u0000) stays as it is.
             "v10-supersession",
             [
                 "ALTER TABLE txn ADD COLUMN supersession TEXT NOT NULL DEFAULT ''",

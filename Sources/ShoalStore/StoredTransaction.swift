@@ -34,7 +34,8 @@ extension StoredTransaction {
             id: id, deltaCount: try row.unsigned(Column.deltaCount, of: Self.table),
             documentCount: try row.unsigned(Column.documentCount, of: Self.table),
             collections: CollectionCount.decode(row.text(Column.collections)) ?? [],
-            state: try Self.state(row.int64(Column.state), of: id), rest: Verdict.decode(row.text(Column.rest)) + Verdict.decode(row.text(Column.supersession)),
+            state: try Self.state(row.int64(Column.state), of: id),
+            rest: Verdict.decode(row.text(Column.rest)) + Verdict.decode(row.text(Column.supersession)),
             reports: TransactionRecord.Report.decode(row.text(Column.reports)),
             firstSeen: try row.unsigned(Column.firstSeen, of: Self.table))
     }
