@@ -58,7 +58,7 @@ struct VerdictFilters: Sendable {
     /// What compaction recorded is kept apart (`LogCompaction.recorded(_:adding:)`):
     /// its `UNKNOWN` is of a collection this node held whole.
     mutating func leavesOut(_ verdict: Verdict, for subscriptions: SubscriptionSet) -> Bool {
-        guard subscriptions.collections.contains(verdict.collection) else { return false }
+        guard subscriptions.names(collection: verdict.collection) else { return false }
         switch verdict.coverage {
         case .unknown: return true
         case .notCovered(let filter): return !isNarrower(subscriptions, than: filter, on: verdict.collection)
