@@ -35,7 +35,7 @@ public final class PostgresHubDatabase: Sendable {
             "v1-identity",
             [
                 "CREATE TABLE shoal_meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL)",
-                // The highest change-log sequence given out to any hub (`allocateSequences`).
+                // The highest change-log sequence given out to any hub (its writers, `withWriter`).
                 "INSERT INTO shoal_meta (key, value) VALUES ('log_end', 0)",
             ]
         ),
@@ -311,8 +311,11 @@ public final class PostgresHubDatabase: Sendable {
 
     /// Gives out `count` consecutive change-log sequence numbers and returns the first.
     /// The row lock on `log_end` serializes hubs: no number is given out twice, and a
-    /// block is never interleaved with another hub's.
-    public func allocateSequences(_ count: Int) async throws(PostgresStoreError) -> UInt64 {
+    /// block is never interleaved with another hub's. Not for log rows: it commits at
+    /// once, and rows inserted under these numbers in a later transaction could commit
+    /// after rows numbered above them, which a stream reading past them never goes back
+    /// for. The hubs' writers number their rows under the lock, through their commit.
+    package func allocateSequences(_ count: Int) async throws(PostgresStoreError) -> UInt64 {
         guard count > 0 else { throw PostgresStoreError("allocating \(count) sequence numbers: at least one") }
         return try await failing("allocating change-log sequence numbers") {
             let rows = try await query(

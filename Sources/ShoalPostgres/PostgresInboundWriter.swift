@@ -113,6 +113,7 @@ extension PostgresStore {
                         } else {
                             try await connection.query("SELECT pg_advisory_xact_lock(\(Self.writersLock))", logger: logger)
                             writer.logEnd = try await writer.lockLogEnd()
+                            try await writer.repairIfWentBack(known: known.withLock { $0 })
                         }
                     } catch let error as PSQLError where deadline != nil && error.serverInfo?[.sqlState] == "55P03" {
                         // lock_not_available: another hub's writer held the lock past the deadline.
@@ -141,6 +142,7 @@ extension PostgresStore {
                     }
                     try await connection.query("COMMIT", logger: logger)
                     writer.keepMarks()
+                    if let wentBack = writer.wentBack { repaired(wentBack, by: writer) }
                     return (result, writer)
                 } catch {
                     // out_of_shared_memory: the server's lock table is full (many hubs'
@@ -184,6 +186,10 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     var lastSequence: UInt64?
     /// The cursor epoch this write moved to (`forgetPeerCursors`); 0 when it forgot none.
     var cursorEpoch: UInt64 = 0
+    /// Set when this write found the database went back under the running hub and
+    /// repaired it first (`repairIfWentBack`): where the log ended, what the hub knew,
+    /// and what was committed again.
+    var wentBack: (end: UInt64, known: UInt64, verdict: HistoryVerdict)?
     /// What this write appended to the change log.
     var appended = LogEnd.Appended(after: 0, collections: [], transactions: [])
     private(set) var outcome = ApplyOutcome()
@@ -237,7 +243,15 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     /// one statement; a write beside others takes `log_end`'s lock for it now.
     func insertLog() async throws {
         guard !pendingLog.isEmpty else { return }
-        if claim != nil { logEnd = try await lockLogEnd() }
+        if claim != nil {
+            logEnd = try await lockLogEnd()
+            if logEnd < store.known.withLock({ $0 }) {
+                // Numbered from here, its rows would take sequences devices' cursors passed.
+                needsOneWriter.withLock { $0 = true }
+                throw ShoalError(
+                    .database, "the change log ends below what this hub knew committed: it is committed again as the one writer, which repairs the database first")
+            }
+        }
         let first = (lastSequence ?? logEnd) + 1
         let sequences = pendingLog.indices.map { Int64(first) + Int64($0) }
         try await query(

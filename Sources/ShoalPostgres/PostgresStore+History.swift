@@ -19,10 +19,60 @@ import PostgresNIO
 ///   (`cursors <epoch>`) and restart their streams too.
 /// - A device resuming after the log's end moves every row of the log above its
 ///   cursor first (`raiseLog`), so nothing the hubs log next is passed over.
+/// - A hub that runs while its database goes back (a failover that lost commits, a
+///   backup restored in place) finds it itself: the log ends below what the hub knew
+///   committed (`known`). Its sessions and devices hold positions past that end, and
+///   stay connected through it, so no Subscribe would tell. Before it writes, and when
+///   it starts listening and at each slow tick of `followOtherHubs`, the hub moves
+///   every row of the log far above what it knew (`OriginHistory.reissueGap` above, as
+///   another hub may have known more), commits the hubs' transactions since the last
+///   confirmed point again, and forgets every cursor, as above (`repairIfWentBack`).
 ///
-/// Both run as the hubs' one writer (`log_end`'s lock), which checks again inside that
+/// Each runs as the hubs' one writer (`log_end`'s lock), which checks again inside that
 /// the database still went back: two hubs told at once repair it once.
 extension PostgresStore {
+    /// Repairs the database if its log ends below what this hub knew committed: it went
+    /// back under the running hub. A write finds it as it begins (`withWriter`); this
+    /// finds it when nothing is written. A failure is logged and left to the next call.
+    func repairIfWentBack() async {
+        do {
+            var end: Int64?
+            for value in try await database.query("SELECT value FROM shoal_meta WHERE key = 'log_end'", logger: logger).decode(Int64.self) {
+                end = value
+            }
+            guard let end, UInt64(bitPattern: end) < known.withLock({ $0 }), !gate.isClosed else { return }
+            try await acquireGate()
+            defer { gate.release() }
+            // The one writer checks again under the lock, and repairs.
+            _ = try await withWriter("repairing a database that went back") { _ in }
+        } catch {
+            guard !Task.isCancelled else { return }
+            logger.warning("checking whether this hub's database went back failed; checked again at the next tick: \(error)")
+        }
+    }
+
+    /// Tells what a write's repair did (`PostgresInboundWriter.repairIfWentBack`), once it committed.
+    func repaired(_ wentBack: (end: UInt64, known: UInt64, verdict: HistoryVerdict), by writer: PostgresInboundWriter) {
+        logger.error(
+            "this hub's change log ends at \(wentBack.end), below sequence \(wentBack.known), which this hub knew committed: the database went back under it (a failover that lost commits, or a backup restored in place). Every row moved above \(wentBack.known + OriginHistory.reissueGap), so that no device passes over what the hubs log next. \(renumbered(wentBack.verdict) ?? ""), and every peer cursor is forgotten: peers are sent the log again and asked for what they sent",
+            metadata: ["shoal.log.end": "\(wentBack.end)", "shoal.log.known": "\(wentBack.known)"])
+        repairCommitted(by: writer)
+    }
+
+    /// What a repair committed again, for its log line; nil when it committed nothing again.
+    func renumbered(_ verdict: HistoryVerdict) -> String? {
+        guard case .reissued(let count, let from, let to) = verdict else { return nil }
+        return count == 0
+            ? "It holds none of its transactions since the last point a peer confirmed; its next are numbered from \(siteID):\(from)"
+            : "Its \(count) transaction(s) since the last point a peer confirmed are committed again as \(siteID):\(from) to \(siteID):\(to)"
+    }
+
+    /// Once a repair committed: the sessions told where the log ends, and that every cursor was forgotten.
+    func repairCommitted(by writer: PostgresInboundWriter) {
+        if let last = writer.lastSequence { publish(LogEnd(sequence: last, appended: nil)) }
+        forgotCursors(epoch: writer.cursorEpoch)
+    }
+
     package func reconcileOwnHistory(with held: OriginHistory, peer: SiteID) async throws(ShoalError) -> HistoryVerdict {
         guard held.through > 0 else { return .unknown }
         let site = siteID
@@ -52,16 +102,11 @@ extension PostgresStore {
                 site: site,
                 above: OriginHistory.reissueBase(peerThrough: held.through, counter: counter, nowMillis: HybridLogicalClock.systemMilliseconds()))
         }
-        if case .reissued(let count, let from, let to) = verdict {
-            let renumbered =
-                count == 0
-                ? "It holds none of its transactions since the last point a peer confirmed; its next are numbered from \(site):\(from)"
-                : "Its \(count) transaction(s) since the last point a peer confirmed are committed again as \(site):\(from) to \(site):\(to)"
+        if let renumbered = renumbered(verdict) {
             logger.error(
                 "this hub's database is older than what peer \(peer) holds of its own writes (a restored backup, or commits a failover lost): the peer holds its transactions through \(held.through). \(renumbered), and every peer is asked for this node's own transactions again",
                 metadata: ["shoal.peer.site": "\(peer)", "shoal.history.peer_through": "\(held.through)"])
-            if let last = writer.lastSequence { publish(LogEnd(sequence: last, appended: nil)) }
-            forgotCursors(epoch: writer.cursorEpoch)
+            repairCommitted(by: writer)
         }
         return verdict
     }
@@ -131,6 +176,26 @@ extension PostgresStore {
 }
 
 extension PostgresInboundWriter {
+    /// Repairs the database, as the one writer beginning, when its log ends below
+    /// `known`, the highest sequence this hub knew committed: it went back under the
+    /// running hub. Every row moves above `known` and a margin (another hub may have
+    /// known more: rows a lagging hub logged since are moved too), the hubs' transactions
+    /// since the last confirmed point are committed again under new numbers, and every
+    /// peer cursor is forgotten (`reissue`): peers are sent the log again, send back what
+    /// the database lost, and nothing the hubs log next takes a sequence a device passed.
+    func repairIfWentBack(known: UInt64) async throws {
+        guard logEnd < known else { return }
+        let end = logEnd
+        _ = try await raiseLog(above: known + OriginHistory.reissueGap)
+        let counter = try await PostgresStore.meta(connection, "transaction_counter", logger: logger)
+        let verdict = try await reissue(
+            site: store.siteID,
+            above: OriginHistory.reissueBase(peerThrough: 0, counter: counter, nowMillis: HybridLogicalClock.systemMilliseconds()))
+        // What this write appends next follows the moved rows.
+        if let last = lastSequence { appended.after = last }
+        wentBack = (end, known, verdict)
+    }
+
     /// Moves the hubs' transactions after the last confirmed point to numbers above
     /// `base`, each to the end of the log (so every peer is sent them again), keeping
     /// their deltas and timestamps; forgets every peer cursor, so that peers send the

@@ -81,6 +81,11 @@ package final class PostgresStore: SyncStore, Sendable {
     let holdings = Locked<[SiteID: UInt64]>([:])
     /// The highest end of the log told to the feed (`publish`).
     let told = Locked<UInt64>(0)
+    /// The highest sequence of the log this hub has known committed: every end told, and
+    /// every row its sessions read. A log that ends below it went back under the running
+    /// hub (a failover that lost commits, a backup restored in place), and the hubs' one
+    /// writer repairs it before it writes (`PostgresInboundWriter.repairIfWentBack`).
+    let known = Locked<UInt64>(0)
     /// Commits that changed documents, this hub's own and the others': what observers
     /// wake up for, told by `announcer`.
     let commits = ChangeFeed<Commit>(bufferingPolicy: .unbounded, replayLatest: false)
@@ -160,6 +165,7 @@ package final class PostgresStore: SyncStore, Sendable {
             lockTable: try await Self.readLockTable(database, logger: logger), logger: logger)
         store.feed.publish(LogEnd(sequence: try await store.lastSequence()))
         store.told.withLock { $0 = store.lastCommittedSequence }
+        store.known.withLock { $0 = store.lastCommittedSequence }
         store.announcer.start(at: store.lastCommittedSequence, reading: store)
         return store
     }
@@ -330,7 +336,8 @@ package final class PostgresStore: SyncStore, Sendable {
                 cursor = Int64(last.sequence)
             }
             let (rows, next) = (page.rows, page.next)
-            guard !rows.isEmpty else { return LogPage(rows: [], next: nil) }
+            guard let last = rows.last else { return LogPage(rows: [], next: nil) }
+            known.withLock { $0 = max($0, last.sequence) }
             var ids: [TransactionID] = []
             for row in rows where row.delta.transaction != ids.last { ids.append(row.delta.transaction) }
             let records = try await Self.storedTransactions(connection, Array(Set(ids.filter(wanted))), logger: logger)
@@ -602,7 +609,8 @@ package final class PostgresStore: SyncStore, Sendable {
     /// Hears the other hubs' commits until the task is cancelled: each announced end of
     /// the log above this hub's wakes its sessions (`listenToChangeLog`). It reads the
     /// log's end each time it starts listening, and every `interval` besides, since
-    /// PostgreSQL drops what it announced while this hub was not listening.
+    /// PostgreSQL drops what it announced while this hub was not listening; and each time
+    /// repairs the database if it went back under this hub (`repairIfWentBack`).
     package func followOtherHubs(every interval: Duration = .seconds(5)) async {
         let (started, listening) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         await withTaskGroup(of: Void.self) { group in
@@ -626,6 +634,8 @@ package final class PostgresStore: SyncStore, Sendable {
             }
             group.addTask {
                 for await _ in started {
+                    // The database may have gone back while this hub did not listen (a failover).
+                    await self.repairIfWentBack()
                     if let last = try? await self.lastSequence() { await self.heard(last) }
                     // Cursors another hub forgot while this one was not listening.
                     if let (lacksOwn, epoch) = try? await Self.readHistory(self.database, logger: self.logger),
@@ -638,6 +648,7 @@ package final class PostgresStore: SyncStore, Sendable {
             group.addTask {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: interval)
+                    await self.repairIfWentBack()
                     if let last = try? await self.lastSequence() { await self.heard(last) }
                 }
             }
@@ -657,6 +668,7 @@ package final class PostgresStore: SyncStore, Sendable {
     /// hub's as announced or read. Only an end past the last one told is told, so the
     /// end a session sees never goes back when announcements and commits cross.
     func publish(_ end: LogEnd) {
+        known.withLock { $0 = max($0, end.sequence) }
         told.withLock { told in
             guard end.sequence > told else { return }
             told = end.sequence

@@ -304,6 +304,11 @@ extension SessionStateMachine.Publisher {
         var pageTicket: Int
         /// The ticket of the page being read; nil: none is.
         var pageInFlight: Int?
+        /// The log's end when that page was asked for: every row through it was committed
+        /// before the read began, so a page that finds no row after `sentThrough` says
+        /// the log holds none through there (a log whose end has no row: a hub's log
+        /// moved above what a device may hold while it was empty).
+        var pageInFlightEnd: UInt64 = 0
         var continuing: Set<TransactionID> = []
         /// Lazy transactions offered in this stream whose rows go on.
         var offersOpen: Set<TransactionID> = []
@@ -358,6 +363,7 @@ extension SessionStateMachine.Publisher {
             else { return [] }
             pageTicket += 1
             pageInFlight = pageTicket
+            pageInFlightEnd = logEnd
             return [
                 .readPage(
                     SessionStateMachine.PageRequest(
@@ -375,6 +381,12 @@ extension SessionStateMachine.Publisher {
             guard ticket == pageInFlight else { return readIfPossible() }  // read under an older Subscribe
             pageInFlight = nil
             if progress == .firstPage { progress = .nothingSent }
+            var page = page
+            if page.pieces.isEmpty, page.offered.isEmpty, page.through <= sentThrough, pageInFlightEnd > sentThrough {
+                // No row after the cursor through the end known when the read began: passed
+                // with nothing for the peer, rather than read again for ever.
+                page.through = pageInFlightEnd
+            }
             guard page.through > sentThrough else { return readIfPossible() }
             let before = sentThrough
             sentThrough = page.through

@@ -304,6 +304,7 @@ struct ProcessHubTests {
         var repaired = false
         var device: Set<String> = []
         var hub: Set<String> = []
+        var reconnects = 0
     }
 
     static func restoredBackup(store: String) throws -> RestoredBackup {
@@ -345,6 +346,56 @@ struct ProcessHubTests {
         outcome.repaired = hub.log().contains("are committed again as")
         outcome.device = ids(device)
         outcome.hub = ids(hub)
+        return outcome
+    }
+
+    /// A hub's database restored from a backup (`pg_restore --clean`) while the hub runs
+    /// and its device stays connected, as a failover that lost commits leaves it: no
+    /// Subscribe tells, so the hub finds it itself at its next write. 'two', written
+    /// after the restore, reaches the device on the connection it kept, and what the
+    /// database lost comes back from the device: the hub's 'one' and the device's 'mine'.
+    @Test func aHubDatabaseRestoredUnderTheRunningHubIsRepairedWithoutAReconnect() async throws {
+        let outcome = try await TemporaryPostgresDatabase.withDatabase { databases in
+            let store = databases[0].location.description
+            return try await onOwnThread { try Self.restoredUnderRunningHub(store: store) }
+        }
+        #expect(outcome.backedUp && outcome.restored, "pg_dump and pg_restore ran: \(outcome.tools)")
+        #expect(outcome.repaired, "the hub's log says its database went back under it")
+        #expect(outcome.device == ["one", "mine", "two"], "the device: \(outcome.device)")
+        #expect(outcome.hub == ["one", "mine", "two"], "the hub: \(outcome.hub)")
+        #expect(outcome.reconnects == 0, "the device kept its connection")
+    }
+
+    static func restoredUnderRunningHub(store: String) throws -> RestoredBackup {
+        var outcome = RestoredBackup()
+        let dirs = TemporaryDirectory(prefix: "shoal-hub-restore-running")
+        defer { dirs.remove() }
+        func ids(_ node: NodeProcess) -> Set<String> {
+            Set((try? ProcessMeshTests.documents(node, "SELECT _id FROM t").compactMap { $0["_id"] as? String }) ?? [])
+        }
+        let hub = try Self.hub("hub", dirs, store: store)
+        defer { hub.stop() }
+        let backup = dirs.path + "/backup.dump"
+        let dump = try ChildProcess.run("/usr/bin/pg_dump", ["--format=custom", "--file=" + backup, "--dbname=" + store], timeout: 60)
+        outcome.backedUp = dump.status == 0
+        outcome.tools += String(decoding: dump.stderr, as: UTF8.self)
+        let device = try NodeProcess(
+            name: "device", dataDirectory: dirs.path + "/device", extra: ["--peer", hub.address, "--subscribe", "SELECT * FROM t"])
+        defer { device.stop() }
+        _ = try hub.exec("INSERT INTO t DOCUMENTS ({'_id': 'one'})")
+        _ = try device.exec("INSERT INTO t DOCUMENTS ({'_id': 'mine'})")
+        guard eventually(30, { ids(device) == ["one", "mine"] && ids(hub) == ["one", "mine"] }) else { return outcome }
+        let connected = device.log().components(separatedBy: "peer connected").count
+        let restore = try ChildProcess.run(
+            "/usr/bin/pg_restore", ["--clean", "--if-exists", "--single-transaction", "--dbname=" + store, backup], timeout: 60)
+        outcome.restored = restore.status == 0
+        outcome.tools += String(decoding: restore.stderr, as: UTF8.self)
+        _ = try hub.exec("INSERT INTO t DOCUMENTS ({'_id': 'two'})")
+        _ = eventually(30) { ids(device) == ["one", "mine", "two"] && ids(hub) == ["one", "mine", "two"] }
+        outcome.repaired = hub.log().contains("the database went back under it")
+        outcome.device = ids(device)
+        outcome.hub = ids(hub)
+        outcome.reconnects = device.log().components(separatedBy: "peer connected").count - connected
         return outcome
     }
 

@@ -176,6 +176,29 @@ import Testing
         #expect(p.sendOwedCursorMove().count == 1)
     }
 
+    /// A log whose end has no row after the cursor (a hub's empty log moved above what a
+    /// device may hold, when its database went back): the page finds nothing, and the
+    /// stream passes to the end known when the read began, moving the peer's cursor,
+    /// where it once asked for the same page again for ever.
+    @Test func aLogEndWithNoRowAfterTheCursorIsPassedNotReadForEver() throws {
+        var p = Publisher(configuration: Self.configuration())
+        _ = p.logAdvanced(to: 2)
+        let first = try #require(T.pageRequest(try p.subscribed(SessionMessage.Subscribe(subscriptions: [.init(id: "", query: "SELECT * FROM cars")], generation: 1))))
+        _ = p.pageRead(ChangeLogPage(pieces: [], through: 2), ticket: first.ticket)
+        _ = try p.acknowledged(.batch(through: 2))
+        let empty = try #require(T.pageRequest(p.logAdvanced(to: 4_294_967_298)))
+        // The log moved: nothing after 2, through its end as known when the read began.
+        let passed = p.pageRead(ChangeLogPage(pieces: [], through: 2), ticket: empty.ticket)
+        #expect(T.pageRequest(passed) == nil, "not read again")
+        guard case .streaming(let stream) = p.state else { return }
+        #expect(stream.sentThrough == 4_294_967_298 && stream.cursorMoveOwed)
+        // The peer's cursor moves at the next tick.
+        #expect(p.sendOwedCursorMove().contains { if case .sendBatch(let b) = $0 { b.pieces.isEmpty && b.throughSequence == 4_294_967_298 } else { false } })
+        // A commit after it is read from there.
+        _ = try p.acknowledged(.batch(through: 4_294_967_298))
+        #expect(T.pageRequest(p.logAdvanced(to: 4_294_967_299))?.after == 4_294_967_298)
+    }
+
     /// A newer Subscribe starts a stream of its own, carrying over what outlives one:
     /// the log's end, the page tickets, and the batches still to be acknowledged.
     @Test func aNewerSubscribeStartsAStreamCarryingWhatOutlivesTheOld() throws {
