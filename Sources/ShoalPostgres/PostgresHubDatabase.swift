@@ -331,7 +331,7 @@ public final class PostgresHubDatabase: Sendable {
     /// is not part of the commit: a hub that stops between the two announces nothing
     /// (the followers' slow timer finds it), and announcements of two hubs may arrive
     /// out of order (a follower takes the highest it heard).
-    public func notifyLogEnd(_ sequence: UInt64) async throws(PostgresStoreError) {
+    package func notifyLogEnd(_ sequence: UInt64) async throws(PostgresStoreError) {
         _ = try await failing("announcing the change log's end") {
             try await query("SELECT pg_notify(\(Self.logChannel), \(String(sequence)))", logger: logger)
         }

@@ -34,7 +34,7 @@ extension PostgresStore {
     /// Repairs the database if its log ends below what this hub knew committed: it went
     /// back under the running hub. A write finds it as it begins (`withWriter`); this
     /// finds it when nothing is written. A failure is logged and left to the next call.
-    func repairIfWentBack() async {
+    package func repairIfWentBack() async {
         do {
             var end: Int64?
             for value in try await database.query("SELECT value FROM shoal_meta WHERE key = 'log_end'", logger: logger).decode(Int64.self) {
@@ -252,17 +252,28 @@ extension PostgresInboundWriter {
 
     /// Moves every row of the log above `sequence` when the log ends below it, keeping
     /// their order; returns where it ended and ends now, or nil when it did not end below.
+    /// The rows are numbered on from `sequence`, not shifted by it, so that the log's end
+    /// grows by what it holds, not twice over, each time it moves.
     func raiseLog(above sequence: UInt64) async throws -> (from: UInt64, to: UInt64)? {
-        // Read again under the lock: another hub or session may have moved it meanwhile.
-        guard sequence > logEnd else { return nil }
-        let shift = Int64(sequence)
-        try await query(
+        // Read again under the lock: another hub or session may have moved it meanwhile,
+        // and this write may have already (`repairIfWentBack`).
+        let end = lastSequence ?? logEnd
+        guard sequence > end else { return nil }
+        var moved: UInt64 = 0
+        for value in try await query(
             """
-            INSERT INTO change_log (seq, txn_site, txn_seq, txn_count, documents, entries)
-            SELECT seq + \(shift), txn_site, txn_seq, txn_count, documents, entries FROM change_log WHERE seq <= \(Int64(logEnd))
-            """)
-        try await query("DELETE FROM change_log WHERE seq <= \(Int64(logEnd))")
-        lastSequence = logEnd + sequence
-        return (logEnd, logEnd + sequence)
+            WITH copies AS (
+                INSERT INTO change_log (seq, txn_site, txn_seq, txn_count, documents, entries)
+                SELECT \(Int64(sequence)) + row_number() OVER (ORDER BY seq), txn_site, txn_seq, txn_count, documents, entries
+                FROM change_log WHERE seq <= \(Int64(end))
+                RETURNING 1)
+            SELECT count(*) FROM copies
+            """
+        ).decode(Int64.self) {
+            moved = try Stored.unsigned(value, "change_log", "count")
+        }
+        try await query("DELETE FROM change_log WHERE seq <= \(Int64(end))")
+        lastSequence = sequence + moved
+        return (end, sequence + moved)
     }
 }

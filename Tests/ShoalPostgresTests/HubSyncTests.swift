@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOCore
+import PostgresNIO
 import ShoalCRDT
 import ShoalPostgres
 import ShoalStorage
@@ -917,6 +918,53 @@ struct HubSyncTests {
                 #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
                     try await Self.ids(stores[1].execute("SELECT _id FROM notes")) == ["one", "mine", "two"]
                 }, "what the database lost comes back from a")
+            }
+        }
+    }
+
+    /// A database that lost the tail of its log under running hubs, found by a device
+    /// resuming past the log's end: the repair and the move above the device's cursor
+    /// run in one write, and the move must follow the repair. It once read where the log
+    /// ended before the repair, so it found nothing to move yet set the log's end back
+    /// to 4, far below the moved rows: hub 2, which had read none of them, would number
+    /// its next rows there, below where devices stood, and hub 1 repaired a second time.
+    @Test func aDeviceResumingPastALogThatLostItsTailLeavesItRepairedOnce() async throws {
+        let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM notes"])
+        defer { a.remove() }
+        try await Self.withHubs(2) { stores, hubs in
+            let database = stores[0].database
+            @Sendable func meta(_ key: String) async throws -> Int64 {
+                var value: Int64 = -1
+                for v in try await database.query(PostgresQuery(unsafeSQL: "SELECT value FROM shoal_meta WHERE key = '\(key)'"), logger: Self.logger)
+                    .decode(Int64.self)
+                { value = v }
+                return value
+            }
+            try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
+                for id in ["one", "two", "three"] { _ = try await stores[0].execute("INSERT INTO notes DOCUMENTS ({'_id': '\(id)'})") }
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await Self.ids(a.store.execute("SELECT _id FROM notes")) == ["one", "two", "three"]
+                })
+            }
+            // The last two transactions lost, as a failover that lost them leaves it.
+            let site = Int64(bitPattern: stores[0].siteID.rawValue)
+            try await database.execute("DELETE FROM change_log WHERE seq > 1")
+            try await database.execute("DELETE FROM txn WHERE origin = \(site) AND seq > 1")
+            try await database.execute("UPDATE shoal_meta SET value = 1 WHERE key IN ('log_end', 'transaction_counter')")
+            let epoch = try await meta("cursor_epoch")
+            try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await meta("cursor_epoch") == epoch + 1
+                }, "repaired")
+                let end = try await meta("log_end")
+                let last = Int64(bitPattern: try await stores[0].lastSequence())
+                #expect(end >= last && end > Int64(OriginHistory.reissueGap), "the log ends at \(end), its last row is \(last)")
+                _ = try await stores[1].execute("INSERT INTO notes DOCUMENTS ({'_id': 'four'})")
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await Self.ids(a.store.execute("SELECT _id FROM notes")) == ["one", "two", "three", "four"]
+                }, "hub 2's write after the repair reaches a")
+                for store in stores { await store.repairIfWentBack() }
+                #expect(try await meta("cursor_epoch") == epoch + 1, "repaired once")
             }
         }
     }
