@@ -307,20 +307,27 @@ struct ProcessHubTests {
         var reconnects = 0
     }
 
+    /// The `_id`s a node holds in t.
+    static func ids(_ node: NodeProcess) -> Set<String> {
+        Set((try? ProcessMeshTests.documents(node, "SELECT _id FROM t").compactMap { $0["_id"] as? String }) ?? [])
+    }
+
+    /// Runs a PostgreSQL tool, keeping what it said on standard error; whether it succeeded.
+    static func pgTool(_ outcome: inout RestoredBackup, _ path: String, _ arguments: [String]) throws -> Bool {
+        let run = try ChildProcess.run(path, arguments, timeout: 60)
+        outcome.tools += String(decoding: run.stderr, as: UTF8.self)
+        return run.status == 0
+    }
+
     static func restoredBackup(store: String) throws -> RestoredBackup {
         var outcome = RestoredBackup()
         let dirs = TemporaryDirectory(prefix: "shoal-hub-restore")
         defer { dirs.remove() }
-        func ids(_ node: NodeProcess) -> Set<String> {
-            Set((try? ProcessMeshTests.documents(node, "SELECT _id FROM t").compactMap { $0["_id"] as? String }) ?? [])
-        }
         var hub = try Self.hub("hub", dirs, store: store)
         let port = hub.port
         defer { hub.stop() }
         let backup = dirs.path + "/backup.dump"
-        let dump = try ChildProcess.run("/usr/bin/pg_dump", ["--format=custom", "--file=" + backup, "--dbname=" + store], timeout: 60)
-        outcome.backedUp = dump.status == 0
-        outcome.tools += String(decoding: dump.stderr, as: UTF8.self)
+        outcome.backedUp = try Self.pgTool(&outcome, "/usr/bin/pg_dump", ["--format=custom", "--file=" + backup, "--dbname=" + store])
         func startDevice() throws -> NodeProcess {
             try NodeProcess(
                 name: "device", dataDirectory: dirs.path + "/device", extra: ["--peer", hub.address, "--subscribe", "SELECT * FROM t"])
@@ -330,10 +337,8 @@ struct ProcessHubTests {
         _ = try hub.exec("INSERT INTO t DOCUMENTS ({'_id': 'one'})")
         guard eventually(30, { ids(device) == ["one"] }) else { return outcome }
         hub.stop()
-        let restore = try ChildProcess.run(
-            "/usr/bin/pg_restore", ["--clean", "--if-exists", "--single-transaction", "--dbname=" + store, backup], timeout: 60)
-        outcome.restored = restore.status == 0
-        outcome.tools += String(decoding: restore.stderr, as: UTF8.self)
+        outcome.restored = try Self.pgTool(
+            &outcome, "/usr/bin/pg_restore", ["--clean", "--if-exists", "--single-transaction", "--dbname=" + store, backup])
         // Started again on the restored database, on its address, with the device away.
         device.stop()
         hub = try Self.hub("hub", dirs, store: store, port: port)
@@ -370,15 +375,10 @@ struct ProcessHubTests {
         var outcome = RestoredBackup()
         let dirs = TemporaryDirectory(prefix: "shoal-hub-restore-running")
         defer { dirs.remove() }
-        func ids(_ node: NodeProcess) -> Set<String> {
-            Set((try? ProcessMeshTests.documents(node, "SELECT _id FROM t").compactMap { $0["_id"] as? String }) ?? [])
-        }
         let hub = try Self.hub("hub", dirs, store: store)
         defer { hub.stop() }
         let backup = dirs.path + "/backup.dump"
-        let dump = try ChildProcess.run("/usr/bin/pg_dump", ["--format=custom", "--file=" + backup, "--dbname=" + store], timeout: 60)
-        outcome.backedUp = dump.status == 0
-        outcome.tools += String(decoding: dump.stderr, as: UTF8.self)
+        outcome.backedUp = try Self.pgTool(&outcome, "/usr/bin/pg_dump", ["--format=custom", "--file=" + backup, "--dbname=" + store])
         let device = try NodeProcess(
             name: "device", dataDirectory: dirs.path + "/device", extra: ["--peer", hub.address, "--subscribe", "SELECT * FROM t"])
         defer { device.stop() }
@@ -386,10 +386,8 @@ struct ProcessHubTests {
         _ = try device.exec("INSERT INTO t DOCUMENTS ({'_id': 'mine'})")
         guard eventually(30, { ids(device) == ["one", "mine"] && ids(hub) == ["one", "mine"] }) else { return outcome }
         let connected = device.log().components(separatedBy: "peer connected").count
-        let restore = try ChildProcess.run(
-            "/usr/bin/pg_restore", ["--clean", "--if-exists", "--single-transaction", "--dbname=" + store, backup], timeout: 60)
-        outcome.restored = restore.status == 0
-        outcome.tools += String(decoding: restore.stderr, as: UTF8.self)
+        outcome.restored = try Self.pgTool(
+            &outcome, "/usr/bin/pg_restore", ["--clean", "--if-exists", "--single-transaction", "--dbname=" + store, backup])
         _ = try hub.exec("INSERT INTO t DOCUMENTS ({'_id': 'two'})")
         _ = eventually(30) { ids(device) == ["one", "mine", "two"] && ids(hub) == ["one", "mine", "two"] }
         outcome.repaired = hub.log().contains("the database went back under it")
