@@ -100,6 +100,7 @@ let package = Package(
             name: "ShoalPostgres",
             dependencies: [
                 "ShoalCRDT", "ShoalStorage", .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics"),
             ],

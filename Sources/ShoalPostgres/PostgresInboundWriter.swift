@@ -112,8 +112,10 @@ extension PostgresStore {
                             }
                         } else {
                             try await connection.query("SELECT pg_advisory_xact_lock(\(Self.writersLock))", logger: logger)
-                            writer.logEnd = try await writer.lockLogEnd()
-                            try await writer.repairIfWentBack(known: known.withLock { $0 })
+                            let knew = known.withLock { $0 }
+                            let found = try await writer.lockLogEnd(witness: knew.witness)
+                            writer.logEnd = found.end
+                            if knew.wentBack(end: found.end, there: found.there) { try await writer.repairWentBack(known: knew) }
                         }
                     } catch let error as PSQLError where deadline != nil && error.serverInfo?[.sqlState] == "55P03" {
                         // lock_not_available: another hub's writer held the lock past the deadline.
@@ -142,6 +144,7 @@ extension PostgresStore {
                     }
                     try await connection.query("COMMIT", logger: logger)
                     writer.keepMarks()
+                    if let newest = writer.newest { known.withLock { $0.saw(newest, checked: writer.checked) } }
                     if let wentBack = writer.wentBack { repaired(wentBack, by: writer) }
                     return (result, writer)
                 } catch {
@@ -187,9 +190,16 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     /// The cursor epoch this write moved to (`forgetPeerCursors`); 0 when it forgot none.
     var cursorEpoch: UInt64 = 0
     /// Set when this write found the database went back under the running hub and
-    /// repaired it first (`repairIfWentBack`): where the log ended, what the hub knew,
-    /// and what was committed again.
-    var wentBack: (end: UInt64, known: UInt64, verdict: HistoryVerdict)?
+    /// repaired it first (`repairWentBack`).
+    var wentBack: WentBack?
+    /// The last row this write appended (its entries hashed once it committed, outside
+    /// the locks), and what the hub knew of the log when it checked it.
+    private var appendedLast: (sequence: UInt64, id: TransactionID, entries: [UInt8])?
+    private(set) var checked: LogWitness?
+    /// The last row this write appended, for what the hub knows of the log.
+    var newest: LogWitness? {
+        appendedLast.map { last in last.entries.withUnsafeBytes { LogWitness(sequence: last.sequence, transaction: last.id, entries: $0) } }
+    }
     /// What this write appended to the change log.
     var appended = LogEnd.Appended(after: 0, collections: [], transactions: [])
     private(set) var outcome = ApplyOutcome()
@@ -219,12 +229,16 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         self.needsOneWriter = needsOneWriter
     }
 
-    /// `log_end`'s value, under its row lock until the write ends.
-    func lockLogEnd() async throws -> UInt64 {
-        var end: Int64?
-        for value in try await query("SELECT value FROM shoal_meta WHERE key = 'log_end' FOR UPDATE").decode(Int64.self) { end = value }
-        guard let end else { throw ShoalError(.database, "the database has no log_end row: is the schema migrated?") }
-        return try Stored.unsigned(end, "shoal_meta", "value of log_end")
+    /// `log_end`'s value, under its row lock until the write ends, and the row of
+    /// `witness`'s sequence as the log holds it (`PostgresStore.readLogEnd`). A write
+    /// beside others may wait for that lock, on another hub's commit that wrote the row:
+    /// READ COMMITTED reads the locked row again after the wait, not the joined one, so
+    /// it reads the row again in a statement of its own.
+    func lockLogEnd(witness: LogWitness?) async throws -> (end: UInt64, there: LogWitness?) {
+        checked = witness
+        let found = try await PostgresStore.readLogEnd(connection, witness: witness, lock: true, logger: logger)
+        guard claim != nil, witness != nil else { return found }
+        return (found.end, try await PostgresStore.rows(connection, at: 0, witness: witness, logger: logger).there)
     }
 
     /// Fails unless the write may write these: the one writer may write anything, a
@@ -244,12 +258,14 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     func insertLog() async throws {
         guard !pendingLog.isEmpty else { return }
         if claim != nil {
-            logEnd = try await lockLogEnd()
-            if logEnd < store.known.withLock({ $0 }) {
+            let knew = store.known.withLock { $0 }
+            let found = try await lockLogEnd(witness: knew.witness)
+            logEnd = found.end
+            if knew.wentBack(end: found.end, there: found.there) {
                 // Numbered from here, its rows would take sequences devices' cursors passed.
                 needsOneWriter.withLock { $0 = true }
                 throw ShoalError(
-                    .database, "the change log ends below what this hub knew committed: it is committed again as the one writer, which repairs the database first")
+                    .database, "the change log went back under this hub: it is committed again as the one writer, which repairs the database first")
             }
         }
         let first = (lastSequence ?? logEnd) + 1
@@ -263,6 +279,8 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
             """)
         if lastSequence == nil { appended.after = first - 1 }
         lastSequence = UInt64(sequences.last!)
+        let last = pendingLog[pendingLog.count - 1]
+        appendedLast = (UInt64(sequences.last!), last.id, last.entries)
         pendingLog.removeAll()
         pendingIndexes.removeAll()
     }

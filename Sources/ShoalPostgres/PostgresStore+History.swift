@@ -1,3 +1,4 @@
+import Crypto
 import Logging
 import NIOCore
 package import ShoalCRDT
@@ -30,17 +31,26 @@ import PostgresNIO
 ///
 /// Each runs as the hubs' one writer (`log_end`'s lock), which checks again inside that
 /// the database still went back: two hubs told at once repair it once.
+///
+/// A log that went back may not end below what a hub knew for long: a hub that knew
+/// less (one started on the database since, or one whose announcements lagged) logs on
+/// from where it ends, past where this hub's sessions stand, and those sessions would
+/// pass over the rows below their cursors. So each hub also keeps the newest row it read
+/// or wrote (`KnownLog.witness`), and a log whose row of that sequence holds another
+/// transaction, or other entries, went back too. No store rewrites a row in place: a
+/// row is inserted once, and moved (`raiseLog`, `reissue`) or compacted only by deleting
+/// it, so a row gone says nothing and a row changed says the database went back.
 extension PostgresStore {
-    /// Repairs the database if its log ends below what this hub knew committed: it went
-    /// back under the running hub. A write finds it as it begins (`withWriter`); this
-    /// finds it when nothing is written. A failure is logged and left to the next call.
+    /// Repairs the database if it went back under the running hub (`KnownLog.wentBack`).
+    /// A write finds it as it begins (`withWriter`), a page read as it reads; this finds
+    /// it when nothing is written or read. A failure is logged and left to the next call.
     package func repairIfWentBack() async {
         do {
-            var end: Int64?
-            for value in try await database.query("SELECT value FROM shoal_meta WHERE key = 'log_end'", logger: logger).decode(Int64.self) {
-                end = value
+            let knew = known.withLock { $0 }
+            let found = try await database.withConnection { connection in
+                try await Self.readLogEnd(connection, witness: knew.witness, lock: false, logger: self.logger)
             }
-            guard let end, UInt64(bitPattern: end) < known.withLock({ $0 }), !gate.isClosed else { return }
+            guard knew.wentBack(end: found.end, there: found.there), !gate.isClosed else { return }
             try await acquireGate()
             defer { gate.release() }
             // The one writer checks again under the lock, and repairs.
@@ -51,11 +61,84 @@ extension PostgresStore {
         }
     }
 
-    /// Tells what a write's repair did (`PostgresInboundWriter.repairIfWentBack`), once it committed.
-    func repaired(_ wentBack: (end: UInt64, known: UInt64, verdict: HistoryVerdict), by writer: PostgresInboundWriter) {
+    /// `log_end`'s value (under its row lock until the write ends when `lock`), and the
+    /// row of `witness`'s sequence as the log holds it now (nil when it holds none), in
+    /// one statement.
+    static func readLogEnd(
+        _ connection: HubConnection, witness: LogWitness?, lock: Bool, logger: Logger
+    ) async throws -> (end: UInt64, there: LogWitness?) {
+        let sequence = witness.map { Int64(bitPattern: $0.sequence) } ?? -1
+        let rows = try await connection.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    SELECT m.value, c.txn_site, c.txn_seq, sha256(c.entries)
+                    FROM shoal_meta m LEFT JOIN change_log c ON c.seq = \(sequence)
+                    WHERE m.key = 'log_end'\(lock ? " FOR UPDATE OF m" : "")
+                    """), logger: logger)
+        for (end, site, seq, digest) in try rows.decode((Int64, Int64?, Int64?, ByteBuffer?).self) {
+            let there = try site.flatMap { site in
+                try seq.flatMap { seq in
+                    try digest.map { digest in
+                        LogWitness(
+                            sequence: UInt64(bitPattern: sequence),
+                            transaction: TransactionID(origin: SiteID(UInt64(bitPattern: site)), sequence: try Stored.unsigned(seq, "change_log", "txn_seq")),
+                            digest: Array(digest.readableBytesView))
+                    }
+                }
+            }
+            return (try Stored.unsigned(end, "shoal_meta", "value of log_end"), there)
+        }
+        throw ShoalError(.database, "the database has no log_end row: is the schema migrated?")
+    }
+
+    /// The transaction of the log's row at `sequence` (nil at 0, or when it holds none),
+    /// and the row of `witness`'s sequence as the log holds it, in one query.
+    static func rows(
+        _ connection: HubConnection, at sequence: UInt64, witness: LogWitness?, logger: Logger
+    ) async throws -> (previous: TransactionID?, there: LogWitness?) {
+        let at = sequence > 0 ? Int64(bitPattern: sequence) : -1
+        let seen = witness.map { Int64(bitPattern: $0.sequence) } ?? -1
+        guard at >= 0 || seen >= 0 else { return (nil, nil) }
+        let rows = try await connection.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    SELECT seq, txn_site, txn_seq, CASE WHEN seq = \(seen) THEN sha256(entries) END
+                    FROM change_log WHERE seq IN (\(at), \(seen))
+                    """), logger: logger)
+        var previous: TransactionID?
+        var there: LogWitness?
+        for (seq, site, txnSeq, digest) in try rows.decode((Int64, Int64, Int64, ByteBuffer?).self) {
+            let transaction = TransactionID(origin: SiteID(UInt64(bitPattern: site)), sequence: try Stored.unsigned(txnSeq, "change_log", "txn_seq"))
+            if seq == at { previous = transaction }
+            if seq == seen, let digest {
+                there = LogWitness(sequence: UInt64(bitPattern: seq), transaction: transaction, digest: Array(digest.readableBytesView))
+            }
+        }
+        return (previous, there)
+    }
+
+    /// A page read found the row this hub saw newest changed: the database went back
+    /// under it. Repairs it at once rather than at the next tick, once at a time.
+    /// A repair that fails is tried again a second later at the soonest.
+    func wentBackSeen() {
+        guard !gate.isClosed, repairAsked.withLock({ asked in defer { asked = true }; return !asked }) else { return }
+        Task {
+            await self.repairIfWentBack()
+            try? await Task.sleep(for: .seconds(1))
+            self.repairAsked.withLock { $0 = false }
+        }
+    }
+
+    /// Tells what a write's repair did (`PostgresInboundWriter.repairWentBack`), once it committed.
+    func repaired(_ wentBack: WentBack, by writer: PostgresInboundWriter) {
+        let above = max(wentBack.known.end, wentBack.end) + OriginHistory.reissueGap
+        let found =
+            wentBack.end < wentBack.known.end
+            ? "this hub's change log ends at \(wentBack.end), below sequence \(wentBack.known.end), which this hub knew committed"
+            : "this hub's change log holds another row at sequence \(wentBack.known.witness?.sequence ?? 0) than the one this hub read or wrote there (it ends at \(wentBack.end): a hub that knew less has logged on since)"
         logger.error(
-            "this hub's change log ends at \(wentBack.end), below sequence \(wentBack.known), which this hub knew committed: the database went back under it (a failover that lost commits, or a backup restored in place). Every row moved above \(wentBack.known + OriginHistory.reissueGap), so that no device passes over what the hubs log next. \(renumbered(wentBack.verdict) ?? ""), and every peer cursor is forgotten: peers are sent the log again and asked for what they sent",
-            metadata: ["shoal.log.end": "\(wentBack.end)", "shoal.log.known": "\(wentBack.known)"])
+            "\(found): the database went back under it (a failover that lost commits, or a backup restored in place). Every row moved above \(above), so that no device passes over what the hubs log next. \(renumbered(wentBack.verdict) ?? ""), and every peer cursor is forgotten: peers are sent the log again and asked for what they sent",
+            metadata: ["shoal.log.end": "\(wentBack.end)", "shoal.log.known": "\(wentBack.known.end)"])
         repairCommitted(by: writer)
     }
 
@@ -175,25 +258,83 @@ extension PostgresStore {
     }
 }
 
+/// What a hub knew of the log all hubs share (`PostgresStore.known`), to tell when the
+/// database went back under it.
+struct KnownLog: Sendable {
+    /// The highest sequence this hub knew committed: every end told, every row read.
+    var end: UInt64 = 0
+    /// The newest row this hub read or wrote; nil before the first.
+    var witness: LogWitness?
+
+    /// Takes in a row this hub read or wrote, found with the log as `checked` said it:
+    /// the newest row only replaces the one checked, so that none is replaced unchecked.
+    mutating func saw(_ row: LogWitness, checked: LogWitness?) {
+        end = max(end, row.sequence)
+        if witness == checked, row.sequence >= witness?.sequence ?? 0 { witness = row }
+    }
+
+    /// Whether a log that ends at `end`, and holds `there` at the witness's sequence (nil:
+    /// no row, as compaction or a repair's move leaves it), went back under this hub.
+    func wentBack(end logEnd: UInt64, there: LogWitness?) -> Bool {
+        if logEnd < end { return true }
+        guard let witness, let there else { return false }
+        return there != witness
+    }
+}
+
+/// A row of the change log as a hub read or wrote it: its sequence, its transaction,
+/// and the SHA-256 of its entries, which hold the deltas' timestamps (no two writes'
+/// are the same), so that another write logged under the same numbers differs. (The
+/// same transaction logged again at the same sequence, after rows below it changed,
+/// does not: docs/ARCHITECTURE.md lists it among what this does not cover.)
+struct LogWitness: Sendable, Equatable {
+    var sequence: UInt64
+    var transaction: TransactionID
+    var digest: [UInt8]
+
+    init(sequence: UInt64, transaction: TransactionID, digest: [UInt8]) {
+        self.sequence = sequence
+        self.transaction = transaction
+        self.digest = digest
+    }
+
+    init(sequence: UInt64, transaction: TransactionID, entries: UnsafeRawBufferPointer) {
+        var hasher = SHA256()
+        hasher.update(bufferPointer: entries)
+        self.init(sequence: sequence, transaction: transaction, digest: Array(hasher.finalize()))
+    }
+
+    init(_ record: PostgresStore.LogRecord) {
+        self = record.entries.withUnsafeReadableBytes { LogWitness(sequence: record.sequence, transaction: record.transaction, entries: $0) }
+    }
+}
+
+/// What a write found, and did, when the database went back under its hub: where the
+/// log ended, what the hub knew, and what was committed again.
+struct WentBack {
+    var end: UInt64
+    var known: KnownLog
+    var verdict: HistoryVerdict
+}
+
 extension PostgresInboundWriter {
-    /// Repairs the database, as the one writer beginning, when its log ends below
-    /// `known`, the highest sequence this hub knew committed: it went back under the
-    /// running hub. Every row moves above `known` and a margin (another hub may have
-    /// known more: rows a lagging hub logged since are moved too), the hubs' transactions
-    /// since the last confirmed point are committed again under new numbers, and every
-    /// peer cursor is forgotten (`reissue`): peers are sent the log again, send back what
-    /// the database lost, and nothing the hubs log next takes a sequence a device passed.
-    func repairIfWentBack(known: UInt64) async throws {
-        guard logEnd < known else { return }
+    /// Repairs the database, as the one writer beginning, when it went back under the
+    /// running hub (`KnownLog.wentBack`). Every row moves above `known.end` and a margin
+    /// (another hub may have known more: rows a lagging hub logged since are moved too),
+    /// the hubs' transactions since the last confirmed point are committed again under
+    /// new numbers, and every peer cursor is forgotten (`reissue`): peers are sent the
+    /// log again, send back what the database lost, and nothing the hubs log next takes a
+    /// sequence a device passed.
+    func repairWentBack(known: KnownLog) async throws {
         let end = logEnd
-        _ = try await raiseLog(above: known + OriginHistory.reissueGap)
+        _ = try await raiseLog(above: max(known.end, end) + OriginHistory.reissueGap)
         let counter = try await PostgresStore.meta(connection, "transaction_counter", logger: logger)
         let verdict = try await reissue(
             site: store.siteID,
             above: OriginHistory.reissueBase(peerThrough: 0, counter: counter, nowMillis: HybridLogicalClock.systemMilliseconds()))
         // What this write appends next follows the moved rows.
         if let last = lastSequence { appended.after = last }
-        wentBack = (end, known, verdict)
+        wentBack = WentBack(end: end, known: known, verdict: verdict)
     }
 
     /// Moves the hubs' transactions after the last confirmed point to numbers above
@@ -256,7 +397,7 @@ extension PostgresInboundWriter {
     /// grows by what it holds, not twice over, each time it moves.
     func raiseLog(above sequence: UInt64) async throws -> (from: UInt64, to: UInt64)? {
         // Read again under the lock: another hub or session may have moved it meanwhile,
-        // and this write may have already (`repairIfWentBack`).
+        // and this write may have already (`repairWentBack`).
         let end = lastSequence ?? logEnd
         guard sequence > end else { return nil }
         var moved: UInt64 = 0

@@ -81,11 +81,14 @@ package final class PostgresStore: SyncStore, Sendable {
     let holdings = Locked<[SiteID: UInt64]>([:])
     /// The highest end of the log told to the feed (`publish`).
     let told = Locked<UInt64>(0)
-    /// The highest sequence of the log this hub has known committed: every end told, and
-    /// every row its sessions read. A log that ends below it went back under the running
-    /// hub (a failover that lost commits, a backup restored in place), and the hubs' one
-    /// writer repairs it before it writes (`PostgresInboundWriter.repairIfWentBack`).
-    let known = Locked<UInt64>(0)
+    /// What this hub knew of the log: the highest sequence committed (every end told,
+    /// every row its sessions read) and the newest row it read or wrote. A log that ends
+    /// below it, or holds another row there, went back under the running hub (a failover
+    /// that lost commits, a backup restored in place), and the hubs' one writer repairs it
+    /// before it writes (`PostgresInboundWriter.repairWentBack`).
+    let known = Locked(KnownLog())
+    /// Set while a repair a page read asked for runs (`wentBackSeen`).
+    let repairAsked = Locked(false)
     /// Commits that changed documents, this hub's own and the others': what observers
     /// wake up for, told by `announcer`.
     let commits = ChangeFeed<Commit>(bufferingPolicy: .unbounded, replayLatest: false)
@@ -165,7 +168,7 @@ package final class PostgresStore: SyncStore, Sendable {
             lockTable: try await Self.readLockTable(database, logger: logger), logger: logger)
         store.feed.publish(LogEnd(sequence: try await store.lastSequence()))
         store.told.withLock { $0 = store.lastCommittedSequence }
-        store.known.withLock { $0 = store.lastCommittedSequence }
+        store.known.withLock { $0.end = store.lastCommittedSequence }
         store.announcer.start(at: store.lastCommittedSequence, reading: store)
         return store
     }
@@ -328,22 +331,32 @@ package final class PostgresStore: SyncStore, Sendable {
         try await snapshot("reading the change log") { connection in
             var page = LogPageFitting(limit: limit, stretch: stretch, byteLimit: byteLimit)
             var cursor = Int64(sequence)
+            var newest: LogRecord?
             reading: while true {
                 let batch = try await Self.logRows(
                     connection, "seq > \(cursor) ORDER BY seq LIMIT \(Self.pageRowsPerQuery)", logger: logger)
-                for row in batch where try !page.offer({ rows in try row.decode(into: &rows) }) { break reading }
+                for row in batch {
+                    guard try page.offer({ rows in try row.decode(into: &rows) }) else { break reading }
+                    if page.rows.last?.sequence == row.sequence { newest = row }
+                }
                 guard batch.count == Self.pageRowsPerQuery, let last = batch.last else { break }
                 cursor = Int64(last.sequence)
             }
             let (rows, next) = (page.rows, page.next)
-            guard let last = rows.last else { return LogPage(rows: [], next: nil) }
-            known.withLock { $0 = max($0, last.sequence) }
+            guard !rows.isEmpty else { return LogPage(rows: [], next: nil) }
             var ids: [TransactionID] = []
             for row in rows where row.delta.transaction != ids.last { ids.append(row.delta.transaction) }
             let records = try await Self.storedTransactions(connection, Array(Set(ids.filter(wanted))), logger: logger)
-            let previous =
-                sequence > 0
-                ? try await Self.logRows(connection, "seq = \(Int64(sequence))", logger: logger).first?.transaction : nil
+            // The row this hub saw newest, read in the same snapshot: one that changed under
+            // the page says the database went back, and stays what the hub knows.
+            let witness = known.withLock { $0.witness }
+            let (previous, there) = try await Self.rows(connection, at: sequence, witness: witness, logger: logger)
+            if let witness, let there, there != witness {
+                wentBackSeen()
+            } else if let newest {
+                let seen = LogWitness(newest)
+                known.withLock { $0.saw(seen, checked: witness) }
+            }
             return LogPage(rows: rows, next: next, previous: previous, records: records)
         }
     }
@@ -668,7 +681,7 @@ package final class PostgresStore: SyncStore, Sendable {
     /// hub's as announced or read. Only an end past the last one told is told, so the
     /// end a session sees never goes back when announcements and commits cross.
     func publish(_ end: LogEnd) {
-        known.withLock { $0 = max($0, end.sequence) }
+        known.withLock { $0.end = max($0.end, end.sequence) }
         told.withLock { told in
             guard end.sequence > told else { return }
             told = end.sequence

@@ -332,7 +332,7 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
     /// must survive. With no copy yet, one is taken (at a kill) instead.
     private func restore(_ random: inout SplitMix) async {
         if let hubDatabase, Bool.random(using: &random) {
-            await restoreHubs(hubDatabase)
+            await restoreHubs(hubDatabase, &random)
             return
         }
         let device = { (node: Int) in !self.cluster.nodes[node].isHub }
@@ -396,19 +396,27 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
         await startAgain(node)
     }
 
-    /// The hubs' database replaced by its copy, every hub killed meanwhile, as a backup
-    /// of the node's database restored: what the hubs acknowledged after the copy that
-    /// no device holds now may be gone for good; what a device holds must come back
-    /// (DATA_MODEL.md §4.5, a hub's database repaired). With no copy yet, one is taken,
-    /// with every hub down.
-    private func restoreHubs(_ database: HubDatabase) async {
+    /// The hubs' database replaced by its copy, as a backup of the node's database
+    /// restored: what the hubs acknowledged after the copy that no device holds now may
+    /// be gone for good; what a device holds must come back (DATA_MODEL.md §4.5, a hub's
+    /// database repaired). Half the time every hub is killed meanwhile; otherwise it goes
+    /// back under running hubs, as a failover that lost commits: they are frozen while
+    /// it is replaced (their connections to it ended), so that they finish nothing
+    /// meanwhile, and thawed on it with their sessions and the devices' links kept, so
+    /// that they must find it themselves (docs/ARCHITECTURE.md, "Hubs on PostgreSQL");
+    /// of several, one may be killed and started on it again, a hub that knows less. With
+    /// no copy yet, one is taken, with every hub down.
+    private func restoreHubs(_ database: HubDatabase, _ random: inout SplitMix) async {
         let hubs = cluster.hubs
         let free = state.withLock { s in hubs.allSatisfy { !s.busy.contains($0) } }
         guard free, hubs.allSatisfy({ cluster.life($0) == .running }) else { return }
         state.withLock { s in s.busy.formUnion(hubs) }
         defer { state.withLock { s in s.busy.subtract(hubs) } }
         let names = hubs.map { "n\($0)" }.joined(separator: ", ")
-        for hub in hubs { cluster.kill(hub) }
+        let underRunning = state.withLock { $0.hubCopy } != nil && Bool.random(using: &random)
+        let killed = !underRunning ? hubs : hubs.count > 1 && Bool.random(using: &random) ? [hubs.randomElement(using: &random)!] : []
+        for hub in hubs where !killed.contains(hub) { cluster.freeze(hub) }
+        for hub in killed { cluster.kill(hub) }
         let killedAt = recorder.now()
         guard let copy = state.withLock({ $0.hubCopy }) else {
             do {
@@ -457,10 +465,18 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
             recorder.say("restoring the hubs' database failed: \(error)")
         }
         let bytesNote = bytesLost.isEmpty ? "" : "; so may the bytes of \(bytesLost.count) attachment\(bytesLost.count == 1 ? "" : "s") other nodes name"
+        let how =
+            !underRunning
+            ? "kill -9 \(names), the hubs' database restored"
+            : "SIGSTOP \(names)\(killed.map { ", kill -9 n\($0)" }.joined()), the hubs' database restored under them"
         recorder.fault(
             "restore",
-            "kill -9 \(names), the hubs' database restored from the copy taken at \(String(format: "%.2f", copy.at)) s (\(lost.count) of their writes since, held by no device, may be lost, \(lostInPart.count) in part\(bytesNote))")
-        for hub in hubs { await startAgain(hub) }
+            "\(how) from the copy taken at \(String(format: "%.2f", copy.at)) s (\(lost.count) of their writes since, held by no device, may be lost, \(lostInPart.count) in part\(bytesNote))")
+        for hub in hubs where !killed.contains(hub) {
+            cluster.thaw(hub)
+            recorder.say("SIGCONT n\(hub)")
+        }
+        for hub in killed { await startAgain(hub) }
     }
 
     /// Of these attachment writes' tokens, those whose bytes no running node but `node`

@@ -79,7 +79,8 @@ struct HubDatabase: Sendable {
         try await retrying(ending: name) { try await admin.execute("CREATE DATABASE \(copyName) TEMPLATE \(name)") }
     }
 
-    /// Replaces the database by the copy, as a backup restored; every hub must be down.
+    /// Replaces the database by the copy, as a backup restored; every hub must be down
+    /// or frozen (the drop ends their connections to it).
     func restoreCopy() async throws {
         try await admin.execute("DROP DATABASE \(name) WITH (FORCE)")
         try await retrying(ending: copyName) { try await admin.execute("CREATE DATABASE \(name) TEMPLATE \(copyName)") }

@@ -819,6 +819,21 @@ struct HubSyncTests {
     /// Puts a hub's database back to before anything was written, as a backup taken then
     /// and restored would: its rows gone, its counters and the log's end back at 0 (the
     /// site stays, as in any restore).
+    /// Writes a note of each id, a transaction each, through `hub`, until `device` holds them.
+    static func write(_ ids: [String], through hub: PostgresStore, reaching device: TestNode) async throws {
+        for id in ids { _ = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': '\(id)'})") }
+        #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+            try await Self.ids(device.store.execute("SELECT _id FROM notes")) == Set(ids)
+        })
+    }
+
+    /// The one number `sql` reads from the hubs' database; -1 when it reads no row.
+    static func value(_ database: PostgresHubDatabase, _ sql: String) async throws -> Int64 {
+        var value: Int64 = -1
+        for v in try await database.query(PostgresQuery(unsafeSQL: sql), logger: logger).decode(Int64.self) { value = v }
+        return value
+    }
+
     static func restoreEmpty(_ database: PostgresHubDatabase) async throws {
         for table in ["document", "field", "change_log", "txn", "txn_piece", "txn_context", "peer_cursor"] {
             try await database.execute("DELETE FROM \(table)")
@@ -933,18 +948,9 @@ struct HubSyncTests {
         defer { a.remove() }
         try await Self.withHubs(2) { stores, hubs in
             let database = stores[0].database
-            @Sendable func meta(_ key: String) async throws -> Int64 {
-                var value: Int64 = -1
-                for v in try await database.query(PostgresQuery(unsafeSQL: "SELECT value FROM shoal_meta WHERE key = '\(key)'"), logger: Self.logger)
-                    .decode(Int64.self)
-                { value = v }
-                return value
-            }
+            @Sendable func meta(_ key: String) async throws -> Int64 { try await Self.value(database, "SELECT value FROM shoal_meta WHERE key = '\(key)'") }
             try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
-                for id in ["one", "two", "three"] { _ = try await stores[0].execute("INSERT INTO notes DOCUMENTS ({'_id': '\(id)'})") }
-                #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
-                    try await Self.ids(a.store.execute("SELECT _id FROM notes")) == ["one", "two", "three"]
-                })
+                try await Self.write(["one", "two", "three"], through: stores[0], reaching: a)
             }
             // The last two transactions lost, as a failover that lost them leaves it.
             let site = Int64(bitPattern: stores[0].siteID.rawValue)
@@ -987,6 +993,81 @@ struct HubSyncTests {
                 }, "a sends 'mine' again")
                 #expect(stores[0].lastCommittedSequence > OriginHistory.reissueGap, "the log's end moved above what the hub knew")
             }
+        }
+    }
+
+    /// A database that lost the tail of its log under a running hub, and a hub that knew
+    /// less (started on it since) logging past where the first hub stood before the first
+    /// hub looked: the log no longer ends below what hub 1 knew, but its row 3 holds the
+    /// late hub's 'five' under the number 'three' had. Before hub 1 also compared that
+    /// row (`KnownLog.witness`), device a, whose cursor had passed sequences 2 and 3, never
+    /// got 'four' and 'five', and the hubs never got back 'two' and 'three'. Now hub 1's
+    /// next page read finds the row changed and repairs the database, once.
+    @Test func aLogThatWentBackAndWasWrittenPastWhereAHubStoodIsRepaired() async throws {
+        let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM notes"])
+        defer { a.remove() }
+        try await Self.withHubs(2) { stores, hubs in
+            let database = stores[0].database
+            @Sendable func meta(_ key: String) async throws -> Int64 { try await Self.value(database, "SELECT value FROM shoal_meta WHERE key = '\(key)'") }
+            try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
+                try await Self.write(["one", "two", "three"], through: stores[0], reaching: a)
+                #expect(try await stores[0].lastSequence() == 3)
+                // 'two' and 'three' lost, as a failover that lost them leaves it.
+                let site = Int64(bitPattern: stores[0].siteID.rawValue)
+                try await database.execute("DELETE FROM change_log WHERE seq > 1")
+                try await database.execute("DELETE FROM txn WHERE origin = \(site) AND seq > 1")
+                try await database.execute("DELETE FROM field WHERE doc_id IN ('\"two\"', '\"three\"')")
+                try await database.execute("DELETE FROM document WHERE doc_id IN ('\"two\"', '\"three\"')")
+                try await database.execute("UPDATE shoal_meta SET value = 1 WHERE key IN ('log_end', 'transaction_counter')")
+                let epoch = try await meta("cursor_epoch")
+                // A hub started on the database since knows nothing of what it lost.
+                let late = try await PostgresStore.open(stores[1].database, logger: Self.logger)
+                defer { late.close() }
+                for id in ["four", "five", "six"] { _ = try await late.execute("INSERT INTO notes DOCUMENTS ({'_id': '\(id)'})") }
+                let all: Set<String> = ["one", "two", "three", "four", "five", "six"]
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await Self.ids(a.store.execute("SELECT _id FROM notes")) == all
+                }, "a gets the late hub's writes below its cursor")
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await Self.ids(stores[0].execute("SELECT _id FROM notes")) == all
+                }, "what the database lost comes back from a")
+                #expect(try await meta("cursor_epoch") == epoch + 1, "repaired once")
+                for store in stores { await store.repairIfWentBack() }
+                #expect(try await meta("cursor_epoch") == epoch + 1, "and not again")
+            }
+        }
+    }
+
+    /// The same found by a hub with no session reading the log: it knows the newest row
+    /// from its own write, and finds the late hub's row there as it writes again, or at
+    /// its next tick. Every transaction of the hubs is committed again above the gap, the
+    /// late hub's too, whose numbers devices may hold for what the database lost.
+    @Test(arguments: [true, false]) func aHubThatOnlyWroteFindsItsLogWrittenPastAfterItWentBack(writing: Bool) async throws {
+        try await Self.withHubs(1) { stores, _ in
+            let hub = stores[0]
+            let database = hub.database
+            @Sendable func value(_ sql: String) async throws -> Int64 { try await Self.value(database, sql) }
+            for id in ["one", "two", "three"] { _ = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': '\(id)'})") }
+            let site = Int64(bitPattern: hub.siteID.rawValue)
+            try await database.execute("DELETE FROM change_log WHERE seq > 1")
+            try await database.execute("DELETE FROM txn WHERE origin = \(site) AND seq > 1")
+            try await database.execute("UPDATE shoal_meta SET value = 1 WHERE key IN ('log_end', 'transaction_counter')")
+            let epoch = try await value("SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'")
+            let late = try await PostgresStore.open(database, logger: Self.logger)
+            defer { late.close() }
+            for id in ["four", "five", "six"] { _ = try await late.execute("INSERT INTO notes DOCUMENTS ({'_id': '\(id)'})") }
+            #expect(try await value("SELECT value FROM shoal_meta WHERE key = 'log_end'") == 4, "written past where the hub stood")
+            if writing {
+                let seven = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': 'seven'})")
+                #expect((seven.transactionID?.sequence ?? 0) > OriginHistory.reissueGap)
+            } else {
+                await hub.repairIfWentBack()
+            }
+            #expect(try await value("SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'") == epoch + 1, "repaired")
+            #expect(try await value("SELECT count(*) FROM txn WHERE seq <= \(OriginHistory.reissueGap)") == 0, "every number given again")
+            #expect(try await value("SELECT min(seq) FROM change_log") > Int64(OriginHistory.reissueGap), "every row moved")
+            await hub.repairIfWentBack()
+            #expect(try await value("SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'") == epoch + 1, "once")
         }
     }
 
