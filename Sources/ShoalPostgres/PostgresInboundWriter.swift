@@ -236,7 +236,9 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     /// it reads the row again in a statement of its own.
     func lockLogEnd(witness: LogWitness?) async throws -> (end: UInt64, there: LogWitness?) {
         checked = witness
-        let found = try await PostgresStore.readLogEnd(connection, witness: witness, lock: true, logger: logger)
+        // A write beside others reads the witnessed row after the lock, in its own statement
+        // below; reading it in the locking statement too would do the work twice.
+        let found = try await PostgresStore.readLogEnd(connection, witness: claim == nil ? witness : nil, lock: true, logger: logger)
         guard claim != nil, witness != nil else { return found }
         return (found.end, try await PostgresStore.rows(connection, at: 0, witness: witness, logger: logger).there)
     }
