@@ -15,6 +15,8 @@ import Foundation
 /// budget (PROTOCOL.md §10.2): the node starts and commits no write after it and
 /// answers that nothing was written. The client waits `grace` longer for that
 /// answer; if none comes, it cannot know what happened and says so (`ShoalError.Code.timedOut`).
+/// A node that cannot tell either (a hub whose COMMIT answer its database connection
+/// lost) answers `OUTCOME_UNKNOWN`, reported the same way.
 ///
 /// ```
 ///  connect, handshake ──► send (budget T) ─────────────── T ─────── T + grace
@@ -32,6 +34,13 @@ public struct AdminClient: Sendable {
     /// request to reach the node and the node's answer (a refusal past its budget
     /// included) to come back.
     public static let grace: Duration = .seconds(2)
+
+    /// A request error the node answered, as the client reports it: `.timedOut` when the
+    /// node says the outcome is unknown (so that a caller does not retry what may have
+    /// been applied), `.requestFailed` otherwise.
+    static func refusal(_ code: SyncError.Code, _ message: String) -> ShoalError {
+        ShoalError(code == .outcomeUnknown ? .timedOut : .requestFailed, message)
+    }
 
     public init(node: HostAndPort, meshKey: [UInt8]? = nil, timeout: Duration = .seconds(30), tls: TLSFiles? = nil) {
         self.node = node
@@ -116,8 +125,8 @@ public struct AdminClient: Sendable {
                 case .chunk(let part):
                     try handler(part)
                     return part.isLast
-                case .failure(_, let message):
-                    throw ShoalError(.requestFailed, message)
+                case .failure(let code, let message):
+                    throw Self.refusal(code, message)
                 default:
                     throw ShoalError(.protocolError, "the node answered attachment get with something else")
                 }
@@ -158,8 +167,8 @@ public struct AdminClient: Sendable {
                 case .compaction(let progress):
                     handler(progress)
                     return progress.done
-                case .failure(_, let message):
-                    throw ShoalError(.requestFailed, message)
+                case .failure(let code, let message):
+                    throw Self.refusal(code, message)
                 default:
                     throw ShoalError(.protocolError, "the node answered compact with something else")
                 }
@@ -182,8 +191,8 @@ public struct AdminClient: Sendable {
                 case .observation(let observation):
                     handler(observation)
                     return false
-                case .failure(_, let message):
-                    throw ShoalError(.requestFailed, message)
+                case .failure(let code, let message):
+                    throw Self.refusal(code, message)
                 default:
                     throw ShoalError(.protocolError, "the node answered observe with something else")
                 }
@@ -262,8 +271,8 @@ public struct AdminClient: Sendable {
         } catch {
             throw nodeError(error)
         }
-        if case .failure(_, let message) = response {
-            throw ShoalError(.requestFailed, message)
+        if case .failure(let code, let message) = response {
+            throw Self.refusal(code, message)
         }
         return response
     }
@@ -432,8 +441,8 @@ public final class AdminSession {
                 switch AdminResponse(wire: wire) {
                 case .exec(let result)?:
                     try answered(index, result)
-                case .failure(_, let message)?:
-                    if failure == nil { failure = ShoalError(.requestFailed, "request \(index) of \(count): \(message)") }
+                case .failure(let code, let message)?:
+                    if failure == nil { failure = AdminClient.refusal(code, "request \(index) of \(count): \(message)") }
                 default:
                     throw ShoalError(.protocolError, "the node answered exec request \(index) with something else")
                 }
@@ -564,7 +573,7 @@ public final class AdminSession {
         guard let response else { throw ShoalError(.connectionFailed, "\(node) closed the connection before answering") }
         switch response {
         case .failure(.protocolViolation, let message): throw ShoalError(.protocolError, message)
-        case .failure(_, let message): throw ShoalError(.requestFailed, message)
+        case .failure(let code, let message): throw AdminClient.refusal(code, message)
         default: return response
         }
     }

@@ -120,9 +120,15 @@ struct AdminService: AdminRequestHandler {
         return nil
     }
 
-    /// A store error as the admin response that reports it.
+    /// A store error as the admin response that reports it: a write whose outcome the
+    /// store cannot tell (`.timedOut`, a hub's lost COMMIT answer) as `OUTCOME_UNKNOWN`,
+    /// so that a client does not take it for one refused and retry it.
     static func failure(_ error: ShoalError) -> AdminResponse {
-        .failure(error.code == .invalidQuery ? .invalidQuery : .executionFailed, error.message)
+        switch error.code {
+        case .invalidQuery: .failure(.invalidQuery, error.message)
+        case .timedOut: .failure(.outcomeUnknown, error.message)
+        default: .failure(.executionFailed, error.message)
+        }
     }
 
     /// Attachment puts in parts between two of their requests, by upload ID. One

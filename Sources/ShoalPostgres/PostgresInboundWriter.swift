@@ -142,7 +142,7 @@ extension PostgresStore {
                             SELECT pg_notify(\(PostgresHubDatabase.logChannel), \(String(last))) FROM e
                             """, logger: logger)
                     }
-                    try await connection.query("COMMIT", logger: logger)
+                    try await commit(writer, on: connection, doing)
                     writer.keepMarks()
                     if let newest = writer.newest { known.withLock { $0.saw(newest, checked: writer.checked) } }
                     if let wentBack = writer.wentBack { repaired(wentBack, by: writer) }
@@ -158,6 +158,80 @@ extension PostgresStore {
                 }
             }
         }
+    }
+}
+
+extension PostgresStore {
+    /// Sends the write's COMMIT. When the connection ends after it was sent and before
+    /// PostgreSQL answered, the write may have committed or not: it returns if the
+    /// database says it did, and fails as rolled back if it did not. A write reported
+    /// failed that committed is written again by a caller that retries (an increment
+    /// counted twice). Where the database cannot say, or cannot be asked, it fails as
+    /// `.timedOut`: unknown.
+    private func commit(_ writer: PostgresInboundWriter, on connection: HubConnection, _ doing: String) async throws {
+        do {
+            try await connection.query("COMMIT", logger: logger)
+        } catch where Self.answerLost(error) {
+            let lost = "the connection to \(database.location) ended before PostgreSQL answered the COMMIT (\(PostgresHubDatabase.describe(error)))"
+            let outcome: Bool?
+            do {
+                outcome = try await committed(writer)
+            } catch {
+                throw ShoalError(
+                    .timedOut,
+                    "\(doing): \(lost), and the database could not be asked since (\(PostgresHubDatabase.describe(error))): whether the write committed is unknown; read what it wrote before writing it again"
+                )
+            }
+            switch outcome {
+            case true?:
+                logger.notice("\(doing): \(lost); the write committed (its last log row is in the log)")
+            case false?:
+                throw ShoalError(.database, "\(doing): \(lost), and the write was rolled back: nothing of it was kept")
+            case nil:
+                throw ShoalError(
+                    .timedOut,
+                    "\(doing): \(lost): whether the write committed is unknown (it wrote no log row, or its row has left the log since); read what it wrote before writing it again"
+                )
+            }
+        }
+    }
+
+    /// Whether a statement's `error` says its answer was lost, not what the server
+    /// answered: the connection ended after the statement was sent. One the server
+    /// answered with an error rolled back; one never sent (`HubConnection.Closed`) did not
+    /// reach it, and its connection's end rolls the transaction back.
+    static func answerLost(_ error: any Error) -> Bool {
+        if error is HubConnection.Closed { return false }
+        if let error = error as? PSQLError { return error.serverInfo == nil }
+        return true
+    }
+
+    /// Whether the write whose COMMIT answer was lost committed, by its last log row; nil
+    /// when it wrote none, or when the row has left the log since. Asked on another
+    /// connection once that holds the writers' lock exclusively: the write held it
+    /// (shared or exclusively) until its transaction ended, so by then it has committed
+    /// or rolled back for good. The server rolls back a transaction whose connection it
+    /// finds closed, and ends one left idle within a minute (`sessionParameters`).
+    private func committed(_ writer: PostgresInboundWriter) async throws -> Bool? {
+        guard let newest = writer.newest else { return nil }
+        let found = try await database.withConnection { connection in
+            do {
+                try await connection.query("BEGIN ISOLATION LEVEL READ COMMITTED", logger: logger)
+                try await connection.query("SET LOCAL lock_timeout = '90s'", logger: logger)
+                try await connection.query("SELECT pg_advisory_xact_lock(\(Self.writersLock))", logger: logger)
+                let found = try await PostgresStore.readLogEnd(connection, witness: newest, lock: false, logger: logger)
+                await connection.rollBack(logger: logger)
+                return found
+            } catch {
+                await connection.rollBack(logger: logger)
+                throw error
+            }
+        }
+        if found.there == newest { return true }
+        // Another row at its sequence, or a log that ends below it: the write's row never
+        // was (rows are never rewritten in place, and log_end only grows).
+        if found.there != nil || found.end < newest.sequence { return false }
+        return nil
     }
 }
 

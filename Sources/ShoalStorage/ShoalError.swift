@@ -46,7 +46,9 @@ public struct ShoalError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The node answered the request with an error.
         case requestFailed
         /// No answer came in time after the request was sent: whether it was applied is
-        /// unknown (the node may have committed it, or may still).
+        /// unknown (the node may have committed it, or may still). On a hub, also a write
+        /// whose COMMIT answer PostgreSQL's connection lost, where the database could not
+        /// say since whether it committed.
         case timedOut
         case protocolError
         /// A local file the client was given cannot be read or written.

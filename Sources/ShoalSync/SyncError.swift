@@ -21,6 +21,9 @@ public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
         case staleReplica
         /// The sender's rights on this node do not allow what it asked (PROTOCOL.md §17).
         case permissionDenied
+        /// The request may or may not have been applied, and the node cannot tell (a
+        /// hub's COMMIT whose answer was lost; PROTOCOL.md §11).
+        case outcomeUnknown
         /// A code this version does not know, by its number.
         case unrecognized(Int)
     }
@@ -64,6 +67,7 @@ extension SyncError.Code {
         case .limitExceeded: return "LIMIT_EXCEEDED"
         case .staleReplica: return "STALE_REPLICA"
         case .permissionDenied: return "PERMISSION_DENIED"
+        case .outcomeUnknown: return "OUTCOME_UNKNOWN"
         case .unrecognized(let n): return "UNRECOGNIZED(\(n))"
         }
     }
@@ -85,6 +89,7 @@ extension SyncError.Code {
         case .limitExceeded: self = .limitExceeded
         case .staleReplica: self = .staleReplica
         case .permissionDenied: self = .permissionDenied
+        case .outcomeUnknown: self = .outcomeUnknown
         case .UNRECOGNIZED(let n): self = .unrecognized(n)
         }
     }
@@ -106,6 +111,7 @@ extension SyncError.Code {
         case .limitExceeded: return .limitExceeded
         case .staleReplica: return .staleReplica
         case .permissionDenied: return .permissionDenied
+        case .outcomeUnknown: return .outcomeUnknown
         case .unrecognized(let n): return .UNRECOGNIZED(n)
         }
     }

@@ -61,6 +61,23 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
         /// Bytes the backward direction may still forward before the link is cut
         /// (`cut(afterBackward:)`); nil: no limit.
         var backwardBudget: Int?
+        /// The statement whose answer the next connection to send it loses (`loseAnswer`).
+        var answerFault: AnswerFault?
+        /// Connections that sent the fault's `after` bytes, and so break at its marker.
+        var primed: Set<ObjectIdentifier> = []
+        /// Connections whose next backward bytes are thrown away as they break, and
+        /// whether the whole link is cut then.
+        var losing: [ObjectIdentifier: Bool] = [:]
+        /// How many connections `loseAnswer` broke.
+        var answersLost = 0
+    }
+
+    /// A statement whose answer is lost (`loseAnswer`).
+    struct AnswerFault {
+        var after: [UInt8]
+        var marker: [UInt8]
+        var delivering: Bool
+        var cutting: Bool
     }
     /// Whether forwarded bytes are kept for `transcript()`.
     private let recording: Bool
@@ -115,6 +132,47 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
     /// at a point a test chooses rather than one the timing of the moment does.
     public func cut(afterBackward bytes: Int) {
         state.withLock { $0.backwardBudget = max(0, bytes) }
+    }
+
+    /// Breaks the next connection that sends `marker` forward after it has sent `after`
+    /// (a statement, then the one a test waits for), and only that connection: with
+    /// `delivering`, the marker's bytes reach the target and what it answers is read and
+    /// thrown away as the connection breaks, an answer lost on its way back; without,
+    /// the connection breaks before they are sent. With `cutting`, the whole link is cut
+    /// then (`cut()`), so that the dialer cannot ask again until `restore()`. Once.
+    public func loseAnswer(to marker: [UInt8], after: [UInt8], delivering: Bool, cutting: Bool = false) {
+        state.withLock { $0.answerFault = AnswerFault(after: after, marker: marker, delivering: delivering, cutting: cutting) }
+    }
+
+    /// How many connections `loseAnswer` broke so far.
+    public var answersLost: Int { state.withLock { $0.answersLost } }
+
+    /// Whether the forward bytes `bytes` of `pair` meet the fault of `loseAnswer`: nil
+    /// when they do not, else the fault.
+    private func meetsAnswerFault(_ bytes: ArraySlice<UInt8>, of pair: Pair) -> AnswerFault? {
+        state.withLock { state in
+            guard let fault = state.answerFault else { return nil }
+            let id = ObjectIdentifier(pair)
+            if state.primed.contains(id), Self.holds(bytes, fault.marker) {
+                state.answerFault = nil
+                state.primed = []
+                state.answersLost += 1
+                if fault.delivering { state.losing[id] = fault.cutting }
+                return fault
+            }
+            if Self.holds(bytes, fault.after) { state.primed.insert(id) }
+            return nil
+        }
+    }
+
+    private static func holds(_ bytes: ArraySlice<UInt8>, _ part: [UInt8]) -> Bool {
+        guard !part.isEmpty, bytes.count >= part.count else { return false }
+        var start = bytes.startIndex
+        while start + part.count <= bytes.endIndex {
+            if bytes[start..<start + part.count].elementsEqual(part) { return true }
+            start += 1
+        }
+        return false
     }
 
     /// Lets connections through again, each way.
@@ -219,6 +277,14 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
                 state.withLock { _ = $0.holed.insert(ObjectIdentifier(pair)) }
                 continue
             }
+            if forward, let fault = meetsAnswerFault(buffer[0..<n], of: pair), !fault.delivering {
+                if fault.cutting { cut() }
+                break
+            }
+            if !forward, let cutting = state.withLock({ $0.losing.removeValue(forKey: ObjectIdentifier(pair)) }) {
+                if cutting { cut() }
+                break
+            }
             if recording { state.withLock { $0.transcript += buffer[0..<n] } }
             // Within the backward budget, if one is set: what is left of it goes, then the cut.
             let budgetSpent = forward ? false : state.withLock { state -> Bool in
@@ -247,6 +313,8 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
                 $0.open.subtract([pair.client, pair.upstream])
                 $0.pairs[ObjectIdentifier(pair)] = nil
                 $0.holed.remove(ObjectIdentifier(pair))
+                $0.primed.remove(ObjectIdentifier(pair))
+                $0.losing[ObjectIdentifier(pair)] = nil
             }
             close(pair.client)
             close(pair.upstream)

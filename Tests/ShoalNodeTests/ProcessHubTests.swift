@@ -413,6 +413,60 @@ struct ProcessHubTests {
         #expect(outcome.documents == 2, "the first write and the one after the link healed, nothing else")
     }
 
+    /// A hub process whose COMMIT answer its connection to PostgreSQL lost answers `shoal
+    /// exec` as the write ended: done when it committed, failed with nothing kept when the
+    /// COMMIT never arrived, and "unknown" (`OUTCOME_UNKNOWN`) when the database could not
+    /// be asked since; every increment that committed is counted once.
+    @Test func aHubProcessAnswersAWriteWhoseCommitAnswerWasLostAsItEnded() async throws {
+        let outcome = try await TemporaryPostgresDatabase.withDatabase { databases in
+            let location = databases[0].location
+            return try await onOwnThread { try Self.lostAnswers(location) }
+        }
+        #expect(outcome.statuses == [0, 0, 1, 1], "\(outcome.errors)")
+        #expect(outcome.errors[2].contains("whether the write committed is unknown"), "\(outcome.errors[2])")
+        #expect(outcome.errors[3].contains("nothing of it was kept"), "\(outcome.errors[3])")
+        #expect(outcome.lost == 3, "the proxy broke three COMMITs' connections")
+        #expect(outcome.counter == 3, "the first, the delivered one and the unknown one, which committed")
+    }
+
+    struct LostAnswers: Sendable {
+        var statuses: [Int32] = []
+        var errors: [String] = []
+        var lost = 0
+        var counter: Int?
+    }
+
+    static func lostAnswers(_ location: PostgresLocation) throws -> LostAnswers {
+        var outcome = LostAnswers()
+        let dirs = TemporaryDirectory(prefix: "shoal-hub-lost")
+        defer { dirs.remove() }
+        let (hub, proxy) = try Self.hubThroughProxy(location, dirs)
+        defer {
+            hub.stop()
+            proxy.stop()
+        }
+        let increment = "INSERT INTO t DOCUMENTS ({'_id': 'k'}) ON ID CONFLICT DO NOTHING; UPDATE t APPLY n INCREMENT BY 1 WHERE _id = 'k'"
+        func send() throws {
+            let answer = try hub.exec(increment)
+            outcome.statuses.append(answer.status)
+            outcome.errors.append(answer.stderr)
+        }
+        try send()
+        // The writer's last statement before its COMMIT sets log_end.
+        let commit = Array("COMMIT\0".utf8), setsEnd = Array("UPDATE shoal_meta SET value".utf8)
+        for (delivering, cutting) in [(true, false), (true, true), (false, false)] {
+            proxy.loseAnswer(to: commit, after: setsEnd, delivering: delivering, cutting: cutting)
+            try send()
+            proxy.restore()
+            // The pool connects again before the next round.
+            _ = eventually(30) { (try? hub.exec("SELECT * FROM t WHERE _id = 'k'").status) == 0 }
+        }
+        outcome.lost = proxy.answersLost
+        let items = try? ProcessMeshTests.documents(hub, "SELECT * FROM t WHERE _id = 'k'")
+        outcome.counter = (items?.first?["n"] as? NSNumber)?.intValue
+        return outcome
+    }
+
     struct CutOff: Sendable {
         var before: Int32 = -1
         var cut: Int32 = 0
@@ -422,19 +476,32 @@ struct ProcessHubTests {
         var documents = 0
     }
 
+    /// A hub process (store timeout 2 s) that reaches PostgreSQL through a proxy of the test's.
+    static func hubThroughProxy(_ location: PostgresLocation, _ dirs: TemporaryDirectory) throws -> (NodeProcess, LoopbackProxy) {
+        let proxy = try LoopbackProxy(to: location.port)
+        var through = location
+        through.host = "127.0.0.1"
+        through.port = proxy.port
+        do {
+            let hub = try NodeProcess(
+                name: "hub", dataDirectory: dirs.path + "/hub",
+                extra: ["--store", through.description, "--store-timeout", "2", "--subscribe", "SELECT * FROM t"])
+            return (hub, proxy)
+        } catch {
+            proxy.stop()
+            throw error
+        }
+    }
+
     static func cutOff(_ location: PostgresLocation) throws -> CutOff {
         var outcome = CutOff()
         let dirs = TemporaryDirectory(prefix: "shoal-hub-cut")
         defer { dirs.remove() }
-        let proxy = try LoopbackProxy(to: location.port)
-        defer { proxy.stop() }
-        var through = location
-        through.host = "127.0.0.1"
-        through.port = proxy.port
-        let hub = try NodeProcess(
-            name: "hub", dataDirectory: dirs.path + "/hub",
-            extra: ["--store", through.description, "--store-timeout", "2", "--subscribe", "SELECT * FROM t"])
-        defer { hub.stop() }
+        let (hub, proxy) = try Self.hubThroughProxy(location, dirs)
+        defer {
+            hub.stop()
+            proxy.stop()
+        }
         outcome.before = try hub.exec("INSERT INTO t DOCUMENTS ({'_id': 'before'})").status
         proxy.cut()
         let failed = try hub.exec("INSERT INTO t DOCUMENTS ({'_id': 'cut'})")

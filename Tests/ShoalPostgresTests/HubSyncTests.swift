@@ -45,6 +45,24 @@ struct HubSyncTests {
         }
     }
 
+    /// Runs `body` with one hub (its store and its engine) that reaches PostgreSQL
+    /// through a `LoopbackProxy` of the test's.
+    static func withHubThroughProxy(
+        unreachableAfter: Duration, _ body: @Sendable (PostgresStore, SyncEngine, LoopbackProxy) async throws -> Void
+    ) async throws {
+        let server = Locked<LoopbackProxy?>(nil)
+        let through: @Sendable (Int) throws -> Int = { port in
+            let proxy = try LoopbackProxy(to: port)
+            server.withLock { $0 = proxy }
+            return proxy.port
+        }
+        try await withHubs(1, through: through, unreachableAfter: unreachableAfter) { stores, hubs in
+            let proxy = try #require(server.withLock { $0 })
+            defer { proxy.stop() }
+            try await body(stores[0], hubs[0], proxy)
+        }
+    }
+
     /// A commit through one hub wakes the others at once: with their slow timer at an
     /// hour, only the announcement (`NOTIFY`, delivered at the commit) can.
     @Test func aCommitThroughOneHubIsAnnouncedToTheOther() async throws {
@@ -304,24 +322,16 @@ struct HubSyncTests {
     /// a connection that has just closed fails rather than wait for ever (`HubConnection`).
     @Test(arguments: [false, true])
     func aHubCutOffFromItsDatabaseEndsItsSessionsAndCatchesUp(droppingPackets: Bool) async throws {
-        let server = Locked<LoopbackProxy?>(nil)
         let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM notes"])
         defer { a.remove() }
         let increment = "INSERT INTO notes DOCUMENTS ({'_id': 'k'}) ON ID CONFLICT DO NOTHING; UPDATE notes APPLY n INCREMENT BY 1 WHERE _id = 'k'"
-        let through: @Sendable (Int) throws -> Int = { port in
-            let proxy = try LoopbackProxy(to: port)
-            server.withLock { $0 = proxy }
-            return proxy.port
-        }
-        try await Self.withHubs(1, through: through, unreachableAfter: .seconds(3)) { stores, hubs in
-            let proxy = try #require(server.withLock { $0 })
-            defer { proxy.stop() }
+        try await Self.withHubThroughProxy(unreachableAfter: .seconds(3)) { store, hub, proxy in
             @Sendable func counter() async throws -> String? {
-                try await stores[0].bodies(of: [DocumentRef(collection: "notes", id: Value.string("k").canonicalJSON)]).values.first
+                try await store.bodies(of: [DocumentRef(collection: "notes", id: Value.string("k").canonicalJSON)]).values.first
             }
-            @Sendable func noSessions() -> Bool { a.sync.peers().isEmpty && hubs[0].peers().isEmpty }
+            @Sendable func noSessions() -> Bool { a.sync.peers().isEmpty && hub.peers().isEmpty }
 
-            try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
+            try await InProcessMesh.withLink(a.sync, hub) { () async throws in
                 for _ in 0..<5 { _ = try await a.store.execute(increment) }
                 #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) { try await counter()?.contains("5") == true })
                 if droppingPackets {
@@ -332,23 +342,80 @@ struct HubSyncTests {
                 for _ in 0..<5 { _ = try await a.store.execute(increment) }
                 // The hub's commit of them fails: the session ends on both sides.
                 #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) { noSessions() },
-                        "the session ends when the hub cannot commit: \(hubs[0].peers().map(\.state))")
+                        "the session ends when the hub cannot commit: \(hub.peers().map(\.state))")
             }
-            try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
+            try await InProcessMesh.withLink(a.sync, hub) { () async throws in
                 // A session begun while the database is away: the hub's handshake and its
                 // first reads give up within their bound, and the session ends, rather than
                 // wait on the pool after the device has gone.
                 #expect(try await InProcessMesh.eventually(timeout: .seconds(5)) { !noSessions() })
                 #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) { noSessions() },
-                        "the hub's side ends too: \(hubs[0].peers().map(\.state))")
+                        "the hub's side ends too: \(hub.peers().map(\.state))")
             }
             proxy.restore()
-            try await InProcessMesh.withLink(a.sync, hubs[0], redial: true) { () async throws in
+            try await InProcessMesh.withLink(a.sync, hub, redial: true) { () async throws in
                 #expect(try await InProcessMesh.eventually(timeout: .seconds(60)) { (try? await counter())?.contains("10") == true },
                         "every increment the device acknowledged reaches the hub once the link heals")
             }
             let body = try await counter()
             #expect(body?.contains("10") == true, "and none twice: \(body ?? "none")")
+        }
+    }
+
+    /// How a write's COMMIT answer is lost.
+    enum LostAnswer: CaseIterable {
+        /// The COMMIT reached the server, its answer did not come back.
+        case delivered
+        /// The connection broke as the COMMIT was sent: it never arrived.
+        case notDelivered
+        /// As `delivered`, and the server is out of reach until the test restores the link.
+        case deliveredThenUnreachable
+    }
+
+    /// A local write whose COMMIT answer is lost, the connection to PostgreSQL broken
+    /// after the COMMIT was sent, is reported as it ended: done when the database holds
+    /// its log row, failed with nothing kept when the COMMIT never arrived, and
+    /// `.timedOut` (unknown) when the database cannot be asked. Reported failed after it
+    /// committed, a write an app retries would count an increment twice. The hub then
+    /// writes on over a new connection.
+    @Test(arguments: LostAnswer.allCases)
+    func aWriteWhoseCommitAnswerWasLostIsReportedAsItEnded(lost: LostAnswer) async throws {
+        try await Self.withHubThroughProxy(unreachableAfter: .seconds(3)) { hub, _, proxy in
+            let increment = "INSERT INTO notes DOCUMENTS ({'_id': 'k'}) ON ID CONFLICT DO NOTHING; UPDATE notes APPLY n INCREMENT BY 1 WHERE _id = 'k'"
+            @Sendable func count() async throws -> Int? {
+                let document = DocumentRef(collection: "notes", id: Value.string("k").canonicalJSON)
+                guard let body = try await hub.bodies(of: [document])[document],
+                    let object = try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any]
+                else { return nil }
+                return (object["n"] as? NSNumber)?.intValue
+            }
+            _ = try await hub.execute(increment)
+            let before = try await hub.lastSequence()
+            // The writer's last statement before its COMMIT sets log_end.
+            proxy.loseAnswer(
+                to: Array("COMMIT\0".utf8), after: Array("UPDATE shoal_meta SET value".utf8), delivering: lost != .notDelivered,
+                cutting: lost == .deliveredThenUnreachable)
+            var failure: ShoalError?
+            do {
+                _ = try await hub.execute(increment)
+            } catch let error as ShoalError {
+                failure = error
+            }
+            #expect(proxy.answersLost == 1, "the COMMIT's connection broke")
+            switch lost {
+            case .delivered:
+                #expect(failure == nil, "it committed, and says so: \(failure.map(String.init(describing:)) ?? "")")
+            case .notDelivered:
+                #expect(failure?.code == .database && failure?.message.contains("nothing of it was kept") == true, "\(String(describing: failure))")
+            case .deliveredThenUnreachable:
+                #expect(failure?.code == .timedOut && failure?.message.contains("whether the write committed is unknown") == true, "\(String(describing: failure))")
+                proxy.restore()
+            }
+            let committed = lost != .notDelivered
+            #expect(try await count() == (committed ? 2 : 1))
+            #expect((try await hub.lastSequence() > before) == committed)
+            _ = try await hub.execute(increment)
+            #expect(try await count() == (committed ? 3 : 2), "the hub writes on")
         }
     }
 

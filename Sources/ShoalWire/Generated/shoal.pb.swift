@@ -92,6 +92,11 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
   /// permissions) do not allow what it asked: an admin request beyond its role, or a
   /// transaction writing where it may not (only in Ack.refused; PROTOCOL.md section 17).
   case permissionDenied // = 14
+
+  /// The request may or may not have been applied, and the node cannot tell: a hub's
+  /// COMMIT whose answer its database connection lost (only in AdminResponse.error;
+  /// PROTOCOL.md section 11).
+  case outcomeUnknown // = 15
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -115,6 +120,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     case 12: self = .limitExceeded
     case 13: self = .staleReplica
     case 14: self = .permissionDenied
+    case 15: self = .outcomeUnknown
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -136,6 +142,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     case .limitExceeded: return 12
     case .staleReplica: return 13
     case .permissionDenied: return 14
+    case .outcomeUnknown: return 15
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -157,6 +164,7 @@ public nonisolated enum Shoal_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIterab
     .limitExceeded,
     .staleReplica,
     .permissionDenied,
+    .outcomeUnknown,
   ]
 
 }
@@ -2020,7 +2028,7 @@ nonisolated extension Shoal_V1_Role: SwiftProtobuf._ProtoNameProviding {
 }
 
 nonisolated extension Shoal_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_PROTOCOL_VIOLATION\0\u{1}ERROR_CODE_UNSUPPORTED_VERSION\0\u{1}ERROR_CODE_MESH_MISMATCH\0\u{1}ERROR_CODE_MESH_KEY_MISMATCH\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_INVALID_QUERY\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_DUPLICATE_SESSION\0\u{1}ERROR_CODE_EXECUTION_FAILED\0\u{1}ERROR_CODE_LIMIT_EXCEEDED\0\u{1}ERROR_CODE_STALE_REPLICA\0\u{1}ERROR_CODE_PERMISSION_DENIED\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_PROTOCOL_VIOLATION\0\u{1}ERROR_CODE_UNSUPPORTED_VERSION\0\u{1}ERROR_CODE_MESH_MISMATCH\0\u{1}ERROR_CODE_MESH_KEY_MISMATCH\0\u{1}ERROR_CODE_FRAME_TOO_LARGE\0\u{1}ERROR_CODE_MALFORMED_FRAME\0\u{1}ERROR_CODE_INVALID_QUERY\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SHUTTING_DOWN\0\u{1}ERROR_CODE_DUPLICATE_SESSION\0\u{1}ERROR_CODE_EXECUTION_FAILED\0\u{1}ERROR_CODE_LIMIT_EXCEEDED\0\u{1}ERROR_CODE_STALE_REPLICA\0\u{1}ERROR_CODE_PERMISSION_DENIED\0\u{1}ERROR_CODE_OUTCOME_UNKNOWN\0")
 }
 
 nonisolated extension Shoal_V1_Coverage: SwiftProtobuf._ProtoNameProviding {
