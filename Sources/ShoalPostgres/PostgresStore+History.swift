@@ -260,7 +260,7 @@ extension PostgresStore {
 
 /// What a hub knew of the log all hubs share (`PostgresStore.known`), to tell when the
 /// database went back under it.
-struct KnownLog: Sendable {
+struct KnownLog: Sendable, Equatable {
     /// The highest sequence this hub knew committed: every end told, every row read.
     var end: UInt64 = 0
     /// The newest row this hub read or wrote; nil before the first.

@@ -87,6 +87,12 @@ package final class PostgresStore: SyncStore, Sendable {
     /// that lost commits, a backup restored in place), and the hubs' one writer repairs it
     /// before it writes (`PostgresInboundWriter.repairWentBack`).
     let known = Locked(KnownLog())
+    /// Where this hub keeps what it knew of the log between runs (`RememberedLog`, in its
+    /// data directory), and what it last kept there; nil: nowhere.
+    let rememberedAt: String?
+    /// The file's name in a hub's data directory.
+    package static let rememberedFileName = "hub-log.json"
+    let remembered = Locked<KnownLog?>(nil)
     /// Set while a repair a page read asked for runs (`wentBackSeen`).
     let repairAsked = Locked(false)
     /// Commits that changed documents, this hub's own and the others': what observers
@@ -131,8 +137,9 @@ package final class PostgresStore: SyncStore, Sendable {
     private init(
         database: PostgresHubDatabase, siteID: SiteID, clock: HybridLogicalClock, systemParameters: SystemParameters,
         interest: [SiteID: SavedInterest], freshness: (entries: [SiteID: UInt64], forgottenThrough: UInt64),
-        history: (lacksOwn: Bool, cursorEpoch: UInt64), lockTable: Int, logger: Logger
+        history: (lacksOwn: Bool, cursorEpoch: UInt64), lockTable: Int, remembering: String?, logger: Logger
     ) {
+        self.rememberedAt = remembering
         self.mostClaimed = Self.mostClaimed(lockTable: lockTable)
         self.lacksOwn = Locked(history.lacksOwn)
         self.cursorEpoch = Locked(history.cursorEpoch)
@@ -150,9 +157,14 @@ package final class PostgresStore: SyncStore, Sendable {
     /// Opens the store on `database`, whose connection pool must be running
     /// (`PostgresHubDatabase.run()`): migrates the schema, reads the site every hub on it
     /// shares and where the log ends.
+    ///
+    /// With `remembering`, a file in the hub's data directory (`RememberedLog`), it takes
+    /// what the hub knew of the log when it last ran there as known, and repairs the
+    /// database before it returns if that went back since; it keeps what it knows there
+    /// from then on (`rememberKnown`).
     package static func open(
         _ database: PostgresHubDatabase, systemParameters: SystemParameters = SystemParameters(),
-        clock: HybridLogicalClock = HybridLogicalClock(), logger: Logger
+        clock: HybridLogicalClock = HybridLogicalClock(), remembering: String? = nil, logger: Logger
     ) async throws(ShoalError) -> PostgresStore {
         let site: SiteID
         do {
@@ -165,12 +177,57 @@ package final class PostgresStore: SyncStore, Sendable {
         let store = PostgresStore(
             database: database, siteID: site, clock: clock, systemParameters: systemParameters, interest: interest,
             freshness: try await Self.readFreshness(database, logger: logger), history: try await Self.readHistory(database, logger: logger),
-            lockTable: try await Self.readLockTable(database, logger: logger), logger: logger)
+            lockTable: try await Self.readLockTable(database, logger: logger), remembering: remembering, logger: logger)
         store.feed.publish(LogEnd(sequence: try await store.lastSequence()))
         store.told.withLock { $0 = store.lastCommittedSequence }
         store.known.withLock { $0.end = store.lastCommittedSequence }
+        if store.recallKnown() {
+            // Before any write of this hub numbers on from a log that went back.
+            await store.repairIfWentBack()
+        }
+        store.rememberKnown()
         store.announcer.start(at: store.lastCommittedSequence, reading: store)
         return store
+    }
+
+    /// Takes what the hub knew of the log when it last ran on this data directory
+    /// (`rememberedAt`) as known; whether there was anything of this database there.
+    func recallKnown() -> Bool {
+        guard let path = rememberedAt else { return false }
+        let file: RememberedLog?
+        do {
+            file = try RememberedLog.read(path)
+        } catch {
+            logger.warning("what this hub knew of the log when it last ran is lost (\(error.message)); it is written again")
+            return false
+        }
+        guard let file else { return false }
+        guard let recalled = file.known(of: siteID) else {
+            logger.notice(
+                "\(path) describes another database than this one (site \(file.site), not \(siteID)), or is not what a hub writes: ignored and written again")
+            return false
+        }
+        known.withLock { known in
+            known.end = max(known.end, recalled.end)
+            known.witness = recalled.witness
+        }
+        remembered.withLock { $0 = recalled }
+        return true
+    }
+
+    /// Keeps what the hub knows of the log in its data directory, when it changed since
+    /// it last kept it (`RememberedLog`): at open, at each tick of `followOtherHubs`, and
+    /// when the store closes.
+    func rememberKnown() {
+        guard let path = rememberedAt else { return }
+        let now = known.withLock { $0 }
+        guard remembered.withLock({ $0 }) != now else { return }
+        do {
+            try RememberedLog(site: siteID, known: now).write(to: path)
+            remembered.withLock { $0 = now }
+        } catch {
+            logger.warning("what this hub knows of the log could not be kept for its next start: \(error.message)")
+        }
     }
 
     /// How many locks the server's lock table holds for every session at once.
@@ -193,6 +250,7 @@ package final class PostgresStore: SyncStore, Sendable {
 
     /// Ends every listener of the log and of cursor resets; the pool is the caller's to stop.
     package func close() {
+        rememberKnown()
         gate.close(admittingNested: false)
         feed.finishAll()
         resets.finishAll()
@@ -663,6 +721,7 @@ package final class PostgresStore: SyncStore, Sendable {
                     try? await Task.sleep(for: interval)
                     await self.repairIfWentBack()
                     if let last = try? await self.lastSequence() { await self.heard(last) }
+                    self.rememberKnown()
                 }
             }
             await group.next()

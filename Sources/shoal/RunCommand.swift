@@ -1,3 +1,4 @@
+import Foundation
 import ArgumentParser
 import ShoalStorage
 import Logging
@@ -196,8 +197,13 @@ struct RunCommand: AsyncParsableCommand {
             let node: ShoalNode
             do {
                 try await database.checkReachable()
+                // What this hub knew of the log when it last ran here, to find a database
+                // that went back while it was stopped.
+                try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
                 let store = try await PostgresStore.open(
-                    database, systemParameters: configuration.storeParameters, logger: Logger(label: "shoal.store"))
+                    database, systemParameters: configuration.storeParameters,
+                    remembering: (configuration.dataDirectory as NSString).appendingPathComponent(PostgresStore.rememberedFileName),
+                    logger: Logger(label: "shoal.store"))
                 node = try ShoalNode(configuration: configuration, logger: logger) { opening in
                     store.timeCommits(with: opening.commitDuration)
                     return store

@@ -1138,6 +1138,53 @@ struct HubSyncTests {
         }
     }
 
+    /// A hub started on a database that went back while it was stopped finds it as it
+    /// opens, from what it knew when it last ran, kept in its data directory
+    /// (`RememberedLog`), and repairs before it writes: whether the log now ends below
+    /// where it stood, or a hub that knew less has written past it since
+    /// (`writtenPast`). Without it, the hub's next numbers would be those devices hold
+    /// for what the database lost, and only a device's Subscribe could tell.
+    @Test(arguments: [false, true]) func aHubStartedOnADatabaseThatWentBackWhileItWasStoppedRepairsAsItOpens(writtenPast: Bool) async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-hub-remembers")
+        defer { dir.remove() }
+        let file = dir.path + "/" + PostgresStore.rememberedFileName
+        // A file a hub did not write is ignored, and written again.
+        try Data("not json".utf8).write(to: URL(fileURLWithPath: file))
+        try await TemporaryPostgresDatabase.withDatabase(hubs: 1) { databases in
+            let database = databases[0]
+            @Sendable func value(_ sql: String) async throws -> Int64 { try await Self.value(database, sql) }
+            let hub = try await PostgresStore.open(database, remembering: file, logger: Self.logger)
+            for id in ["one", "two", "three"] { _ = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': '\(id)'})") }
+            hub.close()
+            let kept = try #require(try RememberedLogFile.read(file))
+            #expect(kept["end"] as? Int == 3, "\(kept)")
+
+            let site = Int64(bitPattern: hub.siteID.rawValue)
+            try await database.execute("DELETE FROM change_log WHERE seq > 1")
+            try await database.execute("DELETE FROM txn WHERE origin = \(site) AND seq > 1")
+            try await database.execute("UPDATE shoal_meta SET value = 1 WHERE key IN ('log_end', 'transaction_counter')")
+            let epoch = try await value("SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'")
+            if writtenPast {
+                // A hub with nothing remembered sees nothing wrong, and logs on past sequence 3.
+                let late = try await PostgresStore.open(database, logger: Self.logger)
+                for id in ["four", "five", "six"] { _ = try await late.execute("INSERT INTO notes DOCUMENTS ({'_id': '\(id)'})") }
+                late.close()
+                #expect(try await value("SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'") == epoch, "not repaired by it")
+                #expect(try await value("SELECT value FROM shoal_meta WHERE key = 'log_end'") == 4)
+            }
+            let again = try await PostgresStore.open(database, remembering: file, logger: Self.logger)
+            #expect(try await value("SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'") == epoch + 1, "repaired as it opened")
+            #expect(try await value("SELECT min(seq) FROM change_log") > Int64(OriginHistory.reissueGap), "every row moved")
+            #expect(try await value("SELECT count(*) FROM txn WHERE seq <= \(OriginHistory.reissueGap)") == 0, "every number given again")
+            let seven = try await again.execute("INSERT INTO notes DOCUMENTS ({'_id': 'seven'})")
+            #expect((seven.transactionID?.sequence ?? 0) > OriginHistory.reissueGap)
+            again.close()
+            let third = try await PostgresStore.open(database, remembering: file, logger: Self.logger)
+            third.close()
+            #expect(try await value("SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'") == epoch + 1, "once")
+        }
+    }
+
     /// A device resuming after the end of a hub's log (a database restored to before it
     /// was written, with nothing written since): the hub moves its log above the device's
     /// cursor rather than refuse, so what it logs next is sent; and the device sends back
@@ -1318,5 +1365,13 @@ struct HubSyncTests {
             #expect(try await stores[1].attachmentLength(hash: hash) == bytes.count, "a stale writer's discard keeps the attachment's bytes")
             #expect(try await stores[1].attachmentChunk(hash: hash, offset: 0, maximum: .max)?.bytes == bytes)
         }
+    }
+}
+
+/// A hub's `RememberedLog` file as JSON, for tests to look into.
+enum RememberedLogFile {
+    static func read(_ path: String) throws -> [String: Any]? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        return try JSONSerialization.jsonObject(with: data) as? [String: Any]
     }
 }
