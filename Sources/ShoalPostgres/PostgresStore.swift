@@ -678,10 +678,11 @@ package final class PostgresStore: SyncStore, Sendable {
     // MARK: Following the other hubs
 
     /// Hears the other hubs' commits until the task is cancelled: each announced end of
-    /// the log above this hub's wakes its sessions (`listenToChangeLog`). It reads the
-    /// log's end each time it starts listening, and every `interval` besides, since
-    /// PostgreSQL drops what it announced while this hub was not listening; and each time
-    /// repairs the database if it went back under this hub (`repairIfWentBack`).
+    /// the log above this hub's wakes its sessions (`listenToChangeLog`). It reads again
+    /// what they announce each time it starts listening, and every `interval` besides
+    /// (`lookAgain`), since PostgreSQL drops what it announced while this hub was not
+    /// listening; and keeps what the hub knows of the log in its data directory
+    /// (`rememberKnown`).
     package func followOtherHubs(every interval: Duration = .seconds(5)) async {
         let (started, listening) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         await withTaskGroup(of: Void.self) { group in
@@ -704,28 +705,32 @@ package final class PostgresStore: SyncStore, Sendable {
                 listening.finish()
             }
             group.addTask {
-                for await _ in started {
-                    // The database may have gone back while this hub did not listen (a failover).
-                    await self.repairIfWentBack()
-                    if let last = try? await self.lastSequence() { await self.heard(last) }
-                    // Cursors another hub forgot while this one was not listening.
-                    if let (lacksOwn, epoch) = try? await Self.readHistory(self.database, logger: self.logger),
-                        lacksOwn, epoch > self.cursorEpoch.withLock({ $0 })
-                    {
-                        self.forgotCursors(epoch: epoch)
-                    }
-                }
+                for await _ in started { await self.lookAgain() }
             }
             group.addTask {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: interval)
-                    await self.repairIfWentBack()
-                    if let last = try? await self.lastSequence() { await self.heard(last) }
+                    await self.lookAgain()
                     self.rememberKnown()
                 }
             }
             await group.next()
             group.cancelAll()
+        }
+    }
+
+    /// Reads again what the other hubs announce, for what this hub may not have heard
+    /// (PostgreSQL drops announcements while a hub does not listen, and a listening
+    /// connection whose link died without a word hears nothing): whether the database
+    /// went back (`repairIfWentBack`), where the log ends, and whether another hub forgot
+    /// every cursor.
+    func lookAgain() async {
+        await repairIfWentBack()
+        if let last = try? await lastSequence() { await heard(last) }
+        if let (lacksOwn, epoch) = try? await Self.readHistory(database, logger: logger), lacksOwn,
+            epoch > cursorEpoch.withLock({ $0 })
+        {
+            forgotCursors(epoch: epoch)
         }
     }
 

@@ -1063,6 +1063,27 @@ struct HubSyncTests {
         }
     }
 
+    /// A hub hears that another forgot every cursor (`cursors <epoch>` on the log's
+    /// channel), but an announcement can be lost: dropped while the hub did not listen,
+    /// or on a listening connection whose link died without a word. The hub reads the
+    /// epoch again at each tick (`lookAgain`), and its sessions start their streams again.
+    @Test func cursorsAnotherHubForgotReachAHubThatDidNotHearItAtItsNextTick() async throws {
+        try await Self.withHubs(1, poll: .milliseconds(300)) { stores, _ in
+            let database = stores[0].database
+            let heard = Locked<[UInt64]>([])
+            let resets = stores[0].cursorResets()
+            let listening = Task { for await epoch in resets { heard.withLock { $0.append(epoch) } } }
+            defer { listening.cancel() }
+            let epoch = try await Self.value(database, "SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'")
+            // What a repair on another hub writes, with no announcement.
+            try await database.execute("UPDATE shoal_meta SET value = 1 WHERE key = 'may_lack_own_transactions'")
+            try await database.execute("UPDATE shoal_meta SET value = \(epoch + 1) WHERE key = 'cursor_epoch'")
+            #expect(await InProcessMesh.eventually(timeout: .seconds(10)) { heard.withLock { $0 } == [UInt64(epoch + 1)] })
+            try await Task.sleep(for: .milliseconds(700))
+            #expect(heard.withLock { $0 } == [UInt64(epoch + 1)], "told once")
+        }
+    }
+
     /// A database that lost the tail of its log under a running hub, and a hub that knew
     /// less (started on it since) logging past where the first hub stood before the first
     /// hub looked: the log no longer ends below what hub 1 knew, but its row 3 holds the
