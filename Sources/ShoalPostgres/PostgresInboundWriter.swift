@@ -89,7 +89,14 @@ extension PostgresStore {
                 defer { writer.end() }
                 do {
                     // Inside: a BEGIN whose answer was lost leaves the connection rolled back or closed.
-                    try await connection.query("BEGIN ISOLATION LEVEL READ COMMITTED", logger: logger)
+                    // The transaction's ID and its backend are sent with it, no round trip of
+                    // their own: what a COMMIT whose answer is lost asks about (`commit`).
+                    let begun = connection.send("BEGIN ISOLATION LEVEL READ COMMITTED", logger: logger)
+                    let named = connection.send("SELECT pg_current_xact_id()::text, pg_backend_pid()", logger: logger)
+                    _ = try await begun.get()
+                    for (id, backend) in try await named.get().rows.decode((String, Int32).self) {
+                        writer.transaction = UInt64(id).map { (id: $0, backend: backend) }
+                    }
                     if let deadline {
                         let left = deadline.instant - ContinuousClock.now
                         guard left > .zero else { throw deadline.exceeded(.waitingForWriter) }
@@ -173,6 +180,8 @@ extension PostgresStore {
             try await connection.query("COMMIT", logger: logger)
         } catch where Self.answerLost(error) {
             let lost = "the connection to \(database.location) ended before PostgreSQL answered the COMMIT (\(PostgresHubDatabase.describe(error)))"
+            // Its server side then rolls back a transaction the COMMIT never reached.
+            try? await connection.close()
             let outcome: Bool?
             do {
                 outcome = try await committed(writer)
@@ -184,54 +193,78 @@ extension PostgresStore {
             }
             switch outcome {
             case true?:
-                logger.notice("\(doing): \(lost); the write committed (its last log row is in the log)")
+                logger.notice("\(doing): \(lost); PostgreSQL says the write committed")
             case false?:
                 throw ShoalError(.database, "\(doing): \(lost), and the write was rolled back: nothing of it was kept")
             case nil:
                 throw ShoalError(
                     .timedOut,
-                    "\(doing): \(lost): whether the write committed is unknown (it wrote no log row, or its row has left the log since); read what it wrote before writing it again"
+                    "\(doing): \(lost): whether the write committed is unknown (PostgreSQL could not tell); read what it wrote before writing it again"
                 )
             }
         }
     }
 
-    /// Whether a statement's `error` says its answer was lost, not what the server
-    /// answered: the connection ended after the statement was sent. One the server
-    /// answered with an error rolled back; one never sent (`HubConnection.Closed`) did not
-    /// reach it, and its connection's end rolls the transaction back.
+    /// Whether a statement's `error` may hide what the server did with it: no answer came
+    /// (the connection ended after the statement was sent), or the answer ended the
+    /// session (a FATAL or PANIC, a shutdown or crash, SQLSTATE classes 08, 57 and XX),
+    /// which may come after a commit was made durable. An error the server answered and
+    /// went on from rolled the transaction back; a statement never sent
+    /// (`HubConnection.Closed`) never reached it, and its connection's end rolls it back.
     static func answerLost(_ error: any Error) -> Bool {
         if error is HubConnection.Closed { return false }
-        if let error = error as? PSQLError { return error.serverInfo == nil }
-        return true
+        guard let error = error as? PSQLError else { return true }
+        guard let info = error.serverInfo else { return true }
+        if let severity = info[.severity] ?? info[.localizedSeverity], severity == "FATAL" || severity == "PANIC" { return true }
+        let state = info[.sqlState] ?? ""
+        return state.hasPrefix("08") || state.hasPrefix("57") || state.hasPrefix("XX")
     }
 
-    /// Whether the write whose COMMIT answer was lost committed, by its last log row; nil
-    /// when it wrote none, or when the row has left the log since. Asked on another
-    /// connection once that holds the writers' lock exclusively: the write held it
-    /// (shared or exclusively) until its transaction ended, so by then it has committed
-    /// or rolled back for good. The server rolls back a transaction whose connection it
-    /// finds closed, and ends one left idle within a minute (`sessionParameters`).
+    /// Whether the write whose COMMIT answer was lost committed, by what PostgreSQL says of
+    /// its transaction (`pg_xact_status`); nil when it cannot tell. While the write's
+    /// backend still holds it open (the COMMIT never arrived, and the server has not yet
+    /// found the connection gone, which across a network can take it a minute), that
+    /// backend is ended, which rolls it back; one in the middle of its commit finishes it
+    /// first. A transaction said committed whose last log row is not where the write put
+    /// it is one of a database that went back since (a failover that lost the commit and
+    /// gave its ID again): not committed.
     private func committed(_ writer: PostgresInboundWriter) async throws -> Bool? {
-        guard let newest = writer.newest else { return nil }
-        let found = try await database.withConnection { connection in
-            do {
-                try await connection.query("BEGIN ISOLATION LEVEL READ COMMITTED", logger: logger)
-                try await connection.query("SET LOCAL lock_timeout = '90s'", logger: logger)
-                try await connection.query("SELECT pg_advisory_xact_lock(\(Self.writersLock))", logger: logger)
-                let found = try await PostgresStore.readLogEnd(connection, witness: newest, lock: false, logger: logger)
-                await connection.rollBack(logger: logger)
-                return found
-            } catch {
-                await connection.rollBack(logger: logger)
-                throw error
+        guard let transaction = writer.transaction else { return nil }
+        let asked = ContinuousClock.now
+        while true {
+            let status: String? = try await database.withConnection { connection in
+                var status: String?
+                for found in try await connection.query(
+                    "SELECT pg_xact_status(\(String(transaction.id))::xid8)", logger: logger
+                ).decode(String?.self) {
+                    status = found
+                }
+                return status
+            }
+            switch status {
+            case "committed":
+                guard let newest = writer.newest else { return true }
+                let found = try await database.withConnection { connection in
+                    try await PostgresStore.readLogEnd(connection, witness: newest, lock: false, logger: logger)
+                }
+                return found.end >= newest.sequence && (found.there == nil || found.there == newest)
+            case "aborted":
+                return false
+            case "in progress":
+                guard ContinuousClock.now - asked < .seconds(90) else { return nil }
+                // Only while that backend still runs this transaction: a process ID is reused.
+                _ = try await database.withConnection { connection in
+                    try await connection.query(
+                        """
+                        SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                        WHERE pid = \(transaction.backend) AND backend_xid::text = \(String(transaction.id & 0xFFFF_FFFF))
+                        """, logger: logger)
+                }
+                try await Task.sleep(for: .milliseconds(100))
+            default:
+                return nil
             }
         }
-        if found.there == newest { return true }
-        // Another row at its sequence, or a log that ends below it: the write's row never
-        // was (rows are never rewritten in place, and log_end only grows).
-        if found.there != nil || found.end < newest.sequence { return false }
-        return nil
     }
 }
 
@@ -261,6 +294,9 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     private var pendingIndexes: [TransactionID: [DocumentRef: Set<UInt32>]] = [:]
     /// The last sequence this write appended, nil before its first row.
     var lastSequence: UInt64?
+    /// The database transaction of this write and the backend that runs it, as read when
+    /// it began: what `commit` asks PostgreSQL about when COMMIT's answer is lost.
+    var transaction: (id: UInt64, backend: Int32)?
     /// The cursor epoch this write moved to (`forgetPeerCursors`); 0 when it forgot none.
     var cursorEpoch: UInt64 = 0
     /// Set when this write found the database went back under the running hub and

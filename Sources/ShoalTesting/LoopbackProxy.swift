@@ -78,6 +78,7 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
         var marker: [UInt8]
         var delivering: Bool
         var cutting: Bool
+        var keepingTarget: Bool
     }
     /// Whether forwarded bytes are kept for `transcript()`.
     private let recording: Bool
@@ -139,9 +140,14 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
     /// `delivering`, the marker's bytes reach the target and what it answers is read and
     /// thrown away as the connection breaks, an answer lost on its way back; without,
     /// the connection breaks before they are sent. With `cutting`, the whole link is cut
-    /// then (`cut()`), so that the dialer cannot ask again until `restore()`. Once.
-    public func loseAnswer(to marker: [UInt8], after: [UInt8], delivering: Bool, cutting: Bool = false) {
-        state.withLock { $0.answerFault = AnswerFault(after: after, marker: marker, delivering: delivering, cutting: cutting) }
+    /// then (`cut()`), so that the dialer cannot ask again until `restore()`. With
+    /// `keepingTarget` (and not `delivering`), only the dialer's side breaks: the target
+    /// keeps its end open, waiting for bytes that never come, as across a network that
+    /// lost the dialer. Once.
+    public func loseAnswer(to marker: [UInt8], after: [UInt8], delivering: Bool, cutting: Bool = false, keepingTarget: Bool = false) {
+        state.withLock {
+            $0.answerFault = AnswerFault(after: after, marker: marker, delivering: delivering, cutting: cutting, keepingTarget: keepingTarget)
+        }
     }
 
     /// How many connections `loseAnswer` broke so far.
@@ -260,6 +266,9 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
 
     private func pump(from source: Int32, to destination: Int32, pair: Pair, forward: Bool) {
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        // Left open when a fault keeps the target waiting: the backward pump ends it once
+        // the target closes.
+        var keepDestination = false
         loop: while true {
             // A stalled direction reads nothing until the link heals (or is cut, which
             // shuts the socket down under it).
@@ -279,6 +288,7 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
             }
             if forward, let fault = meetsAnswerFault(buffer[0..<n], of: pair), !fault.delivering {
                 if fault.cutting { cut() }
+                keepDestination = fault.keepingTarget
                 break
             }
             if !forward, let cutting = state.withLock({ $0.losing.removeValue(forKey: ObjectIdentifier(pair)) }) {
@@ -306,7 +316,7 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
                 break
             }
         }
-        shutdown(destination, Int32(SHUT_RDWR))
+        if !keepDestination { shutdown(destination, Int32(SHUT_RDWR)) }
         shutdown(source, Int32(SHUT_RDWR))
         if pair.ended.withLock({ $0 += 1; return $0 }) == 2 {
             state.withLock {

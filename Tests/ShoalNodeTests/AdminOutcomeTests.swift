@@ -32,13 +32,15 @@ import Testing
         }
     }
 
-    /// A client that predates the code reads it as an unknown one, with the message.
-    @Test func anOlderClientReadsTheCodeAsUnknown() throws {
+    /// Code 15 on the wire, whoever wrote it, is read as `OUTCOME_UNKNOWN`; a client that
+    /// predates it reads a code it does not know as `unrecognized`, which it reports as a
+    /// refusal with the node's message (PROTOCOL.md §13).
+    @Test func codeFifteenIsReadAsTheUnknownOutcome() throws {
         var error = Shoal_V1_Error()
         error.code = .UNRECOGNIZED(15)
         let bytes: [UInt8] = try error.serializedBytes()
-        let read = try Shoal_V1_Error(serializedBytes: bytes)
-        #expect(SyncError.Code(wire: read.code) == .outcomeUnknown)
-        #expect(SyncError.Code(wire: .UNRECOGNIZED(16)) == .unrecognized(16))
+        #expect(bytes == [0x08, 15], "field 1, varint 15")
+        #expect(SyncError.Code(wire: try Shoal_V1_Error(serializedBytes: bytes).code) == .outcomeUnknown)
+        #expect(AdminClient.refusal(.unrecognized(15), "m") == ShoalError(.requestFailed, "m"))
     }
 }

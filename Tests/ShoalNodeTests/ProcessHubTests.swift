@@ -457,7 +457,7 @@ struct ProcessHubTests {
         }
         try send()
         // The writer's last statement before its COMMIT sets log_end.
-        let commit = Array("COMMIT\0".utf8), setsEnd = Array("UPDATE shoal_meta SET value".utf8)
+        let commit = Array("COMMIT\0".utf8), setsEnd = Array("WHERE key = 'log_end' RETURNING".utf8)
         for (delivering, cutting) in [(true, false), (true, true), (false, false)] {
             proxy.loseAnswer(to: commit, after: setsEnd, delivering: delivering, cutting: cutting)
             try send()

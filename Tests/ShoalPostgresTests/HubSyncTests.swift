@@ -368,6 +368,9 @@ struct HubSyncTests {
         case delivered
         /// The connection broke as the COMMIT was sent: it never arrived.
         case notDelivered
+        /// As `notDelivered`, but only on the hub's side: the server keeps the connection
+        /// open, its transaction idle, as across a network that lost the hub.
+        case notDeliveredServerWaiting
         /// As `delivered`, and the server is out of reach until the test restores the link.
         case deliveredThenUnreachable
     }
@@ -377,7 +380,8 @@ struct HubSyncTests {
     /// its log row, failed with nothing kept when the COMMIT never arrived, and
     /// `.timedOut` (unknown) when the database cannot be asked. Reported failed after it
     /// committed, a write an app retries would count an increment twice. The hub then
-    /// writes on over a new connection.
+    /// writes on over a new connection. A server still holding the write's transaction
+    /// open has that backend ended, rather than the hub wait for its idle timeout (60 s).
     @Test(arguments: LostAnswer.allCases)
     func aWriteWhoseCommitAnswerWasLostIsReportedAsItEnded(lost: LostAnswer) async throws {
         try await Self.withHubThroughProxy(unreachableAfter: .seconds(3)) { hub, _, proxy in
@@ -393,25 +397,30 @@ struct HubSyncTests {
             let before = try await hub.lastSequence()
             // The writer's last statement before its COMMIT sets log_end.
             proxy.loseAnswer(
-                to: Array("COMMIT\0".utf8), after: Array("UPDATE shoal_meta SET value".utf8), delivering: lost != .notDelivered,
-                cutting: lost == .deliveredThenUnreachable)
+                to: Array("COMMIT\0".utf8), after: Array("WHERE key = 'log_end' RETURNING".utf8),
+                delivering: lost == .delivered || lost == .deliveredThenUnreachable, cutting: lost == .deliveredThenUnreachable,
+                keepingTarget: lost == .notDeliveredServerWaiting)
             var failure: ShoalError?
+            let sent = ContinuousClock.now
             do {
                 _ = try await hub.execute(increment)
             } catch let error as ShoalError {
                 failure = error
             }
+            let answered = ContinuousClock.now - sent
             #expect(proxy.answersLost == 1, "the COMMIT's connection broke")
             switch lost {
             case .delivered:
                 #expect(failure == nil, "it committed, and says so: \(failure.map(String.init(describing:)) ?? "")")
-            case .notDelivered:
+            case .notDelivered, .notDeliveredServerWaiting:
                 #expect(failure?.code == .database && failure?.message.contains("nothing of it was kept") == true, "\(String(describing: failure))")
+                // Not a speed goal: the server's idle timeout (60 s) is what it would take otherwise.
+                #expect(answered < .seconds(30), "the waiting backend was ended: \(answered)")
             case .deliveredThenUnreachable:
                 #expect(failure?.code == .timedOut && failure?.message.contains("whether the write committed is unknown") == true, "\(String(describing: failure))")
                 proxy.restore()
             }
-            let committed = lost != .notDelivered
+            let committed = lost == .delivered || lost == .deliveredThenUnreachable
             #expect(try await count() == (committed ? 2 : 1))
             #expect((try await hub.lastSequence() > before) == committed)
             _ = try await hub.execute(increment)
