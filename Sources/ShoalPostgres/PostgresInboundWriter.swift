@@ -89,14 +89,7 @@ extension PostgresStore {
                 defer { writer.end() }
                 do {
                     // Inside: a BEGIN whose answer was lost leaves the connection rolled back or closed.
-                    // The transaction's ID and its backend are sent with it, no round trip of
-                    // their own: what a COMMIT whose answer is lost asks about (`commit`).
-                    let begun = connection.send("BEGIN ISOLATION LEVEL READ COMMITTED", logger: logger)
-                    let named = connection.send("SELECT pg_current_xact_id()::text, pg_backend_pid()", logger: logger)
-                    _ = try await begun.get()
-                    for (id, backend) in try await named.get().rows.decode((String, Int32).self) {
-                        writer.transaction = UInt64(id).map { (id: $0, backend: backend) }
-                    }
+                    try await connection.query("BEGIN ISOLATION LEVEL READ COMMITTED", logger: logger)
                     if let deadline {
                         let left = deadline.instant - ContinuousClock.now
                         guard left > .zero else { throw deadline.exceeded(.waitingForWriter) }
@@ -105,8 +98,11 @@ extension PostgresStore {
                             logger: logger)
                     }
                     do {
+                        // The writers' lock, and with it (no round trip of their own) the
+                        // transaction's ID, its backend and the server's start: what a COMMIT
+                        // whose answer is lost asks about (`commit`).
                         if let claim {
-                            try await connection.query("SELECT pg_advisory_xact_lock_shared(\(Self.writersLock))", logger: logger)
+                            try writer.name(try await connection.query(PostgresTransactionName.taking("pg_advisory_xact_lock_shared", Self.writersLock), logger: logger))
                             // The two-key form: a key space of its own, which no name's hash can
                             // share with the writers' lock or the migrations'.
                             let keys = Array(Set(claim.lockKeys)).sorted()
@@ -118,7 +114,7 @@ extension PostgresStore {
                                     """, logger: logger)
                             }
                         } else {
-                            try await connection.query("SELECT pg_advisory_xact_lock(\(Self.writersLock))", logger: logger)
+                            try writer.name(try await connection.query(PostgresTransactionName.taking("pg_advisory_xact_lock", Self.writersLock), logger: logger))
                             let knew = known.withLock { $0 }
                             let found = try await writer.lockLogEnd(witness: knew.witness)
                             writer.logEnd = found.end
@@ -222,42 +218,47 @@ extension PostgresStore {
 
     /// Whether the write whose COMMIT answer was lost committed, by what PostgreSQL says of
     /// its transaction (`pg_xact_status`); nil when it cannot tell. While the write's
-    /// backend still holds it open (the COMMIT never arrived, and the server has not yet
-    /// found the connection gone, which across a network can take it a minute), that
-    /// backend is ended, which rolls it back; one in the middle of its commit finishes it
-    /// first. A transaction said committed whose last log row is not where the write put
-    /// it is one of a database that went back since (a failover that lost the commit and
-    /// gave its ID again): not committed.
+    /// backend still holds it open and idle (the COMMIT never arrived, and the server has
+    /// not yet found the connection gone, which across a network can take it a minute),
+    /// that backend is ended, which rolls it back; one running its COMMIT (waiting for a
+    /// synchronous standby, say) is left to finish it. A failover that lost the commit
+    /// gives its ID again: "committed" counts only with the write's last log row where it
+    /// put it, or, for a write that logged nothing, on the server that gave the ID.
     private func committed(_ writer: PostgresInboundWriter) async throws -> Bool? {
         guard let transaction = writer.transaction else { return nil }
         let asked = ContinuousClock.now
         while true {
-            let status: String? = try await database.withConnection { connection in
-                var status: String?
-                for found in try await connection.query(
-                    "SELECT pg_xact_status(\(String(transaction.id))::xid8)", logger: logger
-                ).decode(String?.self) {
-                    status = found
+            let (status, started): (String?, String?) = try await database.withConnection { connection in
+                var found: (String?, String?) = (nil, nil)
+                for row in try await connection.query(
+                    "SELECT pg_xact_status(\(String(transaction.id))::xid8), pg_postmaster_start_time()::text", logger: logger
+                ).decode((String?, String?).self) {
+                    found = row
                 }
-                return status
+                return found
             }
             switch status {
             case "committed":
-                guard let newest = writer.newest else { return true }
+                guard let newest = writer.newest else { return started == transaction.serverStarted ? true : nil }
                 let found = try await database.withConnection { connection in
                     try await PostgresStore.readLogEnd(connection, witness: newest, lock: false, logger: logger)
                 }
-                return found.end >= newest.sequence && (found.there == nil || found.there == newest)
+                if found.there == newest { return true }
+                // Another row there, or a log that ends below it: never written. No row
+                // (compacted, or moved by a repair since): the log cannot say.
+                return found.there != nil || found.end < newest.sequence ? false : nil
             case "aborted":
                 return false
             case "in progress":
                 guard ContinuousClock.now - asked < .seconds(90) else { return nil }
-                // Only while that backend still runs this transaction: a process ID is reused.
+                // Only while that backend still runs this transaction (a process ID is
+                // reused) and waits for a statement that will never come.
                 _ = try await database.withConnection { connection in
                     try await connection.query(
                         """
                         SELECT pg_terminate_backend(pid) FROM pg_stat_activity
                         WHERE pid = \(transaction.backend) AND backend_xid::text = \(String(transaction.id & 0xFFFF_FFFF))
+                        AND state IN ('idle in transaction', 'idle in transaction (aborted)')
                         """, logger: logger)
                 }
                 try await Task.sleep(for: .milliseconds(100))
@@ -265,6 +266,24 @@ extension PostgresStore {
                 return nil
             }
         }
+    }
+}
+
+/// A hub's database transaction as the server names it, read with the writers' lock
+/// (`PostgresStore.withWriter`): what a COMMIT whose answer is lost asks about.
+struct PostgresTransactionName: Sendable {
+    /// Its ID (`xid8`).
+    var id: UInt64
+    /// The process of the backend that runs it.
+    var backend: Int32
+    /// When the server started (`pg_postmaster_start_time()`), as text: a server started
+    /// since, a failover's, may have given the same ID to another transaction.
+    var serverStarted: String
+
+    /// Takes the advisory lock `key` with `function`, and reads the name, in one statement.
+    static func taking(_ function: String, _ key: Int64) -> PostgresQuery {
+        PostgresQuery(
+            unsafeSQL: "SELECT \(function)(\(key)), pg_current_xact_id()::text, pg_backend_pid(), pg_postmaster_start_time()::text")
     }
 }
 
@@ -294,9 +313,16 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     private var pendingIndexes: [TransactionID: [DocumentRef: Set<UInt32>]] = [:]
     /// The last sequence this write appended, nil before its first row.
     var lastSequence: UInt64?
-    /// The database transaction of this write and the backend that runs it, as read when
-    /// it began: what `commit` asks PostgreSQL about when COMMIT's answer is lost.
-    var transaction: (id: UInt64, backend: Int32)?
+    /// The database transaction of this write, as read with the writers' lock: what
+    /// `commit` asks PostgreSQL about when COMMIT's answer is lost.
+    var transaction: PostgresTransactionName?
+
+    /// Reads the transaction's name from the rows of `PostgresTransactionName.taking`.
+    func name(_ rows: [PostgresRow]) throws {
+        for (_, id, backend, started) in try rows.decode((String, String, Int32, String).self) {
+            transaction = UInt64(id).map { PostgresTransactionName(id: $0, backend: backend, serverStarted: started) }
+        }
+    }
     /// The cursor epoch this write moved to (`forgetPeerCursors`); 0 when it forgot none.
     var cursorEpoch: UInt64 = 0
     /// Set when this write found the database went back under the running hub and

@@ -90,8 +90,8 @@ package final class PostgresStore: SyncStore, Sendable {
     /// Where this hub keeps what it knew of the log between runs (`RememberedLog`, in its
     /// data directory), and what it last kept there; nil: nowhere.
     let rememberedAt: String?
-    /// The file's name in a hub's data directory.
-    package static let rememberedFileName = "hub-log.json"
+    /// The file's name in a hub's data directory, one per database (by its site).
+    package static func rememberedFileName(_ site: SiteID) -> String { "hub-log-\(String(site.rawValue, radix: 16)).json" }
     let remembered = Locked<KnownLog?>(nil)
     /// Set while a repair a page read asked for runs (`wentBackSeen`).
     let repairAsked = Locked(false)
@@ -158,13 +158,14 @@ package final class PostgresStore: SyncStore, Sendable {
     /// (`PostgresHubDatabase.run()`): migrates the schema, reads the site every hub on it
     /// shares and where the log ends.
     ///
-    /// With `remembering`, a file in the hub's data directory (`RememberedLog`), it takes
-    /// what the hub knew of the log when it last ran there as known, and repairs the
-    /// database before it returns if that went back since; it keeps what it knows there
-    /// from then on (`rememberKnown`).
+    /// With `rememberingIn`, the hub's data directory, it takes what the hub knew of the
+    /// log when it last ran there as known (`RememberedLog`), and repairs the database
+    /// before it returns if that went back since (a repair whose check fails is made
+    /// by the first write, which checks too); it keeps what it knows there from then on
+    /// (`rememberKnown`).
     package static func open(
         _ database: PostgresHubDatabase, systemParameters: SystemParameters = SystemParameters(),
-        clock: HybridLogicalClock = HybridLogicalClock(), remembering: String? = nil, logger: Logger
+        clock: HybridLogicalClock = HybridLogicalClock(), rememberingIn directory: String? = nil, logger: Logger
     ) async throws(ShoalError) -> PostgresStore {
         let site: SiteID
         do {
@@ -177,7 +178,8 @@ package final class PostgresStore: SyncStore, Sendable {
         let store = PostgresStore(
             database: database, siteID: site, clock: clock, systemParameters: systemParameters, interest: interest,
             freshness: try await Self.readFreshness(database, logger: logger), history: try await Self.readHistory(database, logger: logger),
-            lockTable: try await Self.readLockTable(database, logger: logger), remembering: remembering, logger: logger)
+            lockTable: try await Self.readLockTable(database, logger: logger),
+            remembering: directory.map { ($0 as NSString).appendingPathComponent(Self.rememberedFileName(site)) }, logger: logger)
         store.feed.publish(LogEnd(sequence: try await store.lastSequence()))
         store.told.withLock { $0 = store.lastCommittedSequence }
         store.known.withLock { $0.end = store.lastCommittedSequence }
@@ -203,8 +205,7 @@ package final class PostgresStore: SyncStore, Sendable {
         }
         guard let file else { return false }
         guard let recalled = file.known(of: siteID) else {
-            logger.notice(
-                "\(path) describes another database than this one (site \(file.site), not \(siteID)), or is not what a hub writes: ignored and written again")
+            logger.warning("\(path) is not what this version of a hub writes for the database of site \(siteID): ignored, and written again")
             return false
         }
         known.withLock { known in
@@ -220,13 +221,17 @@ package final class PostgresStore: SyncStore, Sendable {
     /// when the store closes.
     func rememberKnown() {
         guard let path = rememberedAt else { return }
-        let now = known.withLock { $0 }
-        guard remembered.withLock({ $0 }) != now else { return }
-        do {
-            try RememberedLog(site: siteID, known: now).write(to: path)
-            remembered.withLock { $0 = now }
-        } catch {
-            logger.warning("what this hub knows of the log could not be kept for its next start: \(error.message)")
+        // Under the lock from the comparison to the rename: the tick and close() may
+        // both write, and an older state must not be renamed over a newer one.
+        remembered.withLock { kept in
+            let now = known.withLock { $0 }
+            guard kept != now else { return }
+            do {
+                try RememberedLog(site: siteID, known: now).write(to: path)
+                kept = now
+            } catch {
+                logger.warning("what this hub knows of the log could not be kept for its next start: \(error)")
+            }
         }
     }
 

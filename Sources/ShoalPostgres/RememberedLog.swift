@@ -7,15 +7,18 @@ import ShoalStorage
 /// restored, a failover that lost commits) before it writes, rather than from the first
 /// device that connects.
 ///
-/// A JSON file, replaced whole (written aside, synced, renamed over) at each of the
-/// hub's 5 s ticks when what it knows changed, and when the store closes. One older
-/// than the hub's last tick (a hub killed -9) is still true: the database held that
-/// row at that sequence, and its log reached that far.
+/// A JSON file per database (by its site: `hub-log-SITE.json`), replaced whole (written
+/// aside, synced, renamed over, the directory synced) at open, at each of the hub's 5 s
+/// ticks when what it knows changed, and when the store closes. One older than the
+/// hub's last tick (a hub killed -9) is still true: the database held that row at that
+/// sequence, and its log reached that far.
 ///
 /// ```
-/// {"site":"5f3a…","end":2811,"witness":{"sequence":2811,"origin":"5f3a…","transaction":944,"digest":"9b1c…"}}
+/// {"end":2811,"site":"5f3a…","version":1,"witness":{"digest":"9b1c…","origin":"5f3a…","sequence":2811,"transaction":944}}
 /// ```
 struct RememberedLog: Codable, Equatable {
+    /// The file's format: one this version does not know is ignored.
+    var version = 1
     /// The site of the node whose database it describes, in hex: a file of another
     /// database (another site) is ignored.
     var site: String
@@ -43,7 +46,10 @@ struct RememberedLog: Codable, Equatable {
     /// What it says the hub knew, when it describes the database of `site`; nil when it
     /// is of another site or does not read as what a hub writes.
     func known(of site: SiteID) -> KnownLog? {
-        guard UInt64(self.site, radix: 16) == site.rawValue else { return nil }
+        // Far below where a repair's gap could overflow: a file no hub wrote.
+        let most: UInt64 = 1 << 62
+        guard version == 1, UInt64(self.site, radix: 16) == site.rawValue, end <= most, witness.map({ $0.sequence <= most }) ?? true
+        else { return nil }
         var known = KnownLog()
         known.end = end
         if let witness {
@@ -75,7 +81,8 @@ struct RememberedLog: Codable, Equatable {
         }
     }
 
-    /// Replaces the file at `path` whole: written beside it, synced, renamed over it.
+    /// Replaces the file at `path` whole: written beside it, synced, renamed over it, and
+    /// the directory synced, so that a new file survives a power cut too.
     func write(to path: String) throws(ShoalError) {
         let aside = path + ".new." + String(getpid())
         do {
@@ -86,10 +93,18 @@ struct RememberedLog: Codable, Equatable {
             defer { try? handle.close() }
             try handle.synchronize()
         } catch {
+            unlink(aside)
             throw ShoalError(.file, "\(aside) cannot be written: \(error)")
         }
         guard rename(aside, path) == 0 else {
-            throw ShoalError(.file, "\(aside) cannot be renamed to \(path): \(String(cString: strerror(errno)))")
+            let reason = String(cString: strerror(errno))
+            unlink(aside)
+            throw ShoalError(.file, "\(aside) cannot be renamed to \(path): \(reason)")
+        }
+        let directory = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directory >= 0 {
+            fsync(directory)
+            close(directory)
         }
     }
 }

@@ -198,12 +198,14 @@ struct RunCommand: AsyncParsableCommand {
             do {
                 try await database.checkReachable()
                 // What this hub knew of the log when it last ran here, to find a database
-                // that went back while it was stopped.
-                try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
+                // that went back while it was stopped; read and written only by the process
+                // that holds the directory's lock (released for the node, which takes it
+                // again at once).
+                let directory = try DataDirectoryLock(directory: configuration.dataDirectory)
                 let store = try await PostgresStore.open(
-                    database, systemParameters: configuration.storeParameters,
-                    remembering: (configuration.dataDirectory as NSString).appendingPathComponent(PostgresStore.rememberedFileName),
+                    database, systemParameters: configuration.storeParameters, rememberingIn: configuration.dataDirectory,
                     logger: Logger(label: "shoal.store"))
+                directory.release()
                 node = try ShoalNode(configuration: configuration, logger: logger) { opening in
                     store.timeCommits(with: opening.commitDuration)
                     return store

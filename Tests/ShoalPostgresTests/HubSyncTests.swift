@@ -1083,6 +1083,8 @@ struct HubSyncTests {
             let resets = stores[0].cursorResets()
             let listening = Task { for await epoch in resets { heard.withLock { $0.append(epoch) } } }
             defer { listening.cancel() }
+            // Once the hub listens (what it reads as it starts listening is not what this tests).
+            try await Task.sleep(for: .seconds(1))
             let epoch = try await Self.value(database, "SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'")
             // What a repair on another hub writes, with no announcement.
             try await database.execute("UPDATE shoal_meta SET value = 1 WHERE key = 'may_lack_own_transactions'")
@@ -1177,15 +1179,13 @@ struct HubSyncTests {
     @Test(arguments: [false, true]) func aHubStartedOnADatabaseThatWentBackWhileItWasStoppedRepairsAsItOpens(writtenPast: Bool) async throws {
         let dir = TemporaryDirectory(prefix: "shoal-hub-remembers")
         defer { dir.remove() }
-        let file = dir.path + "/" + PostgresStore.rememberedFileName
-        // A file a hub did not write is ignored, and written again.
-        try Data("not json".utf8).write(to: URL(fileURLWithPath: file))
         try await TemporaryPostgresDatabase.withDatabase(hubs: 1) { databases in
             let database = databases[0]
             @Sendable func value(_ sql: String) async throws -> Int64 { try await Self.value(database, sql) }
-            let hub = try await PostgresStore.open(database, remembering: file, logger: Self.logger)
+            let hub = try await PostgresStore.open(database, rememberingIn: dir.path, logger: Self.logger)
             for id in ["one", "two", "three"] { _ = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': '\(id)'})") }
             hub.close()
+            let file = dir.path + "/" + PostgresStore.rememberedFileName(hub.siteID)
             let kept = try #require(try RememberedLogFile.read(file))
             #expect(kept["end"] as? Int == 3, "\(kept)")
 
@@ -1202,16 +1202,22 @@ struct HubSyncTests {
                 #expect(try await value("SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'") == epoch, "not repaired by it")
                 #expect(try await value("SELECT value FROM shoal_meta WHERE key = 'log_end'") == 4)
             }
-            let again = try await PostgresStore.open(database, remembering: file, logger: Self.logger)
+            let again = try await PostgresStore.open(database, rememberingIn: dir.path, logger: Self.logger)
             #expect(try await value("SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'") == epoch + 1, "repaired as it opened")
             #expect(try await value("SELECT min(seq) FROM change_log") > Int64(OriginHistory.reissueGap), "every row moved")
             #expect(try await value("SELECT count(*) FROM txn WHERE seq <= \(OriginHistory.reissueGap)") == 0, "every number given again")
             let seven = try await again.execute("INSERT INTO notes DOCUMENTS ({'_id': 'seven'})")
             #expect((seven.transactionID?.sequence ?? 0) > OriginHistory.reissueGap)
             again.close()
-            let third = try await PostgresStore.open(database, remembering: file, logger: Self.logger)
+            let third = try await PostgresStore.open(database, rememberingIn: dir.path, logger: Self.logger)
             third.close()
             #expect(try await value("SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'") == epoch + 1, "once")
+            // A file no hub wrote is ignored, with no repair, and written again.
+            try Data("not json".utf8).write(to: URL(fileURLWithPath: file))
+            let fourth = try await PostgresStore.open(database, rememberingIn: dir.path, logger: Self.logger)
+            fourth.close()
+            #expect(try await value("SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'") == epoch + 1)
+            #expect(try RememberedLogFile.read(file)?["version"] as? Int == 1, "written again")
         }
     }
 
