@@ -58,12 +58,14 @@ acknowledged=0
 unknown=0
 declare -A failed=([device1]=0 [device2]=0 [hub1]=0)
 increment() {  # NAME PORT
-  local said
-  if said=$("$shoal" exec --node "127.0.0.1:$2" \
-    "UPDATE COLLECTION t (hits COUNTER) APPLY hits INCREMENT BY 1 WHERE _id = 'c'" 2>&1 >/dev/null); then
+  local said status
+  said=$("$shoal" exec --node "127.0.0.1:$2" \
+    "UPDATE COLLECTION t (hits COUNTER) APPLY hits INCREMENT BY 1 WHERE _id = 'c'" 2>&1 >/dev/null)
+  status=$?
+  if [[ $status -eq 0 ]]; then
     acknowledged=$((acknowledged + 1))
-  elif [[ "$said" == *"is unknown"* || "$said" == *"may or may not have been applied"* ]]; then
-    # A hub's COMMIT whose answer was lost, or no answer at all: it may count once.
+  elif [[ $status -eq 3 ]]; then
+    # The outcome is unknown (a hub's COMMIT whose answer was lost, or no answer at all): it may count once.
     echo "$said" >>"$work/failures.log"
     unknown=$((unknown + 1))
   else

@@ -17,8 +17,14 @@ struct ExecCommand: AsyncParsableCommand {
               shoal exec --args '{"c": "blue"}' --json "SELECT * FROM cars WHERE color = :c"
               shoal exec --args @car.json "INSERT INTO cars DOCUMENTS (:car)"
               shoal exec --read-only --hint "nightly report" "SELECT COUNT(*) FROM cars"
+            Exit status: 0 done; 1 failed, nothing applied; 3 the outcome is unknown (no \
+            answer within the timeout, or a hub that lost its database's answer to the \
+            COMMIT): read what it wrote before sending it again.
             """
     )
+
+    /// The exit status of a request whose outcome is unknown: it may or may not have been applied.
+    static let outcomeUnknown: Int32 = 3
 
     @OptionGroup var client: ClientOptions
 
@@ -42,6 +48,9 @@ struct ExecCommand: AsyncParsableCommand {
         let response: ExecResult
         do {
             response = try await client.client().exec(statements, argumentsJSON: arguments, hint: hint, readOnly: readOnly)
+        } catch let error as ShoalError where error.code == .timedOut {
+            printError("shoal: \(error.message)")
+            throw ExitCode(ExecCommand.outcomeUnknown)
         } catch let error as ShoalError {
             throw fail(error.message)
         }
