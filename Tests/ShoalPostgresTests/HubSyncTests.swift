@@ -923,8 +923,10 @@ struct HubSyncTests {
     /// 'two' takes a number far above every one given, every cursor is forgotten, and the
     /// devices send the hub's own transactions back. Every device and the hub end with
     /// all of them; the other hub hears of the repair, so b, behind it, is asked for
-    /// 'one' too and gets 'two'. (A hub started on a restored database cannot tell; the
-    /// device's Subscribe finds it: `ProcessHubTests.aHubDatabaseRestoredFromABackupIsRepairedWhenADeviceConnects`.)
+    /// 'one' too and gets 'two'. (A hub started on a restored database tells from what it
+    /// kept in its data directory, or, started on a new one, from the device's Subscribe:
+    /// `aHubStartedOnADatabaseThatWentBackWhileItWasStoppedRepairsAsItOpens`,
+    /// `ProcessHubTests.aHubDatabaseRestoredFromABackupIsRepaired(remembering:)`.)
     @Test func aHubDatabaseThatWentBackIsRepairedAndNothingIsLost() async throws {
         let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM notes"])
         let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM notes"])
