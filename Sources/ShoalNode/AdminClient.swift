@@ -32,8 +32,10 @@ public struct AdminClient: Sendable {
 
     /// How much longer than `timeout` the client waits for the answer: time for the
     /// request to reach the node and the node's answer (a refusal past its budget
-    /// included) to come back.
-    public static let grace: Duration = .seconds(2)
+    /// included) to come back. `defaultGrace` unless a caller on a slow or loaded link
+    /// wants more.
+    public var grace: Duration = Self.defaultGrace
+    public static let defaultGrace: Duration = .seconds(2)
 
     /// A request error the node answered, as the client reports it: `.timedOut` when the
     /// node says the outcome is unknown (so that a caller does not retry what may have
@@ -260,10 +262,10 @@ public struct AdminClient: Sendable {
                         return at
                     }
                     guard let sentAt else { throw notSent }
-                    try await Task.sleep(until: sentAt + timeout + Self.grace)
+                    try await Task.sleep(until: sentAt + timeout + grace)
                     throw ShoalError(
                         .timedOut,
-                        "no answer from \(node) within \(Self.seconds(timeout + Self.grace)) s (a timeout of \(Self.seconds(timeout)) s and \(Self.seconds(Self.grace)) s of grace)\(Self.unknownOutcome)")
+                        "no answer from \(node) within \(Self.seconds(timeout + grace)) s (a timeout of \(Self.seconds(timeout)) s and \(Self.seconds(grace)) s of grace)\(Self.unknownOutcome)")
                 }
                 defer { group.cancelAll() }
                 return try await group.next()!
