@@ -92,7 +92,12 @@ package final class PostgresStore: SyncStore, Sendable {
     let rememberedAt: String?
     /// The file's name in a hub's data directory, one per database (by its site).
     package static func rememberedFileName(_ site: SiteID) -> String { "hub-log-\(String(site.rawValue, radix: 16)).json" }
-    let remembered = Locked<KnownLog?>(nil)
+    /// What the file holds, and whether it was synced to disk since it changed.
+    let remembered = Locked<(known: KnownLog?, synced: Bool)>((nil, true))
+    /// How soon after the log moves what the hub knows of it is in its file, not yet
+    /// synced (`followOtherHubs`): a file renamed into place survives the process killed
+    /// (the kernel has it), and is synced at the next tick for a power cut.
+    static let keepEvery: Duration = .milliseconds(250)
     /// Set while a repair a page read asked for runs (`wentBackSeen`).
     let repairAsked = Locked(false)
     /// Commits that changed documents, this hub's own and the others': what observers
@@ -212,23 +217,24 @@ package final class PostgresStore: SyncStore, Sendable {
             known.end = max(known.end, recalled.end)
             known.witness = recalled.witness
         }
-        remembered.withLock { $0 = recalled }
+        remembered.withLock { $0 = (recalled, true) }
         return true
     }
 
     /// Keeps what the hub knows of the log in its data directory, when it changed since
-    /// it last kept it (`RememberedLog`): at open, at each tick of `followOtherHubs`, and
-    /// when the store closes.
-    func rememberKnown() {
+    /// it last kept it (`RememberedLog`): synced at open, at each tick of
+    /// `followOtherHubs` and when the store closes; not synced (`synced` false) within
+    /// `keepEvery` of the log moving, so that a hub killed between ticks has kept it too.
+    func rememberKnown(synced: Bool = true) {
         guard let path = rememberedAt else { return }
-        // Under the lock from the comparison to the rename: the tick and close() may
-        // both write, and an older state must not be renamed over a newer one.
+        // Under the lock from the comparison to the rename: the tick, the keeper and
+        // close() may all write, and an older state must not be renamed over a newer one.
         remembered.withLock { kept in
             let now = known.withLock { $0 }
-            guard kept != now else { return }
+            guard kept.known != now || (synced && !kept.synced) else { return }
             do {
-                try RememberedLog(site: siteID, known: now).write(to: path)
-                kept = now
+                try RememberedLog(site: siteID, known: now).write(to: path, synced: synced)
+                kept = (now, synced)
             } catch {
                 logger.warning("what this hub knows of the log could not be kept for its next start: \(error)")
             }
@@ -687,7 +693,7 @@ package final class PostgresStore: SyncStore, Sendable {
     /// what they announce each time it starts listening, and every `interval` besides
     /// (`lookAgain`), since PostgreSQL drops what it announced while this hub was not
     /// listening; and keeps what the hub knows of the log in its data directory
-    /// (`rememberKnown`).
+    /// (`rememberKnown`): within `keepEvery` of its moving, synced at each tick.
     package func followOtherHubs(every interval: Duration = .seconds(5)) async {
         let (started, listening) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         await withTaskGroup(of: Void.self) { group in
@@ -717,6 +723,12 @@ package final class PostgresStore: SyncStore, Sendable {
                     try? await Task.sleep(for: interval)
                     await self.lookAgain()
                     self.rememberKnown()
+                }
+            }
+            group.addTask {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: Self.keepEvery)
+                    self.rememberKnown(synced: false)
                 }
             }
             await group.next()

@@ -1223,6 +1223,38 @@ struct HubSyncTests {
         }
     }
 
+    /// What a hub knows of the log is in its data directory soon after each write, not
+    /// only at its 5 s tick or when it closes: a hub killed -9 between ticks, on a
+    /// database then restored, finds the restore as it opens. Its tick here is an hour
+    /// away and it is closed only once the file is read, as a killed process is never
+    /// closed; before, the file said
+    /// nothing of the writes until the tick (the checker met a hub killed 4 s after it
+    /// started, with the restore found only by a device's Subscribe).
+    @Test func aHubKeepsWhatItKnowsOfTheLogSoonAfterEachWriteNotOnlyAtItsTick() async throws {
+        let dir = TemporaryDirectory(prefix: "shoal-hub-keeps")
+        defer { dir.remove() }
+        try await TemporaryPostgresDatabase.withDatabase(hubs: 1) { databases in
+            let database = databases[0]
+            let hub = try await PostgresStore.open(database, rememberingIn: dir.path, logger: Self.logger)
+            let following = Task { await hub.followOtherHubs(every: .seconds(3600)) }
+            defer {
+                following.cancel()
+                hub.close()
+            }
+            let file = dir.path + "/" + PostgresStore.rememberedFileName(hub.siteID)
+            #expect(try RememberedLogFile.read(file)?["end"] as? Int == 0, "kept at open")
+            for id in ["one", "two", "three"] { _ = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': '\(id)'})") }
+            let end = try await hub.lastSequence()
+            #expect(end == 3)
+            let kept = await InProcessMesh.eventually(timeout: .seconds(10)) {
+                (try? RememberedLogFile.read(file))?["end"] as? Int == Int(end)
+            }
+            #expect(kept, "\(String(describing: try? RememberedLogFile.read(file)))")
+            let witness = try #require(try RememberedLogFile.read(file)?["witness"] as? [String: Any])
+            #expect(witness["sequence"] as? Int == Int(end), "\(witness)")
+        }
+    }
+
     /// A device resuming after the end of a hub's log (a database restored to before it
     /// was written, with nothing written since): the hub moves its log above the device's
     /// cursor rather than refuse, so what it logs next is sent; and the device sends back
