@@ -18,7 +18,8 @@ struct ShellCommand: AsyncParsableCommand {
             the connection, rolls it back. On a terminal the line can be edited, Up and \
             Down walk the history ($SHOAL_HISTORY, or ~/.shoal_history), Ctrl-C drops \
             the statement being typed and Ctrl-D (or \\q) leaves. Statements can be piped \
-            in; then the first error stops the shell with exit status 1:
+            in; then the first error stops the shell with exit status 1 (3 when it is a write \
+            whose outcome the node cannot tell, as `shoal exec` says):
               echo "BEGIN; INSERT INTO cars DOCUMENTS ({'_id': 'a'}); COMMIT;" | shoal shell
             """
     )
@@ -41,7 +42,7 @@ struct ShellCommand: AsyncParsableCommand {
         } catch {
             throw fail("cannot reach a Shoal node at \(self.client.node): \(error)")
         }
-        if shell.failed { throw ExitCode.failure }
+        if shell.failed { throw ExitCode(shell.outcomeUnknown ? ExecCommand.outcomeUnknown : 1) }
     }
 }
 
@@ -54,6 +55,9 @@ struct Shell {
     var splitter = StatementSplitter()
     /// A statement failed (piped input stops there), or the input ended inside a transaction.
     var failed = false
+    /// The statement that stopped piped input was a write whose outcome the node cannot
+    /// tell (a hub's `OUTCOME_UNKNOWN`): the exit status is 3, as `shoal exec`'s.
+    var outcomeUnknown = false
 
     /// How often the shell pings the node while it waits for input, well inside the
     /// node's 30 s idle timeout, so a quiet shell keeps its connection and transaction.
@@ -124,8 +128,13 @@ struct Shell {
             return true
         } catch let error as ShellError {
             printError("shoal: \(error.message)")
-        } catch let error as ShoalError where error.code == .requestFailed {
+        } catch let error as ShoalError where error.code == .requestFailed || error.code == .timedOut {
+            // A session waits as long as a statement takes, so `.timedOut` is the node's
+            // answer that it cannot tell whether a write committed (a hub whose COMMIT
+            // answer its database connection lost), not the client giving up: the
+            // connection still serves the next statement.
             printError("shoal: \(error.message)")
+            outcomeUnknown = error.code == .timedOut
         }
         // Anything else (the connection failed) ends the shell through its caller.
         fflush(nil)

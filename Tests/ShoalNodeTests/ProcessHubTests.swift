@@ -420,17 +420,21 @@ struct ProcessHubTests {
     /// A hub process whose COMMIT answer its connection to PostgreSQL lost answers `shoal
     /// exec` as the write ended: done when it committed, failed with nothing kept when the
     /// COMMIT never arrived, and "unknown" (`OUTCOME_UNKNOWN`) when the database could not
-    /// be asked since; every increment that committed is counted once.
+    /// be asked since; every increment that committed is counted once. `shoal shell`
+    /// piped in says the same and exits 3.
     @Test func aHubProcessAnswersAWriteWhoseCommitAnswerWasLostAsItEnded() async throws {
         let outcome = try await TemporaryPostgresDatabase.withDatabase { databases in
             let location = databases[0].location
             return try await onOwnThread { try Self.lostAnswers(location) }
         }
-        #expect(outcome.statuses == [0, 0, 3, 1], "exit status 3 for the unknown outcome: \(outcome.errors)")
+        #expect(outcome.statuses == [0, 0, 3, 1, 3], "exit status 3 for the unknown outcome: \(outcome.errors)")
         #expect(outcome.errors[2].contains("whether the write committed is unknown"), "\(outcome.errors[2])")
         #expect(outcome.errors[3].contains("nothing of it was kept"), "\(outcome.errors[3])")
-        #expect(outcome.lost == 3, "the proxy broke three COMMITs' connections")
-        #expect(outcome.counter == 3, "the first, the delivered one and the unknown one, which committed")
+        // The shell, piped in: it says so and stops there, with exit status 3 as exec's.
+        #expect(outcome.errors[4].contains("whether the write committed is unknown"), "\(outcome.errors[4])")
+        #expect(!outcome.shellRanOn, "piped input stops at the first error")
+        #expect(outcome.lost == 4, "the proxy broke four COMMITs' connections")
+        #expect(outcome.counter == 4, "the first, the delivered one and the two unknown ones, which committed")
     }
 
     struct LostAnswers: Sendable {
@@ -438,6 +442,7 @@ struct ProcessHubTests {
         var errors: [String] = []
         var lost = 0
         var counter: Int?
+        var shellRanOn = false
     }
 
     static func lostAnswers(_ location: PostgresLocation) throws -> LostAnswers {
@@ -465,6 +470,13 @@ struct ProcessHubTests {
             // The pool connects again before the next round.
             _ = eventually(30) { (try? hub.exec("SELECT * FROM t WHERE _id = 'k'").status) == 0 }
         }
+        proxy.loseAnswer(to: commit, after: setsEnd, delivering: true, cutting: true)
+        let shell = try ShoalBinary.run(["shell", "--node", hub.address], input: Data("UPDATE t APPLY n INCREMENT BY 1 WHERE _id = 'k';\nINSERT INTO t DOCUMENTS ({'_id': 'after'});\n".utf8))
+        proxy.restore()
+        outcome.statuses.append(shell.status)
+        outcome.errors.append(shell.stderr)
+        _ = eventually(30) { (try? hub.exec("SELECT * FROM t WHERE _id = 'k'").status) == 0 }
+        outcome.shellRanOn = (try? ProcessMeshTests.documents(hub, "SELECT * FROM t WHERE _id = 'after'"))?.isEmpty == false
         outcome.lost = proxy.answersLost
         let items = try? ProcessMeshTests.documents(hub, "SELECT * FROM t WHERE _id = 'k'")
         outcome.counter = (items?.first?["n"] as? NSNumber)?.intValue
