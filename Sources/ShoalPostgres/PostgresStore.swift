@@ -92,11 +92,12 @@ package final class PostgresStore: SyncStore, Sendable {
     let rememberedAt: String?
     /// The file's name in a hub's data directory, one per database (by its site).
     package static func rememberedFileName(_ site: SiteID) -> String { "hub-log-\(String(site.rawValue, radix: 16)).json" }
-    /// What the file holds, and whether it was synced to disk since it changed.
-    let remembered = Locked<(known: KnownLog?, synced: Bool)>((nil, true))
-    /// How soon after the log moves what the hub knows of it is in its file, not yet
-    /// synced (`followOtherHubs`): a file renamed into place survives the process killed
-    /// (the kernel has it), and is synced at the next tick for a power cut.
+    /// What the file holds; whether its directory was synced since (the rename of the
+    /// file in it); and whether the store closed, after which nothing is written.
+    let remembered = Locked<(known: KnownLog?, synced: Bool, closed: Bool)>((nil, false, false))
+    /// How often the hub's keeper (`followOtherHubs`) looks whether what it knows of the
+    /// log moved, and writes the file if so, its directory not synced: a renamed file
+    /// survives the process killed, and the next tick syncs the directory for a power cut.
     static let keepEvery: Duration = .milliseconds(250)
     /// Set while a repair a page read asked for runs (`wentBackSeen`).
     let repairAsked = Locked(false)
@@ -217,24 +218,29 @@ package final class PostgresStore: SyncStore, Sendable {
             known.end = max(known.end, recalled.end)
             known.witness = recalled.witness
         }
-        remembered.withLock { $0 = (recalled, true) }
+        // Not known synced: the last run may have been killed before syncing its rename.
+        remembered.withLock { $0 = (recalled, false, false) }
         return true
     }
 
-    /// Keeps what the hub knows of the log in its data directory, when it changed since
-    /// it last kept it (`RememberedLog`): synced at open, at each tick of
-    /// `followOtherHubs` and when the store closes; not synced (`synced` false) within
-    /// `keepEvery` of the log moving, so that a hub killed between ticks has kept it too.
-    func rememberKnown(synced: Bool = true) {
+    /// Keeps what the hub knows of the log in its data directory (`RememberedLog`), when
+    /// it changed since it last kept it, or, `synced`, when that was not synced yet: synced
+    /// at open, at each tick of `followOtherHubs` and when the store closes (`closing`,
+    /// the last write); by the keeper, every `keepEvery`, with its directory not synced,
+    /// so that a hub killed between ticks has kept it too.
+    func rememberKnown(synced: Bool = true, closing: Bool = false) {
         guard let path = rememberedAt else { return }
         // Under the lock from the comparison to the rename: the tick, the keeper and
         // close() may all write, and an older state must not be renamed over a newer one.
         remembered.withLock { kept in
+            guard !kept.closed else { return }
+            kept.closed = closing
             let now = known.withLock { $0 }
             guard kept.known != now || (synced && !kept.synced) else { return }
             do {
-                try RememberedLog(site: siteID, known: now).write(to: path, synced: synced)
-                kept = (now, synced)
+                try RememberedLog(site: siteID, known: now).write(to: path, syncingDirectory: synced)
+                kept.known = now
+                kept.synced = synced
             } catch {
                 logger.warning("what this hub knows of the log could not be kept for its next start: \(error)")
             }
@@ -261,7 +267,7 @@ package final class PostgresStore: SyncStore, Sendable {
 
     /// Ends every listener of the log and of cursor resets; the pool is the caller's to stop.
     package func close() {
-        rememberKnown()
+        rememberKnown(closing: true)
         gate.close(admittingNested: false)
         feed.finishAll()
         resets.finishAll()
@@ -693,7 +699,7 @@ package final class PostgresStore: SyncStore, Sendable {
     /// what they announce each time it starts listening, and every `interval` besides
     /// (`lookAgain`), since PostgreSQL drops what it announced while this hub was not
     /// listening; and keeps what the hub knows of the log in its data directory
-    /// (`rememberKnown`): within `keepEvery` of its moving, synced at each tick.
+    /// (`rememberKnown`): looked at every `keepEvery`, its directory synced at each tick.
     package func followOtherHubs(every interval: Duration = .seconds(5)) async {
         let (started, listening) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         await withTaskGroup(of: Void.self) { group in
@@ -719,20 +725,30 @@ package final class PostgresStore: SyncStore, Sendable {
                 for await _ in started { await self.lookAgain() }
             }
             group.addTask {
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: interval)
+                while (try? await Task.sleep(for: interval)) != nil {
                     await self.lookAgain()
-                    self.rememberKnown()
+                    await self.rememberKnownOffThePool(synced: true)
                 }
             }
             group.addTask {
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: Self.keepEvery)
-                    self.rememberKnown(synced: false)
+                while (try? await Task.sleep(for: Self.keepEvery)) != nil {
+                    await self.rememberKnownOffThePool(synced: false)
                 }
             }
             await group.next()
             group.cancelAll()
+        }
+    }
+
+    /// `rememberKnown` on a thread of Dispatch's: its writes and syncs are blocking I/O,
+    /// which the concurrency pool's few threads should not wait on, nor on its lock
+    /// while another write holds it.
+    func rememberKnownOffThePool(synced: Bool) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global(qos: .utility).async {
+                self.rememberKnown(synced: synced)
+                continuation.resume()
+            }
         }
     }
 

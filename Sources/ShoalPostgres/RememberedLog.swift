@@ -8,11 +8,12 @@ import ShoalStorage
 /// device that connects.
 ///
 /// A JSON file per database (by its site: `hub-log-SITE.json`), replaced whole (written
-/// aside, renamed over) within a quarter of a second of what the hub knows changing,
-/// and synced with its directory at open, at each of the hub's 5 s ticks and when the
-/// store closes. A hub killed -9 leaves the last one renamed (the kernel holds it); a
-/// power cut may leave an older one, which is still true: the database held that row at
-/// that sequence, and its log reached that far.
+/// aside, synced, renamed over) by the hub's keeper, about a quarter of a second after
+/// what the hub knows changed; its directory synced too at open, at those of the hub's
+/// 5 s ticks that find the rename not yet synced, and when the store closes. A hub
+/// killed -9 leaves the last one renamed (the kernel holds it); a power cut may leave
+/// the one before, whole, which is still true: the database held that row at that
+/// sequence, and its log reached that far.
 ///
 /// ```
 /// {"end":2811,"site":"5f3a…","version":1,"witness":{"digest":"9b1c…","origin":"5f3a…","sequence":2811,"transaction":944}}
@@ -82,21 +83,19 @@ struct RememberedLog: Codable, Equatable {
         }
     }
 
-    /// Replaces the file at `path` whole: written beside it and renamed over it, so that
-    /// a reader finds the old file or the new one, never part of one; `synced`, the new
-    /// one is synced before the rename and the directory after it, so that it survives a
-    /// power cut too.
-    func write(to path: String, synced: Bool = true) throws(ShoalError) {
+    /// Replaces the file at `path` whole: written beside it, synced, and renamed over it,
+    /// so that a reader finds the old file or the new one, never part of one, after a
+    /// power cut too; `syncingDirectory`, the directory is synced after the rename, so
+    /// that a power cut leaves the new one.
+    func write(to path: String, syncingDirectory: Bool = true) throws(ShoalError) {
         let aside = path + ".new." + String(getpid())
         do {
             let encoder = JSONEncoder()
             encoder.outputFormatting = .sortedKeys
             try (encoder.encode(self) + Data("\n".utf8)).write(to: URL(fileURLWithPath: aside))
-            if synced {
-                let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: aside))
-                defer { try? handle.close() }
-                try handle.synchronize()
-            }
+            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: aside))
+            defer { try? handle.close() }
+            try handle.synchronize()
         } catch {
             unlink(aside)
             throw ShoalError(.file, "\(aside) cannot be written: \(error)")
@@ -106,7 +105,7 @@ struct RememberedLog: Codable, Equatable {
             unlink(aside)
             throw ShoalError(.file, "\(aside) cannot be renamed to \(path): \(reason)")
         }
-        guard synced else { return }
+        guard syncingDirectory else { return }
         let directory = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if directory >= 0 {
             fsync(directory)

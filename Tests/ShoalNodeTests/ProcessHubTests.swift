@@ -432,7 +432,7 @@ struct ProcessHubTests {
         #expect(outcome.errors[3].contains("nothing of it was kept"), "\(outcome.errors[3])")
         // The shell, piped in: it says so and stops there, with exit status 3 as exec's.
         #expect(outcome.errors[4].contains("whether the write committed is unknown"), "\(outcome.errors[4])")
-        #expect(!outcome.shellRanOn, "piped input stops at the first error")
+        #expect(outcome.shellLines.errors == 1 && outcome.shellLines.results == 0, "piped input stops at the first error: \(outcome.errors[4])")
         #expect(outcome.lost == 4, "the proxy broke four COMMITs' connections")
         #expect(outcome.counter == 4, "the first, the delivered one and the two unknown ones, which committed")
     }
@@ -442,7 +442,8 @@ struct ProcessHubTests {
         var errors: [String] = []
         var lost = 0
         var counter: Int?
-        var shellRanOn = false
+        /// The shell's lines on standard error (its errors) and standard output (results).
+        var shellLines = (errors: 0, results: 0)
     }
 
     static func lostAnswers(_ location: PostgresLocation) throws -> LostAnswers {
@@ -476,7 +477,10 @@ struct ProcessHubTests {
         outcome.statuses.append(shell.status)
         outcome.errors.append(shell.stderr)
         _ = eventually(30) { (try? hub.exec("SELECT * FROM t WHERE _id = 'k'").status) == 0 }
-        outcome.shellRanOn = (try? ProcessMeshTests.documents(hub, "SELECT * FROM t WHERE _id = 'after'"))?.isEmpty == false
+        outcome.shellLines = (
+            shell.stderr.split(separator: "\n").filter { $0.hasPrefix("shoal:") }.count,
+            shell.stdout.split(separator: "\n").filter { !$0.isEmpty }.count
+        )
         outcome.lost = proxy.answersLost
         let items = try? ProcessMeshTests.documents(hub, "SELECT * FROM t WHERE _id = 'k'")
         outcome.counter = (items?.first?["n"] as? NSNumber)?.intValue
