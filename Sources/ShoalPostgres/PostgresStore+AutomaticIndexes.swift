@@ -18,9 +18,10 @@ package struct AutomaticIndex: Hashable, Sendable {
     /// PostgreSQL's name for it, from a hash of its path (a name is cut at 63 bytes).
     var name: String { "shoal_auto_\(StableHash.fnv1a(key))" }
 
-    /// The statement that builds it.
-    var create: String {
-        "CREATE INDEX \(name) ON document (collection, (\(PostgresFilter.at(path)))) WHERE NOT deleted"
+    /// The statement that builds it, without holding the hubs' writes
+    /// (`PostgresStore.buildAutomaticIndex`).
+    var createConcurrently: String {
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS \(name) ON document (collection, (\(PostgresFilter.at(path)))) WHERE NOT deleted"
     }
 
     /// What `SHOW INDEXES` shows of it: as SQLite's automatic indexes, of no one collection.
@@ -138,6 +139,9 @@ extension PostgresStore {
         case existed
         /// A declared index of the collection leads with the path, and serves it.
         case declared
+        /// Another build was running (another hub's, or a declared index's): it is asked
+        /// for again when a query asks after `AutomaticIndexRequests.again`.
+        case busy
         /// The database holds `maximumAutomaticIndexes` already.
         case full
         /// PostgreSQL could not build it (a body that is not JSON): the message.
@@ -165,7 +169,77 @@ extension PostgresStore {
             logger.warning("could not read the automatic indexes", metadata: ["shoal.error": "\(error)"])
         }
         for await _ in indexWakes {
+            if await mendIndexes() == .busy {
+                // Another build (or a declared index's statement) holds the lock: look again.
+                Task {
+                    try? await Task.sleep(for: .seconds(5))
+                    self.indexWake.yield()
+                }
+            }
             await buildAskedIndexes()
+        }
+    }
+
+    /// Mends what builds that ended left: drops the indexes they left invalid, and makes
+    /// `shoal_unfilterable` where an index needs it and it is not valid (a declared
+    /// index's statement that finds one left invalid goes on without it, and wakes the
+    /// builder). Holding `buildsLock`, as a build; `.busy` when another held it.
+    @discardableResult
+    package func mendIndexes() async -> AutomaticIndexOutcome? {
+        do {
+            let state = try await snapshot("reading the indexes") { connection in
+                try await connection.query(
+                    """
+                    SELECT EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                                   WHERE i.indrelid = 'document'::regclass AND NOT i.indisvalid
+                                       AND (c.relname LIKE 'shoal\\_auto\\_%' OR c.relname = 'shoal_unfilterable')),
+                           NOT EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                                       WHERE i.indrelid = 'document'::regclass AND i.indisvalid AND c.relname = 'shoal_unfilterable')
+                               AND (EXISTS (SELECT FROM user_index) OR EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                                            WHERE i.indrelid = 'document'::regclass AND i.indisvalid AND c.relname LIKE 'shoal\\_auto\\_%'))
+                    """, logger: self.logger
+                ).decode((Bool, Bool).self).first ?? (false, false)
+            }
+            guard state.0 || state.1, !gate.isClosed else { return nil }
+            return try await failing("mending the indexes") {
+                try await self.database.withConnection { connection in
+                    try await self.holdingBuildsLock(connection) {
+                        try await Self.dropInvalidIndexes(connection, logger: self.logger)
+                        if state.1 { try await connection.query(PostgresQuery(unsafeSQL: Self.createUnfilterableConcurrently), logger: self.logger) }
+                        return .built
+                    }
+                }
+            }
+        } catch {
+            logger.warning("could not mend the indexes that builds left", metadata: ["shoal.error": "\(error)"])
+            return .failed(error.message)
+        }
+    }
+
+    /// Runs `body` on `connection` holding `buildsLock` as a lock of its session, outside
+    /// any transaction, with `buildLockWait` as its lock timeout; `.busy` without running it
+    /// when another holds the lock.
+    private func holdingBuildsLock(
+        _ connection: HubConnection, _ body: () async throws -> AutomaticIndexOutcome
+    ) async throws -> AutomaticIndexOutcome {
+        guard try await Self.one(Bool.self, connection.query("SELECT pg_try_advisory_lock(\(Self.buildsLock))", logger: logger)) == true
+        else { return .busy }
+        do {
+            try await connection.query(PostgresQuery(unsafeSQL: "SET lock_timeout = '\(Self.buildLockWait.wholeMilliseconds)ms'"), logger: logger)
+            let outcome = try await body()
+            try await connection.query("RESET lock_timeout", logger: logger)
+            try await connection.query("SELECT pg_advisory_unlock(\(Self.buildsLock))", logger: logger)
+            return outcome
+        } catch {
+            // A connection that still answers is given back clean; one that does not (its
+            // backend ended) took the lock with it.
+            do {
+                try await connection.query("RESET lock_timeout", logger: logger)
+                try await connection.query("SELECT pg_advisory_unlock(\(Self.buildsLock))", logger: logger)
+            } catch {
+                try? await connection.close()
+            }
+            throw error
         }
     }
 
@@ -196,19 +270,26 @@ extension PostgresStore {
         return outcomes
     }
 
-    /// Builds one automatic index as the hubs' one writer, in a transaction of its own,
-    /// as a declared one is built: PostgreSQL holds every hub's writes to `document`
-    /// meanwhile (as SQLite's store holds its writer), and a hub killed in the middle
-    /// leaves nothing. `CREATE INDEX CONCURRENTLY`, which would not hold them, waits for
-    /// every transaction older than its own, a declared index's too, which would wait for
-    /// it in turn: a deadlock PostgreSQL ends by failing one of them.
+    /// Builds one automatic index with `CREATE INDEX CONCURRENTLY`, outside any
+    /// transaction and without the hubs' writer: every hub writes on meanwhile. (Built as
+    /// the one writer, as a declared index is, it held every hub's writes for as long as
+    /// the build took, seconds for 100,000 documents.)
     ///
-    /// What needs no build (known built, or as many as may be, or served by a declared
-    /// index) is told first from memory, then on a snapshot, without the writer; and under
-    /// the writer again, since another hub may have built it meanwhile. The build waits
-    /// `buildLockWait` at most for a lock another session holds on `document` (a VACUUM,
-    /// an administrator's statement), so that it never holds every hub's writes for long
-    /// while it waits.
+    /// A concurrent build waits for every transaction older than it, and a declared
+    /// index's statement waits for the build's lock on `document`: each would wait for
+    /// the other. So the two share `buildsLock`: the build tries for it as a lock of its
+    /// session and finds another build running (`.busy`) if it cannot have it; a declared
+    /// index's statement takes it for its transaction and ends the backend of a build
+    /// that holds it (`takeBuildsLock`), since a declared index is what someone asked for
+    /// and an automatic one is asked for again.
+    ///
+    /// A build that fails, or whose backend ended, leaves an invalid index behind
+    /// (PostgreSQL's way): the build drops the one it failed at once, and each build first
+    /// drops those left by builds that ended (`dropInvalidIndexes`). What needs no build
+    /// (known built, or as many as may be, or served by a declared index) is told first
+    /// from memory, then on a snapshot, and under the lock again, since another hub may
+    /// have built it meanwhile. Each of its waits for a lock (on `document`, for older
+    /// transactions to end) lasts `buildLockWait` at most.
     func buildAutomaticIndex(_ wanted: AutomaticIndexRequests.Wanted) async throws(ShoalError) -> AutomaticIndexOutcome {
         let index = wanted.index
         if let known = automaticIndexes.withLock({ $0.settled(wanted) ? ($0.full ? AutomaticIndexOutcome.full : .existed) : nil }) {
@@ -217,29 +298,11 @@ extension PostgresStore {
         if let needless = try await snapshot("reading the indexes", { connection in try await self.needless(wanted, connection) }) {
             return needless
         }
-        try await acquireGate()
-        defer { gate.release() }
-        let (outcome, _) = try await withWriter("building index \(index.name)") { writer in
-            let connection = writer.connection
-            return try await writer.access("building index \(index.name)") { () async throws -> AutomaticIndexOutcome in
-                if let needless = try await self.needless(wanted, connection) { return needless }
-                do {
-                    try await connection.query(
-                        PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(Self.buildLockWait.wholeMilliseconds)ms'"), logger: self.logger)
-                    try await connection.query(PostgresQuery(unsafeSQL: Self.createUnfilterable), logger: self.logger)
-                    try await connection.query(PostgresQuery(unsafeSQL: index.create), logger: self.logger)
-                } catch let error as PSQLError where error.serverInfo?[.sqlState]?.hasPrefix("22") == true {
-                    writer.discarded = true
-                    return .failed(error.serverInfo?[.message] ?? "\(error)")
-                } catch let error as PSQLError where error.serverInfo?[.sqlState] == "55P03" {
-                    writer.discarded = true
-                    return .failed(
-                        "another session held a lock on the documents for \(Self.buildLockWait.wholeMilliseconds / 1000) s (a VACUUM, an administrator's statement)")
-                }
-                try await connection.query(
-                    PostgresQuery(unsafeSQL: "COMMENT ON INDEX \(index.name) IS \(PostgresFilter.literal(index.key))"), logger: self.logger)
-                try await connection.query("ANALYZE document", logger: self.logger)
-                return .built
+        // Not through the writers' gate, which would queue this hub's writes behind it.
+        guard !gate.isClosed else { throw ShoalError(.cancelled, "the store closed before building index \(index.name)") }
+        let outcome = try await failing("building index \(index.name)") {
+            try await self.database.withConnection { connection in
+                try await self.holdingBuildsLock(connection) { try await self.buildConcurrently(wanted, connection) }
             }
         }
         if outcome == .built {
@@ -248,8 +311,91 @@ extension PostgresStore {
         return outcome
     }
 
-    /// How long a build waits for a lock on `document` that another session holds.
-    static let buildLockWait: Duration = .seconds(5)
+    /// `buildAutomaticIndex` holding `buildsLock` on `connection`, outside any transaction.
+    private func buildConcurrently(_ wanted: AutomaticIndexRequests.Wanted, _ connection: HubConnection) async throws -> AutomaticIndexOutcome {
+        let index = wanted.index
+        try await Self.dropInvalidIndexes(connection, logger: logger)
+        if let needless = try await needless(wanted, connection) { return needless }
+        do {
+            try await connection.query(PostgresQuery(unsafeSQL: Self.createUnfilterableConcurrently), logger: logger)
+            // A valid index of that name without its comment: a build that ended after
+            // it made the index, before the comment; the comment makes it whole.
+            try await connection.query(PostgresQuery(unsafeSQL: index.createConcurrently), logger: logger)
+        } catch let error as PSQLError where error.serverInfo?[.sqlState]?.hasPrefix("22") == true {
+            try await undoFailedBuild(connection)
+            return .failed(error.serverInfo?[.message] ?? "\(error)")
+        } catch let error as PSQLError where error.serverInfo?[.sqlState] == "55P03" {
+            try await undoFailedBuild(connection)
+            return .failed(
+                "it waited \(Self.buildLockWait.wholeMilliseconds / 1000) s for another session's lock on the documents (a VACUUM, an administrator's statement) or for older transactions to end")
+        }
+        try await connection.query(
+            PostgresQuery(unsafeSQL: "COMMENT ON INDEX \(index.name) IS \(PostgresFilter.literal(index.key))"), logger: logger)
+        try await connection.query("ANALYZE document", logger: logger)
+        return .built
+    }
+
+    /// Leaves nothing of a build that failed: its invalid index, and `shoal_unfilterable`
+    /// when no index needs it (it costs every update of a body its HOT update).
+    private func undoFailedBuild(_ connection: HubConnection) async throws {
+        try await Self.dropInvalidIndexes(connection, logger: logger)
+        if try await Self.automaticIndexes(connection, logger: logger).isEmpty, try await Self.userIndexes(connection, logger: logger).isEmpty {
+            try await connection.query("DROP INDEX CONCURRENTLY IF EXISTS shoal_unfilterable", logger: logger)
+        }
+    }
+
+    /// The session lock an automatic build holds while it runs, and a declared index's
+    /// statement holds for its transaction (`takeBuildsLock`): never both at once.
+    static let buildsLock: Int64 = 0x73_68_6F_61_6C_49_58
+
+    /// How long a build waits for a lock: on `document`, another session's (a VACUUM, an
+    /// administrator's statement), or for the transactions older than it to end. It
+    /// holds no hub's writes meanwhile.
+    static let buildLockWait: Duration = .seconds(60)
+
+    /// Takes `buildsLock` for the transaction on `connection` (a declared index's
+    /// statement, as the one writer), ending the backend of an automatic build that holds
+    /// it, whose lock ends with it; that build is asked for again later. A few seconds at
+    /// most: a backend that will not end fails the statement.
+    static func takeBuildsLock(_ connection: HubConnection, logger: Logger) async throws {
+        let started = ContinuousClock.now
+        while try await one(Bool.self, connection.query("SELECT pg_try_advisory_xact_lock(\(buildsLock))", logger: logger)) != true {
+            guard ContinuousClock.now - started < .seconds(10) else {
+                throw ShoalError(.database, "an automatic index build held the index builds' lock for 10 s and its backend did not end")
+            }
+            // A lock of one bigint key shows its high half as classid, its low as objid.
+            try await connection.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        SELECT pg_terminate_backend(pid) FROM pg_locks
+                        WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()
+                            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                            AND classid = \(UInt64(bitPattern: buildsLock) >> 32) AND objid = \(UInt64(bitPattern: buildsLock) & 0xFFFF_FFFF)
+                            AND objsubid = 1
+                        """), logger: logger)
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    /// Drops the automatic indexes, and `shoal_unfilterable`, that builds which failed or
+    /// ended left invalid; outside any transaction, holding `buildsLock`.
+    static func dropInvalidIndexes(_ connection: HubConnection, logger: Logger) async throws {
+        let rows = try await connection.query(
+            """
+            SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE i.indrelid = 'document'::regclass AND NOT i.indisvalid
+                AND (c.relname LIKE 'shoal\\_auto\\_%' OR c.relname = 'shoal_unfilterable')
+            """, logger: logger)
+        for name in try rows.decode(String.self) {
+            try await connection.query(PostgresQuery(unsafeSQL: "DROP INDEX CONCURRENTLY IF EXISTS \(name)"), logger: logger)
+        }
+    }
+
+    /// The one value of a one-row, one-column answer; nil without a row.
+    static func one<T: PostgresDecodable>(_ type: T.Type, _ rows: [PostgresRow]) throws -> T? {
+        for row in rows { return try row.decode(T.self) }
+        return nil
+    }
 
     /// Why `wanted` needs no build, as `connection` sees the database (nil: it needs one),
     /// after recording which automatic indexes exist.
@@ -273,7 +419,7 @@ extension PostgresStore {
             """
             SELECT c.relname, obj_description(c.oid, 'pg_class')
             FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-            WHERE i.indrelid = 'document'::regclass AND c.relname LIKE 'shoal\\_auto\\_%'
+            WHERE i.indrelid = 'document'::regclass AND i.indisvalid AND c.relname LIKE 'shoal\\_auto\\_%'
             ORDER BY c.relname
             """, logger: logger)
         return try rows.decode((String, String?).self).compactMap { name, comment in
@@ -287,4 +433,7 @@ extension PostgresStore {
     /// either kind.
     static let createUnfilterable =
         "CREATE INDEX IF NOT EXISTS shoal_unfilterable ON document (collection, doc_id) WHERE \(PostgresFilter.unreadable)"
+    /// The same, built as automatic indexes are (`buildAutomaticIndex`).
+    static let createUnfilterableConcurrently =
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS shoal_unfilterable ON document (collection, doc_id) WHERE \(PostgresFilter.unreadable)"
 }

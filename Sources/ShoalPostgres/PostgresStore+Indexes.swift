@@ -47,7 +47,9 @@ extension PostgresStore {
     /// (`PostgresDocumentTransaction.run`, `PostgresInboundWriter.undo(to:)`).
     ///
     /// Building an index locks `document` against writes, and dropping one against reads
-    /// too, until the transaction commits: every hub waits for it.
+    /// too, until the transaction commits: every hub waits for it. Either first takes the
+    /// index builds' lock, ending an automatic build that runs (`takeBuildsLock`), which
+    /// would wait for this transaction while it waited for the build.
     func runIndexStatement(_ statement: IndexStatement, writer: PostgresInboundWriter) async throws(ShoalError) -> [Value] {
         let connection = writer.connection
         switch statement {
@@ -70,6 +72,10 @@ extension PostgresStore {
             // A build that fails on a body (one stored by hand that is not JSON: a data
             // exception, SQLSTATE class 22) says so; the caller (`run`) undoes the statement.
             let failure: String? = try await writer.access("creating index \(index.name)") {
+                try await Self.takeBuildsLock(connection, logger: logger)
+                // One an automatic build left invalid is not dropped here (that would lock
+                // the documents against every reader): the builder makes it again.
+                if try await Self.unfilterableInvalid(connection, logger: logger) { indexWake.yield() }
                 do {
                     // The bodies `jsonb` cannot hold, which a range keeps by their text
                     // (`PostgresFilter.unreadable`): few, and only where indexes are, since a
@@ -97,6 +103,7 @@ extension PostgresStore {
             return [index.row]
         case .drop(let name, let ifExists, let position):
             return try await writer.access("dropping index \(name)") {
+                try await Self.takeBuildsLock(connection, logger: logger)
                 guard let index = try await Self.userIndexes(connection, key: name.lowercased(), logger: logger).first else {
                     if try await Self.automaticIndexes(connection, logger: logger).contains(where: { $0.name == name.lowercased() }) {
                         throw UserIndex.automatic(name, at: position)
@@ -107,8 +114,8 @@ extension PostgresStore {
                 try await connection.query(PostgresQuery(unsafeSQL: "DROP INDEX IF EXISTS \(index.postgresName)"), logger: logger)
                 try await connection.query("DELETE FROM user_index WHERE key = \(index.key)", logger: logger)
                 // With the last index goes the one of the bodies `jsonb` cannot hold, and
-                // documents' updates may be HOT updates again. (Automatic indexes are built
-                // as the one writer too, so none is being built meanwhile.)
+                // documents' updates may be HOT updates again. (The builds' lock keeps
+                // automatic builds out meanwhile.)
                 if try await Self.userIndexes(connection, logger: logger).isEmpty,
                     try await Self.automaticIndexes(connection, logger: logger).isEmpty
                 {
@@ -117,5 +124,16 @@ extension PostgresStore {
                 return [index.row]
             }
         }
+    }
+
+    /// Whether `shoal_unfilterable` is there, left invalid by an automatic build that ended.
+    static func unfilterableInvalid(_ connection: HubConnection, logger: Logger) async throws -> Bool {
+        try await one(
+            Bool.self,
+            connection.query(
+                """
+                SELECT NOT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                WHERE i.indrelid = 'document'::regclass AND c.relname = 'shoal_unfilterable'
+                """, logger: logger)) == true
     }
 }

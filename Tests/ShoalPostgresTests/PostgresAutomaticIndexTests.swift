@@ -164,29 +164,96 @@ struct PostgresAutomaticIndexTests {
         }
     }
 
-    /// A build that waits for a lock another session holds on the documents (here, as
-    /// a VACUUM would) gives up after `buildLockWait`, and the writes it held go on.
-    @Test func aBuildWaitsForAnotherSessionsLockOnlySoLong() async throws {
+    /// Whether an automatic build (`CREATE INDEX CONCURRENTLY`) waits for a lock now.
+    static func buildWaits(_ database: PostgresHubDatabase) async throws -> Bool {
+        try await database.withConnection { connection in
+            try await connection.query(
+                """
+                SELECT count(*)::bigint FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'CREATE INDEX CONCURRENTLY%'
+                """, logger: Logger(label: "shoal.test")
+            ).decode(Int.self).first ?? 0
+        } > 0
+    }
+
+    /// How many indexes on the documents builds left invalid.
+    static func invalidIndexes(_ database: PostgresHubDatabase) async throws -> Int {
+        try await database.withConnection { connection in
+            try await connection.query(
+                "SELECT count(*)::bigint FROM pg_index WHERE indrelid = 'document'::regclass AND NOT indisvalid", logger: Logger(label: "shoal.test")
+            ).decode(Int.self).first ?? 0
+        }
+    }
+
+    /// An automatic build holds no hub's writes, even while it waits: here for another
+    /// session's lock on the documents (as a VACUUM holds it), then done once it is
+    /// released. Built as the one writer, as before, the write waited for the build,
+    /// which gave up only after its lock wait.
+    @Test func aBuildThatWaitsHoldsNoWrites() async throws {
         try await TemporaryPostgresDatabase.withDatabase { hubs in
             let store = try await PostgresStore.open(hubs[0], logger: Logger(label: "shoal.test.postgres"))
             defer { store.close() }
             _ = try await store.execute("INSERT INTO cars DOCUMENTS ({_id: 'a', year: 2000})")
             _ = try await store.execute("SELECT * FROM cars WHERE year = 2000")
-            let outcome = try await hubs[0].withConnection { connection in
+            let (wrote, outcome) = try await hubs[0].withConnection { connection in
                 _ = try await connection.query("BEGIN", logger: store.logger)
                 _ = try await connection.query("LOCK TABLE document IN SHARE UPDATE EXCLUSIVE MODE", logger: store.logger)
-                // Gave up on its own (PostgreSQL's lock_timeout), with the lock still held.
-                let outcome = await store.buildAskedIndexes()[Self.wanted("cars", "year")]
+                let done = Locked(false)
+                let building = Task {
+                    let outcome = await store.buildAskedIndexes()[Self.wanted("cars", "year")]
+                    done.withLock { $0 = true }
+                    return outcome
+                }
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(20)) { try await Self.buildWaits(hubs[0]) }, "the build waits for the lock")
+                _ = try await store.execute("INSERT INTO cars DOCUMENTS ({_id: 'b', year: 2001})")
+                let wrote = !done.withLock { $0 }
                 _ = try await connection.query("ROLLBACK", logger: store.logger)
-                return outcome
+                return (wrote, await building.value)
             }
-            guard case .failed(let message)? = outcome else {
-                Issue.record("built past another session's lock: \(String(describing: outcome))")
+            #expect(wrote, "the write committed while the build waited")
+            #expect(outcome == .built, "built once the lock was released: \(String(describing: outcome))")
+            #expect(try await store.execute("SELECT _id FROM cars").items.count == 2)
+            #expect(try await PostgresIndexTests.names(store) == [AutomaticIndex(path: ["year"]).name])
+        }
+    }
+
+    /// A declared index's statement while an automatic build waits for an older
+    /// transaction (which a concurrent build must outwait, and the declared one need
+    /// not): the statement ends the build's backend rather than wait for it, which would
+    /// wait for the statement's transaction in turn; it commits while that transaction
+    /// is still open. The build left an invalid index, which the builder drops.
+    @Test func aDeclaredIndexEndsAnAutomaticBuildRatherThanWaitForIt() async throws {
+        try await TemporaryPostgresDatabase.withDatabase { hubs in
+            let store = try await PostgresStore.open(hubs[0], logger: Logger(label: "shoal.test.postgres"))
+            defer { store.close() }
+            try await PostgresIndexTests.cars(store)
+            _ = try await store.execute("SELECT * FROM cars WHERE year = 2000")
+            let (declared, outcome) = try await hubs[0].withConnection { connection in
+                _ = try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ", logger: store.logger)
+                _ = try await connection.query("SELECT count(*) FROM document", logger: store.logger)
+                let building = Task { await store.buildAskedIndexes()[Self.wanted("cars", "year")] }
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(20)) { try await Self.buildWaits(hubs[0]) }, "the build waits for the snapshot")
+                let declared = try await store.execute("CREATE INDEX by_make ON cars (make)")
+                _ = try await connection.query("ROLLBACK", logger: store.logger)
+                return (declared, await building.value)
+            }
+            #expect(declared.items.first?["name"] == "by_make")
+            guard case .failed? = outcome else {
+                Issue.record("the automatic build was not ended: \(String(describing: outcome))")
                 return
             }
-            #expect(message.contains("held a lock on the documents"), "\(message)")
-            _ = try await store.execute("INSERT INTO cars DOCUMENTS ({_id: 'b', year: 2001})")
-            #expect(try await store.execute("SHOW INDEXES").items.isEmpty)
+            // It ended in its first step (`shoal_unfilterable`) or its second (the path's index).
+            #expect(try await Self.invalidIndexes(hubs[0]) == 1, "left invalid")
+            // The builder, woken by the statement, drops it and makes a valid
+            // `shoal_unfilterable` for the declared index; the path is asked for again later.
+            #expect(await store.mendIndexes() == .built)
+            #expect(try await Self.invalidIndexes(hubs[0]) == 0, "dropped")
+            #expect(try await PostgresIndexTests.count(hubs[0], "indexname = 'shoal_unfilterable'") == 1)
+            #expect(await store.mendIndexes() == nil, "nothing left to mend")
+            _ = try await store.execute("SELECT * FROM cars WHERE color = 'red'")
+            let next = await store.buildAskedIndexes()
+            #expect(next == [Self.wanted("cars", "color"): .built], "\(next)")
+            #expect(try await PostgresIndexTests.names(store).sorted() == ["by_make", AutomaticIndex(path: ["color"]).name].sorted())
         }
     }
 
