@@ -168,44 +168,61 @@ extension PostgresStore {
         } catch {
             logger.warning("could not read the automatic indexes", metadata: ["shoal.error": "\(error)"])
         }
+        // What a build of the last run (or another hub's) left, mended as the builder starts.
+        indexWake.yield()
         for await _ in indexWakes {
-            if await mendIndexes() == .busy {
-                // Another build (or a declared index's statement) holds the lock: look again.
+            let mended = await mendIndexes()
+            let outcomes = await buildAskedIndexes()
+            // Another build (or a declared index's statement) held the lock, or a mend or a
+            // build failed and may have left an invalid index: look again, sooner for the
+            // first.
+            let failed = outcomes.values.contains { if case .failed = $0 { true } else { false } }
+            if mended == .busy || failed || { if case .failed? = mended { true } else { false } }() {
+                let wait: Duration = mended == .busy ? .seconds(5) : AutomaticIndexRequests.again
                 Task {
-                    try? await Task.sleep(for: .seconds(5))
+                    try? await Task.sleep(for: wait)
                     self.indexWake.yield()
                 }
             }
-            await buildAskedIndexes()
         }
     }
 
-    /// Mends what builds that ended left: drops the indexes they left invalid, and makes
+    /// The state `mendIndexes` looks at, in one statement: whether a build left an index
+    /// invalid, or one of its own without the comment naming its path (ended between the
+    /// two), and whether `shoal_unfilterable` is wanted (an index exists) and not valid.
+    static let indexesToMend = """
+        SELECT EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                       WHERE i.indrelid = 'document'::regclass
+                           AND (c.relname LIKE 'shoal\\_auto\\_%' OR c.relname = 'shoal_unfilterable')
+                           AND (NOT i.indisvalid OR (c.relname LIKE 'shoal\\_auto\\_%' AND obj_description(c.oid, 'pg_class') IS NULL))),
+               NOT EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                           WHERE i.indrelid = 'document'::regclass AND i.indisvalid AND c.relname = 'shoal_unfilterable')
+                   AND (EXISTS (SELECT FROM user_index) OR EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                                WHERE i.indrelid = 'document'::regclass AND i.indisvalid AND c.relname LIKE 'shoal\\_auto\\_%'))
+        """
+
+    /// Mends what builds that ended left: drops the indexes they left invalid (and one of
+    /// theirs left without its comment, whose path only a query can tell again), and makes
     /// `shoal_unfilterable` where an index needs it and it is not valid (a declared
     /// index's statement that finds one left invalid goes on without it, and wakes the
-    /// builder). Holding `buildsLock`, as a build; `.busy` when another held it.
+    /// builder). Holding `buildsLock`, as a build, and deciding again under it, since a
+    /// declared index may have been dropped meanwhile; `.busy` when another held it, nil
+    /// when there was nothing to mend.
     @discardableResult
     package func mendIndexes() async -> AutomaticIndexOutcome? {
+        @Sendable func state(_ connection: HubConnection) async throws -> (Bool, Bool) {
+            try await connection.query(PostgresQuery(unsafeSQL: Self.indexesToMend), logger: logger).decode((Bool, Bool).self).first ?? (false, false)
+        }
         do {
-            let state = try await snapshot("reading the indexes") { connection in
-                try await connection.query(
-                    """
-                    SELECT EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-                                   WHERE i.indrelid = 'document'::regclass AND NOT i.indisvalid
-                                       AND (c.relname LIKE 'shoal\\_auto\\_%' OR c.relname = 'shoal_unfilterable')),
-                           NOT EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-                                       WHERE i.indrelid = 'document'::regclass AND i.indisvalid AND c.relname = 'shoal_unfilterable')
-                               AND (EXISTS (SELECT FROM user_index) OR EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-                                            WHERE i.indrelid = 'document'::regclass AND i.indisvalid AND c.relname LIKE 'shoal\\_auto\\_%'))
-                    """, logger: self.logger
-                ).decode((Bool, Bool).self).first ?? (false, false)
-            }
-            guard state.0 || state.1, !gate.isClosed else { return nil }
+            let seen = try await snapshot("reading the indexes") { connection in try await state(connection) }
+            guard seen.0 || seen.1, !gate.isClosed else { return nil }
             return try await failing("mending the indexes") {
                 try await self.database.withConnection { connection in
                     try await self.holdingBuildsLock(connection) {
+                        let now = try await state(connection)
+                        guard now.0 || now.1 else { return nil }
                         try await Self.dropInvalidIndexes(connection, logger: self.logger)
-                        if state.1 { try await connection.query(PostgresQuery(unsafeSQL: Self.createUnfilterableConcurrently), logger: self.logger) }
+                        if now.1 { try await connection.query(PostgresQuery(unsafeSQL: Self.createUnfilterableConcurrently), logger: self.logger) }
                         return .built
                     }
                 }
@@ -218,12 +235,20 @@ extension PostgresStore {
 
     /// Runs `body` on `connection` holding `buildsLock` as a lock of its session, outside
     /// any transaction, with `buildLockWait` as its lock timeout; `.busy` without running it
-    /// when another holds the lock.
+    /// when another holds the lock, and when its backend was ended meanwhile (by a declared
+    /// index's statement, `takeBuildsLock`: what it built is asked for again, not counted
+    /// as a failure).
     private func holdingBuildsLock(
-        _ connection: HubConnection, _ body: () async throws -> AutomaticIndexOutcome
-    ) async throws -> AutomaticIndexOutcome {
-        guard try await Self.one(Bool.self, connection.query("SELECT pg_try_advisory_lock(\(Self.buildsLock))", logger: logger)) == true
-        else { return .busy }
+        _ connection: HubConnection, _ body: () async throws -> AutomaticIndexOutcome?
+    ) async throws -> AutomaticIndexOutcome? {
+        do {
+            guard try await Self.one(Bool.self, connection.query("SELECT pg_try_advisory_lock(\(Self.buildsLock))", logger: logger)) == true
+            else { return .busy }
+        } catch {
+            // Whether the lock was had is not known: the connection goes, and the lock with it.
+            try? await connection.close()
+            throw error
+        }
         do {
             try await connection.query(PostgresQuery(unsafeSQL: "SET lock_timeout = '\(Self.buildLockWait.wholeMilliseconds)ms'"), logger: logger)
             let outcome = try await body()
@@ -231,6 +256,9 @@ extension PostgresStore {
             try await connection.query("SELECT pg_advisory_unlock(\(Self.buildsLock))", logger: logger)
             return outcome
         } catch {
+            // Ended by an administrator's command (SQLSTATE 57P01): a declared index's
+            // statement ended it, or the server is shutting down.
+            let ended = (error as? PSQLError)?.serverInfo?[.sqlState] == "57P01" || connection.isClosed
             // A connection that still answers is given back clean; one that does not (its
             // backend ended) took the lock with it.
             do {
@@ -239,6 +267,7 @@ extension PostgresStore {
             } catch {
                 try? await connection.close()
             }
+            if ended { return .busy }
             throw error
         }
     }
@@ -302,7 +331,7 @@ extension PostgresStore {
         guard !gate.isClosed else { throw ShoalError(.cancelled, "the store closed before building index \(index.name)") }
         let outcome = try await failing("building index \(index.name)") {
             try await self.database.withConnection { connection in
-                try await self.holdingBuildsLock(connection) { try await self.buildConcurrently(wanted, connection) }
+                try await self.holdingBuildsLock(connection) { try await self.buildConcurrently(wanted, connection) } ?? .busy
             }
         }
         if outcome == .built {
@@ -314,6 +343,11 @@ extension PostgresStore {
     /// `buildAutomaticIndex` holding `buildsLock` on `connection`, outside any transaction.
     private func buildConcurrently(_ wanted: AutomaticIndexRequests.Wanted, _ connection: HubConnection) async throws -> AutomaticIndexOutcome {
         let index = wanted.index
+        if let version = try await Self.one(Int.self, connection.query("SELECT current_setting('server_version_num')::int", logger: logger)),
+            (140_000..<140_004).contains(version)
+        {
+            return .failed("PostgreSQL 14.0 to 14.3 can build an index concurrently that misses rows (fixed in 14.4): upgrade the server")
+        }
         try await Self.dropInvalidIndexes(connection, logger: logger)
         if let needless = try await needless(wanted, connection) { return needless }
         do {
@@ -325,7 +359,8 @@ extension PostgresStore {
             try await undoFailedBuild(connection)
             return .failed(error.serverInfo?[.message] ?? "\(error)")
         } catch let error as PSQLError where error.serverInfo?[.sqlState] == "55P03" {
-            try await undoFailedBuild(connection)
+            // Not undone here: dropping the index concurrently would wait for the same
+            // transactions again. The builder mends it (`mendIndexes`) a minute later.
             return .failed(
                 "it waited \(Self.buildLockWait.wholeMilliseconds / 1000) s for another session's lock on the documents (a VACUUM, an administrator's statement) or for older transactions to end")
         }
@@ -355,13 +390,16 @@ extension PostgresStore {
 
     /// Takes `buildsLock` for the transaction on `connection` (a declared index's
     /// statement, as the one writer), ending the backend of an automatic build that holds
-    /// it, whose lock ends with it; that build is asked for again later. A few seconds at
-    /// most: a backend that will not end fails the statement.
+    /// it, whose lock ends with it; that build is asked for again later. Only backends of
+    /// this hub's role are ended (PostgreSQL lets a role end only its own); 10 s at most:
+    /// a build that does not end fails the statement.
     static func takeBuildsLock(_ connection: HubConnection, logger: Logger) async throws {
         let started = ContinuousClock.now
         while try await one(Bool.self, connection.query("SELECT pg_try_advisory_xact_lock(\(buildsLock))", logger: logger)) != true {
             guard ContinuousClock.now - started < .seconds(10) else {
-                throw ShoalError(.database, "an automatic index build held the index builds' lock for 10 s and its backend did not end")
+                throw ShoalError(
+                    .database,
+                    "an automatic index build held the index builds' lock for 10 s and did not end (a hub logged in as another role, whose backends this one may not end: give every hub of a database one role)")
             }
             // A lock of one bigint key shows its high half as classid, its low as objid.
             try await connection.query(
@@ -372,19 +410,23 @@ extension PostgresStore {
                             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
                             AND classid = \(UInt64(bitPattern: buildsLock) >> 32) AND objid = \(UInt64(bitPattern: buildsLock) & 0xFFFF_FFFF)
                             AND objsubid = 1
+                            AND pid IN (SELECT pid FROM pg_stat_activity WHERE usename = current_user)
                         """), logger: logger)
             try await Task.sleep(for: .milliseconds(50))
         }
     }
 
     /// Drops the automatic indexes, and `shoal_unfilterable`, that builds which failed or
-    /// ended left invalid; outside any transaction, holding `buildsLock`.
+    /// ended left invalid, and an automatic index left without the comment naming its path
+    /// (a build ended between the two: a query asks for the path again); outside any
+    /// transaction, holding `buildsLock`.
     static func dropInvalidIndexes(_ connection: HubConnection, logger: Logger) async throws {
         let rows = try await connection.query(
             """
             SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-            WHERE i.indrelid = 'document'::regclass AND NOT i.indisvalid
+            WHERE i.indrelid = 'document'::regclass
                 AND (c.relname LIKE 'shoal\\_auto\\_%' OR c.relname = 'shoal_unfilterable')
+                AND (NOT i.indisvalid OR (c.relname LIKE 'shoal\\_auto\\_%' AND obj_description(c.oid, 'pg_class') IS NULL))
             """, logger: logger)
         for name in try rows.decode(String.self) {
             try await connection.query(PostgresQuery(unsafeSQL: "DROP INDEX CONCURRENTLY IF EXISTS \(name)"), logger: logger)
