@@ -139,8 +139,9 @@ extension PostgresStore {
         case existed
         /// A declared index of the collection leads with the path, and serves it.
         case declared
-        /// Another build was running (another hub's, or a declared index's): it is asked
-        /// for again when a query asks after `AutomaticIndexRequests.again`.
+        /// Another build was running (another hub's, or a declared index's statement), or
+        /// one ended this build: it is asked for again when a query asks after
+        /// `AutomaticIndexRequests.again`.
         case busy
         /// The database holds `maximumAutomaticIndexes` already.
         case full
@@ -313,8 +314,9 @@ extension PostgresStore {
     /// and an automatic one is asked for again.
     ///
     /// A build that fails, or whose backend ended, leaves an invalid index behind
-    /// (PostgreSQL's way): the build drops the one it failed at once, and each build first
-    /// drops those left by builds that ended (`dropInvalidIndexes`). What needs no build
+    /// (PostgreSQL's way): one that failed on a body drops it at once; one that waited too
+    /// long for a lock leaves it, since dropping it would wait again; each build, and the
+    /// builder (`mendIndexes`), first drops those left (`dropInvalidIndexes`). What needs no build
     /// (known built, or as many as may be, or served by a declared index) is told first
     /// from memory, then on a snapshot, and under the lock again, since another hub may
     /// have built it meanwhile. Each of its waits for a lock (on `document`, for older
