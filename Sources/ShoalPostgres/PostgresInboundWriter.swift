@@ -61,8 +61,6 @@ extension PostgresStore {
     /// their largest leave the rest to every other lock. A larger batch is the one writer.
     static func mostClaimed(lockTable: Int) -> Int { lockTable / 8 }
 
-    package var mostClaimedNames: Int? { mostClaimed }
-
     /// The advisory lock of the hubs' writers: the one writer takes it exclusively, a
     /// received batch committing beside others shares it ("shoalWR" in ASCII).
     static let writersLock: Int64 = 0x73_68_6F_61_6C_57_52

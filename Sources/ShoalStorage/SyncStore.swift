@@ -129,10 +129,6 @@ package protocol SyncStore: AnyObject, Sendable {
     func writeInbound<T: Sendable>(
         short: Bool, claim: InboundClaim?, _ body: @escaping @Sendable (any InboundWriting) async throws(ShoalError) -> T
     ) async throws(ShoalError) -> (T, ApplyOutcome)
-    /// The most names a claim may hold for its commit to run side by side with other
-    /// processes' (`InboundClaim.count`); a larger one commits as the one writer. Nil for
-    /// a store with one writer. The pipeline cuts its commits to fit.
-    var mostClaimedNames: Int? { get }
 
     // MARK: Attachments
 
@@ -293,9 +289,6 @@ extension SyncStore {
     ) async throws(ShoalError) -> (T, ApplyOutcome) {
         try await writeInbound(short: short, claim: nil, body)
     }
-
-    /// One writer: nothing is claimed.
-    package var mostClaimedNames: Int? { nil }
 
     /// One process: no other to ask.
     package var hasOtherProcesses: Bool { false }

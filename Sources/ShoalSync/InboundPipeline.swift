@@ -57,9 +57,6 @@ public final class InboundPipeline: Sendable {
         /// What `source` may write here (`AccessRules`): a transaction whose manifest
         /// names another collection is refused whole.
         public var mayWrite: PeerRights.Write
-        /// How many names its commit claims at most (`names(of:)`), counted as it is
-        /// queued on a store that limits claims (`SyncStore.mostClaimedNames`).
-        var names = 0
 
         public init(
             source: SiteID, pieces: [TransactionPiece], cursor: (key: String, through: UInt64, epoch: UInt64)? = nil,
@@ -213,8 +210,6 @@ public final class InboundPipeline: Sendable {
 
     /// Queues an item; `item.done` is called once it is durable.
     public func enqueue(_ item: Item) {
-        var item = item
-        if store.mostClaimedNames != nil { item.names = Self.names(of: item) }
         let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
             s.queue.append(item)
             defer { s.waiter = nil }
@@ -470,20 +465,10 @@ public final class InboundPipeline: Sendable {
             let taken = state.withLock { s -> ([Item], [SiteID])? in
                 guard !s.queue.isEmpty || !s.newPeers.isEmpty || s.tickDue else { return nil }
                 s.tickDue = false
-                // Up to `maximumCommitDeltas`, and on a store that limits claims, up to
-                // what its commit may claim and still run beside the other processes'
-                // (an item is never split: one larger than either commits alone).
-                let mostNames = store.mostClaimedNames ?? .max
                 var count = 0
-                var names = 0
                 var end = 0
-                while end < s.queue.count {
-                    let deltas = s.queue[end].pieces.reduce(0) { $0 + $1.deltas.count }
-                    guard end == 0 || (count + deltas <= configuration.maximumCommitDeltas && names + s.queue[end].names <= mostNames) else {
-                        break
-                    }
-                    count += deltas
-                    names += s.queue[end].names
+                while end < s.queue.count, end == 0 || count + s.queue[end].pieces.reduce(0, { $0 + $1.deltas.count }) <= configuration.maximumCommitDeltas {
+                    count += s.queue[end].pieces.reduce(0) { $0 + $1.deltas.count }
                     end += 1
                 }
                 let items = Array(s.queue[..<end])
@@ -669,19 +654,6 @@ public final class InboundPipeline: Sendable {
         var states: [TransactionID: TransactionRecord.State] = [:]
         for id in named { states[id] = (try? await writer.state(of: id)) ?? nil }
         return states
-    }
-
-    /// The most names a commit of `item` claims, but for the documents the assembler
-    /// holds of its transactions (`claim`): the documents its pieces write, their
-    /// transactions and its cursor. Summed over a commit's items (which may share names),
-    /// it bounds the commit's claim from above.
-    static func names(of item: Item) -> Int {
-        var documents = Set<DocumentRef>()
-        for piece in item.pieces {
-            for delta in piece.deltas { documents.insert(DocumentRef(collection: delta.collection, id: delta.documentID)) }
-            for field in piece.context { documents.insert(field.document) }
-        }
-        return documents.count + Set(item.pieces.map(\.id)).count + (item.cursor == nil ? 0 : 1)
     }
 
     /// What a commit of `items` names before it reads (`InboundClaim`): the documents and

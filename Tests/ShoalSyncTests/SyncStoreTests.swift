@@ -112,9 +112,6 @@ import Testing
         /// When set, a commit that would apply a transaction of this origin fails, as a
         /// store refusing one session's batch would.
         let refuse = Locked<SiteID?>(nil)
-        /// What the store says a commit may claim (`SyncStore.mostClaimedNames`).
-        let claimLimit = Locked<Int?>(nil)
-        var mostClaimedNames: Int? { claimLimit.withLock { $0 } }
 
         /// Forwards to the store's writer, and throws on a transaction of `refused` origin.
         final class RefusingWriter: InboundWriting, Sendable {
@@ -401,48 +398,6 @@ import Testing
                     _ = try await a2.store.execute("INSERT INTO notes DOCUMENTS ({'_id': 'after', 'n': 2})")
                     #expect(try await InProcessMesh.eventually(timeout: .seconds(20)) { try await holds(["after"]) })
                 }
-            }
-        }
-    }
-
-    /// On a store that limits what a commit claims (hubs: the server's lock table), the
-    /// pipeline takes no more queued batches into one commit than their names fit: three
-    /// batches of one transaction of one document each (three names: the document, the
-    /// transaction, the cursor) queue behind a held commit; with no limit the next commit
-    /// takes all three, with a limit of four names each commits alone.
-    @Test func commitsAreCutToWhatTheStoreLetsThemClaim() async throws {
-        try await Self.withNodes { a, bStore, counting, b in
-            try await InProcessMesh.withLink(a.sync, b) { () async throws in
-                var written = 0
-                func insert(_ id: String) async throws {
-                    _ = try await a.store.execute("INSERT INTO notes DOCUMENTS ({'_id': :id, 'n': 1})", arguments: ["id": .string(id)])
-                    written += 1
-                }
-                try await insert("first")
-                #expect(try await InProcessMesh.eventually { try await bStore.collectionCounts().first?.documents == 1 })
-                let perTransaction = try #require(counting.hints.withLock { $0 }.last?.logged)
-                // The deltas each commit logged once three batches queued behind a held one.
-                func commitsOfThreeQueued(limit: Int?) async throws -> [Int] {
-                    counting.claimLimit.withLock { $0 = limit }
-                    let release = Latch()
-                    counting.holdNext.withLock { $0 = release }
-                    try await insert("held-\(written)")
-                    #expect(await InProcessMesh.eventually { counting.holding.withLock { $0 } })
-                    let before = counting.hints.withLock { $0.count }
-                    for index in 0..<3 {
-                        try await insert("queued-\(written)")
-                        #expect(await InProcessMesh.eventually { b.pipeline.queuedItems >= index + 1 }, "batch \(index) queued")
-                    }
-                    release.open()
-                    let all = written
-                    #expect(try await InProcessMesh.eventually { try await bStore.collectionCounts().first?.documents == all })
-                    // The held commit, then those of the three queued.
-                    return counting.hints.withLock { $0 }[before...].map(\.logged).filter { $0 > 0 }
-                }
-                let unlimited = try await commitsOfThreeQueued(limit: nil)
-                #expect(unlimited == [perTransaction, 3 * perTransaction], "the three queued batches in one commit: \(unlimited)")
-                let limited = try await commitsOfThreeQueued(limit: 4)
-                #expect(limited == Array(repeating: perTransaction, count: 4), "each queued batch in a commit of its own: \(limited)")
             }
         }
     }
