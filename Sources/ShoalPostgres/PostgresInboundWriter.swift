@@ -768,6 +768,35 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         }
     }
 
+    /// The columns of a multi-row insert from `UNNEST` of arrays, where a column whose
+    /// rows all hold one value (an apply's collection, site and transaction, as a rule)
+    /// is bound once instead of as an array: the server decodes each element of an array.
+    struct UnnestedColumns {
+        /// The indices of the rows inserted, into each column given.
+        let rows: [Int]
+        /// Each array's placeholder and type, in the order of `UNNEST`'s alias (`c0`, ...).
+        private var arrays: [String] = []
+
+        init(rows: [Int]) { self.rows = rows }
+
+        /// What the SELECT list says for `column` (of every row, picked by `rows`): a
+        /// bound scalar when every row holds one value and `varies` is false, else the
+        /// name of its bound array in `UNNEST`'s alias.
+        mutating func add<E: PostgresArrayEncodable & Equatable>(
+            _ column: [E], as type: String, varies: Bool = false, to statement: inout Statement
+        ) throws -> String {
+            let first = column[rows[0]]
+            if !varies && rows.allSatisfy({ column[$0] == first }) { return "\(try statement.bind(first))::\(type)" }
+            arrays.append("\(try statement.bind(rows.map { column[$0] }))::\(type)[]")
+            return "c\(arrays.count - 1)"
+        }
+
+        /// The FROM item: `UNNEST` of the arrays (at least one must have been added).
+        var from: String {
+            "UNNEST(\(arrays.joined(separator: ", "))) AS t(\(arrays.indices.map { "c\($0)" }.joined(separator: ", ")))"
+        }
+    }
+
     /// Logs what `rows` says to log: runs of the transaction's documents, a row each
     /// (`LogEntries.documentsPerRow`, `bytesPerRow`), numbered and inserted just before
     /// the write commits (`insertLog`).
@@ -873,21 +902,25 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
             }
         }
         for (rows, upsert) in [(inserts, false), (upserts, true)] where !rows.isEmpty {
-            func pick<E>(_ column: [E]) -> [E] { rows.map { column[$0] } }
             let conflict =
                 upsert
                 ? """
                 ON CONFLICT (collection, doc_id, name) DO UPDATE SET value = excluded.value, ts = excluded.ts,
                     site = excluded.site, txn_site = excluded.txn_site, txn_seq = excluded.txn_seq, txn_index = excluded.txn_index
                 """ : ""
+            // The keys always as an array: the insert unnests one at least.
+            var columns = UnnestedColumns(rows: rows)
+            let select = [
+                try columns.add(collections, as: "text", to: &statement), try columns.add(keys, as: "text", varies: true, to: &statement),
+                try columns.add(names.map(Stored.bytes), as: "bytea", to: &statement), try columns.add(values, as: "text", to: &statement),
+                try columns.add(timestamps, as: "bigint", to: &statement), try columns.add(sites, as: "bigint", to: &statement),
+                try columns.add(transactionSites, as: "bigint", to: &statement),
+                try columns.add(transactionSequences, as: "bigint", to: &statement), try columns.add(indexes, as: "bigint", to: &statement),
+            ]
             statement.add(
                 """
                 INSERT INTO field (collection, doc_id, name, value, ts, site, txn_site, txn_seq, txn_index)
-                SELECT * FROM UNNEST(\(try statement.bind(pick(collections)))::text[], \(try statement.bind(pick(keys)))::text[],
-                    \(try statement.bind(pick(names).map(Stored.bytes)))::bytea[], \(try statement.bind(pick(values)))::text[],
-                    \(try statement.bind(pick(timestamps)))::bigint[], \(try statement.bind(pick(sites)))::bigint[],
-                    \(try statement.bind(pick(transactionSites)))::bigint[], \(try statement.bind(pick(transactionSequences)))::bigint[],
-                    \(try statement.bind(pick(indexes)))::bigint[])
+                SELECT \(select.joined(separator: ", ")) FROM \(columns.from)
                 \(conflict)
                 """)
         }
@@ -896,11 +929,16 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
             let (new, old) = (refs.filter { held[$0] != nil && !bodied.contains($0) }, refs.filter { held[$0] == nil || bodied.contains($0) })
             for (batch, upsert) in [(new, false), (old, true)] where !batch.isEmpty {
                 let conflict = upsert ? "ON CONFLICT (collection, doc_id) DO UPDATE SET body = excluded.body, deleted = false" : ""
+                var columns = UnnestedColumns(rows: Array(batch.indices))
+                let select = [
+                    try columns.add(batch.map(\.collection), as: "text", to: &statement),
+                    try columns.add(batch.map(\.id), as: "text", varies: true, to: &statement),
+                    try columns.add(batch.map { live[$0]! }, as: "text", to: &statement),
+                ]
                 statement.add(
                     """
                     INSERT INTO document (collection, doc_id, body, deleted)
-                    SELECT c, k, b, false FROM UNNEST(\(try statement.bind(batch.map(\.collection)))::text[],
-                        \(try statement.bind(batch.map(\.id)))::text[], \(try statement.bind(batch.map { live[$0]! }))::text[]) AS t(c, k, b)
+                    SELECT \(select.joined(separator: ", ")), false FROM \(columns.from)
                     \(conflict)
                     """)
             }
