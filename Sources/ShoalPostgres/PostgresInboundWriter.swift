@@ -780,13 +780,13 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         init(rows: [Int]) { self.rows = rows }
 
         /// What the SELECT list says for `column` (of every row, picked by `rows`): a
-        /// bound scalar when every row holds one value and `varies` is false, else the
-        /// name of its bound array in `UNNEST`'s alias.
-        mutating func add<E: PostgresArrayEncodable & Equatable>(
+        /// bound scalar when every row holds the same value, byte for byte, and `varies`
+        /// is false, else the name of its bound array in `UNNEST`'s alias.
+        mutating func add<E: UnnestedValue>(
             _ column: [E], as type: String, varies: Bool = false, to statement: inout Statement
         ) throws -> String {
             let first = column[rows[0]]
-            if !varies && rows.allSatisfy({ column[$0] == first }) { return "\(try statement.bind(first))::\(type)" }
+            if !varies && rows.allSatisfy({ column[$0].isIdentical(to: first) }) { return "\(try statement.bind(first))::\(type)" }
             arrays.append("\(try statement.bind(rows.map { column[$0] }))::\(type)[]")
             return "c\(arrays.count - 1)"
         }
@@ -795,6 +795,14 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
         var from: String {
             "UNNEST(\(arrays.joined(separator: ", "))) AS t(\(arrays.indices.map { "c\($0)" }.joined(separator: ", ")))"
         }
+    }
+
+    /// A value of a column `UnnestedColumns` binds once when every row holds it.
+    protocol UnnestedValue: PostgresArrayEncodable {
+        /// Whether the two are stored as the same bytes. Not `==`: two strings
+        /// canonically equivalent ("é" composed and decomposed) are equal to Swift, and
+        /// are two collections, two keys and two values to the store.
+        func isIdentical(to other: Self) -> Bool
     }
 
     /// Logs what `rows` says to log: runs of the transaction's documents, a row each
@@ -1072,4 +1080,16 @@ extension InboundClaim {
         }
         return LockKey(high: Int32(truncatingIfNeeded: hash >> 32), low: Int32(truncatingIfNeeded: hash))
     }
+}
+
+extension String: PostgresInboundWriter.UnnestedValue {
+    func isIdentical(to other: String) -> Bool { utf8.elementsEqual(other.utf8) }
+}
+
+extension Int64: PostgresInboundWriter.UnnestedValue {
+    func isIdentical(to other: Int64) -> Bool { self == other }
+}
+
+extension ByteBuffer: PostgresInboundWriter.UnnestedValue {
+    func isIdentical(to other: ByteBuffer) -> Bool { self == other }
 }

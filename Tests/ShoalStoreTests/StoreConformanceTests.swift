@@ -199,6 +199,24 @@ import Testing
         }
     }
 
+    /// Values that are canonically equivalent but not the same bytes ("é" composed and
+    /// decomposed), written by one transaction: each register and the body read back
+    /// byte for byte as written (a store that took them for one value would write one
+    /// for both).
+    @Test(arguments: Engine.allCases)
+    func canonicallyEquivalentValuesAreKeptApart(engine: Engine) async throws {
+        try await engine.withStore { store in
+            let composed = "\"caf\u{E9}\"", decomposed = "\"cafe\u{301}\""
+            #expect(composed == decomposed && Array(composed.utf8) != Array(decomposed.utf8), "equal to Swift, not the same bytes")
+            let t = Received(1, [("cars", "b", "x", composed), ("cars", "b", "y", decomposed)])
+            try await Self.apply([t], to: store)
+            let fields = try #require(try await store.currentFields(of: [Self.ref("cars", "b")])[Self.ref("cars", "b")])
+            #expect(fields.map { Array($0.state.json.utf8) } == [Array(composed.utf8), Array(decomposed.utf8)])
+            let body = try #require(try await store.bodies(of: [Self.ref("cars", "b")]).values.first)
+            #expect(Array(body.utf8) == Array("{\"_id\":\"b\",\"x\":\(composed),\"y\":\(decomposed)}".utf8), "\(body)")
+        }
+    }
+
     /// A page holds whole rows: about `limit` deltas, finishing the transaction the limit
     /// falls in while within `stretch`; past the stretch or the byte budget it ends
     /// inside a transaction, at least one row long, and names what comes next.
