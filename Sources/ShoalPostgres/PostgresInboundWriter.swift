@@ -909,6 +909,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
                 held[document]?.insert(names[i])
             }
         }
+        let nameBytes = names.map(Stored.bytes)
         for (rows, upsert) in [(inserts, false), (upserts, true)] where !rows.isEmpty {
             let conflict =
                 upsert
@@ -920,7 +921,7 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
             var columns = UnnestedColumns(rows: rows)
             let select = [
                 try columns.add(collections, as: "text", to: &statement), try columns.add(keys, as: "text", varies: true, to: &statement),
-                try columns.add(names.map(Stored.bytes), as: "bytea", to: &statement), try columns.add(values, as: "text", to: &statement),
+                try columns.add(nameBytes, as: "bytea", to: &statement), try columns.add(values, as: "text", to: &statement),
                 try columns.add(timestamps, as: "bigint", to: &statement), try columns.add(sites, as: "bigint", to: &statement),
                 try columns.add(transactionSites, as: "bigint", to: &statement),
                 try columns.add(transactionSequences, as: "bigint", to: &statement), try columns.add(indexes, as: "bigint", to: &statement),

@@ -199,17 +199,23 @@ import Testing
         }
     }
 
-    /// Values that are canonically equivalent but not the same bytes ("é" composed and
-    /// decomposed), written by one transaction: each register and the body read back
-    /// byte for byte as written (a store that took them for one value would write one
-    /// for both).
+    /// Values and collections that are canonically equivalent but not the same bytes
+    /// ("é" composed and decomposed), written by one transaction: each register and the
+    /// body read back byte for byte as written (a store that took them for one value
+    /// would write one for both).
     @Test(arguments: Engine.allCases)
     func canonicallyEquivalentValuesAreKeptApart(engine: Engine) async throws {
         try await engine.withStore { store in
             let composed = "\"caf\u{E9}\"", decomposed = "\"cafe\u{301}\""
             #expect(composed == decomposed && Array(composed.utf8) != Array(decomposed.utf8), "equal to Swift, not the same bytes")
+            let (left, right) = ("caf\u{E9}", "cafe\u{301}")
             let t = Received(1, [("cars", "b", "x", composed), ("cars", "b", "y", decomposed)])
-            try await Self.apply([t], to: store)
+            let collections = Received(2, [(left, "c", "x", "1"), (right, "c", "x", "1")])
+            try await Self.apply([t, collections], to: store)
+            for collection in [left, right] {
+                let held = try await store.currentFields(of: [Self.ref(collection, "c")])
+                #expect(held.keys.map { Array($0.collection.utf8) } == [Array(collection.utf8)], "\(held.keys)")
+            }
             let fields = try #require(try await store.currentFields(of: [Self.ref("cars", "b")])[Self.ref("cars", "b")])
             #expect(fields.map { Array($0.state.json.utf8) } == [Array(composed.utf8), Array(decomposed.utf8)])
             let body = try #require(try await store.bodies(of: [Self.ref("cars", "b")]).values.first)
