@@ -353,6 +353,10 @@ public final class AdminSession {
     let outbound: NIOAsyncChannelOutboundWriter<Frame>
     let codec: MessageCodec
     private var nextID: UInt64 = 1
+    /// Why the node ended this session, once it has (an Error frame: its idle timeout,
+    /// a limit, the node stopping). The request that met it fails with the node's words;
+    /// every request after fails at once saying so, without writing.
+    public private(set) var endedByNode: String?
 
     init(
         node: HostAndPort, iterator: NIOAsyncChannelInboundStream<Frame>.AsyncIterator,
@@ -448,7 +452,7 @@ public final class AdminSession {
                 default:
                     throw ShoalError(.protocolError, "the node answered exec request \(index) with something else")
                 }
-            case .error(let error): throw ShoalError(.requestFailed, error.message)
+            case .error(let error): throw ended(error.message)
             default: continue
             }
         }
@@ -498,7 +502,7 @@ public final class AdminSession {
             while let frame = try await iterator.next() {
                 switch try codec.decode(frame) {
                 case .pong(let pong) where pong.nonce == ping.nonce: return
-                case .error(let error): throw ShoalError(.requestFailed, error.message)
+                case .error(let error): throw ended(error.message)
                 default: continue
                 }
             }
@@ -594,7 +598,7 @@ public final class AdminSession {
                     throw ShoalError(.protocolError, "\(node) sent an empty admin response")
                 }
                 if try await onResponse(response) { return response }
-            case .error(let error): throw ShoalError(.requestFailed, error.message)
+            case .error(let error): throw ended(error.message)
             default: continue
             }
         }
@@ -605,13 +609,20 @@ public final class AdminSession {
     /// closed, which can fail this write before the refusal is read: it is still among
     /// the frames, and it is what the caller should see.
     private func send(_ frame: Frame) async throws {
+        if let endedByNode { throw ShoalError(.connectionFailed, "\(node) ended this session: \(endedByNode)") }
         do {
             try await outbound.write(frame)
         } catch {
             while let frame = try? await iterator.next() {
-                if case .error(let refusal)? = try? codec.decode(frame) { throw ShoalError(.requestFailed, refusal.message) }
+                if case .error(let refusal)? = try? codec.decode(frame) { throw ended(refusal.message) }
             }
             throw error
         }
+    }
+
+    /// The node's Error frame: the session is over (`endedByNode`).
+    private func ended(_ message: String) -> ShoalError {
+        endedByNode = message
+        return ShoalError(.requestFailed, message)
     }
 }

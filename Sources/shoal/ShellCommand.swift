@@ -128,11 +128,12 @@ struct Shell {
             return true
         } catch let error as ShellError {
             printError("shoal: \(error.message)")
-        } catch let error as ShoalError where error.code == .requestFailed || error.code == .timedOut {
+        } catch let error as ShoalError where (error.code == .requestFailed || error.code == .timedOut) && session.endedByNode == nil {
             // A session waits as long as a statement takes, so `.timedOut` is the node's
             // answer that it cannot tell whether a write committed (a hub whose COMMIT
             // answer its database connection lost), not the client giving up: the
-            // connection still serves the next statement.
+            // connection still serves the next statement. One the node ended (its Error
+            // frame) does not, and ends the shell as a lost connection does.
             printError("shoal: \(error.message)")
             outcomeUnknown = error.code == .timedOut
         }
