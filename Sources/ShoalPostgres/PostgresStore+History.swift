@@ -231,7 +231,8 @@ extension PostgresStore {
     }
 
     /// Every peer cursor was forgotten (`epoch`, here or on another hub): the sessions
-    /// start their streams again, asking for the hubs' own transactions.
+    /// start their streams again, asking for the hubs' own transactions. The database
+    /// went back, so this hub's counter contributions are named anew.
     func forgotCursors(epoch: UInt64) {
         lacksOwn.withLock { $0 = true }
         let newer = cursorEpoch.withLock { known in
@@ -239,7 +240,20 @@ extension PostgresStore {
             known = epoch
             return true
         }
-        if newer { resets.publish(epoch) }
+        if newer {
+            nameCounterContributionsAnew()
+            resets.publish(epoch)
+        }
+    }
+
+    /// Names this hub's counter contributions anew (DATA_MODEL.md §7): the database went
+    /// back, and holds this hub's contributions as they were at its backup, while
+    /// devices hold them with the increments made since. An increment written on from
+    /// the old total, under a newer version, would win over those and lose the
+    /// increments; under a new name it is summed with them. Called before a repair's
+    /// write goes on to its statements, and when another hub's repair is heard of.
+    func nameCounterContributionsAnew() {
+        counterSites.withLock { $0 = SiteID.random() }
     }
 
     /// Whether the database may lack some of the hubs' own transactions, and its cursor epoch.
@@ -326,6 +340,8 @@ extension PostgresInboundWriter {
     /// log again, send back what the database lost, and nothing the hubs log next takes a
     /// sequence a device passed.
     func repairWentBack(known: KnownLog) async throws {
+        // Before this write's statements run: they may increment a counter.
+        store.nameCounterContributionsAnew()
         let end = logEnd
         _ = try await raiseLog(above: max(known.end, end) + OriginHistory.reissueGap)
         let counter = try await PostgresStore.meta(connection, "transaction_counter", logger: logger)
@@ -400,6 +416,8 @@ extension PostgresInboundWriter {
         // and this write may have already (`repairWentBack`).
         let end = lastSequence ?? logEnd
         guard sequence > end else { return nil }
+        // The database went back: what it holds of this hub's counter contributions too.
+        store.nameCounterContributionsAnew()
         var moved: UInt64 = 0
         for value in try await query(
             """

@@ -42,10 +42,13 @@ package final class PostgresStore: SyncStore, Sendable {
     package let database: PostgresHubDatabase
     package let siteID: SiteID
     package let clock: HybridLogicalClock
-    /// What this opening's counter contributions are named by: a new one each time the
-    /// store opens, as a SQLite store's (DATA_MODEL.md §7), so that increments made from
-    /// a restored database never overwrite those made after its backup.
-    package let counterSite = SiteID.random()
+    /// What this hub's counter contributions are named by: a new one each time the store
+    /// opens, as a SQLite store's (DATA_MODEL.md §7), and each time the hub finds its
+    /// database went back while it ran (`nameCounterContributionsAnew`), so that
+    /// increments made from a restored database never overwrite those made after its
+    /// backup.
+    package var counterSite: SiteID { counterSites.withLock { $0 } }
+    let counterSites = Locked(SiteID.random())
     /// The hub's run-time parameters (`ALTER SYSTEM SET` changes them, in this process).
     let parameters: Locked<SystemParameters>
     package var systemParameters: SystemParameters { parameters.withLock { $0 } }
