@@ -353,9 +353,10 @@ public final class AdminSession {
     let outbound: NIOAsyncChannelOutboundWriter<Frame>
     let codec: MessageCodec
     private var nextID: UInt64 = 1
-    /// Why the node ended this session, once it has (an Error frame: its idle timeout,
-    /// a limit, the node stopping). The request that met it fails with the node's words;
-    /// every request after fails at once saying so, without writing.
+    /// Why the node ended this session, once it has (an Error frame: a limit it refused
+    /// the connection at, a frame it does not take from an admin client). The request
+    /// that met it fails with the node's words; every request after fails at once saying
+    /// so, without writing.
     public private(set) var endedByNode: String?
 
     init(
