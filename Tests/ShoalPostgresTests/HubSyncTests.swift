@@ -979,20 +979,25 @@ struct HubSyncTests {
         }
     }
 
-    /// The tables a backup of the hubs' database holds, for `backUp` and `restore`.
-    static let backedUp = [
-        "shoal_meta", "document", "field", "change_log", "txn", "txn_piece", "txn_context", "peer_cursor", "subscription_set", "peer_ack",
-        "neighbour_interest", "subscription", "freshness", "attachment_staging", "attachment_chunk", "attachment", "user_index",
-    ]
+    /// Every table of the hubs' schema: what a backup holds (`backUp`, `restoreBackup`).
+    static func tables(_ database: PostgresHubDatabase) async throws -> [String] {
+        try await database.query(
+            """
+            SELECT table_name::text FROM information_schema.tables
+            WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' AND table_name NOT LIKE 'backup\\_%'
+            ORDER BY table_name
+            """, logger: logger
+        ).decode(String.self).map { $0 }
+    }
 
     /// Copies every table of the hubs' database aside, as a backup taken now.
     static func backUp(_ database: PostgresHubDatabase) async throws {
-        for table in backedUp { try await database.execute("CREATE TABLE backup_\(table) AS TABLE \(table)") }
+        for table in try await tables(database) { try await database.execute("CREATE TABLE backup_\(table) AS TABLE \(table)") }
     }
 
     /// Puts every table back as `backUp` copied it, as a backup restored in place.
     static func restoreBackup(_ database: PostgresHubDatabase) async throws {
-        for table in backedUp {
+        for table in try await tables(database) {
             try await database.execute("DELETE FROM \(table)")
             try await database.execute("INSERT INTO \(table) TABLE backup_\(table)")
         }
