@@ -118,6 +118,9 @@ extension PostgresStore {
                             let knew = known.withLock { $0 }
                             let found = try await writer.lockLogEnd(witness: knew.witness)
                             writer.logEnd = found.end
+                            // Another hub's repair, heard or not yet: what this write
+                            // increments is named anew (DATA_MODEL.md §7).
+                            if found.epoch > cursorEpoch.withLock({ $0 }) { forgotCursors(epoch: found.epoch) }
                             if knew.wentBack(end: found.end, there: found.there) { try await writer.repairWentBack(known: knew) }
                         }
                     } catch let error as PSQLError where deadline != nil && error.serverInfo?[.sqlState] == "55P03" {
@@ -370,13 +373,13 @@ final class PostgresInboundWriter: InboundWriting, @unchecked Sendable {
     /// beside others may wait for that lock, on another hub's commit that wrote the row:
     /// READ COMMITTED reads the locked row again after the wait, not the joined one, so
     /// it reads the row again in a statement of its own.
-    func lockLogEnd(witness: LogWitness?) async throws -> (end: UInt64, there: LogWitness?) {
+    func lockLogEnd(witness: LogWitness?) async throws -> (end: UInt64, there: LogWitness?, epoch: UInt64) {
         checked = witness
         // A write beside others reads the witnessed row after the lock, in its own statement
         // below; reading it in the locking statement too would do the work twice.
         let found = try await PostgresStore.readLogEnd(connection, witness: claim == nil ? witness : nil, lock: true, logger: logger)
         guard claim != nil, witness != nil else { return found }
-        return (found.end, try await PostgresStore.rows(connection, at: 0, witness: witness, logger: logger).there)
+        return (found.end, try await PostgresStore.rows(connection, at: 0, witness: witness, logger: logger).there, found.epoch)
     }
 
     /// Fails unless the write may write these: the one writer may write anything, a

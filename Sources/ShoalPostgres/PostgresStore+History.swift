@@ -61,21 +61,28 @@ extension PostgresStore {
         }
     }
 
-    /// `log_end`'s value (under its row lock until the write ends when `lock`), and the
-    /// row of `witness`'s sequence as the log holds it now (nil when it holds none), in
-    /// one statement.
+    /// `log_end`'s value (under its row lock until the write ends when `lock`), the row
+    /// of `witness`'s sequence as the log holds it now (nil when it holds none), and the
+    /// cursor epoch, in one statement.
+    ///
+    /// The one writer reads the epoch here, after the writers' lock, so that it knows of
+    /// every repair committed before it began, heard or not (`forgotCursors`): an
+    /// increment it writes next is named anew. (Read in the statement that waits for
+    /// `log_end`'s lock it could be older than that row, but the one writer waits for
+    /// no one there: whoever moves `log_end` holds the writers' lock.)
     static func readLogEnd(
         _ connection: HubConnection, witness: LogWitness?, lock: Bool, logger: Logger
-    ) async throws -> (end: UInt64, there: LogWitness?) {
+    ) async throws -> (end: UInt64, there: LogWitness?, epoch: UInt64) {
         let sequence = witness.map { Int64(bitPattern: $0.sequence) } ?? -1
         let rows = try await connection.query(
             PostgresQuery(
                 unsafeSQL: """
-                    SELECT m.value, c.txn_site, c.txn_seq, sha256(c.entries)
+                    SELECT m.value, c.txn_site, c.txn_seq, sha256(c.entries),
+                        COALESCE((SELECT value FROM shoal_meta WHERE key = 'cursor_epoch'), 0)
                     FROM shoal_meta m LEFT JOIN change_log c ON c.seq = \(sequence)
                     WHERE m.key = 'log_end'\(lock ? " FOR UPDATE OF m" : "")
                     """), logger: logger)
-        for (end, site, seq, digest) in try rows.decode((Int64, Int64?, Int64?, ByteBuffer?).self) {
+        for (end, site, seq, digest, epoch) in try rows.decode((Int64, Int64?, Int64?, ByteBuffer?, Int64).self) {
             let there = try site.flatMap { site in
                 try seq.flatMap { seq in
                     try digest.map { digest in
@@ -86,7 +93,10 @@ extension PostgresStore {
                     }
                 }
             }
-            return (try Stored.unsigned(end, "shoal_meta", "value of log_end"), there)
+            return (
+                try Stored.unsigned(end, "shoal_meta", "value of log_end"), there,
+                try Stored.unsigned(epoch, "shoal_meta", "value of cursor_epoch")
+            )
         }
         throw ShoalError(.database, "the database has no log_end row: is the schema migrated?")
     }
@@ -152,6 +162,7 @@ extension PostgresStore {
 
     /// Once a repair committed: the sessions told where the log ends, and that every cursor was forgotten.
     func repairCommitted(by writer: PostgresInboundWriter) {
+        repairCount.withLock { $0 += 1 }
         if let last = writer.lastSequence { publish(LogEnd(sequence: last, appended: nil)) }
         forgotCursors(epoch: writer.cursorEpoch)
     }
@@ -219,13 +230,18 @@ extension PostgresStore {
 
     package func raiseLog(above sequence: UInt64, peer: SiteID) async throws(ShoalError) -> UInt64? {
         guard sequence > (try await lastSequence()) else { return nil }
-        let (moved, _) = try await withWriter("moving the change log above a peer's cursor") { writer -> (from: UInt64, to: UInt64)? in
-            try await writer.raiseLog(above: sequence)
+        let (moved, writer) = try await withWriter("moving the change log above a peer's cursor") { writer -> (from: UInt64, to: UInt64)? in
+            guard let moved = try await writer.raiseLog(above: sequence) else { return nil }
+            // The database went back: every hub names its counter contributions anew,
+            // hearing of it by the epoch (a repair in this write did it already).
+            if writer.wentBack == nil { try await writer.forgetPeerCursors() }
+            return moved
         }
         guard let moved else { return nil }
         logger.error(
-            "peer \(peer) resumes after sequence \(sequence) of this hub's change log, which ends at \(moved.from): the database went back (a restored backup, or commits a failover lost). Every row moved above \(sequence) (the log now ends at \(moved.to)), so that no peer passes over what the hubs log next; peers are sent the log again from their cursors",
+            "peer \(peer) resumes after sequence \(sequence) of this hub's change log, which ends at \(moved.from): the database went back (a restored backup, or commits a failover lost). Every row moved above \(sequence) (the log now ends at \(moved.to)), so that no peer passes over what the hubs log next; peers are sent the log again from their cursors, and every peer cursor is forgotten: peers are asked for what they sent",
             metadata: ["shoal.peer.site": "\(peer)", "shoal.log.peer_resume": "\(sequence)"])
+        if writer.wentBack == nil { repairCommitted(by: writer) }
         publish(LogEnd(sequence: moved.to, appended: nil))
         return moved.to
     }
@@ -400,7 +416,16 @@ extension PostgresInboundWriter {
     /// the hubs' own transactions, and tells the other hubs (on commit).
     func forgetPeerCursors() async throws {
         try await query("DELETE FROM peer_cursor")
-        let rows = try await query("UPDATE shoal_meta SET value = value + 1 WHERE key = 'cursor_epoch' RETURNING value")
+        // Never an epoch given before, even by a database restored from before it: the
+        // server's clock in milliseconds, or one more than the last. Counted on by one,
+        // a restore and a repair gave an epoch again, which a hub that had heard it
+        // before took for nothing new (its increments kept their name) and a stream read
+        // before the restore took for its own (its cursor was recorded).
+        let rows = try await query(
+            """
+            UPDATE shoal_meta SET value = GREATEST(value + 1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+            WHERE key = 'cursor_epoch' RETURNING value
+            """)
         for value in try rows.decode(Int64.self) { cursorEpoch = try Stored.unsigned(value, "shoal_meta", "value of cursor_epoch") }
         // Delivered when, and only if, the write commits.
         try await query("SELECT pg_notify(\(PostgresHubDatabase.logChannel), \("cursors \(cursorEpoch)"))")

@@ -104,6 +104,10 @@ package final class PostgresStore: SyncStore, Sendable {
     static let keepEvery: Duration = .milliseconds(250)
     /// Set while a repair a page read asked for runs (`wentBackSeen`).
     let repairAsked = Locked(false)
+    /// How many repairs of a database that went back this hub committed
+    /// (`repairCommitted`): each forgot every peer cursor under a new epoch.
+    package var repairs: Int { repairCount.withLock { $0 } }
+    let repairCount = Locked(0)
     /// Commits that changed documents, this hub's own and the others': what observers
     /// wake up for, told by `announcer`.
     let commits = ChangeFeed<Commit>(bufferingPolicy: .unbounded, replayLatest: false)
