@@ -351,6 +351,13 @@ public final class PostgresHubDatabase: Sendable {
     /// The same channel carries the hubs' requests for attachments
     /// (`askForAttachment`), handed to `asked`, and `cursors <epoch>` when a hub forgot
     /// every peer cursor (a repair, `PostgresStore+History.swift`), handed to `forgot`.
+    ///
+    /// A listening connection sends nothing of its own, so a link that died without a
+    /// word (a failover to another machine behind the same address, a firewall that
+    /// forgot the flow) would leave it waiting for ever, the hub hearing the other hubs
+    /// only at its slow timer. So the connection is asked for an answer every
+    /// `listenCheck` (or `unreachableAfter`, if shorter); one that gives none within
+    /// `unreachableAfter`, or fails, is closed, and this throws saying so.
     public func followLog(
         listening: @Sendable () -> Void = {}, asked: @Sendable (_ hash: String, _ by: UInt64) async -> Void = { _, _ in },
         forgot: @Sendable (_ epoch: UInt64) async -> Void = { _ in }, _ announced: @Sendable (UInt64) async -> Void
@@ -358,22 +365,70 @@ public final class PostgresHubDatabase: Sendable {
         try await failing("following the change log's announcements") {
             try await client.withConnection { connection in
                 noteAnswer()
-                try await connection.listen(on: Self.logChannel) { notifications in
-                    listening()
-                    for try await notification in notifications {
-                        let payload = notification.payload
-                        if let sequence = UInt64(payload) {
-                            await announced(sequence)
-                        } else if let (hash, by) = Self.attachmentRequest(payload) {
-                            await asked(hash, by)
-                        } else if payload.hasPrefix("cursors "), let epoch = UInt64(payload.dropFirst("cursors ".count)) {
-                            await forgot(epoch)
-                        } else {
-                            logger.warning("ignoring an announcement on \(Self.logChannel) that Shoal does not send: \(payload.prefix(80))")
+                let dead = Locked<String?>(nil)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    // From before LISTEN: on a dead link, LISTEN itself is never answered.
+                    group.addTask { await self.watchListening(HubConnection(connection), dead: dead) }
+                    defer { group.cancelAll() }
+                    do {
+                        try await connection.listen(on: Self.logChannel) { notifications in
+                            listening()
+                            for try await notification in notifications {
+                                let payload = notification.payload
+                                if let sequence = UInt64(payload) {
+                                    await announced(sequence)
+                                } else if let (hash, by) = Self.attachmentRequest(payload) {
+                                    await asked(hash, by)
+                                } else if payload.hasPrefix("cursors "), let epoch = UInt64(payload.dropFirst("cursors ".count)) {
+                                    await forgot(epoch)
+                                } else {
+                                    logger.warning("ignoring an announcement on \(Self.logChannel) that Shoal does not send: \(payload.prefix(80))")
+                                }
+                            }
                         }
+                    } catch {
+                        // The watch closed it: its words say why.
+                        if let dead = dead.withLock({ $0 }) { throw PostgresStoreError(dead) }
+                        throw error
                     }
+                    if let dead = dead.withLock({ $0 }) { throw PostgresStoreError(dead) }
                 }
             }
+        }
+    }
+
+    /// How often a listening connection is asked for an answer (`followLog`).
+    static let listenCheck: Duration = .seconds(5)
+
+    /// Asks `connection` for an answer every `listenCheck` until cancelled; when none
+    /// comes within `unreachableAfter`, or the statement fails, says why in `dead` and
+    /// closes the connection, which ends what listens on it.
+    func watchListening(_ connection: HubConnection, dead: Locked<String?>) async {
+        let every = min(Self.listenCheck, unreachableAfter)
+        while (try? await Task.sleep(for: every)) != nil {
+            let failure: String? = await withTaskGroup(of: String?.self) { group in
+                group.addTask {
+                    do {
+                        try await connection.query("SELECT 1", logger: self.logger)
+                        return nil
+                    } catch {
+                        return "failed: \(Self.describe(error))"
+                    }
+                }
+                group.addTask {
+                    // Cancelled once the answer came: then it says nothing.
+                    guard (try? await Task.sleep(for: self.unreachableAfter)) != nil else { return nil }
+                    return "gave no answer within \(self.unreachableAfter.components.seconds) s"
+                }
+                defer { group.cancelAll() }
+                // The first to end. A statement still waiting ends when the connection closes.
+                guard let first = await group.next() ?? nil, !Task.isCancelled else { return nil }
+                dead.withLock { $0 = "the connection that listens for the other hubs' commits \(first): closed, to listen on another" }
+                try? await connection.close()
+                return first
+            }
+            if failure != nil { return }
+            noteAnswer()
         }
     }
 

@@ -70,6 +70,8 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
         var losing: [ObjectIdentifier: Bool] = [:]
         /// How many connections `loseAnswer` broke.
         var answersLost = 0
+        /// Connections open when the target failed over (`failOver`).
+        var failedOver: Set<ObjectIdentifier> = []
     }
 
     /// A statement whose answer is lost (`loseAnswer`).
@@ -184,6 +186,15 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
     /// Lets connections through again, each way.
     public func restore() { set(.open) }
 
+    /// What a server's failover to another machine behind the same address does to the
+    /// connections open now: nothing more arrives from the old server, and a connection
+    /// is reset as soon as its client sends on it (the new machine knows nothing of it),
+    /// so a client that only listens hears nothing, for ever. Connections made after
+    /// are open.
+    public func failOver() {
+        state.withLock { $0.failedOver.formUnion($0.pairs.keys) }
+    }
+
     /// Makes the link behave as `mode` says from now on. Going from refused to open
     /// lets new connections through; a connection that lost bytes to a blackhole is
     /// reset once its direction no longer drops them.
@@ -282,6 +293,12 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
             }
             var n = recv(source, &buffer, buffer.count, 0)
             if n <= 0 { break }
+            if state.withLock({ $0.failedOver.contains(ObjectIdentifier(pair)) }) {
+                // The client's bytes reach a machine that resets the connection; the old
+                // server's never arrive.
+                if forward { break }
+                continue
+            }
             if flow(forward: forward) == .blackhole {
                 state.withLock { _ = $0.holed.insert(ObjectIdentifier(pair)) }
                 continue
@@ -325,6 +342,7 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
                 $0.holed.remove(ObjectIdentifier(pair))
                 $0.primed.remove(ObjectIdentifier(pair))
                 $0.losing[ObjectIdentifier(pair)] = nil
+                $0.failedOver.remove(ObjectIdentifier(pair))
             }
             close(pair.client)
             close(pair.upstream)

@@ -15,8 +15,9 @@ public enum TemporaryPostgresDatabase {
     /// Runs `body` with `count` running clients of a new database, then drops it.
     ///
     /// - Parameters:
-    ///   - through: makes the hubs' port from the server's, for a test that puts a
-    ///     `LoopbackProxy` between them (the database is created and dropped directly).
+    ///   - through: makes each hub's port from the server's (called once per hub, in
+    ///     order), for a test that puts a `LoopbackProxy` between them (the database is
+    ///     created and dropped directly).
     ///   - unreachableAfter: the hubs' bound on waits for a server that does not answer.
     public static func withDatabase<T: Sendable>(
         hubs count: Int = 1, through: (@Sendable (Int) throws -> Int)? = nil, unreachableAfter: Duration = .seconds(10),
@@ -28,8 +29,11 @@ public enum TemporaryPostgresDatabase {
         let name = "shoal_test_\(UInt32.random(in: 0...UInt32.max))"
         var location = admin.location
         location.database = name
-        if let through { location.port = try through(location.port) }
-        let hubs = (0..<count).map { _ in PostgresHubDatabase(location: location, logger: logger, unreachableAfter: unreachableAfter) }
+        let hubs = try (0..<count).map { _ in
+            var reached = location
+            if let through { reached.port = try through(location.port) }
+            return PostgresHubDatabase(location: reached, logger: logger, unreachableAfter: unreachableAfter)
+        }
         return try await withThrowingTaskGroup(of: Void.self) { outer in
             outer.addTask { await admin.run() }
             try await admin.execute("CREATE DATABASE \(name)")

@@ -63,6 +63,40 @@ struct HubSyncTests {
         }
     }
 
+    /// A failover to another machine behind the database's address leaves a hub's
+    /// listening connection open and silent: it sends nothing, so nothing tells it that
+    /// the server it listened to is gone. Hub 1 asks it for an answer every few seconds,
+    /// closes it when none comes, and listens on another, so it hears hub 2's commits
+    /// again (with its slow timer at an hour, only an announcement can tell it). Before,
+    /// it heard none until it was restarted.
+    @Test func aHubWhoseListeningConnectionDiedWithoutAWordListensAgain() async throws {
+        let made = Locked<LoopbackProxy?>(nil)
+        // Hub 1 through a proxy, hub 2 straight to the server.
+        let through: @Sendable (Int) throws -> Int = { port in
+            try made.withLock { proxy in
+                guard proxy == nil else { return port }
+                let new = try LoopbackProxy(to: port)
+                proxy = new
+                return new.port
+            }
+        }
+        try await Self.withHubs(2, through: through, unreachableAfter: .seconds(2)) { stores, _ in
+            let proxy = try #require(made.withLock { $0 })
+            defer { proxy.stop() }
+            let heard = Locked<Set<UInt64>>([])
+            let listening = stores[0].listenToChangeLog({ end in heard.withLock { _ = $0.insert(end.sequence) } }, closed: {})
+            defer { listening.cancel() }
+            @Sendable func commitIsHeard() async throws -> Bool {
+                _ = try await stores[1].execute("INSERT INTO notes DOCUMENTS ({'_id': '\(UUID().uuidString)'})")
+                let last = try await stores[1].lastSequence()
+                return await InProcessMesh.eventually(timeout: .seconds(1)) { heard.withLock { $0.contains(last) } }
+            }
+            #expect(try await InProcessMesh.eventually(timeout: .seconds(10)) { try await commitIsHeard() }, "heard before")
+            proxy.failOver()
+            #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) { try await commitIsHeard() }, "heard again")
+        }
+    }
+
     /// A commit through one hub wakes the others at once: with their slow timer at an
     /// hour, only the announcement (`NOTIFY`, delivered at the commit) can.
     @Test func aCommitThroughOneHubIsAnnouncedToTheOther() async throws {
