@@ -409,7 +409,14 @@ public final class PostgresHubDatabase: Sendable {
             let failure: String? = await withTaskGroup(of: String?.self) { group in
                 group.addTask {
                     do {
-                        try await connection.query("SELECT 1", logger: self.logger)
+                        // A statement's wait ignores cancellation: cancelled (the hub
+                        // stopping) while no answer comes, the connection is closed, or
+                        // the stop would wait for TCP to give up on a dead link.
+                        try await withTaskCancellationHandler {
+                            try await connection.query("SELECT 1", logger: self.logger)
+                        } onCancel: {
+                            Task { try? await connection.close() }
+                        }
                         return nil
                     } catch {
                         return "failed: \(Self.describe(error))"
@@ -418,7 +425,7 @@ public final class PostgresHubDatabase: Sendable {
                 group.addTask {
                     // Cancelled once the answer came: then it says nothing.
                     guard (try? await Task.sleep(for: self.unreachableAfter)) != nil else { return nil }
-                    return "gave no answer within \(self.unreachableAfter.components.seconds) s"
+                    return "gave no answer within \(self.unreachableAfter)"
                 }
                 defer { group.cancelAll() }
                 // The first to end. A statement still waiting ends when the connection closes.

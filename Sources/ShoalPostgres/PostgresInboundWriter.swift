@@ -118,9 +118,10 @@ extension PostgresStore {
                             let knew = known.withLock { $0 }
                             let found = try await writer.lockLogEnd(witness: knew.witness)
                             writer.logEnd = found.end
-                            // Another hub's repair, heard or not yet: what this write
-                            // increments is named anew (DATA_MODEL.md §7).
-                            if found.epoch > cursorEpoch.withLock({ $0 }) { forgotCursors(epoch: found.epoch) }
+                            // Another hub's repair, heard or not yet (or a database that
+                            // went back to an older epoch): what this write increments is
+                            // named anew (DATA_MODEL.md §7).
+                            if found.epoch != cursorEpoch.withLock({ $0 }) { forgotCursors(epoch: found.epoch, current: true) }
                             if knew.wentBack(end: found.end, there: found.there) { try await writer.repairWentBack(known: knew) }
                         }
                     } catch let error as PSQLError where deadline != nil && error.serverInfo?[.sqlState] == "55P03" {

@@ -231,7 +231,10 @@ extension PostgresStore {
     package func raiseLog(above sequence: UInt64, peer: SiteID) async throws(ShoalError) -> UInt64? {
         guard sequence > (try await lastSequence()) else { return nil }
         let (moved, writer) = try await withWriter("moving the change log above a peer's cursor") { writer -> (from: UInt64, to: UInt64)? in
-            guard let moved = try await writer.raiseLog(above: sequence) else { return nil }
+            // Above the gap, as a repair moves it: the other devices' cursors past the
+            // log's end are passed too, so their Subscribes move nothing again, and every
+            // cursor is forgotten once, not once a device.
+            guard let moved = try await writer.raiseLog(above: sequence + OriginHistory.reissueGap) else { return nil }
             // The database went back: every hub names its counter contributions anew,
             // hearing of it by the epoch (a repair in this write did it already).
             if writer.wentBack == nil { try await writer.forgetPeerCursors() }
@@ -239,7 +242,7 @@ extension PostgresStore {
         }
         guard let moved else { return nil }
         logger.error(
-            "peer \(peer) resumes after sequence \(sequence) of this hub's change log, which ends at \(moved.from): the database went back (a restored backup, or commits a failover lost). Every row moved above \(sequence) (the log now ends at \(moved.to)), so that no peer passes over what the hubs log next; peers are sent the log again from their cursors, and every peer cursor is forgotten: peers are asked for what they sent",
+            "peer \(peer) resumes after sequence \(sequence) of this hub's change log, which ends at \(moved.from): the database went back (a restored backup, or commits a failover lost). Every row moved above \(sequence) and a margin (the log now ends at \(moved.to)), so that no peer passes over what the hubs log next; peers are sent the log again from their cursors, and every peer cursor is forgotten: peers are asked for what they sent",
             metadata: ["shoal.peer.site": "\(peer)", "shoal.log.peer_resume": "\(sequence)"])
         if writer.wentBack == nil { repairCommitted(by: writer) }
         publish(LogEnd(sequence: moved.to, appended: nil))
@@ -249,10 +252,15 @@ extension PostgresStore {
     /// Every peer cursor was forgotten (`epoch`, here or on another hub): the sessions
     /// start their streams again, asking for the hubs' own transactions. The database
     /// went back, so this hub's counter contributions are named anew.
-    func forgotCursors(epoch: UInt64) {
+    ///
+    /// An epoch announced may arrive after a newer one was read, so only a greater one
+    /// counts; one read from the database as it stands now (`current`) counts whenever
+    /// it differs, since a lower one says the database went back too (epochs follow
+    /// the server's clock, which may stand behind on a server failed over to).
+    func forgotCursors(epoch: UInt64, current: Bool = false) {
         lacksOwn.withLock { $0 = true }
         let newer = cursorEpoch.withLock { known in
-            guard epoch > known else { return false }
+            guard current ? epoch != known : epoch > known else { return false }
             known = epoch
             return true
         }
@@ -416,11 +424,12 @@ extension PostgresInboundWriter {
     /// the hubs' own transactions, and tells the other hubs (on commit).
     func forgetPeerCursors() async throws {
         try await query("DELETE FROM peer_cursor")
-        // Never an epoch given before, even by a database restored from before it: the
-        // server's clock in milliseconds, or one more than the last. Counted on by one,
-        // a restore and a repair gave an epoch again, which a hub that had heard it
-        // before took for nothing new (its increments kept their name) and a stream read
-        // before the restore took for its own (its cursor was recorded).
+        // Not an epoch given before, even by a database restored from before it: the
+        // server's clock in milliseconds, or one more than the last (unless the clock
+        // went back further than the time since). Counted on by one, a restore and a
+        // repair gave an epoch again, which a hub that had heard it before took for
+        // nothing new (its increments kept their name) and a stream read before the
+        // restore took for its own (its cursor was recorded).
         let rows = try await query(
             """
             UPDATE shoal_meta SET value = GREATEST(value + 1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)

@@ -70,8 +70,8 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
         var losing: [ObjectIdentifier: Bool] = [:]
         /// How many connections `loseAnswer` broke.
         var answersLost = 0
-        /// Connections open when the target failed over (`failOver`).
-        var failedOver: Set<ObjectIdentifier> = []
+        /// Connections open when the target failed over (`failOver`), and whether silently.
+        var failedOver: [ObjectIdentifier: Bool] = [:]
     }
 
     /// A statement whose answer is lost (`loseAnswer`).
@@ -189,10 +189,13 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
     /// What a server's failover to another machine behind the same address does to the
     /// connections open now: nothing more arrives from the old server, and a connection
     /// is reset as soon as its client sends on it (the new machine knows nothing of it),
-    /// so a client that only listens hears nothing, for ever. Connections made after
-    /// are open.
-    public func failOver() {
-        state.withLock { $0.failedOver.formUnion($0.pairs.keys) }
+    /// so a client that only listens hears nothing, for ever. `silently`: what the
+    /// client sends is lost too, as behind a firewall that forgot the flow, and nothing
+    /// resets it. Connections made after are open.
+    public func failOver(silently: Bool = false) {
+        state.withLock { state in
+            for id in state.pairs.keys { state.failedOver[id] = silently }
+        }
     }
 
     /// Makes the link behave as `mode` says from now on. Going from refused to open
@@ -293,10 +296,10 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
             }
             var n = recv(source, &buffer, buffer.count, 0)
             if n <= 0 { break }
-            if state.withLock({ $0.failedOver.contains(ObjectIdentifier(pair)) }) {
-                // The client's bytes reach a machine that resets the connection; the old
-                // server's never arrive.
-                if forward { break }
+            if let silently = state.withLock({ $0.failedOver[ObjectIdentifier(pair)] }) {
+                // The client's bytes reach a machine that resets the connection (or are
+                // lost); the old server's never arrive.
+                if forward, !silently { break }
                 continue
             }
             if flow(forward: forward) == .blackhole {
@@ -342,7 +345,7 @@ public final class LoopbackProxy: @unchecked Sendable {  // state behind `state`
                 $0.holed.remove(ObjectIdentifier(pair))
                 $0.primed.remove(ObjectIdentifier(pair))
                 $0.losing[ObjectIdentifier(pair)] = nil
-                $0.failedOver.remove(ObjectIdentifier(pair))
+                $0.failedOver[ObjectIdentifier(pair)] = nil
             }
             close(pair.client)
             close(pair.upstream)
