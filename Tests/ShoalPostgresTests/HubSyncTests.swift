@@ -1181,6 +1181,52 @@ struct HubSyncTests {
         }
     }
 
+    /// Devices resuming past the end of a log that went back, at a hub that knows nothing
+    /// of it (started on the database since, with nothing remembered): the first moves
+    /// the log above its cursor and the repair's margin and forgets every cursor, so that
+    /// the other hubs hear of it; the second, whose cursor is further on, finds nothing
+    /// to move. Before the margin, each moved it again, and (now that a move forgets
+    /// every cursor) would have restarted every stream again.
+    @Test func devicesResumingPastTheEndOfALogThatWentBackMoveItOnce() async throws {
+        let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM notes"])
+        let b = try TestNode(name: "b", subscriptions: ["SELECT * FROM notes"])
+        defer {
+            a.remove()
+            b.remove()
+        }
+        try await Self.withHubs(1) { stores, hubs in
+            let database = stores[0].database
+            try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
+                try await Self.write(["one"], through: stores[0], reaching: a)
+            }
+            try await InProcessMesh.withLink(b.sync, hubs[0]) { () async throws in
+                for id in ["two", "three"] { _ = try await stores[0].execute("INSERT INTO notes DOCUMENTS ({'_id': '\(id)'})") }
+                #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                    try await Self.ids(b.store.execute("SELECT _id FROM notes")) == ["one", "two", "three"]
+                })
+            }
+            // The log's rows lost, the hubs' transactions kept: a's cursor is 1, b's 3.
+            try await database.execute("DELETE FROM change_log")
+            try await database.execute("UPDATE shoal_meta SET value = 0 WHERE key = 'log_end'")
+            let late = try await PostgresStore.open(database, logger: Self.logger)
+            defer { late.close() }
+            let engine = SyncEngine(store: late, configuration: SyncConfiguration(nodeName: "late", batchSize: 64))
+            try engine.subscribe("SELECT * FROM notes")
+            try await InProcessMesh.withLink(a.sync, engine) { () async throws in
+                #expect(await InProcessMesh.eventually(timeout: .seconds(30)) { late.repairs == 1 }, "a's cursor moved the log")
+                let end = try await Self.value(database, "SELECT value FROM shoal_meta WHERE key = 'log_end'")
+                #expect(end > Int64(OriginHistory.reissueGap), "the log ends at \(end)")
+                try await InProcessMesh.withLink(b.sync, engine) { () async throws in
+                    _ = try await late.execute("INSERT INTO notes DOCUMENTS ({'_id': 'four'})")
+                    #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                        try await Self.ids(b.store.execute("SELECT _id FROM notes")) == ["one", "two", "three", "four"]
+                    }, "b resumes and gets what the hub writes next")
+                }
+            }
+            #expect(late.repairs == 1, "moved, and every cursor forgotten, once")
+        }
+    }
+
     /// A database that lost the tail of its log under running hubs, found by a device
     /// resuming past the log's end: the repair and the move above the device's cursor
     /// run in one write, and the move must follow the repair. It once read where the log
