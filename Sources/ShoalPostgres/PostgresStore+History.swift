@@ -234,7 +234,7 @@ extension PostgresStore {
             // Above the gap, as a repair moves it: the other devices' cursors past the
             // log's end are passed too, so their Subscribes move nothing again, and every
             // cursor is forgotten once, not once a device.
-            guard let moved = try await writer.raiseLog(above: sequence + OriginHistory.reissueGap) else { return nil }
+            guard let moved = try await writer.raiseLog(above: sequence, margin: OriginHistory.reissueGap) else { return nil }
             // The database went back: every hub names its counter contributions anew,
             // hearing of it by the epoch (a repair in this write did it already).
             if writer.wentBack == nil { try await writer.forgetPeerCursors() }
@@ -441,15 +441,16 @@ extension PostgresInboundWriter {
         try await query("UPDATE shoal_meta SET value = 1 WHERE key = 'may_lack_own_transactions'")
     }
 
-    /// Moves every row of the log above `sequence` when the log ends below it, keeping
-    /// their order; returns where it ended and ends now, or nil when it did not end below.
-    /// The rows are numbered on from `sequence`, not shifted by it, so that the log's end
-    /// grows by what it holds, not twice over, each time it moves.
-    func raiseLog(above sequence: UInt64) async throws -> (from: UInt64, to: UInt64)? {
+    /// Moves every row of the log above `sequence` and `margin` when the log ends below
+    /// `sequence`, keeping their order; returns where it ended and ends now, or nil when
+    /// it did not end below. The rows are numbered on from there, not shifted by it, so
+    /// that the log's end grows by what it holds, not twice over, each time it moves.
+    func raiseLog(above needed: UInt64, margin: UInt64 = 0) async throws -> (from: UInt64, to: UInt64)? {
         // Read again under the lock: another hub or session may have moved it meanwhile,
         // and this write may have already (`repairWentBack`).
         let end = lastSequence ?? logEnd
-        guard sequence > end else { return nil }
+        guard needed > end else { return nil }
+        let sequence = needed + margin
         // The database went back: what it holds of this hub's counter contributions too.
         store.nameCounterContributionsAnew()
         var moved: UInt64 = 0

@@ -354,7 +354,7 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
         for other in cluster.running where other != node {
             let collections = cluster.nodes[other].collections
             if let read = try? await workload.read(other, collections: collections) {
-                recorder.record(read)
+                recorder.record(workload.recordable(read))
                 Self.note(read, in: &held)
             }
         }
@@ -433,7 +433,7 @@ final class FaultInjector: @unchecked Sendable {  // `pending` and `busy` behind
         var held: [Slot: Set<String>] = [:]
         for device in cluster.running where !cluster.nodes[device].isHub {
             if let read = try? await workload.read(device, collections: cluster.nodes[device].collections) {
-                recorder.record(read)
+                recorder.record(workload.recordable(read))
                 Self.note(read, in: &held)
             }
         }

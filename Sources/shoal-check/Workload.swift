@@ -353,6 +353,17 @@ struct Workload: Sendable {
 
     /// Reads every collection node `node` holds in one read-only transaction (one
     /// snapshot), with the transactions its status says it applied in part.
+    /// `read` without the collections the node's mid-run reads leave out now
+    /// (`Cluster.checkedMidRun`): what is recorded of a read taken of all of them. A
+    /// node that dropped a collection holds a transaction that wrote it in part, rightly.
+    func recordable(_ read: Read) -> Read {
+        let checked = cluster.checkedMidRun(read.node)
+        var kept = read
+        kept.values = read.values.filter { checked.contains(universe.collection(of: $0.key.document)) }
+        kept.counters = read.counters.filter { checked.contains(universe.collection(of: $0.key.document)) }
+        return kept
+    }
+
     func read(_ node: Int, collections: Set<String>, timeout: Double = 15) async throws -> Read {
         let client = cluster.client(node, timeout: timeout)
         let epoch = cluster.epoch(node)
