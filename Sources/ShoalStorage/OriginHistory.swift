@@ -43,6 +43,12 @@ extension OriginHistory {
     /// lost history, and the two never agreed.
     package static let reissueGap: UInt64 = 1 << 32
 
+    /// The highest sequence a peer may name, of a change log or of an origin's
+    /// transactions (PROTOCOL.md §8.2): far below what signed 64 bits hold, so that
+    /// moving a log, or renumbering transactions, above it and `reissueGap` never
+    /// overflows.
+    package static let maximumSequence: UInt64 = 1 << 62
+
     /// Where a store that went back renumbers its unconfirmed transactions: `reissueGap`
     /// above the peer's number and its counter, and above the clock in milliseconds
     /// shifted left by 20 bits. The clock, since an earlier repair of a history that was

@@ -143,6 +143,15 @@ extension SessionStateMachine {
                     "Subscribe carries \(request.subscriptions.count) subscriptions; this node serves at most \(configuration.maximumSubscriptions) per peer (--max-subscriptions-per-peer)"
                 )
             }
+            // No log reaches so far (stores number in signed 64 bits, and a log that
+            // went back moves above the cursor and a margin): a node that took one would
+            // fail to number past it, or trap converting it.
+            guard request.resumeAfter <= OriginHistory.maximumSequence, request.originHistory.through <= OriginHistory.maximumSequence else {
+                throw SyncError(
+                    .protocolViolation,
+                    "Subscribe resumes after sequence \(request.resumeAfter) and holds this node's transactions through \(request.originHistory.through): neither may be above 2^62 (PROTOCOL.md §8.2)"
+                )
+            }
             // Cut down to what the peer may read here; the interest it states for other
             // nodes is theirs, kept as stated (their own links cut it).
             let set = configuration.rights.cut(try subscriptionSet(request.subscriptions))

@@ -225,6 +225,27 @@ import Testing
 
     // MARK: Publisher
 
+    /// A Subscribe that resumes, or says it holds this node's transactions, past 2^62
+    /// (PROTOCOL.md §8.2): no log reaches so far, and the node, moving its log above it
+    /// and a margin, trapped converting it to its stores' signed 64 bits, so one peer's
+    /// frame ended the whole node. The session ends with a protocol violation instead,
+    /// asking the store nothing; 2^62 itself is a cursor like any other.
+    @Test func aSubscribeResumingPastWhatAnyLogReachesEndsTheSession() {
+        for (resumeAfter, through) in [(UInt64.max, UInt64(0)), (OriginHistory.maximumSequence + 1, 0), (0, UInt64.max)] {
+            var m = Self.machine()
+            var subscribe = SessionMessage.Subscribe(
+                subscriptions: [SessionMessage.Subscription(id: "", query: "SELECT * FROM cars")], resumeAfter: resumeAfter, generation: 1)
+            subscribe.originHistory = OriginHistory(through: through, index: 0, timestamp: 1)
+            let actions = m.handle(.received(.subscribe(subscribe)), now: 1)
+            #expect(Self.closed(actions)??.code == .protocolViolation, "\(resumeAfter), \(through): \(actions)")
+            #expect(!actions.contains { if case .checkLogEnd = $0 { true } else if case .checkHistory = $0 { true } else { false } })
+        }
+        var m = Self.machine()
+        let edge = m.handle(.received(Self.subscribe(Self.cars, generation: 1, resumeAfter: OriginHistory.maximumSequence)), now: 1)
+        #expect(Self.closed(edge) == nil)
+        #expect(edge.contains { if case .checkLogEnd(OriginHistory.maximumSequence) = $0 { true } else { false } })
+    }
+
     @Test func thePublisherReadsPagesWithinTheWindow() {
         var m = Self.machine(window: 2)
         #expect(m.handle(.logAdvanced(50), now: 0).isEmpty, "nothing asked for yet")
