@@ -441,8 +441,8 @@ extension PostgresInboundWriter {
         try await query("UPDATE shoal_meta SET value = 1 WHERE key = 'may_lack_own_transactions'")
     }
 
-    /// Moves every row of the log above `sequence` and `margin` when the log ends below
-    /// `sequence`, keeping their order; returns where it ended and ends now, or nil when
+    /// Moves every row of the log above `needed` and `margin` when the log ends below
+    /// `needed`, keeping their order; returns where it ended and ends now, or nil when
     /// it did not end below. The rows are numbered on from there, not shifted by it, so
     /// that the log's end grows by what it holds, not twice over, each time it moves.
     func raiseLog(above needed: UInt64, margin: UInt64 = 0) async throws -> (from: UInt64, to: UInt64)? {

@@ -351,8 +351,6 @@ struct Workload: Sendable {
 
     // MARK: reads
 
-    /// Reads every collection node `node` holds in one read-only transaction (one
-    /// snapshot), with the transactions its status says it applied in part.
     /// `read` without the collections the node's mid-run reads leave out now
     /// (`Cluster.checkedMidRun`): what is recorded of a read taken of all of them. A
     /// node that dropped a collection holds a transaction that wrote it in part, rightly.
@@ -364,6 +362,8 @@ struct Workload: Sendable {
         return kept
     }
 
+    /// Reads every collection node `node` holds in one read-only transaction (one
+    /// snapshot), with the transactions its status says it applied in part.
     func read(_ node: Int, collections: Set<String>, timeout: Double = 15) async throws -> Read {
         let client = cluster.client(node, timeout: timeout)
         let epoch = cluster.epoch(node)
