@@ -123,7 +123,10 @@ import Testing
 
     /// The handshake timeout: a connection that has not finished its handshake in time
     /// is closed (without an Error); one that finishes in time is served.
-    @Test func aHandshakeThatStallsIsClosedAtTheTimeout() async throws {
+    /// Timed only from below: that it closes at all is the time limit's to say (under
+    /// a sanitizer, beside the whole suite, the watchdog's one-second tick once waited
+    /// minutes for a thread).
+    @Test(.timeLimit(.minutes(10))) func aHandshakeThatStallsIsClosedAtTheTimeout() async throws {
         let node = try TestNode(name: "node") { $0.handshakeTimeout = .milliseconds(300) }
         defer { node.remove() }
         let silent = InMemoryConnection()
@@ -135,8 +138,7 @@ import Testing
         var frames: [WireMessage] = []
         for await frame in silent.a.inbound { frames.append(try MessageCodec().decode(frame)) }
         let elapsed = ContinuousClock.now - started
-        // Not before the timeout; the upper bound only says it was closed (sanitizers and a busy machine slow the watchdog: 33 s once under AddressSanitizer).
-        #expect(elapsed >= .milliseconds(300) && elapsed < .seconds(120), "closed at the timeout, after \(elapsed)")
+        #expect(elapsed >= .milliseconds(300), "closed before the timeout, after \(elapsed)")
         #expect(frames.count == 1, "the node's Hello, and no Error")
         guard case .success(nil) = await served else {
             Issue.record("a handshake that never finished ends the session quietly")
@@ -146,7 +148,8 @@ import Testing
 
     /// The idle timeout of an admin session: a client that sends nothing (and runs no
     /// request) is closed once it has been silent longer than the limit.
-    @Test func anIdleAdminClientIsClosedAfterTheIdleTimeout() async throws {
+    /// Timed only from below, like the handshake's: 155 s once under ThreadSanitizer.
+    @Test(.timeLimit(.minutes(10))) func anIdleAdminClientIsClosedAfterTheIdleTimeout() async throws {
         let node = try TestNode(name: "node") { $0.idleTimeout = .milliseconds(1500) }
         defer { node.remove() }
         let connection = InMemoryConnection()
@@ -161,8 +164,7 @@ import Testing
         let after = try await Self.handshake(&cli, over: connection.a, thenRead: true)
         let elapsed = ContinuousClock.now - established
         #expect(after == nil, "closed without an Error")
-        // The upper bound only says it was closed: under AddressSanitizer on a busy machine it took 37 s.
-        #expect(elapsed > .milliseconds(1500) && elapsed < .seconds(120), "closed after \(elapsed)")
+        #expect(elapsed > .milliseconds(1500), "closed before the idle timeout, after \(elapsed)")
         _ = await served
     }
 
