@@ -49,6 +49,18 @@ extension OriginHistory {
     /// overflows.
     package static let maximumSequence: UInt64 = 1 << 62
 
+    /// The highest sequence a node acts on when a peer names one past its own: a cursor
+    /// beyond the end of its log, which it moves its log above, or transactions of its
+    /// own it does not have, which it renumbers above. 2^40 below `maximumSequence`, so
+    /// that what it numbers after acting (the peer's number, `reissueGap`, and the rows
+    /// or transactions it moves) stays below `maximumSequence`, and every peer that then
+    /// holds those numbers is still served. No node numbers past it but by acting on a
+    /// number past it (its clock's base reaches it in the year 2109): a higher one is
+    /// not believed (PROTOCOL.md §8.2). Found by reading: a Subscribe at 2^62, then the
+    /// largest taken, moved the log above 2^62, and every peer that synced after it
+    /// resumed above 2^62 and was refused for good.
+    package static let believable: UInt64 = maximumSequence - (1 << 40)
+
     /// Where a store that went back renumbers its unconfirmed transactions: `reissueGap`
     /// above the peer's number and its counter, and above the clock in milliseconds
     /// shifted left by 20 bits. The clock, since an earlier repair of a history that was

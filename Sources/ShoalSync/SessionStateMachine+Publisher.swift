@@ -143,14 +143,15 @@ extension SessionStateMachine {
                     "Subscribe carries \(request.subscriptions.count) subscriptions; this node serves at most \(configuration.maximumSubscriptions) per peer (--max-subscriptions-per-peer)"
                 )
             }
-            // No log reaches so far (stores number in signed 64 bits, and a log that
-            // went back moves above the cursor and a margin): a node that took one would
-            // fail to number past it, or trap converting it.
-            guard request.resumeAfter <= OriginHistory.maximumSequence, request.originHistory.through <= OriginHistory.maximumSequence else {
+            // No log of this node reaches so far (stores number in signed 64 bits, and a
+            // log that went back moves above the cursor and a margin): a node that took
+            // one would fail to number past it, or trap converting it. What the peer holds
+            // of this node's transactions is not a violation at any number: a third node
+            // may have forged one, and refusing every peer that holds it would split them.
+            guard request.resumeAfter <= OriginHistory.maximumSequence else {
                 throw SyncError(
                     .protocolViolation,
-                    "Subscribe resumes after sequence \(request.resumeAfter) and holds this node's transactions through \(request.originHistory.through): neither may be above 2^62 (PROTOCOL.md §8.2)"
-                )
+                    "Subscribe resumes after sequence \(request.resumeAfter) of this node's log, above 2^62 (PROTOCOL.md §8.2)")
             }
             // Cut down to what the peer may read here; the interest it states for other
             // nodes is theirs, kept as stated (their own links cut it).
@@ -182,8 +183,26 @@ extension SessionStateMachine {
             }
             let routes = configuration.hasRoutes ? request.routes : nil
             if let routes { try Self.check(routes) }
-            var history: [Action] = request.resumeAfter > 0 ? [.checkLogEnd(resumeAfter: request.resumeAfter)] : []
-            if request.originHistory.through > 0 { history.append(.checkHistory(request.originHistory)) }
+            // Numbers past what this node numbers without being told to are not believed
+            // (`OriginHistory.believable`): acted on, they would move it past what its
+            // peers may name, and split it from them.
+            var history: [Action] = []
+            if request.resumeAfter > OriginHistory.believable {
+                history.append(
+                    .warn(
+                        "the peer resumes after sequence \(request.resumeAfter) of this node's log, past any this node numbers (2^62 - 2^40): not believed, the log is not moved above it"
+                    ))
+            } else if request.resumeAfter > 0 {
+                history.append(.checkLogEnd(resumeAfter: request.resumeAfter))
+            }
+            if request.originHistory.through > OriginHistory.believable {
+                history.append(
+                    .warn(
+                        "the peer holds this node's transactions through \(request.originHistory.through), past any this node numbers (2^62 - 2^40): not believed, this node's history is not checked against it"
+                    ))
+            } else if request.originHistory.through > 0 {
+                history.append(.checkHistory(request.originHistory))
+            }
             // The same set, and the peer wants nothing again (it only says more of others,
             // or asks for other routes): the stream goes on, its next batches answering this
             // one. One with the peer's own transactions in it goes on only as such.

@@ -1513,6 +1513,29 @@ struct HubSyncTests {
         }
     }
 
+    /// The largest cursor a hub believes (`OriginHistory.believable`): its log moves above
+    /// it and its margin and stays below what a Subscribe may carry, so a device that
+    /// synced after it is served when it resumes (HistorySyncTests has the same on SQLite,
+    /// and what is not believed).
+    @Test func aLogMovedAboveTheLargestCursorBelievedServesTheDevicesAfterIt() async throws {
+        let a = try TestNode(name: "a", subscriptions: ["SELECT * FROM notes"])
+        defer { a.remove() }
+        try await Self.withHubs(1) { stores, hubs in
+            let hub = stores[0]
+            _ = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': 'one'})")
+            let raised = try #require(try await hub.raiseLog(above: OriginHistory.believable, peer: SiteID(99)))
+            #expect(raised > OriginHistory.believable + OriginHistory.reissueGap && raised < OriginHistory.maximumSequence)
+            for id in ["two", "three"] {
+                _ = try await hub.execute("INSERT INTO notes DOCUMENTS ({'_id': :id})", arguments: ["id": .string(id)])
+                try await InProcessMesh.withLink(a.sync, hubs[0]) { () async throws in
+                    #expect(try await InProcessMesh.eventually(timeout: .seconds(30)) {
+                        try await Self.ids(a.store.execute("SELECT _id FROM notes")).contains(id)
+                    }, "the device resumes past the move and is served")
+                }
+            }
+        }
+    }
+
     /// A write with a budget waits for another hub's writer until its deadline at most,
     /// then fails as out of budget, nothing written; the other hub's transaction is not
     /// disturbed.

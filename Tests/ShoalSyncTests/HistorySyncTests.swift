@@ -3,6 +3,7 @@ import ShoalCRDT
 import ShoalStore
 import ShoalStorage
 import ShoalSync
+import ShoalWire
 import ShoalTesting
 import Testing
 
@@ -225,6 +226,70 @@ import Testing
             #expect(both, "a: \(inA), b: \(inB)")
         }
         #expect(try await b.store.history(of: site).through > UInt64(1) << 32, "renumbered above what B held")
+    }
+
+    /// A peer that names numbers past any this node gives, a cursor of 2^62 (the most a
+    /// Subscribe may carry) and this node's transactions through 2^64 - 1 (which a third
+    /// node may have forged), is not believed: the node moves neither its log nor its
+    /// transactions, keeps serving that peer, and every other peer after it. Found by
+    /// reading: the log moved above 2^62, and every peer that synced after resumed
+    /// above 2^62 and was refused for good.
+    @Test func numbersPastAnyThisNodeGivesAreNotBelieved() async throws {
+        let a = try TestNode(name: "a", subscriptions: [Self.all])
+        let b = try TestNode(name: "b", subscriptions: [Self.all])
+        defer { a.remove(); b.remove() }
+        _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': 'one'})")
+        let connection = InMemoryConnection()
+        async let served = Result {
+            try await a.sync.serve(
+                inbound: connection.b.inbound, transport: connection.b.transport, direction: .inbound, remoteAddress: "memory:liar")
+        }
+        var liar = HandshakeStateMachine(configuration: .init(siteID: SiteID(99), nodeName: "liar", meshName: "default", meshKey: nil))
+        var frames = connection.a.inbound.makeAsyncIterator()
+        var actions = liar.start()
+        while !liar.isEstablished {
+            for case .send(let m) in actions { try await connection.a.transport.write(MessageCodec().encode(m)) }
+            guard !liar.isEstablished, let frame = await frames.next() else { break }
+            actions = liar.receive(try MessageCodec().decode(frame))
+        }
+        for case .send(let m) in actions { try await connection.a.transport.write(MessageCodec().encode(m)) }
+        #expect(liar.isEstablished)
+        var subscribe = Shoal_V1_Subscribe()
+        var all = Shoal_V1_Subscription()
+        all.query = Self.all
+        subscribe.subscriptions = [all]
+        subscribe.resumeAfter = OriginHistory.maximumSequence
+        subscribe.generation = 1
+        subscribe.originThrough = .max
+        subscribe.originThroughTimestamp = 1
+        var ping = Shoal_V1_Ping()
+        ping.nonce = 7
+        try await connection.a.transport.write(MessageCodec().encode(.subscribe(subscribe)))
+        try await connection.a.transport.write(MessageCodec().encode(.ping(ping)))
+        // The node handles a session's frames in order: its Pong says the Subscribe was handled.
+        var answered = false
+        while let frame = await frames.next() {
+            let message = try MessageCodec().decode(frame)
+            if case .error(let error) = message { Issue.record("the node ended the session: \(error.message)") }
+            if case .pong(let pong) = message, pong.nonce == 7 {
+                answered = true
+                break
+            }
+        }
+        #expect(answered, "the node serves the peer on")
+        await connection.a.transport.close()
+        _ = await served
+        #expect(try await a.store.lastSequence() < OriginHistory.believable, "the log was not moved")
+        #expect(try await a.store.history(of: a.sync.siteID).through < OriginHistory.believable, "nothing renumbered")
+        // The largest number believed: the log moves above it, and stays below what a Subscribe may carry.
+        let raised = try #require(try await a.store.raiseLog(above: OriginHistory.believable, peer: SiteID(99)))
+        #expect(raised > OriginHistory.believable && raised < OriginHistory.maximumSequence)
+        for id in ["two", "three"] {
+            _ = try await a.store.execute("INSERT INTO t DOCUMENTS ({'_id': :id})", arguments: ["id": .string(id)])
+            try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+                #expect(try await InProcessMesh.eventually { try await Self.ids(b).contains(id) }, "B resumes past the raise and is served")
+            }
+        }
     }
 
     /// A restored log ends below where a peer's cursor into it stands: what the node
