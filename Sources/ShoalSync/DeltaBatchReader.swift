@@ -390,6 +390,10 @@ private struct PieceReading {
             }
             return Verdict(collection: v.collection, coverage: .notCovered(filter))
         case .superseded:
+            // Stores keep sequences in signed 64 bits, and no transaction is of site 0.
+            if let wrong = v.supersededBy.first(where: { $0.originSite == 0 || $0.originSequence > TransactionID.maximumSequence }) {
+                throw violation("transaction \(id) is superseded by \(wrong.originSite):\(wrong.originSequence): of site 0, or above 2^63 - 1")
+            }
             return Verdict(
                 collection: v.collection,
                 coverage: .superseded(

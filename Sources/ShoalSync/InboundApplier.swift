@@ -50,7 +50,8 @@ package struct InboundApplier: Sendable {
         self.documentDeltaCounts = counts
         self.context = context
         var slots: [DocumentRef: Int] = [:]
-        slots.reserveCapacity(Int(record.documentCount))
+        // Sized by what arrived, never by what the record claims: a peer may claim 2^32 - 1.
+        slots.reserveCapacity(min(Int(record.documentCount), deltas.count))
         func slot(_ document: DocumentRef) -> Int {
             if let known = slots[document] { return known }
             documents.append(document)
@@ -103,10 +104,10 @@ package struct InboundApplier: Sendable {
         }
         var written = documents.map { document in
             let count = documentDeltaCounts[document] ?? 1
-            return AppliedRows.Document(document: document, deltaCount: count, won: Dictionary(minimumCapacity: Int(count)))
+            return AppliedRows.Document(document: document, deltaCount: count, won: Dictionary(minimumCapacity: min(Int(count), deltas.count)))
         }
         for slot in written.indices {
-            registers[slot].reserveCapacity(registers[slot].registers.count + Int(written[slot].deltaCount))
+            registers[slot].reserveCapacity(registers[slot].registers.count + min(Int(written[slot].deltaCount), deltas.count))
         }
         var previous: UInt32?
         for (position, delta) in deltas.enumerated() {

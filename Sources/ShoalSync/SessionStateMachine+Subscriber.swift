@@ -279,6 +279,14 @@ extension SessionStateMachine {
             guard header.offered.allSatisfy({ $0.id.origin.rawValue != 0 }) else {
                 throw SyncError(.protocolViolation, "DeltaBatch offers a transaction of origin_site 0")
             }
+            // Stores keep sequences in signed 64 bits: a number above is no transaction and
+            // no log's (a node that took one trapped converting it).
+            if let wrong = header.offered.first(where: { $0.id.sequence > TransactionID.maximumSequence }) {
+                throw SyncError(.protocolViolation, "DeltaBatch offers transaction \(wrong.id), above 2^63 - 1")
+            }
+            guard header.throughSequence <= TransactionID.maximumSequence else {
+                throw SyncError(.protocolViolation, "DeltaBatch runs through sequence \(header.throughSequence), above 2^63 - 1")
+            }
             // An offer begins at a row of the page the batch closes: after 0, at or before its end.
             if let wrong = header.offered.first(where: { $0.logSequence == 0 || $0.logSequence > header.throughSequence }) {
                 throw SyncError(

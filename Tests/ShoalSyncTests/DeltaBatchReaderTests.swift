@@ -175,13 +175,17 @@ import Testing
         #expect(error.code == expected.code, "\(error.message) / \(expected.message)")
     }
 
-    /// A transaction or a context field whose sequence is above 2^63 - 1 is refused: no
-    /// node counts that far, and stores keep sequences as signed 64-bit integers (a
-    /// store that took one trapped, or held a row it could not read back).
-    @Test(arguments: [false, true])
-    func aSequenceAboveTheSignedRangeIsRefused(inContext: Bool) throws {
+    enum HighSequence: CaseIterable { case piece, context, supersededBy }
+
+    /// A transaction, a context field or a verdict's superseding transaction whose
+    /// sequence is above 2^63 - 1 is refused: no node counts that far, and stores keep
+    /// sequences as signed 64-bit integers (a store that took one trapped, or held a row
+    /// it could not read back; a superseding one trapped as the node read its state).
+    @Test(arguments: HighSequence.allCases)
+    func aSequenceAboveTheSignedRangeIsRefused(_ place: HighSequence) throws {
+        let inContext = place == .context
         let high = TransactionID.maximumSequence + 1
-        let id = TransactionID(origin: SiteID(1), sequence: inContext ? 1 : high)
+        let id = TransactionID(origin: SiteID(1), sequence: place == .piece ? high : 1)
         let document = DocumentRef(collection: "cars", id: "\"a\"")
         var piece = TransactionPiece(
             id: id, deltaCount: 1, documentCount: 1, collections: [CollectionCount(collection: "cars", documents: 1, deltas: 1)],
@@ -197,6 +201,9 @@ import Testing
                     document: document, field: "m", valueJSON: "2", timestamp: HybridTimestamp(rawValue: 4),
                     transaction: TransactionID(origin: SiteID(2), sequence: high))
             ]
+        }
+        if place == .supersededBy {
+            piece.verdicts = [Verdict(collection: "cars", coverage: .superseded([TransactionID(origin: SiteID(3), sequence: high)]))]
         }
         let payload = OutboundBatch(pieces: [piece], receiver: Self.receiver, encoding: .stepped, throughSequence: 1, subscribeGeneration: 1)
             .payload()

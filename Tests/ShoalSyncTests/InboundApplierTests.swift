@@ -56,6 +56,20 @@ struct InboundApplierTests {
         #expect(rows.documents[1].body == .live(#"{"_id":"b","color":"blue"}"#))
     }
 
+    /// A record and a document that claim four billion documents and deltas (the peer's
+    /// word) size nothing by the claim: the node aborted allocating hundreds of GB.
+    @Test func anApplyIsSizedByWhatArrivedNotByWhatTheRecordClaims() throws {
+        let record = TransactionRecord(
+            id: Self.id, deltaCount: .max, documentCount: .max,
+            collections: [CollectionCount(collection: "cars", documents: .max, deltas: .max)], state: .applied, firstSeen: 0)
+        let applier = InboundApplier(
+            record, deltas: [Self.delta("\"a\"", "color", "\"red\"", index: 0)], documentDeltaCounts: [Self.ref("\"a\""): .max],
+            context: [])
+        let rows = try Self.rows(try Self.plan(applier))
+        #expect(rows.documents.map { $0.won.keys.sorted() } == [["color"]])
+        #expect(rows.documents[0].won.capacity < 1024)
+    }
+
     /// A piece the log holds already is not logged again, but is merged: EVICT keeps the
     /// log and drops the fields, and a refill must bring them back.
     @Test func whatTheLogHoldsIsNotLoggedAgainButStillMerged() throws {

@@ -142,6 +142,10 @@ enum ReferencePieceDecoder {
                     }
                     return Verdict(collection: v.collection, coverage: .notCovered(filter))
                 case .superseded:
+                    // Stores keep sequences in signed 64 bits, and no transaction is of site 0.
+                    if let wrong = v.supersededBy.first(where: { $0.originSite == 0 || $0.originSequence > TransactionID.maximumSequence }) {
+                        throw SyncError(.protocolViolation, "\(what): transaction \(id) is superseded by \(wrong.originSite):\(wrong.originSequence): of site 0, or above 2^63 - 1")
+                    }
                     return Verdict(
                         collection: v.collection,
                         coverage: .superseded(

@@ -279,6 +279,37 @@ import Testing
         #expect(found.log == OriginHistory.believable && found.history == OriginHistory.believable, "\(actions)")
     }
 
+    /// A DeltaBatch naming a number stores cannot hold (above 2^63 - 1) as its log's
+    /// end or as an offer ends the session: a SQLite node trapped converting either as
+    /// it recorded the cursor or read the offer's state.
+    @Test func aBatchThroughOrOfferingPastWhatStoresHoldEndsTheSession() {
+        var m = Self.machine()
+        _ = m.handle(.ownSubscriptionsChanged(Self.cars, fromStart: false), now: 0)
+        _ = m.handle(.cursorRead(Self.cars, resumeAfter: 0), now: 1)
+        let through = m.handle(Self.batch([], through: UInt64.max, generation: 1), now: 2)
+        #expect(Self.closed(through)??.message.contains("above 2^63 - 1") == true, "\(through)")
+        var offer = Shoal_V1_Offer()
+        offer.originSite = 1
+        offer.originSequence = TransactionID.maximumSequence + 1
+        offer.logSequence = 1
+        var batch = Shoal_V1_DeltaBatch()
+        batch.throughSequence = 1
+        batch.offered = [offer]
+        func version4() -> SessionStateMachine {
+            SessionStateMachine(
+                configuration: .init(
+                    peer: Self.peer, keepaliveInterval: .seconds(5), idleTimeout: .seconds(30), batchSize: 100, maximumBatchesInFlight: 2,
+                    maximumBatchesPending: 3, version: 4))
+        }
+        var n = version4()
+        let offered = n.handle(SessionStateMachine.Event(received: .deltaBatch(batch)), now: 1)
+        #expect(Self.closed(offered)??.message.contains("above 2^63 - 1") == true, "\(offered)")
+        offer.originSequence = TransactionID.maximumSequence
+        batch.offered = [offer]
+        var o = version4()
+        #expect(Self.closed(o.handle(SessionStateMachine.Event(received: .deltaBatch(batch)), now: 1)) == nil, "the largest is taken")
+    }
+
     @Test func thePublisherReadsPagesWithinTheWindow() {
         var m = Self.machine(window: 2)
         #expect(m.handle(.logAdvanced(50), now: 0).isEmpty, "nothing asked for yet")
