@@ -1,5 +1,6 @@
 public import ShoalCRDT
 public import ShoalStorage
+import ShoalQuery
 
 /// What the nodes this node relays for subscribe to, by the node that stated it.
 ///
@@ -148,13 +149,45 @@ public struct InterestTable: Sendable, Hashable {
         origin != peer && entry.heardFrom != [peer]
     }
 
-    /// `own` with the sets of the origins to relay for from `peer`.
-    public func upstream(own: SubscriptionSet, for peer: SiteID) -> SubscriptionSet {
-        var set = own
+    /// `own` with the sets of the origins to relay for from `peer`, in at most `limit`
+    /// subscriptions (what a peer serves, `--max-subscriptions-per-peer`; a Subscribe
+    /// over it is refused, and the relay would be cut off from that peer at every
+    /// session). Past it, the relayed queries of a collection give way to the whole
+    /// collection, the collections with the most first, until the set fits: a relay
+    /// that carries more than its neighbours asked for costs traffic, not data. Were the
+    /// collections themselves more than that, the relayed ones past it are left out
+    /// (each neighbour still gets them from any other path of the mesh).
+    public func upstream(own: SubscriptionSet, for peer: SiteID, limit: Int = 256) -> SubscriptionSet {
+        var relayed: [SubscriptionSet.Entry] = []
         for (origin, entry) in entries.sorted(by: { $0.key < $1.key }) where asked(origin, entry, of: peer) {
-            for item in entry.subscriptions.entries { _ = try? set.add(query: item.query, arguments: item.arguments) }
+            relayed += entry.subscriptions.entries
         }
-        return set
+        func union(whole: [String]) -> SubscriptionSet {
+            var set = own
+            for collection in whole { _ = try? set.add(query: "SELECT * FROM \(PeerRights.quoted(collection))") }
+            let wholly = Set(whole)
+            for item in relayed where !wholly.contains(item.statement.collection) {
+                _ = try? set.add(query: item.query, arguments: item.arguments)
+            }
+            return set
+        }
+        var set = union(whole: [])
+        guard set.entries.count > limit else { return set }
+        var counts: [String: Int] = [:]
+        for item in relayed { counts[item.statement.collection, default: 0] += 1 }
+        let largestFirst = counts.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }.map(\.key)
+        var whole: [String] = []
+        for collection in largestFirst where set.entries.count > limit {
+            whole.append(collection)
+            set = union(whole: whole)
+        }
+        guard set.entries.count > limit else { return set }
+        // More collections than the limit: own first, then the relayed ones in order.
+        var cut = own
+        for entry in set.entries where cut.entries.count < limit {
+            _ = try? cut.add(query: entry.query, arguments: entry.arguments)
+        }
+        return cut
     }
 
     /// What a Subscribe to `peer` lists: this node's own statement first, then every

@@ -386,7 +386,9 @@ public final class SyncEngine: Sendable {
         let stated = InterestTable.Stated(origin: store.siteID, generation: generation, subscriptions: own)
         guard configuration.relayForNeighbours else { return InterestTable.Upstream(subscriptions: own, interests: [stated]) }
         return interest.withLock { table in
-            InterestTable.Upstream(subscriptions: table.upstream(own: own, for: peer), interests: table.stated(own: stated, for: peer))
+            InterestTable.Upstream(
+                subscriptions: table.upstream(own: own, for: peer, limit: configuration.maximumSubscriptionsPerPeer),
+                interests: table.stated(own: stated, for: peer))
         }
     }
 

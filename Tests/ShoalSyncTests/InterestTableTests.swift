@@ -24,6 +24,40 @@ import Testing
 
     static let cars = "SELECT * FROM cars", boats = "SELECT * FROM boats"
 
+    /// What a relay asks for stays within what a peer serves (256 subscriptions by
+    /// default): its neighbours' queries of the collection with the most give way to the
+    /// whole collection, so the relay is not refused, and every document any of them
+    /// matches still matches. Found by an audit: two neighbours with 200 queries each
+    /// cut their relay off from its upstream at every session.
+    @Test func whatARelayAsksForFitsWhatAPeerServes() throws {
+        var table = InterestTable(local: Self.me)
+        let own = Self.set(Self.boats)
+        func queries(_ collection: String, _ range: Range<Int>) -> SubscriptionSet {
+            var set = SubscriptionSet()
+            for n in range { _ = try? set.add(query: "SELECT * FROM \(collection) WHERE n = \(n)") }
+            return set
+        }
+        var few = queries("planes", 0..<3)
+        for entry in queries("cars", 0..<200).entries { _ = try few.add(query: entry.query) }
+        _ = table.learn(from: Self.n1, subscriptions: few, interests: nil)
+        _ = table.learn(from: Self.n2, subscriptions: queries("cars", 200..<400), interests: nil)
+        let exact = table.upstream(own: own, for: Self.o, limit: 1_000)
+        #expect(exact.entries.count == 404, "within the limit, the exact union")
+        let fitted = table.upstream(own: own, for: Self.o, limit: 256)
+        #expect(fitted.entries.count == 5, "\(Self.queries(fitted))")
+        #expect(Self.queries(fitted).isSuperset(of: [Self.boats, "SELECT * FROM `cars`", "SELECT * FROM planes WHERE n = 1"]))
+        for n in [0, 199, 200, 399, 5_000] {
+            #expect(fitted.matches(collection: "cars", document: ["_id": "x", "n": .int(Int64(n))]))
+        }
+        #expect(!fitted.matches(collection: "planes", document: ["_id": "x", "n": 7]), "planes stays exact")
+        // More collections than the limit: the node's own first, then what fits.
+        var many = SubscriptionSet()
+        for n in 0..<300 { _ = try many.add(query: "SELECT * FROM c\(n)") }
+        _ = table.learn(from: Self.n1, subscriptions: many, interests: nil)
+        let cut = table.upstream(own: own, for: Self.o, limit: 256)
+        #expect(cut.entries.count == 256 && Self.queries(cut).contains(Self.boats))
+    }
+
     @Test func aNewerStatementReplacesAnOlderOneWhicheverWayEachCame() {
         var table = InterestTable(local: Self.me)
         let own = Self.stated(Self.me, 1, Self.boats)

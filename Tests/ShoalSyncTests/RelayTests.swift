@@ -47,6 +47,33 @@ import Testing
         }
     }
 
+    /// Two neighbours with 200 queries each behind one relay: what the relay asks its
+    /// upstream for fits the 256 a peer serves (their queries of cars give way to all
+    /// of cars), so the upstream serves it, and each neighbour gets what it asked for.
+    /// The relay asked for the 401 queries, was refused at each session, and neither
+    /// neighbour got anything (found by an audit).
+    @Test func aRelayWhoseNeighboursAskForMoreThanAPeerServesIsStillServed() async throws {
+        func queries(_ range: Range<Int>) -> [String] { range.map { "SELECT * FROM cars WHERE n = \($0)" } }
+        let a = try TestNode(name: "a", subscriptions: [Self.boats])
+        let b = try TestNode(name: "b", subscriptions: [Self.boats])
+        let c = try TestNode(name: "c", subscriptions: queries(0..<200))
+        let d = try TestNode(name: "d", subscriptions: queries(200..<400))
+        defer { a.remove(); b.remove(); c.remove(); d.remove() }
+        try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
+            try await InProcessMesh.withLink(d.sync, b.sync) { () async throws in
+                #expect(try await InProcessMesh.eventually { b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.count > 2 })
+                try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
+                    _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'low', 'n': 7}), ({'_id': 'high', 'n': 300})")
+                    #expect(try await InProcessMesh.eventually {
+                        let (inC, inD) = (try await Self.count(c, Self.cars), try await Self.count(d, Self.cars))
+                        return inC == 1 && inD == 1
+                    })
+                    #expect(b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.count <= 256)
+                }
+            }
+        }
+    }
+
     /// A relay that restarts asks upstream for its neighbours' interest at once, before
     /// they reconnect: a first Subscribe with only its own narrower set would take
     /// transactions in part and relay them so, and its cursors for the wide set would
