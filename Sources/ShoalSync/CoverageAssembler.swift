@@ -143,7 +143,11 @@ public struct CoverageAssembler: Sendable {
             record.reports[source] = report
         }
         if record.state == .waiting {
-            record.bufferedBytes += fresh.reduce(0) { $0 + $1.valueJSON.utf8.count + $1.field.utf8.count + 32 }
+            // Each delta as it is held: its collection and document ID too (on SQLite
+            // nothing bounds an ID, and one of megabytes counted as its value alone).
+            record.bufferedBytes += fresh.reduce(0) {
+                $0 + $1.valueJSON.utf8.count + $1.field.utf8.count + $1.collection.utf8.count + $1.documentID.utf8.count + 32
+            }
         }
         records[piece.id] = record
         return fresh

@@ -138,6 +138,17 @@ import Testing
         #expect(Self.decide(&c, Self.all) == [.ask(t.id, collections: ["accounts"])])
     }
 
+    /// What a waiting transaction holds counts its document IDs and collections, not
+    /// only its values: a delta of a megabyte's ID counted 34 bytes, and the buffer's
+    /// bound held nothing back (found by an audit).
+    @Test func theBufferCountsWhatItHoldsOfEachDelta() {
+        var a = CoverageAssembler(configuration: .init(maximumWait: .seconds(30)))
+        let long = String(repeating: "x", count: 1 << 20)
+        let t = Txn(7, [long, "us-1"])
+        _ = a.add(t.piece(sending: [long], last: false), from: Self.relay, now: 1_000)
+        #expect(a.waitingCount == 1 && a.bufferedBytes >= 2 << 20, "\(a.bufferedBytes)")
+    }
+
     /// A relay narrower than this node: the transaction waits, this node asks the
     /// other peers once, applies what it holds after the maximum wait (partial), and
     /// completes it when the rest comes from elsewhere.
