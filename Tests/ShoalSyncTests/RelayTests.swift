@@ -61,7 +61,11 @@ import Testing
         defer { a.remove(); b.remove(); c.remove(); d.remove() }
         try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
             try await InProcessMesh.withLink(d.sync, b.sync) { () async throws in
-                #expect(try await InProcessMesh.eventually { b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.count > 2 })
+                // Both neighbours' interest has reached B.
+                #expect(try await InProcessMesh.eventually {
+                    let upstream = b.sync.upstreamSubscriptions(for: a.sync.siteID)
+                    return [7, 300].allSatisfy { upstream.matches(collection: "cars", document: ["_id": "x", "n": .int(Int64($0))]) }
+                })
                 try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
                     _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'low', 'n': 7}), ({'_id': 'high', 'n': 300})")
                     #expect(try await InProcessMesh.eventually {
