@@ -183,14 +183,19 @@ extension DocumentStore {
             let last = try ChangeLogRecord.lastSequence(db)
             // Read again inside the write: another session may have moved it meanwhile.
             guard sequence > last, last > 0 else { return nil }
+            // Numbered on from `sequence`, one apart, as a hub numbers them: adding
+            // `sequence` to each row moved the end to `last + sequence`, past 2^62 after
+            // two moves (a review found it: a cursor of 2^61, then one of 2^62 - 2^40).
+            let rows = try Int.fetchOne(db, sql: "SELECT count(*) FROM change_log WHERE seq <= ?", arguments: [Int64(last)]) ?? 0
             try db.execute(
                 sql: """
                     INSERT INTO change_log (seq, txn_site, txn_seq, txn_count, documents, entries)
-                    SELECT seq + ?, txn_site, txn_seq, txn_count, documents, entries FROM change_log WHERE seq <= ? ORDER BY seq
+                    SELECT ? + row_number() OVER (ORDER BY seq), txn_site, txn_seq, txn_count, documents, entries
+                    FROM change_log WHERE seq <= ? ORDER BY seq
                     """,
                 arguments: [Int64(sequence), Int64(last)])
             try db.execute(sql: "DELETE FROM change_log WHERE seq <= ?", arguments: [Int64(last)])
-            return (last, last + sequence)
+            return (last, sequence + UInt64(max(rows, 1)))
         }
         guard let moved else { return nil }
         logger.error(

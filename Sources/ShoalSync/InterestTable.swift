@@ -150,44 +150,51 @@ public struct InterestTable: Sendable, Hashable {
     }
 
     /// `own` with the sets of the origins to relay for from `peer`, in at most `limit`
-    /// subscriptions (what a peer serves, `--max-subscriptions-per-peer`; a Subscribe
-    /// over it is refused, and the relay would be cut off from that peer at every
-    /// session). Past it, the relayed queries of a collection give way to the whole
-    /// collection, the collections with the most first, until the set fits: a relay
-    /// that carries more than its neighbours asked for costs traffic, not data. Were the
-    /// collections themselves more than that, the relayed ones past it are left out
-    /// (each neighbour still gets them from any other path of the mesh).
+    /// subscriptions (what a peer serves, `--max-subscriptions-per-peer`, taken to be
+    /// this node's own: a Subscribe over it is refused, and the relay would be cut off
+    /// from that peer at every session). Past it, the relayed queries of a collection
+    /// give way to the whole collection, those that save the most first, until the set
+    /// fits: a relay that carries more than its neighbours asked for costs traffic, not
+    /// data. Were the collections themselves more than that, the relayed ones past it in
+    /// name order are left out: a neighbour that has no other path does not get them.
+    /// The same table gives the same set, so a session does not resubscribe for nothing.
     public func upstream(own: SubscriptionSet, for peer: SiteID, limit: Int = 256) -> SubscriptionSet {
-        var relayed: [SubscriptionSet.Entry] = []
+        var set = own
+        var relayed: [String: [String: SubscriptionSet.Entry]] = [:]
+        let owned = Set(own.entries.map(\.id))
         for (origin, entry) in entries.sorted(by: { $0.key < $1.key }) where asked(origin, entry, of: peer) {
-            relayed += entry.subscriptions.entries
-        }
-        func union(whole: [String]) -> SubscriptionSet {
-            var set = own
-            for collection in whole { _ = try? set.add(query: "SELECT * FROM \(PeerRights.quoted(collection))") }
-            let wholly = Set(whole)
-            for item in relayed where !wholly.contains(item.statement.collection) {
-                _ = try? set.add(query: item.query, arguments: item.arguments)
+            for item in entry.subscriptions.entries where !owned.contains(item.id) {
+                relayed[item.statement.collection, default: [:]][item.id] = item
             }
-            return set
         }
-        var set = union(whole: [])
-        guard set.entries.count > limit else { return set }
-        var counts: [String: Int] = [:]
-        for item in relayed { counts[item.statement.collection, default: 0] += 1 }
-        let largestFirst = counts.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }.map(\.key)
-        var whole: [String] = []
-        for collection in largestFirst where set.entries.count > limit {
-            whole.append(collection)
-            set = union(whole: whole)
+        let count = own.entries.count + relayed.values.reduce(0) { $0 + $1.count }
+        var whole: Set<String> = []
+        if count > limit {
+            // What taking a collection whole saves: its relayed queries, less the one that
+            // takes it whole unless the node's own already does.
+            let savings = relayed.map { collection, items in
+                (collection, items.count - (own.takesWholeCollection(collection) ? 0 : 1))
+            }
+            var left = count
+            for (collection, saving) in savings.sorted(by: { $0.1 != $1.1 ? $0.1 > $1.1 : $0.0 < $1.0 }) {
+                guard left > limit, saving > 0 else { break }
+                whole.insert(collection)
+                left -= saving
+            }
         }
-        guard set.entries.count > limit else { return set }
-        // More collections than the limit: own first, then the relayed ones in order.
-        var cut = own
-        for entry in set.entries where cut.entries.count < limit {
-            _ = try? cut.add(query: entry.query, arguments: entry.arguments)
+        for collection in relayed.keys.sorted() {
+            if whole.contains(collection) {
+                guard !own.takesWholeCollection(collection) else { continue }
+                guard set.entries.count < limit else { break }
+                _ = try? set.add(query: "SELECT * FROM \(PeerRights.quoted(collection))")
+            } else {
+                for item in relayed[collection]!.values.sorted(by: { $0.id < $1.id }) {
+                    guard set.entries.count < limit else { break }
+                    _ = try? set.add(query: item.query, arguments: item.arguments)
+                }
+            }
         }
-        return cut
+        return set
     }
 
     /// What a Subscribe to `peer` lists: this node's own statement first, then every

@@ -56,6 +56,17 @@ import Testing
         _ = table.learn(from: Self.n1, subscriptions: many, interests: nil)
         let cut = table.upstream(own: own, for: Self.o, limit: 256)
         #expect(cut.entries.count == 256 && Self.queries(cut).contains(Self.boats))
+        #expect(cut == table.upstream(own: own, for: Self.o, limit: 256), "the same table, the same set")
+        // The node's own are all kept, however they sort against the relayed ones.
+        let large = queries("own", 0..<255)
+        let kept = table.upstream(own: large, for: Self.o, limit: 256)
+        #expect(kept.entries.count == 256 && Self.queries(kept).isSuperset(of: Self.queries(large)))
+        // A collection the node takes whole already costs nothing to give way.
+        var wholeCars = own
+        _ = try wholeCars.add(query: Self.cars)
+        _ = table.learn(from: Self.n1, subscriptions: queries("cars", 0..<300), interests: nil)
+        let folded = table.upstream(own: wholeCars, for: Self.o, limit: 256)
+        #expect(Self.queries(folded) == [Self.boats, Self.cars], "\(Self.queries(folded))")
     }
 
     @Test func aNewerStatementReplacesAnOlderOneWhicheverWayEachCame() {
