@@ -47,32 +47,34 @@ import Testing
         }
     }
 
-    /// Two neighbours with 200 queries each behind one relay: what the relay asks its
-    /// upstream for fits the 256 a peer serves (their queries of cars give way to all
-    /// of cars), so the upstream serves it, and each neighbour gets what it asked for.
-    /// The relay asked for the 401 queries, was refused at each session, and neither
-    /// neighbour got anything (found by an audit).
+    /// Two neighbours with 6 queries each behind one relay, every node serving 8 per
+    /// peer: what the relay asks its upstream for fits the 8 (their queries of cars give
+    /// way to all of cars), so the upstream serves it, and each neighbour gets what it
+    /// asked for. The relay asked for the 13 queries, was refused at each session, and
+    /// neither neighbour got anything (found by an audit, with 256 and 200 each). Links
+    /// redial, as nodes do: the suite starts many meshes at once.
     @Test func aRelayWhoseNeighboursAskForMoreThanAPeerServesIsStillServed() async throws {
         func queries(_ range: Range<Int>) -> [String] { range.map { "SELECT * FROM cars WHERE n = \($0)" } }
-        let a = try TestNode(name: "a", subscriptions: [Self.boats])
-        let b = try TestNode(name: "b", subscriptions: [Self.boats])
-        let c = try TestNode(name: "c", subscriptions: queries(0..<200))
-        let d = try TestNode(name: "d", subscriptions: queries(200..<400))
+        func node(_ name: String, _ subscriptions: [String]) throws -> TestNode {
+            try TestNode(name: name, subscriptions: subscriptions) { $0.maximumSubscriptionsPerPeer = 8 }
+        }
+        let a = try node("a", [Self.boats]), b = try node("b", [Self.boats])
+        let c = try node("c", queries(0..<6)), d = try node("d", queries(6..<12))
         defer { a.remove(); b.remove(); c.remove(); d.remove() }
-        try await InProcessMesh.withLink(c.sync, b.sync) { () async throws in
-            try await InProcessMesh.withLink(d.sync, b.sync) { () async throws in
+        try await InProcessMesh.withLink(c.sync, b.sync, redial: true) { () async throws in
+            try await InProcessMesh.withLink(d.sync, b.sync, redial: true) { () async throws in
                 // Both neighbours' interest has reached B.
                 #expect(try await InProcessMesh.eventually {
                     let upstream = b.sync.upstreamSubscriptions(for: a.sync.siteID)
-                    return [7, 300].allSatisfy { upstream.matches(collection: "cars", document: ["_id": "x", "n": .int(Int64($0))]) }
+                    return [3, 9].allSatisfy { upstream.matches(collection: "cars", document: ["_id": "x", "n": .int(Int64($0))]) }
                 })
-                try await InProcessMesh.withLink(a.sync, b.sync) { () async throws in
-                    _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'low', 'n': 7}), ({'_id': 'high', 'n': 300})")
+                #expect(b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.count == 2, "boats, and all of cars")
+                try await InProcessMesh.withLink(a.sync, b.sync, redial: true) { () async throws in
+                    _ = try await a.store.execute("INSERT INTO cars DOCUMENTS ({'_id': 'low', 'n': 3}), ({'_id': 'high', 'n': 9})")
                     #expect(try await InProcessMesh.eventually {
                         let (inC, inD) = (try await Self.count(c, Self.cars), try await Self.count(d, Self.cars))
                         return inC == 1 && inD == 1
                     })
-                    #expect(b.sync.upstreamSubscriptions(for: a.sync.siteID).entries.count <= 256)
                 }
             }
         }
