@@ -181,7 +181,7 @@ public struct NodeSettings: Sendable, Hashable {
                 name: "max-admin-connections", kind: .integer, summary: "admin (CLI) connections served at once; one more is refused",
                 default: .integer(limits.maximumAdminConnections)),
             Key(
-                name: "max-subscriptions-per-peer", kind: .integer, summary: "subscriptions a peer may hold on this node, and this node's own",
+                name: "max-subscriptions-per-peer", kind: .integer, summary: "subscriptions a peer may hold on this node, this node's own, and what it asks a peer for as a relay",
                 default: .integer(limits.maximumSubscriptionsPerPeer)),
             Key(
                 name: "max-query-length", kind: .integer, summary: "bytes of DQL text in one request or subscription query",

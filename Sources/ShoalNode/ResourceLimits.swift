@@ -5,7 +5,8 @@ public struct ResourceLimits: Sendable, Hashable {
     public var maximumPeers: Int
     /// Admin (CLI) connections served at once (`--max-admin-connections`).
     public var maximumAdminConnections: Int
-    /// Subscriptions one peer may hold here, and this node's own (`--max-subscriptions-per-peer`).
+    /// Subscriptions one peer may hold here, this node's own, and what it asks a peer
+    /// for as a relay (`--max-subscriptions-per-peer`).
     public var maximumSubscriptionsPerPeer: Int
     /// Bytes of DQL text in one admin request or subscription query (`--max-query-length`).
     public var maximumQueryLength: Int

@@ -186,7 +186,6 @@ extension DocumentStore {
             // Numbered on from `sequence`, one apart, as a hub numbers them: adding
             // `sequence` to each row moved the end to `last + sequence`, past 2^62 after
             // two moves (a review found it: a cursor of 2^61, then one of 2^62 - 2^40).
-            let rows = try Int.fetchOne(db, sql: "SELECT count(*) FROM change_log WHERE seq <= ?", arguments: [Int64(last)]) ?? 0
             try db.execute(
                 sql: """
                     INSERT INTO change_log (seq, txn_site, txn_seq, txn_count, documents, entries)
@@ -194,6 +193,7 @@ extension DocumentStore {
                     FROM change_log WHERE seq <= ? ORDER BY seq
                     """,
                 arguments: [Int64(sequence), Int64(last)])
+            let rows = db.changesCount
             try db.execute(sql: "DELETE FROM change_log WHERE seq <= ?", arguments: [Int64(last)])
             return (last, sequence + UInt64(max(rows, 1)))
         }

@@ -246,14 +246,7 @@ import Testing
         }
         var liar = HandshakeStateMachine(configuration: .init(siteID: SiteID(99), nodeName: "liar", meshName: "default", meshKey: nil))
         var frames = connection.a.inbound.makeAsyncIterator()
-        var actions = liar.start()
-        while !liar.isEstablished {
-            for case .send(let m) in actions { try await connection.a.transport.write(MessageCodec().encode(m)) }
-            guard !liar.isEstablished, let frame = await frames.next() else { break }
-            actions = liar.receive(try MessageCodec().decode(frame))
-        }
-        for case .send(let m) in actions { try await connection.a.transport.write(MessageCodec().encode(m)) }
-        #expect(liar.isEstablished)
+        #expect(try await SessionLimitTests.handshake(&liar, over: connection.a, reading: &frames))
         var subscribe = Shoal_V1_Subscribe()
         var all = Shoal_V1_Subscription()
         all.query = Self.all

@@ -175,18 +175,25 @@ import Testing
         _ machine: inout HandshakeStateMachine, over end: InMemoryConnection.End, thenRead: Bool = false
     ) async throws -> WireMessage? {
         var iterator = end.inbound.makeAsyncIterator()
+        guard try await handshake(&machine, over: end, reading: &iterator), thenRead, let next = await iterator.next() else { return nil }
+        return try MessageCodec().decode(next)
+    }
+
+    /// The same, reading the node's frames from `frames`, which the caller goes on
+    /// reading after; returns whether the handshake was established.
+    static func handshake(
+        _ machine: inout HandshakeStateMachine, over end: InMemoryConnection.End, reading frames: inout AsyncStream<Frame>.Iterator
+    ) async throws -> Bool {
         var actions = machine.start()
         while true {
             for action in actions {
                 if case .send(let m) = action { try await end.transport.write(MessageCodec().encode(m)) }
-                if case .fail = action { return nil }
+                if case .fail = action { return false }
             }
-            if machine.isEstablished { break }
-            guard let frame = await iterator.next() else { return nil }
+            if machine.isEstablished { return true }
+            guard let frame = await frames.next() else { return false }
             actions = machine.receive(try MessageCodec().decode(frame))
         }
-        guard thenRead, let next = await iterator.next() else { return nil }
-        return try MessageCodec().decode(next)
     }
 }
 
